@@ -1,0 +1,10 @@
+# corral_warnings(target): strict warnings for Corral's own code; generated code never gets these.
+function(corral_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+    -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough
+    # GCC 12 reports false dangling-pointer positives inside yaml-cpp and gRPC headers.
+    -Wno-dangling-pointer)
+  if(CORRAL_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()

@@ -1,0 +1,76 @@
+#include "libs/core/clock.h"
+
+namespace corral {
+
+Clock::TimerId TimerQueue::Add(absl::Time when, absl::AnyInvocable<void()> fn) {
+  Clock::TimerId id = next_id_++;
+  timers_.emplace(Key{when, id}, std::move(fn));
+  deadlines_.emplace(id, when);
+  return id;
+}
+
+bool TimerQueue::Cancel(Clock::TimerId id) {
+  auto it = deadlines_.find(id);
+  if (it == deadlines_.end()) return false;
+  timers_.erase(Key{it->second, id});
+  deadlines_.erase(it);
+  return true;
+}
+
+std::pair<absl::Time, absl::AnyInvocable<void()>> TimerQueue::PopEarliest() {
+  auto node = timers_.extract(timers_.begin());
+  deadlines_.erase(node.key().second);
+  return {node.key().first, std::move(node.mapped())};
+}
+
+RealClock::RealClock() : thread_([this] { Loop(); }) {}
+
+RealClock::~RealClock() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+Clock::TimerId RealClock::RunAt(absl::Time when, absl::AnyInvocable<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  return queue_.Add(when, std::move(fn));
+}
+
+bool RealClock::Cancel(TimerId id) {
+  absl::MutexLock lock(&mu_);
+  return queue_.Cancel(id);
+}
+
+void RealClock::Loop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    if (queue_.empty()) {
+      // Wake on a new timer or on shutdown; the condition re-reads both under the lock.
+      mu_.Await(absl::Condition(
+          +[](RealClock* c) ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->stopping_ || !c->queue_.empty(); },
+          this));
+      continue;
+    }
+    absl::Time deadline = queue_.next_deadline();
+    if (absl::Now() < deadline) {
+      // An earlier timer added meanwhile, or shutdown, ends the wait early.
+      struct Wake {
+        RealClock* clock;
+        absl::Time deadline;
+        bool operator()() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return clock->stopping_ || clock->queue_.empty() || clock->queue_.next_deadline() < deadline;
+        }
+      } wake{this, deadline};
+      mu_.AwaitWithDeadline(absl::Condition(&wake), deadline);
+      continue;
+    }
+    auto [when, fn] = queue_.PopEarliest();
+    mu_.Unlock();
+    fn();
+    mu_.Lock();
+  }
+}
+
+}  // namespace corral

@@ -1,0 +1,76 @@
+// Time and timers behind an interface, so core logic never reads the wall clock itself:
+// services get RealClock, tests get FakeClock (testing/fake_clock.h) and advance it by hand.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace corral {
+
+// Thread-safe. A timer callback runs at most once, never while the clock's internal lock is held, so it
+// may schedule or cancel other timers.
+class Clock {
+ public:
+  using TimerId = uint64_t;
+  virtual ~Clock() = default;
+
+  virtual absl::Time Now() const = 0;
+  // Runs `fn` once, at or after `when`. Returns an id for Cancel (never 0).
+  virtual TimerId RunAt(absl::Time when, absl::AnyInvocable<void()> fn) = 0;
+  TimerId RunAfter(absl::Duration delay, absl::AnyInvocable<void()> fn) {
+    return RunAt(Now() + delay, std::move(fn));
+  }
+  // Returns true when the timer was still pending; it will then never run. False if it already ran
+  // (or is running right now) or never existed.
+  virtual bool Cancel(TimerId id) = 0;
+};
+
+// Pending timers ordered by deadline, then by creation: the shared bookkeeping of both clocks.
+// Not thread-safe; the owning clock locks around it.
+class TimerQueue {
+ public:
+  Clock::TimerId Add(absl::Time when, absl::AnyInvocable<void()> fn);
+  bool Cancel(Clock::TimerId id);
+  bool empty() const { return timers_.empty(); }
+  size_t size() const { return timers_.size(); }
+  absl::Time next_deadline() const { return timers_.begin()->first.first; }
+  // Removes and returns the earliest timer's deadline and callback. Requires !empty().
+  std::pair<absl::Time, absl::AnyInvocable<void()>> PopEarliest();
+
+ private:
+  using Key = std::pair<absl::Time, Clock::TimerId>;
+  std::map<Key, absl::AnyInvocable<void()>> timers_;
+  std::map<Clock::TimerId, absl::Time> deadlines_;
+  Clock::TimerId next_id_ = 1;
+};
+
+// The wall clock, with one background thread that runs due timers in deadline order.
+class RealClock final : public Clock {
+ public:
+  RealClock();
+  ~RealClock() override;  // pending timers are dropped, not run
+  RealClock(const RealClock&) = delete;
+  RealClock& operator=(const RealClock&) = delete;
+
+  absl::Time Now() const override { return absl::Now(); }
+  TimerId RunAt(absl::Time when, absl::AnyInvocable<void()> fn) override;
+  bool Cancel(TimerId id) override;
+
+ private:
+  void Loop();
+
+  absl::Mutex mu_;
+  TimerQueue queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace corral

@@ -1,0 +1,77 @@
+#include "libs/rpc/server_config.h"
+
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace corral {
+
+void RegisterServerFlags(ConfigSchema& schema, ServerConfig* config) {
+  schema.String("grpc_listen", &config->grpc_listen, "gRPC listen address HOST:PORT (port 0: any free port)");
+  schema.String("metrics_listen", &config->metrics_listen,
+                "Prometheus /metrics listen address HOST:PORT (port 0: any free port)");
+  schema.String("secret_file", &config->secret_file,
+                "file holding the cluster secret that signs tokens (mode 0600, at least 32 bytes)");
+  schema.Bool("insecure", &config->insecure,
+              "run without a cluster secret (local playground only: tokens die with the process)");
+  schema.String("log_level", &config->log.level, "trace, debug, info, warn, error, critical or off");
+  schema.String("log_format", &config->log.format, "text (human-readable) or json (one object per line)");
+  RegisterTlsFlags(schema, "tls", &config->tls);
+  schema.Duration("shutdown_grace", &config->shutdown_grace,
+                  "on SIGTERM, how long in-flight calls may run before they are cancelled", absl::ZeroDuration(),
+                  absl::Hours(1));
+  schema.String("ready_file", &config->ready_file,
+                "once listening, write {\"service\",\"pid\",\"grpc\",\"metrics\"} as JSON to this file");
+}
+
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
+  size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", address, "' is not a HOST:PORT address (e.g. 127.0.0.1:7100 or [::]:7100)"));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return std::make_pair(host, port);
+}
+
+absl::Status ValidateServerConfig(const ServerConfig& config) {
+  auto grpc = SplitHostPort(config.grpc_listen);
+  if (!grpc.ok()) return absl::InvalidArgumentError(absl::StrCat("grpc_listen: ", grpc.status().message()));
+  auto metrics = SplitHostPort(config.metrics_listen);
+  if (!metrics.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics_listen: ", metrics.status().message()));
+  }
+  return ValidateLogOptions(config.log);
+}
+
+absl::StatusOr<TokenSigner> LoadClusterSecret(const ServerConfig& config) {
+  if (!config.secret_file.empty()) return TokenSigner::FromKeyFile(config.secret_file);
+  if (!config.insecure) {
+    return absl::FailedPreconditionError(
+        "no cluster secret: pass --secret-file FILE (create one with `openssl rand -hex 32 > FILE; chmod 600 FILE`), "
+        "or --insecure for a local playground");
+  }
+  spdlog::warn("running --insecure: tokens are signed with a random key that dies with this process");
+  return TokenSigner::Ephemeral();
+}
+
+std::optional<int> HandleCommandLine(ConfigSchema& schema, int argc, char** argv) {
+  auto cmd = LoadConfig(schema, argc, argv);
+  if (!cmd.ok()) {
+    std::cerr << schema.program() << ": " << cmd.status().message() << "\n";
+    return 2;
+  }
+  if (cmd->help) {
+    std::cout << schema.Help();
+    return 0;
+  }
+  return std::nullopt;
+}
+
+}  // namespace corral

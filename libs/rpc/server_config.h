@@ -1,0 +1,46 @@
+// The flags every Corral service takes (DESIGN.md §1): where to listen, the cluster secret, logging,
+// TLS, and how long to drain on shutdown. A service embeds ServerConfig in its own Config struct.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "libs/core/config.h"
+#include "libs/core/logging.h"
+#include "libs/core/token.h"
+#include "libs/rpc/tls.h"
+
+namespace corral {
+
+struct ServerConfig {
+  std::string grpc_listen = "127.0.0.1:0";
+  std::string metrics_listen = "127.0.0.1:0";
+  std::string secret_file;
+  bool insecure = false;
+  LogOptions log;
+  TlsConfig tls;
+  absl::Duration shutdown_grace = absl::Seconds(10);
+  std::string ready_file;  // written once listening: {"service","pid","grpc","metrics"}
+};
+
+// Registers grpc_listen, metrics_listen, secret_file, insecure, log_level, log_format, tls.*,
+// shutdown_grace and ready_file. The config's current values become the defaults.
+void RegisterServerFlags(ConfigSchema& schema, ServerConfig* config);
+
+// INVALID_ARGUMENT for a listen address that is not HOST:PORT, or bad log options.
+absl::Status ValidateServerConfig(const ServerConfig& config);
+
+// The cluster secret: from secret_file, or an ephemeral key with --insecure (logged as a warning).
+// FAILED_PRECONDITION when neither is given, telling the operator which flag to pass.
+absl::StatusOr<TokenSigner> LoadClusterSecret(const ServerConfig& config);
+
+// Splits "host:port" / "[v6]:port". INVALID_ARGUMENT with the offending text otherwise.
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address);
+
+// Runs LoadConfig and handles its outcomes for a binary's main(): prints --help (exit 0) or the error
+// (exit 2) and returns the exit code; returns nullopt when the program should go on.
+std::optional<int> HandleCommandLine(ConfigSchema& schema, int argc, char** argv);
+
+}  // namespace corral

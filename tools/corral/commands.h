@@ -1,0 +1,12 @@
+// Subcommands of the `corral` CLI. Each Register* adds one subcommand (with its own --help) to the app;
+// its callback sets the process exit code through `exit_code`.
+#pragma once
+
+#include "CLI/CLI.hpp"
+
+namespace corral::cli {
+
+void RegisterVersion(CLI::App& app, int& exit_code);
+void RegisterHealth(CLI::App& app, int& exit_code);
+
+}  // namespace corral::cli

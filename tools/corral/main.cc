@@ -1,0 +1,13 @@
+// corral: the person's door into a Corral cluster. Subcommands live in their own files (commands.h).
+#include "CLI/CLI.hpp"
+#include "tools/corral/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"corral — rollout orchestration for agentic RL: sandboxes, rate limits, LLM proxy, scheduler"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  corral::cli::RegisterVersion(app, exit_code);
+  corral::cli::RegisterHealth(app, exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
