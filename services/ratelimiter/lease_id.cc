@@ -1,0 +1,38 @@
+#include "services/ratelimiter/lease_id.h"
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "openssl/rand.h"
+
+namespace corral::ratelimiter {
+namespace {
+constexpr char kPurpose[] = "ratelimiter-lease";
+}  // namespace
+
+std::string MintLeaseId(const TokenSigner& signer, const LeaseClaim& claim) {
+  unsigned char nonce[12];
+  RAND_bytes(nonce, sizeof(nonce));
+  // nonce:permits:limit:key — limit names never contain ':', keys may (the key is the remainder).
+  return signer.Sign(kPurpose, absl::StrCat(absl::BytesToHexString(absl::string_view(
+                                                reinterpret_cast<const char*>(nonce), sizeof(nonce))),
+                                            ":", claim.permits, ":", claim.limit, ":", claim.key));
+}
+
+absl::StatusOr<LeaseClaim> ParseLeaseId(const TokenSigner& signer, const std::string& lease_id) {
+  auto payload = signer.Verify(kPurpose, lease_id);
+  if (!payload.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("lease id does not verify: ", payload.status().message()));
+  }
+  std::vector<std::string> parts = absl::StrSplit(*payload, absl::MaxSplits(':', 3));
+  LeaseClaim claim;
+  if (parts.size() != 4 || !absl::SimpleAtoi(parts[1], &claim.permits) || claim.permits < 1) {
+    return absl::PermissionDeniedError("lease id is malformed");
+  }
+  claim.limit = parts[2];
+  claim.key = parts[3];
+  return claim;
+}
+
+}  // namespace corral::ratelimiter

@@ -1,0 +1,500 @@
+#include "services/ratelimiter/limiter.h"
+
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "libs/core/status_macros.h"
+#include "openssl/rand.h"
+#include "services/ratelimiter/lease_id.h"
+#include "services/ratelimiter/limiter_internal.h"
+
+namespace corral::ratelimiter {
+
+Limiter::Limiter(Clock* clock, TokenSigner signer, LimiterOptions options, RateLimiterMetrics* metrics)
+    : clock_(clock),
+      signer_(std::move(signer)),
+      options_(options),
+      metrics_(metrics),
+      start_time_(clock->Now()),
+      learning_end_(options.learning_mode ? start_time_ + options.max_lease_ttl : start_time_) {
+  if (options_.learning_mode) {
+    metrics_->learning_mode().Set(1);
+    learning_timer_ = clock_->RunAt(learning_end_, [this] { OnLearningEnd(); });
+  }
+  absl::MutexLock lock(&mu_);
+  sweep_timer_ = clock_->RunAfter(internal::kSweepEvery, [this] { SweepIdleInstances(); });
+}
+
+Limiter::~Limiter() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+  clock_->Cancel(learning_timer_);
+  clock_->Cancel(sweep_timer_);
+  for (auto& [id, lease] : leases_) clock_->Cancel(lease->timer);
+  for (auto& [name, limit] : limits_) {
+    for (auto& [key, inst] : limit->instances) {
+      clock_->Cancel(inst->rate_timer);
+      for (Waiter& w : inst->queue) clock_->Cancel(w.timeout_timer);
+    }
+  }
+}
+
+void Limiter::Run(Completions& completions) {
+  for (auto& c : completions) c();
+  completions.clear();
+}
+
+bool Limiter::learning_mode() const { return clock_->Now() < learning_end_; }
+
+// ---------------------------------------------------------------------------------------------- limits
+
+Limiter::Limit* Limiter::FindLimit(const std::string& name) const {
+  auto it = limits_.find(name);
+  return it == limits_.end() ? nullptr : it->second.get();
+}
+
+absl::Status Limiter::CreateLimit(LimitSpec spec) {
+  CORRAL_RETURN_IF_ERROR(NormalizeLimitSpec(spec));
+  absl::MutexLock lock(&mu_);
+  if (limits_.count(spec.name)) {
+    return absl::AlreadyExistsError(absl::StrCat("limit '", spec.name, "' already exists; use UpdateLimit to resize it"));
+  }
+  auto limit = std::make_unique<Limit>();
+  limit->spec = std::move(spec);
+  limit->metrics = metrics_->AddLimit(limit->spec.name);
+  limit->metrics.capacity->Set(static_cast<double>(limit->spec.capacity()));
+  Limit* raw = limit.get();
+  limits_.emplace(raw->spec.name, std::move(limit));
+  if (!raw->spec.keyed()) (void)ResolveInstance(raw->spec.name, "", /*create=*/true);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LimitSpec> Limiter::UpdateLimit(LimitSpec spec) {
+  CORRAL_RETURN_IF_ERROR(NormalizeLimitSpec(spec));
+  Completions out;
+  LimitSpec result;
+  {
+    absl::MutexLock lock(&mu_);
+    Limit* limit = FindLimit(spec.name);
+    if (limit == nullptr) return absl::NotFoundError(absl::StrCat("limit '", spec.name, "' not found"));
+    if (spec.kind != limit->spec.kind || spec.key_template != limit->spec.key_template) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "limit '", spec.name, "': kind and key template cannot change; delete and re-create the limit"));
+    }
+    spec.source = limit->spec.source;
+    limit->spec = spec;
+    limit->metrics.capacity->Set(static_cast<double>(spec.capacity()));
+    for (auto& [key, inst] : limit->instances) {
+      if (spec.kind == LimitKind::kRate) {
+        Refill(*inst);
+        inst->tokens = std::min(inst->tokens, static_cast<double>(spec.burst));
+      }
+      // Growing wakes waiters in FIFO order; shrinking only stops new grants (held leases stay).
+      Pump(*inst, out);
+    }
+    result = limit->spec;
+  }
+  Run(out);
+  return result;
+}
+
+absl::Status Limiter::DeleteLimit(const std::string& name, bool force) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    Limit* limit = FindLimit(name);
+    if (limit == nullptr) return absl::NotFoundError(absl::StrCat("limit '", name, "' not found"));
+    int64_t held = 0, waiting = 0;
+    for (auto& [key, inst] : limit->instances) {
+      held += inst->leases;
+      waiting += static_cast<int64_t>(inst->queue.size());
+    }
+    if ((held > 0 || waiting > 0) && !force) {
+      return absl::FailedPreconditionError(absl::StrCat("limit '", name, "' has ", held, " leases and ", waiting,
+                                                        " waiters; release them first or delete with force"));
+    }
+    const absl::Status gone = absl::NotFoundError(absl::StrCat("limit '", name, "' was deleted"));
+    for (auto& [key, inst] : limit->instances) {
+      while (!inst->queue.empty()) {
+        auto done = std::move(inst->queue.front().done);
+        RemoveWaiter(*inst, inst->queue.begin());
+        out.push_back([done = std::move(done), gone]() mutable { done(gone); });
+      }
+      clock_->Cancel(inst->rate_timer);
+    }
+    std::vector<std::string> doomed;
+    for (auto& [id, lease] : leases_) {
+      if (lease->instance->limit == limit) doomed.push_back(id);
+    }
+    for (const auto& id : doomed) EndLease(id, gone, out);
+    metrics_->RemoveLimit(limit->metrics);
+    limits_.erase(name);
+  }
+  Run(out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LimitSpec> Limiter::GetLimit(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  Limit* limit = FindLimit(name);
+  if (limit == nullptr) {
+    std::vector<std::string> names;
+    for (auto& [n, l] : limits_) names.push_back(n);
+    return absl::NotFoundError(absl::StrCat("limit '", name, "' not found; declared limits: ",
+                                            names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+  }
+  return limit->spec;
+}
+
+std::vector<LimitSpec> Limiter::ListLimits() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<LimitSpec> out;
+  for (auto& [name, limit] : limits_) out.push_back(limit->spec);
+  return out;
+}
+
+absl::StatusOr<Limiter::Instance*> Limiter::ResolveInstance(const std::string& name, const std::string& key,
+                                                           bool create) {
+  Limit* limit = FindLimit(name);
+  if (limit == nullptr) {
+    std::vector<std::string> names;
+    for (auto& [n, l] : limits_) names.push_back(n);
+    return absl::NotFoundError(absl::StrCat("limit '", name, "' not found; declared limits: ",
+                                            names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+  }
+  if (limit->spec.keyed()) {
+    if (key.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("limit '", name, "' is keyed by ", limit->spec.key_template, "; pass a key"));
+    }
+    CORRAL_RETURN_IF_ERROR(ValidateKey(key));
+  } else if (!key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("limit '", name, "' is not keyed; leave the key empty"));
+  }
+  auto it = limit->instances.find(key);
+  if (it != limit->instances.end()) return it->second.get();
+  if (!create) return absl::NotFoundError(absl::StrCat("limit '", name, "' has no instance '", key, "'"));
+  auto inst = std::make_unique<Instance>();
+  inst->limit = limit;
+  inst->key = key;
+  inst->tokens = static_cast<double>(limit->spec.burst);  // a rate bucket starts full
+  inst->refilled_at = clock_->Now();
+  inst->last_active = inst->refilled_at;
+  Instance* raw = inst.get();
+  limit->instances.emplace(key, std::move(inst));
+  return raw;
+}
+
+// ---------------------------------------------------------------------------------------------- granting
+
+void Limiter::Refill(Instance& inst) {
+  const absl::Time now = clock_->Now();
+  if (now <= inst.refilled_at) return;
+  const LimitSpec& spec = inst.limit->spec;
+  inst.tokens = std::min(static_cast<double>(spec.burst),
+                         inst.tokens + spec.rate_per_s * absl::ToDoubleSeconds(now - inst.refilled_at));
+  inst.refilled_at = now;
+}
+
+bool Limiter::Grantable(Instance& inst, int64_t permits) {
+  if (inst.limit->spec.kind == LimitKind::kRate) {
+    Refill(inst);
+    return inst.tokens + internal::kTokenEpsilon >= static_cast<double>(permits);
+  }
+  // During learning mode only re-claims are granted: leases from before a restart may still be held.
+  if (learning_mode()) return false;
+  return inst.in_use + permits <= inst.limit->spec.permits;
+}
+
+Grant Limiter::Take(Instance& inst, int64_t permits, absl::Duration ttl, const std::string& session_id,
+                    absl::Duration waited, const std::string& reuse_lease_id) {
+  const absl::Time now = clock_->Now();
+  Limit& limit = *inst.limit;
+  inst.last_active = now;
+  Grant grant;
+  grant.limit = limit.spec.name;
+  grant.key = inst.key;
+  grant.permits = permits;
+  grant.grant_time = now;
+  grant.waited = waited;
+  if (limit.spec.kind == LimitKind::kRate) {
+    inst.tokens = std::max(0.0, inst.tokens - static_cast<double>(permits));
+  } else {
+    auto lease = std::make_unique<Lease>();
+    lease->id = reuse_lease_id.empty() ? MintLeaseId(signer_, {limit.spec.name, inst.key, permits}) : reuse_lease_id;
+    lease->instance = &inst;
+    lease->permits = permits;
+    lease->grant_time = now;
+    lease->ttl = ttl;
+    lease->expire_time = now + ttl;
+    lease->session_id = session_id;
+    if (!session_id.empty()) sessions_.at(session_id)->leases.insert(lease->id);
+    ArmLeaseTimer(*lease);
+    inst.in_use += permits;
+    inst.leases += 1;
+    grant.lease_id = lease->id;
+    grant.expire_time = lease->expire_time;
+    grant.ttl = ttl;
+    grant.session_id = session_id;
+    ended_.erase(lease->id);
+    leases_.emplace(lease->id, std::move(lease));
+    metrics_->leases().Increment();
+  }
+  limit.metrics.granted->Increment();
+  limit.metrics.wait_seconds->Observe(absl::ToDoubleSeconds(waited));
+  return grant;
+}
+
+void Limiter::Pump(Instance& inst, Completions& out) {
+  const absl::Time now = clock_->Now();
+  while (!inst.queue.empty()) {
+    Waiter& w = inst.queue.front();
+    if (!Grantable(inst, w.permits)) break;
+    Grant grant = Take(inst, w.permits, w.ttl, w.session_id, now - w.enqueued, "");
+    if (!w.request_id.empty() && !grant.lease_id.empty()) {
+      request_ids_[w.request_id] = grant.lease_id;
+      leases_.at(grant.lease_id)->request_id = w.request_id;
+    }
+    auto done = std::move(w.done);
+    RemoveWaiter(inst, inst.queue.begin());
+    out.push_back([done = std::move(done), grant = std::move(grant)]() mutable { done(std::move(grant)); });
+  }
+  if (inst.limit->spec.kind == LimitKind::kRate) {
+    clock_->Cancel(inst.rate_timer);
+    inst.rate_timer = 0;
+    if (!inst.queue.empty()) {
+      // The head gets its tokens exactly when the bucket has refilled enough; FIFO means nobody else can.
+      double missing = static_cast<double>(inst.queue.front().permits) - inst.tokens;
+      absl::Duration delay = absl::Seconds(std::max(0.0, missing) / inst.limit->spec.rate_per_s);
+      inst.rate_timer = clock_->RunAfter(
+          delay, [this, limit = inst.limit->spec.name, key = inst.key] { OnRateTimer(limit, key); });
+    }
+  }
+  UpdateGauges(*inst.limit);
+}
+
+void Limiter::UpdateGauges(Limit& limit) {
+  double in_use = 0, waiters = 0;
+  for (auto& [key, inst] : limit.instances) {
+    in_use += limit.spec.kind == LimitKind::kRate ? static_cast<double>(limit.spec.burst) - inst->tokens
+                                                  : static_cast<double>(inst->in_use);
+    waiters += static_cast<double>(inst->queue.size());
+  }
+  limit.metrics.in_use->Set(in_use);
+  limit.metrics.waiters->Set(waiters);
+}
+
+void Limiter::RemoveWaiter(Instance& inst, std::list<Waiter>::iterator it) {
+  clock_->Cancel(it->timeout_timer);
+  waiter_index_.erase(it->id);
+  if (!it->session_id.empty()) {
+    if (auto s = sessions_.find(it->session_id); s != sessions_.end()) s->second->waiters.erase(it->id);
+  }
+  inst.waiting_permits -= it->permits;
+  inst.last_active = clock_->Now();
+  inst.queue.erase(it);
+}
+
+absl::StatusOr<AcquireTicket> Limiter::Acquire(AcquireParams p, AcquireCallback done) {
+  Completions out;
+  AcquireTicket ticket;
+  {
+    absl::MutexLock lock(&mu_);
+    Limit* limit = FindLimit(p.limit);
+    if (limit == nullptr) return ResolveInstance(p.limit, p.key, false).status();
+    if (p.permits == 0) p.permits = 1;
+    if (p.permits < 0 || p.permits > limit->spec.capacity()) {
+      return absl::InvalidArgumentError(absl::StrCat("permits must be between 1 and ", limit->spec.capacity(),
+                                                     " (the capacity of '", p.limit, "'); got ", p.permits));
+    }
+    if (p.lease_ttl == absl::ZeroDuration()) p.lease_ttl = options_.default_lease_ttl;
+    if (p.lease_ttl < absl::ZeroDuration() || p.lease_ttl > options_.max_lease_ttl) {
+      return absl::InvalidArgumentError(absl::StrCat("lease_ttl must be above 0 and at most ",
+                                                     absl::FormatDuration(options_.max_lease_ttl), "; got ",
+                                                     absl::FormatDuration(p.lease_ttl)));
+    }
+    if (p.wait_timeout < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("wait_timeout must not be negative");
+    }
+    if (!p.session_id.empty() && !sessions_.contains(p.session_id)) {
+      return absl::FailedPreconditionError(absl::StrCat("session '", p.session_id, "' is not open; open a Session stream first"));
+    }
+    if (!p.request_id.empty()) {
+      if (auto it = request_ids_.find(p.request_id); it != request_ids_.end()) {
+        Lease& lease = *leases_.at(it->second);
+        if (lease.instance->limit != limit || lease.instance->key != p.key || lease.permits != p.permits) {
+          return absl::AlreadyExistsError(absl::StrCat("request_id '", p.request_id,
+                                                       "' was already used for a different acquire"));
+        }
+        Grant grant{lease.id, p.limit, p.key, lease.permits, lease.grant_time, lease.expire_time,
+                    lease.ttl, absl::ZeroDuration(), lease.session_id};
+        out.push_back([done = std::move(done), grant = std::move(grant)]() mutable { done(std::move(grant)); });
+      }
+    }
+    if (!out.empty()) {
+      // An idempotent retry: the lease this request_id already got is returned again.
+    } else if (auto resolved = ResolveInstance(p.limit, p.key, /*create=*/true); !resolved.ok()) {
+      return resolved.status();
+    } else {
+    Instance* inst = *resolved;
+    const bool now_ok = inst->queue.empty() && Grantable(*inst, p.permits);
+    if (p.try_only && !now_ok) {
+      limit->metrics.rejected->Increment();
+      if (!inst->queue.empty()) {
+        return absl::ResourceExhaustedError(absl::StrCat(inst->queue.size(), " request(s) are already waiting for '",
+                                                         p.limit, "' (strict FIFO: no barging)"));
+      }
+      if (limit->spec.kind == LimitKind::kConcurrency && learning_mode()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the limiter restarted and is in learning mode until ", absl::FormatTime(learning_end_),
+            "; only re-claims are granted until then"));
+      }
+      return absl::ResourceExhaustedError(
+          limit->spec.kind == LimitKind::kRate
+              ? absl::StrCat("'", p.limit, "' has ", static_cast<int64_t>(inst->tokens), " tokens now; ", p.permits, " wanted")
+              : absl::StrCat("'", p.limit, "' has ", inst->in_use, " of ", limit->spec.permits, " permits in use; ",
+                             p.permits, " wanted"));
+    }
+    if (!now_ok && limit->spec.kind == LimitKind::kRate) {
+      // Tokens are reserved in FIFO order, so the wait is known now: everything queued, then this request.
+      double missing = static_cast<double>(inst->waiting_permits + p.permits) - inst->tokens;
+      absl::Duration estimate = absl::Seconds(missing / limit->spec.rate_per_s);
+      if (estimate > p.wait_timeout) {
+        limit->metrics.rejected->Increment();
+        return absl::ResourceExhaustedError(
+            absl::StrCat("'", p.limit, "' would grant ", p.permits, " tokens in ", absl::FormatDuration(estimate),
+                         ", beyond wait_timeout ", absl::FormatDuration(p.wait_timeout)));
+      }
+      ticket.estimated_wait = estimate;
+    }
+    if (now_ok) {
+      Grant grant = Take(*inst, p.permits, p.lease_ttl, p.session_id, absl::ZeroDuration(), "");
+      if (!p.request_id.empty() && !grant.lease_id.empty()) {
+        request_ids_[p.request_id] = grant.lease_id;
+        leases_.at(grant.lease_id)->request_id = p.request_id;
+      }
+      UpdateGauges(*limit);
+      out.push_back([done = std::move(done), grant = std::move(grant)]() mutable { done(std::move(grant)); });
+    } else if (p.wait_timeout == absl::ZeroDuration()) {
+      limit->metrics.timeouts->Increment();
+      out.push_back([done = std::move(done)]() mutable {
+        done(absl::DeadlineExceededError("wait_timeout is 0 and no permits are free now"));
+      });
+    } else {
+      Waiter& w = inst->queue.emplace_back();
+      w.id = next_waiter_id_++;
+      w.permits = p.permits;
+      w.enqueued = clock_->Now();
+      w.ttl = p.lease_ttl;
+      w.session_id = p.session_id;
+      w.request_id = p.request_id;
+      w.done = std::move(done);
+      if (p.wait_timeout != absl::InfiniteDuration()) {
+        w.timeout_timer = clock_->RunAfter(p.wait_timeout, [this, id = w.id] { OnWaitTimeout(id); });
+      }
+      inst->waiting_permits += p.permits;
+      waiter_index_[w.id] = inst;
+      if (!p.session_id.empty()) sessions_.at(p.session_id)->waiters.insert(w.id);
+      ticket.waiter_id = w.id;
+      ticket.queued = true;
+      ticket.position = static_cast<uint32_t>(inst->queue.size());
+      Pump(*inst, out);  // arms the rate timer when this request is the head
+    }
+    }
+  }
+  Run(out);
+  return ticket;
+}
+
+bool Limiter::CancelWaiter(uint64_t waiter_id, const absl::Status& reason) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto idx = waiter_index_.find(waiter_id);
+    if (idx == waiter_index_.end()) return false;
+    Instance& inst = *idx->second;
+    auto it = std::find_if(inst.queue.begin(), inst.queue.end(), [&](const Waiter& w) { return w.id == waiter_id; });
+    auto done = std::move(it->done);
+    RemoveWaiter(inst, it);
+    inst.limit->metrics.cancelled->Increment();
+    out.push_back([done = std::move(done), reason]() mutable { done(reason); });
+    Pump(inst, out);  // a large request leaving the head may let smaller ones behind it through
+  }
+  Run(out);
+  return true;
+}
+
+void Limiter::OnWaitTimeout(uint64_t waiter_id) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    auto idx = waiter_index_.find(waiter_id);
+    if (idx == waiter_index_.end()) return;
+    Instance& inst = *idx->second;
+    auto it = std::find_if(inst.queue.begin(), inst.queue.end(), [&](const Waiter& w) { return w.id == waiter_id; });
+    it->timeout_timer = 0;
+    const size_t ahead = static_cast<size_t>(std::distance(inst.queue.begin(), it));
+    absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+        "waited ", absl::FormatDuration(clock_->Now() - it->enqueued), " for ", it->permits, " permit(s) of '",
+        inst.limit->spec.name, "'; ", ahead, " request(s) were ahead"));
+    auto done = std::move(it->done);
+    RemoveWaiter(inst, it);
+    inst.limit->metrics.timeouts->Increment();
+    out.push_back([done = std::move(done), status]() mutable { done(status); });
+    Pump(inst, out);
+  }
+  Run(out);
+}
+
+void Limiter::OnRateTimer(const std::string& limit, const std::string& key) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    auto inst = ResolveInstance(limit, key, /*create=*/false);
+    if (!inst.ok()) return;
+    (*inst)->rate_timer = 0;
+    Pump(**inst, out);
+  }
+  Run(out);
+}
+
+void Limiter::OnLearningEnd() {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    metrics_->learning_mode().Set(0);
+    for (auto& [name, limit] : limits_) {
+      for (auto& [key, inst] : limit->instances) Pump(*inst, out);
+    }
+  }
+  Run(out);
+}
+
+void Limiter::SweepIdleInstances() {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return;
+  const absl::Time now = clock_->Now();
+  for (auto& [name, limit] : limits_) {
+    if (!limit->spec.keyed()) continue;
+    for (auto it = limit->instances.begin(); it != limit->instances.end();) {
+      Instance& inst = *it->second;
+      if (limit->spec.kind == LimitKind::kRate) Refill(inst);
+      bool idle = inst.queue.empty() && inst.leases == 0 &&
+                  (limit->spec.kind == LimitKind::kConcurrency || inst.tokens >= static_cast<double>(limit->spec.burst));
+      if (idle && now - inst.last_active >= limit->spec.instance_idle_ttl) {
+        clock_->Cancel(inst.rate_timer);
+        it = limit->instances.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  sweep_timer_ = clock_->RunAfter(internal::kSweepEvery, [this] { SweepIdleInstances(); });
+}
+
+}  // namespace corral::ratelimiter

@@ -1,0 +1,186 @@
+// The ratelimiter's core: named limits (concurrency semaphores and token buckets, possibly keyed templates),
+// strict-FIFO waiters, leases with TTLs bound to client sessions, and restart learning mode. Plain C++: no
+// gRPC; time and timers come from the injected Clock, so tests drive it with a FakeClock.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "libs/core/clock.h"
+#include "libs/core/token.h"
+#include "services/ratelimiter/limit_spec.h"
+#include "services/ratelimiter/metrics.h"
+
+namespace corral::ratelimiter {
+
+struct LimiterOptions {
+  absl::Duration default_lease_ttl = absl::Seconds(30);
+  absl::Duration max_lease_ttl = absl::Minutes(5);
+  // Learning mode after a (re)start: until start + max_lease_ttl only re-claims are granted, so leases held
+  // from before the restart are never over-granted. Off for a brand-new cluster with nothing to re-claim.
+  bool learning_mode = true;
+};
+
+// A granted concurrency lease, or a rate grant (then lease_id is empty: tokens are spent).
+struct Grant {
+  std::string lease_id;
+  std::string limit;
+  std::string key;
+  int64_t permits = 0;
+  absl::Time grant_time;
+  absl::Time expire_time;  // concurrency only
+  absl::Duration ttl;      // concurrency only
+  absl::Duration waited;
+  std::string session_id;
+};
+
+struct AcquireParams {
+  std::string limit;
+  std::string key;
+  int64_t permits = 1;                                  // 0 → 1
+  absl::Duration wait_timeout = absl::InfiniteDuration();  // how long to wait queued
+  absl::Duration lease_ttl = absl::ZeroDuration();      // 0 → default_lease_ttl
+  std::string session_id;                               // bind the lease to this session
+  std::string request_id;                               // unary idempotency key (optional)
+  bool try_only = false;                                // TryAcquire: never wait
+};
+
+// Called exactly once for an accepted Acquire: the grant, or DEADLINE_EXCEEDED (wait_timeout), CANCELLED
+// (CancelWaiter), NOT_FOUND (limit force-deleted). Never called with the limiter's lock held.
+using AcquireCallback = absl::AnyInvocable<void(absl::StatusOr<Grant>)>;
+// Called when a session's lease ends without a Release: DEADLINE_EXCEEDED (TTL) or NOT_FOUND (limit deleted).
+using LeaseLostCallback = std::function<void(const std::string& lease_id, const absl::Status& reason)>;
+
+struct AcquireTicket {
+  uint64_t waiter_id = 0;   // for CancelWaiter
+  bool queued = false;      // false: already granted (the callback has run or is about to)
+  uint32_t position = 0;    // 1-based queue position when queued
+  std::optional<absl::Duration> estimated_wait;  // rate limits: exact FIFO reservation time
+};
+
+struct ReclaimOutcome {
+  std::string lease_id;
+  absl::StatusOr<Grant> result;
+};
+
+struct InstanceStatus {
+  std::string limit, key;
+  LimitKind kind;
+  int64_t capacity = 0, in_use = 0, leases = 0, waiters = 0, waiting_permits = 0, reclaimed = 0;
+  absl::Duration oldest_waiter_age;
+  double rate_per_s = 0;
+};
+
+struct LimiterStatus {
+  bool learning_mode = false;
+  absl::Time learning_mode_end, start_time;
+  int64_t sessions = 0, leases = 0;
+  std::vector<InstanceStatus> instances;  // ordered by (limit, key)
+};
+
+// Thread-safe. Every method validates its input and changes nothing when it returns an error.
+class Limiter {
+ public:
+  Limiter(Clock* clock, TokenSigner signer, LimiterOptions options, RateLimiterMetrics* metrics);
+  ~Limiter();
+  Limiter(const Limiter&) = delete;
+  Limiter& operator=(const Limiter&) = delete;
+
+  // ---- limits
+  absl::Status CreateLimit(LimitSpec spec);
+  absl::StatusOr<LimitSpec> UpdateLimit(LimitSpec spec);
+  absl::Status DeleteLimit(const std::string& name, bool force);
+  absl::StatusOr<LimitSpec> GetLimit(const std::string& name) const;
+  std::vector<LimitSpec> ListLimits() const;
+
+  // ---- permits
+  // Errors (returned, callback dropped): NOT_FOUND, INVALID_ARGUMENT, FAILED_PRECONDITION (unknown session),
+  // ALREADY_EXISTS (request_id reused differently), RESOURCE_EXHAUSTED (try_only not grantable now; rate
+  // reservation beyond wait_timeout). Otherwise `done` runs exactly once, possibly before Acquire returns.
+  absl::StatusOr<AcquireTicket> Acquire(AcquireParams params, AcquireCallback done);
+  // Withdraws a queued request; its callback gets `reason`. False if it is no longer queued.
+  bool CancelWaiter(uint64_t waiter_id, const absl::Status& reason);
+  // NOT_FOUND (unknown, released or expired — the message says which when known), PERMISSION_DENIED (bound
+  // to another session). `session_id` is the caller's session, empty for none.
+  absl::Status Release(const std::string& lease_id, const std::string& session_id);
+  // Renews to now + ttl; all or nothing. Empty `lease_ids` with a session: every lease of that session.
+  absl::StatusOr<std::vector<Grant>> KeepAlive(const std::vector<std::string>& lease_ids,
+                                               const std::string& session_id);
+
+  // ---- sessions
+  std::string OpenSession(std::string client_id, LeaseLostCallback on_lease_lost);
+  // Re-binds leases the client holds to `session_id` (after a reconnect or a restart). One outcome per lease.
+  std::vector<ReclaimOutcome> Reclaim(const std::string& session_id, const std::vector<std::string>& lease_ids);
+  // Releases every lease of the session and withdraws its waiters (their callbacks are dropped, not run).
+  void CloseSession(const std::string& session_id);
+
+  LimiterStatus Status(const std::string& limit_filter = "") const;
+  bool learning_mode() const;
+  absl::Time learning_mode_end() const { return learning_end_; }
+  const LimiterOptions& options() const { return options_; }
+
+ private:
+  struct Waiter;
+  struct Instance;
+  struct Limit;
+  struct Lease;
+  struct Session;
+  using Completions = std::vector<absl::AnyInvocable<void()>>;
+
+  Limit* FindLimit(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Instance*> ResolveInstance(const std::string& limit, const std::string& key, bool create)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Refill(Instance& instance) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Grantable(Instance& instance, int64_t permits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Grant Take(Instance& instance, int64_t permits, absl::Duration ttl, const std::string& session_id,
+             absl::Duration waited, const std::string& reuse_lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Pump(Instance& instance, Completions& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndLease(const std::string& lease_id, const absl::Status& lost_reason, Completions& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveWaiter(Instance& instance, std::list<Waiter>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ArmLeaseTimer(Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnLeaseExpired(const std::string& lease_id);
+  void OnWaitTimeout(uint64_t waiter_id);
+  void OnRateTimer(const std::string& limit, const std::string& key);
+  void OnLearningEnd();
+  void SweepIdleInstances();
+  void RememberEnded(const std::string& lease_id, std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGauges(Limit& limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Run(Completions& completions);
+
+  Clock* const clock_;
+  const TokenSigner signer_;
+  const LimiterOptions options_;
+  RateLimiterMetrics* const metrics_;
+  const absl::Time start_time_;
+  const absl::Time learning_end_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Limit>> limits_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<Lease>> leases_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  // Where each queued waiter is, for CancelWaiter and timeouts.
+  absl::flat_hash_map<uint64_t, Instance*> waiter_index_ ABSL_GUARDED_BY(mu_);
+  // request_id → lease id of unary acquires, for idempotent retries.
+  absl::flat_hash_map<std::string, std::string> request_ids_ ABSL_GUARDED_BY(mu_);
+  // Recently ended leases and why, so a second Release can say "already released" (bounded).
+  absl::flat_hash_map<std::string, std::string> ended_ ABSL_GUARDED_BY(mu_);
+  std::list<std::string> ended_order_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_waiter_id_ ABSL_GUARDED_BY(mu_) = 1;
+  Clock::TimerId learning_timer_ = 0;
+  Clock::TimerId sweep_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace corral::ratelimiter

@@ -1,0 +1,270 @@
+// Limiter, continued: lease lifetimes (release, keepalive, expiry), client sessions and re-claims, status.
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "openssl/rand.h"
+#include "services/ratelimiter/lease_id.h"
+#include "services/ratelimiter/limiter.h"
+#include "services/ratelimiter/limiter_internal.h"
+
+namespace corral::ratelimiter {
+
+// ---------------------------------------------------------------------------------------------- leases
+
+void Limiter::ArmLeaseTimer(Lease& lease) {
+  clock_->Cancel(lease.timer);
+  lease.timer = clock_->RunAt(lease.expire_time, [this, id = lease.id] { OnLeaseExpired(id); });
+}
+
+void Limiter::OnLeaseExpired(const std::string& lease_id) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    auto it = leases_.find(lease_id);
+    if (it == leases_.end()) return;
+    it->second->timer = 0;
+    it->second->instance->limit->metrics.expired->Increment();
+    EndLease(lease_id,
+             absl::DeadlineExceededError(absl::StrCat("lease expired: no keepalive within its TTL of ",
+                                                      absl::FormatDuration(it->second->ttl))),
+             out);
+    RememberEnded(lease_id, "expired (no keepalive within its TTL)");
+  }
+  Run(out);
+}
+
+void Limiter::EndLease(const std::string& lease_id, const absl::Status& lost_reason, Completions& out) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return;
+  std::unique_ptr<Lease> lease = std::move(it->second);
+  leases_.erase(it);
+  clock_->Cancel(lease->timer);
+  metrics_->leases().Decrement();
+  if (!lease->request_id.empty()) request_ids_.erase(lease->request_id);
+  if (!lease->session_id.empty()) {
+    if (auto s = sessions_.find(lease->session_id); s != sessions_.end()) {
+      s->second->leases.erase(lease_id);
+      if (!lost_reason.ok() && s->second->on_lost) {
+        out.push_back([cb = s->second->on_lost, lease_id, lost_reason] { cb(lease_id, lost_reason); });
+      }
+    }
+  }
+  Instance& inst = *lease->instance;
+  inst.in_use -= lease->permits;
+  inst.leases -= 1;
+  inst.last_active = clock_->Now();
+  Pump(inst, out);
+}
+
+void Limiter::RememberEnded(const std::string& lease_id, std::string why) {
+  if (ended_.insert_or_assign(lease_id, std::move(why)).second) ended_order_.push_back(lease_id);
+  while (ended_order_.size() > internal::kEndedMemory) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
+}
+
+absl::Status Limiter::Release(const std::string& lease_id, const std::string& session_id) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = leases_.find(lease_id);
+    if (it == leases_.end()) {
+      if (auto e = ended_.find(lease_id); e != ended_.end()) {
+        return absl::NotFoundError(absl::StrCat("lease already ended: ", e->second));
+      }
+      return absl::NotFoundError("lease not found: it was never granted by this limiter, or ended long ago");
+    }
+    const Lease& lease = *it->second;
+    if (!lease.session_id.empty() && lease.session_id != session_id) {
+      return absl::PermissionDeniedError("lease belongs to another session; only its session may release it");
+    }
+    EndLease(lease_id, absl::OkStatus(), out);
+    RememberEnded(lease_id, "released");
+  }
+  Run(out);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Grant>> Limiter::KeepAlive(const std::vector<std::string>& lease_ids,
+                                                      const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids = lease_ids;
+  if (ids.empty()) {
+    auto s = sessions_.find(session_id);
+    if (session_id.empty() || s == sessions_.end()) {
+      return absl::InvalidArgumentError("name the leases to keep alive (or keep alive on a session)");
+    }
+    ids.assign(s->second->leases.begin(), s->second->leases.end());
+  }
+  std::vector<std::string> missing;
+  for (const auto& id : ids) {
+    auto it = leases_.find(id);
+    if (it == leases_.end()) {
+      missing.push_back(id.substr(0, 16) + "…");
+    } else if (!it->second->session_id.empty() && it->second->session_id != session_id) {
+      return absl::PermissionDeniedError("a lease belongs to another session; nothing was renewed");
+    }
+  }
+  if (!missing.empty()) {
+    return absl::NotFoundError(absl::StrCat(missing.size(), " lease(s) are not live (released or expired): ",
+                                            absl::StrJoin(missing, ", "), "; nothing was renewed"));
+  }
+  std::vector<Grant> out;
+  const absl::Time now = clock_->Now();
+  for (const auto& id : ids) {
+    Lease& lease = *leases_.at(id);
+    lease.expire_time = now + lease.ttl;
+    ArmLeaseTimer(lease);
+    out.push_back(Grant{lease.id, lease.instance->limit->spec.name, lease.instance->key, lease.permits,
+                        lease.grant_time, lease.expire_time, lease.ttl, absl::ZeroDuration(), lease.session_id});
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------- sessions
+
+std::string Limiter::OpenSession(std::string client_id, LeaseLostCallback on_lease_lost) {
+  auto session = std::make_unique<Session>();
+  session->id = "s-" + internal::RandomHex(12);
+  session->client_id = std::move(client_id);
+  session->on_lost = std::move(on_lease_lost);
+  std::string id = session->id;
+  absl::MutexLock lock(&mu_);
+  sessions_.emplace(id, std::move(session));
+  metrics_->sessions().Increment();
+  return id;
+}
+
+std::vector<ReclaimOutcome> Limiter::Reclaim(const std::string& session_id, const std::vector<std::string>& lease_ids) {
+  std::vector<ReclaimOutcome> results;
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::flat_hash_set<std::string> seen;
+    for (const std::string& id : lease_ids) {
+      ReclaimOutcome& r = results.emplace_back(ReclaimOutcome{id, absl::UnknownError("")});
+      if (!sessions_.contains(session_id)) {
+        r.result = absl::FailedPreconditionError("session is not open");
+        continue;
+      }
+      if (!seen.insert(id).second) {
+        r.result = absl::AlreadyExistsError("lease listed twice in one re-claim");
+        continue;
+      }
+      auto claim = ParseLeaseId(signer_, id);
+      if (!claim.ok()) {
+        r.result = claim.status();
+        continue;
+      }
+      const absl::Time now = clock_->Now();
+      if (auto it = leases_.find(id); it != leases_.end()) {
+        Lease& lease = *it->second;
+        if (!lease.session_id.empty() && lease.session_id != session_id && sessions_.contains(lease.session_id)) {
+          r.result = absl::PermissionDeniedError("lease is bound to another open session");
+          continue;
+        }
+        if (!lease.session_id.empty()) {
+          if (auto s = sessions_.find(lease.session_id); s != sessions_.end()) s->second->leases.erase(id);
+        }
+        lease.session_id = session_id;
+        sessions_.at(session_id)->leases.insert(id);
+        lease.expire_time = now + lease.ttl;
+        ArmLeaseTimer(lease);
+        r.result = Grant{lease.id, claim->limit, claim->key, lease.permits, lease.grant_time, lease.expire_time,
+                         lease.ttl, absl::ZeroDuration(), session_id};
+        continue;
+      }
+      if (!learning_mode()) {
+        r.result = absl::NotFoundError(absl::StrCat("lease is not live (", ended_.contains(id) ? ended_.at(id) : "unknown",
+                                                    ") and the limiter is not in learning mode; acquire again"));
+        continue;
+      }
+      auto inst = ResolveInstance(claim->limit, claim->key, /*create=*/true);
+      if (!inst.ok() || (*inst)->limit->spec.kind != LimitKind::kConcurrency) {
+        r.result = absl::NotFoundError(absl::StrCat("limit '", claim->limit, "' of this lease no longer exists"));
+        continue;
+      }
+      // The client held these permits before the restart; they count whatever the limit's size is now.
+      (*inst)->reclaimed += claim->permits;
+      Grant grant = Take(**inst, claim->permits, options_.default_lease_ttl, session_id, absl::ZeroDuration(), id);
+      UpdateGauges(*(*inst)->limit);
+      r.result = std::move(grant);
+    }
+  }
+  Run(out);
+  return results;
+}
+
+void Limiter::CloseSession(const std::string& session_id) {
+  Completions out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return;
+    std::unique_ptr<Session> session = std::move(it->second);
+    sessions_.erase(it);
+    metrics_->sessions().Decrement();
+    for (uint64_t waiter_id : session->waiters) {
+      auto idx = waiter_index_.find(waiter_id);
+      if (idx == waiter_index_.end()) continue;
+      Instance& inst = *idx->second;
+      auto w = std::find_if(inst.queue.begin(), inst.queue.end(), [&](const Waiter& x) { return x.id == waiter_id; });
+      w->session_id.clear();  // the session is already gone from sessions_
+      RemoveWaiter(inst, w);
+      inst.limit->metrics.cancelled->Increment();
+      Pump(inst, out);
+    }
+    for (const std::string& lease_id : session->leases) {
+      auto l = leases_.find(lease_id);
+      if (l == leases_.end()) continue;
+      l->second->session_id.clear();
+      EndLease(lease_id, absl::OkStatus(), out);
+      RememberEnded(lease_id, "released when its session ended");
+    }
+  }
+  Run(out);
+}
+
+// ---------------------------------------------------------------------------------------------- status
+
+LimiterStatus Limiter::Status(const std::string& limit_filter) const {
+  absl::MutexLock lock(&mu_);
+  LimiterStatus st;
+  st.start_time = start_time_;
+  st.learning_mode = learning_mode();
+  st.learning_mode_end = learning_end_;
+  st.sessions = static_cast<int64_t>(sessions_.size());
+  st.leases = static_cast<int64_t>(leases_.size());
+  const absl::Time now = clock_->Now();
+  for (const auto& [name, limit] : limits_) {
+    if (!limit_filter.empty() && name != limit_filter) continue;
+    for (const auto& [key, inst] : limit->instances) {
+      InstanceStatus is;
+      is.limit = name;
+      is.key = key;
+      is.kind = limit->spec.kind;
+      is.capacity = limit->spec.capacity();
+      if (limit->spec.kind == LimitKind::kRate) {
+        double elapsed = absl::ToDoubleSeconds(now - inst->refilled_at);
+        double tokens = std::min(static_cast<double>(limit->spec.burst), inst->tokens + limit->spec.rate_per_s * elapsed);
+        is.in_use = limit->spec.burst - static_cast<int64_t>(tokens);
+        is.rate_per_s = limit->spec.rate_per_s;
+      } else {
+        is.in_use = inst->in_use;
+      }
+      is.leases = inst->leases;
+      is.waiters = static_cast<int64_t>(inst->queue.size());
+      is.waiting_permits = inst->waiting_permits;
+      is.oldest_waiter_age = inst->queue.empty() ? absl::ZeroDuration() : now - inst->queue.front().enqueued;
+      is.reclaimed = inst->reclaimed;
+      st.instances.push_back(std::move(is));
+    }
+  }
+  return st;
+}
+
+}  // namespace corral::ratelimiter
