@@ -1,0 +1,40 @@
+#include "services/ratelimiter/config.h"
+
+#include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
+#include "yaml-cpp/yaml.h"
+
+namespace corral::ratelimiter {
+
+void RegisterConfig(ConfigSchema& schema, Config* config) {
+  config->server.grpc_listen = "127.0.0.1:7400";
+  config->server.metrics_listen = "127.0.0.1:9400";
+  RegisterServerFlags(schema, &config->server);
+  schema.Custom("limits", "LIST", "[]",
+                "limits to declare: [{name: code_exec/{language}, kind: concurrency, permits: 64}, "
+                "{name: llm_tokens, kind: rate, rate_per_s: 5000, burst: 20000}]",
+                [config](const YAML::Node& node) -> absl::Status {
+                  CORRAL_ASSIGN_OR_RETURN(config->limits, ParseLimitsYaml(node));
+                  return absl::OkStatus();
+                });
+  schema.Duration("default_lease_ttl", &config->limiter.default_lease_ttl,
+                  "lease TTL when a request names none; clients keep leases alive well within it",
+                  absl::Milliseconds(100), absl::Hours(24));
+  schema.Duration("max_lease_ttl", &config->limiter.max_lease_ttl,
+                  "longest TTL a request may ask for; also the length of learning mode after a start",
+                  absl::Milliseconds(100), absl::Hours(24));
+  schema.Bool("learning_mode", &config->limiter.learning_mode,
+              "after a start, grant only re-claims for one max_lease_ttl so a restart never over-grants");
+}
+
+absl::Status ValidateConfig(const Config& config) {
+  CORRAL_RETURN_IF_ERROR(ValidateServerConfig(config.server));
+  if (config.limiter.default_lease_ttl > config.limiter.max_lease_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "default_lease_ttl (", absl::FormatDuration(config.limiter.default_lease_ttl),
+        ") must not exceed max_lease_ttl (", absl::FormatDuration(config.limiter.max_lease_ttl), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace corral::ratelimiter

@@ -1,0 +1,65 @@
+// corral-ratelimiter: composition root. Parses config, then builds in dependency order:
+// clock → limiter (owns limits, leases, sessions) → gRPC adapter → server runner; runs until SIGTERM.
+#include "libs/core/clock.h"
+#include "libs/core/logging.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/server_runner.h"
+#include "services/ratelimiter/config.h"
+#include "services/ratelimiter/limiter.h"
+#include "services/ratelimiter/metrics.h"
+#include "services/ratelimiter/ratelimit_service.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  corral::BlockShutdownSignals();  // before any thread exists, so only the runner receives SIGTERM
+
+  corral::ratelimiter::Config config;
+  corral::ConfigSchema schema("corral-ratelimiter",
+                              "Cluster-wide FIFO semaphores and token buckets with crash-safe leases.");
+  corral::ratelimiter::RegisterConfig(schema, &config);
+  if (auto exit_code = corral::HandleCommandLine(schema, argc, argv)) return *exit_code;
+  if (auto s = corral::ratelimiter::ValidateConfig(config); !s.ok()) {
+    fprintf(stderr, "corral-ratelimiter: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (auto s = corral::InitLogging("ratelimiter", config.server.log); !s.ok()) return 2;
+
+  // The cluster secret signs lease ids (so re-claims verify after a restart) and authenticates callers.
+  auto secret = corral::LoadClusterSecret(config.server);
+  if (!secret.ok()) {
+    spdlog::error("cannot start: {}", secret.status());
+    return 1;
+  }
+  // Insecure mode accepts calls without a token; leases are still signed (with the ephemeral key).
+  corral::CallAuthenticator auth(config.server.insecure && config.server.secret_file.empty()
+                                     ? std::nullopt
+                                     : std::optional<corral::TokenSigner>(*secret));
+
+  corral::ServerRunner runner("ratelimiter", config.server);
+  corral::RealClock clock;
+  corral::ratelimiter::RateLimiterMetrics metrics(*runner.registry());
+  corral::ratelimiter::Limiter limiter(&clock, *secret, config.limiter, &metrics);
+  for (const auto& spec : config.limits) {
+    if (auto s = limiter.CreateLimit(spec); !s.ok()) {
+      spdlog::error("cannot declare limit: {}", s);
+      return 2;
+    }
+    spdlog::info("limit '{}{}{}': {} {}", spec.name, spec.keyed() ? "/" : "", spec.key_template,
+                 corral::ratelimiter::LimitKindName(spec.kind),
+                 spec.kind == corral::ratelimiter::LimitKind::kConcurrency
+                     ? absl::StrCat(spec.permits, " permits")
+                     : absl::StrCat(spec.rate_per_s, "/s burst ", spec.burst));
+  }
+  if (config.limiter.learning_mode) {
+    spdlog::info("learning mode for {}: only re-claims are granted until then",
+                 absl::FormatDuration(config.limiter.max_lease_ttl));
+  }
+  corral::ratelimiter::RateLimitService service(&limiter, &auth);
+  runner.AddService(&service, "corral.v1.RateLimiter");
+  if (auto s = runner.Start(); !s.ok()) {
+    spdlog::error("cannot start: {}", s);
+    return 1;
+  }
+  runner.Wait();
+  return 0;
+}

@@ -1,0 +1,215 @@
+#include "services/ratelimiter/ratelimit_service.h"
+
+#include <memory>
+#include <optional>
+
+#include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
+#include "libs/core/status_macros.h"
+#include "libs/rpc/status_conversion.h"
+#include "services/ratelimiter/convert.h"
+#include "services/ratelimiter/session_reactor.h"
+
+namespace corral::ratelimiter {
+namespace {
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// A unary Acquire: waits in the limiter's queue without blocking a thread. If the caller cancels (or its
+// deadline passes) the request leaves the queue at once; a grant that races with the cancellation is
+// released immediately, so a vanished caller never holds a permit.
+class AcquireReactor final : public grpc::ServerUnaryReactor {
+ public:
+  AcquireReactor(Limiter* limiter, grpc::CallbackServerContext* ctx, v1::AcquireResponse* response)
+      : limiter_(limiter), ctx_(ctx), response_(response) {}
+
+  // The limiter may run the callback inside Acquire; a result that arrives before Start has finished is
+  // parked and delivered at its end, so `this` is never touched after Finish.
+  void Start(AcquireParams params) {
+    auto ticket = limiter_->Acquire(std::move(params), [this](absl::StatusOr<Grant> grant) { OnResult(std::move(grant)); });
+    std::optional<absl::StatusOr<Grant>> early;
+    uint64_t cancel_waiter = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      started_ = true;
+      early = std::move(pending_);
+      if (ticket.ok() && ticket->queued) waiter_id_ = ticket->waiter_id;
+      if (cancelled_) cancel_waiter = waiter_id_;
+    }
+    if (!ticket.ok()) {
+      Finish(ToGrpcStatus(ticket.status()));
+    } else if (early.has_value()) {
+      Deliver(*std::move(early));
+    } else if (cancel_waiter != 0) {
+      limiter_->CancelWaiter(cancel_waiter, absl::CancelledError("the caller cancelled the call"));
+    }
+  }
+
+  void OnCancel() override {
+    uint64_t waiter = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      waiter = waiter_id_;
+    }
+    if (waiter != 0) limiter_->CancelWaiter(waiter, absl::CancelledError("the caller cancelled the call"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void OnResult(absl::StatusOr<Grant> grant) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!started_) {
+        pending_ = std::move(grant);
+        return;
+      }
+    }
+    Deliver(std::move(grant));
+  }
+
+  void Deliver(absl::StatusOr<Grant> grant) {
+    if (!grant.ok()) {
+      Finish(ToGrpcStatus(grant.status()));
+      return;
+    }
+    if (ctx_->IsCancelled() && !grant->lease_id.empty()) {
+      (void)limiter_->Release(grant->lease_id, grant->session_id);
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the caller cancelled the call; the grant was released"));
+      return;
+    }
+    ToProto(*grant, response_);
+    Finish(grpc::Status::OK);
+  }
+
+  Limiter* const limiter_;
+  grpc::CallbackServerContext* const ctx_;
+  v1::AcquireResponse* const response_;
+  absl::Mutex mu_;
+  uint64_t waiter_id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::StatusOr<Grant>> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* RateLimitService::CreateLimit(grpc::CallbackServerContext* ctx,
+                                                        const v1::CreateLimitRequest* request, v1::Limit* response) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  LimitSpec spec = FromProto(request->limit());
+  absl::Status status = limiter_->CreateLimit(spec);
+  if (status.ok()) {
+    auto stored = limiter_->GetLimit(spec.name);
+    if (stored.ok()) ToProto(*stored, response);
+  }
+  return Done(ctx, status);
+}
+
+grpc::ServerUnaryReactor* RateLimitService::GetLimit(grpc::CallbackServerContext* ctx,
+                                                     const v1::GetLimitRequest* request, v1::Limit* response) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  auto spec = limiter_->GetLimit(request->name());
+  if (spec.ok()) ToProto(*spec, response);
+  return Done(ctx, spec.status());
+}
+
+grpc::ServerUnaryReactor* RateLimitService::ListLimits(grpc::CallbackServerContext* ctx,
+                                                       const v1::ListLimitsRequest* request,
+                                                       v1::ListLimitsResponse* response) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (request->page_size() < 0) return Done(ctx, absl::InvalidArgumentError("page_size must not be negative"));
+  const int page_size = request->page_size() == 0 ? 100 : std::min(request->page_size(), 1000);
+  // Limits are listed by name; the page token is the last name returned.
+  int n = 0;
+  for (const LimitSpec& spec : limiter_->ListLimits()) {
+    if (!request->page_token().empty() && spec.name <= request->page_token()) continue;
+    if (n == page_size) {
+      response->set_next_page_token(response->limits(n - 1).name());
+      break;
+    }
+    ToProto(spec, response->add_limits());
+    ++n;
+  }
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* RateLimitService::UpdateLimit(grpc::CallbackServerContext* ctx,
+                                                        const v1::UpdateLimitRequest* request, v1::Limit* response) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  auto spec = limiter_->UpdateLimit(FromProto(request->limit()));
+  if (spec.ok()) ToProto(*spec, response);
+  return Done(ctx, spec.status());
+}
+
+grpc::ServerUnaryReactor* RateLimitService::DeleteLimit(grpc::CallbackServerContext* ctx,
+                                                        const v1::DeleteLimitRequest* request,
+                                                        v1::DeleteLimitResponse*) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  return Done(ctx, limiter_->DeleteLimit(request->name(), request->force()));
+}
+
+grpc::ServerUnaryReactor* RateLimitService::StartAcquire(grpc::CallbackServerContext* ctx,
+                                                         const v1::AcquireRequest* request,
+                                                         v1::AcquireResponse* response, bool try_only) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  auto params = FromProto(*request);
+  if (!params.ok()) return Done(ctx, params.status());
+  params->try_only = try_only;
+  auto* reactor = new AcquireReactor(limiter_, ctx, response);
+  reactor->Start(*std::move(params));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RateLimitService::Acquire(grpc::CallbackServerContext* ctx,
+                                                    const v1::AcquireRequest* request, v1::AcquireResponse* response) {
+  return StartAcquire(ctx, request, response, /*try_only=*/false);
+}
+
+grpc::ServerUnaryReactor* RateLimitService::TryAcquire(grpc::CallbackServerContext* ctx,
+                                                       const v1::AcquireRequest* request,
+                                                       v1::AcquireResponse* response) {
+  return StartAcquire(ctx, request, response, /*try_only=*/true);
+}
+
+grpc::ServerUnaryReactor* RateLimitService::Release(grpc::CallbackServerContext* ctx,
+                                                    const v1::ReleaseRequest* request, v1::ReleaseResponse*) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (request->lease_id().empty()) return Done(ctx, absl::InvalidArgumentError("lease_id is required"));
+  return Done(ctx, limiter_->Release(request->lease_id(), request->session_id()));
+}
+
+grpc::ServerUnaryReactor* RateLimitService::KeepAlive(grpc::CallbackServerContext* ctx,
+                                                      const v1::KeepAliveRequest* request,
+                                                      v1::KeepAliveResponse* response) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (request->lease_ids().empty()) return Done(ctx, absl::InvalidArgumentError("lease_ids is required"));
+  auto grants = limiter_->KeepAlive({request->lease_ids().begin(), request->lease_ids().end()}, request->session_id());
+  if (grants.ok()) {
+    for (const Grant& g : *grants) ToProto(g, response->add_leases());
+  }
+  return Done(ctx, grants.status());
+}
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* RateLimitService::Session(
+    grpc::CallbackServerContext* ctx) {
+  return new SessionReactor(limiter_, auth_->CheckCluster(*ctx));
+}
+
+grpc::ServerUnaryReactor* RateLimitService::GetStatus(grpc::CallbackServerContext* ctx,
+                                                      const v1::GetStatusRequest* request,
+                                                      v1::GetStatusResponse* response) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (!request->limit().empty()) {
+    if (auto spec = limiter_->GetLimit(request->limit()); !spec.ok()) return Done(ctx, spec.status());
+  }
+  ToProto(limiter_->Status(request->limit()), response);
+  return Done(ctx, absl::OkStatus());
+}
+
+}  // namespace corral::ratelimiter
