@@ -114,4 +114,37 @@ std::string MakeTestDir() {
   return dir.string();
 }
 
+bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() >= deadline) return condition();
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+absl::StatusOr<RunningService> StartService(const std::string& binary, std::vector<std::string> args,
+                                            const std::string& dir, const std::string& name) {
+  const std::string ready_file = dir + "/" + name + ".ready.json";
+  std::filesystem::remove(ready_file);
+  args.insert(args.begin(), binary);
+  args.push_back("--ready-file=" + ready_file);
+  auto process = Subprocess::Start(args, dir + "/" + name + ".log");
+  if (!process.ok()) return process.status();
+  auto ready = WaitForReadyFile(ready_file, absl::Seconds(30), &*process);
+  if (!ready.ok()) return ready.status();
+  return RunningService{*std::move(process), *ready};
+}
+
+std::string WriteSecretFile(const std::string& dir) {
+  std::string path = dir + "/secret";
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << "integration-test-secret-0123456789abcdef\n";
+  }
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace);
+  return path;
+}
+
 }  // namespace corral::testing

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,5 +50,21 @@ absl::StatusOr<ReadyInfo> WaitForReadyFile(const std::string& path, absl::Durati
 
 // A fresh, empty directory under the test temp dir, named after the running test.
 std::string MakeTestDir();
+
+// Polls `condition` (every few ms) until it holds or `timeout` passes; returns its last value. For waiting on
+// state another process changes (a status count, a log line), never for letting time pass.
+bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout);
+
+// A Corral service started as a child process with --ready-file, waited on until it listens.
+struct RunningService {
+  Subprocess process;
+  ReadyInfo ready;
+};
+// Starts `binary` with `args` plus --ready-file (in `dir`), logging to dir/<name>.log.
+absl::StatusOr<RunningService> StartService(const std::string& binary, std::vector<std::string> args,
+                                            const std::string& dir, const std::string& name);
+
+// Writes a cluster secret (mode 0600) into `dir` and returns its path.
+std::string WriteSecretFile(const std::string& dir);
 
 }  // namespace corral::testing

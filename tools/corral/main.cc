@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   corral::cli::RegisterVersion(app, exit_code);
   corral::cli::RegisterHealth(app, exit_code);
+  corral::cli::RegisterLimiter(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -1,0 +1,315 @@
+#include "services/ratelimiter/client/ratelimit_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "libs/core/logging.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/proto_time.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::ratelimiter {
+
+struct RateLimitClient::Pending {
+  absl::Notification done;
+  absl::StatusOr<v1::SessionResponse> reply = absl::UnknownError("no reply");
+};
+
+namespace {
+
+absl::Status FromCallStatus(const v1::CallStatus& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------- ScopedPermit
+
+ScopedPermit& ScopedPermit::operator=(ScopedPermit&& other) noexcept {
+  if (this != &other) {
+    (void)Release();
+    client_ = other.client_;
+    lease_ = std::move(other.lease_);
+    unlimited_ = other.unlimited_;
+    other.client_ = nullptr;
+    other.lease_.Clear();
+    other.unlimited_ = false;
+  }
+  return *this;
+}
+
+bool ScopedPermit::valid() const {
+  if (unlimited_ || lease_.lease_id().empty()) return client_ != nullptr || unlimited_;
+  return client_ != nullptr && client_->Holds(lease_.lease_id());
+}
+
+absl::Status ScopedPermit::Release() {
+  RateLimitClient* client = client_;
+  client_ = nullptr;
+  unlimited_ = false;
+  if (client == nullptr || lease_.lease_id().empty()) return absl::OkStatus();
+  std::string id = lease_.lease_id();
+  lease_.Clear();
+  return client->ReleaseLease(id);
+}
+
+// ---------------------------------------------------------------------------------------------- client
+
+RateLimitClient::RateLimitClient(ClientOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<RateLimitClient>> RateLimitClient::Connect(ClientOptions options) {
+  auto channel = MakeChannel(options.address, options.channel);
+  if (!channel.ok()) return channel.status();
+  std::unique_ptr<RateLimitClient> client(new RateLimitClient(std::move(options)));
+  client->stub_ = v1::RateLimiter::NewStub(*channel);
+  client->reader_ = std::thread([c = client.get()] { c->ReaderLoop(); });
+  client->first_attempt_done_.WaitForNotificationWithTimeout(client->options_.connect_timeout);
+  if (!client->connected() && client->options_.fail_mode == FailMode::kClosed) {
+    return absl::UnavailableError(absl::StrCat("cannot reach the ratelimiter at ", client->options_.address));
+  }
+  client->keepalive_ = std::thread([c = client.get()] { c->KeepAliveLoop(); });
+  return client;
+}
+
+RateLimitClient::~RateLimitClient() {
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+    if (context_) context_->TryCancel();  // ends the session: the limiter releases our leases
+  }
+  if (reader_.joinable()) reader_.join();
+  if (keepalive_.joinable()) keepalive_.join();
+}
+
+bool RateLimitClient::connected() const {
+  absl::MutexLock lock(&mu_);
+  return connected_;
+}
+
+std::string RateLimitClient::session_id() const {
+  absl::MutexLock lock(&mu_);
+  return session_id_;
+}
+
+int RateLimitClient::connections() const {
+  absl::MutexLock lock(&mu_);
+  return connections_;
+}
+
+bool RateLimitClient::Holds(const std::string& lease_id) const {
+  absl::MutexLock lock(&mu_);
+  return held_.count(lease_id) > 0;
+}
+
+absl::Status RateLimitClient::OpenStream() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  AttachBearer(*context, options_.token);
+  v1::SessionRequest hello;
+  hello.mutable_hello()->set_client_id(options_.client_id);
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) return absl::CancelledError("closing");
+    for (const auto& [id, lease] : held_) *hello.mutable_hello()->add_reclaim() = lease;
+  }
+  auto stream = stub_->Session(context.get());
+  v1::SessionResponse ready;
+  if (!stream->Write(hello) || !stream->Read(&ready) || !ready.has_ready()) {
+    grpc::Status status = stream->Finish();
+    return absl::UnavailableError(absl::StrCat("session to ", options_.address, " failed: ", status.error_message()));
+  }
+  absl::MutexLock write_lock(&write_mu_);
+  absl::MutexLock lock(&mu_);
+  for (const v1::ReclaimResult& r : ready.ready().reclaimed()) {
+    if (r.has_error()) {
+      spdlog::warn("ratelimit client: lease could not be re-claimed: {}", r.error().message());
+      held_.erase(r.lease_id());
+    } else {
+      held_[r.lease_id()] = r.lease();
+    }
+  }
+  session_id_ = ready.ready().session_id();
+  absl::Duration ttl = FromProto(ready.ready().default_lease_ttl());
+  keepalive_interval_ = options_.keepalive_interval > absl::ZeroDuration() ? options_.keepalive_interval
+                                                                             : std::max(ttl / 3, absl::Milliseconds(50));
+  context_ = std::move(context);
+  stream_ = std::move(stream);
+  connected_ = true;
+  ++connections_;
+  return absl::OkStatus();
+}
+
+void RateLimitClient::FailPending(const absl::Status& status) {
+  for (auto& [id, pending] : pending_) {
+    pending->reply = status;
+    pending->done.Notify();
+  }
+  pending_.clear();
+}
+
+void RateLimitClient::ReaderLoop() {
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    absl::Status opened = OpenStream();
+    if (!first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
+    if (opened.ok()) {
+      backoff = absl::Milliseconds(50);
+      grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>* stream;
+      {
+        absl::MutexLock lock(&mu_);
+        stream = stream_.get();
+      }
+      v1::SessionResponse reply;
+      while (stream->Read(&reply)) {
+        std::vector<std::string> orphans;  // grants nobody waits for any more: give them back
+        {
+          absl::MutexLock lock(&mu_);
+          if (reply.has_lease_lost()) {
+            held_.erase(reply.lease_lost().lease_id());
+            continue;
+          }
+          if (reply.has_queued()) continue;
+          if (reply.has_granted() && reply.granted().has_lease()) {
+            held_[reply.granted().lease().lease_id()] = reply.granted().lease();
+          }
+          auto it = pending_.find(reply.request_id());
+          if (it == pending_.end()) {
+            if (reply.has_granted() && reply.granted().has_lease()) orphans.push_back(reply.granted().lease().lease_id());
+          } else {
+            it->second->reply = reply;
+            it->second->done.Notify();
+            pending_.erase(it);
+          }
+        }
+        for (const auto& id : orphans) {
+          std::thread([this, id] { (void)ReleaseLease(id); }).detach();
+        }
+      }
+      absl::MutexLock write_lock(&write_mu_);
+      absl::MutexLock lock(&mu_);
+      connected_ = false;
+      FailPending(absl::UnavailableError("the session stream to the ratelimiter broke"));
+      grpc::Status status = stream_->Finish();
+      if (!closing_) spdlog::warn("ratelimit client: session lost ({}); reconnecting", status.error_message());
+      stream_.reset();
+      context_.reset();
+    }
+    absl::MutexLock lock(&mu_);
+    if (closing_) return;
+    mu_.AwaitWithTimeout(absl::Condition(&closing_), backoff);
+    if (closing_) return;
+    backoff = std::min(backoff * 2, options_.max_reconnect_backoff);
+  }
+}
+
+void RateLimitClient::KeepAliveLoop() {
+  while (true) {
+    bool renew = false;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&closing_), keepalive_interval_);
+      if (closing_) return;
+      renew = connected_ && !held_.empty();
+    }
+    if (!renew) continue;
+    v1::SessionRequest request;
+    request.mutable_keep_alive();  // no ids: every lease of this session
+    auto reply = Call(std::move(request), absl::Seconds(10), nullptr);
+    if (reply.ok() && reply->has_error()) {
+      spdlog::warn("ratelimit client: keepalive refused: {}", reply->error().message());
+    }
+  }
+}
+
+absl::StatusOr<v1::SessionResponse> RateLimitClient::Call(v1::SessionRequest request, absl::Duration timeout,
+                                                          uint64_t* id_out) {
+  auto pending = std::make_shared<Pending>();
+  uint64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!connected_) return absl::UnavailableError(absl::StrCat("not connected to the ratelimiter at ", options_.address));
+    id = next_request_id_++;
+    pending_[id] = pending;
+  }
+  if (id_out != nullptr) *id_out = id;
+  request.set_request_id(id);
+  bool written = false;
+  {
+    absl::MutexLock write_lock(&write_mu_);
+    grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>* stream;
+    {
+      absl::MutexLock lock(&mu_);
+      stream = connected_ ? stream_.get() : nullptr;
+    }
+    written = stream != nullptr && stream->Write(request);
+  }
+  if (!written) {
+    absl::MutexLock lock(&mu_);
+    pending_.erase(id);
+    return absl::UnavailableError("the session stream to the ratelimiter broke");
+  }
+  if (!pending->done.WaitForNotificationWithTimeout(timeout)) {
+    absl::MutexLock lock(&mu_);
+    pending_.erase(id);
+    return absl::DeadlineExceededError("no reply from the ratelimiter in time");
+  }
+  return pending->reply;
+}
+
+absl::StatusOr<ScopedPermit> RateLimitClient::DoAcquire(const PermitRequest& request, bool try_only) {
+  v1::SessionRequest message;
+  v1::AcquireRequest* acquire = try_only ? message.mutable_try_acquire() : message.mutable_acquire();
+  acquire->set_limit(request.limit);
+  acquire->set_key(request.key);
+  acquire->set_permits(request.permits);
+  if (request.wait_timeout != absl::InfiniteDuration()) ToProto(request.wait_timeout, acquire->mutable_wait_timeout());
+  if (request.lease_ttl > absl::ZeroDuration()) ToProto(request.lease_ttl, acquire->mutable_lease_ttl());
+  // The limiter enforces wait_timeout; the local wait only guards against a limiter that stops answering.
+  const absl::Duration local_wait =
+      request.wait_timeout == absl::InfiniteDuration() ? absl::InfiniteDuration() : request.wait_timeout + absl::Seconds(10);
+  uint64_t id = 0;
+  auto reply = Call(std::move(message), local_wait, &id);
+  if (!reply.ok()) {
+    if (reply.status().code() == absl::StatusCode::kUnavailable && options_.fail_mode == FailMode::kOpen) {
+      spdlog::warn("ratelimit client: {}; failing open for '{}'", reply.status().message(), request.limit);
+      ScopedPermit permit;
+      permit.unlimited_ = true;
+      return permit;
+    }
+    if (reply.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      v1::SessionRequest cancel;
+      cancel.mutable_cancel()->set_acquire_request_id(id);
+      absl::MutexLock write_lock(&write_mu_);
+      absl::MutexLock lock(&mu_);
+      if (connected_) stream_->Write(cancel);
+    }
+    return reply.status();
+  }
+  if (reply->has_denied()) return FromCallStatus(reply->denied());
+  if (reply->has_error()) return FromCallStatus(reply->error());
+  if (!reply->has_granted()) return absl::InternalError("unexpected reply to acquire");
+  ScopedPermit permit;
+  permit.client_ = this;
+  if (reply->granted().has_lease()) permit.lease_ = reply->granted().lease();
+  return permit;
+}
+
+absl::StatusOr<ScopedPermit> RateLimitClient::Acquire(const PermitRequest& request) { return DoAcquire(request, false); }
+
+absl::StatusOr<ScopedPermit> RateLimitClient::TryAcquire(const PermitRequest& request) {
+  return DoAcquire(request, true);
+}
+
+absl::Status RateLimitClient::ReleaseLease(const std::string& lease_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    held_.erase(lease_id);
+    // Disconnected: the limiter released the session's leases when the stream broke.
+    if (!connected_) return absl::OkStatus();
+  }
+  v1::SessionRequest message;
+  message.mutable_release()->set_lease_id(lease_id);
+  auto reply = Call(std::move(message), absl::Seconds(10), nullptr);
+  if (!reply.ok()) return reply.status();
+  if (reply->has_error()) return FromCallStatus(reply->error());
+  return absl::OkStatus();
+}
+
+}  // namespace corral::ratelimiter

@@ -1,0 +1,129 @@
+// corral::ratelimit_client — the C++ client of corral-ratelimiter. One Session stream per client object
+// carries every acquire, release and keepalive (the fast path). Held leases are kept alive automatically and
+// re-claimed after a reconnect or a limiter restart. When the limiter is unreachable the client either fails
+// closed (UNAVAILABLE) or fails open (a permit that holds nothing), as configured.
+//
+//   auto client = RateLimitClient::Connect({.address = "127.0.0.1:7400", .client_id = "scheduler-0"});
+//   auto permit = (*client)->Acquire({.limit = "code_exec", .key = "python"});
+//   if (permit.ok()) RunTool();   // released when `permit` goes out of scope
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "corral/v1/ratelimit.grpc.pb.h"
+#include "libs/rpc/channel.h"
+
+namespace corral::ratelimiter {
+
+enum class FailMode {
+  kClosed,  // limiter unreachable → UNAVAILABLE: nothing runs without a permit
+  kOpen,    // limiter unreachable → an empty permit: work proceeds unlimited (logged)
+};
+
+struct ClientOptions {
+  std::string address;            // HOST:PORT of corral-ratelimiter
+  std::string token;              // cluster bearer token; empty for an --insecure limiter
+  std::string client_id = "corral-client";
+  ChannelOptions channel;
+  FailMode fail_mode = FailMode::kClosed;
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // How often held leases are renewed; 0 → a third of the limiter's default lease TTL.
+  absl::Duration keepalive_interval = absl::ZeroDuration();
+  absl::Duration max_reconnect_backoff = absl::Seconds(2);
+};
+
+struct PermitRequest {
+  std::string limit;
+  std::string key;
+  int64_t permits = 1;
+  absl::Duration wait_timeout = absl::InfiniteDuration();
+  absl::Duration lease_ttl = absl::ZeroDuration();  // 0 → the limiter's default
+};
+
+class RateLimitClient;
+
+// A held permit; released when destroyed (or by Release()). Move-only.
+class ScopedPermit {
+ public:
+  ScopedPermit() = default;
+  ScopedPermit(ScopedPermit&& other) noexcept { *this = std::move(other); }
+  ScopedPermit& operator=(ScopedPermit&& other) noexcept;
+  ~ScopedPermit() { (void)Release(); }
+
+  // The lease (concurrency limits), empty for rate grants and fail-open permits.
+  const v1::Lease& lease() const { return lease_; }
+  // True when granted without the limiter because it was unreachable and the client fails open.
+  bool unlimited() const { return unlimited_; }
+  // False once the limiter has told us the lease is gone (TTL passed while disconnected, or limit deleted).
+  bool valid() const;
+  absl::Status Release();
+
+ private:
+  friend class RateLimitClient;
+  RateLimitClient* client_ = nullptr;
+  v1::Lease lease_;
+  bool unlimited_ = false;
+};
+
+// Thread-safe. Owns a reader thread (replies, reconnects) and a keepalive thread.
+class RateLimitClient {
+ public:
+  // Starts the session; the first connection is tried for `connect_timeout`. Fails (UNAVAILABLE) only when
+  // failing closed and the limiter cannot be reached; failing open, it keeps retrying in the background.
+  static absl::StatusOr<std::unique_ptr<RateLimitClient>> Connect(ClientOptions options);
+  ~RateLimitClient();  // ends the session: the limiter releases every lease it still holds
+
+  // Waits in the limiter's FIFO queue. DEADLINE_EXCEEDED after wait_timeout; RESOURCE_EXHAUSTED, NOT_FOUND,
+  // INVALID_ARGUMENT, … as the limiter says; UNAVAILABLE when unreachable and failing closed.
+  absl::StatusOr<ScopedPermit> Acquire(const PermitRequest& request);
+  // Never waits: RESOURCE_EXHAUSTED when the permits are not free right now.
+  absl::StatusOr<ScopedPermit> TryAcquire(const PermitRequest& request);
+
+  bool connected() const;
+  std::string session_id() const;
+  // How many times the session was (re)established; 1 after the first connect.
+  int connections() const;
+
+ private:
+  friend class ScopedPermit;
+  struct Pending;
+
+  explicit RateLimitClient(ClientOptions options);
+  absl::StatusOr<ScopedPermit> DoAcquire(const PermitRequest& request, bool try_only);
+  absl::Status ReleaseLease(const std::string& lease_id);
+  bool Holds(const std::string& lease_id) const;
+  // Sends one request and waits for its final reply; UNAVAILABLE if the stream breaks meanwhile.
+  absl::StatusOr<v1::SessionResponse> Call(v1::SessionRequest request, absl::Duration timeout, uint64_t* id_out);
+  absl::Status OpenStream();
+  void ReaderLoop();
+  void KeepAliveLoop();
+  void FailPending(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ClientOptions options_;
+  std::unique_ptr<v1::RateLimiter::Stub> stub_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream_ ABSL_GUARDED_BY(mu_);
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  int connections_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string session_id_ ABSL_GUARDED_BY(mu_);
+  absl::Duration keepalive_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
+  uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, v1::Lease> held_ ABSL_GUARDED_BY(mu_);  // live leases, re-claimed on reconnect
+  absl::Mutex write_mu_;  // one writer at a time on the stream
+  absl::Notification first_attempt_done_;
+  std::thread reader_;
+  std::thread keepalive_;
+};
+
+}  // namespace corral::ratelimiter

@@ -1,0 +1,257 @@
+// corral-ratelimiter as a real process on loopback, driven by the real client library and CLI: sessions over
+// the wire, a SIGKILLed holder, a client that stops keepalives, and a kill -9 restart under load.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "corral/v1/ratelimit.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+#include "libs/core/token.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/proto_time.h"
+#include "libs/rpc/status_conversion.h"
+#include "services/ratelimiter/client/ratelimit_client.h"
+#include "tests/support/prometheus_text.h"
+#include "tests/support/subprocess.h"
+
+namespace corral {
+namespace {
+
+using ::testing::HasSubstr;
+using ratelimiter::ClientOptions;
+using ratelimiter::PermitRequest;
+using ratelimiter::RateLimitClient;
+
+class RateLimiterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTestDir();
+    token_ = MintClusterToken(*TokenSigner::FromKeyFile(testing::WriteSecretFile(dir_)));
+  }
+
+  void Start(const std::string& limits_yaml, std::vector<std::string> extra = {}, const std::string& listen = "127.0.0.1:0") {
+    std::ofstream(dir_ + "/limiter.yaml") << "limits:\n" << limits_yaml;
+    std::vector<std::string> args = {"--config=" + dir_ + "/limiter.yaml", "--secret-file=" + dir_ + "/secret",
+                                     "--grpc-listen=" + listen, "--metrics-listen=127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto service = testing::StartService(CORRAL_RATELIMITER, args, dir_, "ratelimiter");
+    ASSERT_THAT(service, IsOk());
+    service_.reset();
+    service_.emplace(*std::move(service));
+    ChannelOptions options;
+    options.retry_unavailable = false;
+    stub_ = v1::RateLimiter::NewStub(*MakeChannel(service_->ready.grpc, options));
+  }
+
+  std::unique_ptr<RateLimitClient> Client(const std::string& id) {
+    ClientOptions options;
+    options.address = service_->ready.grpc;
+    options.token = token_;
+    options.client_id = id;
+    options.max_reconnect_backoff = absl::Milliseconds(200);
+    auto client = RateLimitClient::Connect(options);
+    EXPECT_THAT(client, IsOk());
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  absl::StatusOr<v1::GetStatusResponse> Status() {
+    grpc::ClientContext context;
+    SetDeadline(context, absl::Seconds(10));
+    AttachBearer(context, token_);
+    v1::GetStatusResponse response;
+    grpc::Status s = stub_->GetStatus(&context, v1::GetStatusRequest(), &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response;
+  }
+
+  int64_t InUse(const std::string& limit) {
+    auto status = Status();
+    if (!status.ok()) return -1;
+    for (const auto& l : status->limits()) {
+      if (l.limit() == limit) return l.in_use();
+    }
+    return -1;
+  }
+
+  int64_t Waiters(const std::string& limit) {
+    auto status = Status();
+    if (!status.ok()) return -1;
+    for (const auto& l : status->limits()) {
+      if (l.limit() == limit) return l.waiters();
+    }
+    return -1;
+  }
+
+  std::string dir_;
+  std::string token_;
+  std::optional<testing::RunningService> service_;
+  std::unique_ptr<v1::RateLimiter::Stub> stub_;
+};
+
+TEST_F(RateLimiterTest, SmallRequestWaitsBehindLargeOneAcrossSessionsAndCancellationLetsItThrough) {
+  Start("  - {name: gpu, kind: concurrency, permits: 5}\n", {"--learning-mode=false"});
+  auto holder_client = Client("holder");
+  auto big_client = Client("big");
+  auto small_client = Client("small");
+  auto holder = holder_client->Acquire({.limit = "gpu", .permits = 4});
+  ASSERT_THAT(holder, IsOk());
+
+  std::thread big([&] {
+    auto permit = big_client->Acquire({.limit = "gpu", .permits = 3});
+    EXPECT_THAT(permit, StatusIs(absl::StatusCode::kUnavailable));  // its session is torn down below
+  });
+  ASSERT_TRUE(testing::WaitUntil([&] { return Waiters("gpu") == 1; }, absl::Seconds(10)));
+  std::atomic<bool> small_granted = false;
+  std::thread small([&] {
+    auto permit = small_client->Acquire({.limit = "gpu", .permits = 1});
+    EXPECT_THAT(permit, IsOk());
+    small_granted = true;
+  });
+  ASSERT_TRUE(testing::WaitUntil([&] { return Waiters("gpu") == 2; }, absl::Seconds(10)));
+  EXPECT_FALSE(small_granted);  // one permit is free, but the 3-permit request is ahead of it
+  big_client.reset();           // the big waiter's session breaks: it leaves the queue at once
+  big.join();
+  small.join();
+  EXPECT_TRUE(small_granted);
+}
+
+TEST_F(RateLimiterTest, SigkilledHolderFreesItsPermitsAsSoonAsItsSessionBreaks) {
+  Start("  - {name: code_exec, kind: concurrency, permits: 2}\n", {"--learning-mode=false"});
+  auto holder = testing::Subprocess::Start({CORRAL_CLI, "limiter", "acquire", "--addr", service_->ready.grpc,
+                                            "--secret-file", dir_ + "/secret", "--limit", "code_exec",
+                                            "--permits", "2", "--hold", "600"},
+                                           dir_ + "/holder.log");
+  ASSERT_THAT(holder, IsOk());
+  ASSERT_TRUE(testing::WaitUntil([&] { return holder->Log().find("granted 2") != std::string::npos; },
+                                 absl::Seconds(30)))
+      << holder->Log();
+  EXPECT_EQ(InUse("code_exec"), 2);
+  auto client = Client("next");
+  EXPECT_THAT(client->TryAcquire({.limit = "code_exec"}), StatusIs(absl::StatusCode::kResourceExhausted));
+
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(holder->Signal(SIGKILL));
+  ASSERT_THAT(holder->Wait(absl::Seconds(10)), IsOk());
+  ASSERT_TRUE(testing::WaitUntil([&] { return InUse("code_exec") == 0; }, absl::Seconds(10)));
+  // Freed by the broken session, well before the 30 s lease TTL could have done it.
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  EXPECT_THAT(client->TryAcquire({.limit = "code_exec", .permits = 2}), IsOk());
+}
+
+TEST_F(RateLimiterTest, ClientThatStopsKeepalivesLosesItsLeaseAfterTheTtl) {
+  Start("  - {name: code_exec, kind: concurrency, permits: 1}\n", {"--learning-mode=false"});
+  grpc::ClientContext context;
+  SetDeadline(context, absl::Seconds(10));
+  AttachBearer(context, token_);
+  v1::AcquireRequest request;
+  request.set_limit("code_exec");
+  ToProto(absl::Milliseconds(500), request.mutable_lease_ttl());
+  v1::AcquireResponse response;
+  ASSERT_TRUE(stub_->Acquire(&context, request, &response).ok());  // unary, no session, never kept alive
+  EXPECT_EQ(InUse("code_exec"), 1);
+  ASSERT_TRUE(testing::WaitUntil([&] { return InUse("code_exec") == 0; }, absl::Seconds(10)));
+  auto metrics = testing::ParsePrometheusText(*testing::HttpGet(service_->ready.metrics, "/metrics"));
+  ASSERT_THAT(metrics, IsOk());
+  EXPECT_THAT(metrics->Value("corral_ratelimiter_lease_expirations_total", {{"limit", "code_exec"}}), IsOkAndHolds(1));
+}
+
+TEST_F(RateLimiterTest, BadRequestsGetPreciseCodesAndChangeNothing) {
+  Start("  - {name: code_exec, kind: concurrency, permits: 2}\n", {"--learning-mode=false"});
+  auto call = [&](const v1::AcquireRequest& request, const std::string& token) {
+    grpc::ClientContext context;
+    SetDeadline(context, absl::Seconds(10));
+    AttachBearer(context, token);
+    v1::AcquireResponse response;
+    return FromGrpcStatus(stub_->TryAcquire(&context, request, &response));
+  };
+  v1::AcquireRequest request;
+  request.set_limit("code_exec");
+  EXPECT_THAT(call(request, ""), StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("Bearer")));
+  EXPECT_THAT(call(request, "corral.forged"), StatusIs(absl::StatusCode::kUnauthenticated));
+  request.set_limit("nope");
+  EXPECT_THAT(call(request, token_), StatusIs(absl::StatusCode::kNotFound, HasSubstr("code_exec")));
+  request.set_limit("code_exec");
+  request.set_permits(3);
+  EXPECT_THAT(call(request, token_), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("between 1 and 2")));
+  request.set_permits(1);
+  ToProto(absl::Hours(2), request.mutable_lease_ttl());
+  EXPECT_THAT(call(request, token_), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lease_ttl")));
+  ToProto(absl::ZeroDuration(), request.mutable_lease_ttl());
+  EXPECT_THAT(call(request, token_), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lease_ttl")));
+
+  auto client = Client("c");
+  auto permit = client->Acquire({.limit = "code_exec"});
+  ASSERT_THAT(permit, IsOk());
+  std::string lease_id = permit->lease().lease_id();
+  ASSERT_THAT(permit->Release(), IsOk());
+  grpc::ClientContext context;
+  SetDeadline(context, absl::Seconds(10));
+  AttachBearer(context, token_);
+  v1::ReleaseRequest release;
+  release.set_lease_id(lease_id);
+  v1::ReleaseResponse released;
+  EXPECT_THAT(FromGrpcStatus(stub_->Release(&context, release, &released)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("already ended: released")));
+  EXPECT_EQ(InUse("code_exec"), 0);
+  EXPECT_EQ(Waiters("code_exec"), 0);
+}
+
+TEST_F(RateLimiterTest, KillNineRestartNeverOverGrantsAndEveryClientRecovers) {
+  const std::string limits = "  - {name: code_exec, kind: concurrency, permits: 2}\n";
+  const std::vector<std::string> flags = {"--max-lease-ttl=3s", "--default-lease-ttl=1s"};
+  Start(limits, flags);
+  // The first start is in learning mode too (no lease can exist yet); wait it out before the load starts.
+  ASSERT_TRUE(testing::WaitUntil([&] { auto s = Status(); return s.ok() && !s->learning_mode(); }, absl::Seconds(30)));
+  const std::string address = service_->ready.grpc;
+
+  constexpr int kClients = 4;
+  std::atomic<int> holders = 0, max_holders = 0, grants = 0;
+  std::atomic<int> grants_after_restart[kClients] = {};
+  std::atomic<bool> restarted = false, stop = false;
+  std::vector<std::unique_ptr<RateLimitClient>> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(Client("worker-" + std::to_string(i)));
+  std::vector<std::thread> workers;
+  for (int i = 0; i < kClients; ++i) {
+    workers.emplace_back([&, i] {
+      while (!stop) {
+        auto permit = clients[i]->Acquire({.limit = "code_exec", .wait_timeout = absl::Seconds(20)});
+        if (!permit.ok()) continue;  // UNAVAILABLE while the limiter is down: try again
+        int now = ++holders;
+        int seen = max_holders;
+        while (now > seen && !max_holders.compare_exchange_weak(seen, now)) {
+        }
+        ++grants;
+        if (restarted) ++grants_after_restart[i];
+        absl::SleepFor(absl::Milliseconds(20));  // the "work" done under the permit
+        --holders;                               // stop counting before the permit goes back
+        (void)permit->Release();
+      }
+    });
+  }
+  ASSERT_TRUE(testing::WaitUntil([&] { return grants >= 20; }, absl::Seconds(30)));
+  ASSERT_TRUE(service_->process.Signal(SIGKILL));
+  ASSERT_THAT(service_->process.Wait(absl::Seconds(10)), IsOk());
+  restarted = true;
+  Start(limits, flags, address);  // same port: the clients reconnect and re-claim what they hold
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] {
+        for (auto& g : grants_after_restart) {
+          if (g < 3) return false;
+        }
+        return true;
+      },
+      absl::Seconds(60)));
+  stop = true;
+  for (auto& w : workers) w.join();
+  EXPECT_LE(max_holders, 2);
+  for (auto& c : clients) EXPECT_GE(c->connections(), 2);
+}
+
+}  // namespace
+}  // namespace corral
