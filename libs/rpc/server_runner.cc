@@ -4,8 +4,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -13,6 +11,7 @@
 #include "grpcpp/server_builder.h"
 #include "libs/core/status_macros.h"
 #include "libs/rpc/process_metrics.h"
+#include "libs/rpc/supervise.h"
 #include "prometheus/gauge.h"
 #include "spdlog/spdlog.h"
 
@@ -116,19 +115,9 @@ absl::Status ServerRunner::Start() {
 
 absl::Status ServerRunner::WriteReadyFile() const {
   if (config_.ready_file.empty()) return absl::OkStatus();
-  // Written whole then renamed, so a watcher never reads half a file.
-  std::string tmp = config_.ready_file + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "{\"service\":\"" << service_name_ << "\",\"pid\":" << getpid() << ",\"grpc\":\""
-        << WithPort(config_.grpc_listen, grpc_port_) << "\",\"metrics\":\""
-        << WithPort(config_.metrics_listen, metrics_port_) << "\"}\n";
-    if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ready file '", tmp, "'"));
-  }
-  if (std::rename(tmp.c_str(), config_.ready_file.c_str()) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot rename ready file to '", config_.ready_file, "'"));
-  }
-  return absl::OkStatus();
+  return corral::WriteReadyFile(config_.ready_file, service_name_,
+                                ReadyInfo{getpid(), WithPort(config_.grpc_listen, grpc_port_),
+                                          WithPort(config_.metrics_listen, metrics_port_)});
 }
 
 void ServerRunner::Wait() {
