@@ -9,5 +9,6 @@ namespace corral::cli {
 void RegisterVersion(CLI::App& app, int& exit_code);
 void RegisterHealth(CLI::App& app, int& exit_code);
 void RegisterLimiter(CLI::App& app, int& exit_code);
+void RegisterUp(CLI::App& app, int& exit_code);
 
 }  // namespace corral::cli

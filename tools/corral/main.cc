@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   corral::cli::RegisterVersion(app, exit_code);
   corral::cli::RegisterHealth(app, exit_code);
   corral::cli::RegisterLimiter(app, exit_code);
+  corral::cli::RegisterUp(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
