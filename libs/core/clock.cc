@@ -25,12 +25,14 @@ std::pair<absl::Time, absl::AnyInvocable<void()>> TimerQueue::PopEarliest() {
 
 RealClock::RealClock() : thread_([this] { Loop(); }) {}
 
-RealClock::~RealClock() {
+RealClock::~RealClock() { Stop(); }
+
+void RealClock::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 Clock::TimerId RealClock::RunAt(absl::Time when, absl::AnyInvocable<void()> fn) {
@@ -66,9 +68,10 @@ void RealClock::Loop() {
       mu_.AwaitWithDeadline(absl::Condition(&wake), deadline);
       continue;
     }
-    auto [when, fn] = queue_.PopEarliest();
+    auto fn = std::move(queue_.PopEarliest().second);
     mu_.Unlock();
     fn();
+    fn = nullptr;  // captured state is destroyed before the lock is taken again
     mu_.Lock();
   }
 }

@@ -56,7 +56,10 @@ class TimerQueue {
 class RealClock final : public Clock {
  public:
   RealClock();
-  ~RealClock() override;  // pending timers are dropped, not run
+  ~RealClock() override;  // Stop()
+  // Stops the timer thread and waits for a running callback to return; pending timers are dropped. Call it
+  // before destroying objects that timer callbacks point into. Idempotent.
+  void Stop();
   RealClock(const RealClock&) = delete;
   RealClock& operator=(const RealClock&) = delete;
 

@@ -84,12 +84,26 @@ absl::StatusOr<LimitSpec> Limiter::UpdateLimit(LimitSpec spec) {
           "limit '", spec.name, "': kind and key template cannot change; delete and re-create the limit"));
     }
     spec.source = limit->spec.source;
+    // Tokens earned so far were earned at the old rate.
+    if (spec.kind == LimitKind::kRate) {
+      for (auto& [key, inst] : limit->instances) Refill(*inst);
+    }
     limit->spec = spec;
     limit->metrics.capacity->Set(static_cast<double>(spec.capacity()));
+    const absl::Status too_big = absl::FailedPreconditionError(absl::StrCat(
+        "limit '", spec.name, "' shrank to ", spec.capacity(), "; this request can never be granted"));
     for (auto& [key, inst] : limit->instances) {
-      if (spec.kind == LimitKind::kRate) {
-        Refill(*inst);
-        inst->tokens = std::min(inst->tokens, static_cast<double>(spec.burst));
+      if (spec.kind == LimitKind::kRate) inst->tokens = std::min(inst->tokens, static_cast<double>(spec.burst));
+      // A waiter above the new capacity would block the FIFO queue forever: it fails now.
+      for (auto it = inst->queue.begin(); it != inst->queue.end();) {
+        auto next = std::next(it);
+        if (it->permits > spec.capacity()) {
+          auto done = std::move(it->done);
+          RemoveWaiter(*inst, it);
+          limit->metrics.rejected->Increment();
+          out.push_back([done = std::move(done), too_big]() mutable { done(too_big); });
+        }
+        it = next;
       }
       // Growing wakes waiters in FIFO order; shrinking only stops new grants (held leases stay).
       Pump(*inst, out);
@@ -128,7 +142,10 @@ absl::Status Limiter::DeleteLimit(const std::string& name, bool force) {
     for (auto& [id, lease] : leases_) {
       if (lease->instance->limit == limit) doomed.push_back(id);
     }
-    for (const auto& id : doomed) EndLease(id, gone, out);
+    for (const auto& id : doomed) {
+      EndLease(id, gone, out);
+      RememberEnded(id, "its limit was deleted");
+    }
     metrics_->RemoveLimit(limit->metrics);
     limits_.erase(name);
   }
@@ -238,7 +255,6 @@ Grant Limiter::Take(Instance& inst, int64_t permits, absl::Duration ttl, const s
     grant.expire_time = lease->expire_time;
     grant.ttl = ttl;
     grant.session_id = session_id;
-    ended_.erase(lease->id);
     leases_.emplace(lease->id, std::move(lease));
     metrics_->leases().Increment();
   }
@@ -359,6 +375,7 @@ absl::StatusOr<AcquireTicket> Limiter::Acquire(AcquireParams p, AcquireCallback 
     }
     if (!now_ok && limit->spec.kind == LimitKind::kRate) {
       // Tokens are reserved in FIFO order, so the wait is known now: everything queued, then this request.
+      Refill(*inst);
       double missing = static_cast<double>(inst->waiting_permits + p.permits) - inst->tokens;
       absl::Duration estimate = absl::Seconds(missing / limit->spec.rate_per_s);
       if (estimate > p.wait_timeout) {
@@ -434,17 +451,21 @@ void Limiter::OnWaitTimeout(uint64_t waiter_id) {
     auto idx = waiter_index_.find(waiter_id);
     if (idx == waiter_index_.end()) return;
     Instance& inst = *idx->second;
-    auto it = std::find_if(inst.queue.begin(), inst.queue.end(), [&](const Waiter& w) { return w.id == waiter_id; });
-    it->timeout_timer = 0;
-    const size_t ahead = static_cast<size_t>(std::distance(inst.queue.begin(), it));
-    absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-        "waited ", absl::FormatDuration(clock_->Now() - it->enqueued), " for ", it->permits, " permit(s) of '",
-        inst.limit->spec.name, "'; ", ahead, " request(s) were ahead"));
-    auto done = std::move(it->done);
-    RemoveWaiter(inst, it);
-    inst.limit->metrics.timeouts->Increment();
-    out.push_back([done = std::move(done), status]() mutable { done(status); });
+    // A grant due at this very moment (a rate reservation that ends exactly at wait_timeout) wins.
     Pump(inst, out);
+    auto it = std::find_if(inst.queue.begin(), inst.queue.end(), [&](const Waiter& w) { return w.id == waiter_id; });
+    if (it != inst.queue.end()) {
+      it->timeout_timer = 0;
+      const size_t ahead = static_cast<size_t>(std::distance(inst.queue.begin(), it));
+      absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+          "waited ", absl::FormatDuration(clock_->Now() - it->enqueued), " for ", it->permits, " permit(s) of '",
+          inst.limit->spec.name, "'; ", ahead, " request(s) were ahead"));
+      auto done = std::move(it->done);
+      RemoveWaiter(inst, it);
+      inst.limit->metrics.timeouts->Increment();
+      out.push_back([done = std::move(done), status]() mutable { done(status); });
+      Pump(inst, out);
+    }
   }
   Run(out);
 }

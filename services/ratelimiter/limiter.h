@@ -57,7 +57,8 @@ struct AcquireParams {
 };
 
 // Called exactly once for an accepted Acquire: the grant, or DEADLINE_EXCEEDED (wait_timeout), CANCELLED
-// (CancelWaiter), NOT_FOUND (limit force-deleted). Never called with the limiter's lock held.
+// (CancelWaiter, or its session ended), NOT_FOUND (limit force-deleted), FAILED_PRECONDITION (the limit shrank
+// below the request). Never called with the limiter's lock held.
 using AcquireCallback = absl::AnyInvocable<void(absl::StatusOr<Grant>)>;
 // Called when a session's lease ends without a Release: DEADLINE_EXCEEDED (TTL) or NOT_FOUND (limit deleted).
 using LeaseLostCallback = std::function<void(const std::string& lease_id, const absl::Status& reason)>;
@@ -122,7 +123,7 @@ class Limiter {
   std::string OpenSession(std::string client_id, LeaseLostCallback on_lease_lost);
   // Re-binds leases the client holds to `session_id` (after a reconnect or a restart). One outcome per lease.
   std::vector<ReclaimOutcome> Reclaim(const std::string& session_id, const std::vector<std::string>& lease_ids);
-  // Releases every lease of the session and withdraws its waiters (their callbacks are dropped, not run).
+  // Releases every lease of the session and withdraws its waiters (their callbacks get CANCELLED).
   void CloseSession(const std::string& session_id);
 
   LimiterStatus Status(const std::string& limit_filter = "") const;

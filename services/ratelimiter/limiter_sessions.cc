@@ -25,6 +25,8 @@ void Limiter::OnLeaseExpired(const std::string& lease_id) {
     if (shutting_down_) return;
     auto it = leases_.find(lease_id);
     if (it == leases_.end()) return;
+    // Renewed after this timer fired but before it got the lock: the new timer is armed already.
+    if (clock_->Now() < it->second->expire_time) return;
     it->second->timer = 0;
     it->second->instance->limit->metrics.expired->Increment();
     EndLease(lease_id,
@@ -100,11 +102,21 @@ absl::StatusOr<std::vector<Grant>> Limiter::KeepAlive(const std::vector<std::str
     }
     ids.assign(s->second->leases.begin(), s->second->leases.end());
   }
+  // In learning mode a validly signed lease that is not live (held before a restart) is re-claimed here too,
+  // so clients that keep leases alive with unary calls are counted again like session clients.
   std::vector<std::string> missing;
+  absl::flat_hash_map<std::string, std::pair<Instance*, LeaseClaim>> reclaims;
   for (const auto& id : ids) {
     auto it = leases_.find(id);
     if (it == leases_.end()) {
-      missing.push_back(id.substr(0, 16) + "…");
+      auto claim = learning_mode() ? ParseLeaseId(signer_, id) : absl::StatusOr<LeaseClaim>(absl::NotFoundError(""));
+      auto inst = claim.ok() ? ResolveInstance(claim->limit, claim->key, /*create=*/true)
+                             : absl::StatusOr<Instance*>(claim.status());
+      if (inst.ok() && (*inst)->limit->spec.kind == LimitKind::kConcurrency) {
+        reclaims.emplace(id, std::make_pair(*inst, *claim));
+      } else {
+        missing.push_back(id.substr(0, 16) + "…");
+      }
     } else if (!it->second->session_id.empty() && it->second->session_id != session_id) {
       return absl::PermissionDeniedError("a lease belongs to another session; nothing was renewed");
     }
@@ -115,7 +127,15 @@ absl::StatusOr<std::vector<Grant>> Limiter::KeepAlive(const std::vector<std::str
   }
   std::vector<Grant> out;
   const absl::Time now = clock_->Now();
+  const std::string bind_to = sessions_.contains(session_id) ? session_id : "";
   for (const auto& id : ids) {
+    if (auto r = reclaims.find(id); r != reclaims.end()) {
+      auto& [inst, claim] = r->second;
+      inst->reclaimed += claim.permits;
+      out.push_back(Take(*inst, claim.permits, options_.default_lease_ttl, bind_to, absl::ZeroDuration(), id));
+      UpdateGauges(*inst->limit);
+      continue;
+    }
     Lease& lease = *leases_.at(id);
     lease.expire_time = now + lease.ttl;
     ArmLeaseTimer(lease);
@@ -214,7 +234,9 @@ void Limiter::CloseSession(const std::string& session_id) {
       Instance& inst = *idx->second;
       auto w = std::find_if(inst.queue.begin(), inst.queue.end(), [&](const Waiter& x) { return x.id == waiter_id; });
       w->session_id.clear();  // the session is already gone from sessions_
+      auto done = std::move(w->done);
       RemoveWaiter(inst, w);
+      out.push_back([done = std::move(done)]() mutable { done(absl::CancelledError("the session ended")); });
       inst.limit->metrics.cancelled->Increment();
       Pump(inst, out);
     }

@@ -61,5 +61,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   runner.Wait();
+  clock.Stop();  // no timer callback may run into the limiter while it is destroyed
   return 0;
 }

@@ -79,7 +79,9 @@ SessionReactor::SessionReactor(Limiter* limiter, absl::Status auth) : limiter_(l
 
 void SessionReactor::Fail(grpc::Status status) {
   absl::MutexLock lock(&outbox_->mu);
-  outbox_->queue.clear();
+  // Unsent replies are dropped; the one being written must stay alive until OnWriteDone.
+  auto& queue = outbox_->queue;
+  queue.erase(outbox_->writing && !queue.empty() ? queue.begin() + 1 : queue.begin(), queue.end());
   outbox_->FinishLocked(std::move(status));
 }
 
@@ -105,7 +107,7 @@ void SessionReactor::OnWriteDone(bool ok) {
     outbox_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
     return;
   }
-  outbox_->queue.pop_front();
+  if (!outbox_->queue.empty()) outbox_->queue.pop_front();
   if (!outbox_->queue.empty()) {
     outbox_->writing = true;
     StartWrite(&outbox_->queue.front());

@@ -190,6 +190,7 @@ TEST_F(RateLimiterTest, BadRequestsGetPreciseCodesAndChangeNothing) {
   ASSERT_THAT(permit, IsOk());
   std::string lease_id = permit->lease().lease_id();
   ASSERT_THAT(permit->Release(), IsOk());
+  ASSERT_TRUE(testing::WaitUntil([&] { return InUse("code_exec") == 0; }, absl::Seconds(10)));
   grpc::ClientContext context;
   SetDeadline(context, absl::Seconds(10));
   AttachBearer(context, token_);

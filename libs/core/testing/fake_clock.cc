@@ -25,6 +25,7 @@ void FakeClock::Advance(absl::Duration d) {
     if (when > now_) now_ = when;
     mu_.Unlock();
     fn();
+    fn = nullptr;  // captured state is destroyed before the lock is taken again
     mu_.Lock();
   }
   now_ = target;

@@ -74,6 +74,7 @@ RateLimitClient::~RateLimitClient() {
     absl::MutexLock lock(&mu_);
     closing_ = true;
     if (context_) context_->TryCancel();  // ends the session: the limiter releases our leases
+    if (connecting_context_) connecting_context_->TryCancel();
   }
   if (reader_.joinable()) reader_.join();
   if (keepalive_.joinable()) keepalive_.join();
@@ -107,33 +108,72 @@ absl::Status RateLimitClient::OpenStream() {
   {
     absl::MutexLock lock(&mu_);
     if (closing_) return absl::CancelledError("closing");
+    // Published before the call starts, so the destructor can cancel a connect that hangs.
+    connecting_context_ = context.get();
     for (const auto& [id, lease] : held_) *hello.mutable_hello()->add_reclaim() = lease;
   }
   auto stream = stub_->Session(context.get());
   v1::SessionResponse ready;
-  if (!stream->Write(hello) || !stream->Read(&ready) || !ready.has_ready()) {
-    grpc::Status status = stream->Finish();
-    return absl::UnavailableError(absl::StrCat("session to ", options_.address, " failed: ", status.error_message()));
+  const bool ok = stream->Write(hello) && stream->Read(&ready) && ready.has_ready();
+  std::vector<std::string> released_meanwhile;
+  {
+    absl::MutexLock write_lock(&write_mu_);
+    absl::MutexLock lock(&mu_);
+    connecting_context_ = nullptr;
+    if (!ok || closing_) {
+      if (closing_) context->TryCancel();
+      grpc::Status status = stream->Finish();
+      return absl::UnavailableError(absl::StrCat("session to ", options_.address, " failed: ", status.error_message()));
+    }
+    for (const v1::ReclaimResult& r : ready.ready().reclaimed()) {
+      if (r.has_error()) {
+        spdlog::warn("ratelimit client: lease could not be re-claimed: {}", r.error().message());
+        held_.erase(r.lease_id());
+      } else if (held_.count(r.lease_id())) {
+        held_[r.lease_id()] = r.lease();
+      } else {
+        released_meanwhile.push_back(r.lease_id());  // its permit was dropped while we were reconnecting
+      }
+    }
+    session_id_ = ready.ready().session_id();
+    default_ttl_ = FromProto(ready.ready().default_lease_ttl());
+    context_ = std::move(context);
+    stream_ = std::move(stream);
+    connected_ = true;
+    ++connections_;
+  }
+  for (const std::string& id : released_meanwhile) SendReleaseNoReply(id);
+  return absl::OkStatus();
+}
+
+void RateLimitClient::Send(v1::SessionRequest request) {
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_request_id(next_request_id_++);
   }
   absl::MutexLock write_lock(&write_mu_);
-  absl::MutexLock lock(&mu_);
-  for (const v1::ReclaimResult& r : ready.ready().reclaimed()) {
-    if (r.has_error()) {
-      spdlog::warn("ratelimit client: lease could not be re-claimed: {}", r.error().message());
-      held_.erase(r.lease_id());
-    } else {
-      held_[r.lease_id()] = r.lease();
-    }
+  grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>* stream;
+  {
+    absl::MutexLock lock(&mu_);
+    stream = connected_ ? stream_.get() : nullptr;
   }
-  session_id_ = ready.ready().session_id();
-  absl::Duration ttl = FromProto(ready.ready().default_lease_ttl());
-  keepalive_interval_ = options_.keepalive_interval > absl::ZeroDuration() ? options_.keepalive_interval
-                                                                             : std::max(ttl / 3, absl::Milliseconds(50));
-  context_ = std::move(context);
-  stream_ = std::move(stream);
-  connected_ = true;
-  ++connections_;
-  return absl::OkStatus();
+  if (stream != nullptr) stream->Write(request);
+}
+
+void RateLimitClient::SendReleaseNoReply(const std::string& lease_id) {
+  v1::SessionRequest message;
+  message.mutable_release()->set_lease_id(lease_id);
+  Send(std::move(message));
+}
+
+absl::Duration RateLimitClient::KeepAliveInterval() const {
+  if (options_.keepalive_interval > absl::ZeroDuration()) return options_.keepalive_interval;
+  // A third of the shortest TTL held, so one lost keepalive never expires a lease.
+  absl::Duration ttl = default_ttl_;
+  for (const auto& [id, lease] : held_) {
+    if (lease.has_ttl()) ttl = std::min(ttl, FromProto(lease.ttl()));
+  }
+  return std::max(ttl / 3, absl::Milliseconds(50));
 }
 
 void RateLimitClient::FailPending(const absl::Status& status) {
@@ -178,9 +218,7 @@ void RateLimitClient::ReaderLoop() {
             pending_.erase(it);
           }
         }
-        for (const auto& id : orphans) {
-          std::thread([this, id] { (void)ReleaseLease(id); }).detach();
-        }
+        for (const auto& id : orphans) SendReleaseNoReply(id);
       }
       absl::MutexLock write_lock(&write_mu_);
       absl::MutexLock lock(&mu_);
@@ -204,7 +242,7 @@ void RateLimitClient::KeepAliveLoop() {
     bool renew = false;
     {
       absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&closing_), keepalive_interval_);
+      mu_.AwaitWithTimeout(absl::Condition(&closing_), KeepAliveInterval());
       if (closing_) return;
       renew = connected_ && !held_.empty();
     }
@@ -212,9 +250,20 @@ void RateLimitClient::KeepAliveLoop() {
     v1::SessionRequest request;
     request.mutable_keep_alive();  // no ids: every lease of this session
     auto reply = Call(std::move(request), absl::Seconds(10), nullptr);
-    if (reply.ok() && reply->has_error()) {
+    if (!reply.ok()) continue;
+    if (reply->has_error()) {
       spdlog::warn("ratelimit client: keepalive refused: {}", reply->error().message());
+      continue;
     }
+    // A lease the session still has but no permit owns (a release lost in a reconnect) is given back.
+    std::vector<std::string> strays;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const v1::Lease& lease : reply->kept_alive().leases()) {
+        if (!held_.count(lease.lease_id())) strays.push_back(lease.lease_id());
+      }
+    }
+    for (const auto& id : strays) SendReleaseNoReply(id);
   }
 }
 
@@ -276,9 +325,7 @@ absl::StatusOr<ScopedPermit> RateLimitClient::DoAcquire(const PermitRequest& req
     if (reply.status().code() == absl::StatusCode::kDeadlineExceeded) {
       v1::SessionRequest cancel;
       cancel.mutable_cancel()->set_acquire_request_id(id);
-      absl::MutexLock write_lock(&write_mu_);
-      absl::MutexLock lock(&mu_);
-      if (connected_) stream_->Write(cancel);
+      Send(std::move(cancel));
     }
     return reply.status();
   }
@@ -301,14 +348,13 @@ absl::Status RateLimitClient::ReleaseLease(const std::string& lease_id) {
   {
     absl::MutexLock lock(&mu_);
     held_.erase(lease_id);
-    // Disconnected: the limiter released the session's leases when the stream broke.
+    // Disconnected: the limiter released the session's leases when the stream broke (and a re-claim that
+    // races with this release is given back by OpenStream).
     if (!connected_) return absl::OkStatus();
   }
-  v1::SessionRequest message;
-  message.mutable_release()->set_lease_id(lease_id);
-  auto reply = Call(std::move(message), absl::Seconds(10), nullptr);
-  if (!reply.ok()) return reply.status();
-  if (reply->has_error()) return FromCallStatus(reply->error());
+  // The release is not waited for: the stream is ordered, so the limiter applies it before anything this
+  // client sends next, and its only failure (the lease already ended) needs no action.
+  SendReleaseNoReply(lease_id);
   return absl::OkStatus();
 }
 

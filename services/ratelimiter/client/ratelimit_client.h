@@ -63,6 +63,8 @@ class ScopedPermit {
   bool unlimited() const { return unlimited_; }
   // False once the limiter has told us the lease is gone (TTL passed while disconnected, or limit deleted).
   bool valid() const;
+  // Gives the permit back. Returns once the release is on the session stream (the limiter applies it before
+  // anything this client sends later); a permit must not outlive its client.
   absl::Status Release();
 
  private:
@@ -102,6 +104,10 @@ class RateLimitClient {
   // Sends one request and waits for its final reply; UNAVAILABLE if the stream breaks meanwhile.
   absl::StatusOr<v1::SessionResponse> Call(v1::SessionRequest request, absl::Duration timeout, uint64_t* id_out);
   absl::Status OpenStream();
+  // Writes a request whose reply nobody waits for (releases, cancels).
+  void Send(v1::SessionRequest request);
+  void SendReleaseNoReply(const std::string& lease_id);
+  absl::Duration KeepAliveInterval() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReaderLoop();
   void KeepAliveLoop();
   void FailPending(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -116,7 +122,8 @@ class RateLimitClient {
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   int connections_ ABSL_GUARDED_BY(mu_) = 0;
   std::string session_id_ ABSL_GUARDED_BY(mu_);
-  absl::Duration keepalive_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(10);
+  grpc::ClientContext* connecting_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Duration default_ttl_ ABSL_GUARDED_BY(mu_) = absl::Seconds(30);
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::Lease> held_ ABSL_GUARDED_BY(mu_);  // live leases, re-claimed on reconnect

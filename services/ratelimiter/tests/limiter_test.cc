@@ -197,7 +197,7 @@ TEST_F(LimiterTest, TryAcquireNeverWaitsAndNeverBarges) {
   EXPECT_THAT(Acquire(p)->result, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("no barging")));
 }
 
-TEST_F(LimiterTest, ClosingASessionReleasesItsLeasesAndDropsItsWaiters) {
+TEST_F(LimiterTest, ClosingASessionReleasesItsLeasesAndCancelsItsWaiters) {
   ASSERT_THAT(limiter_->CreateLimit(Concurrency("gpu", 2)), IsOk());
   std::string session = limiter_->OpenSession("worker-1", nullptr);
   auto held = Acquire("gpu", 2, absl::InfiniteDuration(), session);
@@ -206,7 +206,7 @@ TEST_F(LimiterTest, ClosingASessionReleasesItsLeasesAndDropsItsWaiters) {
   ASSERT_THAT(held->result, IsOk());
   EXPECT_EQ(held->result->session_id, session);
   limiter_->CloseSession(session);
-  EXPECT_FALSE(queued->done);  // dropped with its session, never called
+  EXPECT_THAT(queued->result, StatusIs(absl::StatusCode::kCancelled, HasSubstr("session ended")));
   ASSERT_TRUE(other->done);
   EXPECT_THAT(other->result, IsOk());
   EXPECT_THAT(limiter_->Release(held->result->lease_id, ""),
@@ -317,6 +317,38 @@ TEST_F(LimiterTest, GrowingWakesWaitersInOrderAndShrinkingNeverRevokes) {
   rate.kind = LimitKind::kRate;
   rate.rate_per_s = 1;
   EXPECT_THAT(limiter_->UpdateLimit(rate), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot change")));
+}
+
+TEST_F(LimiterTest, ShrinkingBelowAQueuedRequestFailsItInsteadOfBlockingTheQueue) {
+  ASSERT_THAT(limiter_->CreateLimit(Concurrency("gpu", 5)), IsOk());
+  auto holder = Acquire("gpu", 1);
+  auto big = Acquire("gpu", 5);
+  auto small = Acquire("gpu", 1);
+  ASSERT_THAT(limiter_->UpdateLimit(Concurrency("gpu", 4)), IsOk());
+  EXPECT_THAT(big->result, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("shrank to 4")));
+  EXPECT_THAT(small->result, IsOk());
+}
+
+TEST_F(LimiterTest, RateEstimateCountsTokensEarnedWhileOthersWait) {
+  LimitSpec spec;
+  spec.name = "tok";
+  spec.kind = LimitKind::kRate;
+  spec.rate_per_s = 1;
+  spec.burst = 1;
+  ASSERT_THAT(limiter_->CreateLimit(spec), IsOk());
+  ASSERT_THAT(Acquire("tok", 1)->result, IsOk());
+  auto b = Acquire("tok", 1);  // due at t=1s
+  clock_.Advance(absl::Milliseconds(900));
+  absl::StatusOr<AcquireTicket> ticket;
+  AcquireParams p;
+  p.limit = "tok";
+  p.wait_timeout = absl::Milliseconds(1100);  // exactly the reservation: granted, not timed out
+  auto c = Acquire(p, &ticket);
+  ASSERT_THAT(ticket, IsOk());
+  EXPECT_EQ(ticket->estimated_wait, absl::Milliseconds(1100));
+  clock_.Advance(absl::Milliseconds(1100));
+  EXPECT_THAT(b->result, IsOk());
+  EXPECT_THAT(c->result, IsOk());
 }
 
 TEST_F(LimiterTest, RateLimitGrantsBurstThenRatePerSecond) {
@@ -458,9 +490,31 @@ TEST_F(LearningModeTest, OnlyReclaimsAreGrantedUntilOneMaxTtlHasPassed) {
   EXPECT_FALSE(fresh->done);
   ASSERT_THAT(limiter_->Release(old_lease, session), IsOk());
   EXPECT_TRUE(fresh->done);
-  // After learning mode a lease that is not live cannot be re-claimed.
+  // Unary holders re-claim through KeepAlive (tested below); after learning mode a lease that is not live
+  // cannot be re-claimed either way.
+  EXPECT_THAT(limiter_->KeepAlive({old_lease}, ""), StatusIs(absl::StatusCode::kNotFound));
   std::string late = limiter_->OpenSession("late", nullptr);
   EXPECT_THAT(limiter_->Reclaim(late, {old_lease})[0].result, StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(LearningModeTest, UnaryKeepAliveReclaimsALeaseHeldBeforeTheRestart) {
+  std::string old_lease;
+  {
+    FakeClock old_clock;
+    prometheus::Registry r;
+    RateLimiterMetrics m(r);
+    Limiter old(&old_clock, *TokenSigner::FromKey(kKey), LimiterOptions{.learning_mode = false}, &m);
+    ASSERT_THAT(old.CreateLimit(Concurrency("gpu", 2)), IsOk());
+    AcquireParams p;
+    p.limit = "gpu";
+    old.Acquire(p, [&](absl::StatusOr<Grant> g) { old_lease = g->lease_id; }).IgnoreError();
+  }
+  ASSERT_THAT(limiter_->CreateLimit(Concurrency("gpu", 2)), IsOk());
+  ASSERT_THAT(limiter_->KeepAlive({old_lease}, ""), IsOkAndHolds(SizeIs(1)));
+  EXPECT_EQ(Instance("gpu").in_use, 1);
+  EXPECT_EQ(Instance("gpu").reclaimed, 1);
+  EXPECT_THAT(limiter_->KeepAlive({"forged.AAAA"}, ""), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_THAT(limiter_->Release(old_lease, ""), IsOk());
 }
 
 }  // namespace

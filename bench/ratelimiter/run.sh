@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Ratelimiter benchmark (not in CI): corral-ratelimiter vs a Redis 7 Lua-script expiring semaphore
+# (Redisson-style sorted set of lease expiries, pub/sub wake-ups), same load generator, same load shape:
+# 64 clients doing acquire→release pairs on a 16-permit semaphore (contended) and a 64-permit one (uncontended),
+# then corral-ratelimiter's RSS with 10,000 live leases.
+#   bench/ratelimiter/run.sh            (BENCH_SECONDS=10 per run by default)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds=${BENCH_SECONDS:-10}
+clients=${BENCH_CLIENTS:-64}
+
+scripts/bootstrap
+need=()
+for p in redis-server libhiredis-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [[ ${#need[@]} -gt 0 ]]; then apt-get install -y -q --no-install-recommends "${need[@]}"; fi
+mkdir -p build
+cmake -S . -B build -G Ninja -DCORRAL_BENCH=ON > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
+ninja -C build corral-ratelimiter corral-bench-ratelimiter
+
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+redis_port=$(free_port)
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no > "$work/redis.log" 2>&1 &
+pids+=($!)
+
+cat > "$work/limiter.yaml" <<YAML
+limits:
+  - {name: bench, kind: concurrency, permits: 16}
+  - {name: bench_open, kind: concurrency, permits: $clients}
+  - {name: bench_big, kind: concurrency, permits: 20000}
+learning_mode: false
+log_level: warn
+YAML
+build/bin/corral-ratelimiter --config "$work/limiter.yaml" --insecure --grpc-listen 127.0.0.1:0 \
+  --metrics-listen 127.0.0.1:0 --ready-file "$work/ready.json" > "$work/limiter.log" 2>&1 &
+limiter_pid=$!
+pids+=($limiter_pid)
+for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
+addr=$(python3 -c "import json,sys; print(json.load(open('$work/ready.json'))['grpc'])")
+for _ in $(seq 200); do redis-cli -p "$redis_port" ping > /dev/null 2>&1 && break; sleep 0.05; done
+
+gen=build/bin/corral-bench-ratelimiter
+run() {  # name, args...
+  local name=$1; shift
+  printf '  %-34s ' "$name" >&2
+  local out; out=$("$gen" --clients="$clients" --seconds="$seconds" "$@")
+  echo "$out" >&2
+  echo "$out"
+}
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
+
+echo "ratelimiter benchmark: $clients clients, ${seconds}s per run, $(nproc) cores" >&2
+c_cont=$(run "corral  contended (16 permits)" --mode=corral --addr="$addr" --limit=bench)
+r_cont=$(run "redis   contended (16 permits)" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench --permits=16)
+c_open=$(run "corral  uncontended ($clients permits)" --mode=corral --addr="$addr" --limit=bench_open)
+r_open=$(run "redis   uncontended ($clients permits)" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench_open --permits="$clients")
+
+"$gen" --mode=leases --addr="$addr" --limit=bench_big --leases=10000 > "$work/leases.out" 2>&1 &
+holder=$!
+pids+=($holder)
+for _ in $(seq 600); do grep -q held "$work/leases.out" 2>/dev/null && break; sleep 0.1; done
+rss_kib=$(awk '/VmRSS/ {print $2}' "/proc/$limiter_pid/status")
+rss_mib=$(awk -v k="$rss_kib" 'BEGIN {printf "%.1f", k/1024}')
+kill "$holder"
+
+ratio=$(awk -v a="$(field pairs_per_s "$c_cont")" -v b="$(field pairs_per_s "$r_cont")" 'BEGIN {printf "%.2f", a/b}')
+ratio_open=$(awk -v a="$(field pairs_per_s "$c_open")" -v b="$(field pairs_per_s "$r_open")" 'BEGIN {printf "%.2f", a/b}')
+printf '\n%-26s %12s %12s %10s %10s\n' "run" "pairs/s" "vs redis" "p50 ms" "p99 ms"
+printf '%-26s %12s %12s %10s %10s\n' "corral contended" "$(field pairs_per_s "$c_cont")" "${ratio}x" "$(field p50_ms "$c_cont")" "$(field p99_ms "$c_cont")"
+printf '%-26s %12s %12s %10s %10s\n' "redis contended" "$(field pairs_per_s "$r_cont")" "1.00x" "$(field p50_ms "$r_cont")" "$(field p99_ms "$r_cont")"
+printf '%-26s %12s %12s %10s %10s\n' "corral uncontended" "$(field pairs_per_s "$c_open")" "${ratio_open}x" "$(field p50_ms "$c_open")" "$(field p99_ms "$c_open")"
+printf '%-26s %12s %12s %10s %10s\n' "redis uncontended" "$(field pairs_per_s "$r_open")" "1.00x" "$(field p50_ms "$r_open")" "$(field p99_ms "$r_open")"
+printf 'corral-ratelimiter RSS with 10,000 live leases: %s MiB (target <= 64)\n' "$rss_mib"
+printf 'targets: contended ratio >= 1.0 (stretch 2.0); uncontended grant p99 <= 1 ms\n'
+echo "RESULT ratelimiter pairs_per_s=$(field pairs_per_s "$c_cont") redis_pairs_per_s=$(field pairs_per_s "$r_cont") ratio=$ratio p99_ms=$(field p99_ms "$c_open")"
