@@ -105,6 +105,7 @@ void CorralWorker(const Flags& f, int index, absl::Time end, ThreadResult* out) 
   options.address = f.addr;
   options.token = f.token;
   options.client_id = absl::StrCat("bench-", index);
+  options.channel.own_connection = true;  // 64 independent clients, like the Redis side's 64 connections
   auto client = corral::ratelimiter::RateLimitClient::Connect(options);
   if (!client.ok()) {
     ++out->errors;

@@ -33,6 +33,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (options.retry_unavailable) {
     args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
     args.SetServiceConfigJSON(kRetryServiceConfig);

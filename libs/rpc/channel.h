@@ -19,6 +19,8 @@ struct ChannelOptions {
   bool retry_unavailable = true;   // up to 4 attempts, 50 ms → 1 s exponential backoff
   absl::Duration keepalive_time = absl::Seconds(20);
   absl::Duration keepalive_timeout = absl::Seconds(10);
+  // gRPC shares one connection among channels to the same address; true gives this channel its own.
+  bool own_connection = false;
 };
 
 // INVALID_ARGUMENT for an empty target; TLS errors from MakeChannelCredentials.

@@ -1,6 +1,7 @@
 #include "services/ratelimiter/session_reactor.h"
 
 #include "absl/strings/str_cat.h"
+#include "libs/core/logging.h"
 #include "libs/rpc/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/ratelimiter/convert.h"
@@ -144,6 +145,12 @@ void SessionReactor::Handle(const v1::SessionRequest& request) {
   const uint64_t id = request.request_id();
   if (request.has_cancel()) {
     HandleCancel(request.cancel());
+    return;
+  }
+  if (id == 0 && request.has_release()) {
+    // Fire-and-forget release: applied in order, no reply.
+    absl::Status status = limiter_->Release(request.release().lease_id(), session_id_);
+    if (!status.ok()) spdlog::debug("session {}: quiet release failed: {}", session_id_, status);
     return;
   }
   if (id == 0) {

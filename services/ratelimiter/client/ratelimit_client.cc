@@ -147,7 +147,7 @@ absl::Status RateLimitClient::OpenStream() {
 }
 
 void RateLimitClient::Send(v1::SessionRequest request) {
-  {
+  if (!request.has_release()) {  // a release with request_id 0 gets no reply at all
     absl::MutexLock lock(&mu_);
     request.set_request_id(next_request_id_++);
   }
