@@ -49,7 +49,7 @@ gen=build/bin/corral-bench-ratelimiter
 run() {  # name, args...
   local name=$1; shift
   printf '  %-34s ' "$name" >&2
-  local out; out=$("$gen" --clients="$clients" --seconds="$seconds" "$@")
+  local out; out=$("$gen" --clients="$clients" --seconds="$seconds" "$@")  # a later --clients wins
   echo "$out" >&2
   echo "$out"
 }
@@ -60,6 +60,9 @@ c_cont=$(run "corral  contended (16 permits)" --mode=corral --addr="$addr" --lim
 r_cont=$(run "redis   contended (16 permits)" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench --permits=16)
 c_open=$(run "corral  uncontended ($clients permits)" --mode=corral --addr="$addr" --limit=bench_open)
 r_open=$(run "redis   uncontended ($clients permits)" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench_open --permits="$clients")
+# One client alone: the grant latency without 64 threads competing for 2 cores.
+c_one=$(run "corral  single client" --mode=corral --addr="$addr" --limit=bench_open --clients=1)
+r_one=$(run "redis   single client" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench_open --permits="$clients" --clients=1)
 
 "$gen" --mode=leases --addr="$addr" --limit=bench_big --leases=10000 > "$work/leases.out" 2>&1 &
 holder=$!
@@ -76,6 +79,8 @@ printf '%-26s %12s %12s %10s %10s\n' "corral contended" "$(field pairs_per_s "$c
 printf '%-26s %12s %12s %10s %10s\n' "redis contended" "$(field pairs_per_s "$r_cont")" "1.00x" "$(field p50_ms "$r_cont")" "$(field p99_ms "$r_cont")"
 printf '%-26s %12s %12s %10s %10s\n' "corral uncontended" "$(field pairs_per_s "$c_open")" "${ratio_open}x" "$(field p50_ms "$c_open")" "$(field p99_ms "$c_open")"
 printf '%-26s %12s %12s %10s %10s\n' "redis uncontended" "$(field pairs_per_s "$r_open")" "1.00x" "$(field p50_ms "$r_open")" "$(field p99_ms "$r_open")"
+printf '%-26s %12s %12s %10s %10s\n' "corral single client" "$(field pairs_per_s "$c_one")" "" "$(field p50_ms "$c_one")" "$(field p99_ms "$c_one")"
+printf '%-26s %12s %12s %10s %10s\n' "redis single client" "$(field pairs_per_s "$r_one")" "" "$(field p50_ms "$r_one")" "$(field p99_ms "$r_one")"
 printf 'corral-ratelimiter RSS with 10,000 live leases: %s MiB (target <= 64)\n' "$rss_mib"
 printf 'targets: contended ratio >= 1.0 (stretch 2.0); uncontended grant p99 <= 1 ms\n'
 echo "RESULT ratelimiter pairs_per_s=$(field pairs_per_s "$c_cont") redis_pairs_per_s=$(field pairs_per_s "$r_cont") ratio=$ratio p99_ms=$(field p99_ms "$c_open")"
