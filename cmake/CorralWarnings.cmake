@@ -6,6 +6,10 @@ function(corral_warnings target)
     -Wno-dangling-pointer
     # Designated initializers that leave fields at their defaults are the intended idiom.
     -Wno-missing-field-initializers)
+  if(CORRAL_SANITIZE)
+    # Sanitizer instrumentation makes GCC 12 report uninitialized-use false positives inside libstdc++.
+    target_compile_options(${target} PRIVATE -Wno-maybe-uninitialized)
+  endif()
   if(CORRAL_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()

@@ -1,0 +1,237 @@
+#include "services/sandbox_host/spawn.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "services/sandbox_host/landlock.h"
+
+namespace corral::sandbox {
+namespace {
+
+// Steps the child reports through the error pipe when one fails.
+enum Stage : int { kDup = 1, kSetns, kCgroup, kRlimit, kSetgroups, kSetgid, kSetuid, kNoNewPrivs, kLandlock, kChdir, kExec };
+
+const char* StageName(int stage) {
+  switch (stage) {
+    case kDup: return "redirecting stdio";
+    case kSetns: return "joining the sandbox's namespaces";
+    case kCgroup: return "joining the sandbox's cgroup";
+    case kRlimit: return "setting rlimits";
+    case kSetgroups: return "dropping supplementary groups";
+    case kSetgid: return "switching gid";
+    case kSetuid: return "switching uid";
+    case kNoNewPrivs: return "setting no_new_privs";
+    case kLandlock: return "enforcing Landlock";
+    case kChdir: return "entering the working directory";
+    case kExec: return "exec";
+    default: return "setup";
+  }
+}
+
+struct ChildError {
+  int stage;
+  int err;
+};
+
+[[noreturn]] void ChildFail(int error_fd, int stage) {
+  ChildError e{stage, errno};
+  ssize_t ignored = write(error_fd, &e, sizeof(e));
+  (void)ignored;
+  _exit(stage == kExec ? (e.err == ENOENT ? 127 : 126) : 125);
+}
+
+std::string Resolve(const std::string& cmd, const std::vector<std::string>& env) {
+  if (cmd.find('/') != std::string::npos) return cmd;
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (const auto& kv : env) {
+    if (absl::StartsWith(kv, "PATH=")) path = kv.substr(5);
+  }
+  for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
+    std::string candidate = absl::StrCat(dir, "/", cmd);
+    struct stat st {};
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111)) return candidate;
+  }
+  return cmd;  // exec will fail with ENOENT, reported as exit 127
+}
+
+bool SetLimit(int resource, int64_t value) {
+  if (value <= 0) return true;
+  rlimit rl{static_cast<rlim_t>(value), static_cast<rlim_t>(value)};
+  return setrlimit(resource, &rl) == 0;
+}
+
+}  // namespace
+
+absl::Status ValidateRlimits(const Rlimits& r, const Rlimits& c) {
+  struct Check {
+    const char* name;
+    int64_t value, ceiling;
+  } checks[] = {{"nproc", r.nproc, c.nproc},
+                {"address_space_bytes", r.address_space_bytes, c.address_space_bytes},
+                {"nofile", r.nofile, c.nofile},
+                {"file_size_bytes", r.file_size_bytes, c.file_size_bytes},
+                {"cpu_seconds", r.cpu_seconds, c.cpu_seconds}};
+  for (const Check& check : checks) {
+    if (check.value < 0) return absl::InvalidArgumentError(absl::StrCat(check.name, " must not be negative"));
+    if (check.ceiling > 0 && check.value > check.ceiling) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(check.name, " ", check.value, " is above the host's ceiling of ", check.ceiling));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
+  if (spec.argv.empty()) return absl::InvalidArgumentError("empty command");
+  // Everything the child needs is built here: after fork only async-signal-safe calls are made.
+  const std::string path = Resolve(spec.argv[0], spec.env);
+  std::vector<char*> argv, envp;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  int in[2] = {-1, -1}, out[2], err[2], status_pipe[2];
+  if ((spec.pipe_stdin && pipe2(in, O_CLOEXEC) != 0) || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 ||
+      pipe2(status_pipe, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+  }
+  UniqueFd in_r(in[0]), in_w(in[1]), out_r(out[0]), out_w(out[1]), err_r(err[0]), err_w(err[1]);
+  UniqueFd status_r(status_pipe[0]), status_w(status_pipe[1]);
+  int null_fd = spec.pipe_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
+  UniqueFd null_guard(null_fd);
+
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  if (pid == 0) {
+    const int efd = status_w.get();
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    setsid();  // own session and process group: a timeout kills the whole group
+    if (dup2(spec.pipe_stdin ? in_r.get() : null_fd, 0) < 0 || dup2(out_w.get(), 1) < 0 || dup2(err_w.get(), 2) < 0) {
+      ChildFail(efd, kDup);
+    }
+    if (spec.mountns_fd >= 0 && setns(spec.mountns_fd, CLONE_NEWNS) != 0) ChildFail(efd, kSetns);
+    if (spec.netns_fd >= 0 && setns(spec.netns_fd, CLONE_NEWNET) != 0) ChildFail(efd, kSetns);
+    for (int fd : spec.cgroup_procs_fds) {
+      if (write(fd, "0", 1) != 1) ChildFail(efd, kCgroup);  // "0" moves the writing process
+    }
+    const Rlimits& l = spec.limits;
+    if (!SetLimit(RLIMIT_NPROC, l.nproc) || !SetLimit(RLIMIT_AS, l.address_space_bytes) ||
+        !SetLimit(RLIMIT_NOFILE, l.nofile) || !SetLimit(RLIMIT_FSIZE, l.file_size_bytes) ||
+        !SetLimit(RLIMIT_CPU, l.cpu_seconds)) {
+      ChildFail(efd, kRlimit);
+    }
+    if (!l.core_dumps) {
+      rlimit none_core{0, 0};
+      if (setrlimit(RLIMIT_CORE, &none_core) != 0) ChildFail(efd, kRlimit);
+    }
+    if (setgroups(0, nullptr) != 0) ChildFail(efd, kSetgroups);
+    if (setresgid(spec.gid, spec.gid, spec.gid) != 0) ChildFail(efd, kSetgid);
+    if (setresuid(spec.uid, spec.uid, spec.uid) != 0) ChildFail(efd, kSetuid);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(efd, kNoNewPrivs);
+    if (spec.landlock_fd >= 0) {
+      int e = RestrictSelf(spec.landlock_fd);
+      if (e != 0) {
+        errno = e;
+        ChildFail(efd, kLandlock);
+      }
+    }
+    if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) ChildFail(efd, kChdir);
+    execve(path.c_str(), argv.data(), envp.data());
+    ChildFail(efd, kExec);
+  }
+  status_w.Reset();
+  in_r.Reset();
+  out_w.Reset();
+  err_w.Reset();
+  ChildError child_error{};
+  ssize_t n;
+  do {
+    n = read(status_r.get(), &child_error, sizeof(child_error));
+  } while (n < 0 && errno == EINTR);
+  Spawned result;
+  result.pid = pid;
+  if (n == static_cast<ssize_t>(sizeof(child_error))) {
+    if (child_error.stage != kExec) {
+      waitpid(pid, nullptr, 0);
+      return absl::InternalError(absl::StrCat("sandbox process setup failed while ", StageName(child_error.stage),
+                                              ": ", strerror(child_error.err)));
+    }
+    result.exec_errno = child_error.err;
+  }
+  fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
+  fcntl(err_r.get(), F_SETFL, O_NONBLOCK);
+  result.stdin_fd = std::move(in_w);
+  result.stdout_fd = std::move(out_r);
+  result.stderr_fd = std::move(err_r);
+  return result;
+}
+
+std::vector<pid_t> ProcessesOf(uid_t uid) {
+  std::vector<pid_t> pids;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (dirent* e = readdir(proc)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
+    std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+    std::string line;
+    bool dead = false;  // zombies run no code; whoever waits for them reaps them
+    while (std::getline(status, line)) {
+      if (absl::StartsWith(line, "State:")) {
+        dead = line.find('Z') != std::string::npos || line.find('X') != std::string::npos;
+        continue;
+      }
+      if (!absl::StartsWith(line, "Uid:")) continue;
+      const std::string ids = line.substr(4);
+      std::vector<absl::string_view> f = absl::StrSplit(ids, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+      for (size_t i = 0; i < f.size() && i < 3 && !dead; ++i) {
+        uint32_t u = 0;
+        if (absl::SimpleAtoi(f[i], &u) && u == uid) {
+          pids.push_back(pid);
+          break;
+        }
+      }
+      break;
+    }
+  }
+  closedir(proc);
+  return pids;
+}
+
+bool KillAllOf(uid_t uid, int rounds) {
+  for (int round = 0; round < rounds; ++round) {
+    if (ProcessesOf(uid).empty()) return true;
+    // kill(-1) from a process running as `uid` reaches exactly that uid's processes, wherever they are in
+    // the process tree; forks racing with it are caught by the next round.
+    pid_t killer = fork();
+    if (killer == 0) {
+      if (setresuid(uid, uid, uid) != 0) _exit(1);
+      kill(-1, SIGKILL);
+      _exit(0);
+    }
+    if (killer > 0) waitpid(killer, nullptr, 0);
+  }
+  return ProcessesOf(uid).empty();
+}
+
+}  // namespace corral::sandbox

@@ -1,0 +1,67 @@
+// Starting a sandbox process: fork, then in the child (async-signal-safe only) join the sandbox's namespaces
+// and cgroups, set rlimits, drop to the sandbox's uid/gid with no supplementary groups, set
+// PR_SET_NO_NEW_PRIVS, enforce Landlock, and exec with a scrubbed environment. Everything that allocates is
+// prepared in the host before the fork. Also the uid sweep that teardown and timeouts rely on.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "libs/core/unique_fd.h"
+
+namespace corral::sandbox {
+
+// Resource limits of one process (and, for NPROC, of the sandbox's uid). 0 = not set.
+struct Rlimits {
+  int64_t nproc = 0;
+  int64_t address_space_bytes = 0;
+  int64_t nofile = 0;
+  int64_t file_size_bytes = 0;
+  int64_t cpu_seconds = 0;
+  bool core_dumps = false;  // false: RLIMIT_CORE 0
+};
+
+// INVALID_ARGUMENT naming the limit when a requested value is negative or above its ceiling (so absurd values
+// such as 2^63 never reach the kernel).
+absl::Status ValidateRlimits(const Rlimits& requested, const Rlimits& ceilings);
+
+struct SpawnSpec {
+  std::vector<std::string> argv;  // argv[0]: absolute, or searched in the PATH given in `env`
+  std::vector<std::string> env;   // complete environment, "KEY=VALUE"
+  std::string cwd;                // host path of the working directory
+  uid_t uid = 0;
+  gid_t gid = 0;
+  Rlimits limits;
+  int landlock_fd = -1;              // ruleset to enforce, or -1
+  int mountns_fd = -1;               // mount namespace to join, or -1
+  int netns_fd = -1;                 // network namespace to join, or -1
+  std::vector<int> cgroup_procs_fds;  // cgroup.procs files to join (opened for writing by the host)
+  bool pipe_stdin = false;           // otherwise stdin is /dev/null
+};
+
+struct Spawned {
+  pid_t pid = -1;
+  UniqueFd stdin_fd;   // write end, when pipe_stdin
+  UniqueFd stdout_fd;  // read ends, non-blocking
+  UniqueFd stderr_fd;
+  // Set when the command could not be executed (ENOENT, EACCES…): the child already exited with 127/126,
+  // like a shell; the caller reports that rather than an RPC error.
+  int exec_errno = 0;
+};
+
+// INTERNAL when the host cannot fork or a privilege step fails in the child (the message names the step).
+// The child leads its own session and process group (pid == pgid), so a timeout can kill the whole group.
+absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec);
+
+// pids of every live (non-zombie) process whose real, effective or saved uid is `uid`.
+std::vector<pid_t> ProcessesOf(uid_t uid);
+
+// SIGKILLs every process running as `uid` — including ones that left the process group with setsid — from a
+// helper that switches to that uid and calls kill(-1), repeated until none is left or `rounds` pass.
+// Returns true when no process of the uid remains.
+bool KillAllOf(uid_t uid, int rounds = 20);
+
+}  // namespace corral::sandbox

@@ -1,0 +1,135 @@
+#include "services/sandbox_host/spawn.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+#include "services/sandbox_host/landlock.h"
+
+namespace corral::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr uid_t kUid = 20931;  // a uid nothing else on this machine uses
+
+// Reads a pipe until EOF.
+std::string Drain(int fd) {
+  std::string out;
+  char buf[4096];
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    poll(&p, 1, 10000);
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      out.append(buf, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EAGAIN) {
+      return out;
+    }
+  }
+}
+
+class SpawnTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "switching uids needs root";
+    home_ = fs::path(::testing::TempDir()) / ("spawn-" + std::to_string(getpid()));
+    fs::create_directories(home_);
+    chown(home_.c_str(), kUid, kUid);
+    fs::permissions(home_, fs::perms::owner_all, fs::perm_options::replace);
+  }
+  void TearDown() override {
+    KillAllOf(kUid);
+    fs::remove_all(home_);
+  }
+
+  SpawnSpec Spec(std::vector<std::string> argv) {
+    SpawnSpec spec;
+    spec.argv = std::move(argv);
+    spec.env = {"PATH=/usr/bin:/bin", "HOME=" + home_.string(), "USER=sandbox"};
+    spec.cwd = home_.string();
+    spec.uid = kUid;
+    spec.gid = kUid;
+    return spec;
+  }
+
+  // Runs to completion; returns {exit status, stdout}.
+  std::pair<int, std::string> Run(const SpawnSpec& spec) {
+    auto spawned = Spawn(spec);
+    EXPECT_THAT(spawned, IsOk());
+    if (!spawned.ok()) return {-1, ""};
+    std::string out = Drain(spawned->stdout_fd.get());
+    int status = 0;
+    waitpid(spawned->pid, &status, 0);
+    return {status, out};
+  }
+
+  fs::path home_;
+};
+
+TEST_F(SpawnTest, RunsAsTheSandboxUidWithNoGroupsAndAScrubbedEnvironment) {
+  auto [status, out] = Run(Spec({"sh", "-c", "id -u; id -G; env | sort | tr '\\n' ' '"}));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(out.substr(0, out.find('\n')), std::to_string(kUid));
+  EXPECT_THAT(out, HasSubstr("\n" + std::to_string(kUid) + "\n"));  // the only group is its own gid
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("CORRAL_")));
+  EXPECT_THAT(out, HasSubstr("HOME=" + home_.string()));
+}
+
+TEST_F(SpawnTest, NoNewPrivsAndRlimitsAreInForce) {
+  SpawnSpec spec = Spec({"sh", "-c", "ulimit -n; ulimit -c; grep NoNewPrivs /proc/self/status"});
+  spec.limits.nofile = 64;
+  auto [status, out] = Run(spec);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_THAT(out, HasSubstr("64\n0\n"));
+  EXPECT_THAT(out, HasSubstr("NoNewPrivs:\t1"));
+}
+
+TEST_F(SpawnTest, MissingCommandExitsLikeAShell) {
+  auto spawned = Spawn(Spec({"no-such-command-xyz"}));
+  ASSERT_THAT(spawned, IsOk());
+  EXPECT_EQ(spawned->exec_errno, ENOENT);
+  int status = 0;
+  waitpid(spawned->pid, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 127);
+}
+
+TEST_F(SpawnTest, LandlockKeepsTheProcessOutOfOtherDirectories) {
+  if (LandlockAbi() < 1) GTEST_SKIP() << "no Landlock";
+  LandlockPolicy policy;
+  policy.read_write = {home_.string()};
+  auto ruleset = BuildRuleset(PlanRuleset(LandlockAbi(), policy), policy);
+  ASSERT_THAT(ruleset, IsOk());
+  SpawnSpec spec = Spec({"sh", "-c", "touch ok && ls /root >/dev/null 2>&1; echo $?"});
+  spec.landlock_fd = ruleset->get();
+  auto [status, out] = Run(spec);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(out, "2\n");  // ls fails: permission denied
+  EXPECT_TRUE(fs::exists(home_ / "ok"));
+}
+
+TEST_F(SpawnTest, KillAllOfReachesSetsidEscapees) {
+  // The shell starts a grandchild in a new session (out of the process group) and exits.
+  auto [status, out] = Run(Spec({"sh", "-c", "setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo started"}));
+  EXPECT_EQ(out, "started\n");
+  EXPECT_FALSE(ProcessesOf(kUid).empty());
+  EXPECT_TRUE(KillAllOf(kUid));
+  EXPECT_TRUE(ProcessesOf(kUid).empty());
+}
+
+TEST(ValidateRlimits, RejectsNegativeAndAboveCeiling) {
+  Rlimits ceiling{.nproc = 256, .address_space_bytes = 1LL << 33, .nofile = 1024};
+  EXPECT_THAT(ValidateRlimits({.nproc = 100}, ceiling), IsOk());
+  EXPECT_THAT(ValidateRlimits({.nproc = -1}, ceiling), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nproc")));
+  EXPECT_THAT(ValidateRlimits({.address_space_bytes = INT64_MAX}, ceiling),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ceiling")));
+}
+
+}  // namespace
+}  // namespace corral::sandbox
