@@ -96,6 +96,12 @@ absl::StatusOr<UniqueFd> BuildRuleset(const RulesetPlan& plan, const LandlockPol
   for (const auto& p : policy.read_only) {
     if (auto s = AddPathRule(ruleset.get(), p, kReadFile | kReadDir, all); !s.ok()) return s;
   }
+  for (int dir_fd : policy.read_only_fds) {
+    PathBeneathAttr rule{(kReadFile | kReadDir) & all, dir_fd};
+    if (syscall(SYS_landlock_add_rule, ruleset.get(), kRulePathBeneath, &rule, 0) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("landlock rule for a namespace directory: ", strerror(errno)));
+    }
+  }
   for (const auto& p : policy.devices) {
     if (auto s = AddPathRule(ruleset.get(), p, kReadFile | kWriteFile | kIoctlDev, all); !s.ok()) return s;
   }

@@ -43,6 +43,9 @@ struct LandlockPolicy {
   std::vector<std::string> read_exec = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"};
   std::vector<std::string> read_only = {"/proc", "/sys"};
   std::vector<std::string> devices = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"};
+  // Read-only directories given as open O_PATH descriptors — e.g. the sandbox's own /proc, whose inodes are
+  // not the host's (a path-based rule on "/proc" would not cover it).
+  std::vector<int> read_only_fds;
   NetworkPolicy network = NetworkPolicy::kOpen;
   std::vector<uint16_t> connect_ports;  // kProxyOnly: the only TCP ports connect() may reach
 };

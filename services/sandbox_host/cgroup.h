@@ -1,0 +1,62 @@
+// A cgroup per sandbox (memory limit, pids limit, cpu weight), created beneath the host process's own cgroup:
+// cgroup v2 where the host's cgroup is delegated to it, the v1 memory/pids/cpu hierarchies otherwise. Removed
+// on teardown, once the sandbox's processes are gone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "libs/core/unique_fd.h"
+
+namespace corral::sandbox {
+
+enum class CgroupMode { kNone, kV1, kV2 };
+
+struct CgroupLimits {
+  uint64_t memory_bytes = 0;  // 0 = unlimited
+  uint32_t max_pids = 0;      // 0 = unlimited
+  uint32_t cpu_weight = 100;  // v2 scale 1..10000 (v1: cpu.shares = weight * 1024 / 100)
+};
+
+// One sandbox's cgroup (a directory per v1 controller, or one v2 directory). Move-only.
+class SandboxCgroup {
+ public:
+  SandboxCgroup() = default;
+  SandboxCgroup(SandboxCgroup&&) = default;
+  SandboxCgroup& operator=(SandboxCgroup&&) = default;
+
+  // Open cgroup.procs files: a spawned child writes "0" to each to join.
+  std::vector<int> procs_fds() const;
+  // Removes the directories (the cgroup must be empty). Idempotent.
+  absl::Status Remove();
+  const std::vector<std::string>& dirs() const { return dirs_; }
+
+ private:
+  friend class CgroupManager;
+  std::vector<std::string> dirs_;
+  std::vector<UniqueFd> procs_;
+};
+
+// Immutable after Detect; thread-safe.
+class CgroupManager {
+ public:
+  // Finds what this host may use. Never fails: without cgroups the mode is kNone and sandboxes rely on rlimits.
+  static CgroupManager Detect(const std::string& name = "corral");
+
+  CgroupMode mode() const { return mode_; }
+  const std::vector<std::string>& controllers() const { return controllers_; }
+  std::string Describe() const;
+
+  // Creates the sandbox's cgroup and applies `limits`. FAILED_PRECONDITION naming the file that could not be
+  // written; nothing is left behind on error.
+  absl::StatusOr<SandboxCgroup> Create(const std::string& sandbox_id, const CgroupLimits& limits) const;
+
+ private:
+  CgroupMode mode_ = CgroupMode::kNone;
+  std::vector<std::string> controllers_;
+  std::vector<std::string> parents_;  // per controller (v1) or one (v2): where sandbox cgroups are created
+};
+
+}  // namespace corral::sandbox

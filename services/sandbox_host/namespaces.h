@@ -1,0 +1,30 @@
+// A sandbox's persistent private filesystem view (and, for network policy `none`, its own network namespace):
+// a helper process unshares, sets the view up, and the host keeps the namespaces open by file descriptor;
+// every exec joins them with setns. Inside: a fresh procfs mounted hidepid=invisible, /tmp bound to
+// $HOME/.tmp, each task path /P bound to $HOME/P. The host's own /proc and mounts are never changed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "libs/core/unique_fd.h"
+
+namespace corral::sandbox {
+
+struct SandboxNamespaces {
+  UniqueFd mnt;         // the mount namespace (always set on success)
+  UniqueFd net;         // the network namespace, when a private one was asked for
+  UniqueFd proc_root;   // O_PATH of the sandbox's own /proc, for Landlock rules (its inodes differ from the host's)
+  bool hidepid = false;
+};
+
+// True when this process may create mount namespaces (CAP_SYS_ADMIN and no seccomp/LSM denial).
+bool CanCreateMountNamespaces();
+
+// `home` must contain `.tmp` and one directory per task path; task path mount points are created (empty,
+// root-owned) on the host if missing. INTERNAL naming the step that failed.
+absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, const std::vector<std::string>& task_paths,
+                                                   bool private_network);
+
+}  // namespace corral::sandbox
