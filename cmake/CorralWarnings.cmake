@@ -2,8 +2,6 @@
 function(corral_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
     -Wcast-align -Woverloaded-virtual -Wimplicit-fallthrough
-    # GCC 12 reports false dangling-pointer positives inside yaml-cpp and gRPC headers.
-    -Wno-dangling-pointer
     # Designated initializers that leave fields at their defaults are the intended idiom.
     -Wno-missing-field-initializers)
   if(CORRAL_SANITIZE)

@@ -196,8 +196,8 @@ absl::Status ConfigSchema::ApplyNode(Entry& e, const YAML::Node& node) {
 absl::Status ConfigSchema::ApplyMapping(const YAML::Node& map, const std::string& prefix,
                                         absl::string_view source) {
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& key_node = it->first;
-    const YAML::Node& value = it->second;
+    const YAML::Node key_node = it->first;
+    const YAML::Node value = it->second;
     const int line = key_node.Mark().line + 1;
     if (!key_node.IsScalar()) {
       return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": keys must be plain names"));

@@ -81,7 +81,7 @@ absl::StatusOr<std::vector<LimitSpec>> ParseLimitsYaml(const YAML::Node& node) {
     bool has_kind = false;
     for (auto it = item.begin(); it != item.end(); ++it) {
       const std::string field = it->first.as<std::string>();
-      const YAML::Node& v = it->second;
+      const YAML::Node v = it->second;
       if (!v.IsScalar()) return bad(absl::StrCat("field '", field, "' must be a single value"));
       try {
         if (field == "name") {
