@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <fstream>
 
 #include "absl/strings/str_split.h"
@@ -21,7 +23,11 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-constexpr uid_t kUid = 20932;
+// A uid of its own per test: ctest runs test cases in parallel processes, and each sweeps its uid.
+uid_t TestUid() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return 21000 + static_cast<uid_t>(std::hash<std::string>()(std::string(info->test_suite_name()) + "." + info->name()) % 8000);
+}
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
@@ -49,11 +55,11 @@ class IsolationTest : public ::testing::Test {
     home_ = fs::path("/var/tmp") / ("corral-iso-" + std::to_string(getpid()));
     fs::create_directories(home_ / ".tmp");
     fs::create_directories(home_ / "workspace");
-    for (const auto& p : {home_, home_ / ".tmp", home_ / "workspace"}) chown(p.c_str(), kUid, kUid);
+    for (const auto& p : {home_, home_ / ".tmp", home_ / "workspace"}) chown(p.c_str(), TestUid(), TestUid());
     fs::permissions(home_, fs::perms::owner_all, fs::perm_options::replace);
   }
   void TearDown() override {
-    KillAllOf(kUid);
+    KillAllOf(TestUid());
     fs::remove_all(home_);
   }
   SpawnSpec Spec(const std::string& script) {
@@ -61,8 +67,8 @@ class IsolationTest : public ::testing::Test {
     spec.argv = {"/bin/sh", "-c", script};
     spec.env = {"PATH=/usr/bin:/bin", "HOME=" + home_.string()};
     spec.cwd = home_.string();
-    spec.uid = kUid;
-    spec.gid = kUid;
+    spec.uid = TestUid();
+    spec.gid = TestUid();
     return spec;
   }
   fs::path home_;
@@ -108,8 +114,8 @@ TEST_F(IsolationTest, PidsLimitContainsAForkBomb) {
   ASSERT_THAT(spawned, IsOk());
   int status = 0;
   waitpid(spawned->pid, &status, 0);
-  EXPECT_LE(ProcessesOf(kUid).size(), 16u);
-  EXPECT_TRUE(KillAllOf(kUid));
+  EXPECT_LE(ProcessesOf(TestUid()).size(), 16u);
+  EXPECT_TRUE(KillAllOf(TestUid()));
   ASSERT_THAT(cg->Remove(), IsOk());
 }
 
@@ -122,8 +128,8 @@ TEST_F(IsolationTest, PrivateViewHidesOtherProcessesAndBindsTmpAndTaskPaths) {
   SpawnSpec spec = Spec(
       "echo hi > /tmp/t && echo w > /workspace/w && ls /proc | grep -c '^[0-9]' && cat /proc/net/dev | grep -c ':'");
   // A uid no other test used: zombies of earlier tests (reaped by init, not us) would be visible as its own.
-  spec.uid = spec.gid = kUid + 1;
-  for (const auto& p : {home_, home_ / ".tmp", home_ / "workspace"}) chown(p.c_str(), kUid + 1, kUid + 1);
+  spec.uid = spec.gid = TestUid() + 1;
+  for (const auto& p : {home_, home_ / ".tmp", home_ / "workspace"}) chown(p.c_str(), TestUid() + 1, TestUid() + 1);
   spec.mountns_fd = ns->mnt.get();
   spec.netns_fd = ns->net.get();
   auto [status, out] = RunToEnd(spec);

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -17,7 +19,11 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-constexpr uid_t kUid = 20931;  // a uid nothing else on this machine uses
+// A uid of its own per test: ctest runs test cases in parallel processes, and each sweeps its uid.
+uid_t TestUid() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return 21000 + static_cast<uid_t>(std::hash<std::string>()(std::string(info->test_suite_name()) + "." + info->name()) % 8000);
+}
 
 // Reads a pipe until EOF.
 std::string Drain(int fd) {
@@ -41,11 +47,11 @@ class SpawnTest : public ::testing::Test {
     if (geteuid() != 0) GTEST_SKIP() << "switching uids needs root";
     home_ = fs::path(::testing::TempDir()) / ("spawn-" + std::to_string(getpid()));
     fs::create_directories(home_);
-    chown(home_.c_str(), kUid, kUid);
+    chown(home_.c_str(), TestUid(), TestUid());
     fs::permissions(home_, fs::perms::owner_all, fs::perm_options::replace);
   }
   void TearDown() override {
-    KillAllOf(kUid);
+    KillAllOf(TestUid());
     fs::remove_all(home_);
   }
 
@@ -54,8 +60,8 @@ class SpawnTest : public ::testing::Test {
     spec.argv = std::move(argv);
     spec.env = {"PATH=/usr/bin:/bin", "HOME=" + home_.string(), "USER=sandbox"};
     spec.cwd = home_.string();
-    spec.uid = kUid;
-    spec.gid = kUid;
+    spec.uid = TestUid();
+    spec.gid = TestUid();
     return spec;
   }
 
@@ -76,8 +82,8 @@ class SpawnTest : public ::testing::Test {
 TEST_F(SpawnTest, RunsAsTheSandboxUidWithNoGroupsAndAScrubbedEnvironment) {
   auto [status, out] = Run(Spec({"sh", "-c", "id -u; id -G; env | sort | tr '\\n' ' '"}));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  EXPECT_EQ(out.substr(0, out.find('\n')), std::to_string(kUid));
-  EXPECT_THAT(out, HasSubstr("\n" + std::to_string(kUid) + "\n"));  // the only group is its own gid
+  EXPECT_EQ(out.substr(0, out.find('\n')), std::to_string(TestUid()));
+  EXPECT_THAT(out, HasSubstr("\n" + std::to_string(TestUid()) + "\n"));  // the only group is its own gid
   EXPECT_THAT(out, ::testing::Not(HasSubstr("CORRAL_")));
   EXPECT_THAT(out, HasSubstr("HOME=" + home_.string()));
 }
@@ -118,9 +124,9 @@ TEST_F(SpawnTest, KillAllOfReachesSetsidEscapees) {
   // The shell starts a grandchild in a new session (out of the process group) and exits.
   auto [status, out] = Run(Spec({"sh", "-c", "setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo started"}));
   EXPECT_EQ(out, "started\n");
-  EXPECT_FALSE(ProcessesOf(kUid).empty());
-  EXPECT_TRUE(KillAllOf(kUid));
-  EXPECT_TRUE(ProcessesOf(kUid).empty());
+  EXPECT_FALSE(ProcessesOf(TestUid()).empty());
+  EXPECT_TRUE(KillAllOf(TestUid()));
+  EXPECT_TRUE(ProcessesOf(TestUid()).empty());
 }
 
 TEST(ValidateRlimits, RejectsNegativeAndAboveCeiling) {
