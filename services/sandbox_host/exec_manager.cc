@@ -1,0 +1,367 @@
+#include "services/sandbox_host/exec_manager.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "libs/core/logging.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::sandbox {
+namespace {
+
+constexpr int kStdout = 0, kStderr = 1, kExitFd = 2;
+constexpr size_t kChunk = 64 * 1024;
+constexpr absl::Duration kDrainAfterExit = absl::Milliseconds(200);  // background children may hold the pipes
+
+constexpr int kPidfdIdType = 3;  // P_PIDFD (Linux 5.4), not in every libc's headers
+
+uint64_t Tag(uint64_t key, int which) { return key << 2 | static_cast<uint64_t>(which); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------- Execution
+
+void Execution::SetListener(std::function<void()> listener) {
+  {
+    absl::MutexLock lock(&mu_);
+    listener_ = std::move(listener);
+  }
+  Notify();  // something may already be waiting
+}
+
+void Execution::Notify() {
+  std::function<void()> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    listener = listener_;
+  }
+  if (listener) listener();
+}
+
+bool Execution::exited() const {
+  absl::MutexLock lock(&mu_);
+  return exit_.has_value();
+}
+
+std::optional<OutputEvent> Execution::Next() {
+  absl::MutexLock lock(&mu_);
+  if (!buffer_.empty()) {
+    OutputEvent e = std::move(buffer_.front());
+    buffer_.pop_front();
+    buffered_ -= e.data.size();
+    // Room again: resume reading what the process writes.
+    for (auto [pipe, which] : {std::pair{&out_, kStdout}, std::pair{&err_, kStderr}}) {
+      if (pipe->paused && !pipe->eof && buffered_ < options_.buffer_limit) {
+        pipe->paused = false;
+        manager_->Watch(key_, which, pipe->fd.get());
+      }
+    }
+    return e;
+  }
+  if (exit_ && out_.eof && err_.eof && !sweeping_ && !exit_delivered_) {
+    exit_delivered_ = true;
+    ExitInfo final_info = *exit_;  // output read after the exit counts too
+    final_info.stdout_bytes = stdout_bytes_;
+    final_info.stderr_bytes = stderr_bytes_;
+    final_info.dropped_bytes = dropped_bytes_;
+    return OutputEvent{OutputEvent::kExit, "", final_info};
+  }
+  return std::nullopt;
+}
+
+void Execution::Kill(ExitReason reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (exit_ || sweeping_) return;
+    if (!kill_reason_) kill_reason_ = reason;
+    sweeping_ = true;  // the exit is reported only once nothing of the uid runs any more
+  }
+  kill(-pid_, SIGKILL);       // the whole process group…
+  KillAllOf(sandbox_->uid);   // …then everything else running as the sandbox's uid (setsid escapees)
+  {
+    absl::MutexLock lock(&mu_);
+    sweeping_ = false;
+  }
+  Notify();
+}
+
+void Execution::CloseOutputs() {
+  for (Pipe* pipe : {&out_, &err_}) {
+    if (!pipe->eof) {
+      manager_->Unwatch(pipe->fd.get());
+      pipe->fd.Reset();
+      pipe->eof = true;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- ExecManager
+
+ExecManager::ExecManager(Clock* clock) : clock_(clock) {
+  epoll_.Reset(epoll_create1(EPOLL_CLOEXEC));
+  wake_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  epoll_event ev{EPOLLIN, {.u64 = 0}};
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+ExecManager::~ExecManager() {
+  std::vector<std::shared_ptr<Execution>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, e] : executions_) all.push_back(e);
+  }
+  for (auto& e : all) {
+    clock_->Cancel(e->timeout_timer_);
+    e->Kill(ExitReason::kKilled);
+  }
+  uint64_t one = 1;
+  ssize_t ignored = write(wake_.get(), &one, sizeof(one));
+  (void)ignored;
+  thread_.join();
+}
+
+size_t ExecManager::running() const {
+  absl::MutexLock lock(&mu_);
+  return executions_.size();
+}
+
+void ExecManager::Watch(uint64_t key, int which, int fd) {
+  epoll_event ev{EPOLLIN, {.u64 = Tag(key, which)}};
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
+}
+
+void ExecManager::Unwatch(int fd) {
+  if (fd >= 0) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+}
+
+absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<const Sandbox> sandbox, ExecOptions options) {
+  if (options.argv.empty() || options.argv[0].empty()) return absl::InvalidArgumentError("argv must not be empty");
+  for (const auto& [k, v] : options.env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
+        v.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("env name '", k, "' is invalid"));
+    }
+    if (k == "HOME" || k == "USER" || k == "CORRAL_SANDBOX_ID") {
+      return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
+    }
+  }
+  SpawnSpec spec = sandbox->SpawnFor(options.argv, options.env, options.cwd);
+  spec.pipe_stdin = true;
+  // Held until the pid is tracked, so the orphan reaper cannot take a fresh child's exit status.
+  absl::MutexLock spawn_lock(&spawn_mu_);
+  auto spawned = Spawn(spec);
+  if (!spawned.ok()) return spawned.status();
+
+  auto e = std::shared_ptr<Execution>(new Execution());
+  e->manager_ = this;
+  e->pid_ = spawned->pid;
+  e->sandbox_ = std::move(sandbox);
+  e->start_ = clock_->Now();
+  e->options_ = std::move(options);
+  e->pidfd_.Reset(static_cast<int>(syscall(SYS_pidfd_open, spawned->pid, 0)));
+  {
+    absl::MutexLock lock(&e->mu_);
+    e->out_.fd = std::move(spawned->stdout_fd);
+    e->err_.fd = std::move(spawned->stderr_fd);
+    if (spawned->exec_errno != 0) {
+      e->buffer_.push_back({OutputEvent::kStderr, absl::StrCat(e->options_.argv[0], ": ", strerror(spawned->exec_errno), "\n")});
+      e->buffered_ += e->buffer_.back().data.size();
+    }
+  }
+  // Stdin: small inputs fit the pipe; larger ones are written by a helper thread so the host never blocks.
+  if (!e->options_.stdin_data.empty()) {
+    std::thread([fd = std::move(spawned->stdin_fd), data = e->options_.stdin_data]() mutable {
+      signal(SIGPIPE, SIG_IGN);
+      size_t off = 0;
+      while (off < data.size()) {
+        ssize_t n = write(fd.get(), data.data() + off, data.size() - off);
+        if (n <= 0 && errno != EINTR) break;
+        if (n > 0) off += static_cast<size_t>(n);
+      }
+    }).detach();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    e->key_ = next_key_++;
+    executions_.emplace(e->key_, e);
+  }
+  {
+    absl::MutexLock lock(&e->mu_);
+    Watch(e->key_, kStdout, e->out_.fd.get());
+    Watch(e->key_, kStderr, e->err_.fd.get());
+  }
+  Watch(e->key_, kExitFd, e->pidfd_.get());
+  if (e->options_.timeout > absl::ZeroDuration()) {
+    std::weak_ptr<Execution> weak = e;
+    e->timeout_timer_ = clock_->RunAfter(e->options_.timeout, [weak] {
+      if (auto strong = weak.lock()) strong->Kill(ExitReason::kTimedOut);
+    });
+  }
+  return e;
+}
+
+void ExecManager::Loop() {
+  epoll_event events[64];
+  absl::Time next_sweep = absl::Now();
+  while (true) {
+    int n = epoll_wait(epoll_.get(), events, 64, 1000);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t tag = events[i].data.u64;
+      if (tag == 0) return;  // woken to stop
+      const uint64_t key = tag >> 2;
+      const int which = static_cast<int>(tag & 3);
+      if (which == kExitFd) {
+        OnProcessExit(key);
+      } else {
+        OnReadable(key, which);
+      }
+    }
+    if (absl::Now() >= next_sweep) {
+      ReapOrphans();
+      next_sweep = absl::Now() + absl::Seconds(1);
+    }
+  }
+}
+
+std::shared_ptr<Execution> ExecManager::Find(uint64_t key) {
+  absl::MutexLock lock(&mu_);
+  auto it = executions_.find(key);
+  return it == executions_.end() ? nullptr : it->second;
+}
+
+void ExecManager::OnReadable(uint64_t key, int which) {
+  std::shared_ptr<Execution> e = Find(key);
+  if (e == nullptr) return;
+  bool notify = false;
+  {
+    absl::MutexLock lock(&e->mu_);
+    Execution::Pipe& pipe = which == kStdout ? e->out_ : e->err_;
+    if (pipe.eof || pipe.paused) return;
+    char buf[kChunk];
+    ssize_t r = read(pipe.fd.get(), buf, sizeof(buf));
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (r <= 0) {
+      Unwatch(pipe.fd.get());
+      pipe.fd.Reset();
+      pipe.eof = true;
+      notify = true;
+    } else {
+      const uint64_t n = static_cast<uint64_t>(r);
+      (which == kStdout ? e->stdout_bytes_ : e->stderr_bytes_) += n;
+      uint64_t keep = n;
+      if (e->options_.max_output_bytes > 0) {
+        const uint64_t room = e->options_.max_output_bytes > e->kept_bytes_ ? e->options_.max_output_bytes - e->kept_bytes_ : 0;
+        keep = std::min(n, room);
+        e->dropped_bytes_ += n - keep;
+      }
+      e->kept_bytes_ += keep;
+      if (keep > 0) {
+        e->buffer_.push_back({which == kStdout ? OutputEvent::kStdout : OutputEvent::kStderr,
+                              std::string(buf, static_cast<size_t>(keep))});
+        e->buffered_ += keep;
+        notify = true;
+      }
+      if (e->buffered_ >= e->options_.buffer_limit) {
+        // The consumer is behind: stop reading; the process blocks on its full pipe until Next() drains.
+        pipe.paused = true;
+        Unwatch(pipe.fd.get());
+      }
+    }
+  }
+  if (notify) e->Notify();
+}
+
+void ExecManager::OnProcessExit(uint64_t key) {
+  std::shared_ptr<Execution> e = Find(key);
+  if (e == nullptr) return;
+  Unwatch(e->pidfd_.get());
+  siginfo_t info{};
+  if (waitid(static_cast<idtype_t>(kPidfdIdType), static_cast<id_t>(e->pidfd_.get()), &info, WEXITED) != 0) {
+    info.si_code = CLD_KILLED;
+    info.si_status = SIGKILL;
+  }
+  e->pidfd_.Reset();
+  clock_->Cancel(e->timeout_timer_);
+  {
+    absl::MutexLock lock(&e->mu_);
+    ExitInfo x;
+    if (info.si_code == CLD_EXITED) {
+      x.exit_code = info.si_status;
+      x.reason = ExitReason::kExited;
+    } else {
+      x.signal = info.si_status;
+      x.exit_code = 128 + info.si_status;
+      x.reason = ExitReason::kSignaled;
+    }
+    if (e->kill_reason_) {
+      x.reason = *e->kill_reason_;
+    } else if (e->sandbox_->deleted) {
+      x.reason = ExitReason::kSandboxDeleted;
+    }
+    x.timed_out = x.reason == ExitReason::kTimedOut;
+    x.duration = clock_->Now() - e->start_;
+    x.stdout_bytes = e->stdout_bytes_;
+    x.stderr_bytes = e->stderr_bytes_;
+    x.dropped_bytes = e->dropped_bytes_;
+    e->exit_ = x;
+  }
+  e->Notify();
+  // Output still in the pipes comes through; a background child holding them open gets a short grace.
+  std::weak_ptr<Execution> weak = e;
+  clock_->RunAfter(kDrainAfterExit, [this, weak, key] {
+    if (auto strong = weak.lock()) {
+      {
+        absl::MutexLock lock(&strong->mu_);
+        strong->CloseOutputs();
+      }
+      strong->Notify();
+    }
+    absl::MutexLock lock(&mu_);
+    executions_.erase(key);
+  });
+}
+
+void ExecManager::ReapOrphans() {
+  // As a subreaper the host inherits processes whose parents exited; reap the zombies nobody else waits for.
+  absl::MutexLock spawn_lock(&spawn_mu_);
+  absl::flat_hash_set<pid_t> tracked;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, e] : executions_) tracked.insert(e->pid_);
+  }
+  const pid_t self = getpid();
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return;
+  while (dirent* d = readdir(proc)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(d->d_name, &pid) || tracked.contains(pid)) continue;
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string line;
+    std::getline(stat, line);
+    size_t close = line.rfind(')');
+    if (close == std::string::npos || close + 4 >= line.size()) continue;
+    char state = line[close + 2];
+    pid_t ppid = 0;
+    size_t space = line.find(' ', close + 4);
+    if (state == 'Z' && absl::SimpleAtoi(line.substr(close + 4, space - close - 4), &ppid) && ppid == self) {
+      waitpid(pid, nullptr, WNOHANG);
+    }
+  }
+  closedir(proc);
+}
+
+}  // namespace corral::sandbox

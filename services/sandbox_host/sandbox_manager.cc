@@ -1,0 +1,333 @@
+#include "services/sandbox_host/sandbox_manager.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "libs/core/logging.h"
+#include "libs/core/status_macros.h"
+#include "openssl/rand.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr char kTokenPurpose[] = "sandbox";
+constexpr size_t kMaxTaskPaths = 8;
+constexpr size_t kMaxPorts = 16;
+
+const char* const kSystemDirs[] = {"/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib",
+                                   "/lib32", "/lib64", "/libx32", "/boot", "/run", "/var", "/tmp"};
+
+std::string NewSandboxId() {
+  unsigned char raw[8];
+  RAND_bytes(raw, sizeof(raw));
+  return "sb-" + absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(raw), sizeof(raw)));
+}
+
+bool ValidEnvName(const std::string& name) {
+  if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+absl::Status ValidateTaskPath(const std::string& p) {
+  if (p.size() < 2 || p[0] != '/' || p.back() == '/' || p.find("//") != std::string::npos ||
+      p.find("/.") != std::string::npos || p.find('\0') != std::string::npos || p.size() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat("task path '", p, "' must be a normalized absolute path like /workspace"));
+  }
+  for (const char* dir : kSystemDirs) {
+    if (p == dir || absl::StartsWith(p, absl::StrCat(dir, "/"))) {
+      return absl::InvalidArgumentError(absl::StrCat("task path '", p, "' is a system directory"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Within(const char* name, uint64_t value, uint64_t ceiling) {
+  if (ceiling > 0 && value > ceiling) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " ", value, " is above the host's ceiling of ", ceiling));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+SpawnSpec Sandbox::SpawnFor(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
+                            const std::string& cwd) const {
+  SpawnSpec s;
+  s.argv = std::move(argv);
+  // getenv returns the first match, so the exec's own values go first and override the sandbox's.
+  for (const auto& [k, v] : env) s.env.push_back(absl::StrCat(k, "=", v));
+  s.env.insert(s.env.end(), base_env.begin(), base_env.end());
+  s.cwd = cwd.empty() ? home : cwd;
+  s.uid = uid;
+  s.gid = uid;
+  s.limits = spec.rlimits;
+  s.landlock_fd = landlock.valid() ? landlock.get() : -1;
+  s.mountns_fd = namespaces.mnt.valid() ? namespaces.mnt.get() : -1;
+  s.netns_fd = namespaces.net.valid() ? namespaces.net.get() : -1;
+  s.cgroup_procs_fds = cgroup.procs_fds();
+  return s;
+}
+
+SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock* clock, const TokenSigner* signer)
+    : options_(std::move(options)),
+      features_(features),
+      clock_(clock),
+      signer_(signer),
+      uids_(options_.uid_first, options_.uid_last, ReadPasswdUids().value_or(absl::flat_hash_set<uid_t>{})) {
+  std::error_code ec;
+  fs::create_directories(fs::path(options_.root) / "homes", ec);
+  fs::permissions(options_.root, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec,
+                  fs::perm_options::replace, ec);
+}
+
+SandboxManager::~SandboxManager() {
+  std::map<std::string, std::shared_ptr<Sandbox>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    all.swap(sandboxes_);
+  }
+  for (auto& [id, sandbox] : all) Teardown(*sandbox);
+}
+
+int64_t SandboxManager::live() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(sandboxes_.size());
+}
+
+absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
+  if (!spec.template_key.empty()) {
+    return absl::NotFoundError(absl::StrCat("template '", spec.template_key,
+                                            "' is not prepared on this host (templates are not implemented yet)"));
+  }
+  const NetworkPolicy net = spec.network.value_or(options_.default_network);
+  spec.network = net;
+  if (net == NetworkPolicy::kProxyOnly) {
+    if (spec.allowed_ports.empty() || spec.allowed_ports.size() > kMaxPorts) {
+      return absl::InvalidArgumentError("network proxy_only needs 1-16 allowed_ports");
+    }
+    for (uint16_t port : spec.allowed_ports) {
+      if (port == 0) return absl::InvalidArgumentError("allowed_ports must be 1-65535");
+    }
+    if (features_.landlock_abi < 4) {
+      return absl::FailedPreconditionError(absl::StrCat("network proxy_only needs Landlock ABI 4; this kernel has ",
+                                                        features_.landlock_abi));
+    }
+  } else if (!spec.allowed_ports.empty()) {
+    return absl::InvalidArgumentError("allowed_ports are only for network proxy_only");
+  }
+  if (net == NetworkPolicy::kNone && !features_.mount_namespaces) {
+    return absl::FailedPreconditionError("network none needs a network namespace, which this host cannot create");
+  }
+  if (spec.require_private_view && !features_.mount_namespaces) {
+    return absl::FailedPreconditionError("a private filesystem view needs mount namespaces, which this host cannot create");
+  }
+  CgroupLimits& cg = spec.cgroup;
+  if (cg.memory_bytes == 0) cg.memory_bytes = options_.default_cgroup.memory_bytes;
+  if (cg.max_pids == 0) cg.max_pids = options_.default_cgroup.max_pids;
+  if (cg.cpu_weight == 0) cg.cpu_weight = options_.default_cgroup.cpu_weight;
+  CORRAL_RETURN_IF_ERROR(Within("memory_bytes", cg.memory_bytes, options_.cgroup_ceiling.memory_bytes));
+  CORRAL_RETURN_IF_ERROR(Within("max_pids", cg.max_pids, options_.cgroup_ceiling.max_pids));
+  if (cg.cpu_weight > 10000) return absl::InvalidArgumentError("cpu_weight must be 1-10000");
+  Rlimits& r = spec.rlimits;
+  const Rlimits& d = options_.default_rlimits;
+  if (r.nproc == 0) r.nproc = d.nproc;
+  if (r.address_space_bytes == 0) r.address_space_bytes = d.address_space_bytes;
+  if (r.nofile == 0) r.nofile = d.nofile;
+  if (r.file_size_bytes == 0) r.file_size_bytes = d.file_size_bytes;
+  if (r.cpu_seconds == 0) r.cpu_seconds = d.cpu_seconds;
+  CORRAL_RETURN_IF_ERROR(ValidateRlimits(r, options_.rlimit_ceiling));
+  size_t env_bytes = 0;
+  for (const auto& [k, v] : spec.env) {
+    if (!ValidEnvName(k)) return absl::InvalidArgumentError(absl::StrCat("env name '", k, "' is not [A-Za-z_][A-Za-z0-9_]*"));
+    if (k == "HOME" || k == "USER" || k == "CORRAL_SANDBOX_ID") {
+      return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
+    }
+    if (v.find('\0') != std::string::npos) return absl::InvalidArgumentError(absl::StrCat("env ", k, " contains NUL"));
+    env_bytes += k.size() + v.size() + 2;
+  }
+  if (env_bytes > options_.max_env_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("env is ", env_bytes, " bytes; at most ", options_.max_env_bytes));
+  }
+  if (spec.task_paths.size() > kMaxTaskPaths) return absl::InvalidArgumentError("at most 8 task paths");
+  for (const auto& p : spec.task_paths) CORRAL_RETURN_IF_ERROR(ValidateTaskPath(p));
+  if (spec.idle_timeout == absl::ZeroDuration()) spec.idle_timeout = options_.default_idle_timeout;
+  if (spec.idle_timeout < absl::ZeroDuration() || spec.idle_timeout > options_.max_idle_timeout) {
+    return absl::InvalidArgumentError(absl::StrCat("idle_timeout must be at most ", absl::FormatDuration(options_.max_idle_timeout)));
+  }
+  for (const auto& [k, v] : spec.labels) {
+    if (k.empty() || k.size() > 63 || v.size() > 256) return absl::InvalidArgumentError("label keys are 1-63 characters, values at most 256");
+    for (char c : k) {
+      if (!absl::ascii_islower(static_cast<unsigned char>(c)) && !absl::ascii_isdigit(static_cast<unsigned char>(c)) &&
+          c != '_' && c != '.' && c != '/' && c != '-') {
+        return absl::InvalidArgumentError(absl::StrCat("label key '", k, "' must be [a-z0-9_./-]"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec& spec) {
+  std::optional<uid_t> uid = uids_.Acquire();
+  if (!uid) return absl::ResourceExhaustedError("the uid pool is exhausted");
+  auto sb = std::make_shared<Sandbox>();
+  sb->id = NewSandboxId();
+  sb->uid = *uid;
+  sb->spec = spec;
+  sb->home = (fs::path(options_.root) / "homes" / sb->id).string();
+  sb->create_time = clock_->Now();
+  auto fail = [&](absl::Status s) {
+    Teardown(*sb);
+    return s;
+  };
+  std::vector<std::string> dirs = {sb->home, sb->home + "/.tmp"};
+  for (const auto& p : spec.task_paths) dirs.push_back(sb->home + p);
+  for (const auto& dir : dirs) {
+    if (mkdir(dir.c_str(), 0700) != 0 || chown(dir.c_str(), sb->uid, sb->uid) != 0) {
+      return fail(absl::InternalError(absl::StrCat("cannot create ", dir, ": ", strerror(errno))));
+    }
+  }
+  sb->home_fd.Reset(open(sb->home.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  Protections& p = sb->protections;
+  p.network = *spec.network;
+  if (features_.mount_namespaces) {
+    auto ns = CreateNamespaces(sb->home, spec.task_paths, *spec.network == NetworkPolicy::kNone);
+    if (!ns.ok()) return fail(ns.status());
+    sb->namespaces = *std::move(ns);
+    p.mount_namespace = true;
+    p.hidepid = sb->namespaces.hidepid;
+    p.network_namespace = sb->namespaces.net.valid();
+  }
+  if (features_.cgroups != nullptr && features_.cgroups->mode() != CgroupMode::kNone) {
+    auto cg = features_.cgroups->Create(sb->id, spec.cgroup);
+    if (!cg.ok()) return fail(cg.status());
+    sb->cgroup = *std::move(cg);
+    p.cgroup = features_.cgroups->mode();
+    p.cgroup_controllers = features_.cgroups->controllers();
+  }
+  if (features_.landlock_abi > 0) {
+    LandlockPolicy policy;
+    policy.read_write = dirs;
+    if (sb->namespaces.proc_root.valid()) policy.read_only_fds = {sb->namespaces.proc_root.get()};
+    policy.network = *spec.network;
+    policy.connect_ports = spec.allowed_ports;
+    RulesetPlan plan = PlanRuleset(features_.landlock_abi, policy);
+    auto ruleset = BuildRuleset(plan, policy);
+    if (!ruleset.ok()) return fail(ruleset.status());
+    sb->landlock = *std::move(ruleset);
+    p.landlock_abi = plan.abi;
+    p.tcp_bind_denied = (plan.handled_net & landlock::kNetBindTcp) != 0;
+    p.scoped = plan.scoped != 0;
+  }
+  sb->base_env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + sb->home,
+                  "TMPDIR=" + (p.mount_namespace ? std::string("/tmp") : sb->home + "/.tmp"),
+                  absl::StrCat("USER=sandbox-", sb->uid), "LANG=C.UTF-8", "CORRAL_SANDBOX_ID=" + sb->id};
+  for (const auto& [k, v] : spec.env) sb->base_env.push_back(absl::StrCat(k, "=", v));
+  return sb;
+}
+
+absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t count, SandboxSpec spec) {
+  if (count < 1 || count > options_.max_create_count) {
+    return absl::InvalidArgumentError(absl::StrCat("count must be 1-", options_.max_create_count));
+  }
+  CORRAL_RETURN_IF_ERROR(Normalize(spec));
+  CreateResult result;
+  int64_t granted = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t free = options_.capacity - static_cast<int64_t>(sandboxes_.size()) - reserved_;
+    granted = std::max<int64_t>(0, std::min(count, free));
+    reserved_ += granted;
+  }
+  result.rejected = count - granted;
+  if (result.rejected > 0) result.rejected_reason = "host capacity";
+  std::vector<std::shared_ptr<Sandbox>> built;
+  absl::Status error;
+  for (int64_t i = 0; i < granted && error.ok(); ++i) {
+    auto sb = Build(spec);
+    if (sb.ok()) {
+      built.push_back(*std::move(sb));
+    } else if (absl::IsResourceExhausted(sb.status())) {
+      result.rejected += granted - i;  // out of uids: the rest cannot be created either
+      result.rejected_reason = "uid pool exhausted";
+      break;
+    } else {
+      error = sb.status();
+    }
+  }
+  if (!error.ok()) {
+    for (auto& sb : built) Teardown(*sb);
+    absl::MutexLock lock(&mu_);
+    reserved_ -= granted;
+    return error;
+  }
+  absl::MutexLock lock(&mu_);
+  reserved_ -= granted;
+  for (auto& sb : built) {
+    sandboxes_.emplace(sb->id, sb);
+    result.created.push_back({sb, signer_->Sign(kTokenPurpose, sb->id)});
+  }
+  return result;
+}
+
+absl::StatusOr<std::shared_ptr<const Sandbox>> SandboxManager::Find(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
+  return std::shared_ptr<const Sandbox>(it->second);
+}
+
+std::vector<std::shared_ptr<const Sandbox>> SandboxManager::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<const Sandbox>> out;
+  for (const auto& [id, sb] : sandboxes_) out.push_back(sb);
+  return out;
+}
+
+bool SandboxManager::Delete(const std::string& id) {
+  std::shared_ptr<Sandbox> sb;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return false;
+    sb = std::move(it->second);
+    sandboxes_.erase(it);
+  }
+  Teardown(*sb);
+  return true;
+}
+
+void SandboxManager::Teardown(Sandbox& sb) {
+  sb.deleted = true;  // executions that end now report SANDBOX_DELETED
+  // Every process of the uid dies first (setsid escapees included), so nothing can race the wipe.
+  const bool clean = KillAllOf(sb.uid);
+  sb.landlock.Reset();
+  sb.namespaces = SandboxNamespaces{};
+  if (absl::Status s = sb.cgroup.Remove(); !s.ok()) spdlog::warn("sandbox {}: {}", sb.id, s);
+  sb.home_fd.Reset();
+  std::error_code ec;
+  if (!sb.home.empty()) fs::remove_all(sb.home, ec);  // never follows symlinks
+  if (ec) spdlog::warn("sandbox {}: wiping {}: {}", sb.id, sb.home, ec.message());
+  if (!clean) spdlog::warn("sandbox {}: uid {} still has processes; quarantined", sb.id, sb.uid);
+  uids_.Release(sb.uid, clean);
+}
+
+absl::Status SandboxManager::CheckSandboxToken(const std::string& id, const std::string& token) const {
+  auto payload = signer_->Verify(kTokenPurpose, token);
+  if (!payload.ok()) return absl::UnauthenticatedError("invalid sandbox token");
+  if (*payload != id) return absl::PermissionDeniedError("this token belongs to another sandbox");
+  return absl::OkStatus();
+}
+
+}  // namespace corral::sandbox

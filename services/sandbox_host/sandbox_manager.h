@@ -1,0 +1,149 @@
+// The sandboxes of this host: capacity reserved atomically, a uid and a private 0700 home each, the isolation
+// every process of the sandbox runs under (cgroup, namespaces, Landlock ruleset, rlimits, scrubbed
+// environment), capability tokens, and teardown that kills every process of the uid before anything is freed.
+// Plain C++: no gRPC.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/core/clock.h"
+#include "libs/core/token.h"
+#include "libs/core/unique_fd.h"
+#include "services/sandbox_host/cgroup.h"
+#include "services/sandbox_host/landlock.h"
+#include "services/sandbox_host/namespaces.h"
+#include "services/sandbox_host/spawn.h"
+#include "services/sandbox_host/uid_pool.h"
+
+namespace corral::sandbox {
+
+struct HostOptions {
+  std::string root = "/var/lib/corral/sandboxes";  // homes live in <root>/homes/<id>
+  int64_t capacity = 64;
+  int64_t max_create_count = 1000;
+  uid_t uid_first = 20000;
+  uid_t uid_last = 65000;
+  NetworkPolicy default_network = NetworkPolicy::kNone;
+  CgroupLimits default_cgroup{.memory_bytes = 2ULL << 30, .max_pids = 512, .cpu_weight = 100};
+  CgroupLimits cgroup_ceiling{.memory_bytes = 64ULL << 30, .max_pids = 32768, .cpu_weight = 10000};
+  Rlimits default_rlimits{.nproc = 512, .address_space_bytes = 0, .nofile = 1024, .file_size_bytes = 1LL << 30,
+                          .cpu_seconds = 0};
+  Rlimits rlimit_ceiling{.nproc = 32768, .address_space_bytes = 1LL << 40, .nofile = 65536,
+                         .file_size_bytes = 1LL << 40, .cpu_seconds = 86400};
+  size_t max_env_bytes = 64 * 1024;
+  absl::Duration default_idle_timeout = absl::Minutes(10);
+  absl::Duration max_idle_timeout = absl::Hours(24);
+};
+
+// What the host can enforce, found once at startup.
+struct HostFeatures {
+  int landlock_abi = 0;
+  bool mount_namespaces = false;
+  const CgroupManager* cgroups = nullptr;
+};
+
+struct SandboxSpec {
+  std::optional<NetworkPolicy> network;        // unset: the host's default
+  std::vector<uint16_t> allowed_ports;         // kProxyOnly only
+  CgroupLimits cgroup;                          // zero fields: host defaults
+  Rlimits rlimits;                              // zero fields: host defaults
+  std::map<std::string, std::string> env;
+  std::vector<std::string> task_paths;
+  absl::Duration idle_timeout = absl::ZeroDuration();
+  bool require_private_view = false;
+  std::map<std::string, std::string> labels;
+  std::string template_key;
+};
+
+struct Protections {
+  int landlock_abi = 0;
+  CgroupMode cgroup = CgroupMode::kNone;
+  std::vector<std::string> cgroup_controllers;
+  bool mount_namespace = false;
+  bool hidepid = false;
+  bool network_namespace = false;
+  NetworkPolicy network = NetworkPolicy::kNone;
+  bool tcp_bind_denied = false;
+  bool scoped = false;  // abstract unix sockets and signals (Landlock ABI >= 6)
+};
+
+// One live sandbox. Immutable after creation except where noted; shared by the calls using it.
+struct Sandbox {
+  std::string id;
+  uid_t uid = 0;
+  std::string home;
+  UniqueFd home_fd;
+  SandboxSpec spec;  // with defaults filled in
+  Protections protections;
+  std::vector<std::string> base_env;  // "K=V": the scrubbed base plus the spec's env
+  SandboxNamespaces namespaces;
+  SandboxCgroup cgroup;
+  UniqueFd landlock;
+  absl::Time create_time;
+  mutable std::atomic<bool> deleted{false};
+
+  SpawnSpec SpawnFor(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
+                     const std::string& cwd) const;
+};
+
+// Thread-safe.
+class SandboxManager {
+ public:
+  SandboxManager(HostOptions options, HostFeatures features, Clock* clock, const TokenSigner* signer);
+  ~SandboxManager();  // deletes every sandbox
+
+  struct Created {
+    std::shared_ptr<const Sandbox> sandbox;
+    std::string token;  // capability token for this sandbox only
+  };
+  struct CreateResult {
+    std::vector<Created> created;
+    int64_t rejected = 0;
+    std::string rejected_reason;
+  };
+  // INVALID_ARGUMENT for a bad spec or count; FAILED_PRECONDITION when the host cannot enforce what the spec
+  // requires; NOT_FOUND for an unknown template. Capacity and uids are reserved atomically: what does not fit
+  // is `rejected`, never over-committed.
+  absl::StatusOr<CreateResult> Create(int64_t count, SandboxSpec spec);
+  // NOT_FOUND for an unknown or deleted sandbox.
+  absl::StatusOr<std::shared_ptr<const Sandbox>> Find(const std::string& id) const;
+  std::vector<std::shared_ptr<const Sandbox>> List() const;
+  // Kills every process of the sandbox's uid, then frees cgroup, home and uid. Returns whether it existed.
+  bool Delete(const std::string& id);
+
+  // OK when `token` is this sandbox's capability token; PERMISSION_DENIED for a sibling's token,
+  // UNAUTHENTICATED for anything else.
+  absl::Status CheckSandboxToken(const std::string& id, const std::string& token) const;
+
+  int64_t capacity() const { return options_.capacity; }
+  int64_t live() const;
+  const HostFeatures& features() const { return features_; }
+  const HostOptions& options() const { return options_; }
+  const UidPool& uids() const { return uids_; }
+
+ private:
+  absl::Status Normalize(SandboxSpec& spec) const;
+  absl::StatusOr<std::shared_ptr<Sandbox>> Build(const SandboxSpec& spec);
+  void Teardown(Sandbox& sandbox);
+
+  const HostOptions options_;
+  const HostFeatures features_;
+  Clock* const clock_;
+  const TokenSigner* const signer_;
+  UidPool uids_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_ ABSL_GUARDED_BY(mu_);
+  int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;  // capacity held by creates in progress
+};
+
+}  // namespace corral::sandbox

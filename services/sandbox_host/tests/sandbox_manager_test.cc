@@ -1,0 +1,263 @@
+// SandboxManager and ExecManager for real: sandboxes on this machine (root), commands run in them.
+#include "services/sandbox_host/sandbox_manager.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+#include "services/sandbox_host/exec_manager.h"
+
+namespace corral::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+constexpr char kKey[] = "0123456789abcdef0123456789abcdef";
+
+struct Collected {
+  std::string out, err;
+  ExitInfo exit;
+};
+
+// Drains an execution to its exit event, waiting on its listener (no sleeps).
+Collected Collect(Execution& e, absl::Duration limit = absl::Seconds(60)) {
+  absl::Mutex mu;
+  bool ready = false;
+  e.SetListener([&] {
+    absl::MutexLock lock(&mu);
+    ready = true;
+  });
+  Collected c;
+  const absl::Time deadline = absl::Now() + limit;
+  while (absl::Now() < deadline) {
+    while (auto ev = e.Next()) {
+      if (ev->kind == OutputEvent::kStdout) c.out += ev->data;
+      if (ev->kind == OutputEvent::kStderr) c.err += ev->data;
+      if (ev->kind == OutputEvent::kExit) {
+        c.exit = ev->exit;
+        e.SetListener(nullptr);
+        return c;
+      }
+    }
+    absl::MutexLock lock(&mu);
+    mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    ready = false;
+  }
+  e.SetListener(nullptr);
+  ADD_FAILURE() << "execution did not finish";
+  return c;
+}
+
+class SandboxHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root";
+    options_.root = "/var/tmp/corral-sbtest-" + std::to_string(getpid());
+    // Each test process gets its own uid range: ctest runs cases in parallel.
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    uid_t base = 30000 + static_cast<uid_t>(std::hash<std::string>()(info->name()) % 300) * 100;
+    options_.uid_first = base;
+    options_.uid_last = base + 99;
+    options_.capacity = 8;
+    features_.landlock_abi = LandlockAbi();
+    features_.mount_namespaces = CanCreateMountNamespaces();
+    cgroups_ = CgroupManager::Detect("corral-sbtest");
+    features_.cgroups = &cgroups_;
+    manager_ = std::make_unique<SandboxManager>(options_, features_, &clock_, &signer_);
+    exec_ = std::make_unique<ExecManager>(&clock_);
+  }
+  void TearDown() override {
+    exec_.reset();
+    manager_.reset();
+    fs::remove_all(options_.root);
+  }
+
+  std::shared_ptr<const Sandbox> NewSandbox(SandboxSpec spec = {}) {
+    auto r = manager_->Create(1, spec);
+    EXPECT_THAT(r, IsOk());
+    if (!r.ok() || r->created.empty()) return nullptr;
+    return r->created[0].sandbox;
+  }
+
+  Collected Run(std::shared_ptr<const Sandbox> sb, std::vector<std::string> argv, ExecOptions o = {}) {
+    o.argv = std::move(argv);
+    auto e = exec_->Start(std::move(sb), o);
+    EXPECT_THAT(e, IsOk());
+    if (!e.ok()) return {};
+    return Collect(**e);
+  }
+
+  RealClock clock_;
+  TokenSigner signer_ = *TokenSigner::FromKey(kKey);
+  HostOptions options_;
+  HostFeatures features_;
+  CgroupManager cgroups_;
+  std::unique_ptr<SandboxManager> manager_;
+  std::unique_ptr<ExecManager> exec_;
+};
+
+TEST_F(SandboxHostTest, RunsACommandAsTheSandboxUidInItsHome) {
+  auto sb = NewSandbox();
+  ASSERT_NE(sb, nullptr);
+  Collected c = Run(sb, {"sh", "-c", "id -u; pwd; echo $CORRAL_SANDBOX_ID; echo oops >&2; exit 3"});
+  EXPECT_EQ(c.out, absl::StrCat(sb->uid, "\n", sb->home, "\n", sb->id, "\n"));
+  EXPECT_EQ(c.err, "oops\n");
+  EXPECT_EQ(c.exit.exit_code, 3);
+  EXPECT_EQ(c.exit.reason, ExitReason::kExited);
+  struct stat st {};
+  ASSERT_EQ(stat(sb->home.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(st.st_uid, sb->uid);
+}
+
+TEST_F(SandboxHostTest, MissingCommandExits127WithTheReason) {
+  auto sb = NewSandbox();
+  Collected c = Run(sb, {"definitely-not-a-command"});
+  EXPECT_EQ(c.exit.exit_code, 127);
+  EXPECT_THAT(c.err, HasSubstr("No such file or directory"));
+}
+
+TEST_F(SandboxHostTest, TimeoutKillsTheProcessAndItsSetsidEscapees) {
+  auto sb = NewSandbox();
+  ExecOptions o;
+  o.timeout = absl::Milliseconds(300);
+  Collected c = Run(sb, {"sh", "-c", "setsid sleep 60 < /dev/null > /dev/null 2>&1 & sleep 60"}, o);
+  EXPECT_EQ(c.exit.reason, ExitReason::kTimedOut);
+  EXPECT_TRUE(c.exit.timed_out);
+  EXPECT_EQ(c.exit.signal, SIGKILL);
+  EXPECT_TRUE(ProcessesOf(sb->uid).empty());
+}
+
+TEST_F(SandboxHostTest, AStalledReaderCostsBoundedMemoryAndNothingIsLost) {
+  auto sb = NewSandbox();
+  ExecOptions o;
+  o.argv = {"head", "-c", "67108864", "/dev/zero"};  // 64 MiB
+  o.buffer_limit = 1 << 20;
+  auto e = exec_->Start(sb, o);
+  ASSERT_THAT(e, IsOk());
+  // Nobody reads: the host stops reading at the limit and the writer blocks on its full pipe.
+  ASSERT_FALSE((*e)->exited());
+  uint64_t total = 0;
+  size_t peak_event = 0;
+  Collected c;
+  absl::Mutex mu;
+  bool ready = false;
+  (*e)->SetListener([&] {
+    absl::MutexLock l(&mu);
+    ready = true;
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  bool done = false;
+  while (!done && absl::Now() < deadline) {
+    while (auto ev = (*e)->Next()) {
+      if (ev->kind == OutputEvent::kExit) {
+        c.exit = ev->exit;
+        done = true;
+        break;
+      }
+      total += ev->data.size();
+      peak_event = std::max(peak_event, ev->data.size());
+    }
+    absl::MutexLock l(&mu);
+    mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    ready = false;
+  }
+  (*e)->SetListener(nullptr);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(total, 64u << 20);
+  EXPECT_EQ(c.exit.stdout_bytes, 64u << 20);
+  EXPECT_LE(peak_event, 64u * 1024);
+  EXPECT_EQ(c.exit.exit_code, 0);
+}
+
+TEST_F(SandboxHostTest, MaxOutputBytesDropsTheRestButCountsIt) {
+  auto sb = NewSandbox();
+  ExecOptions o;
+  o.max_output_bytes = 1000;
+  Collected c = Run(sb, {"head", "-c", "5000", "/dev/zero"}, o);
+  EXPECT_EQ(c.out.size(), 1000u);
+  EXPECT_EQ(c.exit.dropped_bytes, 4000u);
+  EXPECT_EQ(c.exit.stdout_bytes, 5000u);
+}
+
+TEST_F(SandboxHostTest, DeletingASandboxEndsItsExecutionAndFreesEverything) {
+  auto sb = NewSandbox();
+  auto e = exec_->Start(sb, ExecOptions{.argv = {"sleep", "60"}});
+  ASSERT_THAT(e, IsOk());
+  const std::string home = sb->home;
+  const uid_t uid = sb->uid;
+  EXPECT_TRUE(manager_->Delete(sb->id));
+  EXPECT_FALSE(manager_->Delete(sb->id));  // idempotent
+  Collected c = Collect(**e);
+  EXPECT_EQ(c.exit.reason, ExitReason::kSandboxDeleted);
+  EXPECT_FALSE(fs::exists(home));
+  EXPECT_TRUE(ProcessesOf(uid).empty());
+  EXPECT_THAT(manager_->Find(sb->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(manager_->live(), 0);
+}
+
+TEST_F(SandboxHostTest, SandboxesCannotReachEachOthersHomes) {
+  auto a = NewSandbox();
+  auto b = NewSandbox();
+  Collected c = Run(a, {"sh", "-c", absl::StrCat("ls ", b->home, " 2>&1; echo x > ", b->home, "/y 2>&1; echo $?")});
+  EXPECT_THAT(c.out, HasSubstr("Permission denied"));
+  EXPECT_THAT(c.out, ::testing::Not(::testing::EndsWith("\n0\n")));  // the write failed
+  EXPECT_FALSE(fs::exists(b->home + "/y"));
+}
+
+TEST_F(SandboxHostTest, CapacityIsReservedAtomicallyUnderConcurrentCreates) {
+  std::atomic<int64_t> created = 0, rejected = 0;
+  std::vector<std::thread> creators;
+  for (int i = 0; i < 8; ++i) {
+    creators.emplace_back([&] {
+      auto r = manager_->Create(500, {});
+      ASSERT_THAT(r, IsOk());
+      created += static_cast<int64_t>(r->created.size());
+      rejected += r->rejected;
+    });
+  }
+  for (auto& t : creators) t.join();
+  EXPECT_EQ(created, options_.capacity);
+  EXPECT_EQ(rejected, 8 * 500 - options_.capacity);
+  EXPECT_EQ(manager_->live(), options_.capacity);
+}
+
+TEST_F(SandboxHostTest, TokensOpenOnlyTheirOwnSandbox) {
+  auto r = manager_->Create(2, {});
+  ASSERT_THAT(r, IsOkAndHolds(::testing::Field(&SandboxManager::CreateResult::created, SizeIs(2))));
+  const auto& a = r->created[0];
+  const auto& b = r->created[1];
+  EXPECT_THAT(manager_->CheckSandboxToken(a.sandbox->id, a.token), IsOk());
+  EXPECT_THAT(manager_->CheckSandboxToken(b.sandbox->id, a.token), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(manager_->CheckSandboxToken(a.sandbox->id, a.token + "x"), StatusIs(absl::StatusCode::kUnauthenticated));
+}
+
+TEST_F(SandboxHostTest, BadSpecsAreRejectedWithTheReason) {
+  SandboxSpec spec;
+  spec.env = {{"HOME", "/root"}};
+  EXPECT_THAT(manager_->Create(1, spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("HOME")));
+  spec = {};
+  spec.task_paths = {"/etc/evil"};
+  EXPECT_THAT(manager_->Create(1, spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("system directory")));
+  spec = {};
+  spec.rlimits.nofile = 1LL << 40;
+  EXPECT_THAT(manager_->Create(1, spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ceiling")));
+  spec = {};
+  spec.env = {{"BIG", std::string(1 << 20, 'x')}};
+  EXPECT_THAT(manager_->Create(1, spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most")));
+  spec = {};
+  spec.allowed_ports = {8080};
+  EXPECT_THAT(manager_->Create(1, spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("proxy_only")));
+  EXPECT_THAT(manager_->Create(0, {}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(manager_->live(), 0);
+}
+
+}  // namespace
+}  // namespace corral::sandbox
