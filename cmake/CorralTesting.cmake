@@ -1,4 +1,5 @@
-# corral_test(NAME name SOURCES ... DEPS ... [LABELS ...]): one GoogleTest binary, registered per test case.
+# corral_test(NAME name SOURCES ... DEPS ... [LABELS label]): one GoogleTest binary, registered per test case.
+# One label per binary (unit, integration or adversarial): gtest_discover_tests cannot pass a list through.
 function(corral_test)
   cmake_parse_arguments(T "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})

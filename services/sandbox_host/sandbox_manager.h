@@ -29,7 +29,7 @@ namespace corral::sandbox {
 struct HostOptions {
   std::string root = "/var/lib/corral/sandboxes";  // homes live in <root>/homes/<id>
   int64_t capacity = 64;
-  int64_t max_create_count = 1000;
+  int64_t max_create_count = 10000;
   uid_t uid_first = 20000;
   uid_t uid_last = 65000;
   NetworkPolicy default_network = NetworkPolicy::kNone;

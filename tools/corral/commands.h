@@ -10,5 +10,6 @@ void RegisterVersion(CLI::App& app, int& exit_code);
 void RegisterHealth(CLI::App& app, int& exit_code);
 void RegisterLimiter(CLI::App& app, int& exit_code);
 void RegisterUp(CLI::App& app, int& exit_code);
+void RegisterSandbox(CLI::App& app, int& exit_code);
 
 }  // namespace corral::cli

@@ -19,11 +19,11 @@ ChannelOptions ConnectFlags::Channel() const {
   return options;
 }
 
-void AddConnectFlags(CLI::App* cmd, ConnectFlags& flags, const std::string& what) {
-  cmd->add_option("--addr", flags.address, "HOST:PORT of the " + what)->required();
+void AddConnectFlags(CLI::App* cmd, ConnectFlags& flags, const std::string& what, const std::string& address_flag) {
+  cmd->add_option(address_flag, flags.address, "HOST:PORT of the " + what)->required();
   cmd->add_option("--secret-file", flags.secret_file, "cluster secret file, to authenticate (not needed for --insecure services)");
   cmd->add_option("--token", flags.token, "bearer token to send instead of minting one from --secret-file");
-  cmd->add_option("--timeout", flags.timeout_s, "seconds to wait for each RPC")->capture_default_str();
+  cmd->add_option("--rpc-timeout", flags.timeout_s, "seconds to wait for each RPC")->capture_default_str();
   cmd->add_option("--tls-ca", flags.tls.ca_file, "PEM CA bundle to verify the server (enables TLS)");
   cmd->add_option("--tls-cert", flags.tls.cert_file, "PEM client certificate (mutual TLS)");
   cmd->add_option("--tls-key", flags.tls.key_file, "PEM client key (mutual TLS)");

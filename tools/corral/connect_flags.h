@@ -21,7 +21,9 @@ struct ConnectFlags {
   ChannelOptions Channel() const;
 };
 
-// Adds --addr (required), --secret-file, --token, --timeout and --tls-* to `cmd`.
-void AddConnectFlags(CLI::App* cmd, ConnectFlags& flags, const std::string& what);
+// Adds `address_flag` (required; "--addr" unless the CLI names it otherwise, e.g. "--host"),
+// --secret-file, --token, --timeout and --tls-* to `cmd`.
+void AddConnectFlags(CLI::App* cmd, ConnectFlags& flags, const std::string& what,
+                     const std::string& address_flag = "--addr");
 
 }  // namespace corral::cli

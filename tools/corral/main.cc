@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   corral::cli::RegisterHealth(app, exit_code);
   corral::cli::RegisterLimiter(app, exit_code);
   corral::cli::RegisterUp(app, exit_code);
+  corral::cli::RegisterSandbox(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

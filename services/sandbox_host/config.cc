@@ -1,0 +1,58 @@
+#include "services/sandbox_host/config.h"
+
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
+
+namespace corral::sandbox {
+
+void RegisterConfig(ConfigSchema& schema, Config* config) {
+  config->server.grpc_listen = "127.0.0.1:7500";
+  config->server.metrics_listen = "127.0.0.1:9500";
+  RegisterServerFlags(schema, &config->server);
+  schema.String("root", &config->host.root, "directory for sandbox homes (not under /tmp); created if missing");
+  schema.Int("capacity", &config->host.capacity, "most sandboxes alive at once", 1, 100000);
+  schema.Int("max_create_count", &config->host.max_create_count, "most sandboxes one CreateSandboxes may ask for", 1,
+             100000);
+  schema.Int("uid_first", &config->uid_first, "first uid of the sandbox uid pool", 1000, 4000000000);
+  schema.Int("uid_last", &config->uid_last, "last uid of the sandbox uid pool", 1000, 4000000000);
+  schema.String("default_network", &config->default_network, "network policy when a spec names none: open, proxy_only or none");
+  schema.Int("min_landlock_abi", &config->min_landlock_abi,
+             "refuse to start below this Landlock ABI (unless allow_unconfined)", 0, 64);
+  schema.Bool("allow_unconfined", &config->allow_unconfined,
+              "start even without the Landlock ABI required (sandboxes then rely on uids, rlimits and cgroups)");
+  schema.String("host_id", &config->host_id, "this host's name in HostInfo (default: the machine's hostname)");
+}
+
+absl::Status ValidateConfig(Config& config) {
+  CORRAL_RETURN_IF_ERROR(ValidateServerConfig(config.server));
+  if (config.default_network == "open") {
+    config.host.default_network = NetworkPolicy::kOpen;
+  } else if (config.default_network == "proxy_only") {
+    config.host.default_network = NetworkPolicy::kProxyOnly;
+  } else if (config.default_network == "none") {
+    config.host.default_network = NetworkPolicy::kNone;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("default_network '", config.default_network, "' must be open, proxy_only or none"));
+  }
+  if (config.uid_last < config.uid_first) return absl::InvalidArgumentError("uid_last must not be below uid_first");
+  config.host.uid_first = static_cast<uid_t>(config.uid_first);
+  config.host.uid_last = static_cast<uid_t>(config.uid_last);
+  if (config.host.root.empty() || config.host.root[0] != '/') {
+    return absl::InvalidArgumentError("root must be an absolute path");
+  }
+  if (config.host.root == "/tmp" || absl::StartsWith(config.host.root, "/tmp/")) {
+    return absl::InvalidArgumentError("root must not be under /tmp: inside a sandbox's view /tmp is its own");
+  }
+  if (config.host_id.empty()) {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    config.host_id = name;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace corral::sandbox

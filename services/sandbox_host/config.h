@@ -1,0 +1,26 @@
+// corral-sandbox-host's configuration: the common server keys plus where homes live, capacity, uid range and
+// the isolation floor.
+#pragma once
+
+#include "libs/core/config.h"
+#include "libs/rpc/server_config.h"
+#include "services/sandbox_host/sandbox_manager.h"
+
+namespace corral::sandbox {
+
+struct Config {
+  ServerConfig server;
+  HostOptions host;
+  std::string default_network = "none";
+  int64_t min_landlock_abi = 1;
+  bool allow_unconfined = false;
+  int64_t uid_first = 20000;
+  int64_t uid_last = 65000;
+  std::string host_id;
+};
+
+void RegisterConfig(ConfigSchema& schema, Config* config);
+// Cross-key checks and derived values (network policy). INVALID_ARGUMENT naming the key.
+absl::Status ValidateConfig(Config& config);
+
+}  // namespace corral::sandbox

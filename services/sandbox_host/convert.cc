@@ -1,0 +1,137 @@
+#include "services/sandbox_host/convert.h"
+
+namespace corral::sandbox {
+
+v1::NetworkPolicy ToProto(NetworkPolicy policy) {
+  switch (policy) {
+    case NetworkPolicy::kOpen: return v1::NETWORK_POLICY_OPEN;
+    case NetworkPolicy::kProxyOnly: return v1::NETWORK_POLICY_PROXY_ONLY;
+    case NetworkPolicy::kNone: return v1::NETWORK_POLICY_NONE;
+  }
+  return v1::NETWORK_POLICY_UNSPECIFIED;
+}
+
+absl::StatusOr<SandboxSpec> FromProto(const v1::SandboxSpec& p) {
+  SandboxSpec s;
+  switch (p.network_policy()) {
+    case v1::NETWORK_POLICY_OPEN: s.network = NetworkPolicy::kOpen; break;
+    case v1::NETWORK_POLICY_PROXY_ONLY: s.network = NetworkPolicy::kProxyOnly; break;
+    case v1::NETWORK_POLICY_NONE: s.network = NetworkPolicy::kNone; break;
+    case v1::NETWORK_POLICY_UNSPECIFIED: break;
+    default: return absl::InvalidArgumentError("unknown network_policy");
+  }
+  for (uint32_t port : p.allowed_ports()) {
+    if (port == 0 || port > 65535) return absl::InvalidArgumentError("allowed_ports must be 1-65535");
+    s.allowed_ports.push_back(static_cast<uint16_t>(port));
+  }
+  const v1::ResourceLimits& l = p.limits();
+  s.cgroup.memory_bytes = l.memory_bytes();
+  s.cgroup.max_pids = l.max_pids();
+  s.cgroup.cpu_weight = l.cpu_weight();
+  // Values above INT64_MAX would wrap: reject them as the absurd values they are.
+  for (uint64_t v : {l.address_space_bytes(), l.max_file_size_bytes()}) {
+    if (v > static_cast<uint64_t>(INT64_MAX)) return absl::InvalidArgumentError("a resource limit is out of range");
+  }
+  s.rlimits.nproc = l.max_processes();
+  s.rlimits.address_space_bytes = static_cast<int64_t>(l.address_space_bytes());
+  s.rlimits.nofile = l.max_open_files();
+  s.rlimits.file_size_bytes = static_cast<int64_t>(l.max_file_size_bytes());
+  if (l.has_cpu_time()) {
+    absl::Duration cpu = FromProto(l.cpu_time());
+    if (cpu < absl::ZeroDuration()) return absl::InvalidArgumentError("cpu_time must not be negative");
+    s.rlimits.cpu_seconds = absl::ToInt64Seconds(absl::Ceil(cpu, absl::Seconds(1)));
+  }
+  s.rlimits.core_dumps = l.has_core_file_bytes() && l.core_file_bytes() > 0;
+  s.env = {p.env().begin(), p.env().end()};
+  s.task_paths = {p.task_paths().begin(), p.task_paths().end()};
+  if (p.has_idle_timeout()) {
+    s.idle_timeout = FromProto(p.idle_timeout());
+    if (s.idle_timeout <= absl::ZeroDuration()) return absl::InvalidArgumentError("idle_timeout must be above 0");
+  }
+  s.require_private_view = p.require_private_filesystem_view();
+  s.labels = {p.labels().begin(), p.labels().end()};
+  s.template_key = p.template_key();
+  return s;
+}
+
+void ToProto(const SandboxSpec& s, v1::SandboxSpec* out) {
+  out->set_template_key(s.template_key);
+  if (s.network) out->set_network_policy(ToProto(*s.network));
+  for (uint16_t port : s.allowed_ports) out->add_allowed_ports(port);
+  v1::ResourceLimits* l = out->mutable_limits();
+  l->set_memory_bytes(s.cgroup.memory_bytes);
+  l->set_max_pids(s.cgroup.max_pids);
+  l->set_cpu_weight(s.cgroup.cpu_weight);
+  l->set_max_processes(static_cast<uint32_t>(s.rlimits.nproc));
+  l->set_address_space_bytes(static_cast<uint64_t>(s.rlimits.address_space_bytes));
+  l->set_max_open_files(static_cast<uint32_t>(s.rlimits.nofile));
+  l->set_max_file_size_bytes(static_cast<uint64_t>(s.rlimits.file_size_bytes));
+  if (s.rlimits.cpu_seconds > 0) ToProto(absl::Seconds(s.rlimits.cpu_seconds), l->mutable_cpu_time());
+  l->set_core_file_bytes(s.rlimits.core_dumps ? 1 : 0);
+  for (const auto& [k, v] : s.env) (*out->mutable_env())[k] = v;
+  for (const auto& p : s.task_paths) out->add_task_paths(p);
+  ToProto(s.idle_timeout, out->mutable_idle_timeout());
+  out->set_require_private_filesystem_view(s.require_private_view);
+  for (const auto& [k, v] : s.labels) (*out->mutable_labels())[k] = v;
+}
+
+void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
+  out->set_sandbox_id(sb.id);
+  out->set_state(sb.deleted ? v1::SANDBOX_STATE_DELETING : v1::SANDBOX_STATE_READY);
+  ToProto(sb.spec, out->mutable_spec());
+  out->set_home(sb.home);
+  out->set_uid(sb.uid);
+  const Protections& p = sb.protections;
+  v1::Protections* pp = out->mutable_protections();
+  pp->set_landlock_abi(p.landlock_abi);
+  pp->set_no_new_privs(true);
+  pp->set_cgroup(p.cgroup == CgroupMode::kV2   ? v1::CGROUP_VERSION_V2
+                 : p.cgroup == CgroupMode::kV1 ? v1::CGROUP_VERSION_V1
+                                               : v1::CGROUP_VERSION_UNSPECIFIED);
+  for (const auto& c : p.cgroup_controllers) pp->add_cgroup_controllers(c);
+  pp->set_mount_namespace(p.mount_namespace);
+  pp->set_hidepid(p.hidepid);
+  pp->set_network_namespace(p.network_namespace);
+  pp->set_network_policy(ToProto(p.network));
+  pp->set_tcp_bind_denied(p.tcp_bind_denied);
+  pp->set_abstract_unix_sockets_scoped(p.scoped);
+  pp->set_signals_scoped(p.scoped);
+  pp->set_private_filesystem_view(p.mount_namespace);
+  ToProto(sb.create_time, out->mutable_create_time());
+  out->set_running_processes(static_cast<uint32_t>(running_processes));
+}
+
+void ToProto(const ExitInfo& x, v1::ExitStatus* out) {
+  out->set_exit_code(x.exit_code);
+  out->set_signal(x.signal);
+  out->set_timed_out(x.timed_out);
+  ToProto(x.duration, out->mutable_duration());
+  switch (x.reason) {
+    case ExitReason::kExited: out->set_reason(v1::EXIT_REASON_EXITED); break;
+    case ExitReason::kSignaled: out->set_reason(v1::EXIT_REASON_SIGNALED); break;
+    case ExitReason::kTimedOut: out->set_reason(v1::EXIT_REASON_TIMED_OUT); break;
+    case ExitReason::kKilled: out->set_reason(v1::EXIT_REASON_KILLED); break;
+    case ExitReason::kSandboxDeleted: out->set_reason(v1::EXIT_REASON_SANDBOX_DELETED); break;
+    case ExitReason::kCallEnded: out->set_reason(v1::EXIT_REASON_CALL_ENDED); break;
+  }
+  out->set_stdout_bytes(x.stdout_bytes);
+  out->set_stderr_bytes(x.stderr_bytes);
+  out->set_dropped_output_bytes(x.dropped_bytes);
+  ToProto(absl::Now(), out->mutable_end_time());
+}
+
+void ToProto(const struct stat& st, const std::string& path, const std::string& name, const std::string& link_target,
+             v1::FileInfo* out) {
+  out->set_path(path);
+  out->set_name(name);
+  out->set_type(S_ISREG(st.st_mode)   ? v1::FILE_TYPE_REGULAR
+                : S_ISDIR(st.st_mode) ? v1::FILE_TYPE_DIRECTORY
+                : S_ISLNK(st.st_mode) ? v1::FILE_TYPE_SYMLINK
+                                      : v1::FILE_TYPE_OTHER);
+  out->set_size(static_cast<uint64_t>(st.st_size));
+  out->set_permissions(st.st_mode & 07777);
+  ToProto(absl::TimeFromTimespec(st.st_mtim), out->mutable_modify_time());
+  out->set_link_target(link_target);
+}
+
+}  // namespace corral::sandbox

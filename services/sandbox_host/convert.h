@@ -1,0 +1,25 @@
+// proto ↔ core conversions for the sandbox host's gRPC adapter and CLI.
+#pragma once
+
+#include <sys/stat.h>
+
+#include "corral/v1/sandbox.pb.h"
+#include "libs/rpc/proto_time.h"
+#include "services/sandbox_host/exec_manager.h"
+#include "services/sandbox_host/sandbox_manager.h"
+
+namespace corral::sandbox {
+
+using ::corral::FromProto;
+using ::corral::ToProto;
+
+// INVALID_ARGUMENT for values that cannot be represented (ports above 65535, negative durations).
+absl::StatusOr<SandboxSpec> FromProto(const v1::SandboxSpec& spec);
+void ToProto(const Sandbox& sandbox, size_t running_processes, v1::Sandbox* out);
+void ToProto(const SandboxSpec& spec, v1::SandboxSpec* out);
+void ToProto(const ExitInfo& exit, v1::ExitStatus* out);
+void ToProto(const struct stat& st, const std::string& path, const std::string& name, const std::string& link_target,
+             v1::FileInfo* out);
+v1::NetworkPolicy ToProto(NetworkPolicy policy);
+
+}  // namespace corral::sandbox

@@ -1,0 +1,80 @@
+// corral-sandbox-host: composition root. Checks what the host needs (root, Landlock, cgroups, namespaces),
+// then builds in dependency order: clock → sandbox manager (uids, homes, isolation) → exec manager (processes)
+// → gRPC adapter → server runner; runs until SIGTERM, then kills every sandbox's processes and wipes them.
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "libs/core/clock.h"
+#include "libs/core/logging.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/server_runner.h"
+#include "services/sandbox_host/config.h"
+#include "services/sandbox_host/exec_manager.h"
+#include "services/sandbox_host/sandbox_manager.h"
+#include "services/sandbox_host/sandbox_service.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  corral::BlockShutdownSignals();
+  corral::sandbox::Config config;
+  corral::ConfigSchema schema("corral-sandbox-host",
+                              "Hundreds of isolated sandboxes on one machine: a uid, a private home, Landlock, rlimits, "
+                              "cgroups and private namespaces each.");
+  corral::sandbox::RegisterConfig(schema, &config);
+  if (auto exit_code = corral::HandleCommandLine(schema, argc, argv)) return *exit_code;
+  if (auto s = corral::sandbox::ValidateConfig(config); !s.ok()) {
+    fprintf(stderr, "corral-sandbox-host: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (auto s = corral::InitLogging("sandbox-host", config.server.log); !s.ok()) return 2;
+
+  // What the host needs, checked before anything is created.
+  if (geteuid() != 0) {
+    spdlog::error("cannot start: corral-sandbox-host must run as root (it switches to each sandbox's uid)");
+    return 1;
+  }
+  corral::sandbox::HostFeatures features;
+  features.landlock_abi = corral::sandbox::LandlockAbi();
+  if (features.landlock_abi < config.min_landlock_abi) {
+    if (!config.allow_unconfined) {
+      spdlog::error("cannot start: Landlock ABI {} is below min_landlock_abi {}; enable Landlock in the kernel "
+                    "(lsm=landlock,...) or pass --allow-unconfined",
+                    features.landlock_abi, config.min_landlock_abi);
+      return 1;
+    }
+    spdlog::warn("running without the required Landlock ABI ({} < {}): --allow-unconfined", features.landlock_abi,
+                 config.min_landlock_abi);
+  }
+  // Orphaned sandbox processes are re-parented to the host, which reaps them.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  features.mount_namespaces = corral::sandbox::CanCreateMountNamespaces();
+  const corral::sandbox::CgroupManager cgroups = corral::sandbox::CgroupManager::Detect("corral-" + config.host_id);
+  features.cgroups = &cgroups;
+  spdlog::info("isolation: landlock ABI {}, cgroups {}, mount namespaces {}", features.landlock_abi,
+               cgroups.Describe(), features.mount_namespaces ? "yes" : "no (TMPDIR in the home; no private view)");
+
+  auto secret = corral::LoadClusterSecret(config.server);
+  if (!secret.ok()) {
+    spdlog::error("cannot start: {}", secret.status());
+    return 1;
+  }
+  corral::CallAuthenticator auth(config.server.insecure && config.server.secret_file.empty()
+                                     ? std::nullopt
+                                     : std::optional<corral::TokenSigner>(*secret));
+  corral::RealClock clock;
+  corral::ServerRunner runner("sandbox-host", config.server);
+  auto sandboxes = std::make_unique<corral::sandbox::SandboxManager>(config.host, features, &clock, &*secret);
+  auto execs = std::make_unique<corral::sandbox::ExecManager>(&clock);
+  corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), &auth, &clock, config.host_id);
+  runner.AddService(&service, "corral.v1.SandboxHost");
+  if (auto s = runner.Start(); !s.ok()) {
+    spdlog::error("cannot start: {}", s);
+    return 1;
+  }
+  runner.Wait();
+  clock.Stop();       // no timer may fire into the managers while they shut down
+  execs.reset();      // kills running executions
+  sandboxes.reset();  // kills every sandbox's processes, wipes homes, frees cgroups and uids
+  spdlog::info("sandbox-host: all sandboxes removed");
+  return 0;
+}

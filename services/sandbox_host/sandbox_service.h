@@ -1,0 +1,55 @@
+// The sandbox host's gRPC adapter: proto ↔ core and Status mapping around SandboxManager and ExecManager.
+// Management calls need the host (cluster) token; calls on one sandbox accept the host token or that
+// sandbox's capability token. Streaming calls have their own reactors (exec_reactor.h, file_reactors.h).
+#pragma once
+
+#include "corral/v1/sandbox.grpc.pb.h"
+#include "libs/core/clock.h"
+#include "libs/rpc/auth.h"
+#include "services/sandbox_host/exec_manager.h"
+#include "services/sandbox_host/sandbox_manager.h"
+
+namespace corral::sandbox {
+
+// Checks a call's credentials for one sandbox: the host token, or that sandbox's own capability token.
+absl::Status AuthorizeSandbox(const CallAuthenticator& auth, const SandboxManager& manager,
+                              const grpc::ServerContextBase& ctx, const std::string& sandbox_id);
+
+// Thread-safe: state lives in the managers.
+class SandboxService final : public v1::SandboxHost::CallbackService {
+ public:
+  SandboxService(SandboxManager* sandboxes, ExecManager* execs, const CallAuthenticator* auth, Clock* clock,
+                 std::string host_id)
+      : sandboxes_(sandboxes), execs_(execs), auth_(auth), clock_(clock), host_id_(std::move(host_id)),
+        start_time_(clock->Now()) {}
+
+  grpc::ServerUnaryReactor* CreateSandboxes(grpc::CallbackServerContext* ctx, const v1::CreateSandboxesRequest* req,
+                                            v1::CreateSandboxesResponse* resp) override;
+  grpc::ServerUnaryReactor* GetSandbox(grpc::CallbackServerContext* ctx, const v1::GetSandboxRequest* req,
+                                       v1::Sandbox* resp) override;
+  grpc::ServerUnaryReactor* ListSandboxes(grpc::CallbackServerContext* ctx, const v1::ListSandboxesRequest* req,
+                                          v1::ListSandboxesResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteSandbox(grpc::CallbackServerContext* ctx, const v1::DeleteSandboxRequest* req,
+                                          v1::DeleteSandboxResponse* resp) override;
+  grpc::ServerWriteReactor<v1::ExecEvent>* Exec(grpc::CallbackServerContext* ctx, const v1::ExecRequest* req) override;
+  grpc::ServerReadReactor<v1::WriteFileRequest>* WriteFile(grpc::CallbackServerContext* ctx,
+                                                           v1::FileInfo* resp) override;
+  grpc::ServerWriteReactor<v1::ReadFileResponse>* ReadFile(grpc::CallbackServerContext* ctx,
+                                                           const v1::ReadFileRequest* req) override;
+  grpc::ServerUnaryReactor* Stat(grpc::CallbackServerContext* ctx, const v1::StatRequest* req,
+                                 v1::FileInfo* resp) override;
+  grpc::ServerUnaryReactor* ListDir(grpc::CallbackServerContext* ctx, const v1::ListDirRequest* req,
+                                    v1::ListDirResponse* resp) override;
+  grpc::ServerUnaryReactor* HostInfo(grpc::CallbackServerContext* ctx, const v1::HostInfoRequest* req,
+                                     v1::HostInfoResponse* resp) override;
+
+ private:
+  SandboxManager* const sandboxes_;
+  ExecManager* const execs_;
+  const CallAuthenticator* const auth_;
+  Clock* const clock_;
+  const std::string host_id_;
+  const absl::Time start_time_;
+};
+
+}  // namespace corral::sandbox

@@ -1,0 +1,235 @@
+// corral-sandbox-host as a real process (root) on loopback, attacked through its own API: tokens, path escapes,
+// capacity, process escapes on delete, recycled uids.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "corral/v1/sandbox.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+#include "libs/core/token.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/status_conversion.h"
+#include "tests/support/subprocess.h"
+
+namespace corral {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct ExecResult {
+  absl::Status status;
+  std::string out, err;
+  v1::ExitStatus exit;
+};
+
+class SandboxHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "the sandbox host needs root";
+    dir_ = testing::MakeTestDir();
+    root_ = "/var/tmp/corral-it-" + std::to_string(getpid());
+    token_ = MintClusterToken(*TokenSigner::FromKeyFile(testing::WriteSecretFile(dir_)));
+    // A tiny uid range of its own, so a uid comes back right after teardown (and tests never collide).
+    const uid_t base = 45000 + static_cast<uid_t>(getpid() % 100) * 8;
+    auto service = testing::StartService(
+        CORRAL_SANDBOX_HOST,
+        {"--secret-file=" + dir_ + "/secret", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+         "--root=" + root_, "--capacity=4", "--uid-first=" + std::to_string(base),
+         "--uid-last=" + std::to_string(base + 3), "--host-id=it"},
+        dir_, "sandbox-host");
+    ASSERT_THAT(service, IsOk());
+    service_.emplace(*std::move(service));
+    ChannelOptions options;
+    options.retry_unavailable = false;
+    stub_ = v1::SandboxHost::NewStub(*MakeChannel(service_->ready.grpc, options));
+  }
+  void TearDown() override {
+    stub_.reset();
+    if (service_) {
+      service_->process.Signal(SIGTERM);
+      (void)service_->process.Wait(absl::Seconds(30));
+    }
+    fs::remove_all(root_);
+  }
+
+  void Prepare(grpc::ClientContext& ctx, const std::string& token) {
+    SetDeadline(ctx, absl::Seconds(60));
+    AttachBearer(ctx, token);
+  }
+
+  absl::StatusOr<v1::CreateSandboxesResponse> Create(int count) {
+    grpc::ClientContext ctx;
+    Prepare(ctx, token_);
+    v1::CreateSandboxesRequest req;
+    req.set_count(static_cast<uint32_t>(count));
+    req.mutable_spec()->add_task_paths("/workspace");
+    v1::CreateSandboxesResponse resp;
+    grpc::Status s = stub_->CreateSandboxes(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return resp;
+  }
+
+  ExecResult Exec(const std::string& id, const std::string& token, const std::string& script) {
+    grpc::ClientContext ctx;
+    Prepare(ctx, token);
+    v1::ExecRequest req;
+    req.set_sandbox_id(id);
+    for (const char* a : {"/bin/sh", "-c"}) req.mutable_command()->add_argv(a);
+    req.mutable_command()->add_argv(script);
+    auto reader = stub_->Exec(&ctx, req);
+    ExecResult r;
+    v1::ExecEvent ev;
+    while (reader->Read(&ev)) {
+      if (ev.has_stdout()) r.out += ev.stdout();
+      if (ev.has_stderr()) r.err += ev.stderr();
+      if (ev.has_exited()) r.exit = ev.exited();
+    }
+    r.status = FromGrpcStatus(reader->Finish());
+    return r;
+  }
+
+  absl::StatusOr<std::string> ReadFile(const std::string& id, const std::string& token, const std::string& path) {
+    grpc::ClientContext ctx;
+    Prepare(ctx, token);
+    v1::ReadFileRequest req;
+    req.set_sandbox_id(id);
+    req.set_path(path);
+    auto reader = stub_->ReadFile(&ctx, req);
+    std::string data;
+    v1::ReadFileResponse resp;
+    while (reader->Read(&resp)) data += resp.data();
+    absl::Status s = FromGrpcStatus(reader->Finish());
+    if (!s.ok()) return s;
+    return data;
+  }
+
+  absl::Status WriteFile(const std::string& id, const std::string& token, const std::string& path,
+                         const std::string& data) {
+    grpc::ClientContext ctx;
+    Prepare(ctx, token);
+    v1::FileInfo info;
+    auto writer = stub_->WriteFile(&ctx, &info);
+    v1::WriteFileRequest header;
+    header.mutable_header()->set_sandbox_id(id);
+    header.mutable_header()->set_path(path);
+    header.mutable_header()->set_make_parents(true);
+    writer->Write(header);
+    v1::WriteFileRequest chunk;
+    chunk.set_data(data);
+    writer->Write(chunk);
+    writer->WritesDone();
+    return FromGrpcStatus(writer->Finish());
+  }
+
+  std::string dir_, root_, token_;
+  std::optional<testing::RunningService> service_;
+  std::unique_ptr<v1::SandboxHost::Stub> stub_;
+};
+
+TEST_F(SandboxHostTest, CapacityFourOfFourThousandAndTheRestRejected) {
+  auto r = Create(4000);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->sandboxes_size(), 4);
+  EXPECT_EQ(r->rejected(), 3996u);
+  auto more = Create(1);
+  ASSERT_THAT(more, IsOk());
+  EXPECT_EQ(more->sandboxes_size(), 0);
+  EXPECT_EQ(more->rejected(), 1u);
+}
+
+TEST_F(SandboxHostTest, ExecRunsIsolatedAndReportsProtections) {
+  auto r = Create(1);
+  ASSERT_THAT(r, IsOk());
+  const auto& sb = r->sandboxes(0);
+  EXPECT_GE(sb.sandbox().protections().landlock_abi(), 1);
+  EXPECT_TRUE(sb.sandbox().protections().no_new_privs());
+  ExecResult e = Exec(sb.sandbox().sandbox_id(), sb.capability_token(),
+                      "id -u; ls /proc | grep -c '^[0-9]'; cat /etc/shadow 2>&1 | head -1; echo x > /workspace/w");
+  ASSERT_THAT(e.status, IsOk());
+  EXPECT_THAT(e.out, HasSubstr(std::to_string(sb.sandbox().uid()) + "\n"));
+  EXPECT_THAT(e.out, HasSubstr("Permission denied"));
+  EXPECT_THAT(ReadFile(sb.sandbox().sandbox_id(), sb.capability_token(), "/workspace/w"), IsOkAndHolds("x\n"));
+}
+
+TEST_F(SandboxHostTest, TokensOpenOnlyTheirOwnSandbox) {
+  auto r = Create(2);
+  ASSERT_THAT(r, IsOk());
+  const auto& a = r->sandboxes(0);
+  const auto& b = r->sandboxes(1);
+  EXPECT_THAT(Exec(b.sandbox().sandbox_id(), a.capability_token(), "true").status,
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(Exec(a.sandbox().sandbox_id(), "", "true").status, StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(ReadFile(b.sandbox().sandbox_id(), a.capability_token(), "x"), StatusIs(absl::StatusCode::kPermissionDenied));
+  // A sandbox token cannot create sandboxes or list the host.
+  grpc::ClientContext ctx;
+  Prepare(ctx, a.capability_token());
+  v1::CreateSandboxesRequest req;
+  v1::CreateSandboxesResponse resp;
+  EXPECT_THAT(FromGrpcStatus(stub_->CreateSandboxes(&ctx, req, &resp)), StatusIs(absl::StatusCode::kUnauthenticated));
+}
+
+TEST_F(SandboxHostTest, FileApiNeverEscapesTheHome) {
+  auto r = Create(2);
+  ASSERT_THAT(r, IsOk());
+  const std::string id = r->sandboxes(0).sandbox().sandbox_id();
+  const std::string other_home = r->sandboxes(1).sandbox().home();
+  ASSERT_THAT(Exec(id, token_, "ln -s /etc/shadow shadow; ln -s " + other_home + " neighbour; mkfifo fifo").status, IsOk());
+  EXPECT_THAT(ReadFile(id, token_, "shadow"), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("symlink")));
+  EXPECT_THAT(ReadFile(id, token_, "neighbour/x"), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(ReadFile(id, token_, "fifo"), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(ReadFile(id, token_, "../" + r->sandboxes(1).sandbox().sandbox_id() + "/x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ReadFile(id, token_, "/etc/passwd"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ReadFile(id, token_, std::string("a\0b", 3)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(WriteFile(id, token_, "neighbour/planted", "x"), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_FALSE(fs::exists(other_home + "/planted"));
+  ASSERT_THAT(WriteFile(id, token_, "shadow", "replaced the link, not the target"), IsOk());
+  EXPECT_THAT(ReadFile(id, token_, "shadow"), IsOkAndHolds("replaced the link, not the target"));
+}
+
+TEST_F(SandboxHostTest, DeleteKillsSetsidEscapeesAndARecycledUidStartsClean) {
+  auto r = Create(4);  // the whole uid range
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->sandboxes_size(), 4);
+  const auto& victim = r->sandboxes(0).sandbox();
+  ASSERT_THAT(Exec(victim.sandbox_id(), token_, "setsid sleep 300 < /dev/null > /dev/null 2>&1 & echo x > secret").status,
+              IsOk());
+  grpc::ClientContext ctx;
+  Prepare(ctx, token_);
+  v1::DeleteSandboxRequest del;
+  del.set_sandbox_id(victim.sandbox_id());
+  v1::DeleteSandboxResponse deleted;
+  ASSERT_TRUE(stub_->DeleteSandbox(&ctx, del, &deleted).ok());
+  EXPECT_TRUE(deleted.existed());
+  EXPECT_FALSE(fs::exists(victim.home()));
+  auto again = Create(1);
+  ASSERT_THAT(again, IsOk());
+  ASSERT_EQ(again->sandboxes_size(), 1);
+  const auto& reborn = again->sandboxes(0).sandbox();
+  EXPECT_EQ(reborn.uid(), victim.uid());  // the only free uid: it came back after verified teardown
+  ExecResult e = Exec(reborn.sandbox_id(), token_, "ps -eo comm= | grep -c sleep; ls -A");
+  ASSERT_THAT(e.status, IsOk());
+  EXPECT_EQ(e.out, "0\n.tmp\nworkspace\n");
+}
+
+TEST_F(SandboxHostTest, SigtermWipesEverySandbox) {
+  auto r = Create(2);
+  ASSERT_THAT(r, IsOk());
+  std::vector<std::string> homes;
+  for (const auto& sb : r->sandboxes()) homes.push_back(sb.sandbox().home());
+  ASSERT_TRUE(service_->process.Signal(SIGTERM));
+  auto status = service_->process.Wait(absl::Seconds(30));
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(WEXITSTATUS(*status), 0) << service_->process.Log();
+  for (const auto& h : homes) EXPECT_FALSE(fs::exists(h));
+  service_.reset();
+}
+
+}  // namespace
+}  // namespace corral

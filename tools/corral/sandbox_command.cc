@@ -1,0 +1,213 @@
+// `corral sandbox create|exec|ls|rm|info`: create and use sandboxes on a corral-sandbox-host from the shell.
+#include <unistd.h>
+
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/proto_time.h"
+#include "libs/rpc/status_conversion.h"
+#include "corral/v1/sandbox.grpc.pb.h"
+#include "tools/corral/commands.h"
+#include "tools/corral/connect_flags.h"
+
+namespace corral::cli {
+namespace {
+
+struct Client {
+  std::unique_ptr<v1::SandboxHost::Stub> stub;
+  std::string token;
+  double timeout_s;
+
+  void Prepare(grpc::ClientContext& ctx, absl::Duration timeout) const {
+    SetDeadline(ctx, timeout);
+    AttachBearer(ctx, token);
+  }
+};
+
+absl::StatusOr<Client> Connect(const ConnectFlags& flags) {
+  auto token = flags.BearerToken();
+  if (!token.ok()) return token.status();
+  auto channel = MakeChannel(flags.address, flags.Channel());
+  if (!channel.ok()) return channel.status();
+  return Client{v1::SandboxHost::NewStub(*channel), *token, flags.timeout_s};
+}
+
+int Fail(const std::string& what, const absl::Status& s) {
+  std::cerr << "corral sandbox " << what << ": " << s << "\n";
+  return 1;
+}
+
+void PrintJson(const google::protobuf::Message& m) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &json, options);
+  std::cout << json;
+}
+
+struct CreateFlags {
+  int count = 1;
+  std::string network;
+  std::vector<uint32_t> ports;
+  std::vector<std::string> task_paths;
+  std::string template_key;
+};
+
+int RunCreate(const ConnectFlags& cf, const CreateFlags& f) {
+  auto client = Connect(cf);
+  if (!client.ok()) return Fail("create", client.status());
+  v1::CreateSandboxesRequest req;
+  req.set_count(static_cast<uint32_t>(f.count));
+  if (f.network == "open") req.mutable_spec()->set_network_policy(v1::NETWORK_POLICY_OPEN);
+  if (f.network == "proxy_only") req.mutable_spec()->set_network_policy(v1::NETWORK_POLICY_PROXY_ONLY);
+  if (f.network == "none") req.mutable_spec()->set_network_policy(v1::NETWORK_POLICY_NONE);
+  for (uint32_t p : f.ports) req.mutable_spec()->add_allowed_ports(p);
+  for (const auto& p : f.task_paths) req.mutable_spec()->add_task_paths(p);
+  req.mutable_spec()->set_template_key(f.template_key);
+  grpc::ClientContext ctx;
+  client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 60.0)));
+  v1::CreateSandboxesResponse resp;
+  grpc::Status s = client->stub->CreateSandboxes(&ctx, req, &resp);
+  if (!s.ok()) return Fail("create", FromGrpcStatus(s));
+  for (const auto& c : resp.sandboxes()) std::cout << c.sandbox().sandbox_id() << " " << c.capability_token() << "\n";
+  if (resp.rejected() > 0) std::cerr << "rejected " << resp.rejected() << " (" << resp.rejected_reason() << ")\n";
+  return resp.sandboxes().empty() ? 1 : 0;
+}
+
+int RunExec(const ConnectFlags& cf, const std::string& id, double timeout_s, const std::vector<std::string>& argv) {
+  auto client = Connect(cf);
+  if (!client.ok()) return Fail("exec", client.status());
+  v1::ExecRequest req;
+  req.set_sandbox_id(id);
+  for (const auto& a : argv) req.mutable_command()->add_argv(a);
+  if (timeout_s > 0) ToProto(absl::Seconds(timeout_s), req.mutable_command()->mutable_timeout());
+  grpc::ClientContext ctx;
+  AttachBearer(ctx, client->token);  // no deadline: the command's own timeout bounds it
+  auto reader = client->stub->Exec(&ctx, req);
+  v1::ExecEvent ev;
+  int code = 1;
+  while (reader->Read(&ev)) {
+    if (ev.has_stdout()) {
+      ssize_t ignored = write(1, ev.stdout().data(), ev.stdout().size());
+      (void)ignored;
+    } else if (ev.has_stderr()) {
+      ssize_t ignored = write(2, ev.stderr().data(), ev.stderr().size());
+      (void)ignored;
+    } else if (ev.has_exited()) {
+      code = ev.exited().exit_code();
+      if (ev.exited().timed_out()) std::cerr << "corral sandbox exec: timed out; the command was killed\n";
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return Fail("exec", FromGrpcStatus(s));
+  return code;
+}
+
+int RunList(const ConnectFlags& cf) {
+  auto client = Connect(cf);
+  if (!client.ok()) return Fail("ls", client.status());
+  grpc::ClientContext ctx;
+  client->Prepare(ctx, absl::Seconds(cf.timeout_s));
+  v1::ListSandboxesResponse resp;
+  grpc::Status s = client->stub->ListSandboxes(&ctx, v1::ListSandboxesRequest(), &resp);
+  if (!s.ok()) return Fail("ls", FromGrpcStatus(s));
+  std::cout << absl::StrFormat("%-22s %7s %-10s %-8s %s\n", "SANDBOX", "UID", "NETWORK", "LANDLOCK", "VIEW");
+  for (const auto& sb : resp.sandboxes()) {
+    const auto& p = sb.protections();
+    std::cout << absl::StrFormat("%-22s %7d %-10s %-8d %s\n", sb.sandbox_id(), sb.uid(),
+                                 v1::NetworkPolicy_Name(p.network_policy()).substr(15), p.landlock_abi(),
+                                 p.private_filesystem_view() ? "private" : "shared");
+  }
+  return 0;
+}
+
+int RunRemove(const ConnectFlags& cf, const std::string& id) {
+  auto client = Connect(cf);
+  if (!client.ok()) return Fail("rm", client.status());
+  grpc::ClientContext ctx;
+  client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 30.0)));
+  v1::DeleteSandboxRequest req;
+  req.set_sandbox_id(id);
+  v1::DeleteSandboxResponse resp;
+  grpc::Status s = client->stub->DeleteSandbox(&ctx, req, &resp);
+  if (!s.ok()) return Fail("rm", FromGrpcStatus(s));
+  std::cout << id << (resp.existed() ? " deleted\n" : " did not exist\n");
+  return 0;
+}
+
+int RunInfo(const ConnectFlags& cf, const std::string& id) {
+  auto client = Connect(cf);
+  if (!client.ok()) return Fail("info", client.status());
+  grpc::ClientContext ctx;
+  client->Prepare(ctx, absl::Seconds(cf.timeout_s));
+  if (id.empty()) {
+    v1::HostInfoResponse resp;
+    grpc::Status s = client->stub->HostInfo(&ctx, v1::HostInfoRequest(), &resp);
+    if (!s.ok()) return Fail("info", FromGrpcStatus(s));
+    PrintJson(resp);
+  } else {
+    v1::GetSandboxRequest req;
+    req.set_sandbox_id(id);
+    v1::Sandbox resp;
+    grpc::Status s = client->stub->GetSandbox(&ctx, req, &resp);
+    if (!s.ok()) return Fail("info", FromGrpcStatus(s));
+    PrintJson(resp);
+  }
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void RegisterSandbox(CLI::App& app, int& exit_code) {
+  CLI::App* sandbox = app.add_subcommand("sandbox", "create and use sandboxes on a corral-sandbox-host");
+  sandbox->require_subcommand(1);
+
+  auto create_conn = std::make_shared<ConnectFlags>();
+  auto create = std::make_shared<CreateFlags>();
+  CLI::App* c = sandbox->add_subcommand("create", "create sandboxes; prints 'ID TOKEN' per sandbox");
+  AddConnectFlags(c, *create_conn, "sandbox host", "--host");
+  c->add_option("--count", create->count, "how many")->capture_default_str();
+  c->add_option("--network", create->network, "open, proxy_only or none (default: the host's)")
+      ->check(CLI::IsMember({"open", "proxy_only", "none"}));
+  c->add_option("--port", create->ports, "proxy_only: a TCP port connect() may reach (repeatable)");
+  c->add_option("--task-path", create->task_paths, "an absolute path bound into the home, e.g. /workspace (repeatable)");
+  c->add_option("--template", create->template_key, "template key to clone the home from");
+  c->callback([create_conn, create, &exit_code] { exit_code = RunCreate(*create_conn, *create); });
+
+  auto exec_conn = std::make_shared<ConnectFlags>();
+  auto exec_id = std::make_shared<std::string>();
+  auto exec_timeout = std::make_shared<double>(0);
+  auto exec_argv = std::make_shared<std::vector<std::string>>();
+  CLI::App* e = sandbox->add_subcommand("exec", "run a command in a sandbox, streaming its output; exits with its code");
+  AddConnectFlags(e, *exec_conn, "sandbox host", "--host");
+  e->add_option("id", *exec_id, "sandbox id")->required();
+  e->add_option("--timeout", *exec_timeout, "seconds before the command is killed (0: none)");
+  e->add_option("command", *exec_argv, "the command and its arguments (after --)")->required();
+  e->callback([exec_conn, exec_id, exec_timeout, exec_argv, &exit_code] {
+    exit_code = RunExec(*exec_conn, *exec_id, *exec_timeout, *exec_argv);
+  });
+
+  auto ls_conn = std::make_shared<ConnectFlags>();
+  CLI::App* ls = sandbox->add_subcommand("ls", "list the host's sandboxes");
+  AddConnectFlags(ls, *ls_conn, "sandbox host", "--host");
+  ls->callback([ls_conn, &exit_code] { exit_code = RunList(*ls_conn); });
+
+  auto rm_conn = std::make_shared<ConnectFlags>();
+  auto rm_id = std::make_shared<std::string>();
+  CLI::App* rm = sandbox->add_subcommand("rm", "delete a sandbox (kills its processes, wipes its home)");
+  AddConnectFlags(rm, *rm_conn, "sandbox host", "--host");
+  rm->add_option("id", *rm_id, "sandbox id")->required();
+  rm->callback([rm_conn, rm_id, &exit_code] { exit_code = RunRemove(*rm_conn, *rm_id); });
+
+  auto info_conn = std::make_shared<ConnectFlags>();
+  auto info_id = std::make_shared<std::string>();
+  CLI::App* info = sandbox->add_subcommand("info", "the host's capacity and features, or one sandbox (JSON)");
+  AddConnectFlags(info, *info_conn, "sandbox host", "--host");
+  info->add_option("id", *info_id, "sandbox id (omit for the host)");
+  info->callback([info_conn, info_id, &exit_code] { exit_code = RunInfo(*info_conn, *info_id); });
+}
+
+}  // namespace corral::cli
