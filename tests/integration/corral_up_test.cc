@@ -1,5 +1,6 @@
 // `corral up` starts the cluster from its embedded defaults, the demo runs against it, and everything stops.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,9 @@ TEST(CorralUp, StartsTheClusterRunsTheDemoAndStopsCleanly) {
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << up->Log();
   std::string log = up->Log();
   EXPECT_THAT(log, HasSubstr("demo: 6/6 served, at most 2 holder(s) at once, FIFO order"));
+  if (geteuid() == 0) {
+    EXPECT_THAT(log, HasSubstr("demo: sandboxes isolated and cleaned up"));
+  }
   EXPECT_THAT(log, HasSubstr("corral up: stopped"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/.corral/cluster.json"));
   EXPECT_EQ(std::filesystem::status(dir + "/.corral/secret").permissions() & std::filesystem::perms::group_all,

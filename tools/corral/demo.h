@@ -9,4 +9,8 @@ namespace corral::cli {
 // and returns 0 if every worker was served in arrival order with never more than 2 holders at once.
 int RunRateLimiterDemo(const std::string& address, const std::string& token);
 
+// Creates two sandboxes on the host at `address`, runs a command in each, shows that one cannot see the
+// other's files or processes, and deletes them. Returns 0 when every check held.
+int RunSandboxDemo(const std::string& address, const std::string& token);
+
 }  // namespace corral::cli

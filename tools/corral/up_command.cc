@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "libs/core/token.h"
@@ -84,9 +85,25 @@ int RunUp(const UpFlags& flags) {
     return 1;
   }
   const std::string bin = SelfDir();
+  fs::path scratch_root;  // sandbox homes outside `dir`, removed when the cluster stops
   std::vector<ServiceDef> defs = {
       {"ratelimiter", bin + "/corral-ratelimiter", kRateLimiterYaml, "127.0.0.1:7400", "127.0.0.1:9400"},
   };
+  // The sandbox host switches uids, so it needs root; without it the cluster runs without sandboxes.
+  if (geteuid() == 0) {
+    // Inside a sandbox's view /tmp is its own, so homes cannot live below /tmp.
+    fs::path sandboxes = dir / "sandboxes";
+    if (absl::StartsWith(sandboxes.string(), "/tmp/")) {
+      sandboxes = fs::path("/var/tmp") / absl::StrCat("corral-up-", getpid(), "-sandboxes");
+      scratch_root = sandboxes;
+    }
+    defs.push_back({"sandbox-host", bin + "/corral-sandbox-host",
+                    absl::StrCat("# corral up: the sandbox host's playground configuration.\nroot: ", sandboxes.string(),
+                                 "\ncapacity: 64\ndefault_network: none\nhost_id: local\n"),
+                    "127.0.0.1:7500", "127.0.0.1:9500"});
+  } else {
+    std::cout << "corral up: not root, so no sandbox host (it switches to each sandbox's uid)\n";
+  }
 
   std::vector<std::pair<ServiceDef, RunningService>> running;
   for (ServiceDef& def : defs) {
@@ -125,7 +142,11 @@ int RunUp(const UpFlags& flags) {
   int exit_code = 0;
   bool stop = false;
   if (flags.demo) {
-    exit_code = RunRateLimiterDemo(limiter_addr, MintClusterToken(*TokenSigner::FromKeyFile(*secret)));
+    const std::string token = MintClusterToken(*TokenSigner::FromKeyFile(*secret));
+    exit_code = RunRateLimiterDemo(limiter_addr, token);
+    for (auto& [def, service] : running) {
+      if (def.name == "sandbox-host" && exit_code == 0) exit_code = RunSandboxDemo(service.ready.grpc, token);
+    }
     stop = flags.exit_after_demo;
   }
   if (!stop) std::cout << "Ctrl-C stops the cluster.\n" << std::flush;
@@ -147,6 +168,8 @@ int RunUp(const UpFlags& flags) {
     auto status = it->second.process.Wait(absl::Seconds(15));
     if (!status.ok()) std::cerr << "corral up: " << it->first.name << " did not stop in 15 s; killing it\n";
   }
+  std::error_code ec;
+  if (!scratch_root.empty()) fs::remove_all(scratch_root, ec);
   std::cout << "corral up: stopped\n";
   return exit_code;
 }
