@@ -2,6 +2,7 @@
 // then builds in dependency order: clock → sandbox manager (uids, homes, isolation) → exec manager (processes)
 // → gRPC adapter → server runner; runs until SIGTERM, then kills every sandbox's processes and wipes them.
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "libs/core/clock.h"
@@ -44,6 +45,13 @@ int main(int argc, char** argv) {
     }
     spdlog::warn("running without the required Landlock ABI ({} < {}): --allow-unconfined", features.landlock_abi,
                  config.min_landlock_abi);
+  }
+  // Each sandbox holds a few descriptors (home, namespaces, cgroup files, Landlock ruleset): raise the soft
+  // limit to the hard one so a host full of sandboxes does not run out.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
   }
   // Orphaned sandbox processes are re-parented to the host, which reaps them.
   prctl(PR_SET_CHILD_SUBREAPER, 1);

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Sandbox host benchmark (not in CI; needs root): 1,000 sandboxes created, exec'd and deleted through the gRPC
+# API on loopback; exec round trip on a warm sandbox; the host's RSS with 1,000 live sandboxes; and, timed by
+# the same program, the peers: raw posix_spawn of `true` (the physical floor) and bubblewrap with comparable
+# isolation.
+#   bench/sandbox_host/run.sh        (BENCH_SANDBOXES=1000, BENCH_EXECS=500)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+n=${BENCH_SANDBOXES:-1000}
+execs=${BENCH_EXECS:-500}
+[[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 1; }
+
+scripts/bootstrap
+dpkg-query -W -f='${Status}' bubblewrap 2>/dev/null | grep -q "install ok installed" ||
+  apt-get install -y -q --no-install-recommends bubblewrap libhiredis-dev
+dpkg-query -W -f='${Status}' libhiredis-dev 2>/dev/null | grep -q "install ok installed" ||
+  apt-get install -y -q --no-install-recommends libhiredis-dev
+mkdir -p build
+cmake -S . -B build -G Ninja -DCORRAL_BENCH=ON > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
+ninja -C build corral-sandbox-host corral-bench-sandbox
+
+work=$(mktemp -d)
+root=/var/tmp/corral-bench-$$
+host_pid=
+cleanup() { [[ -n "$host_pid" ]] && kill "$host_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work" "$root"; }
+trap cleanup EXIT
+build/bin/corral-sandbox-host --insecure --root "$root" --capacity $((n + 10)) --log-level warn \
+  --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --ready-file "$work/ready.json" > "$work/host.log" 2>&1 &
+host_pid=$!
+for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
+addr=$(python3 -c "import json; print(json.load(open('$work/ready.json'))['grpc'])")
+gen=build/bin/corral-bench-sandbox
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
+
+echo "sandbox host benchmark: $n sandboxes, $execs execs, $(nproc) cores" >&2
+# Lifecycle: the generator pauses after creating, so the host's RSS is read with every sandbox alive.
+mkfifo "$work/go"
+"$gen" --mode=lifecycle --addr="$addr" --n="$n" < "$work/go" > "$work/lifecycle.out" &
+gen_pid=$!
+exec 3> "$work/go"
+for _ in $(seq 1200); do grep -q created "$work/lifecycle.out" 2>/dev/null && break; sleep 0.1; done
+rss_mib=$(awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$host_pid/status")
+echo go >&3
+exec 3>&-
+wait "$gen_pid"
+life=$(tail -1 "$work/lifecycle.out")
+echo "  lifecycle: $life" >&2
+exec_out=$("$gen" --mode=exec --addr="$addr" --n="$execs"); echo "  corral exec: $exec_out" >&2
+spawn_out=$("$gen" --mode=spawn --n="$execs"); echo "  posix_spawn: $spawn_out" >&2
+bwrap_out=$("$gen" --mode=bwrap --n="$execs" || true); echo "  bwrap: $bwrap_out" >&2
+
+ratio=$(awk -v a="$(field p50_ms "$exec_out")" -v b="$(field p50_ms "$spawn_out")" 'BEGIN {printf "%.1f", a/b}')
+printf '\n%-34s %10s\n' "phase ($n sandboxes)" "seconds"
+for p in create exec delete total; do printf '%-34s %10s\n' "$p" "$(field ${p}_s "$life")"; done
+printf '\n%-34s %10s %10s\n' "run 'true'" "p50 ms" "p99 ms"
+printf '%-34s %10s %10s\n' "corral exec (gRPC, warm sandbox)" "$(field p50_ms "$exec_out")" "$(field p99_ms "$exec_out")"
+printf '%-34s %10s %10s\n' "bwrap (unshare-all)" "$(field p50_ms "$bwrap_out")" "$(field p99_ms "$bwrap_out")"
+printf '%-34s %10s %10s\n' "posix_spawn (floor)" "$(field p50_ms "$spawn_out")" "$(field p99_ms "$spawn_out")"
+printf 'corral exec / posix_spawn (p50): %sx   host RSS with %s live sandboxes: %s MiB\n' "$ratio" "$n" "$rss_mib"
+printf 'targets: 1,000 create+exec+delete <= 3 s; exec p50 <= 2 ms; within 3x of posix_spawn; RSS <= 100 MiB\n'
+echo "RESULT sandbox_host total_1000_s=$(field total_s "$life") exec_p50_ms=$(field p50_ms "$exec_out") spawn_p50_ms=$(field p50_ms "$spawn_out") bwrap_p50_ms=$(field p50_ms "$bwrap_out") rss_mib=$rss_mib"
