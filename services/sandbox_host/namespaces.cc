@@ -5,12 +5,15 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <poll.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -68,9 +71,12 @@ absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, cons
   pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
   if (pid == 0) {
-    // Our copies of the host's ends: the hold pipe must see EOF when the host closes its write end.
-    close(hold_w.get());
-    close(report_r.get());
+    // Keep only our two pipe ends: descriptors inherited from concurrent creates (other helpers' pipes, the
+    // host's sockets) must not stay open in this helper.
+    const int keep_a = std::min(report_w.get(), hold_r.get()), keep_b = std::max(report_w.get(), hold_r.get());
+    syscall(SYS_close_range, 3u, static_cast<unsigned>(keep_a - 1), 0u);
+    syscall(SYS_close_range, static_cast<unsigned>(keep_a + 1), static_cast<unsigned>(keep_b - 1), 0u);
+    syscall(SYS_close_range, static_cast<unsigned>(keep_b + 1), ~0u, 0u);
     auto fail = [&](int step) {
       Report r{step, errno, 0};
       ssize_t ignored = write(report_w.get(), &r, sizeof(r));
@@ -103,16 +109,19 @@ absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, cons
     ssize_t ignored = write(report_w.get(), &ready, sizeof(ready));
     (void)ignored;
     char c;
-    ignored = read(hold_r.get(), &c, 1);  // until the host has opened the namespaces
+    ignored = read(hold_r.get(), &c, 1);  // until the host has opened the namespaces (it writes one byte)
     _exit(0);
   }
   report_w.Reset();
   hold_r.Reset();
   Report report{};
-  ssize_t n;
-  do {
-    n = read(report_r.get(), &report, sizeof(report));
-  } while (n < 0 && errno == EINTR);
+  ssize_t n = -1;
+  pollfd pfd{report_r.get(), POLLIN, 0};
+  if (poll(&pfd, 1, 30000) == 1) {  // a helper that neither reports nor dies within 30 s is broken
+    do {
+      n = read(report_r.get(), &report, sizeof(report));
+    } while (n < 0 && errno == EINTR);
+  }
   SandboxNamespaces ns;
   absl::Status status;
   if (n != static_cast<ssize_t>(sizeof(report))) {
@@ -130,7 +139,11 @@ absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, cons
       status = absl::InternalError(absl::StrCat("cannot open the sandbox's namespaces: ", strerror(errno)));
     }
   }
-  hold_w.Reset();  // lets the helper exit
+  const char done = 1;
+  ssize_t ignored = write(hold_w.get(), &done, 1);  // lets the helper exit
+  (void)ignored;
+  hold_w.Reset();
+  if (n != static_cast<ssize_t>(sizeof(report))) kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   if (!status.ok()) return status;
   return ns;
