@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
 #include "spdlog/spdlog.h"
@@ -161,8 +162,6 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
   }
   SpawnSpec spec = sandbox->SpawnFor(options.argv, options.env, options.cwd);
   spec.pipe_stdin = true;
-  // Held until the pid is tracked, so the orphan reaper cannot take a fresh child's exit status.
-  absl::MutexLock spawn_lock(&spawn_mu_);
   auto spawned = Spawn(spec);
   if (!spawned.ok()) return spawned.status();
 
@@ -337,13 +336,19 @@ void ExecManager::OnProcessExit(uint64_t key) {
 
 void ExecManager::ReapOrphans() {
   // As a subreaper the host inherits processes whose parents exited; reap the zombies nobody else waits for.
-  absl::MutexLock spawn_lock(&spawn_mu_);
+  // Zombies younger than a few seconds are left alone: one may be a child Start has not registered yet.
   absl::flat_hash_set<pid_t> tracked;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, e] : executions_) tracked.insert(e->pid_);
   }
   const pid_t self = getpid();
+  double uptime = 0;
+  {
+    std::ifstream up("/proc/uptime");
+    up >> uptime;
+  }
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return;
   while (dirent* d = readdir(proc)) {
@@ -357,9 +362,12 @@ void ExecManager::ReapOrphans() {
     char state = line[close + 2];
     pid_t ppid = 0;
     size_t space = line.find(' ', close + 4);
-    if (state == 'Z' && absl::SimpleAtoi(line.substr(close + 4, space - close - 4), &ppid) && ppid == self) {
-      waitpid(pid, nullptr, WNOHANG);
-    }
+    if (state != 'Z' || !absl::SimpleAtoi(line.substr(close + 4, space - close - 4), &ppid) || ppid != self) continue;
+    // Field 22 (starttime) counts from field 3 (state), the first after the command name.
+    std::vector<std::string> fields = absl::StrSplit(line.substr(close + 2), ' ');
+    double started = 0;
+    if (fields.size() > 19 && absl::SimpleAtod(fields[19], &started) && uptime - started / ticks < 3) continue;
+    waitpid(pid, nullptr, WNOHANG);
   }
   closedir(proc);
 }

@@ -130,7 +130,6 @@ class ExecManager {
   UniqueFd epoll_;
   UniqueFd wake_;  // eventfd: stop
   std::thread thread_;
-  absl::Mutex spawn_mu_;  // a Start in progress vs. the orphan reaper
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Execution>> executions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;

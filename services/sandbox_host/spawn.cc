@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <memory>
 #include <cstring>
 #include <fstream>
 
@@ -98,9 +99,68 @@ absl::Status ValidateRlimits(const Rlimits& r, const Rlimits& c) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Everything the child needs, prepared by the host before the clone.
+struct ChildArgs {
+  const SpawnSpec* spec;
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  int stdin_fd, out_w, err_w, status_w;
+};
+
+// Runs in the child, which shares the host's memory until it execs (CLONE_VM|CLONE_VFORK, as posix_spawn does):
+// only its own stack is written, and credentials change through raw syscalls, because glibc's wrappers would
+// broadcast the change to every thread of the host.
+int ChildMain(void* arg) {
+  const ChildArgs& a = *static_cast<const ChildArgs*>(arg);
+  const SpawnSpec& spec = *a.spec;
+  const int efd = a.status_w;
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(SIGPIPE, &dfl, nullptr);  // the host ignores SIGPIPE; sandbox processes must not inherit that
+  setsid();  // own session and process group: a timeout kills the whole group
+  if (dup2(a.stdin_fd, 0) < 0 || dup2(a.out_w, 1) < 0 || dup2(a.err_w, 2) < 0) ChildFail(efd, kDup);
+  if (spec.mountns_fd >= 0 && setns(spec.mountns_fd, CLONE_NEWNS) != 0) ChildFail(efd, kSetns);
+  if (spec.netns_fd >= 0 && setns(spec.netns_fd, CLONE_NEWNET) != 0) ChildFail(efd, kSetns);
+  for (int fd : spec.cgroup_procs_fds) {
+    if (write(fd, "0", 1) != 1) ChildFail(efd, kCgroup);  // "0" moves the writing process
+  }
+  const Rlimits& l = spec.limits;
+  if (!SetLimit(RLIMIT_NPROC, l.nproc) || !SetLimit(RLIMIT_AS, l.address_space_bytes) ||
+      !SetLimit(RLIMIT_NOFILE, l.nofile) || !SetLimit(RLIMIT_FSIZE, l.file_size_bytes) ||
+      !SetLimit(RLIMIT_CPU, l.cpu_seconds)) {
+    ChildFail(efd, kRlimit);
+  }
+  if (!l.core_dumps) {
+    rlimit none_core{0, 0};
+    if (setrlimit(RLIMIT_CORE, &none_core) != 0) ChildFail(efd, kRlimit);
+  }
+  if (syscall(SYS_setgroups, 0, nullptr) != 0) ChildFail(efd, kSetgroups);
+  if (syscall(SYS_setresgid, spec.gid, spec.gid, spec.gid) != 0) ChildFail(efd, kSetgid);
+  if (syscall(SYS_setresuid, spec.uid, spec.uid, spec.uid) != 0) ChildFail(efd, kSetuid);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(efd, kNoNewPrivs);
+  if (spec.landlock_fd >= 0) {
+    int e = RestrictSelf(spec.landlock_fd);
+    if (e != 0) {
+      errno = e;
+      ChildFail(efd, kLandlock);
+    }
+  }
+  if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) ChildFail(efd, kChdir);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);  // last: the mask survives exec
+  execve(a.path, a.argv, a.envp);
+  ChildFail(efd, kExec);
+}
+
+}  // namespace
+
 absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty command");
-  // Everything the child needs is built here: after fork only async-signal-safe calls are made.
+  // Everything the child needs is built here: the child makes only async-signal-safe calls.
   const std::string path = Resolve(spec.argv[0], spec.env);
   std::vector<char*> argv, envp;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -115,50 +175,20 @@ absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
   }
   UniqueFd in_r(in[0]), in_w(in[1]), out_r(out[0]), out_w(out[1]), err_r(err[0]), err_w(err[1]);
   UniqueFd status_r(status_pipe[0]), status_w(status_pipe[1]);
-  int null_fd = spec.pipe_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
-  UniqueFd null_guard(null_fd);
+  UniqueFd null_fd(spec.pipe_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ChildArgs args{&spec, path.c_str(), argv.data(), envp.data(), spec.pipe_stdin ? in_r.get() : null_fd.get(),
+                 out_w.get(), err_w.get(), status_w.get()};
 
-  pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
-  if (pid == 0) {
-    const int efd = status_w.get();
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    setsid();  // own session and process group: a timeout kills the whole group
-    if (dup2(spec.pipe_stdin ? in_r.get() : null_fd, 0) < 0 || dup2(out_w.get(), 1) < 0 || dup2(err_w.get(), 2) < 0) {
-      ChildFail(efd, kDup);
-    }
-    if (spec.mountns_fd >= 0 && setns(spec.mountns_fd, CLONE_NEWNS) != 0) ChildFail(efd, kSetns);
-    if (spec.netns_fd >= 0 && setns(spec.netns_fd, CLONE_NEWNET) != 0) ChildFail(efd, kSetns);
-    for (int fd : spec.cgroup_procs_fds) {
-      if (write(fd, "0", 1) != 1) ChildFail(efd, kCgroup);  // "0" moves the writing process
-    }
-    const Rlimits& l = spec.limits;
-    if (!SetLimit(RLIMIT_NPROC, l.nproc) || !SetLimit(RLIMIT_AS, l.address_space_bytes) ||
-        !SetLimit(RLIMIT_NOFILE, l.nofile) || !SetLimit(RLIMIT_FSIZE, l.file_size_bytes) ||
-        !SetLimit(RLIMIT_CPU, l.cpu_seconds)) {
-      ChildFail(efd, kRlimit);
-    }
-    if (!l.core_dumps) {
-      rlimit none_core{0, 0};
-      if (setrlimit(RLIMIT_CORE, &none_core) != 0) ChildFail(efd, kRlimit);
-    }
-    if (setgroups(0, nullptr) != 0) ChildFail(efd, kSetgroups);
-    if (setresgid(spec.gid, spec.gid, spec.gid) != 0) ChildFail(efd, kSetgid);
-    if (setresuid(spec.uid, spec.uid, spec.uid) != 0) ChildFail(efd, kSetuid);
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(efd, kNoNewPrivs);
-    if (spec.landlock_fd >= 0) {
-      int e = RestrictSelf(spec.landlock_fd);
-      if (e != 0) {
-        errno = e;
-        ChildFail(efd, kLandlock);
-      }
-    }
-    if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) ChildFail(efd, kChdir);
-    execve(path.c_str(), argv.data(), envp.data());
-    ChildFail(efd, kExec);
-  }
+  // The child borrows our memory until it execs; no signal handler may run in it meanwhile.
+  constexpr size_t kStack = 64 * 1024;
+  std::unique_ptr<char[]> stack(new char[kStack]);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = clone(ChildMain, stack.get() + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  const int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return absl::InternalError(absl::StrCat("clone: ", strerror(clone_errno)));
   status_w.Reset();
   in_r.Reset();
   out_w.Reset();

@@ -1,6 +1,7 @@
 #include "services/sandbox_host/spawn.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,6 +96,19 @@ TEST_F(SpawnTest, NoNewPrivsAndRlimitsAreInForce) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_THAT(out, HasSubstr("64\n0\n"));
   EXPECT_THAT(out, HasSubstr("NoNewPrivs:\t1"));
+}
+
+TEST_F(SpawnTest, SignalDispositionsAndMaskOfTheHostAreNotInherited) {
+  signal(SIGPIPE, SIG_IGN);  // as the host does
+  auto [status, out] = Run(Spec({"sh", "-c", "grep -E 'SigIgn|SigBlk' /proc/self/status"}));
+  signal(SIGPIPE, SIG_DFL);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_THAT(out, HasSubstr("SigBlk:\t0000000000000000"));
+  // sh itself may ignore a few signals, but never SIGPIPE (bit 13).
+  size_t at = out.find("SigIgn:\t");
+  ASSERT_NE(at, std::string::npos);
+  uint64_t ignored = std::stoull(out.substr(at + 8, 16), nullptr, 16);
+  EXPECT_EQ(ignored & (1ULL << (SIGPIPE - 1)), 0u);
 }
 
 TEST_F(SpawnTest, MissingCommandExitsLikeAShell) {
