@@ -1,11 +1,19 @@
 // corral-sandbox-host as a real process (root) on loopback, attacked through its own API: tokens, path escapes,
 // capacity, process escapes on delete, recycled uids.
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -63,11 +71,12 @@ class SandboxHostTest : public ::testing::Test {
     AttachBearer(ctx, token);
   }
 
-  absl::StatusOr<v1::CreateSandboxesResponse> Create(int count) {
+  absl::StatusOr<v1::CreateSandboxesResponse> Create(int count, v1::SandboxSpec spec = {}) {
     grpc::ClientContext ctx;
     Prepare(ctx, token_);
     v1::CreateSandboxesRequest req;
     req.set_count(static_cast<uint32_t>(count));
+    *req.mutable_spec() = spec;
     req.mutable_spec()->add_task_paths("/workspace");
     v1::CreateSandboxesResponse resp;
     grpc::Status s = stub_->CreateSandboxes(&ctx, req, &resp);
@@ -216,6 +225,80 @@ TEST_F(SandboxHostTest, DeleteKillsSetsidEscapeesAndARecycledUidStartsClean) {
   ExecResult e = Exec(reborn.sandbox_id(), token_, "ps -eo comm= | grep -c sleep; ls -A");
   ASSERT_THAT(e.status, IsOk());
   EXPECT_EQ(e.out, "0\n.tmp\nworkspace\n");
+}
+
+TEST_F(SandboxHostTest, ASandboxCannotTouchItsNeighbourOrTheHost) {
+  v1::SandboxSpec spec;
+  spec.set_network_policy(v1::NETWORK_POLICY_OPEN);  // shares the host's network: Landlock alone guards it
+  auto r = Create(2, spec);
+  ASSERT_THAT(r, IsOk());
+  const auto& a = r->sandboxes(0).sandbox();
+  const auto& b = r->sandboxes(1).sandbox();
+  // B runs a long command; A tries to see and kill it.
+  std::atomic<bool> b_done = false;
+  ExecResult b_result;
+  std::thread b_thread([&] {
+    b_result = Exec(b.sandbox_id(), token_, "sleep 5; echo survived");
+    b_done = true;
+  });
+  std::string b_pid;
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        b_pid.clear();
+        FILE* ps = popen(absl::StrCat("pgrep -u ", b.uid(), " -x sleep").c_str(), "r");
+        char buf[32] = {};
+        if (ps != nullptr && fgets(buf, sizeof(buf), ps) != nullptr) b_pid = std::string(absl::StripAsciiWhitespace(buf));
+        if (ps != nullptr) pclose(ps);
+        return !b_pid.empty();
+      },
+      absl::Seconds(10)));
+  const std::string abstract_name = absl::StrCat("corral-host-", getpid());
+  int host_socket = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  memcpy(addr.sun_path + 1, abstract_name.data(), abstract_name.size());
+  ASSERT_EQ(bind(host_socket, reinterpret_cast<sockaddr*>(&addr),
+                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + abstract_name.size())), 0);
+  listen(host_socket, 1);
+  ExecResult e = Exec(a.sandbox_id(), token_, absl::StrCat(
+      "kill -9 ", b_pid, " 2>/dev/null && echo killed || echo kill-denied; ",
+      "cat /proc/", b_pid, "/environ >/dev/null 2>&1 && echo environ-read || echo environ-hidden; ",
+      "cat /proc/1/environ >/dev/null 2>&1 && echo host-environ-read || echo host-environ-hidden; ",
+      "ls ", b.home(), " >/dev/null 2>&1 && echo home-listed || echo home-denied; ",
+      "echo x > /dev/shm/a 2>/dev/null && echo shm-written || echo shm-denied; ",
+      "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0))' 2>/dev/null && echo bound || echo bind-denied; ",
+      "python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"\\0", abstract_name,
+      "\")' 2>/dev/null && echo abstract-connected || echo abstract-denied"));
+  close(host_socket);
+  ASSERT_THAT(e.status, IsOk());
+  EXPECT_EQ(e.out, "kill-denied\nenviron-hidden\nhost-environ-hidden\nhome-denied\nshm-denied\nbind-denied\n"
+                   "abstract-denied\n");
+  b_thread.join();
+  EXPECT_EQ(b_result.out, "survived\n");
+}
+
+TEST_F(SandboxHostTest, ResourceAbuseIsContainedAndTheNeighbourStaysResponsive) {
+  v1::SandboxSpec spec;
+  spec.mutable_limits()->set_memory_bytes(64ULL << 20);
+  spec.mutable_limits()->set_max_file_size_bytes(1 << 20);
+  spec.mutable_limits()->set_max_pids(64);
+  auto r = Create(2, spec);
+  ASSERT_THAT(r, IsOk());
+  const auto& a = r->sandboxes(0).sandbox();
+  const auto& b = r->sandboxes(1).sandbox();
+  ExecResult hog = Exec(a.sandbox_id(), token_,
+                        "python3 -c 'x = bytearray(512 << 20); print(len(x))' >/dev/null 2>&1; echo hog=$?; "
+                        "head -c 2097152 /dev/zero > big 2>/dev/null; echo fill=$?; wc -c < big; "
+                        "for i in $(seq 200); do sleep 5 & done 2>/dev/null; echo forked");
+  ASSERT_THAT(hog.status, IsOk());
+  EXPECT_THAT(hog.out, ::testing::Not(HasSubstr("hog=0")));  // killed or MemoryError, never 512 MiB
+  EXPECT_THAT(hog.out, HasSubstr("fill=153\n1048576\n"));    // SIGXFSZ at the 1 MiB FSIZE limit
+  ExecResult neighbour = Exec(b.sandbox_id(), token_, "echo alive");
+  EXPECT_EQ(neighbour.out, "alive\n");
+  // A 1 MB environment is refused up front.
+  v1::SandboxSpec huge;
+  (*huge.mutable_env())["BIG"] = std::string(1 << 20, 'x');
+  EXPECT_THAT(Create(1, huge), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("env")));
 }
 
 TEST_F(SandboxHostTest, SigtermWipesEverySandbox) {
