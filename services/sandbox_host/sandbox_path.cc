@@ -1,5 +1,6 @@
 #include "services/sandbox_host/sandbox_path.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -134,6 +135,78 @@ absl::StatusOr<UniqueFd> OpenRegularForRead(int home_fd, const SandboxPath& path
   if (absl::Status s = CheckRegularOwned(fd.get(), path.normalized, owner); !s.ok()) return s;
   fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   return fd;
+}
+
+namespace {
+
+// Empties the directory `dir` (an open descriptor), never following symlinks.
+absl::Status RemoveContents(int dir) {
+  int copy = fcntl(dir, F_DUPFD_CLOEXEC, 0);
+  DIR* d = copy < 0 ? nullptr : fdopendir(copy);
+  if (d == nullptr) return Errno(errno, "cannot list", "directory");
+  std::vector<std::pair<std::string, bool>> entries;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st {};
+    if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) entries.emplace_back(name, S_ISDIR(st.st_mode));
+  }
+  closedir(d);
+  for (const auto& [name, is_dir] : entries) {
+    if (is_dir) {
+      UniqueFd child(openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!child.valid()) return Errno(errno, "cannot open", name);
+      if (absl::Status s = RemoveContents(child.get()); !s.ok()) return s;
+    }
+    if (unlinkat(dir, name.c_str(), is_dir ? AT_REMOVEDIR : 0) != 0) return Errno(errno, "cannot remove", name);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RemovePath(int home_fd, const SandboxPath& path, bool recursive) {
+  if (path.components.empty()) return absl::InvalidArgumentError("the home itself cannot be removed");
+  auto dir = OpenParentDir(home_fd, path);
+  if (!dir.ok()) return dir.status();
+  const std::string& name = path.components.back();
+  struct stat st {};
+  if (fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Errno(errno, "cannot remove", path.normalized);
+  if (S_ISDIR(st.st_mode)) {
+    if (recursive) {
+      UniqueFd target(openat(dir->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!target.valid()) return Errno(errno, "cannot open", path.normalized);
+      if (absl::Status s = RemoveContents(target.get()); !s.ok()) return s;
+    }
+    if (unlinkat(dir->get(), name.c_str(), AT_REMOVEDIR) != 0) {
+      if (errno == ENOTEMPTY || errno == EEXIST) {
+        return absl::FailedPreconditionError(absl::StrCat("'", path.normalized, "' is not empty; use recursive"));
+      }
+      return Errno(errno, "cannot remove", path.normalized);
+    }
+    return absl::OkStatus();
+  }
+  if (unlinkat(dir->get(), name.c_str(), 0) != 0) return Errno(errno, "cannot remove", path.normalized);
+  return absl::OkStatus();
+}
+
+absl::Status MakeDirectory(int home_fd, const SandboxPath& path, bool make_parents, mode_t mode, const Owner& owner) {
+  if (path.components.empty()) return make_parents ? absl::OkStatus() : absl::AlreadyExistsError("the home exists");
+  auto dir = OpenParentDir(home_fd, path, make_parents ? &owner : nullptr);
+  if (!dir.ok()) return dir.status();
+  const std::string& name = path.components.back();
+  if (mkdirat(dir->get(), name.c_str(), mode & 0777) != 0) {
+    struct stat st {};
+    if (errno == EEXIST && make_parents && fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode)) {
+      return absl::OkStatus();
+    }
+    return Errno(errno, "cannot create", path.normalized);
+  }
+  UniqueFd created(openat(dir->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!created.valid() || fchown(created.get(), owner.uid, owner.gid) != 0) return Errno(errno, "cannot chown", path.normalized);
+  fchmod(created.get(), mode & 0777);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<struct stat> StatPath(int home_fd, const SandboxPath& path) {

@@ -77,6 +77,15 @@ class FileWriter {
   int64_t written_ = 0;
 };
 
+// Removes a file, a symlink (the link itself) or a directory (`recursive` for a non-empty one), acting through
+// descriptors and never crossing a symlink. NOT_FOUND, FAILED_PRECONDITION for a non-empty directory without
+// `recursive`, INVALID_ARGUMENT for the home itself.
+absl::Status RemovePath(int home_fd, const SandboxPath& path, bool recursive);
+
+// Creates a directory owned by the sandbox (with `make_parents`, like mkdir -p: an existing directory is OK).
+// ALREADY_EXISTS when the path exists (without make_parents, or as a non-directory); NOT_FOUND for a missing parent.
+absl::Status MakeDirectory(int home_fd, const SandboxPath& path, bool make_parents, mode_t mode, const Owner& owner);
+
 // lstat-like information about the path without following a final symlink.
 absl::StatusOr<struct stat> StatPath(int home_fd, const SandboxPath& path);
 

@@ -164,6 +164,41 @@ grpc::ServerUnaryReactor* SandboxService::ListDir(grpc::CallbackServerContext* c
   return Done(ctx, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* SandboxService::Remove(grpc::CallbackServerContext* ctx, const v1::RemoveRequest* req,
+                                                 v1::RemoveResponse*) {
+  if (auto s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()); !s.ok()) return Done(ctx, s);
+  auto sb = sandboxes_->Find(req->sandbox_id());
+  if (!sb.ok()) return Done(ctx, sb.status());
+  auto path = ParseSandboxPath(req->path(), (*sb)->spec.task_paths, /*allow_home=*/true);
+  if (!path.ok()) return Done(ctx, path.status());
+  // The home, /tmp and task path roots are the sandbox's structure, not its files.
+  const auto& roots = (*sb)->spec.task_paths;
+  const bool structural =
+      path->components.empty() ||
+      (path->components.size() == 1 &&
+       (path->components[0] == ".tmp" ||
+        std::find(roots.begin(), roots.end(), "/" + path->components[0]) != roots.end()));
+  if (structural) return Done(ctx, absl::InvalidArgumentError("the home, /tmp and task path roots cannot be removed"));
+  return Done(ctx, RemovePath((*sb)->home_fd.get(), *path, req->recursive()));
+}
+
+grpc::ServerUnaryReactor* SandboxService::MakeDir(grpc::CallbackServerContext* ctx, const v1::MakeDirRequest* req,
+                                                  v1::FileInfo* resp) {
+  if (auto s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()); !s.ok()) return Done(ctx, s);
+  auto sb = sandboxes_->Find(req->sandbox_id());
+  if (!sb.ok()) return Done(ctx, sb.status());
+  auto path = ParseSandboxPath(req->path(), (*sb)->spec.task_paths);
+  if (!path.ok()) return Done(ctx, path.status());
+  const mode_t mode = req->permissions() == 0 ? 0755 : (req->permissions() & 0777);
+  if (auto s = MakeDirectory((*sb)->home_fd.get(), *path, req->make_parents(), mode, Owner{(*sb)->uid, (*sb)->uid});
+      !s.ok()) {
+    return Done(ctx, s);
+  }
+  auto st = StatPath((*sb)->home_fd.get(), *path);
+  if (st.ok()) ToProto(*st, path->normalized, path->components.back(), "", resp);
+  return Done(ctx, st.status());
+}
+
 grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* ctx, const v1::HostInfoRequest*,
                                                    v1::HostInfoResponse* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);

@@ -40,6 +40,10 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
                                  v1::FileInfo* resp) override;
   grpc::ServerUnaryReactor* ListDir(grpc::CallbackServerContext* ctx, const v1::ListDirRequest* req,
                                     v1::ListDirResponse* resp) override;
+  grpc::ServerUnaryReactor* Remove(grpc::CallbackServerContext* ctx, const v1::RemoveRequest* req,
+                                   v1::RemoveResponse* resp) override;
+  grpc::ServerUnaryReactor* MakeDir(grpc::CallbackServerContext* ctx, const v1::MakeDirRequest* req,
+                                    v1::FileInfo* resp) override;
   grpc::ServerUnaryReactor* HostInfo(grpc::CallbackServerContext* ctx, const v1::HostInfoRequest* req,
                                      v1::HostInfoResponse* resp) override;
 

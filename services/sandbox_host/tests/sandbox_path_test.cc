@@ -156,6 +156,29 @@ TEST_F(WalkerTest, MakeParentsCreatesOwnedDirectoriesAndAppendAppends) {
               StatusIs(absl::StatusCode::kNotFound));
 }
 
+TEST_F(WalkerTest, RemoveNeverCrossesSymlinksAndMakeDirIsOwned) {
+  fs::create_directories(root_ / "home" / "tree" / "sub");
+  std::ofstream(root_ / "home" / "tree" / "sub" / "f") << "x";
+  fs::create_directory_symlink(root_ / "outside", root_ / "home" / "tree" / "escape");
+  EXPECT_THAT(RemovePath(home_.get(), P("tree"), false), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not empty")));
+  ASSERT_THAT(RemovePath(home_.get(), P("tree"), true), IsOk());
+  EXPECT_FALSE(fs::exists(root_ / "home" / "tree"));
+  EXPECT_TRUE(fs::exists(root_ / "outside" / "secret"));  // the symlink was removed, not followed
+  ASSERT_THAT(RemovePath(home_.get(), P("link_dir"), true), IsOk());
+  EXPECT_TRUE(fs::exists(root_ / "outside" / "secret"));
+  EXPECT_THAT(RemovePath(home_.get(), P("missing"), false), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(RemovePath(home_.get(), *ParseSandboxPath("", kTaskPaths, true), true),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_THAT(MakeDirectory(home_.get(), P("a/b/c"), true, 0750, owner_), IsOk());
+  EXPECT_THAT(MakeDirectory(home_.get(), P("a/b/c"), true, 0750, owner_), IsOk());
+  EXPECT_THAT(MakeDirectory(home_.get(), P("a/b/c"), false, 0750, owner_), StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(MakeDirectory(home_.get(), P("x/y"), false, 0750, owner_), StatusIs(absl::StatusCode::kNotFound));
+  struct stat st {};
+  ASSERT_EQ(stat((root_ / "home" / "a" / "b" / "c").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, owner_.uid);
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+}
+
 TEST_F(WalkerTest, StatDoesNotFollowAFinalSymlink) {
   auto st = StatPath(home_.get(), P("link_file"));
   ASSERT_THAT(st, IsOk());
