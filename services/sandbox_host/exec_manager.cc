@@ -31,6 +31,18 @@ constexpr int kPidfdIdType = 3;  // P_PIDFD (Linux 5.4), not in every libc's hea
 
 uint64_t Tag(uint64_t key, int which) { return key << 2 | static_cast<uint64_t>(which); }
 
+const char* ExitReasonName(ExitReason reason) {
+  switch (reason) {
+    case ExitReason::kExited: return "exited";
+    case ExitReason::kSignaled: return "signaled";
+    case ExitReason::kTimedOut: return "timed_out";
+    case ExitReason::kKilled: return "killed";
+    case ExitReason::kSandboxDeleted: return "sandbox_deleted";
+    case ExitReason::kCallEnded: return "call_ended";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------- Execution
@@ -111,7 +123,7 @@ void Execution::CloseOutputs() {
 
 // ---------------------------------------------------------------------------------------------- ExecManager
 
-ExecManager::ExecManager(Clock* clock) : clock_(clock) {
+ExecManager::ExecManager(Clock* clock, SandboxHostMetrics* metrics) : clock_(clock), metrics_(metrics) {
   epoll_.Reset(epoll_create1(EPOLL_CLOEXEC));
   wake_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   epoll_event ev{EPOLLIN, {.u64 = 0}};
@@ -317,6 +329,7 @@ void ExecManager::OnProcessExit(uint64_t key) {
     x.stderr_bytes = e->stderr_bytes_;
     x.dropped_bytes = e->dropped_bytes_;
     e->exit_ = x;
+    if (metrics_) metrics_->Exec(ExitReasonName(x.reason)).Observe(absl::ToDoubleSeconds(x.duration));
   }
   e->Notify();
   // Output still in the pipes comes through; a background child holding them open gets a short grace.

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "libs/core/clock.h"
 #include "libs/core/unique_fd.h"
+#include "services/sandbox_host/metrics.h"
 #include "services/sandbox_host/sandbox_manager.h"
 
 namespace corral::sandbox {
@@ -107,7 +108,8 @@ class Execution {
 // Thread-safe. Owns the epoll thread.
 class ExecManager {
  public:
-  explicit ExecManager(Clock* clock);
+  // `metrics` may be null (tests).
+  explicit ExecManager(Clock* clock, SandboxHostMetrics* metrics = nullptr);
   ~ExecManager();  // kills whatever still runs
 
   // Starts `options.argv` in the sandbox. A command that cannot be executed still starts and exits 127/126
@@ -127,6 +129,7 @@ class ExecManager {
   void Unwatch(int fd);
 
   Clock* const clock_;
+  SandboxHostMetrics* const metrics_;
   UniqueFd epoll_;
   UniqueFd wake_;  // eventfd: stop
   std::thread thread_;

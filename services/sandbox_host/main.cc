@@ -71,8 +71,9 @@ int main(int argc, char** argv) {
                                      : std::optional<corral::TokenSigner>(*secret));
   corral::RealClock clock;
   corral::ServerRunner runner("sandbox-host", config.server);
-  auto sandboxes = std::make_unique<corral::sandbox::SandboxManager>(config.host, features, &clock, &*secret);
-  auto execs = std::make_unique<corral::sandbox::ExecManager>(&clock);
+  corral::sandbox::SandboxHostMetrics metrics(*runner.registry());
+  auto sandboxes = std::make_unique<corral::sandbox::SandboxManager>(config.host, features, &clock, &*secret, &metrics);
+  auto execs = std::make_unique<corral::sandbox::ExecManager>(&clock, &metrics);
   corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), &auth, &clock, config.host_id);
   runner.AddService(&service, "corral.v1.SandboxHost");
   if (auto s = runner.Start(); !s.ok()) {

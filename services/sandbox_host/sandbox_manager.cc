@@ -80,16 +80,19 @@ SpawnSpec Sandbox::SpawnFor(std::vector<std::string> argv, const std::map<std::s
   return s;
 }
 
-SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock* clock, const TokenSigner* signer)
+SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock* clock, const TokenSigner* signer,
+                               SandboxHostMetrics* metrics)
     : options_(std::move(options)),
       features_(features),
       clock_(clock),
       signer_(signer),
+      metrics_(metrics),
       uids_(options_.uid_first, options_.uid_last, ReadPasswdUids().value_or(absl::flat_hash_set<uid_t>{})) {
   std::error_code ec;
   fs::create_directories(fs::path(options_.root) / "homes", ec);
   fs::permissions(options_.root, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec,
                   fs::perm_options::replace, ec);
+  if (metrics_) metrics_->capacity.Set(static_cast<double>(options_.capacity));
 }
 
 SandboxManager::~SandboxManager() {
@@ -278,6 +281,11 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
     sandboxes_.emplace(sb->id, sb);
     result.created.push_back({sb, signer_->Sign(kTokenPurpose, sb->id)});
   }
+  if (metrics_) {
+    metrics_->created.Increment(static_cast<double>(built.size()));
+    metrics_->rejected.Increment(static_cast<double>(result.rejected));
+    metrics_->live.Set(static_cast<double>(sandboxes_.size()));
+  }
   return result;
 }
 
@@ -303,8 +311,13 @@ bool SandboxManager::Delete(const std::string& id) {
     if (it == sandboxes_.end()) return false;
     sb = std::move(it->second);
     sandboxes_.erase(it);
+    if (metrics_) metrics_->live.Set(static_cast<double>(sandboxes_.size()));
   }
   Teardown(*sb);
+  if (metrics_) {
+    metrics_->deletes.Increment();
+    metrics_->quarantined.Set(static_cast<double>(uids_.quarantined()));
+  }
   return true;
 }
 

@@ -20,6 +20,7 @@
 #include "libs/core/unique_fd.h"
 #include "services/sandbox_host/cgroup.h"
 #include "services/sandbox_host/landlock.h"
+#include "services/sandbox_host/metrics.h"
 #include "services/sandbox_host/namespaces.h"
 #include "services/sandbox_host/spawn.h"
 #include "services/sandbox_host/uid_pool.h"
@@ -98,7 +99,9 @@ struct Sandbox {
 // Thread-safe.
 class SandboxManager {
  public:
-  SandboxManager(HostOptions options, HostFeatures features, Clock* clock, const TokenSigner* signer);
+  // `metrics` may be null (tests).
+  SandboxManager(HostOptions options, HostFeatures features, Clock* clock, const TokenSigner* signer,
+                 SandboxHostMetrics* metrics = nullptr);
   ~SandboxManager();  // deletes every sandbox
 
   struct Created {
@@ -139,6 +142,7 @@ class SandboxManager {
   const HostFeatures features_;
   Clock* const clock_;
   const TokenSigner* const signer_;
+  SandboxHostMetrics* const metrics_;
   UidPool uids_;
 
   mutable absl::Mutex mu_;

@@ -22,6 +22,7 @@
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status_conversion.h"
+#include "tests/support/prometheus_text.h"
 #include "tests/support/subprocess.h"
 
 namespace corral {
@@ -150,6 +151,12 @@ TEST_F(SandboxHostTest, CapacityFourOfFourThousandAndTheRestRejected) {
   ASSERT_THAT(more, IsOk());
   EXPECT_EQ(more->sandboxes_size(), 0);
   EXPECT_EQ(more->rejected(), 1u);
+  auto metrics = testing::ParsePrometheusText(*testing::HttpGet(service_->ready.metrics, "/metrics"));
+  ASSERT_THAT(metrics, IsOk());
+  EXPECT_THAT(metrics->Value("corral_sandbox_host_creates_total", {{"outcome", "created"}}), IsOkAndHolds(4));
+  EXPECT_THAT(metrics->Value("corral_sandbox_host_creates_total", {{"outcome", "rejected"}}), IsOkAndHolds(3997));
+  EXPECT_THAT(metrics->Value("corral_sandbox_host_sandboxes"), IsOkAndHolds(4));
+  EXPECT_THAT(metrics->Value("corral_sandbox_host_capacity"), IsOkAndHolds(4));
 }
 
 TEST_F(SandboxHostTest, ExecRunsIsolatedAndReportsProtections) {
