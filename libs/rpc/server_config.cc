@@ -61,6 +61,11 @@ absl::StatusOr<TokenSigner> LoadClusterSecret(const ServerConfig& config) {
   return TokenSigner::Ephemeral();
 }
 
+CallAuthenticator MakeCallAuthenticator(const ServerConfig& config, const TokenSigner& secret) {
+  if (config.insecure && config.secret_file.empty()) return CallAuthenticator(std::nullopt);
+  return CallAuthenticator(secret);
+}
+
 std::optional<int> HandleCommandLine(ConfigSchema& schema, int argc, char** argv) {
   auto cmd = LoadConfig(schema, argc, argv);
   if (!cmd.ok()) {

@@ -10,6 +10,7 @@
 #include "libs/core/config.h"
 #include "libs/core/logging.h"
 #include "libs/core/token.h"
+#include "libs/rpc/auth.h"
 #include "libs/rpc/tls.h"
 
 namespace corral {
@@ -35,6 +36,10 @@ absl::Status ValidateServerConfig(const ServerConfig& config);
 // The cluster secret: from secret_file, or an ephemeral key with --insecure (logged as a warning).
 // FAILED_PRECONDITION when neither is given, telling the operator which flag to pass.
 absl::StatusOr<TokenSigner> LoadClusterSecret(const ServerConfig& config);
+
+// How calls are authenticated: by cluster tokens from `secret`, or — with --insecure and no secret file — not at
+// all (the ephemeral secret then only signs what the service hands out).
+CallAuthenticator MakeCallAuthenticator(const ServerConfig& config, const TokenSigner& secret);
 
 // Splits "host:port" / "[v6]:port". INVALID_ARGUMENT with the offending text otherwise.
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address);

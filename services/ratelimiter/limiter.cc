@@ -153,14 +153,18 @@ absl::Status Limiter::DeleteLimit(const std::string& name, bool force) {
   return absl::OkStatus();
 }
 
+absl::Status Limiter::LimitNotFound(const std::string& name) const {
+  std::vector<std::string> names;
+  for (auto& [n, l] : limits_) names.push_back(n);
+  return absl::NotFoundError(absl::StrCat("limit '", name, "' not found; declared limits: ",
+                                          names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+}
+
 absl::StatusOr<LimitSpec> Limiter::GetLimit(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   Limit* limit = FindLimit(name);
   if (limit == nullptr) {
-    std::vector<std::string> names;
-    for (auto& [n, l] : limits_) names.push_back(n);
-    return absl::NotFoundError(absl::StrCat("limit '", name, "' not found; declared limits: ",
-                                            names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+    return LimitNotFound(name);
   }
   return limit->spec;
 }
@@ -176,10 +180,7 @@ absl::StatusOr<Limiter::Instance*> Limiter::ResolveInstance(const std::string& n
                                                            bool create) {
   Limit* limit = FindLimit(name);
   if (limit == nullptr) {
-    std::vector<std::string> names;
-    for (auto& [n, l] : limits_) names.push_back(n);
-    return absl::NotFoundError(absl::StrCat("limit '", name, "' not found; declared limits: ",
-                                            names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+    return LimitNotFound(name);
   }
   if (limit->spec.keyed()) {
     if (key.empty()) {

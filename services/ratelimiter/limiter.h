@@ -140,6 +140,8 @@ class Limiter {
   using Completions = std::vector<absl::AnyInvocable<void()>>;
 
   Limit* FindLimit(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // NOT_FOUND naming the declared limits, so the caller can act on it.
+  absl::Status LimitNotFound(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Instance*> ResolveInstance(const std::string& limit, const std::string& key, bool create)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Refill(Instance& instance) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -30,10 +30,7 @@ int main(int argc, char** argv) {
     spdlog::error("cannot start: {}", secret.status());
     return 1;
   }
-  // Insecure mode accepts calls without a token; leases are still signed (with the ephemeral key).
-  corral::CallAuthenticator auth(config.server.insecure && config.server.secret_file.empty()
-                                     ? std::nullopt
-                                     : std::optional<corral::TokenSigner>(*secret));
+  const corral::CallAuthenticator auth = corral::MakeCallAuthenticator(config.server, *secret);
 
   corral::ServerRunner runner("ratelimiter", config.server);
   corral::RealClock clock;

@@ -66,9 +66,7 @@ int main(int argc, char** argv) {
     spdlog::error("cannot start: {}", secret.status());
     return 1;
   }
-  corral::CallAuthenticator auth(config.server.insecure && config.server.secret_file.empty()
-                                     ? std::nullopt
-                                     : std::optional<corral::TokenSigner>(*secret));
+  const corral::CallAuthenticator auth = corral::MakeCallAuthenticator(config.server, *secret);
   corral::RealClock clock;
   corral::ServerRunner runner("sandbox-host", config.server);
   corral::sandbox::SandboxHostMetrics metrics(*runner.registry());

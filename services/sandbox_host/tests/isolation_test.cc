@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
+#include "services/sandbox_host/tests/test_uid.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
 #include "services/sandbox_host/cgroup.h"
@@ -23,11 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-// A uid of its own per test: ctest runs test cases in parallel processes, and each sweeps its uid.
-uid_t TestUid() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return 21000 + static_cast<uid_t>(std::hash<std::string>()(std::string(info->test_suite_name()) + "." + info->name()) % 8000);
-}
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
