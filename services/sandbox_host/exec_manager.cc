@@ -177,6 +177,7 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
   auto spawned = Spawn(spec);
   if (!spawned.ok()) return spawned.status();
 
+  sandbox->running++;  // a running process keeps the sandbox from idle eviction
   auto e = std::shared_ptr<Execution>(new Execution());
   e->manager_ = this;
   e->pid_ = spawned->pid;
@@ -329,6 +330,8 @@ void ExecManager::OnProcessExit(uint64_t key) {
     x.stderr_bytes = e->stderr_bytes_;
     x.dropped_bytes = e->dropped_bytes_;
     e->exit_ = x;
+    e->sandbox_->Touch(clock_->Now());
+    e->sandbox_->running--;
     if (metrics_) metrics_->Exec(ExitReasonName(x.reason)).Observe(absl::ToDoubleSeconds(x.duration));
   }
   e->Notify();

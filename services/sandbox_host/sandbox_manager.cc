@@ -93,12 +93,16 @@ SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock
   fs::permissions(options_.root, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec,
                   fs::perm_options::replace, ec);
   if (metrics_) metrics_->capacity.Set(static_cast<double>(options_.capacity));
+  absl::MutexLock lock(&mu_);
+  evict_timer_ = clock_->RunAfter(absl::Seconds(1), [this] { EvictIdle(); });
 }
 
 SandboxManager::~SandboxManager() {
   std::map<std::string, std::shared_ptr<Sandbox>> all;
   {
     absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    clock_->Cancel(evict_timer_);
     all.swap(sandboxes_);
   }
   for (auto& [id, sandbox] : all) Teardown(*sandbox);
@@ -190,6 +194,7 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   sb->spec = spec;
   sb->home = (fs::path(options_.root) / "homes" / sb->id).string();
   sb->create_time = clock_->Now();
+  sb->Touch(sb->create_time);
   auto fail = [&](absl::Status s) {
     Teardown(*sb);
     return s;
@@ -293,7 +298,28 @@ absl::StatusOr<std::shared_ptr<const Sandbox>> SandboxManager::Find(const std::s
   absl::MutexLock lock(&mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
+  it->second->Touch(clock_->Now());
   return std::shared_ptr<const Sandbox>(it->second);
+}
+
+int SandboxManager::EvictIdle() {
+  std::vector<std::string> idle;
+  const absl::Time now = clock_->Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return 0;
+    for (const auto& [id, sb] : sandboxes_) {
+      // Never while a process runs: a long silent command keeps its sandbox.
+      if (sb->running == 0 && now - absl::FromUnixNanos(sb->last_active_ns) > sb->spec.idle_timeout) idle.push_back(id);
+    }
+  }
+  for (const auto& id : idle) {
+    spdlog::info("sandbox {}: idle for its idle timeout; evicted", id);
+    Delete(id);
+  }
+  absl::MutexLock lock(&mu_);
+  if (!stopping_) evict_timer_ = clock_->RunAfter(absl::Seconds(1), [this] { EvictIdle(); });
+  return static_cast<int>(idle.size());
 }
 
 std::vector<std::shared_ptr<const Sandbox>> SandboxManager::List() const {

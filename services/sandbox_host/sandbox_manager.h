@@ -91,6 +91,10 @@ struct Sandbox {
   UniqueFd landlock;
   absl::Time create_time;
   mutable std::atomic<bool> deleted{false};
+  // Idle eviction: nanoseconds (Unix) of the last API call or process exit, and processes still running.
+  mutable std::atomic<int64_t> last_active_ns{0};
+  mutable std::atomic<int> running{0};
+  void Touch(absl::Time now) const { last_active_ns = absl::ToUnixNanos(now); }
 
   SpawnSpec SpawnFor(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
                      const std::string& cwd) const;
@@ -117,8 +121,11 @@ class SandboxManager {
   // requires; NOT_FOUND for an unknown template. Capacity and uids are reserved atomically: what does not fit
   // is `rejected`, never over-committed.
   absl::StatusOr<CreateResult> Create(int64_t count, SandboxSpec spec);
-  // NOT_FOUND for an unknown or deleted sandbox.
+  // NOT_FOUND for an unknown or deleted sandbox. Counts as activity for idle eviction.
   absl::StatusOr<std::shared_ptr<const Sandbox>> Find(const std::string& id) const;
+  // Deletes every sandbox idle (no process running, no API call) for longer than its idle timeout. Runs by
+  // itself every second; public for tests. Returns how many were evicted.
+  int EvictIdle();
   std::vector<std::shared_ptr<const Sandbox>> List() const;
   // Kills every process of the sandbox's uid, then frees cgroup, home and uid. Returns whether it existed.
   bool Delete(const std::string& id);
@@ -148,6 +155,8 @@ class SandboxManager {
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_ ABSL_GUARDED_BY(mu_);
   int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;  // capacity held by creates in progress
+  Clock::TimerId evict_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace corral::sandbox

@@ -308,6 +308,26 @@ TEST_F(SandboxHostTest, ResourceAbuseIsContainedAndTheNeighbourStaysResponsive) 
   EXPECT_THAT(Create(1, huge), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("env")));
 }
 
+TEST_F(SandboxHostTest, ASilentLongCommandIsNotCutOffByIdleEvictionButAnIdleSandboxGoes) {
+  v1::SandboxSpec spec;
+  spec.mutable_idle_timeout()->set_seconds(1);
+  auto r = Create(1, spec);
+  ASSERT_THAT(r, IsOk());
+  const std::string id = r->sandboxes(0).sandbox().sandbox_id();
+  ExecResult e = Exec(id, token_, "sleep 3; echo done");  // silent three times longer than the idle timeout
+  ASSERT_THAT(e.status, IsOk());
+  EXPECT_EQ(e.out, "done\n");
+  // Watched through the host-wide list: a call on the sandbox itself would count as activity.
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        Prepare(ctx, token_);
+        v1::ListSandboxesResponse list;
+        return stub_->ListSandboxes(&ctx, v1::ListSandboxesRequest(), &list).ok() && list.sandboxes_size() == 0;
+      },
+      absl::Seconds(15)));
+}
+
 TEST_F(SandboxHostTest, SigtermWipesEverySandbox) {
   auto r = Create(2);
   ASSERT_THAT(r, IsOk());

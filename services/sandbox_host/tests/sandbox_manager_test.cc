@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "libs/core/testing/fake_clock.h"
 #include "services/sandbox_host/exec_manager.h"
 
 namespace corral::sandbox {
@@ -237,6 +238,31 @@ TEST_F(SandboxHostTest, TokensOpenOnlyTheirOwnSandbox) {
   EXPECT_THAT(manager_->CheckSandboxToken(a.sandbox->id, a.token), IsOk());
   EXPECT_THAT(manager_->CheckSandboxToken(b.sandbox->id, a.token), StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(manager_->CheckSandboxToken(a.sandbox->id, a.token + "x"), StatusIs(absl::StatusCode::kUnauthenticated));
+}
+
+TEST_F(SandboxHostTest, IdleSandboxesAreEvictedButNeverWhileAProcessRuns) {
+  FakeClock fake;
+  SandboxManager manager(options_, features_, &fake, &signer_);
+  SandboxSpec spec;
+  spec.idle_timeout = absl::Seconds(10);
+  auto r = manager.Create(2, spec);
+  ASSERT_THAT(r, IsOkAndHolds(::testing::Field(&SandboxManager::CreateResult::created, SizeIs(2))));
+  const std::string quiet = r->created[0].sandbox->id;
+  const std::string busy = r->created[1].sandbox->id;
+  r->created[1].sandbox->running++;  // as ExecManager does while a process runs
+  fake.Advance(absl::Seconds(9));
+  ASSERT_THAT(manager.Find(quiet), IsOk());  // an API call is activity
+  fake.Advance(absl::Seconds(9));
+  EXPECT_THAT(manager.Find(quiet), IsOk());
+  fake.Advance(absl::Seconds(11));
+  EXPECT_THAT(manager.Find(quiet), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(manager.Find(busy), IsOk());  // silent for 29 s, but its process still runs
+  r->created[1].sandbox->running--;
+  r->created[1].sandbox->Touch(fake.Now());
+  r.value().created.clear();
+  fake.Advance(absl::Seconds(11));
+  EXPECT_THAT(manager.Find(busy), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(manager.live(), 0);
 }
 
 TEST_F(SandboxHostTest, BadSpecsAreRejectedWithTheReason) {
