@@ -328,6 +328,28 @@ TEST_F(SandboxHostTest, ASilentLongCommandIsNotCutOffByIdleEvictionButAnIdleSand
       absl::Seconds(15)));
 }
 
+TEST_F(SandboxHostTest, CliCopiesFilesInAndOutAndRefusesEscapes) {
+  auto r = Create(1);
+  ASSERT_THAT(r, IsOk());
+  const std::string id = r->sandboxes(0).sandbox().sandbox_id();
+  const std::string local = dir_ + "/payload", back = dir_ + "/back";
+  std::string payload(300000, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 31 % 251);
+  std::ofstream(local, std::ios::binary) << payload;
+  auto cli = [&](const std::string& src, const std::string& dst) {
+    auto p = testing::Subprocess::Start({CORRAL_CLI, "sandbox", "cp", "--host", service_->ready.grpc, "--secret-file",
+                                         dir_ + "/secret", src, dst},
+                                        dir_ + "/cp.log");
+    return p.ok() ? p->Wait(absl::Seconds(60)).value_or(-1) : -1;
+  };
+  EXPECT_EQ(cli(local, id + ":/workspace/payload"), 0);
+  EXPECT_EQ(cli(id + ":/workspace/payload", back), 0);
+  std::ifstream in(back, std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), payload);
+  EXPECT_NE(cli(id + ":../../etc/shadow", back + "2"), 0);
+  EXPECT_FALSE(fs::exists(back + "2"));
+}
+
 TEST_F(SandboxHostTest, SigtermWipesEverySandbox) {
   auto r = Create(2);
   ASSERT_THAT(r, IsOk());

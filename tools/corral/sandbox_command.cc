@@ -1,6 +1,7 @@
 // `corral sandbox create|exec|ls|rm|info`: create and use sandboxes on a corral-sandbox-host from the shell.
 #include <unistd.h>
 
+#include <cstdio>
 #include <iostream>
 
 #include "absl/strings/str_format.h"
@@ -159,6 +160,74 @@ int RunInfo(const ConnectFlags& cf, const std::string& id) {
   return 0;
 }
 
+// "ID:PATH" names a path in a sandbox (sandbox ids never contain ':' before their path); anything else is local.
+bool SplitRemote(const std::string& arg, std::string* id, std::string* path) {
+  size_t colon = arg.find(':');
+  if (colon == std::string::npos || arg.rfind("sb-", 0) != 0) return false;
+  *id = arg.substr(0, colon);
+  *path = arg.substr(colon + 1);
+  return true;
+}
+
+int RunCopy(const ConnectFlags& cf, const std::string& src, const std::string& dst) {
+  auto client = Connect(cf);
+  if (!client.ok()) return Fail("cp", client.status());
+  std::string id, path;
+  if (SplitRemote(src, &id, &path)) {  // download
+    if (SplitRemote(dst, &id, &path)) return Fail("cp", absl::InvalidArgumentError("copy between sandboxes is not supported"));
+    SplitRemote(src, &id, &path);
+    grpc::ClientContext ctx;
+    client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 600.0)));
+    v1::ReadFileRequest req;
+    req.set_sandbox_id(id);
+    req.set_path(path);
+    auto reader = client->stub->ReadFile(&ctx, req);
+    FILE* out = fopen(dst.c_str(), "wb");
+    if (out == nullptr) return Fail("cp", absl::FailedPreconditionError("cannot write " + dst));
+    v1::ReadFileResponse chunk;
+    uint64_t total = 0;
+    while (reader->Read(&chunk)) {
+      fwrite(chunk.data().data(), 1, chunk.data().size(), out);
+      total += chunk.data().size();
+    }
+    fclose(out);
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) {
+      std::remove(dst.c_str());
+      return Fail("cp", FromGrpcStatus(s));
+    }
+    std::cerr << total << " bytes copied\n";
+    return 0;
+  }
+  if (!SplitRemote(dst, &id, &path)) {
+    return Fail("cp", absl::InvalidArgumentError("one side must be ID:PATH (a path in a sandbox)"));
+  }
+  FILE* in = fopen(src.c_str(), "rb");
+  if (in == nullptr) return Fail("cp", absl::NotFoundError("cannot read " + src));
+  grpc::ClientContext ctx;
+  client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 600.0)));
+  v1::FileInfo info;
+  auto writer = client->stub->WriteFile(&ctx, &info);
+  v1::WriteFileRequest header;
+  header.mutable_header()->set_sandbox_id(id);
+  header.mutable_header()->set_path(path);
+  header.mutable_header()->set_make_parents(true);
+  bool ok = writer->Write(header);
+  std::string buf(1 << 20, '\0');
+  size_t n;
+  while (ok && (n = fread(buf.data(), 1, buf.size(), in)) > 0) {
+    v1::WriteFileRequest chunk;
+    chunk.set_data(buf.data(), n);
+    ok = writer->Write(chunk);
+  }
+  fclose(in);
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  if (!s.ok()) return Fail("cp", FromGrpcStatus(s));
+  std::cerr << info.size() << " bytes copied to " << info.path() << "\n";
+  return 0;
+}
+
 }  // namespace
 
 void RegisterSandbox(CLI::App& app, int& exit_code) {
@@ -201,6 +270,14 @@ void RegisterSandbox(CLI::App& app, int& exit_code) {
   AddConnectFlags(rm, *rm_conn, "sandbox host", "--host");
   rm->add_option("id", *rm_id, "sandbox id")->required();
   rm->callback([rm_conn, rm_id, &exit_code] { exit_code = RunRemove(*rm_conn, *rm_id); });
+
+  auto cp_conn = std::make_shared<ConnectFlags>();
+  auto cp_args = std::make_shared<std::pair<std::string, std::string>>();
+  CLI::App* cp = sandbox->add_subcommand("cp", "copy a file in or out of a sandbox, docker-cp style (ID:PATH is a sandbox path)");
+  AddConnectFlags(cp, *cp_conn, "sandbox host", "--host");
+  cp->add_option("src", cp_args->first, "source: a local file or ID:PATH")->required();
+  cp->add_option("dst", cp_args->second, "destination: a local file or ID:PATH")->required();
+  cp->callback([cp_conn, cp_args, &exit_code] { exit_code = RunCopy(*cp_conn, cp_args->first, cp_args->second); });
 
   auto info_conn = std::make_shared<ConnectFlags>();
   auto info_id = std::make_shared<std::string>();
