@@ -24,6 +24,7 @@
 #include "libs/rpc/status_conversion.h"
 #include "tests/support/prometheus_text.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/uid_range.h"
 
 namespace corral {
 namespace {
@@ -45,12 +46,13 @@ class SandboxHostTest : public ::testing::Test {
     root_ = "/var/tmp/corral-it-" + std::to_string(getpid());
     token_ = MintClusterToken(*TokenSigner::FromKeyFile(testing::WriteSecretFile(dir_)));
     // A tiny uid range of its own, so a uid comes back right after teardown (and tests never collide).
-    const uid_t base = 45000 + static_cast<uid_t>(getpid() % 100) * 8;
+    uids_.emplace(45000, 59999, 4);
+    const uid_t base = uids_->first();
     auto service = testing::StartService(
         CORRAL_SANDBOX_HOST,
         {"--secret-file=" + dir_ + "/secret", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
          "--root=" + root_, "--capacity=4", "--uid-first=" + std::to_string(base),
-         "--uid-last=" + std::to_string(base + 3), "--host-id=it"},
+         "--uid-last=" + std::to_string(uids_->last()), "--host-id=it"},
         dir_, "sandbox-host");
     ASSERT_THAT(service, IsOk());
     service_.emplace(*std::move(service));
@@ -137,6 +139,7 @@ class SandboxHostTest : public ::testing::Test {
     return FromGrpcStatus(writer->Finish());
   }
 
+  std::optional<testing::UidRange> uids_;
   std::string dir_, root_, token_;
   std::optional<testing::RunningService> service_;
   std::unique_ptr<v1::SandboxHost::Stub> stub_;

@@ -56,6 +56,7 @@ class IsolationTest : public ::testing::Test {
   }
   void TearDown() override {
     KillAllOf(TestUid());
+    KillAllOf(TestUid() + 1);
     fs::remove_all(home_);
   }
   SpawnSpec Spec(const std::string& script) {

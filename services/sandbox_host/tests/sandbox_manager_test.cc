@@ -12,6 +12,7 @@
 #include "libs/core/testing/status_matchers.h"
 #include "libs/core/testing/fake_clock.h"
 #include "services/sandbox_host/exec_manager.h"
+#include "tests/support/uid_range.h"
 
 namespace corral::sandbox {
 namespace {
@@ -62,10 +63,9 @@ class SandboxHostTest : public ::testing::Test {
     if (geteuid() != 0) GTEST_SKIP() << "needs root";
     options_.root = "/var/tmp/corral-sbtest-" + std::to_string(getpid());
     // Each test process gets its own uid range: ctest runs cases in parallel.
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    uid_t base = 30000 + static_cast<uid_t>(std::hash<std::string>()(info->name()) % 300) * 100;
-    options_.uid_first = base;
-    options_.uid_last = base + 99;
+    uids_.emplace(30000, 44999, 100);
+    options_.uid_first = uids_->first();
+    options_.uid_last = uids_->last();
     options_.capacity = 8;
     features_.landlock_abi = LandlockAbi();
     features_.mount_namespaces = CanCreateMountNamespaces();
@@ -95,6 +95,7 @@ class SandboxHostTest : public ::testing::Test {
     return Collect(**e);
   }
 
+  std::optional<testing::UidRange> uids_;
   RealClock clock_;
   TokenSigner signer_ = *TokenSigner::FromKey(kKey);
   HostOptions options_;

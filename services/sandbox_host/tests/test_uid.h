@@ -1,19 +1,18 @@
-// A uid of its own per test case: ctest runs test cases in parallel processes, and each sweeps its uid.
+// Two uids of their own per test process (TestUid() and TestUid() + 1): ctest runs test cases in parallel, and
+// each sweeps its uids, so they are reserved through tests/support/uid_range.h.
 #pragma once
 
 #include <sys/types.h>
 
-#include <functional>
-#include <string>
+#include <optional>
 
-#include "gtest/gtest.h"
+#include "tests/support/uid_range.h"
 
 namespace corral::sandbox {
 
 inline uid_t TestUid() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return 21000 + static_cast<uid_t>(std::hash<std::string>()(std::string(info->test_suite_name()) + "." + info->name()) %
-                                    8000);
+  static testing::UidRange range(21000, 28999, 2);  // held for the life of the test process
+  return range.first();
 }
 
 }  // namespace corral::sandbox
