@@ -38,7 +38,7 @@ struct ExecResult {
   v1::ExitStatus exit;
 };
 
-class SandboxHostTest : public ::testing::Test {
+class SandboxHostApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "the sandbox host needs root";
@@ -145,7 +145,7 @@ class SandboxHostTest : public ::testing::Test {
   std::unique_ptr<v1::SandboxHost::Stub> stub_;
 };
 
-TEST_F(SandboxHostTest, CapacityFourOfFourThousandAndTheRestRejected) {
+TEST_F(SandboxHostApiTest, CapacityFourOfFourThousandAndTheRestRejected) {
   auto r = Create(4000);
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->sandboxes_size(), 4);
@@ -162,7 +162,7 @@ TEST_F(SandboxHostTest, CapacityFourOfFourThousandAndTheRestRejected) {
   EXPECT_THAT(metrics->Value("corral_sandbox_host_capacity"), IsOkAndHolds(4));
 }
 
-TEST_F(SandboxHostTest, ExecRunsIsolatedAndReportsProtections) {
+TEST_F(SandboxHostApiTest, ExecRunsIsolatedAndReportsProtections) {
   auto r = Create(1);
   ASSERT_THAT(r, IsOk());
   const auto& sb = r->sandboxes(0);
@@ -176,7 +176,7 @@ TEST_F(SandboxHostTest, ExecRunsIsolatedAndReportsProtections) {
   EXPECT_THAT(ReadFile(sb.sandbox().sandbox_id(), sb.capability_token(), "/workspace/w"), IsOkAndHolds("x\n"));
 }
 
-TEST_F(SandboxHostTest, TokensOpenOnlyTheirOwnSandbox) {
+TEST_F(SandboxHostApiTest, TokensOpenOnlyTheirOwnSandbox) {
   auto r = Create(2);
   ASSERT_THAT(r, IsOk());
   const auto& a = r->sandboxes(0);
@@ -193,7 +193,7 @@ TEST_F(SandboxHostTest, TokensOpenOnlyTheirOwnSandbox) {
   EXPECT_THAT(FromGrpcStatus(stub_->CreateSandboxes(&ctx, req, &resp)), StatusIs(absl::StatusCode::kUnauthenticated));
 }
 
-TEST_F(SandboxHostTest, FileApiNeverEscapesTheHome) {
+TEST_F(SandboxHostApiTest, FileApiNeverEscapesTheHome) {
   auto r = Create(2);
   ASSERT_THAT(r, IsOk());
   const std::string id = r->sandboxes(0).sandbox().sandbox_id();
@@ -212,7 +212,7 @@ TEST_F(SandboxHostTest, FileApiNeverEscapesTheHome) {
   EXPECT_THAT(ReadFile(id, token_, "shadow"), IsOkAndHolds("replaced the link, not the target"));
 }
 
-TEST_F(SandboxHostTest, DeleteKillsSetsidEscapeesAndARecycledUidStartsClean) {
+TEST_F(SandboxHostApiTest, DeleteKillsSetsidEscapeesAndARecycledUidStartsClean) {
   auto r = Create(4);  // the whole uid range
   ASSERT_THAT(r, IsOk());
   ASSERT_EQ(r->sandboxes_size(), 4);
@@ -237,7 +237,7 @@ TEST_F(SandboxHostTest, DeleteKillsSetsidEscapeesAndARecycledUidStartsClean) {
   EXPECT_EQ(e.out, "0\n.tmp\nworkspace\n");
 }
 
-TEST_F(SandboxHostTest, ASandboxCannotTouchItsNeighbourOrTheHost) {
+TEST_F(SandboxHostApiTest, ASandboxCannotTouchItsNeighbourOrTheHost) {
   v1::SandboxSpec spec;
   spec.set_network_policy(v1::NETWORK_POLICY_OPEN);  // shares the host's network: Landlock alone guards it
   auto r = Create(2, spec);
@@ -287,7 +287,7 @@ TEST_F(SandboxHostTest, ASandboxCannotTouchItsNeighbourOrTheHost) {
   EXPECT_EQ(b_result.out, "survived\n");
 }
 
-TEST_F(SandboxHostTest, ResourceAbuseIsContainedAndTheNeighbourStaysResponsive) {
+TEST_F(SandboxHostApiTest, ResourceAbuseIsContainedAndTheNeighbourStaysResponsive) {
   v1::SandboxSpec spec;
   spec.mutable_limits()->set_memory_bytes(64ULL << 20);
   spec.mutable_limits()->set_max_file_size_bytes(1 << 20);
@@ -311,7 +311,7 @@ TEST_F(SandboxHostTest, ResourceAbuseIsContainedAndTheNeighbourStaysResponsive) 
   EXPECT_THAT(Create(1, huge), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("env")));
 }
 
-TEST_F(SandboxHostTest, ASilentLongCommandIsNotCutOffByIdleEvictionButAnIdleSandboxGoes) {
+TEST_F(SandboxHostApiTest, ASilentLongCommandIsNotCutOffByIdleEvictionButAnIdleSandboxGoes) {
   v1::SandboxSpec spec;
   spec.mutable_idle_timeout()->set_seconds(1);
   auto r = Create(1, spec);
@@ -331,7 +331,7 @@ TEST_F(SandboxHostTest, ASilentLongCommandIsNotCutOffByIdleEvictionButAnIdleSand
       absl::Seconds(15)));
 }
 
-TEST_F(SandboxHostTest, CliCopiesFilesInAndOutAndRefusesEscapes) {
+TEST_F(SandboxHostApiTest, CliCopiesFilesInAndOutAndRefusesEscapes) {
   auto r = Create(1);
   ASSERT_THAT(r, IsOk());
   const std::string id = r->sandboxes(0).sandbox().sandbox_id();
@@ -353,7 +353,7 @@ TEST_F(SandboxHostTest, CliCopiesFilesInAndOutAndRefusesEscapes) {
   EXPECT_FALSE(fs::exists(back + "2"));
 }
 
-TEST_F(SandboxHostTest, SigtermWipesEverySandbox) {
+TEST_F(SandboxHostApiTest, SigtermWipesEverySandbox) {
   auto r = Create(2);
   ASSERT_THAT(r, IsOk());
   std::vector<std::string> homes;
