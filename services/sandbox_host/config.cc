@@ -23,6 +23,9 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
              "refuse to start below this Landlock ABI (unless allow_unconfined)", 0, 64);
   schema.Bool("allow_unconfined", &config->allow_unconfined,
               "start even without the Landlock ABI required (sandboxes then rely on uids, rlimits and cgroups)");
+  schema.Duration("exit_when_empty_for", &config->exit_when_empty_for,
+                  "exit (cleanly, code 0) after holding no sandbox for this long; 0 = never. For hosts started per job",
+                  absl::ZeroDuration(), absl::Hours(24 * 7));
   schema.String("host_id", &config->host_id, "this host's name in HostInfo (default: the machine's hostname)");
 }
 

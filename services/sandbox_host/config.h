@@ -14,6 +14,7 @@ struct Config {
   std::string default_network = "none";
   int64_t min_landlock_abi = 1;
   bool allow_unconfined = false;
+  absl::Duration exit_when_empty_for = absl::ZeroDuration();  // 0: never
   int64_t uid_first = 20000;
   int64_t uid_last = 65000;
   std::string host_id;

@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <functional>
+
 #include "libs/core/clock.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
@@ -78,6 +80,19 @@ int main(int argc, char** argv) {
     spdlog::error("cannot start: {}", s);
     return 1;
   }
+  // Optional: a host started for one job exits once it has held no sandbox for a while.
+  std::function<void()> watch_empty;
+  absl::Time empty_since = clock.Now();
+  watch_empty = [&] {
+    if (sandboxes->live() > 0) empty_since = clock.Now();
+    if (clock.Now() - empty_since >= config.exit_when_empty_for) {
+      spdlog::info("no sandbox for {}; exiting (exit_when_empty_for)", absl::FormatDuration(config.exit_when_empty_for));
+      runner.RequestShutdown();
+      return;
+    }
+    clock.RunAfter(absl::Milliseconds(250), [&] { watch_empty(); });
+  };
+  if (config.exit_when_empty_for > absl::ZeroDuration()) clock.RunAfter(absl::Milliseconds(250), [&] { watch_empty(); });
   runner.Wait();
   clock.Stop();       // no timer may fire into the managers while they shut down
   execs.reset();      // kills running executions

@@ -353,6 +353,38 @@ TEST_F(SandboxHostApiTest, CliCopiesFilesInAndOutAndRefusesEscapes) {
   EXPECT_FALSE(fs::exists(back + "2"));
 }
 
+TEST_F(SandboxHostApiTest, HostExitsCleanlyOnceEmptyForItsConfiguredTime) {
+  // A second host, started for one job: it exits 0 after holding no sandbox for 1 s.
+  testing::UidRange uids(45000, 59999, 4);
+  auto host = testing::StartService(
+      CORRAL_SANDBOX_HOST,
+      {"--insecure", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--root=" + root_ + "-job",
+       "--capacity=2", "--uid-first=" + std::to_string(uids.first()), "--uid-last=" + std::to_string(uids.last()),
+       "--exit-when-empty-for=1s"},
+      dir_, "job-host");
+  ASSERT_THAT(host, IsOk());
+  auto stub = v1::SandboxHost::NewStub(*MakeChannel(host->ready.grpc));
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, absl::Seconds(30));
+  v1::CreateSandboxesRequest req;
+  v1::CreateSandboxesResponse created;
+  ASSERT_TRUE(stub->CreateSandboxes(&ctx, req, &created).ok());
+  ASSERT_EQ(created.sandboxes_size(), 1);
+  EXPECT_THAT(host->process.Wait(absl::Milliseconds(1500)), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  grpc::ClientContext del_ctx;
+  SetDeadline(del_ctx, absl::Seconds(30));
+  v1::DeleteSandboxRequest del;
+  del.set_sandbox_id(created.sandboxes(0).sandbox().sandbox_id());
+  v1::DeleteSandboxResponse deleted;
+  ASSERT_TRUE(stub->DeleteSandbox(&del_ctx, del, &deleted).ok());
+  stub.reset();
+  auto status = host->process.Wait(absl::Seconds(30));
+  ASSERT_THAT(status, IsOk());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << host->process.Log();
+  EXPECT_THAT(host->process.Log(), HasSubstr("exit_when_empty_for"));
+  fs::remove_all(root_ + "-job");
+}
+
 TEST_F(SandboxHostApiTest, SigtermWipesEverySandbox) {
   auto r = Create(2);
   ASSERT_THAT(r, IsOk());
