@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/core/status_macros.h"
+#include "libs/rpc/pagination.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/ratelimiter/convert.h"
 #include "services/ratelimiter/session_reactor.h"
@@ -123,13 +124,13 @@ grpc::ServerUnaryReactor* RateLimitService::ListLimits(grpc::CallbackServerConte
                                                        const v1::ListLimitsRequest* request,
                                                        v1::ListLimitsResponse* response) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
-  if (request->page_size() < 0) return Done(ctx, absl::InvalidArgumentError("page_size must not be negative"));
-  const int page_size = request->page_size() == 0 ? 100 : std::min(request->page_size(), 1000);
+  auto page_size = PageSize(request->page_size());
+  if (!page_size.ok()) return Done(ctx, page_size.status());
   // Limits are listed by name; the page token is the last name returned.
   int n = 0;
   for (const LimitSpec& spec : limiter_->ListLimits()) {
     if (!request->page_token().empty() && spec.name <= request->page_token()) continue;
-    if (n == page_size) {
+    if (n == *page_size) {
       response->set_next_page_token(response->limits(n - 1).name());
       break;
     }

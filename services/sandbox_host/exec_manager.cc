@@ -197,7 +197,12 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
   // Stdin: small inputs fit the pipe; larger ones are written by a helper thread so the host never blocks.
   if (!e->options_.stdin_data.empty()) {
     std::thread([fd = std::move(spawned->stdin_fd), data = e->options_.stdin_data]() mutable {
-      signal(SIGPIPE, SIG_IGN);
+      // A process that closes its stdin early must not kill the host: SIGPIPE from write() is sent to this
+      // thread, so blocking it here turns it into EPIPE without changing the host's signal dispositions.
+      sigset_t pipe_set;
+      sigemptyset(&pipe_set);
+      sigaddset(&pipe_set, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
       size_t off = 0;
       while (off < data.size()) {
         ssize_t n = write(fd.get(), data.data() + off, data.size() - off);

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "libs/rpc/pagination.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/exec_reactor.h"
@@ -69,8 +70,8 @@ grpc::ServerUnaryReactor* SandboxService::ListSandboxes(grpc::CallbackServerCont
                                                         const v1::ListSandboxesRequest* req,
                                                         v1::ListSandboxesResponse* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
-  if (req->page_size() < 0) return Done(ctx, absl::InvalidArgumentError("page_size must not be negative"));
-  const int page = req->page_size() == 0 ? 100 : std::min(req->page_size(), 1000);
+  auto page = PageSize(req->page_size());
+  if (!page.ok()) return Done(ctx, page.status());
   int n = 0;
   for (const auto& sb : sandboxes_->List()) {  // ordered by id
     if (!req->page_token().empty() && sb->id <= req->page_token()) continue;
@@ -80,7 +81,7 @@ grpc::ServerUnaryReactor* SandboxService::ListSandboxes(grpc::CallbackServerCont
       match &= it != sb->spec.labels.end() && it->second == v;
     }
     if (!match) continue;
-    if (n == page) {
+    if (n == *page) {
       resp->set_next_page_token(resp->sandboxes(n - 1).sandbox_id());
       break;
     }
@@ -134,7 +135,8 @@ grpc::ServerUnaryReactor* SandboxService::Stat(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* SandboxService::ListDir(grpc::CallbackServerContext* ctx, const v1::ListDirRequest* req,
                                                   v1::ListDirResponse* resp) {
   if (auto s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()); !s.ok()) return Done(ctx, s);
-  if (req->page_size() < 0) return Done(ctx, absl::InvalidArgumentError("page_size must not be negative"));
+  auto page_size = PageSize(req->page_size());
+  if (!page_size.ok()) return Done(ctx, page_size.status());
   auto sb = sandboxes_->Find(req->sandbox_id());
   if (!sb.ok()) return Done(ctx, sb.status());
   auto path = ParseSandboxPath(req->path(), (*sb)->spec.task_paths, /*allow_home=*/true);
@@ -144,7 +146,8 @@ grpc::ServerUnaryReactor* SandboxService::ListDir(grpc::CallbackServerContext* c
   inside.components.push_back(".");
   auto dir = OpenParentDir((*sb)->home_fd.get(), inside);
   if (!dir.ok()) return Done(ctx, dir.status());
-  DIR* d = fdopendir(dup(dir->get()));
+  // A CLOEXEC copy: a plain dup() could be inherited by a sandbox process spawned meanwhile.
+  DIR* d = fdopendir(fcntl(dir->get(), F_DUPFD_CLOEXEC, 0));
   if (d == nullptr) return Done(ctx, absl::FailedPreconditionError("cannot list the directory"));
   std::vector<std::string> names;
   while (dirent* e = readdir(d)) {
@@ -153,7 +156,7 @@ grpc::ServerUnaryReactor* SandboxService::ListDir(grpc::CallbackServerContext* c
   }
   closedir(d);
   std::sort(names.begin(), names.end());
-  const size_t page = req->page_size() == 0 ? 100 : static_cast<size_t>(std::min(req->page_size(), 1000));
+  const size_t page = static_cast<size_t>(*page_size);
   for (size_t i = 0; i < names.size() && i < page; ++i) {
     struct stat st {};
     if (fstatat(dir->get(), names[i].c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;

@@ -70,22 +70,22 @@ class RateLimiterTest : public ::testing::Test {
     return response;
   }
 
-  int64_t InUse(const std::string& limit) {
+  // One limit's status row; nullopt when the call fails or the limit is unknown.
+  std::optional<v1::LimitStatus> Row(const std::string& limit) {
     auto status = Status();
-    if (!status.ok()) return -1;
+    if (!status.ok()) return std::nullopt;
     for (const auto& l : status->limits()) {
-      if (l.limit() == limit) return l.in_use();
+      if (l.limit() == limit) return l;
     }
-    return -1;
+    return std::nullopt;
   }
-
+  int64_t InUse(const std::string& limit) {
+    auto row = Row(limit);
+    return row ? row->in_use() : -1;
+  }
   int64_t Waiters(const std::string& limit) {
-    auto status = Status();
-    if (!status.ok()) return -1;
-    for (const auto& l : status->limits()) {
-      if (l.limit() == limit) return l.waiters();
-    }
-    return -1;
+    auto row = Row(limit);
+    return row ? static_cast<int64_t>(row->waiters()) : -1;
   }
 
   std::string dir_;

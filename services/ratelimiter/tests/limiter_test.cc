@@ -45,6 +45,30 @@ class LimiterTest : public ::testing::Test {
     return spec;
   }
 
+  LimitSpec Rate(const std::string& name, double rate_per_s, int64_t burst) {
+    LimitSpec spec;
+    spec.name = name;
+    spec.kind = LimitKind::kRate;
+    spec.rate_per_s = rate_per_s;
+    spec.burst = burst;
+    return spec;
+  }
+
+  // A lease granted by a limiter (same secret) that ran before a "restart".
+  std::string LeaseFromBeforeRestart(const std::string& limit, int64_t capacity, int64_t permits) {
+    FakeClock old_clock;
+    prometheus::Registry r;
+    RateLimiterMetrics m(r);
+    Limiter old(&old_clock, *TokenSigner::FromKey(kKey), LimiterOptions{.learning_mode = false}, &m);
+    EXPECT_THAT(old.CreateLimit(Concurrency(limit, capacity)), IsOk());
+    AcquireParams p;
+    p.limit = limit;
+    p.permits = permits;
+    std::string lease;
+    old.Acquire(p, [&](absl::StatusOr<Grant> g) { lease = g->lease_id; }).IgnoreError();
+    return lease;
+  }
+
   // Acquire that records into a fresh Outcome owned by the fixture.
   std::shared_ptr<Outcome> Acquire(AcquireParams p, absl::StatusOr<AcquireTicket>* ticket_out = nullptr) {
     auto outcome = std::make_shared<Outcome>();
@@ -330,12 +354,7 @@ TEST_F(LimiterTest, ShrinkingBelowAQueuedRequestFailsItInsteadOfBlockingTheQueue
 }
 
 TEST_F(LimiterTest, RateEstimateCountsTokensEarnedWhileOthersWait) {
-  LimitSpec spec;
-  spec.name = "tok";
-  spec.kind = LimitKind::kRate;
-  spec.rate_per_s = 1;
-  spec.burst = 1;
-  ASSERT_THAT(limiter_->CreateLimit(spec), IsOk());
+  ASSERT_THAT(limiter_->CreateLimit(Rate("tok", 1, 1)), IsOk());
   ASSERT_THAT(Acquire("tok", 1)->result, IsOk());
   auto b = Acquire("tok", 1);  // due at t=1s
   clock_.Advance(absl::Milliseconds(900));
@@ -352,12 +371,7 @@ TEST_F(LimiterTest, RateEstimateCountsTokensEarnedWhileOthersWait) {
 }
 
 TEST_F(LimiterTest, RateLimitGrantsBurstThenRatePerSecond) {
-  LimitSpec spec;
-  spec.name = "llm_tokens";
-  spec.kind = LimitKind::kRate;
-  spec.rate_per_s = 10;
-  spec.burst = 20;
-  ASSERT_THAT(limiter_->CreateLimit(spec), IsOk());
+  ASSERT_THAT(limiter_->CreateLimit(Rate("llm_tokens", 10, 20)), IsOk());
   AcquireParams p;
   p.limit = "llm_tokens";
   p.try_only = true;
@@ -374,12 +388,7 @@ TEST_F(LimiterTest, RateLimitGrantsBurstThenRatePerSecond) {
 }
 
 TEST_F(LimiterTest, RateWaitersAreToldTheirWaitAndGetTokensThenInOrder) {
-  LimitSpec spec;
-  spec.name = "tok";
-  spec.kind = LimitKind::kRate;
-  spec.rate_per_s = 10;
-  spec.burst = 10;
-  ASSERT_THAT(limiter_->CreateLimit(spec), IsOk());
+  ASSERT_THAT(limiter_->CreateLimit(Rate("tok", 10, 10)), IsOk());
   ASSERT_THAT(Acquire("tok", 10)->result, IsOk());  // bucket empty now
   absl::StatusOr<AcquireTicket> t1, t2;
   AcquireParams p;
@@ -449,18 +458,7 @@ class LearningModeTest : public LimiterTest {
 
 TEST_F(LearningModeTest, OnlyReclaimsAreGrantedUntilOneMaxTtlHasPassed) {
   // Leases minted before the "restart" by a limiter with the same secret.
-  std::string old_lease;
-  {
-    FakeClock old_clock;
-    prometheus::Registry r;
-    RateLimiterMetrics m(r);
-    Limiter old(&old_clock, *TokenSigner::FromKey(kKey), LimiterOptions{.learning_mode = false}, &m);
-    ASSERT_THAT(old.CreateLimit(Concurrency("gpu", 3)), IsOk());
-    AcquireParams p;
-    p.limit = "gpu";
-    p.permits = 2;
-    old.Acquire(p, [&](absl::StatusOr<Grant> g) { old_lease = g->lease_id; }).IgnoreError();
-  }
+  const std::string old_lease = LeaseFromBeforeRestart("gpu", 3, 2);
   ASSERT_FALSE(old_lease.empty());
   ASSERT_THAT(limiter_->CreateLimit(Concurrency("gpu", 3)), IsOk());
   EXPECT_TRUE(limiter_->learning_mode());
@@ -498,17 +496,7 @@ TEST_F(LearningModeTest, OnlyReclaimsAreGrantedUntilOneMaxTtlHasPassed) {
 }
 
 TEST_F(LearningModeTest, UnaryKeepAliveReclaimsALeaseHeldBeforeTheRestart) {
-  std::string old_lease;
-  {
-    FakeClock old_clock;
-    prometheus::Registry r;
-    RateLimiterMetrics m(r);
-    Limiter old(&old_clock, *TokenSigner::FromKey(kKey), LimiterOptions{.learning_mode = false}, &m);
-    ASSERT_THAT(old.CreateLimit(Concurrency("gpu", 2)), IsOk());
-    AcquireParams p;
-    p.limit = "gpu";
-    old.Acquire(p, [&](absl::StatusOr<Grant> g) { old_lease = g->lease_id; }).IgnoreError();
-  }
+  const std::string old_lease = LeaseFromBeforeRestart("gpu", 2, 1);
   ASSERT_THAT(limiter_->CreateLimit(Concurrency("gpu", 2)), IsOk());
   ASSERT_THAT(limiter_->KeepAlive({old_lease}, ""), IsOkAndHolds(SizeIs(1)));
   EXPECT_EQ(Instance("gpu").in_use, 1);
