@@ -26,6 +26,15 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
   schema.Duration("exit_when_empty_for", &config->exit_when_empty_for,
                   "exit (cleanly, code 0) after holding no sandbox for this long; 0 = never. For hosts started per job",
                   absl::ZeroDuration(), absl::Hours(24 * 7));
+  schema.Duration("default_exec_timeout", &config->host.default_exec_timeout,
+                  "timeout of an Exec whose command sets none", absl::Seconds(1), absl::Hours(24));
+  schema.Duration("max_exec_timeout", &config->host.max_exec_timeout, "longest timeout a command may ask for",
+                  absl::Seconds(1), absl::Hours(24 * 7));
+  schema.Duration("default_setup_timeout", &config->host.default_setup_timeout,
+                  "limit on a whole template build when PrepareTemplate sets none", absl::Seconds(1), absl::Hours(24));
+  schema.Int("max_templates", &config->host.templates.max_templates, "most templates kept at once", 1, 100000);
+  schema.Int("max_template_bytes", &config->max_template_bytes, "disk the kept templates may use, in bytes", 0,
+             int64_t{1} << 50);
   schema.String("host_id", &config->host_id, "this host's name in HostInfo (default: the machine's hostname)");
 }
 
@@ -40,6 +49,10 @@ absl::Status ValidateConfig(Config& config) {
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("default_network '", config.default_network, "' must be open, proxy_only or none"));
+  }
+  config.host.templates.max_bytes = static_cast<uint64_t>(config.max_template_bytes);
+  if (config.host.default_exec_timeout > config.host.max_exec_timeout) {
+    return absl::InvalidArgumentError("default_exec_timeout must not be above max_exec_timeout");
   }
   if (config.uid_last < config.uid_first) return absl::InvalidArgumentError("uid_last must not be below uid_first");
   config.host.uid_first = static_cast<uid_t>(config.uid_first);

@@ -17,6 +17,7 @@ struct Config {
   absl::Duration exit_when_empty_for = absl::ZeroDuration();  // 0: never
   int64_t uid_first = 20000;
   int64_t uid_last = 65000;
+  int64_t max_template_bytes = int64_t{20} << 30;
   std::string host_id;
 };
 

@@ -134,4 +134,29 @@ void ToProto(const struct stat& st, const std::string& path, const std::string& 
   out->set_link_target(link_target);
 }
 
+void ToProto(const ProcessInfo& p, v1::Process* out) {
+  out->set_process_id(p.id);
+  out->set_pid(p.pid);
+  out->set_kind(p.kind == ProcessKind::kExec          ? v1::PROCESS_KIND_EXEC
+                : p.kind == ProcessKind::kInteractive ? v1::PROCESS_KIND_INTERACTIVE
+                                                      : v1::PROCESS_KIND_BACKGROUND);
+  out->set_state(p.exit ? v1::PROCESS_STATE_EXITED : v1::PROCESS_STATE_RUNNING);
+  for (const auto& a : p.argv) out->add_argv(a);
+  ToProto(p.start_time, out->mutable_start_time());
+  if (p.exit) ToProto(*p.exit, out->mutable_exit_status());
+  out->set_output_path(p.output_path);
+}
+
+void ToProto(const TemplateInfo& t, v1::Template* out) {
+  out->set_key(t.key);
+  out->set_state(t.state == TemplateState::kReady ? v1::TEMPLATE_STATE_READY : v1::TEMPLATE_STATE_BUILDING);
+  out->set_content_digest(t.digest);
+  out->set_size_bytes(t.size_bytes);
+  out->set_clone_method(t.method == CloneMethod::kReflink ? v1::CLONE_METHOD_REFLINK : v1::CLONE_METHOD_COPY);
+  out->set_sandboxes(static_cast<uint32_t>(std::max(0, t.sandboxes)));
+  ToProto(t.create_time, out->mutable_create_time());
+  ToProto(t.build_duration, out->mutable_build_duration());
+  ToProto(t.last_used, out->mutable_last_used_time());
+}
+
 }  // namespace corral::sandbox

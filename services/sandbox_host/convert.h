@@ -18,6 +18,8 @@ absl::StatusOr<SandboxSpec> FromProto(const v1::SandboxSpec& spec);
 void ToProto(const Sandbox& sandbox, size_t running_processes, v1::Sandbox* out);
 void ToProto(const SandboxSpec& spec, v1::SandboxSpec* out);
 void ToProto(const ExitInfo& exit, v1::ExitStatus* out);
+void ToProto(const ProcessInfo& process, v1::Process* out);
+void ToProto(const TemplateInfo& info, v1::Template* out);
 void ToProto(const struct stat& st, const std::string& path, const std::string& name, const std::string& link_target,
              v1::FileInfo* out);
 v1::NetworkPolicy ToProto(NetworkPolicy policy);

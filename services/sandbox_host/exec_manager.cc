@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -23,7 +24,7 @@
 namespace corral::sandbox {
 namespace {
 
-constexpr int kStdout = 0, kStderr = 1, kExitFd = 2;
+constexpr int kStdout = 0, kStderr = 1, kExitFd = 2, kStdin = 3;
 constexpr size_t kChunk = 64 * 1024;
 constexpr absl::Duration kDrainAfterExit = absl::Milliseconds(200);  // background children may hold the pipes
 
@@ -111,6 +112,88 @@ void Execution::Kill(ExitReason reason) {
   Notify();
 }
 
+void Execution::Signal(int sig) {
+  if (sig == SIGKILL) return Kill(ExitReason::kKilled);
+  {
+    absl::MutexLock lock(&mu_);
+    if (exit_) return;
+    signaled_by_api_ = true;
+  }
+  kill(-pid_, sig);
+}
+
+bool Execution::WaitExited(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(
+      absl::Condition(+[](const std::optional<ExitInfo>* x) { return x->has_value(); }, &exit_), timeout);
+}
+
+ProcessInfo Execution::Info() const {
+  ProcessInfo info{.id = id_, .pid = pid_, .kind = options_.kind, .argv = options_.argv, .start_time = start_,
+                   .output_path = options_.output_path};
+  absl::MutexLock lock(&mu_);
+  info.exit = exit_;
+  return info;
+}
+
+void Execution::SendStdin(std::string data, std::function<void()> written) {
+  if (!data.empty()) {
+    absl::MutexLock lock(&mu_);
+    if (stdin_.valid() && !exit_ && stdin_pending_.empty()) {
+      stdin_pending_ = std::move(data);
+      stdin_offset_ = 0;
+      stdin_written_ = std::move(written);
+      if (!stdin_watched_) {
+        stdin_watched_ = true;
+        manager_->Watch(key_, kStdin, stdin_.get(), EPOLLOUT);  // the manager's thread writes
+      }
+      return;
+    }
+  }
+  if (written) written();  // stdin is closed (or the process is gone): the data is dropped
+}
+
+void Execution::CloseStdin() {
+  absl::MutexLock lock(&mu_);
+  if (!stdin_pending_.empty()) {
+    stdin_close_after_ = true;
+    return;
+  }
+  if (stdin_watched_) manager_->Unwatch(stdin_.get());
+  stdin_watched_ = false;
+  stdin_.Reset();
+}
+
+std::function<void()> Execution::WriteStdin() {
+  while (stdin_offset_ < stdin_pending_.size()) {
+    ssize_t n = write(stdin_.get(), stdin_pending_.data() + stdin_offset_, stdin_pending_.size() - stdin_offset_);
+    if (n > 0) {
+      stdin_offset_ += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && errno == EAGAIN) {
+      return nullptr;  // the pipe is full: wait for EPOLLOUT
+    } else {
+      return DropStdin();  // EPIPE: the process closed its stdin
+    }
+  }
+  stdin_pending_.clear();
+  stdin_offset_ = 0;
+  manager_->Unwatch(stdin_.get());
+  stdin_watched_ = false;
+  if (stdin_close_after_) stdin_.Reset();
+  return std::exchange(stdin_written_, nullptr);
+}
+
+std::function<void()> Execution::DropStdin() {
+  if (stdin_watched_) manager_->Unwatch(stdin_.get());
+  stdin_watched_ = false;
+  stdin_.Reset();
+  stdin_pending_.clear();
+  stdin_offset_ = 0;
+  return std::exchange(stdin_written_, nullptr);
+}
+
 void Execution::CloseOutputs() {
   for (Pipe* pipe : {&out_, &err_}) {
     if (!pipe->eof) {
@@ -152,8 +235,8 @@ size_t ExecManager::running() const {
   return executions_.size();
 }
 
-void ExecManager::Watch(uint64_t key, int which, int fd) {
-  epoll_event ev{EPOLLIN, {.u64 = Tag(key, which)}};
+void ExecManager::Watch(uint64_t key, int which, int fd, uint32_t events) {
+  epoll_event ev{events, {.u64 = Tag(key, which)}};
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
 }
 
@@ -194,33 +277,22 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
       e->buffered_ += e->buffer_.back().data.size();
     }
   }
-  // Stdin: small inputs fit the pipe; larger ones are written by a helper thread so the host never blocks.
-  if (!e->options_.stdin_data.empty()) {
-    std::thread([fd = std::move(spawned->stdin_fd), data = e->options_.stdin_data]() mutable {
-      // A process that closes its stdin early must not kill the host: SIGPIPE from write() is sent to this
-      // thread, so blocking it here turns it into EPIPE without changing the host's signal dispositions.
-      sigset_t pipe_set;
-      sigemptyset(&pipe_set);
-      sigaddset(&pipe_set, SIGPIPE);
-      pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
-      size_t off = 0;
-      while (off < data.size()) {
-        ssize_t n = write(fd.get(), data.data() + off, data.size() - off);
-        if (n <= 0 && errno != EINTR) break;
-        if (n > 0) off += static_cast<size_t>(n);
-      }
-    }).detach();
-  }
   {
     absl::MutexLock lock(&mu_);
     e->key_ = next_key_++;
+    e->id_ = absl::StrCat("p-", e->key_);
     executions_.emplace(e->key_, e);
   }
   {
     absl::MutexLock lock(&e->mu_);
     Watch(e->key_, kStdout, e->out_.fd.get());
     Watch(e->key_, kStderr, e->err_.fd.get());
+    // Stdin is written by this manager's thread from a non-blocking pipe, so no caller ever blocks on it.
+    fcntl(spawned->stdin_fd.get(), F_SETFL, O_NONBLOCK);
+    e->stdin_ = std::move(spawned->stdin_fd);
   }
+  if (!e->options_.stdin_data.empty()) e->SendStdin(std::move(e->options_.stdin_data), nullptr);
+  if (e->options_.kind != ProcessKind::kInteractive) e->CloseStdin();
   Watch(e->key_, kExitFd, e->pidfd_.get());
   if (e->options_.timeout > absl::ZeroDuration()) {
     std::weak_ptr<Execution> weak = e;
@@ -232,6 +304,11 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
 }
 
 void ExecManager::Loop() {
+  // Stdin writes to a process that closed its end must fail with EPIPE here, not kill the host.
+  sigset_t pipe_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
   epoll_event events[64];
   absl::Time next_sweep = absl::Now();
   while (true) {
@@ -243,12 +320,18 @@ void ExecManager::Loop() {
       const int which = static_cast<int>(tag & 3);
       if (which == kExitFd) {
         OnProcessExit(key);
+      } else if (which == kStdin) {
+        OnWritable(key);
       } else {
         OnReadable(key, which);
       }
     }
     if (absl::Now() >= next_sweep) {
       ReapOrphans();
+      {
+        absl::MutexLock lock(&mu_);
+        PruneHistory();
+      }
       next_sweep = absl::Now() + absl::Seconds(1);
     }
   }
@@ -313,6 +396,7 @@ void ExecManager::OnProcessExit(uint64_t key) {
   }
   e->pidfd_.Reset();
   clock_->Cancel(e->timeout_timer_);
+  std::function<void()> stdin_written;
   {
     absl::MutexLock lock(&e->mu_);
     ExitInfo x;
@@ -326,6 +410,8 @@ void ExecManager::OnProcessExit(uint64_t key) {
     }
     if (e->kill_reason_) {
       x.reason = *e->kill_reason_;
+    } else if (e->signaled_by_api_ && x.signal != 0) {
+      x.reason = ExitReason::kKilled;
     } else if (e->sandbox_->deleted) {
       x.reason = ExitReason::kSandboxDeleted;
     }
@@ -335,9 +421,18 @@ void ExecManager::OnProcessExit(uint64_t key) {
     x.stderr_bytes = e->stderr_bytes_;
     x.dropped_bytes = e->dropped_bytes_;
     e->exit_ = x;
+    stdin_written = e->DropStdin();
     e->sandbox_->Touch(clock_->Now());
     e->sandbox_->running--;
     if (metrics_) metrics_->Exec(ExitReasonName(x.reason)).Observe(absl::ToDoubleSeconds(x.duration));
+  }
+  if (stdin_written) stdin_written();
+  {
+    absl::MutexLock lock(&mu_);
+    History& h = history_[e->sandbox_->id];
+    h.sandbox = e->sandbox_;
+    h.exited.push_back(e->Info());
+    if (h.exited.size() > kMaxExitedKept) h.exited.pop_front();
   }
   e->Notify();
   // Output still in the pipes comes through; a background child holding them open gets a short grace.
@@ -352,6 +447,64 @@ void ExecManager::OnProcessExit(uint64_t key) {
     }
     absl::MutexLock lock(&mu_);
     executions_.erase(key);
+  });
+}
+
+void ExecManager::OnWritable(uint64_t key) {
+  std::shared_ptr<Execution> e = Find(key);
+  if (e == nullptr) return;
+  std::function<void()> written;
+  {
+    absl::MutexLock lock(&e->mu_);
+    if (!e->stdin_.valid() || e->stdin_pending_.empty()) return;
+    written = e->WriteStdin();
+  }
+  if (written) written();
+}
+
+std::vector<ProcessInfo> ExecManager::List(const std::string& sandbox_id, bool include_exited) const {
+  std::vector<ProcessInfo> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, e] : executions_) {
+    if (e->sandbox_->id != sandbox_id) continue;
+    ProcessInfo info = e->Info();
+    if (!info.exit) out.push_back(std::move(info));  // exited ones come from the history
+  }
+  if (auto it = history_.find(sandbox_id); include_exited && it != history_.end()) {
+    out.insert(out.end(), it->second.exited.begin(), it->second.exited.end());
+  }
+  std::sort(out.begin(), out.end(), [](const ProcessInfo& a, const ProcessInfo& b) {
+    return std::pair(a.start_time, a.pid) < std::pair(b.start_time, b.pid);
+  });
+  return out;
+}
+
+absl::StatusOr<ProcessInfo> ExecManager::Signal(const std::string& sandbox_id, const std::string& process_id,
+                                                int sig) {
+  std::shared_ptr<Execution> target;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, e] : executions_) {
+      if (e->sandbox_->id == sandbox_id && e->id_ == process_id) target = e;
+    }
+    if (target == nullptr) {
+      if (auto it = history_.find(sandbox_id); it != history_.end()) {
+        for (const ProcessInfo& p : it->second.exited) {
+          if (p.id == process_id) return p;  // already exited: unchanged
+        }
+      }
+      return absl::NotFoundError(absl::StrCat("process '", process_id, "' not found in sandbox '", sandbox_id, "'"));
+    }
+  }
+  target->Signal(sig);
+  if (sig == SIGKILL) target->WaitExited(absl::Seconds(2));  // the sweep is done; the exit follows at once
+  return target->Info();
+}
+
+void ExecManager::PruneHistory() {
+  absl::erase_if(history_, [](const auto& entry) {
+    auto sandbox = entry.second.sandbox.lock();
+    return sandbox == nullptr || sandbox->deleted;
   });
 }
 

@@ -4,6 +4,7 @@
 // inherits as a subreaper. Timeouts kill the process group and sweep the sandbox's uid.
 #pragma once
 
+#include <sys/epoll.h>
 #include <sys/types.h>
 
 #include <deque>
@@ -44,14 +45,29 @@ struct OutputEvent {
   ExitInfo exit;
 };
 
+enum class ProcessKind { kExec, kInteractive, kBackground };
+
 struct ExecOptions {
+  ProcessKind kind = ProcessKind::kExec;
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
   std::string cwd;                                   // host path inside the home; empty = the home
   absl::Duration timeout = absl::ZeroDuration();     // 0 = none
-  std::string stdin_data;                            // written, then stdin is closed
+  std::string stdin_data;                            // written first; then stdin is closed unless kInteractive
   uint64_t max_output_bytes = 0;                     // 0 = unlimited; beyond it output is dropped (counted)
   size_t buffer_limit = 1 << 20;                     // bytes buffered before reads pause
+  std::string output_path;                           // kBackground: where its output goes (for ListProcesses)
+};
+
+// What ListProcesses reports of a process started through the API.
+struct ProcessInfo {
+  std::string id;  // "p-<n>", unique on this host
+  pid_t pid = -1;
+  ProcessKind kind = ProcessKind::kExec;
+  std::vector<std::string> argv;
+  absl::Time start_time;
+  std::optional<ExitInfo> exit;  // set once it exited
+  std::string output_path;       // background processes
 };
 
 class ExecManager;
@@ -60,6 +76,7 @@ class ExecManager;
 class Execution {
  public:
   pid_t pid() const { return pid_; }
+  const std::string& id() const { return id_; }
   absl::Time start_time() const { return start_; }
   // The next event, or nullopt when nothing is ready yet. The exit event comes last, exactly once.
   std::optional<OutputEvent> Next();
@@ -67,7 +84,19 @@ class Execution {
   void SetListener(std::function<void()> listener);
   // Kills the process group and sweeps the sandbox's uid; the exit event carries `reason`.
   void Kill(ExitReason reason);
+  // Sends `sig` to the process group (SIGKILL: Kill(kKilled)). A process that dies of it reports KILLED.
+  void Signal(int sig);
   bool exited() const;
+  // Waits up to `timeout` for the process to exit; returns whether it has.
+  bool WaitExited(absl::Duration timeout) const;
+  ProcessInfo Info() const;
+
+  // Interactive stdin (kInteractive). Queues `data` for the process's stdin; `written` runs (on a manager
+  // thread) once all of it is in the pipe, or dropped because the process closed its stdin or exited. One
+  // write at a time: call again only after `written`.
+  void SendStdin(std::string data, std::function<void()> written);
+  // EOF on stdin once what was sent is written.
+  void CloseStdin();
 
  private:
   friend class ExecManager;
@@ -79,9 +108,13 @@ class Execution {
 
   void Notify();
   void CloseOutputs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes what it can of the pending stdin; returns the callback to run (outside the lock) when done.
+  std::function<void()> WriteStdin() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::function<void()> DropStdin() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ExecManager* manager_ = nullptr;
   uint64_t key_ = 0;
+  std::string id_;
   pid_t pid_ = -1;
   std::shared_ptr<const Sandbox> sandbox_;
   absl::Time start_;
@@ -103,6 +136,14 @@ class Execution {
   uint64_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t dropped_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void()> listener_ ABSL_GUARDED_BY(mu_);
+  bool signaled_by_api_ ABSL_GUARDED_BY(mu_) = false;
+  // Stdin: a non-blocking pipe written by the manager's thread (never blocks a caller).
+  UniqueFd stdin_ ABSL_GUARDED_BY(mu_);
+  std::string stdin_pending_ ABSL_GUARDED_BY(mu_);
+  size_t stdin_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stdin_watched_ ABSL_GUARDED_BY(mu_) = false;
+  bool stdin_close_after_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> stdin_written_ ABSL_GUARDED_BY(mu_);
 };
 
 // Thread-safe. Owns the epoll thread.
@@ -118,14 +159,24 @@ class ExecManager {
   absl::StatusOr<std::shared_ptr<Execution>> Start(std::shared_ptr<const Sandbox> sandbox, ExecOptions options);
   size_t running() const;
 
+  // The sandbox's processes started through the API, by start time: running ones, and with `include_exited`
+  // the last kMaxExitedKept that exited.
+  std::vector<ProcessInfo> List(const std::string& sandbox_id, bool include_exited) const;
+  // Signals a process of the sandbox (see Execution::Signal) and returns it as it is afterwards (after SIGKILL,
+  // once it has exited); an exited one is returned unchanged. NOT_FOUND for an unknown process.
+  absl::StatusOr<ProcessInfo> Signal(const std::string& sandbox_id, const std::string& process_id, int sig);
+  static constexpr size_t kMaxExitedKept = 64;
+
  private:
   friend class Execution;
   void Loop();
   std::shared_ptr<Execution> Find(uint64_t key);
   void OnReadable(uint64_t key, int which);
   void OnProcessExit(uint64_t key);
+  void OnWritable(uint64_t key);
+  void PruneHistory() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapOrphans();
-  void Watch(uint64_t key, int which, int fd);
+  void Watch(uint64_t key, int which, int fd, uint32_t events = EPOLLIN);
   void Unwatch(int fd);
 
   Clock* const clock_;
@@ -136,6 +187,12 @@ class ExecManager {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Execution>> executions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
+  // Exited processes per sandbox (newest last), dropped once the sandbox is gone.
+  struct History {
+    std::weak_ptr<const Sandbox> sandbox;
+    std::deque<ProcessInfo> exited;
+  };
+  absl::flat_hash_map<std::string, History> history_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace corral::sandbox

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "libs/core/status_macros.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/sandbox_path.h"
@@ -10,67 +11,67 @@
 namespace corral::sandbox {
 namespace {
 
-constexpr absl::Duration kMaxExecTimeout = absl::Hours(24);
+}  // namespace
 
-absl::StatusOr<ExecOptions> OptionsFrom(const Sandbox& sb, const v1::ExecRequest& r) {
+absl::StatusOr<ExecOptions> ExecOptionsFrom(const Sandbox& sb, const v1::Command& command,
+                                            const HostOptions& host) {
   ExecOptions o;
-  o.argv = {r.command().argv().begin(), r.command().argv().end()};
+  o.argv = {command.argv().begin(), command.argv().end()};
   if (o.argv.empty()) return absl::InvalidArgumentError("command.argv must not be empty");
-  o.env = {r.command().env().begin(), r.command().env().end()};
-  if (r.command().has_timeout()) {
-    o.timeout = FromProto(r.command().timeout());
-    if (o.timeout <= absl::ZeroDuration() || o.timeout > kMaxExecTimeout) {
-      return absl::InvalidArgumentError("command.timeout must be above 0 and at most 24h");
+  o.env = {command.env().begin(), command.env().end()};
+  if (command.has_timeout()) {
+    o.timeout = FromProto(command.timeout());
+    if (o.timeout <= absl::ZeroDuration() || o.timeout > host.max_exec_timeout) {
+      return absl::InvalidArgumentError(absl::StrCat("command.timeout must be above 0 and at most ",
+                                                     absl::FormatDuration(host.max_exec_timeout)));
     }
+  } else {
+    o.timeout = host.default_exec_timeout;
   }
-  if (!r.command().cwd().empty()) {
-    auto cwd = ParseSandboxPath(r.command().cwd(), sb.spec.task_paths, /*allow_home=*/true);
+  if (!command.cwd().empty()) {
+    auto cwd = ParseSandboxPath(command.cwd(), sb.spec.task_paths, /*allow_home=*/true);
     if (!cwd.ok()) return cwd.status();
     auto st = StatPath(sb.home_fd.get(), *cwd);
     if (!st.ok()) return st.status();
     if (!S_ISDIR(st->st_mode)) return absl::FailedPreconditionError("command.cwd is not a directory");
     // Inside the sandbox's view a task path is bound at its absolute path; elsewhere it lives in the home.
-    o.cwd = r.command().cwd()[0] == '/' && sb.protections.mount_namespace
-                ? r.command().cwd()
+    o.cwd = command.cwd()[0] == '/' && sb.protections.mount_namespace
+                ? command.cwd()
                 : absl::StrCat(sb.home, "/", absl::StrJoin(cwd->components, "/"));
   }
-  o.stdin_data = r.stdin();
-  o.max_output_bytes = r.max_output_bytes();
   return o;
 }
 
-}  // namespace
+absl::StatusOr<std::shared_ptr<Execution>> StartCommand(SandboxManager& sandboxes, ExecManager& execs,
+                                                        const CallAuthenticator& auth,
+                                                        const grpc::ServerContextBase& ctx,
+                                                        const std::string& sandbox_id, const v1::Command& command,
+                                                        ExecOptions extra) {
+  CORRAL_RETURN_IF_ERROR(AuthorizeSandbox(auth, sandboxes, ctx, sandbox_id));
+  CORRAL_ASSIGN_OR_RETURN(std::shared_ptr<const Sandbox> sb, sandboxes.Find(sandbox_id));
+  CORRAL_ASSIGN_OR_RETURN(ExecOptions options, ExecOptionsFrom(*sb, command, sandboxes.options()));
+  options.kind = extra.kind;
+  options.stdin_data = std::move(extra.stdin_data);
+  options.max_output_bytes = extra.max_output_bytes;
+  options.output_path = std::move(extra.output_path);
+  if (options.kind == ProcessKind::kBackground && !command.has_timeout()) options.timeout = absl::ZeroDuration();
+  return execs.Start(std::move(sb), std::move(options));
+}
 
-ExecReactor::ExecReactor(SandboxManager* sandboxes, ExecManager* execs, const CallAuthenticator* auth, Clock* clock,
-                         grpc::CallbackServerContext* ctx, const v1::ExecRequest& request)
-    : clock_(clock) {
+// ---------------------------------------------------------------------------------------- ExecStreamReactor
+
+template <class Base>
+void ExecStreamReactor<Base>::Begin(std::shared_ptr<Execution> execution, absl::Duration keepalive_interval) {
+  execution_ = std::move(execution);
+  keepalive_interval_ = keepalive_interval;
   {
     absl::MutexLock lock(&state_->mu);
     state_->reactor = this;
-  }
-  absl::Status status = AuthorizeSandbox(*auth, *sandboxes, *ctx, request.sandbox_id());
-  absl::StatusOr<std::shared_ptr<const Sandbox>> sb = status.ok() ? sandboxes->Find(request.sandbox_id())
-                                                                  : absl::StatusOr<std::shared_ptr<const Sandbox>>(status);
-  absl::StatusOr<ExecOptions> options = sb.ok() ? OptionsFrom(**sb, request) : absl::StatusOr<ExecOptions>(sb.status());
-  absl::StatusOr<std::shared_ptr<Execution>> execution =
-      options.ok() ? execs->Start(*sb, *std::move(options)) : absl::StatusOr<std::shared_ptr<Execution>>(options.status());
-  if (!execution.ok()) {
-    absl::MutexLock lock(&state_->mu);
-    finished_ = true;
-    Finish(ToGrpcStatus(execution.status()));
-    return;
-  }
-  execution_ = *std::move(execution);
-  if (request.has_keepalive_interval() && FromProto(request.keepalive_interval()) >= absl::Milliseconds(100)) {
-    keepalive_interval_ = FromProto(request.keepalive_interval());
-  }
-  {
-    absl::MutexLock lock(&state_->mu);
     event_.mutable_started()->set_pid(execution_->pid());
-    event_.mutable_started()->set_process_id(absl::StrCat("p-", execution_->pid()));
+    event_.mutable_started()->set_process_id(execution_->id());
     ToProto(execution_->start_time(), event_.mutable_started()->mutable_start_time());
     writing_ = true;
-    StartWrite(&event_);
+    this->StartWrite(&event_);
   }
   // Outside the lock: SetListener calls the listener at once if output is already waiting.
   std::weak_ptr<State> weak = state_;
@@ -84,7 +85,26 @@ ExecReactor::ExecReactor(SandboxManager* sandboxes, ExecManager* execs, const Ca
   ArmKeepalive();
 }
 
-void ExecReactor::ArmKeepalive() {
+template <class Base>
+void ExecStreamReactor<Base>::Abort(const absl::Status& status) {
+  if (execution_) execution_->Kill(ExitReason::kCallEnded);
+  absl::MutexLock lock(&state_->mu);
+  if (finished_) return;
+  if (writing_) {
+    pending_finish_ = ToGrpcStatus(status);
+  } else {
+    FinishLocked(ToGrpcStatus(status));
+  }
+}
+
+template <class Base>
+void ExecStreamReactor<Base>::FinishLocked(const grpc::Status& status) {
+  finished_ = true;
+  this->Finish(status);
+}
+
+template <class Base>
+void ExecStreamReactor<Base>::ArmKeepalive() {
   std::weak_ptr<State> weak = state_;
   keepalive_timer_ = clock_->RunAfter(keepalive_interval_, [weak] {
     if (auto state = weak.lock()) {
@@ -97,14 +117,15 @@ void ExecReactor::ArmKeepalive() {
   });
 }
 
-void ExecReactor::Pump() {
+template <class Base>
+void ExecStreamReactor<Base>::Pump() {
   if (writing_ || finished_ || exit_sent_) return;
   std::optional<OutputEvent> ev = execution_->Next();
   if (!ev) {
     if (!keepalive_due_) return;
     keepalive_due_ = false;
     event_.Clear();
-    event_.mutable_keepalive();
+    ToProto(clock_->Now() - execution_->start_time(), event_.mutable_keepalive()->mutable_elapsed());
   } else {
     keepalive_due_ = false;
     event_.Clear();
@@ -118,21 +139,23 @@ void ExecReactor::Pump() {
     }
   }
   writing_ = true;
-  StartWrite(&event_);
+  this->StartWrite(&event_);
 }
 
-void ExecReactor::OnWriteDone(bool ok) {
+template <class Base>
+void ExecStreamReactor<Base>::OnWriteDone(bool ok) {
   bool kill = false;
   {
     absl::MutexLock lock(&state_->mu);
     writing_ = false;
+    if (finished_) return;
     if (!ok) {
-      finished_ = true;
       kill = true;
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+    } else if (pending_finish_) {
+      FinishLocked(*pending_finish_);
     } else if (exit_sent_) {
-      finished_ = true;
-      Finish(grpc::Status::OK);
+      FinishLocked(grpc::Status::OK);
     } else {
       Pump();
     }
@@ -140,17 +163,16 @@ void ExecReactor::OnWriteDone(bool ok) {
   if (kill) execution_->Kill(ExitReason::kCallEnded);
 }
 
-void ExecReactor::OnCancel() {
-  // The call ended early (cancelled, or its deadline passed): a process never outlives its Exec.
+template <class Base>
+void ExecStreamReactor<Base>::OnCancel() {
+  // The call ended early (cancelled, or its deadline passed): a process never outlives its call.
   if (execution_) execution_->Kill(ExitReason::kCallEnded);
   absl::MutexLock lock(&state_->mu);
-  if (!finished_ && !writing_) {
-    finished_ = true;
-    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled"));
-  }
+  if (!finished_ && !writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled"));
 }
 
-void ExecReactor::OnDone() {
+template <class Base>
+void ExecStreamReactor<Base>::OnDone() {
   {
     absl::MutexLock lock(&state_->mu);
     state_->reactor = nullptr;
@@ -158,6 +180,110 @@ void ExecReactor::OnDone() {
   }
   if (execution_) execution_->SetListener(nullptr);
   delete this;
+}
+
+template class ExecStreamReactor<grpc::ServerWriteReactor<v1::ExecEvent>>;
+template class ExecStreamReactor<grpc::ServerBidiReactor<v1::ExecInput, v1::ExecEvent>>;
+
+namespace {
+
+absl::Duration KeepaliveInterval(const v1::ExecRequest& request) {
+  if (request.has_keepalive_interval() && FromProto(request.keepalive_interval()) >= absl::Milliseconds(100)) {
+    return FromProto(request.keepalive_interval());
+  }
+  return absl::Seconds(10);
+}
+
+ExecOptions StreamOptions(ProcessKind kind, const v1::ExecRequest& request) {
+  ExecOptions extra;
+  extra.kind = kind;
+  extra.stdin_data = request.stdin();
+  extra.max_output_bytes = request.max_output_bytes();
+  return extra;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------- ExecReactor
+
+ExecReactor::ExecReactor(SandboxManager* sandboxes, ExecManager* execs, const CallAuthenticator* auth, Clock* clock,
+                         grpc::CallbackServerContext* ctx, const v1::ExecRequest& request)
+    : ExecStreamReactor(clock) {
+  auto execution = StartCommand(*sandboxes, *execs, *auth, *ctx, request.sandbox_id(), request.command(),
+                                StreamOptions(ProcessKind::kExec, request));
+  if (!execution.ok()) {
+    Abort(execution.status());
+    return;
+  }
+  Begin(*std::move(execution), KeepaliveInterval(request));
+}
+
+// ----------------------------------------------------------------------------------- ExecInteractiveReactor
+
+ExecInteractiveReactor::ExecInteractiveReactor(SandboxManager* sandboxes, ExecManager* execs,
+                                               const CallAuthenticator* auth, Clock* clock,
+                                               grpc::CallbackServerContext* ctx)
+    : ExecStreamReactor(clock), sandboxes_(sandboxes), execs_(execs), auth_(auth), ctx_(ctx) {
+  StartRead(&input_);
+}
+
+void ExecInteractiveReactor::ReadNext() {
+  absl::MutexLock lock(&state_->mu);
+  ReadNextLocked();
+}
+
+void ExecInteractiveReactor::ReadNextLocked() {
+  if (!finished_) StartRead(&input_);
+}
+
+void ExecInteractiveReactor::Start() {
+  if (!input_.has_start()) return Abort(absl::InvalidArgumentError("the first message must be `start`"));
+  const v1::ExecRequest& request = input_.start();
+  auto execution = StartCommand(*sandboxes_, *execs_, *auth_, *ctx_, request.sandbox_id(), request.command(),
+                                StreamOptions(ProcessKind::kInteractive, request));
+  if (!execution.ok()) return Abort(execution.status());
+  started_ = true;
+  Begin(*std::move(execution), KeepaliveInterval(request));
+  ReadNext();
+}
+
+void ExecInteractiveReactor::OnReadDone(bool ok) {
+  if (!ok) {
+    // The client half-closed (or the call ended): EOF on stdin; output keeps streaming.
+    if (started_) {
+      execution_->CloseStdin();
+    } else {
+      Abort(absl::InvalidArgumentError("the stream ended before its `start` message"));
+    }
+    return;
+  }
+  if (!started_) return Start();
+  switch (input_.input_case()) {
+    case v1::ExecInput::kStdin: {
+      std::weak_ptr<State> weak = state_;
+      // Flow control: the next message is read once this chunk is in the pipe.
+      execution_->SendStdin(std::move(*input_.mutable_stdin()), [weak] {
+        if (auto state = weak.lock()) {
+          absl::MutexLock l(&state->mu);
+          if (state->reactor != nullptr) static_cast<ExecInteractiveReactor*>(state->reactor)->ReadNextLocked();
+        }
+      });
+      return;
+    }
+    case v1::ExecInput::kCloseStdin:
+      execution_->CloseStdin();
+      return ReadNext();
+    case v1::ExecInput::kSignal:
+      if (input_.signal() < 1 || input_.signal() > 64) {
+        return Abort(absl::InvalidArgumentError(absl::StrCat("signal ", input_.signal(), " is not 1-64")));
+      }
+      execution_->Signal(input_.signal());
+      return ReadNext();
+    case v1::ExecInput::kStart:
+      return Abort(absl::InvalidArgumentError("`start` may be sent only once"));
+    case v1::ExecInput::INPUT_NOT_SET:
+      return Abort(absl::InvalidArgumentError("an empty ExecInput message"));
+  }
 }
 
 }  // namespace corral::sandbox

@@ -74,7 +74,11 @@ int main(int argc, char** argv) {
   corral::sandbox::SandboxHostMetrics metrics(*runner.registry());
   auto sandboxes = std::make_unique<corral::sandbox::SandboxManager>(config.host, features, &clock, &*secret, &metrics);
   auto execs = std::make_unique<corral::sandbox::ExecManager>(&clock, &metrics);
-  corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), &auth, &clock, config.host_id);
+  auto templates = std::make_unique<corral::sandbox::TemplateStore>(config.host.root + "/templates",
+                                                                    config.host.templates, &clock, &metrics);
+  sandboxes->SetTemplates(templates.get());
+  corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), templates.get(), &auth, &clock,
+                                          config.host_id);
   runner.AddService(&service, "corral.v1.SandboxHost");
   if (auto s = runner.Start(); !s.ok()) {
     spdlog::error("cannot start: {}", s);
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
   if (config.exit_when_empty_for > absl::ZeroDuration()) clock.RunAfter(absl::Milliseconds(250), [&] { watch_empty(); });
   runner.Wait();
   clock.Stop();       // no timer may fire into the managers while they shut down
+  templates.reset();  // cancels builds in progress (killing their setup commands) and waits for them
   execs.reset();      // kills running executions
   sandboxes.reset();  // kills every sandbox's processes, wipes homes, frees cgroups and uids
   spdlog::info("sandbox-host: all sandboxes removed");

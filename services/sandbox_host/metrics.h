@@ -37,13 +37,33 @@ struct SandboxHostMetrics {
                         .Name("corral_sandbox_host_uid_quarantined")
                         .Help("uids held back because a process survived their sandbox's teardown.")
                         .Register(registry)
-                        .Add({})) {}
+                        .Add({})),
+        evictions(prometheus::BuildCounter()
+                      .Name("corral_sandbox_host_evictions_total")
+                      .Help("Sandboxes deleted because they were idle for their idle timeout.")
+                      .Register(registry)
+                      .Add({})),
+        template_builds(prometheus::BuildHistogram()
+                            .Name("corral_sandbox_host_template_build_seconds")
+                            .Help("Template builds (files, setup commands, copy-out), by outcome.")
+                            .Register(registry)),
+        clone_seconds(prometheus::BuildHistogram()
+                          .Name("corral_sandbox_host_template_clone_seconds")
+                          .Help("Time to clone a template into a new sandbox home.")
+                          .Register(registry)
+                          .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                                           0.05, 0.1, 0.25, 0.5, 1, 2.5, 5})) {}
 
   prometheus::Histogram& Exec(const char* outcome) {
     static const prometheus::Histogram::BucketBoundaries kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                                      0.25,  0.5,    1,     2.5,  5,     10,   30,
                                                                      60,    300};
     return exec_seconds.Add({{"outcome", outcome}}, kBuckets);
+  }
+
+  prometheus::Histogram& TemplateBuild(const char* outcome) {
+    static const prometheus::Histogram::BucketBoundaries kBuckets = {0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800};
+    return template_builds.Add({{"outcome", outcome}}, kBuckets);
   }
 
   prometheus::Gauge& live;
@@ -54,6 +74,9 @@ struct SandboxHostMetrics {
   prometheus::Counter& deletes;
   prometheus::Family<prometheus::Histogram>& exec_seconds;
   prometheus::Gauge& quarantined;
+  prometheus::Counter& evictions;
+  prometheus::Family<prometheus::Histogram>& template_builds;
+  prometheus::Histogram& clone_seconds;
 };
 
 }  // namespace corral::sandbox

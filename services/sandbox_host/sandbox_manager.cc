@@ -114,10 +114,6 @@ int64_t SandboxManager::live() const {
 }
 
 absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
-  if (!spec.template_key.empty()) {
-    return absl::NotFoundError(absl::StrCat("template '", spec.template_key,
-                                            "' is not prepared on this host (templates are not implemented yet)"));
-  }
   const NetworkPolicy net = spec.network.value_or(options_.default_network);
   spec.network = net;
   if (net == NetworkPolicy::kProxyOnly) {
@@ -185,7 +181,8 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec& spec) {
+absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec& spec,
+                                                               const std::shared_ptr<const TemplateImage>& image) {
   std::optional<uid_t> uid = uids_.Acquire();
   if (!uid) return absl::ResourceExhaustedError("the uid pool is exhausted");
   auto sb = std::make_shared<Sandbox>();
@@ -200,13 +197,32 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     return s;
   };
   std::vector<std::string> dirs = {sb->home, sb->home + "/.tmp"};
-  for (const auto& p : spec.task_paths) dirs.push_back(sb->home + p);
   for (const auto& dir : dirs) {
     if (mkdir(dir.c_str(), 0700) != 0 || chown(dir.c_str(), sb->uid, sb->uid) != 0) {
       return fail(absl::InternalError(absl::StrCat("cannot create ", dir, ": ", strerror(errno))));
     }
   }
   sb->home_fd.Reset(open(sb->home.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (image != nullptr) {
+    const absl::Time start = clock_->Now();
+    UniqueFd src(open(image->dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!src.valid()) return fail(absl::InternalError(absl::StrCat("cannot open template ", image->key)));
+    auto copied = CopyTree(src.get(), sb->home_fd.get(), sb->uid, sb->uid, {".tmp"});
+    if (!copied.ok()) return fail(copied.status());
+    sb->template_image = image;
+    image->sandboxes++;
+    if (metrics_) metrics_->clone_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
+  }
+  // Task paths: created empty unless the template has them (as real directories, never links).
+  for (const auto& p : spec.task_paths) {
+    const std::string dir = sb->home + p;
+    dirs.push_back(dir);
+    struct stat st {};
+    if (lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+    if (mkdir(dir.c_str(), 0700) != 0 || chown(dir.c_str(), sb->uid, sb->uid) != 0) {
+      return fail(absl::InternalError(absl::StrCat("cannot create task path ", p, ": ", strerror(errno))));
+    }
+  }
   Protections& p = sb->protections;
   p.network = *spec.network;
   if (features_.mount_namespaces) {
@@ -250,6 +266,11 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
     return absl::InvalidArgumentError(absl::StrCat("count must be 1-", options_.max_create_count));
   }
   CORRAL_RETURN_IF_ERROR(Normalize(spec));
+  std::shared_ptr<const TemplateImage> image;
+  if (!spec.template_key.empty()) {
+    if (templates_ == nullptr) return absl::NotFoundError("this host keeps no templates");
+    CORRAL_ASSIGN_OR_RETURN(image, templates_->Acquire(spec.template_key));
+  }
   CreateResult result;
   int64_t granted = 0;
   {
@@ -263,7 +284,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
   std::vector<std::shared_ptr<Sandbox>> built;
   absl::Status error;
   for (int64_t i = 0; i < granted && error.ok(); ++i) {
-    auto sb = Build(spec);
+    auto sb = Build(spec, image);
     if (sb.ok()) {
       built.push_back(*std::move(sb));
     } else if (absl::IsResourceExhausted(sb.status())) {
@@ -315,7 +336,7 @@ int SandboxManager::EvictIdle() {
   }
   for (const auto& id : idle) {
     spdlog::info("sandbox {}: idle for its idle timeout; evicted", id);
-    Delete(id);
+    if (Delete(id) && metrics_) metrics_->evictions.Increment();
   }
   absl::MutexLock lock(&mu_);
   if (!stopping_) evict_timer_ = clock_->RunAfter(absl::Seconds(1), [this] { EvictIdle(); });
@@ -355,6 +376,8 @@ void SandboxManager::Teardown(Sandbox& sb) {
   sb.namespaces = SandboxNamespaces{};
   if (absl::Status s = sb.cgroup.Remove(); !s.ok()) spdlog::warn("sandbox {}: {}", sb.id, s);
   sb.home_fd.Reset();
+  if (sb.template_image) sb.template_image->sandboxes--;
+  sb.template_image.reset();
   std::error_code ec;
   if (!sb.home.empty()) fs::remove_all(sb.home, ec);  // never follows symlinks
   if (ec) spdlog::warn("sandbox {}: wiping {}: {}", sb.id, sb.home, ec.message());

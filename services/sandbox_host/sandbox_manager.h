@@ -23,6 +23,7 @@
 #include "services/sandbox_host/metrics.h"
 #include "services/sandbox_host/namespaces.h"
 #include "services/sandbox_host/spawn.h"
+#include "services/sandbox_host/template_store.h"
 #include "services/sandbox_host/uid_pool.h"
 
 namespace corral::sandbox {
@@ -43,6 +44,10 @@ struct HostOptions {
   size_t max_env_bytes = 64 * 1024;
   absl::Duration default_idle_timeout = absl::Minutes(10);
   absl::Duration max_idle_timeout = absl::Hours(24);
+  absl::Duration default_exec_timeout = absl::Minutes(10);  // Exec / ExecInteractive without a timeout
+  absl::Duration max_exec_timeout = absl::Hours(24);
+  absl::Duration default_setup_timeout = absl::Minutes(30);  // a whole template build
+  TemplateLimits templates;
 };
 
 // What the host can enforce, found once at startup.
@@ -90,6 +95,7 @@ struct Sandbox {
   SandboxCgroup cgroup;
   UniqueFd landlock;
   absl::Time create_time;
+  std::shared_ptr<const TemplateImage> template_image;  // what the home was cloned from
   mutable std::atomic<bool> deleted{false};
   // Idle eviction: nanoseconds (Unix) of the last API call or process exit, and processes still running.
   mutable std::atomic<int64_t> last_active_ns{0};
@@ -117,8 +123,11 @@ class SandboxManager {
     int64_t rejected = 0;
     std::string rejected_reason;
   };
+  // Where CreateSandboxes finds templates (unset: none). Call before serving.
+  void SetTemplates(TemplateStore* templates) { templates_ = templates; }
+
   // INVALID_ARGUMENT for a bad spec or count; FAILED_PRECONDITION when the host cannot enforce what the spec
-  // requires; NOT_FOUND for an unknown template. Capacity and uids are reserved atomically: what does not fit
+  // requires; NOT_FOUND for an unknown (or still building) template. Capacity and uids are reserved atomically: what does not fit
   // is `rejected`, never over-committed.
   absl::StatusOr<CreateResult> Create(int64_t count, SandboxSpec spec);
   // NOT_FOUND for an unknown or deleted sandbox. Counts as activity for idle eviction.
@@ -142,7 +151,8 @@ class SandboxManager {
 
  private:
   absl::Status Normalize(SandboxSpec& spec) const;
-  absl::StatusOr<std::shared_ptr<Sandbox>> Build(const SandboxSpec& spec);
+  absl::StatusOr<std::shared_ptr<Sandbox>> Build(const SandboxSpec& spec,
+                                                 const std::shared_ptr<const TemplateImage>& image);
   void Teardown(Sandbox& sandbox);
 
   const HostOptions options_;
@@ -150,6 +160,7 @@ class SandboxManager {
   Clock* const clock_;
   const TokenSigner* const signer_;
   SandboxHostMetrics* const metrics_;
+  TemplateStore* templates_ = nullptr;
   UidPool uids_;
 
   mutable absl::Mutex mu_;

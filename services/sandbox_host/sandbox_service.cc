@@ -6,14 +6,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
+#include "libs/rpc/ids.h"
 #include "libs/rpc/pagination.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/exec_reactor.h"
 #include "services/sandbox_host/file_reactors.h"
 #include "services/sandbox_host/sandbox_path.h"
+#include "services/sandbox_host/template_builder.h"
 
 namespace corral::sandbox {
 namespace {
@@ -30,6 +35,33 @@ std::string LinkTarget(int dir_fd, const std::string& name) {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
 }
 
+// Appends a background process's output to its output file (or drops it), on the exec manager's threads. The
+// file stops growing at the sandbox's file size limit, as the process's own writes would.
+void SinkOutput(const std::shared_ptr<Execution>& execution, std::optional<FileWriter> file, int64_t max_bytes) {
+  struct Sink {
+    absl::Mutex mu;
+    std::optional<FileWriter> file ABSL_GUARDED_BY(mu);
+  };
+  auto sink = std::make_shared<Sink>();
+  {
+    absl::MutexLock lock(&sink->mu);
+    sink->file = std::move(file);
+  }
+  std::weak_ptr<Execution> weak = execution;
+  execution->SetListener([weak, sink, max_bytes] {
+    auto e = weak.lock();
+    if (e == nullptr) return;
+    absl::MutexLock lock(&sink->mu);
+    while (std::optional<OutputEvent> ev = e->Next()) {
+      if (ev->kind == OutputEvent::kExit || !sink->file) continue;
+      if (sink->file->written() + static_cast<int64_t>(ev->data.size()) > max_bytes ||
+          !sink->file->Write(ev->data).ok()) {
+        sink->file.reset();  // full (or failing): the rest is dropped
+      }
+    }
+  });
+}
+
 }  // namespace
 
 absl::Status AuthorizeSandbox(const CallAuthenticator& auth, const SandboxManager& manager,
@@ -40,22 +72,33 @@ absl::Status AuthorizeSandbox(const CallAuthenticator& auth, const SandboxManage
   return manager.CheckSandboxToken(sandbox_id, *token);
 }
 
+absl::Status SandboxService::CreateInto(int64_t count, SandboxSpec spec, v1::CreateSandboxesResponse* resp) {
+  CORRAL_ASSIGN_OR_RETURN(SandboxManager::CreateResult result, sandboxes_->Create(count, std::move(spec)));
+  for (const auto& created : result.created) {
+    v1::CreatedSandbox* out = resp->add_sandboxes();
+    ToProto(*created.sandbox, 0, out->mutable_sandbox());
+    out->set_capability_token(created.token);
+  }
+  resp->set_rejected(static_cast<uint32_t>(result.rejected));
+  resp->set_rejected_reason(result.rejected_reason);
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* SandboxService::CreateSandboxes(grpc::CallbackServerContext* ctx,
                                                           const v1::CreateSandboxesRequest* req,
                                                           v1::CreateSandboxesResponse* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
   auto spec = FromProto(req->spec());
   if (!spec.ok()) return Done(ctx, spec.status());
-  auto result = sandboxes_->Create(req->count() == 0 ? 1 : req->count(), *std::move(spec));
-  if (!result.ok()) return Done(ctx, result.status());
-  for (const auto& created : result->created) {
-    v1::CreatedSandbox* out = resp->add_sandboxes();
-    ToProto(*created.sandbox, 0, out->mutable_sandbox());
-    out->set_capability_token(created.token);
-  }
-  resp->set_rejected(static_cast<uint32_t>(result->rejected));
-  resp->set_rejected_reason(result->rejected_reason);
-  return Done(ctx, absl::OkStatus());
+  const int64_t count = req->count() == 0 ? 1 : req->count();
+  if (spec->template_key.empty() || templates_ == nullptr) return Done(ctx, CreateInto(count, *std::move(spec), resp));
+  // A template still building is waited for; the create then runs on the thread that finished the build.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const std::string key = spec->template_key;
+  templates_->WhenReady(key, [this, reactor, resp, count, spec = *std::move(spec)](auto image) mutable {
+    reactor->Finish(ToGrpcStatus(image.ok() ? CreateInto(count, std::move(spec), resp) : image.status()));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* SandboxService::GetSandbox(grpc::CallbackServerContext* ctx, const v1::GetSandboxRequest* req,
@@ -102,6 +145,60 @@ grpc::ServerUnaryReactor* SandboxService::DeleteSandbox(grpc::CallbackServerCont
 grpc::ServerWriteReactor<v1::ExecEvent>* SandboxService::Exec(grpc::CallbackServerContext* ctx,
                                                               const v1::ExecRequest* req) {
   return new ExecReactor(sandboxes_, execs_, auth_, clock_, ctx, *req);
+}
+
+grpc::ServerBidiReactor<v1::ExecInput, v1::ExecEvent>* SandboxService::ExecInteractive(
+    grpc::CallbackServerContext* ctx) {
+  return new ExecInteractiveReactor(sandboxes_, execs_, auth_, clock_, ctx);
+}
+
+grpc::ServerUnaryReactor* SandboxService::StartProcess(grpc::CallbackServerContext* ctx,
+                                                       const v1::StartProcessRequest* req, v1::Process* resp) {
+  if (auto s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()); !s.ok()) return Done(ctx, s);
+  auto sb = sandboxes_->Find(req->sandbox_id());
+  if (!sb.ok()) return Done(ctx, sb.status());
+  std::optional<FileWriter> file;
+  if (!req->output_path().empty()) {
+    auto path = ParseSandboxPath(req->output_path(), (*sb)->spec.task_paths);
+    if (!path.ok()) return Done(ctx, path.status());
+    auto writer = FileWriter::Open((*sb)->home_fd.get(), *path, WriteMode::kAppend, 0644,
+                                   Owner{(*sb)->uid, (*sb)->uid}, /*make_parents=*/true);
+    if (!writer.ok()) return Done(ctx, writer.status());
+    file = *std::move(writer);
+  }
+  ExecOptions extra;
+  extra.kind = ProcessKind::kBackground;
+  extra.stdin_data = req->stdin();
+  extra.output_path = req->output_path();
+  auto execution = StartCommand(*sandboxes_, *execs_, *auth_, *ctx, req->sandbox_id(), req->command(), extra);
+  if (!execution.ok()) return Done(ctx, execution.status());
+  SinkOutput(*execution, std::move(file), (*sb)->spec.rlimits.file_size_bytes);
+  ToProto((*execution)->Info(), resp);
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* SandboxService::ListProcesses(grpc::CallbackServerContext* ctx,
+                                                        const v1::ListProcessesRequest* req,
+                                                        v1::ListProcessesResponse* resp) {
+  if (auto s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()); !s.ok()) return Done(ctx, s);
+  auto sb = sandboxes_->Find(req->sandbox_id());
+  if (!sb.ok()) return Done(ctx, sb.status());
+  for (const ProcessInfo& p : execs_->List(req->sandbox_id(), req->include_exited())) {
+    ToProto(p, resp->add_processes());
+  }
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* SandboxService::KillProcess(grpc::CallbackServerContext* ctx,
+                                                      const v1::KillProcessRequest* req, v1::Process* resp) {
+  if (auto s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()); !s.ok()) return Done(ctx, s);
+  const int sig = req->signal() == 0 ? SIGKILL : req->signal();
+  if (sig < 1 || sig > 64) return Done(ctx, absl::InvalidArgumentError(absl::StrCat("signal ", sig, " is not 1-64")));
+  auto sb = sandboxes_->Find(req->sandbox_id());
+  if (!sb.ok()) return Done(ctx, sb.status());
+  auto process = execs_->Signal(req->sandbox_id(), req->process_id(), sig);
+  if (process.ok()) ToProto(*process, resp);
+  return Done(ctx, process.status());
 }
 
 grpc::ServerReadReactor<v1::WriteFileRequest>* SandboxService::WriteFile(grpc::CallbackServerContext* ctx,
@@ -202,6 +299,50 @@ grpc::ServerUnaryReactor* SandboxService::MakeDir(grpc::CallbackServerContext* c
   return Done(ctx, st.status());
 }
 
+grpc::ServerUnaryReactor* SandboxService::PrepareTemplate(grpc::CallbackServerContext* ctx,
+                                                          const v1::PrepareTemplateRequest* req, v1::Template* resp) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = ValidateTemplateRequest(*req, sandboxes_->options()); !s.ok()) return Done(ctx, s);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  // The build outlives this call if the caller goes away: other prepares of the key may be waiting on it.
+  auto build = [this, request = *req](const std::string& dir, const std::atomic<bool>& cancelled) {
+    return BuildTemplate(*sandboxes_, *execs_, *clock_, request, dir, cancelled);
+  };
+  templates_->Prepare(req->key(), TemplateDigest(*req), std::move(build),
+                      [reactor, resp](absl::StatusOr<TemplateInfo> info) {
+                        if (info.ok()) ToProto(*info, resp);
+                        reactor->Finish(ToGrpcStatus(info.status()));
+                      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SandboxService::ListTemplates(grpc::CallbackServerContext* ctx,
+                                                        const v1::ListTemplatesRequest* req,
+                                                        v1::ListTemplatesResponse* resp) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  auto page = PageSize(req->page_size());
+  if (!page.ok()) return Done(ctx, page.status());
+  int n = 0;
+  for (const TemplateInfo& t : templates_->List()) {  // ordered by key
+    if (!req->page_token().empty() && t.key <= req->page_token()) continue;
+    if (n == *page) {
+      resp->set_next_page_token(resp->templates(n - 1).key());
+      break;
+    }
+    ToProto(t, resp->add_templates());
+    ++n;
+  }
+  return Done(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* SandboxService::DeleteTemplate(grpc::CallbackServerContext* ctx,
+                                                         const v1::DeleteTemplateRequest* req,
+                                                         v1::DeleteTemplateResponse*) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = ValidateId("key", req->key()); !s.ok()) return Done(ctx, s);
+  return Done(ctx, templates_->Delete(req->key()));
+}
+
 grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* ctx, const v1::HostInfoRequest*,
                                                    v1::HostInfoResponse* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
@@ -232,6 +373,13 @@ grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* 
   resp->mutable_uid_pool()->set_free(static_cast<uint32_t>(uids.free_count()));
   resp->mutable_uid_pool()->set_quarantined(static_cast<uint32_t>(uids.quarantined()));
   ToProto(start_time_, resp->mutable_start_time());
+  uint64_t template_bytes = 0;
+  const std::vector<TemplateInfo> templates = templates_->List();
+  for (const TemplateInfo& t : templates) template_bytes += t.size_bytes;
+  resp->set_templates(static_cast<uint32_t>(templates.size()));
+  resp->set_template_bytes(template_bytes);
+  ToProto(sandboxes_->options().default_exec_timeout, resp->mutable_default_exec_timeout());
+  ToProto(sandboxes_->options().max_exec_timeout, resp->mutable_max_exec_timeout());
   return Done(ctx, absl::OkStatus());
 }
 

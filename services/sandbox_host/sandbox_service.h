@@ -18,10 +18,10 @@ absl::Status AuthorizeSandbox(const CallAuthenticator& auth, const SandboxManage
 // Thread-safe: state lives in the managers.
 class SandboxService final : public v1::SandboxHost::CallbackService {
  public:
-  SandboxService(SandboxManager* sandboxes, ExecManager* execs, const CallAuthenticator* auth, Clock* clock,
-                 std::string host_id)
-      : sandboxes_(sandboxes), execs_(execs), auth_(auth), clock_(clock), host_id_(std::move(host_id)),
-        start_time_(clock->Now()) {}
+  SandboxService(SandboxManager* sandboxes, ExecManager* execs, TemplateStore* templates,
+                 const CallAuthenticator* auth, Clock* clock, std::string host_id)
+      : sandboxes_(sandboxes), execs_(execs), templates_(templates), auth_(auth), clock_(clock),
+        host_id_(std::move(host_id)), start_time_(clock->Now()) {}
 
   grpc::ServerUnaryReactor* CreateSandboxes(grpc::CallbackServerContext* ctx, const v1::CreateSandboxesRequest* req,
                                             v1::CreateSandboxesResponse* resp) override;
@@ -32,6 +32,13 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
   grpc::ServerUnaryReactor* DeleteSandbox(grpc::CallbackServerContext* ctx, const v1::DeleteSandboxRequest* req,
                                           v1::DeleteSandboxResponse* resp) override;
   grpc::ServerWriteReactor<v1::ExecEvent>* Exec(grpc::CallbackServerContext* ctx, const v1::ExecRequest* req) override;
+  grpc::ServerBidiReactor<v1::ExecInput, v1::ExecEvent>* ExecInteractive(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* StartProcess(grpc::CallbackServerContext* ctx, const v1::StartProcessRequest* req,
+                                         v1::Process* resp) override;
+  grpc::ServerUnaryReactor* ListProcesses(grpc::CallbackServerContext* ctx, const v1::ListProcessesRequest* req,
+                                          v1::ListProcessesResponse* resp) override;
+  grpc::ServerUnaryReactor* KillProcess(grpc::CallbackServerContext* ctx, const v1::KillProcessRequest* req,
+                                        v1::Process* resp) override;
   grpc::ServerReadReactor<v1::WriteFileRequest>* WriteFile(grpc::CallbackServerContext* ctx,
                                                            v1::FileInfo* resp) override;
   grpc::ServerWriteReactor<v1::ReadFileResponse>* ReadFile(grpc::CallbackServerContext* ctx,
@@ -44,12 +51,21 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
                                    v1::RemoveResponse* resp) override;
   grpc::ServerUnaryReactor* MakeDir(grpc::CallbackServerContext* ctx, const v1::MakeDirRequest* req,
                                     v1::FileInfo* resp) override;
+  grpc::ServerUnaryReactor* PrepareTemplate(grpc::CallbackServerContext* ctx, const v1::PrepareTemplateRequest* req,
+                                            v1::Template* resp) override;
+  grpc::ServerUnaryReactor* ListTemplates(grpc::CallbackServerContext* ctx, const v1::ListTemplatesRequest* req,
+                                          v1::ListTemplatesResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteTemplate(grpc::CallbackServerContext* ctx, const v1::DeleteTemplateRequest* req,
+                                           v1::DeleteTemplateResponse* resp) override;
   grpc::ServerUnaryReactor* HostInfo(grpc::CallbackServerContext* ctx, const v1::HostInfoRequest* req,
                                      v1::HostInfoResponse* resp) override;
 
  private:
+  absl::Status CreateInto(int64_t count, SandboxSpec spec, v1::CreateSandboxesResponse* resp);
+
   SandboxManager* const sandboxes_;
   ExecManager* const execs_;
+  TemplateStore* const templates_;
   const CallAuthenticator* const auth_;
   Clock* const clock_;
   const std::string host_id_;

@@ -1,0 +1,26 @@
+// Ids as common.proto ("Ids") defines them: [A-Za-z0-9_:-], 1..128 characters, never '.' (which separates an
+// id from the MAC in tokens) nor '/' (ids name files and directories).
+#pragma once
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace corral {
+
+inline bool IsValidId(absl::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != ':' && c != '-') return false;
+  }
+  return true;
+}
+
+// INVALID_ARGUMENT naming `field` for anything else.
+inline absl::Status ValidateId(absl::string_view field, absl::string_view id) {
+  if (IsValidId(id)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, " must be 1-128 characters of [A-Za-z0-9_:-]"));
+}
+
+}  // namespace corral
