@@ -125,19 +125,18 @@ void ReadFileReactor::WriteNext() {
   offset_ += static_cast<uint64_t>(n);
   if (n == 0) offset_ = end_;  // the file shrank: stop here
   if (offset_ >= end_) {
-    StartWriteLast(&message_, grpc::WriteOptions());
+    // One operation for the last chunk and the status: StartWriteLast alone may sit corked in the transport
+    // until some other event flushes it (seen as a 20 s stall, until the client's keepalive ping).
+    StartWriteAndFinish(&message_, grpc::WriteOptions(), grpc::Status::OK);
     return;
   }
   StartWrite(&message_);
 }
 
 void ReadFileReactor::OnWriteDone(bool ok) {
+  if (offset_ >= end_) return;  // StartWriteAndFinish: the status went with the last chunk
   if (!ok) {
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
-    return;
-  }
-  if (offset_ >= end_) {
-    Finish(grpc::Status::OK);
     return;
   }
   message_.clear_info();

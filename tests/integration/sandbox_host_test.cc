@@ -219,7 +219,7 @@ TEST_F(SandboxHostApiTest, ASilentLongCommandIsNotCutOffByIdleEvictionButAnIdleS
       absl::Seconds(15)));
 }
 
-TEST_F(SandboxHostApiTest, CliCopiesFilesInAndOutAndRefusesEscapes) {
+TEST_F(SandboxHostApiTest, CliCopiesFilesAndDirectoriesInAndOutAndRefusesEscapes) {
   auto r = Create(1);
   ASSERT_THAT(r, IsOk());
   const std::string id = r->sandboxes(0).sandbox().sandbox_id();
@@ -239,6 +239,18 @@ TEST_F(SandboxHostApiTest, CliCopiesFilesInAndOutAndRefusesEscapes) {
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), payload);
   EXPECT_NE(cli(id + ":../../etc/shadow", back + "2"), 0);
   EXPECT_FALSE(fs::exists(back + "2"));
+
+  // Directories, both ways: onto an existing directory the tree lands inside it, as with docker cp.
+  fs::create_directories(dir_ + "/tree/sub/deeper");
+  std::ofstream(dir_ + "/tree/a.txt") << "alpha";
+  std::ofstream(dir_ + "/tree/sub/deeper/b.bin", std::ios::binary) << payload;
+  EXPECT_EQ(cli(dir_ + "/tree", id + ":/workspace"), 0);
+  EXPECT_THAT(ReadFile(id, token_, "/workspace/tree/a.txt"), IsOkAndHolds("alpha"));
+  EXPECT_THAT(ReadFile(id, token_, "/workspace/tree/sub/deeper/b.bin"), IsOkAndHolds(payload));
+  EXPECT_EQ(cli(id + ":/workspace/tree", dir_ + "/down"), 0);
+  std::ifstream a(dir_ + "/down/a.txt"), b(dir_ + "/down/sub/deeper/b.bin", std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>()), "alpha");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>()), payload);
 }
 
 TEST_F(SandboxHostApiTest, HostExitsCleanlyOnceEmptyForItsConfiguredTime) {

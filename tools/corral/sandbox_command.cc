@@ -1,4 +1,4 @@
-// `corral sandbox create|exec|ls|rm|info`: create and use sandboxes on a corral-sandbox-host from the shell.
+// `corral sandbox create|exec|ls|rm|info|cp`: create and use sandboxes on a corral-sandbox-host from the shell.
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,33 +12,10 @@
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/connect_flags.h"
+#include "tools/corral/sandbox_client.h"
 
 namespace corral::cli {
 namespace {
-
-struct Client {
-  std::unique_ptr<v1::SandboxHost::Stub> stub;
-  std::string token;
-  double timeout_s;
-
-  void Prepare(grpc::ClientContext& ctx, absl::Duration timeout) const {
-    SetDeadline(ctx, timeout);
-    AttachBearer(ctx, token);
-  }
-};
-
-absl::StatusOr<Client> Connect(const ConnectFlags& flags) {
-  auto token = flags.BearerToken();
-  if (!token.ok()) return token.status();
-  auto channel = MakeChannel(flags.address, flags.Channel());
-  if (!channel.ok()) return channel.status();
-  return Client{v1::SandboxHost::NewStub(*channel), *token, flags.timeout_s};
-}
-
-int Fail(const std::string& what, const absl::Status& s) {
-  std::cerr << "corral sandbox " << what << ": " << s << "\n";
-  return 1;
-}
 
 void PrintJson(const google::protobuf::Message& m) {
   std::string json;
@@ -161,73 +138,6 @@ int RunInfo(const ConnectFlags& cf, const std::string& id) {
 }
 
 // "ID:PATH" names a path in a sandbox (sandbox ids never contain ':' before their path); anything else is local.
-bool SplitRemote(const std::string& arg, std::string* id, std::string* path) {
-  size_t colon = arg.find(':');
-  if (colon == std::string::npos || arg.rfind("sb-", 0) != 0) return false;
-  *id = arg.substr(0, colon);
-  *path = arg.substr(colon + 1);
-  return true;
-}
-
-int RunCopy(const ConnectFlags& cf, const std::string& src, const std::string& dst) {
-  auto client = Connect(cf);
-  if (!client.ok()) return Fail("cp", client.status());
-  std::string id, path;
-  if (SplitRemote(src, &id, &path)) {  // download
-    if (SplitRemote(dst, &id, &path)) return Fail("cp", absl::InvalidArgumentError("copy between sandboxes is not supported"));
-    SplitRemote(src, &id, &path);
-    grpc::ClientContext ctx;
-    client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 600.0)));
-    v1::ReadFileRequest req;
-    req.set_sandbox_id(id);
-    req.set_path(path);
-    auto reader = client->stub->ReadFile(&ctx, req);
-    FILE* out = fopen(dst.c_str(), "wb");
-    if (out == nullptr) return Fail("cp", absl::FailedPreconditionError("cannot write " + dst));
-    v1::ReadFileResponse chunk;
-    uint64_t total = 0;
-    while (reader->Read(&chunk)) {
-      fwrite(chunk.data().data(), 1, chunk.data().size(), out);
-      total += chunk.data().size();
-    }
-    fclose(out);
-    grpc::Status s = reader->Finish();
-    if (!s.ok()) {
-      std::remove(dst.c_str());
-      return Fail("cp", FromGrpcStatus(s));
-    }
-    std::cerr << total << " bytes copied\n";
-    return 0;
-  }
-  if (!SplitRemote(dst, &id, &path)) {
-    return Fail("cp", absl::InvalidArgumentError("one side must be ID:PATH (a path in a sandbox)"));
-  }
-  FILE* in = fopen(src.c_str(), "rb");
-  if (in == nullptr) return Fail("cp", absl::NotFoundError("cannot read " + src));
-  grpc::ClientContext ctx;
-  client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 600.0)));
-  v1::FileInfo info;
-  auto writer = client->stub->WriteFile(&ctx, &info);
-  v1::WriteFileRequest header;
-  header.mutable_header()->set_sandbox_id(id);
-  header.mutable_header()->set_path(path);
-  header.mutable_header()->set_make_parents(true);
-  bool ok = writer->Write(header);
-  std::string buf(1 << 20, '\0');
-  size_t n;
-  while (ok && (n = fread(buf.data(), 1, buf.size(), in)) > 0) {
-    v1::WriteFileRequest chunk;
-    chunk.set_data(buf.data(), n);
-    ok = writer->Write(chunk);
-  }
-  fclose(in);
-  writer->WritesDone();
-  grpc::Status s = writer->Finish();
-  if (!s.ok()) return Fail("cp", FromGrpcStatus(s));
-  std::cerr << info.size() << " bytes copied to " << info.path() << "\n";
-  return 0;
-}
-
 }  // namespace
 
 void RegisterSandbox(CLI::App& app, int& exit_code) {
@@ -273,10 +183,10 @@ void RegisterSandbox(CLI::App& app, int& exit_code) {
 
   auto cp_conn = std::make_shared<ConnectFlags>();
   auto cp_args = std::make_shared<std::pair<std::string, std::string>>();
-  CLI::App* cp = sandbox->add_subcommand("cp", "copy a file in or out of a sandbox, docker-cp style (ID:PATH is a sandbox path)");
+  CLI::App* cp = sandbox->add_subcommand("cp", "copy a file or directory in or out of a sandbox, docker-cp style (ID:PATH is a sandbox path)");
   AddConnectFlags(cp, *cp_conn, "sandbox host", "--host");
-  cp->add_option("src", cp_args->first, "source: a local file or ID:PATH")->required();
-  cp->add_option("dst", cp_args->second, "destination: a local file or ID:PATH")->required();
+  cp->add_option("src", cp_args->first, "source: a local file or directory, or ID:PATH")->required();
+  cp->add_option("dst", cp_args->second, "destination: a local path, or ID:PATH")->required();
   cp->callback([cp_conn, cp_args, &exit_code] { exit_code = RunCopy(*cp_conn, cp_args->first, cp_args->second); });
 
   auto info_conn = std::make_shared<ConnectFlags>();
