@@ -1,5 +1,6 @@
 // A sandbox's persistent private filesystem view (and, for network policy `none`, its own network namespace):
-// a helper process unshares, sets the view up, and the host keeps the namespaces open by file descriptor;
+// a short-lived helper (sharing the host's memory and descriptors) unshares, sets the view up and opens the
+// namespaces; the host keeps them alive by those descriptors after the helper exits;
 // every exec joins them with setns. Inside: a fresh procfs mounted hidepid=invisible, /tmp bound to
 // $HOME/.tmp, each task path /P bound to $HOME/P. The host's own /proc and mounts are never changed.
 #pragma once
