@@ -1,0 +1,124 @@
+#include "libs/http/client.h"
+
+#include "absl/strings/str_cat.h"
+#include "boost/asio/as_tuple.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/use_awaitable.hpp"
+#include "boost/beast/http/read.hpp"
+#include "boost/beast/http/write.hpp"
+
+namespace corral::http {
+namespace {
+
+namespace bhttp = beast::http;
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+constexpr size_t kPiece = 16 * 1024;
+
+}  // namespace
+
+asio::awaitable<absl::StatusOr<std::unique_ptr<ClientConnection>>> ClientConnection::Connect(
+    asio::any_io_executor executor, std::string host, uint16_t port, absl::Duration timeout) {
+  beast::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) co_return absl::InvalidArgumentError(absl::StrCat("upstream host '", host, "' is not an IP address"));
+  beast::tcp_stream stream(executor);
+  stream.expires_after(absl::ToChronoNanoseconds(timeout));
+  auto [cec] = co_await stream.async_connect(asio::ip::tcp::endpoint(address, port), kUseTuple);
+  if (cec) co_return absl::UnavailableError(absl::StrCat("cannot connect to ", host, ":", port, ": ", cec.message()));
+  stream.socket().set_option(asio::ip::tcp::no_delay(true));
+  co_return std::unique_ptr<ClientConnection>(new ClientConnection(std::move(stream), absl::StrCat(host, ":", port)));
+}
+
+asio::awaitable<absl::Status> ClientConnection::Send(Request& request, absl::Duration timeout) {
+  parser_.emplace();
+  parser_->body_limit(boost::none);  // the body is relayed piece by piece, never held whole here
+  stream_.expires_after(absl::ToChronoNanoseconds(timeout));
+  request.prepare_payload();
+  auto [wec, wn] = co_await bhttp::async_write(stream_, request, kUseTuple);
+  if (wec) {
+    broken_ = true;
+    co_return absl::UnavailableError(absl::StrCat("sending to ", key_, ": ", wec.message()));
+  }
+  auto [rec, rn] = co_await bhttp::async_read_header(stream_, buffer_, *parser_, kUseTuple);
+  if (rec) {
+    broken_ = true;
+    if (rec == beast::error::timeout) co_return absl::DeadlineExceededError(absl::StrCat(key_, " sent no response in time"));
+    co_return absl::UnavailableError(absl::StrCat("reading from ", key_, ": ", rec.message()));
+  }
+  co_return absl::OkStatus();
+}
+
+std::string ClientConnection::header(absl::string_view name) const {
+  if (!parser_) return "";
+  auto it = parser_->get().find(beast::string_view(name.data(), name.size()));
+  return it == parser_->get().end() ? "" : std::string(it->value());
+}
+
+asio::awaitable<absl::StatusOr<std::string>> ClientConnection::ReadSome(absl::Duration timeout) {
+  if (!parser_) co_return absl::FailedPreconditionError("no request sent");
+  if (parser_->is_done()) co_return std::string();
+  std::string piece(kPiece, '\0');
+  parser_->get().body().data = piece.data();
+  parser_->get().body().size = piece.size();
+  stream_.expires_after(absl::ToChronoNanoseconds(timeout));
+  auto [ec, n] = co_await bhttp::async_read_some(stream_, buffer_, *parser_, kUseTuple);
+  if (ec == bhttp::error::need_buffer) ec = {};
+  if (ec) {
+    broken_ = true;
+    if (ec == beast::error::timeout) co_return absl::DeadlineExceededError(absl::StrCat(key_, " stalled"));
+    co_return absl::UnavailableError(absl::StrCat(key_, " disconnected mid-response: ", ec.message()));
+  }
+  piece.resize(kPiece - parser_->get().body().size);
+  if (piece.empty() && !parser_->is_done()) {
+    co_return co_await ReadSome(timeout);  // header bytes or chunk framing only: wait for data
+  }
+  co_return piece;
+}
+
+asio::awaitable<absl::StatusOr<std::string>> ClientConnection::ReadAll(absl::Duration timeout, size_t limit) {
+  std::string body;
+  while (!done()) {
+    absl::StatusOr<std::string> piece = co_await ReadSome(timeout);
+    if (!piece.ok()) co_return piece.status();
+    body += *piece;
+    if (body.size() > limit) co_return absl::ResourceExhaustedError(absl::StrCat(key_, " sent a body over ", limit, " bytes"));
+  }
+  co_return body;
+}
+
+asio::awaitable<absl::StatusOr<std::unique_ptr<ClientConnection>>> ConnectionPool::Get(
+    asio::any_io_executor executor, const std::string& host, uint16_t port, absl::Duration timeout, bool* reused) {
+  const std::string key = absl::StrCat(host, ":", port);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = idle_.find(key);
+    if (it != idle_.end() && !it->second.empty()) {
+      std::unique_ptr<ClientConnection> c = std::move(it->second.back());
+      it->second.pop_back();
+      *reused = true;
+      co_return c;
+    }
+  }
+  *reused = false;
+  co_return co_await ClientConnection::Connect(executor, host, port, timeout);
+}
+
+void ConnectionPool::Put(std::unique_ptr<ClientConnection> connection) {
+  if (connection == nullptr || !connection->reusable()) return;
+  absl::MutexLock lock(&mu_);
+  auto& idle = idle_[connection->key()];
+  if (idle.size() < max_idle_) idle.push_back(std::move(connection));
+}
+
+asio::awaitable<absl::StatusOr<FetchResult>> Fetch(asio::any_io_executor executor, const std::string& host,
+                                                   uint16_t port, Request request, absl::Duration timeout) {
+  auto connection = co_await ClientConnection::Connect(executor, host, port, timeout);
+  if (!connection.ok()) co_return connection.status();
+  request.set(bhttp::field::host, absl::StrCat(host, ":", port));
+  if (absl::Status s = co_await (*connection)->Send(request, timeout); !s.ok()) co_return s;
+  auto body = co_await (*connection)->ReadAll(timeout);
+  if (!body.ok()) co_return body.status();
+  co_return FetchResult{(*connection)->status(), (*connection)->header("Content-Type"), *std::move(body)};
+}
+
+}  // namespace corral::http

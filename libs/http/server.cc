@@ -1,0 +1,236 @@
+#include "libs/http/server.h"
+
+#include <chrono>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "boost/asio/as_tuple.hpp"
+#include "boost/asio/co_spawn.hpp"
+#include "boost/asio/detached.hpp"
+#include "boost/asio/strand.hpp"
+#include "boost/asio/use_awaitable.hpp"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/http/chunk_encode.hpp"
+#include "boost/beast/http/empty_body.hpp"
+#include "boost/beast/http/parser.hpp"
+#include "boost/beast/http/read.hpp"
+#include "boost/beast/http/serializer.hpp"
+#include "boost/beast/http/write.hpp"
+#include "boost/json/serialize.hpp"
+#include "boost/json/value.hpp"
+
+namespace corral::http {
+namespace {
+
+namespace bhttp = beast::http;
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+std::chrono::steady_clock::duration Chrono(absl::Duration d) { return absl::ToChronoNanoseconds(d); }
+
+const char* ReasonFor(beast::error_code ec) {
+  if (ec == bhttp::error::header_limit) return "request header too large";
+  if (ec == bhttp::error::body_limit) return "request body too large";
+  return "malformed HTTP request";
+}
+
+int StatusFor(beast::error_code ec) {
+  if (ec == bhttp::error::header_limit) return 431;
+  if (ec == bhttp::error::body_limit) return 413;
+  return 400;
+}
+
+}  // namespace
+
+std::string ErrorJson(absl::string_view message, absl::string_view type, absl::string_view code) {
+  boost::json::object error;
+  error["message"] = boost::json::string_view(message.data(), message.size());
+  error["type"] = boost::json::string_view(type.data(), type.size());
+  error["param"] = nullptr;
+  if (code.empty()) {
+    error["code"] = nullptr;
+  } else {
+    error["code"] = boost::json::string_view(code.data(), code.size());
+  }
+  boost::json::object body;
+  body["error"] = std::move(error);
+  return boost::json::serialize(body);
+}
+
+absl::Status SplitHostPort(const std::string& host_port, std::string* host, uint16_t* port) {
+  const size_t colon = host_port.rfind(':');
+  int p = -1;
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(host_port.substr(colon + 1), &p) || p < 0 ||
+      p > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("'", host_port, "' is not host:port"));
+  }
+  *host = host_port.substr(0, colon);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+  *port = static_cast<uint16_t>(p);
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------------------------------------------ Responder
+
+asio::awaitable<bool> Responder::Send(int status, absl::string_view content_type, std::string body,
+                                      const Fields& headers) {
+  if (started_ || gone_) co_return false;
+  started_ = finished_ = true;
+  status_ = status;
+  bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(status), version_};
+  res.set(bhttp::field::server, "corral");
+  res.set(bhttp::field::content_type, std::string(content_type));
+  for (const auto& [k, v] : headers) res.set(k, v);
+  res.keep_alive(keep_alive_);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  auto [ec, n] = co_await bhttp::async_write(stream_, res, kUseTuple);
+  if (ec) gone_ = true;
+  co_return !gone_;
+}
+
+asio::awaitable<bool> Responder::StartStream(int status, absl::string_view content_type, const Fields& headers) {
+  if (started_ || gone_) co_return false;
+  started_ = true;
+  status_ = status;
+  bhttp::response<bhttp::empty_body> res{static_cast<bhttp::status>(status), version_};
+  res.set(bhttp::field::server, "corral");
+  res.set(bhttp::field::content_type, std::string(content_type));
+  res.set(bhttp::field::cache_control, "no-cache");
+  res.set("X-Accel-Buffering", "no");  // tell any proxy in front not to buffer either
+  for (const auto& [k, v] : headers) res.set(k, v);
+  res.keep_alive(keep_alive_);
+  res.chunked(true);
+  bhttp::response_serializer<bhttp::empty_body> sr{res};
+  auto [ec, n] = co_await bhttp::async_write_header(stream_, sr, kUseTuple);
+  if (ec) gone_ = true;
+  co_return !gone_;
+}
+
+asio::awaitable<bool> Responder::WriteChunk(absl::string_view data) {
+  if (!started_ || finished_ || gone_) co_return false;
+  if (data.empty()) co_return true;
+  // Straight to the socket: one write per chunk, nothing held back.
+  auto [ec, n] = co_await asio::async_write(stream_, bhttp::make_chunk(asio::buffer(data.data(), data.size())),
+                                            kUseTuple);
+  if (ec) gone_ = true;
+  co_return !gone_;
+}
+
+asio::awaitable<bool> Responder::EndStream() {
+  if (!started_ || finished_ || gone_) co_return false;
+  finished_ = true;
+  auto [ec, n] = co_await asio::async_write(stream_, bhttp::make_chunk_last(), kUseTuple);
+  if (ec) gone_ = true;
+  co_return !gone_;
+}
+
+// ----------------------------------------------------------------------------------------------- HttpServer
+
+HttpServer::HttpServer(ServerLimits limits, Handler handler, int threads)
+    : limits_(limits), handler_(std::move(handler)), thread_count_(threads) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+absl::StatusOr<uint16_t> HttpServer::Listen(const std::string& host_port) {
+  std::string host;
+  uint16_t port = 0;
+  if (absl::Status s = SplitHostPort(host_port, &host, &port); !s.ok()) return s;
+  beast::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("'", host, "' is not an IP address"));
+  auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(ioc_);
+  asio::ip::tcp::endpoint endpoint(address, port);
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", host_port, ": ", ec.message()));
+  const uint16_t bound = acceptor->local_endpoint().port();
+  asio::co_spawn(ioc_, Accept(*acceptor), asio::detached);
+  acceptors_.push_back(std::move(acceptor));
+  if (threads_.empty()) {
+    for (int i = 0; i < thread_count_; ++i) threads_.emplace_back([this] { ioc_.run(); });
+  }
+  return bound;
+}
+
+void HttpServer::Stop() {
+  if (stopped_.exchange(true)) return;
+  asio::post(ioc_, [this] {
+    for (auto& a : acceptors_) {
+      beast::error_code ec;
+      a->close(ec);
+    }
+  });
+  ioc_.stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+asio::awaitable<void> HttpServer::Accept(asio::ip::tcp::acceptor& acceptor) {
+  while (true) {
+    // Each connection gets its own strand: its coroutine never runs on two threads at once.
+    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(ioc_), kUseTuple);
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (ec) continue;  // e.g. EMFILE: keep serving the connections there are
+    asio::co_spawn(socket.get_executor(), Serve(std::move(socket)), asio::detached);
+  }
+}
+
+asio::awaitable<void> HttpServer::Serve(asio::ip::tcp::socket socket) {
+  struct Count {
+    std::atomic<int64_t>& n;
+    ~Count() { --n; }
+  } count{connections_};
+  const bool over = ++connections_ > limits_.max_connections;
+  beast::tcp_stream stream(std::move(socket));
+  stream.socket().set_option(asio::ip::tcp::no_delay(true));
+  if (over) {
+    Responder busy(stream, 11, false);
+    co_await busy.Send(503, "application/json", ErrorJson("too many open connections", "server_overloaded"));
+    co_return;
+  }
+  beast::flat_buffer buffer;
+  bool first = true;
+  while (true) {
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
+    parser.body_limit(limits_.max_body_bytes);
+    // The whole header must arrive in time (slowloris); an idle keep-alive connection gets longer.
+    stream.expires_after(Chrono(first ? limits_.header_timeout : limits_.idle_timeout));
+    auto [ec, n] = co_await bhttp::async_read_header(stream, buffer, parser, kUseTuple);
+    if (!ec && !first) {
+      stream.expires_after(Chrono(limits_.header_timeout));  // (a keep-alive request's header has arrived)
+    }
+    if (!ec && !parser.is_done()) {
+      stream.expires_after(Chrono(limits_.body_timeout));
+      std::tie(ec, n) = co_await bhttp::async_read(stream, buffer, parser, kUseTuple);
+    }
+    first = false;
+    if (ec == bhttp::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::eof ||
+        ec == asio::error::connection_reset || ec == asio::error::operation_aborted) {
+      break;
+    }
+    if (ec) {
+      // Bad framing, oversize header or body: answer precisely, then close (the stream may be out of sync).
+      Responder bad(stream, 11, false);
+      stream.expires_after(Chrono(limits_.header_timeout));
+      co_await bad.Send(StatusFor(ec), "application/json", ErrorJson(ReasonFor(ec), "invalid_request_error"));
+      break;
+    }
+    Request request = parser.release();
+    stream.expires_never();  // a handler may stream for as long as the upstream does
+    Responder responder(stream, request.version(), request.keep_alive());
+    co_await handler_(request, responder);
+    if (!responder.started()) {
+      co_await responder.Send(500, "application/json", ErrorJson("the handler did not answer", "server_error"));
+    } else if (!responder.finished() && !responder.client_gone()) {
+      co_await responder.EndStream();
+    }
+    if (!responder.keep_alive()) break;
+  }
+  beast::error_code ignored;
+  stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+}
+
+}  // namespace corral::http

@@ -1,0 +1,106 @@
+// An HTTP/1.1 server on Boost.Beast + Asio with C++20 coroutines: keep-alive, strict framing (Beast's parser
+// refuses conflicting Content-Length and chunked+Content-Length), limits on header size, body size, header read
+// time and open connections (503 beyond), and responses that are either whole or streamed chunk by chunk with
+// an explicit flush per chunk (Server-Sent Events are never buffered). One coroutine per connection, on its own
+// strand; handlers are coroutines too.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "boost/asio/awaitable.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core/tcp_stream.hpp"
+#include "boost/beast/http/string_body.hpp"
+#include "boost/beast/http/message.hpp"
+
+namespace corral::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using Request = beast::http::request<beast::http::string_body>;
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+struct ServerLimits {
+  size_t max_header_bytes = 16 * 1024;
+  size_t max_body_bytes = 16 * 1024 * 1024;
+  absl::Duration header_timeout = absl::Seconds(10);  // to read a request's header (slowloris)
+  absl::Duration body_timeout = absl::Seconds(60);    // to read its body
+  absl::Duration idle_timeout = absl::Seconds(75);    // between keep-alive requests
+  int64_t max_connections = 10000;                    // beyond: 503 and close
+};
+
+// The response side of one request. A handler either calls Send once, or StartStream, then WriteChunk any number
+// of times, then EndStream. Every call returns false once the client is gone (then stop writing).
+class Responder {
+ public:
+  explicit Responder(beast::tcp_stream& stream, unsigned version, bool keep_alive)
+      : stream_(stream), version_(version), keep_alive_(keep_alive) {}
+
+  asio::awaitable<bool> Send(int status, absl::string_view content_type, std::string body, const Fields& headers = {});
+  asio::awaitable<bool> StartStream(int status, absl::string_view content_type, const Fields& headers = {});
+  // Written to the socket at once as one chunk (an empty `data` is skipped: it would end the stream).
+  asio::awaitable<bool> WriteChunk(absl::string_view data);
+  asio::awaitable<bool> EndStream();
+
+  bool started() const { return started_; }
+  bool finished() const { return finished_; }
+  bool client_gone() const { return gone_; }
+  int status() const { return status_; }
+  bool keep_alive() const { return keep_alive_ && !gone_; }
+
+ private:
+  beast::tcp_stream& stream_;
+  unsigned version_;
+  bool keep_alive_;
+  bool started_ = false, finished_ = false, gone_ = false;
+  int status_ = 0;
+};
+
+// Handles one request. Must answer through the responder (a handler that returns without answering gets a 500).
+using Handler = std::function<asio::awaitable<void>(Request& request, Responder& responder)>;
+
+// Thread-safe. Runs its own io_context threads.
+class HttpServer {
+ public:
+  HttpServer(ServerLimits limits, Handler handler, int threads = 2);
+  ~HttpServer();  // Stop()
+
+  // Binds "host:port" (port 0: the kernel chooses); returns the bound port. Starts serving.
+  absl::StatusOr<uint16_t> Listen(const std::string& host_port);
+  // Stops accepting, closes every connection, joins the threads.
+  void Stop();
+
+  asio::io_context& context() { return ioc_; }
+  int64_t open_connections() const { return connections_.load(); }
+
+ private:
+  asio::awaitable<void> Accept(asio::ip::tcp::acceptor& acceptor);
+  asio::awaitable<void> Serve(asio::ip::tcp::socket socket);
+
+  const ServerLimits limits_;
+  const Handler handler_;
+  const int thread_count_;
+  asio::io_context ioc_;
+  std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors_;
+  std::vector<std::thread> threads_;
+  std::atomic<int64_t> connections_{0};
+  std::atomic<bool> stopped_{false};
+};
+
+// "host:port" → host and port (IPv4, or [IPv6]). INVALID_ARGUMENT otherwise.
+absl::Status SplitHostPort(const std::string& host_port, std::string* host, uint16_t* port);
+
+// A JSON error body in OpenAI's shape: {"error": {"message", "type", "param": null, "code"}}.
+std::string ErrorJson(absl::string_view message, absl::string_view type, absl::string_view code = "");
+
+}  // namespace corral::http
