@@ -124,6 +124,13 @@ asio::awaitable<bool> Responder::EndStream() {
   co_return !gone_;
 }
 
+void Responder::Abort() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  stream_.socket().close(ignored);
+  gone_ = true;
+}
+
 // ----------------------------------------------------------------------------------------------- HttpServer
 
 HttpServer::HttpServer(ServerLimits limits, Handler handler, int threads)

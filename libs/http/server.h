@@ -51,6 +51,8 @@ class Responder {
   // Written to the socket at once as one chunk (an empty `data` is skipped: it would end the stream).
   asio::awaitable<bool> WriteChunk(absl::string_view data);
   asio::awaitable<bool> EndStream();
+  // Closes the connection at once (a stream ends without its terminating chunk): for fault injection.
+  void Abort();
 
   bool started() const { return started_; }
   bool finished() const { return finished_; }

@@ -46,6 +46,14 @@ void BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+int WaitForShutdownSignal() {
+  sigset_t set = ShutdownSignals();
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0 || (sig != SIGTERM && sig != SIGINT)) {
+  }
+  return sig;
+}
+
 ServerRunner::ServerRunner(std::string service_name, ServerConfig config)
     : service_name_(std::move(service_name)),
       config_(std::move(config)),

@@ -20,6 +20,9 @@ namespace corral {
 // Blocks SIGTERM and SIGINT in the calling thread and every thread it creates afterwards, so that only
 // ServerRunner::Wait() receives them. Call first thing in main(), before any thread exists.
 void BlockShutdownSignals();
+// Waits (after BlockShutdownSignals) until SIGTERM or SIGINT arrives; returns which. For binaries without a
+// ServerRunner (HTTP-only ones).
+int WaitForShutdownSignal();
 
 // Thread-compatible: configure and Start from main, then Wait. RequestShutdown may be called from any thread.
 class ServerRunner {

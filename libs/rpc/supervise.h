@@ -18,6 +18,7 @@ struct ReadyInfo {
   int pid = 0;
   std::string grpc;     // host:port
   std::string metrics;  // host:port
+  std::string http;     // host:port of an HTTP listener (proxy, fake backend); empty if none
 };
 
 // Not thread-safe. The destructor SIGKILLs a still-running child, so nothing outlives its owner.

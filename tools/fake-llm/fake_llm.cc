@@ -1,0 +1,360 @@
+#include "tools/fake-llm/fake_llm.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/this_coro.hpp"
+#include "boost/asio/use_awaitable.hpp"
+#include "boost/json.hpp"
+
+namespace corral::fakellm {
+namespace {
+
+namespace json = boost::json;
+namespace asio = boost::asio;
+
+// What one request asks of the fake, after flags and its "fake" object.
+struct Plan {
+  int status = 200;
+  absl::Duration ttft, inter_token;
+  int64_t stall_after_chunks = -1;       // stop sending (keep the connection) after this many chunks
+  int64_t disconnect_after_chunks = -1;  // close the connection after this many chunks
+  std::string reply;
+  bool tool_call = false;
+  std::string tool_name;
+};
+
+asio::awaitable<void> Sleep(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) co_return;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  timer.expires_after(absl::ToChronoNanoseconds(d));
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+int64_t IntOr(const json::object& o, const char* key, int64_t fallback) {
+  auto* v = o.if_contains(key);
+  return v != nullptr && v->is_int64() ? v->as_int64() : fallback;
+}
+
+bool BoolOr(const json::object& o, const char* key) {
+  auto* v = o.if_contains(key);
+  return v != nullptr && v->is_bool() && v->as_bool();
+}
+
+std::string Str(const json::value* v) { return v != nullptr && v->is_string() ? std::string(v->as_string()) : ""; }
+
+// The text of a message's content (a string, or an array of parts with "text").
+std::string ContentText(const json::value* content) {
+  if (content == nullptr) return "";
+  if (content->is_string()) return std::string(content->as_string());
+  std::string text;
+  if (content->is_array()) {
+    for (const auto& part : content->as_array()) {
+      if (part.is_object()) text += Str(part.as_object().if_contains("text"));
+    }
+  }
+  return text;
+}
+
+std::string Json(const json::value& v) { return json::serialize(v); }
+
+json::array Ids(const std::vector<std::string>& tokens) {
+  json::array ids;
+  for (const auto& t : tokens) ids.push_back(TokenId(t));
+  return ids;
+}
+
+double Logprob(size_t i) { return -0.015625 * static_cast<double>(i % 64 + 1); }  // exact in float and double
+
+std::string ModelsJson(const std::vector<std::string>& models) {
+  json::array data;
+  for (const auto& m : models) {
+    json::object model;
+    model["id"] = m;
+    model["object"] = "model";
+    model["owned_by"] = "corral-fake-llm";
+    data.push_back(std::move(model));
+  }
+  json::object out;
+  out["object"] = "list";
+  out["data"] = std::move(data);
+  return Json(out);
+}
+
+}  // namespace
+
+std::vector<std::string> SplitTokens(const std::string& text) {
+  // Words with their leading space, like a BPE vocabulary would: "a b" -> "a", " b".
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : text) {
+    if ((c == ' ' || c == '\n') && !cur.empty()) {
+      out.push_back(cur);
+      cur.clear();
+    }
+    cur += c;
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+int32_t TokenId(const std::string& token) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (unsigned char c : token) h = (h ^ c) * 16777619u;
+  return static_cast<int32_t>(1000 + h % 100000);
+}
+
+namespace {
+
+// Everything one completion request gets, built outside any coroutine (GCC 12 miscompiles braced JSON
+// initializers inside coroutine frames).
+struct Reply {
+  Plan plan;
+  bool stream = false;
+  std::string whole;                // non-streamed body
+  std::vector<std::string> events;  // streamed: each a complete "data: ...\n\n" (without the final [DONE])
+};
+
+Reply BuildReply(const Options& options, int64_t n, bool chat, const json::object& body) {
+  Reply r;
+  Plan& plan = r.plan;
+  plan.ttft = options.ttft;
+  plan.inter_token = options.inter_token;
+  plan.reply = options.reply;
+  if (n <= options.fail_first) plan.status = 500;
+  if (auto* f = body.if_contains("fake"); f != nullptr && f->is_object()) {
+    const json::object& fo = f->as_object();
+    plan.status = static_cast<int>(IntOr(fo, "status", plan.status));
+    plan.ttft = absl::Milliseconds(IntOr(fo, "ttft_ms", absl::ToInt64Milliseconds(plan.ttft)));
+    plan.inter_token = absl::Milliseconds(IntOr(fo, "inter_token_ms", absl::ToInt64Milliseconds(plan.inter_token)));
+    plan.stall_after_chunks = IntOr(fo, "stall_after_chunks", -1);
+    plan.disconnect_after_chunks = IntOr(fo, "disconnect_after_chunks", -1);
+    if (auto reply = Str(fo.if_contains("reply")); !reply.empty()) plan.reply = reply;
+  }
+  if (plan.status != 200) return r;
+  const std::string model = body.contains("model") ? Str(body.if_contains("model")) : options.models.front();
+  r.stream = BoolOr(body, "stream");
+  const bool want_ids = BoolOr(body, "return_token_ids");
+  const bool want_logprobs = chat ? BoolOr(body, "logprobs") : body.contains("logprobs");
+  bool include_usage = false;
+  if (auto* so = body.if_contains("stream_options"); so != nullptr && so->is_object()) {
+    include_usage = BoolOr(so->as_object(), "include_usage");
+  }
+
+  // The prompt, as words: every message's role and text (chat) or the prompt string (completions).
+  std::string prompt_text, last_user, last_role;
+  if (chat) {
+    if (auto* msgs = body.if_contains("messages"); msgs != nullptr && msgs->is_array()) {
+      for (const auto& m : msgs->as_array()) {
+        if (!m.is_object()) continue;
+        const std::string role = Str(m.as_object().if_contains("role"));
+        const std::string text = ContentText(m.as_object().if_contains("content"));
+        absl::StrAppend(&prompt_text, role, ": ", text, "\n");
+        last_role = role;
+        if (role == "user") last_user = text;
+      }
+    }
+    if (auto* tools = body.if_contains("tools"); tools != nullptr && tools->is_array() && !tools->as_array().empty() &&
+                                               last_role != "tool") {
+      const json::value& t = tools->as_array().front();
+      if (t.is_object()) {
+        if (auto* fn = t.as_object().if_contains("function"); fn != nullptr && fn->is_object()) {
+          plan.tool_name = Str(fn->as_object().if_contains("name"));
+          plan.tool_call = !plan.tool_name.empty();
+        }
+      }
+    }
+  } else {
+    prompt_text = Str(body.if_contains("prompt"));
+    last_user = prompt_text;
+  }
+  if (plan.reply.empty()) plan.reply = "echo: " + last_user;
+  const std::string arguments = absl::StrCat("{\"step\": ", n, "}");
+  const std::vector<std::string> tokens = SplitTokens(plan.tool_call ? arguments : plan.reply);
+  const std::vector<std::string> prompt_tokens = SplitTokens(prompt_text);
+  const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", n);
+  const std::string call_id = absl::StrCat("call_", n);
+  const int64_t created = absl::ToUnixSeconds(absl::Now());
+  const std::string finish = plan.tool_call ? "tool_calls" : "stop";
+  const char* object = chat ? (r.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  json::object usage;
+  usage["prompt_tokens"] = prompt_tokens.size();
+  usage["completion_tokens"] = tokens.size();
+  usage["total_tokens"] = prompt_tokens.size() + tokens.size();
+  auto logprobs_of = [&](size_t from, size_t to) {
+    json::object lp;
+    if (chat) {
+      json::array content;
+      for (size_t i = from; i < to; ++i) {
+        json::object e;
+        e["token"] = tokens[i];
+        e["logprob"] = Logprob(i);
+        e["bytes"] = json::array();
+        e["top_logprobs"] = json::array();
+        content.push_back(std::move(e));
+      }
+      lp["content"] = std::move(content);
+    } else {
+      json::array toks, lps;
+      for (size_t i = from; i < to; ++i) {
+        toks.push_back(json::string(tokens[i]));
+        lps.push_back(Logprob(i));
+      }
+      lp["tokens"] = std::move(toks);
+      lp["token_logprobs"] = std::move(lps);
+    }
+    return lp;
+  };
+  auto tool_call = [&](bool with_header, const std::string& args) {
+    json::object fn;
+    if (with_header) fn["name"] = plan.tool_name;
+    fn["arguments"] = args;
+    json::object call;
+    call["index"] = 0;
+    if (with_header) {
+      call["id"] = call_id;
+      call["type"] = "function";
+    }
+    call["function"] = std::move(fn);
+    return json::array{std::move(call)};
+  };
+  auto envelope = [&](json::object choice) {
+    json::object out;
+    out["id"] = id;
+    out["object"] = object;
+    out["created"] = created;
+    out["model"] = model;
+    out["choices"] = json::array{std::move(choice)};
+    return out;
+  };
+
+  if (!r.stream) {
+    json::object choice;
+    choice["index"] = 0;
+    choice["finish_reason"] = finish;
+    if (chat) {
+      json::object message;
+      message["role"] = "assistant";
+      if (plan.tool_call) {
+        message["content"] = nullptr;
+        json::array calls = tool_call(true, arguments);
+        calls[0].as_object().erase("index");
+        message["tool_calls"] = std::move(calls);
+      } else {
+        message["content"] = plan.reply;
+      }
+      choice["message"] = std::move(message);
+    } else {
+      choice["text"] = plan.reply;
+    }
+    if (want_logprobs) choice["logprobs"] = logprobs_of(0, tokens.size());
+    if (want_ids) choice["token_ids"] = Ids(tokens);
+    json::object out = envelope(std::move(choice));
+    out["usage"] = usage;
+    if (want_ids) out["prompt_token_ids"] = Ids(prompt_tokens);
+    r.whole = Json(out);
+    return r;
+  }
+  auto event = [&](const json::object& o) { r.events.push_back(absl::StrCat("data: ", Json(o), "\n\n")); };
+  auto chunk = [&](json::object delta, json::value finish_reason) {
+    json::object choice;
+    choice["index"] = 0;
+    if (chat) {
+      choice["delta"] = std::move(delta);
+    } else {
+      choice["text"] = delta.contains("content") ? delta["content"] : json::value("");
+    }
+    choice["finish_reason"] = std::move(finish_reason);
+    return envelope(std::move(choice));
+  };
+  // First chunk: the role (chat), and the prompt's token ids when asked.
+  json::object delta;
+  if (chat) {
+    delta["role"] = "assistant";
+    if (plan.tool_call) {
+      delta["content"] = nullptr;
+      delta["tool_calls"] = tool_call(true, "");
+    } else {
+      delta["content"] = "";
+    }
+  }
+  json::object first = chunk(std::move(delta), nullptr);
+  if (want_ids) first["prompt_token_ids"] = Ids(prompt_tokens);
+  event(first);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    json::object d;
+    if (plan.tool_call) {
+      d["tool_calls"] = tool_call(false, tokens[i]);
+    } else {
+      d["content"] = tokens[i];
+    }
+    json::object c = chunk(std::move(d), nullptr);
+    json::object& choice = c["choices"].as_array()[0].as_object();
+    if (want_logprobs) choice["logprobs"] = logprobs_of(i, i + 1);
+    if (want_ids) choice["token_ids"] = json::array{TokenId(tokens[i])};
+    event(c);
+  }
+  event(chunk(json::object(), json::string(finish)));
+  if (include_usage) {
+    json::object u = envelope(json::object());
+    u["choices"] = json::array();
+    u["usage"] = usage;
+    event(u);
+  }
+  return r;
+}
+
+}  // namespace
+
+asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& responder) {
+  const std::string target(request.target());
+  if (target == "/health") {
+    co_await responder.Send(200, "text/plain", "ok\n");
+    co_return;
+  }
+  if (target == "/v1/models") {
+    co_await responder.Send(200, "application/json", ModelsJson(options_.models));
+    co_return;
+  }
+  const bool chat = target == "/v1/chat/completions";
+  if (!chat && target != "/v1/completions") {
+    co_await responder.Send(404, "application/json", http::ErrorJson("no such route", "invalid_request_error"));
+    co_return;
+  }
+  const int64_t n = ++requests_;
+  boost::system::error_code ec;
+  json::value parsed = json::parse(request.body(), ec);
+  if (ec || !parsed.is_object()) {
+    co_await responder.Send(400, "application/json", http::ErrorJson("body is not a JSON object", "invalid_request_error"));
+    co_return;
+  }
+  const Reply reply = BuildReply(options_, n, chat, parsed.as_object());
+  co_await Sleep(reply.plan.ttft);
+  if (reply.plan.status != 200) {
+    co_await responder.Send(reply.plan.status, "application/json", http::ErrorJson("injected failure", "server_error"));
+    co_return;
+  }
+  if (!reply.stream) {
+    co_await responder.Send(200, "application/json", reply.whole);
+    co_return;
+  }
+  if (!co_await responder.StartStream(200, "text/event-stream")) co_return;
+  for (size_t i = 0; i < reply.events.size(); ++i) {
+    const auto chunks = static_cast<int64_t>(i);
+    if (reply.plan.disconnect_after_chunks >= 0 && chunks >= reply.plan.disconnect_after_chunks) {
+      responder.Abort();  // mid-stream, without the terminating chunk
+      co_return;
+    }
+    if (reply.plan.stall_after_chunks >= 0 && chunks >= reply.plan.stall_after_chunks) {
+      co_await Sleep(absl::Hours(1));  // hold the stream open, silent (the client gives up first)
+      co_return;
+    }
+    if (i > 1) co_await Sleep(reply.plan.inter_token);
+    if (!co_await responder.WriteChunk(reply.events[i])) co_return;
+  }
+  co_await responder.WriteChunk("data: [DONE]\n\n");
+  co_await responder.EndStream();
+}
+
+}  // namespace corral::fakellm

@@ -1,0 +1,40 @@
+// corral-fake-llm's backend: an OpenAI-compatible scripted model for tests, benchmarks and demos. Replies are
+// deterministic (an echo of the last user message, a fixed text, or a tool call when tools are offered), split
+// into word tokens with stable ids, streamed one token per SSE chunk; token ids and logprobs come back in
+// vLLM's shape when asked (`return_token_ids`, `logprobs`). Latency, time to first token and faults (5xx,
+// stall, disconnect mid-stream) are set per process by flags or per request by a "fake" object in the body.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "libs/http/server.h"
+
+namespace corral::fakellm {
+
+struct Options {
+  std::vector<std::string> models = {"fake-model"};
+  std::string reply;                                 // fixed reply text; empty = "echo: <last user message>"
+  absl::Duration ttft = absl::ZeroDuration();        // before the first token (or the whole reply)
+  absl::Duration inter_token = absl::ZeroDuration();  // between streamed tokens
+  int64_t fail_first = 0;                            // the first N completion requests get HTTP 500
+};
+
+// Stable fake token ids: the same text always gives the same ids, streamed or not.
+std::vector<std::string> SplitTokens(const std::string& text);
+int32_t TokenId(const std::string& token);
+
+class FakeLlm {
+ public:
+  explicit FakeLlm(Options options) : options_(std::move(options)) {}
+  boost::asio::awaitable<void> Handle(http::Request& request, http::Responder& responder);
+  int64_t requests() const { return requests_.load(); }
+
+ private:
+  const Options options_;
+  std::atomic<int64_t> requests_{0};
+};
+
+}  // namespace corral::fakellm
