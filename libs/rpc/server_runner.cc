@@ -125,7 +125,7 @@ absl::Status ServerRunner::WriteReadyFile() const {
   if (config_.ready_file.empty()) return absl::OkStatus();
   return corral::WriteReadyFile(config_.ready_file, service_name_,
                                 ReadyInfo{getpid(), WithPort(config_.grpc_listen, grpc_port_),
-                                          WithPort(config_.metrics_listen, metrics_port_)});
+                                          WithPort(config_.metrics_listen, metrics_port_), http_address_});
 }
 
 void ServerRunner::Wait() {

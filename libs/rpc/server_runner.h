@@ -37,6 +37,8 @@ class ServerRunner {
 
   // Registers a service (not owned; must outlive the runner) and its health name ("corral.v1.RateLimiter").
   void AddService(grpc::Service* service, std::string health_name);
+  // An HTTP listener of the service (host:port), reported in the ready file as "http". Call before Start.
+  void set_extra_ready_address(std::string http) { http_address_ = std::move(http); }
 
   // Binds both ports, starts serving, writes the ready file. INVALID_ARGUMENT / UNAVAILABLE naming the
   // address when a port cannot be bound; FAILED_PRECONDITION if BlockShutdownSignals was not called.
@@ -49,6 +51,7 @@ class ServerRunner {
   void RequestShutdown() { shutdown_requested_ = true; }
 
  private:
+  std::string http_address_;
   absl::Status StartMetrics();
   absl::Status WriteReadyFile() const;
   void Drain(const char* reason);

@@ -1,0 +1,166 @@
+#include "libs/journal/journal.h"
+
+#include <future>
+
+#include "absl/strings/str_cat.h"
+
+namespace corral {
+namespace {
+
+absl::Status Exec(sqlite3* db, const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error != nullptr ? error : "unknown error";
+    sqlite3_free(error);
+    return absl::InternalError(absl::StrCat("sqlite: ", message, " (in: ", sql.substr(0, 80), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<sqlite3*> OpenDb(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat("cannot open journal ", path, ": ", message));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  return db;
+}
+
+}  // namespace
+
+Statement::Statement(sqlite3* db, const char* sql) : db_(db) { sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+Statement::~Statement() { sqlite3_finalize(stmt_); }
+
+Statement& Statement::Bind(int index, int64_t value) {
+  sqlite3_bind_int64(stmt_, index, value);
+  return *this;
+}
+Statement& Statement::Bind(int index, absl::string_view text) {
+  sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+  return *this;
+}
+Statement& Statement::BindBlob(int index, absl::string_view bytes) {
+  sqlite3_bind_blob(stmt_, index, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
+  return *this;
+}
+
+absl::StatusOr<bool> Statement::Step() {
+  if (stmt_ == nullptr) return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
+  const int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
+}
+
+absl::Status Statement::Run() {
+  absl::StatusOr<bool> row;
+  do {
+    row = Step();
+  } while (row.ok() && *row);
+  Reset();
+  return row.status();
+}
+
+int64_t Statement::Int(int column) const { return sqlite3_column_int64(stmt_, column); }
+
+std::string Statement::Text(int column) const {
+  const void* data = sqlite3_column_blob(stmt_, column);
+  return data == nullptr ? "" : std::string(static_cast<const char*>(data), static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
+}
+
+void Statement::Reset() {
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+}
+
+absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, const std::string& schema) {
+  std::unique_ptr<Journal> j(new Journal());
+  auto writer = OpenDb(path);
+  if (!writer.ok()) return writer.status();
+  j->writer_ = *writer;
+  for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"}) {
+    if (auto s = Exec(j->writer_, pragma); !s.ok()) return s;
+  }
+  if (auto s = Exec(j->writer_, schema); !s.ok()) return s;
+  auto reader = OpenDb(path);
+  if (!reader.ok()) return reader.status();
+  j->reader_ = *reader;
+  j->thread_ = std::thread([raw = j.get()] { raw->Loop(); });
+  return j;
+}
+
+Journal::~Journal() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  sqlite3_close(reader_);
+  sqlite3_close(writer_);
+}
+
+void Journal::Submit(Write write, Done done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(std::move(write), std::move(done));
+  }
+  cv_.notify_one();
+}
+
+absl::Status Journal::Apply(Write write) {
+  std::promise<absl::Status> promise;
+  auto future = promise.get_future();
+  Submit(std::move(write), [&promise](absl::Status s) { promise.set_value(std::move(s)); });
+  return future.get();
+}
+
+absl::Status Journal::Read(const std::function<absl::Status(sqlite3* db)>& read) {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  return read(reader_);
+}
+
+int64_t Journal::commits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return commits_;
+}
+
+int64_t Journal::writes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return writes_;
+}
+
+void Journal::Loop() {
+  while (true) {
+    std::deque<std::pair<Write, Done>> batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty() && stopping_) return;
+      batch.swap(queue_);  // everything queued meanwhile: one transaction, one fsync
+    }
+    std::vector<absl::Status> results(batch.size());
+    absl::Status tx = Exec(writer_, "BEGIN IMMEDIATE");
+    for (size_t i = 0; i < batch.size() && tx.ok(); ++i) {
+      Exec(writer_, "SAVEPOINT w").IgnoreError();
+      results[i] = batch[i].first(writer_);
+      // A failed write is rolled back alone; the others of the batch still commit.
+      Exec(writer_, results[i].ok() ? "RELEASE w" : "ROLLBACK TO w; RELEASE w").IgnoreError();
+    }
+    if (tx.ok()) tx = Exec(writer_, "COMMIT");
+    if (!tx.ok()) Exec(writer_, "ROLLBACK").IgnoreError();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++commits_;
+      writes_ += static_cast<int64_t>(batch.size());
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].second) batch[i].second(tx.ok() ? results[i] : tx);
+    }
+  }
+}
+
+}  // namespace corral

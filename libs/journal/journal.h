@@ -1,0 +1,77 @@
+// A SQLite database in WAL mode with group commit: writes are queued, a writer thread applies everything queued
+// in one transaction, commits (synchronous=FULL: durable once COMMIT returns), then tells each writer it is done.
+// Used by services that must not lose what they acknowledged (the proxy's recorded calls).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace corral {
+
+// A prepared statement with positional binds. Not thread-safe.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql);
+  ~Statement();
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  Statement& Bind(int index, int64_t value);
+  Statement& Bind(int index, absl::string_view text);
+  Statement& BindBlob(int index, absl::string_view bytes);
+  // SQLITE_ROW → true (read columns), SQLITE_DONE → false; errors → INTERNAL.
+  absl::StatusOr<bool> Step();
+  absl::Status Run();  // steps to completion, then resets for reuse
+  int64_t Int(int column) const;
+  std::string Text(int column) const;
+  void Reset();
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+class Journal {
+ public:
+  // Opens (creating) `path`, applies `schema` (idempotent CREATE ... IF NOT EXISTS statements).
+  static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& path, const std::string& schema);
+  ~Journal();  // commits what is queued, then closes
+
+  using Write = std::function<absl::Status(sqlite3* db)>;
+  using Done = std::function<void(absl::Status)>;
+  // Queues `write`; `done` runs on the writer thread once the transaction holding it is committed (or failed).
+  void Submit(Write write, Done done);
+  // Submit and wait.
+  absl::Status Apply(Write write);
+  // Reads on the caller's thread (a separate connection; sees every committed write).
+  absl::Status Read(const std::function<absl::Status(sqlite3* db)>& read);
+
+  // Commits performed and writes they held (group commit at work: writes / commits > 1 under load).
+  int64_t commits() const;
+  int64_t writes() const;
+
+ private:
+  Journal() = default;
+  void Loop();
+  sqlite3* writer_ = nullptr;
+  sqlite3* reader_ = nullptr;
+  std::mutex read_mu_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<Write, Done>> queue_;
+  bool stopping_ = false;
+  int64_t commits_ = 0, writes_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace corral

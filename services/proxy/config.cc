@@ -1,0 +1,86 @@
+#include "services/proxy/config.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
+#include "yaml-cpp/yaml.h"
+
+namespace corral::proxy {
+
+void RegisterConfig(ConfigSchema& schema, Config* c) {
+  c->server.grpc_listen = "127.0.0.1:7600";
+  c->server.metrics_listen = "127.0.0.1:9600";
+  RegisterServerFlags(schema, &c->server);
+  schema.String("http_listen", &c->http_listen, "HOST:PORT of the OpenAI-compatible HTTP endpoint (port 0: the kernel chooses)");
+  schema.String("advertise_url", &c->advertise_url,
+                "base URL agents reach this proxy at, returned by OpenSession (default: http://<http_listen>/v1)");
+  schema.Int("http_threads", &c->http_threads, "HTTP I/O threads", 1, 64);
+  schema.Int("max_body_bytes", &c->max_body_bytes, "largest request body accepted (413 beyond)", 1024, int64_t{1} << 30);
+  schema.Int("max_connections", &c->max_connections, "open HTTP connections accepted (503 beyond)", 1, 1000000);
+  schema.Duration("header_timeout", &c->http_limits.header_timeout, "time to read a request's header (slowloris)",
+                  absl::Milliseconds(100), absl::Minutes(10));
+  schema.StringList("upstream", &c->upstream_urls, "an inference backend, http://HOST:PORT (repeatable)");
+  schema.Custom("upstreams", "list", "[]",
+                "inference backends: a YAML list of {name, url, models: [..], weight}",
+                [c](const YAML::Node& node) -> absl::Status {
+                  if (!node.IsSequence()) return absl::InvalidArgumentError("upstreams must be a list");
+                  for (const auto& item : node) {
+                    const std::string url = item.IsScalar() ? item.as<std::string>() : item["url"].as<std::string>("");
+                    CORRAL_ASSIGN_OR_RETURN(UpstreamSpec spec, ParseUpstreamUrl(url));
+                    if (item.IsMap()) {
+                      if (item["name"]) spec.name = item["name"].as<std::string>();
+                      if (item["weight"]) spec.weight = item["weight"].as<int>();
+                      if (item["models"]) spec.models = item["models"].as<std::vector<std::string>>();
+                    }
+                    if (spec.weight < 1 || spec.weight > 100) return absl::InvalidArgumentError("weight must be 1-100");
+                    c->upstreams.push_back(std::move(spec));
+                  }
+                  return absl::OkStatus();
+                });
+  schema.String("journal", &c->journal, "SQLite file recording sessions and calls (WAL)");
+  schema.Int("max_sessions", &c->max_sessions, "open sessions held at once", 1, 10000000);
+  schema.Duration("session_ttl", &c->sessions.default_ttl, "lifetime of a session whose policy sets none",
+                  absl::Seconds(1), absl::Hours(24 * 30));
+  schema.Duration("max_session_ttl", &c->sessions.max_ttl, "longest TTL a policy may ask for", absl::Seconds(1),
+                  absl::Hours(24 * 30));
+  schema.Duration("trajectory_retention", &c->sessions.default_retention,
+                  "how long a closed, unacknowledged trajectory is kept", absl::ZeroDuration(), absl::Hours(24 * 30));
+  schema.Duration("connect_timeout", &c->relay.connect_timeout, "to connect to an upstream", absl::Milliseconds(10),
+                  absl::Minutes(1));
+  schema.Duration("first_byte_timeout", &c->relay.first_byte_timeout,
+                  "for an upstream's response header (queueing and prefill)", absl::Milliseconds(10), absl::Hours(1));
+  schema.Duration("idle_timeout", &c->relay.idle_timeout, "between pieces of an upstream's response",
+                  absl::Milliseconds(10), absl::Hours(1));
+  schema.Duration("keepalive_interval", &c->relay.keepalive_interval,
+                  "SSE comment keepalives to a streaming agent while the upstream has not answered",
+                  absl::Milliseconds(50), absl::Minutes(5));
+  schema.Int("max_attempts", &c->max_attempts, "upstream attempts per call (retries only before the first byte)", 1, 10);
+  schema.Duration("health_interval", &c->health_interval, "active upstream health checks (GET /health)",
+                  absl::Milliseconds(100), absl::Minutes(10));
+}
+
+absl::Status ValidateConfig(Config& c) {
+  CORRAL_RETURN_IF_ERROR(ValidateServerConfig(c.server));
+  std::string host;
+  uint16_t port = 0;
+  if (auto s = http::SplitHostPort(c.http_listen, &host, &port); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("http_listen: ", s.message()));
+  }
+  for (const auto& url : c.upstream_urls) {
+    auto spec = ParseUpstreamUrl(url);
+    if (!spec.ok()) return absl::InvalidArgumentError(absl::StrCat("upstream: ", spec.status().message()));
+    c.upstreams.push_back(*std::move(spec));
+  }
+  if (c.upstreams.empty()) return absl::InvalidArgumentError("at least one upstream is required (--upstream URL)");
+  if (c.journal.empty()) return absl::InvalidArgumentError("journal must name a file");
+  if (c.sessions.default_ttl > c.sessions.max_ttl) {
+    return absl::InvalidArgumentError("session_ttl must not be above max_session_ttl");
+  }
+  c.sessions.max_sessions = c.max_sessions;
+  c.relay.max_attempts = static_cast<int>(c.max_attempts);
+  c.http_limits.max_body_bytes = static_cast<size_t>(c.max_body_bytes);
+  c.http_limits.max_connections = c.max_connections;
+  return absl::OkStatus();
+}
+
+}  // namespace corral::proxy

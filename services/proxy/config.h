@@ -1,0 +1,39 @@
+// corral-proxy's configuration: the common server keys, the HTTP listener and its limits, upstreams, the
+// journal, session defaults and relay timeouts. Every key is also a flag (`--help` lists them).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "libs/core/config.h"
+#include "libs/http/server.h"
+#include "libs/rpc/server_config.h"
+#include "services/proxy/http_handler.h"
+#include "services/proxy/sessions.h"
+#include "services/proxy/upstreams.h"
+
+namespace corral::proxy {
+
+struct Config {
+  ServerConfig server;
+  std::string http_listen = "127.0.0.1:8080";
+  std::string advertise_url;  // default: http://<http_listen>/v1
+  int64_t http_threads = 2;
+  http::ServerLimits http_limits;
+  int64_t max_body_bytes = 16 << 20;
+  int64_t max_connections = 10000;
+  std::vector<std::string> upstream_urls;   // --upstream URL (repeatable)
+  std::vector<UpstreamSpec> upstreams;      // `upstreams:` in the file; both lists are used
+  std::string journal = "corral-proxy.db";
+  SessionLimits sessions;
+  int64_t max_sessions = 100000;
+  RelayOptions relay;
+  int64_t max_attempts = 3;
+  absl::Duration health_interval = absl::Seconds(5);
+};
+
+void RegisterConfig(ConfigSchema& schema, Config* config);
+// Cross-key checks; fills derived values (upstreams from URLs, advertise_url). INVALID_ARGUMENT naming the key.
+absl::Status ValidateConfig(Config& config);
+
+}  // namespace corral::proxy

@@ -1,0 +1,95 @@
+// corral-proxy: composition root. Config → journal (restores sessions and calls) → sessions → upstreams →
+// HTTP handler on its own I/O threads → gRPC session service; runs until SIGTERM.
+#include "absl/strings/str_cat.h"
+#include "boost/asio/co_spawn.hpp"
+#include "boost/asio/detached.hpp"
+#include "libs/core/clock.h"
+#include "libs/core/logging.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/server_runner.h"
+#include "services/proxy/config.h"
+#include "services/proxy/http_handler.h"
+#include "services/proxy/metrics.h"
+#include "services/proxy/proxy_journal.h"
+#include "services/proxy/proxy_service.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  corral::BlockShutdownSignals();
+  corral::proxy::Config config;
+  corral::ConfigSchema schema("corral-proxy",
+                              "OpenAI-compatible interception proxy: routes agents' LLM calls by env token to "
+                              "inference backends, streams without buffering, records exact trajectories.");
+  corral::proxy::RegisterConfig(schema, &config);
+  if (auto exit_code = corral::HandleCommandLine(schema, argc, argv)) return *exit_code;
+  if (auto s = corral::proxy::ValidateConfig(config); !s.ok()) {
+    fprintf(stderr, "corral-proxy: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (auto s = corral::InitLogging("proxy", config.server.log); !s.ok()) return 2;
+  auto secret = corral::LoadClusterSecret(config.server);
+  if (!secret.ok()) {
+    spdlog::error("cannot start: {}", secret.status());
+    return 1;
+  }
+  const corral::CallAuthenticator auth = corral::MakeCallAuthenticator(config.server, *secret);
+  corral::RealClock clock;
+  corral::ServerRunner runner("proxy", config.server);
+  corral::proxy::ProxyMetrics metrics(*runner.registry());
+
+  auto journal = corral::proxy::ProxyJournal::Open(config.journal);
+  if (!journal.ok()) {
+    spdlog::error("cannot start: {}", journal.status());
+    return 1;
+  }
+  corral::proxy::SessionStore sessions(config.sessions, &*secret, &clock);
+  auto restored = (*journal)->Load(sessions);
+  if (!restored.ok()) {
+    spdlog::error("cannot start: the journal {} cannot be read: {}", config.journal, restored.status());
+    return 1;
+  }
+  spdlog::info("journal {}: {} sessions restored ({} open)", config.journal, *restored, sessions.open_sessions());
+  metrics.open_sessions.Set(static_cast<double>(sessions.open_sessions()));
+  corral::proxy::UpstreamPool upstreams(config.upstreams, &clock);
+  corral::proxy::HttpHandler handler(&sessions, &upstreams, journal->get(), &metrics, &clock, config.relay);
+  corral::http::HttpServer http(config.http_limits,
+                                [&](corral::http::Request& req, corral::http::Responder& res) {
+                                  return handler.Handle(req, res);
+                                },
+                                static_cast<int>(config.http_threads));
+  auto http_port = http.Listen(config.http_listen);
+  if (!http_port.ok()) {
+    spdlog::error("cannot start: {}", http_port.status());
+    return 1;
+  }
+  const std::string http_address =
+      absl::StrCat(config.http_listen.substr(0, config.http_listen.rfind(':')), ":", *http_port);
+  if (config.advertise_url.empty()) config.advertise_url = absl::StrCat("http://", http_address, "/v1");
+  boost::asio::co_spawn(http.context(), handler.HealthLoop(config.health_interval), boost::asio::detached);
+
+  // Session TTLs and trajectory retention.
+  std::function<void()> expire = [&] {
+    auto expired = sessions.Expire();
+    for (const auto& s : expired.closed) {
+      (void)(*journal)->CloseSession(s->env_id(), corral::v1::CLOSE_REASON_TTL_EXPIRED);
+      spdlog::info("session {}: TTL passed; closed", s->env_id());
+    }
+    if (!expired.dropped.empty()) (void)(*journal)->DropSessions(expired.dropped);
+    metrics.open_sessions.Set(static_cast<double>(sessions.open_sessions()));
+    clock.RunAfter(absl::Seconds(1), [&] { expire(); });
+  };
+  clock.RunAfter(absl::Seconds(1), [&] { expire(); });
+
+  corral::proxy::ProxyService service(&sessions, journal->get(), &auth, &metrics, config.advertise_url);
+  runner.AddService(&service, "corral.v1.Proxy");
+  runner.set_extra_ready_address(http_address);
+  if (auto s = runner.Start(); !s.ok()) {
+    spdlog::error("cannot start: {}", s);
+    return 1;
+  }
+  spdlog::info("proxy: http={} upstreams={} base_url={}", http_address, config.upstreams.size(), config.advertise_url);
+  runner.Wait();
+  clock.Stop();
+  http.Stop();
+  return 0;
+}

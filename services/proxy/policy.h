@@ -1,0 +1,47 @@
+// A session's policy applied to one OpenAI request body (SessionPolicy in common.proto): model aliases and the
+// allow-list, sampling overrides and caps, budgets, and the backend options that make vLLM/SGLang return token
+// ids and logprobs — remembering which of those the agent did not ask for, so they are stripped from its reply.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "boost/json/object.hpp"
+#include "corral/v1/common.pb.h"
+
+namespace corral::proxy {
+
+// What the policy did to a request, needed to record the call and rewrite the reply.
+struct Rewrite {
+  std::string requested_model;  // what the agent asked for
+  std::string model;            // what is sent upstream
+  bool stream = false;
+  bool strip_token_ids = false;  // captured for the trajectory, not asked for by the agent
+  bool strip_logprobs = false;
+  bool strip_usage_chunk = false;  // streamed usage was added for recording, not asked for
+};
+
+// Why a request is refused before it reaches an upstream; mapped to HTTP by the handler.
+enum class Refusal { kNone, kBadRequest, kModelNotAllowed, kBudgetExhausted };
+
+struct PolicyOutcome {
+  Refusal refusal = Refusal::kNone;
+  std::string message;
+  Rewrite rewrite;
+};
+
+struct BudgetUse {
+  uint64_t calls = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t completion_tokens = 0;
+};
+
+// Validates the policy itself (OpenSession): INVALID_ARGUMENT for an alias to a model outside allowed_models,
+// extra_body_json that is not a JSON object, negative caps.
+absl::Status ValidatePolicy(const v1::SessionPolicy& policy);
+
+// Rewrites `body` in place for `chat` (/v1/chat/completions) or completions. Refuses: a body without a model
+// or (chat) messages array, a model not allowed, an exhausted budget.
+PolicyOutcome ApplyPolicy(const v1::SessionPolicy& policy, const BudgetUse& used, bool chat, boost::json::object& body);
+
+}  // namespace corral::proxy

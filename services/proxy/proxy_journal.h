@@ -1,0 +1,42 @@
+// The proxy's durable state in a Journal (SQLite WAL, group commit): sessions as opened (the request with its
+// policy), their closing, and every recorded call — so a proxy restarted after kill -9 serves its open sessions
+// and returns every completed call. A call's journal record is a one-call Trajectory (its prompt messages, its
+// response message, its LlmCall).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "boost/asio/any_io_executor.hpp"
+#include "boost/asio/awaitable.hpp"
+#include "libs/journal/journal.h"
+#include "services/proxy/sessions.h"
+
+namespace corral::proxy {
+
+class ProxyJournal {
+ public:
+  static absl::StatusOr<std::unique_ptr<ProxyJournal>> Open(const std::string& path);
+
+  // Blocking (gRPC handlers): durable when they return OK.
+  absl::Status PutSession(const v1::OpenSessionRequest& request, absl::Time open_time);
+  absl::Status CloseSession(const std::string& env_id, v1::CloseReason reason);
+  absl::Status DropSessions(const std::vector<std::string>& env_ids);
+  // From a coroutine: resumes once the call is committed (group commit with concurrent calls).
+  boost::asio::awaitable<absl::Status> AppendCall(const std::string& env_id, const v1::LlmCall& stored,
+                                                  const RecordedCall& call);
+  // Restores every journaled session (open and closed) with its calls into `store`. Returns how many.
+  absl::StatusOr<int> Load(SessionStore& store);
+
+  Journal& journal() { return *journal_; }
+
+ private:
+  explicit ProxyJournal(std::unique_ptr<Journal> j) : journal_(std::move(j)) {}
+  std::unique_ptr<Journal> journal_;
+};
+
+std::string EncodeCall(const v1::LlmCall& stored, const RecordedCall& call);
+absl::StatusOr<RecordedCall> DecodeCall(const std::string& bytes);
+
+}  // namespace corral::proxy

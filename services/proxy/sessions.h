@@ -1,0 +1,117 @@
+// The proxy's sessions: one per episode attempt, named by env_id, with its policy, budgets used, calls in
+// flight, the upstream it is sticky to, and its trajectory. Env tokens are `<env_id>.<mac>` signed with the
+// cluster secret (purpose "proxy-env"), so they verify with nothing stored. Open sessions close when their TTL
+// passes; closed ones are kept until acknowledged or their retention passes. Plain C++: no gRPC, no HTTP.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "corral/v1/proxy.pb.h"
+#include "libs/core/clock.h"
+#include "libs/core/token.h"
+#include "services/proxy/policy.h"
+#include "services/proxy/trajectory.h"
+
+namespace corral::proxy {
+
+inline constexpr char kEnvTokenPurpose[] = "proxy-env";
+
+struct SessionLimits {
+  int64_t max_sessions = 100000;
+  absl::Duration default_ttl = absl::Hours(6);
+  absl::Duration max_ttl = absl::Hours(48);
+  absl::Duration default_retention = absl::Hours(24);
+  v1::SessionPolicy default_policy;  // fields a request leaves unset
+};
+
+// One session. Thread-safe.
+class Session {
+ public:
+  Session(v1::OpenSessionRequest request, absl::Time now, absl::Duration ttl, absl::Duration retention);
+
+  const std::string& env_id() const { return request_.env_id(); }
+  const v1::SessionPolicy& policy() const { return request_.policy(); }
+  const v1::OpenSessionRequest& request() const { return request_; }
+
+  bool open() const;
+  BudgetUse used() const;
+  // A call starts (counted in flight) / ends and is recorded. Returns the call as stored.
+  void BeginCall();
+  v1::LlmCall EndCall(RecordedCall call);
+  // Replays a journaled call (after a restart).
+  void Replay(RecordedCall call);
+  void SetUpstream(const std::string& name);
+  std::string upstream() const;
+
+  void Close(v1::CloseReason reason, absl::Time now);
+  v1::Session Snapshot() const;
+  v1::Trajectory Trajectory(v1::TrajectoryFormat format) const;
+  absl::Time expire_time() const;
+
+ private:
+  const v1::OpenSessionRequest request_;
+  const absl::Duration retention_;
+  mutable absl::Mutex mu_;
+  v1::SessionState state_ ABSL_GUARDED_BY(mu_) = v1::SESSION_STATE_OPEN;
+  v1::CloseReason close_reason_ ABSL_GUARDED_BY(mu_) = v1::CLOSE_REASON_UNSPECIFIED;
+  absl::Time open_time_, close_time_ ABSL_GUARDED_BY(mu_), expire_time_ ABSL_GUARDED_BY(mu_);
+  uint32_t inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::Usage usage_ ABSL_GUARDED_BY(mu_);
+  std::string upstream_ ABSL_GUARDED_BY(mu_);
+  TrajectoryStore trajectory_ ABSL_GUARDED_BY(mu_);
+};
+
+// Thread-safe.
+class SessionStore {
+ public:
+  SessionStore(SessionLimits limits, const TokenSigner* signer, Clock* clock);
+
+  struct Opened {
+    std::shared_ptr<Session> session;
+    std::string token;
+    bool created = false;  // false: an identical open session was returned (a retried OpenSession)
+  };
+  // INVALID_ARGUMENT (env_id, policy, TTL), ALREADY_EXISTS (env_id in use with another policy, or closed),
+  // RESOURCE_EXHAUSTED (max_sessions open).
+  absl::StatusOr<Opened> Open(v1::OpenSessionRequest request);
+  // Restores a journaled session as it was (open or closed) without checks.
+  std::shared_ptr<Session> Restore(v1::OpenSessionRequest request, absl::Time open_time);
+
+  // The session an env token names. UNAUTHENTICATED for a malformed, forged or unknown token; FAILED_PRECONDITION
+  // for a closed session (HTTP 410).
+  absl::StatusOr<std::shared_ptr<Session>> Authenticate(absl::string_view token) const;
+  // NOT_FOUND for an unknown (or acknowledged, or expired) env_id.
+  absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& env_id) const;
+  std::vector<std::shared_ptr<Session>> List() const;  // by env_id
+  // Closes a session (idempotent); later calls with its token are refused. NOT_FOUND for an unknown env_id.
+  absl::StatusOr<std::shared_ptr<Session>> Close(const std::string& env_id, v1::CloseReason reason);
+  // Closes sessions past their TTL and drops closed ones past retention; returns the env_ids closed and dropped.
+  struct Expired {
+    std::vector<std::shared_ptr<Session>> closed;
+    std::vector<std::string> dropped;
+  };
+  Expired Expire();
+  // All or nothing: FAILED_PRECONDITION naming an open session. Returns how many were dropped.
+  absl::StatusOr<uint32_t> Ack(const std::vector<std::string>& env_ids);
+  size_t open_sessions() const;
+
+ private:
+  const SessionLimits limits_;
+  const TokenSigner* const signer_;
+  Clock* const clock_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  int64_t open_count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The session policy with unset fields taken from `defaults` (proto merge: set fields of the request win).
+v1::SessionPolicy WithDefaults(const v1::SessionPolicy& defaults, const v1::SessionPolicy& requested);
+
+}  // namespace corral::proxy

@@ -1,0 +1,81 @@
+#include "services/proxy/policy.h"
+
+#include "boost/json.hpp"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+
+namespace corral::proxy {
+namespace {
+
+namespace json = boost::json;
+
+json::object Body(const std::string& text) { return json::parse(text).as_object(); }
+
+TEST(PolicyTest, AliasesAllowListCapsOverridesAndCapture) {
+  v1::SessionPolicy p;
+  p.add_allowed_models("Qwen/Qwen3-8B");
+  (*p.mutable_model_aliases())["*"] = "Qwen/Qwen3-8B";
+  p.mutable_sampling_caps()->set_max_tokens(100);
+  p.mutable_sampling_overrides()->set_temperature(1.0);
+  p.mutable_sampling_overrides()->set_extra_body_json(R"({"chat_template_kwargs": {"enable_thinking": false}})");
+  p.set_capture_token_ids(true);
+  p.set_capture_logprobs(true);
+  json::object body = Body(R"({"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],
+                               "max_tokens":4096,"temperature":0.2,"stream":true})");
+  PolicyOutcome out = ApplyPolicy(p, {}, /*chat=*/true, body);
+  ASSERT_EQ(out.refusal, Refusal::kNone) << out.message;
+  EXPECT_EQ(out.rewrite.requested_model, "gpt-4o");
+  EXPECT_EQ(body["model"].as_string(), "Qwen/Qwen3-8B");
+  EXPECT_EQ(body["max_tokens"].as_int64(), 100);
+  EXPECT_EQ(body["temperature"].as_double(), 1.0);
+  EXPECT_TRUE(body["chat_template_kwargs"].is_object());
+  EXPECT_TRUE(body["return_token_ids"].as_bool());
+  EXPECT_TRUE(body["logprobs"].as_bool());
+  EXPECT_TRUE(out.rewrite.strip_token_ids);
+  EXPECT_TRUE(out.rewrite.strip_logprobs);
+  EXPECT_TRUE(out.rewrite.strip_usage_chunk);
+  EXPECT_TRUE(body["stream_options"].as_object()["include_usage"].as_bool());
+}
+
+TEST(PolicyTest, BudgetsRefuseAndLowerMaxTokensToWhatIsLeft) {
+  v1::SessionPolicy p;
+  p.mutable_budget()->set_max_calls(3);
+  p.mutable_budget()->set_max_completion_tokens(50);
+  json::object body = Body(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
+  PolicyOutcome out = ApplyPolicy(p, BudgetUse{1, 10, 40}, true, body);
+  ASSERT_EQ(out.refusal, Refusal::kNone);
+  EXPECT_EQ(body["max_tokens"].as_int64(), 10);  // inserted: 50 - 40 left
+  json::object again = Body(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(ApplyPolicy(p, BudgetUse{3, 0, 0}, true, again).refusal, Refusal::kBudgetExhausted);
+  EXPECT_EQ(ApplyPolicy(p, BudgetUse{0, 0, 50}, true, again).refusal, Refusal::kBudgetExhausted);
+}
+
+TEST(PolicyTest, MalformedRequestsAndDisallowedModelsAreRefused) {
+  v1::SessionPolicy p;
+  p.add_allowed_models("m");
+  for (const char* bad : {R"({"messages":[{"role":"user","content":"x"}]})", R"({"model":5,"messages":[]})",
+                          R"({"model":"m","messages":"hi"})", R"({"model":"m","messages":[{"content":"x"}]})",
+                          R"({"model":"m","messages":[{"role":"user"}],"stream":"yes"})",
+                          R"({"model":"m","messages":[{"role":"user"}],"max_tokens":"many"})"}) {
+    json::object body = Body(bad);
+    EXPECT_EQ(ApplyPolicy(p, {}, true, body).refusal, Refusal::kBadRequest) << bad;
+  }
+  json::object other = Body(R"({"model":"other","messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(ApplyPolicy(p, {}, true, other).refusal, Refusal::kModelNotAllowed);
+  json::object completion = Body(R"({"model":"m","prompt":["a","b"]})");
+  EXPECT_EQ(ApplyPolicy(p, {}, false, completion).refusal, Refusal::kBadRequest);
+}
+
+TEST(PolicyTest, APolicyThatContradictsItselfIsInvalid) {
+  v1::SessionPolicy p;
+  p.add_allowed_models("m");
+  (*p.mutable_model_aliases())["gpt"] = "other";
+  EXPECT_THAT(ValidatePolicy(p), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("allowed_models")));
+  v1::SessionPolicy q;
+  q.mutable_sampling_overrides()->set_extra_body_json("[1,2]");
+  EXPECT_THAT(ValidatePolicy(q), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace corral::proxy

@@ -1,0 +1,118 @@
+#include "services/proxy/trajectory.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace corral::proxy {
+namespace {
+
+v1::ChatMessage Msg(const std::string& role, const std::string& content) {
+  v1::ChatMessage m;
+  m.set_role(role);
+  m.set_content(content);
+  return m;
+}
+
+// A call whose prompt is `prompt` and whose reply is `reply`, with token ids when given.
+RecordedCall Call(std::vector<v1::ChatMessage> prompt, const std::string& reply, std::vector<int32_t> prompt_ids = {},
+                  std::vector<int32_t> completion_ids = {}) {
+  RecordedCall c;
+  c.prompt = std::move(prompt);
+  c.response = Msg("assistant", reply);
+  for (int32_t id : prompt_ids) c.call.add_prompt_token_ids(id);
+  for (int32_t id : completion_ids) {
+    c.call.add_completion_token_ids(id);
+    c.call.add_completion_logprobs(-0.5f);
+  }
+  return c;
+}
+
+TEST(TrajectoryStoreTest, AThirtyTurnToolConversationStoresEachMessageOnce) {
+  TrajectoryStore store("env-1");
+  std::vector<v1::ChatMessage> history = {Msg("system", "you are an agent"), Msg("user", "fix the bug")};
+  for (int turn = 0; turn < 30; ++turn) {
+    const std::string reply = "call tool " + std::to_string(turn);
+    store.Record(Call(history, reply));
+    history.push_back(Msg("assistant", reply));
+    history.push_back(Msg("tool", "result " + std::to_string(turn)));
+  }
+  // 2 initial messages + 30 replies + 30 tool results (the last one never sent), each stored once.
+  EXPECT_EQ(store.nodes(), 2u + 30u + 29u);
+  EXPECT_EQ(store.branches(), 1u);
+  v1::Trajectory t;
+  store.Export(v1::TRAJECTORY_FORMAT_TRAJECTORY, &t);
+  ASSERT_EQ(t.branches_size(), 1);
+  const v1::Branch& b = t.branches(0);
+  EXPECT_EQ(b.messages_size(), 61);
+  EXPECT_EQ(b.call_ids_size(), 30);
+  EXPECT_FALSE(b.messages(0).generated());
+  EXPECT_TRUE(b.messages(2).generated());   // the first reply
+  EXPECT_FALSE(b.messages(3).generated());  // the tool result the agent sent back
+  EXPECT_EQ(b.messages(60).message().content(), "call tool 29");
+}
+
+TEST(TrajectoryStoreTest, ARewrittenHistoryForksFromTheLongestCommonPrefix) {
+  TrajectoryStore store("env-1");
+  std::vector<v1::ChatMessage> h = {Msg("system", "s"), Msg("user", "u1")};
+  store.Record(Call(h, "a1"));
+  h.push_back(Msg("assistant", "a1"));
+  h.push_back(Msg("user", "u2"));
+  store.Record(Call(h, "a2"));
+  // The agent summarises: the history after the system prompt is replaced.
+  std::vector<v1::ChatMessage> summarised = {Msg("system", "s"), Msg("user", "summary of u1 a1 u2")};
+  const v1::LlmCall& forked = store.Record(Call(summarised, "a3"));
+  EXPECT_EQ(forked.branch(), 1u);
+  EXPECT_EQ(store.branches(), 2u);
+  v1::Trajectory t;
+  store.Export(v1::TRAJECTORY_FORMAT_CALLS, &t);
+  ASSERT_EQ(t.branches_size(), 2);
+  EXPECT_EQ(t.branches(1).parent_branch(), 0u);
+  EXPECT_EQ(t.branches(1).shared_prefix_messages(), 1u);  // the system prompt
+  EXPECT_EQ(t.messages_size(), 7);  // s, u1, a1, u2, a2, summary, a3: nothing duplicated
+  EXPECT_EQ(t.calls(2).call_id(), "env-1/2");
+  // Continuing the summarised conversation stays on branch 1.
+  summarised.push_back(Msg("assistant", "a3"));
+  summarised.push_back(Msg("user", "u4"));
+  EXPECT_EQ(store.Record(Call(summarised, "a4")).branch(), 1u);
+}
+
+TEST(TrajectoryStoreTest, TheFlatTokenViewSplicesPromptsAndMarksGeneratedTokens) {
+  TrajectoryStore store("env-1");
+  std::vector<v1::ChatMessage> h = {Msg("user", "q")};
+  store.Record(Call(h, "a", {1, 2, 3}, {10, 11}));
+  h.push_back(Msg("assistant", "a"));
+  h.push_back(Msg("user", "q2"));
+  store.Record(Call(h, "b", {1, 2, 3, 10, 11, 4, 5}, {12}));
+  v1::Trajectory t;
+  store.Export(v1::TRAJECTORY_FORMAT_TRAJECTORY, &t);
+  const v1::Branch& b = t.branches(0);
+  EXPECT_THAT(b.token_ids(), ::testing::ElementsAre(1, 2, 3, 10, 11, 4, 5, 12));
+  EXPECT_THAT(b.token_generated(), ::testing::ElementsAre(false, false, false, true, true, false, false, true));
+  EXPECT_TRUE(b.tokens_consistent());
+  EXPECT_THAT(b.messages(1).token_ids(), ::testing::ElementsAre(10, 11));
+  EXPECT_FLOAT_EQ(b.token_logprobs(3), -0.5f);
+  // A prompt that does not extend the previous context is spliced whole and flagged.
+  h.push_back(Msg("assistant", "b"));
+  h.push_back(Msg("user", "q3"));
+  store.Record(Call(h, "c", {9, 9, 9}, {13}));
+  v1::Trajectory t2;
+  store.Export(v1::TRAJECTORY_FORMAT_TRAJECTORY, &t2);
+  EXPECT_FALSE(t2.branches(0).tokens_consistent());
+}
+
+TEST(TrajectoryStoreTest, FailedCallsCountAndKeepTheirPrompt) {
+  TrajectoryStore store("env-1");
+  RecordedCall failed;
+  failed.prompt = {Msg("user", "q")};
+  failed.call.set_error("upstream disconnected mid-stream");
+  store.Record(std::move(failed));
+  v1::Trajectory t;
+  store.Export(v1::TRAJECTORY_FORMAT_CALLS, &t);
+  EXPECT_EQ(t.call_count(), 1u);
+  EXPECT_EQ(t.failed_call_count(), 1u);
+  EXPECT_FALSE(t.calls(0).has_response_message());
+  EXPECT_EQ(t.messages_size(), 1);
+}
+
+}  // namespace
+}  // namespace corral::proxy

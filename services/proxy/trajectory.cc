@@ -1,0 +1,202 @@
+#include "services/proxy/trajectory.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+#include "openssl/sha.h"
+
+namespace corral::proxy {
+
+std::string TrajectoryStore::ChainHash(const std::string& parent_hash, const v1::ChatMessage& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;  // one canonical spelling, fields in declaration order
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  const std::string input = parent_hash + '\0' + json;
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(), digest);
+  std::string hex;
+  for (unsigned char c : digest) absl::StrAppend(&hex, absl::Hex(c, absl::kZeroPad2));
+  return hex;
+}
+
+uint32_t TrajectoryStore::Node(std::optional<uint32_t> parent, const v1::ChatMessage& message, bool generated,
+                               const std::string& call_id) {
+  const std::string hash = ChainHash(parent ? nodes_[*parent].hash() : "", message);
+  if (auto it = by_hash_.find(hash); it != by_hash_.end()) {
+    if (generated) nodes_[it->second].set_generated(true);
+    return it->second;
+  }
+  v1::MessageNode node;
+  node.set_index(static_cast<uint32_t>(nodes_.size()));
+  if (parent) node.set_parent(*parent);
+  node.set_hash(hash);
+  *node.mutable_message() = message;
+  node.set_generated(generated);
+  node.set_call_id(call_id);
+  depth_.push_back(parent ? depth_[*parent] + 1 : 1);
+  by_hash_.emplace(hash, node.index());
+  nodes_.push_back(std::move(node));
+  return nodes_.back().index();
+}
+
+bool TrajectoryStore::IsAncestorOrSelf(uint32_t ancestor, uint32_t node) const {
+  while (depth_[node] > depth_[ancestor]) node = nodes_[node].parent();
+  return node == ancestor;
+}
+
+uint32_t TrajectoryStore::SharedPrefix(std::optional<uint32_t> a, std::optional<uint32_t> b) const {
+  if (!a || !b) return 0;
+  uint32_t x = *a, y = *b;
+  while (depth_[x] > depth_[y]) x = nodes_[x].parent();
+  while (depth_[y] > depth_[x]) y = nodes_[y].parent();
+  while (x != y) {
+    if (!nodes_[x].has_parent()) return 0;  // different roots
+    x = nodes_[x].parent();
+    y = nodes_[y].parent();
+  }
+  return depth_[x];
+}
+
+std::vector<uint32_t> TrajectoryStore::Chain(std::optional<uint32_t> last) const {
+  std::vector<uint32_t> chain;
+  for (std::optional<uint32_t> n = last; n; n = nodes_[*n].has_parent() ? std::optional(nodes_[*n].parent()) : std::nullopt) {
+    chain.push_back(*n);
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+uint32_t TrajectoryStore::Assign(std::optional<uint32_t> prompt_last, const std::string& call_id) {
+  // The branch whose conversation this prompt continues (its last message is on the prompt's chain)…
+  for (v1::Branch& b : branches_) {
+    const bool continues = !b.has_last_message() || (prompt_last && IsAncestorOrSelf(b.last_message(), *prompt_last));
+    if (continues) {
+      b.add_call_ids(call_id);
+      return b.branch_id();
+    }
+  }
+  // …or a new branch, forked from the one sharing the longest prefix.
+  v1::Branch fork;
+  fork.set_branch_id(static_cast<uint32_t>(branches_.size()));
+  if (!branches_.empty()) {
+    uint32_t best = 0, best_shared = 0;
+    for (const v1::Branch& b : branches_) {
+      const uint32_t shared = SharedPrefix(b.has_last_message() ? std::optional(b.last_message()) : std::nullopt,
+                                           prompt_last);
+      if (shared > best_shared) {
+        best = b.branch_id();
+        best_shared = shared;
+      }
+    }
+    fork.set_parent_branch(best);
+    fork.set_shared_prefix_messages(best_shared);
+  }
+  fork.add_call_ids(call_id);
+  branches_.push_back(std::move(fork));
+  return branches_.back().branch_id();
+}
+
+const v1::LlmCall& TrajectoryStore::Record(RecordedCall recorded) {
+  v1::LlmCall& call = recorded.call;
+  call.set_seq(static_cast<uint32_t>(calls_.size()));
+  call.set_call_id(absl::StrCat(env_id_, "/", call.seq()));
+  std::optional<uint32_t> last;
+  for (const v1::ChatMessage& m : recorded.prompt) last = Node(last, m, /*generated=*/false, call.call_id());
+  if (last) call.set_prompt_last_message(*last);
+  const bool chat = !recorded.prompt.empty() || recorded.response.has_value();
+  if (chat) {
+    call.set_branch(Assign(last, call.call_id()));
+    if (recorded.response) {
+      const uint32_t response = Node(last, *recorded.response, /*generated=*/true, call.call_id());
+      call.set_response_message(response);
+      branches_[call.branch()].set_last_message(response);
+    } else if (last) {
+      branches_[call.branch()].set_last_message(*last);
+    }
+  }
+  calls_.push_back(std::move(call));
+  return calls_.back();
+}
+
+void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) const {
+  if (format == v1::TRAJECTORY_FORMAT_UNSPECIFIED) format = v1::TRAJECTORY_FORMAT_TRAJECTORY;
+  out->set_env_id(env_id_);
+  out->set_format(format);
+  out->set_call_count(static_cast<uint32_t>(calls_.size()));
+  uint32_t failed = 0;
+  v1::Usage* usage = out->mutable_usage();
+  for (const v1::LlmCall& c : calls_) {
+    failed += c.error().empty() ? 0 : 1;
+    usage->set_prompt_tokens(usage->prompt_tokens() + c.usage().prompt_tokens());
+    usage->set_completion_tokens(usage->completion_tokens() + c.usage().completion_tokens());
+    usage->set_total_tokens(usage->total_tokens() + c.usage().total_tokens());
+    usage->set_cached_prompt_tokens(usage->cached_prompt_tokens() + c.usage().cached_prompt_tokens());
+  }
+  out->set_failed_call_count(failed);
+  if (format == v1::TRAJECTORY_FORMAT_CALLS) {
+    for (const auto& n : nodes_) *out->add_messages() = n;
+    for (const auto& c : calls_) *out->add_calls() = c;
+    for (const auto& b : branches_) *out->add_branches() = b;
+    return;
+  }
+  // TRAJECTORY form: each branch as one conversation, with the generated mask and token views.
+  absl::flat_hash_map<std::string, const v1::LlmCall*> call_by_id;
+  for (const auto& c : calls_) call_by_id[c.call_id()] = &c;
+  for (const v1::Branch& b : branches_) {
+    v1::Branch* ob = out->add_branches();
+    ob->set_branch_id(b.branch_id());
+    if (b.has_parent_branch()) ob->set_parent_branch(b.parent_branch());
+    ob->set_shared_prefix_messages(b.shared_prefix_messages());
+    *ob->mutable_call_ids() = b.call_ids();
+    for (uint32_t index : Chain(b.has_last_message() ? std::optional(b.last_message()) : std::nullopt)) {
+      const v1::MessageNode& n = nodes_[index];
+      v1::TrajectoryMessage* m = ob->add_messages();
+      *m->mutable_message() = n.message();
+      m->set_generated(n.generated());
+      m->set_call_id(n.call_id());
+      auto it = call_by_id.find(n.call_id());
+      if (n.generated() && it != call_by_id.end() && it->second->response_message() == index) {
+        *m->mutable_token_ids() = it->second->completion_token_ids();
+        *m->mutable_logprobs() = it->second->completion_logprobs();
+      }
+    }
+    // Flat token view: first prompt, then each completion and the next prompt's new tokens.
+    bool consistent = b.call_ids_size() > 0;
+    std::vector<int32_t> context;  // previous prompt + completion
+    for (const std::string& id : b.call_ids()) {
+      const v1::LlmCall& c = *call_by_id.at(id);
+      if (c.prompt_token_ids().empty() || (c.completion_token_ids().empty() && c.error().empty())) {
+        consistent = false;
+        continue;
+      }
+      const auto& prompt = c.prompt_token_ids();
+      size_t from = 0;
+      if (!context.empty()) {
+        const bool extends = static_cast<size_t>(prompt.size()) >= context.size() &&
+                             std::equal(context.begin(), context.end(), prompt.begin());
+        if (extends) {
+          from = context.size();
+        } else {
+          consistent = false;  // re-tokenized differently: splice the prompt in whole
+        }
+      }
+      for (int i = static_cast<int>(from); i < prompt.size(); ++i) {
+        ob->add_token_ids(prompt[i]);
+        ob->add_token_generated(false);
+        ob->add_token_logprobs(0);
+      }
+      for (int i = 0; i < c.completion_token_ids_size(); ++i) {
+        ob->add_token_ids(c.completion_token_ids(i));
+        ob->add_token_generated(true);
+        ob->add_token_logprobs(i < c.completion_logprobs_size() ? c.completion_logprobs(i) : 0);
+      }
+      context.assign(prompt.begin(), prompt.end());
+      context.insert(context.end(), c.completion_token_ids().begin(), c.completion_token_ids().end());
+    }
+    ob->set_tokens_consistent(consistent && ob->token_ids_size() > 0);
+  }
+}
+
+}  // namespace corral::proxy

@@ -1,0 +1,61 @@
+// A session's recorded calls, prefix-aggregated (common.proto, "Trajectories"): every distinct message is one
+// node whose parent is the message before it and whose hash chains the parent's hash with the message's
+// canonical JSON, so a call stores only the messages not already stored. A call whose prompt extends a branch's
+// last message continues that branch; any other (a rewritten history) starts a new branch from the branch it
+// shares the longest prefix with. Exports the CALLS form (the store) and the TRAJECTORY form (one linear
+// conversation per branch with a generated mask and token views). Not thread-safe (the session locks it).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "corral/v1/common.pb.h"
+
+namespace corral::proxy {
+
+// What the proxy learned about one call (chat: `prompt` and `response`; completions: call.prompt_text etc.).
+struct RecordedCall {
+  std::vector<v1::ChatMessage> prompt;
+  std::optional<v1::ChatMessage> response;  // unset when the call failed
+  v1::LlmCall call;  // everything else; call_id, seq, branch and node indices are filled in by Record
+};
+
+class TrajectoryStore {
+ public:
+  explicit TrajectoryStore(std::string env_id) : env_id_(std::move(env_id)) {}
+
+  // Adds the call; returns it as stored (ids and node indices set).
+  const v1::LlmCall& Record(RecordedCall recorded);
+
+  // Fills the calls, messages and branches of `out` in `format` (TRAJECTORY when unspecified), and totals.
+  void Export(v1::TrajectoryFormat format, v1::Trajectory* out) const;
+
+  size_t calls() const { return calls_.size(); }
+  size_t nodes() const { return nodes_.size(); }
+  size_t branches() const { return branches_.size(); }
+
+  // Hex SHA-256 of (parent hash || canonical JSON of `message`).
+  static std::string ChainHash(const std::string& parent_hash, const v1::ChatMessage& message);
+
+ private:
+  // Appends `message` below `parent` (or finds the identical node there); returns its index.
+  uint32_t Node(std::optional<uint32_t> parent, const v1::ChatMessage& message, bool generated,
+                const std::string& call_id);
+  // How many of the chain ending at `a` and the chain ending at `b` are shared (from the root).
+  uint32_t SharedPrefix(std::optional<uint32_t> a, std::optional<uint32_t> b) const;
+  bool IsAncestorOrSelf(uint32_t ancestor, uint32_t node) const;
+  std::vector<uint32_t> Chain(std::optional<uint32_t> last) const;  // root first
+  uint32_t Assign(std::optional<uint32_t> prompt_last, const std::string& call_id);
+
+  const std::string env_id_;
+  std::vector<v1::MessageNode> nodes_;
+  std::vector<uint32_t> depth_;  // 1 for a root message
+  absl::flat_hash_map<std::string, uint32_t> by_hash_;
+  std::vector<v1::LlmCall> calls_;
+  std::vector<v1::Branch> branches_;  // structure only (ids, parent, shared prefix, call ids, last message)
+};
+
+}  // namespace corral::proxy

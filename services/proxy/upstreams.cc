@@ -1,0 +1,100 @@
+#include "services/proxy/upstreams.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace corral::proxy {
+
+uint64_t Hash64(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a 64, then a final mix so neighbours spread on the ring
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return h;
+}
+
+absl::StatusOr<UpstreamSpec> ParseUpstreamUrl(const std::string& url) {
+  if (!absl::StartsWith(url, "http://")) {
+    return absl::InvalidArgumentError(absl::StrCat("upstream '", url, "' must start with http://"));
+  }
+  std::string rest = url.substr(7);
+  rest = rest.substr(0, rest.find('/'));
+  const size_t colon = rest.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("upstream '", url, "' must be http://HOST:PORT"));
+  }
+  UpstreamSpec spec;
+  spec.host = rest.substr(0, colon);
+  spec.port = static_cast<uint16_t>(port);
+  spec.name = rest;
+  return spec;
+}
+
+bool Upstream::Serves(const std::string& model) const {
+  return spec.models.empty() || std::find(spec.models.begin(), spec.models.end(), model) != spec.models.end();
+}
+
+UpstreamPool::UpstreamPool(std::vector<UpstreamSpec> specs, Clock* clock, BreakerOptions breaker)
+    : clock_(clock), breaker_(breaker) {
+  for (auto& spec : specs) {
+    auto u = std::make_unique<Upstream>();
+    u->spec = std::move(spec);
+    raw_.push_back(u.get());
+    upstreams_.push_back(std::move(u));
+  }
+  for (size_t i = 0; i < raw_.size(); ++i) {
+    const int vnodes = 100 * std::max(1, raw_[i]->spec.weight);
+    for (int v = 0; v < vnodes; ++v) ring_.emplace_back(Hash64(absl::StrCat(raw_[i]->spec.name, "#", v)), i);
+  }
+  std::sort(ring_.begin(), ring_.end());
+}
+
+bool UpstreamPool::Available(const Upstream& u) const {
+  return u.healthy.load() && absl::ToUnixNanos(clock_->Now()) >= u.open_until_ns.load();
+}
+
+Upstream* UpstreamPool::Pick(const std::string& env_id, const std::string& model, const std::vector<Upstream*>& tried) {
+  auto usable = [&](Upstream* u) {
+    return u->Serves(model) && Available(*u) && std::find(tried.begin(), tried.end(), u) == tried.end();
+  };
+  // Sticky: the first upstream serving the model clockwise from the session's point on the ring.
+  if (!ring_.empty()) {
+    const uint64_t h = Hash64(env_id);
+    auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(h, size_t{0}));
+    for (size_t step = 0; step < ring_.size(); ++step, ++it) {
+      if (it == ring_.end()) it = ring_.begin();
+      Upstream* u = raw_[it->second];
+      if (!u->Serves(model)) continue;
+      if (usable(u)) return u;
+      break;  // the sticky one is unavailable: fall back to the least loaded
+    }
+  }
+  Upstream* best = nullptr;
+  for (Upstream* u : raw_) {
+    if (usable(u) && (best == nullptr || u->outstanding.load() < best->outstanding.load())) best = u;
+  }
+  return best;
+}
+
+void UpstreamPool::Succeeded(Upstream* u) { u->consecutive_failures = 0; }
+
+void UpstreamPool::Failed(Upstream* u) {
+  if (++u->consecutive_failures >= breaker_.failures_to_open) {
+    u->open_until_ns = absl::ToUnixNanos(clock_->Now() + breaker_.open_for);
+    u->consecutive_failures = 0;
+  }
+}
+
+std::vector<std::string> UpstreamPool::models() const {
+  std::set<std::string> all;
+  for (const auto& u : upstreams_) all.insert(u->spec.models.begin(), u->spec.models.end());
+  return {all.begin(), all.end()};
+}
+
+}  // namespace corral::proxy

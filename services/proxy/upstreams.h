@@ -1,0 +1,69 @@
+// The inference backends behind the proxy and how a call picks one: session-sticky by consistent hashing on
+// env_id (weighted virtual nodes, so a multi-turn episode keeps hitting the same KV prefix cache), and when the
+// sticky backend is unavailable — unhealthy by active checks, circuit open after consecutive failures, or
+// already tried by this call — the least-outstanding available backend serving the model. Plain C++.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "libs/core/clock.h"
+
+namespace corral::proxy {
+
+struct UpstreamSpec {
+  std::string name;
+  std::string host;  // an IP address
+  uint16_t port = 0;
+  std::vector<std::string> models;  // empty: any model
+  int weight = 1;
+};
+
+// "http://HOST:PORT[/...]" (HOST an IP address). INVALID_ARGUMENT otherwise. The name is "HOST:PORT".
+absl::StatusOr<UpstreamSpec> ParseUpstreamUrl(const std::string& url);
+
+struct Upstream {
+  UpstreamSpec spec;
+  std::atomic<int64_t> outstanding{0};
+  std::atomic<int> consecutive_failures{0};
+  std::atomic<int64_t> open_until_ns{0};  // circuit open (refused) until then
+  std::atomic<bool> healthy{true};        // last active health check
+  bool Serves(const std::string& model) const;
+};
+
+struct BreakerOptions {
+  int failures_to_open = 3;
+  absl::Duration open_for = absl::Seconds(10);
+};
+
+// Thread-safe.
+class UpstreamPool {
+ public:
+  UpstreamPool(std::vector<UpstreamSpec> specs, Clock* clock, BreakerOptions breaker = {});
+
+  // nullptr when no available upstream serves `model` (excluding `tried`).
+  Upstream* Pick(const std::string& env_id, const std::string& model, const std::vector<Upstream*>& tried);
+  // Outcome of an attempt: failures before the first response byte count toward the circuit breaker.
+  void Succeeded(Upstream* u);
+  void Failed(Upstream* u);
+  bool Available(const Upstream& u) const;
+
+  std::vector<Upstream*> all() { return raw_; }
+  // Every model some upstream declares (GET /v1/models when a session's policy allows any).
+  std::vector<std::string> models() const;
+
+ private:
+  Clock* const clock_;
+  const BreakerOptions breaker_;
+  std::vector<std::unique_ptr<Upstream>> upstreams_;
+  std::vector<Upstream*> raw_;
+  std::vector<std::pair<uint64_t, size_t>> ring_;  // virtual node hash → upstream index, sorted
+};
+
+uint64_t Hash64(const std::string& s);
+
+}  // namespace corral::proxy
