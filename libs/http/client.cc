@@ -1,5 +1,7 @@
 #include "libs/http/client.h"
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/ip/tcp.hpp"
@@ -32,14 +34,14 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<ClientConnection>>> ClientConnect
 asio::awaitable<absl::Status> ClientConnection::Send(Request& request, absl::Duration timeout) {
   parser_.emplace();
   parser_->body_limit(boost::none);  // the body is relayed piece by piece, never held whole here
-  stream_.expires_after(absl::ToChronoNanoseconds(timeout));
+  stream_->expires_after(absl::ToChronoNanoseconds(timeout));
   request.prepare_payload();
-  auto [wec, wn] = co_await bhttp::async_write(stream_, request, kUseTuple);
+  auto [wec, wn] = co_await bhttp::async_write(*stream_, request, kUseTuple);
   if (wec) {
     broken_ = true;
     co_return absl::UnavailableError(absl::StrCat("sending to ", key_, ": ", wec.message()));
   }
-  auto [rec, rn] = co_await bhttp::async_read_header(stream_, buffer_, *parser_, kUseTuple);
+  auto [rec, rn] = co_await bhttp::async_read_header(*stream_, buffer_, *parser_, kUseTuple);
   if (rec) {
     broken_ = true;
     if (rec == beast::error::timeout) co_return absl::DeadlineExceededError(absl::StrCat(key_, " sent no response in time"));
@@ -60,8 +62,8 @@ asio::awaitable<absl::StatusOr<std::string>> ClientConnection::ReadSome(absl::Du
   std::string piece(kPiece, '\0');
   parser_->get().body().data = piece.data();
   parser_->get().body().size = piece.size();
-  stream_.expires_after(absl::ToChronoNanoseconds(timeout));
-  auto [ec, n] = co_await bhttp::async_read_some(stream_, buffer_, *parser_, kUseTuple);
+  stream_->expires_after(absl::ToChronoNanoseconds(timeout));
+  auto [ec, n] = co_await bhttp::async_read_some(*stream_, buffer_, *parser_, kUseTuple);
   if (ec == bhttp::error::need_buffer) ec = {};
   if (ec) {
     broken_ = true;
@@ -86,15 +88,33 @@ asio::awaitable<absl::StatusOr<std::string>> ClientConnection::ReadAll(absl::Dur
   co_return body;
 }
 
+bool ClientConnection::Rebind(asio::any_io_executor executor) {
+  beast::error_code ec;
+  asio::ip::tcp::socket& old = stream_->socket();
+  const auto protocol = old.local_endpoint(ec).protocol();
+  if (ec) return false;
+  const auto fd = old.release(ec);
+  if (ec) return false;
+  asio::ip::tcp::socket moved(executor);
+  moved.assign(protocol, fd, ec);
+  if (ec) {
+    ::close(fd);
+    return false;
+  }
+  stream_.emplace(std::move(moved));
+  return true;
+}
+
 asio::awaitable<absl::StatusOr<std::unique_ptr<ClientConnection>>> ConnectionPool::Get(
     asio::any_io_executor executor, const std::string& host, uint16_t port, absl::Duration timeout, bool* reused) {
   const std::string key = absl::StrCat(host, ":", port);
   {
     absl::MutexLock lock(&mu_);
     auto it = idle_.find(key);
-    if (it != idle_.end() && !it->second.empty()) {
+    while (it != idle_.end() && !it->second.empty()) {
       std::unique_ptr<ClientConnection> c = std::move(it->second.back());
       it->second.pop_back();
+      if (!c->Rebind(executor)) continue;
       *reused = true;
       co_return c;
     }

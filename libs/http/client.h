@@ -43,11 +43,14 @@ class ClientConnection {
   bool done() const { return parser_ && parser_->is_done(); }
   // The response was read to its end and the upstream keeps the connection: it may serve another request.
   bool reusable() const { return done() && parser_->keep_alive() && !broken_; }
+  // Moves the connection onto `executor` (a pooled connection is reused from another connection's strand: its
+  // timer and handlers must run on the new owner's). False if the socket cannot be moved.
+  bool Rebind(asio::any_io_executor executor);
   const std::string& key() const { return key_; }
 
  private:
-  ClientConnection(beast::tcp_stream stream, std::string key) : stream_(std::move(stream)), key_(std::move(key)) {}
-  beast::tcp_stream stream_;
+  ClientConnection(beast::tcp_stream stream, std::string key) : key_(std::move(key)) { stream_.emplace(std::move(stream)); }
+  std::optional<beast::tcp_stream> stream_;
   std::string key_;
   beast::flat_buffer buffer_;
   std::optional<beast::http::response_parser<beast::http::buffer_body>> parser_;

@@ -153,10 +153,11 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   if (ec || !parsed.is_object()) {
     // Refused before anything is recorded.
     metrics_->Request(c.route, 400, "").Increment();
-    co_await responder.Send(400, "application/json",
-                            http::ErrorJson(ec ? absl::StrCat("malformed JSON body: ", ec.message())
-                                               : std::string("the body must be a JSON object"),
-                                            "invalid_request_error"));
+    // (Computed before co_await: GCC 12 mishandles temporaries of a conditional inside a co_await expression.)
+    const std::string error = http::ErrorJson(
+        ec ? absl::StrCat("malformed JSON body: ", ec.message()) : std::string("the body must be a JSON object"),
+        "invalid_request_error");
+    co_await responder.Send(400, "application/json", error);
     co_return;
   }
   c.body = std::move(parsed.as_object());
@@ -166,10 +167,10 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     const std::string code = policy.refusal == Refusal::kModelNotAllowed   ? "model_not_allowed"
                              : policy.refusal == Refusal::kBudgetExhausted ? "budget_exhausted"
                                                                            : "";
-    co_await responder.Send(400, "application/json",
-                            policy.refusal == Refusal::kBudgetExhausted
-                                ? BudgetBody(policy.message, chat)
-                                : http::ErrorJson(policy.message, "invalid_request_error", code));
+    const std::string body = policy.refusal == Refusal::kBudgetExhausted
+                                 ? BudgetBody(policy.message, chat)
+                                 : http::ErrorJson(policy.message, "invalid_request_error", code);
+    co_await responder.Send(400, "application/json", body);
     co_return;
   }
   c.rewrite = policy.rewrite;
@@ -202,7 +203,8 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     c.recorded.call.set_http_status(c.http_status);
     (void)co_await Finish(c);
     if (!responder.started()) {
-      co_await responder.Send(c.http_status, "application/json", body.ok() ? *body : http::ErrorJson(c.error, "upstream_error"));
+      const std::string answer = body.ok() ? *body : http::ErrorJson(c.error, "upstream_error");
+      co_await responder.Send(c.http_status, "application/json", answer);
     } else {
       co_await responder.WriteChunk(ErrorEvent("upstream_error", c.error));
     }
@@ -326,7 +328,8 @@ asio::awaitable<void> HttpHandler::RelayWhole(Call& c, http::ClientConnection& u
   }
   const bool rewrite = c.rewrite.strip_token_ids || c.rewrite.strip_logprobs;
   if (rewrite) StripForAgent(c.rewrite, parsed.as_object());
-  co_await responder.Send(200, "application/json", rewrite ? json::serialize(parsed) : *std::move(body));
+  std::string answer = rewrite ? json::serialize(parsed) : *std::move(body);
+  co_await responder.Send(200, "application/json", std::move(answer));
 }
 
 asio::awaitable<void> HttpHandler::RelayStream(Call& c, http::ClientConnection& upstream, http::Responder& responder) {

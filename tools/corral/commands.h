@@ -11,5 +11,6 @@ void RegisterHealth(CLI::App& app, int& exit_code);
 void RegisterLimiter(CLI::App& app, int& exit_code);
 void RegisterUp(CLI::App& app, int& exit_code);
 void RegisterSandbox(CLI::App& app, int& exit_code);
+void RegisterSession(CLI::App& app, int& exit_code);
 
 }  // namespace corral::cli
