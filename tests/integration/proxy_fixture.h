@@ -1,0 +1,171 @@
+// The proxy integration fixture: corral-fake-llm backends and a corral-proxy in front of them, started as real
+// processes on loopback, with helpers for sessions (gRPC) and agent calls (HTTP, whole or streamed).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "boost/asio/co_spawn.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/use_future.hpp"
+#include "corral/v1/proxy.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+#include "libs/core/token.h"
+#include "libs/http/client.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/status_conversion.h"
+#include "tests/support/subprocess.h"
+
+namespace corral {
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+
+class ProxyFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTestDir();
+    secret_ = testing::WriteSecretFile(dir_);
+    token_ = MintClusterToken(*TokenSigner::FromKeyFile(secret_));
+  }
+  void TearDown() override {
+    stub_.reset();
+    for (auto* s : {&proxy_}) {
+      if (*s) {
+        (*s)->process.Signal(SIGTERM);
+        (void)(*s)->process.Wait(absl::Seconds(20));
+      }
+    }
+  }
+
+  // A fake backend; returns its "host:port".
+  std::string StartBackend(std::vector<std::string> args = {}) {
+    args.push_back("--listen=127.0.0.1:0");
+    auto s = testing::StartService(CORRAL_FAKE_LLM, args, dir_, absl::StrCat("fake-llm-", backends_.size()));
+    EXPECT_THAT(s, IsOk());
+    if (!s.ok()) return "";
+    backends_.push_back(*std::move(s));
+    return backends_.back().ready.http;
+  }
+
+  void StartProxy(const std::vector<std::string>& upstreams, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--secret-file=" + secret_, "--grpc-listen=127.0.0.1:0",
+                                     "--metrics-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0",
+                                     "--journal=" + dir_ + "/proxy.db", "--health-interval=200ms"};
+    for (const auto& u : upstreams) args.push_back("--upstream=http://" + u);
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto s = testing::StartService(CORRAL_PROXY, args, dir_, "proxy");
+    ASSERT_THAT(s, IsOk());
+    proxy_.emplace(*std::move(s));
+    ChannelOptions options;
+    options.retry_unavailable = false;
+    stub_ = v1::Proxy::NewStub(*MakeChannel(proxy_->ready.grpc, options));
+    const std::string http = proxy_->ready.http;
+    host_ = http.substr(0, http.rfind(':'));
+    port_ = static_cast<uint16_t>(std::stoi(http.substr(http.rfind(':') + 1)));
+  }
+
+  // Opens a session; returns its env token ("" on failure, with the test failed).
+  std::string Open(const std::string& env_id, v1::SessionPolicy policy = {}) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, absl::Seconds(10));
+    AttachBearer(ctx, token_);
+    v1::OpenSessionRequest req;
+    req.set_env_id(env_id);
+    *req.mutable_policy() = std::move(policy);
+    v1::OpenSessionResponse resp;
+    grpc::Status s = stub_->OpenSession(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.env_token();
+  }
+
+  absl::StatusOr<v1::Trajectory> Trajectory(const std::string& env_id,
+                                            v1::TrajectoryFormat format = v1::TRAJECTORY_FORMAT_CALLS) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, absl::Seconds(10));
+    AttachBearer(ctx, token_);
+    v1::GetTrajectoryRequest req;
+    req.set_env_id(env_id);
+    req.set_format(format);
+    v1::Trajectory t;
+    grpc::Status s = stub_->GetTrajectory(&ctx, req, &t);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return t;
+  }
+
+  absl::Status Close(const std::string& env_id) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, absl::Seconds(10));
+    AttachBearer(ctx, token_);
+    v1::CloseSessionRequest req;
+    req.set_env_id(env_id);
+    v1::CloseSessionResponse resp;
+    return FromGrpcStatus(stub_->CloseSession(&ctx, req, &resp));
+  }
+
+  http::Request MakeRequest(boost::beast::http::verb verb, const std::string& path, const std::string& token,
+                            const std::string& body) {
+    http::Request req{verb, path, 11};
+    req.set(boost::beast::http::field::host, proxy_->ready.http);
+    req.set(boost::beast::http::field::content_type, "application/json");
+    if (!token.empty()) req.set(boost::beast::http::field::authorization, "Bearer " + token);
+    req.body() = body;
+    return req;
+  }
+
+  // One whole HTTP exchange with the proxy.
+  HttpReply Post(const std::string& path, const std::string& token, const std::string& body,
+                 boost::beast::http::verb verb = boost::beast::http::verb::post) {
+    boost::asio::io_context ioc;
+    auto f = boost::asio::co_spawn(ioc, http::Fetch(ioc.get_executor(), host_, port_, MakeRequest(verb, path, token, body),
+                                                    absl::Seconds(30)),
+                                   boost::asio::use_future);
+    ioc.run();
+    auto r = f.get();
+    if (!r.ok()) return HttpReply{-1, std::string(r.status().message())};
+    return HttpReply{r->status, r->body};
+  }
+
+  // A streamed exchange: `on_piece` sees each piece as it arrives (with the time since the request); returning
+  // false stops reading (the connection is dropped). Returns everything read.
+  std::string Stream(const std::string& token, const std::string& body,
+                     const std::function<bool(const std::string&, absl::Duration)>& on_piece) {
+    boost::asio::io_context ioc;
+    auto f = boost::asio::co_spawn(
+        ioc,
+        [&]() -> boost::asio::awaitable<std::string> {
+          const absl::Time start = absl::Now();
+          auto c = co_await http::ClientConnection::Connect(ioc.get_executor(), host_, port_, absl::Seconds(5));
+          if (!c.ok()) co_return std::string("<connect failed>");
+          http::Request req = MakeRequest(boost::beast::http::verb::post, "/v1/chat/completions", token, body);
+          if (!(co_await (*c)->Send(req, absl::Seconds(30))).ok()) co_return std::string("<send failed>");
+          std::string all;
+          while (true) {
+            auto piece = co_await (*c)->ReadSome(absl::Seconds(30));
+            if (!piece.ok() || piece->empty()) break;
+            all += *piece;
+            if (!on_piece(*piece, absl::Now() - start)) break;
+          }
+          co_return all;
+        },
+        boost::asio::use_future);
+    ioc.run();
+    return f.get();
+  }
+
+  std::string dir_, secret_, token_, host_;
+  uint16_t port_ = 0;
+  std::vector<testing::RunningService> backends_;
+  std::optional<testing::RunningService> proxy_;
+  std::unique_ptr<v1::Proxy::Stub> stub_;
+};
+
+}  // namespace corral
