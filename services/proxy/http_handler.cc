@@ -57,6 +57,22 @@ std::string BudgetBody(const std::string& message, bool chat) {
   return json::serialize(body);
 }
 
+// The ids of an OpenAI model list ({"data": [{"id": ...}]}); empty for anything else.
+std::vector<std::string> ModelIds(const std::string& body) {
+  std::vector<std::string> ids;
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec || !v.is_object()) return ids;
+  auto* data = v.as_object().if_contains("data");
+  if (data == nullptr || !data->is_array()) return ids;
+  for (const auto& m : data->as_array()) {
+    if (m.is_object() && m.as_object().contains("id") && m.as_object().at("id").is_string()) {
+      ids.emplace_back(m.as_object().at("id").as_string());
+    }
+  }
+  return ids;
+}
+
 }  // namespace
 
 struct HttpHandler::Call {
@@ -450,6 +466,11 @@ asio::awaitable<void> HttpHandler::HealthLoop(absl::Duration interval) {
         spdlog::info("upstream {} is now {}", u->spec.name, healthy ? "healthy" : "unhealthy");
       }
       u->healthy = healthy;
+      if (healthy) {
+        http::Request list{bhttp::verb::get, "/v1/models", 11};
+        auto models = co_await http::Fetch(executor, u->spec.host, u->spec.port, list, absl::Seconds(2));
+        if (models.ok() && models->status == 200) u->SetDiscovered(ModelIds(models->body));
+      }
       metrics_->upstream_healthy.Add({{"upstream", u->spec.name}}).Set(upstreams_->Available(*u) ? 1 : 0);
     }
     co_await Sleep(interval);

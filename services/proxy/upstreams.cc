@@ -40,6 +40,16 @@ bool Upstream::Serves(const std::string& model) const {
   return spec.models.empty() || std::find(spec.models.begin(), spec.models.end(), model) != spec.models.end();
 }
 
+void Upstream::SetDiscovered(std::vector<std::string> models) {
+  absl::MutexLock lock(&mu_);
+  discovered_ = std::move(models);
+}
+
+std::vector<std::string> Upstream::discovered() const {
+  absl::MutexLock lock(&mu_);
+  return discovered_;
+}
+
 UpstreamPool::UpstreamPool(std::vector<UpstreamSpec> specs, Clock* clock, BreakerOptions breaker)
     : clock_(clock), breaker_(breaker) {
   for (auto& spec : specs) {
@@ -93,7 +103,10 @@ void UpstreamPool::Failed(Upstream* u) {
 
 std::vector<std::string> UpstreamPool::models() const {
   std::set<std::string> all;
-  for (const auto& u : upstreams_) all.insert(u->spec.models.begin(), u->spec.models.end());
+  for (const auto& u : upstreams_) {
+    all.insert(u->spec.models.begin(), u->spec.models.end());
+    for (auto& m : u->discovered()) all.insert(std::move(m));
+  }
   return {all.begin(), all.end()};
 }
 

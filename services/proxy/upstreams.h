@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/core/clock.h"
 
@@ -33,6 +34,13 @@ struct Upstream {
   std::atomic<int64_t> open_until_ns{0};  // circuit open (refused) until then
   std::atomic<bool> healthy{true};        // last active health check
   bool Serves(const std::string& model) const;
+  // Model ids the upstream lists at GET /v1/models (learned by the health checks).
+  void SetDiscovered(std::vector<std::string> models);
+  std::vector<std::string> discovered() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> discovered_ ABSL_GUARDED_BY(mu_);
 };
 
 struct BreakerOptions {
@@ -53,7 +61,7 @@ class UpstreamPool {
   bool Available(const Upstream& u) const;
 
   std::vector<Upstream*> all() { return raw_; }
-  // Every model some upstream declares (GET /v1/models when a session's policy allows any).
+  // Every model some upstream declares or lists (GET /v1/models when a session's policy allows any).
   std::vector<std::string> models() const;
 
  private:
