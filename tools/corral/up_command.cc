@@ -1,6 +1,7 @@
 // `corral up`: a whole local Corral cluster on loopback, every service a child process of this one, state
 // under ./.corral/ (secret, configs, logs, cluster.json). Ctrl-C (or SIGTERM) stops the services cleanly.
-// `--demo` then exercises the cluster; today that is the ratelimiter (FIFO permits across workers).
+// `--demo` then exercises the cluster: the ratelimiter (FIFO permits across workers), two isolated sandboxes,
+// and one episode through the proxy (an agent in a sandbox, its calls recorded as a trajectory).
 #include <signal.h>
 #include <unistd.h>
 
@@ -49,6 +50,7 @@ struct ServiceDef {
   std::string binary;
   std::string config_yaml;
   std::string grpc_listen, metrics_listen;
+  std::vector<std::string> extra_args;
 };
 
 absl::StatusOr<std::string> EnsureSecret(const fs::path& dir) {
@@ -105,6 +107,20 @@ int RunUp(const UpFlags& flags) {
     std::cout << "corral up: not root, so no sandbox host (it switches to each sandbox's uid)\n";
   }
 
+  // A scripted model stands in for vLLM/SGLang in the playground (a demo aid: point the proxy's upstream at a
+  // real backend with `corral-proxy --upstream http://HOST:PORT`).
+  auto fake_llm = StartService(bin + "/corral-fake-llm",
+                               {"--listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8000")}, dir.string(),
+                               "fake-llm");
+  if (!fake_llm.ok()) {
+    std::cerr << "corral up: cannot start fake-llm: " << fake_llm.status().message() << "\n";
+    return 1;
+  }
+  defs.push_back({"proxy", bin + "/corral-proxy",
+                  absl::StrCat("# corral up: the proxy's playground configuration.\njournal: ", (dir / "proxy.db").string(),
+                               "\nupstream: [\"http://", fake_llm->ready.http, "\"]\n"),
+                  "127.0.0.1:7600", "127.0.0.1:9600",
+                  {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8080")}});
   std::vector<std::pair<ServiceDef, RunningService>> running;
   for (ServiceDef& def : defs) {
     const std::string config = (dir / (def.name + ".yaml")).string();
@@ -112,6 +128,7 @@ int RunUp(const UpFlags& flags) {
     std::vector<std::string> args = {"--config=" + config, "--secret-file=" + *secret,
                                      "--grpc-listen=" + (flags.any_port ? "127.0.0.1:0" : def.grpc_listen),
                                      "--metrics-listen=" + (flags.any_port ? "127.0.0.1:0" : def.metrics_listen)};
+    args.insert(args.end(), def.extra_args.begin(), def.extra_args.end());
     auto service = StartService(def.binary, args, dir.string(), def.name);
     if (!service.ok()) {
       std::cerr << "corral up: cannot start " << def.name << ": " << service.status().message()
@@ -125,16 +142,21 @@ int RunUp(const UpFlags& flags) {
   cluster << "{\"secret_file\":\"" << *secret << "\"";
   for (auto& [def, service] : running) {
     cluster << ",\"" << def.name << "\":{\"grpc\":\"" << service.ready.grpc << "\",\"metrics\":\""
-            << service.ready.metrics << "\",\"pid\":" << service.ready.pid << "}";
+            << service.ready.metrics << "\",\"pid\":" << service.ready.pid
+            << (service.ready.http.empty() ? "" : ",\"http\":\"" + service.ready.http + "\"") << "}";
   }
+  cluster << ",\"fake-llm\":{\"http\":\"" << fake_llm->ready.http << "\",\"pid\":" << fake_llm->ready.pid << "}";
   cluster << "}\n";
   cluster.close();
 
   std::cout << "corral up: cluster running (state and logs in " << dir.string() << ")\n";
   for (auto& [def, service] : running) {
-    std::cout << absl::StrFormat("  %-12s grpc %-18s metrics http://%s/metrics  pid %d\n", def.name,
-                                 service.ready.grpc, service.ready.metrics, service.ready.pid);
+    std::cout << absl::StrFormat("  %-12s grpc %-18s metrics http://%s/metrics  pid %d%s\n", def.name,
+                                 service.ready.grpc, service.ready.metrics, service.ready.pid,
+                                 service.ready.http.empty() ? "" : "  http://" + service.ready.http + "/v1");
   }
+  std::cout << absl::StrFormat("  %-12s http://%s/v1 (scripted model)  pid %d\n", "fake-llm", fake_llm->ready.http,
+                               fake_llm->ready.pid);
   const std::string& limiter_addr = running.front().second.ready.grpc;
   std::cout << "try:  corral limiter status --addr " << limiter_addr << " --secret-file " << *secret << "\n"
             << std::flush;
@@ -144,8 +166,15 @@ int RunUp(const UpFlags& flags) {
   if (flags.demo) {
     const std::string token = MintClusterToken(*TokenSigner::FromKeyFile(*secret));
     exit_code = RunRateLimiterDemo(limiter_addr, token);
+    std::string sandbox_host;
     for (auto& [def, service] : running) {
-      if (def.name == "sandbox-host" && exit_code == 0) exit_code = RunSandboxDemo(service.ready.grpc, token);
+      if (def.name == "sandbox-host") sandbox_host = service.ready.grpc;
+    }
+    if (exit_code == 0 && !sandbox_host.empty()) exit_code = RunSandboxDemo(sandbox_host, token);
+    for (auto& [def, service] : running) {
+      if (def.name == "proxy" && exit_code == 0) {
+        exit_code = RunProxyDemo(service.ready.grpc, service.ready.http, sandbox_host, token, dir.string());
+      }
     }
     stop = flags.exit_after_demo;
   }
