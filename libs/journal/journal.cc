@@ -1,6 +1,7 @@
 #include "libs/journal/journal.h"
 
 #include <future>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 
@@ -30,6 +31,16 @@ absl::StatusOr<sqlite3*> OpenDb(const std::string& path) {
 }
 
 }  // namespace
+
+Statement& CachedStatement(sqlite3* db, const char* sql) {
+  // Per thread: the writer thread owns its connection's statements, finalized when the thread exits (before the
+  // connection closes).
+  thread_local std::map<std::pair<sqlite3*, std::string>, std::unique_ptr<Statement>> cache;
+  auto& slot = cache[{db, sql}];
+  if (slot == nullptr) slot = std::make_unique<Statement>(db, sql);
+  slot->Reset();
+  return *slot;
+}
 
 Statement::Statement(sqlite3* db, const char* sql) : db_(db) { sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
 Statement::~Statement() { sqlite3_finalize(stmt_); }
@@ -76,12 +87,14 @@ void Statement::Reset() {
   sqlite3_clear_bindings(stmt_);
 }
 
-absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, const std::string& schema) {
+absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, const std::string& schema,
+                                                       bool fsync) {
   std::unique_ptr<Journal> j(new Journal());
   auto writer = OpenDb(path);
   if (!writer.ok()) return writer.status();
   j->writer_ = *writer;
-  for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"}) {
+  for (const char* pragma : {"PRAGMA journal_mode=WAL", fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
+                             "PRAGMA foreign_keys=ON"}) {
     if (auto s = Exec(j->writer_, pragma); !s.ok()) return s;
   }
   if (auto s = Exec(j->writer_, schema); !s.ok()) return s;
@@ -100,7 +113,7 @@ Journal::~Journal() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   sqlite3_close(reader_);
-  sqlite3_close(writer_);
+  sqlite3_close_v2(writer_);  // its cached statements were finalized when the writer thread exited
 }
 
 void Journal::Submit(Write write, Done done) {
@@ -143,14 +156,22 @@ void Journal::Loop() {
       batch.swap(queue_);  // everything queued meanwhile: one transaction, one fsync
     }
     std::vector<absl::Status> results(batch.size());
-    absl::Status tx = Exec(writer_, "BEGIN IMMEDIATE");
+    absl::Status tx = CachedStatement(writer_, "BEGIN IMMEDIATE").Run();
     for (size_t i = 0; i < batch.size() && tx.ok(); ++i) {
-      Exec(writer_, "SAVEPOINT w").IgnoreError();
+      if (batch.size() > 1) CachedStatement(writer_, "SAVEPOINT w").Run().IgnoreError();
       results[i] = batch[i].first(writer_);
       // A failed write is rolled back alone; the others of the batch still commit.
-      Exec(writer_, results[i].ok() ? "RELEASE w" : "ROLLBACK TO w; RELEASE w").IgnoreError();
+      if (batch.size() > 1) {
+        if (!results[i].ok()) CachedStatement(writer_, "ROLLBACK TO w").Run().IgnoreError();
+        CachedStatement(writer_, "RELEASE w").Run().IgnoreError();
+      }
     }
-    if (tx.ok()) tx = Exec(writer_, "COMMIT");
+    if (tx.ok() && batch.size() == 1 && !results[0].ok()) {
+      CachedStatement(writer_, "ROLLBACK").Run().IgnoreError();  // a lone failed write leaves nothing behind
+      tx = absl::OkStatus();
+    } else if (tx.ok()) {
+      tx = CachedStatement(writer_, "COMMIT").Run();
+    }
     if (!tx.ok()) Exec(writer_, "ROLLBACK").IgnoreError();
     {
       std::lock_guard<std::mutex> lock(mu_);

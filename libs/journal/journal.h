@@ -1,5 +1,7 @@
 // A SQLite database in WAL mode with group commit: writes are queued, a writer thread applies everything queued
-// in one transaction, commits (synchronous=FULL: durable once COMMIT returns), then tells each writer it is done.
+// in one transaction, commits, then tells each writer it is done. Durability: a committed write survives the
+// process being killed (it is in the WAL); with `fsync` (synchronous=FULL) it also survives the machine
+// crashing, at the price of an fsync per commit.
 // Used by services that must not lose what they acknowledged (the proxy's recorded calls).
 #pragma once
 
@@ -41,10 +43,14 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
 };
 
+// A statement prepared once per connection and thread, reset for reuse (the writer's hot path: no re-parsing).
+Statement& CachedStatement(sqlite3* db, const char* sql);
+
 class Journal {
  public:
   // Opens (creating) `path`, applies `schema` (idempotent CREATE ... IF NOT EXISTS statements).
-  static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& path, const std::string& schema);
+  static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& path, const std::string& schema,
+                                                       bool fsync = true);
   ~Journal();  // commits what is queued, then closes
 
   using Write = std::function<absl::Status(sqlite3* db)>;

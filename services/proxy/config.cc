@@ -38,6 +38,9 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                   return absl::OkStatus();
                 });
   schema.String("journal", &c->journal, "SQLite file recording sessions and calls (WAL)");
+  schema.Bool("journal_fsync", &c->journal_fsync,
+              "fsync every commit, so recorded calls survive a machine crash too (by default they survive the "
+              "proxy being killed: committed to the WAL, flushed by the OS)");
   schema.Int("max_sessions", &c->max_sessions, "open sessions held at once", 1, 10000000);
   schema.Duration("session_ttl", &c->sessions.default_ttl, "lifetime of a session whose policy sets none",
                   absl::Seconds(1), absl::Hours(24 * 30));

@@ -25,6 +25,7 @@ struct Config {
   std::vector<std::string> upstream_urls;   // --upstream URL (repeatable)
   std::vector<UpstreamSpec> upstreams;      // `upstreams:` in the file; both lists are used
   std::string journal = "corral-proxy.db";
+  bool journal_fsync = false;
   SessionLimits sessions;
   int64_t max_sessions = 100000;
   RelayOptions relay;

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   corral::ServerRunner runner("proxy", config.server);
   corral::proxy::ProxyMetrics metrics(*runner.registry());
 
-  auto journal = corral::proxy::ProxyJournal::Open(config.journal);
+  auto journal = corral::proxy::ProxyJournal::Open(config.journal, config.journal_fsync);
   if (!journal.ok()) {
     spdlog::error("cannot start: {}", journal.status());
     return 1;

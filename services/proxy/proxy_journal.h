@@ -17,7 +17,8 @@ namespace corral::proxy {
 
 class ProxyJournal {
  public:
-  static absl::StatusOr<std::unique_ptr<ProxyJournal>> Open(const std::string& path);
+  // `fsync`: survive machine crashes too (see Journal), not only the proxy being killed.
+  static absl::StatusOr<std::unique_ptr<ProxyJournal>> Open(const std::string& path, bool fsync);
 
   // Blocking (gRPC handlers): durable when they return OK.
   absl::Status PutSession(const v1::OpenSessionRequest& request, absl::Time open_time);

@@ -3,17 +3,44 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/util/json_util.h"
+#include "boost/json.hpp"
 #include "openssl/sha.h"
 
 namespace corral::proxy {
 
+namespace {
+
+std::string CanonicalJson(const v1::ChatMessage& m) {
+  // Fields in declaration order, empty ones left out: one spelling per message, cheap to produce.
+  boost::json::object o;
+  auto put = [&o](const char* key, const std::string& value) {
+    if (!value.empty()) o[key] = value;
+  };
+  put("role", m.role());
+  put("content", m.content());
+  put("content_parts_json", m.content_parts_json());
+  put("reasoning_content", m.reasoning_content());
+  if (m.tool_calls_size() > 0) {
+    boost::json::array calls;
+    for (const auto& tc : m.tool_calls()) {
+      boost::json::object c;
+      c["id"] = tc.id();
+      c["type"] = tc.type();
+      c["function_name"] = tc.function_name();
+      c["arguments"] = tc.arguments();
+      calls.push_back(std::move(c));
+    }
+    o["tool_calls"] = std::move(calls);
+  }
+  put("tool_call_id", m.tool_call_id());
+  put("name", m.name());
+  return boost::json::serialize(o);
+}
+
+}  // namespace
+
 std::string TrajectoryStore::ChainHash(const std::string& parent_hash, const v1::ChatMessage& message) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;  // one canonical spelling, fields in declaration order
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  const std::string input = parent_hash + '\0' + json;
+  const std::string input = parent_hash + '\0' + CanonicalJson(message);
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(), digest);
   std::string hex;
@@ -41,24 +68,6 @@ uint32_t TrajectoryStore::Node(std::optional<uint32_t> parent, const v1::ChatMes
   return nodes_.back().index();
 }
 
-bool TrajectoryStore::IsAncestorOrSelf(uint32_t ancestor, uint32_t node) const {
-  while (depth_[node] > depth_[ancestor]) node = nodes_[node].parent();
-  return node == ancestor;
-}
-
-uint32_t TrajectoryStore::SharedPrefix(std::optional<uint32_t> a, std::optional<uint32_t> b) const {
-  if (!a || !b) return 0;
-  uint32_t x = *a, y = *b;
-  while (depth_[x] > depth_[y]) x = nodes_[x].parent();
-  while (depth_[y] > depth_[x]) y = nodes_[y].parent();
-  while (x != y) {
-    if (!nodes_[x].has_parent()) return 0;  // different roots
-    x = nodes_[x].parent();
-    y = nodes_[y].parent();
-  }
-  return depth_[x];
-}
-
 std::vector<uint32_t> TrajectoryStore::Chain(std::optional<uint32_t> last) const {
   std::vector<uint32_t> chain;
   for (std::optional<uint32_t> n = last; n; n = nodes_[*n].has_parent() ? std::optional(nodes_[*n].parent()) : std::nullopt) {
@@ -68,30 +77,35 @@ std::vector<uint32_t> TrajectoryStore::Chain(std::optional<uint32_t> last) const
   return chain;
 }
 
-uint32_t TrajectoryStore::Assign(std::optional<uint32_t> prompt_last, const std::string& call_id) {
-  // The branch whose conversation this prompt continues (its last message is on the prompt's chain)…
-  for (v1::Branch& b : branches_) {
-    const bool continues = !b.has_last_message() || (prompt_last && IsAncestorOrSelf(b.last_message(), *prompt_last));
-    if (continues) {
-      b.add_call_ids(call_id);
-      return b.branch_id();
+void TrajectoryStore::SetLast(uint32_t branch, uint32_t node) {
+  v1::Branch& b = branches_[branch];
+  if (b.has_last_message()) branch_ending_at_.erase(b.last_message());
+  b.set_last_message(node);
+  branch_ending_at_[node] = branch;
+}
+
+uint32_t TrajectoryStore::Assign(std::optional<uint32_t> prompt_last, size_t new_nodes, const std::string& call_id) {
+  // Walk up the prompt's chain (O(prompt length)): the first node that ends a branch means the prompt
+  // continues that branch's conversation…
+  std::optional<uint32_t> first_old;  // the deepest prompt node stored before this call
+  size_t seen = 0;
+  for (std::optional<uint32_t> n = prompt_last; n;
+       n = nodes_[*n].has_parent() ? std::optional(nodes_[*n].parent()) : std::nullopt, ++seen) {
+    if (seen < new_nodes) continue;
+    if (!first_old) first_old = *n;
+    if (auto it = branch_ending_at_.find(*n); it != branch_ending_at_.end()) {
+      branches_[it->second].add_call_ids(call_id);
+      return it->second;
     }
   }
-  // …or a new branch, forked from the one sharing the longest prefix.
+  // …otherwise it starts a branch, forked from the one that stored the longest shared prefix.
   v1::Branch fork;
   fork.set_branch_id(static_cast<uint32_t>(branches_.size()));
-  if (!branches_.empty()) {
-    uint32_t best = 0, best_shared = 0;
-    for (const v1::Branch& b : branches_) {
-      const uint32_t shared = SharedPrefix(b.has_last_message() ? std::optional(b.last_message()) : std::nullopt,
-                                           prompt_last);
-      if (shared > best_shared) {
-        best = b.branch_id();
-        best_shared = shared;
-      }
-    }
-    fork.set_parent_branch(best);
-    fork.set_shared_prefix_messages(best_shared);
+  if (first_old) {
+    fork.set_parent_branch(owner_[*first_old]);
+    fork.set_shared_prefix_messages(depth_[*first_old]);
+  } else if (!branches_.empty()) {
+    fork.set_parent_branch(0);
   }
   fork.add_call_ids(call_id);
   branches_.push_back(std::move(fork));
@@ -102,19 +116,21 @@ const v1::LlmCall& TrajectoryStore::Record(RecordedCall recorded) {
   v1::LlmCall& call = recorded.call;
   call.set_seq(static_cast<uint32_t>(calls_.size()));
   call.set_call_id(absl::StrCat(env_id_, "/", call.seq()));
+  const size_t before = nodes_.size();
   std::optional<uint32_t> last;
   for (const v1::ChatMessage& m : recorded.prompt) last = Node(last, m, /*generated=*/false, call.call_id());
   if (last) call.set_prompt_last_message(*last);
   const bool chat = !recorded.prompt.empty() || recorded.response.has_value();
   if (chat) {
-    call.set_branch(Assign(last, call.call_id()));
+    const uint32_t branch = Assign(last, nodes_.size() - before, call.call_id());
+    call.set_branch(branch);
+    std::optional<uint32_t> end = last;
     if (recorded.response) {
-      const uint32_t response = Node(last, *recorded.response, /*generated=*/true, call.call_id());
-      call.set_response_message(response);
-      branches_[call.branch()].set_last_message(response);
-    } else if (last) {
-      branches_[call.branch()].set_last_message(*last);
+      end = Node(last, *recorded.response, /*generated=*/true, call.call_id());
+      call.set_response_message(*end);
     }
+    owner_.resize(nodes_.size(), branch);  // nodes this call added belong to its branch
+    if (end) SetLast(branch, *end);
   }
   calls_.push_back(std::move(call));
   return calls_.back();

@@ -37,22 +37,24 @@ class TrajectoryStore {
   size_t nodes() const { return nodes_.size(); }
   size_t branches() const { return branches_.size(); }
 
-  // Hex SHA-256 of (parent hash || canonical JSON of `message`).
+  // Hex SHA-256 of (parent hash || 0 || canonical JSON of `message`: its non-empty fields in declaration
+  // order, named as in the proto).
   static std::string ChainHash(const std::string& parent_hash, const v1::ChatMessage& message);
 
  private:
   // Appends `message` below `parent` (or finds the identical node there); returns its index.
   uint32_t Node(std::optional<uint32_t> parent, const v1::ChatMessage& message, bool generated,
                 const std::string& call_id);
-  // How many of the chain ending at `a` and the chain ending at `b` are shared (from the root).
-  uint32_t SharedPrefix(std::optional<uint32_t> a, std::optional<uint32_t> b) const;
-  bool IsAncestorOrSelf(uint32_t ancestor, uint32_t node) const;
   std::vector<uint32_t> Chain(std::optional<uint32_t> last) const;  // root first
-  uint32_t Assign(std::optional<uint32_t> prompt_last, const std::string& call_id);
+  // The branch a call belongs to, given its prompt's last node and how many of the prompt's nodes are new.
+  uint32_t Assign(std::optional<uint32_t> prompt_last, size_t new_nodes, const std::string& call_id);
+  void SetLast(uint32_t branch, uint32_t node);
 
   const std::string env_id_;
   std::vector<v1::MessageNode> nodes_;
   std::vector<uint32_t> depth_;  // 1 for a root message
+  std::vector<uint32_t> owner_;  // the branch that first stored each node
+  absl::flat_hash_map<uint32_t, uint32_t> branch_ending_at_;  // a branch's last message → that branch
   absl::flat_hash_map<std::string, uint32_t> by_hash_;
   std::vector<v1::LlmCall> calls_;
   std::vector<v1::Branch> branches_;  // structure only (ids, parent, shared prefix, call ids, last message)

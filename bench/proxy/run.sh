@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Proxy benchmark (not in CI): wrk posting chat completions at fixed concurrency against the fake backend
+# directly, corral-proxy in front of it (recording and journaling every call), and nginx proxy_pass in front of
+# it (records nothing); then 1,000 concurrent streams with 10,000 open sessions and the proxy's RSS.
+#   bench/proxy/run.sh        (BENCH_SECONDS=10 per run)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds=${BENCH_SECONDS:-10}
+
+scripts/bootstrap
+for p in wrk nginx-light; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$p"
+done
+mkdir -p build
+cmake -S . -B build -G Ninja > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
+ninja -C build corral-proxy corral-fake-llm
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [[ -f "$work/nginx.pid" ]] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ready() {  # ready-file field
+  for _ in $(seq 400); do [[ -s "$1" ]] && break; sleep 0.05; done
+  sed -n "s/.*\"$2\":\"\([^\"]*\)\".*/\1/p" "$1"
+}
+
+build/bin/corral-fake-llm --listen 127.0.0.1:0 --reply "The repository keeps services, libraries and tests apart." \
+  --ready-file "$work/fake.json" --log-level warn > "$work/fake.log" 2>&1 &
+pids+=($!)
+fake=$(ready "$work/fake.json" http)
+# --insecure: the benchmark's session calls carry no cluster token (env tokens are still signed and checked).
+build/bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+  --http-listen 127.0.0.1:0 --upstream "http://$fake" --journal "$work/proxy.db" --log-level warn \
+  --ready-file "$work/proxy.json" > "$work/proxy.log" 2>&1 &
+proxy_pid=$!
+pids+=($proxy_pid)
+proxy_http=$(ready "$work/proxy.json" http)
+proxy_grpc=$(ready "$work/proxy.json" grpc)
+nginx_port=$((20000 + RANDOM % 20000))
+sed -e "s#__PORT__#$nginx_port#" -e "s#__UPSTREAM__#$fake#" -e "s#__DIR__#$work#g" bench/proxy/nginx.conf > "$work/nginx.conf"
+nginx -c "$work/nginx.conf" -p "$work"
+for _ in $(seq 100); do [[ -s "$work/nginx.pid" ]] && break; sleep 0.05; done
+
+token=$(/usr/bin/python3 bench/proxy/sessions.py build/python "$proxy_grpc" 1 bench-main)
+
+run() {  # name url connections [stream]
+  CORRAL_TOKEN=$token CORRAL_STREAM=${4:-0} wrk -t 2 -c "$3" -d "${seconds}s" --timeout 30s \
+    -s bench/proxy/chat.lua "$2/v1/chat/completions" | grep '^WRK' | sed "s/^WRK/$1 c=$3/"
+}
+
+echo "== throughput and latency (wrk, ${seconds}s per run, 2 cores shared by wrk, backend and proxy)"
+results=()
+for c in 8 64; do
+  results+=("$(run direct "http://$fake" "$c")")
+  results+=("$(run corral "http://$proxy_http" "$c")")
+  results+=("$(run nginx "http://127.0.0.1:$nginx_port" "$c")")
+done
+printf '%s\n' "${results[@]}"
+
+field() { echo "$1" | sed -n "s/.*$2=\([0-9.]*\).*/\1/p"; }
+pick() { printf '%s\n' "${results[@]}" | grep "^$1 c=$2 "; }
+direct8=$(pick direct 8); corral8=$(pick corral 8); corral64=$(pick corral 64); nginx64=$(pick nginx 64)
+added_p50=$(/usr/bin/python3 -c "print(round($(field "$corral8" p50_ms) - $(field "$direct8" p50_ms), 3))")
+added_p99=$(/usr/bin/python3 -c "print(round($(field "$corral8" p99_ms) - $(field "$direct8" p99_ms), 3))")
+ratio=$(/usr/bin/python3 -c "print(round($(field "$corral64" rps) / $(field "$nginx64" rps), 2))")
+
+echo "== 10,000 open sessions, 1,000 concurrent streams (the backend streams 10 tokens, 20 ms apart)"
+/usr/bin/python3 bench/proxy/sessions.py build/python "$proxy_grpc" 10000 bench-s > /dev/null
+kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true
+build/bin/corral-fake-llm --listen "$fake" --inter-token 20ms --reply "one two three four five six seven eight nine ten" \
+  --log-level warn > "$work/fake2.log" 2>&1 &
+pids+=($!)
+sleep 0.5
+ulimit -n 65536 || true
+rss_peak=0
+( while kill -0 "$proxy_pid" 2>/dev/null; do
+    awk '/VmRSS/ {print $2}' "/proc/$proxy_pid/status"; sleep 0.2; done > "$work/rss.txt" ) &
+sampler=$!
+streams=$(run streams "http://$proxy_http" 1000 1)
+kill "$sampler" 2>/dev/null || true
+echo "$streams"
+rss_mib=$(sort -n "$work/rss.txt" | tail -1 | awk '{printf "%.1f", $1/1024}')
+echo "corral-proxy peak RSS with 10,000 sessions and 1,000 live streams: ${rss_mib} MiB (target <= 256)"
+echo "added latency at c=8: p50 ${added_p50} ms (target <= 0.3), p99 ${added_p99} ms (target <= 2)"
+echo "throughput at c=64: corral / nginx = ${ratio} (target >= 0.8)"
+echo "RESULT proxy rps=$(field "$corral64" rps) nginx_rps=$(field "$nginx64" rps) ratio=$ratio added_p50_ms=$added_p50 added_p99_ms=$added_p99 rss_mib=$rss_mib"

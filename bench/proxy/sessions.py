@@ -1,0 +1,26 @@
+"""Opens N sessions on an --insecure corral-proxy over gRPC (the benchmark's sessions); prints the first token.
+
+Usage: sessions.py BUILD_PYTHON_DIR GRPC_ADDRESS COUNT ENV_ID_PREFIX
+"""
+import sys
+
+import grpc
+
+sys.path.insert(0, sys.argv[1])  # build/python
+from corral.v1 import proxy_pb2, proxy_pb2_grpc  # noqa: E402
+
+address, count, prefix = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+stub = proxy_pb2_grpc.ProxyStub(grpc.insecure_channel(address))
+first = None
+futures = []
+for i in range(count):
+    req = proxy_pb2.OpenSessionRequest(env_id=f"{prefix}-{i}")
+    req.policy.capture_token_ids = True
+    futures.append(stub.OpenSession.future(req, timeout=60))
+    if len(futures) >= 256:
+        for f in futures:
+            first = first or f.result().env_token
+        futures = []
+for f in futures:
+    first = first or f.result().env_token
+print(first)
