@@ -1,13 +1,23 @@
--- wrk script: POST a chat completion as an agent would, with its session's env token.
--- Env: CORRAL_TOKEN (Bearer token), CORRAL_STREAM=1 for streamed completions.
-local token = os.getenv("CORRAL_TOKEN") or "none"
+-- wrk script: POST chat completions as agents would, each request with the next session's env token (round
+-- robin over the tokens in $CORRAL_TOKENS_FILE, one per line). CORRAL_STREAM=1 for streamed completions.
 local stream = os.getenv("CORRAL_STREAM") == "1"
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer " .. token
-wrk.body = '{"model":"fake-model","stream":' .. (stream and "true" or "false") ..
+local tokens = {}
+for line in io.lines(os.getenv("CORRAL_TOKENS_FILE")) do tokens[#tokens + 1] = line end
+local body = '{"model":"fake-model","stream":' .. (stream and "true" or "false") ..
   ',"messages":[{"role":"system","content":"You are a helpful agent."},' ..
   '{"role":"user","content":"Summarise the repository layout in one sentence please."}]}'
+local counter = 0
+local offset = 0
+
+function setup(thread)
+  thread:set("offset", math.random(#tokens))
+end
+
+function request()
+  counter = counter + 1
+  local token = tokens[(counter + offset) % #tokens + 1]
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token}, body)
+end
 
 function done(summary, latency, requests)
   -- One machine-readable line for run.sh.

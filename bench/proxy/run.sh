@@ -48,14 +48,15 @@ sed -e "s#__PORT__#$nginx_port#" -e "s#__UPSTREAM__#$fake#" -e "s#__DIR__#$work#
 nginx -c "$work/nginx.conf" -p "$work"
 for _ in $(seq 100); do [[ -s "$work/nginx.pid" ]] && break; sleep 0.05; done
 
-token=$(/usr/bin/python3 bench/proxy/sessions.py build/python "$proxy_grpc" 1 bench-main)
+/usr/bin/python3 bench/proxy/sessions.py build/python "$proxy_grpc" 1000 bench-a > "$work/tokens-direct"
 
-run() {  # name url connections [stream]
-  CORRAL_TOKEN=$token CORRAL_STREAM=${4:-0} wrk -t 2 -c "$3" -d "${seconds}s" --timeout 30s \
+run() {  # name url connections [stream] — each request as the next of the sessions in $tokens
+  CORRAL_TOKENS_FILE=$tokens CORRAL_STREAM=${4:-0} wrk -t 2 -c "$3" -d "${seconds}s" --timeout 30s \
     -s bench/proxy/chat.lua "$2/v1/chat/completions" | grep '^WRK' | sed "s/^WRK/$1 c=$3/"
 }
 
-echo "== throughput and latency (wrk, ${seconds}s per run, 2 cores shared by wrk, backend and proxy)"
+tokens=$work/tokens-direct
+echo "== throughput and latency (wrk, ${seconds}s per run, 1,000 sessions round robin; 2 cores shared by wrk, backend and proxy)"
 results=()
 for c in 8 64; do
   results+=("$(run direct "http://$fake" "$c")")
@@ -72,13 +73,22 @@ added_p99=$(/usr/bin/python3 -c "print(round($(field "$corral8" p99_ms) - $(fiel
 ratio=$(/usr/bin/python3 -c "print(round($(field "$corral64" rps) / $(field "$nginx64" rps), 2))")
 
 echo "== 10,000 open sessions, 1,000 concurrent streams (the backend streams 10 tokens, 20 ms apart)"
-/usr/bin/python3 bench/proxy/sessions.py build/python "$proxy_grpc" 10000 bench-s > /dev/null
+# A fresh proxy, so the RSS is that of the sessions and streams, not of the calls recorded above.
+kill "$proxy_pid"; wait "$proxy_pid" 2>/dev/null || true
+rm -f "$work/proxy.db"* "$work/proxy.json"
+build/bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --http-listen "$proxy_http" \
+  --upstream "http://$fake" --journal "$work/proxy.db" --log-level warn --ready-file "$work/proxy.json" \
+  > "$work/proxy2.log" 2>&1 &
+proxy_pid=$!
+pids+=($proxy_pid)
+proxy_grpc=$(ready "$work/proxy.json" grpc)
+/usr/bin/python3 bench/proxy/sessions.py build/python "$proxy_grpc" 10000 bench-s > "$work/tokens-streams"
+tokens=$work/tokens-streams
 kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true
 build/bin/corral-fake-llm --listen "$fake" --inter-token 20ms --reply "one two three four five six seven eight nine ten" \
   --log-level warn > "$work/fake2.log" 2>&1 &
 pids+=($!)
 sleep 0.5
-ulimit -n 65536 || true
 rss_peak=0
 ( while kill -0 "$proxy_pid" 2>/dev/null; do
     awk '/VmRSS/ {print $2}' "/proc/$proxy_pid/status"; sleep 0.2; done > "$work/rss.txt" ) &

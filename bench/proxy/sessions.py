@@ -1,4 +1,5 @@
-"""Opens N sessions on an --insecure corral-proxy over gRPC (the benchmark's sessions); prints the first token.
+"""Opens N sessions on an --insecure corral-proxy over gRPC (the benchmark's sessions); prints their tokens,
+one per line.
 
 Usage: sessions.py BUILD_PYTHON_DIR GRPC_ADDRESS COUNT ENV_ID_PREFIX
 """
@@ -11,7 +12,6 @@ from corral.v1 import proxy_pb2, proxy_pb2_grpc  # noqa: E402
 
 address, count, prefix = sys.argv[2], int(sys.argv[3]), sys.argv[4]
 stub = proxy_pb2_grpc.ProxyStub(grpc.insecure_channel(address))
-first = None
 futures = []
 for i in range(count):
     req = proxy_pb2.OpenSessionRequest(env_id=f"{prefix}-{i}")
@@ -19,8 +19,7 @@ for i in range(count):
     futures.append(stub.OpenSession.future(req, timeout=60))
     if len(futures) >= 256:
         for f in futures:
-            first = first or f.result().env_token
+            print(f.result().env_token)
         futures = []
 for f in futures:
-    first = first or f.result().env_token
-print(first)
+    print(f.result().env_token)

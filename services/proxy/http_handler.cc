@@ -337,6 +337,10 @@ asio::awaitable<void> HttpHandler::RelayWhole(Call& c, http::ClientConnection& u
     co_await Fail(c, responder, 502, "upstream_error", c.error);
     co_return;
   }
+  if (!c.session->open()) {
+    co_await Fail(c, responder, 410, "invalid_request_error", "session closed");
+    co_return;
+  }
   c.assembler.AddWhole(parsed.as_object());
   if (absl::Status s = co_await Finish(c); !s.ok()) {
     co_await responder.Send(500, "application/json", http::ErrorJson("the call could not be journaled", "server_error"));
@@ -358,6 +362,11 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, http::ClientConnection& 
   const bool rewrite = c.rewrite.strip_token_ids || c.rewrite.strip_logprobs || c.rewrite.strip_usage_chunk;
   http::SseParser parser;
   while (c.error.empty()) {
+    if (!c.session->open()) {  // CloseSession while the call was in flight: it ends here, recorded failed
+      c.error = "session closed";
+      c.http_status = 410;
+      break;
+    }
     const absl::Time start = clock_->Now();
     absl::StatusOr<std::string> piece = co_await upstream.ReadSome(options_.idle_timeout);
     c.upstream_wait += clock_->Now() - start;

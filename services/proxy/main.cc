@@ -1,5 +1,7 @@
 // corral-proxy: composition root. Config → journal (restores sessions and calls) → sessions → upstreams →
 // HTTP handler on its own I/O threads → gRPC session service; runs until SIGTERM.
+#include <sys/resource.h>
+
 #include "absl/strings/str_cat.h"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/detached.hpp"
@@ -27,6 +29,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (auto s = corral::InitLogging("proxy", config.server.log); !s.ok()) return 2;
+  // Two descriptors per relayed call (agent and upstream): raise the soft limit to the hard one.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   auto secret = corral::LoadClusterSecret(config.server);
   if (!secret.ok()) {
     spdlog::error("cannot start: {}", secret.status());
