@@ -56,6 +56,21 @@ std::string ErrorJson(absl::string_view message, absl::string_view type, absl::s
   return boost::json::serialize(body);
 }
 
+std::string ModelListJson(const std::vector<std::string>& ids, absl::string_view owned_by) {
+  boost::json::array data;
+  for (const auto& id : ids) {
+    boost::json::object model;
+    model["id"] = id;
+    model["object"] = "model";
+    model["owned_by"] = boost::json::string_view(owned_by.data(), owned_by.size());
+    data.push_back(std::move(model));
+  }
+  boost::json::object out;
+  out["object"] = "list";
+  out["data"] = std::move(data);
+  return boost::json::serialize(out);
+}
+
 absl::Status SplitHostPort(const std::string& host_port, std::string* host, uint16_t* port) {
   const size_t colon = host_port.rfind(':');
   int p = -1;

@@ -104,5 +104,7 @@ absl::Status SplitHostPort(const std::string& host_port, std::string* host, uint
 
 // A JSON error body in OpenAI's shape: {"error": {"message", "type", "param": null, "code"}}.
 std::string ErrorJson(absl::string_view message, absl::string_view type, absl::string_view code = "");
+// An OpenAI model list: {"object": "list", "data": [{"id", "object": "model", "owned_by"}]}.
+std::string ModelListJson(const std::vector<std::string>& ids, absl::string_view owned_by);
 
 }  // namespace corral::http

@@ -2,6 +2,7 @@
 // TLS, and how long to drain on shutdown. A service embeds ServerConfig in its own Config struct.
 #pragma once
 
+#include <cstdio>
 #include <optional>
 #include <string>
 
@@ -47,5 +48,23 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& add
 // Runs LoadConfig and handles its outcomes for a binary's main(): prints --help (exit 0) or the error
 // (exit 2) and returns the exit code; returns nullopt when the program should go on.
 std::optional<int> HandleCommandLine(ConfigSchema& schema, int argc, char** argv);
+
+// The start of every service's main(): registers `config`'s keys with `register_config`, loads flags and the
+// config file, checks the result with `validate_config` (errors go to stderr, exit 2) and starts logging as
+// `log_name`. Returns the exit code when the process should stop now (--help, bad config); nullopt to go on.
+template <class Config, class Register, class Validate>
+std::optional<int> LoadServiceConfig(const std::string& binary, const std::string& summary, const std::string& log_name,
+                                     Config& config, Register register_config, Validate validate_config, int argc,
+                                     char** argv) {
+  ConfigSchema schema(binary, summary);
+  register_config(schema, &config);
+  if (auto exit_code = HandleCommandLine(schema, argc, argv)) return exit_code;
+  if (absl::Status s = validate_config(config); !s.ok()) {
+    fprintf(stderr, "%s: %s\n", binary.c_str(), std::string(s.message()).c_str());
+    return 2;
+  }
+  if (!InitLogging(log_name, config.server.log).ok()) return 2;
+  return std::nullopt;
+}
 
 }  // namespace corral

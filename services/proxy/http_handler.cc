@@ -142,18 +142,8 @@ asio::awaitable<void> HttpHandler::Models(http::Responder& responder, const Sess
   for (const auto& [alias, target] : session.policy().model_aliases()) {
     if (alias != "*") names.push_back(alias);
   }
-  json::array data;
-  for (const auto& n : names) {
-    json::object m;
-    m["id"] = n;
-    m["object"] = "model";
-    m["owned_by"] = "corral";
-    data.push_back(std::move(m));
-  }
-  json::object out;
-  out["object"] = "list";
-  out["data"] = std::move(data);
-  co_await responder.Send(200, "application/json", json::serialize(out));
+  const std::string body = http::ModelListJson(names, "corral");
+  co_await responder.Send(200, "application/json", body);
 }
 
 asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Responder& responder,

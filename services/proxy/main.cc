@@ -19,16 +19,13 @@
 int main(int argc, char** argv) {
   corral::BlockShutdownSignals();
   corral::proxy::Config config;
-  corral::ConfigSchema schema("corral-proxy",
-                              "OpenAI-compatible interception proxy: routes agents' LLM calls by env token to "
-                              "inference backends, streams without buffering, records exact trajectories.");
-  corral::proxy::RegisterConfig(schema, &config);
-  if (auto exit_code = corral::HandleCommandLine(schema, argc, argv)) return *exit_code;
-  if (auto s = corral::proxy::ValidateConfig(config); !s.ok()) {
-    fprintf(stderr, "corral-proxy: %s\n", std::string(s.message()).c_str());
-    return 2;
+  if (auto exit_code = corral::LoadServiceConfig(
+          "corral-proxy",
+          "OpenAI-compatible interception proxy: routes agents' LLM calls by env token to "
+          "inference backends, streams without buffering, records exact trajectories.",
+          "proxy", config, corral::proxy::RegisterConfig, corral::proxy::ValidateConfig, argc, argv)) {
+    return *exit_code;
   }
-  if (auto s = corral::InitLogging("proxy", config.server.log); !s.ok()) return 2;
   // Two descriptors per relayed call (agent and upstream): raise the soft limit to the hard one.
   rlimit nofile{};
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {

@@ -14,15 +14,12 @@ int main(int argc, char** argv) {
   corral::BlockShutdownSignals();  // before any thread exists, so only the runner receives SIGTERM
 
   corral::ratelimiter::Config config;
-  corral::ConfigSchema schema("corral-ratelimiter",
-                              "Cluster-wide FIFO semaphores and token buckets with crash-safe leases.");
-  corral::ratelimiter::RegisterConfig(schema, &config);
-  if (auto exit_code = corral::HandleCommandLine(schema, argc, argv)) return *exit_code;
-  if (auto s = corral::ratelimiter::ValidateConfig(config); !s.ok()) {
-    fprintf(stderr, "corral-ratelimiter: %s\n", std::string(s.message()).c_str());
-    return 2;
+  if (auto exit_code = corral::LoadServiceConfig(
+          "corral-ratelimiter",
+          "Cluster-wide FIFO semaphores and token buckets with crash-safe leases.",
+          "ratelimiter", config, corral::ratelimiter::RegisterConfig, corral::ratelimiter::ValidateConfig, argc, argv)) {
+    return *exit_code;
   }
-  if (auto s = corral::InitLogging("ratelimiter", config.server.log); !s.ok()) return 2;
 
   // The cluster secret signs lease ids (so re-claims verify after a restart) and authenticates callers.
   auto secret = corral::LoadClusterSecret(config.server);

@@ -20,16 +20,13 @@
 int main(int argc, char** argv) {
   corral::BlockShutdownSignals();
   corral::sandbox::Config config;
-  corral::ConfigSchema schema("corral-sandbox-host",
-                              "Hundreds of isolated sandboxes on one machine: a uid, a private home, Landlock, rlimits, "
-                              "cgroups and private namespaces each.");
-  corral::sandbox::RegisterConfig(schema, &config);
-  if (auto exit_code = corral::HandleCommandLine(schema, argc, argv)) return *exit_code;
-  if (auto s = corral::sandbox::ValidateConfig(config); !s.ok()) {
-    fprintf(stderr, "corral-sandbox-host: %s\n", std::string(s.message()).c_str());
-    return 2;
+  if (auto exit_code = corral::LoadServiceConfig(
+          "corral-sandbox-host",
+          "Hundreds of isolated sandboxes on one machine: a uid, a private home, Landlock, rlimits, "
+          "cgroups and private namespaces each.",
+          "sandbox-host", config, corral::sandbox::RegisterConfig, corral::sandbox::ValidateConfig, argc, argv)) {
+    return *exit_code;
   }
-  if (auto s = corral::InitLogging("sandbox-host", config.server.log); !s.ok()) return 2;
 
   // What the host needs, checked before anything is created.
   if (geteuid() != 0) {
@@ -41,7 +38,7 @@ int main(int argc, char** argv) {
   if (features.landlock_abi < config.min_landlock_abi) {
     if (!config.allow_unconfined) {
       spdlog::error("cannot start: Landlock ABI {} is below min_landlock_abi {}; enable Landlock in the kernel "
-                    "(lsm=landlock,...) or pass --allow-unconfined",
+          "(lsm=landlock,...) or pass --allow-unconfined",
                     features.landlock_abi, config.min_landlock_abi);
       return 1;
     }

@@ -67,20 +67,6 @@ json::array Ids(const std::vector<std::string>& tokens) {
 
 double Logprob(size_t i) { return -0.015625 * static_cast<double>(i % 64 + 1); }  // exact in float and double
 
-std::string ModelsJson(const std::vector<std::string>& models) {
-  json::array data;
-  for (const auto& m : models) {
-    json::object model;
-    model["id"] = m;
-    model["object"] = "model";
-    model["owned_by"] = "corral-fake-llm";
-    data.push_back(std::move(model));
-  }
-  json::object out;
-  out["object"] = "list";
-  out["data"] = std::move(data);
-  return Json(out);
-}
 
 }  // namespace
 
@@ -314,7 +300,7 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_return;
   }
   if (target == "/v1/models") {
-    co_await responder.Send(200, "application/json", ModelsJson(options_.models));
+    co_await responder.Send(200, "application/json", http::ModelListJson(options_.models, "corral-fake-llm"));
     co_return;
   }
   const bool chat = target == "/v1/chat/completions";
