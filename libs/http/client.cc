@@ -130,6 +130,11 @@ void ConnectionPool::Put(std::unique_ptr<ClientConnection> connection) {
   if (idle.size() < max_idle_) idle.push_back(std::move(connection));
 }
 
+void ConnectionPool::Clear() {
+  absl::MutexLock lock(&mu_);
+  idle_.clear();
+}
+
 asio::awaitable<absl::StatusOr<FetchResult>> Fetch(asio::any_io_executor executor, const std::string& host,
                                                    uint16_t port, Request request, absl::Duration timeout) {
   auto connection = co_await ClientConnection::Connect(executor, host, port, timeout);

@@ -67,6 +67,8 @@ class ConnectionPool {
                                                                          absl::Duration timeout, bool* reused);
   // Keeps the connection for reuse when reusable(); drops it otherwise.
   void Put(std::unique_ptr<ClientConnection> connection);
+  // Closes every idle connection. Call before the io_contexts the connections belong to are destroyed.
+  void Clear();
 
  private:
   const size_t max_idle_;

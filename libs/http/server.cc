@@ -1,5 +1,6 @@
 #include "libs/http/server.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/numbers.h"
@@ -7,7 +8,6 @@
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/detached.hpp"
-#include "boost/asio/strand.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http/chunk_encode.hpp"
@@ -149,7 +149,12 @@ void Responder::Abort() {
 // ----------------------------------------------------------------------------------------------- HttpServer
 
 HttpServer::HttpServer(ServerLimits limits, Handler handler, int threads)
-    : limits_(limits), handler_(std::move(handler)), thread_count_(threads) {}
+    : limits_(limits), handler_(std::move(handler)) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    contexts_.push_back(std::make_unique<asio::io_context>(1));
+    work_.push_back(asio::make_work_guard(*contexts_.back()));
+  }
+}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -160,7 +165,7 @@ absl::StatusOr<uint16_t> HttpServer::Listen(const std::string& host_port) {
   beast::error_code ec;
   auto address = asio::ip::make_address(host, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("'", host, "' is not an IP address"));
-  auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(ioc_);
+  auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(*contexts_.front());
   asio::ip::tcp::endpoint endpoint(address, port);
   acceptor->open(endpoint.protocol(), ec);
   if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
@@ -168,31 +173,33 @@ absl::StatusOr<uint16_t> HttpServer::Listen(const std::string& host_port) {
   if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", host_port, ": ", ec.message()));
   const uint16_t bound = acceptor->local_endpoint().port();
-  asio::co_spawn(ioc_, Accept(*acceptor), asio::detached);
+  asio::co_spawn(*contexts_.front(), Accept(*acceptor), asio::detached);
   acceptors_.push_back(std::move(acceptor));
   if (threads_.empty()) {
-    for (int i = 0; i < thread_count_; ++i) threads_.emplace_back([this] { ioc_.run(); });
+    for (auto& ioc : contexts_) threads_.emplace_back([ctx = ioc.get()] { ctx->run(); });
   }
   return bound;
 }
 
 void HttpServer::Stop() {
   if (stopped_.exchange(true)) return;
-  asio::post(ioc_, [this] {
+  asio::post(*contexts_.front(), [this] {
     for (auto& a : acceptors_) {
       beast::error_code ec;
       a->close(ec);
     }
   });
-  ioc_.stop();
+  work_.clear();
+  for (auto& ioc : contexts_) ioc->stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
 }
 
 asio::awaitable<void> HttpServer::Accept(asio::ip::tcp::acceptor& acceptor) {
   while (true) {
-    // Each connection gets its own strand: its coroutine never runs on two threads at once.
-    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(ioc_), kUseTuple);
+    // Each connection lives on one I/O thread's context (round robin): its coroutine never runs on two threads.
+    asio::io_context& home = *contexts_[next_context_++ % contexts_.size()];
+    auto [ec, socket] = co_await acceptor.async_accept(home.get_executor(), kUseTuple);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) continue;  // e.g. EMFILE: keep serving the connections there are
     asio::co_spawn(socket.get_executor(), Serve(std::move(socket)), asio::detached);

@@ -1,8 +1,9 @@
 // An HTTP/1.1 server on Boost.Beast + Asio with C++20 coroutines: keep-alive, strict framing (Beast's parser
 // refuses conflicting Content-Length and chunked+Content-Length), limits on header size, body size, header read
 // time and open connections (503 beyond), and responses that are either whole or streamed chunk by chunk with
-// an explicit flush per chunk (Server-Sent Events are never buffered). One coroutine per connection, on its own
-// strand; handlers are coroutines too.
+// an explicit flush per chunk (Server-Sent Events are never buffered). One I/O thread per io_context, each
+// connection served by one coroutine on one of them (round robin), so a connection never needs a strand or a
+// hop between threads; handlers are coroutines too.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
+#include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/beast/core/tcp_stream.hpp"
@@ -82,7 +84,8 @@ class HttpServer {
   // Stops accepting, closes every connection, joins the threads.
   void Stop();
 
-  asio::io_context& context() { return ioc_; }
+  // The first I/O context (for background coroutines such as health checks).
+  asio::io_context& context() { return *contexts_.front(); }
   int64_t open_connections() const { return connections_.load(); }
 
  private:
@@ -91,8 +94,9 @@ class HttpServer {
 
   const ServerLimits limits_;
   const Handler handler_;
-  const int thread_count_;
-  asio::io_context ioc_;
+  std::vector<std::unique_ptr<asio::io_context>> contexts_;  // one per thread
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::atomic<size_t> next_context_{0};
   std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors_;
   std::vector<std::thread> threads_;
   std::atomic<int64_t> connections_{0};

@@ -37,6 +37,9 @@ class HttpHandler {
 
   // Active health checks: GET /health on every upstream every `interval`, forever (spawn on an executor).
   boost::asio::awaitable<void> HealthLoop(absl::Duration interval);
+  // Closes pooled upstream connections; call once the HTTP server has stopped, before it is destroyed (the
+  // connections belong to its I/O contexts).
+  void Shutdown() { pool_.Clear(); }
 
  private:
   struct Call;

@@ -96,5 +96,6 @@ int main(int argc, char** argv) {
   runner.Wait();
   clock.Stop();
   http.Stop();
+  handler.Shutdown();
   return 0;
 }
