@@ -111,12 +111,24 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<ClientConnection>>> ConnectionPoo
   {
     absl::MutexLock lock(&mu_);
     auto it = idle_.find(key);
-    while (it != idle_.end() && !it->second.empty()) {
-      std::unique_ptr<ClientConnection> c = std::move(it->second.back());
-      it->second.pop_back();
-      if (!c->Rebind(executor)) continue;
-      *reused = true;
-      co_return c;
+    if (it != idle_.end()) {
+      auto& idle = it->second;
+      // Prefer a connection already on the caller's I/O context; moving one costs epoll and fcntl calls.
+      for (auto c = idle.rbegin(); c != idle.rend(); ++c) {
+        if ((*c)->executor() == executor) {
+          std::unique_ptr<ClientConnection> found = std::move(*c);
+          idle.erase(std::next(c).base());
+          *reused = true;
+          co_return found;
+        }
+      }
+      while (!idle.empty()) {
+        std::unique_ptr<ClientConnection> c = std::move(idle.back());
+        idle.pop_back();
+        if (!c->Rebind(executor)) continue;
+        *reused = true;
+        co_return c;
+      }
     }
   }
   *reused = false;

@@ -46,6 +46,7 @@ class ClientConnection {
   // Moves the connection onto `executor` (a pooled connection is reused from another connection's strand: its
   // timer and handlers must run on the new owner's). False if the socket cannot be moved.
   bool Rebind(asio::any_io_executor executor);
+  asio::any_io_executor executor() { return stream_->get_executor(); }
   const std::string& key() const { return key_; }
 
  private:
