@@ -27,7 +27,8 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<ClientConnection>>> ClientConnect
   stream.expires_after(absl::ToChronoNanoseconds(timeout));
   auto [cec] = co_await stream.async_connect(asio::ip::tcp::endpoint(address, port), kUseTuple);
   if (cec) co_return absl::UnavailableError(absl::StrCat("cannot connect to ", host, ":", port, ": ", cec.message()));
-  stream.socket().set_option(asio::ip::tcp::no_delay(true));
+  beast::error_code nodelay_ec;
+  stream.socket().set_option(asio::ip::tcp::no_delay(true), nodelay_ec);
   co_return std::unique_ptr<ClientConnection>(new ClientConnection(std::move(stream), absl::StrCat(host, ":", port)));
 }
 

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/detached.hpp"
+#include "boost/asio/steady_timer.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http/chunk_encode.hpp"
@@ -98,7 +100,9 @@ asio::awaitable<bool> Responder::Send(int status, absl::string_view content_type
   res.keep_alive(keep_alive_);
   res.body() = std::move(body);
   res.prepare_payload();
+  ArmWrite();
   auto [ec, n] = co_await bhttp::async_write(stream_, res, kUseTuple);
+  stream_.expires_never();
   if (ec) gone_ = true;
   co_return !gone_;
 }
@@ -113,10 +117,16 @@ asio::awaitable<bool> Responder::StartStream(int status, absl::string_view conte
   res.set(bhttp::field::cache_control, "no-cache");
   res.set("X-Accel-Buffering", "no");  // tell any proxy in front not to buffer either
   for (const auto& [k, v] : headers) res.set(k, v);
+  if (version_ < 11) {
+    keep_alive_ = false;  // HTTP/1.0 has no chunked encoding: the body ends when the connection closes
+    raw_ = true;
+  }
   res.keep_alive(keep_alive_);
-  res.chunked(true);
+  res.chunked(!raw_);
   bhttp::response_serializer<bhttp::empty_body> sr{res};
+  ArmWrite();
   auto [ec, n] = co_await bhttp::async_write_header(stream_, sr, kUseTuple);
+  stream_.expires_never();
   if (ec) gone_ = true;
   co_return !gone_;
 }
@@ -125,8 +135,15 @@ asio::awaitable<bool> Responder::WriteChunk(absl::string_view data) {
   if (!started_ || finished_ || gone_) co_return false;
   if (data.empty()) co_return true;
   // Straight to the socket: one write per chunk, nothing held back.
-  auto [ec, n] = co_await asio::async_write(stream_, bhttp::make_chunk(asio::buffer(data.data(), data.size())),
-                                            kUseTuple);
+  ArmWrite();
+  beast::error_code ec;
+  if (raw_) {
+    std::tie(ec, std::ignore) = co_await asio::async_write(stream_, asio::buffer(data.data(), data.size()), kUseTuple);
+  } else {
+    std::tie(ec, std::ignore) =
+        co_await asio::async_write(stream_, bhttp::make_chunk(asio::buffer(data.data(), data.size())), kUseTuple);
+  }
+  stream_.expires_never();
   if (ec) gone_ = true;
   co_return !gone_;
 }
@@ -134,7 +151,10 @@ asio::awaitable<bool> Responder::WriteChunk(absl::string_view data) {
 asio::awaitable<bool> Responder::EndStream() {
   if (!started_ || finished_ || gone_) co_return false;
   finished_ = true;
+  if (raw_) co_return true;  // HTTP/1.0: closing the connection ends the body
+  ArmWrite();
   auto [ec, n] = co_await asio::async_write(stream_, bhttp::make_chunk_last(), kUseTuple);
+  stream_.expires_never();
   if (ec) gone_ = true;
   co_return !gone_;
 }
@@ -201,7 +221,14 @@ asio::awaitable<void> HttpServer::Accept(asio::ip::tcp::acceptor& acceptor) {
     asio::io_context& home = *contexts_[next_context_++ % contexts_.size()];
     auto [ec, socket] = co_await acceptor.async_accept(home.get_executor(), kUseTuple);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
-    if (ec) continue;  // e.g. EMFILE: keep serving the connections there are
+    if (ec) {
+      // e.g. EMFILE: the listening socket stays readable, so pause instead of spinning, and keep serving the
+      // connections there are.
+      asio::steady_timer pause(acceptor.get_executor());
+      pause.expires_after(std::chrono::milliseconds(50));
+      co_await pause.async_wait(kUseTuple);
+      continue;
+    }
     asio::co_spawn(socket.get_executor(), Serve(std::move(socket)), asio::detached);
   }
 }
@@ -213,9 +240,10 @@ asio::awaitable<void> HttpServer::Serve(asio::ip::tcp::socket socket) {
   } count{connections_};
   const bool over = ++connections_ > limits_.max_connections;
   beast::tcp_stream stream(std::move(socket));
-  stream.socket().set_option(asio::ip::tcp::no_delay(true));
+  beast::error_code nodelay_ec;
+  stream.socket().set_option(asio::ip::tcp::no_delay(true), nodelay_ec);
   if (over) {
-    Responder busy(stream, 11, false);
+    Responder busy(stream, 11, false, limits_.header_timeout);
     co_await busy.Send(503, "application/json", ErrorJson("too many open connections", "server_overloaded"));
     co_return;
   }
@@ -242,14 +270,14 @@ asio::awaitable<void> HttpServer::Serve(asio::ip::tcp::socket socket) {
     }
     if (ec) {
       // Bad framing, oversize header or body: answer precisely, then close (the stream may be out of sync).
-      Responder bad(stream, 11, false);
+      Responder bad(stream, 11, false, limits_.header_timeout);
       stream.expires_after(Chrono(limits_.header_timeout));
       co_await bad.Send(StatusFor(ec), "application/json", ErrorJson(ReasonFor(ec), "invalid_request_error"));
       break;
     }
     Request request = parser.release();
     stream.expires_never();  // a handler may stream for as long as the upstream does
-    Responder responder(stream, request.version(), request.keep_alive());
+    Responder responder(stream, request.version(), request.keep_alive(), limits_.write_timeout);
     co_await handler_(request, responder);
     if (!responder.started()) {
       co_await responder.Send(500, "application/json", ErrorJson("the handler did not answer", "server_error"));

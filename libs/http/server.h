@@ -38,6 +38,7 @@ struct ServerLimits {
   absl::Duration header_timeout = absl::Seconds(10);  // to read a request's header (slowloris)
   absl::Duration body_timeout = absl::Seconds(60);    // to read its body
   absl::Duration idle_timeout = absl::Seconds(75);    // between keep-alive requests
+  absl::Duration write_timeout = absl::Minutes(2);    // for one response write (a client that stops reading)
   int64_t max_connections = 10000;                    // beyond: 503 and close
 };
 
@@ -45,8 +46,9 @@ struct ServerLimits {
 // of times, then EndStream. Every call returns false once the client is gone (then stop writing).
 class Responder {
  public:
-  explicit Responder(beast::tcp_stream& stream, unsigned version, bool keep_alive)
-      : stream_(stream), version_(version), keep_alive_(keep_alive) {}
+  Responder(beast::tcp_stream& stream, unsigned version, bool keep_alive,
+            absl::Duration write_timeout = absl::Minutes(2))
+      : stream_(stream), version_(version), keep_alive_(keep_alive), write_timeout_(write_timeout) {}
 
   asio::awaitable<bool> Send(int status, absl::string_view content_type, std::string body, const Fields& headers = {});
   asio::awaitable<bool> StartStream(int status, absl::string_view content_type, const Fields& headers = {});
@@ -63,10 +65,14 @@ class Responder {
   bool keep_alive() const { return keep_alive_ && !gone_; }
 
  private:
+  // Every write must finish within the write timeout: a client that stops reading cannot hold a call forever.
+  void ArmWrite() { stream_.expires_after(absl::ToChronoNanoseconds(write_timeout_)); }
   beast::tcp_stream& stream_;
   unsigned version_;
   bool keep_alive_;
+  absl::Duration write_timeout_;
   bool started_ = false, finished_ = false, gone_ = false;
+  bool raw_ = false;  // an HTTP/1.0 client: the stream is written unframed
   int status_ = 0;
 };
 

@@ -37,7 +37,7 @@ Statement& CachedStatement(sqlite3* db, const char* sql) {
   // connection closes).
   thread_local std::map<std::pair<sqlite3*, std::string>, std::unique_ptr<Statement>> cache;
   auto& slot = cache[{db, sql}];
-  if (slot == nullptr) slot = std::make_unique<Statement>(db, sql);
+  if (slot == nullptr || !slot->prepared()) slot = std::make_unique<Statement>(db, sql);  // retry a failed prepare
   slot->Reset();
   return *slot;
 }
@@ -46,15 +46,15 @@ Statement::Statement(sqlite3* db, const char* sql) : db_(db) { sqlite3_prepare_v
 Statement::~Statement() { sqlite3_finalize(stmt_); }
 
 Statement& Statement::Bind(int index, int64_t value) {
-  sqlite3_bind_int64(stmt_, index, value);
+  if (stmt_ != nullptr) sqlite3_bind_int64(stmt_, index, value);
   return *this;
 }
 Statement& Statement::Bind(int index, absl::string_view text) {
-  sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+  if (stmt_ != nullptr) sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
   return *this;
 }
 Statement& Statement::BindBlob(int index, absl::string_view bytes) {
-  sqlite3_bind_blob(stmt_, index, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
+  if (stmt_ != nullptr) sqlite3_bind_blob(stmt_, index, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
   return *this;
 }
 
@@ -75,14 +75,15 @@ absl::Status Statement::Run() {
   return row.status();
 }
 
-int64_t Statement::Int(int column) const { return sqlite3_column_int64(stmt_, column); }
+int64_t Statement::Int(int column) const { return stmt_ == nullptr ? 0 : sqlite3_column_int64(stmt_, column); }
 
 std::string Statement::Text(int column) const {
-  const void* data = sqlite3_column_blob(stmt_, column);
+  const void* data = stmt_ == nullptr ? nullptr : sqlite3_column_blob(stmt_, column);
   return data == nullptr ? "" : std::string(static_cast<const char*>(data), static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
 }
 
 void Statement::Reset() {
+  if (stmt_ == nullptr) return;  // the prepare failed; Step reports it
   sqlite3_reset(stmt_);
   sqlite3_clear_bindings(stmt_);
 }
@@ -158,6 +159,12 @@ void Journal::Loop() {
     std::vector<absl::Status> results(batch.size());
     absl::Status tx = CachedStatement(writer_, "BEGIN IMMEDIATE").Run();
     for (size_t i = 0; i < batch.size() && tx.ok(); ++i) {
+      if (sqlite3_get_autocommit(writer_) != 0) {
+        // A failed write (disk full, I/O error) made SQLite roll the whole transaction back: nothing of this
+        // batch is committed, and the remaining writes must not run outside a transaction.
+        tx = absl::InternalError(absl::StrCat("sqlite: the transaction was rolled back: ", sqlite3_errmsg(writer_)));
+        break;
+      }
       if (batch.size() > 1) CachedStatement(writer_, "SAVEPOINT w").Run().IgnoreError();
       results[i] = batch[i].first(writer_);
       // A failed write is rolled back alone; the others of the batch still commit.
@@ -166,7 +173,9 @@ void Journal::Loop() {
         CachedStatement(writer_, "RELEASE w").Run().IgnoreError();
       }
     }
-    if (tx.ok() && batch.size() == 1 && !results[0].ok()) {
+    if (tx.ok() && sqlite3_get_autocommit(writer_) != 0) {
+      tx = absl::InternalError(absl::StrCat("sqlite: the transaction was rolled back: ", sqlite3_errmsg(writer_)));
+    } else if (tx.ok() && batch.size() == 1 && !results[0].ok()) {
       CachedStatement(writer_, "ROLLBACK").Run().IgnoreError();  // a lone failed write leaves nothing behind
       tx = absl::OkStatus();
     } else if (tx.ok()) {

@@ -34,6 +34,7 @@ class Statement {
   // SQLITE_ROW → true (read columns), SQLITE_DONE → false; errors → INTERNAL.
   absl::StatusOr<bool> Step();
   absl::Status Run();  // steps to completion, then resets for reuse
+  bool prepared() const { return stmt_ != nullptr; }
   int64_t Int(int column) const;
   std::string Text(int column) const;
   void Reset();

@@ -89,7 +89,25 @@ struct HttpHandler::Call {
   int attempts = 0;
   int http_status = 200;
   std::string error;
+  bool recorded_done = false;  // Finish ran (the call is recorded)
+  bool streaming = false;      // counted in open_streams
 };
+
+namespace {
+
+// Whatever happens to a call after it started (an exception included), its counters are given back: the
+// session's in-flight slot if it was never recorded, the upstream's outstanding count, the open-streams gauge.
+struct CallGuard {
+  HttpHandler::Call& c;
+  ProxyMetrics* metrics;
+  ~CallGuard() {
+    if (!c.recorded_done) c.session->AbandonCall();
+    if (c.upstream != nullptr) --c.upstream->outstanding;
+    if (c.streaming) metrics->open_streams.Decrement();
+  }
+};
+
+}  // namespace
 
 asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responder& responder) {
   std::string target(request.target());
@@ -197,7 +215,14 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   for (const char* key : {"messages", "prompt", "tools"}) params.erase(key);
   call.set_params_json(json::serialize(params));
 
-  c.session->BeginCall();
+  if (!c.session->TryBeginCall()) {  // max_calls, checked and counted atomically with the calls in flight
+    metrics_->Request(c.route, 400, "").Increment();
+    const std::string body = BudgetBody(
+        absl::StrCat("budget exhausted: max_calls=", c.session->policy().budget().max_calls()), chat);
+    co_await responder.Send(400, "application/json", body);
+    co_return;
+  }
+  CallGuard guard{c, metrics_};
   std::unique_ptr<http::ClientConnection> upstream = co_await Dispatch(c, responder);
   if (upstream == nullptr) {
     co_await Fail(c, responder, c.http_status, "upstream_error", c.error);
@@ -216,12 +241,11 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     }
   } else if (c.rewrite.stream) {
     metrics_->open_streams.Increment();
+    c.streaming = true;
     co_await RelayStream(c, *upstream, responder);
-    metrics_->open_streams.Decrement();
   } else {
     co_await RelayWhole(c, *upstream, responder);
   }
-  if (c.upstream != nullptr) --c.upstream->outstanding;
   if (upstream != nullptr) pool_.Put(std::move(upstream));
   metrics_->Request(c.route, c.http_status, c.upstream != nullptr ? c.upstream->spec.name : "").Increment();
 }
@@ -252,6 +276,7 @@ asio::awaitable<std::unique_ptr<http::ClientConnection>> HttpHandler::Dispatch(C
     req.body() = body;
     const absl::Time start = clock_->Now();
     c.upstream_start = start;
+    ++u->outstanding;  // from the request on: a non-streamed answer's header comes only when it is complete
     absl::Status sent;
     std::unique_ptr<http::ClientConnection> conn;
     for (int fresh = 0; fresh < 2; ++fresh) {  // a pooled connection the upstream closed meanwhile: one fresh retry
@@ -280,10 +305,12 @@ asio::awaitable<std::unique_ptr<http::ClientConnection>> HttpHandler::Dispatch(C
         if (!responder.started()) co_await responder.StartStream(200, "text/event-stream");
         co_await responder.WriteChunk(": keepalive\n\n");
       }
-      if (sent.ok() || !reused) break;
+      // Only a pooled connection the upstream had closed is retried fresh; a timeout is not resent there.
+      if (sent.ok() || !reused || !absl::IsUnavailable(sent)) break;
     }
     c.upstream_wait += clock_->Now() - start;
     if (!sent.ok()) {
+      --u->outstanding;
       upstreams_->Failed(u);
       last_error = std::string(sent.message());
       last_status = absl::IsDeadlineExceeded(sent) ? 504 : 502;
@@ -291,6 +318,7 @@ asio::awaitable<std::unique_ptr<http::ClientConnection>> HttpHandler::Dispatch(C
     }
     if (conn->status() >= 500) {  // before the first body byte: safe to try another upstream
       (void)co_await conn->ReadAll(options_.idle_timeout, 1 << 20);
+      --u->outstanding;
       upstreams_->Failed(u);
       last_error = absl::StrCat(u->spec.name, " answered HTTP ", conn->status());
       last_status = 502;
@@ -298,8 +326,7 @@ asio::awaitable<std::unique_ptr<http::ClientConnection>> HttpHandler::Dispatch(C
       continue;
     }
     upstreams_->Succeeded(u);
-    ++u->outstanding;
-    c.upstream = u;
+    c.upstream = u;  // its outstanding count is given back when the call ends (CallGuard)
     c.first_byte = clock_->Now();
     c.session->SetUpstream(u->spec.name);
     co_return conn;
@@ -429,10 +456,15 @@ asio::awaitable<absl::Status> HttpHandler::Finish(Call& c) {
   call.set_http_status(c.http_status);
   call.set_error(c.error);
   const v1::LlmCall stored = c.session->EndCall(c.recorded);
+  c.recorded_done = true;
   const absl::Time commit_start = clock_->Now();
   absl::Status journaled = co_await journal_->AppendCall(c.session->env_id(), stored, c.recorded);
   metrics_->journal_commit.Observe(absl::ToDoubleSeconds(clock_->Now() - commit_start));
-  if (!journaled.ok()) spdlog::error("session {}: journaling call {} failed: {}", c.session->env_id(), stored.seq(), journaled);
+  if (!journaled.ok()) {
+    spdlog::error("session {}: journaling call {} failed: {}", c.session->env_id(), stored.seq(), journaled);
+    c.http_status = 500;
+    c.session->FailCall(stored.seq(), absl::StrCat("the call could not be journaled: ", journaled.message()), 500);
+  }
   metrics_->prompt_tokens.Increment(static_cast<double>(a.usage().prompt_tokens()));
   metrics_->completion_tokens.Increment(static_cast<double>(a.usage().completion_tokens()));
   metrics_->latency.Observe(absl::ToDoubleSeconds(done - c.received));

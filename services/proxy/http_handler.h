@@ -41,8 +41,10 @@ class HttpHandler {
   // connections belong to its I/O contexts).
   void Shutdown() { pool_.Clear(); }
 
+ public:
+  struct Call;  // one call in progress (http_handler.cc)
+
  private:
-  struct Call;
   boost::asio::awaitable<void> Completion(http::Request& request, http::Responder& responder,
                                           std::shared_ptr<Session> session, bool chat);
   boost::asio::awaitable<void> Models(http::Responder& responder, const Session& session);

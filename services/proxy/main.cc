@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
   runner.Wait();
   clock.Stop();
   http.Stop();
+  // Commits still in flight post their wake-ups to the (stopped) HTTP contexts: let them land before those go.
+  (void)(*journal)->journal().Apply([](sqlite3*) { return absl::OkStatus(); });
   handler.Shutdown();
   return 0;
 }

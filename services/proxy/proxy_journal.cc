@@ -94,7 +94,7 @@ asio::awaitable<absl::Status> ProxyJournal::AppendCall(const std::string& env_id
   auto committed = std::make_shared<std::atomic<bool>>(false);
   journal_->Submit(
       [env_id, seq = static_cast<int64_t>(stored.seq()), bytes = EncodeCall(stored, call)](sqlite3* db) {
-        Statement& st = CachedStatement(db, "INSERT OR REPLACE INTO calls (env_id, seq, record) VALUES (?, ?, ?)");
+        Statement& st = CachedStatement(db, "INSERT INTO calls (env_id, seq, record) VALUES (?, ?, ?)");
         return st.Bind(1, env_id).Bind(2, seq).BindBlob(3, bytes).Run();
       },
       [executor, timer, result, committed](absl::Status s) {

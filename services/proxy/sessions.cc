@@ -34,9 +34,22 @@ BudgetUse Session::used() const {
   return BudgetUse{trajectory_.calls() + inflight_, usage_.prompt_tokens(), usage_.completion_tokens()};
 }
 
-void Session::BeginCall() {
+bool Session::TryBeginCall() {
   absl::MutexLock lock(&mu_);
+  const uint32_t max_calls = request_.policy().budget().max_calls();
+  if (max_calls > 0 && trajectory_.calls() + inflight_ >= max_calls) return false;
   ++inflight_;
+  return true;
+}
+
+void Session::AbandonCall() {
+  absl::MutexLock lock(&mu_);
+  if (inflight_ > 0) --inflight_;
+}
+
+void Session::FailCall(uint32_t seq, const std::string& error, int http_status) {
+  absl::MutexLock lock(&mu_);
+  trajectory_.MarkFailed(seq, error, http_status);
 }
 
 v1::LlmCall Session::EndCall(RecordedCall call) {

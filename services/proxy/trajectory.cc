@@ -114,8 +114,11 @@ uint32_t TrajectoryStore::Assign(std::optional<uint32_t> prompt_last, size_t new
 
 const v1::LlmCall& TrajectoryStore::Record(RecordedCall recorded) {
   v1::LlmCall& call = recorded.call;
-  call.set_seq(static_cast<uint32_t>(calls_.size()));
-  call.set_call_id(absl::StrCat(env_id_, "/", call.seq()));
+  if (call.call_id().empty()) {
+    call.set_seq(next_seq_);
+    call.set_call_id(absl::StrCat(env_id_, "/", call.seq()));
+  }
+  next_seq_ = std::max(next_seq_, call.seq() + 1);
   const size_t before = nodes_.size();
   std::optional<uint32_t> last;
   for (const v1::ChatMessage& m : recorded.prompt) last = Node(last, m, /*generated=*/false, call.call_id());
@@ -134,6 +137,16 @@ const v1::LlmCall& TrajectoryStore::Record(RecordedCall recorded) {
   }
   calls_.push_back(std::move(call));
   return calls_.back();
+}
+
+void TrajectoryStore::MarkFailed(uint32_t seq, const std::string& error, int http_status) {
+  for (auto it = calls_.rbegin(); it != calls_.rend(); ++it) {
+    if (it->seq() == seq) {
+      it->set_error(error);
+      it->set_http_status(http_status);
+      return;
+    }
+  }
 }
 
 void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) const {

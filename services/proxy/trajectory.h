@@ -27,8 +27,11 @@ class TrajectoryStore {
  public:
   explicit TrajectoryStore(std::string env_id) : env_id_(std::move(env_id)) {}
 
-  // Adds the call; returns it as stored (ids and node indices set).
+  // Adds the call; returns it as stored (ids and node indices set). A call that already has a call_id (one
+  // replayed from the journal) keeps its seq; new calls continue after the highest seq seen.
   const v1::LlmCall& Record(RecordedCall recorded);
+  // Marks a recorded call failed (e.g. it could not be journaled).
+  void MarkFailed(uint32_t seq, const std::string& error, int http_status);
 
   // Fills the calls, messages and branches of `out` in `format` (TRAJECTORY when unspecified), and totals.
   void Export(v1::TrajectoryFormat format, v1::Trajectory* out) const;
@@ -57,6 +60,7 @@ class TrajectoryStore {
   absl::flat_hash_map<uint32_t, uint32_t> branch_ending_at_;  // a branch's last message → that branch
   absl::flat_hash_map<std::string, uint32_t> by_hash_;
   std::vector<v1::LlmCall> calls_;
+  uint32_t next_seq_ = 0;
   std::vector<v1::Branch> branches_;  // structure only (ids, parent, shared prefix, call ids, last message)
 };
 

@@ -1,6 +1,9 @@
 // corral-proxy as a real process in front of real corral-fake-llm processes: streaming without buffering,
 // keepalives during a long TTFT, retries before the first byte, a backend dying mid-stream, kill -9 and
 // restart, bad input, and token ids assembled from a stream.
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -147,6 +150,28 @@ TEST_F(ProxyTest, BadInputGetsPreciseErrorsAndRecordsNothing) {
   HttpReply late = Post("/v1/chat/completions", token, kHello);
   EXPECT_EQ(late.status, 410);
   EXPECT_THAT(late.body, HasSubstr("session_closed"));
+}
+
+TEST_F(ProxyTest, ConcurrentCallsCannotOverrunMaxCalls) {
+  StartProxy({StartBackend()});
+  v1::SessionPolicy policy;
+  policy.mutable_budget()->set_max_calls(3);
+  const std::string token = Open("ep-race", policy);
+  std::vector<int> statuses(12, 0);
+  std::vector<std::thread> agents;
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    agents.emplace_back([&, i] {
+      statuses[i] = Post("/v1/chat/completions", token,
+                         R"({"model":"fake-model","messages":[{"role":"user","content":"x"}],"fake":{"ttft_ms":300}})")
+                        .status;
+    });
+  }
+  for (auto& a : agents) a.join();
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 200), 3);
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 400), 9);
+  auto t = Trajectory("ep-race");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->call_count(), 3u);
 }
 
 TEST_F(ProxyTest, TokenIdsAndLogprobsFromAStreamEqualThoseOfTheSameReplyUnstreamed) {
