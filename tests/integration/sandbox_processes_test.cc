@@ -334,12 +334,23 @@ TEST_F(SandboxProcessesTest, AStalledReaderOf64MiBKeepsTheHostsMemoryBounded) {
   Prepare(ctx, token_);
   v1::ExecRequest req;
   req.set_sandbox_id(id);
-  *req.mutable_command() = Shell("head -c 67108864 /dev/zero");
+  *req.mutable_command() = Shell("exec head -c 67108864 /dev/zero");
   auto reader = stub_->Exec(&ctx, req);
   v1::ExecEvent ev;
   ASSERT_TRUE(reader->Read(&ev));  // started
+  ASSERT_TRUE(ev.has_started());
   // Stop reading: the process blocks on its pipe once the host's bounded buffer and gRPC's window are full.
-  absl::SleepFor(absl::Seconds(2));
+  const std::string wchan = absl::StrCat("/proc/", ev.started().pid(), "/wchan");
+  std::string where;
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        std::ifstream in(wchan);
+        where.clear();
+        in >> where;
+        return where.find("pipe_write") != std::string::npos;  // "pipe_write", or "anon_pipe_write" (6.x)
+      },
+      absl::Seconds(20)))
+      << "the writer never blocked (wchan '" << where << "'): output is not bounded";
   const int64_t stalled = HostRssKib(host);
   uint64_t bytes = 0;
   v1::ExitStatus exit;

@@ -17,6 +17,7 @@
 #include "libs/core/testing/status_matchers.h"
 #include "libs/core/unique_fd.h"
 #include "libs/http/client.h"
+#include "tests/support/subprocess.h"
 
 namespace corral::http {
 namespace {
@@ -25,8 +26,7 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 // Sends `data` on a fresh connection and returns everything the server writes until it closes (or `wait`).
-std::string RawExchange(uint16_t port, const std::string& data, absl::Duration wait = absl::Seconds(5),
-                        absl::Duration pause_after_write = absl::ZeroDuration()) {
+std::string RawExchange(uint16_t port, const std::string& data, absl::Duration wait = absl::Seconds(5)) {
   UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -34,7 +34,6 @@ std::string RawExchange(uint16_t port, const std::string& data, absl::Duration w
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "<connect failed>";
   if (!data.empty() && write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) return "<write>";
-  if (pause_after_write > absl::ZeroDuration()) absl::SleepFor(pause_after_write);
   std::string out;
   const absl::Time deadline = absl::Now() + wait;
   while (absl::Now() < deadline) {
@@ -129,7 +128,7 @@ TEST_F(HttpServerTest, ConnectionsBeyondTheLimitGet503) {
   addr.sin_port = htons(port_);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(held.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  absl::SleepFor(absl::Milliseconds(100));  // let the server accept the first connection
+  ASSERT_TRUE(testing::WaitUntil([&] { return server_->open_connections() == 1; }, absl::Seconds(5)));
   EXPECT_THAT(RawExchange(port_, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"), StartsWith("HTTP/1.1 503"));
 }
 
