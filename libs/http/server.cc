@@ -242,12 +242,20 @@ asio::awaitable<void> HttpServer::Serve(asio::ip::tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
   beast::error_code nodelay_ec;
   stream.socket().set_option(asio::ip::tcp::no_delay(true), nodelay_ec);
+  beast::flat_buffer buffer;
   if (over) {
+    // Read the request's header first (briefly): closing with unread bytes would reset the connection and the
+    // client would see that instead of the 503.
+    bhttp::request_parser<bhttp::empty_body> head;
+    head.header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
+    stream.expires_after(std::chrono::seconds(1));
+    (void)co_await bhttp::async_read_header(stream, buffer, head, kUseTuple);
     Responder busy(stream, 11, false, limits_.header_timeout);
     co_await busy.Send(503, "application/json", ErrorJson("too many open connections", "server_overloaded"));
+    beast::error_code ignored;
+    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
     co_return;
   }
-  beast::flat_buffer buffer;
   bool first = true;
   while (true) {
     bhttp::request_parser<bhttp::string_body> parser;

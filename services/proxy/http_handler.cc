@@ -426,7 +426,8 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, http::ClientConnection& 
   const bool journaled = (co_await Finish(c)).ok();
   if (responder.client_gone()) co_return;
   if (!c.error.empty()) {
-    co_await responder.WriteChunk(ErrorEvent("upstream_error", c.error));
+    const std::string event = ErrorEvent(c.http_status == 410 ? "invalid_request_error" : "upstream_error", c.error);
+    co_await responder.WriteChunk(event);
   } else if (!journaled) {
     co_await responder.WriteChunk(ErrorEvent("server_error", "the call could not be journaled"));
   } else {
