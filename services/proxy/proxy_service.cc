@@ -70,24 +70,15 @@ grpc::ServerUnaryReactor* ProxyService::ListSessions(grpc::CallbackServerContext
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
   auto page = PageSize(req->page_size());
   if (!page.ok()) return Done(ctx, page.status());
-  int n = 0;
-  for (const auto& session : sessions_->List()) {  // ordered by env_id
-    if (!req->page_token().empty() && session->env_id() <= req->page_token()) continue;
-    v1::Session s = session->Snapshot();
-    if (req->state() != v1::SESSION_STATE_UNSPECIFIED && s.state() != req->state()) continue;
-    bool match = true;
-    for (const auto& [k, v] : req->label_selector()) {
-      auto it = s.labels().find(k);
-      match &= it != s.labels().end() && it->second == v;
-    }
-    if (!match) continue;
-    if (n == *page) {
-      resp->set_next_page_token(resp->sessions(n - 1).env_id());
-      break;
-    }
-    *resp->add_sessions() = std::move(s);
-    ++n;
-  }
+  using SessionRef = std::shared_ptr<Session>;
+  resp->set_next_page_token(FillPage(
+      sessions_->List(), req->page_token(), *page, [](const SessionRef& s) { return s->env_id(); },
+      [&](const SessionRef& s) {
+        const bool state_ok = req->state() == v1::SESSION_STATE_UNSPECIFIED ||
+                              (req->state() == v1::SESSION_STATE_OPEN) == s->open();
+        return state_ok && MatchesLabels(req->label_selector(), s->request().labels());
+      },
+      [&](const SessionRef& s) { *resp->add_sessions() = s->Snapshot(); }));
   return Done(ctx, absl::OkStatus());
 }
 

@@ -127,16 +127,9 @@ grpc::ServerUnaryReactor* RateLimitService::ListLimits(grpc::CallbackServerConte
   auto page_size = PageSize(request->page_size());
   if (!page_size.ok()) return Done(ctx, page_size.status());
   // Limits are listed by name; the page token is the last name returned.
-  int n = 0;
-  for (const LimitSpec& spec : limiter_->ListLimits()) {
-    if (!request->page_token().empty() && spec.name <= request->page_token()) continue;
-    if (n == *page_size) {
-      response->set_next_page_token(response->limits(n - 1).name());
-      break;
-    }
-    ToProto(spec, response->add_limits());
-    ++n;
-  }
+  response->set_next_page_token(FillPage(
+      limiter_->ListLimits(), request->page_token(), *page_size, [](const LimitSpec& l) { return l.name; },
+      [](const LimitSpec&) { return true; }, [&](const LimitSpec& l) { ToProto(l, response->add_limits()); }));
   return Done(ctx, absl::OkStatus());
 }
 

@@ -115,22 +115,11 @@ grpc::ServerUnaryReactor* SandboxService::ListSandboxes(grpc::CallbackServerCont
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
   auto page = PageSize(req->page_size());
   if (!page.ok()) return Done(ctx, page.status());
-  int n = 0;
-  for (const auto& sb : sandboxes_->List()) {  // ordered by id
-    if (!req->page_token().empty() && sb->id <= req->page_token()) continue;
-    bool match = true;
-    for (const auto& [k, v] : req->label_selector()) {
-      auto it = sb->spec.labels.find(k);
-      match &= it != sb->spec.labels.end() && it->second == v;
-    }
-    if (!match) continue;
-    if (n == *page) {
-      resp->set_next_page_token(resp->sandboxes(n - 1).sandbox_id());
-      break;
-    }
-    ToProto(*sb, 0, resp->add_sandboxes());
-    ++n;
-  }
+  using SandboxRef = std::shared_ptr<const Sandbox>;
+  resp->set_next_page_token(FillPage(
+      sandboxes_->List(), req->page_token(), *page, [](const SandboxRef& sb) { return sb->id; },
+      [&](const SandboxRef& sb) { return MatchesLabels(req->label_selector(), sb->spec.labels); },
+      [&](const SandboxRef& sb) { ToProto(*sb, 0, resp->add_sandboxes()); }));
   return Done(ctx, absl::OkStatus());
 }
 
@@ -322,16 +311,9 @@ grpc::ServerUnaryReactor* SandboxService::ListTemplates(grpc::CallbackServerCont
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
   auto page = PageSize(req->page_size());
   if (!page.ok()) return Done(ctx, page.status());
-  int n = 0;
-  for (const TemplateInfo& t : templates_->List()) {  // ordered by key
-    if (!req->page_token().empty() && t.key <= req->page_token()) continue;
-    if (n == *page) {
-      resp->set_next_page_token(resp->templates(n - 1).key());
-      break;
-    }
-    ToProto(t, resp->add_templates());
-    ++n;
-  }
+  resp->set_next_page_token(FillPage(
+      templates_->List(), req->page_token(), *page, [](const TemplateInfo& t) { return t.key; },
+      [](const TemplateInfo&) { return true; }, [&](const TemplateInfo& t) { ToProto(t, resp->add_templates()); }));
   return Done(ctx, absl::OkStatus());
 }
 
