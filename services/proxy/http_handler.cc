@@ -203,7 +203,6 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   call.set_requested_model(c.rewrite.requested_model);
   call.set_model(c.rewrite.model);
   call.set_stream(c.rewrite.stream);
-  json::object params = c.body;
   if (chat) {
     c.recorded.prompt = MessagesFrom(c.body["messages"].as_array());
   } else {
@@ -212,7 +211,10 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   if (auto* tools = c.body.if_contains("tools"); tools != nullptr && !tools->is_null()) {
     call.set_tools_json(json::serialize(*tools));
   }
-  for (const char* key : {"messages", "prompt", "tools"}) params.erase(key);
+  json::object params;  // everything but the conversation itself (no copy of a long history)
+  for (const auto& [key, value] : c.body) {
+    if (key != "messages" && key != "prompt" && key != "tools") params[key] = value;
+  }
   call.set_params_json(json::serialize(params));
 
   if (!c.session->TryBeginCall()) {  // max_calls, checked and counted atomically with the calls in flight
