@@ -112,7 +112,9 @@ int RunProxyDemo(const std::string& proxy_grpc, const std::string& proxy_http, c
     agent.second = p.ok() ? p->Wait(absl::Seconds(60)).value_or(-1) : -1;
     agent.first = p.ok() ? p->Log() : std::string(p.status().message());
   }
-  std::cout << absl::StrReplaceAll(absl::StrCat("  ", agent.first), {{"\n", "\n  "}}) << "\n";
+  std::string out = agent.first;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  std::cout << absl::StrReplaceAll(absl::StrCat("  ", out), {{"\n", "\n  "}}) << "\n";
   grpc::ClientContext close_ctx;
   SetDeadline(close_ctx, absl::Seconds(10));
   AttachBearer(close_ctx, token);
