@@ -4,7 +4,7 @@
 #include <chrono>
 #include <tuple>
 
-#include "absl/strings/numbers.h"
+#include "libs/core/host_port.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
@@ -71,19 +71,6 @@ std::string ModelListJson(const std::vector<std::string>& ids, absl::string_view
   out["object"] = "list";
   out["data"] = std::move(data);
   return boost::json::serialize(out);
-}
-
-absl::Status SplitHostPort(const std::string& host_port, std::string* host, uint16_t* port) {
-  const size_t colon = host_port.rfind(':');
-  int p = -1;
-  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(host_port.substr(colon + 1), &p) || p < 0 ||
-      p > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("'", host_port, "' is not host:port"));
-  }
-  *host = host_port.substr(0, colon);
-  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
-  *port = static_cast<uint16_t>(p);
-  return absl::OkStatus();
 }
 
 // ------------------------------------------------------------------------------------------------ Responder
@@ -179,14 +166,14 @@ HttpServer::HttpServer(ServerLimits limits, Handler handler, int threads)
 HttpServer::~HttpServer() { Stop(); }
 
 absl::StatusOr<uint16_t> HttpServer::Listen(const std::string& host_port) {
-  std::string host;
-  uint16_t port = 0;
-  if (absl::Status s = SplitHostPort(host_port, &host, &port); !s.ok()) return s;
+  auto split = SplitHostPort(host_port);
+  if (!split.ok()) return split.status();
+  const auto& [host, port] = *split;
   beast::error_code ec;
   auto address = asio::ip::make_address(host, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("'", host, "' is not an IP address"));
   auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(*contexts_.front());
-  asio::ip::tcp::endpoint endpoint(address, port);
+  asio::ip::tcp::endpoint endpoint(address, static_cast<uint16_t>(port));
   acceptor->open(endpoint.protocol(), ec);
   if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor->bind(endpoint, ec);

@@ -109,9 +109,6 @@ class HttpServer {
   std::atomic<bool> stopped_{false};
 };
 
-// "host:port" → host and port (IPv4, or [IPv6]). INVALID_ARGUMENT otherwise.
-absl::Status SplitHostPort(const std::string& host_port, std::string* host, uint16_t* port);
-
 // A JSON error body in OpenAI's shape: {"error": {"message", "type", "param": null, "code"}}.
 std::string ErrorJson(absl::string_view message, absl::string_view type, absl::string_view code = "");
 // An OpenAI model list: {"object": "list", "data": [{"id", "object": "model", "owned_by"}]}.

@@ -27,19 +27,6 @@ void RegisterServerFlags(ConfigSchema& schema, ServerConfig* config) {
                 "once listening, write {\"service\",\"pid\",\"grpc\",\"metrics\"} as JSON to this file");
 }
 
-absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
-  size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", address, "' is not a HOST:PORT address (e.g. 127.0.0.1:7100 or [::]:7100)"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return std::make_pair(host, port);
-}
-
 absl::Status ValidateServerConfig(const ServerConfig& config) {
   auto grpc = SplitHostPort(config.grpc_listen);
   if (!grpc.ok()) return absl::InvalidArgumentError(absl::StrCat("grpc_listen: ", grpc.status().message()));

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/core/config.h"
+#include "libs/core/host_port.h"
 #include "libs/core/logging.h"
 #include "libs/core/token.h"
 #include "libs/rpc/auth.h"
@@ -42,9 +43,6 @@ absl::StatusOr<TokenSigner> LoadClusterSecret(const ServerConfig& config);
 // How calls are authenticated: by cluster tokens from `secret`, or — with --insecure and no secret file — not at
 // all (the ephemeral secret then only signs what the service hands out).
 CallAuthenticator MakeCallAuthenticator(const ServerConfig& config, const TokenSigner& secret);
-
-// Splits "host:port" / "[v6]:port". INVALID_ARGUMENT with the offending text otherwise.
-absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address);
 
 // Runs LoadConfig and handles its outcomes for a binary's main(): prints --help (exit 0) or the error
 // (exit 2) and returns the exit code; returns nullopt when the program should go on.

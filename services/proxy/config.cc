@@ -64,10 +64,8 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
 
 absl::Status ValidateConfig(Config& c) {
   CORRAL_RETURN_IF_ERROR(ValidateServerConfig(c.server));
-  std::string host;
-  uint16_t port = 0;
-  if (auto s = http::SplitHostPort(c.http_listen, &host, &port); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("http_listen: ", s.message()));
+  if (auto split = SplitHostPort(c.http_listen); !split.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("http_listen: ", split.status().message()));
   }
   for (const auto& url : c.upstream_urls) {
     auto spec = ParseUpstreamUrl(url);

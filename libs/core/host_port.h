@@ -1,0 +1,14 @@
+// "HOST:PORT" addresses as every listen flag and upstream takes them: IPv4, a name, or [IPv6]; port 0-65535.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+
+namespace corral {
+
+// Splits "host:port" / "[v6]:port" (the brackets are dropped). INVALID_ARGUMENT with the offending text otherwise.
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address);
+
+}  // namespace corral
