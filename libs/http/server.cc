@@ -10,6 +10,7 @@
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/detached.hpp"
 #include "boost/asio/steady_timer.hpp"
+#include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http/chunk_encode.hpp"
@@ -56,6 +57,13 @@ std::string ErrorJson(absl::string_view message, absl::string_view type, absl::s
   boost::json::object body;
   body["error"] = std::move(error);
   return boost::json::serialize(body);
+}
+
+asio::awaitable<void> SleepFor(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) co_return;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  timer.expires_after(Chrono(d));
+  co_await timer.async_wait(kUseTuple);
 }
 
 std::string ModelListJson(const std::vector<std::string>& ids, absl::string_view owned_by) {

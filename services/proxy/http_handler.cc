@@ -26,12 +26,6 @@ namespace bhttp = boost::beast::http;
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMaxUpstreamBody = 64 << 20;
 
-asio::awaitable<void> Sleep(absl::Duration d) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  timer.expires_after(absl::ToChronoNanoseconds(d));
-  co_await timer.async_wait(kUseTuple);
-}
-
 std::string ErrorEvent(const std::string& type, const std::string& message) {
   return absl::StrCat("data: ", http::ErrorJson(message, type), "\n\n");
 }
@@ -265,7 +259,7 @@ asio::awaitable<std::unique_ptr<http::ClientConnection>> HttpHandler::Dispatch(C
     if (u == nullptr) break;
     if (attempt > 1) {
       metrics_->retries.Increment();
-      co_await Sleep(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng));
+      co_await http::SleepFor(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng));
       backoff *= 2;
     }
     tried.push_back(u);
@@ -507,7 +501,7 @@ asio::awaitable<void> HttpHandler::HealthLoop(absl::Duration interval) {
       }
       metrics_->upstream_healthy.Add({{"upstream", u->spec.name}}).Set(upstreams_->Available(*u) ? 1 : 0);
     }
-    co_await Sleep(interval);
+    co_await http::SleepFor(interval);
   }
 }
 

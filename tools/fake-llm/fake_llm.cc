@@ -25,13 +25,6 @@ struct Plan {
   std::string tool_name;
 };
 
-asio::awaitable<void> Sleep(absl::Duration d) {
-  if (d <= absl::ZeroDuration()) co_return;
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  timer.expires_after(absl::ToChronoNanoseconds(d));
-  co_await timer.async_wait(asio::use_awaitable);
-}
-
 int64_t IntOr(const json::object& o, const char* key, int64_t fallback) {
   auto* v = o.if_contains(key);
   return v != nullptr && v->is_int64() ? v->as_int64() : fallback;
@@ -316,7 +309,7 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_return;
   }
   const Reply reply = BuildReply(options_, n, chat, parsed.as_object());
-  co_await Sleep(reply.plan.ttft);
+  co_await http::SleepFor(reply.plan.ttft);
   if (reply.plan.status != 200) {
     co_await responder.Send(reply.plan.status, "application/json", http::ErrorJson("injected failure", "server_error"));
     co_return;
@@ -333,10 +326,10 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
       co_return;
     }
     if (reply.plan.stall_after_chunks >= 0 && chunks >= reply.plan.stall_after_chunks) {
-      co_await Sleep(absl::Hours(1));  // hold the stream open, silent (the client gives up first)
+      co_await http::SleepFor(absl::Hours(1));  // hold the stream open, silent (the client gives up first)
       co_return;
     }
-    if (i > 1) co_await Sleep(reply.plan.inter_token);
+    if (i > 1) co_await http::SleepFor(reply.plan.inter_token);
     if (!co_await responder.WriteChunk(reply.events[i])) co_return;
   }
   co_await responder.WriteChunk("data: [DONE]\n\n");
