@@ -11,6 +11,8 @@ namespace corral::ratelimiter {
 struct RateLimitClient::Pending {
   absl::Notification done;
   absl::StatusOr<v1::SessionResponse> reply = absl::UnknownError("no reply");
+  // Set for AcquireAsync: called (outside the client's lock) instead of notifying `done`.
+  std::function<void(absl::StatusOr<v1::SessionResponse>)> callback;
 };
 
 namespace {
@@ -176,12 +178,18 @@ absl::Duration RateLimitClient::KeepAliveInterval() const {
   return std::max(ttl / 3, absl::Milliseconds(50));
 }
 
-void RateLimitClient::FailPending(const absl::Status& status) {
+std::vector<std::shared_ptr<RateLimitClient::Pending>> RateLimitClient::FailPending(const absl::Status& status) {
+  std::vector<std::shared_ptr<Pending>> callbacks;
   for (auto& [id, pending] : pending_) {
     pending->reply = status;
-    pending->done.Notify();
+    if (pending->callback) {
+      callbacks.push_back(pending);
+    } else {
+      pending->done.Notify();
+    }
   }
   pending_.clear();
+  return callbacks;
 }
 
 void RateLimitClient::ReaderLoop() {
@@ -199,6 +207,7 @@ void RateLimitClient::ReaderLoop() {
       v1::SessionResponse reply;
       while (stream->Read(&reply)) {
         std::vector<std::string> orphans;  // grants nobody waits for any more: give them back
+        std::shared_ptr<Pending> callback;
         {
           absl::MutexLock lock(&mu_);
           if (reply.has_lease_lost()) {
@@ -214,20 +223,29 @@ void RateLimitClient::ReaderLoop() {
             if (reply.has_granted() && reply.granted().has_lease()) orphans.push_back(reply.granted().lease().lease_id());
           } else {
             it->second->reply = reply;
-            it->second->done.Notify();
+            if (it->second->callback) {
+              callback = it->second;
+            } else {
+              it->second->done.Notify();
+            }
             pending_.erase(it);
           }
         }
+        if (callback) callback->callback(std::move(callback->reply));
         for (const auto& id : orphans) SendReleaseNoReply(id);
       }
-      absl::MutexLock write_lock(&write_mu_);
-      absl::MutexLock lock(&mu_);
-      connected_ = false;
-      FailPending(absl::UnavailableError("the session stream to the ratelimiter broke"));
-      grpc::Status status = stream_->Finish();
-      if (!closing_) spdlog::warn("ratelimit client: session lost ({}); reconnecting", status.error_message());
-      stream_.reset();
-      context_.reset();
+      std::vector<std::shared_ptr<Pending>> failed;
+      {
+        absl::MutexLock write_lock(&write_mu_);
+        absl::MutexLock lock(&mu_);
+        connected_ = false;
+        failed = FailPending(absl::UnavailableError("the session stream to the ratelimiter broke"));
+        grpc::Status status = stream_->Finish();
+        if (!closing_) spdlog::warn("ratelimit client: session lost ({}); reconnecting", status.error_message());
+        stream_.reset();
+        context_.reset();
+      }
+      for (auto& p : failed) p->callback(std::move(p->reply));
     }
     absl::MutexLock lock(&mu_);
     if (closing_) return;
@@ -303,6 +321,22 @@ absl::StatusOr<v1::SessionResponse> RateLimitClient::Call(v1::SessionRequest req
 }
 
 absl::StatusOr<ScopedPermit> RateLimitClient::DoAcquire(const PermitRequest& request, bool try_only) {
+  // The limiter enforces wait_timeout; the local wait only guards against a limiter that stops answering.
+  const absl::Duration local_wait =
+      request.wait_timeout == absl::InfiniteDuration() ? absl::InfiniteDuration() : request.wait_timeout + absl::Seconds(10);
+  uint64_t id = 0;
+  auto reply = Call(AcquireMessage(request, try_only), local_wait, &id);
+  if (!reply.ok() && reply.status().code() == absl::StatusCode::kDeadlineExceeded) {
+    v1::SessionRequest cancel;
+    cancel.mutable_cancel()->set_acquire_request_id(id);
+    Send(std::move(cancel));
+  }
+  return PermitFromReply(reply, request.limit);
+}
+
+absl::StatusOr<ScopedPermit> RateLimitClient::Acquire(const PermitRequest& request) { return DoAcquire(request, false); }
+
+v1::SessionRequest RateLimitClient::AcquireMessage(const PermitRequest& request, bool try_only) {
   v1::SessionRequest message;
   v1::AcquireRequest* acquire = try_only ? message.mutable_try_acquire() : message.mutable_acquire();
   acquire->set_limit(request.limit);
@@ -310,22 +344,17 @@ absl::StatusOr<ScopedPermit> RateLimitClient::DoAcquire(const PermitRequest& req
   acquire->set_permits(request.permits);
   if (request.wait_timeout != absl::InfiniteDuration()) ToProto(request.wait_timeout, acquire->mutable_wait_timeout());
   if (request.lease_ttl > absl::ZeroDuration()) ToProto(request.lease_ttl, acquire->mutable_lease_ttl());
-  // The limiter enforces wait_timeout; the local wait only guards against a limiter that stops answering.
-  const absl::Duration local_wait =
-      request.wait_timeout == absl::InfiniteDuration() ? absl::InfiniteDuration() : request.wait_timeout + absl::Seconds(10);
-  uint64_t id = 0;
-  auto reply = Call(std::move(message), local_wait, &id);
+  return message;
+}
+
+absl::StatusOr<ScopedPermit> RateLimitClient::PermitFromReply(const absl::StatusOr<v1::SessionResponse>& reply,
+                                                              const std::string& limit) {
   if (!reply.ok()) {
     if (reply.status().code() == absl::StatusCode::kUnavailable && options_.fail_mode == FailMode::kOpen) {
-      spdlog::warn("ratelimit client: {}; failing open for '{}'", reply.status().message(), request.limit);
+      spdlog::warn("ratelimit client: {}; failing open for '{}'", reply.status().message(), limit);
       ScopedPermit permit;
       permit.unlimited_ = true;
       return permit;
-    }
-    if (reply.status().code() == absl::StatusCode::kDeadlineExceeded) {
-      v1::SessionRequest cancel;
-      cancel.mutable_cancel()->set_acquire_request_id(id);
-      Send(std::move(cancel));
     }
     return reply.status();
   }
@@ -338,7 +367,62 @@ absl::StatusOr<ScopedPermit> RateLimitClient::DoAcquire(const PermitRequest& req
   return permit;
 }
 
-absl::StatusOr<ScopedPermit> RateLimitClient::Acquire(const PermitRequest& request) { return DoAcquire(request, false); }
+uint64_t RateLimitClient::AcquireAsync(const PermitRequest& request,
+                                       std::function<void(absl::StatusOr<ScopedPermit>)> done) {
+  auto pending = std::make_shared<Pending>();
+  pending->callback = [this, limit = request.limit, done](absl::StatusOr<v1::SessionResponse> reply) {
+    done(PermitFromReply(reply, limit));
+  };
+  v1::SessionRequest message = AcquireMessage(request, false);
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (connected_) {
+      id = next_request_id_++;
+      pending_[id] = pending;
+    }
+  }
+  if (id == 0) {
+    pending->callback(absl::UnavailableError(absl::StrCat("not connected to the ratelimiter at ", options_.address)));
+    return 0;
+  }
+  message.set_request_id(id);
+  bool written = false;
+  {
+    absl::MutexLock write_lock(&write_mu_);
+    grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>* stream;
+    {
+      absl::MutexLock lock(&mu_);
+      stream = connected_ ? stream_.get() : nullptr;
+    }
+    written = stream != nullptr && stream->Write(message);
+  }
+  if (!written) {
+    bool mine = false;
+    {
+      absl::MutexLock lock(&mu_);
+      mine = pending_.erase(id) > 0;  // else the reader already failed it
+    }
+    if (mine) pending->callback(absl::UnavailableError("the session stream to the ratelimiter broke"));
+  }
+  return id;
+}
+
+void RateLimitClient::CancelAcquire(uint64_t id) {
+  std::shared_ptr<Pending> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;  // already answered
+    pending = it->second;
+    pending_.erase(it);
+  }
+  v1::SessionRequest cancel;
+  cancel.mutable_cancel()->set_acquire_request_id(id);
+  Send(std::move(cancel));
+  // A grant racing with the cancel finds no pending entry and is released by the reader.
+  pending->callback(absl::CancelledError("the permit request was cancelled"));
+}
 
 absl::StatusOr<ScopedPermit> RateLimitClient::TryAcquire(const PermitRequest& request) {
   return DoAcquire(request, true);

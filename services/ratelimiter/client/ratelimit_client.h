@@ -8,10 +8,12 @@
 //   if (permit.ok()) RunTool();   // released when `permit` goes out of scope
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -85,6 +87,12 @@ class RateLimitClient {
   // Waits in the limiter's FIFO queue. DEADLINE_EXCEEDED after wait_timeout; RESOURCE_EXHAUSTED, NOT_FOUND,
   // INVALID_ARGUMENT, … as the limiter says; UNAVAILABLE when unreachable and failing closed.
   absl::StatusOr<ScopedPermit> Acquire(const PermitRequest& request);
+  // Acquire without blocking the caller: `done` runs once, on the client's reader thread (or on the calling
+  // thread when the limiter is unreachable), with the permit or the error Acquire would return. Returns an id for
+  // CancelAcquire (0 when `done` already ran). `done` must not block.
+  uint64_t AcquireAsync(const PermitRequest& request, std::function<void(absl::StatusOr<ScopedPermit>)> done);
+  // Leaves the limiter's queue: `done` of that request runs with CANCELLED unless it already ran.
+  void CancelAcquire(uint64_t id);
   // Never waits: RESOURCE_EXHAUSTED when the permits are not free right now.
   absl::StatusOr<ScopedPermit> TryAcquire(const PermitRequest& request);
 
@@ -110,7 +118,11 @@ class RateLimitClient {
   absl::Duration KeepAliveInterval() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReaderLoop();
   void KeepAliveLoop();
-  void FailPending(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails every pending request; returns those with callbacks, to be called once the lock is released.
+  std::vector<std::shared_ptr<Pending>> FailPending(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static v1::SessionRequest AcquireMessage(const PermitRequest& request, bool try_only);
+  absl::StatusOr<ScopedPermit> PermitFromReply(const absl::StatusOr<v1::SessionResponse>& reply,
+                                               const std::string& limit);
 
   const ClientOptions options_;
   std::unique_ptr<v1::RateLimiter::Stub> stub_;

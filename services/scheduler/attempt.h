@@ -1,0 +1,79 @@
+// One running episode attempt as the driver and the runners share it: the task, the deadlines, the proxy
+// session, the sandbox, and the result being filled in. Used by one coroutine at a time (not thread-safe).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "corral/v1/scheduler.pb.h"
+#include "services/scheduler/config.h"
+#include "services/scheduler/episode_table.h"
+#include "services/scheduler/host_client.h"
+#include "services/scheduler/host_registry.h"
+#include "services/scheduler/proxy_client.h"
+
+namespace corral::ratelimiter {
+class RateLimitClient;
+}
+
+namespace corral::scheduler {
+
+// Why an attempt ended early. Phase timeouts are TIMEOUT with their phase.
+struct Failure {
+  v1::EpisodeStatus status = v1::EPISODE_STATUS_FAILED;
+  v1::FailureClass failure_class = v1::FAILURE_CLASS_INFRA;
+  v1::EpisodePhase phase = v1::EPISODE_PHASE_UNSPECIFIED;
+  std::string message;
+};
+
+// The settings runners read (from Config).
+struct RunnerOptions {
+  DefaultTimeouts timeouts;
+  int64_t default_max_turns = 10;
+  std::string default_model;
+  bool capture_token_ids = true;
+  std::string scheduler_id = "scheduler";
+  std::string tool_limit = "code_exec";
+  absl::Duration llm_call_timeout = absl::Minutes(10);
+};
+
+struct Attempt {
+  EpisodeTicket ticket;
+  const v1::Task& task() const { return *ticket.task; }
+  RunControl* control() const { return ticket.control.get(); }
+  const RunnerOptions* options = nullptr;
+  ratelimiter::RateLimitClient* limiter = nullptr;
+
+  v1::EpisodeResult result;
+  absl::Time start;
+  absl::Time episode_deadline = absl::InfiniteFuture();
+  bool batch_deadline_binds = false;  // the episode deadline is the batch's
+
+  std::shared_ptr<ProxyClient> proxy;
+  v1::OpenSessionResponse session;
+  BaseUrl base;
+
+  std::function<void()> on_reserved;  // called when a sandbox slot is reserved (and at the end, harmlessly)
+  std::optional<Slot> slot;
+  std::string sandbox_id;
+  std::string workdir;  // for commands: "/workspace" or "" (the home)
+
+  std::string final_message;  // the last assistant message's text (single_turn, tool_loop)
+  OutputTail output{4096};    // agent output, or the tool outputs (tool_loop)
+  absl::Duration tools_time;
+
+  // A phase's deadline: now + `timeout` (the task's, else the default), capped by the episode deadline.
+  absl::Time Deadline(const google::protobuf::Duration& task_timeout, absl::Duration fallback) const;
+  absl::Duration Timeout(const google::protobuf::Duration& task_timeout, absl::Duration fallback) const;
+  CallOptions Call(absl::Time deadline) const { return CallOptions{control(), deadline}; }
+  // A failure from a call's status: DEADLINE_EXCEEDED becomes TIMEOUT in `phase` (EPISODE or DEADLINE when the
+  // episode deadline passed), UNAVAILABLE and CANCELLED are infra, anything else `failure_class`.
+  Failure FromStatus(const absl::Status& s, v1::EpisodePhase phase, v1::FailureClass failure_class,
+                     const std::string& what) const;
+};
+
+}  // namespace corral::scheduler

@@ -1,0 +1,399 @@
+#include "services/scheduler/episode_driver.h"
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "boost/asio/co_spawn.hpp"
+#include "boost/asio/detached.hpp"
+#include "boost/asio/this_coro.hpp"
+#include "boost/json.hpp"
+#include "libs/core/logging.h"
+#include "libs/http/server.h"
+#include "libs/rpc/proto_time.h"
+#include "services/scheduler/metrics.h"
+#include "services/scheduler/runners.h"
+#include "services/scheduler/submission.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::scheduler {
+
+namespace asio = boost::asio;
+
+// ---------------------------------------------------------------------------------------------- Attempt
+
+absl::Duration Attempt::Timeout(const google::protobuf::Duration& task_timeout, absl::Duration fallback) const {
+  const absl::Duration d = FromProto(task_timeout);
+  return d > absl::ZeroDuration() ? d : fallback;
+}
+
+absl::Time Attempt::Deadline(const google::protobuf::Duration& task_timeout, absl::Duration fallback) const {
+  return std::min(absl::Now() + Timeout(task_timeout, fallback), episode_deadline);
+}
+
+Failure Attempt::FromStatus(const absl::Status& s, v1::EpisodePhase phase, v1::FailureClass failure_class,
+                            const std::string& what) const {
+  Failure f;
+  f.phase = phase;
+  f.failure_class = failure_class;
+  f.message = absl::StrCat(what, ": ", s.message());
+  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+    f.status = v1::EPISODE_STATUS_TIMEOUT;
+    if (absl::Now() >= episode_deadline - absl::Milliseconds(5)) {
+      f.phase = batch_deadline_binds ? v1::EPISODE_PHASE_DEADLINE : v1::EPISODE_PHASE_EPISODE;
+      f.failure_class = v1::FAILURE_CLASS_AGENT;
+    } else if (phase == v1::EPISODE_PHASE_ACQUIRE || phase == v1::EPISODE_PHASE_SETUP) {
+      f.failure_class = v1::FAILURE_CLASS_INFRA;
+    }
+    f.message = absl::StrCat(what, ": timed out");
+  } else if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kCancelled) {
+    f.failure_class = v1::FAILURE_CLASS_INFRA;
+  }
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------- driver
+
+namespace {
+
+std::string TaskJson(const v1::Task& task, const v1::EpisodeIds& ids) {
+  boost::json::object o;
+  o["id"] = task.id();
+  o["answer"] = task.answer();
+  o["episode_id"] = ids.episode_id();
+  o["seed"] = ids.seed();
+  boost::system::error_code ec;
+  boost::json::value metadata = task.metadata_json().empty() ? boost::json::value(boost::json::object())
+                                                             : boost::json::parse(task.metadata_json(), ec);
+  o["metadata"] = ec ? boost::json::value(boost::json::object()) : metadata;
+  return boost::json::serialize(o);
+}
+
+v1::InlineFile File(const std::string& path, std::string content) {
+  v1::InlineFile f;
+  f.set_path(path);
+  f.set_content(std::move(content));
+  return f;
+}
+
+const char* PhaseName(v1::EpisodePhase phase) {
+  switch (phase) {
+    case v1::EPISODE_PHASE_QUEUE: return "queue";
+    case v1::EPISODE_PHASE_ACQUIRE: return "acquire";
+    case v1::EPISODE_PHASE_SETUP: return "setup";
+    case v1::EPISODE_PHASE_AGENT: return "agent";
+    case v1::EPISODE_PHASE_TOOL: return "tool";
+    case v1::EPISODE_PHASE_VERIFIER: return "verifier";
+    case v1::EPISODE_PHASE_REWARD: return "reward";
+    case v1::EPISODE_PHASE_EPISODE: return "episode";
+    case v1::EPISODE_PHASE_DEADLINE: return "deadline";
+    default: return "unspecified";
+  }
+}
+
+}  // namespace
+
+EpisodeDriver::EpisodeDriver(asio::any_io_executor executor, RunnerOptions options, EpisodeTable* table, HostRegistry* hosts,
+                             std::vector<std::shared_ptr<ProxyClient>> proxies, ratelimiter::RateLimitClient* limiter,
+                             SchedulerMetrics* metrics)
+    : executor_(std::move(executor)),
+      options_(std::move(options)),
+      table_(table),
+      hosts_(hosts),
+      proxies_(std::move(proxies)),
+      limiter_(limiter),
+      metrics_(metrics) {}
+
+const std::shared_ptr<ProxyClient>& EpisodeDriver::ProxyFor(const std::string& env_id) const {
+  size_t best = 0;
+  uint64_t best_score = 0;
+  for (size_t i = 0; i < proxies_.size(); ++i) {
+    const uint64_t score = absl::HashOf(env_id, proxies_[i]->address());
+    if (i == 0 || score > best_score) {
+      best = i;
+      best_score = score;
+    }
+  }
+  return proxies_[best];
+}
+
+void EpisodeDriver::Start(EpisodeTicket ticket) {
+  ++running_;
+  if (NeedsSandbox(*ticket.task)) ++placing_;
+  asio::co_spawn(executor_, Run(std::move(ticket)), asio::detached);
+}
+
+asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
+  Attempt a{std::move(ticket)};
+  // Counted in placing_ from Start until a sandbox slot is reserved or the attempt gives up on one.
+  bool placing = NeedsSandbox(a.task());
+  a.on_reserved = [this, &placing] {
+    if (placing) --placing_;
+    placing = false;
+  };
+  a.options = &options_;
+  a.limiter = limiter_;
+  a.start = absl::Now();
+  const absl::Duration episode_timeout = a.Timeout(a.task().timeouts().episode(), options_.timeouts.episode);
+  a.episode_deadline = a.start + episode_timeout;
+  if (a.ticket.batch_deadline && *a.ticket.batch_deadline < a.episode_deadline) {
+    a.episode_deadline = *a.ticket.batch_deadline;
+    a.batch_deadline_binds = true;
+  }
+  *a.result.mutable_ids() = a.ticket.ids;
+  a.result.set_env_id(a.ticket.env_id);
+  ToProto(a.start, a.result.mutable_timings()->mutable_start_time());
+  ToProto(std::max(absl::ZeroDuration(), a.start - a.ticket.queued_since), a.result.mutable_timings()->mutable_queue());
+
+  std::optional<Failure> failure = co_await OpenSession(a);
+  if (!failure && NeedsSandbox(a.task())) failure = co_await AcquireSandbox(a);
+  if (!failure && !a.control()->stopped()) {
+    switch (a.task().runner()) {
+      case v1::RUNNER_SINGLE_TURN: failure = co_await RunSingleTurn(a); break;
+      case v1::RUNNER_TOOL_LOOP: failure = co_await RunToolLoop(a); break;
+      case v1::RUNNER_AGENT: failure = co_await RunAgent(a); break;
+      default: failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT, "unknown runner"};
+    }
+  }
+  a.on_reserved();
+  co_await Conclude(a, std::move(failure));
+  --running_;
+}
+
+asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
+  const v1::Task& task = a.task();
+  a.proxy = ProxyFor(a.ticket.env_id);
+  v1::OpenSessionRequest request;
+  request.set_env_id(a.ticket.env_id);
+  *request.mutable_policy() = task.llm().session_policy();
+  v1::SessionPolicy& policy = *request.mutable_policy();
+  if (options_.capture_token_ids) {
+    policy.set_capture_token_ids(true);
+    policy.set_capture_logprobs(true);
+  }
+  if (task.llm().seed_sampling()) {
+    policy.mutable_sampling_overrides()->set_seed(static_cast<int64_t>(a.ticket.ids.seed() & 0x7fffffffffffffffULL));
+  }
+  if (!policy.has_ttl()) ToProto(a.episode_deadline - absl::Now() + absl::Minutes(5), policy.mutable_ttl());
+  *request.mutable_episode() = a.ticket.ids;
+  (*request.mutable_labels())[kSchedulerLabel] = options_.scheduler_id;
+  (*request.mutable_labels())["corral.batch"] = a.ticket.ids.batch_id();
+  const absl::Time deadline = std::min(absl::Now() + absl::Seconds(30), a.episode_deadline);
+  auto session = co_await a.proxy->Open(std::move(request), a.Call(deadline));
+  if (!session.ok()) {
+    co_return a.FromStatus(session.status(), v1::EPISODE_PHASE_ACQUIRE,
+                           session.status().code() == absl::StatusCode::kInvalidArgument ? v1::FAILURE_CLASS_AGENT
+                                                                                          : v1::FAILURE_CLASS_INFRA,
+                           absl::StrCat("opening a session on proxy ", a.proxy->address()));
+  }
+  a.session = *std::move(session);
+  auto base = ParseBaseUrl(a.session.base_url());
+  if (!base.ok()) {
+    co_return Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_ACQUIRE,
+                      absl::StrCat("proxy ", a.proxy->address(), ": ", base.status().message())};
+  }
+  a.base = *std::move(base);
+  co_return std::nullopt;
+}
+
+asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a) {
+  const v1::Task& task = a.task();
+  const v1::EnvironmentSpec& env = task.environment();
+  const absl::Time acquire_started = absl::Now();
+  const absl::Time acquire_deadline = a.Deadline(task.timeouts().acquire(), options_.timeouts.acquire);
+  const absl::Duration setup_timeout = a.Timeout(task.timeouts().setup(), options_.timeouts.setup);
+
+  v1::SandboxSpec spec;
+  spec.set_template_key(TemplateKey(env));
+  v1::NetworkPolicy network = env.network_policy();
+  if (network == v1::NETWORK_POLICY_UNSPECIFIED) {
+    network = task.runner() == v1::RUNNER_AGENT ? v1::NETWORK_POLICY_PROXY_ONLY : v1::NETWORK_POLICY_NONE;
+  }
+  spec.set_network_policy(network);
+  if (network == v1::NETWORK_POLICY_PROXY_ONLY) spec.add_allowed_ports(a.base.port);
+  *spec.mutable_limits() = env.limits();
+  *spec.mutable_env() = env.env();
+  if (env.task_paths().empty()) {
+    spec.add_task_paths("/workspace");
+    spec.add_task_paths("/logs");
+  } else {
+    *spec.mutable_task_paths() = env.task_paths();
+  }
+  spec.set_require_private_filesystem_view(env.require_private_filesystem_view());
+  (*spec.mutable_labels())[kSchedulerLabel] = options_.scheduler_id;
+  (*spec.mutable_labels())[kEpisodeLabel] = a.ticket.ids.episode_id();
+  Requirements needs;
+  needs.private_view = env.require_private_filesystem_view();
+  needs.network_namespace = network == v1::NETWORK_POLICY_NONE;
+  needs.landlock_net = network == v1::NETWORK_POLICY_PROXY_ONLY;
+  a.workdir = env.workdir();
+  if (a.workdir.empty()) {
+    for (const auto& p : spec.task_paths()) {
+      if (p == "/workspace") a.workdir = "/workspace";
+    }
+  }
+
+  absl::Duration setup_time;
+  int attempts = 0;
+  while (true) {
+    if (a.control()->stopped()) co_return a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_ACQUIRE, v1::FAILURE_CLASS_INFRA, "acquire");
+    auto slot = hosts_->Reserve(needs, spec.template_key());
+    if (slot.ok()) a.on_reserved();
+    if (!slot.ok()) {
+      if (slot.status().code() == absl::StatusCode::kFailedPrecondition || absl::Now() >= acquire_deadline) {
+        const absl::Status s = slot.status().code() == absl::StatusCode::kFailedPrecondition
+                                   ? slot.status()
+                                   : absl::DeadlineExceededError(slot.status().message());
+        co_return a.FromStatus(s, v1::EPISODE_PHASE_ACQUIRE, v1::FAILURE_CLASS_INFRA, "placing the sandbox");
+      }
+      co_await http::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    const std::string address = slot->client->address();
+    if (!spec.template_key().empty() && !hosts_->HasTemplate(address, spec.template_key())) {
+      v1::PrepareTemplateRequest prepare;
+      prepare.set_key(spec.template_key());
+      *prepare.mutable_files() = env.setup_files();
+      *prepare.mutable_setup_commands() = env.setup_commands();
+      prepare.set_network_policy(env.setup_network_policy() == v1::NETWORK_POLICY_UNSPECIFIED ? v1::NETWORK_POLICY_OPEN
+                                                                                             : env.setup_network_policy());
+      *prepare.mutable_limits() = env.limits();
+      *prepare.mutable_env() = env.env();
+      *prepare.mutable_task_paths() = spec.task_paths();
+      ToProto(setup_timeout, prepare.mutable_setup_timeout());
+      const absl::Time started = absl::Now();
+      const absl::Time deadline = std::min(started + setup_timeout + absl::Seconds(10), a.episode_deadline);
+      auto built = co_await slot->client->PrepareTemplate(std::move(prepare), a.Call(deadline));
+      setup_time += absl::Now() - started;
+      if (!built.ok()) {
+        hosts_->Release(address);
+        const bool setup_failed = built.status().code() == absl::StatusCode::kFailedPrecondition ||
+                                  built.status().code() == absl::StatusCode::kInvalidArgument ||
+                                  built.status().code() == absl::StatusCode::kAlreadyExists;
+        co_return a.FromStatus(built.status(), v1::EPISODE_PHASE_SETUP,
+                               setup_failed ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA,
+                               absl::StrCat("building template ", prepare.key(), " on ", address));
+      }
+      hosts_->MarkTemplate(address, spec.template_key());
+    }
+    auto created = co_await slot->client->Create(spec, a.Call(acquire_deadline + setup_time));
+    if (created.ok()) {
+      a.slot = *std::move(slot);
+      a.sandbox_id = created->sandbox().sandbox_id();
+      hosts_->Own(address, a.sandbox_id);
+      a.result.set_host_address(address);
+      a.result.set_host_id(a.slot->host_id);
+      a.result.set_sandbox_id(a.sandbox_id);
+      *a.result.mutable_protections() = created->sandbox().protections();
+      table_->Placed(a.ticket.ids, address, a.sandbox_id, a.ticket.env_id);
+      break;
+    }
+    hosts_->Release(address);
+    if (created.status().code() == absl::StatusCode::kResourceExhausted) {
+      hosts_->MarkRejected(address);  // authoritative: place elsewhere
+      continue;
+    }
+    if (created.status().code() == absl::StatusCode::kUnavailable && ++attempts < 3 && absl::Now() < acquire_deadline) {
+      continue;
+    }
+    const bool bad_spec = created.status().code() == absl::StatusCode::kInvalidArgument;
+    co_return a.FromStatus(created.status(), v1::EPISODE_PHASE_ACQUIRE,
+                           bad_spec ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA,
+                           absl::StrCat("creating the sandbox on ", address));
+  }
+  ToProto(absl::Now() - acquire_started - setup_time, a.result.mutable_timings()->mutable_sandbox_acquire());
+
+  // Setup: the task's files, the instruction (agent) and .corral/task.json for verifiers.
+  const absl::Time upload_started = absl::Now();
+  std::vector<v1::InlineFile> files(env.files().begin(), env.files().end());
+  files.push_back(File(".corral/task.json", TaskJson(task, a.ticket.ids)));
+  if (task.runner() == v1::RUNNER_AGENT) {
+    const std::string path =
+        task.agent().instruction_path().empty() ? ".corral/instruction.md" : task.agent().instruction_path();
+    files.push_back(File(path, task.prompt()));
+  }
+  const absl::Time deadline = a.Deadline(task.timeouts().setup(), options_.timeouts.setup);
+  if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_SETUP)) co_return f;
+  ToProto(setup_time + (absl::Now() - upload_started), a.result.mutable_timings()->mutable_setup());
+  co_return std::nullopt;
+}
+
+asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure> failure) {
+  v1::EpisodeResult& r = a.result;
+  // A stop decides over whatever the interrupted call reported.
+  switch (a.control()->reason()) {
+    case StopReason::kCancelled:
+      failure = Failure{v1::EPISODE_STATUS_CANCELLED, v1::FAILURE_CLASS_UNSPECIFIED, v1::EPISODE_PHASE_UNSPECIFIED,
+                        a.control()->message()};
+      break;
+    case StopReason::kDeadline:
+      failure = Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_DEADLINE,
+                        a.control()->message()};
+      break;
+    case StopReason::kHostLost:
+      failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_UNSPECIFIED,
+                        a.control()->message()};
+      break;
+    default:
+      break;
+  }
+  if (a.session.env_token().empty() == false) {
+    auto closed = co_await a.proxy->Close(a.ticket.env_id, v1::TRAJECTORY_FORMAT_CALLS, absl::Seconds(30));
+    if (closed.ok()) {
+      *r.mutable_trajectory() = closed->trajectory();
+    } else if (!failure) {
+      failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_REWARD,
+                        absl::StrCat("could not take the trajectory from proxy ", a.proxy->address(), ": ",
+                                     closed.status().message())};
+    }
+  }
+  if (failure) {
+    r.set_status(failure->status);
+    r.set_failure_class(failure->status == v1::EPISODE_STATUS_CANCELLED ? v1::FAILURE_CLASS_UNSPECIFIED
+                                                                        : failure->failure_class);
+    r.set_failed_phase(failure->phase);
+    r.set_failure_message(failure->message);
+    r.clear_reward();
+  } else if (r.trajectory().call_count() == 0 && a.task().runner() == v1::RUNNER_AGENT) {
+    r.set_status(v1::EPISODE_STATUS_NO_DATA);
+    r.set_failure_message("the agent made no LLM call");
+  } else {
+    r.set_status(v1::EPISODE_STATUS_FINISHED);
+  }
+  if (a.task().runner() == v1::RUNNER_TOOL_LOOP && r.agent_output_tail().empty()) {
+    r.set_agent_output_tail(a.output.Last(1024));
+  }
+  const absl::Time end = absl::Now();
+  ToProto(a.tools_time, r.mutable_timings()->mutable_tools());
+  ToProto(end - a.start, r.mutable_timings()->mutable_total());
+  ToProto(end, r.mutable_timings()->mutable_end_time());
+  if (a.task().runner() != v1::RUNNER_AGENT && !r.timings().has_agent()) {
+    ToProto(end - a.start - FromProto(r.timings().sandbox_acquire()) - FromProto(r.timings().setup()) -
+                FromProto(r.timings().verifier()),
+            r.mutable_timings()->mutable_agent());
+  }
+  if (failure && failure->status != v1::EPISODE_STATUS_CANCELLED) {
+    spdlog::info("episode {} attempt {}: {} in {} ({})", a.ticket.ids.episode_id(), a.ticket.ids.attempt(),
+                 v1::EpisodeStatus_Name(r.status()), PhaseName(failure->phase), failure->message);
+  }
+  if (metrics_ != nullptr) metrics_->EpisodeEnded(a.task().runner(), r);
+  // The sandbox goes in the background: the result does not wait for teardown.
+  if (a.slot) {
+    auto executor = co_await asio::this_coro::executor;
+    asio::co_spawn(executor, Cleanup(a.slot, a.sandbox_id), asio::detached);
+  }
+  const std::string env_id = a.ticket.env_id;
+  const FinishOutcome outcome = table_->Finish(a.ticket, std::move(r));
+  if (metrics_ != nullptr && outcome == FinishOutcome::kRetried) metrics_->Retried();
+  if (!a.session.env_token().empty()) (void)co_await a.proxy->Ack(env_id, absl::Seconds(10));
+}
+
+asio::awaitable<void> EpisodeDriver::Cleanup(std::optional<Slot> slot, std::string sandbox_id) {
+  const std::string address = slot->client->address();
+  absl::Status s = co_await slot->client->Delete(sandbox_id, absl::Seconds(60));
+  if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
+    spdlog::warn("host {}: deleting sandbox {}: {} (the next sweep of the host removes it)", address, sandbox_id, s);
+  }
+  hosts_->Disown(address, sandbox_id);
+  hosts_->Release(address);
+}
+
+}  // namespace corral::scheduler

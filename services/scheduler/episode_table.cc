@@ -1,0 +1,710 @@
+#include "services/scheduler/episode_table.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "libs/rpc/pagination.h"
+#include "libs/rpc/proto_time.h"
+
+namespace corral::scheduler {
+
+EpisodeTable::EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending)
+    : clock_(clock), log_(log), limits_(limits), max_pending_(max_pending) {}
+
+EpisodeTable::Batch* EpisodeTable::FindBatch(const std::string& id) {
+  auto it = batches_.find(id);
+  return it == batches_.end() ? nullptr : &it->second;
+}
+const EpisodeTable::Batch* EpisodeTable::FindBatch(const std::string& id) const {
+  auto it = batches_.find(id);
+  return it == batches_.end() ? nullptr : &it->second;
+}
+
+void EpisodeTable::Changed() const {
+  if (on_change_) on_change_();
+}
+
+void EpisodeTable::Touch(Batch& b) {
+  ++b.version;
+  ++version_;
+}
+
+v1::EpisodeIds EpisodeTable::Ids(const Batch& b, uint32_t g, uint32_t i) const {
+  v1::EpisodeIds ids;
+  ids.set_batch_id(b.spec.batch_id());
+  ids.set_group_id(GroupId(b.spec.batch_id(), g));
+  ids.set_episode_id(EpisodeId(b.spec.batch_id(), g, i));
+  ids.set_task_id(b.tasks[g]->id());
+  ids.set_group_index(g);
+  ids.set_index_in_group(i);
+  ids.set_seed(EpisodeSeed(b.spec.seed(), g, i));
+  ids.set_attempt(b.episodes[g * b.per_group + i].attempt);
+  return ids;
+}
+
+void EpisodeTable::Enqueue(Batch& b, uint32_t g, uint32_t i) {
+  queue_[QueueKey{-static_cast<int64_t>(b.spec.priority()), b.order, g, i}] = b.spec.batch_id();
+  b.episodes[g * b.per_group + i].state = State::kQueued;
+  ++b.queued;
+}
+
+void EpisodeTable::Dequeue(Batch& b, uint32_t g, uint32_t i) {
+  queue_.erase(QueueKey{-static_cast<int64_t>(b.spec.priority()), b.order, g, i});
+  --b.queued;
+}
+
+// ---------------------------------------------------------------------------------------------- batches
+
+void EpisodeTable::Restore(const Snapshot& snapshot) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& row : snapshot.batches) {
+    Batch& b = batches_[row.spec.batch_id()];
+    b.order = next_order_++;
+    b.spec = row.spec;
+    b.digest = row.digest;
+    b.create_time = row.create_time;
+    b.tasks = row.tasks;
+    b.cancelled = row.cancelled;
+    b.per_group = b.spec.group_size() + b.spec.redundancy();
+    b.episodes.resize(b.tasks.size() * b.per_group);
+    b.group_counted.assign(b.tasks.size(), 0);
+    b.group_complete_at.assign(b.tasks.size(), 0);
+  }
+  for (const auto& run : snapshot.runs) {
+    auto ref = ParseEpisodeId(run.episode_id);
+    if (!ref.ok()) continue;
+    Batch* b = FindBatch(ref->batch_id);
+    if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) continue;
+    Episode& e = b->episodes[ref->group_index * b->per_group + ref->index_in_group];
+    e.attempt = run.attempt;
+    e.runs = run.runs;
+  }
+  // Results in position order, so group completion positions come out as they were.
+  for (const auto& r : snapshot.results) {
+    auto ref = ParseEpisodeId(r.episode_id);
+    if (!ref.ok()) continue;
+    Batch* b = FindBatch(ref->batch_id);
+    if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) continue;
+    const uint32_t g = ref->group_index, i = ref->index_in_group;
+    Episode& e = b->episodes[g * b->per_group + i];
+    e.state = State::kEnded;
+    e.seq = r.seq;
+    e.status = r.status;
+    e.reward = r.reward;
+    e.committed = true;
+    e.acked = r.acked;
+    e.result = r.result;
+    next_seq_ = std::max(next_seq_, r.seq + 1);
+    if (r.redundant) {
+      e.redundant = true;
+      ++b->redundant_cancelled;
+      continue;
+    }
+    e.counted_in_group = true;
+    ++b->ended;
+    ++b->by_status[r.status];
+    if (r.reward && r.status == v1::EPISODE_STATUS_FINISHED) {
+      b->reward_sum += *r.reward;
+      ++b->reward_n;
+    }
+    if (r.acked) {
+      ++b->acked;
+      ++b->delivered;
+    } else {
+      unacked_[r.seq] = Where{b->spec.batch_id(), g, i};
+    }
+    if (++b->group_counted[g] == b->spec.group_size()) {
+      b->group_complete_at[g] = r.seq;
+      group_completions_[r.seq] = Where{b->spec.batch_id(), g, 0};
+    }
+  }
+  for (auto& [id, b] : batches_) {
+    for (uint32_t g = 0; g < b.tasks.size(); ++g) {
+      for (uint32_t i = 0; i < b.per_group; ++i) {
+        Episode& e = b.episodes[g * b.per_group + i];
+        if (e.state == State::kEnded) continue;
+        if (b.group_complete_at[g] != 0) {  // an extra of a completed group: dropped
+          e.state = State::kEnded;
+          e.redundant = true;
+          ++b.redundant_cancelled;
+          continue;
+        }
+        Enqueue(b, g, i);
+        ++pending_;
+      }
+    }
+    if (b.terminal()) b.end_time = b.create_time;
+  }
+}
+
+void EpisodeTable::Submit(v1::BatchSpec spec, const std::string& digest,
+                          std::vector<std::shared_ptr<const v1::Task>> tasks,
+                          std::function<void(absl::StatusOr<v1::Batch>)> done) {
+  const std::string id = spec.batch_id();
+  absl::StatusOr<v1::Batch> early = absl::UnknownError("");
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t episodes = static_cast<int64_t>(tasks.size()) * (spec.group_size() + spec.redundancy());
+    if (const Batch* existing = FindBatch(id)) {
+      early = existing->digest == digest
+                  ? absl::StatusOr<v1::Batch>(Describe(*existing))
+                  : absl::AlreadyExistsError(absl::StrCat("batch '", id, "' exists with different content"));
+    } else if (submitting_.count(id)) {
+      early = absl::UnavailableError(absl::StrCat("batch '", id, "' is being submitted by another call; retry"));
+    } else if (pending_ + episodes > max_pending_) {
+      early = absl::ResourceExhaustedError(absl::StrCat("the batch's ", episodes,
+                                                        " episodes would exceed max_pending_episodes (", max_pending_,
+                                                        "; ", pending_, " pending now)"));
+    } else {
+      submitting_.insert(id);
+      pending_ += episodes;  // reserved while the journal writes
+    }
+  }
+  if (early.status().code() != absl::StatusCode::kUnknown) {
+    done(std::move(early));
+    return;
+  }
+  const absl::Time now = clock_->Now();
+  auto shared_tasks = std::make_shared<std::vector<std::shared_ptr<const v1::Task>>>(std::move(tasks));
+  log_->AddBatch(spec, digest, now, *shared_tasks,
+                 [this, spec, digest, now, shared_tasks, done = std::move(done)](absl::Status s) {
+                   v1::Batch out;
+                   {
+                     absl::MutexLock lock(&mu_);
+                     submitting_.erase(spec.batch_id());
+                     const int64_t episodes =
+                         static_cast<int64_t>(shared_tasks->size()) * (spec.group_size() + spec.redundancy());
+                     if (!s.ok()) {
+                       pending_ -= episodes;
+                     } else {
+                       Batch& b = batches_[spec.batch_id()];
+                       b.order = next_order_++;
+                       b.spec = spec;
+                       b.digest = digest;
+                       b.create_time = now;
+                       b.tasks = std::move(*shared_tasks);
+                       b.per_group = spec.group_size() + spec.redundancy();
+                       b.episodes.resize(b.tasks.size() * b.per_group);
+                       b.group_counted.assign(b.tasks.size(), 0);
+                       b.group_complete_at.assign(b.tasks.size(), 0);
+                       for (uint32_t g = 0; g < b.tasks.size(); ++g) {
+                         for (uint32_t i = 0; i < b.per_group; ++i) Enqueue(b, g, i);
+                       }
+                       Touch(b);
+                       out = Describe(b);
+                     }
+                   }
+                   if (!s.ok()) {
+                     done(absl::UnavailableError(absl::StrCat("the journal could not record the batch: ", s.message())));
+                     return;
+                   }
+                   Changed();
+                   done(std::move(out));
+                 });
+}
+
+v1::Batch EpisodeTable::Describe(const Batch& b) const {
+  v1::Batch out;
+  out.set_batch_id(b.spec.batch_id());
+  out.set_state(b.cancelled ? v1::BATCH_STATE_CANCELLED
+                            : (b.terminal() ? v1::BATCH_STATE_COMPLETE : v1::BATCH_STATE_RUNNING));
+  *out.mutable_spec() = b.spec;
+  out.set_task_count(static_cast<uint32_t>(b.tasks.size()));
+  v1::EpisodeCounts* c = out.mutable_counts();
+  c->set_total(b.total());
+  c->set_queued(b.queued);
+  c->set_running(b.running);
+  auto count = [&](v1::EpisodeStatus s) {
+    auto it = b.by_status.find(s);
+    return it == b.by_status.end() ? 0u : it->second;
+  };
+  c->set_finished(count(v1::EPISODE_STATUS_FINISHED));
+  c->set_failed(count(v1::EPISODE_STATUS_FAILED));
+  c->set_timeout(count(v1::EPISODE_STATUS_TIMEOUT));
+  c->set_cancelled(count(v1::EPISODE_STATUS_CANCELLED));
+  c->set_no_data(count(v1::EPISODE_STATUS_NO_DATA));
+  c->set_delivered(b.delivered);
+  c->set_acked(b.acked);
+  c->set_retries(b.retries);
+  c->set_redundant_cancelled(b.redundant_cancelled);
+  out.set_progress(b.total() == 0 ? 1.0 : static_cast<double>(b.ended) / b.total());
+  if (b.reward_n > 0) out.set_mean_reward(b.reward_sum / b.reward_n);
+  ToProto(b.create_time, out.mutable_create_time());
+  if (b.start_time != absl::InfinitePast()) ToProto(b.start_time, out.mutable_start_time());
+  if (b.end_time != absl::InfinitePast()) ToProto(b.end_time, out.mutable_end_time());
+  return out;
+}
+
+absl::StatusOr<v1::Batch> EpisodeTable::GetBatch(const std::string& batch_id) const {
+  absl::MutexLock lock(&mu_);
+  const Batch* b = FindBatch(batch_id);
+  if (b == nullptr) return absl::NotFoundError(absl::StrCat("no batch '", batch_id, "'"));
+  return Describe(*b);
+}
+
+bool EpisodeTable::BatchExists(const std::string& batch_id) const {
+  absl::MutexLock lock(&mu_);
+  return FindBatch(batch_id) != nullptr;
+}
+
+absl::StatusOr<v1::ListBatchesResponse> EpisodeTable::ListBatches(const v1::ListBatchesRequest& request) const {
+  auto page_size = PageSize(request.page_size());
+  if (!page_size.ok()) return page_size.status();
+  absl::MutexLock lock(&mu_);
+  // Newest first: order keys descending, written so that a larger key sorts first ("o" + inverted order).
+  std::vector<std::pair<std::string, const Batch*>> items;
+  for (const auto& [id, b] : batches_) {
+    items.emplace_back(absl::StrCat(absl::Dec(UINT64_MAX - b.order, absl::kZeroPad20)), &b);
+  }
+  std::sort(items.begin(), items.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  if (!request.page_token().empty() &&
+      (request.page_token().size() != 20 || !std::all_of(request.page_token().begin(), request.page_token().end(),
+                                                          [](char c) { return c >= '0' && c <= '9'; }))) {
+    return absl::InvalidArgumentError("page_token was not issued by ListBatches");
+  }
+  v1::ListBatchesResponse out;
+  out.set_next_page_token(FillPage(
+      items, request.page_token(), *page_size, [](const auto& x) { return x.first; },
+      [&](const auto& x) {
+        const v1::Batch d = Describe(*x.second);
+        return (request.state() == v1::BATCH_STATE_UNSPECIFIED || d.state() == request.state()) &&
+               MatchesLabels(request.label_selector(), x.second->spec.labels());
+      },
+      [&](const auto& x) { *out.add_batches() = Describe(*x.second); }));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------- running
+
+bool EpisodeTable::HasQueued() const {
+  absl::MutexLock lock(&mu_);
+  return !queue_.empty();
+}
+
+size_t EpisodeTable::QueuedCount() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size();
+}
+
+std::optional<EpisodeTicket> EpisodeTable::StartNext(const std::function<bool(const v1::Task&)>& eligible) {
+  EpisodeTicket ticket;
+  uint32_t runs = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = queue_.begin();
+    Batch* b = nullptr;
+    for (; it != queue_.end(); ++it) {
+      b = FindBatch(it->second);
+      if (eligible(*b->tasks[it->first.group])) break;
+    }
+    if (it == queue_.end()) return std::nullopt;
+    const uint32_t g = it->first.group, i = it->first.index;
+    Dequeue(*b, g, i);
+    Episode& e = b->episodes[g * b->per_group + i];
+    e.state = State::kRunning;
+    e.control = std::make_shared<RunControl>();
+    runs = ++e.runs;
+    ++b->running;
+    if (b->start_time == absl::InfinitePast()) b->start_time = clock_->Now();
+    Touch(*b);
+    ticket.ids = Ids(*b, g, i);
+    ticket.task = b->tasks[g];
+    ticket.control = e.control;
+    ticket.env_id = absl::StrCat(ticket.ids.episode_id(), ":r", runs);
+    ticket.queued_since = b->create_time;
+    if (b->spec.has_deadline()) ticket.batch_deadline = FromProto(b->spec.deadline());
+    ticket.max_attempts = b->spec.max_attempts();
+  }
+  log_->RunStarted(ticket.ids.episode_id(), ticket.ids.attempt(), runs);
+  return ticket;
+}
+
+void EpisodeTable::Placed(const v1::EpisodeIds& ids, const std::string& host, const std::string& sandbox_id,
+                          const std::string& env_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    Batch* b = FindBatch(ids.batch_id());
+    if (b == nullptr) return;
+    b->episodes[ids.group_index() * b->per_group + ids.index_in_group()].host = host;
+  }
+  log_->RunPlaced(ids.episode_id(), host, sandbox_id, env_id);
+}
+
+std::vector<std::shared_ptr<RunControl>> EpisodeTable::Running(const std::string& host) const {
+  std::vector<std::shared_ptr<RunControl>> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, b] : batches_) {
+    if (b.running == 0) continue;
+    for (const Episode& e : b.episodes) {
+      if (e.state == State::kRunning && (host.empty() || e.host == host)) out.push_back(e.control);
+    }
+  }
+  return out;
+}
+
+size_t EpisodeTable::RunningCount(const std::string& host) const { return Running(host).size(); }
+
+FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResult result) {
+  const v1::EpisodeIds& ids = ticket.ids;
+  std::vector<std::shared_ptr<RunControl>> stop;
+  FinishOutcome outcome = FinishOutcome::kRecorded;
+  uint32_t next_attempt = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    Batch* b = FindBatch(ids.batch_id());
+    if (b == nullptr) return FinishOutcome::kDropped;
+    const uint32_t g = ids.group_index(), i = ids.index_in_group();
+    Episode& e = b->episodes[g * b->per_group + i];
+    if (e.state != State::kRunning || e.control != ticket.control) return FinishOutcome::kDropped;
+    --b->running;
+    e.control.reset();
+    e.host.clear();
+    const StopReason reason = ticket.control->reason();
+    const bool infra = result.status() == v1::EPISODE_STATUS_FAILED && result.failure_class() == v1::FAILURE_CLASS_INFRA;
+    if (reason == StopReason::kRedundant) {
+      e.state = State::kEnded;
+      e.redundant = true;
+      ++b->redundant_cancelled;
+      --pending_;
+      outcome = FinishOutcome::kDropped;
+    } else if (reason == StopReason::kRequeue && !b->cancelled) {
+      Enqueue(*b, g, i);
+      outcome = FinishOutcome::kRequeued;
+      next_attempt = e.attempt;
+    } else if (infra && e.attempt < ticket.max_attempts && !b->cancelled && reason != StopReason::kCancelled &&
+               reason != StopReason::kDeadline) {
+      ++e.attempt;
+      ++b->retries;
+      Enqueue(*b, g, i);
+      outcome = FinishOutcome::kRetried;
+      next_attempt = e.attempt;
+    } else {
+      Record(*b, g, i, std::move(result), &stop);
+    }
+    Touch(*b);
+  }
+  if (outcome == FinishOutcome::kRequeued || outcome == FinishOutcome::kRetried) {
+    log_->RunEnded(ids.episode_id(), next_attempt);
+  }
+  for (auto& c : stop) c->Stop(StopReason::kRedundant, "the group completed without this extra episode");
+  Changed();
+  return outcome;
+}
+
+void EpisodeTable::Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result,
+                          std::vector<std::shared_ptr<RunControl>>* stop) {
+  Episode& e = b.episodes[g * b.per_group + i];
+  e.state = State::kEnded;
+  --pending_;
+  if (b.group_complete_at[g] != 0 || b.group_counted[g] >= b.spec.group_size()) {
+    // The group already has its group_size results: this one is an extra, never delivered.
+    e.redundant = true;
+    ++b.redundant_cancelled;
+    return;
+  }
+  const uint64_t seq = next_seq_++;
+  e.seq = seq;
+  e.status = result.status();
+  if (result.has_reward() && result.status() == v1::EPISODE_STATUS_FINISHED) {
+    e.reward = result.reward();
+    b.reward_sum += result.reward();
+    ++b.reward_n;
+  }
+  e.counted_in_group = true;
+  ++b.ended;
+  ++b.by_status[result.status()];
+  result.set_cursor(absl::StrCat(seq));
+  if (++b.group_counted[g] == b.spec.group_size()) {
+    b.group_complete_at[g] = seq;
+    group_completions_[seq] = Where{b.spec.batch_id(), g, 0};
+    // The extras still queued are dropped; the running ones are stopped.
+    for (uint32_t j = 0; j < b.per_group; ++j) {
+      Episode& x = b.episodes[g * b.per_group + j];
+      if (x.state == State::kQueued) {
+        Dequeue(b, g, j);
+        x.state = State::kEnded;
+        x.redundant = true;
+        ++b.redundant_cancelled;
+        --pending_;
+      } else if (x.state == State::kRunning && x.control) {
+        stop->push_back(x.control);
+      }
+    }
+  }
+  if (b.terminal()) b.end_time = clock_->Now();
+  e.result = result.SerializeAsString();
+  const std::string batch_id = b.spec.batch_id();
+  log_->AddResult(seq, result, false, [this, batch_id, g, i, seq](absl::Status s) {
+    // A failed journal write leaves the result in memory only; it is still delivered (the episode did end).
+    (void)s;
+    Committed(batch_id, g, i, seq);
+  });
+}
+
+void EpisodeTable::Committed(const std::string& batch_id, uint32_t g, uint32_t i, uint64_t seq) {
+  {
+    absl::MutexLock lock(&mu_);
+    Batch* b = FindBatch(batch_id);
+    if (b == nullptr) return;
+    Episode& e = b->episodes[g * b->per_group + i];
+    if (e.seq != seq) return;
+    e.committed = true;
+    if (!e.acked) unacked_[seq] = Where{batch_id, g, i};
+    Touch(*b);
+  }
+  Changed();
+}
+
+v1::EpisodeResult EpisodeTable::QueuedResult(const Batch& b, uint32_t g, uint32_t i, v1::EpisodeStatus status,
+                                             v1::EpisodePhase phase, const std::string& message) const {
+  v1::EpisodeResult r;
+  *r.mutable_ids() = Ids(b, g, i);
+  r.set_status(status);
+  r.set_failed_phase(phase);
+  if (status == v1::EPISODE_STATUS_TIMEOUT) r.set_failure_class(v1::FAILURE_CLASS_INFRA);
+  r.set_failure_message(message);
+  const absl::Time now = clock_->Now();
+  ToProto(now - b.create_time, r.mutable_timings()->mutable_queue());
+  ToProto(now, r.mutable_timings()->mutable_end_time());
+  return r;
+}
+
+absl::StatusOr<uint32_t> EpisodeTable::Cancel(const v1::CancelRequest& request) {
+  std::string batch_id;
+  std::optional<uint32_t> group, index;
+  switch (request.target_case()) {
+    case v1::CancelRequest::kEpisodeId: {
+      auto ref = ParseEpisodeId(request.episode_id());
+      if (!ref.ok()) return ref.status();
+      batch_id = ref->batch_id;
+      group = ref->group_index;
+      index = ref->index_in_group;
+      break;
+    }
+    case v1::CancelRequest::kGroupId: {
+      auto ref = ParseGroupId(request.group_id());
+      if (!ref.ok()) return ref.status();
+      batch_id = ref->batch_id;
+      group = ref->group_index;
+      break;
+    }
+    case v1::CancelRequest::kBatchId:
+      batch_id = request.batch_id();
+      break;
+    default:
+      return absl::InvalidArgumentError("a target is required: episode_id, group_id or batch_id");
+  }
+  const std::string why = request.reason().empty() ? "cancelled" : absl::StrCat("cancelled: ", request.reason());
+  std::vector<std::shared_ptr<RunControl>> stop;
+  uint32_t cancelled = 0;
+  bool whole_batch = false;
+  {
+    absl::MutexLock lock(&mu_);
+    Batch* b = FindBatch(batch_id);
+    if (b == nullptr) return absl::NotFoundError(absl::StrCat("no batch '", batch_id, "'"));
+    if (group && (*group >= b->tasks.size() || (index && *index >= b->per_group))) {
+      return absl::NotFoundError(absl::StrCat("no such ", index ? "episode" : "group", " in batch '", batch_id, "'"));
+    }
+    whole_batch = !group;
+    if (whole_batch && !b->terminal()) b->cancelled = true;
+    const uint32_t g0 = group.value_or(0), g1 = group ? *group + 1 : static_cast<uint32_t>(b->tasks.size());
+    for (uint32_t g = g0; g < g1; ++g) {
+      const uint32_t i0 = index.value_or(0), i1 = index ? *index + 1 : b->per_group;
+      for (uint32_t i = i0; i < i1; ++i) {
+        Episode& e = b->episodes[g * b->per_group + i];
+        if (e.state == State::kQueued) {
+          Dequeue(*b, g, i);
+          ++cancelled;
+          Record(*b, g, i, QueuedResult(*b, g, i, v1::EPISODE_STATUS_CANCELLED, v1::EPISODE_PHASE_QUEUE, why), &stop);
+        } else if (e.state == State::kRunning && e.control && !e.control->stopped()) {
+          ++cancelled;
+          stop.push_back(e.control);
+        }
+      }
+    }
+    Touch(*b);
+  }
+  if (whole_batch) log_->BatchCancelled(batch_id);
+  for (auto& c : stop) {
+    // Extras of groups completed just now stop as redundant; the targets stop as cancelled (first reason wins).
+    c->Stop(StopReason::kCancelled, why);
+  }
+  Changed();
+  return cancelled;
+}
+
+void EpisodeTable::ExpireDeadlines() {
+  const absl::Time now = clock_->Now();
+  std::vector<std::shared_ptr<RunControl>> stop, expired;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, b] : batches_) {
+      if (!b.spec.has_deadline() || FromProto(b.spec.deadline()) > now || (b.queued == 0 && b.running == 0)) continue;
+      for (uint32_t g = 0; g < b.tasks.size(); ++g) {
+        for (uint32_t i = 0; i < b.per_group; ++i) {
+          Episode& e = b.episodes[g * b.per_group + i];
+          if (e.state == State::kQueued) {
+            Dequeue(b, g, i);
+            Record(b, g, i,
+                   QueuedResult(b, g, i, v1::EPISODE_STATUS_TIMEOUT, v1::EPISODE_PHASE_DEADLINE,
+                                "the batch deadline passed before the episode started"),
+                   &stop);
+          } else if (e.state == State::kRunning && e.control) {
+            expired.push_back(e.control);
+          }
+        }
+      }
+      Touch(b);
+    }
+  }
+  for (auto& c : stop) c->Stop(StopReason::kRedundant, "the group completed without this extra episode");
+  for (auto& c : expired) c->Stop(StopReason::kDeadline, "the batch deadline passed");
+  if (!stop.empty() || !expired.empty()) Changed();
+}
+
+absl::StatusOr<uint32_t> EpisodeTable::Ack(const std::vector<std::string>& episode_ids) {
+  if (episode_ids.empty()) return absl::InvalidArgumentError("episode_ids must not be empty");
+  std::vector<std::string> newly;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::pair<Batch*, Episode*>> targets;
+    for (const auto& id : episode_ids) {
+      auto ref = ParseEpisodeId(id, "episode_ids");
+      if (!ref.ok()) return absl::NotFoundError(absl::StrCat("unknown episode '", id, "'"));
+      Batch* b = FindBatch(ref->batch_id);
+      if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) {
+        return absl::NotFoundError(absl::StrCat("unknown episode '", id, "'"));
+      }
+      Episode& e = b->episodes[ref->group_index * b->per_group + ref->index_in_group];
+      if (e.seq == 0 || !e.committed) {
+        return absl::FailedPreconditionError(absl::StrCat("episode '", id, "' has no result yet"));
+      }
+      targets.emplace_back(b, &e);
+    }
+    for (size_t k = 0; k < targets.size(); ++k) {
+      auto [b, e] = targets[k];
+      if (e->acked) continue;
+      e->acked = true;
+      if (!e->delivered) {
+        e->delivered = true;
+        ++b->delivered;
+      }
+      ++b->acked;
+      unacked_.erase(e->seq);
+      std::string().swap(e->result);
+      Touch(*b);
+      newly.push_back(episode_ids[k]);
+    }
+  }
+  if (!newly.empty()) log_->Acked(newly);
+  return static_cast<uint32_t>(newly.size());
+}
+
+// ---------------------------------------------------------------------------------------------- streams
+
+std::vector<EpisodeTable::Delivery> EpisodeTable::Deliverable(const std::string& batch_id, uint64_t after,
+                                                              bool whole_groups, size_t limit) const {
+  std::vector<Delivery> out;
+  absl::MutexLock lock(&mu_);
+  if (!whole_groups) {
+    for (auto it = unacked_.upper_bound(after); it != unacked_.end() && out.size() < limit; ++it) {
+      if (!batch_id.empty() && it->second.batch_id != batch_id) continue;
+      const Batch* b = FindBatch(it->second.batch_id);
+      const Episode& e = b->episodes[it->second.group * b->per_group + it->second.index];
+      out.push_back(Delivery{it->first, e.result, EpisodeId(it->second.batch_id, it->second.group, it->second.index)});
+    }
+    return out;
+  }
+  for (auto it = group_completions_.upper_bound(after); it != group_completions_.end() && out.size() < limit; ++it) {
+    if (!batch_id.empty() && it->second.batch_id != batch_id) continue;
+    const Batch* b = FindBatch(it->second.batch_id);
+    const uint32_t g = it->second.group;
+    std::vector<Delivery> group;
+    bool ready = true;
+    for (uint32_t i = 0; i < b->per_group; ++i) {
+      const Episode& e = b->episodes[g * b->per_group + i];
+      if (!e.counted_in_group) continue;
+      if (!e.committed) ready = false;
+      if (!e.acked) group.push_back(Delivery{it->first, e.result, EpisodeId(it->second.batch_id, g, i)});
+    }
+    if (!ready) break;  // keep group order: wait for this one's journal writes
+    for (auto& d : group) out.push_back(std::move(d));
+  }
+  return out;
+}
+
+void EpisodeTable::MarkDelivered(const std::string& episode_id) {
+  auto ref = ParseEpisodeId(episode_id);
+  if (!ref.ok()) return;
+  absl::MutexLock lock(&mu_);
+  Batch* b = FindBatch(ref->batch_id);
+  if (b == nullptr) return;
+  Episode& e = b->episodes[ref->group_index * b->per_group + ref->index_in_group];
+  if (e.delivered) return;
+  e.delivered = true;
+  ++b->delivered;
+  Touch(*b);
+}
+
+bool EpisodeTable::StreamComplete(const std::string& batch_id, uint64_t sent_upto, bool whole_groups) const {
+  absl::MutexLock lock(&mu_);
+  const Batch* b = FindBatch(batch_id);
+  if (b == nullptr || !b->terminal()) return false;
+  for (uint32_t g = 0; g < b->tasks.size(); ++g) {
+    for (uint32_t i = 0; i < b->per_group; ++i) {
+      const Episode& e = b->episodes[g * b->per_group + i];
+      if (!e.counted_in_group || e.acked) continue;
+      if (!e.committed) return false;
+      const uint64_t position = whole_groups ? b->group_complete_at[g] : e.seq;
+      if (position > sent_upto) return false;
+    }
+  }
+  return true;
+}
+
+uint64_t EpisodeTable::LastPosition() const {
+  absl::MutexLock lock(&mu_);
+  return next_seq_ - 1;
+}
+
+v1::Batch EpisodeTable::Progress(const std::string& batch_id, uint64_t* version) const {
+  absl::MutexLock lock(&mu_);
+  if (!batch_id.empty()) {
+    const Batch* b = FindBatch(batch_id);
+    if (b == nullptr) return v1::Batch();
+    if (version) *version = b->version;
+    return Describe(*b);
+  }
+  if (version) *version = version_;
+  v1::Batch all;
+  all.set_state(v1::BATCH_STATE_COMPLETE);
+  v1::EpisodeCounts* c = all.mutable_counts();
+  double reward_sum = 0;
+  uint32_t reward_n = 0, ended = 0;
+  for (const auto& [id, b] : batches_) {
+    const v1::Batch d = Describe(b);
+    if (d.state() == v1::BATCH_STATE_RUNNING) all.set_state(v1::BATCH_STATE_RUNNING);
+    const v1::EpisodeCounts& x = d.counts();
+    c->set_total(c->total() + x.total());
+    c->set_queued(c->queued() + x.queued());
+    c->set_running(c->running() + x.running());
+    c->set_finished(c->finished() + x.finished());
+    c->set_failed(c->failed() + x.failed());
+    c->set_timeout(c->timeout() + x.timeout());
+    c->set_cancelled(c->cancelled() + x.cancelled());
+    c->set_no_data(c->no_data() + x.no_data());
+    c->set_delivered(c->delivered() + x.delivered());
+    c->set_acked(c->acked() + x.acked());
+    c->set_retries(c->retries() + x.retries());
+    c->set_redundant_cancelled(c->redundant_cancelled() + x.redundant_cancelled());
+    reward_sum += b.reward_sum;
+    reward_n += b.reward_n;
+    ended += b.ended;
+  }
+  all.set_task_count(static_cast<uint32_t>(batches_.size()));
+  all.set_progress(c->total() == 0 ? 1.0 : static_cast<double>(ended) / c->total());
+  if (reward_n > 0) all.set_mean_reward(reward_sum / reward_n);
+  return all;
+}
+
+}  // namespace corral::scheduler

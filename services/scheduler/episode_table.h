@@ -1,0 +1,241 @@
+// The scheduler's state: batches, their episodes, the queue, and results until acknowledged. Plain C++ (no
+// gRPC, no I/O): it decides, and tells its EpisodeLog what must become durable. Every result is journaled before
+// a stream may send it (results become visible when the log confirms the write). Thread-safe (one mutex).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "corral/v1/scheduler.pb.h"
+#include "libs/core/clock.h"
+#include "services/scheduler/run_control.h"
+#include "services/scheduler/submission.h"
+
+namespace corral::scheduler {
+
+// What must become durable, in order. Implemented over SQLite (SchedulerJournal) and in memory in tests.
+class EpisodeLog {
+ public:
+  virtual ~EpisodeLog() = default;
+  // `done` runs once the batch (spec and tasks) is durable, or failed to be.
+  virtual void AddBatch(const v1::BatchSpec& spec, const std::string& digest, absl::Time create_time,
+                        const std::vector<std::shared_ptr<const v1::Task>>& tasks,
+                        std::function<void(absl::Status)> done) = 0;
+  // An attempt started (or was placed): what a restarted scheduler must clean up.
+  virtual void RunStarted(const std::string& episode_id, uint32_t attempt, uint32_t runs) = 0;
+  virtual void RunPlaced(const std::string& episode_id, const std::string& host, const std::string& sandbox_id,
+                         const std::string& env_id) = 0;
+  // The episode went back to the queue without a result (drain, retry).
+  virtual void RunEnded(const std::string& episode_id, uint32_t next_attempt) = 0;
+  // A final result; `done` once durable.
+  virtual void AddResult(uint64_t seq, const v1::EpisodeResult& result, bool redundant,
+                         std::function<void(absl::Status)> done) = 0;
+  virtual void Acked(const std::vector<std::string>& episode_ids) = 0;
+  virtual void BatchCancelled(const std::string& batch_id) = 0;
+};
+
+// What a restarted scheduler reads back from its journal.
+struct Snapshot {
+  struct BatchRow {
+    v1::BatchSpec spec;
+    std::string digest;
+    absl::Time create_time;
+    bool cancelled = false;
+    std::vector<std::shared_ptr<const v1::Task>> tasks;
+  };
+  struct ResultRow {
+    uint64_t seq = 0;
+    std::string episode_id;
+    v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
+    std::optional<double> reward;
+    bool redundant = false;
+    bool acked = false;
+    std::string result;  // serialized EpisodeResult; empty once acked
+  };
+  struct RunRow {
+    std::string episode_id;
+    uint32_t attempt = 1;
+    uint32_t runs = 0;
+    std::string host, sandbox_id, env_id;
+  };
+  std::vector<BatchRow> batches;  // in submission order
+  std::vector<ResultRow> results;
+  std::vector<RunRow> runs;
+};
+
+// One episode ready to run, handed to the driver.
+struct EpisodeTicket {
+  v1::EpisodeIds ids;  // attempt set
+  std::shared_ptr<const v1::Task> task;
+  std::shared_ptr<RunControl> control;
+  std::string env_id;  // "<episode_id>:r<runs>": unique per run
+  absl::Time queued_since;
+  std::optional<absl::Time> batch_deadline;
+  uint32_t max_attempts = 1;
+};
+
+// What Finish decided.
+enum class FinishOutcome { kRecorded, kRetried, kRequeued, kDropped };
+
+class EpisodeTable {
+ public:
+  EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending);
+
+  // Restores state from a journal snapshot: ended episodes keep their results, everything else is queued
+  // (episodes that were running go back to the queue with their attempt number).
+  void Restore(const Snapshot& snapshot);
+
+  // Submit: the batch as validated (spec with defaults, effective tasks). Returns the existing batch when the
+  // digest matches (idempotent), ALREADY_EXISTS when it does not, RESOURCE_EXHAUSTED beyond max_pending.
+  // `done` is called once the batch is durable (or with the journal's error; then it was not added).
+  void Submit(v1::BatchSpec spec, const std::string& digest, std::vector<std::shared_ptr<const v1::Task>> tasks,
+              std::function<void(absl::StatusOr<v1::Batch>)> done);
+
+  absl::StatusOr<v1::Batch> GetBatch(const std::string& batch_id) const;
+  // Newest first.
+  absl::StatusOr<v1::ListBatchesResponse> ListBatches(const v1::ListBatchesRequest& request) const;
+
+  // The next queued episode to run (priority, then submission order), among those `eligible` accepts (the
+  // dispatcher passes what it can place now). Marks it running and journals the start.
+  std::optional<EpisodeTicket> StartNext(const std::function<bool(const v1::Task&)>& eligible);
+  bool HasQueued() const;
+  // The running episode was placed on `host` (sandbox_id may be empty for single_turn).
+  void Placed(const v1::EpisodeIds& ids, const std::string& host, const std::string& sandbox_id,
+              const std::string& env_id);
+  // The running attempt ended with `result` (status set). Infra failures with attempts left go back to the
+  // queue (kRetried); a run stopped for requeue goes back without an attempt (kRequeued); a redundant extra is
+  // dropped; anything else is recorded and delivered. Returns runs to stop (redundant extras of a completed
+  // group) through `stop`.
+  FinishOutcome Finish(const EpisodeTicket& ticket, v1::EpisodeResult result);
+
+  // Cancel by episode, group or batch id. Queued episodes end CANCELLED at once; running ones are stopped (their
+  // driver reports the CANCELLED result). Returns how many were queued or running.
+  absl::StatusOr<uint32_t> Cancel(const v1::CancelRequest& request);
+  // Ends queued episodes whose batch deadline passed (TIMEOUT, phase DEADLINE) and stops running ones.
+  void ExpireDeadlines();
+
+  // Ack: all or nothing. NOT_FOUND for an unknown id, FAILED_PRECONDITION for an episode without a result.
+  absl::StatusOr<uint32_t> Ack(const std::vector<std::string>& episode_ids);
+
+  // Drain support: the running episodes (optionally only on `host`), to stop for requeue.
+  std::vector<std::shared_ptr<RunControl>> Running(const std::string& host) const;
+  size_t RunningCount(const std::string& host) const;
+  size_t QueuedCount() const;
+
+  // ---- result streams ----
+  // Committed, unacknowledged results with seq > after (of `batch_id`, or all when empty), in seq order, at most
+  // `limit`. With whole_groups, results appear at the position where their group completed, group by group.
+  struct Delivery {
+    uint64_t position = 0;  // cursor of the item
+    std::string result;     // serialized EpisodeResult
+    std::string episode_id;
+  };
+  std::vector<Delivery> Deliverable(const std::string& batch_id, uint64_t after, bool whole_groups,
+                                    size_t limit) const;
+  void MarkDelivered(const std::string& episode_id);
+  // True once `batch_id` has ended and every result with position <= `sent_upto` covers all its results.
+  bool StreamComplete(const std::string& batch_id, uint64_t sent_upto, bool whole_groups) const;
+  bool BatchExists(const std::string& batch_id) const;
+  // The highest position issued so far (cursors above it were not issued by this scheduler).
+  uint64_t LastPosition() const;
+  // Counts of one batch, or of every batch combined (batch_id ""), for progress messages; `version` changes
+  // whenever anything that would show in them does.
+  v1::Batch Progress(const std::string& batch_id, uint64_t* version) const;
+
+  // Called (outside the lock) after results become deliverable or batches end: wakes the result streams.
+  void set_on_change(std::function<void()> fn) { on_change_ = std::move(fn); }
+  // Wakes the result streams without a change (their periodic progress messages).
+  void Poke() const { Changed(); }
+
+ private:
+  enum class State : uint8_t { kQueued, kRunning, kEnded };
+  struct Episode {
+    State state = State::kQueued;
+    bool counted_in_group = false;  // one of the first group_size to end: delivered
+    bool redundant = false;         // ended without counting (an extra dropped once the group completed)
+    bool committed = false, delivered = false, acked = false;
+    uint32_t attempt = 1;
+    uint32_t runs = 0;
+    uint64_t seq = 0;  // result position, 0 = none
+    v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
+    std::optional<double> reward;
+    std::string result;  // serialized, until acked
+    std::string host;
+    std::shared_ptr<RunControl> control;
+  };
+  struct Batch {
+    uint64_t order = 0;
+    v1::BatchSpec spec;
+    std::string digest;
+    absl::Time create_time, start_time = absl::InfinitePast(), end_time = absl::InfinitePast();
+    std::vector<std::shared_ptr<const v1::Task>> tasks;
+    uint32_t per_group = 1;
+    std::vector<Episode> episodes;            // [group * per_group + index]
+    std::vector<uint32_t> group_counted;      // per group: ended episodes that count (up to group_size)
+    std::vector<uint64_t> group_complete_at;  // per group: position at which the group completed, 0 = not yet
+    bool cancelled = false;
+    uint32_t queued = 0, running = 0, ended = 0, retries = 0, redundant_cancelled = 0, delivered = 0, acked = 0;
+    std::map<v1::EpisodeStatus, uint32_t> by_status;
+    double reward_sum = 0;
+    uint32_t reward_n = 0;
+    uint64_t version = 0;
+    uint32_t total() const { return static_cast<uint32_t>(tasks.size()) * spec.group_size(); }
+    bool terminal() const { return queued == 0 && running == 0 && ended >= total(); }
+  };
+  struct QueueKey {
+    int64_t neg_priority;
+    uint64_t order;
+    uint32_t group, index;
+    auto operator<=>(const QueueKey&) const = default;
+  };
+
+  Batch* FindBatch(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Batch* FindBatch(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Enqueue(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Dequeue(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::EpisodeIds Ids(const Batch& b, uint32_t g, uint32_t i) const;
+  // Ends the episode with `result`: group accounting, redundancy, journal. Runs to stop are appended to `stop`.
+  void Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result,
+              std::vector<std::shared_ptr<RunControl>>* stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A result for an episode that never ran (cancelled or expired while queued).
+  v1::EpisodeResult QueuedResult(const Batch& b, uint32_t g, uint32_t i, v1::EpisodeStatus status,
+                                 v1::EpisodePhase phase, const std::string& message) const;
+  void Touch(Batch& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Batch Describe(const Batch& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Committed(const std::string& batch_id, uint32_t g, uint32_t i, uint64_t seq);
+  void Changed() const;
+
+  Clock* const clock_;
+  EpisodeLog* const log_;
+  const SubmitLimits limits_;
+  const int64_t max_pending_;
+  std::function<void()> on_change_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Batch> batches_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> submitting_ ABSL_GUARDED_BY(mu_);  // batch ids whose journal write is in flight
+  uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // queued + running episodes
+  std::map<QueueKey, std::string> queue_ ABSL_GUARDED_BY(mu_);  // -> batch id
+  // Committed, unacknowledged results by position (the group-completion position for whole-group readers is
+  // kept per batch): seq -> (batch id, group, index).
+  struct Where {
+    std::string batch_id;
+    uint32_t group, index;
+  };
+  std::map<uint64_t, Where> unacked_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Where> group_completions_ ABSL_GUARDED_BY(mu_);  // position -> the group that completed there
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace corral::scheduler

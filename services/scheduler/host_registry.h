@@ -1,0 +1,110 @@
+// The sandbox hosts the scheduler knows (static config and a DNS name re-resolved periodically), their health
+// from HostInfo polling, the capacity this scheduler uses on each, and which templates each has built. Hosts
+// stay passive: the registry polls them. A host that fails `unreachable_after` checks in a row is reported lost
+// (its episodes are retried elsewhere); a host that comes (back) is swept of sandboxes labelled with this
+// scheduler's id that no running episode owns. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "boost/asio/any_io_executor.hpp"
+#include "boost/asio/awaitable.hpp"
+#include "corral/v1/scheduler.pb.h"
+#include "libs/rpc/channel.h"
+#include "services/scheduler/host_client.h"
+#include "services/scheduler/placement.h"
+
+namespace corral::scheduler {
+
+inline constexpr char kSchedulerLabel[] = "corral.scheduler";
+inline constexpr char kEpisodeLabel[] = "corral.episode";
+
+struct RegistryOptions {
+  std::string scheduler_id = "scheduler";
+  std::string token;  // cluster token for the hosts
+  ChannelOptions channel;
+  absl::Duration poll_interval = absl::Seconds(2);
+  int64_t unreachable_after = 3;
+  std::string dns;  // NAME:PORT, empty = none
+  absl::Duration dns_interval = absl::Seconds(10);
+};
+
+// A reserved slot on a host: the client to use, released when the sandbox is gone.
+struct Slot {
+  std::shared_ptr<HostClient> client;
+  std::string host_id;
+};
+
+class HostRegistry {
+ public:
+  HostRegistry(RegistryOptions options, std::vector<std::string> static_hosts);
+
+  // Polls forever (until `stopping` becomes true): HostInfo on every host each poll interval, DNS re-resolution.
+  boost::asio::awaitable<void> Run(const bool* stopping);
+  // Called with a host's address when it is declared lost.
+  void set_on_lost(std::function<void(const std::string&)> fn) { on_lost_ = std::move(fn); }
+  // Called when capacity may have become free (a host became healthy, a slot was released).
+  void set_on_capacity(std::function<void()> fn) { on_capacity_ = std::move(fn); }
+
+  // True when some host could take a sandbox now (ignoring features): the dispatcher's admission test.
+  bool HasCapacity() const;
+  // Sandboxes the healthy, undrained hosts can still take (capacity - in use), summed.
+  int64_t FreeSlots() const;
+  // Reserves one sandbox slot on the best host for `needs` (preferring hosts with `template_key`);
+  // FAILED_PRECONDITION when no known host offers what is needed, UNAVAILABLE when all that do are full.
+  absl::StatusOr<Slot> Reserve(const Requirements& needs, const std::string& template_key);
+  void Release(const std::string& address);
+  // The host answered "full": no more placements there until its next HostInfo.
+  void MarkRejected(const std::string& address);
+  // Sandboxes this scheduler owns, so the sweep spares them.
+  void Own(const std::string& address, const std::string& sandbox_id);
+  void Disown(const std::string& address, const std::string& sandbox_id);
+  bool HasTemplate(const std::string& address, const std::string& key) const;
+  void MarkTemplate(const std::string& address, const std::string& key);
+
+  // Drain one host (by address or host_id); NOT_FOUND if unknown. Returns the address.
+  absl::StatusOr<std::string> SetDraining(const std::string& host, bool draining);
+  // Hosts ordered by address, with the scheduler's counts; `running` gives running episodes per address.
+  std::vector<v1::Host> List(const std::function<uint32_t(const std::string&)>& running) const;
+  size_t size() const;
+  // Polls every host once now (tests, startup).
+  boost::asio::awaitable<void> PollOnce();
+
+ private:
+  struct Entry {
+    std::shared_ptr<HostClient> client;
+    v1::HostSource source = v1::HOST_SOURCE_STATIC;
+    v1::HostState state = v1::HOST_STATE_UNSPECIFIED;
+    v1::HostInfoResponse info;
+    bool drained = false;  // by Drain
+    bool rejected = false;
+    uint32_t in_use = 0;
+    absl::Time last_seen = absl::InfinitePast();
+    uint32_t failures = 0;
+    std::string last_error;
+    std::set<std::string> templates;
+    std::set<std::string> owned;
+    bool swept = false;  // orphans removed since it became healthy
+  };
+
+  void Add(const std::string& address, v1::HostSource source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  boost::asio::awaitable<void> Poll(std::string address);
+  boost::asio::awaitable<void> Sweep(std::shared_ptr<HostClient> client);
+  boost::asio::awaitable<void> ResolveDns();
+
+  const RegistryOptions options_;
+  std::function<void(const std::string&)> on_lost_;
+  std::function<void()> on_capacity_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry> hosts_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_dns_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+}  // namespace corral::scheduler

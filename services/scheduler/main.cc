@@ -1,0 +1,190 @@
+// corral-scheduler: composition root. Parses config, then builds in dependency order:
+// journal (read back) → episode table (restored) → event loop → host registry, proxy and limiter clients →
+// episode driver → scheduler (dispatcher, drains) → gRPC adapter → server runner; runs until SIGTERM.
+//
+// Threads: gRPC's callback threads (adapters only: nothing blocks on them), `io_threads` event-loop threads
+// (every episode is a coroutine there; host polling, the dispatcher and the ticker too), the journal's writer
+// thread, and the ratelimiter client's reader and keepalive threads.
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/io_context.hpp"
+#include "libs/core/clock.h"
+#include "libs/core/logging.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/server_runner.h"
+#include "services/ratelimiter/client/ratelimit_client.h"
+#include "services/scheduler/config.h"
+#include "services/scheduler/episode_driver.h"
+#include "services/scheduler/episode_table.h"
+#include "services/scheduler/host_registry.h"
+#include "services/scheduler/metrics.h"
+#include "services/scheduler/result_stream.h"
+#include "services/scheduler/scheduler.h"
+#include "services/scheduler/scheduler_journal.h"
+#include "services/scheduler/scheduler_service.h"
+#include "services/scheduler/submission.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace corral::scheduler;  // NOLINT: the composition root names every piece
+
+// Closes the proxy sessions of attempts a previous run left running (their sandboxes are swept by label when
+// each host is first polled).
+void CloseLeftoverSessions(const Snapshot& snapshot, const std::vector<std::shared_ptr<ProxyClient>>& proxies) {
+  int n = 0;
+  for (const auto& run : snapshot.runs) {
+    if (run.env_id.empty()) continue;
+    for (const auto& p : proxies) p->CloseAsync(run.env_id);
+    ++n;
+  }
+  if (n > 0) spdlog::info("closing {} proxy session(s) of episodes interrupted by the last shutdown", n);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  corral::BlockShutdownSignals();  // before any thread exists, so only the runner receives SIGTERM
+
+  Config config;
+  if (auto exit_code = corral::LoadServiceConfig(
+          "corral-scheduler", "Batches of RL episodes in, rewarded trajectories out: the trainer's door.", "scheduler",
+          config, RegisterConfig, ValidateConfig, argc, argv)) {
+    return *exit_code;
+  }
+  auto secret = corral::LoadClusterSecret(config.server);
+  if (!secret.ok()) {
+    spdlog::error("cannot start: {}", secret.status());
+    return 1;
+  }
+  const corral::CallAuthenticator auth = corral::MakeCallAuthenticator(config.server, *secret);
+  // The token this scheduler presents to hosts, proxies and the limiter (none when they run --insecure too).
+  const std::string peer_token = auth.insecure() ? "" : corral::MintClusterToken(*secret);
+  corral::ChannelOptions channel;
+  channel.tls = config.server.tls;
+
+  corral::ServerRunner runner("scheduler", config.server);
+  SchedulerMetrics metrics(*runner.registry());
+
+  // The journal first: what a previous run accepted is restored before anything new is.
+  auto journal = SchedulerJournal::Open(config.journal, config.journal_fsync);
+  if (!journal.ok()) {
+    spdlog::error("cannot open the journal {}: {}", config.journal, journal.status());
+    return 1;
+  }
+  const absl::Time load_start = absl::Now();
+  auto snapshot = (*journal)->Load();
+  if (!snapshot.ok()) {
+    spdlog::error("cannot read the journal {}: {}", config.journal, snapshot.status());
+    return 1;
+  }
+  SubmitLimits limits;
+  limits.max_batch_tasks = config.max_batch_tasks;
+  limits.max_group_size = config.max_group_size;
+  limits.default_max_attempts = config.default_max_attempts;
+  limits.default_runner = ParseRunner(config.default_runner);
+  corral::RealClock clock;
+  EpisodeTable table(&clock, journal->get(), limits, config.max_pending_episodes);
+  table.Restore(*snapshot);
+  spdlog::info("journal {}: {} batch(es), {} result(s), {} episode(s) queued, read in {}", config.journal,
+               snapshot->batches.size(), snapshot->results.size(), table.QueuedCount(),
+               absl::FormatDuration(absl::Now() - load_start));
+
+  // The event loop every episode runs on.
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+
+  RegistryOptions registry_options;
+  registry_options.scheduler_id = config.scheduler_id;
+  registry_options.token = peer_token;
+  registry_options.channel = channel;
+  registry_options.poll_interval = config.host_poll_interval;
+  registry_options.unreachable_after = config.host_unreachable_after;
+  registry_options.dns = config.hosts_dns;
+  registry_options.dns_interval = config.dns_interval;
+  HostRegistry hosts(registry_options, config.hosts);
+
+  std::vector<std::shared_ptr<ProxyClient>> proxies;
+  for (const auto& address : config.proxies) {
+    auto ch = corral::MakeChannel(address, channel);
+    if (!ch.ok()) {
+      spdlog::error("proxy {}: {}", address, ch.status());
+      return 2;
+    }
+    proxies.push_back(std::make_shared<ProxyClient>(address, *ch, peer_token));
+  }
+  CloseLeftoverSessions(*snapshot, proxies);
+  (*journal)->ForgetRuns();
+
+  std::unique_ptr<corral::ratelimiter::RateLimitClient> limiter;
+  if (!config.ratelimiter.empty()) {
+    corral::ratelimiter::ClientOptions lo;
+    lo.address = config.ratelimiter;
+    lo.token = peer_token;
+    lo.client_id = config.scheduler_id;
+    lo.channel = channel;
+    lo.fail_mode = config.limiter_fail_open ? corral::ratelimiter::FailMode::kOpen : corral::ratelimiter::FailMode::kClosed;
+    auto client = corral::ratelimiter::RateLimitClient::Connect(lo);
+    if (!client.ok()) {
+      spdlog::error("cannot start: {} (start the ratelimiter first, or set limiter_fail_open)", client.status());
+      return 1;
+    }
+    limiter = *std::move(client);
+  }
+
+  RunnerOptions runner_options;
+  runner_options.timeouts = config.timeouts;
+  runner_options.default_max_turns = config.default_max_turns;
+  runner_options.default_model = config.default_model;
+  runner_options.capture_token_ids = config.capture_token_ids;
+  runner_options.scheduler_id = config.scheduler_id;
+  runner_options.tool_limit = config.tool_limit;
+  runner_options.llm_call_timeout = config.llm_call_timeout;
+  EpisodeDriver driver(io.get_executor(), runner_options, &table, &hosts, proxies, limiter.get(), &metrics);
+
+  SchedulerOptions scheduler_options;
+  scheduler_options.max_concurrent_episodes = config.max_concurrent_episodes;
+  scheduler_options.drain_grace = config.drain_grace;
+  scheduler_options.limits = limits;
+  Scheduler scheduler(io, scheduler_options, &table, &hosts, &driver, &metrics);
+  hosts.set_on_lost([&scheduler](const std::string& address) { scheduler.HostLost(address); });
+  hosts.set_on_capacity([&scheduler] { scheduler.Kick(); });
+
+  ResultHub hub;
+  table.set_on_change([&hub] { hub.NotifyAll(); });
+  SchedulerService service(&scheduler, &table, &hosts, &hub, &auth);
+  runner.AddService(&service, "corral.v1.Scheduler");
+
+  std::vector<std::thread> threads;
+  for (int64_t i = 0; i < config.io_threads; ++i) threads.emplace_back([&io] { io.run(); });
+  if (auto s = runner.Start(); !s.ok()) {
+    spdlog::error("cannot start: {}", s);
+    work.reset();
+    io.stop();
+    for (auto& t : threads) t.join();
+    return 1;
+  }
+  spdlog::info("scheduler '{}': {} static host(s){}, proxies {}, {}", config.scheduler_id, config.hosts.size(),
+               config.hosts_dns.empty() ? "" : " + dns " + config.hosts_dns, absl::StrJoin(config.proxies, ", "),
+               config.ratelimiter.empty() ? "tools unlimited" : "tool limit " + config.tool_limit + " at " + config.ratelimiter);
+  scheduler.Start();
+  runner.Wait();
+
+  // Shutdown: stop starting episodes; running ones go back to the queue (journaled) and are re-run by the next
+  // start; give them a moment to close their sessions and delete their sandboxes.
+  scheduler.Stop();
+  for (auto& run : table.Running("")) run->Stop(StopReason::kRequeue, "the scheduler is shutting down");
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (driver.running() > 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+  work.reset();
+  io.stop();
+  for (auto& t : threads) t.join();
+  table.set_on_change(nullptr);
+  clock.Stop();
+  spdlog::info("scheduler stopped");
+  return 0;
+}

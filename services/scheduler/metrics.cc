@@ -1,0 +1,93 @@
+#include "services/scheduler/metrics.h"
+
+#include "absl/strings/ascii.h"
+#include "libs/rpc/proto_time.h"
+#include "services/scheduler/submission.h"
+
+namespace corral::scheduler {
+namespace {
+
+prometheus::Histogram::BucketBoundaries PhaseBuckets() {
+  return {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800};
+}
+
+std::string Lower(const std::string& enum_name, const char* prefix) {
+  return absl::AsciiStrToLower(enum_name.substr(std::string(prefix).size()));
+}
+
+}  // namespace
+
+SchedulerMetrics::SchedulerMetrics(prometheus::Registry& r)
+    : episodes_(prometheus::BuildCounter()
+                    .Name("corral_scheduler_episodes_total")
+                    .Help("Episode attempts ended, by runner, status and failure class (retried attempts included).")
+                    .Register(r)),
+      phase_(prometheus::BuildHistogram()
+                 .Name("corral_scheduler_phase_seconds")
+                 .Help("Time episodes spent per phase (queue, acquire, setup, agent, tools, verifier, total).")
+                 .Register(r)),
+      reward_(prometheus::BuildHistogram()
+                  .Name("corral_scheduler_reward")
+                  .Help("Rewards of finished episodes.")
+                  .Register(r)
+                  .Add({}, prometheus::Histogram::BucketBoundaries{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1})),
+      retries_(prometheus::BuildCounter()
+                   .Name("corral_scheduler_retries_total")
+                   .Help("Attempts retried after an infra failure.")
+                   .Register(r)
+                   .Add({})),
+      queued_(prometheus::BuildGauge().Name("corral_scheduler_queued_episodes").Help("Episodes waiting to run.").Register(r).Add({})),
+      running_(prometheus::BuildGauge().Name("corral_scheduler_running_episodes").Help("Episodes running.").Register(r).Add({})),
+      awaiting_ack_(prometheus::BuildGauge()
+                        .Name("corral_scheduler_results_awaiting_ack")
+                        .Help("Results kept until the trainer acknowledges them.")
+                        .Register(r)
+                        .Add({})),
+      hosts_(prometheus::BuildGauge().Name("corral_scheduler_hosts").Help("Sandbox hosts by state.").Register(r)) {}
+
+void SchedulerMetrics::EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result) {
+  prometheus::Counter* counter;
+  std::vector<std::pair<std::string, prometheus::Histogram*>> phases;
+  {
+    absl::MutexLock lock(&mu_);
+    auto key = std::make_tuple(static_cast<int>(runner), static_cast<int>(result.status()),
+                               static_cast<int>(result.failure_class()));
+    auto it = episode_counters_.find(key);
+    if (it == episode_counters_.end()) {
+      prometheus::Counter& c = episodes_.Add(
+          {{"runner", RunnerName(runner)},
+           {"status", Lower(v1::EpisodeStatus_Name(result.status()), "EPISODE_STATUS_")},
+           {"failure_class", Lower(v1::FailureClass_Name(result.failure_class()), "FAILURE_CLASS_")}});
+      it = episode_counters_.emplace(key, &c).first;
+    }
+    counter = it->second;
+    for (const char* p : {"queue", "acquire", "setup", "agent", "tools", "verifier", "total"}) {
+      auto h = phase_histograms_.find(p);
+      if (h == phase_histograms_.end()) h = phase_histograms_.emplace(p, &phase_.Add({{"phase", p}}, PhaseBuckets())).first;
+      phases.emplace_back(p, h->second);
+    }
+  }
+  counter->Increment();
+  const v1::PhaseTimings& t = result.timings();
+  const google::protobuf::Duration* values[] = {&t.queue(), &t.sandbox_acquire(), &t.setup(), &t.agent(),
+                                                &t.tools(), &t.verifier(), &t.total()};
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const absl::Duration d = FromProto(*values[i]);
+    if (d > absl::ZeroDuration()) phases[i].second->Observe(absl::ToDoubleSeconds(d));
+  }
+  if (result.status() == v1::EPISODE_STATUS_FINISHED && result.has_reward()) reward_.Observe(result.reward());
+}
+
+void SchedulerMetrics::SetHosts(const std::map<v1::HostState, int>& by_state) {
+  absl::MutexLock lock(&mu_);
+  for (v1::HostState s : {v1::HOST_STATE_HEALTHY, v1::HOST_STATE_UNREACHABLE, v1::HOST_STATE_DRAINING}) {
+    auto it = host_gauges_.find(s);
+    if (it == host_gauges_.end()) {
+      it = host_gauges_.emplace(s, &hosts_.Add({{"state", Lower(v1::HostState_Name(s), "HOST_STATE_")}})).first;
+    }
+    auto n = by_state.find(s);
+    it->second->Set(n == by_state.end() ? 0 : n->second);
+  }
+}
+
+}  // namespace corral::scheduler

@@ -1,0 +1,50 @@
+// Every metric of corral-scheduler, in one place. Labels are runners, statuses, failure classes, phases and host
+// states — never batch, episode or sandbox ids. Handles are created once (per label set) and kept.
+#pragma once
+
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "absl/synchronization/mutex.h"
+#include "corral/v1/scheduler.pb.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace corral::scheduler {
+
+// Thread-safe.
+class SchedulerMetrics {
+ public:
+  explicit SchedulerMetrics(prometheus::Registry& r);
+
+  // An attempt ended (every attempt, retried ones included): counts, phase latencies, reward.
+  void EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result);
+  void Retried() { retries_.Increment(); }
+  // Sampled periodically.
+  void SetQueue(double queued, double running, double awaiting_ack) {
+    queued_.Set(queued);
+    running_.Set(running);
+    awaiting_ack_.Set(awaiting_ack);
+  }
+  void SetHosts(const std::map<v1::HostState, int>& by_state);
+
+ private:
+  prometheus::Family<prometheus::Counter>& episodes_;
+  prometheus::Family<prometheus::Histogram>& phase_;
+  prometheus::Histogram& reward_;
+  prometheus::Counter& retries_;
+  prometheus::Gauge& queued_;
+  prometheus::Gauge& running_;
+  prometheus::Gauge& awaiting_ack_;
+  prometheus::Family<prometheus::Gauge>& hosts_;
+  absl::Mutex mu_;
+  std::map<std::tuple<int, int, int>, prometheus::Counter*> episode_counters_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Histogram*> phase_histograms_ ABSL_GUARDED_BY(mu_);
+  std::map<int, prometheus::Gauge*> host_gauges_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace corral::scheduler

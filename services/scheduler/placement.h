@@ -1,0 +1,38 @@
+// Placement as a pure policy over snapshots of the hosts: which host gets the next sandbox. Healthy hosts that
+// are not draining, have free capacity and offer what the episode needs are candidates; a host that already
+// holds the episode's template wins over one that would build it, then the least loaded (by fraction of
+// capacity in use) — spreading load so one slow host does not hold a whole group.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "corral/v1/scheduler.pb.h"
+
+namespace corral::scheduler {
+
+struct HostSnapshot {
+  std::string address;
+  v1::HostState state = v1::HOST_STATE_UNSPECIFIED;
+  bool draining = false;      // Drain on this host, or the host says it drains
+  bool rejected = false;      // said "full" since its last HostInfo
+  uint32_t capacity = 0;      // from HostInfo
+  uint32_t in_use = 0;        // sandboxes this scheduler holds or is creating there
+  bool has_template = false;  // the episode's template is already built there
+  v1::HostFeatures features;
+};
+
+struct Requirements {
+  bool private_view = false;
+  bool network_namespace = false;  // NETWORK_POLICY_NONE
+  bool landlock_net = false;       // PROXY_ONLY needs Landlock ABI >= 4
+};
+
+// True when `host` can take one more sandbox with `needs` now.
+bool Fits(const HostSnapshot& host, const Requirements& needs);
+// Index of the chosen host, or nullopt: nothing fits now (wait).
+std::optional<size_t> ChooseHost(const std::vector<HostSnapshot>& hosts, const Requirements& needs);
+
+}  // namespace corral::scheduler

@@ -1,0 +1,106 @@
+#include "services/scheduler/proxy_client.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "boost/asio/this_coro.hpp"
+#include "libs/http/client.h"
+#include "libs/rpc/status_conversion.h"
+#include "services/scheduler/async_grpc.h"
+
+namespace corral::scheduler {
+
+absl::StatusOr<BaseUrl> ParseBaseUrl(const std::string& url) {
+  absl::string_view rest = url;
+  if (!absl::ConsumePrefix(&rest, "http://")) {
+    return absl::InvalidArgumentError(absl::StrCat("base URL '", url, "' must start with http://"));
+  }
+  const size_t slash = rest.find('/');
+  absl::string_view authority = rest.substr(0, slash);
+  BaseUrl out;
+  out.prefix = slash == absl::string_view::npos ? "" : std::string(rest.substr(slash));
+  while (!out.prefix.empty() && out.prefix.back() == '/') out.prefix.pop_back();
+  const size_t colon = authority.rfind(':');
+  int port = 0;
+  if (colon == absl::string_view::npos || !absl::SimpleAtoi(authority.substr(colon + 1), &port) || port <= 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("base URL '", url, "' needs HOST:PORT"));
+  }
+  out.host = std::string(authority.substr(0, colon));
+  if (absl::StartsWith(out.host, "[") && absl::EndsWith(out.host, "]")) out.host = out.host.substr(1, out.host.size() - 2);
+  out.port = static_cast<uint16_t>(port);
+  return out;
+}
+
+ProxyClient::ProxyClient(std::string address, std::shared_ptr<grpc::Channel> channel, std::string token)
+    : address_(std::move(address)), stub_(v1::Proxy::NewStub(channel)), token_(std::move(token)) {}
+
+asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> ProxyClient::Open(v1::OpenSessionRequest request,
+                                                                           CallOptions options) {
+  CallScope scope(options.control, options.deadline, token_);
+  v1::OpenSessionResponse response;
+  grpc::Status s = co_await AwaitGrpc([&](auto done) {
+    stub_->async()->OpenSession(scope.context(), &request, &response, std::move(done));
+  });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
+asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> ProxyClient::Close(const std::string& env_id,
+                                                                            v1::TrajectoryFormat format,
+                                                                            absl::Duration timeout) {
+  CallScope scope(nullptr, absl::Now() + timeout, token_);
+  v1::CloseSessionRequest request;
+  request.set_env_id(env_id);
+  request.set_format(format);
+  v1::CloseSessionResponse response;
+  grpc::Status s = co_await AwaitGrpc([&](auto done) {
+    stub_->async()->CloseSession(scope.context(), &request, &response, std::move(done));
+  });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
+void ProxyClient::CloseAsync(const std::string& env_id) {
+  struct Call {
+    CallScope scope{nullptr, absl::Now() + absl::Seconds(10), ""};
+    v1::CloseSessionRequest request;
+    v1::CloseSessionResponse response;
+  };
+  auto* call = new Call;
+  AttachBearer(*call->scope.context(), token_);
+  call->request.set_env_id(env_id);
+  stub_->async()->CloseSession(call->scope.context(), &call->request, &call->response,
+                               [call](grpc::Status) { delete call; });
+}
+
+asio::awaitable<absl::Status> ProxyClient::Ack(const std::string& env_id, absl::Duration timeout) {
+  CallScope scope(nullptr, absl::Now() + timeout, token_);
+  v1::AckTrajectoryRequest request;
+  request.add_env_ids(env_id);
+  v1::AckTrajectoryResponse response;
+  grpc::Status s = co_await AwaitGrpc([&](auto done) {
+    stub_->async()->AckTrajectory(scope.context(), &request, &response, std::move(done));
+  });
+  co_return FromGrpcStatus(s);
+}
+
+asio::awaitable<absl::StatusOr<LlmReply>> ProxyClient::Post(const BaseUrl& base, const std::string& env_token,
+                                                           const std::string& path, std::string body,
+                                                           absl::Duration timeout) {
+  http::Request request;
+  request.method(boost::beast::http::verb::post);
+  request.target(base.prefix + path);
+  request.version(11);
+  request.set(boost::beast::http::field::authorization, "Bearer " + env_token);
+  request.set(boost::beast::http::field::content_type, "application/json");
+  request.body() = std::move(body);
+  request.prepare_payload();
+  auto executor = co_await asio::this_coro::executor;
+  auto result = co_await http::Fetch(executor, base.host, base.port, std::move(request), timeout);
+  if (!result.ok()) co_return result.status();
+  co_return LlmReply{result->status, std::move(result->body)};
+}
+
+}  // namespace corral::scheduler

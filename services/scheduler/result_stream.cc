@@ -1,0 +1,112 @@
+#include "services/scheduler/result_stream.h"
+
+#include "absl/strings/str_cat.h"
+#include "services/scheduler/trajectory_forms.h"
+
+namespace corral::scheduler {
+
+void ResultHub::Add(ResultStreamReactor* stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.insert(stream);
+}
+
+void ResultHub::Remove(ResultStreamReactor* stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.erase(stream);
+}
+
+void ResultHub::NotifyAll() {
+  // Under the hub's lock: a stream cannot be destroyed (OnDone removes it first) while it is pumped.
+  absl::MutexLock lock(&mu_);
+  for (ResultStreamReactor* s : streams_) s->Pump();
+}
+
+size_t ResultHub::size() const {
+  absl::MutexLock lock(&mu_);
+  return streams_.size();
+}
+
+ResultStreamReactor::ResultStreamReactor(EpisodeTable* table, ResultHub* hub, v1::StreamResultsRequest request,
+                                         uint64_t after)
+    : table_(table), hub_(hub), request_(std::move(request)), sent_upto_(after) {
+  hub_->Add(this);
+  Pump();
+}
+
+void ResultStreamReactor::Refill() {
+  constexpr absl::Duration kProgressEvery = absl::Seconds(2);
+  uint64_t version = 0;
+  v1::Batch progress = table_->Progress(request_.batch_id(), &version);
+  const absl::Time now = absl::Now();
+  if (version != progress_version_ && now - progress_time_ >= kProgressEvery) {
+    progress_version_ = version;
+    progress_time_ = now;
+    v1::StreamResultsResponse msg;
+    *msg.mutable_progress() = std::move(progress);
+    pending_.push_back(std::move(msg));
+    pending_ids_.emplace_back();
+  }
+  for (EpisodeTable::Delivery& d :
+       table_->Deliverable(request_.batch_id(), sent_upto_, request_.whole_groups(), /*limit=*/32)) {
+    v1::StreamResultsResponse msg;
+    v1::EpisodeResult* r = msg.mutable_result();
+    if (!r->ParseFromString(d.result)) continue;
+    if (request_.exclude_trajectories()) {
+      r->clear_trajectory();
+    } else if (r->has_trajectory()) {
+      *r->mutable_trajectory() = ConvertTrajectory(r->trajectory(), request_.trajectory_format());
+    }
+    r->set_cursor(absl::StrCat(d.position));
+    sent_upto_ = std::max(sent_upto_, d.position);
+    pending_.push_back(std::move(msg));
+    pending_ids_.push_back(std::move(d.episode_id));
+  }
+}
+
+void ResultStreamReactor::Pump() {
+  absl::MutexLock lock(&mu_);
+  if (writing_ || finished_) return;
+  if (pending_.empty()) Refill();
+  if (pending_.empty()) {
+    if (!request_.batch_id().empty() &&
+        table_->StreamComplete(request_.batch_id(), sent_upto_, request_.whole_groups())) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    }
+    return;
+  }
+  writing_ = true;
+  StartWrite(&pending_.front());
+}
+
+void ResultStreamReactor::OnWriteDone(bool ok) {
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      if (!finished_) {
+        finished_ = true;
+        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream broke"));
+      }
+      return;
+    }
+    if (!pending_ids_.front().empty()) table_->MarkDelivered(pending_ids_.front());
+    pending_.pop_front();
+    pending_ids_.pop_front();
+  }
+  Pump();
+}
+
+void ResultStreamReactor::OnCancel() {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return;
+  finished_ = true;
+  Finish(grpc::Status::CANCELLED);
+}
+
+void ResultStreamReactor::OnDone() {
+  hub_->Remove(this);
+  delete this;
+}
+
+}  // namespace corral::scheduler

@@ -1,0 +1,93 @@
+// The handle on one running episode attempt that the rest of the scheduler uses to stop it: Cancel, Drain, a
+// lost host and the batch deadline mark it stopped with a reason, then every operation the attempt has in flight
+// (gRPC calls, permit waits) is interrupted through the hooks it registered. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+namespace corral::scheduler {
+
+enum class StopReason {
+  kNone,
+  kCancelled,  // Cancel: ends CANCELLED
+  kRequeue,    // Drain (scheduler or host): stopped and queued again, not an attempt
+  kHostLost,   // its host stopped answering: an infra failure, retried
+  kDeadline,   // the batch deadline: ends TIMEOUT (phase DEADLINE)
+  kRedundant,  // its group completed without it: never delivered
+};
+
+class RunControl {
+ public:
+  // Marks the run stopped (the first reason wins) and interrupts whatever it waits on. Returns false when it
+  // was already stopped.
+  bool Stop(StopReason reason, std::string message) {
+    std::vector<std::function<void()>> hooks;
+    {
+      absl::MutexLock lock(&mu_);
+      if (reason_ != StopReason::kNone) return false;
+      reason_ = reason;
+      message_ = std::move(message);
+      for (auto& [id, hook] : hooks_) hooks.push_back(hook);
+    }
+    for (auto& hook : hooks) hook();
+    return true;
+  }
+  StopReason reason() const {
+    absl::MutexLock lock(&mu_);
+    return reason_;
+  }
+  bool stopped() const { return reason() != StopReason::kNone; }
+  std::string message() const {
+    absl::MutexLock lock(&mu_);
+    return message_;
+  }
+
+  // Registers `interrupt`, run (on the stopping thread) if the run is stopped while registered; runs it at once
+  // when the run is already stopped. Returns an id for Unregister.
+  uint64_t Register(std::function<void()> interrupt) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (reason_ == StopReason::kNone) {
+        hooks_[next_id_] = std::move(interrupt);
+        return next_id_++;
+      }
+    }
+    interrupt();
+    return 0;
+  }
+  void Unregister(uint64_t id) {
+    absl::MutexLock lock(&mu_);
+    hooks_.erase(id);
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  StopReason reason_ ABSL_GUARDED_BY(mu_) = StopReason::kNone;
+  std::string message_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::function<void()>> hooks_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+// Registers a hook for the lifetime of a scope.
+class ScopedInterrupt {
+ public:
+  ScopedInterrupt(RunControl* control, std::function<void()> interrupt)
+      : control_(control), id_(control ? control->Register(std::move(interrupt)) : 0) {}
+  ~ScopedInterrupt() {
+    if (control_ != nullptr && id_ != 0) control_->Unregister(id_);
+  }
+  ScopedInterrupt(const ScopedInterrupt&) = delete;
+  ScopedInterrupt& operator=(const ScopedInterrupt&) = delete;
+
+ private:
+  RunControl* control_;
+  uint64_t id_;
+};
+
+}  // namespace corral::scheduler

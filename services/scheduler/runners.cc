@@ -1,0 +1,376 @@
+// The runners. Coroutines here compute every co_await argument into a local first: GCC 12 double-destroys
+// conditional temporaries in co_await expressions. JSON is built in chat.cc (plain functions) for the same reason.
+#include "services/scheduler/runners.h"
+
+#include <atomic>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "boost/asio/async_result.hpp"
+#include "boost/asio/post.hpp"
+#include "boost/asio/use_awaitable.hpp"
+#include "libs/rpc/proto_time.h"
+#include "services/ratelimiter/client/ratelimit_client.h"
+#include "services/scheduler/chat.h"
+#include "services/scheduler/reward.h"
+
+namespace corral::scheduler {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+constexpr char kVerifierDir[] = "/logs/verifier";
+
+std::string ModelOf(const Attempt& a) {
+  return !a.task().llm().model().empty() ? a.task().llm().model() : a.options->default_model;
+}
+
+// One chat call through the proxy with the session's token. A failure names what the proxy said.
+struct ChatOutcome {
+  std::optional<ChatReply> reply;
+  bool budget_exhausted = false;
+  std::optional<Failure> failure;
+};
+
+asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const json::array& tools,
+                                  absl::Time deadline) {
+  ChatOutcome out;
+  const std::string body = ChatBody(ModelOf(a), a.task().llm().params_json(), messages, tools);
+  const absl::Duration timeout = std::min(a.options->llm_call_timeout, deadline - absl::Now());
+  const std::string token = a.session.env_token();
+  auto reply = co_await a.proxy->Post(a.base, token, "/chat/completions", body, timeout);
+  a.result.set_llm_calls(a.result.llm_calls() + 1);
+  if (!reply.ok()) {
+    const bool timed_out = absl::Now() >= deadline || reply.status().code() == absl::StatusCode::kDeadlineExceeded;
+    out.failure = timed_out ? a.FromStatus(absl::DeadlineExceededError(reply.status().message()), v1::EPISODE_PHASE_AGENT,
+                                           v1::FAILURE_CLASS_AGENT, "LLM call")
+                            : a.FromStatus(reply.status(), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA, "LLM call");
+    co_return out;
+  }
+  if (IsBudgetExhausted(reply->status, reply->body)) {
+    out.budget_exhausted = true;
+    co_return out;
+  }
+  if (reply->status != 200) {
+    Failure f;
+    f.phase = v1::EPISODE_PHASE_AGENT;
+    f.failure_class = reply->status >= 500 || reply->status == 410 ? v1::FAILURE_CLASS_INFRA : v1::FAILURE_CLASS_AGENT;
+    f.message = absl::StrCat("LLM call: HTTP ", reply->status, ": ", ErrorMessage(reply->body));
+    out.failure = f;
+    co_return out;
+  }
+  auto parsed = ParseChatReply(reply->body);
+  if (!parsed.ok()) {
+    out.failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
+                          absl::StrCat("LLM call: ", parsed.status().message())};
+    co_return out;
+  }
+  out.reply = *std::move(parsed);
+  co_return out;
+}
+
+void SetReward(Attempt& a, const RewardOutcome& r) {
+  a.result.set_reward(r.reward);
+  a.result.clear_step_rewards();
+  for (double s : r.step_rewards) a.result.add_step_rewards(s);
+  a.result.set_reward_details_json(r.details_json);
+}
+
+// The reward of a finished conversation: the built-in function, or the verifier.
+asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
+  if (a.task().reward().function() == v1::REWARD_FUNCTION_VERIFIER) {
+    v1::InlineFile final_message;
+    final_message.set_path(".corral/final_message.txt");
+    final_message.set_content(a.final_message);
+    std::vector<v1::InlineFile> files = {final_message};
+    const absl::Time deadline = a.Deadline(a.task().timeouts().verifier(), a.options->timeouts.verifier);
+    if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
+    co_return co_await RunVerifier(a);
+  }
+  SetReward(a, ComputeReward(a.task().reward(), a.task().answer(), a.final_message));
+  co_return std::nullopt;
+}
+
+// Runs `command` to its exit in the episode's sandbox.
+asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command command, std::string stdin_data,
+                                                  absl::Duration timeout, size_t output_limit) {
+  v1::ExecRequest request;
+  request.set_sandbox_id(a.sandbox_id);
+  *request.mutable_command() = std::move(command);
+  if (request.command().cwd().empty()) request.mutable_command()->set_cwd(a.workdir);
+  ToProto(timeout, request.mutable_command()->mutable_timeout());
+  request.set_stdin(std::move(stdin_data));
+  // The host kills the process at `timeout`; the call's own deadline leaves it time to report that.
+  const absl::Time deadline = std::min(absl::Now() + timeout + absl::Seconds(10), a.episode_deadline);
+  co_return co_await a.slot->client->Exec(std::move(request), output_limit, a.Call(deadline));
+}
+
+// A permit of the tool limit for one execution, or an empty one when there is no limiter.
+asio::awaitable<absl::StatusOr<ratelimiter::ScopedPermit>> Permit(Attempt& a, const std::string& key,
+                                                                  absl::Duration wait) {
+  if (a.limiter == nullptr || a.options->tool_limit.empty()) co_return ratelimiter::ScopedPermit();
+  ratelimiter::PermitRequest request;
+  request.limit = a.options->tool_limit;
+  request.key = key;
+  request.wait_timeout = wait;
+  auto id = std::make_shared<std::atomic<uint64_t>>(0);
+  ratelimiter::RateLimitClient* limiter = a.limiter;
+  ScopedInterrupt interrupt(a.control(), [limiter, id] {
+    if (uint64_t v = id->load()) limiter->CancelAcquire(v);
+  });
+  co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
+                                          void(absl::StatusOr<ratelimiter::ScopedPermit>)>(
+      [&](auto handler) {
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        id->store(limiter->AcquireAsync(request, [h](absl::StatusOr<ratelimiter::ScopedPermit> permit) {
+          auto executor = asio::get_associated_executor(*h);
+          auto shared = std::make_shared<absl::StatusOr<ratelimiter::ScopedPermit>>(std::move(permit));
+          asio::post(executor, [h, shared]() mutable { (*h)(std::move(*shared)); });
+        }));
+      },
+      asio::use_awaitable);
+}
+
+std::vector<std::string> Interpreter(const std::string& language) {
+  if (language.empty() || language == "python" || language == "python3") return {"python3", "-c"};
+  if (language == "node" || language == "javascript" || language == "js") return {"node", "-e"};
+  if (language == "ruby" || language == "perl") return {language, "-e"};
+  return {language, "-c"};
+}
+
+std::string ExitNote(const ExecOutcome& out, absl::Duration timeout) {
+  if (out.exit.timed_out()) {
+    return absl::StrCat("\n[the command timed out after ", absl::FormatDuration(timeout), " and was killed]");
+  }
+  if (out.exit.signal() != 0) return absl::StrCat("\n[killed by signal ", out.exit.signal(), "]");
+  if (out.exit.exit_code() != 0) return absl::StrCat("\n[exit code ", out.exit.exit_code(), "]");
+  return "";
+}
+
+// Executes one tool call; what it returns is the tool message's content (errors included: they are for the
+// model). An infra failure (the sandbox is gone, the limiter refuses) ends the episode instead.
+asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1::ToolSpec& spec,
+                                                            const std::string& arguments) {
+  using Out = std::variant<std::string, Failure>;
+  auto args = ParseArguments(arguments);
+  if (!args.ok()) co_return Out(absl::StrCat("error: ", args.status().message(), ": ", arguments.substr(0, 200)));
+  const absl::Duration timeout = a.Timeout(a.task().timeouts().tool(), a.options->timeouts.tool);
+  const size_t limit = a.task().tool_loop().max_tool_output_bytes() == 0 ? 16 * 1024
+                                                                           : a.task().tool_loop().max_tool_output_bytes();
+  const std::string language = spec.kind() == v1::TOOL_KIND_CODE_INTERPRETER
+                                   ? (spec.language().empty() ? "python" : spec.language())
+                                   : (spec.kind() == v1::TOOL_KIND_BASH ? "bash" : "");
+  v1::Command command;
+  std::string stdin_data;
+  switch (spec.kind()) {
+    case v1::TOOL_KIND_CODE_INTERPRETER:
+    case v1::TOOL_KIND_BASH: {
+      const char* field = spec.kind() == v1::TOOL_KIND_BASH ? "command" : "code";
+      const std::string code = StringArg(*args, field);
+      if (code.empty()) co_return Out(absl::StrCat("error: the argument '", field, "' is required"));
+      std::vector<std::string> argv = Interpreter(language);
+      for (const auto& arg : argv) command.add_argv(arg);
+      command.add_argv(code);
+      break;
+    }
+    case v1::TOOL_KIND_COMMAND:
+      command = spec.command();
+      stdin_data = arguments;
+      break;
+    case v1::TOOL_KIND_READ_FILE: {
+      const std::string path = StringArg(*args, "path");
+      if (path.empty()) co_return Out(std::string("error: the argument 'path' is required"));
+      const absl::Time deadline = std::min(absl::Now() + timeout, a.episode_deadline);
+      auto data = co_await a.slot->client->ReadFile(a.sandbox_id, path, limit * 4, a.Call(deadline));
+      if (!data.ok()) {
+        if (data.status().code() == absl::StatusCode::kUnavailable) {
+          co_return Out(a.FromStatus(data.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "read_file"));
+        }
+        co_return Out(absl::StrCat("error: ", data.status().message()));
+      }
+      if (!data->has_value()) co_return Out(absl::StrCat("error: no such file: ", path));
+      OutputTail text(limit);
+      text.Append(**data);
+      co_return Out(text.Text());
+    }
+    case v1::TOOL_KIND_WRITE_FILE: {
+      v1::InlineFile file;
+      file.set_path(StringArg(*args, "path"));
+      file.set_content(StringArg(*args, "content"));
+      if (file.path().empty()) co_return Out(std::string("error: the argument 'path' is required"));
+      const absl::Time deadline = std::min(absl::Now() + timeout, a.episode_deadline);
+      absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, file, a.Call(deadline));
+      if (s.code() == absl::StatusCode::kUnavailable) {
+        co_return Out(a.FromStatus(s, v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "write_file"));
+      }
+      co_return Out(s.ok() ? absl::StrCat("wrote ", file.content().size(), " bytes to ", file.path())
+                           : absl::StrCat("error: ", s.message()));
+    }
+    default:
+      co_return Out(std::string("error: unknown tool kind"));
+  }
+  const std::string key = spec.kind() == v1::TOOL_KIND_COMMAND ? "command" : language;
+  auto permit = co_await Permit(a, key, timeout);
+  if (!permit.ok()) {
+    if (permit.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      co_return Out(absl::StrCat("error: no execution slot became free within ", absl::FormatDuration(timeout)));
+    }
+    co_return Out(a.FromStatus(permit.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA,
+                               absl::StrCat("permit ", a.options->tool_limit, "/", key)));
+  }
+  const absl::Time started = absl::Now();
+  auto out = co_await Exec(a, std::move(command), std::move(stdin_data), timeout, limit);
+  (void)permit->Release();  // held for exactly the execution
+  a.tools_time += absl::Now() - started;
+  if (!out.ok()) {
+    if (out.status().code() == absl::StatusCode::kInvalidArgument ||
+        (out.status().code() == absl::StatusCode::kNotFound && !a.control()->stopped())) {
+      co_return Out(absl::StrCat("error: ", out.status().message()));
+    }
+    co_return Out(a.FromStatus(out.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, spec.name()));
+  }
+  a.output.Append(out->tail);
+  co_return Out(out->output + ExitNote(*out, timeout));
+}
+
+}  // namespace
+
+asio::awaitable<std::optional<Failure>> Upload(Attempt& a, const std::vector<v1::InlineFile>& files,
+                                               absl::Time deadline, v1::EpisodePhase phase) {
+  for (const auto& f : files) {
+    absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, f, a.Call(deadline));
+    if (!s.ok()) co_return a.FromStatus(s, phase, v1::FAILURE_CLASS_INFRA, absl::StrCat("uploading ", f.path()));
+  }
+  co_return std::nullopt;
+}
+
+asio::awaitable<std::optional<Failure>> RunSingleTurn(Attempt& a) {
+  const absl::Time deadline = a.Deadline(a.task().timeouts().agent(), a.options->timeouts.agent);
+  const json::array messages = InitialMessages(a.task());
+  const json::array no_tools;
+  ChatOutcome out = co_await Chat(a, messages, no_tools, deadline);
+  if (out.failure) co_return out.failure;
+  if (out.reply) a.final_message = out.reply->content;
+  co_return co_await Reward(a);
+}
+
+asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
+  const absl::Time deadline = a.Deadline(a.task().timeouts().agent(), a.options->timeouts.agent);
+  json::array messages = InitialMessages(a.task());
+  const json::array tools = ToolsJson(a.task());
+  const int64_t max_turns =
+      a.task().tool_loop().max_turns() == 0 ? a.options->default_max_turns : a.task().tool_loop().max_turns();
+  for (int64_t turn = 0; turn < max_turns; ++turn) {
+    ChatOutcome out = co_await Chat(a, messages, tools, deadline);
+    if (out.failure) co_return out.failure;
+    if (out.budget_exhausted) break;
+    messages.push_back(out.reply->message);
+    a.final_message = out.reply->content;
+    if (out.reply->tool_calls.empty()) break;
+    for (const ToolCallRequest& call : out.reply->tool_calls) {
+      const v1::ToolSpec* spec = nullptr;
+      for (const auto& t : a.task().tool_loop().tools()) {
+        if (t.name() == call.name) spec = &t;
+      }
+      std::string content;
+      if (spec == nullptr) {
+        content = absl::StrCat("error: there is no tool named '", call.name, "'");
+      } else {
+        a.result.set_tool_calls(a.result.tool_calls() + 1);
+        auto ran = co_await RunTool(a, *spec, call.arguments);
+        if (auto* f = std::get_if<Failure>(&ran)) co_return *f;
+        content = std::get<std::string>(std::move(ran));
+      }
+      messages.push_back(ToolMessage(call.id, content));
+    }
+    if (absl::Now() >= deadline) {
+      co_return a.FromStatus(absl::DeadlineExceededError("the conversation ran past its timeout"),
+                             v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_AGENT, "conversation");
+    }
+  }
+  co_return co_await Reward(a);
+}
+
+asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
+  const v1::Task& task = a.task();
+  const absl::Duration timeout = a.Timeout(task.timeouts().agent(), a.options->timeouts.agent);
+  v1::Command command = task.agent().command();
+  command.clear_timeout();
+  auto& env = *command.mutable_env();
+  env["OPENAI_BASE_URL"] = a.session.base_url();
+  env["OPENAI_API_KEY"] = a.session.env_token();
+  env["OPENAI_MODEL"] = ModelOf(a);
+  env["CORRAL_SEED"] = absl::StrCat(a.ticket.ids.seed());
+  env["CORRAL_TASK_ID"] = task.id();
+  env["CORRAL_INSTRUCTION_FILE"] =
+      task.agent().instruction_path().empty() ? ".corral/instruction.md" : task.agent().instruction_path();
+  const absl::Time started = absl::Now();
+  auto out = co_await Exec(a, std::move(command), "", timeout, 4096);
+  ToProto(absl::Now() - started, a.result.mutable_timings()->mutable_agent());
+  if (!out.ok()) {
+    const bool start_failed = out.status().code() == absl::StatusCode::kNotFound ||
+                              out.status().code() == absl::StatusCode::kInvalidArgument ||
+                              out.status().code() == absl::StatusCode::kFailedPrecondition;
+    co_return a.FromStatus(out.status(), v1::EPISODE_PHASE_AGENT,
+                           start_failed ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA, "agent");
+  }
+  a.result.set_agent_output_tail(out->tail);
+  if (out->exit.timed_out()) {
+    co_return Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
+                      absl::StrCat("the agent ran past its timeout (", absl::FormatDuration(timeout), ") and was killed")};
+  }
+  if (out->exit.signal() == 0) a.result.set_agent_exit_code(out->exit.exit_code());
+  // The verifier decides, whatever the agent's exit code.
+  co_return co_await RunVerifier(a);
+}
+
+asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
+  const v1::Task& task = a.task();
+  const absl::Duration timeout = a.Timeout(task.timeouts().verifier(), a.options->timeouts.verifier);
+  const absl::Time deadline = std::min(absl::Now() + timeout, a.episode_deadline);
+  const absl::Time started = absl::Now();
+  std::vector<v1::InlineFile> files(task.verifier().files().begin(), task.verifier().files().end());
+  if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
+  v1::Command command = task.verifier().command();
+  if (command.argv().empty()) {
+    command.add_argv("bash");
+    command.add_argv("tests/test.sh");
+  }
+  command.clear_timeout();
+  (*command.mutable_env())["CORRAL_TASK_ID"] = task.id();
+  auto out = co_await Exec(a, std::move(command), "", deadline - absl::Now(), 4096);
+  ToProto(absl::Now() - started, a.result.mutable_timings()->mutable_verifier());
+  if (!out.ok()) co_return a.FromStatus(out.status(), v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_VERIFIER, "verifier");
+  a.result.set_verifier_output_tail(out->tail);
+  if (out->exit.timed_out()) {
+    co_return Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_VERIFIER, v1::EPISODE_PHASE_VERIFIER,
+                      absl::StrCat("the verifier ran past its timeout (", absl::FormatDuration(timeout), ")")};
+  }
+  std::optional<int> exit_code;
+  if (out->exit.signal() == 0) {
+    exit_code = out->exit.exit_code();
+    a.result.set_verifier_exit_code(*exit_code);
+  }
+  const absl::Time read_deadline = std::min(absl::Now() + absl::Seconds(30), a.episode_deadline);
+  const std::string txt_path = absl::StrCat(kVerifierDir, "/reward.txt");
+  const std::string json_path = absl::StrCat(kVerifierDir, "/reward.json");
+  auto txt = co_await a.slot->client->ReadFile(a.sandbox_id, txt_path, 4096, a.Call(read_deadline));
+  std::optional<std::string> json_text;
+  if (txt.ok() && !txt->has_value()) {
+    auto j = co_await a.slot->client->ReadFile(a.sandbox_id, json_path, 1 << 20, a.Call(read_deadline));
+    if (j.ok()) json_text = *j;
+  }
+  std::optional<std::string> txt_value;
+  if (txt.ok()) txt_value = *txt;
+  auto reward = VerifierReward(txt_value, json_text, exit_code);
+  if (!reward.ok()) {
+    co_return Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_VERIFIER, v1::EPISODE_PHASE_VERIFIER,
+                      std::string(reward.status().message())};
+  }
+  SetReward(a, *reward);
+  co_return std::nullopt;
+}
+
+}  // namespace corral::scheduler

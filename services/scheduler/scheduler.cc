@@ -1,0 +1,170 @@
+#include "services/scheduler/scheduler.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "boost/asio/as_tuple.hpp"
+#include "boost/asio/co_spawn.hpp"
+#include "boost/asio/detached.hpp"
+#include "boost/asio/post.hpp"
+#include "boost/asio/use_awaitable.hpp"
+#include "libs/core/logging.h"
+#include "libs/http/server.h"
+#include "libs/rpc/proto_time.h"
+#include "services/scheduler/submission.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::scheduler {
+
+namespace asio = boost::asio;
+
+Scheduler::Scheduler(asio::io_context& io, SchedulerOptions options, EpisodeTable* table, HostRegistry* hosts,
+                     EpisodeDriver* driver, SchedulerMetrics* metrics)
+    : io_(io),
+      options_(options),
+      table_(table),
+      hosts_(hosts),
+      driver_(driver),
+      metrics_(metrics),
+      wake_(io) {}
+
+void Scheduler::Start() {
+  asio::co_spawn(io_, Dispatch(), asio::detached);
+  asio::co_spawn(io_, Tick(), asio::detached);
+  asio::co_spawn(io_, hosts_->Run(&stopping_), asio::detached);
+}
+
+void Scheduler::Stop() {
+  asio::post(io_, [this] {
+    stopping_ = true;
+    wake_.cancel();
+  });
+}
+
+void Scheduler::Kick() {
+  if (kicked_.exchange(true)) return;  // a wake-up is already on its way
+  asio::post(io_, [this] { wake_.cancel(); });
+}
+
+asio::awaitable<void> Scheduler::Dispatch() {
+  while (!stopping_) {
+    kicked_ = false;
+    if (!draining_) {
+      // Sandbox slots free now, minus those the attempts already started but not yet placed count on.
+      int64_t budget = hosts_->FreeSlots() - driver_->placing();
+      while (driver_->running() < options_.max_concurrent_episodes) {
+        auto ticket = table_->StartNext([&](const v1::Task& task) { return budget > 0 || !NeedsSandbox(task); });
+        if (!ticket) break;
+        if (NeedsSandbox(*ticket->task)) --budget;
+        driver_->Start(*std::move(ticket));
+      }
+    }
+    if (kicked_) continue;
+    wake_.expires_after(std::chrono::milliseconds(500));
+    (void)co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+}
+
+asio::awaitable<void> Scheduler::Tick() {
+  while (!stopping_) {
+    table_->ExpireDeadlines();
+    table_->Poke();
+    if (metrics_ != nullptr) {
+      const v1::Batch all = table_->Progress("", nullptr);
+      metrics_->SetQueue(all.counts().queued(), all.counts().running(),
+                         all.counts().finished() + all.counts().failed() + all.counts().timeout() +
+                             all.counts().cancelled() + all.counts().no_data() - all.counts().acked());
+      std::map<v1::HostState, int> by_state;
+      for (const v1::Host& h : hosts_->List([](const std::string&) { return 0u; })) ++by_state[h.state()];
+      metrics_->SetHosts(by_state);
+    }
+    Kick();
+    co_await http::SleepFor(absl::Seconds(1));
+  }
+}
+
+void Scheduler::Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks,
+                       std::function<void(absl::StatusOr<v1::Batch>)> done) {
+  if (draining_) {
+    done(absl::FailedPreconditionError("the scheduler is draining: Submit is refused until Drain(resume)"));
+    return;
+  }
+  if (absl::Status s = ValidateSpec(spec, absl::Now(), options_.limits); !s.ok()) return done(s);
+  if (tasks.empty()) return done(absl::InvalidArgumentError("the batch has no tasks"));
+  if (static_cast<int64_t>(tasks.size()) > options_.limits.max_batch_tasks) {
+    return done(absl::ResourceExhaustedError(absl::StrCat("the batch has ", tasks.size(), " tasks; at most ",
+                                                          options_.limits.max_batch_tasks, " (max_batch_tasks)")));
+  }
+  const std::string digest = BatchDigest(spec, tasks);
+  std::vector<std::shared_ptr<const v1::Task>> effective;
+  effective.reserve(tasks.size());
+  std::set<std::string> ids;
+  for (const v1::Task& task : tasks) {
+    if (!ids.insert(task.id()).second) {
+      return done(absl::InvalidArgumentError(absl::StrCat("task '", task.id(), "': id is used twice in the batch")));
+    }
+    auto t = EffectiveTask(task, spec.overrides(), options_.limits.default_runner);
+    if (!t.ok()) return done(t.status());
+    effective.push_back(std::make_shared<const v1::Task>(*std::move(t)));
+  }
+  std::random_device rd;
+  const uint64_t random_seed = (static_cast<uint64_t>(rd()) << 32) | rd();
+  if (spec.batch_id().empty()) {
+    spec.set_batch_id(absl::StrCat("b-", absl::ToUnixMillis(absl::Now()), "-", next_batch_++));
+  }
+  v1::BatchSpec full = WithDefaults(std::move(spec), options_.limits, random_seed);
+  table_->Submit(std::move(full), digest, std::move(effective),
+                 [this, done = std::move(done)](absl::StatusOr<v1::Batch> batch) {
+                   if (batch.ok()) Kick();
+                   done(std::move(batch));
+                 });
+}
+
+void Scheduler::HostLost(const std::string& address) {
+  auto runs = table_->Running(address);
+  if (!runs.empty()) spdlog::warn("host {} lost: retrying its {} episode(s) elsewhere", address, runs.size());
+  for (auto& r : runs) r->Stop(StopReason::kHostLost, absl::StrCat("sandbox host ", address, " stopped answering"));
+}
+
+void Scheduler::Drain(const v1::DrainRequest& request, std::function<void(absl::StatusOr<v1::DrainResponse>)> done) {
+  const absl::Duration grace = request.has_grace() ? FromProto(request.grace()) : options_.drain_grace;
+  if (grace < absl::ZeroDuration()) return done(absl::InvalidArgumentError("grace must not be negative"));
+  std::string address;
+  if (!request.host().empty()) {
+    auto a = hosts_->SetDraining(request.host(), !request.resume());
+    if (!a.ok()) return done(a.status());
+    address = *a;
+  } else {
+    draining_ = !request.resume();
+  }
+  if (request.resume()) {
+    spdlog::info("drain of {} undone", address.empty() ? "the scheduler" : address);
+    Kick();
+    v1::DrainResponse out;
+    out.set_queued(static_cast<uint32_t>(table_->QueuedCount()));
+    return done(out);
+  }
+  spdlog::info("draining {} (grace {})", address.empty() ? "the scheduler" : address, absl::FormatDuration(grace));
+  asio::co_spawn(io_, RunDrain(address, grace, std::move(done)), asio::detached);
+}
+
+asio::awaitable<void> Scheduler::RunDrain(std::string address, absl::Duration grace,
+                                          std::function<void(absl::StatusOr<v1::DrainResponse>)> done) {
+  const size_t at_start = table_->RunningCount(address);
+  const absl::Time until = absl::Now() + grace;
+  while (table_->RunningCount(address) > 0 && absl::Now() < until) co_await http::SleepFor(absl::Milliseconds(50));
+  uint32_t requeued = 0;
+  for (auto& run : table_->Running(address)) {
+    if (run->Stop(StopReason::kRequeue, "drained")) ++requeued;
+  }
+  while (table_->RunningCount(address) > 0) co_await http::SleepFor(absl::Milliseconds(20));
+  v1::DrainResponse out;
+  out.set_requeued(requeued);
+  out.set_finished(static_cast<uint32_t>(at_start > requeued ? at_start - requeued : 0));
+  out.set_queued(static_cast<uint32_t>(table_->QueuedCount()));
+  spdlog::info("drained {}: {} finished, {} re-queued, {} queued", address.empty() ? "the scheduler" : address,
+               out.finished(), out.requeued(), out.queued());
+  done(out);
+}
+
+}  // namespace corral::scheduler

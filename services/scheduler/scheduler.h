@@ -1,0 +1,69 @@
+// The scheduler's middle layer, between the gRPC adapter and the core: Submit (validate, derive, journal), the
+// dispatcher (starts queued episodes while there is room: max_concurrent_episodes and free sandbox slots), the
+// ticker (batch deadlines, gauges), drains, and the reaction to a lost host. Episodes are coroutines on the
+// io_context's threads. Thread-safe: RPC handlers call it from gRPC threads.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "corral/v1/scheduler.pb.h"
+#include "services/scheduler/episode_driver.h"
+#include "services/scheduler/episode_table.h"
+#include "services/scheduler/host_registry.h"
+#include "services/scheduler/metrics.h"
+
+namespace corral::scheduler {
+
+struct SchedulerOptions {
+  int64_t max_concurrent_episodes = 1024;
+  absl::Duration drain_grace = absl::Seconds(60);
+  SubmitLimits limits;
+};
+
+class Scheduler {
+ public:
+  Scheduler(boost::asio::io_context& io, SchedulerOptions options, EpisodeTable* table, HostRegistry* hosts,
+            EpisodeDriver* driver, SchedulerMetrics* metrics);
+
+  // Starts the dispatcher, the ticker and the host registry's polling on the io_context.
+  void Start();
+  // Stops dispatching and polling (running episodes continue until the io_context stops).
+  void Stop();
+  // Wakes the dispatcher (thread-safe, cheap).
+  void Kick();
+
+  // Submit: validates everything (errors name the task id and field), then journals the batch.
+  void Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks, std::function<void(absl::StatusOr<v1::Batch>)> done);
+  // Drain the scheduler (empty host) or one host; `done` runs once nothing runs in scope.
+  void Drain(const v1::DrainRequest& request, std::function<void(absl::StatusOr<v1::DrainResponse>)> done);
+  bool draining() const { return draining_.load(); }
+  // A host stopped answering: its episodes end as infra failures (and are retried elsewhere).
+  void HostLost(const std::string& address);
+
+ private:
+  boost::asio::awaitable<void> Dispatch();
+  boost::asio::awaitable<void> Tick();
+  boost::asio::awaitable<void> RunDrain(std::string address, absl::Duration grace,
+                                        std::function<void(absl::StatusOr<v1::DrainResponse>)> done);
+
+  boost::asio::io_context& io_;
+  const SchedulerOptions options_;
+  EpisodeTable* const table_;
+  HostRegistry* const hosts_;
+  EpisodeDriver* const driver_;
+  SchedulerMetrics* const metrics_;
+  boost::asio::steady_timer wake_;
+  std::atomic<bool> kicked_{false};
+  std::atomic<bool> draining_{false};
+  bool stopping_ = false;  // read by coroutines on the io_context; written there too (Stop posts)
+  std::atomic<uint64_t> next_batch_{0};
+};
+
+}  // namespace corral::scheduler

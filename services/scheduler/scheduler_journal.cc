@@ -1,0 +1,231 @@
+#include "services/scheduler/scheduler_journal.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "libs/core/logging.h"
+#include "libs/core/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::scheduler {
+namespace {
+
+constexpr char kSchema[] = R"sql(
+CREATE TABLE IF NOT EXISTS batches (
+  batch_order INTEGER PRIMARY KEY AUTOINCREMENT,
+  batch_id TEXT NOT NULL UNIQUE,
+  spec BLOB NOT NULL,
+  digest TEXT NOT NULL,
+  create_ns INTEGER NOT NULL,
+  cancelled INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS tasks (
+  batch_id TEXT NOT NULL,
+  group_index INTEGER NOT NULL,
+  task BLOB NOT NULL,
+  PRIMARY KEY (batch_id, group_index)
+);
+CREATE TABLE IF NOT EXISTS runs (
+  episode_id TEXT PRIMARY KEY,
+  attempt INTEGER NOT NULL,
+  runs INTEGER NOT NULL,
+  running INTEGER NOT NULL DEFAULT 1,
+  host TEXT NOT NULL DEFAULT '',
+  sandbox_id TEXT NOT NULL DEFAULT '',
+  env_id TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS results (
+  seq INTEGER PRIMARY KEY,
+  episode_id TEXT NOT NULL UNIQUE,
+  status INTEGER NOT NULL,
+  reward TEXT NOT NULL,
+  redundant INTEGER NOT NULL,
+  acked INTEGER NOT NULL DEFAULT 0,
+  result BLOB
+);
+)sql";
+
+void Log(absl::Status s, const char* what) {
+  if (!s.ok()) spdlog::error("journal: {}: {}", what, s);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SchedulerJournal>> SchedulerJournal::Open(const std::string& path, bool fsync) {
+  CORRAL_ASSIGN_OR_RETURN(std::unique_ptr<Journal> j, Journal::Open(path, kSchema, fsync));
+  return std::unique_ptr<SchedulerJournal>(new SchedulerJournal(std::move(j)));
+}
+
+absl::StatusOr<Snapshot> SchedulerJournal::Load() {
+  Snapshot snap;
+  CORRAL_RETURN_IF_ERROR(journal_->Read([&](sqlite3* db) -> absl::Status {
+    std::map<std::string, size_t> index;
+    Statement batches(db, "SELECT batch_id, spec, digest, create_ns, cancelled FROM batches ORDER BY batch_order");
+    while (true) {
+      CORRAL_ASSIGN_OR_RETURN(bool row, batches.Step());
+      if (!row) break;
+      Snapshot::BatchRow b;
+      if (!b.spec.ParseFromString(batches.Text(1))) return absl::DataLossError("a journaled batch spec is corrupt");
+      b.digest = batches.Text(2);
+      b.create_time = absl::FromUnixNanos(batches.Int(3));
+      b.cancelled = batches.Int(4) != 0;
+      index[batches.Text(0)] = snap.batches.size();
+      snap.batches.push_back(std::move(b));
+    }
+    Statement tasks(db, "SELECT batch_id, group_index, task FROM tasks ORDER BY batch_id, group_index");
+    while (true) {
+      CORRAL_ASSIGN_OR_RETURN(bool row, tasks.Step());
+      if (!row) break;
+      auto it = index.find(tasks.Text(0));
+      if (it == index.end()) continue;
+      auto task = std::make_shared<v1::Task>();
+      if (!task->ParseFromString(tasks.Text(2))) return absl::DataLossError("a journaled task is corrupt");
+      auto& list = snap.batches[it->second].tasks;
+      if (static_cast<int64_t>(list.size()) != tasks.Int(1)) return absl::DataLossError("journaled tasks have gaps");
+      list.push_back(std::move(task));
+    }
+    Statement runs(db, "SELECT episode_id, attempt, runs, running, host, sandbox_id, env_id FROM runs");
+    while (true) {
+      CORRAL_ASSIGN_OR_RETURN(bool row, runs.Step());
+      if (!row) break;
+      Snapshot::RunRow r;
+      r.episode_id = runs.Text(0);
+      r.attempt = static_cast<uint32_t>(runs.Int(1));
+      r.runs = static_cast<uint32_t>(runs.Int(2));
+      if (runs.Int(3) != 0) {
+        r.host = runs.Text(4);
+        r.sandbox_id = runs.Text(5);
+        r.env_id = runs.Text(6);
+      }
+      snap.runs.push_back(std::move(r));
+    }
+    Statement results(db, "SELECT seq, episode_id, status, reward, redundant, acked, result FROM results ORDER BY seq");
+    while (true) {
+      CORRAL_ASSIGN_OR_RETURN(bool row, results.Step());
+      if (!row) break;
+      Snapshot::ResultRow r;
+      r.seq = static_cast<uint64_t>(results.Int(0));
+      r.episode_id = results.Text(1);
+      r.status = static_cast<v1::EpisodeStatus>(results.Int(2));
+      double reward;
+      if (absl::SimpleAtod(results.Text(3), &reward)) r.reward = reward;
+      r.redundant = results.Int(4) != 0;
+      r.acked = results.Int(5) != 0;
+      r.result = results.Text(6);
+      snap.results.push_back(std::move(r));
+    }
+    return absl::OkStatus();
+  }));
+  return snap;
+}
+
+void SchedulerJournal::AddBatch(const v1::BatchSpec& spec, const std::string& digest, absl::Time create_time,
+                                const std::vector<std::shared_ptr<const v1::Task>>& tasks,
+                                std::function<void(absl::Status)> done) {
+  auto spec_bytes = spec.SerializeAsString();
+  std::vector<std::string> task_bytes;
+  task_bytes.reserve(tasks.size());
+  for (const auto& t : tasks) task_bytes.push_back(t->SerializeAsString());
+  journal_->Submit(
+      [id = spec.batch_id(), spec_bytes = std::move(spec_bytes), digest, create_time,
+       task_bytes = std::move(task_bytes)](sqlite3* db) -> absl::Status {
+        Statement b(db, "INSERT INTO batches (batch_id, spec, digest, create_ns) VALUES (?, ?, ?, ?)");
+        CORRAL_RETURN_IF_ERROR(b.Bind(1, id).BindBlob(2, spec_bytes).Bind(3, digest).Bind(4, absl::ToUnixNanos(create_time)).Run());
+        Statement t(db, "INSERT INTO tasks (batch_id, group_index, task) VALUES (?, ?, ?)");
+        for (size_t g = 0; g < task_bytes.size(); ++g) {
+          CORRAL_RETURN_IF_ERROR(t.Bind(1, id).Bind(2, static_cast<int64_t>(g)).BindBlob(3, task_bytes[g]).Run());
+        }
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void SchedulerJournal::RunStarted(const std::string& episode_id, uint32_t attempt, uint32_t runs) {
+  journal_->Submit(
+      [=](sqlite3* db) {
+        return CachedStatement(db,
+                               "INSERT INTO runs (episode_id, attempt, runs, running) VALUES (?, ?, ?, 1) "
+                               "ON CONFLICT(episode_id) DO UPDATE SET attempt = excluded.attempt, runs = excluded.runs, "
+                               "running = 1, host = '', sandbox_id = '', env_id = ''")
+            .Bind(1, episode_id)
+            .Bind(2, static_cast<int64_t>(attempt))
+            .Bind(3, static_cast<int64_t>(runs))
+            .Run();
+      },
+      [](absl::Status s) { Log(s, "run start"); });
+}
+
+void SchedulerJournal::RunPlaced(const std::string& episode_id, const std::string& host, const std::string& sandbox_id,
+                                 const std::string& env_id) {
+  journal_->Submit(
+      [=](sqlite3* db) {
+        return CachedStatement(db, "UPDATE runs SET host = ?, sandbox_id = ?, env_id = ? WHERE episode_id = ?")
+            .Bind(1, host)
+            .Bind(2, sandbox_id)
+            .Bind(3, env_id)
+            .Bind(4, episode_id)
+            .Run();
+      },
+      [](absl::Status s) { Log(s, "run placement"); });
+}
+
+void SchedulerJournal::RunEnded(const std::string& episode_id, uint32_t next_attempt) {
+  journal_->Submit(
+      [=](sqlite3* db) {
+        return CachedStatement(db, "UPDATE runs SET running = 0, attempt = ? WHERE episode_id = ?")
+            .Bind(1, static_cast<int64_t>(next_attempt))
+            .Bind(2, episode_id)
+            .Run();
+      },
+      [](absl::Status s) { Log(s, "run end"); });
+}
+
+void SchedulerJournal::AddResult(uint64_t seq, const v1::EpisodeResult& result, bool redundant,
+                                 std::function<void(absl::Status)> done) {
+  journal_->Submit(
+      [seq, id = result.ids().episode_id(), status = static_cast<int64_t>(result.status()),
+       reward = result.has_reward() ? absl::StrCat(result.reward()) : std::string(), redundant,
+       bytes = result.SerializeAsString()](sqlite3* db) -> absl::Status {
+        CORRAL_RETURN_IF_ERROR(
+            CachedStatement(db, "INSERT OR REPLACE INTO results (seq, episode_id, status, reward, redundant, result) "
+                                "VALUES (?, ?, ?, ?, ?, ?)")
+                .Bind(1, static_cast<int64_t>(seq))
+                .Bind(2, id)
+                .Bind(3, status)
+                .Bind(4, reward)
+                .Bind(5, redundant ? 1 : 0)
+                .BindBlob(6, bytes)
+                .Run());
+        return CachedStatement(db, "DELETE FROM runs WHERE episode_id = ?").Bind(1, id).Run();
+      },
+      std::move(done));
+}
+
+void SchedulerJournal::Acked(const std::vector<std::string>& episode_ids) {
+  journal_->Submit(
+      [episode_ids](sqlite3* db) -> absl::Status {
+        for (const auto& id : episode_ids) {
+          CORRAL_RETURN_IF_ERROR(
+              CachedStatement(db, "UPDATE results SET acked = 1, result = NULL WHERE episode_id = ?").Bind(1, id).Run());
+        }
+        return absl::OkStatus();
+      },
+      [](absl::Status s) { Log(s, "ack"); });
+}
+
+void SchedulerJournal::BatchCancelled(const std::string& batch_id) {
+  journal_->Submit(
+      [batch_id](sqlite3* db) {
+        return CachedStatement(db, "UPDATE batches SET cancelled = 1 WHERE batch_id = ?").Bind(1, batch_id).Run();
+      },
+      [](absl::Status s) { Log(s, "batch cancel"); });
+}
+
+void SchedulerJournal::ForgetRuns() {
+  Log(journal_->Apply([](sqlite3* db) {
+        Statement st(db, "UPDATE runs SET running = 0, host = '', sandbox_id = '', env_id = ''");
+        return st.Run();
+      }),
+      "forget runs");
+}
+
+}  // namespace corral::scheduler

@@ -1,0 +1,43 @@
+// The scheduler's journal over SQLite (libs/journal, WAL, group commit): batches with their tasks, the attempts
+// running (so a restarted scheduler can clean up their sandboxes and sessions), and results until acknowledged
+// (an acknowledged result keeps its row without the payload, so it is never delivered again and counts stay
+// right). Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "libs/journal/journal.h"
+#include "services/scheduler/episode_table.h"
+
+namespace corral::scheduler {
+
+class SchedulerJournal final : public EpisodeLog {
+ public:
+  static absl::StatusOr<std::unique_ptr<SchedulerJournal>> Open(const std::string& path, bool fsync);
+
+  // Everything journaled, for EpisodeTable::Restore and cleanup. DATA_LOSS when a row cannot be parsed.
+  absl::StatusOr<Snapshot> Load();
+
+  void AddBatch(const v1::BatchSpec& spec, const std::string& digest, absl::Time create_time,
+                const std::vector<std::shared_ptr<const v1::Task>>& tasks,
+                std::function<void(absl::Status)> done) override;
+  void RunStarted(const std::string& episode_id, uint32_t attempt, uint32_t runs) override;
+  void RunPlaced(const std::string& episode_id, const std::string& host, const std::string& sandbox_id,
+                 const std::string& env_id) override;
+  void RunEnded(const std::string& episode_id, uint32_t next_attempt) override;
+  void AddResult(uint64_t seq, const v1::EpisodeResult& result, bool redundant,
+                 std::function<void(absl::Status)> done) override;
+  void Acked(const std::vector<std::string>& episode_ids) override;
+  void BatchCancelled(const std::string& batch_id) override;
+
+  // Forgets the run rows of episodes a restart has cleaned up.
+  void ForgetRuns();
+  Journal* journal() { return journal_.get(); }
+
+ private:
+  explicit SchedulerJournal(std::unique_ptr<Journal> journal) : journal_(std::move(journal)) {}
+  std::unique_ptr<Journal> journal_;
+};
+
+}  // namespace corral::scheduler

@@ -1,0 +1,197 @@
+#include "services/scheduler/scheduler_service.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "libs/rpc/pagination.h"
+#include "libs/rpc/status_conversion.h"
+
+namespace corral::scheduler {
+namespace {
+
+// Ends a unary call with `status` (and, when OK, the response already filled in).
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// Submit's client stream: the spec, then task chunks; nothing is submitted unless the stream ends cleanly.
+class SubmitReactor final : public grpc::ServerReadReactor<v1::SubmitRequest> {
+ public:
+  SubmitReactor(grpc::CallbackServerContext* context, Scheduler* scheduler, v1::Batch* response)
+      : context_(context), scheduler_(scheduler), response_(response) {
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (context_->IsCancelled()) return;  // broken stream: OnCancel finishes
+      if (!error_.ok()) return FinishOnce(error_);
+      if (!has_spec_) return FinishOnce(absl::InvalidArgumentError("the first message must be `spec`"));
+      {
+        absl::MutexLock lock(&mu_);
+        if (finished_) return;
+        submitting_ = true;
+      }
+      scheduler_->Submit(std::move(spec_), std::move(tasks_), [this](absl::StatusOr<v1::Batch> batch) {
+        if (batch.ok()) *response_ = *std::move(batch);
+        absl::MutexLock lock(&mu_);
+        finished_ = true;
+        Finish(ToGrpcStatus(batch.status()));
+      });
+      return;
+    }
+    if (error_.ok()) {
+      if (message_.has_spec()) {
+        if (has_spec_) error_ = absl::InvalidArgumentError("`spec` must be sent exactly once, first");
+        has_spec_ = true;
+        spec_ = std::move(*message_.mutable_spec());
+      } else if (message_.has_tasks()) {
+        if (!has_spec_) error_ = absl::InvalidArgumentError("the first message must be `spec`");
+        for (auto& t : *message_.mutable_tasks()->mutable_tasks()) tasks_.push_back(std::move(t));
+      } else {
+        error_ = absl::InvalidArgumentError("a SubmitRequest must hold `spec` or `tasks`");
+      }
+    }
+    message_.Clear();
+    StartRead(&message_);  // read to the end even after an error: the client expects to half-close
+  }
+  // A broken stream submits nothing; a Submit already under way finishes the call itself.
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    if (submitting_ || finished_) return;
+    finished_ = true;
+    Finish(grpc::Status::CANCELLED);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void FinishOnce(const absl::Status& s) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(ToGrpcStatus(s));
+  }
+
+  absl::Mutex mu_;
+  bool submitting_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::CallbackServerContext* const context_;
+  Scheduler* const scheduler_;
+  v1::Batch* const response_;
+  v1::SubmitRequest message_;
+  bool has_spec_ = false;
+  v1::BatchSpec spec_;
+  std::vector<v1::Task> tasks_;
+  absl::Status error_;
+};
+
+// A reactor that finishes at once with an error (for streaming RPCs refused before they start).
+template <class Base>
+class Refused final : public Base {
+ public:
+  explicit Refused(const absl::Status& s) { this->Finish(ToGrpcStatus(s)); }
+  void OnDone() override { delete this; }
+};
+
+// Drain replies when the drain completes (possibly after its grace period).
+class DrainReactor final : public grpc::ServerUnaryReactor {
+ public:
+  DrainReactor(Scheduler* scheduler, const v1::DrainRequest& request, v1::DrainResponse* response) {
+    scheduler->Drain(request, [this, response](absl::StatusOr<v1::DrainResponse> out) {
+      if (out.ok()) *response = *std::move(out);
+      Finish(ToGrpcStatus(out.status()));
+    });
+  }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+SchedulerService::SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
+                                   const CallAuthenticator* auth)
+    : scheduler_(scheduler), table_(table), hosts_(hosts), hub_(hub), auth_(auth) {}
+
+grpc::ServerReadReactor<v1::SubmitRequest>* SchedulerService::Submit(grpc::CallbackServerContext* context,
+                                                                       v1::Batch* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) {
+    return new Refused<grpc::ServerReadReactor<v1::SubmitRequest>>(s);
+  }
+  return new SubmitReactor(context, scheduler_, response);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::GetBatch(grpc::CallbackServerContext* context,
+                                                     const v1::GetBatchRequest* request, v1::Batch* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  if (request->batch_id().empty()) return Reply(context, absl::InvalidArgumentError("batch_id is required"));
+  auto batch = table_->GetBatch(request->batch_id());
+  if (batch.ok()) *response = *std::move(batch);
+  return Reply(context, batch.status());
+}
+
+grpc::ServerUnaryReactor* SchedulerService::ListBatches(grpc::CallbackServerContext* context,
+                                                        const v1::ListBatchesRequest* request,
+                                                        v1::ListBatchesResponse* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  auto page = table_->ListBatches(*request);
+  if (page.ok()) *response = *std::move(page);
+  return Reply(context, page.status());
+}
+
+grpc::ServerWriteReactor<v1::StreamResultsResponse>* SchedulerService::StreamResults(
+    grpc::CallbackServerContext* context, const v1::StreamResultsRequest* request) {
+  using Base = grpc::ServerWriteReactor<v1::StreamResultsResponse>;
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return new Refused<Base>(s);
+  if (!request->batch_id().empty() && !table_->BatchExists(request->batch_id())) {
+    return new Refused<Base>(absl::NotFoundError(absl::StrCat("no batch '", request->batch_id(), "'")));
+  }
+  uint64_t after = 0;
+  if (!request->cursor().empty() &&
+      (!absl::SimpleAtoi(request->cursor(), &after) || after > table_->LastPosition())) {
+    return new Refused<Base>(absl::InvalidArgumentError(
+        absl::StrCat("cursor '", request->cursor(), "' was not issued by this scheduler (use an EpisodeResult.cursor)")));
+  }
+  if (!v1::TrajectoryFormat_IsValid(request->trajectory_format())) {
+    return new Refused<Base>(absl::InvalidArgumentError("trajectory_format is not a known format"));
+  }
+  return new ResultStreamReactor(table_, hub_, *request, after);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Ack(grpc::CallbackServerContext* context, const v1::AckRequest* request,
+                                                v1::AckResponse* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  auto acked = table_->Ack({request->episode_ids().begin(), request->episode_ids().end()});
+  if (acked.ok()) response->set_acked(*acked);
+  return Reply(context, acked.status());
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Cancel(grpc::CallbackServerContext* context,
+                                                   const v1::CancelRequest* request, v1::CancelResponse* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  auto cancelled = table_->Cancel(*request);
+  if (cancelled.ok()) response->set_cancelled(*cancelled);
+  return Reply(context, cancelled.status());
+}
+
+grpc::ServerUnaryReactor* SchedulerService::Drain(grpc::CallbackServerContext* context,
+                                                  const v1::DrainRequest* request, v1::DrainResponse* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  return new DrainReactor(scheduler_, *request, response);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::ListHosts(grpc::CallbackServerContext* context,
+                                                      const v1::ListHostsRequest* request,
+                                                      v1::ListHostsResponse* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  auto page_size = PageSize(request->page_size());
+  if (!page_size.ok()) return Reply(context, page_size.status());
+  const std::vector<v1::Host> hosts =
+      hosts_->List([this](const std::string& address) { return static_cast<uint32_t>(table_->RunningCount(address)); });
+  response->set_next_page_token(FillPage(
+      hosts, request->page_token(), *page_size, [](const v1::Host& h) { return h.address(); },
+      [](const v1::Host&) { return true; }, [&](const v1::Host& h) { *response->add_hosts() = h; }));
+  return Reply(context, absl::OkStatus());
+}
+
+}  // namespace corral::scheduler

@@ -1,0 +1,42 @@
+// The Scheduler gRPC service: a thin adapter. It authenticates, converts requests, and calls the Scheduler (the
+// middle layer) or the EpisodeTable; streaming RPCs have named reactors (SubmitReactor here, ResultStreamReactor
+// in result_stream.h). Nothing here blocks a gRPC thread.
+#pragma once
+
+#include "corral/v1/scheduler.grpc.pb.h"
+#include "libs/rpc/auth.h"
+#include "services/scheduler/result_stream.h"
+#include "services/scheduler/scheduler.h"
+
+namespace corral::scheduler {
+
+class SchedulerService final : public v1::Scheduler::CallbackService {
+ public:
+  SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
+                   const CallAuthenticator* auth);
+
+  grpc::ServerReadReactor<v1::SubmitRequest>* Submit(grpc::CallbackServerContext* context, v1::Batch* response) override;
+  grpc::ServerUnaryReactor* GetBatch(grpc::CallbackServerContext* context, const v1::GetBatchRequest* request,
+                                     v1::Batch* response) override;
+  grpc::ServerUnaryReactor* ListBatches(grpc::CallbackServerContext* context, const v1::ListBatchesRequest* request,
+                                        v1::ListBatchesResponse* response) override;
+  grpc::ServerWriteReactor<v1::StreamResultsResponse>* StreamResults(grpc::CallbackServerContext* context,
+                                                                     const v1::StreamResultsRequest* request) override;
+  grpc::ServerUnaryReactor* Ack(grpc::CallbackServerContext* context, const v1::AckRequest* request,
+                                v1::AckResponse* response) override;
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* context, const v1::CancelRequest* request,
+                                   v1::CancelResponse* response) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context, const v1::DrainRequest* request,
+                                  v1::DrainResponse* response) override;
+  grpc::ServerUnaryReactor* ListHosts(grpc::CallbackServerContext* context, const v1::ListHostsRequest* request,
+                                      v1::ListHostsResponse* response) override;
+
+ private:
+  Scheduler* const scheduler_;
+  EpisodeTable* const table_;
+  HostRegistry* const hosts_;
+  ResultHub* const hub_;
+  const CallAuthenticator* const auth_;
+};
+
+}  // namespace corral::scheduler
