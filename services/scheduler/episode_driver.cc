@@ -355,6 +355,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   } else if (r.trajectory().call_count() == 0 && a.task().runner() == v1::RUNNER_AGENT) {
     r.set_status(v1::EPISODE_STATUS_NO_DATA);
     r.set_failure_message("the agent made no LLM call");
+    r.clear_reward();
   } else {
     r.set_status(v1::EPISODE_STATUS_FINISHED);
   }

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/this_coro.hpp"
@@ -63,6 +64,59 @@ double Logprob(size_t i) { return -0.015625 * static_cast<double>(i % 64 + 1); }
 
 }  // namespace
 
+std::optional<ArithmeticPlan> PlanArithmetic(const std::string& last_user, const std::string& tool_property,
+                                             const std::string* tool_output, int64_t seed) {
+  // The first "A op B" in the text.
+  size_t i = 0;
+  int64_t a = 0, b = 0;
+  char op = 0;
+  bool found = false;
+  for (; i < last_user.size() && !found; ++i) {
+    if (!isdigit(static_cast<unsigned char>(last_user[i]))) continue;
+    size_t j = i;
+    a = 0;
+    while (j < last_user.size() && isdigit(static_cast<unsigned char>(last_user[j]))) a = a * 10 + (last_user[j++] - '0');
+    while (j < last_user.size() && last_user[j] == ' ') ++j;
+    if (j >= last_user.size() || std::string("+-*/").find(last_user[j]) == std::string::npos) {
+      i = j;
+      continue;
+    }
+    op = last_user[j++];
+    while (j < last_user.size() && last_user[j] == ' ') ++j;
+    if (j >= last_user.size() || !isdigit(static_cast<unsigned char>(last_user[j]))) continue;
+    b = 0;
+    while (j < last_user.size() && isdigit(static_cast<unsigned char>(last_user[j]))) b = b * 10 + (last_user[j++] - '0');
+    found = !(op == '/' && b == 0);
+  }
+  if (!found) return std::nullopt;
+  const std::string expr = absl::StrCat(a, " ", std::string(1, op), " ", b);
+  const bool wrong = ((static_cast<uint64_t>(seed) * 2654435761u) >> 7) % 4 == 0;
+  ArithmeticPlan plan;
+  if (tool_output != nullptr) {
+    int64_t value = 0;
+    std::string digits;
+    for (char c : *tool_output) {
+      if (isdigit(static_cast<unsigned char>(c)) || (c == '-' && digits.empty())) digits += c;
+      else if (!digits.empty()) break;
+    }
+    if (!absl::SimpleAtoi(digits, &value)) return ArithmeticPlan{false, "", "I could not compute it."};
+    plan.reply = absl::StrCat("The answer is ", wrong ? value + 1 : value, ".");
+    return plan;
+  }
+  if (tool_property == "code" || tool_property == "command") {
+    plan.tool_call = true;
+    json::object args;
+    const std::string py_op = op == '/' ? "//" : std::string(1, op);
+    args[tool_property] = tool_property == "code" ? absl::StrCat("print(", a, " ", py_op, " ", b, ")")
+                                                  : absl::StrCat("echo $((", expr, "))");
+    plan.arguments = json::serialize(args);
+    return plan;
+  }
+  int64_t value = op == '+' ? a + b : op == '-' ? a - b : op == '*' ? a * b : a / b;
+  plan.reply = absl::StrCat("Let me compute ", expr, ". #### ", wrong ? value + 1 : value);
+  return plan;
+}
+
 std::vector<std::string> SplitTokens(const std::string& text) {
   // Words with their leading space, like a BPE vocabulary would: "a b" -> "a", " b".
   std::vector<std::string> out;
@@ -122,7 +176,7 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
   }
 
   // The prompt, as words: every message's role and text (chat) or the prompt string (completions).
-  std::string prompt_text, last_user, last_role;
+  std::string prompt_text, last_user, last_role, last_content, tool_property;
   if (chat) {
     if (auto* msgs = body.if_contains("messages"); msgs != nullptr && msgs->is_array()) {
       for (const auto& m : msgs->as_array()) {
@@ -131,6 +185,7 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
         const std::string text = ContentText(m.as_object().if_contains("content"));
         absl::StrAppend(&prompt_text, role, ": ", text, "\n");
         last_role = role;
+        last_content = text;
         if (role == "user") last_user = text;
       }
     }
@@ -141,6 +196,9 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
         if (auto* fn = t.as_object().if_contains("function"); fn != nullptr && fn->is_object()) {
           plan.tool_name = Str(fn->as_object().if_contains("name"));
           plan.tool_call = !plan.tool_name.empty();
+          const json::value* params = fn->as_object().if_contains("parameters");
+          const json::value* props = params && params->is_object() ? params->as_object().if_contains("properties") : nullptr;
+          if (props && props->is_object() && !props->as_object().empty()) tool_property = props->as_object().begin()->key();
         }
       }
     }
@@ -148,8 +206,20 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
     prompt_text = Str(body.if_contains("prompt"));
     last_user = prompt_text;
   }
+  std::string arguments = absl::StrCat("{\"step\": ", n, "}");
+  if (options.arithmetic && chat) {
+    const int64_t seed = IntOr(body, "seed", n);
+    const std::string* tool_output = last_role == "tool" ? &last_content : nullptr;
+    if (auto a = PlanArithmetic(last_user, plan.tool_call ? tool_property : "", tool_output, seed)) {
+      plan.tool_call = a->tool_call;
+      if (a->tool_call) {
+        arguments = a->arguments;
+      } else {
+        plan.reply = a->reply;
+      }
+    }
+  }
   if (plan.reply.empty()) plan.reply = "echo: " + last_user;
-  const std::string arguments = absl::StrCat("{\"step\": ", n, "}");
   const std::vector<std::string> tokens = SplitTokens(plan.tool_call ? arguments : plan.reply);
   const std::vector<std::string> prompt_tokens = SplitTokens(prompt_text);
   const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", n);

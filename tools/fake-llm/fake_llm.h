@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,22 @@ struct Options {
   absl::Duration ttft = absl::ZeroDuration();        // before the first token (or the whole reply)
   absl::Duration inter_token = absl::ZeroDuration();  // between streamed tokens
   int64_t fail_first = 0;                            // the first N completion requests get HTTP 500
+  // Solve "A op B" from the last user message (ArithmeticPlan): a stand-in policy whose rewards vary by seed.
+  bool arithmetic = false;
 };
+
+// What the arithmetic mode does with one request: a tool call (`arguments` set) or a text reply.
+struct ArithmeticPlan {
+  bool tool_call = false;
+  std::string arguments;  // JSON for the tool call
+  std::string reply;      // otherwise
+};
+// `last_user` holds "A op B" (op one of + - * /); `tool_property` is the first property of the first offered
+// tool's schema ("code", "command", or "" when no tool is offered); `tool_output` is the last message's content
+// when it is a tool result (nullptr otherwise). One seed in four answers wrong by one. nullopt when there is no
+// expression.
+std::optional<ArithmeticPlan> PlanArithmetic(const std::string& last_user, const std::string& tool_property,
+                                             const std::string* tool_output, int64_t seed);
 
 // Stable fake token ids: the same text always gives the same ids, streamed or not.
 std::vector<std::string> SplitTokens(const std::string& text);

@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   schema.Duration("ttft", &options.ttft, "delay before the first token", absl::ZeroDuration(), absl::Hours(1));
   schema.Duration("inter_token", &options.inter_token, "delay between streamed tokens", absl::ZeroDuration(),
                   absl::Minutes(1));
+  schema.Bool("arithmetic", &options.arithmetic,
+              "solve \"A op B\" in the last user message: with tools, call the first one (code or command) and "
+              "answer with its output; without, answer \"#### N\"; wrong by one for one seed in four");
   schema.Int("fail_first", &options.fail_first, "answer the first N completion requests with HTTP 500", 0, 1 << 30);
   schema.Int("threads", &threads, "I/O threads", 1, 64);
   schema.String("ready_file", &ready_file, "write {\"pid\",\"http\"} here once serving (for supervisors and tests)");
