@@ -1,5 +1,11 @@
 #include "tools/corral/connect_flags.h"
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "boost/json.hpp"
 #include "libs/core/token.h"
 #include "libs/rpc/auth.h"
 
@@ -19,8 +25,40 @@ ChannelOptions ConnectFlags::Channel() const {
   return options;
 }
 
-void AddConnectFlags(CLI::App* cmd, ConnectFlags& flags, const std::string& what, const std::string& address_flag) {
-  cmd->add_option(address_flag, flags.address, "HOST:PORT of the " + what)->required();
+absl::Status ConnectFlags::ResolveCluster() {
+  if (!address.empty() || cluster_service.empty()) return absl::OkStatus();
+  const std::string path = cluster_dir + "/cluster.json";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(text.str(), ec);
+  const boost::json::object* o = !ec && v.is_object() ? &v.as_object() : nullptr;
+  const boost::json::value* svc = o ? o->if_contains(cluster_service) : nullptr;
+  const boost::json::value* grpc = svc && svc->is_object() ? svc->as_object().if_contains("grpc") : nullptr;
+  if (grpc == nullptr || !grpc->is_string()) {
+    return absl::FailedPreconditionError(absl::StrCat("no ", cluster_service, " address given and no local cluster (",
+                                                      path, "): pass its HOST:PORT, or start one with `corral up`"));
+  }
+  address = std::string(grpc->as_string());
+  if (secret_file.empty() && token.empty() && std::filesystem::exists(cluster_dir + "/secret")) {
+    secret_file = cluster_dir + "/secret";
+  }
+  return absl::OkStatus();
+}
+
+void AddConnectFlags(CLI::App* cmd, ConnectFlags& flags, const std::string& what, const std::string& address_flag,
+                     const std::string& cluster_service) {
+  flags.cluster_service = cluster_service;
+  CLI::Option* address = cmd->add_option(
+      address_flag, flags.address,
+      "HOST:PORT of the " + what + (cluster_service.empty() ? "" : " (default: the local `corral up` cluster's)"));
+  if (cluster_service.empty()) {
+    address->required();
+  } else {
+    cmd->add_option("--cluster-dir", flags.cluster_dir, "the local cluster's directory (corral up --dir)")
+        ->capture_default_str();
+  }
   cmd->add_option("--secret-file", flags.secret_file, "cluster secret file, to authenticate (not needed for --insecure services)");
   cmd->add_option("--token", flags.token, "bearer token to send instead of minting one from --secret-file");
   cmd->add_option("--rpc-timeout", flags.timeout_s, "seconds to wait for each RPC")->capture_default_str();
