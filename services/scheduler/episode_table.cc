@@ -133,6 +133,23 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
         ++pending_;
       }
     }
+  }
+  // Cancel promised that nothing of a cancelled batch starts again: what it had not ended ends CANCELLED now.
+  std::vector<std::shared_ptr<RunControl>> none;
+  for (auto& [id, b] : batches_) {
+    if (!b.cancelled) continue;
+    for (uint32_t g = 0; g < b.tasks.size(); ++g) {
+      for (uint32_t i = 0; i < b.per_group; ++i) {
+        if (b.episodes[g * b.per_group + i].state != State::kQueued) continue;
+        Dequeue(b, g, i);
+        Record(b, g, i,
+               QueuedResult(b, g, i, v1::EPISODE_STATUS_CANCELLED, v1::EPISODE_PHASE_QUEUE,
+                            "cancelled (the batch was cancelled before the scheduler restarted)"),
+               &none);
+      }
+    }
+  }
+  for (auto& [id, b] : batches_) {
     if (b.terminal()) b.end_time = b.create_time;
   }
 }
@@ -381,6 +398,7 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
     } else {
       Record(*b, g, i, std::move(result), &stop);
     }
+    if (b->terminal() && b->end_time == absl::InfinitePast()) b->end_time = clock_->Now();
     Touch(*b);
   }
   if (outcome == FinishOutcome::kRequeued || outcome == FinishOutcome::kRetried) {
@@ -495,7 +513,7 @@ absl::StatusOr<uint32_t> EpisodeTable::Cancel(const v1::CancelRequest& request) 
       return absl::InvalidArgumentError("a target is required: episode_id, group_id or batch_id");
   }
   const std::string why = request.reason().empty() ? "cancelled" : absl::StrCat("cancelled: ", request.reason());
-  std::vector<std::shared_ptr<RunControl>> stop;
+  std::vector<std::shared_ptr<RunControl>> redundant, targets;
   uint32_t cancelled = 0;
   bool whole_batch = false;
   {
@@ -515,20 +533,20 @@ absl::StatusOr<uint32_t> EpisodeTable::Cancel(const v1::CancelRequest& request) 
         if (e.state == State::kQueued) {
           Dequeue(*b, g, i);
           ++cancelled;
-          Record(*b, g, i, QueuedResult(*b, g, i, v1::EPISODE_STATUS_CANCELLED, v1::EPISODE_PHASE_QUEUE, why), &stop);
+          Record(*b, g, i, QueuedResult(*b, g, i, v1::EPISODE_STATUS_CANCELLED, v1::EPISODE_PHASE_QUEUE, why),
+                 &redundant);
         } else if (e.state == State::kRunning && e.control && !e.control->stopped()) {
           ++cancelled;
-          stop.push_back(e.control);
+          targets.push_back(e.control);
         }
       }
     }
     Touch(*b);
   }
   if (whole_batch) log_->BatchCancelled(batch_id);
-  for (auto& c : stop) {
-    // Extras of groups completed just now stop as redundant; the targets stop as cancelled (first reason wins).
-    c->Stop(StopReason::kCancelled, why);
-  }
+  // Extras of groups completed just now stop as redundant, then the targets as cancelled (first reason wins).
+  for (auto& c : redundant) c->Stop(StopReason::kRedundant, "the group completed without this extra episode");
+  for (auto& c : targets) c->Stop(StopReason::kCancelled, why);
   Changed();
   return cancelled;
 }

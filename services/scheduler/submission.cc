@@ -179,7 +179,8 @@ absl::Status CheckReward(const v1::Task& task) {
     case v1::REWARD_FUNCTION_GSM8K: {
       double x;
       std::string answer(absl::StripAsciiWhitespace(task.answer()));
-      answer.erase(std::remove(answer.begin(), answer.end(), ','), answer.end());
+      answer.erase(std::remove_if(answer.begin(), answer.end(), [](char c) { return c == ',' || c == '$'; }),
+                   answer.end());
       if (!absl::SimpleAtod(answer, &x)) return Bad(task, "answer must be a number for the NUMERIC and GSM8K rewards");
       break;
     }
@@ -351,7 +352,13 @@ namespace {
 bool SplitSuffix(absl::string_view& id, char prefix, uint32_t* n) {
   const size_t colon = id.rfind(':');
   if (colon == absl::string_view::npos || colon + 2 > id.size() || id[colon + 1] != prefix) return false;
-  if (!absl::SimpleAtoi(id.substr(colon + 2), n)) return false;
+  // Canonical decimal only ("e1", never "e01", "e+1" or "e 1"): one episode has one id.
+  const absl::string_view digits = id.substr(colon + 2);
+  if (digits.size() > 9 || (digits.size() > 1 && digits[0] == '0')) return false;
+  for (char c : digits) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  if (!absl::SimpleAtoi(digits, n)) return false;
   id = id.substr(0, colon);
   return !id.empty();
 }

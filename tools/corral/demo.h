@@ -13,10 +13,9 @@ int RunRateLimiterDemo(const std::string& address, const std::string& token);
 // other's files or processes, and deletes them. Returns 0 when every check held.
 int RunSandboxDemo(const std::string& address, const std::string& token);
 
-// Opens a session on the proxy, runs a two-turn tool-using agent against it (in a proxy_only sandbox on
-// `sandbox_host`, or locally when that is empty), closes the session and prints the trajectory. Returns 0 when
-// both calls were recorded on one branch.
-int RunProxyDemo(const std::string& proxy_grpc, const std::string& proxy_http, const std::string& sandbox_host,
-                 const std::string& token, const std::string& work_dir);
+// Submits a batch of GRPO groups to the scheduler (tool_loop, agent and single_turn episodes when the cluster
+// has sandboxes, single_turn only otherwise), streams the results whole group by whole group, acknowledges them
+// and prints a summary. Returns 0 when every episode finished with token ids recorded.
+int RunBatchDemo(const std::string& scheduler, const std::string& token, bool sandboxes);
 
 }  // namespace corral::cli

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/escaping.h"
@@ -29,10 +30,11 @@ namespace fs = std::filesystem;
 // The embedded playground configuration of each service.
 constexpr char kRateLimiterYaml[] = R"(# corral up: the ratelimiter's playground configuration.
 limits:
-  - {name: code_exec, kind: concurrency, permits: 16}
-  - name: tool_exec/{language}
+  # The scheduler holds one permit of code_exec/<language> for each tool execution.
+  - name: code_exec/{language}
     kind: concurrency
-    permits: 8
+    permits: 16
+  - {name: demo, kind: concurrency, permits: 2}
   - {name: llm_tokens, kind: rate, rate_per_s: 5000, burst: 20000}
 # A fresh playground has no leases to protect, so it skips the restart learning mode.
 learning_mode: false
@@ -43,6 +45,8 @@ struct UpFlags {
   bool any_port = false;
   bool demo = false;
   bool exit_after_demo = false;
+  int hosts = 1;
+  std::string upstream;  // an OpenAI-compatible server instead of the scripted model
 };
 
 struct ServiceDef {
@@ -64,6 +68,24 @@ absl::StatusOr<std::string> EnsureSecret(const fs::path& dir) {
   auto signer = TokenSigner::FromKeyFile(path.string());
   if (!signer.ok()) return signer.status();
   return path.string();
+}
+
+// The scheduler's playground configuration: every host, proxy and limiter of this cluster.
+std::string SchedulerYaml(const fs::path& dir, const std::vector<std::pair<ServiceDef, RunningService>>& running,
+                          bool scripted_model) {
+  std::string yaml = absl::StrCat("# corral up: the scheduler's playground configuration.\njournal: ",
+                                  (dir / "scheduler.db").string(), "\nscheduler_id: local\n");
+  std::string hosts, proxies;
+  for (const auto& [def, service] : running) {
+    if (absl::StartsWith(def.name, "sandbox-host")) absl::StrAppend(&hosts, "  - ", service.ready.grpc, "\n");
+    if (def.name == "proxy") absl::StrAppend(&proxies, "  - ", service.ready.grpc, "\n");
+    if (def.name == "ratelimiter") absl::StrAppend(&yaml, "ratelimiter: ", service.ready.grpc, "\n");
+  }
+  if (!hosts.empty()) absl::StrAppend(&yaml, "host:\n", hosts);
+  absl::StrAppend(&yaml, "proxy:\n", proxies);
+  if (scripted_model) absl::StrAppend(&yaml, "default_model: fake-model\n");
+  absl::StrAppend(&yaml, "timeouts:\n  episode: 10m\n  agent: 5m\n");
+  return yaml;
 }
 
 std::string SelfDir() {
@@ -99,30 +121,43 @@ int RunUp(const UpFlags& flags) {
       sandboxes = fs::path("/var/tmp") / absl::StrCat("corral-up-", getpid(), "-sandboxes");
       scratch_root = sandboxes;
     }
-    defs.push_back({"sandbox-host", bin + "/corral-sandbox-host",
-                    absl::StrCat("# corral up: the sandbox host's playground configuration.\nroot: ", sandboxes.string(),
-                                 "\ncapacity: 64\ndefault_network: none\nhost_id: local\n"),
-                    "127.0.0.1:7500", "127.0.0.1:9500"});
+    for (int i = 0; i < flags.hosts; ++i) {
+      const std::string suffix = i == 0 ? "" : absl::StrCat("-", i + 1);
+      defs.push_back({"sandbox-host" + suffix, bin + "/corral-sandbox-host",
+                      absl::StrCat("# corral up: the sandbox host's playground configuration.\nroot: ",
+                                   (sandboxes / absl::StrCat("host", i + 1)).string(),
+                                   "\ncapacity: 64\ndefault_network: none\nhost_id: local", suffix, "\n"),
+                      absl::StrCat("127.0.0.1:", 7500 + i), absl::StrCat("127.0.0.1:", 9500 + i)});
+    }
   } else {
     std::cout << "corral up: not root, so no sandbox host (it switches to each sandbox's uid)\n";
   }
 
-  // A scripted model stands in for vLLM/SGLang in the playground (a demo aid: point the proxy's upstream at a
-  // real backend with `corral-proxy --upstream http://HOST:PORT`).
-  auto fake_llm = StartService(bin + "/corral-fake-llm",
-                               {"--listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8000")}, dir.string(),
-                               "fake-llm");
-  if (!fake_llm.ok()) {
-    std::cerr << "corral up: cannot start fake-llm: " << fake_llm.status().message() << "\n";
-    return 1;
+  // A scripted model stands in for vLLM/SGLang in the playground (a demo aid); --upstream points the proxy at a
+  // real OpenAI-compatible server instead.
+  std::optional<RunningService> fake_llm;
+  std::string upstream = flags.upstream;
+  if (upstream.empty()) {
+    auto started = StartService(bin + "/corral-fake-llm",
+                                {"--listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8000"), "--arithmetic"},
+                                dir.string(), "fake-llm");
+    if (!started.ok()) {
+      std::cerr << "corral up: cannot start fake-llm: " << started.status().message() << "\n";
+      return 1;
+    }
+    fake_llm.emplace(*std::move(started));
+    upstream = "http://" + fake_llm->ready.http;
   }
   defs.push_back({"proxy", bin + "/corral-proxy",
                   absl::StrCat("# corral up: the proxy's playground configuration.\njournal: ", (dir / "proxy.db").string(),
-                               "\nupstream: [\"http://", fake_llm->ready.http, "\"]\n"),
+                               "\nupstream: [\"", upstream, "\"]\n"),
                   "127.0.0.1:7600", "127.0.0.1:9600",
                   {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8080")}});
+  // The scheduler comes last: its configuration names the others' addresses.
+  defs.push_back({"scheduler", bin + "/corral-scheduler", "", "127.0.0.1:7700", "127.0.0.1:9700"});
   std::vector<std::pair<ServiceDef, RunningService>> running;
   for (ServiceDef& def : defs) {
+    if (def.name == "scheduler") def.config_yaml = SchedulerYaml(dir, running, flags.upstream.empty());
     const std::string config = (dir / (def.name + ".yaml")).string();
     std::ofstream(config, std::ios::trunc) << def.config_yaml;
     std::vector<std::string> args = {"--config=" + config, "--secret-file=" + *secret,
@@ -145,7 +180,9 @@ int RunUp(const UpFlags& flags) {
             << service.ready.metrics << "\",\"pid\":" << service.ready.pid
             << (service.ready.http.empty() ? "" : ",\"http\":\"" + service.ready.http + "\"") << "}";
   }
-  cluster << ",\"fake-llm\":{\"http\":\"" << fake_llm->ready.http << "\",\"pid\":" << fake_llm->ready.pid << "}";
+  if (fake_llm) {
+    cluster << ",\"fake-llm\":{\"http\":\"" << fake_llm->ready.http << "\",\"pid\":" << fake_llm->ready.pid << "}";
+  }
   cluster << "}\n";
   cluster.close();
 
@@ -155,10 +192,16 @@ int RunUp(const UpFlags& flags) {
                                  service.ready.grpc, service.ready.metrics, service.ready.pid,
                                  service.ready.http.empty() ? "" : "  http://" + service.ready.http + "/v1");
   }
-  std::cout << absl::StrFormat("  %-12s http://%s/v1 (scripted model)  pid %d\n", "fake-llm", fake_llm->ready.http,
-                               fake_llm->ready.pid);
+  if (fake_llm) {
+    std::cout << absl::StrFormat("  %-12s http://%s/v1 (scripted model)  pid %d\n", "fake-llm", fake_llm->ready.http,
+                                 fake_llm->ready.pid);
+  } else {
+    std::cout << "  upstream     " << upstream << "\n";
+  }
   const std::string& limiter_addr = running.front().second.ready.grpc;
-  std::cout << "try:  corral limiter status --addr " << limiter_addr << " --secret-file " << *secret << "\n"
+  std::cout << "try:  corral batch submit examples/datasets/arithmetic.jsonl --group-size 4 --follow\n"
+            << "      corral hosts ls;  corral limiter status --addr " << limiter_addr << " --secret-file " << *secret
+            << "\n"
             << std::flush;
 
   int exit_code = 0;
@@ -172,8 +215,8 @@ int RunUp(const UpFlags& flags) {
     }
     if (exit_code == 0 && !sandbox_host.empty()) exit_code = RunSandboxDemo(sandbox_host, token);
     for (auto& [def, service] : running) {
-      if (def.name == "proxy" && exit_code == 0) {
-        exit_code = RunProxyDemo(service.ready.grpc, service.ready.http, sandbox_host, token, dir.string());
+      if (def.name == "scheduler" && exit_code == 0) {
+        exit_code = RunBatchDemo(service.ready.grpc, token, /*sandboxes=*/!sandbox_host.empty());
       }
     }
     stop = flags.exit_after_demo;
@@ -213,6 +256,9 @@ void RegisterUp(CLI::App& app, int& exit_code) {
   up->add_flag("--any-port", flags->any_port, "let the kernel choose free ports instead of 7400/9400, …");
   up->add_flag("--demo", flags->demo, "once up, run a short demo against the cluster");
   up->add_flag("--exit-after-demo", flags->exit_after_demo, "stop the cluster when the demo is done");
+  up->add_option("--hosts", flags->hosts, "sandbox hosts to start (as root)")->check(CLI::Range(1, 16))->capture_default_str();
+  up->add_option("--upstream", flags->upstream,
+                 "an OpenAI-compatible server (vLLM, SGLang) for the proxy instead of the scripted model, http://HOST:PORT");
   up->callback([flags, &exit_code] { exit_code = RunUp(*flags); });
 }
 

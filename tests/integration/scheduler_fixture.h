@@ -1,0 +1,232 @@
+// The scheduler integration fixture: a whole cluster of real processes on loopback — corral-fake-llm (the
+// arithmetic mode), corral-proxy, corral-ratelimiter, sandbox hosts (root; each with a uid block of its own) and
+// corral-scheduler — with helpers to submit batches, stream results and check that nothing leaked.
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "corral/v1/proxy.grpc.pb.h"
+#include "corral/v1/sandbox.grpc.pb.h"
+#include "corral/v1/scheduler.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+#include "libs/core/token.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/status_conversion.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/uid_range.h"
+
+namespace corral {
+
+class SchedulerFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "the sandbox hosts need root";
+    dir_ = testing::MakeTestDir();
+    secret_ = testing::WriteSecretFile(dir_);
+    token_ = MintClusterToken(*TokenSigner::FromKeyFile(secret_));
+  }
+  void TearDown() override {
+    scheduler_stub_.reset();
+    if (scheduler_) Stop(*scheduler_);
+    for (auto& h : hosts_) {
+      if (h.service) Stop(*h.service);
+      std::filesystem::remove_all(h.root);
+    }
+    for (auto* s : {&proxy_, &limiter_, &fake_llm_}) {
+      if (*s) Stop(**s);
+    }
+  }
+  static void Stop(testing::RunningService& s) {
+    s.process.Signal(SIGTERM);
+    if (!s.process.Wait(absl::Seconds(30)).ok()) {
+      s.process.Signal(SIGKILL);
+      (void)s.process.Wait(absl::Seconds(10));
+    }
+  }
+
+  // fake-llm, proxy, limiter and `hosts` sandbox hosts of `capacity` each, then the scheduler.
+  void StartCluster(int hosts = 1, int capacity = 16, std::vector<std::string> scheduler_args = {}) {
+    auto llm = testing::StartService(CORRAL_FAKE_LLM, {"--listen=127.0.0.1:0", "--arithmetic"}, dir_, "fake-llm");
+    ASSERT_THAT(llm, IsOk());
+    fake_llm_.emplace(*std::move(llm));
+    auto proxy = testing::StartService(
+        CORRAL_PROXY,
+        {"--secret-file=" + secret_, "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+         "--http-listen=127.0.0.1:0", "--journal=" + dir_ + "/proxy.db", "--upstream=http://" + fake_llm_->ready.http},
+        dir_, "proxy");
+    ASSERT_THAT(proxy, IsOk());
+    proxy_.emplace(*std::move(proxy));
+    std::ofstream(dir_ + "/limiter.yaml") << "limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: 8\n"
+                                             "learning_mode: false\n";
+    auto limiter = testing::StartService(CORRAL_RATELIMITER,
+                                         {"--config=" + dir_ + "/limiter.yaml", "--secret-file=" + secret_,
+                                          "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0"},
+                                         dir_, "ratelimiter");
+    ASSERT_THAT(limiter, IsOk());
+    limiter_.emplace(*std::move(limiter));
+    for (int i = 0; i < hosts; ++i) ASSERT_NO_FATAL_FAILURE(StartHost(capacity));
+    scheduler_args_ = std::move(scheduler_args);
+    ASSERT_NO_FATAL_FAILURE(StartScheduler());
+  }
+
+  void StartHost(int capacity) {
+    Host h;
+    h.uids.emplace(30000, 44999, 64);
+    h.root = absl::StrCat("/var/tmp/corral-sched-it-", getpid(), "-", hosts_.size());
+    h.capacity = capacity;
+    auto s = testing::StartService(
+        CORRAL_SANDBOX_HOST,
+        {"--secret-file=" + secret_, "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--root=" + h.root,
+         absl::StrCat("--capacity=", capacity), absl::StrCat("--uid-first=", h.uids->first()),
+         absl::StrCat("--uid-last=", h.uids->last()), absl::StrCat("--host-id=it-", hosts_.size())},
+        dir_, absl::StrCat("sandbox-host-", hosts_.size()));
+    ASSERT_THAT(s, IsOk());
+    h.service.emplace(*std::move(s));
+    hosts_.push_back(std::move(h));
+  }
+
+  // (Re)starts the scheduler on the same journal; its address changes.
+  void StartScheduler() {
+    std::vector<std::string> args = {"--secret-file=" + secret_,
+                                     "--grpc-listen=127.0.0.1:0",
+                                     "--metrics-listen=127.0.0.1:0",
+                                     "--journal=" + dir_ + "/scheduler.db",
+                                     "--proxy=" + proxy_->ready.grpc,
+                                     "--ratelimiter=" + limiter_->ready.grpc,
+                                     "--default-model=fake-model",
+                                     "--host-poll-interval=200ms",
+                                     "--scheduler-id=it"};
+    for (const auto& h : hosts_) args.push_back("--host=" + h.service->ready.grpc);
+    args.insert(args.end(), scheduler_args_.begin(), scheduler_args_.end());
+    auto s = testing::StartService(CORRAL_SCHEDULER, args, dir_, absl::StrCat("scheduler-", ++scheduler_starts_));
+    ASSERT_THAT(s, IsOk());
+    scheduler_.emplace(*std::move(s));
+    ChannelOptions options;
+    options.retry_unavailable = false;
+    scheduler_stub_ = v1::Scheduler::NewStub(*MakeChannel(scheduler_->ready.grpc, options));
+  }
+
+  void Prepare(grpc::ClientContext& ctx, absl::Duration timeout = absl::Seconds(30)) {
+    SetDeadline(ctx, timeout);
+    AttachBearer(ctx, token_);
+  }
+
+  absl::StatusOr<v1::Batch> Submit(const v1::BatchSpec& spec, const std::vector<v1::Task>& tasks) {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::Batch batch;
+    auto writer = scheduler_stub_->Submit(&ctx, &batch);
+    v1::SubmitRequest first;
+    *first.mutable_spec() = spec;
+    writer->Write(first);
+    v1::SubmitRequest chunk;
+    for (const auto& t : tasks) *chunk.mutable_tasks()->add_tasks() = t;
+    if (!tasks.empty()) writer->Write(chunk);
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    if (!s.ok()) return FromGrpcStatus(s);
+    return batch;
+  }
+
+  // Streams the batch's results to the end (the stream ends once the batch is done).
+  absl::StatusOr<std::vector<v1::EpisodeResult>> Results(const std::string& batch_id, bool whole_groups = false,
+                                                         absl::Duration timeout = absl::Minutes(3)) {
+    grpc::ClientContext ctx;
+    Prepare(ctx, timeout);
+    v1::StreamResultsRequest req;
+    req.set_batch_id(batch_id);
+    req.set_whole_groups(whole_groups);
+    auto reader = scheduler_stub_->StreamResults(&ctx, req);
+    std::vector<v1::EpisodeResult> out;
+    v1::StreamResultsResponse msg;
+    while (reader->Read(&msg)) {
+      if (msg.has_result()) out.push_back(msg.result());
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) return FromGrpcStatus(s);
+    return out;
+  }
+
+  absl::StatusOr<v1::Batch> GetBatch(const std::string& batch_id) {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::GetBatchRequest req;
+    req.set_batch_id(batch_id);
+    v1::Batch b;
+    grpc::Status s = scheduler_stub_->GetBatch(&ctx, req, &b);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return b;
+  }
+
+  absl::StatusOr<uint32_t> Ack(const std::vector<std::string>& ids) {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::AckRequest req;
+    for (const auto& id : ids) req.add_episode_ids(id);
+    v1::AckResponse resp;
+    grpc::Status s = scheduler_stub_->Ack(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return resp.acked();
+  }
+
+  // Live sandboxes on host `i` (those the scheduler labelled), and open sessions on the proxy.
+  int LiveSandboxes(size_t i) {
+    auto stub = v1::SandboxHost::NewStub(*MakeChannel(hosts_[i].service->ready.grpc));
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::ListSandboxesRequest req;
+    req.set_page_size(1000);
+    v1::ListSandboxesResponse resp;
+    if (!stub->ListSandboxes(&ctx, req, &resp).ok()) return -1;
+    return resp.sandboxes_size();
+  }
+  int OpenSessions() {
+    auto stub = v1::Proxy::NewStub(*MakeChannel(proxy_->ready.grpc));
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::ListSessionsRequest req;
+    req.set_page_size(1000);
+    req.set_state(v1::SESSION_STATE_OPEN);
+    v1::ListSessionsResponse resp;
+    if (!stub->ListSessions(&ctx, req, &resp).ok()) return -1;
+    return resp.sessions_size();
+  }
+  // True once every host has no sandbox left and the proxy no open session (teardown is asynchronous).
+  bool NothingLeaked(absl::Duration timeout = absl::Seconds(30)) {
+    return testing::WaitUntil(
+        [&] {
+          for (size_t i = 0; i < hosts_.size(); ++i) {
+            if (hosts_[i].service && LiveSandboxes(i) != 0) return false;
+          }
+          return OpenSessions() == 0;
+        },
+        timeout);
+  }
+
+  struct Host {
+    std::optional<testing::UidRange> uids;
+    std::string root;
+    int capacity = 0;
+    std::optional<testing::RunningService> service;
+  };
+
+  std::string dir_, secret_, token_;
+  std::optional<testing::RunningService> fake_llm_, proxy_, limiter_, scheduler_;
+  std::vector<Host> hosts_;
+  std::vector<std::string> scheduler_args_;
+  int scheduler_starts_ = 0;
+  std::unique_ptr<v1::Scheduler::Stub> scheduler_stub_;
+};
+
+}  // namespace corral
