@@ -1,4 +1,4 @@
-// The flags every Corral service takes (DESIGN.md §1): where to listen, the cluster secret, logging,
+// The flags every Corral service takes: where to listen, the cluster secret, logging,
 // TLS, and how long to drain on shutdown. A service embeds ServerConfig in its own Config struct.
 #pragma once
 

@@ -27,8 +27,12 @@ TEST(CorralUp, StartsTheClusterRunsTheDemoAndStopsCleanly) {
   EXPECT_THAT(log, HasSubstr("demo: 6/6 served, at most 2 holder(s) at once, FIFO order"));
   if (geteuid() == 0) {
     EXPECT_THAT(log, HasSubstr("demo: sandboxes isolated and cleaned up"));
+    EXPECT_THAT(log, HasSubstr("ok: 24/24 episodes finished, 24 with token ids, 24 acknowledged"));
   }
   EXPECT_THAT(log, HasSubstr("corral up: stopped"));
+  std::ifstream scheduler_log(dir + "/.corral/scheduler.log");
+  std::string scheduler_text((std::istreambuf_iterator<char>(scheduler_log)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(scheduler_text, HasSubstr("scheduler stopped"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/.corral/cluster.json"));
   EXPECT_EQ(std::filesystem::status(dir + "/.corral/secret").permissions() & std::filesystem::perms::group_all,
             std::filesystem::perms::none);

@@ -11,6 +11,7 @@
 #include "corral/v1/scheduler.grpc.pb.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
+#include "libs/rpc/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "tools/corral/demo.h"
 
@@ -151,7 +152,7 @@ int RunBatchDemo(const std::string& scheduler, const std::string& token, bool sa
                                                                  : "single_turn";
       std::cout << absl::StrFormat("  group %-10s %-11s %-22s rewards [%s]  mean %.2f  (%.1fs)\n", task.id(), runner,
                                    task.prompt(), absl::StrJoin(rewards, " "), sum / 4,
-                                   absl::ToDoubleSeconds(absl::Seconds(g.back().timings().total().seconds())));
+                                   absl::ToDoubleSeconds(FromProto(g.back().timings().total())));
     }
   }
   if (grpc::Status s = reader->Finish(); !s.ok()) {
