@@ -41,6 +41,7 @@ struct Config {
   int64_t max_batch_tasks = 100000;
   int64_t max_group_size = 1024;
   int64_t default_max_attempts = 3;
+  absl::Duration retry_backoff = absl::Seconds(1);
   int64_t default_max_turns = 10;
   std::string default_runner = "single_turn";
   std::string default_model;  // empty: the model name the task gives, else the proxy's session aliasing decides

@@ -287,10 +287,12 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       break;
     }
     hosts_->Release(address);
-    if (created.status().code() == absl::StatusCode::kResourceExhausted) {
-      hosts_->MarkRejected(address);  // authoritative: place elsewhere
-      continue;
+    if (created.status().code() == absl::StatusCode::kResourceExhausted ||
+        created.status().code() == absl::StatusCode::kUnavailable) {
+      // Full (authoritative) or not answering: nothing more goes there until its next HostInfo says otherwise.
+      hosts_->MarkRejected(address);
     }
+    if (created.status().code() == absl::StatusCode::kResourceExhausted) continue;
     if (created.status().code() == absl::StatusCode::kUnavailable && ++attempts < 3 && absl::Now() < acquire_deadline) {
       continue;
     }
@@ -339,7 +341,12 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     auto closed = co_await a.proxy->Close(a.ticket.env_id, v1::TRAJECTORY_FORMAT_CALLS, absl::Seconds(30));
     if (closed.ok()) {
       *r.mutable_trajectory() = closed->trajectory();
-    } else if (!failure) {
+    } else if (closed.status().code() != absl::StatusCode::kNotFound) {
+      // The proxy is away (restarting: its journal brings the session back open). Close it once it answers.
+      auto executor = co_await asio::this_coro::executor;
+      asio::co_spawn(executor, CloseLater(a.proxy, a.ticket.env_id), asio::detached);
+    }
+    if (!closed.ok() && !failure) {
       failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_REWARD,
                         absl::StrCat("could not take the trajectory from proxy ", a.proxy->address(), ": ",
                                      closed.status().message())};
@@ -385,6 +392,18 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   const FinishOutcome outcome = table_->Finish(a.ticket, std::move(r));
   if (metrics_ != nullptr && outcome == FinishOutcome::kRetried) metrics_->Retried();
   if (!a.session.env_token().empty()) (void)co_await a.proxy->Ack(env_id, absl::Seconds(10));
+}
+
+asio::awaitable<void> EpisodeDriver::CloseLater(std::shared_ptr<ProxyClient> proxy, std::string env_id) {
+  for (int attempt = 0; attempt < 120; ++attempt) {
+    co_await http::SleepFor(absl::Seconds(1));
+    auto closed = co_await proxy->Close(env_id, v1::TRAJECTORY_FORMAT_CALLS, absl::Seconds(10));
+    if (closed.ok() || closed.status().code() == absl::StatusCode::kNotFound) {
+      (void)co_await proxy->Ack(env_id, absl::Seconds(10));
+      co_return;
+    }
+  }
+  spdlog::warn("proxy {}: session {} could not be closed; its TTL will end it", proxy->address(), env_id);
 }
 
 asio::awaitable<void> EpisodeDriver::Cleanup(std::optional<Slot> slot, std::string sandbox_id) {

@@ -38,6 +38,8 @@ class EpisodeDriver {
   boost::asio::awaitable<std::optional<Failure>> AcquireSandbox(Attempt& a);
   boost::asio::awaitable<void> Conclude(Attempt& a, std::optional<Failure> failure);
   boost::asio::awaitable<void> Cleanup(std::optional<Slot> slot, std::string sandbox_id);
+  // Retries closing a session whose proxy did not answer (for up to two minutes).
+  boost::asio::awaitable<void> CloseLater(std::shared_ptr<ProxyClient> proxy, std::string env_id);
 
   const boost::asio::any_io_executor executor_;
   const RunnerOptions options_;

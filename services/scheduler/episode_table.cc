@@ -8,8 +8,9 @@
 
 namespace corral::scheduler {
 
-EpisodeTable::EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending)
-    : clock_(clock), log_(log), limits_(limits), max_pending_(max_pending) {}
+EpisodeTable::EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending,
+                           absl::Duration retry_backoff)
+    : clock_(clock), log_(log), limits_(limits), max_pending_(max_pending), retry_backoff_(retry_backoff) {}
 
 EpisodeTable::Batch* EpisodeTable::FindBatch(const std::string& id) {
   auto it = batches_.find(id);
@@ -310,9 +311,11 @@ std::optional<EpisodeTicket> EpisodeTable::StartNext(const std::function<bool(co
     absl::MutexLock lock(&mu_);
     auto it = queue_.begin();
     Batch* b = nullptr;
+    const absl::Time now = clock_->Now();
     for (; it != queue_.end(); ++it) {
       b = FindBatch(it->second);
-      if (eligible(*b->tasks[it->first.group])) break;
+      const Episode& e = b->episodes[it->first.group * b->per_group + it->first.index];
+      if (e.not_before <= now && eligible(*b->tasks[it->first.group])) break;
     }
     if (it == queue_.end()) return std::nullopt;
     const uint32_t g = it->first.group, i = it->first.index;
@@ -392,6 +395,8 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
                reason != StopReason::kDeadline) {
       ++e.attempt;
       ++b->retries;
+      // Back off before the retry (1x, 2x, 4x ... the base, at most 32x): an outage gets time to pass.
+      e.not_before = clock_->Now() + retry_backoff_ * (1 << std::min<uint32_t>(e.attempt - 2, 5));
       Enqueue(*b, g, i);
       outcome = FinishOutcome::kRetried;
       next_attempt = e.attempt;

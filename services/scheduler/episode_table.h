@@ -88,7 +88,9 @@ enum class FinishOutcome { kRecorded, kRetried, kRequeued, kDropped };
 
 class EpisodeTable {
  public:
-  EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending);
+  // Infra failures are retried after `retry_backoff` (doubling per attempt, at most 32x).
+  EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending,
+               absl::Duration retry_backoff = absl::Seconds(1));
 
   // Restores state from a journal snapshot: ended episodes keep their results, everything else is queued
   // (episodes that were running go back to the queue with their attempt number).
@@ -166,6 +168,7 @@ class EpisodeTable {
     uint32_t attempt = 1;
     uint32_t runs = 0;
     uint64_t seq = 0;  // result position, 0 = none
+    absl::Time not_before = absl::InfinitePast();  // a retry waits out its back-off
     v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
     std::optional<double> reward;
     std::string result;  // serialized, until acked
@@ -218,6 +221,7 @@ class EpisodeTable {
   EpisodeLog* const log_;
   const SubmitLimits limits_;
   const int64_t max_pending_;
+  const absl::Duration retry_backoff_;
   std::function<void()> on_change_;
 
   mutable absl::Mutex mu_;

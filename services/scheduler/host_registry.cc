@@ -240,6 +240,15 @@ void HostRegistry::Release(const std::string& address) {
   if (on_capacity_) on_capacity_();
 }
 
+uint32_t HostRegistry::InUse(const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  uint32_t n = 0;
+  for (const auto& [a, e] : hosts_) {
+    if (address.empty() || a == address) n += e.in_use;
+  }
+  return n;
+}
+
 void HostRegistry::MarkRejected(const std::string& address) {
   absl::MutexLock lock(&mu_);
   if (auto it = hosts_.find(address); it != hosts_.end()) it->second.rejected = true;

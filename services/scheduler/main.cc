@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   limits.default_max_attempts = config.default_max_attempts;
   limits.default_runner = ParseRunner(config.default_runner);
   corral::RealClock clock;
-  EpisodeTable table(&clock, journal->get(), limits, config.max_pending_episodes);
+  EpisodeTable table(&clock, journal->get(), limits, config.max_pending_episodes, config.retry_backoff);
   table.Restore(*snapshot);
   spdlog::info("journal {}: {} batch(es), {} result(s), {} episode(s) queued, read in {}", config.journal,
                snapshot->batches.size(), snapshot->results.size(), table.QueuedCount(),

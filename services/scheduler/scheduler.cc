@@ -152,12 +152,15 @@ asio::awaitable<void> Scheduler::RunDrain(std::string address, absl::Duration gr
                                           std::function<void(absl::StatusOr<v1::DrainResponse>)> done) {
   const size_t at_start = table_->RunningCount(address);
   const absl::Time until = absl::Now() + grace;
-  while (table_->RunningCount(address) > 0 && absl::Now() < until) co_await http::SleepFor(absl::Milliseconds(50));
+  while (table_->RunningCount(address) > 0 && absl::Now() < until) co_await http::SleepFor(absl::Milliseconds(20));
   uint32_t requeued = 0;
   for (auto& run : table_->Running(address)) {
     if (run->Stop(StopReason::kRequeue, "drained")) ++requeued;
   }
-  while (table_->RunningCount(address) > 0) co_await http::SleepFor(absl::Milliseconds(20));
+  // Done when nothing runs there and the stopped episodes' sandboxes are deleted (the host is empty of ours).
+  while (table_->RunningCount(address) > 0 || hosts_->InUse(address) > 0) {
+    co_await http::SleepFor(absl::Milliseconds(20));
+  }
   v1::DrainResponse out;
   out.set_requeued(requeued);
   out.set_finished(static_cast<uint32_t>(at_start > requeued ? at_start - requeued : 0));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -41,10 +42,21 @@ class SchedulerFixture : public ::testing::Test {
     if (scheduler_) Stop(*scheduler_);
     for (auto& h : hosts_) {
       if (h.service) Stop(*h.service);
+      KillUids(h.uids->first(), h.uids->last());  // what a host killed -9 left running
       std::filesystem::remove_all(h.root);
     }
     for (auto* s : {&proxy_, &limiter_, &fake_llm_}) {
       if (*s) Stop(**s);
+    }
+  }
+  static void KillUids(uid_t first, uid_t last) {
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      struct stat st;
+      if (stat(entry.path().c_str(), &st) == 0 && st.st_uid >= first && st.st_uid <= last) {
+        kill(std::stoi(name), SIGKILL);
+      }
     }
   }
   static void Stop(testing::RunningService& s) {
@@ -60,24 +72,37 @@ class SchedulerFixture : public ::testing::Test {
     auto llm = testing::StartService(CORRAL_FAKE_LLM, {"--listen=127.0.0.1:0", "--arithmetic"}, dir_, "fake-llm");
     ASSERT_THAT(llm, IsOk());
     fake_llm_.emplace(*std::move(llm));
-    auto proxy = testing::StartService(
-        CORRAL_PROXY,
-        {"--secret-file=" + secret_, "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-         "--http-listen=127.0.0.1:0", "--journal=" + dir_ + "/proxy.db", "--upstream=http://" + fake_llm_->ready.http},
-        dir_, "proxy");
-    ASSERT_THAT(proxy, IsOk());
-    proxy_.emplace(*std::move(proxy));
+    ASSERT_NO_FATAL_FAILURE(StartProxy("127.0.0.1:0", "127.0.0.1:0"));
     std::ofstream(dir_ + "/limiter.yaml") << "limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: 8\n"
                                              "learning_mode: false\n";
-    auto limiter = testing::StartService(CORRAL_RATELIMITER,
-                                         {"--config=" + dir_ + "/limiter.yaml", "--secret-file=" + secret_,
-                                          "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0"},
-                                         dir_, "ratelimiter");
-    ASSERT_THAT(limiter, IsOk());
-    limiter_.emplace(*std::move(limiter));
+    ASSERT_NO_FATAL_FAILURE(StartLimiter("127.0.0.1:0"));
     for (int i = 0; i < hosts; ++i) ASSERT_NO_FATAL_FAILURE(StartHost(capacity));
     scheduler_args_ = std::move(scheduler_args);
     ASSERT_NO_FATAL_FAILURE(StartScheduler());
+  }
+
+  // (Re)starts the proxy; a restart passes the addresses it had, so the scheduler finds it again.
+  void StartProxy(const std::string& grpc, const std::string& http) {
+    auto proxy = testing::StartService(
+        CORRAL_PROXY,
+        {"--secret-file=" + secret_, "--grpc-listen=" + grpc, "--metrics-listen=127.0.0.1:0", "--http-listen=" + http,
+         "--journal=" + dir_ + "/proxy.db", "--upstream=http://" + fake_llm_->ready.http},
+        dir_, absl::StrCat("proxy-", ++proxy_starts_));
+    ASSERT_THAT(proxy, IsOk());
+    proxy_.emplace(*std::move(proxy));
+  }
+  void StartLimiter(const std::string& grpc) {
+    auto limiter = testing::StartService(CORRAL_RATELIMITER,
+                                         {"--config=" + dir_ + "/limiter.yaml", "--secret-file=" + secret_,
+                                          "--grpc-listen=" + grpc, "--metrics-listen=127.0.0.1:0"},
+                                         dir_, absl::StrCat("ratelimiter-", ++limiter_starts_));
+    ASSERT_THAT(limiter, IsOk());
+    limiter_.emplace(*std::move(limiter));
+  }
+  static void Kill(std::optional<testing::RunningService>& s) {
+    s->process.Signal(SIGKILL);
+    (void)s->process.Wait(absl::Seconds(10));
+    s.reset();
   }
 
   void StartHost(int capacity) {
@@ -106,6 +131,7 @@ class SchedulerFixture : public ::testing::Test {
                                      "--ratelimiter=" + limiter_->ready.grpc,
                                      "--default-model=fake-model",
                                      "--host-poll-interval=200ms",
+                                     "--retry-backoff=300ms",
                                      "--scheduler-id=it"};
     for (const auto& h : hosts_) args.push_back("--host=" + h.service->ready.grpc);
     args.insert(args.end(), scheduler_args_.begin(), scheduler_args_.end());
@@ -225,7 +251,7 @@ class SchedulerFixture : public ::testing::Test {
   std::optional<testing::RunningService> fake_llm_, proxy_, limiter_, scheduler_;
   std::vector<Host> hosts_;
   std::vector<std::string> scheduler_args_;
-  int scheduler_starts_ = 0;
+  int scheduler_starts_ = 0, proxy_starts_ = 0, limiter_starts_ = 0;
   std::unique_ptr<v1::Scheduler::Stub> scheduler_stub_;
 };
 

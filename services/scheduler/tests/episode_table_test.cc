@@ -251,6 +251,9 @@ TEST_F(EpisodeTableTest, InfraFailureWithAttemptsLeftIsRequeued) {
   EXPECT_EQ(Counts("b").retries(), 1u);
   EXPECT_EQ(Counts("b").queued(), 1u);
   EXPECT_TRUE(Deliverable().empty());
+  // The retry waits out its back-off (1 s by default) before it may start.
+  EXPECT_FALSE(table_->StartNext(Any).has_value());
+  clock_.Advance(absl::Seconds(1));
 
   const EpisodeTicket second = Start();
   EXPECT_EQ(second.ids.attempt(), 2u);
