@@ -6,7 +6,11 @@
 #include <variant>
 
 #include "absl/strings/str_cat.h"
+#include "boost/asio/as_tuple.hpp"
 #include "boost/asio/async_result.hpp"
+#include "boost/asio/experimental/awaitable_operators.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/this_coro.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/rpc/proto_time.h"
@@ -40,7 +44,22 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   const std::string body = ChatBody(ModelOf(a), a.task().llm().params_json(), messages, tools);
   const absl::Duration timeout = std::min(a.options->llm_call_timeout, deadline - absl::Now());
   const std::string token = a.session.env_token();
-  auto reply = co_await a.proxy->Post(a.base, token, "/chat/completions", body, timeout);
+  // A stop abandons the call at once: the request is cancelled (its connection closed) and the session closed.
+  auto executor = co_await asio::this_coro::executor;
+  auto stopped = std::make_shared<asio::steady_timer>(executor, asio::steady_timer::time_point::max());
+  ScopedInterrupt interrupt(a.control(), [stopped, executor] {
+    // Expiring (rather than cancelling) also ends a wait that has not started yet.
+    asio::post(executor, [stopped] { stopped->expires_at(asio::steady_timer::time_point::min()); });
+  });
+  using namespace asio::experimental::awaitable_operators;
+  auto raced = co_await (a.proxy->Post(a.base, token, "/chat/completions", body, timeout) ||
+                         stopped->async_wait(asio::as_tuple(asio::use_awaitable)));
+  if (raced.index() == 1) {
+    out.failure = a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA,
+                               "LLM call");
+    co_return out;
+  }
+  auto reply = std::get<0>(std::move(raced));
   a.result.set_llm_calls(a.result.llm_calls() + 1);
   if (!reply.ok()) {
     const bool timed_out = absl::Now() >= deadline || reply.status().code() == absl::StatusCode::kDeadlineExceeded;
