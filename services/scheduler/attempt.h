@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,13 @@ struct Attempt {
   std::optional<Slot> slot;
   std::string sandbox_id;
   std::string workdir;  // for commands: "/workspace" or "" (the home)
+
+  // Persistent tools' processes, by tool name (started on first use, stopped when the attempt ends).
+  struct ToolProcess {
+    std::shared_ptr<InteractiveProcess> process;
+    std::string marker;  // printed by the process after each call; random per process
+  };
+  std::map<std::string, ToolProcess> tool_processes;
 
   std::string final_message;  // the last assistant message's text (single_turn, tool_loop)
   OutputTail output{4096};    // agent output, or the tool outputs (tool_loop)

@@ -10,6 +10,7 @@
 #include "libs/http/server.h"
 #include "libs/rpc/proto_time.h"
 #include "services/scheduler/metrics.h"
+#include "services/scheduler/persistent_tools.h"
 #include "services/scheduler/runners.h"
 #include "services/scheduler/submission.h"
 #include "spdlog/spdlog.h"
@@ -383,6 +384,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
                  v1::EpisodeStatus_Name(r.status()), PhaseName(failure->phase), failure->message);
   }
   if (metrics_ != nullptr) metrics_->EpisodeEnded(a.task().runner(), r);
+  StopPersistent(a);
   // The sandbox goes in the background: the result does not wait for teardown.
   if (a.slot) {
     auto executor = co_await asio::this_coro::executor;

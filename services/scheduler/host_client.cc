@@ -185,6 +185,11 @@ asio::awaitable<absl::StatusOr<v1::Template>> HostClient::PrepareTemplate(v1::Pr
   co_return response;
 }
 
+asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> HostClient::StartInteractive(
+    v1::ExecRequest start) {
+  co_return co_await InteractiveProcess::Start(stub_.get(), token_, std::move(start));
+}
+
 asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> HostClient::ListSandboxes(v1::ListSandboxesRequest request,
                                                                                      absl::Duration timeout) {
   CallScope scope(nullptr, After(timeout), token_);

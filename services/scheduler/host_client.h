@@ -11,6 +11,7 @@
 #include "boost/asio/awaitable.hpp"
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "grpcpp/channel.h"
+#include "services/scheduler/interactive.h"
 #include "services/scheduler/run_control.h"
 
 namespace corral::scheduler {
@@ -65,6 +66,8 @@ class HostClient {
                                                                               CallOptions options);
   boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
                                                                        CallOptions options);
+  // A process that serves many calls (ExecInteractive kept open); see interactive.h.
+  boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(v1::ExecRequest start);
   boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(v1::ListSandboxesRequest request,
                                                                                   absl::Duration timeout);
 

@@ -227,7 +227,8 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
   }
   Entry& e = *entries[*chosen];
   ++e.in_use;
-  return Slot{e.client, e.info.host_id()};
+  const absl::Duration max_exec = FromProto(e.info.max_exec_timeout());
+  return Slot{e.client, e.info.host_id(), max_exec > absl::ZeroDuration() ? max_exec : absl::Hours(1)};
 }
 
 void HostRegistry::Release(const std::string& address) {

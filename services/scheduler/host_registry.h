@@ -40,6 +40,7 @@ struct RegistryOptions {
 struct Slot {
   std::shared_ptr<HostClient> client;
   std::string host_id;
+  absl::Duration max_exec_timeout = absl::Hours(1);  // the host's ceiling on Command.timeout
 };
 
 class HostRegistry {

@@ -9,13 +9,14 @@
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/async_result.hpp"
 #include "boost/asio/experimental/awaitable_operators.hpp"
-#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/experimental/concurrent_channel.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/rpc/proto_time.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "services/scheduler/chat.h"
+#include "services/scheduler/persistent_tools.h"
 #include "services/scheduler/reward.h"
 
 namespace corral::scheduler {
@@ -26,6 +27,7 @@ namespace json = boost::json;
 namespace {
 
 constexpr char kVerifierDir[] = "/logs/verifier";
+using StopChannel = asio::experimental::concurrent_channel<void(boost::system::error_code)>;
 
 std::string ModelOf(const Attempt& a) {
   return !a.task().llm().model().empty() ? a.task().llm().model() : a.options->default_model;
@@ -44,16 +46,14 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   const std::string body = ChatBody(ModelOf(a), a.task().llm().params_json(), messages, tools);
   const absl::Duration timeout = std::min(a.options->llm_call_timeout, deadline - absl::Now());
   const std::string token = a.session.env_token();
-  // A stop abandons the call at once: the request is cancelled (its connection closed) and the session closed.
+  // A stop abandons the call at once: the request is cancelled (its connection closed). The channel is
+  // thread-safe, and holds the stop if it comes before the wait starts.
   auto executor = co_await asio::this_coro::executor;
-  auto stopped = std::make_shared<asio::steady_timer>(executor, asio::steady_timer::time_point::max());
-  ScopedInterrupt interrupt(a.control(), [stopped, executor] {
-    // Expiring (rather than cancelling) also ends a wait that has not started yet.
-    asio::post(executor, [stopped] { stopped->expires_at(asio::steady_timer::time_point::min()); });
-  });
+  auto stopped = std::make_shared<StopChannel>(executor, 1);
+  ScopedInterrupt interrupt(a.control(), [stopped] { stopped->try_send(boost::system::error_code()); });
   using namespace asio::experimental::awaitable_operators;
   auto raced = co_await (a.proxy->Post(a.base, token, "/chat/completions", body, timeout) ||
-                         stopped->async_wait(asio::as_tuple(asio::use_awaitable)));
+                         stopped->async_receive(asio::as_tuple(asio::use_awaitable)));
   if (raced.index() == 1) {
     out.failure = a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA,
                                "LLM call");
@@ -189,6 +189,21 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
       const char* field = spec.kind() == v1::TOOL_KIND_BASH ? "command" : "code";
       const std::string code = StringArg(*args, field);
       if (code.empty()) co_return Out(absl::StrCat("error: the argument '", field, "' is required"));
+      if (spec.persistent()) {
+        auto permit = co_await Permit(a, language, timeout);
+        if (!permit.ok() && permit.status().code() == absl::StatusCode::kDeadlineExceeded) {
+          co_return Out(absl::StrCat("error: no execution slot became free within ", absl::FormatDuration(timeout)));
+        }
+        if (!permit.ok()) {
+          co_return Out(a.FromStatus(permit.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA,
+                                     absl::StrCat("permit ", a.options->tool_limit, "/", language)));
+        }
+        const absl::Time started = absl::Now();
+        auto result = co_await RunPersistent(a, spec, code, timeout, limit);
+        (void)permit->Release();
+        a.tools_time += absl::Now() - started;
+        co_return result;
+      }
       std::vector<std::string> argv = Interpreter(language);
       for (const auto& arg : argv) command.add_argv(arg);
       command.add_argv(code);

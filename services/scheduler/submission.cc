@@ -156,6 +156,11 @@ absl::Status CheckTools(const v1::Task& task) {
         return Bad(task, absl::StrCat(field, ": kind COMMAND needs description and parameters_json"));
       }
     }
+    if (t.persistent() && t.kind() != v1::TOOL_KIND_BASH &&
+        !(t.kind() == v1::TOOL_KIND_CODE_INTERPRETER &&
+          (t.language().empty() || t.language() == "python" || t.language() == "python3"))) {
+      return Bad(task, absl::StrCat(field, ".persistent is for bash and python code_interpreter tools"));
+    }
     if (!t.language().empty() && !IsFunctionName(t.language())) {
       return Bad(task, absl::StrCat(field, ".language must be an interpreter name like python"));
     }

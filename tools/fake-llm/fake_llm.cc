@@ -189,13 +189,12 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
         if (role == "user") last_user = text;
       }
     }
-    if (auto* tools = body.if_contains("tools"); tools != nullptr && tools->is_array() && !tools->as_array().empty() &&
-                                               last_role != "tool") {
+    if (auto* tools = body.if_contains("tools"); tools != nullptr && tools->is_array() && !tools->as_array().empty()) {
       const json::value& t = tools->as_array().front();
       if (t.is_object()) {
         if (auto* fn = t.as_object().if_contains("function"); fn != nullptr && fn->is_object()) {
           plan.tool_name = Str(fn->as_object().if_contains("name"));
-          plan.tool_call = !plan.tool_name.empty();
+          plan.tool_call = !plan.tool_name.empty() && last_role != "tool";
           const json::value* params = fn->as_object().if_contains("parameters");
           const json::value* props = params && params->is_object() ? params->as_object().if_contains("properties") : nullptr;
           if (props && props->is_object() && !props->as_object().empty()) tool_property = props->as_object().begin()->key();
@@ -207,6 +206,32 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
     last_user = prompt_text;
   }
   std::string arguments = absl::StrCat("{\"step\": ", n, "}");
+  // A scripted agent (tests): {"fake": {"tool_script": ["cmd1", "cmd2"]}} calls the first offered tool with each
+  // entry in turn (as its first schema property), then answers "done: <the last tool output>".
+  if (auto* f = body.if_contains("fake"); chat && f != nullptr && f->is_object() && plan.tool_name.size() > 0) {
+    if (auto* script = f->as_object().if_contains("tool_script"); script != nullptr && script->is_array()) {
+      size_t tool_results = 0;
+      std::string last_tool;
+      if (auto* msgs = body.if_contains("messages"); msgs != nullptr && msgs->is_array()) {
+        for (const auto& m : msgs->as_array()) {
+          if (m.is_object() && Str(m.as_object().if_contains("role")) == "tool") {
+            ++tool_results;
+            last_tool = ContentText(m.as_object().if_contains("content"));
+          }
+        }
+      }
+      const json::array& steps = script->as_array();
+      if (tool_results < steps.size() && steps[tool_results].is_string()) {
+        plan.tool_call = true;
+        json::object args;
+        args[tool_property.empty() ? "command" : tool_property] = steps[tool_results].as_string();
+        arguments = json::serialize(args);
+      } else {
+        plan.tool_call = false;
+        plan.reply = "done: " + last_tool;
+      }
+    }
+  }
   if (options.arithmetic && chat) {
     const int64_t seed = IntOr(body, "seed", n);
     const std::string* tool_output = last_role == "tool" ? &last_content : nullptr;

@@ -1,0 +1,77 @@
+// tool_loop tools through the scheduler with a scripted model (corral-fake-llm's tool_script): persistent bash
+// and python sessions keep their state between calls, a timed-out call is interrupted without ending the
+// episode or the session, and plain tools start fresh every call.
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "libs/rpc/proto_time.h"
+#include "tests/integration/scheduler_fixture.h"
+
+namespace corral {
+namespace {
+
+// A tool_loop task whose model calls `tool` with each of `script`, then answers "done: <last output>".
+v1::Task Scripted(const std::string& id, v1::ToolKind kind, bool persistent, const std::vector<std::string>& script,
+                  const std::string& expected) {
+  v1::Task t;
+  t.set_id(id);
+  t.set_prompt("use the tool");
+  t.set_answer("done: " + expected);
+  t.set_runner(v1::RUNNER_TOOL_LOOP);
+  std::string steps;
+  for (const auto& s : script) absl::StrAppend(&steps, steps.empty() ? "" : ",", "\"", s, "\"");
+  t.mutable_llm()->set_params_json(absl::StrCat("{\"fake\": {\"tool_script\": [", steps, "]}}"));
+  v1::ToolSpec* tool = t.mutable_tool_loop()->add_tools();
+  tool->set_name(kind == v1::TOOL_KIND_BASH ? "shell" : "python");
+  tool->set_kind(kind);
+  tool->set_persistent(persistent);
+  t.mutable_tool_loop()->set_max_turns(static_cast<uint32_t>(script.size()) + 1);
+  t.mutable_timeouts()->mutable_tool()->set_seconds(2);
+  return t;
+}
+
+TEST_F(SchedulerFixture, PersistentToolsKeepStateAndSurviveATimedOutCall) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  const std::vector<v1::Task> tasks = {
+      // bash: the working directory, an exported variable and a background job survive between calls.
+      Scripted("bash-state", v1::TOOL_KIND_BASH, true,
+               {"mkdir -p /tmp/w && cd /tmp/w", "export GREETING=hello; sleep 300 & echo started",
+                "jobs -r > /tmp/jobs; echo $(pwd) $GREETING $(wc -l < /tmp/jobs)"},
+               "/tmp/w hello 1"),
+      // python: variables survive; the last expression is echoed; a hung call is interrupted, the state kept.
+      Scripted("python-state", v1::TOOL_KIND_CODE_INTERPRETER, true,
+               {"x = 41", "import time\\ntime.sleep(60)", "x + 1"}, "42"),
+      // bash: a hung command is interrupted and the shell keeps its state.
+      Scripted("bash-timeout", v1::TOOL_KIND_BASH, true, {"Y=7", "sleep 60", "echo y=$Y"}, "y=7"),
+      // Without `persistent`, every call is a fresh process.
+      Scripted("bash-fresh", v1::TOOL_KIND_BASH, false, {"export Z=1", "echo z=$Z"}, "z="),
+  };
+  v1::BatchSpec spec;
+  spec.set_batch_id("tools");
+  ASSERT_THAT(Submit(spec, tasks), IsOk());
+  auto results = Results("tools");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), tasks.size());
+  for (const auto& r : *results) {
+    SCOPED_TRACE(r.ids().task_id() + ": " + r.failure_message());
+    ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
+    ASSERT_GE(r.trajectory().branches_size(), 1);
+    const auto& messages = r.trajectory().branches(0).messages();
+    EXPECT_EQ(absl::StripAsciiWhitespace(messages.rbegin()->message().content()), tasks[r.ids().group_index()].answer());
+    EXPECT_EQ(r.reward(), 1.0);
+    if (r.ids().task_id() == "python-state" || r.ids().task_id() == "bash-timeout") {
+      bool interrupted = false;
+      for (const auto& m : messages) {
+        if (m.message().role() == "tool" && absl::StrContains(m.message().content(), "timed out after 2s and was interrupted")) {
+          interrupted = true;
+        }
+      }
+      EXPECT_TRUE(interrupted);
+      EXPECT_LT(FromProto(r.timings().total()), absl::Seconds(20));
+    }
+  }
+  EXPECT_TRUE(NothingLeaked());
+}
+
+}  // namespace
+}  // namespace corral
