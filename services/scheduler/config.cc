@@ -56,7 +56,10 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
              "failed health checks in a row before a host's episodes are retried elsewhere", 1, 1000);
   schema.Duration("llm_call_timeout", &c->llm_call_timeout, "one LLM call of single_turn / tool_loop",
                   absl::Seconds(1), absl::Hours(24));
-  schema.Int("warm_pool_size", &c->warm_pool_size, "sandboxes kept ready per template key (0 = off)", 0, 100000);
+  schema.Int("warm_pool_size", &c->warm_pool_size,
+             "sandboxes kept ready per sandbox spec (template, network, limits) on free capacity (0 = off)", 0, 100000);
+  schema.Duration("warm_pool_idle", &c->warm_pool_idle,
+                  "a spec no episode asked for this long has its warm sandboxes deleted", absl::Seconds(1), absl::Hours(24));
 }
 
 absl::Status ValidateConfig(Config& c) {

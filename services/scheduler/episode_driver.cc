@@ -13,6 +13,7 @@
 #include "services/scheduler/persistent_tools.h"
 #include "services/scheduler/runners.h"
 #include "services/scheduler/submission.h"
+#include "services/scheduler/warm_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {
@@ -94,14 +95,15 @@ const char* PhaseName(v1::EpisodePhase phase) {
 
 EpisodeDriver::EpisodeDriver(asio::any_io_executor executor, RunnerOptions options, EpisodeTable* table, HostRegistry* hosts,
                              std::vector<std::shared_ptr<ProxyClient>> proxies, ratelimiter::RateLimitClient* limiter,
-                             SchedulerMetrics* metrics)
+                             SchedulerMetrics* metrics, WarmPool* pool)
     : executor_(std::move(executor)),
       options_(std::move(options)),
       table_(table),
       hosts_(hosts),
       proxies_(std::move(proxies)),
       limiter_(limiter),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      pool_(pool) {}
 
 const std::shared_ptr<ProxyClient>& EpisodeDriver::ProxyFor(const std::string& env_id) const {
   size_t best = 0;
@@ -234,7 +236,24 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
 
   absl::Duration setup_time;
   int attempts = 0;
-  while (true) {
+  // A warm sandbox of this spec, when the pool has one ready: a pop and a liveness check instead of a create.
+  bool placed = false;
+  if (pool_ != nullptr) {
+    std::optional<WarmSandbox> warm = co_await pool_->Take(spec, needs);
+    if (warm) {
+      a.on_reserved();
+      const std::string address = warm->slot.client->address();
+      a.slot = std::move(warm->slot);
+      a.sandbox_id = warm->created.sandbox().sandbox_id();
+      a.result.set_host_address(address);
+      a.result.set_host_id(a.slot->host_id);
+      a.result.set_sandbox_id(a.sandbox_id);
+      *a.result.mutable_protections() = warm->created.sandbox().protections();
+      table_->Placed(a.ticket.ids, address, a.sandbox_id, a.ticket.env_id);
+      placed = true;
+    }
+  }
+  while (!placed) {
     if (a.control()->stopped()) co_return a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_ACQUIRE, v1::FAILURE_CLASS_INFRA, "acquire");
     auto slot = hosts_->Reserve(needs, spec.template_key());
     if (slot.ok()) a.on_reserved();

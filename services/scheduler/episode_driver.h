@@ -17,12 +17,13 @@
 namespace corral::scheduler {
 
 class SchedulerMetrics;
+class WarmPool;
 
 class EpisodeDriver {
  public:
   EpisodeDriver(boost::asio::any_io_executor executor, RunnerOptions options, EpisodeTable* table, HostRegistry* hosts,
                 std::vector<std::shared_ptr<ProxyClient>> proxies, ratelimiter::RateLimitClient* limiter,
-                SchedulerMetrics* metrics);
+                SchedulerMetrics* metrics, WarmPool* pool = nullptr);
 
   // Spawns the attempt on `executor` (counted in running() and, when it needs a sandbox, in placing() until
   // its sandbox slot is reserved).
@@ -48,6 +49,7 @@ class EpisodeDriver {
   const std::vector<std::shared_ptr<ProxyClient>> proxies_;
   ratelimiter::RateLimitClient* const limiter_;
   SchedulerMetrics* const metrics_;
+  WarmPool* const pool_;  // null: every sandbox is created inline
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> placing_{0};
 };

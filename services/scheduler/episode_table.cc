@@ -47,11 +47,13 @@ void EpisodeTable::Enqueue(Batch& b, uint32_t g, uint32_t i) {
   queue_[QueueKey{-static_cast<int64_t>(b.spec.priority()), b.order, g, i}] = b.spec.batch_id();
   b.episodes[g * b.per_group + i].state = State::kQueued;
   ++b.queued;
+  if (NeedsSandbox(*b.tasks[g])) ++queued_sandbox_;
 }
 
 void EpisodeTable::Dequeue(Batch& b, uint32_t g, uint32_t i) {
   queue_.erase(QueueKey{-static_cast<int64_t>(b.spec.priority()), b.order, g, i});
   --b.queued;
+  if (NeedsSandbox(*b.tasks[g])) --queued_sandbox_;
 }
 
 // ---------------------------------------------------------------------------------------------- batches
@@ -299,6 +301,11 @@ bool EpisodeTable::HasQueued() const {
   return !queue_.empty();
 }
 
+size_t EpisodeTable::QueuedNeedingSandbox() const {
+  absl::MutexLock lock(&mu_);
+  return queued_sandbox_;
+}
+
 size_t EpisodeTable::QueuedCount() const {
   absl::MutexLock lock(&mu_);
   return queue_.size();
@@ -330,7 +337,7 @@ std::optional<EpisodeTicket> EpisodeTable::StartNext(const std::function<bool(co
     ticket.ids = Ids(*b, g, i);
     ticket.task = b->tasks[g];
     ticket.control = e.control;
-    ticket.env_id = absl::StrCat(ticket.ids.episode_id(), ":r", runs);
+    ticket.env_id = EnvId(ticket.ids.episode_id(), runs);
     ticket.queued_since = b->create_time;
     if (b->spec.has_deadline()) ticket.batch_deadline = FromProto(b->spec.deadline());
     ticket.max_attempts = b->spec.max_attempts();
@@ -585,7 +592,8 @@ void EpisodeTable::ExpireDeadlines() {
   if (!stop.empty() || !expired.empty()) Changed();
 }
 
-absl::StatusOr<uint32_t> EpisodeTable::Ack(const std::vector<std::string>& episode_ids) {
+absl::StatusOr<uint32_t> EpisodeTable::Ack(const std::vector<std::string>& episode_ids,
+                                           std::function<void(absl::Status, uint32_t)> durable) {
   if (episode_ids.empty()) return absl::InvalidArgumentError("episode_ids must not be empty");
   std::vector<std::string> newly;
   {
@@ -619,8 +627,15 @@ absl::StatusOr<uint32_t> EpisodeTable::Ack(const std::vector<std::string>& episo
       newly.push_back(episode_ids[k]);
     }
   }
-  if (!newly.empty()) log_->Acked(newly);
-  return static_cast<uint32_t>(newly.size());
+  const auto count = static_cast<uint32_t>(newly.size());
+  if (newly.empty()) {
+    if (durable) durable(absl::OkStatus(), 0);
+  } else {
+    log_->Acked(newly, [durable = std::move(durable), count](absl::Status s) {
+      if (durable) durable(s, count);
+    });
+  }
+  return count;
 }
 
 // ---------------------------------------------------------------------------------------------- streams

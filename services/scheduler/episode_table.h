@@ -39,7 +39,8 @@ class EpisodeLog {
   // A final result; `done` once durable.
   virtual void AddResult(uint64_t seq, const v1::EpisodeResult& result, bool redundant,
                          std::function<void(absl::Status)> done) = 0;
-  virtual void Acked(const std::vector<std::string>& episode_ids) = 0;
+  // Acknowledgements; `done` once durable (Ack replies only then: an acknowledged result never comes back).
+  virtual void Acked(const std::vector<std::string>& episode_ids, std::function<void(absl::Status)> done) = 0;
   virtual void BatchCancelled(const std::string& batch_id) = 0;
 };
 
@@ -65,6 +66,7 @@ struct Snapshot {
     std::string episode_id;
     uint32_t attempt = 1;
     uint32_t runs = 0;
+    bool running = false;  // the attempt was running when the journal last heard of it
     std::string host, sandbox_id, env_id;
   };
   std::vector<BatchRow> batches;  // in submission order
@@ -126,12 +128,17 @@ class EpisodeTable {
   void ExpireDeadlines();
 
   // Ack: all or nothing. NOT_FOUND for an unknown id, FAILED_PRECONDITION for an episode without a result.
-  absl::StatusOr<uint32_t> Ack(const std::vector<std::string>& episode_ids);
+  // Applied at once (no stream sends them again); `durable` runs once the journal holds the acknowledgement
+  // (at once when nothing was newly acknowledged), with the count; never when the Ack is refused.
+  absl::StatusOr<uint32_t> Ack(const std::vector<std::string>& episode_ids,
+                               std::function<void(absl::Status, uint32_t)> durable = nullptr);
 
   // Drain support: the running episodes (optionally only on `host`), to stop for requeue.
   std::vector<std::shared_ptr<RunControl>> Running(const std::string& host) const;
   size_t RunningCount(const std::string& host) const;
   size_t QueuedCount() const;
+  // Queued episodes that will need a sandbox (what the warm pool must not take capacity from).
+  size_t QueuedNeedingSandbox() const;
 
   // ---- result streams ----
   // Committed, unacknowledged results with seq > after (of `batch_id`, or all when empty), in seq order, at most
@@ -230,6 +237,7 @@ class EpisodeTable {
   uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // queued + running episodes
+  size_t queued_sandbox_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<QueueKey, std::string> queue_ ABSL_GUARDED_BY(mu_);  // -> batch id
   // Committed, unacknowledged results by position (the group-completion position for whole-group readers is
   // kept per batch): seq -> (batch id, group, index).

@@ -71,6 +71,18 @@ asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> HostClient::Create(const v1:
   co_return response.sandboxes(0);
 }
 
+asio::awaitable<absl::StatusOr<v1::Sandbox>> HostClient::Get(const std::string& sandbox_id, absl::Duration timeout) {
+  CallScope scope(nullptr, After(timeout), token_);
+  v1::GetSandboxRequest request;
+  request.set_sandbox_id(sandbox_id);
+  v1::Sandbox response;
+  grpc::Status s = co_await AwaitGrpc([&](auto done) {
+    stub_->async()->GetSandbox(scope.context(), &request, &response, std::move(done));
+  });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
 asio::awaitable<absl::Status> HostClient::Delete(const std::string& sandbox_id, absl::Duration timeout) {
   CallScope scope(nullptr, After(timeout), token_);
   v1::DeleteSandboxRequest request;

@@ -54,6 +54,7 @@ class HostClient {
   boost::asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostInfo(absl::Duration timeout);
   // One sandbox; RESOURCE_EXHAUSTED naming the reason when the host rejected it (full).
   boost::asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> Create(const v1::SandboxSpec& spec, CallOptions options);
+  boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> Get(const std::string& sandbox_id, absl::Duration timeout);
   boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout);
   // Runs to the process's exit; the host enforces command.timeout (exit.timed_out).
   boost::asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(v1::ExecRequest request, size_t output_limit,

@@ -8,9 +8,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/co_spawn.hpp"
 #include "boost/asio/io_context.hpp"
+#include "boost/asio/use_future.hpp"
 #include "libs/core/clock.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
@@ -26,6 +29,7 @@
 #include "services/scheduler/scheduler_journal.h"
 #include "services/scheduler/scheduler_service.h"
 #include "services/scheduler/submission.h"
+#include "services/scheduler/warm_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -38,8 +42,10 @@ using namespace corral::scheduler;  // NOLINT: the composition root names every 
 void CloseLeftoverSessions(const Snapshot& snapshot, const std::vector<std::shared_ptr<ProxyClient>>& proxies) {
   int n = 0;
   for (const auto& run : snapshot.runs) {
-    if (run.env_id.empty()) continue;
-    for (const auto& p : proxies) p->CloseAsync(run.env_id);
+    if (!run.running) continue;
+    // The session may have been opened before the placement was journaled: its id is known all the same.
+    const std::string env_id = EnvId(run.episode_id, run.runs);
+    for (const auto& p : proxies) p->CloseAsync(env_id);
     ++n;
   }
   if (n > 0) spdlog::info("closing {} proxy session(s) of episodes interrupted by the last shutdown", n);
@@ -144,13 +150,21 @@ int main(int argc, char** argv) {
   runner_options.scheduler_id = config.scheduler_id;
   runner_options.tool_limit = config.tool_limit;
   runner_options.llm_call_timeout = config.llm_call_timeout;
-  EpisodeDriver driver(io.get_executor(), runner_options, &table, &hosts, proxies, limiter.get(), &metrics);
+  // The warm pool's room is the scheduler's to say; the scheduler is built after the driver, so a late binding.
+  std::function<int64_t()> warm_room = [] { return int64_t{0}; };
+  std::unique_ptr<WarmPool> pool;
+  if (config.warm_pool_size > 0) {
+    pool = std::make_unique<WarmPool>(&hosts, config.warm_pool_size, config.scheduler_id, [&warm_room] { return warm_room(); },
+                                      config.warm_pool_idle);
+  }
+  EpisodeDriver driver(io.get_executor(), runner_options, &table, &hosts, proxies, limiter.get(), &metrics, pool.get());
 
   SchedulerOptions scheduler_options;
   scheduler_options.max_concurrent_episodes = config.max_concurrent_episodes;
   scheduler_options.drain_grace = config.drain_grace;
   scheduler_options.limits = limits;
-  Scheduler scheduler(io, scheduler_options, &table, &hosts, &driver, &metrics);
+  Scheduler scheduler(io, scheduler_options, &table, &hosts, &driver, &metrics, pool.get());
+  warm_room = [&scheduler] { return scheduler.WarmRoom(); };
   hosts.set_on_lost([&scheduler](const std::string& address) { scheduler.HostLost(address); });
   hosts.set_on_capacity([&scheduler] { scheduler.Kick(); });
 
@@ -180,6 +194,11 @@ int main(int argc, char** argv) {
   for (auto& run : table.Running("")) run->Stop(StopReason::kRequeue, "the scheduler is shutting down");
   const absl::Time until = absl::Now() + absl::Seconds(10);
   while (driver.running() > 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+  if (pool) {
+    // Warm sandboxes are deleted (a restart's sweep would find them otherwise).
+    auto drained = asio::co_spawn(io, pool->Drain(), asio::use_future);
+    drained.wait_for(std::chrono::seconds(10));
+  }
   work.reset();
   io.stop();
   for (auto& t : threads) t.join();

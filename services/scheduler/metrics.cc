@@ -43,7 +43,29 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& r)
                         .Help("Results kept until the trainer acknowledges them.")
                         .Register(r)
                         .Add({})),
-      hosts_(prometheus::BuildGauge().Name("corral_scheduler_hosts").Help("Sandbox hosts by state.").Register(r)) {}
+      hosts_(prometheus::BuildGauge().Name("corral_scheduler_hosts").Help("Sandbox hosts by state.").Register(r)),
+      warm_ready_(prometheus::BuildGauge()
+                      .Name("corral_scheduler_warm_pool_ready")
+                      .Help("Warm sandboxes ready to be taken.")
+                      .Register(r)
+                      .Add({})),
+      warm_hits_(prometheus::BuildCounter()
+                     .Name("corral_scheduler_warm_pool_hits_total")
+                     .Help("Episodes that took a warm sandbox.")
+                     .Register(r)
+                     .Add({})),
+      warm_misses_(prometheus::BuildCounter()
+                       .Name("corral_scheduler_warm_pool_misses_total")
+                       .Help("Episodes that found no warm sandbox of their spec and created one inline.")
+                       .Register(r)
+                       .Add({})) {}
+
+void SchedulerMetrics::SetWarmPool(int64_t ready, int64_t hits, int64_t misses) {
+  warm_ready_.Set(static_cast<double>(ready));
+  // The pool keeps totals; the counters follow them.
+  if (hits > warm_hits_.Value()) warm_hits_.Increment(static_cast<double>(hits) - warm_hits_.Value());
+  if (misses > warm_misses_.Value()) warm_misses_.Increment(static_cast<double>(misses) - warm_misses_.Value());
+}
 
 void SchedulerMetrics::EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result) {
   prometheus::Counter* counter;

@@ -31,6 +31,8 @@ class SchedulerMetrics {
     awaiting_ack_.Set(awaiting_ack);
   }
   void SetHosts(const std::map<v1::HostState, int>& by_state);
+  // Ready warm sandboxes, and the pool's hit and miss totals so far.
+  void SetWarmPool(int64_t ready, int64_t hits, int64_t misses);
 
  private:
   prometheus::Family<prometheus::Counter>& episodes_;
@@ -41,6 +43,9 @@ class SchedulerMetrics {
   prometheus::Gauge& running_;
   prometheus::Gauge& awaiting_ack_;
   prometheus::Family<prometheus::Gauge>& hosts_;
+  prometheus::Gauge& warm_ready_;
+  prometheus::Counter& warm_hits_;
+  prometheus::Counter& warm_misses_;
   absl::Mutex mu_;
   std::map<std::tuple<int, int, int>, prometheus::Counter*> episode_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> phase_histograms_ ABSL_GUARDED_BY(mu_);

@@ -19,19 +19,25 @@ namespace corral::scheduler {
 namespace asio = boost::asio;
 
 Scheduler::Scheduler(asio::io_context& io, SchedulerOptions options, EpisodeTable* table, HostRegistry* hosts,
-                     EpisodeDriver* driver, SchedulerMetrics* metrics)
+                     EpisodeDriver* driver, SchedulerMetrics* metrics, WarmPool* pool)
     : io_(io),
       options_(options),
       table_(table),
       hosts_(hosts),
       driver_(driver),
       metrics_(metrics),
+      pool_(pool),
       wake_(io) {}
+
+int64_t Scheduler::WarmRoom() const {
+  return hosts_->FreeSlots() - driver_->placing() - static_cast<int64_t>(table_->QueuedNeedingSandbox());
+}
 
 void Scheduler::Start() {
   asio::co_spawn(io_, Dispatch(), asio::detached);
   asio::co_spawn(io_, Tick(), asio::detached);
   asio::co_spawn(io_, hosts_->Run(&stopping_), asio::detached);
+  if (pool_ != nullptr) asio::co_spawn(io_, pool_->Run(&stopping_), asio::detached);
 }
 
 void Scheduler::Stop() {
@@ -51,7 +57,8 @@ asio::awaitable<void> Scheduler::Dispatch() {
     kicked_ = false;
     if (!draining_) {
       // Sandbox slots free now, minus those the attempts already started but not yet placed count on.
-      int64_t budget = hosts_->FreeSlots() - driver_->placing();
+      // Warm sandboxes hold slots but each can serve an episode.
+      int64_t budget = hosts_->FreeSlots() - driver_->placing() + (pool_ != nullptr ? pool_->ready() : 0);
       while (driver_->running() < options_.max_concurrent_episodes) {
         auto ticket = table_->StartNext([&](const v1::Task& task) { return budget > 0 || !NeedsSandbox(task); });
         if (!ticket) break;
@@ -77,6 +84,7 @@ asio::awaitable<void> Scheduler::Tick() {
       std::map<v1::HostState, int> by_state;
       for (const v1::Host& h : hosts_->List([](const std::string&) { return 0u; })) ++by_state[h.state()];
       metrics_->SetHosts(by_state);
+      if (pool_ != nullptr) metrics_->SetWarmPool(pool_->ready(), pool_->hits(), pool_->misses());
     }
     Kick();
     co_await http::SleepFor(absl::Seconds(1));

@@ -18,6 +18,7 @@
 #include "services/scheduler/episode_table.h"
 #include "services/scheduler/host_registry.h"
 #include "services/scheduler/metrics.h"
+#include "services/scheduler/warm_pool.h"
 
 namespace corral::scheduler {
 
@@ -30,7 +31,9 @@ struct SchedulerOptions {
 class Scheduler {
  public:
   Scheduler(boost::asio::io_context& io, SchedulerOptions options, EpisodeTable* table, HostRegistry* hosts,
-            EpisodeDriver* driver, SchedulerMetrics* metrics);
+            EpisodeDriver* driver, SchedulerMetrics* metrics, WarmPool* pool = nullptr);
+  // Sandbox slots the warm pool may take now: free capacity not counted on by starting or queued episodes.
+  int64_t WarmRoom() const;
 
   // Starts the dispatcher, the ticker and the host registry's polling on the io_context.
   void Start();
@@ -59,6 +62,7 @@ class Scheduler {
   HostRegistry* const hosts_;
   EpisodeDriver* const driver_;
   SchedulerMetrics* const metrics_;
+  WarmPool* const pool_;
   boost::asio::steady_timer wake_;
   std::atomic<bool> kicked_{false};
   std::atomic<bool> draining_{false};

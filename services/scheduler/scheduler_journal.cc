@@ -91,7 +91,8 @@ absl::StatusOr<Snapshot> SchedulerJournal::Load() {
       r.episode_id = runs.Text(0);
       r.attempt = static_cast<uint32_t>(runs.Int(1));
       r.runs = static_cast<uint32_t>(runs.Int(2));
-      if (runs.Int(3) != 0) {
+      r.running = runs.Int(3) != 0;
+      if (r.running) {
         r.host = runs.Text(4);
         r.sandbox_id = runs.Text(5);
         r.env_id = runs.Text(6);
@@ -200,7 +201,7 @@ void SchedulerJournal::AddResult(uint64_t seq, const v1::EpisodeResult& result, 
       std::move(done));
 }
 
-void SchedulerJournal::Acked(const std::vector<std::string>& episode_ids) {
+void SchedulerJournal::Acked(const std::vector<std::string>& episode_ids, std::function<void(absl::Status)> done) {
   journal_->Submit(
       [episode_ids](sqlite3* db) -> absl::Status {
         for (const auto& id : episode_ids) {
@@ -209,7 +210,10 @@ void SchedulerJournal::Acked(const std::vector<std::string>& episode_ids) {
         }
         return absl::OkStatus();
       },
-      [](absl::Status s) { Log(s, "ack"); });
+      [done = std::move(done)](absl::Status s) {
+        Log(s, "ack");
+        done(s);
+      });
 }
 
 void SchedulerJournal::BatchCancelled(const std::string& batch_id) {

@@ -28,7 +28,7 @@ class SchedulerJournal final : public EpisodeLog {
   void RunEnded(const std::string& episode_id, uint32_t next_attempt) override;
   void AddResult(uint64_t seq, const v1::EpisodeResult& result, bool redundant,
                  std::function<void(absl::Status)> done) override;
-  void Acked(const std::vector<std::string>& episode_ids) override;
+  void Acked(const std::vector<std::string>& episode_ids, std::function<void(absl::Status)> done) override;
   void BatchCancelled(const std::string& batch_id) override;
 
   // Forgets the run rows of episodes a restart has cleaned up.

@@ -161,9 +161,18 @@ grpc::ServerWriteReactor<v1::StreamResultsResponse>* SchedulerService::StreamRes
 grpc::ServerUnaryReactor* SchedulerService::Ack(grpc::CallbackServerContext* context, const v1::AckRequest* request,
                                                 v1::AckResponse* response) {
   if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
-  auto acked = table_->Ack({request->episode_ids().begin(), request->episode_ids().end()});
-  if (acked.ok()) response->set_acked(*acked);
-  return Reply(context, acked.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The reply waits for the journal: an acknowledged result must not come back after a crash.
+  auto acked = table_->Ack({request->episode_ids().begin(), request->episode_ids().end()},
+                           [reactor, response](absl::Status durable, uint32_t count) {
+                             response->set_acked(count);
+                             reactor->Finish(durable.ok() ? grpc::Status::OK
+                                                          : ToGrpcStatus(absl::UnavailableError(absl::StrCat(
+                                                                "the acknowledgement could not be journaled: ",
+                                                                durable.message()))));
+                           });
+  if (!acked.ok()) reactor->Finish(ToGrpcStatus(acked.status()));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Cancel(grpc::CallbackServerContext* context,

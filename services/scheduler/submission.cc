@@ -348,6 +348,8 @@ uint64_t EpisodeSeed(uint64_t batch_seed, uint32_t group_index, uint32_t index_i
 
 std::string GroupId(const std::string& batch_id, uint32_t group_index) { return absl::StrCat(batch_id, ":g", group_index); }
 
+std::string EnvId(const std::string& episode_id, uint32_t run) { return absl::StrCat(episode_id, ":r", run); }
+
 std::string EpisodeId(const std::string& batch_id, uint32_t group_index, uint32_t index_in_group) {
   return absl::StrCat(batch_id, ":g", group_index, ":e", index_in_group);
 }

@@ -43,6 +43,8 @@ std::string BatchDigest(const v1::BatchSpec& submitted, const std::vector<v1::Ta
 uint64_t EpisodeSeed(uint64_t batch_seed, uint32_t group_index, uint32_t index_in_group);
 
 std::string GroupId(const std::string& batch_id, uint32_t group_index);
+// The proxy session (env id) of one run of an episode: "<episode_id>:r<run>", unique per run.
+std::string EnvId(const std::string& episode_id, uint32_t run);
 std::string EpisodeId(const std::string& batch_id, uint32_t group_index, uint32_t index_in_group);
 struct EpisodeRef {
   std::string batch_id;

@@ -3,6 +3,10 @@
 // episode or the session, and plain tools start fresh every call.
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+// GCC 12 reports a false -Wrestrict inside std::string here (GCC bug 105651).
+#pragma GCC diagnostic ignored "-Wrestrict"
+#include <set>
+
 #include "gmock/gmock.h"
 #include "libs/rpc/proto_time.h"
 #include "tests/integration/scheduler_fixture.h"
@@ -16,7 +20,7 @@ v1::Task Scripted(const std::string& id, v1::ToolKind kind, bool persistent, con
   v1::Task t;
   t.set_id(id);
   t.set_prompt("use the tool");
-  t.set_answer("done: " + expected);
+  t.set_answer(absl::StrCat("done: ", expected));
   t.set_runner(v1::RUNNER_TOOL_LOOP);
   std::string steps;
   for (const auto& s : script) absl::StrAppend(&steps, steps.empty() ? "" : ",", "\"", s, "\"");
@@ -70,6 +74,46 @@ TEST_F(SchedulerFixture, PersistentToolsKeepStateAndSurviveATimedOutCall) {
       EXPECT_LT(FromProto(r.timings().total()), absl::Seconds(20));
     }
   }
+  EXPECT_TRUE(NothingLeaked());
+}
+
+TEST_F(SchedulerFixture, WarmSandboxesServeTheNextBatchOfTheSameSpec) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8, {"--warm-pool-size=3", "--warm-pool-idle=3s"}));
+  auto batch = [&](const std::string& id, int n) {
+    std::vector<v1::Task> tasks;
+    for (int i = 0; i < n; ++i) {
+      tasks.push_back(Scripted(absl::StrCat(id, i), v1::TOOL_KIND_BASH, false, {"echo $CORRAL_SANDBOX_ID"}, ""));
+    }
+    v1::BatchSpec spec;
+    spec.set_batch_id(id);
+    return Submit(spec, tasks);
+  };
+  // The first batch misses (nothing is warm yet) and makes the spec wanted; the pool then fills to 3.
+  ASSERT_THAT(batch("cold", 2), IsOk());
+  ASSERT_THAT(Results("cold"), IsOk());
+  ASSERT_TRUE(testing::WaitUntil([&] { return LiveSandboxes(0) == 3; }, absl::Seconds(20)));
+  std::set<std::string> warm;
+  {
+    auto stub = v1::SandboxHost::NewStub(*MakeChannel(hosts_[0].service->ready.grpc));
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::ListSandboxesRequest req;
+    (*req.mutable_label_selector())["corral.warm"] = "1";
+    v1::ListSandboxesResponse resp;
+    ASSERT_TRUE(stub->ListSandboxes(&ctx, req, &resp).ok());
+    for (const auto& sb : resp.sandboxes()) warm.insert(sb.sandbox_id());
+  }
+  ASSERT_EQ(warm.size(), 3u);
+  // The next batch of the same spec runs in exactly those sandboxes.
+  ASSERT_THAT(batch("warm", 3), IsOk());
+  auto results = Results("warm");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), 3u);
+  for (const auto& r : *results) {
+    EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
+    EXPECT_EQ(warm.count(r.sandbox_id()), 1u) << r.sandbox_id() << " was not a warm sandbox";
+  }
+  // Once nobody asks for the spec, its warm sandboxes go.
   EXPECT_TRUE(NothingLeaked());
 }
 

@@ -35,7 +35,10 @@ class FakeLog final : public EpisodeLog {
     results.push_back(result.ids().episode_id());
     uncommitted.push_back(std::move(done));
   }
-  void Acked(const std::vector<std::string>& ids) override { acked.insert(acked.end(), ids.begin(), ids.end()); }
+  void Acked(const std::vector<std::string>& ids, std::function<void(absl::Status)> done) override {
+    acked.insert(acked.end(), ids.begin(), ids.end());
+    done(absl::OkStatus());
+  }
   void BatchCancelled(const std::string& id) override { cancelled.push_back(id); }
 
   void Commit() {

@@ -1,0 +1,182 @@
+#include "services/scheduler/warm_pool.h"
+
+#include "boost/asio/co_spawn.hpp"
+#include "boost/asio/detached.hpp"
+#include "boost/asio/this_coro.hpp"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "libs/core/logging.h"
+#include "libs/http/server.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::scheduler {
+
+namespace asio = boost::asio;
+
+WarmPool::WarmPool(HostRegistry* hosts, int64_t size_per_spec, std::string scheduler_id,
+                   std::function<int64_t()> room, absl::Duration idle_after)
+    : hosts_(hosts), size_(size_per_spec), scheduler_id_(std::move(scheduler_id)), room_(std::move(room)),
+      idle_after_(idle_after) {}
+
+std::string WarmPool::Key(const v1::SandboxSpec& spec) {
+  v1::SandboxSpec s = spec;
+  s.clear_labels();
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    s.SerializeToCodedStream(&coded);
+  }
+  return out;
+}
+
+int64_t WarmPool::ready() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (const auto& [k, e] : entries_) n += static_cast<int64_t>(e.ready.size());
+  return n;
+}
+int64_t WarmPool::hits() const {
+  absl::MutexLock lock(&mu_);
+  return hits_;
+}
+int64_t WarmPool::misses() const {
+  absl::MutexLock lock(&mu_);
+  return misses_;
+}
+
+asio::awaitable<std::optional<WarmSandbox>> WarmPool::Take(const v1::SandboxSpec& spec, const Requirements& needs) {
+  const std::string key = Key(spec);
+  while (true) {
+    std::optional<WarmSandbox> candidate;
+    {
+      absl::MutexLock lock(&mu_);
+      Entry& e = entries_[key];
+      if (e.wanted_at == absl::Time()) {
+        e.spec = spec;
+        e.spec.clear_labels();
+        e.needs = needs;
+      }
+      e.wanted_at = absl::Now();
+      if (e.ready.empty()) {
+        ++misses_;
+        ++e.credits;
+        co_return std::nullopt;
+      }
+      candidate = std::move(e.ready.front());
+      e.ready.pop_front();
+    }
+    // Liveness: the host may have evicted it (idle) or restarted.
+    auto got = co_await candidate->slot.client->Get(candidate->created.sandbox().sandbox_id(), absl::Seconds(2));
+    if (got.ok() && got->state() == v1::SANDBOX_STATE_READY) {
+      absl::MutexLock lock(&mu_);
+      ++hits_;
+      co_return candidate;
+    }
+    co_await Discard(*std::move(candidate));
+  }
+}
+
+asio::awaitable<void> WarmPool::Run(const bool* stopping, absl::Duration interval) {
+  while (!*stopping) {
+    co_await Fill();
+    co_await http::SleepFor(interval);
+  }
+}
+
+asio::awaitable<void> WarmPool::Fill() {
+  std::vector<std::string> create;
+  std::vector<WarmSandbox> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    int64_t room = room_();
+    const absl::Time now = absl::Now();
+    for (auto& [key, e] : entries_) {
+      if (now - e.wanted_at > idle_after_) {
+        for (auto& w : e.ready) expired.push_back(std::move(w));
+        e.ready.clear();
+        continue;
+      }
+      // Inline misses since the last round already made sandboxes for that demand: one fewer each.
+      int64_t want = size_ - static_cast<int64_t>(e.ready.size()) - e.creating - e.credits;
+      e.credits = 0;
+      for (; want > 0 && room > 0; --want, --room) {
+        ++e.creating;
+        create.push_back(key);
+      }
+    }
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (now - it->second.wanted_at > idle_after_ && it->second.creating == 0) {
+        it = entries_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  auto executor = co_await asio::this_coro::executor;
+  for (auto& w : expired) asio::co_spawn(executor, Discard(std::move(w)), asio::detached);
+  for (auto& key : create) asio::co_spawn(executor, CreateOne(std::move(key)), asio::detached);
+}
+
+asio::awaitable<void> WarmPool::CreateOne(std::string key) {
+  v1::SandboxSpec spec;
+  Requirements needs;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) co_return;
+    spec = it->second.spec;
+    needs = it->second.needs;
+  }
+  (*spec.mutable_labels())[kSchedulerLabel] = scheduler_id_;
+  (*spec.mutable_labels())["corral.warm"] = "1";
+  std::optional<WarmSandbox> made;
+  auto slot = hosts_->Reserve(needs, spec.template_key());
+  if (slot.ok() && (spec.template_key().empty() || hosts_->HasTemplate(slot->client->address(), spec.template_key()))) {
+    auto created = co_await slot->client->Create(spec, CallOptions{nullptr, absl::Now() + absl::Seconds(60)});
+    if (created.ok()) {
+      hosts_->Own(slot->client->address(), created->sandbox().sandbox_id());
+      made = WarmSandbox{*slot, *std::move(created)};
+    } else {
+      if (created.status().code() == absl::StatusCode::kResourceExhausted) hosts_->MarkRejected(slot->client->address());
+      hosts_->Release(slot->client->address());
+    }
+  } else if (slot.ok()) {
+    hosts_->Release(slot->client->address());
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it != entries_.end()) --it->second.creating;
+  if (made) {
+    if (it == entries_.end()) {
+      // The spec stopped being wanted meanwhile.
+      auto executor = co_await asio::this_coro::executor;
+      asio::co_spawn(executor, Discard(*std::move(made)), asio::detached);
+    } else {
+      it->second.ready.push_back(*std::move(made));
+    }
+  }
+}
+
+asio::awaitable<void> WarmPool::Discard(WarmSandbox sandbox) {
+  const std::string address = sandbox.slot.client->address();
+  const std::string id = sandbox.created.sandbox().sandbox_id();
+  (void)co_await sandbox.slot.client->Delete(id, absl::Seconds(30));
+  hosts_->Disown(address, id);
+  hosts_->Release(address);
+}
+
+asio::awaitable<void> WarmPool::Drain() {
+  std::vector<WarmSandbox> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [k, e] : entries_) {
+      for (auto& w : e.ready) all.push_back(std::move(w));
+      e.ready.clear();
+    }
+  }
+  for (auto& w : all) co_await Discard(std::move(w));
+}
+
+}  // namespace corral::scheduler
