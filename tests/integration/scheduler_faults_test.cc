@@ -5,16 +5,9 @@
 
 #include "gmock/gmock.h"
 #include "tests/integration/scheduler_fixture.h"
-#include "tools/fake-llm/fake_llm.h"
 
 namespace corral {
 namespace {
-
-bool ModelIsWrong(uint64_t episode_seed) {
-  const std::string two = "2";
-  auto plan = fakellm::PlanArithmetic("1 + 1", "", &two, static_cast<int64_t>(episode_seed & 0x7fffffffffffffffULL));
-  return plan->reply != "The answer is 2.";
-}
 
 // A tool_loop task whose python tool first sleeps `sleep_s` (so the batch is caught mid-run).
 v1::Task SlowToolLoop(const std::string& id, int a, int b, double sleep_s) {

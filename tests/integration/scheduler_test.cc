@@ -6,19 +6,11 @@
 #include "gmock/gmock.h"
 #include "libs/rpc/proto_time.h"
 #include "tests/integration/scheduler_fixture.h"
-#include "tools/fake-llm/fake_llm.h"
 
 namespace corral {
 namespace {
 
 using ::testing::HasSubstr;
-
-// What the scripted model answers for a sampling seed: wrong by one for one seed in four.
-bool ModelIsWrong(uint64_t episode_seed) {
-  const std::string two = "2";
-  auto plan = fakellm::PlanArithmetic("1 + 1", "", &two, static_cast<int64_t>(episode_seed & 0x7fffffffffffffffULL));
-  return plan->reply != "The answer is 2.";
-}
 
 v1::Task Arithmetic(const std::string& id, int a, int b, v1::Runner runner) {
   v1::Task t;

@@ -19,14 +19,10 @@
 #include "tools/corral/commands.h"
 #include "tools/corral/connect_flags.h"
 #include "tools/corral/dataset.h"
+#include "tools/corral/output.h"
 
 namespace corral::cli {
 namespace {
-
-int Fail(const std::string& what, const absl::Status& s) {
-  std::cerr << "corral " << what << ": " << s << "\n";
-  return 1;
-}
 
 struct Scheduler {
   std::unique_ptr<v1::Scheduler::Stub> stub;
@@ -45,15 +41,6 @@ absl::StatusOr<Scheduler> Connect(ConnectFlags& flags) {
   auto channel = MakeChannel(flags.address, flags.Channel());
   if (!channel.ok()) return channel.status();
   return Scheduler{v1::Scheduler::NewStub(*channel), *token, flags.timeout_s};
-}
-
-std::string Json(const google::protobuf::Message& m, bool pretty) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = pretty;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
-  return out;
 }
 
 std::string StateName(v1::BatchState s) {
@@ -147,7 +134,7 @@ int StreamResults(Scheduler& s, const ResultsFlags& f) {
       continue;
     }
     ++results;
-    if (!f.out.empty() || !f.quiet) out << Json(msg.result(), false) << "\n";
+    if (!f.out.empty() || !f.quiet) out << ToJson(msg.result(), false) << "\n";
     if (f.ack) {
       out.flush();  // written before acknowledged
       to_ack.push_back(msg.result().ids().episode_id());
@@ -241,7 +228,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
       return;
     }
     if (sf->json) {
-      std::cout << Json(batch_out, true);
+      std::cout << ToJson(batch_out, true);
     } else {
       std::cerr << "submitted " << batch_out.batch_id() << ": " << batch_out.task_count() << " tasks, "
                 << batch_out.counts().total() << " episodes (seed " << batch_out.spec().seed() << ")\n";
@@ -287,7 +274,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
       return;
     }
     if (lf->json) {
-      std::cout << Json(resp, true);
+      std::cout << ToJson(resp, true);
       return;
     }
     std::cout << absl::StrFormat("%-28s %-9s %6s %9s %8s %8s %7s %7s\n", "BATCH", "STATE", "TASKS", "EPISODES", "DONE",
@@ -325,7 +312,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
       return;
     }
     if (gf->json) {
-      std::cout << Json(b, true);
+      std::cout << ToJson(b, true);
     } else {
       PrintBatch(b);
     }
@@ -417,7 +404,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
       return;
     }
     if (hf->json) {
-      std::cout << Json(resp, true);
+      std::cout << ToJson(resp, true);
       return;
     }
     std::cout << absl::StrFormat("%-22s %-12s %-11s %8s %5s %5s %8s  %s\n", "ADDRESS", "HOST_ID", "STATE", "CAPACITY",

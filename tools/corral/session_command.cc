@@ -9,14 +9,10 @@
 #include "libs/rpc/status_conversion.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/connect_flags.h"
+#include "tools/corral/output.h"
 
 namespace corral::cli {
 namespace {
-
-int Fail(const std::string& what, const absl::Status& s) {
-  std::cerr << "corral " << what << ": " << s << "\n";
-  return 1;
-}
 
 // Runs one unary call on the proxy; prints the error and returns 1 when it fails.
 template <class Req, class Resp, class Method>
@@ -34,14 +30,7 @@ int Call(const ConnectFlags& flags, const std::string& what, Method method, cons
   return 0;
 }
 
-void PrintJson(const google::protobuf::Message& m) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &json, options);
-  std::cout << json;
-}
+void PrintJson(const google::protobuf::Message& m) { std::cout << ToJson(m, /*pretty=*/true); }
 
 v1::TrajectoryFormat Format(const std::string& name) {
   return name == "calls" ? v1::TRAJECTORY_FORMAT_CALLS : v1::TRAJECTORY_FORMAT_TRAJECTORY;

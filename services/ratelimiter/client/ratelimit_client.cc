@@ -153,13 +153,17 @@ void RateLimitClient::Send(v1::SessionRequest request) {
     absl::MutexLock lock(&mu_);
     request.set_request_id(next_request_id_++);
   }
+  (void)WriteOnStream(request);
+}
+
+bool RateLimitClient::WriteOnStream(const v1::SessionRequest& request) {
   absl::MutexLock write_lock(&write_mu_);
   grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>* stream;
   {
     absl::MutexLock lock(&mu_);
     stream = connected_ ? stream_.get() : nullptr;
   }
-  if (stream != nullptr) stream->Write(request);
+  return stream != nullptr && stream->Write(request);
 }
 
 void RateLimitClient::SendReleaseNoReply(const std::string& lease_id) {
@@ -297,16 +301,7 @@ absl::StatusOr<v1::SessionResponse> RateLimitClient::Call(v1::SessionRequest req
   }
   if (id_out != nullptr) *id_out = id;
   request.set_request_id(id);
-  bool written = false;
-  {
-    absl::MutexLock write_lock(&write_mu_);
-    grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>* stream;
-    {
-      absl::MutexLock lock(&mu_);
-      stream = connected_ ? stream_.get() : nullptr;
-    }
-    written = stream != nullptr && stream->Write(request);
-  }
+  const bool written = WriteOnStream(request);
   if (!written) {
     absl::MutexLock lock(&mu_);
     pending_.erase(id);
@@ -387,16 +382,7 @@ uint64_t RateLimitClient::AcquireAsync(const PermitRequest& request,
     return 0;
   }
   message.set_request_id(id);
-  bool written = false;
-  {
-    absl::MutexLock write_lock(&write_mu_);
-    grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>* stream;
-    {
-      absl::MutexLock lock(&mu_);
-      stream = connected_ ? stream_.get() : nullptr;
-    }
-    written = stream != nullptr && stream->Write(message);
-  }
+  const bool written = WriteOnStream(message);
   if (!written) {
     bool mine = false;
     {

@@ -112,6 +112,8 @@ class RateLimitClient {
   // Sends one request and waits for its final reply; UNAVAILABLE if the stream breaks meanwhile.
   absl::StatusOr<v1::SessionResponse> Call(v1::SessionRequest request, absl::Duration timeout, uint64_t* id_out);
   absl::Status OpenStream();
+  // Writes `request` on the session stream, one writer at a time; false when not connected or the write failed.
+  bool WriteOnStream(const v1::SessionRequest& request);
   // Writes a request whose reply nobody waits for (releases, cancels).
   void Send(v1::SessionRequest request);
   void SendReleaseNoReply(const std::string& lease_id);
