@@ -23,6 +23,8 @@
 namespace corral::scheduler {
 
 // What must become durable, in order. Implemented over SQLite (SchedulerJournal) and in memory in tests.
+// The table calls it while holding its lock: a `done` callback must run later (on the journal's writer thread),
+// never inside the call.
 class EpisodeLog {
  public:
   virtual ~EpisodeLog() = default;

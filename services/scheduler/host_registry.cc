@@ -41,7 +41,7 @@ size_t HostRegistry::size() const {
   return hosts_.size();
 }
 
-asio::awaitable<void> HostRegistry::Run(const bool* stopping) {
+asio::awaitable<void> HostRegistry::Run(const std::atomic<bool>* stopping) {
   while (!*stopping) {
     co_await PollOnce();
     co_await http::SleepFor(options_.poll_interval);

@@ -5,6 +5,8 @@
 // scheduler's id that no running episode owns. Thread-safe.
 #pragma once
 
+#include <atomic>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -48,7 +50,7 @@ class HostRegistry {
   HostRegistry(RegistryOptions options, std::vector<std::string> static_hosts);
 
   // Polls forever (until `stopping` becomes true): HostInfo on every host each poll interval, DNS re-resolution.
-  boost::asio::awaitable<void> Run(const bool* stopping);
+  boost::asio::awaitable<void> Run(const std::atomic<bool>* stopping);
   // Called with a host's address when it is declared lost.
   void set_on_lost(std::function<void(const std::string&)> fn) { on_lost_ = std::move(fn); }
   // Called when capacity may have become free (a host became healthy, a slot was released).

@@ -203,6 +203,8 @@ int main(int argc, char** argv) {
   io.stop();
   for (auto& t : threads) t.join();
   table.set_on_change(nullptr);
+  // The journal flushes what is queued now, while the table its callbacks reach is still alive.
+  journal->reset();
   clock.Stop();
   spdlog::info("scheduler stopped");
   return 0;

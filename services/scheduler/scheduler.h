@@ -66,7 +66,7 @@ class Scheduler {
   boost::asio::steady_timer wake_;
   std::atomic<bool> kicked_{false};
   std::atomic<bool> draining_{false};
-  bool stopping_ = false;  // read by coroutines on the io_context; written there too (Stop posts)
+  std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> next_batch_{0};
 };
 

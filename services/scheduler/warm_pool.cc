@@ -78,7 +78,7 @@ asio::awaitable<std::optional<WarmSandbox>> WarmPool::Take(const v1::SandboxSpec
   }
 }
 
-asio::awaitable<void> WarmPool::Run(const bool* stopping, absl::Duration interval) {
+asio::awaitable<void> WarmPool::Run(const std::atomic<bool>* stopping, absl::Duration interval) {
   while (!*stopping) {
     co_await Fill();
     co_await http::SleepFor(interval);

@@ -7,6 +7,8 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
+
 #include <deque>
 #include <functional>
 #include <map>
@@ -37,7 +39,7 @@ class WarmPool {
   boost::asio::awaitable<std::optional<WarmSandbox>> Take(const v1::SandboxSpec& spec, const Requirements& needs);
 
   // Fills and trims until `*stopping`; every `interval`.
-  boost::asio::awaitable<void> Run(const bool* stopping, absl::Duration interval = absl::Milliseconds(200));
+  boost::asio::awaitable<void> Run(const std::atomic<bool>* stopping, absl::Duration interval = absl::Milliseconds(200));
   // Deletes every ready sandbox (shutdown).
   boost::asio::awaitable<void> Drain();
 

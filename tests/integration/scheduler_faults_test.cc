@@ -151,6 +151,28 @@ TEST_F(SchedulerFixture, DrainingAHostMovesItsEpisodesAndResumeUndoesIt) {
   EXPECT_TRUE(NothingLeaked());
 }
 
+TEST_F(SchedulerFixture, HostsFoundThroughDnsRunEpisodes) {
+  use_dns_ = true;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 4));
+  v1::BatchSpec spec;
+  spec.set_batch_id("dns");
+  spec.set_group_size(2);
+  ASSERT_THAT(Submit(spec, Tasks(2, 0)), IsOk());
+  auto results = Results("dns");
+  ASSERT_THAT(results, IsOk());
+  ExpectAllFinishedCorrectly(*results, 4);
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  v1::ListHostsResponse hosts;
+  ASSERT_TRUE(scheduler_stub_->ListHosts(&ctx, v1::ListHostsRequest(), &hosts).ok());
+  bool healthy_dns_host = false;
+  for (const auto& h : hosts.hosts()) {
+    healthy_dns_host |= h.source() == v1::HOST_SOURCE_DNS && h.state() == v1::HOST_STATE_HEALTHY && h.host_id() == "it-0";
+  }
+  EXPECT_TRUE(healthy_dns_host);
+  EXPECT_TRUE(NothingLeaked());
+}
+
 TEST_F(SchedulerFixture, DrainingTheSchedulerRefusesSubmitUntilResumed) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 4));
   grpc::ClientContext ctx;

@@ -141,7 +141,14 @@ class SchedulerFixture : public ::testing::Test {
                                      "--host-poll-interval=200ms",
                                      "--retry-backoff=300ms",
                                      "--scheduler-id=it"};
-    for (const auto& h : hosts_) args.push_back("--host=" + h.service->ready.grpc);
+    if (!use_dns_) {
+      for (const auto& h : hosts_) args.push_back("--host=" + h.service->ready.grpc);
+    } else {
+      // Found through a DNS name, as a Kubernetes headless Service lists its pods.
+      const std::string& a = hosts_.front().service->ready.grpc;
+      args.push_back("--hosts-dns=localhost" + a.substr(a.rfind(':')));
+      args.push_back("--dns-interval=1s");
+    }
     args.insert(args.end(), scheduler_args_.begin(), scheduler_args_.end());
     auto s = testing::StartService(CORRAL_SCHEDULER, args, dir_, absl::StrCat("scheduler-", ++scheduler_starts_));
     ASSERT_THAT(s, IsOk());
@@ -260,6 +267,7 @@ class SchedulerFixture : public ::testing::Test {
   std::vector<Host> hosts_;
   std::vector<std::string> scheduler_args_;
   int scheduler_starts_ = 0, proxy_starts_ = 0, limiter_starts_ = 0;
+  bool use_dns_ = false;  // find the (first) host through hosts_dns instead of --host
   std::unique_ptr<v1::Scheduler::Stub> scheduler_stub_;
 };
 
