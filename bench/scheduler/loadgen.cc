@@ -103,7 +103,7 @@ int RunScheduler(const Flags& f) {
   req.set_trajectory_format(v1::TRAJECTORY_FORMAT_CALLS);
   auto reader = stub->StreamResults(&ctx, req);
   v1::StreamResultsResponse msg;
-  std::vector<double> overhead_ms, own_ms;
+  std::vector<double> overhead_ms, own_ms, acquire_ms;
   std::vector<std::string> ack;
   int finished = 0, results = 0;
   absl::Time last = start;
@@ -116,6 +116,7 @@ int RunScheduler(const Flags& f) {
     for (const auto& c : r.trajectory().calls()) llm += FromProto(c.timings().done()) - FromProto(c.timings().received());
     const absl::Duration overhead = FromProto(r.timings().total()) - llm - FromProto(r.timings().tools());
     overhead_ms.push_back(absl::ToDoubleMilliseconds(overhead));
+    acquire_ms.push_back(absl::ToDoubleMilliseconds(FromProto(r.timings().sandbox_acquire())));
     // The scheduler's own share: also without creating the sandbox and uploading (which the direct loop pays too).
     own_ms.push_back(absl::ToDoubleMilliseconds(overhead - FromProto(r.timings().sandbox_acquire()) -
                                                 FromProto(r.timings().setup())));
@@ -133,9 +134,9 @@ int RunScheduler(const Flags& f) {
   (void)reader->Finish();
   const double secs = absl::ToDoubleSeconds(last - start);
   printf("episodes=%d finished=%d seconds=%.2f eps=%.1f overhead_p50_ms=%.2f overhead_p99_ms=%.2f own_p50_ms=%.2f "
-         "own_p99_ms=%.2f\n",
+         "own_p99_ms=%.2f acquire_p50_ms=%.2f acquire_p99_ms=%.2f\n",
          results, finished, secs, results / secs, Percentile(overhead_ms, 0.5), Percentile(overhead_ms, 0.99),
-         Percentile(own_ms, 0.5), Percentile(own_ms, 0.99));
+         Percentile(own_ms, 0.5), Percentile(own_ms, 0.99), Percentile(acquire_ms, 0.5), Percentile(acquire_ms, 0.99));
   return finished == f.n ? 0 : 1;
 }
 

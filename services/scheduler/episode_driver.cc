@@ -159,6 +159,7 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
   a.on_reserved();
   co_await Conclude(a, std::move(failure));
   --running_;
+  if (on_finished_) on_finished_();
 }
 
 asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {

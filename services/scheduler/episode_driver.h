@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,8 @@ class EpisodeDriver {
   // its sandbox slot is reserved).
   void Start(EpisodeTicket ticket);
   int64_t running() const { return running_.load(); }
+  // Called when an attempt has ended (room for the next one): the dispatcher's wake-up.
+  void set_on_finished(std::function<void()> fn) { on_finished_ = std::move(fn); }
   int64_t placing() const { return placing_.load(); }
   // The proxy replica that serves `env_id` (rendezvous hashing: stable while the replica set is).
   const std::shared_ptr<ProxyClient>& ProxyFor(const std::string& env_id) const;
@@ -52,6 +55,7 @@ class EpisodeDriver {
   WarmPool* const pool_;  // null: every sandbox is created inline
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> placing_{0};
+  std::function<void()> on_finished_;
 };
 
 }  // namespace corral::scheduler

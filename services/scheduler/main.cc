@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
   warm_room = [&scheduler] { return scheduler.WarmRoom(); };
   hosts.set_on_lost([&scheduler](const std::string& address) { scheduler.HostLost(address); });
   hosts.set_on_capacity([&scheduler] { scheduler.Kick(); });
+  driver.set_on_finished([&scheduler] { scheduler.Kick(); });
 
   ResultHub hub;
   table.set_on_change([&hub] { hub.NotifyAll(); });
