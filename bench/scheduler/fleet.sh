@@ -20,7 +20,7 @@ ninja -C build corral-scheduler corral-proxy corral-fake-llm corral-bench-schedu
 
 work=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [[ -n "${FLEET_KEEP:-}" ]] || rm -rf "$work"; }
 trap cleanup EXIT
 bin=build/bin
 ulimit -n 65536 2>/dev/null || true
@@ -40,7 +40,7 @@ pids+=($!)
 for _ in $(seq 600); do [[ -s "$work/hosts.txt" ]] && break; sleep 0.05; done
 start llm $bin/corral-fake-llm --listen 127.0.0.1:0 --arithmetic --threads 2 --log-level warn
 start proxy $bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
-  --journal "$work/proxy.db" --upstream "http://$(addr llm http)" --log-level warn --max-sessions 1000000
+  --journal "$work/proxy.db" --upstream "http://$(addr llm http)" --log-level warn --max-sessions 1000000 --max-connections 100000
 {
   echo "host:"
   sed 's/^/  - /' "$work/hosts.txt"
@@ -51,7 +51,7 @@ start scheduler $bin/corral-scheduler --insecure --config "$work/scheduler.yaml"
 sleep 3  # the first HostInfo round over every host
 
 echo "fleet simulation: $hosts hosts x 64, $n episodes, up to $concurrent at once, $(nproc) cores" >&2
-out=$($bin/corral-bench-scheduler --mode=scheduler --addr="$(addr scheduler grpc)" --n="$n")
+out=$($bin/corral-bench-scheduler --mode=scheduler --addr="$(addr scheduler grpc)" --n="$n") || true
 echo "  corral: $out" >&2
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 cpu=$(awk '{printf "%.2f", ($14+$15)/100}' "/proc/$pid_scheduler/stat")

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +105,7 @@ int RunScheduler(const Flags& f) {
   auto reader = stub->StreamResults(&ctx, req);
   v1::StreamResultsResponse msg;
   std::vector<double> overhead_ms, own_ms, acquire_ms;
+  std::map<std::string, int> failures;
   std::vector<std::string> ack;
   int finished = 0, results = 0;
   absl::Time last = start;
@@ -112,6 +114,7 @@ int RunScheduler(const Flags& f) {
     const v1::EpisodeResult& r = msg.result();
     ++results;
     finished += r.status() == v1::EPISODE_STATUS_FINISHED;
+    if (r.status() != v1::EPISODE_STATUS_FINISHED) ++failures[absl::StrCat(v1::EpisodeStatus_Name(r.status()), " ", r.failure_message().substr(0, 100))];
     absl::Duration llm;
     for (const auto& c : r.trajectory().calls()) llm += FromProto(c.timings().done()) - FromProto(c.timings().received());
     const absl::Duration overhead = FromProto(r.timings().total()) - llm - FromProto(r.timings().tools());
@@ -132,6 +135,7 @@ int RunScheduler(const Flags& f) {
     }
   }
   (void)reader->Finish();
+  for (const auto& [what, count] : failures) fprintf(stderr, "  %6d x %s\n", count, what.c_str());
   const double secs = absl::ToDoubleSeconds(last - start);
   printf("episodes=%d finished=%d seconds=%.2f eps=%.1f overhead_p50_ms=%.2f overhead_p99_ms=%.2f own_p50_ms=%.2f "
          "own_p99_ms=%.2f acquire_p50_ms=%.2f acquire_p99_ms=%.2f\n",

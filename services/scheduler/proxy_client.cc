@@ -93,14 +93,29 @@ asio::awaitable<absl::StatusOr<LlmReply>> ProxyClient::Post(const BaseUrl& base,
   request.method(boost::beast::http::verb::post);
   request.target(base.prefix + path);
   request.version(11);
+  request.set(boost::beast::http::field::host, absl::StrCat(base.host, ":", base.port));
   request.set(boost::beast::http::field::authorization, "Bearer " + env_token);
   request.set(boost::beast::http::field::content_type, "application/json");
   request.body() = std::move(body);
   request.prepare_payload();
   auto executor = co_await asio::this_coro::executor;
-  auto result = co_await http::Fetch(executor, base.host, base.port, std::move(request), timeout);
-  if (!result.ok()) co_return result.status();
-  co_return LlmReply{result->status, std::move(result->body)};
+  // Kept-alive connections: thousands of concurrent episodes would otherwise run out of ephemeral ports.
+  for (int attempt = 0;; ++attempt) {
+    bool reused = false;
+    auto connection = co_await pool_.Get(executor, base.host, base.port, timeout, &reused);
+    if (!connection.ok()) co_return connection.status();
+    absl::Status sent = co_await (*connection)->Send(request, timeout);
+    if (!sent.ok()) {
+      // A pooled connection the proxy closed meanwhile failed before any response byte: once more, fresh.
+      if (reused && attempt == 0 && sent.code() == absl::StatusCode::kUnavailable) continue;
+      co_return sent;
+    }
+    auto answer = co_await (*connection)->ReadAll(timeout);
+    if (!answer.ok()) co_return answer.status();
+    const int status = (*connection)->status();
+    pool_.Put(*std::move(connection));
+    co_return LlmReply{status, *std::move(answer)};
+  }
 }
 
 }  // namespace corral::scheduler

@@ -10,6 +10,7 @@
 #include "boost/asio/awaitable.hpp"
 #include "corral/v1/proxy.grpc.pb.h"
 #include "grpcpp/channel.h"
+#include "libs/http/client.h"
 #include "services/scheduler/host_client.h"
 
 namespace corral::scheduler {
@@ -50,6 +51,7 @@ class ProxyClient {
   const std::string address_;
   std::unique_ptr<v1::Proxy::Stub> stub_;
   const std::string token_;
+  http::ConnectionPool pool_{4096};  // to the replica's HTTP endpoint
 };
 
 }  // namespace corral::scheduler
