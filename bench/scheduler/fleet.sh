@@ -40,7 +40,7 @@ pids+=($!)
 for _ in $(seq 600); do [[ -s "$work/hosts.txt" ]] && break; sleep 0.05; done
 start llm $bin/corral-fake-llm --listen 127.0.0.1:0 --arithmetic --threads 2 --log-level warn
 start proxy $bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
-  --journal "$work/proxy.db" --upstream "http://$(addr llm http)" --log-level warn --max-sessions 1000000 --max-connections 100000
+  --journal "$work/proxy.db" --upstream "http://$(addr llm http)" --log-level warn --max-sessions 1000000 --max-connections 100000 --header-timeout 120s
 {
   echo "host:"
   sed 's/^/  - /' "$work/hosts.txt"
