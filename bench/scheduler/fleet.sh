@@ -19,20 +19,9 @@ cmake -S . -B build -G Ninja -DCORRAL_BENCH=ON > build/configure.log 2>&1 || { c
 ninja -C build corral-scheduler corral-proxy corral-fake-llm corral-bench-scheduler corral-bench-fleet
 
 work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [[ -n "${FLEET_KEEP:-}" ]] || rm -rf "$work"; }
-trap cleanup EXIT
+source bench/scheduler/cluster.sh
 bin=build/bin
 ulimit -n 65536 2>/dev/null || true
-start() {
-  local name=$1; shift
-  "$@" --ready-file "$work/$name.json" > "$work/$name.log" 2>&1 &
-  pids+=($!)
-  eval "pid_${name//-/_}=$!"
-  for _ in $(seq 600); do [[ -s "$work/$name.json" ]] && return; sleep 0.05; done
-  echo "$name did not start:"; cat "$work/$name.log"; exit 1
-}
-addr() { python3 -c "import json; print(json.load(open('$work/$1.json'))['$2'])"; }
 
 $bin/corral-bench-fleet --hosts="$hosts" --capacity=64 --create-ms=5 --exec-ms=20 --fail-rate="$fail" \
   --hosts-file="$work/hosts.txt" 2> "$work/fleet.log" &
@@ -53,7 +42,6 @@ sleep 3  # the first HostInfo round over every host
 echo "fleet simulation: $hosts hosts x 64, $n episodes, up to $concurrent at once, $(nproc) cores" >&2
 out=$($bin/corral-bench-scheduler --mode=scheduler --addr="$(addr scheduler grpc)" --n="$n") || true
 echo "  corral: $out" >&2
-field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 cpu=$(awk '{printf "%.2f", ($14+$15)/100}' "/proc/$pid_scheduler/stat")
 proxy_cpu=$(awk '{printf "%.2f", ($14+$15)/100}' "/proc/$pid_proxy/stat")
 rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid_scheduler/status")

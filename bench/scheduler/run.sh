@@ -22,22 +22,8 @@ ninja -C build corral-scheduler corral-proxy corral-ratelimiter corral-sandbox-h
 
 work=$(mktemp -d)
 root=/var/tmp/corral-bench-sched-$$
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work" "$root"; }
-trap cleanup EXIT
-bin=build/bin
-gen=$bin/corral-bench-scheduler
-
-# start NAME BINARY ARGS...: a service with a ready file; its pid in pid_NAME, its address in the ready file.
-start() {
-  local name=$1; shift
-  "$@" --ready-file "$work/$name.json" > "$work/$name.log" 2>&1 &
-  pids+=($!)
-  eval "pid_${name//-/_}=$!"
-  for _ in $(seq 400); do [[ -s "$work/$name.json" ]] && return; sleep 0.05; done
-  echo "$name did not start:"; cat "$work/$name.log"; exit 1
-}
-addr() { python3 -c "import json; print(json.load(open('$work/$1.json'))['$2'])"; }
+scratch=$root
+source bench/scheduler/cluster.sh
 
 start llm $bin/corral-fake-llm --listen 127.0.0.1:0 --arithmetic --log-level warn
 start proxy $bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
@@ -54,7 +40,6 @@ echo "scheduler benchmark: $n tool_loop episodes (2 LLM calls + 1 exec), 256 con
 corral_out=$("$gen" --mode=scheduler --addr="$(addr scheduler grpc)" --n="$n"); echo "  corral: $corral_out" >&2
 direct_out=$("$gen" --mode=direct --host="$(addr host grpc)" --llm="$(addr llm http)" --n="$n" --concurrency=256)
 echo "  direct: $direct_out" >&2
-field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 sched_cpu=$(awk '{printf "%.2f", ($14+$15)/100}' "/proc/$pid_scheduler/stat")
 
 # 100,000 episodes that cannot start (their only host drained): the scheduler's memory with them queued.

@@ -23,4 +23,25 @@ inline absl::Status ValidateId(absl::string_view field, absl::string_view id) {
   return absl::InvalidArgumentError(absl::StrCat(field, " must be 1-128 characters of [A-Za-z0-9_:-]"));
 }
 
+// Label keys (sandbox, session and batch labels): 1-63 characters of [a-z0-9_./-].
+inline bool IsValidLabelKey(absl::string_view key) {
+  if (key.empty() || key.size() > 63) return false;
+  for (char c : key) {
+    if (!absl::ascii_islower(static_cast<unsigned char>(c)) && !absl::ascii_isdigit(static_cast<unsigned char>(c)) &&
+        c != '_' && c != '.' && c != '/' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Environment variable names: [A-Za-z_][A-Za-z0-9_]*.
+inline bool IsValidEnvName(absl::string_view name) {
+  if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
 }  // namespace corral

@@ -141,7 +141,7 @@ absl::StatusOr<SessionStore::Opened> SessionStore::Open(v1::OpenSessionRequest r
   }
   if (retention < absl::ZeroDuration()) return absl::InvalidArgumentError("policy.retention must not be negative");
   for (const auto& [k, v] : request.labels()) {
-    if (k.empty() || k.size() > 63 || k.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_./-") != std::string::npos) {
+    if (!IsValidLabelKey(k)) {
       return absl::InvalidArgumentError(absl::StrCat("label key '", k, "' must be 1-63 characters of [a-z0-9_./-]"));
     }
   }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
+#include "libs/rpc/ids.h"
 #include "openssl/rand.h"
 #include "spdlog/spdlog.h"
 
@@ -30,14 +31,6 @@ std::string NewSandboxId() {
   unsigned char raw[8];
   RAND_bytes(raw, sizeof(raw));
   return "sb-" + absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(raw), sizeof(raw)));
-}
-
-bool ValidEnvName(const std::string& name) {
-  if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
-  for (char c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
-  }
-  return true;
 }
 
 absl::Status ValidateTaskPath(const std::string& p) {
@@ -153,7 +146,7 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
   CORRAL_RETURN_IF_ERROR(ValidateRlimits(r, options_.rlimit_ceiling));
   size_t env_bytes = 0;
   for (const auto& [k, v] : spec.env) {
-    if (!ValidEnvName(k)) return absl::InvalidArgumentError(absl::StrCat("env name '", k, "' is not [A-Za-z_][A-Za-z0-9_]*"));
+    if (!IsValidEnvName(k)) return absl::InvalidArgumentError(absl::StrCat("env name '", k, "' is not [A-Za-z_][A-Za-z0-9_]*"));
     if (k == "HOME" || k == "USER" || k == "CORRAL_SANDBOX_ID") {
       return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
     }
@@ -171,12 +164,7 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
   }
   for (const auto& [k, v] : spec.labels) {
     if (k.empty() || k.size() > 63 || v.size() > 256) return absl::InvalidArgumentError("label keys are 1-63 characters, values at most 256");
-    for (char c : k) {
-      if (!absl::ascii_islower(static_cast<unsigned char>(c)) && !absl::ascii_isdigit(static_cast<unsigned char>(c)) &&
-          c != '_' && c != '.' && c != '/' && c != '-') {
-        return absl::InvalidArgumentError(absl::StrCat("label key '", k, "' must be [a-z0-9_./-]"));
-      }
-    }
+    if (!IsValidLabelKey(k)) return absl::InvalidArgumentError(absl::StrCat("label key '", k, "' must be [a-z0-9_./-]"));
   }
   return absl::OkStatus();
 }

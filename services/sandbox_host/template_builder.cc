@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "libs/core/status_macros.h"
 #include "libs/rpc/ids.h"
-#include "openssl/sha.h"
+#include "libs/rpc/proto_digest.h"
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/exec_reactor.h"
 #include "services/sandbox_host/sandbox_path.h"
@@ -97,18 +97,7 @@ std::string TemplateDigest(const v1::PrepareTemplateRequest& request) {
   v1::PrepareTemplateRequest content = request;
   content.clear_key();
   content.clear_setup_timeout();  // how long a build may take is not what it builds
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream out(&stream);
-    out.SetSerializationDeterministic(true);  // map fields in key order
-    content.SerializeToCodedStream(&out);
-  }
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  std::string hex = "sha256-";
-  for (unsigned char c : digest) absl::StrAppend(&hex, absl::Hex(c, absl::kZeroPad2));
-  return hex;
+  return absl::StrCat("sha256-", Sha256Hex(DeterministicBytes(content)));  // map fields in key order
 }
 
 absl::StatusOr<CopyStats> BuildTemplate(SandboxManager& sandboxes, ExecManager& execs, Clock& clock,

@@ -1,7 +1,5 @@
 #include "services/scheduler/submission.h"
 
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <memory>
 #include <set>
@@ -13,9 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "boost/json.hpp"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "libs/rpc/ids.h"
+#include "libs/rpc/proto_digest.h"
 #include "libs/rpc/proto_time.h"
 #include "re2/re2.h"
 
@@ -34,29 +31,10 @@ bool IsJsonObject(const std::string& text) {
   return !ec && v.is_object();
 }
 
-bool IsLabelKey(absl::string_view key) {
-  if (key.empty() || key.size() > 63) return false;
-  for (char c : key) {
-    if (!(absl::ascii_islower(static_cast<unsigned char>(c)) || absl::ascii_isdigit(static_cast<unsigned char>(c)) ||
-          c == '_' || c == '.' || c == '/' || c == '-')) {
-      return false;
-    }
-  }
-  return true;
-}
-
 bool IsFunctionName(absl::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
-  }
-  return true;
-}
-
-bool IsEnvName(absl::string_view name) {
-  if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
-  for (char c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
   }
   return true;
 }
@@ -112,7 +90,7 @@ void OverrideMerge(const pb::Message& from, pb::Message* to) {
 absl::Status CheckCommand(const v1::Task& task, const std::string& field, const v1::Command& c) {
   if (c.argv().empty() || c.argv(0).empty()) return Bad(task, absl::StrCat(field, ".argv must not be empty"));
   for (const auto& [k, v] : c.env()) {
-    if (!IsEnvName(k)) return Bad(task, absl::StrCat(field, ".env: '", k, "' is not a variable name"));
+    if (!IsValidEnvName(k)) return Bad(task, absl::StrCat(field, ".env: '", k, "' is not a variable name"));
   }
   if (c.has_timeout() && FromProto(c.timeout()) <= absl::ZeroDuration()) {
     return Bad(task, absl::StrCat(field, ".timeout must be positive"));
@@ -207,21 +185,6 @@ absl::Status CheckTimeouts(const v1::Task& task) {
   return absl::OkStatus();
 }
 
-std::string Hex(const unsigned char* digest, size_t n) {
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), n));
-}
-
-std::string Deterministic(const pb::Message& m) {
-  std::string out;
-  {
-    pb::io::StringOutputStream stream(&out);
-    pb::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    m.SerializeToCodedStream(&coded);
-  }
-  return out;
-}
-
 uint64_t Mix(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -245,7 +208,7 @@ absl::Status ValidateSpec(const v1::BatchSpec& spec, absl::Time now, const Submi
   }
   if (spec.max_attempts() > 100) return absl::InvalidArgumentError("spec.max_attempts must be at most 100");
   for (const auto& [k, v] : spec.labels()) {
-    if (!IsLabelKey(k)) return absl::InvalidArgumentError(absl::StrCat("spec.labels: key '", k, "' must be 1-63 characters of [a-z0-9_./-]"));
+    if (!IsValidLabelKey(k)) return absl::InvalidArgumentError(absl::StrCat("spec.labels: key '", k, "' must be 1-63 characters of [a-z0-9_./-]"));
     if (v.size() > 256) return absl::InvalidArgumentError(absl::StrCat("spec.labels['", k, "'] is longer than 256"));
   }
   if (spec.has_deadline() && FromProto(spec.deadline()) <= now) {
@@ -299,7 +262,7 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
     }
   }
   for (const auto& [k, v] : env.env()) {
-    if (!IsEnvName(k)) return Bad(task, absl::StrCat("environment.env: '", k, "' is not a variable name"));
+    if (!IsValidEnvName(k)) return Bad(task, absl::StrCat("environment.env: '", k, "' is not a variable name"));
   }
   for (const auto& p : env.task_paths()) {
     if (p.empty() || p[0] != '/' || p == "/") return Bad(task, "environment.task_paths must be absolute paths below /");
@@ -335,11 +298,9 @@ std::string BatchDigest(const v1::BatchSpec& submitted, const std::vector<v1::Ta
     absl::StrAppend(&bytes, m.size(), ":");
     bytes += m;
   };
-  add(Deterministic(submitted));
-  for (const auto& t : tasks) add(Deterministic(t));
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  return Hex(digest, sizeof digest);
+  add(DeterministicBytes(submitted));
+  for (const auto& t : tasks) add(DeterministicBytes(t));
+  return Sha256Hex(bytes);
 }
 
 uint64_t EpisodeSeed(uint64_t batch_seed, uint32_t group_index, uint32_t index_in_group) {
@@ -397,10 +358,7 @@ std::string TemplateKey(const v1::EnvironmentSpec& environment) {
   *setup.mutable_setup_files() = environment.setup_files();
   *setup.mutable_setup_commands() = environment.setup_commands();
   setup.set_setup_network_policy(environment.setup_network_policy());
-  const std::string bytes = Deterministic(setup);
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  return "sha256-" + Hex(digest, 20);
+  return absl::StrCat("sha256-", Sha256Hex(DeterministicBytes(setup), 20));
 }
 
 const char* RunnerName(v1::Runner runner) {

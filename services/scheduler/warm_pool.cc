@@ -3,10 +3,9 @@
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/detached.hpp"
 #include "boost/asio/this_coro.hpp"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
+#include "libs/rpc/proto_digest.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {
@@ -21,14 +20,7 @@ WarmPool::WarmPool(HostRegistry* hosts, int64_t size_per_spec, std::string sched
 std::string WarmPool::Key(const v1::SandboxSpec& spec) {
   v1::SandboxSpec s = spec;
   s.clear_labels();
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    s.SerializeToCodedStream(&coded);
-  }
-  return out;
+  return DeterministicBytes(s);
 }
 
 int64_t WarmPool::ready() const {
