@@ -2,7 +2,8 @@
 # Ratelimiter benchmark (not in CI): corral-ratelimiter vs a Redis 7 Lua-script expiring semaphore
 # (Redisson-style sorted set of lease expiries, pub/sub wake-ups), same load generator, same load shape:
 # 64 clients doing acquire→release pairs on a 16-permit semaphore (contended) and a 64-permit one (uncontended),
-# then corral-ratelimiter's RSS with 10,000 live leases.
+# the contended run again on a limiter keeping a lease snapshot (state_path: what a restart without learning mode
+# costs), then corral-ratelimiter's RSS with 10,000 live leases.
 #   bench/ratelimiter/run.sh            (BENCH_SECONDS=10 per run by default)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,8 +42,15 @@ build/bin/corral-ratelimiter --config "$work/limiter.yaml" --insecure --grpc-lis
   --metrics-listen 127.0.0.1:0 --ready-file "$work/ready.json" > "$work/limiter.log" 2>&1 &
 limiter_pid=$!
 pids+=($limiter_pid)
-for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
+# The same limiter keeping its leases on disk (every grant and release written to SQLite before it is answered).
+sed '/^learning_mode/d' "$work/limiter.yaml" > "$work/durable.yaml"
+echo "state_path: $work/leases.db" >> "$work/durable.yaml"
+build/bin/corral-ratelimiter --config "$work/durable.yaml" --insecure --grpc-listen 127.0.0.1:0 \
+  --metrics-listen 127.0.0.1:0 --ready-file "$work/durable-ready.json" > "$work/durable.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do [[ -s "$work/ready.json" && -s "$work/durable-ready.json" ]] && break; sleep 0.05; done
 addr=$(python3 -c "import json,sys; print(json.load(open('$work/ready.json'))['grpc'])")
+durable_addr=$(python3 -c "import json,sys; print(json.load(open('$work/durable-ready.json'))['grpc'])")
 for _ in $(seq 200); do redis-cli -p "$redis_port" ping > /dev/null 2>&1 && break; sleep 0.05; done
 
 gen=build/bin/corral-bench-ratelimiter
@@ -57,6 +65,7 @@ field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 
 echo "ratelimiter benchmark: $clients clients, ${seconds}s per run, $(nproc) cores" >&2
 c_cont=$(run "corral  contended (16 permits)" --mode=corral --addr="$addr" --limit=bench)
+d_cont=$(run "corral  contended, lease snapshot" --mode=corral --addr="$durable_addr" --limit=bench)
 r_cont=$(run "redis   contended (16 permits)" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench --permits=16)
 c_open=$(run "corral  uncontended ($clients permits)" --mode=corral --addr="$addr" --limit=bench_open)
 r_open=$(run "redis   uncontended ($clients permits)" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench_open --permits="$clients")
@@ -76,6 +85,8 @@ ratio=$(awk -v a="$(field pairs_per_s "$c_cont")" -v b="$(field pairs_per_s "$r_
 ratio_open=$(awk -v a="$(field pairs_per_s "$c_open")" -v b="$(field pairs_per_s "$r_open")" 'BEGIN {printf "%.2f", a/b}')
 printf '\n%-26s %12s %12s %10s %10s\n' "run" "pairs/s" "vs redis" "p50 ms" "p99 ms"
 printf '%-26s %12s %12s %10s %10s\n' "corral contended" "$(field pairs_per_s "$c_cont")" "${ratio}x" "$(field p50_ms "$c_cont")" "$(field p99_ms "$c_cont")"
+ratio_durable=$(awk -v a="$(field pairs_per_s "$d_cont")" -v b="$(field pairs_per_s "$r_cont")" 'BEGIN {printf "%.2f", a/b}')
+printf '%-26s %12s %12s %10s %10s\n' "corral contended+snapshot" "$(field pairs_per_s "$d_cont")" "${ratio_durable}x" "$(field p50_ms "$d_cont")" "$(field p99_ms "$d_cont")"
 printf '%-26s %12s %12s %10s %10s\n' "redis contended" "$(field pairs_per_s "$r_cont")" "1.00x" "$(field p50_ms "$r_cont")" "$(field p99_ms "$r_cont")"
 printf '%-26s %12s %12s %10s %10s\n' "corral uncontended" "$(field pairs_per_s "$c_open")" "${ratio_open}x" "$(field p50_ms "$c_open")" "$(field p99_ms "$c_open")"
 printf '%-26s %12s %12s %10s %10s\n' "redis uncontended" "$(field pairs_per_s "$r_open")" "1.00x" "$(field p50_ms "$r_open")" "$(field p99_ms "$r_open")"

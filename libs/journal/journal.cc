@@ -8,16 +8,6 @@
 namespace corral {
 namespace {
 
-absl::Status Exec(sqlite3* db, const std::string& sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    std::string message = error != nullptr ? error : "unknown error";
-    sqlite3_free(error);
-    return absl::InternalError(absl::StrCat("sqlite: ", message, " (in: ", sql.substr(0, 80), ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<sqlite3*> OpenDb(const std::string& path) {
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
@@ -31,6 +21,33 @@ absl::StatusOr<sqlite3*> OpenDb(const std::string& path) {
 }
 
 }  // namespace
+
+absl::Status ExecSql(sqlite3* db, const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error != nullptr ? error : "unknown error";
+    sqlite3_free(error);
+    return absl::InternalError(absl::StrCat("sqlite: ", message, " (in: ", sql.substr(0, 80), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<sqlite3*> OpenSqlite(const std::string& path, const std::string& schema, bool fsync) {
+  auto db = OpenDb(path);
+  if (!db.ok()) return db.status();
+  for (const char* pragma : {"PRAGMA journal_mode=WAL", fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
+                             "PRAGMA foreign_keys=ON"}) {
+    if (auto s = ExecSql(*db, pragma); !s.ok()) {
+      sqlite3_close(*db);
+      return s;
+    }
+  }
+  if (auto s = ExecSql(*db, schema); !s.ok()) {
+    sqlite3_close(*db);
+    return s;
+  }
+  return db;
+}
 
 Statement& CachedStatement(sqlite3* db, const char* sql) {
   // Per thread: the writer thread owns its connection's statements, finalized when the thread exits (before the
@@ -91,14 +108,9 @@ void Statement::Reset() {
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, const std::string& schema,
                                                        bool fsync) {
   std::unique_ptr<Journal> j(new Journal());
-  auto writer = OpenDb(path);
+  auto writer = OpenSqlite(path, schema, fsync);
   if (!writer.ok()) return writer.status();
   j->writer_ = *writer;
-  for (const char* pragma : {"PRAGMA journal_mode=WAL", fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
-                             "PRAGMA foreign_keys=ON"}) {
-    if (auto s = Exec(j->writer_, pragma); !s.ok()) return s;
-  }
-  if (auto s = Exec(j->writer_, schema); !s.ok()) return s;
   auto reader = OpenDb(path);
   if (!reader.ok()) return reader.status();
   j->reader_ = *reader;
@@ -181,7 +193,7 @@ void Journal::Loop() {
     } else if (tx.ok()) {
       tx = CachedStatement(writer_, "COMMIT").Run();
     }
-    if (!tx.ok()) Exec(writer_, "ROLLBACK").IgnoreError();
+    if (!tx.ok()) ExecSql(writer_, "ROLLBACK").IgnoreError();
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++commits_;

@@ -21,6 +21,12 @@
 
 namespace corral {
 
+// One SQLite connection in WAL mode with `schema` applied, for callers that write synchronously on their own
+// thread (small, latency-critical records such as the ratelimiter's lease snapshot). `fsync` as for Journal.
+absl::StatusOr<sqlite3*> OpenSqlite(const std::string& path, const std::string& schema, bool fsync);
+// Runs `sql` (one or more statements); INTERNAL naming the statement on failure.
+absl::Status ExecSql(sqlite3* db, const std::string& sql);
+
 // A prepared statement with positional binds. Not thread-safe.
 class Statement {
  public:

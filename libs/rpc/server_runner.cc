@@ -143,6 +143,7 @@ void ServerRunner::Wait() {
 
 void ServerRunner::Drain(const char* reason) {
   if (server_ == nullptr) return;
+  if (before_drain_) before_drain_();
   spdlog::info("{}: {}; draining in-flight calls for up to {}", service_name_, reason,
                absl::FormatDuration(config_.shutdown_grace));
   server_->GetHealthCheckService()->Shutdown();  // every service name reports NOT_SERVING from now on

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ class ServerRunner {
   // An HTTP listener of the service (host:port), reported in the ready file as "http". Call before Start.
   void set_extra_ready_address(std::string http) { http_address_ = std::move(http); }
 
+  // Runs first when the drain begins (before streams are cancelled), e.g. to keep state for the next start.
+  void set_before_drain(std::function<void()> hook) { before_drain_ = std::move(hook); }
+
   // Binds both ports, starts serving, writes the ready file. INVALID_ARGUMENT / UNAVAILABLE naming the
   // address when a port cannot be bound; FAILED_PRECONDITION if BlockShutdownSignals was not called.
   absl::Status Start();
@@ -52,6 +56,7 @@ class ServerRunner {
 
  private:
   std::string http_address_;
+  std::function<void()> before_drain_;
   absl::Status StartMetrics();
   absl::Status WriteReadyFile() const;
   void Drain(const char* reason);

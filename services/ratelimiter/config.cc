@@ -21,10 +21,14 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
                   "lease TTL when a request names none; clients keep leases alive well within it",
                   absl::Milliseconds(100), absl::Hours(24));
   schema.Duration("max_lease_ttl", &config->limiter.max_lease_ttl,
-                  "longest TTL a request may ask for; also the length of learning mode after a start",
+                  "longest TTL a request may ask for; also the length of learning mode without a state_path",
                   absl::Milliseconds(100), absl::Hours(24));
+  schema.String("state_path", &config->state_path,
+                "SQLite file keeping the held leases (on a volume), so a restart grants again at once; "
+                "empty: nothing on disk and learning mode after every start");
   schema.Bool("learning_mode", &config->limiter.learning_mode,
-              "after a start, grant only re-claims for one max_lease_ttl so a restart never over-grants");
+              "without a state_path: after a start grant only re-claims for one max_lease_ttl, so a restart "
+              "never over-grants (ignored with a state_path, which needs no learning)");
 }
 
 absl::Status ValidateConfig(const Config& config) {

@@ -14,9 +14,11 @@ struct Config {
   ServerConfig server;
   std::vector<LimitSpec> limits;
   LimiterOptions limiter;
+  std::string state_path;  // the lease snapshot (SQLite); empty: none, learning mode after every start
 };
 
-// Registers every key (server keys, `limits`, `default_lease_ttl`, `max_lease_ttl`, `learning_mode`).
+// Registers every key (server keys, `limits`, `default_lease_ttl`, `max_lease_ttl`, `learning_mode`,
+// `state_path`).
 void RegisterConfig(ConfigSchema& schema, Config* config);
 // Cross-key checks after loading: INVALID_ARGUMENT naming the keys.
 absl::Status ValidateConfig(const Config& config);

@@ -61,6 +61,7 @@ absl::StatusOr<AcquireParams> FromProto(const v1::AcquireRequest& request) {
 
 void ToProto(const LimiterStatus& status, v1::GetStatusResponse* out) {
   out->set_learning_mode(status.learning_mode);
+  out->set_durable_leases(status.durable_leases);
   if (status.learning_mode) corral::ToProto(status.learning_mode_end, out->mutable_learning_mode_end());
   corral::ToProto(status.start_time, out->mutable_start_time());
   out->set_sessions(static_cast<uint32_t>(status.sessions));

@@ -12,11 +12,13 @@
 
 namespace corral::ratelimiter {
 
-Limiter::Limiter(Clock* clock, TokenSigner signer, LimiterOptions options, RateLimiterMetrics* metrics)
+Limiter::Limiter(Clock* clock, TokenSigner signer, LimiterOptions options, RateLimiterMetrics* metrics,
+                 LeaseStore* store)
     : clock_(clock),
       signer_(std::move(signer)),
       options_(options),
       metrics_(metrics),
+      store_(store),
       start_time_(clock->Now()),
       learning_end_(options.learning_mode ? start_time_ + options.max_lease_ttl : start_time_) {
   if (options_.learning_mode) {
@@ -24,6 +26,7 @@ Limiter::Limiter(Clock* clock, TokenSigner signer, LimiterOptions options, RateL
     learning_timer_ = clock_->RunAt(learning_end_, [this] { OnLearningEnd(); });
   }
   absl::MutexLock lock(&mu_);
+  if (store_ != nullptr) store_->Alive(start_time_);
   sweep_timer_ = clock_->RunAfter(internal::kSweepEvery, [this] { SweepIdleInstances(); });
 }
 
@@ -47,6 +50,15 @@ void Limiter::Run(Completions& completions) {
 }
 
 bool Limiter::learning_mode() const { return clock_->Now() < learning_end_; }
+
+std::string Limiter::LearningNote() const {
+  const absl::Duration left = learning_end_ - clock_->Now();
+  if (left <= absl::ZeroDuration()) return "";
+  return absl::StrCat("the limiter started at ", absl::FormatTime("%H:%M:%S", start_time_, absl::UTCTimeZone()),
+                      " UTC without a lease snapshot (state_path) and is in learning mode for ",
+                      absl::FormatDuration(absl::Trunc(left, absl::Seconds(1))),
+                      " more: only re-claims of leases held before it started are granted until then");
+}
 
 // ---------------------------------------------------------------------------------------------- limits
 
@@ -240,28 +252,38 @@ Grant Limiter::Take(Instance& inst, int64_t permits, absl::Duration ttl, const s
   if (limit.spec.kind == LimitKind::kRate) {
     inst.tokens = std::max(0.0, inst.tokens - static_cast<double>(permits));
   } else {
-    auto lease = std::make_unique<Lease>();
-    lease->id = reuse_lease_id.empty() ? MintLeaseId(signer_, {limit.spec.name, inst.key, permits}) : reuse_lease_id;
-    lease->instance = &inst;
-    lease->permits = permits;
-    lease->grant_time = now;
-    lease->ttl = ttl;
-    lease->expire_time = now + ttl;
-    lease->session_id = session_id;
-    if (!session_id.empty()) sessions_.at(session_id)->leases.insert(lease->id);
-    ArmLeaseTimer(*lease);
-    inst.in_use += permits;
-    inst.leases += 1;
-    grant.lease_id = lease->id;
-    grant.expire_time = lease->expire_time;
+    const Lease& lease = AddLease(inst, permits, ttl, session_id,
+                                  reuse_lease_id.empty() ? MintLeaseId(signer_, {limit.spec.name, inst.key, permits})
+                                                         : reuse_lease_id);
+    grant.lease_id = lease.id;
+    grant.expire_time = lease.expire_time;
     grant.ttl = ttl;
     grant.session_id = session_id;
-    leases_.emplace(lease->id, std::move(lease));
-    metrics_->leases().Increment();
   }
   limit.metrics.granted->Increment();
   limit.metrics.wait_seconds->Observe(absl::ToDoubleSeconds(waited));
   return grant;
+}
+
+Limiter::Lease& Limiter::AddLease(Instance& inst, int64_t permits, absl::Duration ttl, const std::string& session_id,
+                                  const std::string& lease_id) {
+  auto lease = std::make_unique<Lease>();
+  lease->id = lease_id;
+  lease->instance = &inst;
+  lease->permits = permits;
+  lease->grant_time = clock_->Now();
+  lease->ttl = ttl;
+  lease->expire_time = lease->grant_time + ttl;
+  lease->session_id = session_id;
+  if (!session_id.empty()) sessions_.at(session_id)->leases.insert(lease->id);
+  ArmLeaseTimer(*lease);
+  inst.in_use += permits;
+  inst.leases += 1;
+  if (store_ != nullptr) store_->Held({lease->id, ttl});  // before anyone hears of the grant
+  metrics_->leases().Increment();
+  Lease& added = *lease;
+  leases_.emplace(added.id, std::move(lease));
+  return added;
 }
 
 void Limiter::Pump(Instance& inst, Completions& out) {
@@ -364,9 +386,7 @@ absl::StatusOr<AcquireTicket> Limiter::Acquire(AcquireParams p, AcquireCallback 
                                                          p.limit, "' (strict FIFO: no barging)"));
       }
       if (limit->spec.kind == LimitKind::kConcurrency && learning_mode()) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "the limiter restarted and is in learning mode until ", absl::FormatTime(learning_end_),
-            "; only re-claims are granted until then"));
+        return absl::ResourceExhaustedError(LearningNote());
       }
       return absl::ResourceExhaustedError(
           limit->spec.kind == LimitKind::kRate
@@ -460,7 +480,8 @@ void Limiter::OnWaitTimeout(uint64_t waiter_id) {
       const size_t ahead = static_cast<size_t>(std::distance(inst.queue.begin(), it));
       absl::Status status = absl::DeadlineExceededError(absl::StrCat(
           "waited ", absl::FormatDuration(clock_->Now() - it->enqueued), " for ", it->permits, " permit(s) of '",
-          inst.limit->spec.name, "'; ", ahead, " request(s) were ahead"));
+          inst.limit->spec.name, "'; ", ahead, " request(s) were ahead",
+          inst.limit->spec.kind == LimitKind::kConcurrency && learning_mode() ? "; " + LearningNote() : ""));
       auto done = std::move(it->done);
       RemoveWaiter(inst, it);
       inst.limit->metrics.timeouts->Increment();
@@ -501,6 +522,7 @@ void Limiter::SweepIdleInstances() {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return;
   const absl::Time now = clock_->Now();
+  if (store_ != nullptr) store_->Alive(now);
   for (auto& [name, limit] : limits_) {
     if (!limit->spec.keyed()) continue;
     for (auto it = limit->instances.begin(); it != limit->instances.end();) {

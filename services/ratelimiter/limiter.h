@@ -28,8 +28,27 @@ struct LimiterOptions {
   absl::Duration default_lease_ttl = absl::Seconds(30);
   absl::Duration max_lease_ttl = absl::Minutes(5);
   // Learning mode after a (re)start: until start + max_lease_ttl only re-claims are granted, so leases held
-  // from before the restart are never over-granted. Off for a brand-new cluster with nothing to re-claim.
+  // from before the restart are never over-granted. Needed only when no LeaseStore remembers them; off for a
+  // brand-new cluster with nothing to re-claim.
   bool learning_mode = true;
+};
+
+// A held concurrency lease as a LeaseStore keeps it: the signed id carries limit, key and permits.
+struct StoredLease {
+  std::string id;
+  absl::Duration ttl;
+};
+
+// Where the limiter records held concurrency leases so that a restarted limiter knows them and needs no learning
+// mode (lease_snapshot.h keeps them in SQLite). Called with the limiter's lock held, synchronously: a grant is
+// stored before its holder hears of it. Must not call back into the limiter.
+class LeaseStore {
+ public:
+  virtual ~LeaseStore() = default;
+  virtual void Held(const StoredLease& lease) = 0;  // granted, re-claimed or restored
+  virtual void Ended(const std::string& lease_id) = 0;
+  // Every few seconds: the limiter was alive at `now`, which bounds how long a lease can outlive a crash.
+  virtual void Alive(absl::Time now) = 0;
 };
 
 // A granted concurrency lease, or a rate grant (then lease_id is empty: tokens are spent).
@@ -85,6 +104,7 @@ struct InstanceStatus {
 
 struct LimiterStatus {
   bool learning_mode = false;
+  bool durable_leases = false;  // held leases are kept in a LeaseStore
   absl::Time learning_mode_end, start_time;
   int64_t sessions = 0, leases = 0;
   std::vector<InstanceStatus> instances;  // ordered by (limit, key)
@@ -93,7 +113,9 @@ struct LimiterStatus {
 // Thread-safe. Every method validates its input and changes nothing when it returns an error.
 class Limiter {
  public:
-  Limiter(Clock* clock, TokenSigner signer, LimiterOptions options, RateLimiterMetrics* metrics);
+  // `store` (optional, not owned) records held leases; see Restore.
+  Limiter(Clock* clock, TokenSigner signer, LimiterOptions options, RateLimiterMetrics* metrics,
+          LeaseStore* store = nullptr);
   ~Limiter();
   Limiter(const Limiter&) = delete;
   Limiter& operator=(const Limiter&) = delete;
@@ -118,6 +140,16 @@ class Limiter {
   // Renews to now + ttl; all or nothing. Empty `lease_ids` with a session: every lease of that session.
   absl::StatusOr<std::vector<Grant>> KeepAlive(const std::vector<std::string>& lease_ids,
                                                const std::string& session_id);
+
+  // Leases held before a restart, as the LeaseStore kept them: they count against their limits at once,
+  // unbound to any session until their holders re-claim them. Each expires one TTL after the earlier of now
+  // and the store's last heartbeat (plus slack), unless re-claimed or kept alive. Leases of limits no longer
+  // declared, or whose signature does not verify, are dropped. Call after declaring the limits; returns how
+  // many were restored.
+  int Restore(const std::vector<StoredLease>& leases, absl::Time last_alive);
+  // The server is going away: sessions that end from now on leave their leases in the store (their holders
+  // still hold them and re-claim them from the next limiter). Call before the server drains its streams.
+  void PrepareShutdown();
 
   // ---- sessions
   std::string OpenSession(std::string client_id, LeaseLostCallback on_lease_lost);
@@ -146,6 +178,11 @@ class Limiter {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Refill(Instance& instance) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Grantable(Instance& instance, int64_t permits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a concurrency lease (no metrics, no checks): for grants, re-claims and restores.
+  Lease& AddLease(Instance& instance, int64_t permits, absl::Duration ttl, const std::string& session_id,
+                  const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Time left in learning mode, as words for an error message ("" when not learning).
+  std::string LearningNote() const;
   Grant Take(Instance& instance, int64_t permits, absl::Duration ttl, const std::string& session_id,
              absl::Duration waited, const std::string& reuse_lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Pump(Instance& instance, Completions& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -166,6 +203,7 @@ class Limiter {
   const TokenSigner signer_;
   const LimiterOptions options_;
   RateLimiterMetrics* const metrics_;
+  LeaseStore* const store_;
   const absl::Time start_time_;
   const absl::Time learning_end_;
 
@@ -184,6 +222,7 @@ class Limiter {
   Clock::TimerId learning_timer_ = 0;
   Clock::TimerId sweep_timer_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool keep_leases_of_ended_sessions_ ABSL_GUARDED_BY(mu_) = false;  // PrepareShutdown
 };
 
 }  // namespace corral::ratelimiter

@@ -22,7 +22,8 @@ void Limiter::OnLeaseExpired(const std::string& lease_id) {
   Completions out;
   {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_) return;
+    // Shutting down, or about to: the holder cannot renew here any more and re-claims from the next limiter.
+    if (shutting_down_ || keep_leases_of_ended_sessions_) return;
     auto it = leases_.find(lease_id);
     if (it == leases_.end()) return;
     // Renewed after this timer fired but before it got the lock: the new timer is armed already.
@@ -44,6 +45,7 @@ void Limiter::EndLease(const std::string& lease_id, const absl::Status& lost_rea
   std::unique_ptr<Lease> lease = std::move(it->second);
   leases_.erase(it);
   clock_->Cancel(lease->timer);
+  if (store_ != nullptr) store_->Ended(lease_id);
   metrics_->leases().Decrement();
   if (!lease->request_id.empty()) request_ids_.erase(lease->request_id);
   if (!lease->session_id.empty()) {
@@ -244,11 +246,46 @@ void Limiter::CloseSession(const std::string& session_id) {
       auto l = leases_.find(lease_id);
       if (l == leases_.end()) continue;
       l->second->session_id.clear();
+      if (keep_leases_of_ended_sessions_) continue;  // shutting down: the holder re-claims it from the next limiter
       EndLease(lease_id, absl::OkStatus(), out);
       RememberEnded(lease_id, "released when its session ended");
     }
   }
   Run(out);
+}
+
+// ---------------------------------------------------------------------------------------------- restarts
+
+int Limiter::Restore(const std::vector<StoredLease>& stored, absl::Time last_alive) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  // A lease lives at most one TTL past its last renewal, and nothing was renewed after the limiter died, which
+  // was within two sweeps of its last heartbeat. No heartbeat known: count from now.
+  const absl::Time counted_from =
+      last_alive == absl::InfinitePast() ? now : std::min(now, last_alive + 2 * internal::kSweepEvery);
+  int restored = 0;
+  for (const StoredLease& s : stored) {
+    auto claim = ParseLeaseId(signer_, s.id);
+    auto inst = claim.ok() ? ResolveInstance(claim->limit, claim->key, /*create=*/true)
+                           : absl::StatusOr<Instance*>(claim.status());
+    const absl::Time expire = counted_from + s.ttl;
+    if (!inst.ok() || (*inst)->limit->spec.kind != LimitKind::kConcurrency || expire <= now ||
+        leases_.contains(s.id) || s.ttl <= absl::ZeroDuration()) {
+      if (store_ != nullptr) store_->Ended(s.id);
+      continue;
+    }
+    Lease& lease = AddLease(**inst, claim->permits, s.ttl, /*session_id=*/"", s.id);
+    lease.expire_time = expire;
+    ArmLeaseTimer(lease);
+    ++restored;
+  }
+  for (auto& [name, limit] : limits_) UpdateGauges(*limit);
+  return restored;
+}
+
+void Limiter::PrepareShutdown() {
+  absl::MutexLock lock(&mu_);
+  keep_leases_of_ended_sessions_ = true;
 }
 
 // ---------------------------------------------------------------------------------------------- status
@@ -258,6 +295,7 @@ LimiterStatus Limiter::Status(const std::string& limit_filter) const {
   LimiterStatus st;
   st.start_time = start_time_;
   st.learning_mode = learning_mode();
+  st.durable_leases = store_ != nullptr;
   st.learning_mode_end = learning_end_;
   st.sessions = static_cast<int64_t>(sessions_.size());
   st.leases = static_cast<int64_t>(leases_.size());

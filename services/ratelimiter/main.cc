@@ -1,10 +1,12 @@
 // corral-ratelimiter: composition root. Parses config, then builds in dependency order:
-// clock → limiter (owns limits, leases, sessions) → gRPC adapter → server runner; runs until SIGTERM.
+// clock → lease snapshot (optional) → limiter (owns limits, leases, sessions) → gRPC adapter → server runner;
+// runs until SIGTERM.
 #include "libs/core/clock.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
 #include "services/ratelimiter/config.h"
+#include "services/ratelimiter/lease_snapshot.h"
 #include "services/ratelimiter/limiter.h"
 #include "services/ratelimiter/metrics.h"
 #include "services/ratelimiter/ratelimit_service.h"
@@ -32,7 +34,24 @@ int main(int argc, char** argv) {
   corral::ServerRunner runner("ratelimiter", config.server);
   corral::RealClock clock;
   corral::ratelimiter::RateLimiterMetrics metrics(*runner.registry());
-  corral::ratelimiter::Limiter limiter(&clock, *secret, config.limiter, &metrics);
+
+  // With a lease snapshot the limiter knows what was held before it started and needs no learning mode. A
+  // snapshot that cannot be read falls back to learning mode: never over-grant.
+  std::unique_ptr<corral::ratelimiter::LeaseSnapshot> snapshot;
+  corral::ratelimiter::LeaseSnapshot::Contents restored;
+  if (!config.state_path.empty()) {
+    auto opened = corral::ratelimiter::LeaseSnapshot::Open(config.state_path, &metrics.snapshot_write_errors());
+    auto contents = opened.ok() ? (*opened)->Load() : absl::StatusOr<corral::ratelimiter::LeaseSnapshot::Contents>(opened.status());
+    if (contents.ok()) {
+      snapshot = *std::move(opened);
+      restored = *std::move(contents);
+      config.limiter.learning_mode = false;
+    } else {
+      spdlog::error("{}; starting in learning mode instead", contents.status());
+      config.limiter.learning_mode = true;
+    }
+  }
+  corral::ratelimiter::Limiter limiter(&clock, *secret, config.limiter, &metrics, snapshot.get());
   for (const auto& spec : config.limits) {
     if (auto s = limiter.CreateLimit(spec); !s.ok()) {
       spdlog::error("cannot declare limit: {}", s);
@@ -44,12 +63,18 @@ int main(int argc, char** argv) {
                      ? absl::StrCat(spec.permits, " permits")
                      : absl::StrCat(spec.rate_per_s, "/s burst ", spec.burst));
   }
-  if (config.limiter.learning_mode) {
-    spdlog::info("learning mode for {}: only re-claims are granted until then",
+  if (snapshot != nullptr) {
+    const int held = limiter.Restore(restored.leases, restored.last_alive);
+    spdlog::info("lease snapshot {}: {} lease(s) still held from before this start; granting at once",
+                 config.state_path, held);
+  } else if (config.limiter.learning_mode) {
+    spdlog::warn("learning mode for {}: only re-claims are granted until then (set state_path to keep leases on "
+                 "disk and skip it)",
                  absl::FormatDuration(config.limiter.max_lease_ttl));
   }
   corral::ratelimiter::RateLimitService service(&limiter, &auth);
   runner.AddService(&service, "corral.v1.RateLimiter");
+  runner.set_before_drain([&limiter] { limiter.PrepareShutdown(); });
   if (auto s = runner.Start(); !s.ok()) {
     spdlog::error("cannot start: {}", s);
     return 1;

@@ -36,6 +36,7 @@ class RateLimiterMetrics {
   prometheus::Gauge& sessions() { return sessions_; }
   prometheus::Gauge& leases() { return leases_; }
   prometheus::Gauge& learning_mode() { return learning_mode_; }
+  prometheus::Counter& snapshot_write_errors() { return snapshot_write_errors_; }
 
  private:
   prometheus::Family<prometheus::Gauge>& in_use_;
@@ -47,6 +48,7 @@ class RateLimiterMetrics {
   prometheus::Gauge& sessions_;
   prometheus::Gauge& leases_;
   prometheus::Gauge& learning_mode_;
+  prometheus::Counter& snapshot_write_errors_;
 };
 
 inline RateLimiterMetrics::RateLimiterMetrics(prometheus::Registry& registry)
@@ -88,7 +90,13 @@ inline RateLimiterMetrics::RateLimiterMetrics(prometheus::Registry& registry)
                          .Name("corral_ratelimiter_learning_mode")
                          .Help("1 while the limiter only lets clients re-claim leases after a restart.")
                          .Register(registry)
-                         .Add({})) {}
+                         .Add({})),
+      snapshot_write_errors_(prometheus::BuildCounter()
+                                 .Name("corral_ratelimiter_snapshot_write_errors_total")
+                                 .Help("Lease snapshot writes that failed (disk full, I/O error); each is a change "
+                                       "a restart would not know.")
+                                 .Register(registry)
+                                 .Add({})) {}
 
 inline LimitMetrics RateLimiterMetrics::AddLimit(const std::string& limit) {
   static const prometheus::Histogram::BucketBoundaries kWaitBuckets = {

@@ -254,5 +254,72 @@ TEST_F(RateLimiterTest, KillNineRestartNeverOverGrantsAndEveryClientRecovers) {
   for (auto& c : clients) EXPECT_GE(c->connections(), 2);
 }
 
+TEST_F(RateLimiterTest, KillNineRestartWithALeaseSnapshotGrantsAgainWithinSecondsAndNeverOverGrants) {
+  // Default TTLs (30 s, max 5 min): without the snapshot this restart would learn for five minutes.
+  const std::string limits = "  - {name: code_exec, kind: concurrency, permits: 2}\n";
+  const std::vector<std::string> flags = {"--state-path=" + dir_ + "/leases.db"};
+  Start(limits, flags);
+  auto first = Status();
+  ASSERT_THAT(first, IsOk());
+  EXPECT_FALSE(first->learning_mode());  // a first start with a snapshot has nothing to learn
+  EXPECT_TRUE(first->durable_leases());
+  const std::string address = service_->ready.grpc;
+
+  constexpr int kClients = 4;
+  std::atomic<int> holders = 0, max_holders = 0, grants = 0, grants_after_restart = 0;
+  std::atomic<bool> restarted = false, stop = false;
+  std::vector<std::unique_ptr<RateLimitClient>> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(Client("worker-" + std::to_string(i)));
+  std::vector<std::thread> workers;
+  for (int i = 0; i < kClients; ++i) {
+    workers.emplace_back([&, i] {
+      while (!stop) {
+        auto permit = clients[i]->Acquire({.limit = "code_exec", .wait_timeout = absl::Seconds(20)});
+        if (!permit.ok()) continue;  // UNAVAILABLE while the limiter is down: try again
+        int now = ++holders;
+        int seen = max_holders;
+        while (now > seen && !max_holders.compare_exchange_weak(seen, now)) {
+        }
+        ++grants;
+        if (restarted) ++grants_after_restart;
+        absl::SleepFor(absl::Milliseconds(50));  // the "work" done under the permit, across the restart too
+        --holders;
+        (void)permit->Release();
+      }
+    });
+  }
+  ASSERT_TRUE(testing::WaitUntil([&] { return grants >= 20 && holders == 2; }, absl::Seconds(30)));
+  ASSERT_TRUE(service_->process.Signal(SIGKILL));
+  ASSERT_THAT(service_->process.Wait(absl::Seconds(10)), IsOk());
+  restarted = true;
+  Start(limits, flags, address);
+  const absl::Time ready = absl::Now();
+  auto after = Status();
+  ASSERT_THAT(after, IsOk());
+  EXPECT_FALSE(after->learning_mode());
+  // Granting resumes within seconds (the clients' reconnect back-off), not after a five-minute learning mode.
+  EXPECT_TRUE(testing::WaitUntil([&] { return grants_after_restart >= 10; }, absl::Seconds(10)));
+  const absl::Duration resumed = absl::Now() - ready;
+  stop = true;
+  for (auto& w : workers) w.join();
+  EXPECT_LT(resumed, absl::Seconds(10));
+  EXPECT_LE(max_holders, 2);
+  EXPECT_EQ(InUse("code_exec"), 0);  // every permit came back, the restored ones included
+}
+
+TEST_F(RateLimiterTest, WithoutASnapshotAWaiterHeldByLearningModeIsToldWhyAndForHowLong) {
+  Start("  - {name: code_exec, kind: concurrency, permits: 2}\n", {"--max-lease-ttl=1m"});
+  auto client = Client("worker");
+  auto permit = client->Acquire({.limit = "code_exec", .wait_timeout = absl::Milliseconds(300)});
+  EXPECT_THAT(permit.status(), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                        HasSubstr("without a lease snapshot (state_path) and is in learning mode")));
+  auto status = testing::Subprocess::Start({CORRAL_CLI, "limiter", "status", "--addr", service_->ready.grpc,
+                                            "--secret-file", dir_ + "/secret"},
+                                           dir_ + "/status.log");
+  ASSERT_THAT(status, IsOk());
+  EXPECT_THAT(status->Wait(absl::Seconds(30)), IsOkAndHolds(0));
+  EXPECT_THAT(status->Log(), HasSubstr("(in memory only), LEARNING MODE for "));
+}
+
 }  // namespace
 }  // namespace corral

@@ -1,6 +1,7 @@
 // `corral limiter status|acquire`: look at and use a corral-ratelimiter from the shell.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -38,8 +39,14 @@ int RunStatus(const ConnectFlags& flags, const std::string& limit) {
     std::cerr << "corral limiter status: " << FromGrpcStatus(rpc) << "\n";
     return 1;
   }
-  std::cout << absl::StrFormat("sessions %d, leases %d%s\n", status.sessions(), status.leases(),
-                               status.learning_mode() ? ", LEARNING MODE (only re-claims granted)" : "");
+  std::string learning;
+  if (status.learning_mode()) {
+    const absl::Duration left = absl::Trunc(FromProto(status.learning_mode_end()) - absl::Now(), absl::Seconds(1));
+    learning = absl::StrCat(", LEARNING MODE for ", absl::FormatDuration(std::max(left, absl::ZeroDuration())),
+                            " more (only re-claims granted)");
+  }
+  std::cout << absl::StrFormat("sessions %d, leases %d (%s)%s\n", status.sessions(), status.leases(),
+                               status.durable_leases() ? "kept on disk" : "in memory only", learning);
   std::cout << absl::StrFormat("%-20s %-12s %-12s %10s %10s %8s %12s\n", "LIMIT", "KEY", "KIND", "CAPACITY",
                                "IN USE", "WAITERS", "OLDEST WAIT");
   for (const v1::LimitStatus& l : status.limits()) {

@@ -36,8 +36,6 @@ limits:
     permits: 16
   - {name: demo, kind: concurrency, permits: 2}
   - {name: llm_tokens, kind: rate, rate_per_s: 5000, burst: 20000}
-# A fresh playground has no leases to protect, so it skips the restart learning mode.
-learning_mode: false
 )";
 
 struct UpFlags {
@@ -111,7 +109,10 @@ int RunUp(const UpFlags& flags) {
   const std::string bin = SelfDir();
   fs::path scratch_root;  // sandbox homes outside `dir`, removed when the cluster stops
   std::vector<ServiceDef> defs = {
-      {"ratelimiter", bin + "/corral-ratelimiter", kRateLimiterYaml, "127.0.0.1:7400", "127.0.0.1:9400"},
+      // The lease snapshot lets a restarted limiter grant again at once (no learning mode).
+      {"ratelimiter", bin + "/corral-ratelimiter",
+       absl::StrCat(kRateLimiterYaml, "state_path: ", (dir / "ratelimiter.db").string(), "\n"), "127.0.0.1:7400",
+       "127.0.0.1:9400"},
   };
   // The sandbox host switches uids, so it needs root; without it the cluster runs without sandboxes.
   if (geteuid() == 0) {

@@ -137,6 +137,8 @@ absl::Status RateLimitClient::OpenStream() {
         released_meanwhile.push_back(r.lease_id());  // its permit was dropped while we were reconnecting
       }
     }
+    released_meanwhile.insert(released_meanwhile.end(), released_offline_.begin(), released_offline_.end());
+    released_offline_.clear();
     session_id_ = ready.ready().session_id();
     default_ttl_ = FromProto(ready.ready().default_lease_ttl());
     context_ = std::move(context);
@@ -418,9 +420,13 @@ absl::Status RateLimitClient::ReleaseLease(const std::string& lease_id) {
   {
     absl::MutexLock lock(&mu_);
     held_.erase(lease_id);
-    // Disconnected: the limiter released the session's leases when the stream broke (and a re-claim that
-    // races with this release is given back by OpenStream).
-    if (!connected_) return absl::OkStatus();
+    // Disconnected: the limiter released the session's leases when the stream broke — unless it crashed and
+    // restored them from its lease snapshot, so the release is sent again once reconnected (a re-claim that
+    // races with this release is given back by OpenStream too).
+    if (!connected_) {
+      if (released_offline_.size() < kMaxReleasedOffline) released_offline_.push_back(lease_id);
+      return absl::OkStatus();
+    }
   }
   // The release is not waited for: the stream is ordered, so the limiter applies it before anything this
   // client sends next, and its only failure (the lease already ended) needs no action.

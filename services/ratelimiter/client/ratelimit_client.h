@@ -141,6 +141,10 @@ class RateLimitClient {
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::Lease> held_ ABSL_GUARDED_BY(mu_);  // live leases, re-claimed on reconnect
+  // Released while disconnected: released again on reconnect, for a limiter that restored them from its
+  // lease snapshot (bounded; beyond it, such leases end by their TTL).
+  static constexpr size_t kMaxReleasedOffline = 10000;
+  std::vector<std::string> released_offline_ ABSL_GUARDED_BY(mu_);
   absl::Mutex write_mu_;  // one writer at a time on the stream
   absl::Notification first_attempt_done_;
   std::thread reader_;

@@ -1,0 +1,75 @@
+#include "services/ratelimiter/lease_snapshot.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+#include "tests/support/subprocess.h"
+
+namespace corral::ratelimiter {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Field;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+TEST(LeaseSnapshotTest, KeepsHeldLeasesAndTheHeartbeatAcrossReopening) {
+  const std::string path = testing::MakeTestDir() + "/leases.db";
+  {
+    auto snapshot = LeaseSnapshot::Open(path);
+    ASSERT_THAT(snapshot, IsOk());
+    ASSERT_THAT((*snapshot)->Load(), IsOkAndHolds(Field(&LeaseSnapshot::Contents::leases, IsEmpty())));
+    (*snapshot)->Held({"lease-a", absl::Seconds(30)});
+    (*snapshot)->Held({"lease-b", absl::Seconds(5)});
+    (*snapshot)->Held({"lease-a", absl::Seconds(60)});  // re-claimed with another TTL: one row
+    (*snapshot)->Ended("lease-b");
+    (*snapshot)->Ended("never-held");
+    (*snapshot)->Alive(absl::FromUnixMillis(1'700'000'000'123));
+  }  // closed without anything else, as a kill -9 would leave it
+  auto reopened = LeaseSnapshot::Open(path);
+  ASSERT_THAT(reopened, IsOk());
+  auto contents = (*reopened)->Load();
+  ASSERT_THAT(contents, IsOk());
+  ASSERT_THAT(contents->leases, ElementsAre(Field(&StoredLease::id, "lease-a")));
+  EXPECT_EQ(contents->leases[0].ttl, absl::Seconds(60));
+  EXPECT_EQ(contents->last_alive, absl::FromUnixMillis(1'700'000'000'123));
+}
+
+TEST(LeaseSnapshotTest, EveryWriteSurvivesTheProcessDyingWithoutClosingTheFile) {
+  const std::string path = testing::MakeTestDir() + "/leases.db";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // a limiter that writes and then dies as a kill -9 would leave it: no close, no checkpoint
+    auto snapshot = LeaseSnapshot::Open(path);
+    if (!snapshot.ok()) _exit(2);
+    (*snapshot)->Held({"lease-a", absl::Seconds(30)});
+    (*snapshot)->Held({"lease-b", absl::Seconds(30)});
+    (*snapshot)->Ended("lease-a");
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  auto reopened = LeaseSnapshot::Open(path);
+  ASSERT_THAT(reopened, IsOk());
+  auto contents = (*reopened)->Load();
+  ASSERT_THAT(contents, IsOk());
+  EXPECT_THAT(contents->leases, ElementsAre(Field(&StoredLease::id, "lease-b")));
+  EXPECT_EQ(contents->last_alive, absl::InfinitePast());  // no heartbeat was ever written
+}
+
+TEST(LeaseSnapshotTest, AFileThatIsNotASnapshotIsAClearError) {
+  const std::string path = testing::MakeTestDir() + "/leases.db";
+  std::ofstream(path) << "this is not a database, just some text long enough to fill a header page....";
+  EXPECT_THAT(LeaseSnapshot::Open(path), StatusIs(absl::StatusCode::kInternal, HasSubstr("lease snapshot")));
+  EXPECT_THAT(LeaseSnapshot::Open("/nonexistent-dir/leases.db"),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("/nonexistent-dir/leases.db")));
+}
+
+}  // namespace
+}  // namespace corral::ratelimiter
