@@ -4,20 +4,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace corral::sandbox {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr char kRoot[] = "/sys/fs/cgroup";
 
 bool WriteFile(const std::string& path, const std::string& value) {
   int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -29,19 +31,63 @@ bool WriteFile(const std::string& path, const std::string& value) {
 
 bool Writable(const std::string& dir) { return access(dir.c_str(), W_OK) == 0; }
 
-// /proc/self/cgroup: "hierarchy-id:controller,list:/path".
-std::vector<std::vector<std::string>> SelfCgroups() {
-  std::vector<std::vector<std::string>> lines;
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
-    if (f.size() == 3) lines.push_back(std::move(f));
-  }
-  return lines;
+std::string ReadAll(const char* path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+bool Contains(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
 }  // namespace
+
+std::vector<CgroupMount> ParseCgroupMounts(const std::string& mountinfo) {
+  // "36 25 0:31 /root /mount/point rw,relatime shared:1 - cgroup cgroup rw,memory": optional fields end at "-".
+  std::vector<CgroupMount> mounts;
+  for (absl::string_view line : absl::StrSplit(mountinfo, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    auto dash = std::find(f.begin(), f.end(), "-");
+    if (f.size() < 5 || dash == f.end() || f.end() - dash < 4) continue;  // garbage: skip the line
+    const absl::string_view fstype = *(dash + 1);
+    if (fstype != "cgroup" && fstype != "cgroup2") continue;
+    CgroupMount m{std::string(f[3]), std::string(f[4]), std::string(fstype), {}};
+    for (absl::string_view o : absl::StrSplit(*(dash + 3), ',')) m.options.emplace_back(o);
+    mounts.push_back(std::move(m));
+  }
+  return mounts;
+}
+
+std::vector<OwnCgroup> ParseOwnCgroups(const std::string& proc_self_cgroup) {
+  // "4:memory:/path", "1:cpu,cpuacct:/path", "0::/path" (v2).
+  std::vector<OwnCgroup> own;
+  for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (f.size() != 3 || f[2].empty() || f[2][0] != '/') continue;
+    OwnCgroup c{f[0], absl::StrSplit(f[1], ',', absl::SkipEmpty()), f[2]};
+    own.push_back(std::move(c));
+  }
+  return own;
+}
+
+std::string OwnCgroupDir(const std::vector<CgroupMount>& mounts, const std::vector<OwnCgroup>& own,
+                         const std::string& controller) {
+  const bool v2 = controller.empty();
+  auto line = std::find_if(own.begin(), own.end(), [&](const OwnCgroup& c) {
+    return v2 ? c.hierarchy == "0" : Contains(c.controllers, controller);
+  });
+  if (line == own.end()) return "";
+  for (const CgroupMount& m : mounts) {
+    if (v2 ? m.fstype != "cgroup2" : (m.fstype != "cgroup" || !Contains(m.options, controller))) continue;
+    // The mount shows the cgroup `m.root` at its mount point; ours must be that one or below it.
+    const std::string& root = m.root;
+    absl::string_view below = line->path;
+    if (root != "/") {
+      if (!absl::ConsumePrefix(&below, root) || (!below.empty() && below[0] != '/')) continue;
+    }
+    const std::string dir = absl::StrCat(m.mount_point, below == "/" ? "" : below);
+    if (fs::is_directory(dir)) return dir;
+  }
+  return "";
+}
 
 std::vector<int> SandboxCgroup::procs_fds() const {
   std::vector<int> fds;
@@ -62,47 +108,40 @@ absl::Status SandboxCgroup::Remove() {
 
 CgroupManager CgroupManager::Detect(const std::string& name) {
   CgroupManager m;
-  const auto self = SelfCgroups();
-  // cgroup v2: the unified hierarchy is mounted at the root and our own cgroup is writable (delegated).
-  if (fs::exists(absl::StrCat(kRoot, "/cgroup.controllers"))) {
-    for (const auto& f : self) {
-      if (f[0] != "0") continue;
-      const std::string own = absl::StrCat(kRoot, f[2]);
-      // No process may live in a cgroup whose controllers are delegated: move the host into a leaf first.
-      const std::string host_leaf = own + "/" + name + "-host";
-      const std::string parent = own + "/" + name;
-      if (!Writable(own)) break;
-      mkdir(host_leaf.c_str(), 0755);
-      if (!WriteFile(host_leaf + "/cgroup.procs", std::to_string(getpid()))) break;
+  const auto mounts = ParseCgroupMounts(ReadAll("/proc/self/mountinfo"));
+  const auto own = ParseOwnCgroups(ReadAll("/proc/self/cgroup"));
+  // cgroup v2: our own cgroup in the unified hierarchy is writable (delegated to us).
+  if (const std::string own_dir = OwnCgroupDir(mounts, own, ""); !own_dir.empty() && Writable(own_dir)) {
+    // No process may live in a cgroup whose controllers are delegated: move the host into a leaf first.
+    const std::string host_leaf = own_dir + "/" + name + "-host";
+    const std::string parent = own_dir + "/" + name;
+    mkdir(host_leaf.c_str(), 0755);
+    if (WriteFile(host_leaf + "/cgroup.procs", std::to_string(getpid()))) {
       mkdir(parent.c_str(), 0755);
       std::vector<std::string> enabled;
       for (const char* c : {"memory", "pids", "cpu"}) {
-        if (WriteFile(own + "/cgroup.subtree_control", absl::StrCat("+", c)) &&
+        if (WriteFile(own_dir + "/cgroup.subtree_control", absl::StrCat("+", c)) &&
             WriteFile(parent + "/cgroup.subtree_control", absl::StrCat("+", c))) {
           enabled.push_back(c);
         }
       }
-      if (enabled.empty()) break;
-      m.mode_ = CgroupMode::kV2;
-      m.controllers_ = enabled;
-      m.parents_ = {parent};
-      return m;
+      if (!enabled.empty()) {
+        m.mode_ = CgroupMode::kV2;
+        m.controllers_ = enabled;
+        m.parents_ = {parent};
+        return m;
+      }
     }
   }
-  // cgroup v1: one hierarchy per controller; create beneath our own cgroup in each.
+  // cgroup v1: one hierarchy per controller; create beneath our own cgroup in each where that is writable.
   for (const char* controller : {"memory", "pids", "cpu"}) {
-    for (const auto& f : self) {
-      std::vector<std::string> names = absl::StrSplit(f[1], ',');
-      if (std::find(names.begin(), names.end(), controller) == names.end()) continue;
-      std::string mount = absl::StrCat(kRoot, "/", f[1]);
-      if (!fs::exists(mount)) mount = absl::StrCat(kRoot, "/", controller);
-      const std::string parent = absl::StrCat(mount, f[2] == "/" ? "" : f[2], "/", name);
-      mkdir(parent.c_str(), 0755);
-      if (Writable(parent)) {
-        m.controllers_.push_back(controller);
-        m.parents_.push_back(parent);
-      }
-      break;
+    const std::string own_dir = OwnCgroupDir(mounts, own, controller);
+    if (own_dir.empty()) continue;
+    const std::string parent = own_dir + "/" + name;
+    mkdir(parent.c_str(), 0755);
+    if (Writable(parent)) {
+      m.controllers_.push_back(controller);
+      m.parents_.push_back(parent);
     }
   }
   if (!m.controllers_.empty()) m.mode_ = CgroupMode::kV1;

@@ -1,6 +1,8 @@
 // A cgroup per sandbox (memory limit, pids limit, cpu weight), created beneath the host process's own cgroup:
 // cgroup v2 where the host's cgroup is delegated to it, the v1 memory/pids/cpu hierarchies otherwise. Removed
-// on teardown, once the sandbox's processes are gone.
+// on teardown, once the sandbox's processes are gone. The host's own cgroup is found through the mount table,
+// so it is found inside a container too (a container sharing the host's cgroup namespace sees its own cgroup
+// mounted at /sys/fs/cgroup/<controller>, not at the path /proc/self/cgroup names).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,27 @@
 namespace corral::sandbox {
 
 enum class CgroupMode { kNone, kV1, kV2 };
+
+// One cgroup filesystem of /proc/self/mountinfo: which cgroup its root is, where it is mounted, its type
+// ("cgroup" or "cgroup2") and super options (the v1 controllers).
+struct CgroupMount {
+  std::string root, mount_point, fstype;
+  std::vector<std::string> options;
+};
+std::vector<CgroupMount> ParseCgroupMounts(const std::string& mountinfo);
+
+// One line of /proc/self/cgroup: hierarchy id ("0" for v2), its controllers, and this process's cgroup in it.
+struct OwnCgroup {
+  std::string hierarchy;
+  std::vector<std::string> controllers;
+  std::string path;
+};
+std::vector<OwnCgroup> ParseOwnCgroups(const std::string& proc_self_cgroup);
+
+// Where this process's cgroup of v1 `controller` ("" for the v2 hierarchy) is in this mount namespace: the mount
+// showing it plus the path below that mount's root. Empty when no mount shows it.
+std::string OwnCgroupDir(const std::vector<CgroupMount>& mounts, const std::vector<OwnCgroup>& own,
+                         const std::string& controller);
 
 struct CgroupLimits {
   uint64_t memory_bytes = 0;  // 0 = unlimited

@@ -97,6 +97,9 @@ void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
   pp->set_abstract_unix_sockets_scoped(p.scoped);
   pp->set_signals_scoped(p.scoped);
   pp->set_private_filesystem_view(p.mount_namespace);
+  pp->set_memory_rlimit_bytes(static_cast<uint64_t>(p.memory_rlimit_bytes));
+  pp->set_process_rlimit(static_cast<uint32_t>(p.process_rlimit));
+  pp->set_containment(p.containment);
   ToProto(sb.create_time, out->mutable_create_time());
   out->set_running_processes(static_cast<uint32_t>(running_processes));
 }

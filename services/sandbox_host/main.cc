@@ -12,6 +12,7 @@
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
 #include "services/sandbox_host/config.h"
+#include "services/sandbox_host/containment.h"
 #include "services/sandbox_host/exec_manager.h"
 #include "services/sandbox_host/sandbox_manager.h"
 #include "services/sandbox_host/sandbox_service.h"
@@ -57,8 +58,9 @@ int main(int argc, char** argv) {
   features.mount_namespaces = corral::sandbox::CanCreateMountNamespaces();
   const corral::sandbox::CgroupManager cgroups = corral::sandbox::CgroupManager::Detect("corral-" + config.host_id);
   features.cgroups = &cgroups;
-  spdlog::info("isolation: landlock ABI {}, cgroups {}, mount namespaces {}", features.landlock_abi,
-               cgroups.Describe(), features.mount_namespaces ? "yes" : "no (TMPDIR in the home; no private view)");
+  spdlog::info("isolation: landlock ABI {}, mount namespaces {}", features.landlock_abi,
+               features.mount_namespaces ? "yes" : "no (TMPDIR in the home; no private view)");
+  spdlog::info("containment: {}", corral::sandbox::DescribeHostContainment(cgroups));
 
   auto secret = corral::LoadClusterSecret(config.server);
   if (!secret.ok()) {

@@ -14,6 +14,7 @@
 #include "libs/core/status_macros.h"
 #include "libs/rpc/ids.h"
 #include "openssl/rand.h"
+#include "services/sandbox_host/containment.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::sandbox {
@@ -221,13 +222,22 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     p.hidepid = sb->namespaces.hidepid;
     p.network_namespace = sb->namespaces.net.valid();
   }
+  std::vector<std::string> controllers;
   if (features_.cgroups != nullptr && features_.cgroups->mode() != CgroupMode::kNone) {
     auto cg = features_.cgroups->Create(sb->id, spec.cgroup);
     if (!cg.ok()) return fail(cg.status());
     sb->cgroup = *std::move(cg);
-    p.cgroup = features_.cgroups->mode();
-    p.cgroup_controllers = features_.cgroups->controllers();
+    controllers = features_.cgroups->controllers();
   }
+  // What no cgroup controller holds, an rlimit does (memory per process, processes per uid).
+  const Containment held = PlanContainment(features_.cgroups != nullptr ? features_.cgroups->mode() : CgroupMode::kNone,
+                                           controllers, spec.cgroup, spec.rlimits);
+  sb->spec.rlimits = held.rlimits;
+  p.cgroup = held.cgroup;
+  p.cgroup_controllers = held.controllers;
+  p.memory_rlimit_bytes = held.memory_rlimit_bytes;
+  p.process_rlimit = held.process_rlimit;
+  p.containment = held.summary;
   if (features_.landlock_abi > 0) {
     LandlockPolicy policy;
     policy.read_write = dirs;

@@ -80,6 +80,9 @@ struct Protections {
   NetworkPolicy network = NetworkPolicy::kNone;
   bool tcp_bind_denied = false;
   bool scoped = false;  // abstract unix sockets and signals (Landlock ABI >= 6)
+  int64_t memory_rlimit_bytes = 0;  // no memory cgroup: RLIMIT_DATA per process instead
+  int64_t process_rlimit = 0;       // no pids cgroup: RLIMIT_NPROC of the sandbox's uid instead
+  std::string containment;          // in words (containment.h)
 };
 
 // One live sandbox. Immutable after creation except where noted; shared by the calls using it.

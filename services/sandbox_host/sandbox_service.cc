@@ -14,6 +14,7 @@
 #include "libs/rpc/ids.h"
 #include "libs/rpc/pagination.h"
 #include "libs/rpc/status_conversion.h"
+#include "services/sandbox_host/containment.h"
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/exec_reactor.h"
 #include "services/sandbox_host/file_reactors.h"
@@ -342,6 +343,7 @@ grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* 
                            : f.cgroups->mode() == CgroupMode::kV1 ? v1::CGROUP_VERSION_V1
                                                                   : v1::CGROUP_VERSION_UNSPECIFIED);
     for (const auto& c : f.cgroups->controllers()) pf->add_cgroup_controllers(c);
+    pf->set_containment(DescribeHostContainment(*f.cgroups));
   }
   pf->set_mount_namespaces(f.mount_namespaces);
   pf->set_network_namespaces(f.mount_namespaces);

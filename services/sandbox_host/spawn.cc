@@ -130,7 +130,7 @@ int ChildMain(void* arg) {
   const Rlimits& l = spec.limits;
   if (!SetLimit(RLIMIT_NPROC, l.nproc) || !SetLimit(RLIMIT_AS, l.address_space_bytes) ||
       !SetLimit(RLIMIT_NOFILE, l.nofile) || !SetLimit(RLIMIT_FSIZE, l.file_size_bytes) ||
-      !SetLimit(RLIMIT_CPU, l.cpu_seconds)) {
+      !SetLimit(RLIMIT_CPU, l.cpu_seconds) || !SetLimit(RLIMIT_DATA, l.data_bytes)) {
     ChildFail(efd, kRlimit);
   }
   if (!l.core_dumps) {

@@ -21,6 +21,7 @@ struct Rlimits {
   int64_t nofile = 0;
   int64_t file_size_bytes = 0;
   int64_t cpu_seconds = 0;
+  int64_t data_bytes = 0;   // RLIMIT_DATA: set from the memory limit when no memory cgroup holds the sandbox
   bool core_dumps = false;  // false: RLIMIT_CORE 0
 };
 

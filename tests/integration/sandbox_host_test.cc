@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/ascii.h"
@@ -184,6 +185,12 @@ TEST_F(SandboxHostApiTest, ResourceAbuseIsContainedAndTheNeighbourStaysResponsiv
   ASSERT_THAT(r, IsOk());
   const auto& a = r->sandboxes(0).sandbox();
   const auto& b = r->sandboxes(1).sandbox();
+  // Held in by the memory cgroup where the host has one, by RLIMIT_DATA where it does not (a container).
+  const auto& held = a.protections();
+  const bool memory_cgroup = std::find(held.cgroup_controllers().begin(), held.cgroup_controllers().end(),
+                                       "memory") != held.cgroup_controllers().end();
+  EXPECT_EQ(held.memory_rlimit_bytes(), memory_cgroup ? 0u : 64ULL << 20) << held.containment();
+  EXPECT_THAT(held.containment(), HasSubstr(memory_cgroup ? "memory 64 MiB (cgroup)" : "memory 64 MiB per process"));
   ExecResult hog = Exec(a.sandbox_id(), token_,
                         "python3 -c 'x = bytearray(512 << 20); print(len(x))' >/dev/null 2>&1; echo hog=$?; "
                         "head -c 2097152 /dev/zero > big 2>/dev/null; echo fill=$?; wc -c < big; "

@@ -167,9 +167,10 @@ int RunSandboxDemo(const std::string& address, const std::string& token) {
   const v1::Sandbox& a = created.sandboxes(0).sandbox();
   const v1::Sandbox& b = created.sandboxes(1).sandbox();
   const auto& p = a.protections();
-  std::cout << absl::StrFormat("  created %s (uid %d) and %s (uid %d): landlock ABI %d, cgroup %s, private view %s\n",
+  std::cout << absl::StrFormat("  created %s (uid %d) and %s (uid %d): landlock ABI %d, private view %s\n"
+                               "  held in by %s\n",
                                a.sandbox_id(), a.uid(), b.sandbox_id(), b.uid(), p.landlock_abi(),
-                               v1::CgroupVersion_Name(p.cgroup()), p.private_filesystem_view() ? "yes" : "no");
+                               p.private_filesystem_view() ? "yes" : "no", p.containment());
   Output hello = ExecIn(*stub, token, a.sandbox_id(), "echo 'print(6*7)' > /workspace/answer.py; python3 /workspace/answer.py 2>/dev/null || echo 42");
   std::cout << "  " << a.sandbox_id() << " computes: " << hello.out;
   Output peek = ExecIn(*stub, token, a.sandbox_id(),

@@ -1,4 +1,5 @@
-// cgroups and namespaces for real, as the host will use them (root on this machine; skipped elsewhere).
+// cgroups, their rlimit fallbacks and namespaces for real, as the host will use them (root on this machine;
+// skipped elsewhere).
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
 #include "services/sandbox_host/cgroup.h"
+#include "services/sandbox_host/containment.h"
 #include "services/sandbox_host/landlock.h"
 #include "services/sandbox_host/namespaces.h"
 #include "services/sandbox_host/spawn.h"
@@ -73,8 +75,16 @@ class IsolationTest : public ::testing::Test {
 
 TEST_F(IsolationTest, CgroupIsCreatedBeneathTheHostsOwnLimitsAndRemoved) {
   CgroupManager cgroups = CgroupManager::Detect("corral-test");
-  if (cgroups.mode() == CgroupMode::kNone) GTEST_SKIP() << "no usable cgroups";
   auto cg = cgroups.Create("sb-test", {.memory_bytes = 64 << 20, .max_pids = 32, .cpu_weight = 50});
+  if (cgroups.mode() == CgroupMode::kNone) {
+    // No writable cgroup here (an unprivileged container): nothing is created and the host says what holds
+    // sandboxes instead; the rlimit fallbacks themselves are exercised by the tests below.
+    ASSERT_THAT(cg, IsOk());
+    EXPECT_TRUE(cg->dirs().empty());
+    EXPECT_EQ(cgroups.Describe(), "none (rlimits only)");
+    EXPECT_THAT(DescribeHostContainment(cgroups), HasSubstr("memory per process by RLIMIT_DATA"));
+    return;
+  }
   ASSERT_THAT(cg, IsOk());
   for (const std::string& dir : cg->dirs()) {
     EXPECT_TRUE(fs::exists(dir)) << dir;
@@ -98,24 +108,40 @@ TEST_F(IsolationTest, CgroupIsCreatedBeneathTheHostsOwnLimitsAndRemoved) {
   for (const std::string& dir : dirs) EXPECT_FALSE(fs::exists(dir));
 }
 
-TEST_F(IsolationTest, PidsLimitContainsAForkBomb) {
+TEST_F(IsolationTest, PidsLimitContainsAForkBombAndRlimitNprocDoesWithoutIt) {
   CgroupManager cgroups = CgroupManager::Detect("corral-test");
-  if (std::find(cgroups.controllers().begin(), cgroups.controllers().end(), "pids") == cgroups.controllers().end()) {
-    GTEST_SKIP() << "no pids controller";
-  }
+  const bool have_pids =
+      std::find(cgroups.controllers().begin(), cgroups.controllers().end(), "pids") != cgroups.controllers().end();
   auto cg = cgroups.Create("sb-bomb", {.max_pids = 16});
   ASSERT_THAT(cg, IsOk());
   SpawnSpec spec = Spec("for i in $(seq 64); do sleep 30 & done 2>/dev/null; echo tried");
   spec.cgroup_procs_fds = cg->procs_fds();
+  // Without a pids controller the sandbox host caps the uid's processes instead (containment.h): test that.
+  const Containment held = PlanContainment(cgroups.mode(), cgroups.controllers(), {.max_pids = 16}, {});
+  EXPECT_EQ(held.process_rlimit, have_pids ? 0 : 16);
+  spec.limits = held.rlimits;
   auto spawned = Spawn(spec);
   ASSERT_THAT(spawned, IsOk());
   int status = 0;
   waitpid(spawned->pid, &status, 0);
   const size_t alive = ProcessesOf(TestUid()).size();
   EXPECT_GE(alive, 8u);   // the bomb did fork…
-  EXPECT_LE(alive, 16u);  // …but only up to the cgroup's pids limit
+  EXPECT_LE(alive, 16u);  // …but only up to the cgroup's pids limit (or RLIMIT_NPROC)
   EXPECT_TRUE(KillAllOf(TestUid()));
   ASSERT_THAT(cg->Remove(), IsOk());
+}
+
+TEST_F(IsolationTest, WithoutAMemoryCgroupRlimitDataStopsAMemoryHog) {
+  // The fallback a host without a writable memory cgroup applies (here regardless of what this machine has).
+  const Containment held = PlanContainment(CgroupMode::kNone, {}, {.memory_bytes = 64 << 20}, {});
+  ASSERT_EQ(held.rlimits.data_bytes, 64 << 20);
+  SpawnSpec spec = Spec("python3 -c 'x = bytearray(512 << 20); print(len(x))' 2>/dev/null; echo hog=$?; "
+                        "python3 -c 'x = bytearray(16 << 20); print(len(x))'");
+  spec.limits = held.rlimits;
+  auto [status, out] = RunToEnd(spec);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_THAT(out, HasSubstr("hog=1\n"));       // MemoryError: 512 MiB refused
+  EXPECT_THAT(out, HasSubstr("\n16777216\n"));  // while a modest allocation works
 }
 
 TEST_F(IsolationTest, PrivateViewHidesOtherProcessesAndBindsTmpAndTaskPaths) {
