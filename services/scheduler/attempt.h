@@ -39,6 +39,7 @@ struct RunnerOptions {
   bool capture_token_ids = true;
   std::string scheduler_id = "scheduler";
   std::string tool_limit = "code_exec";
+  std::string llm_limit;  // empty: the scheduler's LLM calls are not limited
   absl::Duration llm_call_timeout = absl::Minutes(10);
 };
 

@@ -21,6 +21,10 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
   schema.String("ratelimiter", &c->ratelimiter, "HOST:PORT of corral-ratelimiter; empty = tools run unlimited");
   schema.String("tool_limit", &c->tool_limit,
                 "ratelimiter limit each tool execution holds a permit of, keyed by language (code_exec/python)");
+  schema.String("llm_limit", &c->llm_limit,
+                "ratelimiter limit each LLM call of a single_turn or tool_loop episode holds a permit of, keyed by "
+                "model (llm/Qwen3-8B), so a batch cannot overload the inference servers; empty: unlimited. An "
+                "agent's own calls go to the proxy directly and are not counted");
   schema.Bool("limiter_fail_open", &c->limiter_fail_open,
               "run tools without a permit while the ratelimiter is unreachable (default: wait, fail closed)");
   schema.String("journal", &c->journal, "SQLite file holding batches, episode states and unacknowledged results");

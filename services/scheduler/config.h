@@ -32,6 +32,7 @@ struct Config {
   std::vector<std::string> proxies;    // proxy replicas' gRPC addresses (repeatable); required
   std::string ratelimiter;             // HOST:PORT; empty = tool executions are not limited
   std::string tool_limit = "code_exec";  // limit name; each tool execution holds one permit keyed by language
+  std::string llm_limit;                 // limit name; each LLM call the scheduler makes holds one, keyed by model
   bool limiter_fail_open = false;
   std::string journal = "corral-scheduler.db";
   bool journal_fsync = false;

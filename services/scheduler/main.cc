@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
   runner_options.capture_token_ids = config.capture_token_ids;
   runner_options.scheduler_id = config.scheduler_id;
   runner_options.tool_limit = config.tool_limit;
+  runner_options.llm_limit = config.llm_limit;
   runner_options.llm_call_timeout = config.llm_call_timeout;
   // The warm pool's room is the scheduler's to say; the scheduler is built after the driver, so a late binding.
   std::function<int64_t()> warm_room = [] { return int64_t{0}; };

@@ -40,6 +40,33 @@ struct ChatOutcome {
   std::optional<Failure> failure;
 };
 
+// A permit of `limit` (the tool limit for one execution, the LLM limit for one call), or an empty one when there
+// is no limiter or no such limit is configured. A stop withdraws the request.
+asio::awaitable<absl::StatusOr<ratelimiter::ScopedPermit>> Permit(Attempt& a, const std::string& limit,
+                                                                  const std::string& key, absl::Duration wait) {
+  if (a.limiter == nullptr || limit.empty()) co_return ratelimiter::ScopedPermit();
+  ratelimiter::PermitRequest request;
+  request.limit = limit;
+  request.key = key;
+  request.wait_timeout = wait;
+  auto id = std::make_shared<std::atomic<uint64_t>>(0);
+  ratelimiter::RateLimitClient* limiter = a.limiter;
+  ScopedInterrupt interrupt(a.control(), [limiter, id] {
+    if (uint64_t v = id->load()) limiter->CancelAcquire(v);
+  });
+  co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
+                                          void(absl::StatusOr<ratelimiter::ScopedPermit>)>(
+      [&](auto handler) {
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        id->store(limiter->AcquireAsync(request, [h](absl::StatusOr<ratelimiter::ScopedPermit> permit) {
+          auto executor = asio::get_associated_executor(*h);
+          auto shared = std::make_shared<absl::StatusOr<ratelimiter::ScopedPermit>>(std::move(permit));
+          asio::post(executor, [h, shared]() mutable { (*h)(std::move(*shared)); });
+        }));
+      },
+      asio::use_awaitable);
+}
+
 asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const json::array& tools,
                                   absl::Time deadline) {
   ChatOutcome out;
@@ -51,9 +78,20 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   auto executor = co_await asio::this_coro::executor;
   auto stopped = std::make_shared<StopChannel>(executor, 1);
   ScopedInterrupt interrupt(a.control(), [stopped] { stopped->try_send(boost::system::error_code()); });
+  // The LLM limit's permit is held for exactly the call (queueing for it counts against the call's timeout).
+  const std::string model = ModelOf(a).empty() ? "default" : ModelOf(a);  // no model: the proxy's alias decides
+  auto permit = co_await Permit(a, a.options->llm_limit, model, timeout);
+  if (!permit.ok()) {
+    const bool waited_out = permit.status().code() == absl::StatusCode::kDeadlineExceeded;
+    out.failure = a.FromStatus(permit.status(), v1::EPISODE_PHASE_AGENT,
+                               waited_out ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA,
+                               absl::StrCat("permit ", a.options->llm_limit, "/", model));
+    co_return out;
+  }
   using namespace asio::experimental::awaitable_operators;
   auto raced = co_await (a.proxy->Post(a.base, token, "/chat/completions", body, timeout) ||
                          stopped->async_receive(asio::as_tuple(asio::use_awaitable)));
+  (void)permit->Release();
   if (raced.index() == 1) {
     out.failure = a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA,
                                "LLM call");
@@ -126,32 +164,6 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command comman
   co_return co_await a.slot->client->Exec(std::move(request), output_limit, a.Call(deadline));
 }
 
-// A permit of the tool limit for one execution, or an empty one when there is no limiter.
-asio::awaitable<absl::StatusOr<ratelimiter::ScopedPermit>> Permit(Attempt& a, const std::string& key,
-                                                                  absl::Duration wait) {
-  if (a.limiter == nullptr || a.options->tool_limit.empty()) co_return ratelimiter::ScopedPermit();
-  ratelimiter::PermitRequest request;
-  request.limit = a.options->tool_limit;
-  request.key = key;
-  request.wait_timeout = wait;
-  auto id = std::make_shared<std::atomic<uint64_t>>(0);
-  ratelimiter::RateLimitClient* limiter = a.limiter;
-  ScopedInterrupt interrupt(a.control(), [limiter, id] {
-    if (uint64_t v = id->load()) limiter->CancelAcquire(v);
-  });
-  co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
-                                          void(absl::StatusOr<ratelimiter::ScopedPermit>)>(
-      [&](auto handler) {
-        auto h = std::make_shared<decltype(handler)>(std::move(handler));
-        id->store(limiter->AcquireAsync(request, [h](absl::StatusOr<ratelimiter::ScopedPermit> permit) {
-          auto executor = asio::get_associated_executor(*h);
-          auto shared = std::make_shared<absl::StatusOr<ratelimiter::ScopedPermit>>(std::move(permit));
-          asio::post(executor, [h, shared]() mutable { (*h)(std::move(*shared)); });
-        }));
-      },
-      asio::use_awaitable);
-}
-
 std::vector<std::string> Interpreter(const std::string& language) {
   if (language.empty() || language == "python" || language == "python3") return {"python3", "-c"};
   if (language == "node" || language == "javascript" || language == "js") return {"node", "-e"};
@@ -190,7 +202,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
       const std::string code = StringArg(*args, field);
       if (code.empty()) co_return Out(absl::StrCat("error: the argument '", field, "' is required"));
       if (spec.persistent()) {
-        auto permit = co_await Permit(a, language, timeout);
+        auto permit = co_await Permit(a, a.options->tool_limit, language, timeout);
         if (!permit.ok() && permit.status().code() == absl::StatusCode::kDeadlineExceeded) {
           co_return Out(absl::StrCat("error: no execution slot became free within ", absl::FormatDuration(timeout)));
         }
@@ -246,7 +258,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
       co_return Out(std::string("error: unknown tool kind"));
   }
   const std::string key = spec.kind() == v1::TOOL_KIND_COMMAND ? "command" : language;
-  auto permit = co_await Permit(a, key, timeout);
+  auto permit = co_await Permit(a, a.options->tool_limit, key, timeout);
   if (!permit.ok()) {
     if (permit.status().code() == absl::StatusCode::kDeadlineExceeded) {
       co_return Out(absl::StrCat("error: no execution slot became free within ", absl::FormatDuration(timeout)));

@@ -82,6 +82,7 @@ class SchedulerFixture : public ::testing::Test {
     fake_llm_.emplace(*std::move(llm));
     ASSERT_NO_FATAL_FAILURE(StartProxy("127.0.0.1:0", "127.0.0.1:0"));
     std::ofstream(dir_ + "/limiter.yaml") << "limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: 8\n"
+                                             "  - name: llm/{model}\n    kind: concurrency\n    permits: 2\n"
                                              "state_path: " << dir_ << "/limiter.db\n";
     ASSERT_NO_FATAL_FAILURE(StartLimiter("127.0.0.1:0"));
     for (int i = 0; i < hosts; ++i) ASSERT_NO_FATAL_FAILURE(StartHost(capacity));

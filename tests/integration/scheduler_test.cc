@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "libs/rpc/proto_time.h"
 #include "tests/integration/scheduler_fixture.h"
+#include "tests/support/prometheus_text.h"
 
 namespace corral {
 namespace {
@@ -177,6 +178,34 @@ TEST_F(SchedulerFixture, TheSameSeedGivesTheSameTaskAndSeedPerEpisode) {
   std::set<uint64_t> seeds;
   for (const auto& [pos, v] : by_position[0]) seeds.insert(v.second);
   EXPECT_EQ(seeds.size(), 9u);
+}
+
+TEST_F(SchedulerFixture, EveryLlmCallTheSchedulerMakesHoldsAPermitOfTheLlmLimitForItsModel) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8, {"--llm-limit=llm"}));
+  std::vector<v1::Task> tasks;
+  for (int i = 0; i < 4; ++i) tasks.push_back(Arithmetic(absl::StrCat("s", i), i, 2, v1::RUNNER_SINGLE_TURN));
+  for (int i = 0; i < 4; ++i) tasks.push_back(Arithmetic(absl::StrCat("t", i), i, 3, v1::RUNNER_TOOL_LOOP));
+  v1::BatchSpec spec;
+  spec.set_batch_id("llm-limited");
+  spec.set_group_size(2);
+  ASSERT_THAT(Submit(spec, tasks), IsOk());
+  auto results = Results("llm-limited");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), 16u);
+  uint64_t calls = 0;
+  for (const auto& r : *results) {
+    EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
+    calls += r.llm_calls();
+  }
+  EXPECT_EQ(calls, 8u * 1 + 8u * 2);  // single_turn: one call; tool_loop: the tool call and the answer
+  auto text = testing::HttpGet(limiter_->ready.metrics, "/metrics");
+  ASSERT_THAT(text, IsOk());
+  auto metrics = testing::ParsePrometheusText(*text);
+  ASSERT_THAT(metrics, IsOk());
+  // One grant of llm/fake-model per call, each given back (the limit allows 2 at once).
+  EXPECT_THAT(metrics->Value("corral_ratelimiter_requests_total", {{"limit", "llm"}, {"outcome", "granted"}}),
+              IsOkAndHolds(static_cast<double>(calls)));
+  EXPECT_THAT(metrics->Value("corral_ratelimiter_permits_in_use", {{"limit", "llm"}}), IsOkAndHolds(0.0));
 }
 
 TEST_F(SchedulerFixture, AHungAgentEndsTimeoutWithinItsTimeoutAndLeavesNothing) {
