@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "libs/core/host_port.h"
+#include "libs/http/openai_json.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
@@ -44,20 +45,6 @@ int StatusFor(beast::error_code ec) {
 
 }  // namespace
 
-std::string ErrorJson(absl::string_view message, absl::string_view type, absl::string_view code) {
-  boost::json::object error;
-  error["message"] = boost::json::string_view(message.data(), message.size());
-  error["type"] = boost::json::string_view(type.data(), type.size());
-  error["param"] = nullptr;
-  if (code.empty()) {
-    error["code"] = nullptr;
-  } else {
-    error["code"] = boost::json::string_view(code.data(), code.size());
-  }
-  boost::json::object body;
-  body["error"] = std::move(error);
-  return boost::json::serialize(body);
-}
 
 asio::awaitable<void> SleepFor(absl::Duration d) {
   if (d <= absl::ZeroDuration()) co_return;
@@ -66,20 +53,6 @@ asio::awaitable<void> SleepFor(absl::Duration d) {
   co_await timer.async_wait(kUseTuple);
 }
 
-std::string ModelListJson(const std::vector<std::string>& ids, absl::string_view owned_by) {
-  boost::json::array data;
-  for (const auto& id : ids) {
-    boost::json::object model;
-    model["id"] = id;
-    model["object"] = "model";
-    model["owned_by"] = boost::json::string_view(owned_by.data(), owned_by.size());
-    data.push_back(std::move(model));
-  }
-  boost::json::object out;
-  out["object"] = "list";
-  out["data"] = std::move(data);
-  return boost::json::serialize(out);
-}
 
 // ------------------------------------------------------------------------------------------------ Responder
 

@@ -109,12 +109,7 @@ class HttpServer {
   std::atomic<bool> stopped_{false};
 };
 
-// A JSON error body in OpenAI's shape: {"error": {"message", "type", "param": null, "code"}}.
-std::string ErrorJson(absl::string_view message, absl::string_view type, absl::string_view code = "");
 // Waits `d` on the calling coroutine's executor (returns at once for d <= 0; a cancelled wait just returns).
 asio::awaitable<void> SleepFor(absl::Duration d);
-
-// An OpenAI model list: {"object": "list", "data": [{"id", "object": "model", "owned_by"}]}.
-std::string ModelListJson(const std::vector<std::string>& ids, absl::string_view owned_by);
 
 }  // namespace corral::http

@@ -184,4 +184,15 @@ bool StripForAgent(const Rewrite& rw, json::object& o) {
   return true;
 }
 
+void ResponseAssembler::FillRecord(bool ok, RecordedCall* record) const {
+  v1::LlmCall& call = record->call;
+  if (ok && chat_ && saw_choice_) record->response = message();
+  if (ok && !chat_) call.set_completion_text(text_);
+  call.set_finish_reason(ok ? finish_reason_ : "");
+  *call.mutable_usage() = usage_;
+  *call.mutable_prompt_token_ids() = {prompt_ids_.begin(), prompt_ids_.end()};
+  *call.mutable_completion_token_ids() = {completion_ids_.begin(), completion_ids_.end()};
+  *call.mutable_completion_logprobs() = {logprobs_.begin(), logprobs_.end()};
+}
+
 }  // namespace corral::proxy

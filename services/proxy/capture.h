@@ -11,6 +11,7 @@
 #include "boost/json/object.hpp"
 #include "corral/v1/common.pb.h"
 #include "services/proxy/policy.h"
+#include "services/proxy/trajectory.h"
 
 namespace corral::proxy {
 
@@ -33,6 +34,9 @@ class ResponseAssembler {
   const std::vector<int32_t>& completion_token_ids() const { return completion_ids_; }
   const std::vector<float>& completion_logprobs() const { return logprobs_; }
   bool saw_choice() const { return saw_choice_; }
+  // Writes what was assembled into the call's record: the response message (chat) or completion text, finish
+  // reason (only when `ok`), usage, token ids and logprobs.
+  void FillRecord(bool ok, RecordedCall* record) const;
 
  private:
   void Common(const boost::json::object& o);

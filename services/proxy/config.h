@@ -8,7 +8,7 @@
 #include "libs/core/config.h"
 #include "libs/http/server.h"
 #include "libs/rpc/server_config.h"
-#include "services/proxy/http_handler.h"
+#include "services/proxy/upstream_dispatcher.h"
 #include "services/proxy/sessions.h"
 #include "services/proxy/upstreams.h"
 

@@ -1,19 +1,23 @@
-// corral-proxy: composition root. Config → journal (restores sessions and calls) → sessions → upstreams →
-// HTTP handler on its own I/O threads → gRPC session service; runs until SIGTERM.
+// corral-proxy: composition root. Config → journal (restores sessions and calls) → sessions and their ledger →
+// upstreams, their dispatcher and health checks → HTTP handler on its own I/O threads → gRPC session service;
+// runs until SIGTERM.
 #include <sys/resource.h>
 
 #include "absl/strings/str_cat.h"
 #include "boost/asio/co_spawn.hpp"
-#include "boost/asio/detached.hpp"
 #include "libs/core/clock.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
+#include "libs/http/detached.h"
 #include "services/proxy/config.h"
+#include "services/proxy/health_checker.h"
 #include "services/proxy/http_handler.h"
 #include "services/proxy/metrics.h"
 #include "services/proxy/proxy_journal.h"
 #include "services/proxy/proxy_service.h"
+#include "services/proxy/session_ledger.h"
+#include "services/proxy/upstream_dispatcher.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -55,8 +59,14 @@ int main(int argc, char** argv) {
   }
   spdlog::info("journal {}: {} sessions restored ({} open)", config.journal, *restored, sessions.open_sessions());
   metrics.open_sessions.Set(static_cast<double>(sessions.open_sessions()));
+  corral::proxy::SessionLedger ledger(&sessions, journal->get(), &metrics, &clock);
   corral::proxy::UpstreamPool upstreams(config.upstreams, &clock);
-  corral::proxy::HttpHandler handler(&sessions, &upstreams, journal->get(), &metrics, &clock, config.relay);
+  std::vector<std::string> upstream_names;
+  for (const auto* u : upstreams.all()) upstream_names.push_back(u->spec.name);
+  metrics.SetUpstreams(std::move(upstream_names));
+  corral::proxy::UpstreamDispatcher dispatcher(&upstreams, &metrics, &clock, config.relay);
+  corral::proxy::HealthChecker health(&upstreams, &metrics);
+  corral::proxy::HttpHandler handler(&ledger, &dispatcher, &upstreams, &metrics, &clock);
   corral::http::HttpServer http(config.http_limits,
                                 [&](corral::http::Request& req, corral::http::Responder& res) {
                                   return handler.Handle(req, res);
@@ -70,22 +80,17 @@ int main(int argc, char** argv) {
   const std::string http_address =
       absl::StrCat(config.http_listen.substr(0, config.http_listen.rfind(':')), ":", *http_port);
   if (config.advertise_url.empty()) config.advertise_url = absl::StrCat("http://", http_address, "/v1");
-  boost::asio::co_spawn(http.context(), handler.HealthLoop(config.health_interval), boost::asio::detached);
+  boost::asio::co_spawn(http.context(), health.Run(config.health_interval),
+                        corral::http::LogExceptions("the upstream health checks"));
 
   // Session TTLs and trajectory retention.
   std::function<void()> expire = [&] {
-    auto expired = sessions.Expire();
-    for (const auto& s : expired.closed) {
-      (void)(*journal)->CloseSession(s->env_id(), corral::v1::CLOSE_REASON_TTL_EXPIRED);
-      spdlog::info("session {}: TTL passed; closed", s->env_id());
-    }
-    if (!expired.dropped.empty()) (void)(*journal)->DropSessions(expired.dropped);
-    metrics.open_sessions.Set(static_cast<double>(sessions.open_sessions()));
+    ledger.Expire();
     clock.RunAfter(absl::Seconds(1), [&] { expire(); });
   };
   clock.RunAfter(absl::Seconds(1), [&] { expire(); });
 
-  corral::proxy::ProxyService service(&sessions, journal->get(), &auth, &metrics, config.advertise_url);
+  corral::proxy::ProxyService service(&ledger, &auth, config.advertise_url);
   runner.AddService(&service, "corral.v1.Proxy");
   runner.set_extra_ready_address(http_address);
   if (auto s = runner.Start(); !s.ok()) {
@@ -98,6 +103,6 @@ int main(int argc, char** argv) {
   http.Stop();
   // Commits still in flight post their wake-ups to the (stopped) HTTP contexts: let them land before those go.
   (void)(*journal)->journal().Apply([](sqlite3*) { return absl::OkStatus(); });
-  handler.Shutdown();
+  dispatcher.Shutdown();
   return 0;
 }

@@ -2,6 +2,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -58,8 +62,25 @@ struct ProxyMetrics {
   static prometheus::Histogram::BucketBoundaries LatencyBuckets() {
     return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
   }
-  prometheus::Counter& Request(const std::string& route, int status, const std::string& upstream) {
-    return requests.Add({{"route", route}, {"status", std::to_string(status)}, {"upstream", upstream}});
+  // The counter of requests to `route` answered `status` by upstream number `upstream` (-1: none), created on
+  // first use and kept (no label-map lookup per request). Call SetUpstreams first.
+  enum class Route { kChat, kCompletions, kModels };
+  static const char* RouteName(Route r) {
+    return r == Route::kChat ? "/v1/chat/completions" : r == Route::kCompletions ? "/v1/completions" : "/v1/models";
+  }
+  void SetUpstreams(std::vector<std::string> names) { upstream_names_ = std::move(names); }
+  prometheus::Counter& Request(Route route, int status, int upstream) {
+    const int64_t key = (static_cast<int64_t>(route) << 40) | (static_cast<int64_t>(status & 0xffff) << 24) |
+                        static_cast<int64_t>(upstream + 1);
+    absl::MutexLock lock(&request_mu_);
+    prometheus::Counter*& counter = request_counters_[key];
+    if (counter == nullptr) {
+      const std::string name = upstream >= 0 && upstream < static_cast<int>(upstream_names_.size())
+                                   ? upstream_names_[static_cast<size_t>(upstream)]
+                                   : "";
+      counter = &requests.Add({{"route", RouteName(route)}, {"status", std::to_string(status)}, {"upstream", name}});
+    }
+    return *counter;
   }
 
   prometheus::Family<prometheus::Counter>& requests;
@@ -74,6 +95,11 @@ struct ProxyMetrics {
   prometheus::Family<prometheus::Gauge>& upstream_healthy;
   prometheus::Counter& retries;
   prometheus::Histogram& journal_commit;
+
+ private:
+  std::vector<std::string> upstream_names_;
+  absl::Mutex request_mu_;
+  absl::flat_hash_map<int64_t, prometheus::Counter*> request_counters_ ABSL_GUARDED_BY(request_mu_);
 };
 
 }  // namespace corral::proxy

@@ -62,27 +62,33 @@ absl::StatusOr<std::unique_ptr<ProxyJournal>> ProxyJournal::Open(const std::stri
   return std::unique_ptr<ProxyJournal>(new ProxyJournal(std::move(j)));
 }
 
-absl::Status ProxyJournal::PutSession(const v1::OpenSessionRequest& request, absl::Time open_time) {
-  const std::string bytes = request.SerializeAsString();
-  return journal_->Apply([&](sqlite3* db) {
-    Statement st(db, "INSERT OR IGNORE INTO sessions (env_id, request, open_ns) VALUES (?, ?, ?)");
-    return st.Bind(1, request.env_id()).BindBlob(2, bytes).Bind(3, absl::ToUnixNanos(open_time)).Run();
-  });
+void ProxyJournal::PutSession(const v1::OpenSessionRequest& request, absl::Time open_time, Journal::Done done) {
+  journal_->Submit(
+      [env_id = request.env_id(), bytes = request.SerializeAsString(), open_ns = absl::ToUnixNanos(open_time)](
+          sqlite3* db) {
+        Statement& st = CachedStatement(db, "INSERT OR IGNORE INTO sessions (env_id, request, open_ns) VALUES (?, ?, ?)");
+        return st.Bind(1, env_id).BindBlob(2, bytes).Bind(3, open_ns).Run();
+      },
+      std::move(done));
 }
 
-absl::Status ProxyJournal::CloseSession(const std::string& env_id, v1::CloseReason reason) {
-  return journal_->Apply([&](sqlite3* db) {
-    Statement st(db, "UPDATE sessions SET close_reason = ? WHERE env_id = ?");
-    return st.Bind(1, static_cast<int64_t>(reason)).Bind(2, env_id).Run();
-  });
+void ProxyJournal::CloseSession(const std::string& env_id, v1::CloseReason reason, Journal::Done done) {
+  journal_->Submit(
+      [env_id, reason](sqlite3* db) {
+        Statement& st = CachedStatement(db, "UPDATE sessions SET close_reason = ? WHERE env_id = ?");
+        return st.Bind(1, static_cast<int64_t>(reason)).Bind(2, env_id).Run();
+      },
+      std::move(done));
 }
 
-absl::Status ProxyJournal::DropSessions(const std::vector<std::string>& env_ids) {
-  return journal_->Apply([&](sqlite3* db) -> absl::Status {
-    Statement st(db, "DELETE FROM sessions WHERE env_id = ?");
-    for (const auto& id : env_ids) CORRAL_RETURN_IF_ERROR(st.Bind(1, id).Run());
-    return absl::OkStatus();
-  });
+void ProxyJournal::DropSessions(std::vector<std::string> env_ids, Journal::Done done) {
+  journal_->Submit(
+      [env_ids = std::move(env_ids)](sqlite3* db) -> absl::Status {
+        Statement& st = CachedStatement(db, "DELETE FROM sessions WHERE env_id = ?");
+        for (const auto& id : env_ids) CORRAL_RETURN_IF_ERROR(st.Bind(1, id).Run());
+        return absl::OkStatus();
+      },
+      std::move(done));
 }
 
 asio::awaitable<absl::Status> ProxyJournal::AppendCall(const std::string& env_id, const v1::LlmCall& stored,

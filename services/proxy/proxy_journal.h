@@ -20,10 +20,10 @@ class ProxyJournal {
   // `fsync`: survive machine crashes too (see Journal), not only the proxy being killed.
   static absl::StatusOr<std::unique_ptr<ProxyJournal>> Open(const std::string& path, bool fsync);
 
-  // Blocking (gRPC handlers): durable when they return OK.
-  absl::Status PutSession(const v1::OpenSessionRequest& request, absl::Time open_time);
-  absl::Status CloseSession(const std::string& env_id, v1::CloseReason reason);
-  absl::Status DropSessions(const std::vector<std::string>& env_ids);
+  // Asynchronous: `done` runs on the journal's writer thread once the change is committed (or failed).
+  void PutSession(const v1::OpenSessionRequest& request, absl::Time open_time, Journal::Done done);
+  void CloseSession(const std::string& env_id, v1::CloseReason reason, Journal::Done done);
+  void DropSessions(std::vector<std::string> env_ids, Journal::Done done);
   // From a coroutine: resumes once the call is committed (group commit with concurrent calls).
   boost::asio::awaitable<absl::Status> AppendCall(const std::string& env_id, const v1::LlmCall& stored,
                                                   const RecordedCall& call);

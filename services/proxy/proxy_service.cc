@@ -1,11 +1,9 @@
 #include "services/proxy/proxy_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "libs/core/logging.h"
 #include "libs/rpc/pagination.h"
 #include "libs/rpc/proto_time.h"
 #include "libs/rpc/status_conversion.h"
-#include "spdlog/spdlog.h"
 
 namespace corral::proxy {
 namespace {
@@ -21,29 +19,22 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Sta
 grpc::ServerUnaryReactor* ProxyService::OpenSession(grpc::CallbackServerContext* ctx, const v1::OpenSessionRequest* req,
                                                     v1::OpenSessionResponse* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
-  auto opened = sessions_->Open(*req);
-  if (!opened.ok()) return Done(ctx, opened.status());
-  if (opened->created) {
-    // Durable before the token is handed out: a restarted proxy still knows the session.
-    const v1::Session snapshot = opened->session->Snapshot();
-    if (auto s = journal_->PutSession(opened->session->request(), corral::FromProto(snapshot.open_time())); !s.ok()) {
-      spdlog::error("journaling session {}: {}", req->env_id(), s);
-      (void)sessions_->Close(req->env_id(), v1::CLOSE_REASON_CLOSED);
-      (void)sessions_->Ack({req->env_id()});
-      return Done(ctx, absl::UnavailableError("the session could not be journaled"));
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  ledger_->Open(*req, [this, reactor, resp](absl::StatusOr<SessionLedger::Opened> opened) {
+    if (opened.ok()) {
+      resp->set_env_token(opened->token);
+      resp->set_base_url(base_url_);
+      *resp->mutable_session() = opened->session->Snapshot();
     }
-    metrics_->open_sessions.Set(static_cast<double>(sessions_->open_sessions()));
-  }
-  resp->set_env_token(opened->token);
-  resp->set_base_url(base_url_);
-  *resp->mutable_session() = opened->session->Snapshot();
-  return Done(ctx, absl::OkStatus());
+    reactor->Finish(ToGrpcStatus(opened.status()));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ProxyService::GetTrajectory(grpc::CallbackServerContext* ctx,
                                                       const v1::GetTrajectoryRequest* req, v1::Trajectory* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
-  auto session = sessions_->Find(req->env_id());
+  auto session = ledger_->store().Find(req->env_id());
   if (!session.ok()) return Done(ctx, session.status());
   *resp = (*session)->Trajectory(req->format());
   return Done(ctx, absl::OkStatus());
@@ -53,15 +44,16 @@ grpc::ServerUnaryReactor* ProxyService::CloseSession(grpc::CallbackServerContext
                                                      const v1::CloseSessionRequest* req,
                                                      v1::CloseSessionResponse* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
-  auto session = sessions_->Close(req->env_id(), v1::CLOSE_REASON_CLOSED);
-  if (!session.ok()) return Done(ctx, session.status());
-  if (auto s = journal_->CloseSession(req->env_id(), (*session)->Snapshot().close_reason()); !s.ok()) {
-    return Done(ctx, absl::UnavailableError(absl::StrCat("the close could not be journaled: ", s.message())));
-  }
-  metrics_->open_sessions.Set(static_cast<double>(sessions_->open_sessions()));
-  *resp->mutable_session() = (*session)->Snapshot();
-  *resp->mutable_trajectory() = (*session)->Trajectory(req->format());
-  return Done(ctx, absl::OkStatus());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  ledger_->Close(req->env_id(), v1::CLOSE_REASON_CLOSED,
+                 [reactor, req, resp](absl::StatusOr<std::shared_ptr<Session>> session) {
+                   if (session.ok()) {
+                     *resp->mutable_session() = (*session)->Snapshot();
+                     *resp->mutable_trajectory() = (*session)->Trajectory(req->format());
+                   }
+                   reactor->Finish(ToGrpcStatus(session.status()));
+                 });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ProxyService::ListSessions(grpc::CallbackServerContext* ctx,
@@ -72,7 +64,7 @@ grpc::ServerUnaryReactor* ProxyService::ListSessions(grpc::CallbackServerContext
   if (!page.ok()) return Done(ctx, page.status());
   using SessionRef = std::shared_ptr<Session>;
   resp->set_next_page_token(FillPage(
-      sessions_->List(), req->page_token(), *page, [](const SessionRef& s) { return s->env_id(); },
+      ledger_->store().List(), req->page_token(), *page, [](const SessionRef& s) { return s->env_id(); },
       [&](const SessionRef& s) {
         const bool state_ok = req->state() == v1::SESSION_STATE_UNSPECIFIED ||
                               (req->state() == v1::SESSION_STATE_OPEN) == s->open();
@@ -87,9 +79,8 @@ grpc::ServerUnaryReactor* ProxyService::AckTrajectory(grpc::CallbackServerContex
                                                       v1::AckTrajectoryResponse* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
   std::vector<std::string> ids(req->env_ids().begin(), req->env_ids().end());
-  auto acked = sessions_->Ack(ids);
+  auto acked = ledger_->Ack(ids);
   if (!acked.ok()) return Done(ctx, acked.status());
-  if (auto s = journal_->DropSessions(ids); !s.ok()) spdlog::warn("dropping acknowledged sessions from the journal: {}", s);
   resp->set_acked(*acked);
   return Done(ctx, absl::OkStatus());
 }

@@ -1,22 +1,20 @@
-// corral-proxy's gRPC adapter (proto/corral/v1/proxy.proto): session management over SessionStore, made
-// durable in the journal before each answer. Cluster token on every call.
+// corral-proxy's gRPC adapter (proto/corral/v1/proxy.proto): session management through the SessionLedger,
+// answering once a change is durable — from the journal's thread, never blocking a gRPC thread on a commit.
+// Cluster token on every call.
 #pragma once
 
 #include <string>
 
 #include "corral/v1/proxy.grpc.pb.h"
 #include "libs/rpc/auth.h"
-#include "services/proxy/metrics.h"
-#include "services/proxy/proxy_journal.h"
-#include "services/proxy/sessions.h"
+#include "services/proxy/session_ledger.h"
 
 namespace corral::proxy {
 
 class ProxyService final : public v1::Proxy::CallbackService {
  public:
-  ProxyService(SessionStore* sessions, ProxyJournal* journal, const CallAuthenticator* auth, ProxyMetrics* metrics,
-               std::string base_url)
-      : sessions_(sessions), journal_(journal), auth_(auth), metrics_(metrics), base_url_(std::move(base_url)) {}
+  ProxyService(SessionLedger* ledger, const CallAuthenticator* auth, std::string base_url)
+      : ledger_(ledger), auth_(auth), base_url_(std::move(base_url)) {}
 
   grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* ctx, const v1::OpenSessionRequest* req,
                                         v1::OpenSessionResponse* resp) override;
@@ -30,10 +28,8 @@ class ProxyService final : public v1::Proxy::CallbackService {
                                           v1::AckTrajectoryResponse* resp) override;
 
  private:
-  SessionStore* const sessions_;
-  ProxyJournal* const journal_;
+  SessionLedger* const ledger_;
   const CallAuthenticator* const auth_;
-  ProxyMetrics* const metrics_;
   const std::string base_url_;
 };
 

@@ -55,6 +55,7 @@ UpstreamPool::UpstreamPool(std::vector<UpstreamSpec> specs, Clock* clock, Breake
   for (auto& spec : specs) {
     auto u = std::make_unique<Upstream>();
     u->spec = std::move(spec);
+    u->index = static_cast<int>(raw_.size());
     raw_.push_back(u.get());
     upstreams_.push_back(std::move(u));
   }

@@ -29,6 +29,7 @@ absl::StatusOr<UpstreamSpec> ParseUpstreamUrl(const std::string& url);
 
 struct Upstream {
   UpstreamSpec spec;
+  int index = 0;  // in UpstreamPool::all()
   std::atomic<int64_t> outstanding{0};
   std::atomic<int> consecutive_failures{0};
   std::atomic<int64_t> open_until_ns{0};  // circuit open (refused) until then
@@ -60,7 +61,7 @@ class UpstreamPool {
   void Failed(Upstream* u);
   bool Available(const Upstream& u) const;
 
-  std::vector<Upstream*> all() { return raw_; }
+  const std::vector<Upstream*>& all() const { return raw_; }
   // Every model some upstream declares or lists (GET /v1/models when a session's policy allows any).
   std::vector<std::string> models() const;
 

@@ -8,6 +8,7 @@
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "boost/json.hpp"
+#include "libs/http/openai_json.h"
 
 namespace corral::fakellm {
 namespace {

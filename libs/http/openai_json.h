@@ -1,0 +1,16 @@
+// OpenAI-shaped JSON the HTTP servers answer with (the proxy, the scripted model, the server's own refusals).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace corral::http {
+
+// A JSON error body in OpenAI's shape: {"error": {"message", "type", "param": null, "code"}} (code null if empty).
+std::string ErrorJson(absl::string_view message, absl::string_view type, absl::string_view code = "");
+// An OpenAI model list: {"object": "list", "data": [{"id", "object": "model", "owned_by"}]}.
+std::string ModelListJson(const std::vector<std::string>& ids, absl::string_view owned_by);
+
+}  // namespace corral::http

@@ -1,0 +1,30 @@
+// Active health checks of the inference backends: GET /health on every upstream every interval (an upstream
+// failing it is skipped by picking until it passes again), and GET /v1/models to learn what it serves. The
+// per-upstream health gauge is created once, not per tick.
+#pragma once
+
+#include <vector>
+
+#include "absl/time/time.h"
+#include "boost/asio/awaitable.hpp"
+#include "services/proxy/metrics.h"
+#include "services/proxy/upstreams.h"
+
+namespace corral::proxy {
+
+class HealthChecker {
+ public:
+  HealthChecker(UpstreamPool* upstreams, ProxyMetrics* metrics);
+  // Checks every upstream once (tests), or forever every `interval` (spawn on an executor).
+  boost::asio::awaitable<void> CheckAll();
+  boost::asio::awaitable<void> Run(absl::Duration interval);
+
+ private:
+  UpstreamPool* const upstreams_;
+  std::vector<prometheus::Gauge*> healthy_;  // per upstream, as UpstreamPool::all() orders them
+};
+
+// The ids of an OpenAI model list ({"data": [{"id": ...}]}); empty for anything else.
+std::vector<std::string> ModelIds(const std::string& body);
+
+}  // namespace corral::proxy

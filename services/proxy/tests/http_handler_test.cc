@@ -1,0 +1,186 @@
+// The HTTP handler in process, between a real HTTP front (libs/http) and a scripted upstream on loopback:
+// every refusal in OpenAI's shape with its status, a whole and a streamed call relayed and recorded (and
+// journaled), the call budget, and a dead upstream recorded as a failed call.
+#include "services/proxy/http_handler.h"
+
+#include <future>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/fake_clock.h"
+#include "libs/core/testing/status_matchers.h"
+#include "libs/http/client.h"
+#include "prometheus/registry.h"
+#include "services/proxy/tests/proxy_test_support.h"
+#include "tests/support/subprocess.h"
+
+namespace corral::proxy {
+namespace {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+using ::testing::HasSubstr;
+
+constexpr char kKey[] = "0123456789abcdef0123456789abcdef";
+constexpr char kWhole[] =
+    R"({"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant",)"
+    R"("content":"4"},"finish_reason":"stop","token_ids":[52]}],"usage":{"prompt_tokens":5,"completion_tokens":1,)"
+    R"("total_tokens":6}})";
+
+// A chat backend: streams when asked, answers whole otherwise.
+asio::awaitable<void> Backend(http::Request& req, http::Responder& res) {
+  if (req.target() == "/health") {
+    co_await res.Send(200, "application/json", "{}");
+    co_return;
+  }
+  if (absl::StrContains(req.body(), R"("stream":true)")) {
+    co_await res.StartStream(200, "text/event-stream");
+    co_await res.WriteChunk(R"(data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"fo"}}]})" "\n\n");
+    co_await res.WriteChunk(R"(data: {"choices":[{"index":0,"delta":{"content":"ur"},"finish_reason":"stop"}]})" "\n\n");
+    co_await res.WriteChunk("data: [DONE]\n\n");
+    co_await res.EndStream();
+    co_return;
+  }
+  co_await res.Send(200, "application/json", kWhole);
+}
+
+class HttpHandlerTest : public ::testing::Test {
+ protected:
+  testing::IoThread io_;  // first: destroyed last, after everything bound to its context
+
+  void SetUp() override { Start({upstream_.url()}); }
+
+  void Start(std::vector<std::string> upstream_urls) {
+    front_.reset();
+    journal_ = *ProxyJournal::Open(corral::testing::MakeTestDir() + "/proxy.db", false);
+    store_ = std::make_unique<SessionStore>(SessionLimits{}, &signer_, &clock_);
+    ledger_ = std::make_unique<SessionLedger>(store_.get(), journal_.get(), &metrics_, &clock_);
+    std::vector<UpstreamSpec> specs;
+    for (const auto& u : upstream_urls) specs.push_back(*ParseUpstreamUrl(u));
+    pool_ = std::make_unique<UpstreamPool>(std::move(specs), &clock_);
+    dispatcher_ = std::make_unique<UpstreamDispatcher>(pool_.get(), &metrics_, &clock_,
+                                                       RelayOptions{.connect_timeout = absl::Seconds(1),
+                                                                    .retry_backoff = absl::Milliseconds(1)});
+    handler_ = std::make_unique<HttpHandler>(ledger_.get(), dispatcher_.get(), pool_.get(), &metrics_, &clock_);
+    front_ = std::make_unique<http::HttpServer>(
+        http::ServerLimits{}, [this](http::Request& q, http::Responder& r) { return handler_->Handle(q, r); }, 1);
+    port_ = *front_->Listen("127.0.0.1:0");
+  }
+  void TearDown() override {
+    front_->Stop();
+    dispatcher_->Shutdown();
+  }
+
+  // Opens a session through the ledger (journaled, as the gRPC service does); returns its env token.
+  std::string Open(const std::string& env_id, uint32_t max_calls = 0) {
+    v1::OpenSessionRequest r;
+    r.set_env_id(env_id);
+    r.mutable_policy()->set_capture_token_ids(true);  // as the scheduler opens sessions for trainers
+    if (max_calls > 0) r.mutable_policy()->mutable_budget()->set_max_calls(max_calls);
+    std::promise<std::string> token;
+    ledger_->Open(r, [&](absl::StatusOr<SessionLedger::Opened> o) { token.set_value(o.ok() ? o->token : ""); });
+    return token.get_future().get();
+  }
+
+  http::FetchResult Call(bhttp::verb method, const std::string& target, const std::string& token,
+                         const std::string& body = "") {
+    http::Request req{method, target, 11};
+    req.set(bhttp::field::host, "proxy");
+    if (!token.empty()) req.set(bhttp::field::authorization, "Bearer " + token);
+    req.set(bhttp::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    auto r = io_.RunSync(http::Fetch(io_.context().get_executor(), "127.0.0.1", port_, req, absl::Seconds(10)));
+    EXPECT_THAT(r, IsOk());
+    return r.ok() ? *r : http::FetchResult{};
+  }
+  static std::string Chat(bool stream) {
+    return absl::StrCat(R"({"model":"m","messages":[{"role":"user","content":"2+2?"}],"stream":)",
+                        stream ? "true" : "false", "}");
+  }
+
+  testing::ScriptedUpstream upstream_{Backend};
+  FakeClock clock_;
+  TokenSigner signer_ = *TokenSigner::FromKey(kKey);
+  prometheus::Registry registry_;
+  ProxyMetrics metrics_{registry_};
+  std::unique_ptr<ProxyJournal> journal_;
+  std::unique_ptr<SessionStore> store_;
+  std::unique_ptr<SessionLedger> ledger_;
+  std::unique_ptr<UpstreamPool> pool_;
+  std::unique_ptr<UpstreamDispatcher> dispatcher_;
+  std::unique_ptr<HttpHandler> handler_;
+  std::unique_ptr<http::HttpServer> front_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(HttpHandlerTest, EveryRefusalHasItsStatusAndOpenAiShape) {
+  const std::string token = Open("ep");
+  auto r = Call(bhttp::verb::post, "/v1/nothing", token, "{}");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_THAT(r.body, HasSubstr(R"("code":"not_found")"));
+  EXPECT_EQ(Call(bhttp::verb::get, "/v1/chat/completions", token).status, 405);
+  r = Call(bhttp::verb::post, "/v1/chat/completions", "", Chat(false));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_THAT(r.body, HasSubstr(R"("code":"invalid_api_key")"));
+  EXPECT_EQ(Call(bhttp::verb::post, "/v1/chat/completions", "ep.forged", Chat(false)).status, 401);
+  r = Call(bhttp::verb::post, "/v1/chat/completions", token, "[not json");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("malformed JSON body"));
+  ASSERT_THAT(store_->Close("ep", v1::CLOSE_REASON_CLOSED), IsOk());
+  r = Call(bhttp::verb::post, "/v1/chat/completions", token, Chat(false));
+  EXPECT_EQ(r.status, 410);
+  EXPECT_THAT(r.body, HasSubstr(R"("code":"session_closed")"));
+  EXPECT_EQ((*store_->Find("ep"))->Snapshot().calls(), 0u);  // nothing refused is recorded
+  EXPECT_EQ(metrics_.Request(ProxyMetrics::Route::kChat, 401, -1).Value(), 2);
+}
+
+TEST_F(HttpHandlerTest, AWholeAndAStreamedCallAreRelayedRecordedAndJournaled) {
+  const std::string token = Open("ep");
+  auto whole = Call(bhttp::verb::post, "/v1/chat/completions", token, Chat(false));
+  EXPECT_EQ(whole.status, 200);
+  EXPECT_THAT(whole.body, HasSubstr(R"("content":"4")"));
+  EXPECT_THAT(whole.body, ::testing::Not(HasSubstr("token_ids")));  // captured for the trainer, not the agent
+  auto streamed = Call(bhttp::verb::post, "/v1/chat/completions", token, Chat(true));
+  EXPECT_EQ(streamed.status, 200);
+  EXPECT_THAT(streamed.body, HasSubstr(R"("content":"fo")"));
+  EXPECT_THAT(streamed.body, ::testing::EndsWith("data: [DONE]\n\n"));
+  const v1::Trajectory t = (*store_->Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS);
+  ASSERT_EQ(t.calls_size(), 2);
+  EXPECT_EQ(t.calls(0).completion_token_ids_size(), 1);
+  EXPECT_EQ(t.calls(0).finish_reason(), "stop");
+  EXPECT_EQ(t.calls(1).upstream(), absl::StrCat("127.0.0.1:", upstream_.port()));
+  // Both are in the journal: a fresh store loaded from it has them.
+  SessionStore reloaded(SessionLimits{}, &signer_, &clock_);
+  ASSERT_THAT(journal_->Load(reloaded), IsOkAndHolds(1));
+  EXPECT_EQ((*reloaded.Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS).calls_size(), 2);
+  // Counted once the handler is done, which can be just after the agent has read the stream's end.
+  EXPECT_TRUE(corral::testing::WaitUntil(
+      [&] { return metrics_.Request(ProxyMetrics::Route::kChat, 200, 0).Value() == 2; }, absl::Seconds(5)));
+}
+
+TEST_F(HttpHandlerTest, TheCallBudgetEndsWithAChoiceAnAgentStopsOn) {
+  const std::string token = Open("ep", /*max_calls=*/1);
+  EXPECT_EQ(Call(bhttp::verb::post, "/v1/chat/completions", token, Chat(false)).status, 200);
+  auto refused = Call(bhttp::verb::post, "/v1/chat/completions", token, Chat(false));
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_THAT(refused.body, HasSubstr(R"("code":"budget_exhausted")"));
+  EXPECT_THAT(refused.body, HasSubstr(R"("finish_reason":"length")"));
+}
+
+TEST_F(HttpHandlerTest, ADeadUpstreamIsABadGatewayRecordedAsAFailedCall) {
+  Start({"http://127.0.0.1:1"});
+  const std::string token = Open("ep");
+  auto r = Call(bhttp::verb::post, "/v1/chat/completions", token, Chat(false));
+  EXPECT_EQ(r.status, 502);
+  EXPECT_THAT(r.body, HasSubstr(R"("type":"upstream_error")"));
+  const v1::Trajectory t = (*store_->Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS);
+  ASSERT_EQ(t.calls_size(), 1);
+  EXPECT_EQ(t.calls(0).http_status(), 502);
+  EXPECT_THAT(t.calls(0).error(), HasSubstr("no upstream answered"));
+}
+
+}  // namespace
+}  // namespace corral::proxy

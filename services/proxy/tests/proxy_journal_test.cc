@@ -1,0 +1,129 @@
+// ProxyJournal and SessionLedger: what is journaled comes back into a fresh store (sessions open and closed,
+// their calls), acknowledged sessions are forgotten, a corrupt record is refused, and the ledger answers only
+// once a change is durable.
+#include "services/proxy/proxy_journal.h"
+
+#include <future>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/fake_clock.h"
+#include "libs/core/testing/status_matchers.h"
+#include "prometheus/registry.h"
+#include "services/proxy/session_ledger.h"
+#include "services/proxy/tests/proxy_test_support.h"
+#include "tests/support/subprocess.h"
+
+namespace corral::proxy {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kKey[] = "0123456789abcdef0123456789abcdef";
+
+RecordedCall ChatCall(const std::string& question, const std::string& answer) {
+  RecordedCall c;
+  c.call.set_endpoint("/v1/chat/completions");
+  c.call.set_model("m");
+  v1::ChatMessage user;
+  user.set_role("user");
+  user.set_content(question);
+  c.prompt.push_back(user);
+  v1::ChatMessage reply;
+  reply.set_role("assistant");
+  reply.set_content(answer);
+  c.response = reply;
+  c.call.add_completion_token_ids(7);
+  c.call.add_completion_logprobs(-0.5f);
+  return c;
+}
+
+class ProxyJournalTest : public ::testing::Test {
+ protected:
+  testing::IoThread io_;  // first: destroyed last, after everything bound to its context
+
+  void SetUp() override { path_ = corral::testing::MakeTestDir() + "/proxy.db"; }
+  std::unique_ptr<SessionStore> Store() { return std::make_unique<SessionStore>(SessionLimits{}, &signer_, &clock_); }
+
+  std::string path_;
+  FakeClock clock_;
+  TokenSigner signer_ = *TokenSigner::FromKey(kKey);
+  prometheus::Registry registry_;
+  ProxyMetrics metrics_{registry_};
+};
+
+TEST_F(ProxyJournalTest, ALedgersSessionsAndCallsComeBackAfterARestartAndAckedOnesDoNot) {
+  {
+    auto journal = ProxyJournal::Open(path_, /*fsync=*/false);
+    ASSERT_THAT(journal, IsOk());
+    auto store = Store();
+    SessionLedger ledger(store.get(), journal->get(), &metrics_, &clock_);
+    for (const char* env : {"kept", "closed", "acked"}) {
+      v1::OpenSessionRequest r;
+      r.set_env_id(env);
+      std::promise<absl::StatusOr<SessionLedger::Opened>> opened;
+      ledger.Open(r, [&](absl::StatusOr<SessionLedger::Opened> o) { opened.set_value(std::move(o)); });
+      ASSERT_THAT(opened.get_future().get(), IsOk());
+    }
+    EXPECT_EQ(metrics_.open_sessions.Value(), 3);
+    std::shared_ptr<Session> kept = *store->Find("kept");
+    ASSERT_TRUE(kept->TryBeginCall());
+    auto stored = io_.RunSync(ledger.RecordCall(*kept, ChatCall("2+2?", "4")));
+    ASSERT_THAT(stored, IsOk());
+    EXPECT_EQ(stored->seq(), 0u);
+    for (const char* env : {"closed", "acked"}) {
+      std::promise<absl::Status> closed;
+      ledger.Close(env, v1::CLOSE_REASON_CLOSED,
+                   [&](absl::StatusOr<std::shared_ptr<Session>> s) { closed.set_value(s.status()); });
+      ASSERT_THAT(closed.get_future().get(), IsOk());
+    }
+    EXPECT_THAT(ledger.Ack({"acked"}), IsOkAndHolds(1u));
+    EXPECT_THAT(ledger.Ack({"kept"}), StatusIs(absl::StatusCode::kFailedPrecondition));
+  }  // the journal commits what is queued as it closes
+  auto journal = ProxyJournal::Open(path_, false);
+  ASSERT_THAT(journal, IsOk());
+  auto store = Store();
+  EXPECT_THAT((*journal)->Load(*store), IsOkAndHolds(2));
+  auto kept = store->Find("kept");
+  ASSERT_THAT(kept, IsOk());
+  EXPECT_TRUE((*kept)->open());
+  const v1::Trajectory t = (*kept)->Trajectory(v1::TRAJECTORY_FORMAT_CALLS);
+  ASSERT_EQ(t.calls_size(), 1);
+  EXPECT_EQ(t.calls(0).completion_token_ids(0), 7);
+  ASSERT_EQ(t.messages_size(), 2);
+  EXPECT_EQ(t.messages(1).message().content(), "4");
+  EXPECT_TRUE(t.messages(1).generated());
+  auto closed = store->Find("closed");
+  ASSERT_THAT(closed, IsOk());
+  EXPECT_FALSE((*closed)->open());
+  EXPECT_THAT(store->Find("acked"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ProxyJournalTest, ACorruptCallRecordIsRefusedNotGuessed) {
+  EXPECT_THAT(DecodeCall("definitely not a protobuf"), StatusIs(absl::StatusCode::kDataLoss));
+  const RecordedCall c = ChatCall("q", "a");
+  auto round = DecodeCall(EncodeCall(c.call, c));
+  ASSERT_THAT(round, IsOk());
+  EXPECT_EQ(round->prompt.size(), 1u);
+  ASSERT_TRUE(round->response.has_value());
+  EXPECT_EQ(round->response->content(), "a");
+}
+
+TEST_F(ProxyJournalTest, TheLedgerRefusesBadOpensAtOnceAndClosesOfUnknownSessions) {
+  auto journal = ProxyJournal::Open(path_, false);
+  ASSERT_THAT(journal, IsOk());
+  auto store = Store();
+  SessionLedger ledger(store.get(), journal->get(), &metrics_, &clock_);
+  v1::OpenSessionRequest bad;
+  bad.set_env_id("no spaces allowed");
+  absl::Status open_status;
+  ledger.Open(bad, [&](absl::StatusOr<SessionLedger::Opened> o) { open_status = o.status(); });
+  EXPECT_THAT(open_status, StatusIs(absl::StatusCode::kInvalidArgument));  // answered before Open returned
+  absl::Status close_status;
+  ledger.Close("nobody", v1::CLOSE_REASON_CLOSED,
+               [&](absl::StatusOr<std::shared_ptr<Session>> s) { close_status = s.status(); });
+  EXPECT_THAT(close_status, StatusIs(absl::StatusCode::kNotFound, HasSubstr("nobody")));
+}
+
+}  // namespace
+}  // namespace corral::proxy

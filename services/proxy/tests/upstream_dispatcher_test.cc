@@ -1,0 +1,143 @@
+// UpstreamDispatcher against real HTTP upstreams on loopback: retries elsewhere before the first byte, gives up
+// with the reason after its attempts, keeps a streaming agent company while the upstream is slow, and counts a
+// call against its upstream exactly while the caller holds the response. HealthChecker marks a dead upstream.
+#include "services/proxy/upstream_dispatcher.h"
+
+#include <atomic>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/fake_clock.h"
+#include "libs/core/testing/status_matchers.h"
+#include "prometheus/registry.h"
+#include "services/proxy/health_checker.h"
+#include "services/proxy/tests/proxy_test_support.h"
+
+namespace corral::proxy {
+namespace {
+
+namespace asio = boost::asio;
+using ::testing::HasSubstr;
+
+http::Handler Answer(int status, std::string body, absl::Duration delay = absl::ZeroDuration(),
+                     std::atomic<int>* calls = nullptr) {
+  return [=](http::Request& req, http::Responder& res) -> asio::awaitable<void> {
+    if (calls != nullptr && req.target() != "/health") ++*calls;
+    co_await http::SleepFor(delay);
+    co_await res.Send(status, "application/json", body);
+  };
+}
+
+class DispatcherTest : public ::testing::Test {
+ protected:
+  testing::IoThread io_;  // first: destroyed last, after everything bound to its context
+
+  void Build(std::vector<std::string> urls, RelayOptions options = {}) {
+    std::vector<UpstreamSpec> specs;
+    for (const auto& url : urls) specs.push_back(*ParseUpstreamUrl(url));
+    pool_ = std::make_unique<UpstreamPool>(std::move(specs), &clock_);
+    dispatcher_ = std::make_unique<UpstreamDispatcher>(pool_.get(), &metrics_, &clock_, options);
+  }
+  // An env_id whose sticky upstream is `u`, so a test knows which upstream is tried first.
+  std::string EnvStickyTo(const Upstream* u) {
+    for (int i = 0;; ++i) {
+      std::string env = "env-" + std::to_string(i);
+      if (pool_->Pick(env, "m", {}) == u) return env;
+    }
+  }
+  DispatchRequest Request(const std::string& env, bool stream = false) {
+    return {env, "m", "/v1/chat/completions", R"({"model":"m","messages":[]})", stream};
+  }
+
+  FakeClock clock_;
+  prometheus::Registry registry_;
+  ProxyMetrics metrics_{registry_};
+  std::unique_ptr<UpstreamPool> pool_;
+  std::unique_ptr<UpstreamDispatcher> dispatcher_;
+};
+
+TEST_F(DispatcherTest, AFailingStickyUpstreamIsRetriedElsewhereBeforeTheFirstByte) {
+  std::atomic<int> broken_calls = 0;
+  testing::ScriptedUpstream broken(Answer(503, R"({"error":"overloaded"})", absl::ZeroDuration(), &broken_calls));
+  testing::ScriptedUpstream good(Answer(200, R"({"choices":[]})"));
+  Build({broken.url(), good.url()});
+  Upstream* first = pool_->all()[0];
+  Upstream* second = pool_->all()[1];
+  io_.RunSync([&]() -> asio::awaitable<void> {
+    Dispatch d = co_await dispatcher_->Send(Request(EnvStickyTo(first)), nullptr);
+    EXPECT_NE(d.connection, nullptr) << d.error;
+    if (d.connection == nullptr) co_return;
+    EXPECT_EQ(d.connection->status(), 200);
+    EXPECT_EQ(d.attempts, 2);
+    EXPECT_EQ(d.lease.get(), second);
+    EXPECT_EQ(second->outstanding.load(), 1);  // counted while the caller holds the response…
+    EXPECT_EQ(first->outstanding.load(), 0);
+    auto body = co_await d.connection->ReadAll(absl::Seconds(5));
+    EXPECT_THAT(body, IsOkAndHolds(R"({"choices":[]})"));
+    dispatcher_->Return(std::move(d.connection));
+  }());
+  EXPECT_EQ(pool_->all()[1]->outstanding.load(), 0);  // …and no longer once it is done
+  EXPECT_EQ(broken_calls.load(), 1);
+  EXPECT_EQ(metrics_.retries.Value(), 1);
+}
+
+TEST_F(DispatcherTest, WhenNoUpstreamAnswersTheReasonAndTheAttemptsAreReported) {
+  testing::ScriptedUpstream broken(Answer(500, "{}"));
+  Build({broken.url(), "http://127.0.0.1:1"}, {.connect_timeout = absl::Seconds(1), .max_attempts = 3,
+                                               .retry_backoff = absl::Milliseconds(1)});
+  Dispatch d = io_.RunSync(dispatcher_->Send(Request("env"), nullptr));
+  EXPECT_EQ(d.connection, nullptr);
+  EXPECT_EQ(d.http_status, 502);
+  EXPECT_EQ(d.attempts, 2);  // each upstream once: a third would repeat one
+  EXPECT_THAT(d.error, HasSubstr("no upstream answered (2 attempts)"));
+  EXPECT_FALSE(d.lease);
+  for (Upstream* u : pool_->all()) EXPECT_EQ(u->outstanding.load(), 0);
+  // No upstream serves an unknown model at all: 503.
+  DispatchRequest other = Request("env");
+  std::vector<UpstreamSpec> specs = {*ParseUpstreamUrl(broken.url())};
+  specs[0].models = {"only-this"};
+  pool_ = std::make_unique<UpstreamPool>(specs, &clock_);
+  dispatcher_ = std::make_unique<UpstreamDispatcher>(pool_.get(), &metrics_, &clock_, RelayOptions{});
+  d = io_.RunSync(dispatcher_->Send(other, nullptr));
+  EXPECT_EQ(d.http_status, 503);
+  EXPECT_EQ(d.attempts, 0);
+}
+
+TEST_F(DispatcherTest, AStreamingCallIsKeptCompanyWhileTheUpstreamIsSlowToAnswer) {
+  testing::ScriptedUpstream slow(Answer(200, "data: [DONE]\n\n", absl::Milliseconds(400)));
+  Build({slow.url()}, {.keepalive_interval = absl::Milliseconds(50)});
+  int waits = 0;
+  Dispatch d = io_.RunSync(dispatcher_->Send(Request("env", /*stream=*/true), [&]() -> asio::awaitable<void> {
+    ++waits;
+    co_return;
+  }));
+  ASSERT_NE(d.connection, nullptr) << d.error;
+  EXPECT_GE(waits, 2);
+  // A non-streaming call has nobody to keep company: no calls.
+  waits = 0;
+  d = io_.RunSync(dispatcher_->Send(Request("env", /*stream=*/false), [&]() -> asio::awaitable<void> {
+    ++waits;
+    co_return;
+  }));
+  EXPECT_EQ(waits, 0);
+}
+
+TEST_F(DispatcherTest, HealthChecksMarkADeadUpstreamAndLearnTheModelsOfALiveOne) {
+  testing::ScriptedUpstream live([](http::Request& req, http::Responder& res) -> asio::awaitable<void> {
+    if (req.target() == "/v1/models") {
+      co_await res.Send(200, "application/json", R"({"object":"list","data":[{"id":"served-model"}]})");
+    } else {
+      co_await res.Send(200, "application/json", "{}");
+    }
+  });
+  Build({live.url(), "http://127.0.0.1:1"});
+  HealthChecker health(pool_.get(), &metrics_);
+  io_.RunSync(health.CheckAll());
+  EXPECT_TRUE(pool_->all()[0]->healthy.load());
+  EXPECT_FALSE(pool_->all()[1]->healthy.load());
+  EXPECT_THAT(pool_->all()[0]->discovered(), ::testing::ElementsAre("served-model"));
+  EXPECT_EQ(pool_->Pick("any", "served-model", {}), pool_->all()[0]);
+}
+
+}  // namespace
+}  // namespace corral::proxy

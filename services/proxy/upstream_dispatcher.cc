@@ -1,0 +1,128 @@
+#include "services/proxy/upstream_dispatcher.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "boost/asio/as_tuple.hpp"
+#include "boost/asio/co_spawn.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/this_coro.hpp"
+#include "boost/asio/use_awaitable.hpp"
+#include "libs/http/detached.h"
+#include "libs/http/server.h"
+
+namespace corral::proxy {
+namespace {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+
+}  // namespace
+
+UpstreamLease::UpstreamLease(Upstream* upstream) : upstream_(upstream) {
+  if (upstream_ != nullptr) ++upstream_->outstanding;
+}
+
+UpstreamLease& UpstreamLease::operator=(UpstreamLease&& other) noexcept {
+  if (this != &other) {
+    reset();
+    upstream_ = std::exchange(other.upstream_, nullptr);
+  }
+  return *this;
+}
+
+void UpstreamLease::reset() {
+  if (upstream_ != nullptr) --upstream_->outstanding;
+  upstream_ = nullptr;
+}
+
+asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& request, OnWait on_wait) {
+  Dispatch d;
+  std::vector<Upstream*> tried;
+  absl::Duration backoff = options_.retry_backoff;
+  std::string last_error = "no upstream serves this model";
+  int last_status = 503;
+  thread_local std::mt19937 rng{std::random_device{}()};
+  for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
+    Upstream* u = upstreams_->Pick(request.env_id, request.model, tried);
+    if (u == nullptr) break;
+    if (attempt > 1) {
+      metrics_->retries.Increment();
+      co_await http::SleepFor(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng));
+      backoff *= 2;
+    }
+    tried.push_back(u);
+    d.attempts = attempt;
+    http::Request req{bhttp::verb::post, request.route, 11};
+    req.set(bhttp::field::host, u->spec.name);
+    req.set(bhttp::field::content_type, "application/json");
+    req.set(bhttp::field::accept, request.stream ? "text/event-stream" : "application/json");
+    req.keep_alive(true);
+    req.body() = request.body;
+    // Counted from the request on: a non-streamed answer's header comes only once it is complete.
+    UpstreamLease lease(u);
+    const absl::Time start = clock_->Now();
+    d.upstream_start = start;
+    auto sent = co_await Attempt(*u, req, request.stream, on_wait);
+    d.waited += clock_->Now() - start;
+    if (!sent.ok()) {
+      upstreams_->Failed(u);
+      last_error = std::string(sent.status().message());
+      last_status = absl::IsDeadlineExceeded(sent.status()) ? 504 : 502;
+      continue;
+    }
+    std::unique_ptr<http::ClientConnection> conn = *std::move(sent);
+    if (conn->status() >= 500) {  // before the first body byte: safe to try another upstream
+      (void)co_await conn->ReadAll(options_.idle_timeout, 1 << 20);
+      upstreams_->Failed(u);
+      last_error = absl::StrCat(u->spec.name, " answered HTTP ", conn->status());
+      last_status = 502;
+      pool_.Put(std::move(conn));
+      continue;
+    }
+    upstreams_->Succeeded(u);
+    d.connection = std::move(conn);
+    d.lease = std::move(lease);
+    d.first_byte = clock_->Now();
+    co_return d;
+  }
+  d.http_status = last_status;
+  d.error = absl::StrCat("no upstream answered (", d.attempts, " attempts): ", last_error);
+  co_return d;
+}
+
+asio::awaitable<absl::StatusOr<std::unique_ptr<http::ClientConnection>>> UpstreamDispatcher::Attempt(
+    Upstream& u, http::Request& req, bool stream, const OnWait& on_wait) {
+  auto executor = co_await asio::this_coro::executor;
+  absl::Status sent;
+  std::unique_ptr<http::ClientConnection> conn;
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    bool reused = false;
+    auto got = co_await pool_.Get(executor, u.spec.host, u.spec.port, options_.connect_timeout, &reused);
+    if (!got.ok()) co_return got.status();
+    conn = *std::move(got);
+    // The send runs beside this loop, which calls `on_wait` each keepalive interval until it is done.
+    bool finished = false;
+    auto wake = std::make_shared<asio::steady_timer>(executor);
+    asio::co_spawn(
+        executor,
+        [&, wake]() -> asio::awaitable<void> {
+          sent = co_await conn->Send(req, options_.first_byte_timeout);
+          finished = true;
+          wake->cancel();
+        },
+        http::LogExceptions("sending to an upstream"));
+    while (!finished) {
+      wake->expires_after(absl::ToChronoNanoseconds(options_.keepalive_interval));
+      auto [ec] = co_await wake->async_wait(asio::as_tuple(asio::use_awaitable));
+      if (finished || ec || !stream || !on_wait) continue;
+      co_await on_wait();
+    }
+    // Only a pooled connection the upstream had closed meanwhile is retried fresh; a timeout is not resent.
+    if (sent.ok() || !reused || !absl::IsUnavailable(sent)) break;
+  }
+  if (!sent.ok()) co_return sent;
+  co_return conn;
+}
+
+}  // namespace corral::proxy
