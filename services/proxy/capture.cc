@@ -185,8 +185,8 @@ bool StripForAgent(const Rewrite& rw, json::object& o) {
 }
 
 void ResponseAssembler::FillRecord(bool ok, RecordedCall* record) const {
-  v1::LlmCall& call = record->call;
-  if (ok && chat_ && saw_choice_) record->response = message();
+  v1::LlmCall& call = *record->mutable_call();
+  if (ok && chat_ && saw_choice_) *record->mutable_response() = message();
   if (ok && !chat_) call.set_completion_text(text_);
   call.set_finish_reason(ok ? finish_reason_ : "");
   *call.mutable_usage() = usage_;

@@ -139,13 +139,13 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     co_return;
   }
   c.rewrite = policy.rewrite;
-  v1::LlmCall& call = c.recorded.call;
+  v1::LlmCall& call = *c.recorded.mutable_call();
   call.set_endpoint(route);
   call.set_requested_model(c.rewrite.requested_model);
   call.set_model(c.rewrite.model);
   call.set_stream(c.rewrite.stream);
   if (chat) {
-    c.recorded.prompt = MessagesFrom(c.body["messages"].as_array());
+    for (v1::ChatMessage& m : MessagesFrom(c.body["messages"].as_array())) *c.recorded.add_prompt() = std::move(m);
   } else {
     call.set_prompt_text(std::string(c.body["prompt"].as_string()));
   }
@@ -300,7 +300,7 @@ asio::awaitable<absl::Status> HttpHandler::Finish(Call& c) {
   const absl::Time done = clock_->Now();
   const bool ok = c.error.empty();
   c.assembler.FillRecord(ok, &c.recorded);
-  v1::LlmCall& call = c.recorded.call;
+  v1::LlmCall& call = *c.recorded.mutable_call();
   const Dispatch& d = c.dispatch;
   ToProto(c.received, call.mutable_timings()->mutable_received());
   if (d.upstream_start != absl::Time()) ToProto(d.upstream_start, call.mutable_timings()->mutable_upstream_start());

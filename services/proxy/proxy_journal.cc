@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS sessions (
   open_ns INTEGER NOT NULL,
   close_reason INTEGER NOT NULL DEFAULT 0
 );
-CREATE TABLE IF NOT EXISTS calls (
+CREATE TABLE IF NOT EXISTS recorded_calls (
   env_id TEXT NOT NULL REFERENCES sessions(env_id) ON DELETE CASCADE,
   seq INTEGER NOT NULL,
   record BLOB NOT NULL,
@@ -30,30 +30,11 @@ CREATE TABLE IF NOT EXISTS calls (
 
 }  // namespace
 
-std::string EncodeCall(const v1::LlmCall& stored, const RecordedCall& call) {
-  v1::Trajectory t;
-  for (const auto& m : call.prompt) *t.add_messages()->mutable_message() = m;
-  if (call.response) {
-    v1::MessageNode* r = t.add_messages();
-    *r->mutable_message() = *call.response;
-    r->set_generated(true);
-  }
-  *t.add_calls() = stored;
-  return t.SerializeAsString();
-}
+std::string EncodeCall(const RecordedCall& call) { return call.SerializeAsString(); }
 
 absl::StatusOr<RecordedCall> DecodeCall(const std::string& bytes) {
-  v1::Trajectory t;
-  if (!t.ParseFromString(bytes) || t.calls_size() != 1) return absl::DataLossError("a journaled call is corrupt");
   RecordedCall call;
-  for (const auto& node : t.messages()) {
-    if (node.generated()) {
-      call.response = node.message();
-    } else {
-      call.prompt.push_back(node.message());
-    }
-  }
-  call.call = t.calls(0);
+  if (!call.ParseFromString(bytes) || !call.has_call()) return absl::DataLossError("a journaled call is corrupt");
   return call;
 }
 
@@ -91,16 +72,15 @@ void ProxyJournal::DropSessions(std::vector<std::string> env_ids, Journal::Done 
       std::move(done));
 }
 
-asio::awaitable<absl::Status> ProxyJournal::AppendCall(const std::string& env_id, const v1::LlmCall& stored,
-                                                       const RecordedCall& call) {
+asio::awaitable<absl::Status> ProxyJournal::AppendCall(const std::string& env_id, const RecordedCall& call) {
   // The writer thread signals the waiting coroutine by cancelling a timer on the coroutine's own executor.
   auto executor = co_await asio::this_coro::executor;
   auto timer = std::make_shared<asio::steady_timer>(executor, asio::steady_timer::time_point::max());
   auto result = std::make_shared<absl::Status>(absl::UnknownError("not committed"));
   auto committed = std::make_shared<std::atomic<bool>>(false);
   journal_->Submit(
-      [env_id, seq = static_cast<int64_t>(stored.seq()), bytes = EncodeCall(stored, call)](sqlite3* db) {
-        Statement& st = CachedStatement(db, "INSERT INTO calls (env_id, seq, record) VALUES (?, ?, ?)");
+      [env_id, seq = static_cast<int64_t>(call.call().seq()), bytes = EncodeCall(call)](sqlite3* db) {
+        Statement& st = CachedStatement(db, "INSERT INTO recorded_calls (env_id, seq, record) VALUES (?, ?, ?)");
         return st.Bind(1, env_id).Bind(2, seq).BindBlob(3, bytes).Run();
       },
       [executor, timer, result, committed](absl::Status s) {
@@ -118,7 +98,7 @@ absl::StatusOr<int> ProxyJournal::Load(SessionStore& store) {
   int sessions = 0;
   absl::Status status = journal_->Read([&](sqlite3* db) -> absl::Status {
     Statement st(db, "SELECT env_id, request, open_ns, close_reason FROM sessions ORDER BY env_id");
-    Statement calls(db, "SELECT record FROM calls WHERE env_id = ? ORDER BY seq");
+    Statement calls(db, "SELECT record FROM recorded_calls WHERE env_id = ? ORDER BY seq");
     while (true) {
       CORRAL_ASSIGN_OR_RETURN(bool row, st.Step());
       if (!row) break;

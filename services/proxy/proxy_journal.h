@@ -1,7 +1,7 @@
 // The proxy's durable state in a Journal (SQLite WAL, group commit): sessions as opened (the request with its
 // policy), their closing, and every recorded call — so a proxy restarted after kill -9 serves its open sessions
-// and returns every completed call. A call's journal record is a one-call Trajectory (its prompt messages, its
-// response message, its LlmCall).
+// and returns every completed call. A call's journal record is its RecordedCall (common.proto) as the session
+// stored it.
 #pragma once
 
 #include <memory>
@@ -25,8 +25,8 @@ class ProxyJournal {
   void CloseSession(const std::string& env_id, v1::CloseReason reason, Journal::Done done);
   void DropSessions(std::vector<std::string> env_ids, Journal::Done done);
   // From a coroutine: resumes once the call is committed (group commit with concurrent calls).
-  boost::asio::awaitable<absl::Status> AppendCall(const std::string& env_id, const v1::LlmCall& stored,
-                                                  const RecordedCall& call);
+  // `call` as its session stored it (seq, ids and node indices set).
+  boost::asio::awaitable<absl::Status> AppendCall(const std::string& env_id, const RecordedCall& call);
   // Restores every journaled session (open and closed) with its calls into `store`. Returns how many.
   absl::StatusOr<int> Load(SessionStore& store);
 
@@ -37,7 +37,7 @@ class ProxyJournal {
   std::unique_ptr<Journal> journal_;
 };
 
-std::string EncodeCall(const v1::LlmCall& stored, const RecordedCall& call);
+std::string EncodeCall(const RecordedCall& call);
 absl::StatusOr<RecordedCall> DecodeCall(const std::string& bytes);
 
 }  // namespace corral::proxy

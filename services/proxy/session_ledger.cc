@@ -78,8 +78,9 @@ void SessionLedger::Expire() {
 
 boost::asio::awaitable<absl::StatusOr<v1::LlmCall>> SessionLedger::RecordCall(Session& session, RecordedCall call) {
   const v1::LlmCall stored = session.EndCall(call);
+  *call.mutable_call() = stored;  // journaled as stored: ids and node indices included
   const absl::Time commit_start = clock_->Now();
-  absl::Status journaled = co_await journal_->AppendCall(session.env_id(), stored, call);
+  absl::Status journaled = co_await journal_->AppendCall(session.env_id(), call);
   metrics_->journal_commit.Observe(absl::ToDoubleSeconds(clock_->Now() - commit_start));
   if (!journaled.ok()) {
     spdlog::error("session {}: journaling call {} failed: {}", session.env_id(), stored.seq(), journaled);

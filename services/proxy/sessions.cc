@@ -52,20 +52,22 @@ void Session::FailCall(uint32_t seq, const std::string& error, int http_status) 
   trajectory_.MarkFailed(seq, error, http_status);
 }
 
+void Session::AddUsage(const v1::Usage& u) {
+  usage_.set_prompt_tokens(usage_.prompt_tokens() + u.prompt_tokens());
+  usage_.set_completion_tokens(usage_.completion_tokens() + u.completion_tokens());
+  usage_.set_total_tokens(usage_.total_tokens() + u.total_tokens());
+}
+
 v1::LlmCall Session::EndCall(RecordedCall call) {
   absl::MutexLock lock(&mu_);
   if (inflight_ > 0) --inflight_;
-  usage_.set_prompt_tokens(usage_.prompt_tokens() + call.call.usage().prompt_tokens());
-  usage_.set_completion_tokens(usage_.completion_tokens() + call.call.usage().completion_tokens());
-  usage_.set_total_tokens(usage_.total_tokens() + call.call.usage().total_tokens());
+  AddUsage(call.call().usage());
   return trajectory_.Record(std::move(call));
 }
 
 void Session::Replay(RecordedCall call) {
   absl::MutexLock lock(&mu_);
-  usage_.set_prompt_tokens(usage_.prompt_tokens() + call.call.usage().prompt_tokens());
-  usage_.set_completion_tokens(usage_.completion_tokens() + call.call.usage().completion_tokens());
-  usage_.set_total_tokens(usage_.total_tokens() + call.call.usage().total_tokens());
+  AddUsage(call.call().usage());
   trajectory_.Record(std::move(call));
 }
 

@@ -61,6 +61,8 @@ class Session {
   absl::Time expire_time() const;
 
  private:
+  void AddUsage(const v1::Usage& usage) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const v1::OpenSessionRequest request_;
   const absl::Duration retention_;
   mutable absl::Mutex mu_;

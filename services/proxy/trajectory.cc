@@ -113,7 +113,7 @@ uint32_t TrajectoryStore::Assign(std::optional<uint32_t> prompt_last, size_t new
 }
 
 const v1::LlmCall& TrajectoryStore::Record(RecordedCall recorded) {
-  v1::LlmCall& call = recorded.call;
+  v1::LlmCall& call = *recorded.mutable_call();
   if (call.call_id().empty()) {
     call.set_seq(next_seq_);
     call.set_call_id(absl::StrCat(env_id_, "/", call.seq()));
@@ -121,15 +121,15 @@ const v1::LlmCall& TrajectoryStore::Record(RecordedCall recorded) {
   next_seq_ = std::max(next_seq_, call.seq() + 1);
   const size_t before = nodes_.size();
   std::optional<uint32_t> last;
-  for (const v1::ChatMessage& m : recorded.prompt) last = Node(last, m, /*generated=*/false, call.call_id());
+  for (const v1::ChatMessage& m : recorded.prompt()) last = Node(last, m, /*generated=*/false, call.call_id());
   if (last) call.set_prompt_last_message(*last);
-  const bool chat = !recorded.prompt.empty() || recorded.response.has_value();
+  const bool chat = !recorded.prompt().empty() || recorded.has_response();
   if (chat) {
     const uint32_t branch = Assign(last, nodes_.size() - before, call.call_id());
     call.set_branch(branch);
     std::optional<uint32_t> end = last;
-    if (recorded.response) {
-      end = Node(last, *recorded.response, /*generated=*/true, call.call_id());
+    if (recorded.has_response()) {
+      end = Node(last, recorded.response(), /*generated=*/true, call.call_id());
       call.set_response_message(*end);
     }
     owner_.resize(nodes_.size(), branch);  // nodes this call added belong to its branch

@@ -16,12 +16,8 @@
 
 namespace corral::proxy {
 
-// What the proxy learned about one call (chat: `prompt` and `response`; completions: call.prompt_text etc.).
-struct RecordedCall {
-  std::vector<v1::ChatMessage> prompt;
-  std::optional<v1::ChatMessage> response;  // unset when the call failed
-  v1::LlmCall call;  // everything else; call_id, seq, branch and node indices are filled in by Record
-};
+// One call as recorded (common.proto): chat `prompt` and `response`; completions use call.prompt_text etc.
+using RecordedCall = v1::RecordedCall;
 
 class TrajectoryStore {
  public:

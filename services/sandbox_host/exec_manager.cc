@@ -103,8 +103,14 @@ void Execution::Kill(ExitReason reason) {
     if (!kill_reason_) kill_reason_ = reason;
     sweeping_ = true;  // the exit is reported only once nothing of the uid runs any more
   }
-  kill(-pid_, SIGKILL);       // the whole process group…
-  KillAllOf(sandbox_->uid);   // …then everything else running as the sandbox's uid (setsid escapees)
+  {
+    absl::MutexLock uid_lock(&sandbox_->uid_mu);
+    // Once the sandbox is torn down everything of it is dead already, and its uid may be another sandbox's.
+    if (!sandbox_->deleted) {
+      kill(-pid_, SIGKILL);      // the whole process group…
+      KillAllOf(sandbox_->uid);  // …then everything else running as the sandbox's uid (setsid escapees)
+    }
+  }
   {
     absl::MutexLock lock(&mu_);
     sweeping_ = false;

@@ -367,9 +367,13 @@ bool SandboxManager::Delete(const std::string& id) {
 }
 
 void SandboxManager::Teardown(Sandbox& sb) {
-  sb.deleted = true;  // executions that end now report SANDBOX_DELETED
-  // Every process of the uid dies first (setsid escapees included), so nothing can race the wipe.
-  const bool clean = KillAllOf(sb.uid);
+  bool clean = false;
+  {
+    absl::MutexLock lock(&sb.uid_mu);
+    sb.deleted = true;  // executions that end now report SANDBOX_DELETED, and sweep no more
+    // Every process of the uid dies first (setsid escapees included), so nothing can race the wipe.
+    clean = KillAllOf(sb.uid);
+  }
   sb.landlock.Reset();
   sb.namespaces = SandboxNamespaces{};
   if (absl::Status s = sb.cgroup.Remove(); !s.ok()) spdlog::warn("sandbox {}: {}", sb.id, s);

@@ -100,6 +100,9 @@ struct Sandbox {
   absl::Time create_time;
   std::shared_ptr<const TemplateImage> template_image;  // what the home was cloned from
   mutable std::atomic<bool> deleted{false};
+  // Held by whatever kills by this sandbox's uid (an execution's kill sweep, the teardown), so that no sweep
+  // runs once the teardown is done and the uid may already be another sandbox's.
+  mutable absl::Mutex uid_mu;
   // Idle eviction: nanoseconds (Unix) of the last API call or process exit, and processes still running.
   mutable std::atomic<int64_t> last_active_ns{0};
   mutable std::atomic<int> running{0};

@@ -412,8 +412,13 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
   if (txt.ok()) txt_value = *txt;
   auto reward = VerifierReward(txt_value, json_text, exit_code);
   if (!reward.ok()) {
+    // Say how it ended, so a killed verifier is told from one that simply wrote nothing.
+    const std::string ended = out->exit.signal() != 0
+                                  ? absl::StrCat("; the verifier was killed by signal ", out->exit.signal(), " (",
+                                                 v1::ExitReason_Name(out->exit.reason()), ")")
+                                  : "";
     co_return Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_VERIFIER, v1::EPISODE_PHASE_VERIFIER,
-                      std::string(reward.status().message())};
+                      absl::StrCat(reward.status().message(), ended, "; output: ", out->tail.substr(0, 512))};
   }
   SetReward(a, *reward);
   co_return std::nullopt;

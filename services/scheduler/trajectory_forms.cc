@@ -8,8 +8,8 @@ v1::Trajectory ConvertTrajectory(const v1::Trajectory& calls, v1::TrajectoryForm
   if (format == v1::TRAJECTORY_FORMAT_CALLS || calls.format() != v1::TRAJECTORY_FORMAT_CALLS) return calls;
   proxy::TrajectoryStore store(calls.env_id());
   for (const v1::LlmCall& call : calls.calls()) {
-    proxy::RecordedCall recorded;
-    recorded.call = call;
+    v1::RecordedCall recorded;
+    *recorded.mutable_call() = call;
     if (call.has_prompt_last_message()) {
       // The prompt is the chain of nodes ending at its last message.
       std::vector<v1::ChatMessage> chain;
@@ -19,13 +19,13 @@ v1::Trajectory ConvertTrajectory(const v1::Trajectory& calls, v1::TrajectoryForm
         chain.push_back(node.message());
         at = node.has_parent() ? std::optional<uint32_t>(node.parent()) : std::nullopt;
       }
-      recorded.prompt.assign(chain.rbegin(), chain.rend());
+      for (auto it = chain.rbegin(); it != chain.rend(); ++it) *recorded.add_prompt() = std::move(*it);
     }
     if (call.has_response_message() && call.response_message() < static_cast<uint32_t>(calls.messages_size())) {
-      recorded.response = calls.messages(static_cast<int>(call.response_message())).message();
+      *recorded.mutable_response() = calls.messages(static_cast<int>(call.response_message())).message();
     }
-    recorded.call.clear_prompt_last_message();
-    recorded.call.clear_response_message();
+    recorded.mutable_call()->clear_prompt_last_message();
+    recorded.mutable_call()->clear_response_message();
     store.Record(std::move(recorded));
   }
   v1::Trajectory out;

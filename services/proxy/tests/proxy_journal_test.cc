@@ -23,18 +23,18 @@ constexpr char kKey[] = "0123456789abcdef0123456789abcdef";
 
 RecordedCall ChatCall(const std::string& question, const std::string& answer) {
   RecordedCall c;
-  c.call.set_endpoint("/v1/chat/completions");
-  c.call.set_model("m");
+  c.mutable_call()->set_endpoint("/v1/chat/completions");
+  c.mutable_call()->set_model("m");
   v1::ChatMessage user;
   user.set_role("user");
   user.set_content(question);
-  c.prompt.push_back(user);
+  *c.add_prompt() = user;
   v1::ChatMessage reply;
   reply.set_role("assistant");
   reply.set_content(answer);
-  c.response = reply;
-  c.call.add_completion_token_ids(7);
-  c.call.add_completion_logprobs(-0.5f);
+  *c.mutable_response() = reply;
+  c.mutable_call()->add_completion_token_ids(7);
+  c.mutable_call()->add_completion_logprobs(-0.5f);
   return c;
 }
 
@@ -102,11 +102,12 @@ TEST_F(ProxyJournalTest, ALedgersSessionsAndCallsComeBackAfterARestartAndAckedOn
 TEST_F(ProxyJournalTest, ACorruptCallRecordIsRefusedNotGuessed) {
   EXPECT_THAT(DecodeCall("definitely not a protobuf"), StatusIs(absl::StatusCode::kDataLoss));
   const RecordedCall c = ChatCall("q", "a");
-  auto round = DecodeCall(EncodeCall(c.call, c));
+  EXPECT_THAT(DecodeCall(""), StatusIs(absl::StatusCode::kDataLoss));  // a record without its call
+  auto round = DecodeCall(EncodeCall(c));
   ASSERT_THAT(round, IsOk());
-  EXPECT_EQ(round->prompt.size(), 1u);
-  ASSERT_TRUE(round->response.has_value());
-  EXPECT_EQ(round->response->content(), "a");
+  EXPECT_EQ(round->prompt_size(), 1);
+  ASSERT_TRUE(round->has_response());
+  EXPECT_EQ(round->response().content(), "a");
 }
 
 TEST_F(ProxyJournalTest, TheLedgerRefusesBadOpensAtOnceAndClosesOfUnknownSessions) {

@@ -105,7 +105,7 @@ TEST_F(SessionStoreTest, MaxCallsCountsCallsInFlightAndRecorded) {
   EXPECT_FALSE(s.TryBeginCall());  // two in flight
   s.AbandonCall();  // one in flight
   RecordedCall call;
-  call.call.set_endpoint("/v1/chat/completions");
+  call.mutable_call()->set_endpoint("/v1/chat/completions");
   EXPECT_EQ(s.EndCall(call).seq(), 0u);  // none in flight, one recorded
   EXPECT_EQ(s.Snapshot().calls(), 1u);
   EXPECT_TRUE(s.TryBeginCall());

@@ -17,12 +17,12 @@ v1::ChatMessage Msg(const std::string& role, const std::string& content) {
 RecordedCall Call(std::vector<v1::ChatMessage> prompt, const std::string& reply, std::vector<int32_t> prompt_ids = {},
                   std::vector<int32_t> completion_ids = {}) {
   RecordedCall c;
-  c.prompt = std::move(prompt);
-  c.response = Msg("assistant", reply);
-  for (int32_t id : prompt_ids) c.call.add_prompt_token_ids(id);
+  for (v1::ChatMessage& m : prompt) *c.add_prompt() = std::move(m);
+  *c.mutable_response() = Msg("assistant", reply);
+  for (int32_t id : prompt_ids) c.mutable_call()->add_prompt_token_ids(id);
   for (int32_t id : completion_ids) {
-    c.call.add_completion_token_ids(id);
-    c.call.add_completion_logprobs(-0.5f);
+    c.mutable_call()->add_completion_token_ids(id);
+    c.mutable_call()->add_completion_logprobs(-0.5f);
   }
   return c;
 }
@@ -103,8 +103,8 @@ TEST(TrajectoryStoreTest, TheFlatTokenViewSplicesPromptsAndMarksGeneratedTokens)
 TEST(TrajectoryStoreTest, FailedCallsCountAndKeepTheirPrompt) {
   TrajectoryStore store("env-1");
   RecordedCall failed;
-  failed.prompt = {Msg("user", "q")};
-  failed.call.set_error("upstream disconnected mid-stream");
+  *failed.add_prompt() = Msg("user", "q");
+  failed.mutable_call()->set_error("upstream disconnected mid-stream");
   store.Record(std::move(failed));
   v1::Trajectory t;
   store.Export(v1::TRAJECTORY_FORMAT_CALLS, &t);
