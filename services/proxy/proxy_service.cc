@@ -4,21 +4,12 @@
 #include "libs/rpc/pagination.h"
 #include "libs/rpc/proto_time.h"
 #include "libs/rpc/status_conversion.h"
+#include "libs/rpc/unary.h"
 
 namespace corral::proxy {
-namespace {
-
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* ProxyService::OpenSession(grpc::CallbackServerContext* ctx, const v1::OpenSessionRequest* req,
                                                     v1::OpenSessionResponse* resp) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   ledger_->Open(*req, [this, reactor, resp](absl::StatusOr<SessionLedger::Opened> opened) {
     if (opened.ok()) {
@@ -33,17 +24,17 @@ grpc::ServerUnaryReactor* ProxyService::OpenSession(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* ProxyService::GetTrajectory(grpc::CallbackServerContext* ctx,
                                                       const v1::GetTrajectoryRequest* req, v1::Trajectory* resp) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   auto session = ledger_->store().Find(req->env_id());
-  if (!session.ok()) return Done(ctx, session.status());
+  if (!session.ok()) return FinishUnary(ctx, session.status());
   *resp = (*session)->Trajectory(req->format());
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ProxyService::CloseSession(grpc::CallbackServerContext* ctx,
                                                      const v1::CloseSessionRequest* req,
                                                      v1::CloseSessionResponse* resp) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   ledger_->Close(req->env_id(), v1::CLOSE_REASON_CLOSED,
                  [reactor, req, resp](absl::StatusOr<std::shared_ptr<Session>> session) {
@@ -59,9 +50,9 @@ grpc::ServerUnaryReactor* ProxyService::CloseSession(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* ProxyService::ListSessions(grpc::CallbackServerContext* ctx,
                                                      const v1::ListSessionsRequest* req,
                                                      v1::ListSessionsResponse* resp) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   auto page = PageSize(req->page_size());
-  if (!page.ok()) return Done(ctx, page.status());
+  if (!page.ok()) return FinishUnary(ctx, page.status());
   using SessionRef = std::shared_ptr<Session>;
   resp->set_next_page_token(FillPage(
       ledger_->store().List(), req->page_token(), *page, [](const SessionRef& s) { return s->env_id(); },
@@ -71,18 +62,18 @@ grpc::ServerUnaryReactor* ProxyService::ListSessions(grpc::CallbackServerContext
         return state_ok && MatchesLabels(req->label_selector(), s->request().labels());
       },
       [&](const SessionRef& s) { *resp->add_sessions() = s->Snapshot(); }));
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ProxyService::AckTrajectory(grpc::CallbackServerContext* ctx,
                                                       const v1::AckTrajectoryRequest* req,
                                                       v1::AckTrajectoryResponse* resp) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   std::vector<std::string> ids(req->env_ids().begin(), req->env_ids().end());
   auto acked = ledger_->Ack(ids);
-  if (!acked.ok()) return Done(ctx, acked.status());
+  if (!acked.ok()) return FinishUnary(ctx, acked.status());
   resp->set_acked(*acked);
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 }  // namespace corral::proxy

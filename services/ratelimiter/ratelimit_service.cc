@@ -8,17 +8,12 @@
 #include "libs/core/status_macros.h"
 #include "libs/rpc/pagination.h"
 #include "libs/rpc/status_conversion.h"
+#include "libs/rpc/unary.h"
 #include "services/ratelimiter/convert.h"
 #include "services/ratelimiter/session_reactor.h"
 
 namespace corral::ratelimiter {
 namespace {
-
-grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
 
 // A unary Acquire: waits in the limiter's queue without blocking a thread. If the caller cancels (or its
 // deadline passes) the request leaves the queue at once; a grant that races with the cancellation is
@@ -102,58 +97,58 @@ class AcquireReactor final : public grpc::ServerUnaryReactor {
 
 grpc::ServerUnaryReactor* RateLimitService::CreateLimit(grpc::CallbackServerContext* ctx,
                                                         const v1::CreateLimitRequest* request, v1::Limit* response) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   LimitSpec spec = FromProto(request->limit());
   absl::Status status = limiter_->CreateLimit(spec);
   if (status.ok()) {
     auto stored = limiter_->GetLimit(spec.name);
     if (stored.ok()) ToProto(*stored, response);
   }
-  return Done(ctx, status);
+  return FinishUnary(ctx, status);
 }
 
 grpc::ServerUnaryReactor* RateLimitService::GetLimit(grpc::CallbackServerContext* ctx,
                                                      const v1::GetLimitRequest* request, v1::Limit* response) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   auto spec = limiter_->GetLimit(request->name());
   if (spec.ok()) ToProto(*spec, response);
-  return Done(ctx, spec.status());
+  return FinishUnary(ctx, spec.status());
 }
 
 grpc::ServerUnaryReactor* RateLimitService::ListLimits(grpc::CallbackServerContext* ctx,
                                                        const v1::ListLimitsRequest* request,
                                                        v1::ListLimitsResponse* response) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   auto page_size = PageSize(request->page_size());
-  if (!page_size.ok()) return Done(ctx, page_size.status());
+  if (!page_size.ok()) return FinishUnary(ctx, page_size.status());
   // Limits are listed by name; the page token is the last name returned.
   response->set_next_page_token(FillPage(
       limiter_->ListLimits(), request->page_token(), *page_size, [](const LimitSpec& l) { return l.name; },
       [](const LimitSpec&) { return true; }, [&](const LimitSpec& l) { ToProto(l, response->add_limits()); }));
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* RateLimitService::UpdateLimit(grpc::CallbackServerContext* ctx,
                                                         const v1::UpdateLimitRequest* request, v1::Limit* response) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   auto spec = limiter_->UpdateLimit(FromProto(request->limit()));
   if (spec.ok()) ToProto(*spec, response);
-  return Done(ctx, spec.status());
+  return FinishUnary(ctx, spec.status());
 }
 
 grpc::ServerUnaryReactor* RateLimitService::DeleteLimit(grpc::CallbackServerContext* ctx,
                                                         const v1::DeleteLimitRequest* request,
                                                         v1::DeleteLimitResponse*) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
-  return Done(ctx, limiter_->DeleteLimit(request->name(), request->force()));
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  return FinishUnary(ctx, limiter_->DeleteLimit(request->name(), request->force()));
 }
 
 grpc::ServerUnaryReactor* RateLimitService::StartAcquire(grpc::CallbackServerContext* ctx,
                                                          const v1::AcquireRequest* request,
                                                          v1::AcquireResponse* response, bool try_only) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   auto params = FromProto(*request);
-  if (!params.ok()) return Done(ctx, params.status());
+  if (!params.ok()) return FinishUnary(ctx, params.status());
   params->try_only = try_only;
   auto* reactor = new AcquireReactor(limiter_, ctx, response);
   reactor->Start(*std::move(params));
@@ -173,21 +168,21 @@ grpc::ServerUnaryReactor* RateLimitService::TryAcquire(grpc::CallbackServerConte
 
 grpc::ServerUnaryReactor* RateLimitService::Release(grpc::CallbackServerContext* ctx,
                                                     const v1::ReleaseRequest* request, v1::ReleaseResponse*) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
-  if (request->lease_id().empty()) return Done(ctx, absl::InvalidArgumentError("lease_id is required"));
-  return Done(ctx, limiter_->Release(request->lease_id(), request->session_id()));
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  if (request->lease_id().empty()) return FinishUnary(ctx, absl::InvalidArgumentError("lease_id is required"));
+  return FinishUnary(ctx, limiter_->Release(request->lease_id(), request->session_id()));
 }
 
 grpc::ServerUnaryReactor* RateLimitService::KeepAlive(grpc::CallbackServerContext* ctx,
                                                       const v1::KeepAliveRequest* request,
                                                       v1::KeepAliveResponse* response) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
-  if (request->lease_ids().empty()) return Done(ctx, absl::InvalidArgumentError("lease_ids is required"));
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  if (request->lease_ids().empty()) return FinishUnary(ctx, absl::InvalidArgumentError("lease_ids is required"));
   auto grants = limiter_->KeepAlive({request->lease_ids().begin(), request->lease_ids().end()}, request->session_id());
   if (grants.ok()) {
     for (const Grant& g : *grants) ToProto(g, response->add_leases());
   }
-  return Done(ctx, grants.status());
+  return FinishUnary(ctx, grants.status());
 }
 
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* RateLimitService::Session(
@@ -198,12 +193,12 @@ grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* RateLimitServi
 grpc::ServerUnaryReactor* RateLimitService::GetStatus(grpc::CallbackServerContext* ctx,
                                                       const v1::GetStatusRequest* request,
                                                       v1::GetStatusResponse* response) {
-  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return Done(ctx, s);
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   if (!request->limit().empty()) {
-    if (auto spec = limiter_->GetLimit(request->limit()); !spec.ok()) return Done(ctx, spec.status());
+    if (auto spec = limiter_->GetLimit(request->limit()); !spec.ok()) return FinishUnary(ctx, spec.status());
   }
   ToProto(limiter_->Status(request->limit()), response);
-  return Done(ctx, absl::OkStatus());
+  return FinishUnary(ctx, absl::OkStatus());
 }
 
 }  // namespace corral::ratelimiter

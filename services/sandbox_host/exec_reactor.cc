@@ -6,57 +6,9 @@
 #include "libs/rpc/status_conversion.h"
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/sandbox_path.h"
-#include "services/sandbox_host/sandbox_service.h"
+#include "services/sandbox_host/sandbox_ops.h"
 
 namespace corral::sandbox {
-namespace {
-
-}  // namespace
-
-absl::StatusOr<ExecOptions> ExecOptionsFrom(const Sandbox& sb, const v1::Command& command,
-                                            const HostOptions& host) {
-  ExecOptions o;
-  o.argv = {command.argv().begin(), command.argv().end()};
-  if (o.argv.empty()) return absl::InvalidArgumentError("command.argv must not be empty");
-  o.env = {command.env().begin(), command.env().end()};
-  if (command.has_timeout()) {
-    o.timeout = FromProto(command.timeout());
-    if (o.timeout <= absl::ZeroDuration() || o.timeout > host.max_exec_timeout) {
-      return absl::InvalidArgumentError(absl::StrCat("command.timeout must be above 0 and at most ",
-                                                     absl::FormatDuration(host.max_exec_timeout)));
-    }
-  } else {
-    o.timeout = host.default_exec_timeout;
-  }
-  if (!command.cwd().empty()) {
-    auto cwd = ParseSandboxPath(command.cwd(), sb.spec.task_paths, /*allow_home=*/true);
-    if (!cwd.ok()) return cwd.status();
-    auto st = StatPath(sb.home_fd.get(), *cwd);
-    if (!st.ok()) return st.status();
-    if (!S_ISDIR(st->st_mode)) return absl::FailedPreconditionError("command.cwd is not a directory");
-    // Inside the sandbox's view a task path is bound at its absolute path; elsewhere it lives in the home.
-    o.cwd = command.cwd()[0] == '/' && sb.protections.mount_namespace
-                ? command.cwd()
-                : absl::StrCat(sb.home, "/", absl::StrJoin(cwd->components, "/"));
-  }
-  return o;
-}
-
-absl::StatusOr<std::shared_ptr<Execution>> StartCommand(SandboxManager& sandboxes, ExecManager& execs,
-                                                        const CallAuthenticator& auth,
-                                                        const grpc::ServerContextBase& ctx,
-                                                        const std::string& sandbox_id, const v1::Command& command,
-                                                        ExecOptions extra) {
-  CORRAL_RETURN_IF_ERROR(AuthorizeSandbox(auth, sandboxes, ctx, sandbox_id));
-  CORRAL_ASSIGN_OR_RETURN(std::shared_ptr<const Sandbox> sb, sandboxes.Find(sandbox_id));
-  CORRAL_ASSIGN_OR_RETURN(ExecOptions options, ExecOptionsFrom(*sb, command, sandboxes.options()));
-  options.kind = extra.kind;
-  options.stdin_data = std::move(extra.stdin_data);
-  options.max_output_bytes = extra.max_output_bytes;
-  options.output_path = std::move(extra.output_path);
-  if (options.kind == ProcessKind::kBackground && !command.has_timeout()) options.timeout = absl::ZeroDuration();
-  return execs.Start(std::move(sb), std::move(options));
-}
 
 // ---------------------------------------------------------------------------------------- ExecStreamReactor
 

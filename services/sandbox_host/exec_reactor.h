@@ -17,19 +17,6 @@
 
 namespace corral::sandbox {
 
-// The options of a command for `sandbox`: argv, env, a cwd resolved through the path walker, a timeout
-// (unset: the host's default; above 0 and at most its maximum). INVALID_ARGUMENT / NOT_FOUND /
-// FAILED_PRECONDITION as the Exec contract says.
-absl::StatusOr<ExecOptions> ExecOptionsFrom(const Sandbox& sandbox, const v1::Command& command,
-                                            const HostOptions& host);
-
-// Authorizes the call for `sandbox_id`, finds the sandbox and starts the command in it.
-absl::StatusOr<std::shared_ptr<Execution>> StartCommand(SandboxManager& sandboxes, ExecManager& execs,
-                                                        const CallAuthenticator& auth,
-                                                        const grpc::ServerContextBase& ctx,
-                                                        const std::string& sandbox_id, const v1::Command& command,
-                                                        ExecOptions extra);
-
 // `Base` is grpc::ServerWriteReactor<v1::ExecEvent> or grpc::ServerBidiReactor<v1::ExecInput, v1::ExecEvent>.
 template <class Base>
 class ExecStreamReactor : public Base {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/sandbox_host/convert.h"
-#include "services/sandbox_host/sandbox_service.h"
+#include "services/sandbox_host/sandbox_ops.h"
 
 namespace corral::sandbox {
 namespace {

@@ -11,10 +11,6 @@
 
 namespace corral::sandbox {
 
-// Checks a call's credentials for one sandbox: the host token, or that sandbox's own capability token.
-absl::Status AuthorizeSandbox(const CallAuthenticator& auth, const SandboxManager& manager,
-                              const grpc::ServerContextBase& ctx, const std::string& sandbox_id);
-
 // Thread-safe: state lives in the managers.
 class SandboxService final : public v1::SandboxHost::CallbackService {
  public:

@@ -8,7 +8,7 @@
 #include "libs/rpc/ids.h"
 #include "libs/rpc/proto_digest.h"
 #include "services/sandbox_host/convert.h"
-#include "services/sandbox_host/exec_reactor.h"
+#include "services/sandbox_host/sandbox_ops.h"
 #include "services/sandbox_host/sandbox_path.h"
 
 namespace corral::sandbox {

@@ -5,16 +5,10 @@
 #include "absl/synchronization/mutex.h"
 #include "libs/rpc/pagination.h"
 #include "libs/rpc/status_conversion.h"
+#include "libs/rpc/unary.h"
 
 namespace corral::scheduler {
 namespace {
-
-// Ends a unary call with `status` (and, when OK, the response already filled in).
-grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
 
 // Submit's client stream: the spec, then task chunks; nothing is submitted unless the stream ends cleanly.
 class SubmitReactor final : public grpc::ServerReadReactor<v1::SubmitRequest> {
@@ -123,20 +117,20 @@ grpc::ServerReadReactor<v1::SubmitRequest>* SchedulerService::Submit(grpc::Callb
 
 grpc::ServerUnaryReactor* SchedulerService::GetBatch(grpc::CallbackServerContext* context,
                                                      const v1::GetBatchRequest* request, v1::Batch* response) {
-  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
-  if (request->batch_id().empty()) return Reply(context, absl::InvalidArgumentError("batch_id is required"));
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  if (request->batch_id().empty()) return FinishUnary(context, absl::InvalidArgumentError("batch_id is required"));
   auto batch = table_->GetBatch(request->batch_id());
   if (batch.ok()) *response = *std::move(batch);
-  return Reply(context, batch.status());
+  return FinishUnary(context, batch.status());
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ListBatches(grpc::CallbackServerContext* context,
                                                         const v1::ListBatchesRequest* request,
                                                         v1::ListBatchesResponse* response) {
-  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
   auto page = table_->ListBatches(*request);
   if (page.ok()) *response = *std::move(page);
-  return Reply(context, page.status());
+  return FinishUnary(context, page.status());
 }
 
 grpc::ServerWriteReactor<v1::StreamResultsResponse>* SchedulerService::StreamResults(
@@ -160,7 +154,7 @@ grpc::ServerWriteReactor<v1::StreamResultsResponse>* SchedulerService::StreamRes
 
 grpc::ServerUnaryReactor* SchedulerService::Ack(grpc::CallbackServerContext* context, const v1::AckRequest* request,
                                                 v1::AckResponse* response) {
-  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The reply waits for the journal: an acknowledged result must not come back after a crash.
   auto acked = table_->Ack({request->episode_ids().begin(), request->episode_ids().end()},
@@ -177,30 +171,30 @@ grpc::ServerUnaryReactor* SchedulerService::Ack(grpc::CallbackServerContext* con
 
 grpc::ServerUnaryReactor* SchedulerService::Cancel(grpc::CallbackServerContext* context,
                                                    const v1::CancelRequest* request, v1::CancelResponse* response) {
-  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
   auto cancelled = table_->Cancel(*request);
   if (cancelled.ok()) response->set_cancelled(*cancelled);
-  return Reply(context, cancelled.status());
+  return FinishUnary(context, cancelled.status());
 }
 
 grpc::ServerUnaryReactor* SchedulerService::Drain(grpc::CallbackServerContext* context,
                                                   const v1::DrainRequest* request, v1::DrainResponse* response) {
-  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
   return new DrainReactor(scheduler_, *request, response);
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ListHosts(grpc::CallbackServerContext* context,
                                                       const v1::ListHostsRequest* request,
                                                       v1::ListHostsResponse* response) {
-  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return Reply(context, s);
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
   auto page_size = PageSize(request->page_size());
-  if (!page_size.ok()) return Reply(context, page_size.status());
+  if (!page_size.ok()) return FinishUnary(context, page_size.status());
   const std::vector<v1::Host> hosts =
       hosts_->List([this](const std::string& address) { return static_cast<uint32_t>(table_->RunningCount(address)); });
   response->set_next_page_token(FillPage(
       hosts, request->page_token(), *page_size, [](const v1::Host& h) { return h.address(); },
       [](const v1::Host&) { return true; }, [&](const v1::Host& h) { *response->add_hosts() = h; }));
-  return Reply(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 }  // namespace corral::scheduler
