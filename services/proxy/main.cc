@@ -1,11 +1,11 @@
 // corral-proxy: composition root. Config → journal (restores sessions and calls) → sessions and their ledger →
 // upstreams, their dispatcher and health checks → HTTP handler on its own I/O threads → gRPC session service;
 // runs until SIGTERM.
-#include <sys/resource.h>
 
 #include "absl/strings/str_cat.h"
 #include "boost/asio/co_spawn.hpp"
 #include "libs/core/clock.h"
+#include "libs/core/fd_limit.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
@@ -31,11 +31,7 @@ int main(int argc, char** argv) {
     return *exit_code;
   }
   // Two descriptors per relayed call (agent and upstream): raise the soft limit to the hard one.
-  rlimit nofile{};
-  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
-  }
+  corral::RaiseOpenFileLimit();
   auto secret = corral::LoadClusterSecret(config.server);
   if (!secret.ok()) {
     spdlog::error("cannot start: {}", secret.status());

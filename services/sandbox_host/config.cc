@@ -38,37 +38,47 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
   schema.String("host_id", &config->host_id, "this host's name in HostInfo (default: the machine's hostname)");
 }
 
-absl::Status ValidateConfig(Config& config) {
+namespace {
+
+absl::StatusOr<NetworkPolicy> ParseNetwork(const std::string& name) {
+  if (name == "open") return NetworkPolicy::kOpen;
+  if (name == "proxy_only") return NetworkPolicy::kProxyOnly;
+  if (name == "none") return NetworkPolicy::kNone;
+  return absl::InvalidArgumentError(absl::StrCat("default_network '", name, "' must be open, proxy_only or none"));
+}
+
+}  // namespace
+
+absl::Status ValidateConfig(const Config& config) {
   CORRAL_RETURN_IF_ERROR(ValidateServerConfig(config.server));
-  if (config.default_network == "open") {
-    config.host.default_network = NetworkPolicy::kOpen;
-  } else if (config.default_network == "proxy_only") {
-    config.host.default_network = NetworkPolicy::kProxyOnly;
-  } else if (config.default_network == "none") {
-    config.host.default_network = NetworkPolicy::kNone;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("default_network '", config.default_network, "' must be open, proxy_only or none"));
-  }
-  config.host.templates.max_bytes = static_cast<uint64_t>(config.max_template_bytes);
+  CORRAL_RETURN_IF_ERROR(ParseNetwork(config.default_network).status());
   if (config.host.default_exec_timeout > config.host.max_exec_timeout) {
     return absl::InvalidArgumentError("default_exec_timeout must not be above max_exec_timeout");
   }
   if (config.uid_last < config.uid_first) return absl::InvalidArgumentError("uid_last must not be below uid_first");
-  config.host.uid_first = static_cast<uid_t>(config.uid_first);
-  config.host.uid_last = static_cast<uid_t>(config.uid_last);
   if (config.host.root.empty() || config.host.root[0] != '/') {
     return absl::InvalidArgumentError("root must be an absolute path");
   }
   if (config.host.root == "/tmp" || absl::StartsWith(config.host.root, "/tmp/")) {
     return absl::InvalidArgumentError("root must not be under /tmp: inside a sandbox's view /tmp is its own");
   }
-  if (config.host_id.empty()) {
-    char name[256] = {};
-    gethostname(name, sizeof(name) - 1);
-    config.host_id = name;
-  }
   return absl::OkStatus();
+}
+
+HostOptions EffectiveHostOptions(const Config& config) {
+  HostOptions host = config.host;
+  host.default_network = ParseNetwork(config.default_network).value_or(NetworkPolicy::kNone);
+  host.templates.max_bytes = static_cast<uint64_t>(config.max_template_bytes);
+  host.uid_first = static_cast<uid_t>(config.uid_first);
+  host.uid_last = static_cast<uid_t>(config.uid_last);
+  return host;
+}
+
+std::string EffectiveHostId(const Config& config) {
+  if (!config.host_id.empty()) return config.host_id;
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
 }
 
 }  // namespace corral::sandbox

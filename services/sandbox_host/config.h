@@ -22,7 +22,12 @@ struct Config {
 };
 
 void RegisterConfig(ConfigSchema& schema, Config* config);
-// Cross-key checks and derived values (network policy). INVALID_ARGUMENT naming the key.
-absl::Status ValidateConfig(Config& config);
+// Cross-key checks; changes nothing. INVALID_ARGUMENT naming the key.
+absl::Status ValidateConfig(const Config& config);
+// The managers' options: `host` with the keys kept in their configuration form (network policy, uid range,
+// template bytes) converted. For a validated config.
+HostOptions EffectiveHostOptions(const Config& config);
+// `host_id`, or the machine's hostname.
+std::string EffectiveHostId(const Config& config);
 
 }  // namespace corral::sandbox

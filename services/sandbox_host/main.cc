@@ -2,12 +2,12 @@
 // then builds in dependency order: clock → sandbox manager (uids, homes, isolation) → exec manager (processes)
 // → gRPC adapter → server runner; runs until SIGTERM, then kills every sandbox's processes and wipes them.
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <functional>
 
 #include "libs/core/clock.h"
+#include "libs/core/fd_limit.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
@@ -48,15 +48,13 @@ int main(int argc, char** argv) {
   }
   // Each sandbox holds a few descriptors (home, namespaces, cgroup files, Landlock ruleset): raise the soft
   // limit to the hard one so a host full of sandboxes does not run out.
-  rlimit nofile{};
-  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
-  }
+  corral::RaiseOpenFileLimit();
   // Orphaned sandbox processes are re-parented to the host, which reaps them.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   features.mount_namespaces = corral::sandbox::CanCreateMountNamespaces();
-  const corral::sandbox::CgroupManager cgroups = corral::sandbox::CgroupManager::Detect("corral-" + config.host_id);
+  const std::string host_id = corral::sandbox::EffectiveHostId(config);
+  const corral::sandbox::HostOptions host = corral::sandbox::EffectiveHostOptions(config);
+  const corral::sandbox::CgroupManager cgroups = corral::sandbox::CgroupManager::Detect("corral-" + host_id);
   features.cgroups = &cgroups;
   spdlog::info("isolation: landlock ABI {}, mount namespaces {}", features.landlock_abi,
                features.mount_namespaces ? "yes" : "no (TMPDIR in the home; no private view)");
@@ -71,13 +69,13 @@ int main(int argc, char** argv) {
   corral::RealClock clock;
   corral::ServerRunner runner("sandbox-host", config.server);
   corral::sandbox::SandboxHostMetrics metrics(*runner.registry());
-  auto sandboxes = std::make_unique<corral::sandbox::SandboxManager>(config.host, features, &clock, &*secret, &metrics);
+  auto sandboxes = std::make_unique<corral::sandbox::SandboxManager>(host, features, &clock, &*secret, &metrics);
   auto execs = std::make_unique<corral::sandbox::ExecManager>(&clock, &metrics);
-  auto templates = std::make_unique<corral::sandbox::TemplateStore>(config.host.root + "/templates",
-                                                                    config.host.templates, &clock, &metrics);
+  auto templates = std::make_unique<corral::sandbox::TemplateStore>(host.root + "/templates", host.templates,
+                                                                    &clock, &metrics);
   sandboxes->SetTemplates(templates.get());
   corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), templates.get(), &auth, &clock,
-                                          config.host_id);
+                                          host_id);
   runner.AddService(&service, "corral.v1.SandboxHost");
   if (auto s = runner.Start(); !s.ok()) {
     spdlog::error("cannot start: {}", s);
