@@ -18,4 +18,8 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& add
   return std::make_pair(host, port);
 }
 
+std::string JoinHostPort(const std::string& host, int port) {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
+}
+
 }  // namespace corral

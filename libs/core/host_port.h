@@ -10,5 +10,7 @@ namespace corral {
 
 // Splits "host:port" / "[v6]:port" (the brackets are dropped). INVALID_ARGUMENT with the offending text otherwise.
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address);
+// The inverse: "host:port", "[v6]:port" for an IPv6 host.
+std::string JoinHostPort(const std::string& host, int port);
 
 }  // namespace corral

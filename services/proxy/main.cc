@@ -6,6 +6,7 @@
 #include "boost/asio/co_spawn.hpp"
 #include "libs/core/clock.h"
 #include "libs/core/fd_limit.h"
+#include "libs/core/host_port.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
@@ -73,8 +74,8 @@ int main(int argc, char** argv) {
     spdlog::error("cannot start: {}", http_port.status());
     return 1;
   }
-  const std::string http_address =
-      absl::StrCat(config.http_listen.substr(0, config.http_listen.rfind(':')), ":", *http_port);
+  // (http_listen was validated with the config: it splits.)
+  const std::string http_address = corral::JoinHostPort(corral::SplitHostPort(config.http_listen)->first, *http_port);
   if (config.advertise_url.empty()) config.advertise_url = absl::StrCat("http://", http_address, "/v1");
   boost::asio::co_spawn(http.context(), health.Run(config.health_interval),
                         corral::http::LogExceptions("the upstream health checks"));

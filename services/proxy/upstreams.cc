@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "libs/core/host_port.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -24,14 +25,13 @@ absl::StatusOr<UpstreamSpec> ParseUpstreamUrl(const std::string& url) {
   }
   std::string rest = url.substr(7);
   rest = rest.substr(0, rest.find('/'));
-  const size_t colon = rest.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port < 1 || port > 65535) {
+  auto host_port = SplitHostPort(rest);
+  if (!host_port.ok() || host_port->second < 1) {
     return absl::InvalidArgumentError(absl::StrCat("upstream '", url, "' must be http://HOST:PORT"));
   }
   UpstreamSpec spec;
-  spec.host = rest.substr(0, colon);
-  spec.port = static_cast<uint16_t>(port);
+  spec.host = host_port->first;
+  spec.port = static_cast<uint16_t>(host_port->second);
   spec.name = rest;
   return spec;
 }

@@ -16,6 +16,12 @@ TEST(SplitHostPort, AcceptsV4V6AndPortZero) {
   EXPECT_THAT(SplitHostPort("0.0.0.0:65535"), IsOkAndHolds(Pair("0.0.0.0", 65535)));
 }
 
+TEST(JoinHostPort, BracketsV6AndRoundTrips) {
+  EXPECT_EQ(JoinHostPort("127.0.0.1", 8080), "127.0.0.1:8080");
+  EXPECT_EQ(JoinHostPort("::1", 8080), "[::1]:8080");
+  EXPECT_THAT(SplitHostPort(JoinHostPort("::1", 8080)), IsOkAndHolds(Pair("::1", 8080)));
+}
+
 TEST(SplitHostPort, RejectsMalformedAddresses) {
   for (const char* bad : {"", "7100", ":7100", "host:", "host:port", "host:70000", "host:-1"}) {
     EXPECT_THAT(SplitHostPort(bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("HOST:PORT"))) << bad;
