@@ -302,8 +302,11 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
   Watch(e->key_, kExitFd, e->pidfd_.get());
   if (e->options_.timeout > absl::ZeroDuration()) {
     std::weak_ptr<Execution> weak = e;
-    e->timeout_timer_ = clock_->RunAfter(e->options_.timeout, [weak] {
-      if (auto strong = weak.lock()) strong->Kill(ExitReason::kTimedOut);
+    // The kill sweep can take seconds: on a worker, not on the clock's thread that runs every other timer.
+    e->timeout_timer_ = clock_->RunAfter(e->options_.timeout, [weak, workers = workers_] {
+      RunOn(workers, [weak] {
+        if (auto strong = weak.lock()) strong->Kill(ExitReason::kTimedOut);
+      });
     });
   }
   return e;

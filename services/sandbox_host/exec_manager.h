@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/core/clock.h"
+#include "libs/core/worker_pool.h"
 #include "libs/core/unique_fd.h"
 #include "services/sandbox_host/metrics.h"
 #include "services/sandbox_host/sandbox_manager.h"
@@ -152,6 +153,9 @@ class ExecManager {
   // `metrics` may be null (tests).
   explicit ExecManager(Clock* clock, SandboxHostMetrics* metrics = nullptr);
   ~ExecManager();  // kills whatever still runs
+  // Where timed-out executions are killed (the sweep can take seconds; unset: on the clock's thread). Call
+  // before serving.
+  void SetWorkers(WorkerPool* workers) { workers_ = workers; }
 
   // Starts `options.argv` in the sandbox. A command that cannot be executed still starts and exits 127/126
   // with the reason on stderr. INVALID_ARGUMENT for an empty argv or reserved env names; INTERNAL when the
@@ -181,6 +185,7 @@ class ExecManager {
 
   Clock* const clock_;
   SandboxHostMetrics* const metrics_;
+  WorkerPool* workers_ = nullptr;
   UniqueFd epoll_;
   UniqueFd wake_;  // eventfd: stop
   std::thread thread_;

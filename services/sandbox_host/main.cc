@@ -8,6 +8,7 @@
 
 #include "libs/core/clock.h"
 #include "libs/core/fd_limit.h"
+#include "libs/core/worker_pool.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
@@ -74,7 +75,12 @@ int main(int argc, char** argv) {
   auto templates = std::make_unique<corral::sandbox::TemplateStore>(host.root + "/templates", host.templates,
                                                                     &clock, &metrics);
   sandboxes->SetTemplates(templates.get());
-  corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), templates.get(), &auth, &clock,
+  // Creates, deletes, evictions and kill sweeps run here, never on a gRPC or the clock's thread; they mostly
+  // wait on the kernel (sweeps, wipes, copies), so a few threads beyond the cores.
+  auto workers = std::make_unique<corral::WorkerPool>(4);
+  sandboxes->SetWorkers(workers.get());
+  execs->SetWorkers(workers.get());
+  corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), templates.get(), &auth, &clock, workers.get(),
                                           host_id);
   runner.AddService(&service, "corral.v1.SandboxHost");
   if (auto s = runner.Start(); !s.ok()) {
@@ -97,6 +103,7 @@ int main(int argc, char** argv) {
   runner.Wait();
   clock.Stop();       // no timer may fire into the managers while they shut down
   templates.reset();  // cancels builds in progress (killing their setup commands) and waits for them
+  workers.reset();    // finishes queued teardowns and kills while the managers still exist
   execs.reset();      // kills running executions
   sandboxes.reset();  // kills every sandbox's processes, wipes homes, frees cgroups and uids
   spdlog::info("sandbox-host: all sandboxes removed");

@@ -332,9 +332,14 @@ int SandboxManager::EvictIdle() {
       if (sb->running == 0 && now - absl::FromUnixNanos(sb->last_active_ns) > sb->spec.idle_timeout) idle.push_back(id);
     }
   }
+  // A teardown (process sweep, home wipe) may take long: never on the clock's thread, which runs every timer.
   for (const auto& id : idle) {
-    spdlog::info("sandbox {}: idle for its idle timeout; evicted", id);
-    if (Delete(id) && metrics_) metrics_->evictions.Increment();
+    RunOn(workers_, [this, id] {
+      if (Delete(id)) {
+        spdlog::info("sandbox {}: idle for its idle timeout; evicted", id);
+        if (metrics_) metrics_->evictions.Increment();
+      }
+    });
   }
   absl::MutexLock lock(&mu_);
   if (!stopping_) evict_timer_ = clock_->RunAfter(absl::Seconds(1), [this] { EvictIdle(); });

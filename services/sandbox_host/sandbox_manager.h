@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/core/clock.h"
+#include "libs/core/worker_pool.h"
 #include "libs/core/token.h"
 #include "libs/core/unique_fd.h"
 #include "services/sandbox_host/cgroup.h"
@@ -131,6 +132,8 @@ class SandboxManager {
   };
   // Where CreateSandboxes finds templates (unset: none). Call before serving.
   void SetTemplates(TemplateStore* templates) { templates_ = templates; }
+  // Where idle evictions are torn down (unset: on the clock's thread). Call before serving.
+  void SetWorkers(WorkerPool* workers) { workers_ = workers; }
 
   // INVALID_ARGUMENT for a bad spec or count; FAILED_PRECONDITION when the host cannot enforce what the spec
   // requires; NOT_FOUND for an unknown (or still building) template. Capacity and uids are reserved atomically: what does not fit
@@ -166,6 +169,7 @@ class SandboxManager {
   Clock* const clock_;
   const TokenSigner* const signer_;
   SandboxHostMetrics* const metrics_;
+  WorkerPool* workers_ = nullptr;
   TemplateStore* templates_ = nullptr;
   UidPool uids_;
 

@@ -41,7 +41,13 @@ grpc::ServerUnaryReactor* SandboxService::CreateSandboxes(grpc::CallbackServerCo
   auto spec = FromProto(req->spec());
   if (!spec.ok()) return FinishUnary(ctx, spec.status());
   const int64_t count = req->count() == 0 ? 1 : req->count();
-  if (spec->template_key.empty() || templates_ == nullptr) return FinishUnary(ctx, CreateInto(count, *std::move(spec), resp));
+  if (spec->template_key.empty() || templates_ == nullptr) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    RunOn(workers_, [this, reactor, resp, count, spec = *std::move(spec)]() mutable {
+      reactor->Finish(ToGrpcStatus(CreateInto(count, std::move(spec), resp)));
+    });
+    return reactor;
+  }
   // A template still building is waited for; the create then runs on the thread that finished the build.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   const std::string key = spec->template_key;
@@ -78,8 +84,12 @@ grpc::ServerUnaryReactor* SandboxService::DeleteSandbox(grpc::CallbackServerCont
                                                         const v1::DeleteSandboxRequest* req,
                                                         v1::DeleteSandboxResponse* resp) {
   if (auto s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()); !s.ok()) return FinishUnary(ctx, s);
-  resp->set_existed(sandboxes_->Delete(req->sandbox_id()));
-  return FinishUnary(ctx, absl::OkStatus());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOn(workers_, [this, reactor, resp, id = req->sandbox_id()] {
+    resp->set_existed(sandboxes_->Delete(id));  // every process swept, the home wiped: may take a while
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
 }
 
 grpc::ServerWriteReactor<v1::ExecEvent>* SandboxService::Exec(grpc::CallbackServerContext* ctx,
@@ -128,15 +138,21 @@ grpc::ServerUnaryReactor* SandboxService::ListProcesses(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* SandboxService::KillProcess(grpc::CallbackServerContext* ctx,
                                                       const v1::KillProcessRequest* req, v1::Process* resp) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
+  const int sig = req->signal() == 0 ? SIGKILL : req->signal();
+  absl::Status checked = [&]() -> absl::Status {
     CORRAL_RETURN_IF_ERROR(AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()));
-    const int sig = req->signal() == 0 ? SIGKILL : req->signal();
     if (sig < 1 || sig > 64) return absl::InvalidArgumentError(absl::StrCat("signal ", sig, " is not 1-64"));
-    CORRAL_RETURN_IF_ERROR(sandboxes_->Find(req->sandbox_id()).status());
-    CORRAL_ASSIGN_OR_RETURN(ProcessInfo process, execs_->Signal(req->sandbox_id(), req->process_id(), sig));
-    ToProto(process, resp);
-    return absl::OkStatus();
-  }());
+    return sandboxes_->Find(req->sandbox_id()).status();
+  }();
+  if (!checked.ok()) return FinishUnary(ctx, checked);
+  // SIGKILL sweeps the uid and waits for the process (up to seconds): on a worker, answering when done.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOn(workers_, [this, reactor, resp, sig, id = req->sandbox_id(), process_id = req->process_id()] {
+    auto process = execs_->Signal(id, process_id, sig);
+    if (process.ok()) ToProto(*process, resp);
+    reactor->Finish(ToGrpcStatus(process.status()));
+  });
+  return reactor;
 }
 
 grpc::ServerReadReactor<v1::WriteFileRequest>* SandboxService::WriteFile(grpc::CallbackServerContext* ctx,

@@ -14,9 +14,11 @@ namespace corral::sandbox {
 // Thread-safe: state lives in the managers.
 class SandboxService final : public v1::SandboxHost::CallbackService {
  public:
+  // `workers` run what may take long (creating and deleting sandboxes, killing processes), so no gRPC thread
+  // waits for it: those calls answer when the work is done.
   SandboxService(SandboxManager* sandboxes, ExecManager* execs, TemplateStore* templates,
-                 const CallAuthenticator* auth, Clock* clock, std::string host_id)
-      : sandboxes_(sandboxes), execs_(execs), templates_(templates), auth_(auth), clock_(clock),
+                 const CallAuthenticator* auth, Clock* clock, WorkerPool* workers, std::string host_id)
+      : sandboxes_(sandboxes), execs_(execs), templates_(templates), auth_(auth), clock_(clock), workers_(workers),
         host_id_(std::move(host_id)), start_time_(clock->Now()) {}
 
   grpc::ServerUnaryReactor* CreateSandboxes(grpc::CallbackServerContext* ctx, const v1::CreateSandboxesRequest* req,
@@ -64,6 +66,7 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
   TemplateStore* const templates_;
   const CallAuthenticator* const auth_;
   Clock* const clock_;
+  WorkerPool* const workers_;
   const std::string host_id_;
   const absl::Time start_time_;
 };

@@ -1,0 +1,37 @@
+#include "libs/core/worker_pool.h"
+
+#include <atomic>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace corral {
+namespace {
+
+TEST(WorkerPoolTest, OneThreadRunsJobsInOrderAndTheDestructorFinishesWhatIsQueued) {
+  std::vector<int> order;
+  {
+    WorkerPool pool(1);
+    absl::Notification release;
+    pool.Post([&] { release.WaitForNotification(); });  // holds the thread while the rest queue up
+    for (int i = 0; i < 5; ++i) pool.Post([&order, i] { order.push_back(i); });
+    release.Notify();
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+TEST(WorkerPoolTest, RunOnWithoutAPoolRunsRightHere) {
+  bool ran = false;
+  RunOn(nullptr, [&] { ran = true; });
+  EXPECT_TRUE(ran);
+  std::atomic<int> count = 0;
+  {
+    WorkerPool pool(3);
+    for (int i = 0; i < 100; ++i) RunOn(&pool, [&] { ++count; });
+  }
+  EXPECT_EQ(count.load(), 100);
+}
+
+}  // namespace
+}  // namespace corral
