@@ -338,111 +338,126 @@ void Limiter::RemoveWaiter(Instance& inst, std::list<Waiter>::iterator it) {
 
 absl::StatusOr<AcquireTicket> Limiter::Acquire(AcquireParams p, AcquireCallback done) {
   Completions out;
-  AcquireTicket ticket;
+  absl::StatusOr<AcquireTicket> ticket;
   {
     absl::MutexLock lock(&mu_);
-    Limit* limit = FindLimit(p.limit);
-    if (limit == nullptr) return ResolveInstance(p.limit, p.key, false).status();
-    if (p.permits == 0) p.permits = 1;
-    if (p.permits < 0 || p.permits > limit->spec.capacity()) {
-      return absl::InvalidArgumentError(absl::StrCat("permits must be between 1 and ", limit->spec.capacity(),
-                                                     " (the capacity of '", p.limit, "'); got ", p.permits));
-    }
-    if (p.lease_ttl == absl::ZeroDuration()) p.lease_ttl = options_.default_lease_ttl;
-    if (p.lease_ttl < absl::ZeroDuration() || p.lease_ttl > options_.max_lease_ttl) {
-      return absl::InvalidArgumentError(absl::StrCat("lease_ttl must be above 0 and at most ",
-                                                     absl::FormatDuration(options_.max_lease_ttl), "; got ",
-                                                     absl::FormatDuration(p.lease_ttl)));
-    }
-    if (p.wait_timeout < absl::ZeroDuration()) {
-      return absl::InvalidArgumentError("wait_timeout must not be negative");
-    }
-    if (!p.session_id.empty() && !sessions_.contains(p.session_id)) {
-      return absl::FailedPreconditionError(absl::StrCat("session '", p.session_id, "' is not open; open a Session stream first"));
-    }
-    if (!p.request_id.empty()) {
-      if (auto it = request_ids_.find(p.request_id); it != request_ids_.end()) {
-        Lease& lease = *leases_.at(it->second);
-        if (lease.instance->limit != limit || lease.instance->key != p.key || lease.permits != p.permits) {
-          return absl::AlreadyExistsError(absl::StrCat("request_id '", p.request_id,
-                                                       "' was already used for a different acquire"));
-        }
-        Grant grant{lease.id, p.limit, p.key, lease.permits, lease.grant_time, lease.expire_time,
-                    lease.ttl, absl::ZeroDuration(), lease.session_id};
-        out.push_back([done = std::move(done), grant = std::move(grant)]() mutable { done(std::move(grant)); });
-      }
-    }
-    if (!out.empty()) {
-      // An idempotent retry: the lease this request_id already got is returned again.
-    } else if (auto resolved = ResolveInstance(p.limit, p.key, /*create=*/true); !resolved.ok()) {
-      return resolved.status();
-    } else {
-    Instance* inst = *resolved;
-    const bool now_ok = inst->queue.empty() && Grantable(*inst, p.permits);
-    if (p.try_only && !now_ok) {
-      limit->metrics.rejected->Increment();
-      if (!inst->queue.empty()) {
-        return absl::ResourceExhaustedError(absl::StrCat(inst->queue.size(), " request(s) are already waiting for '",
-                                                         p.limit, "' (strict FIFO: no barging)"));
-      }
-      if (limit->spec.kind == LimitKind::kConcurrency && learning_mode()) {
-        return absl::ResourceExhaustedError(LearningNote());
-      }
-      return absl::ResourceExhaustedError(
-          limit->spec.kind == LimitKind::kRate
-              ? absl::StrCat("'", p.limit, "' has ", static_cast<int64_t>(inst->tokens), " tokens now; ", p.permits, " wanted")
-              : absl::StrCat("'", p.limit, "' has ", inst->in_use, " of ", limit->spec.permits, " permits in use; ",
-                             p.permits, " wanted"));
-    }
-    if (!now_ok && limit->spec.kind == LimitKind::kRate) {
-      // Tokens are reserved in FIFO order, so the wait is known now: everything queued, then this request.
-      Refill(*inst);
-      double missing = static_cast<double>(inst->waiting_permits + p.permits) - inst->tokens;
-      absl::Duration estimate = absl::Seconds(missing / limit->spec.rate_per_s);
-      if (estimate > p.wait_timeout) {
-        limit->metrics.rejected->Increment();
-        return absl::ResourceExhaustedError(
-            absl::StrCat("'", p.limit, "' would grant ", p.permits, " tokens in ", absl::FormatDuration(estimate),
-                         ", beyond wait_timeout ", absl::FormatDuration(p.wait_timeout)));
-      }
-      ticket.estimated_wait = estimate;
-    }
-    if (now_ok) {
-      Grant grant = Take(*inst, p.permits, p.lease_ttl, p.session_id, absl::ZeroDuration(), "");
-      if (!p.request_id.empty() && !grant.lease_id.empty()) {
-        request_ids_[p.request_id] = grant.lease_id;
-        leases_.at(grant.lease_id)->request_id = p.request_id;
-      }
-      UpdateGauges(*limit);
-      out.push_back([done = std::move(done), grant = std::move(grant)]() mutable { done(std::move(grant)); });
-    } else if (p.wait_timeout == absl::ZeroDuration()) {
-      limit->metrics.timeouts->Increment();
-      out.push_back([done = std::move(done)]() mutable {
-        done(absl::DeadlineExceededError("wait_timeout is 0 and no permits are free now"));
-      });
-    } else {
-      Waiter& w = inst->queue.emplace_back();
-      w.id = next_waiter_id_++;
-      w.permits = p.permits;
-      w.enqueued = clock_->Now();
-      w.ttl = p.lease_ttl;
-      w.session_id = p.session_id;
-      w.request_id = p.request_id;
-      w.done = std::move(done);
-      if (p.wait_timeout != absl::InfiniteDuration()) {
-        w.timeout_timer = clock_->RunAfter(p.wait_timeout, [this, id = w.id] { OnWaitTimeout(id); });
-      }
-      inst->waiting_permits += p.permits;
-      waiter_index_[w.id] = inst;
-      if (!p.session_id.empty()) sessions_.at(p.session_id)->waiters.insert(w.id);
-      ticket.waiter_id = w.id;
-      ticket.queued = true;
-      ticket.position = static_cast<uint32_t>(inst->queue.size());
-      Pump(*inst, out);  // arms the rate timer when this request is the head
-    }
-    }
+    ticket = AcquireLocked(p, done, out);
   }
   Run(out);
+  return ticket;
+}
+
+absl::StatusOr<Limiter::Limit*> Limiter::CheckAcquire(AcquireParams& p) const {
+  Limit* limit = FindLimit(p.limit);
+  if (limit == nullptr) return LimitNotFound(p.limit);
+  if (p.permits == 0) p.permits = 1;
+  if (p.permits < 0 || p.permits > limit->spec.capacity()) {
+    return absl::InvalidArgumentError(absl::StrCat("permits must be between 1 and ", limit->spec.capacity(),
+                                                   " (the capacity of '", p.limit, "'); got ", p.permits));
+  }
+  if (p.lease_ttl == absl::ZeroDuration()) p.lease_ttl = options_.default_lease_ttl;
+  if (p.lease_ttl < absl::ZeroDuration() || p.lease_ttl > options_.max_lease_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat("lease_ttl must be above 0 and at most ",
+                                                   absl::FormatDuration(options_.max_lease_ttl), "; got ",
+                                                   absl::FormatDuration(p.lease_ttl)));
+  }
+  if (p.wait_timeout < absl::ZeroDuration()) return absl::InvalidArgumentError("wait_timeout must not be negative");
+  if (!p.session_id.empty() && !sessions_.contains(p.session_id)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session '", p.session_id, "' is not open; open a Session stream first"));
+  }
+  return limit;
+}
+
+absl::StatusOr<std::optional<Grant>> Limiter::RetriedGrant(const AcquireParams& p, const Limit& limit) const {
+  if (p.request_id.empty()) return std::nullopt;
+  auto it = request_ids_.find(p.request_id);
+  if (it == request_ids_.end()) return std::nullopt;
+  const Lease& lease = *leases_.at(it->second);
+  if (lease.instance->limit != &limit || lease.instance->key != p.key || lease.permits != p.permits) {
+    return absl::AlreadyExistsError(absl::StrCat("request_id '", p.request_id, "' was already used for a different acquire"));
+  }
+  return Grant{lease.id, p.limit, p.key, lease.permits, lease.grant_time, lease.expire_time,
+               lease.ttl, absl::ZeroDuration(), lease.session_id};
+}
+
+absl::Status Limiter::NotGrantableNow(const Instance& inst, const AcquireParams& p) const {
+  const LimitSpec& spec = inst.limit->spec;
+  if (!inst.queue.empty()) {
+    return absl::ResourceExhaustedError(absl::StrCat(inst.queue.size(), " request(s) are already waiting for '",
+                                                     p.limit, "' (strict FIFO: no barging)"));
+  }
+  if (spec.kind == LimitKind::kConcurrency && learning_mode()) return absl::ResourceExhaustedError(LearningNote());
+  return absl::ResourceExhaustedError(
+      spec.kind == LimitKind::kRate
+          ? absl::StrCat("'", p.limit, "' has ", static_cast<int64_t>(inst.tokens), " tokens now; ", p.permits, " wanted")
+          : absl::StrCat("'", p.limit, "' has ", inst.in_use, " of ", spec.permits, " permits in use; ", p.permits,
+                         " wanted"));
+}
+
+absl::StatusOr<AcquireTicket> Limiter::AcquireLocked(AcquireParams& p, AcquireCallback& done, Completions& out) {
+  CORRAL_ASSIGN_OR_RETURN(Limit * limit, CheckAcquire(p));
+  auto complete = [&](absl::StatusOr<Grant> result) {
+    out.push_back([done = std::move(done), result = std::move(result)]() mutable { done(std::move(result)); });
+  };
+  AcquireTicket ticket;
+  // An idempotent retry: the lease this request_id already got is returned again.
+  CORRAL_ASSIGN_OR_RETURN(std::optional<Grant> retried, RetriedGrant(p, *limit));
+  if (retried) {
+    complete(*std::move(retried));
+    return ticket;
+  }
+  CORRAL_ASSIGN_OR_RETURN(Instance * inst, ResolveInstance(p.limit, p.key, /*create=*/true));
+  if (inst->queue.empty() && Grantable(*inst, p.permits)) {
+    Grant grant = Take(*inst, p.permits, p.lease_ttl, p.session_id, absl::ZeroDuration(), "");
+    if (!p.request_id.empty() && !grant.lease_id.empty()) {
+      request_ids_[p.request_id] = grant.lease_id;
+      leases_.at(grant.lease_id)->request_id = p.request_id;
+    }
+    UpdateGauges(*limit);
+    complete(std::move(grant));
+    return ticket;
+  }
+  if (p.try_only) {
+    limit->metrics.rejected->Increment();
+    return NotGrantableNow(*inst, p);
+  }
+  if (limit->spec.kind == LimitKind::kRate) {
+    // Tokens are reserved in FIFO order, so the wait is known now: everything queued, then this request.
+    Refill(*inst);
+    const double missing = static_cast<double>(inst->waiting_permits + p.permits) - inst->tokens;
+    const absl::Duration estimate = absl::Seconds(missing / limit->spec.rate_per_s);
+    if (estimate > p.wait_timeout) {
+      limit->metrics.rejected->Increment();
+      return absl::ResourceExhaustedError(absl::StrCat("'", p.limit, "' would grant ", p.permits, " tokens in ",
+                                                       absl::FormatDuration(estimate), ", beyond wait_timeout ",
+                                                       absl::FormatDuration(p.wait_timeout)));
+    }
+    ticket.estimated_wait = estimate;
+  }
+  if (p.wait_timeout == absl::ZeroDuration()) {
+    limit->metrics.timeouts->Increment();
+    complete(absl::DeadlineExceededError("wait_timeout is 0 and no permits are free now"));
+    return ticket;
+  }
+  Waiter& w = inst->queue.emplace_back();
+  w.id = next_waiter_id_++;
+  w.permits = p.permits;
+  w.enqueued = clock_->Now();
+  w.ttl = p.lease_ttl;
+  w.session_id = p.session_id;
+  w.request_id = p.request_id;
+  w.done = std::move(done);
+  if (p.wait_timeout != absl::InfiniteDuration()) {
+    w.timeout_timer = clock_->RunAfter(p.wait_timeout, [this, id = w.id] { OnWaitTimeout(id); });
+  }
+  inst->waiting_permits += p.permits;
+  waiter_index_[w.id] = inst;
+  if (!p.session_id.empty()) sessions_.at(p.session_id)->waiters.insert(w.id);
+  ticket.waiter_id = w.id;
+  ticket.queued = true;
+  ticket.position = static_cast<uint32_t>(inst->queue.size());
+  Pump(*inst, out);  // arms the rate timer when this request is the head
   return ticket;
 }
 

@@ -172,6 +172,15 @@ class Limiter {
   using Completions = std::vector<absl::AnyInvocable<void()>>;
 
   Limit* FindLimit(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Acquire, in steps: the request checked (defaults filled in), an idempotent retry answered, then granted at
+  // once, refused, or queued.
+  absl::StatusOr<AcquireTicket> AcquireLocked(AcquireParams& p, AcquireCallback& done, Completions& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Limit*> CheckAcquire(AcquireParams& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::optional<Grant>> RetriedGrant(const AcquireParams& p, const Limit& limit) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED saying why a try-only request cannot be granted now.
+  absl::Status NotGrantableNow(const Instance& instance, const AcquireParams& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // NOT_FOUND naming the declared limits, so the caller can act on it.
   absl::Status LimitNotFound(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Instance*> ResolveInstance(const std::string& limit, const std::string& key, bool create)
