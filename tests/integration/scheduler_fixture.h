@@ -245,15 +245,22 @@ class SchedulerFixture : public ::testing::Test {
     return resp.sessions_size();
   }
   // True once every host has no sandbox left and the proxy no open session (teardown is asynchronous).
-  bool NothingLeaked(absl::Duration timeout = absl::Seconds(30)) {
-    return testing::WaitUntil(
+  // Says what is left when something is (sandboxes per host, open sessions), so a leak can be told apart.
+  ::testing::AssertionResult NothingLeaked(absl::Duration timeout = absl::Seconds(30)) {
+    std::string left;
+    const bool clean = testing::WaitUntil(
         [&] {
+          left.clear();
           for (size_t i = 0; i < hosts_.size(); ++i) {
-            if (hosts_[i].service && LiveSandboxes(i) != 0) return false;
+            if (!hosts_[i].service) continue;
+            if (const int64_t live = LiveSandboxes(i); live != 0) absl::StrAppend(&left, live, " sandbox(es) on host ", i, "; ");
           }
-          return OpenSessions() == 0;
+          if (const int64_t open = OpenSessions(); open != 0) absl::StrAppend(&left, open, " open session(s)");
+          return left.empty();
         },
         timeout);
+    if (clean) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "left after " << absl::FormatDuration(timeout) << ": " << left;
   }
 
   struct Host {
