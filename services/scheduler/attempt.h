@@ -57,6 +57,9 @@ struct Attempt {
 
   std::shared_ptr<ProxyClient> proxy;
   v1::OpenSessionResponse session;
+  // OpenSession was sent: the proxy may hold the session even if the call failed on our side (a stop cancels
+  // it mid-flight), so it is closed either way.
+  bool session_requested = false;
   BaseUrl base;
 
   std::function<void()> on_reserved;  // called when a sandbox slot is reserved (and at the end, harmlessly)

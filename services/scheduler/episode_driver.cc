@@ -181,6 +181,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
   (*request.mutable_labels())[kSchedulerLabel] = options_.scheduler_id;
   (*request.mutable_labels())["corral.batch"] = a.ticket.ids.batch_id();
   const absl::Time deadline = std::min(absl::Now() + absl::Seconds(30), a.episode_deadline);
+  a.session_requested = true;
   auto session = co_await a.proxy->Open(std::move(request), a.Call(deadline));
   if (!session.ok()) {
     co_return a.FromStatus(session.status(), v1::EPISODE_PHASE_ACQUIRE,
@@ -358,8 +359,10 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     default:
       break;
   }
-  if (a.session.env_token().empty() == false) {
+  if (a.session_requested) {
+    // Closed even when the open failed on our side: a stop may have cancelled the call after the proxy opened it.
     auto closed = co_await a.proxy->Close(a.ticket.env_id, v1::TRAJECTORY_FORMAT_CALLS, absl::Seconds(30));
+    const bool never_opened = a.session.env_token().empty() && closed.status().code() == absl::StatusCode::kNotFound;
     if (closed.ok()) {
       *r.mutable_trajectory() = closed->trajectory();
     } else if (closed.status().code() != absl::StatusCode::kNotFound) {
@@ -367,7 +370,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
       auto executor = co_await asio::this_coro::executor;
       asio::co_spawn(executor, CloseLater(a.proxy, a.ticket.env_id), asio::detached);
     }
-    if (!closed.ok() && !failure) {
+    if (!closed.ok() && !never_opened && !failure) {
       failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_REWARD,
                         absl::StrCat("could not take the trajectory from proxy ", a.proxy->address(), ": ",
                                      closed.status().message())};
@@ -413,7 +416,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   const std::string env_id = a.ticket.env_id;
   const FinishOutcome outcome = table_->Finish(a.ticket, std::move(r));
   if (metrics_ != nullptr && outcome == FinishOutcome::kRetried) metrics_->Retried();
-  if (!a.session.env_token().empty()) (void)co_await a.proxy->Ack(env_id, absl::Seconds(10));
+  if (a.session_requested) (void)co_await a.proxy->Ack(env_id, absl::Seconds(10));
 }
 
 asio::awaitable<void> EpisodeDriver::CloseLater(std::shared_ptr<ProxyClient> proxy, std::string env_id) {
