@@ -10,6 +10,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 #include "libs/core/status_macros.h"
+#include "libs/core/version.h"
 #include "libs/rpc/process_metrics.h"
 #include "libs/rpc/supervise.h"
 #include "prometheus/gauge.h"
@@ -80,7 +81,7 @@ absl::Status ServerRunner::StartMetrics() {
       .Name("corral_build_info")
       .Help("Always 1; labels say which Corral service and version this is.")
       .Register(*registry_)
-      .Add({{"service", service_name_}, {"version", CORRAL_VERSION}})
+      .Add({{"service", service_name_}, {"version", kVersion}})
       .Set(1);
   exposer_->RegisterCollectable(registry_);
   process_metrics_ = std::make_shared<ProcessMetrics>();

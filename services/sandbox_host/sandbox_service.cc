@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/core/status_macros.h"
+#include "libs/core/version.h"
 #include "libs/rpc/ids.h"
 #include "libs/rpc/pagination.h"
 #include "libs/rpc/status_conversion.h"
@@ -256,7 +257,7 @@ grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* 
                                                    v1::HostInfoResponse* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   resp->set_host_id(host_id_);
-  resp->set_version(CORRAL_VERSION);
+  resp->set_version(kVersion);
   const int64_t live = sandboxes_->live();
   resp->set_capacity(static_cast<uint32_t>(sandboxes_->capacity()));
   resp->set_live(static_cast<uint32_t>(live));

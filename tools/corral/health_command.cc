@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "libs/core/version.h"
 #include "libs/rpc/channel.h"
 #include "tools/corral/commands.h"
 
@@ -86,7 +87,7 @@ int RunHealth(const HealthOptions& options) {
 
 void RegisterVersion(CLI::App& app, int& exit_code) {
   app.add_subcommand("version", "print Corral's version")->callback([&exit_code] {
-    std::cout << "corral " << CORRAL_VERSION << "\n";
+    std::cout << "corral " << kVersion << "\n";
     exit_code = 0;
   });
 }
