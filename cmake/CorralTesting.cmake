@@ -12,3 +12,29 @@ function(corral_test)
   endif()
   gtest_discover_tests(${T_NAME} PROPERTIES LABELS "${_labels}" DISCOVERY_TIMEOUT 30)
 endfunction()
+
+# corral_integration_test(NAME name SOURCES ... [DEPS ...] [LABELS label] [BINARIES ...] [NEEDS ...]): a test
+# binary that starts real Corral binaries. Each of BINARIES is built first and its path compiled in as a macro
+# named after it (corral-sandbox-host → CORRAL_SANDBOX_HOST; the CLI `corral` → CORRAL_CLI); NEEDS are built first
+# too (binaries the test starts through another, e.g. `corral up`). Label `integration` unless given.
+function(corral_integration_test)
+  cmake_parse_arguments(T "" "NAME" "SOURCES;DEPS;LABELS;BINARIES;NEEDS" ${ARGN})
+  set(_labels integration)
+  if(T_LABELS)
+    set(_labels ${T_LABELS})
+  endif()
+  corral_test(NAME ${T_NAME} SOURCES ${T_SOURCES} DEPS corral::test_support corral::core_testing ${T_DEPS}
+              LABELS ${_labels})
+  foreach(_bin IN LISTS T_BINARIES)
+    if(_bin STREQUAL "corral")
+      set(_macro CORRAL_CLI)
+    else()
+      string(TOUPPER ${_bin} _macro)
+      string(REPLACE "-" "_" _macro ${_macro})
+    endif()
+    target_compile_definitions(${T_NAME} PRIVATE ${_macro}="$<TARGET_FILE:${_bin}>")
+  endforeach()
+  if(T_BINARIES OR T_NEEDS)
+    add_dependencies(${T_NAME} ${T_BINARIES} ${T_NEEDS})
+  endif()
+endfunction()

@@ -216,7 +216,10 @@ ExecManager::ExecManager(Clock* clock, SandboxHostMetrics* metrics) : clock_(clo
   epoll_.Reset(epoll_create1(EPOLL_CLOEXEC));
   wake_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   epoll_event ev{EPOLLIN, {.u64 = 0}};
-  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev);
+  if (!epoll_.valid() || !wake_.valid() || epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0) {
+    // Nothing could be watched: every Start fails (Watch reports it), rather than processes going unnoticed.
+    spdlog::error("exec manager: cannot set up epoll: {}", strerror(errno));
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -241,9 +244,11 @@ size_t ExecManager::running() const {
   return executions_.size();
 }
 
-void ExecManager::Watch(uint64_t key, int which, int fd, uint32_t events) {
+bool ExecManager::Watch(uint64_t key, int which, int fd, uint32_t events) {
   epoll_event ev{events, {.u64 = Tag(key, which)}};
-  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) == 0) return true;
+  spdlog::error("exec manager: cannot watch descriptor {} of process p-{}: {}", fd, key, strerror(errno));
+  return false;
 }
 
 void ExecManager::Unwatch(int fd) {
@@ -289,17 +294,32 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
     e->id_ = absl::StrCat("p-", e->key_);
     executions_.emplace(e->key_, e);
   }
+  bool watched = e->pidfd_.valid();
   {
     absl::MutexLock lock(&e->mu_);
-    Watch(e->key_, kStdout, e->out_.fd.get());
-    Watch(e->key_, kStderr, e->err_.fd.get());
+    watched = watched && Watch(e->key_, kStdout, e->out_.fd.get()) && Watch(e->key_, kStderr, e->err_.fd.get());
     // Stdin is written by this manager's thread from a non-blocking pipe, so no caller ever blocks on it.
     fcntl(spawned->stdin_fd.get(), F_SETFL, O_NONBLOCK);
     e->stdin_ = std::move(spawned->stdin_fd);
   }
+  watched = watched && Watch(e->key_, kExitFd, e->pidfd_.get());
+  if (!watched) {
+    // A process whose exit or output would go unnoticed must not run: killed and reaped, and the call fails.
+    const int err = errno;
+    Unwatch(e->out_.fd.get());
+    Unwatch(e->err_.fd.get());
+    Unwatch(e->pidfd_.get());
+    kill(-spawned->pid, SIGKILL);
+    waitpid(spawned->pid, nullptr, 0);
+    e->sandbox_->running--;
+    {
+      absl::MutexLock lock(&mu_);
+      executions_.erase(e->key_);
+    }
+    return absl::InternalError(absl::StrCat("cannot watch the new process: ", strerror(err)));
+  }
   if (!e->options_.stdin_data.empty()) e->SendStdin(std::move(e->options_.stdin_data), nullptr);
   if (e->options_.kind != ProcessKind::kInteractive) e->CloseStdin();
-  Watch(e->key_, kExitFd, e->pidfd_.get());
   if (e->options_.timeout > absl::ZeroDuration()) {
     std::weak_ptr<Execution> weak = e;
     // The kill sweep can take seconds: on a worker, not on the clock's thread that runs every other timer.

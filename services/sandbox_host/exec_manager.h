@@ -180,7 +180,8 @@ class ExecManager {
   void OnWritable(uint64_t key);
   void PruneHistory() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapOrphans();
-  void Watch(uint64_t key, int which, int fd, uint32_t events = EPOLLIN);
+  // False (and logged) when epoll refuses the descriptor.
+  bool Watch(uint64_t key, int which, int fd, uint32_t events = EPOLLIN);
   void Unwatch(int fd);
 
   Clock* const clock_;
