@@ -53,14 +53,10 @@ int UpstreamIndex(const HttpHandler::Call& c) { return c.dispatch.lease ? c.disp
 
 }  // namespace
 
-asio::awaitable<void> HttpHandler::Refuse(http::Responder& responder, const std::string& route, ApiError error,
+asio::awaitable<void> HttpHandler::Refuse(http::Responder& responder, Route route, ApiError error,
                                           const std::string& message, bool chat) {
   const ApiErrorShape shape = ShapeOf(error);
-  if (route == ProxyMetrics::RouteName(Route::kChat)) metrics_->Request(Route::kChat, shape.http_status, -1).Increment();
-  if (route == ProxyMetrics::RouteName(Route::kCompletions)) {
-    metrics_->Request(Route::kCompletions, shape.http_status, -1).Increment();
-  }
-  if (route == ProxyMetrics::RouteName(Route::kModels)) metrics_->Request(Route::kModels, shape.http_status, -1).Increment();
+  metrics_->Request(route, shape.http_status, -1).Increment();
   const std::string body = ErrorBody(error, message, chat);
   co_await responder.Send(shape.http_status, "application/json", body);
 }
@@ -89,7 +85,8 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
                                         : absl::UnauthenticatedError("missing Authorization: Bearer <env token>");
   if (!session.ok()) {
     const ApiError error = absl::IsFailedPrecondition(session.status()) ? ApiError::kSessionClosed : ApiError::kUnauthenticated;
-    co_await Refuse(responder, target, error, std::string(session.status().message()));
+    const Route route = chat ? Route::kChat : models ? Route::kModels : Route::kCompletions;
+    co_await Refuse(responder, route, error, std::string(session.status().message()));
     co_return;
   }
   if (models) {
@@ -126,7 +123,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     // conditional inside a co_await expression.)
     const std::string message =
         ec ? absl::StrCat("malformed JSON body: ", ec.message()) : std::string("the body must be a JSON object");
-    co_await Refuse(responder, route, ApiError::kBadRequest, message);
+    co_await Refuse(responder, c.route, ApiError::kBadRequest, message);
     co_return;
   }
   c.body = std::move(parsed.as_object());
@@ -135,7 +132,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     const ApiError error = policy.refusal == Refusal::kModelNotAllowed   ? ApiError::kModelNotAllowed
                            : policy.refusal == Refusal::kBudgetExhausted ? ApiError::kBudgetExhausted
                                                                          : ApiError::kBadRequest;
-    co_await Refuse(responder, route, error, policy.message, chat);
+    co_await Refuse(responder, c.route, error, policy.message, chat);
     co_return;
   }
   c.rewrite = policy.rewrite;
@@ -160,7 +157,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
 
   if (!c.session->TryBeginCall()) {  // max_calls, checked and counted atomically with the calls in flight
     const std::string message = absl::StrCat("budget exhausted: max_calls=", c.session->policy().budget().max_calls());
-    co_await Refuse(responder, route, ApiError::kBudgetExhausted, message, chat);
+    co_await Refuse(responder, c.route, ApiError::kBudgetExhausted, message, chat);
     co_return;
   }
   CallGuard guard{c, metrics_};

@@ -39,7 +39,7 @@ class HttpHandler {
   boost::asio::awaitable<void> Fail(Call& call, http::Responder& responder, ApiError error, int http_status,
                                     const std::string& message);
   // Refuses a request before any call exists (counted; nothing recorded).
-  boost::asio::awaitable<void> Refuse(http::Responder& responder, const std::string& route, ApiError error,
+  boost::asio::awaitable<void> Refuse(http::Responder& responder, ProxyMetrics::Route route, ApiError error,
                                       const std::string& message, bool chat = true);
 
   SessionLedger* const ledger_;

@@ -28,6 +28,48 @@ using ratelimiter::ClientOptions;
 using ratelimiter::PermitRequest;
 using ratelimiter::RateLimitClient;
 
+// Clients acquiring, holding for `hold` and releasing one permit of `limit` in a loop, counting how many hold at
+// once (never more than the limit, restarts included) and how many grants came after `restarted` was set.
+struct PermitLoad {
+  PermitLoad(std::vector<std::unique_ptr<RateLimitClient>>& clients, std::string limit, absl::Duration hold)
+      : after_restart(clients.size()) {
+    for (size_t i = 0; i < clients.size(); ++i) {
+      workers.emplace_back([this, &client = *clients[i], limit, hold, i] {
+        while (!stop) {
+          auto permit = client.Acquire({.limit = limit, .wait_timeout = absl::Seconds(20)});
+          if (!permit.ok()) continue;  // UNAVAILABLE while the limiter is down: try again
+          int now = ++holders;
+          int seen = max_holders;
+          while (now > seen && !max_holders.compare_exchange_weak(seen, now)) {
+          }
+          ++grants;
+          if (restarted) ++after_restart[i];
+          absl::SleepFor(hold);  // the "work" done under the permit
+          --holders;             // stop counting before the permit goes back
+          (void)permit->Release();
+        }
+      });
+    }
+  }
+  ~PermitLoad() { Stop(); }
+  void Stop() {
+    stop = true;
+    for (auto& w : workers) {
+      if (w.joinable()) w.join();
+    }
+  }
+  int grants_after_restart() const {
+    int total = 0;
+    for (const auto& g : after_restart) total += g;
+    return total;
+  }
+
+  std::atomic<int> holders = 0, max_holders = 0, grants = 0;
+  std::atomic<bool> restarted = false, stop = false;
+  std::vector<std::atomic<int>> after_restart;
+  std::vector<std::thread> workers;
+};
+
 class RateLimiterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -211,46 +253,24 @@ TEST_F(RateLimiterTest, KillNineRestartNeverOverGrantsAndEveryClientRecovers) {
   ASSERT_TRUE(testing::WaitUntil([&] { auto s = Status(); return s.ok() && !s->learning_mode(); }, absl::Seconds(30)));
   const std::string address = service_->ready.grpc;
 
-  constexpr int kClients = 4;
-  std::atomic<int> holders = 0, max_holders = 0, grants = 0;
-  std::atomic<int> grants_after_restart[kClients] = {};
-  std::atomic<bool> restarted = false, stop = false;
   std::vector<std::unique_ptr<RateLimitClient>> clients;
-  for (int i = 0; i < kClients; ++i) clients.push_back(Client("worker-" + std::to_string(i)));
-  std::vector<std::thread> workers;
-  for (int i = 0; i < kClients; ++i) {
-    workers.emplace_back([&, i] {
-      while (!stop) {
-        auto permit = clients[i]->Acquire({.limit = "code_exec", .wait_timeout = absl::Seconds(20)});
-        if (!permit.ok()) continue;  // UNAVAILABLE while the limiter is down: try again
-        int now = ++holders;
-        int seen = max_holders;
-        while (now > seen && !max_holders.compare_exchange_weak(seen, now)) {
-        }
-        ++grants;
-        if (restarted) ++grants_after_restart[i];
-        absl::SleepFor(absl::Milliseconds(20));  // the "work" done under the permit
-        --holders;                               // stop counting before the permit goes back
-        (void)permit->Release();
-      }
-    });
-  }
-  ASSERT_TRUE(testing::WaitUntil([&] { return grants >= 20; }, absl::Seconds(30)));
+  for (int i = 0; i < 4; ++i) clients.push_back(Client("worker-" + std::to_string(i)));
+  PermitLoad load(clients, "code_exec", absl::Milliseconds(20));
+  ASSERT_TRUE(testing::WaitUntil([&] { return load.grants >= 20; }, absl::Seconds(30)));
   ASSERT_TRUE(service_->process.Signal(SIGKILL));
   ASSERT_THAT(service_->process.Wait(absl::Seconds(10)), IsOk());
-  restarted = true;
+  load.restarted = true;
   Start(limits, flags, address);  // same port: the clients reconnect and re-claim what they hold
   EXPECT_TRUE(testing::WaitUntil(
       [&] {
-        for (auto& g : grants_after_restart) {
+        for (auto& g : load.after_restart) {
           if (g < 3) return false;
         }
         return true;
       },
       absl::Seconds(60)));
-  stop = true;
-  for (auto& w : workers) w.join();
-  EXPECT_LE(max_holders, 2);
+  load.Stop();
+  EXPECT_LE(load.max_holders, 2);
   for (auto& c : clients) EXPECT_GE(c->connections(), 2);
 }
 
@@ -265,45 +285,24 @@ TEST_F(RateLimiterTest, KillNineRestartWithALeaseSnapshotGrantsAgainWithinSecond
   EXPECT_TRUE(first->durable_leases());
   const std::string address = service_->ready.grpc;
 
-  constexpr int kClients = 4;
-  std::atomic<int> holders = 0, max_holders = 0, grants = 0, grants_after_restart = 0;
-  std::atomic<bool> restarted = false, stop = false;
   std::vector<std::unique_ptr<RateLimitClient>> clients;
-  for (int i = 0; i < kClients; ++i) clients.push_back(Client("worker-" + std::to_string(i)));
-  std::vector<std::thread> workers;
-  for (int i = 0; i < kClients; ++i) {
-    workers.emplace_back([&, i] {
-      while (!stop) {
-        auto permit = clients[i]->Acquire({.limit = "code_exec", .wait_timeout = absl::Seconds(20)});
-        if (!permit.ok()) continue;  // UNAVAILABLE while the limiter is down: try again
-        int now = ++holders;
-        int seen = max_holders;
-        while (now > seen && !max_holders.compare_exchange_weak(seen, now)) {
-        }
-        ++grants;
-        if (restarted) ++grants_after_restart;
-        absl::SleepFor(absl::Milliseconds(50));  // the "work" done under the permit, across the restart too
-        --holders;
-        (void)permit->Release();
-      }
-    });
-  }
-  ASSERT_TRUE(testing::WaitUntil([&] { return grants >= 20 && holders == 2; }, absl::Seconds(30)));
+  for (int i = 0; i < 4; ++i) clients.push_back(Client("worker-" + std::to_string(i)));
+  PermitLoad load(clients, "code_exec", absl::Milliseconds(50));  // held across the restart too
+  ASSERT_TRUE(testing::WaitUntil([&] { return load.grants >= 20 && load.holders == 2; }, absl::Seconds(30)));
   ASSERT_TRUE(service_->process.Signal(SIGKILL));
   ASSERT_THAT(service_->process.Wait(absl::Seconds(10)), IsOk());
-  restarted = true;
+  load.restarted = true;
   Start(limits, flags, address);
   const absl::Time ready = absl::Now();
   auto after = Status();
   ASSERT_THAT(after, IsOk());
   EXPECT_FALSE(after->learning_mode());
   // Granting resumes within seconds (the clients' reconnect back-off), not after a five-minute learning mode.
-  EXPECT_TRUE(testing::WaitUntil([&] { return grants_after_restart >= 10; }, absl::Seconds(10)));
+  EXPECT_TRUE(testing::WaitUntil([&] { return load.grants_after_restart() >= 10; }, absl::Seconds(10)));
   const absl::Duration resumed = absl::Now() - ready;
-  stop = true;
-  for (auto& w : workers) w.join();
+  load.Stop();
   EXPECT_LT(resumed, absl::Seconds(10));
-  EXPECT_LE(max_holders, 2);
+  EXPECT_LE(load.max_holders, 2);
   EXPECT_EQ(InUse("code_exec"), 0);  // every permit came back, the restored ones included
 }
 
