@@ -15,6 +15,7 @@
 #include "libs/rpc/ids.h"
 #include "openssl/rand.h"
 #include "services/sandbox_host/containment.h"
+#include "services/sandbox_host/process_sweep.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::sandbox {

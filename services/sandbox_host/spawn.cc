@@ -1,6 +1,5 @@
 #include "services/sandbox_host/spawn.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <sched.h>
@@ -15,10 +14,8 @@
 #include <cerrno>
 #include <memory>
 #include <cstring>
-#include <fstream>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "services/sandbox_host/landlock.h"
@@ -214,55 +211,6 @@ absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
   result.stdout_fd = std::move(out_r);
   result.stderr_fd = std::move(err_r);
   return result;
-}
-
-std::vector<pid_t> ProcessesOf(uid_t uid) {
-  std::vector<pid_t> pids;
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return pids;
-  while (dirent* e = readdir(proc)) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
-    std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-    std::string line;
-    bool dead = false;  // zombies run no code; whoever waits for them reaps them
-    while (std::getline(status, line)) {
-      if (absl::StartsWith(line, "State:")) {
-        dead = line.find('Z') != std::string::npos || line.find('X') != std::string::npos;
-        continue;
-      }
-      if (!absl::StartsWith(line, "Uid:")) continue;
-      const std::string ids = line.substr(4);
-      std::vector<absl::string_view> f = absl::StrSplit(ids, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-      for (size_t i = 0; i < f.size() && i < 3 && !dead; ++i) {
-        uint32_t u = 0;
-        if (absl::SimpleAtoi(f[i], &u) && u == uid) {
-          pids.push_back(pid);
-          break;
-        }
-      }
-      break;
-    }
-  }
-  closedir(proc);
-  return pids;
-}
-
-bool KillAllOf(uid_t uid, int rounds) {
-  for (int round = 0; round < rounds; ++round) {
-    if (ProcessesOf(uid).empty()) return true;
-    // kill(-1) from a process running as `uid` reaches exactly that uid's processes, wherever they are in
-    // the process tree; forks racing with it are caught by the next round.
-    pid_t killer = fork();
-    if (killer == 0) {
-      syscall(SYS_close_range, 3u, ~0u, 0u);  // hold none of the host's descriptors
-      if (setresuid(uid, uid, uid) != 0) _exit(1);
-      kill(-1, SIGKILL);
-      _exit(0);
-    }
-    if (killer > 0) waitpid(killer, nullptr, 0);
-  }
-  return ProcessesOf(uid).empty();
 }
 
 }  // namespace corral::sandbox

@@ -1,7 +1,7 @@
 // Starting a sandbox process: fork, then in the child (async-signal-safe only) join the sandbox's namespaces
 // and cgroups, set rlimits, drop to the sandbox's uid/gid with no supplementary groups, set
 // PR_SET_NO_NEW_PRIVS, enforce Landlock, and exec with a scrubbed environment. Everything that allocates is
-// prepared in the host before the fork. Also the uid sweep that teardown and timeouts rely on.
+// prepared in the host before the fork.
 #pragma once
 
 #include <sys/types.h>
@@ -56,13 +56,5 @@ struct Spawned {
 // INTERNAL when the host cannot fork or a privilege step fails in the child (the message names the step).
 // The child leads its own session and process group (pid == pgid), so a timeout can kill the whole group.
 absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec);
-
-// pids of every live (non-zombie) process whose real, effective or saved uid is `uid`.
-std::vector<pid_t> ProcessesOf(uid_t uid);
-
-// SIGKILLs every process running as `uid` — including ones that left the process group with setsid — from a
-// helper that switches to that uid and calls kill(-1), repeated until none is left or `rounds` pass.
-// Returns true when no process of the uid remains.
-bool KillAllOf(uid_t uid, int rounds = 20);
 
 }  // namespace corral::sandbox

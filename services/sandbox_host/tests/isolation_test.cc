@@ -16,6 +16,7 @@
 #include "libs/core/testing/status_matchers.h"
 #include "services/sandbox_host/cgroup.h"
 #include "services/sandbox_host/containment.h"
+#include "services/sandbox_host/process_sweep.h"
 #include "services/sandbox_host/landlock.h"
 #include "services/sandbox_host/namespaces.h"
 #include "services/sandbox_host/spawn.h"

@@ -12,6 +12,7 @@
 #include "libs/core/testing/status_matchers.h"
 #include "libs/core/testing/fake_clock.h"
 #include "services/sandbox_host/exec_manager.h"
+#include "services/sandbox_host/process_sweep.h"
 #include "tests/support/uid_range.h"
 
 namespace corral::sandbox {
@@ -28,32 +29,44 @@ struct Collected {
   ExitInfo exit;
 };
 
-// Drains an execution to its exit event, waiting on its listener (no sleeps).
-Collected Collect(Execution& e, absl::Duration limit = absl::Seconds(60)) {
-  absl::Mutex mu;
-  bool ready = false;
-  e.SetListener([&] {
-    absl::MutexLock lock(&mu);
-    ready = true;
+// Feeds every event of an execution to `on_event` up to its exit, waiting on its listener (no sleeps); false
+// when it did not exit in time. The wake-up state is shared: a listener call already under way may still run
+// after SetListener(nullptr) returns.
+bool DrainEvents(Execution& e, const std::function<void(const OutputEvent&)>& on_event,
+                 absl::Duration limit = absl::Seconds(60)) {
+  struct Wakeup {
+    absl::Mutex mu;
+    bool ready ABSL_GUARDED_BY(mu) = false;
+  };
+  auto wake = std::make_shared<Wakeup>();
+  e.SetListener([wake] {
+    absl::MutexLock lock(&wake->mu);
+    wake->ready = true;
   });
-  Collected c;
   const absl::Time deadline = absl::Now() + limit;
-  while (absl::Now() < deadline) {
-    while (auto ev = e.Next()) {
-      if (ev->kind == OutputEvent::kStdout) c.out += ev->data;
-      if (ev->kind == OutputEvent::kStderr) c.err += ev->data;
-      if (ev->kind == OutputEvent::kExit) {
-        c.exit = ev->exit;
-        e.SetListener(nullptr);
-        return c;
-      }
+  bool exited = false;
+  while (!exited && absl::Now() < deadline) {
+    while (std::optional<OutputEvent> ev = e.Next()) {
+      on_event(*ev);
+      if ((exited = ev->kind == OutputEvent::kExit)) break;
     }
-    absl::MutexLock lock(&mu);
-    mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
-    ready = false;
+    if (exited) break;
+    absl::MutexLock lock(&wake->mu);
+    wake->mu.AwaitWithDeadline(absl::Condition(&wake->ready), deadline);
+    wake->ready = false;
   }
   e.SetListener(nullptr);
-  ADD_FAILURE() << "execution did not finish";
+  return exited;
+}
+
+Collected Collect(Execution& e) {
+  Collected c;
+  const bool exited = DrainEvents(e, [&](const OutputEvent& ev) {
+    if (ev.kind == OutputEvent::kStdout) c.out += ev.data;
+    if (ev.kind == OutputEvent::kStderr) c.err += ev.data;
+    if (ev.kind == OutputEvent::kExit) c.exit = ev.exit;
+  });
+  if (!exited) ADD_FAILURE() << "execution did not finish";
   return c;
 }
 
@@ -149,29 +162,11 @@ TEST_F(SandboxHostTest, AStalledReaderCostsBoundedMemoryAndNothingIsLost) {
   uint64_t total = 0;
   size_t peak_event = 0;
   Collected c;
-  absl::Mutex mu;
-  bool ready = false;
-  (*e)->SetListener([&] {
-    absl::MutexLock l(&mu);
-    ready = true;
+  const bool done = DrainEvents(**e, [&](const OutputEvent& ev) {
+    if (ev.kind == OutputEvent::kExit) c.exit = ev.exit;
+    total += ev.data.size();
+    peak_event = std::max(peak_event, ev.data.size());
   });
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  bool done = false;
-  while (!done && absl::Now() < deadline) {
-    while (auto ev = (*e)->Next()) {
-      if (ev->kind == OutputEvent::kExit) {
-        c.exit = ev->exit;
-        done = true;
-        break;
-      }
-      total += ev->data.size();
-      peak_event = std::max(peak_event, ev->data.size());
-    }
-    absl::MutexLock l(&mu);
-    mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
-    ready = false;
-  }
-  (*e)->SetListener(nullptr);
   EXPECT_TRUE(done);
   EXPECT_EQ(total, 64u << 20);
   EXPECT_EQ(c.exit.stdout_bytes, 64u << 20);

@@ -1,4 +1,5 @@
 #include "services/sandbox_host/spawn.h"
+#include "services/sandbox_host/process_sweep.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -1,0 +1,26 @@
+// Finding, killing and reaping processes by owner: the uid sweep that teardown and exec timeouts rely on, and
+// the reaping of orphans the host inherits as a child subreaper.
+#pragma once
+
+#include <sys/types.h>
+
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+
+namespace corral::sandbox {
+
+// pids of every live (non-zombie) process whose real, effective or saved uid is `uid`.
+std::vector<pid_t> ProcessesOf(uid_t uid);
+
+// SIGKILLs every process running as `uid` — including ones that left the process group with setsid — from a
+// helper that switches to that uid and calls kill(-1), repeated until none is left or `rounds` pass.
+// Returns true when no process of the uid remains.
+bool KillAllOf(uid_t uid, int rounds = 20);
+
+// Reaps zombie children of this process that nobody else waits for: processes the host inherited as a
+// subreaper when their parents exited. Skips `tracked` (children someone waits for) and zombies younger than a
+// few seconds (one may be a child whose starter has not registered it yet).
+void ReapOrphans(const absl::flat_hash_set<pid_t>& tracked);
+
+}  // namespace corral::sandbox
