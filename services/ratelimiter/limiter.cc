@@ -2,11 +2,9 @@
 
 #include <algorithm>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/core/status_macros.h"
-#include "openssl/rand.h"
 #include "services/ratelimiter/lease_id.h"
 #include "services/ratelimiter/limiter_internal.h"
 
@@ -20,7 +18,8 @@ Limiter::Limiter(Clock* clock, TokenSigner signer, LimiterOptions options, RateL
       metrics_(metrics),
       store_(store),
       start_time_(clock->Now()),
-      learning_end_(options.learning_mode ? start_time_ + options.max_lease_ttl : start_time_) {
+      learning_end_(options.learning_mode ? start_time_ + options.max_lease_ttl : start_time_),
+      leases_(std::make_unique<LeaseTable>()) {
   if (options_.learning_mode) {
     metrics_->learning_mode().Set(1);
     learning_timer_ = clock_->RunAt(learning_end_, [this] { OnLearningEnd(); });
@@ -35,7 +34,7 @@ Limiter::~Limiter() {
   shutting_down_ = true;
   clock_->Cancel(learning_timer_);
   clock_->Cancel(sweep_timer_);
-  for (auto& [id, lease] : leases_) clock_->Cancel(lease->timer);
+  leases_->ForEach([&](Lease& lease) { clock_->Cancel(lease.timer); });
   for (auto& [name, limit] : limits_) {
     for (auto& [key, inst] : limit->instances) {
       clock_->Cancel(inst->rate_timer);
@@ -105,7 +104,7 @@ absl::StatusOr<LimitSpec> Limiter::UpdateLimit(LimitSpec spec) {
     const absl::Status too_big = absl::FailedPreconditionError(absl::StrCat(
         "limit '", spec.name, "' shrank to ", spec.capacity(), "; this request can never be granted"));
     for (auto& [key, inst] : limit->instances) {
-      if (spec.kind == LimitKind::kRate) inst->tokens = std::min(inst->tokens, static_cast<double>(spec.burst));
+      if (spec.kind == LimitKind::kRate) inst->bucket.Cap(static_cast<double>(spec.burst));
       // A waiter above the new capacity would block the FIFO queue forever: it fails now.
       for (auto it = inst->queue.begin(); it != inst->queue.end();) {
         auto next = std::next(it);
@@ -150,13 +149,9 @@ absl::Status Limiter::DeleteLimit(const std::string& name, bool force) {
       }
       clock_->Cancel(inst->rate_timer);
     }
-    std::vector<std::string> doomed;
-    for (auto& [id, lease] : leases_) {
-      if (lease->instance->limit == limit) doomed.push_back(id);
-    }
-    for (const auto& id : doomed) {
+    for (const auto& id : leases_->IdsOf(*limit)) {
       EndLease(id, gone, out);
-      RememberEnded(id, "its limit was deleted");
+      leases_->RememberEnded(id, "its limit was deleted");
     }
     metrics_->RemoveLimit(limit->metrics);
     limits_.erase(name);
@@ -206,12 +201,7 @@ absl::StatusOr<Limiter::Instance*> Limiter::ResolveInstance(const std::string& n
   auto it = limit->instances.find(key);
   if (it != limit->instances.end()) return it->second.get();
   if (!create) return absl::NotFoundError(absl::StrCat("limit '", name, "' has no instance '", key, "'"));
-  auto inst = std::make_unique<Instance>();
-  inst->limit = limit;
-  inst->key = key;
-  inst->tokens = static_cast<double>(limit->spec.burst);  // a rate bucket starts full
-  inst->refilled_at = clock_->Now();
-  inst->last_active = inst->refilled_at;
+  auto inst = std::make_unique<Instance>(limit, key, static_cast<double>(limit->spec.burst), clock_->Now());
   Instance* raw = inst.get();
   limit->instances.emplace(key, std::move(inst));
   return raw;
@@ -219,23 +209,18 @@ absl::StatusOr<Limiter::Instance*> Limiter::ResolveInstance(const std::string& n
 
 // ---------------------------------------------------------------------------------------------- granting
 
-void Limiter::Refill(Instance& inst) {
-  const absl::Time now = clock_->Now();
-  if (now <= inst.refilled_at) return;
-  const LimitSpec& spec = inst.limit->spec;
-  inst.tokens = std::min(static_cast<double>(spec.burst),
-                         inst.tokens + spec.rate_per_s * absl::ToDoubleSeconds(now - inst.refilled_at));
-  inst.refilled_at = now;
+void Limiter::Refill(Instance& inst) const {
+  inst.bucket.Refill(clock_->Now(), inst.limit->spec.rate_per_s, static_cast<double>(inst.limit->spec.burst));
 }
 
 bool Limiter::Grantable(Instance& inst, int64_t permits) {
   if (inst.limit->spec.kind == LimitKind::kRate) {
     Refill(inst);
-    return inst.tokens + internal::kTokenEpsilon >= static_cast<double>(permits);
+    return inst.bucket.Has(static_cast<double>(permits));
   }
   // During learning mode only re-claims are granted: leases from before a restart may still be held.
   if (learning_mode()) return false;
-  return inst.in_use + permits <= inst.limit->spec.permits;
+  return inst.held.Fits(permits, inst.limit->spec.permits);
 }
 
 Grant Limiter::Take(Instance& inst, int64_t permits, absl::Duration ttl, const std::string& session_id,
@@ -250,7 +235,7 @@ Grant Limiter::Take(Instance& inst, int64_t permits, absl::Duration ttl, const s
   grant.grant_time = now;
   grant.waited = waited;
   if (limit.spec.kind == LimitKind::kRate) {
-    inst.tokens = std::max(0.0, inst.tokens - static_cast<double>(permits));
+    inst.bucket.Spend(static_cast<double>(permits));
   } else {
     const Lease& lease = AddLease(inst, permits, ttl, session_id,
                                   reuse_lease_id.empty() ? MintLeaseId(signer_, {limit.spec.name, inst.key, permits})
@@ -277,13 +262,11 @@ Limiter::Lease& Limiter::AddLease(Instance& inst, int64_t permits, absl::Duratio
   lease->session_id = session_id;
   if (!session_id.empty()) sessions_.at(session_id)->leases.insert(lease->id);
   ArmLeaseTimer(*lease);
-  inst.in_use += permits;
+  inst.held.Take(permits);
   inst.leases += 1;
   if (store_ != nullptr) store_->Held({lease->id, ttl});  // before anyone hears of the grant
   metrics_->leases().Increment();
-  Lease& added = *lease;
-  leases_.emplace(added.id, std::move(lease));
-  return added;
+  return leases_->Add(std::move(lease));
 }
 
 void Limiter::Pump(Instance& inst, Completions& out) {
@@ -292,10 +275,7 @@ void Limiter::Pump(Instance& inst, Completions& out) {
     Waiter& w = inst.queue.front();
     if (!Grantable(inst, w.permits)) break;
     Grant grant = Take(inst, w.permits, w.ttl, w.session_id, now - w.enqueued, "");
-    if (!w.request_id.empty() && !grant.lease_id.empty()) {
-      request_ids_[w.request_id] = grant.lease_id;
-      leases_.at(grant.lease_id)->request_id = w.request_id;
-    }
+    if (!w.request_id.empty() && !grant.lease_id.empty()) leases_->BindRequest(w.request_id, *leases_->Find(grant.lease_id));
     auto done = std::move(w.done);
     RemoveWaiter(inst, inst.queue.begin());
     out.push_back([done = std::move(done), grant = std::move(grant)]() mutable { done(std::move(grant)); });
@@ -305,8 +285,8 @@ void Limiter::Pump(Instance& inst, Completions& out) {
     inst.rate_timer = 0;
     if (!inst.queue.empty()) {
       // The head gets its tokens exactly when the bucket has refilled enough; FIFO means nobody else can.
-      double missing = static_cast<double>(inst.queue.front().permits) - inst.tokens;
-      absl::Duration delay = absl::Seconds(std::max(0.0, missing) / inst.limit->spec.rate_per_s);
+      const absl::Duration delay =
+          inst.bucket.TimeUntil(static_cast<double>(inst.queue.front().permits), inst.limit->spec.rate_per_s);
       inst.rate_timer = clock_->RunAfter(
           delay, [this, limit = inst.limit->spec.name, key = inst.key] { OnRateTimer(limit, key); });
     }
@@ -317,8 +297,8 @@ void Limiter::Pump(Instance& inst, Completions& out) {
 void Limiter::UpdateGauges(Limit& limit) {
   double in_use = 0, waiters = 0;
   for (auto& [key, inst] : limit.instances) {
-    in_use += limit.spec.kind == LimitKind::kRate ? static_cast<double>(limit.spec.burst) - inst->tokens
-                                                  : static_cast<double>(inst->in_use);
+    in_use += limit.spec.kind == LimitKind::kRate ? static_cast<double>(limit.spec.burst) - inst->bucket.tokens()
+                                                  : static_cast<double>(inst->held.in_use());
     waiters += static_cast<double>(inst->queue.size());
   }
   limit.metrics.in_use->Set(in_use);
@@ -371,9 +351,9 @@ absl::StatusOr<Limiter::Limit*> Limiter::CheckAcquire(AcquireParams& p) const {
 
 absl::StatusOr<std::optional<Grant>> Limiter::RetriedGrant(const AcquireParams& p, const Limit& limit) const {
   if (p.request_id.empty()) return std::nullopt;
-  auto it = request_ids_.find(p.request_id);
-  if (it == request_ids_.end()) return std::nullopt;
-  const Lease& lease = *leases_.at(it->second);
+  const Lease* found = leases_->ForRequest(p.request_id);
+  if (found == nullptr) return std::nullopt;
+  const Lease& lease = *found;
   if (lease.instance->limit != &limit || lease.instance->key != p.key || lease.permits != p.permits) {
     return absl::AlreadyExistsError(absl::StrCat("request_id '", p.request_id, "' was already used for a different acquire"));
   }
@@ -390,8 +370,8 @@ absl::Status Limiter::NotGrantableNow(const Instance& inst, const AcquireParams&
   if (spec.kind == LimitKind::kConcurrency && learning_mode()) return absl::ResourceExhaustedError(LearningNote());
   return absl::ResourceExhaustedError(
       spec.kind == LimitKind::kRate
-          ? absl::StrCat("'", p.limit, "' has ", static_cast<int64_t>(inst.tokens), " tokens now; ", p.permits, " wanted")
-          : absl::StrCat("'", p.limit, "' has ", inst.in_use, " of ", spec.permits, " permits in use; ", p.permits,
+          ? absl::StrCat("'", p.limit, "' has ", static_cast<int64_t>(inst.bucket.tokens()), " tokens now; ", p.permits, " wanted")
+          : absl::StrCat("'", p.limit, "' has ", inst.held.in_use(), " of ", spec.permits, " permits in use; ", p.permits,
                          " wanted"));
 }
 
@@ -410,10 +390,7 @@ absl::StatusOr<AcquireTicket> Limiter::AcquireLocked(AcquireParams& p, AcquireCa
   CORRAL_ASSIGN_OR_RETURN(Instance * inst, ResolveInstance(p.limit, p.key, /*create=*/true));
   if (inst->queue.empty() && Grantable(*inst, p.permits)) {
     Grant grant = Take(*inst, p.permits, p.lease_ttl, p.session_id, absl::ZeroDuration(), "");
-    if (!p.request_id.empty() && !grant.lease_id.empty()) {
-      request_ids_[p.request_id] = grant.lease_id;
-      leases_.at(grant.lease_id)->request_id = p.request_id;
-    }
+    if (!p.request_id.empty() && !grant.lease_id.empty()) leases_->BindRequest(p.request_id, *leases_->Find(grant.lease_id));
     UpdateGauges(*limit);
     complete(std::move(grant));
     return ticket;
@@ -425,8 +402,8 @@ absl::StatusOr<AcquireTicket> Limiter::AcquireLocked(AcquireParams& p, AcquireCa
   if (limit->spec.kind == LimitKind::kRate) {
     // Tokens are reserved in FIFO order, so the wait is known now: everything queued, then this request.
     Refill(*inst);
-    const double missing = static_cast<double>(inst->waiting_permits + p.permits) - inst->tokens;
-    const absl::Duration estimate = absl::Seconds(missing / limit->spec.rate_per_s);
+    const absl::Duration estimate =
+        inst->bucket.TimeUntil(static_cast<double>(inst->waiting_permits + p.permits), limit->spec.rate_per_s);
     if (estimate > p.wait_timeout) {
       limit->metrics.rejected->Increment();
       return absl::ResourceExhaustedError(absl::StrCat("'", p.limit, "' would grant ", p.permits, " tokens in ",
@@ -544,7 +521,7 @@ void Limiter::SweepIdleInstances() {
       Instance& inst = *it->second;
       if (limit->spec.kind == LimitKind::kRate) Refill(inst);
       bool idle = inst.queue.empty() && inst.leases == 0 &&
-                  (limit->spec.kind == LimitKind::kConcurrency || inst.tokens >= static_cast<double>(limit->spec.burst));
+                  (limit->spec.kind == LimitKind::kConcurrency || inst.bucket.Has(static_cast<double>(limit->spec.burst)));
       if (idle && now - inst.last_active >= limit->spec.instance_idle_ttl) {
         clock_->Cancel(inst.rate_timer);
         it = limit->instances.erase(it);

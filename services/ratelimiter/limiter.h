@@ -168,6 +168,7 @@ class Limiter {
   struct Instance;
   struct Limit;
   struct Lease;
+  class LeaseTable;
   struct Session;
   using Completions = std::vector<absl::AnyInvocable<void()>>;
 
@@ -185,7 +186,7 @@ class Limiter {
   absl::Status LimitNotFound(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Instance*> ResolveInstance(const std::string& limit, const std::string& key, bool create)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Refill(Instance& instance) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Refill(Instance& instance) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Grantable(Instance& instance, int64_t permits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a concurrency lease (no metrics, no checks): for grants, re-claims and restores.
   Lease& AddLease(Instance& instance, int64_t permits, absl::Duration ttl, const std::string& session_id,
@@ -204,7 +205,16 @@ class Limiter {
   void OnRateTimer(const std::string& limit, const std::string& key);
   void OnLearningEnd();
   void SweepIdleInstances();
-  void RememberEnded(const std::string& lease_id, std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The one re-claim path, for leases this limiter does not hold (Reclaim and KeepAlive in learning mode,
+  // Restore): where a validly signed lease id counts — PERMISSION_DENIED for a bad signature, NOT_FOUND when
+  // its limit is gone — then the lease granted again under its own id.
+  struct ReclaimTarget {
+    Instance* instance = nullptr;
+    int64_t permits = 0;
+  };
+  absl::StatusOr<ReclaimTarget> FindReclaimTarget(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Grant ReclaimLease(const ReclaimTarget& target, const std::string& lease_id, const std::string& session_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges(Limit& limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Run(Completions& completions);
 
@@ -218,15 +228,10 @@ class Limiter {
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Limit>> limits_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::unique_ptr<Lease>> leases_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<LeaseTable> leases_ ABSL_PT_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   // Where each queued waiter is, for CancelWaiter and timeouts.
   absl::flat_hash_map<uint64_t, Instance*> waiter_index_ ABSL_GUARDED_BY(mu_);
-  // request_id → lease id of unary acquires, for idempotent retries.
-  absl::flat_hash_map<std::string, std::string> request_ids_ ABSL_GUARDED_BY(mu_);
-  // Recently ended leases and why, so a second Release can say "already released" (bounded).
-  absl::flat_hash_map<std::string, std::string> ended_ ABSL_GUARDED_BY(mu_);
-  std::list<std::string> ended_order_ ABSL_GUARDED_BY(mu_);
   uint64_t next_waiter_id_ ABSL_GUARDED_BY(mu_) = 1;
   Clock::TimerId learning_timer_ = 0;
   Clock::TimerId sweep_timer_ ABSL_GUARDED_BY(mu_) = 0;

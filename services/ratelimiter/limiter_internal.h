@@ -8,6 +8,7 @@
 
 #include "absl/strings/escaping.h"
 #include "openssl/rand.h"
+#include "services/ratelimiter/counters.h"
 #include "services/ratelimiter/limiter.h"
 
 namespace corral::ratelimiter {
@@ -16,7 +17,6 @@ namespace internal {
 
 inline constexpr size_t kEndedMemory = 10000;            // recently ended leases remembered for precise errors
 inline constexpr absl::Duration kSweepEvery = absl::Seconds(5);
-inline constexpr double kTokenEpsilon = 1e-9;             // float slack when a rate timer fires exactly on time
 
 inline std::string RandomHex(size_t bytes) {
   std::string raw(bytes, '\0');
@@ -37,12 +37,14 @@ struct Limiter::Waiter {
   AcquireCallback done;
 };
 
+// One instance of a limit (the only one of an unkeyed limit, one per key of a keyed one).
 struct Limiter::Instance {
-  Limit* limit = nullptr;
-  std::string key;
-  int64_t in_use = 0;    // concurrency: permits held
-  double tokens = 0;     // rate: tokens available at refilled_at
-  absl::Time refilled_at;
+  Instance(Limit* l, std::string k, double burst, absl::Time now)
+      : limit(l), key(std::move(k)), bucket(burst, now), last_active(now) {}
+  Limit* const limit;
+  const std::string key;
+  Semaphore held;      // concurrency limits
+  TokenBucket bucket;  // rate limits
   std::list<Waiter> queue;
   int64_t waiting_permits = 0;
   int64_t leases = 0;
@@ -66,6 +68,34 @@ struct Limiter::Lease {
   std::string session_id;
   std::string request_id;
   Clock::TimerId timer = 0;
+};
+
+// Held concurrency leases by id, the request ids of unary acquires that got them (for idempotent retries),
+// and why recently ended leases ended (bounded; so a second Release can say "already released").
+class Limiter::LeaseTable {
+ public:
+  Lease* Find(const std::string& id) const;
+  bool contains(const std::string& id) const { return leases_.contains(id); }
+  size_t size() const { return leases_.size(); }
+  Lease& Add(std::unique_ptr<Lease> lease);
+  // Takes the lease out of the table (and forgets its request id); null when it is not there.
+  std::unique_ptr<Lease> Remove(const std::string& id);
+  void BindRequest(const std::string& request_id, Lease& lease);
+  const Lease* ForRequest(const std::string& request_id) const;
+  void RememberEnded(const std::string& id, std::string why);
+  // Why the lease ended, when it ended recently; null otherwise.
+  const std::string* EndedWhy(const std::string& id) const;
+  std::vector<std::string> IdsOf(const Limit& limit) const;
+  template <class F>
+  void ForEach(F&& f) {
+    for (auto& [id, lease] : leases_) f(*lease);
+  }
+
+ private:
+  absl::flat_hash_map<std::string, std::unique_ptr<Lease>> leases_;
+  absl::flat_hash_map<std::string, std::string> request_ids_;
+  absl::flat_hash_map<std::string, std::string> ended_;
+  std::list<std::string> ended_order_;
 };
 
 struct Limiter::Session {

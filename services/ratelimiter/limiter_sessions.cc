@@ -1,10 +1,9 @@
 // Limiter, continued: lease lifetimes (release, keepalive, expiry), client sessions and re-claims, status.
 #include <algorithm>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "openssl/rand.h"
+#include "libs/core/status_macros.h"
 #include "services/ratelimiter/lease_id.h"
 #include "services/ratelimiter/limiter.h"
 #include "services/ratelimiter/limiter_internal.h"
@@ -24,30 +23,27 @@ void Limiter::OnLeaseExpired(const std::string& lease_id) {
     absl::MutexLock lock(&mu_);
     // Shutting down, or about to: the holder cannot renew here any more and re-claims from the next limiter.
     if (shutting_down_ || keep_leases_of_ended_sessions_) return;
-    auto it = leases_.find(lease_id);
-    if (it == leases_.end()) return;
+    Lease* lease = leases_->Find(lease_id);
+    if (lease == nullptr) return;
     // Renewed after this timer fired but before it got the lock: the new timer is armed already.
-    if (clock_->Now() < it->second->expire_time) return;
-    it->second->timer = 0;
-    it->second->instance->limit->metrics.expired->Increment();
+    if (clock_->Now() < lease->expire_time) return;
+    lease->timer = 0;
+    lease->instance->limit->metrics.expired->Increment();
     EndLease(lease_id,
              absl::DeadlineExceededError(absl::StrCat("lease expired: no keepalive within its TTL of ",
-                                                      absl::FormatDuration(it->second->ttl))),
+                                                      absl::FormatDuration(lease->ttl))),
              out);
-    RememberEnded(lease_id, "expired (no keepalive within its TTL)");
+    leases_->RememberEnded(lease_id, "expired (no keepalive within its TTL)");
   }
   Run(out);
 }
 
 void Limiter::EndLease(const std::string& lease_id, const absl::Status& lost_reason, Completions& out) {
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) return;
-  std::unique_ptr<Lease> lease = std::move(it->second);
-  leases_.erase(it);
+  std::unique_ptr<Lease> lease = leases_->Remove(lease_id);
+  if (lease == nullptr) return;
   clock_->Cancel(lease->timer);
   if (store_ != nullptr) store_->Ended(lease_id);
   metrics_->leases().Decrement();
-  if (!lease->request_id.empty()) request_ids_.erase(lease->request_id);
   if (!lease->session_id.empty()) {
     if (auto s = sessions_.find(lease->session_id); s != sessions_.end()) {
       s->second->leases.erase(lease_id);
@@ -57,37 +53,28 @@ void Limiter::EndLease(const std::string& lease_id, const absl::Status& lost_rea
     }
   }
   Instance& inst = *lease->instance;
-  inst.in_use -= lease->permits;
+  inst.held.Give(lease->permits);
   inst.leases -= 1;
   inst.last_active = clock_->Now();
   Pump(inst, out);
-}
-
-void Limiter::RememberEnded(const std::string& lease_id, std::string why) {
-  if (ended_.insert_or_assign(lease_id, std::move(why)).second) ended_order_.push_back(lease_id);
-  while (ended_order_.size() > internal::kEndedMemory) {
-    ended_.erase(ended_order_.front());
-    ended_order_.pop_front();
-  }
 }
 
 absl::Status Limiter::Release(const std::string& lease_id, const std::string& session_id) {
   Completions out;
   {
     absl::MutexLock lock(&mu_);
-    auto it = leases_.find(lease_id);
-    if (it == leases_.end()) {
-      if (auto e = ended_.find(lease_id); e != ended_.end()) {
-        return absl::NotFoundError(absl::StrCat("lease already ended: ", e->second));
+    const Lease* lease = leases_->Find(lease_id);
+    if (lease == nullptr) {
+      if (const std::string* why = leases_->EndedWhy(lease_id)) {
+        return absl::NotFoundError(absl::StrCat("lease already ended: ", *why));
       }
       return absl::NotFoundError("lease not found: it was never granted by this limiter, or ended long ago");
     }
-    const Lease& lease = *it->second;
-    if (!lease.session_id.empty() && lease.session_id != session_id) {
+    if (!lease->session_id.empty() && lease->session_id != session_id) {
       return absl::PermissionDeniedError("lease belongs to another session; only its session may release it");
     }
     EndLease(lease_id, absl::OkStatus(), out);
-    RememberEnded(lease_id, "released");
+    leases_->RememberEnded(lease_id, "released");
   }
   Run(out);
   return absl::OkStatus();
@@ -107,19 +94,17 @@ absl::StatusOr<std::vector<Grant>> Limiter::KeepAlive(const std::vector<std::str
   // In learning mode a validly signed lease that is not live (held before a restart) is re-claimed here too,
   // so clients that keep leases alive with unary calls are counted again like session clients.
   std::vector<std::string> missing;
-  absl::flat_hash_map<std::string, std::pair<Instance*, LeaseClaim>> reclaims;
+  absl::flat_hash_map<std::string, ReclaimTarget> reclaims;
   for (const auto& id : ids) {
-    auto it = leases_.find(id);
-    if (it == leases_.end()) {
-      auto claim = learning_mode() ? ParseLeaseId(signer_, id) : absl::StatusOr<LeaseClaim>(absl::NotFoundError(""));
-      auto inst = claim.ok() ? ResolveInstance(claim->limit, claim->key, /*create=*/true)
-                             : absl::StatusOr<Instance*>(claim.status());
-      if (inst.ok() && (*inst)->limit->spec.kind == LimitKind::kConcurrency) {
-        reclaims.emplace(id, std::make_pair(*inst, *claim));
+    const Lease* lease = leases_->Find(id);
+    if (lease == nullptr) {
+      auto target = learning_mode() ? FindReclaimTarget(id) : absl::NotFoundError("");
+      if (target.ok()) {
+        reclaims.emplace(id, *target);
       } else {
         missing.push_back(id.substr(0, 16) + "…");
       }
-    } else if (!it->second->session_id.empty() && it->second->session_id != session_id) {
+    } else if (!lease->session_id.empty() && lease->session_id != session_id) {
       return absl::PermissionDeniedError("a lease belongs to another session; nothing was renewed");
     }
   }
@@ -132,19 +117,36 @@ absl::StatusOr<std::vector<Grant>> Limiter::KeepAlive(const std::vector<std::str
   const std::string bind_to = sessions_.contains(session_id) ? session_id : "";
   for (const auto& id : ids) {
     if (auto r = reclaims.find(id); r != reclaims.end()) {
-      auto& [inst, claim] = r->second;
-      inst->reclaimed += claim.permits;
-      out.push_back(Take(*inst, claim.permits, options_.default_lease_ttl, bind_to, absl::ZeroDuration(), id));
-      UpdateGauges(*inst->limit);
+      out.push_back(ReclaimLease(r->second, id, bind_to));
       continue;
     }
-    Lease& lease = *leases_.at(id);
+    Lease& lease = *leases_->Find(id);
     lease.expire_time = now + lease.ttl;
     ArmLeaseTimer(lease);
     out.push_back(Grant{lease.id, lease.instance->limit->spec.name, lease.instance->key, lease.permits,
                         lease.grant_time, lease.expire_time, lease.ttl, absl::ZeroDuration(), lease.session_id});
   }
   return out;
+}
+
+// ---------------------------------------------------------------------------------------------- re-claims
+
+absl::StatusOr<Limiter::ReclaimTarget> Limiter::FindReclaimTarget(const std::string& lease_id) {
+  CORRAL_ASSIGN_OR_RETURN(LeaseClaim claim, ParseLeaseId(signer_, lease_id));
+  auto inst = ResolveInstance(claim.limit, claim.key, /*create=*/true);
+  if (!inst.ok() || (*inst)->limit->spec.kind != LimitKind::kConcurrency) {
+    return absl::NotFoundError(absl::StrCat("limit '", claim.limit, "' of this lease no longer exists"));
+  }
+  return ReclaimTarget{*inst, claim.permits};
+}
+
+Grant Limiter::ReclaimLease(const ReclaimTarget& target, const std::string& lease_id, const std::string& session_id) {
+  // The client held these permits before the restart; they count whatever the limit's size is now.
+  target.instance->reclaimed += target.permits;
+  Grant grant = Take(*target.instance, target.permits, options_.default_lease_ttl, session_id, absl::ZeroDuration(),
+                     lease_id);
+  UpdateGauges(*target.instance->limit);
+  return grant;
 }
 
 // ---------------------------------------------------------------------------------------------- sessions
@@ -183,8 +185,8 @@ std::vector<ReclaimOutcome> Limiter::Reclaim(const std::string& session_id, cons
         continue;
       }
       const absl::Time now = clock_->Now();
-      if (auto it = leases_.find(id); it != leases_.end()) {
-        Lease& lease = *it->second;
+      if (Lease* held = leases_->Find(id); held != nullptr) {
+        Lease& lease = *held;
         if (!lease.session_id.empty() && lease.session_id != session_id && sessions_.contains(lease.session_id)) {
           r.result = absl::PermissionDeniedError("lease is bound to another open session");
           continue;
@@ -201,20 +203,17 @@ std::vector<ReclaimOutcome> Limiter::Reclaim(const std::string& session_id, cons
         continue;
       }
       if (!learning_mode()) {
-        r.result = absl::NotFoundError(absl::StrCat("lease is not live (", ended_.contains(id) ? ended_.at(id) : "unknown",
+        const std::string* why = leases_->EndedWhy(id);
+        r.result = absl::NotFoundError(absl::StrCat("lease is not live (", why != nullptr ? *why : "unknown",
                                                     ") and the limiter is not in learning mode; acquire again"));
         continue;
       }
-      auto inst = ResolveInstance(claim->limit, claim->key, /*create=*/true);
-      if (!inst.ok() || (*inst)->limit->spec.kind != LimitKind::kConcurrency) {
-        r.result = absl::NotFoundError(absl::StrCat("limit '", claim->limit, "' of this lease no longer exists"));
+      auto target = FindReclaimTarget(id);
+      if (!target.ok()) {
+        r.result = target.status();
         continue;
       }
-      // The client held these permits before the restart; they count whatever the limit's size is now.
-      (*inst)->reclaimed += claim->permits;
-      Grant grant = Take(**inst, claim->permits, options_.default_lease_ttl, session_id, absl::ZeroDuration(), id);
-      UpdateGauges(*(*inst)->limit);
-      r.result = std::move(grant);
+      r.result = ReclaimLease(*target, id, session_id);
     }
   }
   Run(out);
@@ -243,12 +242,12 @@ void Limiter::CloseSession(const std::string& session_id) {
       Pump(inst, out);
     }
     for (const std::string& lease_id : session->leases) {
-      auto l = leases_.find(lease_id);
-      if (l == leases_.end()) continue;
-      l->second->session_id.clear();
+      Lease* lease = leases_->Find(lease_id);
+      if (lease == nullptr) continue;
+      lease->session_id.clear();
       if (keep_leases_of_ended_sessions_) continue;  // shutting down: the holder re-claims it from the next limiter
       EndLease(lease_id, absl::OkStatus(), out);
-      RememberEnded(lease_id, "released when its session ended");
+      leases_->RememberEnded(lease_id, "released when its session ended");
     }
   }
   Run(out);
@@ -265,16 +264,13 @@ int Limiter::Restore(const std::vector<StoredLease>& stored, absl::Time last_ali
       last_alive == absl::InfinitePast() ? now : std::min(now, last_alive + 2 * internal::kSweepEvery);
   int restored = 0;
   for (const StoredLease& s : stored) {
-    auto claim = ParseLeaseId(signer_, s.id);
-    auto inst = claim.ok() ? ResolveInstance(claim->limit, claim->key, /*create=*/true)
-                           : absl::StatusOr<Instance*>(claim.status());
+    auto target = FindReclaimTarget(s.id);
     const absl::Time expire = counted_from + s.ttl;
-    if (!inst.ok() || (*inst)->limit->spec.kind != LimitKind::kConcurrency || expire <= now ||
-        leases_.contains(s.id) || s.ttl <= absl::ZeroDuration()) {
+    if (!target.ok() || expire <= now || leases_->contains(s.id) || s.ttl <= absl::ZeroDuration()) {
       if (store_ != nullptr) store_->Ended(s.id);
       continue;
     }
-    Lease& lease = AddLease(**inst, claim->permits, s.ttl, /*session_id=*/"", s.id);
+    Lease& lease = AddLease(*target->instance, target->permits, s.ttl, /*session_id=*/"", s.id);
     lease.expire_time = expire;
     ArmLeaseTimer(lease);
     ++restored;
@@ -298,7 +294,7 @@ LimiterStatus Limiter::Status(const std::string& limit_filter) const {
   st.durable_leases = store_ != nullptr;
   st.learning_mode_end = learning_end_;
   st.sessions = static_cast<int64_t>(sessions_.size());
-  st.leases = static_cast<int64_t>(leases_.size());
+  st.leases = static_cast<int64_t>(leases_->size());
   const absl::Time now = clock_->Now();
   for (const auto& [name, limit] : limits_) {
     if (!limit_filter.empty() && name != limit_filter) continue;
@@ -309,12 +305,12 @@ LimiterStatus Limiter::Status(const std::string& limit_filter) const {
       is.kind = limit->spec.kind;
       is.capacity = limit->spec.capacity();
       if (limit->spec.kind == LimitKind::kRate) {
-        double elapsed = absl::ToDoubleSeconds(now - inst->refilled_at);
-        double tokens = std::min(static_cast<double>(limit->spec.burst), inst->tokens + limit->spec.rate_per_s * elapsed);
+        const double tokens =
+            inst->bucket.TokensAt(now, limit->spec.rate_per_s, static_cast<double>(limit->spec.burst));
         is.in_use = limit->spec.burst - static_cast<int64_t>(tokens);
         is.rate_per_s = limit->spec.rate_per_s;
       } else {
-        is.in_use = inst->in_use;
+        is.in_use = inst->held.in_use();
       }
       is.leases = inst->leases;
       is.waiters = static_cast<int64_t>(inst->queue.size());

@@ -1,0 +1,57 @@
+// What one instance of a limit counts: a Semaphore (permits held out of a capacity) for concurrency limits, a
+// TokenBucket (tokens refilled continuously at a rate up to a burst) for rate limits. Plain values; the
+// Limiter keeps the queue, the leases and the timers around them.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/time/time.h"
+
+namespace corral::ratelimiter {
+
+class Semaphore {
+ public:
+  int64_t in_use() const { return in_use_; }
+  bool Fits(int64_t permits, int64_t capacity) const { return in_use_ + permits <= capacity; }
+  void Take(int64_t permits) { in_use_ += permits; }
+  void Give(int64_t permits) { in_use_ -= permits; }
+
+ private:
+  int64_t in_use_ = 0;
+};
+
+class TokenBucket {
+ public:
+  static constexpr double kEpsilon = 1e-9;  // float slack when a refill timer fires exactly on time
+
+  // A bucket starts full.
+  TokenBucket(double burst, absl::Time now) : tokens_(burst), refilled_at_(now) {}
+
+  // Tokens there are at `now` (a refill without storing it).
+  double TokensAt(absl::Time now, double rate, double burst) const {
+    if (now <= refilled_at_) return tokens_;
+    return std::min(burst, tokens_ + rate * absl::ToDoubleSeconds(now - refilled_at_));
+  }
+  // Adds what was earned up to `now`.
+  void Refill(absl::Time now, double rate, double burst) {
+    if (now <= refilled_at_) return;
+    tokens_ = TokensAt(now, rate, burst);
+    refilled_at_ = now;
+  }
+  bool Has(double wanted) const { return tokens_ + kEpsilon >= wanted; }
+  void Spend(double n) { tokens_ = std::max(0.0, tokens_ - n); }
+  // A smaller burst caps what was saved up.
+  void Cap(double burst) { tokens_ = std::min(tokens_, burst); }
+  // How long, from the last refill, until `wanted` tokens are there (0 when they are).
+  absl::Duration TimeUntil(double wanted, double rate) const {
+    return absl::Seconds(std::max(0.0, wanted - tokens_) / rate);
+  }
+  double tokens() const { return tokens_; }
+
+ private:
+  double tokens_;
+  absl::Time refilled_at_;
+};
+
+}  // namespace corral::ratelimiter

@@ -1,0 +1,53 @@
+#include "services/ratelimiter/counters.h"
+
+#include "gtest/gtest.h"
+
+namespace corral::ratelimiter {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+
+TEST(SemaphoreTest, FitsUpToTheCapacityAndGivesBack) {
+  Semaphore s;
+  EXPECT_TRUE(s.Fits(3, 3));
+  s.Take(2);
+  EXPECT_TRUE(s.Fits(1, 3));
+  EXPECT_FALSE(s.Fits(2, 3));
+  s.Give(2);
+  EXPECT_EQ(s.in_use(), 0);
+}
+
+TEST(TokenBucketTest, StartsFullRefillsAtTheRateAndNeverAboveTheBurst) {
+  TokenBucket b(10, kT0);
+  EXPECT_TRUE(b.Has(10));
+  b.Spend(10);
+  EXPECT_FALSE(b.Has(1));
+  b.Refill(kT0 + absl::Milliseconds(500), /*rate=*/4, /*burst=*/10);
+  EXPECT_DOUBLE_EQ(b.tokens(), 2);
+  EXPECT_DOUBLE_EQ(b.TokensAt(kT0 + absl::Seconds(100), 4, 10), 10);  // capped, and not stored
+  EXPECT_DOUBLE_EQ(b.tokens(), 2);
+  b.Refill(kT0, 4, 10);  // time going backwards earns nothing
+  EXPECT_DOUBLE_EQ(b.tokens(), 2);
+}
+
+TEST(TokenBucketTest, TimeUntilIsExactAndATimerFiringOnTimeFindsTheTokens) {
+  TokenBucket b(5, kT0);
+  b.Spend(5);
+  const absl::Duration wait = b.TimeUntil(3, /*rate=*/7);
+  EXPECT_EQ(wait, absl::Seconds(3.0 / 7));
+  b.Refill(kT0 + wait, 7, 5);
+  EXPECT_TRUE(b.Has(3));  // float rounding is absorbed by the epsilon
+  EXPECT_EQ(b.TimeUntil(1, 7), absl::ZeroDuration());
+}
+
+TEST(TokenBucketTest, SpendingNeverGoesNegativeAndASmallerBurstCapsTheSavings) {
+  TokenBucket b(8, kT0);
+  b.Spend(20);
+  EXPECT_DOUBLE_EQ(b.tokens(), 0);
+  TokenBucket c(8, kT0);
+  c.Cap(3);
+  EXPECT_DOUBLE_EQ(c.tokens(), 3);
+}
+
+}  // namespace
+}  // namespace corral::ratelimiter
