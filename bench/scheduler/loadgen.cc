@@ -27,7 +27,7 @@
 #include "corral/v1/scheduler.grpc.pb.h"
 #include "libs/http/client.h"
 #include "libs/rpc/channel.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 
 namespace {
 

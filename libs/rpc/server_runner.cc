@@ -12,7 +12,7 @@
 #include "libs/core/status_macros.h"
 #include "libs/core/version.h"
 #include "libs/rpc/process_metrics.h"
-#include "libs/rpc/supervise.h"
+#include "libs/process/supervise.h"
 #include "prometheus/gauge.h"
 #include "spdlog/spdlog.h"
 

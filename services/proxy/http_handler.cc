@@ -5,7 +5,7 @@
 #include "boost/json.hpp"
 #include "libs/http/openai_json.h"
 #include "libs/http/sse.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "services/proxy/capture.h"
 
 namespace corral::proxy {

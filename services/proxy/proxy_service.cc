@@ -1,8 +1,8 @@
 #include "services/proxy/proxy_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "libs/rpc/pagination.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/pagination.h"
+#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
 

@@ -3,8 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "libs/core/status_macros.h"
-#include "libs/rpc/ids.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/ids.h"
+#include "libs/api/proto_time.h"
 
 namespace corral::proxy {
 

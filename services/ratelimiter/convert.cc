@@ -1,6 +1,6 @@
 #include "services/ratelimiter/convert.h"
 
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 
 namespace corral::ratelimiter {
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "corral/v1/ratelimit.pb.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "services/ratelimiter/limiter.h"
 
 namespace corral::ratelimiter {

@@ -6,7 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/core/status_macros.h"
-#include "libs/rpc/pagination.h"
+#include "libs/api/pagination.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
 #include "services/ratelimiter/convert.h"

@@ -4,7 +4,7 @@
 #include <sys/stat.h>
 
 #include "corral/v1/sandbox.pb.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "services/sandbox_host/exec_manager.h"
 #include "services/sandbox_host/sandbox_manager.h"
 

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
-#include "libs/rpc/ids.h"
+#include "libs/api/ids.h"
 #include "openssl/rand.h"
 #include "services/sandbox_host/containment.h"
 #include "services/sandbox_host/process_sweep.h"

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/core/status_macros.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 
 namespace corral::sandbox {
 namespace {

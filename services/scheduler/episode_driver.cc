@@ -8,7 +8,7 @@
 #include "boost/json.hpp"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "services/scheduler/metrics.h"
 #include "services/scheduler/persistent_tools.h"
 #include "services/scheduler/runners.h"

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "libs/rpc/pagination.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/pagination.h"
+#include "libs/api/proto_time.h"
 
 namespace corral::scheduler {
 

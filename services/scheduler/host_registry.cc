@@ -10,7 +10,7 @@
 #include "libs/core/host_port.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {

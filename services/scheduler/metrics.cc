@@ -1,7 +1,7 @@
 #include "services/scheduler/metrics.h"
 
 #include "absl/strings/ascii.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "services/scheduler/submission.h"
 
 namespace corral::scheduler {

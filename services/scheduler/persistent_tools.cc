@@ -4,7 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "openssl/rand.h"
 
 namespace corral::scheduler {

@@ -13,7 +13,7 @@
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/use_awaitable.hpp"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "services/scheduler/chat.h"
 #include "services/scheduler/persistent_tools.h"

@@ -10,7 +10,7 @@
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "services/scheduler/submission.h"
 #include "spdlog/spdlog.h"
 

@@ -3,7 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "libs/rpc/pagination.h"
+#include "libs/api/pagination.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
 

@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "boost/json.hpp"
-#include "libs/rpc/ids.h"
-#include "libs/rpc/proto_digest.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/ids.h"
+#include "libs/api/proto_digest.h"
+#include "libs/api/proto_time.h"
 #include "re2/re2.h"
 
 namespace corral::scheduler {

@@ -5,7 +5,7 @@
 #include "boost/asio/this_coro.hpp"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
-#include "libs/rpc/proto_digest.h"
+#include "libs/api/proto_digest.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {

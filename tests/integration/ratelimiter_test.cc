@@ -14,7 +14,7 @@
 #include "libs/core/token.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "tests/support/prometheus_text.h"

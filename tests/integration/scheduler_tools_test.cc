@@ -8,7 +8,7 @@
 #include <set>
 
 #include "gmock/gmock.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "tests/integration/scheduler_fixture.h"
 
 namespace corral {

@@ -1,4 +1,4 @@
-// Integration-test helpers around libs/rpc/supervise.h: a per-test directory, condition polling with a
+// Integration-test helpers around libs/process/supervise.h: a per-test directory, condition polling with a
 // deadline (never sleeping for time to pass), and a cluster secret file.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "libs/rpc/supervise.h"
+#include "libs/process/supervise.h"
 
 namespace corral::testing {
 

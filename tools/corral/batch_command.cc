@@ -14,7 +14,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/connect_flags.h"

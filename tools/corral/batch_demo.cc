@@ -11,7 +11,7 @@
 #include "corral/v1/scheduler.grpc.pb.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "tools/corral/demo.h"
 

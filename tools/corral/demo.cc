@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/rpc/auth.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "absl/strings/str_split.h"

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "libs/rpc/auth.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "tools/corral/commands.h"

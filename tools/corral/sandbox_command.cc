@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "libs/rpc/auth.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "tools/corral/commands.h"

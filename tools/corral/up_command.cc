@@ -17,7 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "libs/core/token.h"
 #include "libs/rpc/auth.h"
-#include "libs/rpc/supervise.h"
+#include "libs/process/supervise.h"
 #include "openssl/rand.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/demo.h"

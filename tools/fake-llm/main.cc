@@ -7,7 +7,7 @@
 #include "libs/http/server.h"
 #include "libs/rpc/server_config.h"
 #include "libs/rpc/server_runner.h"
-#include "libs/rpc/supervise.h"
+#include "libs/process/supervise.h"
 #include "spdlog/spdlog.h"
 #include "tools/fake-llm/fake_llm.h"
 

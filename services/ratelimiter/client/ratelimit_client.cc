@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::ratelimiter {

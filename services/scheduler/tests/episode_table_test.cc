@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 
 namespace corral::scheduler {
 namespace {

@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 
 namespace corral::scheduler {
 namespace {

@@ -1,4 +1,4 @@
-#include "libs/rpc/proto_digest.h"
+#include "libs/api/proto_digest.h"
 
 #include <openssl/sha.h>
 

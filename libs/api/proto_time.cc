@@ -1,4 +1,4 @@
-#include "libs/rpc/proto_time.h"
+#include "libs/api/proto_time.h"
 
 namespace corral {
 

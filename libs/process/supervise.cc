@@ -1,4 +1,4 @@
-#include "libs/rpc/supervise.h"
+#include "libs/process/supervise.h"
 
 #include <fcntl.h>
 #include <poll.h>

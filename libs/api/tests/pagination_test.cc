@@ -1,4 +1,4 @@
-#include "libs/rpc/pagination.h"
+#include "libs/api/pagination.h"
 
 #include <map>
 #include <vector>
