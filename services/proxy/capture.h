@@ -11,7 +11,7 @@
 #include "boost/json/object.hpp"
 #include "corral/v1/common.pb.h"
 #include "services/proxy/policy.h"
-#include "services/proxy/trajectory.h"
+#include "libs/trajectory/trajectory.h"
 
 namespace corral::proxy {
 

@@ -17,7 +17,7 @@
 #include "libs/core/clock.h"
 #include "libs/core/token.h"
 #include "services/proxy/policy.h"
-#include "services/proxy/trajectory.h"
+#include "libs/trajectory/trajectory.h"
 
 namespace corral::proxy {
 

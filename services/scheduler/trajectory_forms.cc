@@ -1,12 +1,12 @@
 #include "services/scheduler/trajectory_forms.h"
 
-#include "services/proxy/trajectory.h"
+#include "libs/trajectory/trajectory.h"
 
 namespace corral::scheduler {
 
 v1::Trajectory ConvertTrajectory(const v1::Trajectory& calls, v1::TrajectoryFormat format) {
   if (format == v1::TRAJECTORY_FORMAT_CALLS || calls.format() != v1::TRAJECTORY_FORMAT_CALLS) return calls;
-  proxy::TrajectoryStore store(calls.env_id());
+  TrajectoryStore store(calls.env_id());
   for (const v1::LlmCall& call : calls.calls()) {
     v1::RecordedCall recorded;
     *recorded.mutable_call() = call;

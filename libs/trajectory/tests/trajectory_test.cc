@@ -1,9 +1,9 @@
-#include "services/proxy/trajectory.h"
+#include "libs/trajectory/trajectory.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace corral::proxy {
+namespace corral {
 namespace {
 
 v1::ChatMessage Msg(const std::string& role, const std::string& content) {
@@ -115,4 +115,4 @@ TEST(TrajectoryStoreTest, FailedCallsCountAndKeepTheirPrompt) {
 }
 
 }  // namespace
-}  // namespace corral::proxy
+}  // namespace corral

@@ -14,7 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "corral/v1/common.pb.h"
 
-namespace corral::proxy {
+namespace corral {
 
 // One call as recorded (common.proto): chat `prompt` and `response`; completions use call.prompt_text etc.
 using RecordedCall = v1::RecordedCall;
@@ -60,4 +60,4 @@ class TrajectoryStore {
   std::vector<v1::Branch> branches_;  // structure only (ids, parent, shared prefix, call ids, last message)
 };
 
-}  // namespace corral::proxy
+}  // namespace corral

@@ -1,4 +1,4 @@
-#include "services/proxy/trajectory.h"
+#include "libs/trajectory/trajectory.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "boost/json.hpp"
 #include "openssl/sha.h"
 
-namespace corral::proxy {
+namespace corral {
 
 namespace {
 
@@ -228,4 +228,4 @@ void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) c
   }
 }
 
-}  // namespace corral::proxy
+}  // namespace corral
