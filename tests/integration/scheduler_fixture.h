@@ -233,6 +233,18 @@ class SchedulerFixture : public ::testing::Test {
     if (!stub->ListSandboxes(&ctx, req, &resp).ok()) return -1;
     return resp.sandboxes_size();
   }
+  // Episodes the scheduler has running on the host with `host_id` (-1 when it cannot say).
+  int RunningOn(const std::string& host_id) {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::ListHostsRequest req;
+    v1::ListHostsResponse resp;
+    if (!scheduler_stub_->ListHosts(&ctx, req, &resp).ok()) return -1;
+    for (const v1::Host& h : resp.hosts()) {
+      if (h.host_id() == host_id) return static_cast<int>(h.running_episodes());
+    }
+    return -1;
+  }
   int OpenSessions() {
     auto stub = v1::Proxy::NewStub(*MakeChannel(proxy_->ready.grpc));
     grpc::ClientContext ctx;
