@@ -1,0 +1,427 @@
+"""The scheduler client a trainer uses: submit a batch of tasks (GRPO groups), stream its results — acknowledged
+as they are consumed, resumed from the last cursor after a disconnect — cancel it, wait for it."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+from typing import AsyncIterator, Callable, Dict, Iterable, Iterator, List, Optional, Union
+
+import grpc
+from google.protobuf import json_format
+
+from corral import auth
+from corral.tasks import TaskLike, to_task
+from corral.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+
+log = logging.getLogger("corral")
+
+EpisodeResult = scheduler_pb2.EpisodeResult
+
+# gRPC codes after which a result stream is re-opened from its cursor: the connection or the scheduler went away.
+_RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
+              grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED}
+_MAX_MESSAGE = 256 * 1024 * 1024  # a result carries its whole trajectory
+_CHUNK_BYTES = 2 * 1024 * 1024    # tasks per Submit message stay well under the 4 MiB limit
+_TRAJECTORY_FORMATS = {"trajectory": common_pb2.TRAJECTORY_FORMAT_TRAJECTORY, "calls": common_pb2.TRAJECTORY_FORMAT_CALLS}
+
+
+class CorralError(Exception):
+    """An RPC the scheduler refused: `code` (grpc.StatusCode) and the scheduler's message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+def _raise(e: grpc.RpcError) -> None:
+    raise CorralError(e.code(), e.details() or "") from None
+
+
+@dataclasses.dataclass
+class Progress:
+    """A batch's counts as the scheduler last reported them."""
+    batch_id: str
+    state: str  # "running", "complete", "cancelled"
+    total: int
+    queued: int
+    running: int
+    finished: int
+    failed: int
+    timeout: int
+    cancelled: int
+    no_data: int
+    delivered: int
+    acked: int
+    retries: int
+    fraction: float
+    mean_reward: Optional[float]
+
+    @property
+    def ended(self) -> int:
+        return self.finished + self.failed + self.timeout + self.cancelled + self.no_data
+
+    @property
+    def done(self) -> bool:
+        return self.state != "running"
+
+    @classmethod
+    def from_proto(cls, b: scheduler_pb2.Batch) -> "Progress":
+        c = b.counts
+        return cls(batch_id=b.batch_id, state=scheduler_pb2.BatchState.Name(b.state)[len("BATCH_STATE_"):].lower(),
+                   total=c.total, queued=c.queued, running=c.running, finished=c.finished, failed=c.failed,
+                   timeout=c.timeout, cancelled=c.cancelled, no_data=c.no_data, delivered=c.delivered,
+                   acked=c.acked, retries=c.retries, fraction=b.progress,
+                   mean_reward=b.mean_reward if b.HasField("mean_reward") else None)
+
+
+def _overrides(runner: Optional[str], model: Optional[str], overrides) -> scheduler_pb2.TaskOverrides:
+    o = scheduler_pb2.TaskOverrides()
+    if isinstance(overrides, scheduler_pb2.TaskOverrides):
+        o.CopyFrom(overrides)
+    elif overrides:
+        # The same conveniences as a dataset line (enum short names, text file contents).
+        from corral.tasks import _normalize
+        json_format.ParseDict(_normalize(dict(overrides)), o)
+    if runner:
+        o.runner = scheduler_pb2.Runner.Value("RUNNER_" + runner.upper()) if not runner.startswith("RUNNER_") \
+            else scheduler_pb2.Runner.Value(runner)
+    if model:
+        o.llm.model = model
+    return o
+
+
+class Client:
+    """A connection to corral-scheduler.
+
+    `address` is HOST:PORT; None means the local `corral up` cluster (read from `cluster_dir`/cluster.json,
+    its secret file included). Authenticate with `secret_file` (the cluster secret: a token is minted from it)
+    or a ready `token`; `tls` (an auth.Tls, or True for the system's CAs) encrypts the channel."""
+
+    def __init__(self, address: Optional[str] = None, *, secret_file: Optional[str] = None,
+                 token: Optional[str] = None, tls: Union[None, bool, auth.Tls] = None,
+                 cluster_dir: str = ".corral", timeout: float = 30.0):
+        if address is None:
+            cluster = auth.local_cluster(cluster_dir)
+            address = cluster.grpc_address("scheduler")
+            if secret_file is None and token is None:
+                secret_file = cluster.secret_file
+        if token is None and secret_file is not None:
+            token = auth.cluster_token(secret_file)
+        self.address = address
+        self.timeout = timeout
+        self._metadata = (("authorization", "Bearer " + token),) if token else ()
+        self._credentials = None
+        if tls:
+            self._credentials = grpc.ssl_channel_credentials() if tls is True else tls.credentials()
+        options = [("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE)]
+        self._options = options
+        self._channel = (grpc.secure_channel(address, self._credentials, options) if self._credentials
+                         else grpc.insecure_channel(address, options))
+        self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+
+    # ---- plumbing
+
+    def _call(self, method: str, request, timeout: Optional[float] = None):
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            _raise(e)
+
+    def _aio_channel(self):
+        from grpc import aio
+        return (aio.secure_channel(self.address, self._credentials, self._options) if self._credentials
+                else aio.insecure_channel(self.address, self._options))
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- batches
+
+    def submit(self, tasks: Iterable[TaskLike], *, group_size: int = 1, redundancy: int = 0,
+               seed: Optional[int] = None, batch_id: str = "", priority: int = 0, max_attempts: int = 0,
+               deadline_s: Optional[float] = None, labels: Optional[Dict[str, str]] = None,
+               runner: Optional[str] = None, model: Optional[str] = None, overrides=None) -> "Batch":
+        """Submits `tasks` (builders from corral.tasks, dataset dicts, or Task messages) as one batch of
+        `group_size` episodes per task (plus `redundancy` extras, cancelled once group_size have ended).
+        `runner`, `model` and `overrides` (a TaskOverrides message or a dataset-shaped dict) replace the tasks'
+        fields batch-wide. Idempotent with a `batch_id`. CorralError when the scheduler refuses the batch (the
+        message names the task and field)."""
+        spec = scheduler_pb2.BatchSpec(batch_id=batch_id, group_size=group_size, redundancy=redundancy,
+                                       priority=priority, max_attempts=max_attempts, labels=labels or {})
+        if seed is not None:
+            spec.seed = seed
+        if deadline_s is not None:
+            spec.deadline.FromNanoseconds(time.time_ns() + int(deadline_s * 1e9))
+        spec.overrides.CopyFrom(_overrides(runner, model, overrides))
+        converted = [to_task(t) for t in tasks]  # fail on a bad task before anything is sent
+        if not converted:
+            raise ValueError("a batch needs at least one task")
+
+        def requests():
+            yield scheduler_pb2.SubmitRequest(spec=spec)
+            chunk, size = scheduler_pb2.TaskList(), 0
+            for task in converted:
+                n = task.ByteSize()
+                if chunk.tasks and size + n > _CHUNK_BYTES:
+                    yield scheduler_pb2.SubmitRequest(tasks=chunk)
+                    chunk, size = scheduler_pb2.TaskList(), 0
+                chunk.tasks.append(task)
+                size += n
+            yield scheduler_pb2.SubmitRequest(tasks=chunk)
+
+        try:
+            batch = self._stub.Submit(requests(), timeout=max(self.timeout, 120), metadata=self._metadata)
+        except grpc.RpcError as e:
+            _raise(e)
+        return Batch(self, batch)
+
+    def batch(self, batch_id: str) -> "Batch":
+        """A batch submitted earlier (by this process or another)."""
+        return Batch(self, self._call("GetBatch", scheduler_pb2.GetBatchRequest(batch_id=batch_id)))
+
+    def list_batches(self, *, state: Optional[str] = None, labels: Optional[Dict[str, str]] = None
+                     ) -> Iterator[scheduler_pb2.Batch]:
+        """Every batch, newest first (filtered by state "running"/"complete"/"cancelled" and labels)."""
+        request = scheduler_pb2.ListBatchesRequest(page_size=100, label_selector=labels or {})
+        if state:
+            request.state = scheduler_pb2.BatchState.Value("BATCH_STATE_" + state.upper())
+        while True:
+            page = self._call("ListBatches", request)
+            yield from page.batches
+            if not page.next_page_token:
+                return
+            request.page_token = page.next_page_token
+
+    def hosts(self) -> List[scheduler_pb2.Host]:
+        """The sandbox hosts the scheduler knows, with health and load."""
+        out, token = [], ""
+        while True:
+            page = self._call("ListHosts", scheduler_pb2.ListHostsRequest(page_size=100, page_token=token))
+            out.extend(page.hosts)
+            token = page.next_page_token
+            if not token:
+                return out
+
+    def ack(self, episode_ids: List[str]) -> int:
+        """Acknowledges results (the scheduler may forget them); returns how many were newly acknowledged."""
+        if not episode_ids:
+            return 0
+        return self._call("Ack", scheduler_pb2.AckRequest(episode_ids=episode_ids)).acked
+
+    def cancel(self, *, batch_id: str = "", group_id: str = "", episode_id: str = "", reason: str = "") -> int:
+        """Cancels a batch, a group or an episode; returns how many queued or running episodes it stopped."""
+        request = scheduler_pb2.CancelRequest(reason=reason)
+        if batch_id:
+            request.batch_id = batch_id
+        elif group_id:
+            request.group_id = group_id
+        elif episode_id:
+            request.episode_id = episode_id
+        else:
+            raise ValueError("name what to cancel: batch_id, group_id or episode_id")
+        return self._call("Cancel", request).cancelled
+
+
+class Batch:
+    """A submitted batch. `results()` is the way to consume it."""
+
+    def __init__(self, client: Client, batch: scheduler_pb2.Batch):
+        self.client = client
+        self.id = batch.batch_id
+        self.info = batch
+        self.cursor = ""  # of the last result consumed: a new stream resumes after it
+        self.on_progress: Optional[Callable[[Progress], None]] = None
+
+    def __repr__(self) -> str:
+        return f"Batch({self.id!r}, {self.info.task_count} tasks x {self.info.spec.group_size})"
+
+    @property
+    def group_size(self) -> int:
+        return self.info.spec.group_size or 1
+
+    @property
+    def seed(self) -> int:
+        return self.info.spec.seed
+
+    def refresh(self) -> Progress:
+        self.info = self.client._call("GetBatch", scheduler_pb2.GetBatchRequest(batch_id=self.id))
+        return Progress.from_proto(self.info)
+
+    @property
+    def progress(self) -> Progress:
+        """The batch's counts, fetched now."""
+        return self.refresh()
+
+    def cancel(self, reason: str = "") -> int:
+        """Cancels every queued and running episode; each still yields a CANCELLED result."""
+        return self.client.cancel(batch_id=self.id, reason=reason)
+
+    def wait(self, timeout: Optional[float] = None, poll_s: float = 1.0) -> Progress:
+        """Blocks until every episode has ended (results may still await delivery); TimeoutError otherwise."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            p = self.refresh()
+            if p.done:
+                return p
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"batch {self.id} still running after {timeout} s: {p.ended}/{p.total} ended")
+            time.sleep(poll_s)
+
+    def _request(self, whole_groups: bool, trajectory_format: str, exclude_trajectories: bool):
+        try:
+            fmt = _TRAJECTORY_FORMATS[trajectory_format]
+        except KeyError:
+            raise ValueError(f"trajectory_format must be one of {', '.join(_TRAJECTORY_FORMATS)}") from None
+        return scheduler_pb2.StreamResultsRequest(batch_id=self.id, cursor=self.cursor, trajectory_format=fmt,
+                                                  exclude_trajectories=exclude_trajectories,
+                                                  whole_groups=whole_groups)
+
+    def _progress(self, batch: scheduler_pb2.Batch) -> None:
+        self.info.counts.CopyFrom(batch.counts)
+        self.info.state = batch.state
+        self.info.progress = batch.progress
+        if batch.HasField("mean_reward"):
+            self.info.mean_reward = batch.mean_reward
+        if self.on_progress is not None:
+            self.on_progress(Progress.from_proto(self.info))
+
+    def results(self, *, ack: bool = True, whole_groups: bool = False, trajectory_format: str = "trajectory",
+                exclude_trajectories: bool = False, reconnect_for_s: float = 300.0,
+                ack_every: int = 64) -> Iterator[EpisodeResult]:
+        """Every result of the batch, each once, until the batch has ended and all were delivered.
+
+        A result is acknowledged once the loop asks for the next one (so a crash mid-step leaves it to be
+        delivered again; acks go out in groups of `ack_every` and when the iterator ends). A broken stream — the
+        network, or the scheduler restarting — is re-opened from the last result's cursor for up to
+        `reconnect_for_s` seconds of trying. `whole_groups` holds results until their whole group has ended and
+        yields its results consecutively."""
+        pending: List[str] = []
+
+        def flush():
+            if ack and pending:
+                self.client.ack(pending)
+                pending.clear()
+
+        failing_since = None
+        backoff = 0.1
+        try:
+            while True:
+                call = self.client._stub.StreamResults(
+                    self._request(whole_groups, trajectory_format, exclude_trajectories),
+                    metadata=self.client._metadata)
+                try:
+                    for item in call:
+                        failing_since, backoff = None, 0.1
+                        if item.HasField("progress"):
+                            self._progress(item.progress)
+                            continue
+                        result = item.result
+                        yield result
+                        self.cursor = result.cursor
+                        pending.append(result.ids.episode_id)
+                        if len(pending) >= ack_every:
+                            flush()
+                    flush()
+                    return  # the batch ended and everything was sent
+                except grpc.RpcError as e:
+                    if e.code() not in _RETRYABLE:
+                        _raise(e)
+                    now = time.monotonic()
+                    failing_since = failing_since or now
+                    if now - failing_since > reconnect_for_s:
+                        _raise(e)
+                    log.warning("corral: result stream of %s broke (%s); resuming from cursor %r",
+                                self.id, e.code().name, self.cursor)
+                    try:
+                        flush()
+                    except CorralError:
+                        pass  # the scheduler is away: these results come again and are acknowledged then
+                    time.sleep(backoff * (1 + random.random()))
+                    backoff = min(backoff * 2, 5.0)
+                finally:
+                    call.cancel()
+        finally:
+            try:
+                flush()
+            except CorralError as e:
+                log.warning("corral: could not acknowledge %d results of %s: %s", len(pending), self.id, e)
+
+    def groups(self, **kwargs) -> Iterator[List[EpisodeResult]]:
+        """Whole GRPO groups: lists of the group's results (group_size of them), as each group ends."""
+        group: List[EpisodeResult] = []
+        for result in self.results(whole_groups=True, **kwargs):
+            if group and result.ids.group_id != group[0].ids.group_id:
+                yield group
+                group = []
+            group.append(result)
+            if len(group) == self.group_size:
+                yield group
+                group = []
+        if group:
+            yield group
+
+    async def aresults(self, *, ack: bool = True, whole_groups: bool = False, trajectory_format: str = "trajectory",
+                       exclude_trajectories: bool = False, reconnect_for_s: float = 300.0,
+                       ack_every: int = 64) -> AsyncIterator[EpisodeResult]:
+        """results() for asyncio (`async for result in batch.aresults()`), on a grpc.aio channel."""
+        channel = self.client._aio_channel()
+        stub = scheduler_pb2_grpc.SchedulerStub(channel)
+        metadata = self.client._metadata
+        pending: List[str] = []
+
+        async def flush():
+            if ack and pending:
+                try:
+                    await stub.Ack(scheduler_pb2.AckRequest(episode_ids=list(pending)), metadata=metadata,
+                                   timeout=self.client.timeout)
+                except grpc.RpcError as e:
+                    _raise(e)
+                pending.clear()
+
+        import asyncio
+        failing_since, backoff = None, 0.1
+        try:
+            while True:
+                call = stub.StreamResults(self._request(whole_groups, trajectory_format, exclude_trajectories),
+                                          metadata=metadata)
+                try:
+                    async for item in call:
+                        failing_since, backoff = None, 0.1
+                        if item.HasField("progress"):
+                            self._progress(item.progress)
+                            continue
+                        yield item.result
+                        self.cursor = item.result.cursor
+                        pending.append(item.result.ids.episode_id)
+                        if len(pending) >= ack_every:
+                            await flush()
+                    await flush()
+                    return
+                except grpc.RpcError as e:
+                    if e.code() not in _RETRYABLE:
+                        _raise(e)
+                    now = time.monotonic()
+                    failing_since = failing_since or now
+                    if now - failing_since > reconnect_for_s:
+                        _raise(e)
+                    log.warning("corral: result stream of %s broke (%s); resuming from cursor %r",
+                                self.id, e.code().name, self.cursor)
+                    await asyncio.sleep(backoff * (1 + random.random()))
+                    backoff = min(backoff * 2, 5.0)
+                finally:
+                    call.cancel()
+        finally:
+            try:
+                await flush()
+            except CorralError as e:
+                log.warning("corral: could not acknowledge %d results of %s: %s", len(pending), self.id, e)
+            await channel.close()

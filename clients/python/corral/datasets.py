@@ -1,0 +1,143 @@
+"""Loading tasks: JSONL datasets (one task per line, the shape `corral batch submit` reads) and Harbor task
+directories (task.toml, instruction.md, environment/, tests/)."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from typing import Iterator, List, Optional, Sequence, Union
+
+from corral.tasks import AgentTask, Command, Environment, File, Timeouts, Verifier, task_from_dict
+from corral.v1 import scheduler_pb2
+
+try:  # Python 3.11+
+    import tomllib as _toml
+except ImportError:  # pragma: no cover - older Pythons
+    _toml = None
+
+
+def iter_jsonl(path: str) -> Iterator[scheduler_pb2.Task]:
+    """The tasks of a JSONL dataset, one per non-empty line; ValueError naming the file and line otherwise."""
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield task_from_dict(json.loads(line))
+            except (ValueError, json.JSONDecodeError) as e:
+                raise ValueError(f"{path}: line {n}: {e}") from None
+
+
+def load_jsonl(path: str) -> List[scheduler_pb2.Task]:
+    """Every task of a JSONL dataset (see iter_jsonl)."""
+    return list(iter_jsonl(path))
+
+
+def _read_tree(root: str, prefix: str) -> List[File]:
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            with open(full, "rb") as f:
+                content = f.read()
+            mode = os.stat(full).st_mode & 0o777
+            files.append(File(path=os.path.join(prefix, rel) if prefix else rel, content=content, permissions=mode))
+    return files
+
+
+def _dockerfile(env_dir: str, environment: Environment, metadata: dict) -> None:
+    """A Harbor environment/Dockerfile as a template: RUN lines become setup commands, COPY/ADD of local files
+    setup files, ENV the environment, WORKDIR the working directory. FROM is kept in the metadata (the sandbox
+    runs on the host's filesystem; OCI images are a separate feature)."""
+    with open(os.path.join(env_dir, "Dockerfile")) as f:
+        text = f.read().replace("\\\n", " ")
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        op, _, rest = line.partition(" ")
+        op, rest = op.upper(), rest.strip()
+        if op == "FROM":
+            metadata["image"] = rest.split()[0]
+        elif op == "RUN":
+            environment.setup_commands.append(Command(rest, cwd=environment.workdir))
+        elif op == "WORKDIR":
+            environment.workdir = rest
+            if rest.startswith("/") and rest not in environment.task_paths:
+                environment.task_paths.append(rest)
+        elif op == "ENV":
+            if "=" in rest.split()[0]:
+                for item in shlex.split(rest):
+                    key, _, value = item.partition("=")
+                    environment.env[key] = value
+            else:
+                key, _, value = rest.partition(" ")
+                environment.env[key] = value.strip()
+        elif op in ("COPY", "ADD"):
+            args = [a for a in shlex.split(rest) if not a.startswith("--")]
+            *sources, dest = args
+            for src in sources:
+                path = os.path.join(env_dir, src)
+                if os.path.isdir(path):
+                    environment.setup_files.extend(_read_tree(path, dest))
+                elif os.path.isfile(path):
+                    target = os.path.join(dest, os.path.basename(src)) if dest.endswith("/") else dest
+                    with open(path, "rb") as f:
+                        environment.setup_files.append(File(target, f.read(), os.stat(path).st_mode & 0o777))
+
+
+def load_harbor(task_dir: str, *, agent: Union[str, Sequence[str], Command],
+                network_policy: Optional[str] = None) -> AgentTask:
+    """A Harbor task directory as an agent-runner task:
+
+    - instruction.md → the prompt (written to .corral/instruction.md for the agent);
+    - environment/Dockerfile → the template (RUN, COPY, ENV, WORKDIR; see _dockerfile); without one, every file
+      of environment/ is uploaded to the working directory;
+    - tests/ → the verifier's files (uploaded only after the agent ends); the verifier runs `bash tests/test.sh`
+      and reads /logs/verifier/reward.txt as Harbor's do;
+    - task.toml → [agent].timeout_sec, [verifier].timeout_sec, [environment].build_timeout_sec and memory_mb, and
+      [metadata] into the task's metadata.
+    `agent` is the command that runs the agent in the sandbox (solution/ is never uploaded)."""
+    task_dir = os.path.abspath(task_dir)
+    config = {}
+    toml_path = os.path.join(task_dir, "task.toml")
+    if os.path.exists(toml_path):
+        if _toml is None:
+            raise RuntimeError("reading task.toml needs Python 3.11 (tomllib)")
+        with open(toml_path, "rb") as f:
+            config = _toml.load(f)
+    instruction_path = os.path.join(task_dir, "instruction.md")
+    if not os.path.exists(instruction_path):
+        raise ValueError(f"{task_dir}: no instruction.md (not a Harbor task directory)")
+    with open(instruction_path) as f:
+        instruction = f.read()
+    metadata = dict(config.get("metadata", {}))
+    environment = Environment(network_policy=network_policy)
+    env_dir = os.path.join(task_dir, "environment")
+    if os.path.exists(os.path.join(env_dir, "Dockerfile")):
+        _dockerfile(env_dir, environment, metadata)
+    elif os.path.isdir(env_dir):
+        environment.files.extend(_read_tree(env_dir, ""))
+    env_config = config.get("environment", {})
+    if "memory_mb" in env_config:
+        environment.memory_bytes = int(env_config["memory_mb"]) * 1024 * 1024
+    if "docker_image" in env_config:
+        metadata.setdefault("image", env_config["docker_image"])
+    tests_dir = os.path.join(task_dir, "tests")
+    verifier = Verifier(files=_read_tree(tests_dir, "tests") if os.path.isdir(tests_dir) else [])
+    timeouts = Timeouts(agent=config.get("agent", {}).get("timeout_sec"),
+                        verifier=config.get("verifier", {}).get("timeout_sec"),
+                        setup=env_config.get("build_timeout_sec"))
+    return AgentTask(id=os.path.basename(task_dir), prompt=instruction, agent=agent, verifier=verifier,
+                     environment=environment, timeouts=timeouts, metadata=metadata or None)
+
+
+def load_harbor_dir(root: str, *, agent: Union[str, Sequence[str], Command], **kwargs) -> List[AgentTask]:
+    """Every Harbor task directory directly below `root` (those with an instruction.md), by name."""
+    tasks = []
+    for name in sorted(os.listdir(root)):
+        if os.path.exists(os.path.join(root, name, "instruction.md")):
+            tasks.append(load_harbor(os.path.join(root, name), agent=agent, **kwargs))
+    return tasks

@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""The Python SDK (clients/python, installed with pip into a venv at build time) against a real cluster: a
+trainer's view of Corral. Submit with the task builders, stream whole groups and turn them into training
+samples, lose the scheduler mid-stream (kill -9 and restart) and resume from the cursor, consume results with
+asyncio, cancel a batch, refuse bad input, load JSONL datasets and Harbor task directories.
+
+Starts its own small cluster of real binaries on loopback (corral-fake-llm, corral-proxy, corral-scheduler; no
+sandbox host: single_turn episodes), authenticated with a cluster secret like a deployment would be.
+
+    BUILD/sdk-venv/bin/python sdk_test.py --bin BUILD/bin --repo REPO
+"""
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import corral
+import grpc
+from corral.v1 import scheduler_pb2 as s
+
+ARGS = None
+
+
+def wait_ready(path, proc, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with open(path) as f:
+                return json.loads(f.read())
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
+        time.sleep(0.05)
+    raise RuntimeError(f"no ready file {path}")
+
+
+class Cluster:
+    """fake-llm + proxy + scheduler on loopback, with a cluster secret."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="corral-sdk-")
+        self.secret_file = os.path.join(self.dir, "secret")
+        with open(self.secret_file, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+        os.chmod(self.secret_file, 0o600)
+        self.procs = {}
+        self.logs = []
+        llm = self.start("fake-llm", ["corral-fake-llm", "--listen=127.0.0.1:0", "--arithmetic"], secret=False)
+        proxy = self.start("proxy", ["corral-proxy", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                                     "--http-listen=127.0.0.1:0", f"--journal={self.dir}/proxy.db",
+                                     f"--upstream=http://{llm['http']}"])
+        self.proxy = proxy["grpc"]
+        self.scheduler = self.start_scheduler("127.0.0.1:0")["grpc"]
+
+    def start_scheduler(self, listen):
+        return self.start("scheduler", ["corral-scheduler", f"--grpc-listen={listen}", "--metrics-listen=127.0.0.1:0",
+                                        f"--journal={self.dir}/scheduler.db", f"--proxy={self.proxy}",
+                                        "--default-model=fake-model"])
+
+    def start(self, name, argv, secret=True):
+        ready = os.path.join(self.dir, name + ".ready.json")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        argv = [os.path.join(ARGS.bin, argv[0])] + argv[1:] + [f"--ready-file={ready}"]
+        if secret:
+            argv.append(f"--secret-file={self.secret_file}")
+        log = open(os.path.join(self.dir, name + ".log"), "a")
+        self.logs.append(log)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.procs[name] = proc
+        return wait_ready(ready, proc)
+
+    def kill_and_restart_scheduler(self):
+        proc = self.procs["scheduler"]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        self.start_scheduler(self.scheduler)  # same port, same journal
+
+    def stop(self):
+        for p in reversed(list(self.procs.values())):
+            p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in self.logs:
+            log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def question(i, **kwargs):
+    return corral.SingleTurnTask(id=f"q{i}", prompt=f"What is {i} + 10?", answer=i + 10, reward="gsm8k",
+                                 seed_sampling=True, **kwargs)
+
+
+class SdkTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster()
+        cls.client = corral.Client(cls.cluster.scheduler, secret_file=cls.cluster.secret_file)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.cluster.stop()
+
+    def test_calls_without_the_cluster_secret_are_refused(self):
+        with corral.Client(self.cluster.scheduler) as anonymous:
+            with self.assertRaises(corral.CorralError) as e:
+                anonymous.batch("anything")
+        self.assertEqual(e.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+
+    def test_whole_groups_become_training_samples_and_are_acknowledged(self):
+        batch = self.client.submit([question(i) for i in range(6)], group_size=4, seed=7, batch_id="sdk-groups")
+        self.assertEqual(batch.group_size, 4)
+        self.assertEqual(batch.seed, 7)
+        groups = list(batch.groups())
+        self.assertEqual(len(groups), 6)
+        for group in groups:
+            self.assertEqual(len(group), 4)
+            self.assertEqual(len({r.ids.group_id for r in group}), 1)
+            advantages = corral.rl.group_advantages(group)
+            self.assertEqual(set(advantages), {r.ids.episode_id for r in group})
+            for r in group:
+                self.assertEqual(r.status, s.EPISODE_STATUS_FINISHED, r.failure_message)
+                # The scripted model is wrong by one for one seed in four; the reward says which.
+                answer = r.trajectory.branches[-1].messages[-1].message.content
+                right = answer.endswith(f"#### {int(r.ids.task_id[1:]) + 10}")
+                self.assertEqual(r.reward, 1.0 if right else 0.0, answer)
+                sample = corral.rl.to_training_sample(r)
+                self.assertEqual(sample.episode_id, r.ids.episode_id)
+                self.assertGreater(len(sample.prompt_ids), 0)
+                self.assertGreater(len(sample.response_ids), 0)
+                self.assertEqual(sample.loss_mask, [1] * len(sample.response_ids))  # one call: all generated
+                self.assertEqual(len(sample.logprobs), len(sample.response_ids))
+                self.assertEqual(sample.reward, r.reward)
+                self.assertTrue(sample.tokens_consistent)
+            rewards = [r.reward for r in group]
+            self.assertAlmostEqual(sum(advantages.values()), 0.0, places=6)
+            for r in group:  # above the group's mean exactly when right
+                self.assertEqual(advantages[r.ids.episode_id] > 0, r.reward > sum(rewards) / 4 and len(set(rewards)) > 1)
+        progress = batch.progress
+        self.assertEqual(progress.state, "complete")
+        self.assertEqual((progress.finished, progress.acked), (24, 24))
+        all_rewards = [r.reward for g in groups for r in g]
+        self.assertAlmostEqual(progress.mean_reward, sum(all_rewards) / 24)
+        # Everything acknowledged: a new iteration has nothing left to give.
+        self.assertEqual(list(self.client.batch("sdk-groups").results()), [])
+
+    def test_a_scheduler_killed_mid_stream_is_resumed_from_the_cursor(self):
+        slow = {"fake": {"ttft_ms": 150}}  # so the batch is still running when the scheduler dies
+        batch = self.client.submit([question(i, params=slow) for i in range(6)], group_size=4, batch_id="sdk-resume")
+        seen = []
+        for result in batch.results(exclude_trajectories=True, ack_every=1):
+            seen.append(result.ids.episode_id)
+            if len(seen) == 5:
+                self.cluster.kill_and_restart_scheduler()
+        self.assertEqual(len(seen), 24)
+        self.assertEqual(len(set(seen)), 24)  # each once: the new stream starts after the cursor
+        progress = batch.wait(timeout=60)
+        self.assertEqual((progress.finished, progress.acked), (24, 24))
+
+    def test_results_can_be_consumed_with_asyncio(self):
+        batch = self.client.submit([question(i) for i in range(2)], group_size=4, batch_id="sdk-async")
+
+        async def consume():
+            return [r.ids.episode_id async for r in batch.aresults(exclude_trajectories=True)]
+        ids = asyncio.run(consume())
+        self.assertEqual(sorted(ids), sorted(f"sdk-async:g{g}:e{e}" for g in range(2) for e in range(4)))
+        self.assertEqual(batch.progress.acked, 8)
+
+    def test_cancel_ends_a_running_batch_with_cancelled_results(self):
+        slow = {"fake": {"ttft_ms": 20000}}  # the model would take 20 s
+        batch = self.client.submit([question(i, params=slow) for i in range(3)], group_size=2, batch_id="sdk-cancel")
+        deadline = time.time() + 30
+        while batch.progress.running < 6 and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(batch.cancel("trainer stopped"), 6)
+        started = time.time()
+        results = list(batch.results(exclude_trajectories=True))
+        self.assertLess(time.time() - started, 10)
+        self.assertEqual(len(results), 6)
+        for r in results:
+            self.assertEqual(r.status, s.EPISODE_STATUS_CANCELLED)
+            self.assertIn("trainer stopped", r.failure_message)
+        self.assertEqual(batch.progress.state, "cancelled")
+
+    def test_bad_tasks_are_refused_naming_the_task_and_nothing_is_submitted(self):
+        with self.assertRaisesRegex(ValueError, "exactly one of prompt and messages"):
+            self.client.submit([corral.SingleTurnTask(id="empty")])
+        with self.assertRaises(corral.CorralError) as e:
+            self.client.submit([question(1), {"id": "no-prompt", "answer": 1}], batch_id="sdk-bad")
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("task 'no-prompt'", e.exception.message)
+        with self.assertRaises(corral.CorralError) as e:
+            self.client.batch("sdk-bad")
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_the_local_cluster_is_found_through_its_cluster_json(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "cluster.json"), "w") as f:
+                json.dump({"secret_file": self.cluster.secret_file, "scheduler": {"grpc": self.cluster.scheduler}}, f)
+            with corral.Client(cluster_dir=d) as local:
+                batch = local.submit([question(3)], batch_id="sdk-local")
+                self.assertEqual([r.status for r in batch.results()], [s.EPISODE_STATUS_FINISHED])
+        with self.assertRaisesRegex(FileNotFoundError, "corral up"):
+            corral.Client(cluster_dir="/nonexistent")
+
+
+class DatasetTest(unittest.TestCase):
+    def test_the_example_jsonl_dataset_loads_with_its_conveniences(self):
+        tasks = corral.load_jsonl(os.path.join(ARGS.repo, "examples/datasets/arithmetic.jsonl"))
+        self.assertGreater(len(tasks), 3)
+        first = tasks[0]
+        self.assertEqual((first.id, first.answer, first.runner), ("add-17-25", "42", s.RUNNER_TOOL_LOOP))
+        self.assertEqual(first.reward.function, s.REWARD_FUNCTION_NUMERIC)
+        self.assertEqual(first.tool_loop.tools[0].kind, s.TOOL_KIND_CODE_INTERPRETER)
+        self.assertEqual(json.loads(first.metadata_json), {"level": "easy"})
+
+    def test_a_bad_line_is_named(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
+            f.write('{"id": "a", "prompt": "x"}\n\n{"id": "b", "runner": "warp_drive", "prompt": "y"}\n')
+            f.flush()
+            with self.assertRaisesRegex(ValueError, r"line 3: .*RUNNER_WARP_DRIVE"):
+                corral.load_jsonl(f.name)
+
+    def test_a_harbor_task_directory_becomes_an_agent_task(self):
+        with tempfile.TemporaryDirectory() as root:
+            task = os.path.join(root, "fix-the-sum")
+            os.makedirs(os.path.join(task, "environment", "src"))
+            os.makedirs(os.path.join(task, "tests"))
+            os.makedirs(os.path.join(task, "solution"))
+            files = {
+                "task.toml": '[metadata]\ndifficulty = "easy"\n[agent]\ntimeout_sec = 120.0\n'
+                             '[verifier]\ntimeout_sec = 30.0\n[environment]\nmemory_mb = 512\n',
+                "instruction.md": "Fix sum.py so that it prints 5.\n",
+                "environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\nENV MODE=test LEVEL=1\n"
+                                          "COPY src/ /app/\nRUN python3 -c 'print(1)' \\\n && true\n",
+                "environment/src/sum.py": "print(2 + 2)\n",
+                "tests/test.sh": "python3 /app/sum.py | grep -qx 5 && echo 1 > /logs/verifier/reward.txt\n",
+                "solution/solve.sh": "sed -i 's/2 + 2/2 + 3/' /app/sum.py\n",
+            }
+            for path, content in files.items():
+                with open(os.path.join(task, path), "w") as f:
+                    f.write(content)
+            t = corral.load_harbor(task, agent="my-agent --fast").to_proto()
+            (other,) = corral.load_harbor_dir(root, agent=["a"])
+            self.assertEqual(other.id, "fix-the-sum")
+        self.assertEqual((t.id, t.runner, t.prompt), ("fix-the-sum", s.RUNNER_AGENT, "Fix sum.py so that it prints 5.\n"))
+        self.assertEqual(list(t.agent.command.argv), ["bash", "-c", "my-agent --fast"])
+        env = t.environment
+        self.assertEqual(env.workdir, "/app")
+        self.assertIn("/app", env.task_paths)
+        self.assertEqual(dict(env.env), {"MODE": "test", "LEVEL": "1"})
+        self.assertEqual([(f.path, f.content) for f in env.setup_files], [("/app/sum.py", b"print(2 + 2)\n")])
+        self.assertEqual([list(c.argv) for c in env.setup_commands], [["bash", "-c", "python3 -c 'print(1)'   && true"]])
+        self.assertEqual(env.limits.memory_bytes, 512 << 20)
+        self.assertEqual([f.path for f in t.verifier.files], ["tests/test.sh"])  # solution/ is never sent
+        self.assertEqual((t.timeouts.agent.seconds, t.timeouts.verifier.seconds), (120, 30))
+        self.assertEqual(json.loads(t.metadata_json), {"difficulty": "easy", "image": "python:3.11-slim"})
+
+
+class RlTest(unittest.TestCase):
+    def test_a_multi_turn_token_view_splits_at_the_first_generated_token(self):
+        r = s.EpisodeResult(status=s.EPISODE_STATUS_FINISHED, reward=0.5, step_rewards=[0.2, 0.3], llm_calls=2)
+        r.ids.episode_id, r.ids.group_id = "b:g0:e1", "b:g0"
+        branch = r.trajectory.branches.add(branch_id=0, tokens_consistent=True)
+        branch.token_ids.extend([1, 2, 3, 10, 11, 4, 5, 12])
+        branch.token_generated.extend([False, False, False, True, True, False, False, True])
+        branch.token_logprobs.extend([0, 0, 0, -0.5, -0.25, 0, 0, -0.125])
+        sample = corral.rl.to_training_sample(r)
+        self.assertEqual(sample.prompt_ids, [1, 2, 3])
+        self.assertEqual(sample.response_ids, [10, 11, 4, 5, 12])
+        self.assertEqual(sample.loss_mask, [1, 1, 0, 0, 1])
+        self.assertEqual(sample.logprobs, [-0.5, -0.25, 0, 0, -0.125])
+        self.assertEqual((sample.reward, sample.step_rewards, sample.status), (0.5, [0.2, 0.3], "finished"))
+
+    def test_a_trajectory_without_token_ids_says_how_to_get_them(self):
+        r = s.EpisodeResult(status=s.EPISODE_STATUS_FINISHED, reward=1.0, llm_calls=1)
+        r.trajectory.branches.add(branch_id=0)
+        with self.assertRaisesRegex(ValueError, "capture_token_ids"):
+            corral.rl.to_training_sample(r)
+
+    def test_grpo_advantages_are_group_relative_and_skip_what_did_not_finish(self):
+        self.assertEqual(corral.rl.grpo_advantages([1, 0, 1, 0], normalize_std=False), [0.5, -0.5, 0.5, -0.5])
+        a = corral.rl.grpo_advantages([1, 0, 1, 0])
+        self.assertAlmostEqual(a[0], 1.0, places=4)
+        results = []
+        for i, (status, reward) in enumerate([(s.EPISODE_STATUS_FINISHED, 1.0), (s.EPISODE_STATUS_FINISHED, 0.0),
+                                              (s.EPISODE_STATUS_FAILED, None)]):
+            r = s.EpisodeResult(status=status)
+            if reward is not None:
+                r.reward = reward
+            r.ids.episode_id, r.ids.group_id = f"b:g0:e{i}", "b:g0"
+            results.append(r)
+        adv = corral.rl.group_advantages(results, normalize_std=False)
+        self.assertEqual(adv, {"b:g0:e0": 0.5, "b:g0:e1": -0.5})
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--repo", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
