@@ -214,6 +214,18 @@ class SdkTest(unittest.TestCase):
             corral.Client(cluster_dir="/nonexistent")
 
 
+    def test_the_trainer_examples_run_a_step(self):
+        for script in ("verl_style_grpo.py", "roll_style_env_manager.py"):
+            out = subprocess.run([sys.executable, os.path.join(ARGS.repo, "examples", "trainers", script),
+                                  "--scheduler", self.cluster.scheduler, "--secret-file", self.cluster.secret_file,
+                                  "--group-size", "2", "--steps", "2"],
+                                 capture_output=True, text=True, timeout=120)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            lines = out.stdout.splitlines()
+            self.assertEqual([line.split(":")[0] for line in lines], ["step 0", "step 1"], out.stdout)
+            self.assertIn("24 ", lines[0])  # 12 tasks x group size 2 (no episode fails against the scripted model)
+
+
 class DatasetTest(unittest.TestCase):
     def test_the_example_jsonl_dataset_loads_with_its_conveniences(self):
         tasks = corral.load_jsonl(os.path.join(ARGS.repo, "examples/datasets/arithmetic.jsonl"))
