@@ -250,6 +250,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       a.result.set_host_address(address);
       a.result.set_host_id(a.slot->host_id);
       a.result.set_sandbox_id(a.sandbox_id);
+      a.result.set_warm_sandbox(true);
       *a.result.mutable_protections() = warm->created.sandbox().protections();
       table_->Placed(a.ticket.ids, address, a.sandbox_id, a.ticket.env_id);
       placed = true;

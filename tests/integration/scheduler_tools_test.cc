@@ -90,7 +90,9 @@ TEST_F(SchedulerFixture, WarmSandboxesServeTheNextBatchOfTheSameSpec) {
   };
   // The first batch misses (nothing is warm yet) and makes the spec wanted; the pool then fills to 3.
   ASSERT_THAT(batch("cold", 2), IsOk());
-  ASSERT_THAT(Results("cold"), IsOk());
+  auto cold = Results("cold");
+  ASSERT_THAT(cold, IsOk());
+  for (const auto& r : *cold) EXPECT_FALSE(r.warm_sandbox()) << r.ids().episode_id() << " found a warm sandbox";
   ASSERT_TRUE(testing::WaitUntil([&] { return LiveSandboxes(0) == 3; }, absl::Seconds(20)));
   std::set<std::string> warm;
   {
@@ -112,6 +114,7 @@ TEST_F(SchedulerFixture, WarmSandboxesServeTheNextBatchOfTheSameSpec) {
   for (const auto& r : *results) {
     EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
     EXPECT_EQ(warm.count(r.sandbox_id()), 1u) << r.sandbox_id() << " was not a warm sandbox";
+    EXPECT_TRUE(r.warm_sandbox());
   }
   // Once nobody asks for the spec, its warm sandboxes go.
   EXPECT_TRUE(NothingLeaked());

@@ -226,6 +226,53 @@ class SdkTest(unittest.TestCase):
             self.assertIn("24 ", lines[0])  # 12 tasks x group size 2 (no episode fails against the scripted model)
 
 
+    def corral_run(self, *args):
+        return [os.path.join(ARGS.bin, "corral"), "run", *args, "--scheduler", self.cluster.scheduler,
+                "--secret-file", self.cluster.secret_file]
+
+    def test_corral_run_shows_progress_then_a_summary_and_writes_every_result(self):
+        out_file = os.path.join(self.cluster.dir, "run.jsonl")
+        run = subprocess.run(self.corral_run(os.path.join(ARGS.repo, "examples/datasets/word_problems.jsonl"),
+                                             "--group-size", "2", "--out", out_file, "--progress-every", "0"),
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("12 task(s) x 2 = 24 episode(s)", run.stderr)
+        self.assertRegex(run.stderr, r"24/24 ended · 0 running · 0 queued · [0-9.]+ eps/s · reward")
+        self.assertIn("24 episode(s) in", run.stdout)
+        self.assertRegex(run.stdout, r"status\s+finished 24")
+        self.assertRegex(run.stdout, r"crates\s+2\s+[01]\.\d{3}")  # a reward row per task
+        self.assertRegex(run.stdout, r"total\s+24\s")                # phase percentiles
+        self.assertIn("slowest episodes", run.stdout)
+        with open(out_file) as f:
+            results = [json.loads(line) for line in f]
+        self.assertEqual(len(results), 24)
+        self.assertTrue(all(r["trajectory"]["branches"] for r in results))
+        self.assertEqual(len({r["ids"]["episode_id"] for r in results}), 24)
+
+    def test_ctrl_c_during_corral_run_cancels_the_batch_and_still_summarizes(self):
+        dataset = os.path.join(self.cluster.dir, "slow.jsonl")
+        with open(dataset, "w") as f:
+            for i in range(2):  # the model would take 20 s to answer
+                f.write(json.dumps({"id": f"slow{i}", "prompt": f"What is {i} + 1?", "answer": i + 1,
+                                    "llm": {"params_json": json.dumps({"fake": {"ttft_ms": 20000}})}}) + "\n")
+        proc = subprocess.Popen(self.corral_run(dataset, "--group-size", "2", "--batch-id", "cli-ctrl-c"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                if self.client.batch("cli-ctrl-c").progress.running == 4:
+                    break
+            except corral.CorralError:
+                pass  # not submitted yet
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 130, stderr)
+        self.assertIn("cancelling batch cli-ctrl-c", stderr)
+        self.assertRegex(stdout, r"status\s+cancelled 4")
+        self.assertEqual(self.client.batch("cli-ctrl-c").progress.state, "cancelled")
+
+
 class DatasetTest(unittest.TestCase):
     def test_the_example_jsonl_dataset_loads_with_its_conveniences(self):
         tasks = corral.load_jsonl(os.path.join(ARGS.repo, "examples/datasets/arithmetic.jsonl"))

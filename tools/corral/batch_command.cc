@@ -20,37 +20,10 @@
 #include "tools/corral/connect_flags.h"
 #include "tools/corral/dataset.h"
 #include "tools/corral/output.h"
+#include "tools/corral/scheduler_client.h"
 
 namespace corral::cli {
 namespace {
-
-struct Scheduler {
-  std::unique_ptr<v1::Scheduler::Stub> stub;
-  std::string token;
-  double timeout_s = 10;
-  void Prepare(grpc::ClientContext& ctx, bool deadline = true) const {
-    if (deadline) SetDeadline(ctx, absl::Seconds(timeout_s));
-    AttachBearer(ctx, token);
-  }
-};
-
-absl::StatusOr<Scheduler> Connect(ConnectFlags& flags) {
-  if (absl::Status s = flags.ResolveCluster(); !s.ok()) return s;
-  auto token = flags.BearerToken();
-  if (!token.ok()) return token.status();
-  auto channel = MakeChannel(flags.address, flags.Channel());
-  if (!channel.ok()) return channel.status();
-  return Scheduler{v1::Scheduler::NewStub(*channel), *token, flags.timeout_s};
-}
-
-std::string StateName(v1::BatchState s) {
-  switch (s) {
-    case v1::BATCH_STATE_RUNNING: return "running";
-    case v1::BATCH_STATE_COMPLETE: return "complete";
-    case v1::BATCH_STATE_CANCELLED: return "cancelled";
-    default: return "?";
-  }
-}
 
 std::string Counts(const v1::EpisodeCounts& c) {
   return absl::StrFormat("%d finished, %d failed, %d timeout, %d cancelled, %d no-data; %d queued, %d running",
@@ -187,46 +160,26 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
       exit_code = Fail("batch submit", tasks.status());
       return;
     }
-    auto s = Connect(sf->conn);
+    auto s = ConnectScheduler(sf->conn);
     if (!s.ok()) {
       exit_code = Fail("batch submit", s.status());
       return;
     }
-    grpc::ClientContext ctx;
-    SetDeadline(ctx, absl::Seconds(std::max(60.0, s->timeout_s)));
-    AttachBearer(ctx, s->token);
-    v1::Batch batch_out;
-    auto writer = s->stub->Submit(&ctx, &batch_out);
-    v1::SubmitRequest first;
-    v1::BatchSpec* spec = first.mutable_spec();
-    spec->set_batch_id(sf->batch_id);
-    spec->set_group_size(sf->group_size);
-    spec->set_redundancy(sf->redundancy);
-    spec->set_priority(sf->priority);
-    spec->set_max_attempts(sf->max_attempts);
-    if (sf->seed >= 0) spec->set_seed(static_cast<uint64_t>(sf->seed));
-    if (!sf->runner.empty()) {
-      spec->mutable_overrides()->set_runner(sf->runner == "single_turn" ? v1::RUNNER_SINGLE_TURN
-                                            : sf->runner == "tool_loop" ? v1::RUNNER_TOOL_LOOP
-                                                                        : v1::RUNNER_AGENT);
-    }
-    if (!sf->model.empty()) spec->mutable_overrides()->mutable_llm()->set_model(sf->model);
-    bool ok = writer->Write(first);
-    // Chunks well under gRPC's 4 MiB message limit.
-    v1::SubmitRequest chunk;
-    for (size_t i = 0; ok && i < tasks->size(); ++i) {
-      *chunk.mutable_tasks()->add_tasks() = (*tasks)[i];
-      if (chunk.ByteSizeLong() > (2 << 20) || i + 1 == tasks->size()) {
-        ok = writer->Write(chunk);
-        chunk.Clear();
-      }
-    }
-    writer->WritesDone();
-    grpc::Status st = writer->Finish();
-    if (!st.ok()) {
-      exit_code = Fail("batch submit", FromGrpcStatus(st));
+    v1::BatchSpec spec;
+    spec.set_batch_id(sf->batch_id);
+    spec.set_group_size(sf->group_size);
+    spec.set_redundancy(sf->redundancy);
+    spec.set_priority(sf->priority);
+    spec.set_max_attempts(sf->max_attempts);
+    if (sf->seed >= 0) spec.set_seed(static_cast<uint64_t>(sf->seed));
+    if (!sf->runner.empty()) spec.mutable_overrides()->set_runner(RunnerFromName(sf->runner));
+    if (!sf->model.empty()) spec.mutable_overrides()->mutable_llm()->set_model(sf->model);
+    auto submitted = s->Submit(spec, *tasks);
+    if (!submitted.ok()) {
+      exit_code = Fail("batch submit", submitted.status());
       return;
     }
+    const v1::Batch& batch_out = *submitted;
     if (sf->json) {
       std::cout << ToJson(batch_out, true);
     } else {
@@ -242,12 +195,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
     rf.exclude_trajectories = sf->out.empty();
     exit_code = StreamResults(*s, rf);
     if (exit_code != 0) return;
-    grpc::ClientContext gctx;
-    s->Prepare(gctx);
-    v1::GetBatchRequest get;
-    get.set_batch_id(batch_out.batch_id());
-    v1::Batch final_batch;
-    if (grpc::Status gs = s->stub->GetBatch(&gctx, get, &final_batch); gs.ok()) PrintBatch(final_batch);
+    if (auto final_batch = s->GetBatch(batch_out.batch_id()); final_batch.ok()) PrintBatch(*final_batch);
   });
 
   struct LsFlags {
@@ -259,7 +207,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
   AddConnectFlags(ls, lf->conn, "scheduler", "--scheduler", "scheduler");
   ls->add_flag("--json", lf->json, "JSON output");
   ls->callback([lf, &exit_code] {
-    auto s = Connect(lf->conn);
+    auto s = ConnectScheduler(lf->conn);
     if (!s.ok()) {
       exit_code = Fail("batch ls", s.status());
       return;
@@ -297,7 +245,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
   get->add_option("batch_id", gf->batch, "the batch")->required();
   get->add_flag("--json", gf->json, "JSON output");
   get->callback([gf, &exit_code] {
-    auto s = Connect(gf->conn);
+    auto s = ConnectScheduler(gf->conn);
     if (!s.ok()) {
       exit_code = Fail("batch get", s.status());
       return;
@@ -342,7 +290,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
       return;
     }
     req.set_reason(cf->reason);
-    auto s = Connect(cf->conn);
+    auto s = ConnectScheduler(cf->conn);
     if (!s.ok()) {
       exit_code = Fail("batch cancel", s.status());
       return;
@@ -370,7 +318,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
   results->add_option("--cursor", rf->cursor, "resume after this result's cursor");
   results->add_flag("--quiet", rf->quiet, "no progress on stderr");
   results->callback([rf, &exit_code] {
-    auto s = Connect(rf->conn);
+    auto s = ConnectScheduler(rf->conn);
     if (!s.ok()) {
       exit_code = Fail("results", s.status());
       return;
@@ -389,7 +337,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
   AddConnectFlags(hls, hf->conn, "scheduler", "--scheduler", "scheduler");
   hls->add_flag("--json", hf->json, "JSON output");
   hls->callback([hf, &exit_code] {
-    auto s = Connect(hf->conn);
+    auto s = ConnectScheduler(hf->conn);
     if (!s.ok()) {
       exit_code = Fail("hosts ls", s.status());
       return;
@@ -430,7 +378,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
   drain->add_option("--grace", df->grace_s, "seconds running episodes get before they are re-queued");
   drain->add_flag("--resume", df->resume, "undo the drain");
   drain->callback([df, &exit_code] {
-    auto s = Connect(df->conn);
+    auto s = ConnectScheduler(df->conn);
     if (!s.ok()) {
       exit_code = Fail("drain", s.status());
       return;

@@ -14,5 +14,7 @@ void RegisterSandbox(CLI::App& app, int& exit_code);
 void RegisterSession(CLI::App& app, int& exit_code);
 // batch submit|ls|get|cancel, results, hosts ls, drain (the scheduler).
 void RegisterBatch(CLI::App& app, int& exit_code);
+// run DATASET|TASK_DIR: submit, live progress, summary.
+void RegisterRun(CLI::App& app, int& exit_code);
 
 }  // namespace corral::cli

@@ -1,0 +1,280 @@
+#include "tools/corral/harbor.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "boost/json.hpp"
+#include "libs/api/proto_time.h"
+
+namespace corral::cli {
+namespace {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+absl::StatusOr<std::string> ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path.string()));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Every regular file below `root` (sorted), placed at `prefix`/<relative path>.
+absl::Status AddTree(const fs::path& root, const std::string& prefix,
+                     google::protobuf::RepeatedPtrField<v1::InlineFile>* out) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const fs::path& file : files) {
+    auto content = ReadFile(file);
+    if (!content.ok()) return content.status();
+    v1::InlineFile* f = out->Add();
+    const std::string rel = fs::relative(file, root).string();
+    f->set_path(prefix.empty() ? rel : (fs::path(prefix) / rel).string());
+    f->set_content(*std::move(content));
+    f->set_permissions(static_cast<uint32_t>(fs::status(file).permissions() & fs::perms::mask));
+  }
+  return absl::OkStatus();
+}
+
+void AddTaskPath(v1::EnvironmentSpec* env, const std::string& path) {
+  if (env->task_paths().empty()) {
+    env->add_task_paths("/workspace");
+    env->add_task_paths("/logs");
+  }
+  if (std::find(env->task_paths().begin(), env->task_paths().end(), path) == env->task_paths().end()) {
+    env->add_task_paths(path);
+  }
+}
+
+absl::Status ReadDockerfile(const fs::path& env_dir, v1::EnvironmentSpec* env, json::object& metadata) {
+  auto text = ReadFile(env_dir / "Dockerfile");
+  if (!text.ok()) return text.status();
+  const std::string joined = absl::StrReplaceAll(*text, {{"\\\n", " "}});
+  for (absl::string_view raw : absl::StrSplit(joined, '\n')) {
+    const std::string line(absl::StripAsciiWhitespace(raw));
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.find(' ');
+    const std::string op = absl::AsciiStrToUpper(line.substr(0, space));
+    const std::string rest(space == std::string::npos ? "" : absl::StripAsciiWhitespace(line.substr(space + 1)));
+    if (op == "FROM") {
+      metadata["image"] = rest.substr(0, rest.find(' '));
+    } else if (op == "RUN") {
+      v1::Command* c = env->add_setup_commands();
+      c->add_argv("bash");
+      c->add_argv("-c");
+      c->add_argv(rest);
+      c->set_cwd(env->workdir());
+    } else if (op == "WORKDIR") {
+      env->set_workdir(rest);
+      if (absl::StartsWith(rest, "/")) AddTaskPath(env, rest);
+    } else if (op == "ENV") {
+      const std::vector<std::string> words = ShellWords(rest);
+      if (!words.empty() && words[0].find('=') != std::string::npos) {
+        for (const std::string& w : words) {
+          const size_t eq = w.find('=');
+          (*env->mutable_env())[w.substr(0, eq)] = eq == std::string::npos ? "" : w.substr(eq + 1);
+        }
+      } else if (!words.empty()) {
+        const size_t sp = rest.find(' ');
+        (*env->mutable_env())[words[0]] =
+            sp == std::string::npos ? "" : std::string(absl::StripAsciiWhitespace(rest.substr(sp + 1)));
+      }
+    } else if (op == "COPY" || op == "ADD") {
+      std::vector<std::string> args;
+      for (std::string& w : ShellWords(rest)) {
+        if (!absl::StartsWith(w, "--")) args.push_back(std::move(w));
+      }
+      if (args.size() < 2) continue;
+      const std::string dest = args.back();
+      for (size_t i = 0; i + 1 < args.size(); ++i) {
+        const fs::path src = env_dir / args[i];
+        if (fs::is_directory(src)) {
+          if (absl::Status s = AddTree(src, dest, env->mutable_setup_files()); !s.ok()) return s;
+        } else if (fs::is_regular_file(src)) {
+          auto content = ReadFile(src);
+          if (!content.ok()) return content.status();
+          v1::InlineFile* f = env->add_setup_files();
+          f->set_path(absl::EndsWith(dest, "/") ? (fs::path(dest) / src.filename()).string() : dest);
+          f->set_content(*std::move(content));
+          f->set_permissions(static_cast<uint32_t>(fs::status(src).permissions() & fs::perms::mask));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SetSeconds(const std::map<std::string, std::string>& toml, const std::string& key, google::protobuf::Duration* d) {
+  double seconds = 0;
+  if (auto it = toml.find(key); it != toml.end() && absl::SimpleAtod(it->second, &seconds) && seconds > 0) {
+    ToProto(absl::Seconds(seconds), d);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> ShellWords(const std::string& line) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quote != 0) {
+      if (c == quote) {
+        quote = 0;
+      } else if (quote == '"' && c == '\\' && i + 1 < line.size()) {
+        word += line[++i];
+      } else {
+        word += c;
+      }
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseTomlSubset(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string table;
+  int n = 0;
+  for (absl::string_view raw : absl::StrSplit(text, '\n')) {
+    ++n;
+    std::string line(absl::StripAsciiWhitespace(raw));
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      if (line.back() != ']' || line.size() < 3) return absl::InvalidArgumentError(absl::StrCat("line ", n, ": bad table header"));
+      table = std::string(absl::StripAsciiWhitespace(line.substr(1, line.size() - 2)));
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("line ", n, ": expected key = value"));
+    const std::string key(absl::StripAsciiWhitespace(line.substr(0, eq)));
+    std::string value(absl::StripAsciiWhitespace(line.substr(eq + 1)));
+    // TOML strings, numbers, booleans and arrays of them are JSON once comments and single quotes are handled.
+    std::string json_text;
+    char quote = 0;
+    for (size_t i = 0; i < value.size(); ++i) {
+      const char c = value[i];
+      if (quote == 0 && c == '#') break;  // a comment
+      if (quote == 0 && (c == '"' || c == '\'')) {
+        quote = c;
+        json_text += '"';
+      } else if (quote != 0 && c == quote) {
+        quote = 0;
+        json_text += '"';
+      } else if (quote == '"' && c == '\\' && i + 1 < value.size()) {
+        json_text += c;
+        json_text += value[++i];
+      } else if (quote == '\'' && (c == '"' || c == '\\')) {
+        json_text += '\\';  // literal strings: escape for JSON
+        json_text += c;
+      } else {
+        json_text += c;
+      }
+    }
+    if (quote != 0) return absl::InvalidArgumentError(absl::StrCat("line ", n, ": unterminated string"));
+    value = std::string(absl::StripAsciiWhitespace(json_text));
+    boost::system::error_code ec;
+    json::value parsed = json::parse(value, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat("line ", n, ": unsupported value for '", key, "'"));
+    out.emplace_back(table.empty() ? key : absl::StrCat(table, ".", key), json::serialize(parsed));
+  }
+  return out;
+}
+
+absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::string& agent) {
+  const fs::path root = fs::absolute(dir);
+  if (!fs::exists(root / "instruction.md")) {
+    return absl::InvalidArgumentError(absl::StrCat(root.string(), ": no instruction.md (not a Harbor task directory)"));
+  }
+  v1::Task task;
+  task.set_id(root.filename().string());
+  task.set_runner(v1::RUNNER_AGENT);
+  auto instruction = ReadFile(root / "instruction.md");
+  if (!instruction.ok()) return instruction.status();
+  task.set_prompt(*std::move(instruction));
+  v1::Command* cmd = task.mutable_agent()->mutable_command();
+  cmd->add_argv("bash");
+  cmd->add_argv("-c");
+  cmd->add_argv(agent);
+
+  std::map<std::string, std::string> toml;
+  json::object metadata;
+  if (fs::exists(root / "task.toml")) {
+    auto text = ReadFile(root / "task.toml");
+    if (!text.ok()) return text.status();
+    auto parsed = ParseTomlSubset(*text);
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat((root / "task.toml").string(), ": ", parsed.status().message()));
+    for (auto& [key, value] : *parsed) {
+      if (absl::StartsWith(key, "metadata.")) metadata[key.substr(9)] = json::parse(value);
+      toml[key] = value;
+    }
+  }
+  v1::EnvironmentSpec* env = task.mutable_environment();
+  const fs::path env_dir = root / "environment";
+  if (fs::exists(env_dir / "Dockerfile")) {
+    if (absl::Status s = ReadDockerfile(env_dir, env, metadata); !s.ok()) return s;
+  } else if (fs::is_directory(env_dir)) {
+    if (absl::Status s = AddTree(env_dir, "", env->mutable_files()); !s.ok()) return s;
+  }
+  double memory_mb = 0;
+  if (auto it = toml.find("environment.memory_mb"); it != toml.end() && absl::SimpleAtod(it->second, &memory_mb)) {
+    env->mutable_limits()->set_memory_bytes(static_cast<uint64_t>(memory_mb * 1024 * 1024));
+  }
+  if (auto it = toml.find("environment.docker_image"); it != toml.end() && !metadata.contains("image")) {
+    metadata["image"] = json::parse(it->second);
+  }
+  if (fs::is_directory(root / "tests")) {
+    if (absl::Status s = AddTree(root / "tests", "tests", task.mutable_verifier()->mutable_files()); !s.ok()) return s;
+  }
+  SetSeconds(toml, "agent.timeout_sec", task.mutable_timeouts()->mutable_agent());
+  SetSeconds(toml, "verifier.timeout_sec", task.mutable_timeouts()->mutable_verifier());
+  SetSeconds(toml, "environment.build_timeout_sec", task.mutable_timeouts()->mutable_setup());
+  if (!metadata.empty()) task.set_metadata_json(json::serialize(metadata));
+  return task;
+}
+
+absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, const std::string& agent) {
+  std::vector<fs::path> dirs;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (entry.is_directory() && fs::exists(entry.path() / "instruction.md")) dirs.push_back(entry.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  if (dirs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(root, ": no Harbor task directories (with an instruction.md) in it"));
+  }
+  std::vector<v1::Task> tasks;
+  for (const fs::path& d : dirs) {
+    auto task = LoadHarborTask(d.string(), agent);
+    if (!task.ok()) return task.status();
+    tasks.push_back(*std::move(task));
+  }
+  return tasks;
+}
+
+}  // namespace corral::cli

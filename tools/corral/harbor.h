@@ -1,0 +1,29 @@
+// Harbor task directories as agent-runner tasks, read the way the Python SDK's load_harbor reads them:
+// instruction.md → the prompt; environment/Dockerfile → the template (RUN → setup commands, COPY/ADD of local
+// files → setup files, ENV → env, WORKDIR → working directory and task path; FROM kept in the metadata as
+// "image"), or without a Dockerfile every file of environment/ uploaded; tests/ → the verifier's files (uploaded
+// after the agent; the verifier runs `bash tests/test.sh`); task.toml → [agent] and [verifier] timeout_sec,
+// [environment] build_timeout_sec and memory_mb, [metadata] into the metadata. solution/ is never sent.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "corral/v1/scheduler.pb.h"
+
+namespace corral::cli {
+
+// `agent` is the command that runs the agent in the sandbox (run with bash -c). INVALID_ARGUMENT naming the file
+// when the directory is not a Harbor task (no instruction.md) or task.toml / the Dockerfile cannot be read.
+absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::string& agent);
+// Every Harbor task directly below `root`, by name; INVALID_ARGUMENT when there is none.
+absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, const std::string& agent);
+
+// The subset of TOML a task.toml uses: [tables] and key = string | number | boolean | array of those, as
+// "table.key" → JSON text of the value. INVALID_ARGUMENT "line N: ..." otherwise.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseTomlSubset(const std::string& text);
+// Words of a shell-like line: whitespace-separated, with '…' and "…" quoting (backslash escapes inside "…").
+std::vector<std::string> ShellWords(const std::string& line);
+
+}  // namespace corral::cli

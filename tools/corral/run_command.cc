@@ -1,0 +1,192 @@
+// `corral run`: one command from a dataset to results — submit, watch it progress, get a summary. Ctrl-C cancels
+// the batch cleanly (its episodes end CANCELLED and their sandboxes and sessions are cleaned up); a second
+// Ctrl-C quits at once.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "libs/rpc/status_conversion.h"
+#include "tools/corral/commands.h"
+#include "tools/corral/dataset.h"
+#include "tools/corral/harbor.h"
+#include "tools/corral/output.h"
+#include "tools/corral/run_report.h"
+#include "tools/corral/scheduler_client.h"
+
+namespace corral::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunFlags {
+  ConnectFlags conn;
+  std::string input, runner, model, out, batch_id, agent;
+  uint32_t group_size = 1, redundancy = 0;
+  int64_t seed = -1;
+  double progress_every_s = 5;
+  bool no_ack = false;
+};
+
+// A JSONL dataset, a Harbor task directory, or a directory of Harbor task directories.
+absl::StatusOr<std::vector<v1::Task>> LoadTasks(const RunFlags& f) {
+  if (!fs::is_directory(f.input)) return LoadJsonl(f.input);
+  if (f.agent.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(f.input, " is a directory of Harbor tasks: name the agent that "
+                                                   "runs in each sandbox with --agent 'COMMAND'"));
+  }
+  if (fs::exists(fs::path(f.input) / "instruction.md")) {
+    auto task = LoadHarborTask(f.input, f.agent);
+    if (!task.ok()) return task.status();
+    return std::vector<v1::Task>{*std::move(task)};
+  }
+  return LoadHarborTasks(f.input, f.agent);
+}
+
+// Takes SIGINT and SIGTERM on its own thread (they are blocked everywhere else): the first cancels the batch, the
+// next one quits. Stopped by SIGUSR1 from its owner.
+class Interrupts {
+ public:
+  Interrupts() {
+    sigemptyset(&set_);
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&set_, sig);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before gRPC starts threads: they inherit the mask
+  }
+  void Start(std::function<void()> on_first) {
+    thread_ = std::thread([this, on_first = std::move(on_first)] {
+      int sig = 0;
+      while (sigwait(&set_, &sig) == 0 && sig != SIGUSR1) {
+        if (!interrupted_.exchange(true)) {
+          on_first();
+        } else {
+          std::cerr << "\ncorral run: quitting; the batch goes on being cancelled by the scheduler\n";
+          _exit(130);
+        }
+      }
+    });
+  }
+  ~Interrupts() {
+    if (thread_.joinable()) {
+      pthread_kill(thread_.native_handle(), SIGUSR1);
+      thread_.join();
+    }
+  }
+  bool interrupted() const { return interrupted_; }
+
+ private:
+  sigset_t set_;
+  std::thread thread_;
+  std::atomic<bool> interrupted_{false};
+};
+
+int Run(const RunFlags& f) {
+  Interrupts interrupts;
+  auto tasks = LoadTasks(f);
+  if (!tasks.ok()) return Fail("run", tasks.status());
+  RunFlags flags = f;
+  auto s = ConnectScheduler(flags.conn);
+  if (!s.ok()) return Fail("run", s.status());
+  std::ofstream out;
+  if (!f.out.empty()) {
+    out.open(f.out, std::ios::trunc);
+    if (!out) return Fail("run", absl::NotFoundError(absl::StrCat("cannot write ", f.out)));
+  }
+
+  v1::BatchSpec spec;
+  spec.set_batch_id(f.batch_id);
+  spec.set_group_size(f.group_size);
+  spec.set_redundancy(f.redundancy);
+  if (f.seed >= 0) spec.set_seed(static_cast<uint64_t>(f.seed));
+  if (!f.runner.empty()) spec.mutable_overrides()->set_runner(RunnerFromName(f.runner));
+  if (!f.model.empty()) spec.mutable_overrides()->mutable_llm()->set_model(f.model);
+  auto batch = s->Submit(spec, *tasks);
+  if (!batch.ok()) return Fail("run", batch.status());
+  const std::string id = batch->batch_id();
+  std::cerr << "corral run: batch " << id << ": " << batch->task_count() << " task(s) x " << batch->spec().group_size()
+            << " = " << batch->counts().total() << " episode(s), seed " << batch->spec().seed() << "\n";
+
+  interrupts.Start([&] {
+    std::cerr << "\ncorral run: cancelling batch " << id << " (Ctrl-C again to quit at once)\n";
+    if (auto cancelled = s->CancelBatch(id, "corral run was interrupted"); !cancelled.ok()) {
+      Fail("run: cancel", cancelled.status());
+    }
+  });
+
+  const bool tty = isatty(STDERR_FILENO);
+  RunReport report(absl::Now());
+  grpc::ClientContext ctx;
+  s->Prepare(ctx, /*deadline=*/false);
+  v1::StreamResultsRequest req;
+  req.set_batch_id(id);
+  req.set_exclude_trajectories(f.out.empty());
+  auto reader = s->stub->StreamResults(&ctx, req);
+  std::vector<std::string> to_ack;
+  absl::Time last_draw = absl::InfinitePast();
+  v1::StreamResultsResponse msg;
+  while (reader->Read(&msg)) {
+    if (msg.has_progress()) {
+      report.Progress(msg.progress());
+    } else {
+      report.Add(msg.result());
+      if (out.is_open()) out << ToJson(msg.result(), false) << "\n";
+      if (!f.no_ack) to_ack.push_back(msg.result().ids().episode_id());
+      if (to_ack.size() >= 64) {
+        out.flush();  // written before acknowledged
+        if (absl::Status st = s->Ack(to_ack); !st.ok()) return Fail("run: ack", st);
+        to_ack.clear();
+      }
+    }
+    const absl::Time now = absl::Now();
+    if (tty && now - last_draw >= absl::Milliseconds(100)) {
+      std::cerr << "\r" << report.Line(now, 24) << "\033[K" << std::flush;
+      last_draw = now;
+    } else if (!tty && now - last_draw >= absl::Seconds(f.progress_every_s)) {
+      std::cerr << report.Line(now, 0) << "\n";
+      last_draw = now;
+    }
+  }
+  const grpc::Status st = reader->Finish();
+  out.flush();
+  if (absl::Status acked = s->Ack(to_ack); !acked.ok()) return Fail("run: ack", acked);
+  if (auto final_batch = s->GetBatch(id); final_batch.ok()) report.Progress(*final_batch);
+  const absl::Time end = absl::Now();
+  std::cerr << (tty ? "\r" : "") << report.Line(end, tty ? 24 : 0) << (tty ? "\033[K\n" : "\n");
+  if (!st.ok()) return Fail("run: results", FromGrpcStatus(st));
+  std::cout << "\n" << report.Summary(end);
+  if (!f.out.empty()) std::cout << "\nresults: " << f.out << "\n";
+  return interrupts.interrupted() ? 130 : 0;
+}
+
+}  // namespace
+
+void RegisterRun(CLI::App& app, int& exit_code) {
+  auto f = std::make_shared<RunFlags>();
+  CLI::App* run = app.add_subcommand(
+      "run", "run a dataset on the cluster: submit, show live progress, print a summary (Ctrl-C cancels)");
+  AddConnectFlags(run, f->conn, "scheduler", "--scheduler", "scheduler");
+  run->add_option("input", f->input,
+                  "a JSONL dataset (one task per line), a Harbor task directory, or a directory of them")
+      ->required();
+  run->add_option("--group-size", f->group_size, "episodes per task (a GRPO group)")->capture_default_str();
+  run->add_option("--redundancy", f->redundancy, "extra episodes per group, cancelled once the group is complete");
+  run->add_option("--runner", f->runner, "override every task's runner")
+      ->check(CLI::IsMember({"single_turn", "tool_loop", "agent"}));
+  run->add_option("--model", f->model, "override every task's model");
+  run->add_option("--agent", f->agent, "Harbor tasks: the command that runs the agent in each sandbox (bash -c)");
+  run->add_option("--seed", f->seed, "batch seed (default: random, reported)");
+  run->add_option("--batch-id", f->batch_id, "client-chosen batch id (resubmitting it is idempotent)");
+  run->add_option("--out", f->out, "write every result, with its trajectory, as JSON lines to this file");
+  run->add_flag("--no-ack", f->no_ack, "leave results unacknowledged (for another consumer)");
+  run->add_option("--progress-every", f->progress_every_s, "seconds between progress lines when not on a terminal")
+      ->capture_default_str();
+  run->callback([f, &exit_code] { exit_code = Run(*f); });
+}
+
+}  // namespace corral::cli

@@ -1,0 +1,161 @@
+#include "tools/corral/run_report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "libs/api/proto_time.h"
+
+namespace corral::cli {
+namespace {
+
+const char* StatusName(v1::EpisodeStatus s) {
+  switch (s) {
+    case v1::EPISODE_STATUS_FINISHED: return "finished";
+    case v1::EPISODE_STATUS_FAILED: return "failed";
+    case v1::EPISODE_STATUS_TIMEOUT: return "timeout";
+    case v1::EPISODE_STATUS_CANCELLED: return "cancelled";
+    case v1::EPISODE_STATUS_NO_DATA: return "no_data";
+    default: return "unknown";
+  }
+}
+
+absl::Duration Percentile(std::vector<absl::Duration> v, double q) {
+  if (v.empty()) return absl::ZeroDuration();
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
+
+// Ten buckets over [lo, hi] drawn with block characters, so a reward distribution reads at a glance.
+std::string Sparkline(const std::vector<double>& values, double lo, double hi) {
+  static const char* const kBlocks[] = {" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  constexpr int kBuckets = 10;
+  int counts[kBuckets] = {};
+  for (double v : values) {
+    int b = hi > lo ? static_cast<int>((v - lo) / (hi - lo) * kBuckets) : 0;
+    counts[std::clamp(b, 0, kBuckets - 1)]++;
+  }
+  const int most = *std::max_element(counts, counts + kBuckets);
+  std::string out;
+  for (int c : counts) out += kBlocks[most == 0 || c == 0 ? 0 : 1 + (c * 7 + most - 1) / most];
+  return out;
+}
+
+}  // namespace
+
+std::string ShortDuration(absl::Duration d) {
+  if (d < absl::Seconds(1)) return absl::StrFormat("%dms", absl::ToInt64Milliseconds(d));
+  if (d < absl::Minutes(1)) return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(d));
+  const int64_t s = absl::ToInt64Seconds(d);
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, s % 3600 / 60);
+}
+
+void RunReport::Add(const v1::EpisodeResult& r) {
+  Episode e{r.ids().episode_id(), r.ids().task_id(), r.status(), std::nullopt, FromProto(r.timings().total()),
+            r.failure_message()};
+  if (r.has_reward()) {
+    e.reward = r.reward();
+    rewards_by_task_[e.task].push_back(r.reward());
+  }
+  const v1::PhaseTimings& t = r.timings();
+  const std::pair<const char*, const google::protobuf::Duration*> phases[] = {
+      {"queue", &t.queue()}, {"acquire", &t.sandbox_acquire()}, {"setup", &t.setup()}, {"agent", &t.agent()},
+      {"tools", &t.tools()}, {"verifier", &t.verifier()},       {"total", &t.total()}};
+  for (const auto& [name, d] : phases) {
+    const absl::Duration v = FromProto(*d);
+    if (v > absl::ZeroDuration() || std::string(name) == "total") phases_[name].push_back(v);
+  }
+  if (!r.sandbox_id().empty()) {
+    ++with_sandbox_;
+    warm_ += r.warm_sandbox() ? 1 : 0;
+  }
+  episodes_.push_back(std::move(e));
+}
+
+double RunReport::EndedPerSecond(absl::Time now) const {
+  const double elapsed = absl::ToDoubleSeconds(now - start_);
+  if (!batch_ || elapsed <= 0) return 0;
+  const v1::EpisodeCounts& c = batch_->counts();
+  return (c.finished() + c.failed() + c.timeout() + c.cancelled() + c.no_data()) / elapsed;
+}
+
+std::string RunReport::Line(absl::Time now, int bar) const {
+  if (!batch_) return absl::StrCat("waiting for the scheduler… ", ShortDuration(now - start_));
+  const v1::EpisodeCounts& c = batch_->counts();
+  const uint32_t ended = c.finished() + c.failed() + c.timeout() + c.cancelled() + c.no_data();
+  std::string out;
+  if (bar > 0) {
+    const int filled = static_cast<int>(batch_->progress() * bar);
+    out = absl::StrCat("[", std::string(filled, '#'), std::string(bar - filled, '.'), "] ");
+  }
+  absl::StrAppendFormat(&out, "%d/%d ended · %d running · %d queued", ended, c.total(), c.running(), c.queued());
+  if (const uint32_t bad = c.failed() + c.timeout(); bad > 0) absl::StrAppendFormat(&out, " · %d failed", bad);
+  const double rate = EndedPerSecond(now);
+  absl::StrAppendFormat(&out, " · %.1f eps/s", rate);
+  if (batch_->has_mean_reward()) absl::StrAppendFormat(&out, " · reward %.3f", batch_->mean_reward());
+  if (with_sandbox_ > 0) absl::StrAppendFormat(&out, " · warm %d%%", 100 * warm_ / with_sandbox_);
+  if (rate > 0 && ended < c.total()) {
+    absl::StrAppend(&out, " · ETA ", ShortDuration(absl::Seconds((c.total() - ended) / rate)));
+  }
+  return out;
+}
+
+std::string RunReport::Summary(absl::Time now) const {
+  std::string out;
+  const double seconds = absl::ToDoubleSeconds(now - start_);
+  std::map<std::string, int> by_status;
+  for (const Episode& e : episodes_) by_status[StatusName(e.status)]++;
+  absl::StrAppendFormat(&out, "%d episode(s) in %s (%.1f eps/s)", episodes_.size(), ShortDuration(now - start_),
+                        seconds > 0 ? episodes_.size() / seconds : 0.0);
+  if (batch_) absl::StrAppend(&out, ", batch ", batch_->batch_id(), " ", batch_->state() == v1::BATCH_STATE_CANCELLED ? "cancelled" : "");
+  absl::StrAppend(&out, "\n\nstatus     ");
+  for (const auto& [name, n] : by_status) absl::StrAppendFormat(&out, "  %s %d", name, n);
+  if (with_sandbox_ > 0) absl::StrAppendFormat(&out, "\nwarm pool    %d of %d sandboxes were warm", warm_, with_sandbox_);
+
+  if (!rewards_by_task_.empty()) {
+    double lo = 0, hi = 1;
+    for (const auto& [task, v] : rewards_by_task_) {
+      lo = std::min(lo, *std::min_element(v.begin(), v.end()));
+      hi = std::max(hi, *std::max_element(v.begin(), v.end()));
+    }
+    absl::StrAppendFormat(&out, "\n\n%-28s %4s %7s %6s %6s  distribution [%g, %g]\n", "task", "n", "mean", "min",
+                          "max", lo, hi);
+    for (const auto& [task, v] : rewards_by_task_) {
+      double sum = 0;
+      for (double x : v) sum += x;
+      absl::StrAppendFormat(&out, "%-28s %4d %7.3f %6.2f %6.2f  |%s|\n", task.substr(0, 28), v.size(),
+                            sum / static_cast<double>(v.size()), *std::min_element(v.begin(), v.end()),
+                            *std::max_element(v.begin(), v.end()), Sparkline(v, lo, hi));
+    }
+  }
+
+  if (!phases_.empty()) {
+    absl::StrAppendFormat(&out, "\n%-10s %6s %9s %9s %9s %9s\n", "phase", "n", "p50", "p90", "p99", "max");
+    for (const char* name : {"queue", "acquire", "setup", "agent", "tools", "verifier", "total"}) {
+      auto it = phases_.find(name);
+      if (it == phases_.end() || it->second.empty()) continue;
+      const auto& v = it->second;
+      absl::StrAppendFormat(&out, "%-10s %6d %9s %9s %9s %9s\n", name, v.size(), ShortDuration(Percentile(v, 0.5)),
+                            ShortDuration(Percentile(v, 0.9)), ShortDuration(Percentile(v, 0.99)),
+                            ShortDuration(Percentile(v, 1.0)));
+    }
+  }
+
+  std::vector<const Episode*> slowest;
+  for (const Episode& e : episodes_) slowest.push_back(&e);
+  std::sort(slowest.begin(), slowest.end(), [](const Episode* a, const Episode* b) { return a->total > b->total; });
+  if (slowest.size() > 5) slowest.resize(5);
+  if (!slowest.empty()) {
+    absl::StrAppend(&out, "\nslowest episodes\n");
+    for (const Episode* e : slowest) {
+      absl::StrAppendFormat(&out, "  %-36s %9s  %-9s %s\n", e->id, ShortDuration(e->total), StatusName(e->status),
+                            e->reward ? absl::StrFormat("reward %.3f", *e->reward) : e->failure.substr(0, 60));
+    }
+  }
+  return out;
+}
+
+}  // namespace corral::cli

@@ -1,0 +1,94 @@
+#include "tools/corral/scheduler_client.h"
+
+#include <algorithm>
+
+#include "libs/rpc/auth.h"
+#include "libs/rpc/channel.h"
+#include "libs/rpc/status_conversion.h"
+
+namespace corral::cli {
+
+void Scheduler::Prepare(grpc::ClientContext& ctx, bool deadline) const {
+  if (deadline) SetDeadline(ctx, absl::Seconds(timeout_s));
+  AttachBearer(ctx, token);
+}
+
+absl::StatusOr<v1::Batch> Scheduler::Submit(const v1::BatchSpec& spec, const std::vector<v1::Task>& tasks) const {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, absl::Seconds(std::max(60.0, timeout_s)));
+  AttachBearer(ctx, token);
+  v1::Batch batch;
+  auto writer = stub->Submit(&ctx, &batch);
+  v1::SubmitRequest first;
+  *first.mutable_spec() = spec;
+  bool ok = writer->Write(first);
+  v1::SubmitRequest chunk;
+  for (size_t i = 0; ok && i < tasks.size(); ++i) {
+    *chunk.mutable_tasks()->add_tasks() = tasks[i];
+    if (chunk.ByteSizeLong() > (2 << 20) || i + 1 == tasks.size()) {
+      ok = writer->Write(chunk);
+      chunk.Clear();
+    }
+  }
+  writer->WritesDone();
+  if (grpc::Status st = writer->Finish(); !st.ok()) return FromGrpcStatus(st);
+  return batch;
+}
+
+absl::StatusOr<v1::Batch> Scheduler::GetBatch(const std::string& batch_id) const {
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  v1::GetBatchRequest req;
+  req.set_batch_id(batch_id);
+  v1::Batch batch;
+  if (grpc::Status st = stub->GetBatch(&ctx, req, &batch); !st.ok()) return FromGrpcStatus(st);
+  return batch;
+}
+
+absl::Status Scheduler::Ack(const std::vector<std::string>& episode_ids) const {
+  if (episode_ids.empty()) return absl::OkStatus();
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  v1::AckRequest req;
+  for (const std::string& id : episode_ids) req.add_episode_ids(id);
+  v1::AckResponse resp;
+  return FromGrpcStatus(stub->Ack(&ctx, req, &resp));
+}
+
+absl::StatusOr<uint32_t> Scheduler::CancelBatch(const std::string& batch_id, const std::string& reason) const {
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  v1::CancelRequest req;
+  req.set_batch_id(batch_id);
+  req.set_reason(reason);
+  v1::CancelResponse resp;
+  if (grpc::Status st = stub->Cancel(&ctx, req, &resp); !st.ok()) return FromGrpcStatus(st);
+  return resp.cancelled();
+}
+
+absl::StatusOr<Scheduler> ConnectScheduler(ConnectFlags& flags) {
+  if (absl::Status s = flags.ResolveCluster(); !s.ok()) return s;
+  auto token = flags.BearerToken();
+  if (!token.ok()) return token.status();
+  auto channel = MakeChannel(flags.address, flags.Channel());
+  if (!channel.ok()) return channel.status();
+  return Scheduler{v1::Scheduler::NewStub(*channel), *token, flags.timeout_s};
+}
+
+std::string StateName(v1::BatchState state) {
+  switch (state) {
+    case v1::BATCH_STATE_RUNNING: return "running";
+    case v1::BATCH_STATE_COMPLETE: return "complete";
+    case v1::BATCH_STATE_CANCELLED: return "cancelled";
+    default: return "?";
+  }
+}
+
+v1::Runner RunnerFromName(const std::string& name) {
+  if (name == "single_turn") return v1::RUNNER_SINGLE_TURN;
+  if (name == "tool_loop") return v1::RUNNER_TOOL_LOOP;
+  if (name == "agent") return v1::RUNNER_AGENT;
+  return v1::RUNNER_UNSPECIFIED;
+}
+
+}  // namespace corral::cli

@@ -1,0 +1,37 @@
+// The scheduler as the CLI talks to it: a stub with its bearer token, and the calls more than one subcommand
+// makes (submit a batch in chunks, get, ack, cancel).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "corral/v1/scheduler.grpc.pb.h"
+#include "tools/corral/connect_flags.h"
+
+namespace corral::cli {
+
+struct Scheduler {
+  std::unique_ptr<v1::Scheduler::Stub> stub;
+  std::string token;
+  double timeout_s = 10;
+  // Sets the bearer token and, unless `deadline` is false (streams), the RPC deadline.
+  void Prepare(grpc::ClientContext& ctx, bool deadline = true) const;
+
+  // Submits `tasks` under `spec` (Submit's client stream, in chunks well under gRPC's 4 MiB message limit).
+  absl::StatusOr<v1::Batch> Submit(const v1::BatchSpec& spec, const std::vector<v1::Task>& tasks) const;
+  absl::StatusOr<v1::Batch> GetBatch(const std::string& batch_id) const;
+  absl::Status Ack(const std::vector<std::string>& episode_ids) const;
+  // Returns how many queued or running episodes were cancelled.
+  absl::StatusOr<uint32_t> CancelBatch(const std::string& batch_id, const std::string& reason) const;
+};
+
+// The scheduler named by `flags` (or the local `corral up` cluster's).
+absl::StatusOr<Scheduler> ConnectScheduler(ConnectFlags& flags);
+
+std::string StateName(v1::BatchState state);
+// "single_turn" | "tool_loop" | "agent".
+v1::Runner RunnerFromName(const std::string& name);
+
+}  // namespace corral::cli

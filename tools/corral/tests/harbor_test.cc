@@ -1,0 +1,108 @@
+#include "tools/corral/harbor.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+
+namespace corral::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+class HarborTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / absl::StrCat("corral-harbor-test-", getpid(), "-",
+                                                      ::testing::UnitTest::GetInstance()->random_seed());
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  void Write(const std::string& rel, const std::string& content) {
+    fs::create_directories((root_ / rel).parent_path());
+    std::ofstream(root_ / rel) << content;
+  }
+  fs::path root_;
+};
+
+TEST_F(HarborTest, ATaskDirectoryBecomesAnAgentTaskLikeTheSdkReadsIt) {
+  Write("fix-sum/task.toml",
+        "version = \"1.0\"\n[metadata]\ndifficulty = \"easy\"  # comment\ntags = ['py', \"bug\"]\n"
+        "[agent]\ntimeout_sec = 120.0\n[verifier]\ntimeout_sec = 30\n[environment]\nmemory_mb = 512\n"
+        "build_timeout_sec = 600\n");
+  Write("fix-sum/instruction.md", "Fix sum.py so that it prints 5.\n");
+  Write("fix-sum/environment/Dockerfile",
+        "FROM python:3.11-slim\nWORKDIR /app\nENV MODE=test LEVEL=\"a b\"\nCOPY src/ /app/\n"
+        "COPY --chown=1 run.sh /usr/local/bin/run\nRUN python3 -c 'print(1)' \\\n && true\n");
+  Write("fix-sum/environment/src/sum.py", "print(2 + 2)\n");
+  Write("fix-sum/environment/run.sh", "#!/bin/sh\n");
+  Write("fix-sum/tests/test.sh", "exit 0\n");
+  Write("fix-sum/solution/solve.sh", "sed -i s/2/3/ /app/sum.py\n");
+  auto task = LoadHarborTask((root_ / "fix-sum").string(), "my-agent --fast");
+  ASSERT_THAT(task, IsOk());
+  EXPECT_EQ(task->id(), "fix-sum");
+  EXPECT_EQ(task->runner(), v1::RUNNER_AGENT);
+  EXPECT_EQ(task->prompt(), "Fix sum.py so that it prints 5.\n");
+  EXPECT_THAT(task->agent().command().argv(), ElementsAre("bash", "-c", "my-agent --fast"));
+  const v1::EnvironmentSpec& env = task->environment();
+  EXPECT_EQ(env.workdir(), "/app");
+  EXPECT_THAT(env.task_paths(), ElementsAre("/workspace", "/logs", "/app"));
+  EXPECT_EQ(env.env().at("MODE"), "test");
+  EXPECT_EQ(env.env().at("LEVEL"), "a b");
+  ASSERT_EQ(env.setup_files_size(), 2);
+  EXPECT_EQ(env.setup_files(0).path(), "/app/sum.py");
+  EXPECT_EQ(env.setup_files(0).content(), "print(2 + 2)\n");
+  EXPECT_EQ(env.setup_files(1).path(), "/usr/local/bin/run");
+  ASSERT_EQ(env.setup_commands_size(), 1);
+  EXPECT_THAT(env.setup_commands(0).argv(), ElementsAre("bash", "-c", "python3 -c 'print(1)'   && true"));
+  EXPECT_EQ(env.setup_commands(0).cwd(), "/app");
+  EXPECT_EQ(env.limits().memory_bytes(), 512u << 20);
+  ASSERT_EQ(task->verifier().files_size(), 1);  // solution/ is never sent
+  EXPECT_EQ(task->verifier().files(0).path(), "tests/test.sh");
+  EXPECT_EQ(task->timeouts().agent().seconds(), 120);
+  EXPECT_EQ(task->timeouts().verifier().seconds(), 30);
+  EXPECT_EQ(task->timeouts().setup().seconds(), 600);
+  EXPECT_EQ(task->metadata_json(), R"({"difficulty":"easy","tags":["py","bug"],"image":"python:3.11-slim"})");
+}
+
+TEST_F(HarborTest, ADirectoryOfTasksLoadsEachByNameAndRefusesWhatIsNotATask) {
+  Write("b-task/instruction.md", "second");
+  Write("a-task/instruction.md", "first");
+  Write("a-task/environment/data.txt", "42");
+  Write("notes/readme.md", "not a task");
+  auto tasks = LoadHarborTasks(root_.string(), "agent");
+  ASSERT_THAT(tasks, IsOk());
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].id(), "a-task");
+  ASSERT_EQ((*tasks)[0].environment().files_size(), 1);  // no Dockerfile: environment/ is uploaded as is
+  EXPECT_EQ((*tasks)[0].environment().files(0).path(), "data.txt");
+  EXPECT_EQ((*tasks)[1].id(), "b-task");
+  EXPECT_THAT(LoadHarborTask((root_ / "notes").string(), "agent"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no instruction.md")));
+  EXPECT_THAT(LoadHarborTasks((root_ / "notes").string(), "agent"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no Harbor task directories")));
+}
+
+TEST(TomlSubsetTest, ReadsTablesAndScalarsAndNamesTheBadLine) {
+  auto parsed = ParseTomlSubset("a = 1\n# c\n[t]\nb = 'x y'\nc = true\nd = [1, 2]\n");
+  ASSERT_THAT(parsed, IsOk());
+  EXPECT_THAT(*parsed, ElementsAre(Pair("a", "1"), Pair("t.b", "\"x y\""), Pair("t.c", "true"), Pair("t.d", "[1,2]")));
+  EXPECT_THAT(ParseTomlSubset("[t]\nbroken\n"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("line 2")));
+  EXPECT_THAT(ParseTomlSubset("when = 1979-05-27\n"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'when'")));
+}
+
+TEST(ShellWordsTest, QuotesGroupAndEscapesWork) {
+  EXPECT_THAT(ShellWords(R"(a 'b c' "d \"e\"" f)"), ElementsAre("a", "b c", "d \"e\"", "f"));
+  EXPECT_THAT(ShellWords("  "), ElementsAre());
+}
+
+}  // namespace
+}  // namespace corral::cli

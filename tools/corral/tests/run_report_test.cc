@@ -1,0 +1,83 @@
+#include "tools/corral/run_report.h"
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/api/proto_time.h"
+
+namespace corral::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const absl::Time kStart = absl::FromUnixSeconds(1'700'000'000);
+
+v1::EpisodeResult Result(const std::string& task, int index, v1::EpisodeStatus status, std::optional<double> reward,
+                         absl::Duration total, bool warm = false) {
+  v1::EpisodeResult r;
+  r.mutable_ids()->set_task_id(task);
+  r.mutable_ids()->set_episode_id(absl::StrCat("b:", task, ":e", index));
+  r.set_status(status);
+  if (reward) r.set_reward(*reward);
+  ToProto(total, r.mutable_timings()->mutable_total());
+  ToProto(total / 4, r.mutable_timings()->mutable_queue());
+  r.set_sandbox_id(absl::StrCat("sb-", index));
+  r.set_warm_sandbox(warm);
+  if (status != v1::EPISODE_STATUS_FINISHED) r.set_failure_message("verifier crashed");
+  return r;
+}
+
+v1::Batch Progress(uint32_t total, uint32_t finished, uint32_t failed, uint32_t running, uint32_t queued) {
+  v1::Batch b;
+  b.set_batch_id("b");
+  b.mutable_counts()->set_total(total);
+  b.mutable_counts()->set_finished(finished);
+  b.mutable_counts()->set_failed(failed);
+  b.mutable_counts()->set_running(running);
+  b.mutable_counts()->set_queued(queued);
+  b.set_progress(static_cast<double>(finished + failed) / total);
+  b.set_mean_reward(0.5);
+  return b;
+}
+
+TEST(RunReportTest, TheLineSaysHowFarHowFastAndWhenItEnds) {
+  RunReport report(kStart);
+  EXPECT_THAT(report.Line(kStart + absl::Seconds(1), 10), HasSubstr("waiting for the scheduler"));
+  report.Add(Result("t1", 0, v1::EPISODE_STATUS_FINISHED, 1.0, absl::Seconds(2), /*warm=*/true));
+  report.Add(Result("t1", 1, v1::EPISODE_STATUS_FINISHED, 0.0, absl::Seconds(3)));
+  report.Progress(Progress(40, 18, 2, 4, 16));
+  // 20 ended in 10 s: 2 eps/s, 20 left: ETA 10 s; half the sandboxes were warm.
+  EXPECT_EQ(report.Line(kStart + absl::Seconds(10), 10),
+            "[#####.....] 20/40 ended · 4 running · 16 queued · 2 failed · 2.0 eps/s · reward 0.500 · warm 50% · ETA 10.0s");
+  EXPECT_THAT(report.Line(kStart + absl::Seconds(10), 0), Not(HasSubstr("[")));
+}
+
+TEST(RunReportTest, TheSummaryHasTheStatusMixRewardsPerTaskPhasesAndTheSlowest) {
+  RunReport report(kStart);
+  report.Add(Result("easy", 0, v1::EPISODE_STATUS_FINISHED, 1.0, absl::Seconds(1)));
+  report.Add(Result("easy", 1, v1::EPISODE_STATUS_FINISHED, 1.0, absl::Seconds(2)));
+  report.Add(Result("hard", 0, v1::EPISODE_STATUS_FINISHED, 0.0, absl::Seconds(4)));
+  report.Add(Result("hard", 1, v1::EPISODE_STATUS_FAILED, std::nullopt, absl::Seconds(30)));
+  const std::string s = report.Summary(kStart + absl::Seconds(40));
+  EXPECT_THAT(s, HasSubstr("4 episode(s) in 40.0s (0.1 eps/s)"));
+  EXPECT_THAT(s, HasSubstr("failed 1  finished 3"));
+  EXPECT_THAT(s, HasSubstr("easy                            2   1.000   1.00   1.00  |         █|"));
+  EXPECT_THAT(s, HasSubstr("hard                            1   0.000   0.00   0.00  |█         |"));
+  // p50 of totals {1, 2, 4, 30} is 2 s; the slowest comes first with why it failed.
+  EXPECT_THAT(s, HasSubstr("total           4      2.0s     30.0s     30.0s     30.0s"));
+  EXPECT_THAT(s, HasSubstr("queue           4"));
+  EXPECT_LT(s.find("b:hard:e1"), s.find("b:hard:e0"));
+  EXPECT_THAT(s, HasSubstr("verifier crashed"));
+  EXPECT_THAT(s, HasSubstr("0 of 4 sandboxes were warm"));
+}
+
+TEST(RunReportTest, DurationsReadLikeAPersonWritesThem) {
+  EXPECT_EQ(ShortDuration(absl::Milliseconds(120)), "120ms");
+  EXPECT_EQ(ShortDuration(absl::Milliseconds(3250)), "3.2s");
+  EXPECT_EQ(ShortDuration(absl::Seconds(65)), "1m05s");
+  EXPECT_EQ(ShortDuration(absl::Hours(2) + absl::Minutes(3)), "2h03m");
+}
+
+}  // namespace
+}  // namespace corral::cli
