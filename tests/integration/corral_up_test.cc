@@ -30,6 +30,10 @@ TEST(CorralUp, StartsTheClusterRunsTheDemoAndStopsCleanly) {
     EXPECT_THAT(log, HasSubstr("ok: 24/24 episodes finished, 24 with token ids, 24 acknowledged"));
   }
   EXPECT_THAT(log, HasSubstr("corral up: stopped"));
+  // Its hints work when pasted: the CLI by the path it was started with, and how to keep a cluster running.
+  const std::string cli = std::filesystem::relative(CORRAL_CLI).string();
+  EXPECT_THAT(log, HasSubstr(cli + " run examples/datasets/word_problems.jsonl --group-size 4"));
+  EXPECT_THAT(log, HasSubstr("scripts/up --stay"));
   std::ifstream scheduler_log(dir + "/.corral/scheduler.log");
   std::string scheduler_text((std::istreambuf_iterator<char>(scheduler_log)), std::istreambuf_iterator<char>());
   EXPECT_THAT(scheduler_text, HasSubstr("scheduler stopped"));

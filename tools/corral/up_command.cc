@@ -200,10 +200,16 @@ int RunUp(const UpFlags& flags) {
     std::cout << "  upstream     " << upstream << "\n";
   }
   const std::string& limiter_addr = running.front().second.ready.grpc;
-  std::cout << "try:  corral batch submit examples/datasets/arithmetic.jsonl --group-size 4 --follow\n"
-            << "      corral hosts ls;  corral limiter status --addr " << limiter_addr << " --secret-file " << *secret
-            << "\n"
-            << std::flush;
+  // Hints that work when pasted: the CLI by the path it was started with, while the cluster still runs.
+  std::error_code rel_ec;
+  fs::path cli = fs::relative(fs::path(bin) / "corral", fs::current_path(), rel_ec);
+  if (rel_ec || cli.empty()) cli = fs::path(bin) / "corral";
+  const std::string hints = absl::StrCat(
+      "  ", cli.string(), " run examples/datasets/word_problems.jsonl --group-size 4\n",
+      "  ", cli.string(), " hosts ls;  ", cli.string(), " limiter status --addr ", limiter_addr, " --secret-file ",
+      *secret, "\n",
+      "  python3: corral.Client() (clients/python) finds this cluster through ", (dir / "cluster.json").string(), "\n");
+  if (!(flags.demo && flags.exit_after_demo)) std::cout << "try, in another terminal:\n" << hints << std::flush;
 
   int exit_code = 0;
   bool stop = false;
@@ -244,6 +250,10 @@ int RunUp(const UpFlags& flags) {
   std::error_code ec;
   if (!scratch_root.empty()) fs::remove_all(scratch_root, ec);
   std::cout << "corral up: stopped\n";
+  if (flags.demo && flags.exit_after_demo && exit_code == 0) {
+    std::cout << "To keep a cluster running, start it with `scripts/up --stay` (or `" << cli.string()
+              << " up`), then in another terminal:\n" << hints;
+  }
   return exit_code;
 }
 
