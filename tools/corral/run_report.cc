@@ -110,7 +110,10 @@ std::string RunReport::Summary(absl::Time now) const {
   for (const Episode& e : episodes_) by_status[StatusName(e.status)]++;
   absl::StrAppendFormat(&out, "%d episode(s) in %s (%.1f eps/s)", episodes_.size(), ShortDuration(now - start_),
                         seconds > 0 ? episodes_.size() / seconds : 0.0);
-  if (batch_) absl::StrAppend(&out, ", batch ", batch_->batch_id(), " ", batch_->state() == v1::BATCH_STATE_CANCELLED ? "cancelled" : "");
+  if (batch_) {
+    absl::StrAppend(&out, ", batch ", batch_->batch_id(),
+                    batch_->state() == v1::BATCH_STATE_CANCELLED ? " (cancelled)" : "");
+  }
   absl::StrAppend(&out, "\n\nstatus     ");
   for (const auto& [name, n] : by_status) absl::StrAppendFormat(&out, "  %s %d", name, n);
   if (with_sandbox_ > 0) absl::StrAppendFormat(&out, "\nwarm pool    %d of %d sandboxes were warm", warm_, with_sandbox_);

@@ -79,7 +79,8 @@ std::string SchedulerYaml(const fs::path& dir, const std::vector<std::pair<Servi
     if (def.name == "proxy") absl::StrAppend(&proxies, "  - ", service.ready.grpc, "\n");
     if (def.name == "ratelimiter") absl::StrAppend(&yaml, "ratelimiter: ", service.ready.grpc, "\n");
   }
-  if (!hosts.empty()) absl::StrAppend(&yaml, "host:\n", hosts);
+  // A small warm pool: the second batch of a spec starts in ready sandboxes, as on a real cluster.
+  if (!hosts.empty()) absl::StrAppend(&yaml, "host:\n", hosts, "warm_pool_size: 8\nwarm_pool_idle: 2m\n");
   absl::StrAppend(&yaml, "proxy:\n", proxies);
   if (scripted_model) absl::StrAppend(&yaml, "default_model: fake-model\n");
   absl::StrAppend(&yaml, "timeouts:\n  episode: 10m\n  agent: 5m\n");
