@@ -116,7 +116,7 @@ class SchedulerFixture : public ::testing::Test {
 
   void StartHost(int capacity) {
     Host h;
-    h.uids.emplace(30000, 44999, 64);
+    h.uids.emplace(60000, 64999, 64);
     h.root = absl::StrCat("/var/tmp/corral-sched-it-", getpid(), "-", hosts_.size());
     h.capacity = capacity;
     auto s = testing::StartService(

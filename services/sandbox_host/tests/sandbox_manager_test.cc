@@ -204,7 +204,8 @@ TEST_F(SandboxHostTest, SandboxesCannotReachEachOthersHomes) {
   auto a = NewSandbox();
   auto b = NewSandbox();
   Collected c = Run(a, {"sh", "-c", absl::StrCat("ls ", b->home, " 2>&1; echo x > ", b->home, "/y 2>&1; echo $?")});
-  EXPECT_THAT(c.out, HasSubstr("Permission denied"));
+  EXPECT_THAT(c.out, HasSubstr("Permission denied"))
+      << "stderr: " << c.err << " exit " << c.exit.exit_code << " reason " << ExitReasonName(c.exit.reason);
   EXPECT_THAT(c.out, ::testing::Not(::testing::EndsWith("\n0\n")));  // the write failed
   EXPECT_FALSE(fs::exists(b->home + "/y"));
 }
