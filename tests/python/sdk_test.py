@@ -273,6 +273,23 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(self.client.batch("cli-ctrl-c").progress.state, "cancelled")
 
 
+    def test_corral_top_shows_the_running_batches_and_the_proxy(self):
+        slow = {"fake": {"ttft_ms": 20000}}
+        batch = self.client.submit([question(i, params=slow) for i in range(2)], group_size=2, batch_id="top-batch")
+        deadline = time.time() + 30
+        while batch.progress.running < 4 and time.time() < deadline:
+            time.sleep(0.05)
+        top = subprocess.run([os.path.join(ARGS.bin, "corral"), "top", "--once", "--scheduler", self.cluster.scheduler,
+                              "--secret-file", self.cluster.secret_file, "--proxy", self.cluster.proxy],
+                             capture_output=True, text=True, timeout=60)
+        batch.cancel("seen")
+        self.assertEqual(top.returncode, 0, top.stderr)
+        self.assertIn("(no sandbox hosts: single_turn episodes only)", top.stdout)
+        self.assertRegex(top.stdout, r"top-batch\s+4\s+0\s+4\s+0\s+0\s+-")
+        self.assertRegex(top.stdout, r"proxy 127\.0\.0\.1:\d+: 4 open session\(s\)")
+        list(batch.results(exclude_trajectories=True))
+
+
 class DatasetTest(unittest.TestCase):
     def test_the_example_jsonl_dataset_loads_with_its_conveniences(self):
         tasks = corral.load_jsonl(os.path.join(ARGS.repo, "examples/datasets/arithmetic.jsonl"))

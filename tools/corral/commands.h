@@ -16,5 +16,7 @@ void RegisterSession(CLI::App& app, int& exit_code);
 void RegisterBatch(CLI::App& app, int& exit_code);
 // run DATASET|TASK_DIR: submit, live progress, summary.
 void RegisterRun(CLI::App& app, int& exit_code);
+// top: a live view of the cluster.
+void RegisterTop(CLI::App& app, int& exit_code);
 
 }  // namespace corral::cli

@@ -25,22 +25,26 @@ ChannelOptions ConnectFlags::Channel() const {
   return options;
 }
 
-absl::Status ConnectFlags::ResolveCluster() {
-  if (!address.empty() || cluster_service.empty()) return absl::OkStatus();
-  const std::string path = cluster_dir + "/cluster.json";
-  std::ifstream in(path);
+std::string LocalClusterAddress(const std::string& cluster_dir, const std::string& service, const std::string& field) {
+  std::ifstream in(cluster_dir + "/cluster.json");
   std::stringstream text;
   text << in.rdbuf();
   boost::system::error_code ec;
   boost::json::value v = boost::json::parse(text.str(), ec);
   const boost::json::object* o = !ec && v.is_object() ? &v.as_object() : nullptr;
-  const boost::json::value* svc = o ? o->if_contains(cluster_service) : nullptr;
-  const boost::json::value* grpc = svc && svc->is_object() ? svc->as_object().if_contains("grpc") : nullptr;
-  if (grpc == nullptr || !grpc->is_string()) {
+  const boost::json::value* svc = o ? o->if_contains(service) : nullptr;
+  const boost::json::value* value = svc && svc->is_object() ? svc->as_object().if_contains(field) : nullptr;
+  return value != nullptr && value->is_string() ? std::string(value->as_string()) : std::string();
+}
+
+absl::Status ConnectFlags::ResolveCluster() {
+  if (!address.empty() || cluster_service.empty()) return absl::OkStatus();
+  address = LocalClusterAddress(cluster_dir, cluster_service, "grpc");
+  if (address.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("no ", cluster_service, " address given and no local cluster (",
-                                                      path, "): pass its HOST:PORT, or start one with `corral up`"));
+                                                      cluster_dir, "/cluster.json): pass its HOST:PORT, or start one "
+                                                      "with `corral up`"));
   }
-  address = std::string(grpc->as_string());
   if (secret_file.empty() && token.empty() && std::filesystem::exists(cluster_dir + "/secret")) {
     secret_file = cluster_dir + "/secret";
   }

@@ -28,6 +28,10 @@ struct ConnectFlags {
   ChannelOptions Channel() const;
 };
 
+// `field` ("grpc", "metrics", "http") of `service` in <cluster_dir>/cluster.json, as `corral up` wrote it; empty
+// when there is no such cluster or service.
+std::string LocalClusterAddress(const std::string& cluster_dir, const std::string& service, const std::string& field);
+
 // Adds `address_flag` (required; "--addr" unless the CLI names it otherwise, e.g. "--host"),
 // --secret-file, --token, --timeout and --tls-* to `cmd`. With `cluster_service` (a key of cluster.json, e.g.
 // "scheduler") the address is optional and defaults to that service of the local `corral up` cluster
