@@ -12,7 +12,7 @@ import grpc
 from google.protobuf import json_format
 
 from corral import auth
-from corral.tasks import TaskLike, to_task
+from corral.tasks import TaskLike, _normalize, to_task
 from corral.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 log = logging.getLogger("corral")
@@ -83,7 +83,6 @@ def _overrides(runner: Optional[str], model: Optional[str], overrides) -> schedu
         o.CopyFrom(overrides)
     elif overrides:
         # The same conveniences as a dataset line (enum short names, text file contents).
-        from corral.tasks import _normalize
         json_format.ParseDict(_normalize(dict(overrides)), o)
     if runner:
         o.runner = scheduler_pb2.Runner.Value("RUNNER_" + runner.upper()) if not runner.startswith("RUNNER_") \
