@@ -167,6 +167,22 @@ class SdkTest(unittest.TestCase):
         progress = batch.wait(timeout=60)
         self.assertEqual((progress.finished, progress.acked), (24, 24))
 
+    def test_batch_overrides_replace_the_tasks_fields(self):
+        # The tasks ask for an exact match, which the scripted model's "... #### N" never is; the override asks
+        # for GSM8K, which reads the number after ####.
+        tasks = [corral.SingleTurnTask(id=f"o{i}", prompt=f"What is {i} + 10?", answer=i + 10, reward="exact")
+                 for i in range(3)]
+        batch = self.client.submit(tasks, group_size=2, batch_id="sdk-overrides", model="fake-model",
+                                   overrides={"reward": {"function": "gsm8k"}})
+        self.assertEqual(batch.info.spec.overrides.reward.function, s.REWARD_FUNCTION_GSM8K)
+        self.assertEqual(batch.info.spec.overrides.llm.model, "fake-model")
+        results = list(batch.results())
+        self.assertEqual(len(results), 6)
+        for r in results:
+            answer = r.trajectory.branches[-1].messages[-1].message.content
+            right = answer.endswith(f"#### {int(r.ids.task_id[1:]) + 10}")
+            self.assertEqual(r.reward, 1.0 if right else 0.0, answer)  # exact matching would give 0.0 always
+
     def test_results_can_be_consumed_with_asyncio(self):
         batch = self.client.submit([question(i) for i in range(2)], group_size=4, batch_id="sdk-async")
 
