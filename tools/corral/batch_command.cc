@@ -18,7 +18,7 @@
 #include "libs/rpc/status_conversion.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/connect_flags.h"
-#include "tools/corral/dataset.h"
+#include "tools/corral/harbor.h"
 #include "tools/corral/output.h"
 #include "tools/corral/scheduler_client.h"
 
@@ -130,17 +130,21 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
 
   struct SubmitFlags {
     ConnectFlags conn;
-    std::string file, runner, model, batch_id, out;
+    std::string file, runner, model, batch_id, out, agent;
     uint32_t group_size = 1, redundancy = 0, max_attempts = 0;
     int64_t seed = -1;
     int priority = 0;
     bool follow = false, json = false, ack = false;
   };
   auto sf = std::make_shared<SubmitFlags>();
-  CLI::App* submit = batch->add_subcommand("submit", "submit a JSONL dataset as a batch (one task per line)");
+  CLI::App* submit = batch->add_subcommand(
+      "submit", "submit a JSONL dataset (one task per line) or Harbor task directories as a batch");
   AddConnectFlags(submit, sf->conn, "scheduler", "--scheduler", "scheduler");
-  submit->add_option("file", sf->file, "JSONL dataset: {\"id\", \"prompt\"|\"messages\", \"answer\", \"runner\", ...}")
+  submit->add_option("file", sf->file,
+                     "JSONL dataset ({\"id\", \"prompt\"|\"messages\", \"answer\", \"runner\", ...} per line), a "
+                     "Harbor task directory, or a directory of them")
       ->required();
+  submit->add_option("--agent", sf->agent, "Harbor tasks: the command that runs the agent in each sandbox (bash -c)");
   submit->add_option("--group-size", sf->group_size, "episodes per task (a GRPO group)")->capture_default_str();
   submit->add_option("--redundancy", sf->redundancy, "extra episodes per group, cancelled once the group is complete");
   submit->add_option("--runner", sf->runner, "override every task's runner")
@@ -155,7 +159,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
   submit->add_flag("--ack", sf->ack, "with --follow: acknowledge results once written");
   submit->add_flag("--json", sf->json, "print the batch as JSON");
   submit->callback([sf, &exit_code] {
-    auto tasks = LoadJsonl(sf->file);
+    auto tasks = LoadTaskInput(sf->file, sf->agent);
     if (!tasks.ok()) {
       exit_code = Fail("batch submit", tasks.status());
       return;

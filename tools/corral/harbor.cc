@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
+#include "tools/corral/dataset.h"
 
 namespace corral::cli {
 namespace {
@@ -257,6 +258,20 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
   SetSeconds(toml, "environment.build_timeout_sec", task.mutable_timeouts()->mutable_setup());
   if (!metadata.empty()) task.set_metadata_json(json::serialize(metadata));
   return task;
+}
+
+absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, const std::string& agent) {
+  if (!fs::is_directory(path)) return LoadJsonl(path);
+  if (agent.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory of Harbor tasks: name the agent that runs in "
+                                                   "each sandbox with --agent 'COMMAND'"));
+  }
+  if (fs::exists(fs::path(path) / "instruction.md")) {
+    auto task = LoadHarborTask(path, agent);
+    if (!task.ok()) return task.status();
+    return std::vector<v1::Task>{*std::move(task)};
+  }
+  return LoadHarborTasks(path, agent);
 }
 
 absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, const std::string& agent) {

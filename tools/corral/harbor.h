@@ -20,6 +20,10 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
 // Every Harbor task directly below `root`, by name; INVALID_ARGUMENT when there is none.
 absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, const std::string& agent);
 
+// What `corral run` and `corral batch submit` accept: a JSONL dataset file, a Harbor task directory, or a
+// directory of them (these need `agent`; INVALID_ARGUMENT saying so otherwise).
+absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, const std::string& agent);
+
 // The subset of TOML a task.toml uses: [tables] and key = string | number | boolean | array of those, as
 // "table.key" → JSON text of the value. INVALID_ARGUMENT "line N: ..." otherwise.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseTomlSubset(const std::string& text);

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -15,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "libs/rpc/status_conversion.h"
 #include "tools/corral/commands.h"
-#include "tools/corral/dataset.h"
 #include "tools/corral/harbor.h"
 #include "tools/corral/output.h"
 #include "tools/corral/run_report.h"
@@ -23,8 +21,6 @@
 
 namespace corral::cli {
 namespace {
-
-namespace fs = std::filesystem;
 
 struct RunFlags {
   ConnectFlags conn;
@@ -34,21 +30,6 @@ struct RunFlags {
   double progress_every_s = 5;
   bool no_ack = false;
 };
-
-// A JSONL dataset, a Harbor task directory, or a directory of Harbor task directories.
-absl::StatusOr<std::vector<v1::Task>> LoadTasks(const RunFlags& f) {
-  if (!fs::is_directory(f.input)) return LoadJsonl(f.input);
-  if (f.agent.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(f.input, " is a directory of Harbor tasks: name the agent that "
-                                                   "runs in each sandbox with --agent 'COMMAND'"));
-  }
-  if (fs::exists(fs::path(f.input) / "instruction.md")) {
-    auto task = LoadHarborTask(f.input, f.agent);
-    if (!task.ok()) return task.status();
-    return std::vector<v1::Task>{*std::move(task)};
-  }
-  return LoadHarborTasks(f.input, f.agent);
-}
 
 // Takes SIGINT and SIGTERM on its own thread (they are blocked everywhere else): the first cancels the batch, the
 // next one quits. Stopped by SIGUSR1 from its owner.
@@ -88,7 +69,7 @@ class Interrupts {
 
 int Run(const RunFlags& f) {
   Interrupts interrupts;
-  auto tasks = LoadTasks(f);
+  auto tasks = LoadTaskInput(f.input, f.agent);
   if (!tasks.ok()) return Fail("run", tasks.status());
   RunFlags flags = f;
   auto s = ConnectScheduler(flags.conn);

@@ -91,6 +91,22 @@ TEST_F(HarborTest, ADirectoryOfTasksLoadsEachByNameAndRefusesWhatIsNotATask) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no Harbor task directories")));
 }
 
+TEST_F(HarborTest, AnInputIsADatasetFileOrTaskDirectoriesWhichNeedAnAgent) {
+  Write("data.jsonl", "{\"id\": \"a\", \"prompt\": \"x\"}\n{\"id\": \"b\", \"prompt\": \"y\"}\n");
+  Write("tasks/one/instruction.md", "first");
+  auto jsonl = LoadTaskInput((root_ / "data.jsonl").string(), "");
+  ASSERT_THAT(jsonl, IsOk());
+  EXPECT_EQ(jsonl->size(), 2u);
+  EXPECT_THAT(LoadTaskInput((root_ / "tasks").string(), ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--agent")));
+  auto dir = LoadTaskInput((root_ / "tasks").string(), "agent");
+  ASSERT_THAT(dir, IsOk());
+  EXPECT_EQ(dir->size(), 1u);
+  auto one = LoadTaskInput((root_ / "tasks" / "one").string(), "agent");
+  ASSERT_THAT(one, IsOk());
+  EXPECT_EQ((*one)[0].id(), "one");
+}
+
 TEST(TomlSubsetTest, ReadsTablesAndScalarsAndNamesTheBadLine) {
   auto parsed = ParseTomlSubset("a = 1\n# c\n[t]\nb = 'x y'\nc = true\nd = [1, 2]\n");
   ASSERT_THAT(parsed, IsOk());
