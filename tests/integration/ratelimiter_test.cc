@@ -17,7 +17,7 @@
 #include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
-#include "tests/support/prometheus_text.h"
+#include "libs/http/prometheus_text.h"
 #include "tests/support/subprocess.h"
 
 namespace corral {
@@ -198,7 +198,7 @@ TEST_F(RateLimiterTest, ClientThatStopsKeepalivesLosesItsLeaseAfterTheTtl) {
   ASSERT_TRUE(stub_->Acquire(&context, request, &response).ok());  // unary, no session, never kept alive
   EXPECT_EQ(InUse("code_exec"), 1);
   ASSERT_TRUE(testing::WaitUntil([&] { return InUse("code_exec") == 0; }, absl::Seconds(10)));
-  auto metrics = testing::ParsePrometheusText(*testing::HttpGet(service_->ready.metrics, "/metrics"));
+  auto metrics = http::ParsePrometheusText(*http::HttpGet(service_->ready.metrics, "/metrics"));
   ASSERT_THAT(metrics, IsOk());
   EXPECT_THAT(metrics->Value("corral_ratelimiter_lease_expirations_total", {{"limit", "code_exec"}}), IsOkAndHolds(1));
 }

@@ -23,7 +23,7 @@
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status_conversion.h"
-#include "tests/support/prometheus_text.h"
+#include "libs/http/prometheus_text.h"
 #include "tests/support/subprocess.h"
 #include "tests/integration/sandbox_host_fixture.h"
 #include "tests/support/uid_range.h"
@@ -43,7 +43,7 @@ TEST_F(SandboxHostApiTest, CapacityFourOfFourThousandAndTheRestRejected) {
   ASSERT_THAT(more, IsOk());
   EXPECT_EQ(more->sandboxes_size(), 0);
   EXPECT_EQ(more->rejected(), 1u);
-  auto metrics = testing::ParsePrometheusText(*testing::HttpGet(service_->ready.metrics, "/metrics"));
+  auto metrics = http::ParsePrometheusText(*http::HttpGet(service_->ready.metrics, "/metrics"));
   ASSERT_THAT(metrics, IsOk());
   EXPECT_THAT(metrics->Value("corral_sandbox_host_creates_total", {{"outcome", "created"}}), IsOkAndHolds(4));
   EXPECT_THAT(metrics->Value("corral_sandbox_host_creates_total", {{"outcome", "rejected"}}), IsOkAndHolds(3997));

@@ -14,7 +14,7 @@
 #include "libs/core/status_macros.h"
 #include "libs/core/unique_fd.h"
 #include "tests/integration/sandbox_host_fixture.h"
-#include "tests/support/prometheus_text.h"
+#include "libs/http/prometheus_text.h"
 
 namespace corral {
 namespace {
@@ -121,8 +121,8 @@ class SandboxProcessesTest : public SandboxHostApiTest {
     return FromGrpcStatus(stub_->DeleteTemplate(&ctx, req, &resp));
   }
   absl::StatusOr<double> MetricValue(const std::string& name, const std::map<std::string, std::string>& labels) {
-    CORRAL_ASSIGN_OR_RETURN(std::string text, testing::HttpGet(service_->ready.metrics, "/metrics"));
-    CORRAL_ASSIGN_OR_RETURN(testing::Exposition exposition, testing::ParsePrometheusText(text));
+    CORRAL_ASSIGN_OR_RETURN(std::string text, http::HttpGet(service_->ready.metrics, "/metrics"));
+    CORRAL_ASSIGN_OR_RETURN(http::Exposition exposition, http::ParsePrometheusText(text));
     return exposition.Value(name, labels);
   }
 };

@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "libs/api/proto_time.h"
 #include "tests/integration/scheduler_fixture.h"
-#include "tests/support/prometheus_text.h"
+#include "libs/http/prometheus_text.h"
 
 namespace corral {
 namespace {
@@ -198,9 +198,9 @@ TEST_F(SchedulerFixture, EveryLlmCallTheSchedulerMakesHoldsAPermitOfTheLlmLimitF
     calls += r.llm_calls();
   }
   EXPECT_EQ(calls, 8u * 1 + 8u * 2);  // single_turn: one call; tool_loop: the tool call and the answer
-  auto text = testing::HttpGet(limiter_->ready.metrics, "/metrics");
+  auto text = http::HttpGet(limiter_->ready.metrics, "/metrics");
   ASSERT_THAT(text, IsOk());
-  auto metrics = testing::ParsePrometheusText(*text);
+  auto metrics = http::ParsePrometheusText(*text);
   ASSERT_THAT(metrics, IsOk());
   // One grant of llm/fake-model per call, each given back (the limit allows 2 at once).
   EXPECT_THAT(metrics->Value("corral_ratelimiter_requests_total", {{"limit", "llm"}, {"outcome", "granted"}}),

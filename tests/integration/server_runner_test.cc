@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
 #include "libs/rpc/channel.h"
-#include "tests/support/prometheus_text.h"
+#include "libs/http/prometheus_text.h"
 #include "tests/support/subprocess.h"
 
 namespace corral {
@@ -67,9 +67,9 @@ TEST_F(ServerRunnerTest, ReportsServingForServerAndRegisteredService) {
 }
 
 TEST_F(ServerRunnerTest, MetricsEndpointParsesAndHasProcessMetrics) {
-  auto body = testing::HttpGet(ready_.metrics, "/metrics");
+  auto body = http::HttpGet(ready_.metrics, "/metrics");
   ASSERT_THAT(body, IsOk());
-  auto metrics = testing::ParsePrometheusText(*body);
+  auto metrics = http::ParsePrometheusText(*body);
   ASSERT_THAT(metrics, IsOk()) << *body;
   EXPECT_THAT(metrics->Value("process_resident_memory_bytes"), IsOkAndHolds(Gt(1 << 20)));
   EXPECT_THAT(metrics->Value("process_open_fds"), IsOkAndHolds(Gt(2)));

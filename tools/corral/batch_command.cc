@@ -130,36 +130,21 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
 
   struct SubmitFlags {
     ConnectFlags conn;
-    std::string file, runner, model, batch_id, out, agent;
-    uint32_t group_size = 1, redundancy = 0, max_attempts = 0;
-    int64_t seed = -1;
-    int priority = 0;
+    BatchFlags batch;
+    std::string out;
     bool follow = false, json = false, ack = false;
   };
   auto sf = std::make_shared<SubmitFlags>();
   CLI::App* submit = batch->add_subcommand(
       "submit", "submit a JSONL dataset (one task per line) or Harbor task directories as a batch");
   AddConnectFlags(submit, sf->conn, "scheduler", "--scheduler", "scheduler");
-  submit->add_option("file", sf->file,
-                     "JSONL dataset ({\"id\", \"prompt\"|\"messages\", \"answer\", \"runner\", ...} per line), a "
-                     "Harbor task directory, or a directory of them")
-      ->required();
-  submit->add_option("--agent", sf->agent, "Harbor tasks: the command that runs the agent in each sandbox (bash -c)");
-  submit->add_option("--group-size", sf->group_size, "episodes per task (a GRPO group)")->capture_default_str();
-  submit->add_option("--redundancy", sf->redundancy, "extra episodes per group, cancelled once the group is complete");
-  submit->add_option("--runner", sf->runner, "override every task's runner")
-      ->check(CLI::IsMember({"single_turn", "tool_loop", "agent"}));
-  submit->add_option("--model", sf->model, "override every task's model");
-  submit->add_option("--seed", sf->seed, "batch seed (default: random, reported)");
-  submit->add_option("--batch-id", sf->batch_id, "client-chosen id: resubmitting it is idempotent");
-  submit->add_option("--priority", sf->priority, "higher runs first");
-  submit->add_option("--max-attempts", sf->max_attempts, "attempts per episode for infra failures");
+  AddBatchFlags(submit, sf->batch);
   submit->add_flag("--follow", sf->follow, "stream results until the batch ends (progress on stderr)");
   submit->add_option("--out", sf->out, "with --follow: append results (JSON lines) to this file");
   submit->add_flag("--ack", sf->ack, "with --follow: acknowledge results once written");
   submit->add_flag("--json", sf->json, "print the batch as JSON");
   submit->callback([sf, &exit_code] {
-    auto tasks = LoadTaskInput(sf->file, sf->agent);
+    auto tasks = LoadTaskInput(sf->batch.input, sf->batch.agent);
     if (!tasks.ok()) {
       exit_code = Fail("batch submit", tasks.status());
       return;
@@ -169,16 +154,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
       exit_code = Fail("batch submit", s.status());
       return;
     }
-    v1::BatchSpec spec;
-    spec.set_batch_id(sf->batch_id);
-    spec.set_group_size(sf->group_size);
-    spec.set_redundancy(sf->redundancy);
-    spec.set_priority(sf->priority);
-    spec.set_max_attempts(sf->max_attempts);
-    if (sf->seed >= 0) spec.set_seed(static_cast<uint64_t>(sf->seed));
-    if (!sf->runner.empty()) spec.mutable_overrides()->set_runner(RunnerFromName(sf->runner));
-    if (!sf->model.empty()) spec.mutable_overrides()->mutable_llm()->set_model(sf->model);
-    auto submitted = s->Submit(spec, *tasks);
+    auto submitted = s->Submit(sf->batch.Spec(), *tasks);
     if (!submitted.ok()) {
       exit_code = Fail("batch submit", submitted.status());
       return;

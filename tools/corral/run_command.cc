@@ -24,9 +24,8 @@ namespace {
 
 struct RunFlags {
   ConnectFlags conn;
-  std::string input, runner, model, out, batch_id, agent;
-  uint32_t group_size = 1, redundancy = 0;
-  int64_t seed = -1;
+  BatchFlags batch;
+  std::string out;
   double progress_every_s = 5;
   bool no_ack = false;
 };
@@ -69,7 +68,7 @@ class Interrupts {
 
 int Run(const RunFlags& f) {
   Interrupts interrupts;
-  auto tasks = LoadTaskInput(f.input, f.agent);
+  auto tasks = LoadTaskInput(f.batch.input, f.batch.agent);
   if (!tasks.ok()) return Fail("run", tasks.status());
   RunFlags flags = f;
   auto s = ConnectScheduler(flags.conn);
@@ -80,14 +79,7 @@ int Run(const RunFlags& f) {
     if (!out) return Fail("run", absl::NotFoundError(absl::StrCat("cannot write ", f.out)));
   }
 
-  v1::BatchSpec spec;
-  spec.set_batch_id(f.batch_id);
-  spec.set_group_size(f.group_size);
-  spec.set_redundancy(f.redundancy);
-  if (f.seed >= 0) spec.set_seed(static_cast<uint64_t>(f.seed));
-  if (!f.runner.empty()) spec.mutable_overrides()->set_runner(RunnerFromName(f.runner));
-  if (!f.model.empty()) spec.mutable_overrides()->mutable_llm()->set_model(f.model);
-  auto batch = s->Submit(spec, *tasks);
+  auto batch = s->Submit(f.batch.Spec(), *tasks);
   if (!batch.ok()) return Fail("run", batch.status());
   const std::string id = batch->batch_id();
   std::cerr << "corral run: batch " << id << ": " << batch->task_count() << " task(s) x " << batch->spec().group_size()
@@ -152,17 +144,7 @@ void RegisterRun(CLI::App& app, int& exit_code) {
   CLI::App* run = app.add_subcommand(
       "run", "run a dataset on the cluster: submit, show live progress, print a summary (Ctrl-C cancels)");
   AddConnectFlags(run, f->conn, "scheduler", "--scheduler", "scheduler");
-  run->add_option("input", f->input,
-                  "a JSONL dataset (one task per line), a Harbor task directory, or a directory of them")
-      ->required();
-  run->add_option("--group-size", f->group_size, "episodes per task (a GRPO group)")->capture_default_str();
-  run->add_option("--redundancy", f->redundancy, "extra episodes per group, cancelled once the group is complete");
-  run->add_option("--runner", f->runner, "override every task's runner")
-      ->check(CLI::IsMember({"single_turn", "tool_loop", "agent"}));
-  run->add_option("--model", f->model, "override every task's model");
-  run->add_option("--agent", f->agent, "Harbor tasks: the command that runs the agent in each sandbox (bash -c)");
-  run->add_option("--seed", f->seed, "batch seed (default: random, reported)");
-  run->add_option("--batch-id", f->batch_id, "client-chosen batch id (resubmitting it is idempotent)");
+  AddBatchFlags(run, f->batch);
   run->add_option("--out", f->out, "write every result, with its trajectory, as JSON lines to this file");
   run->add_flag("--no-ack", f->no_ack, "leave results unacknowledged (for another consumer)");
   run->add_option("--progress-every", f->progress_every_s, "seconds between progress lines when not on a terminal")

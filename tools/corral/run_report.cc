@@ -56,10 +56,7 @@ std::string ShortDuration(absl::Duration d) {
 void RunReport::Add(const v1::EpisodeResult& r) {
   Episode e{r.ids().episode_id(), r.ids().task_id(), r.status(), std::nullopt, FromProto(r.timings().total()),
             r.failure_message()};
-  if (r.has_reward()) {
-    e.reward = r.reward();
-    rewards_by_task_[e.task].push_back(r.reward());
-  }
+  if (r.has_reward()) e.reward = r.reward();
   const v1::PhaseTimings& t = r.timings();
   const std::pair<const char*, const google::protobuf::Duration*> phases[] = {
       {"queue", &t.queue()}, {"acquire", &t.sandbox_acquire()}, {"setup", &t.setup()}, {"agent", &t.agent()},
@@ -118,15 +115,19 @@ std::string RunReport::Summary(absl::Time now) const {
   for (const auto& [name, n] : by_status) absl::StrAppendFormat(&out, "  %s %d", name, n);
   if (with_sandbox_ > 0) absl::StrAppendFormat(&out, "\nwarm pool    %d of %d sandboxes were warm", warm_, with_sandbox_);
 
-  if (!rewards_by_task_.empty()) {
+  std::map<std::string, std::vector<double>> rewards_by_task;
+  for (const Episode& e : episodes_) {
+    if (e.reward) rewards_by_task[e.task].push_back(*e.reward);
+  }
+  if (!rewards_by_task.empty()) {
     double lo = 0, hi = 1;
-    for (const auto& [task, v] : rewards_by_task_) {
+    for (const auto& [task, v] : rewards_by_task) {
       lo = std::min(lo, *std::min_element(v.begin(), v.end()));
       hi = std::max(hi, *std::max_element(v.begin(), v.end()));
     }
     absl::StrAppendFormat(&out, "\n\n%-28s %4s %7s %6s %6s  distribution [%g, %g]\n", "task", "n", "mean", "min",
                           "max", lo, hi);
-    for (const auto& [task, v] : rewards_by_task_) {
+    for (const auto& [task, v] : rewards_by_task) {
       double sum = 0;
       for (double x : v) sum += x;
       absl::StrAppendFormat(&out, "%-28s %4d %7.3f %6.2f %6.2f  |%s|\n", task.substr(0, 28), v.size(),

@@ -19,7 +19,6 @@ class RunReport {
 
   void Add(const v1::EpisodeResult& result);
   void Progress(const v1::Batch& batch) { batch_ = batch; }
-  int results() const { return static_cast<int>(episodes_.size()); }
 
   // One line: bar, ended/total, running, queued, failed, episodes/s, mean reward, warm-pool hits, ETA. `bar`
   // is the bar's width in characters (0: none).
@@ -40,7 +39,6 @@ class RunReport {
   absl::Time start_;
   std::optional<v1::Batch> batch_;
   std::vector<Episode> episodes_;
-  std::map<std::string, std::vector<double>> rewards_by_task_;
   std::map<std::string, std::vector<absl::Duration>> phases_;  // by phase name
   int with_sandbox_ = 0, warm_ = 0;
 };

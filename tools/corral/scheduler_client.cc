@@ -66,6 +66,36 @@ absl::StatusOr<uint32_t> Scheduler::CancelBatch(const std::string& batch_id, con
   return resp.cancelled();
 }
 
+v1::BatchSpec BatchFlags::Spec() const {
+  v1::BatchSpec spec;
+  spec.set_batch_id(batch_id);
+  spec.set_group_size(group_size);
+  spec.set_redundancy(redundancy);
+  spec.set_priority(priority);
+  spec.set_max_attempts(max_attempts);
+  if (seed >= 0) spec.set_seed(static_cast<uint64_t>(seed));
+  if (!runner.empty()) spec.mutable_overrides()->set_runner(RunnerFromName(runner));
+  if (!model.empty()) spec.mutable_overrides()->mutable_llm()->set_model(model);
+  return spec;
+}
+
+void AddBatchFlags(CLI::App* cmd, BatchFlags& flags) {
+  cmd->add_option("input", flags.input,
+                  "a JSONL dataset ({\"id\", \"prompt\"|\"messages\", \"answer\", \"runner\", ...} per line), a "
+                  "Harbor task directory, or a directory of them")
+      ->required();
+  cmd->add_option("--agent", flags.agent, "Harbor tasks: the command that runs the agent in each sandbox (bash -c)");
+  cmd->add_option("--group-size", flags.group_size, "episodes per task (a GRPO group)")->capture_default_str();
+  cmd->add_option("--redundancy", flags.redundancy, "extra episodes per group, cancelled once the group is complete");
+  cmd->add_option("--runner", flags.runner, "override every task's runner")
+      ->check(CLI::IsMember({"single_turn", "tool_loop", "agent"}));
+  cmd->add_option("--model", flags.model, "override every task's model");
+  cmd->add_option("--seed", flags.seed, "batch seed (default: random, reported)");
+  cmd->add_option("--batch-id", flags.batch_id, "client-chosen batch id: resubmitting it is idempotent");
+  cmd->add_option("--priority", flags.priority, "higher runs first");
+  cmd->add_option("--max-attempts", flags.max_attempts, "attempts per episode for infra failures");
+}
+
 absl::StatusOr<Scheduler> ConnectScheduler(ConnectFlags& flags) {
   if (absl::Status s = flags.ResolveCluster(); !s.ok()) return s;
   auto token = flags.BearerToken();

@@ -27,6 +27,20 @@ struct Scheduler {
   absl::StatusOr<uint32_t> CancelBatch(const std::string& batch_id, const std::string& reason) const;
 };
 
+// What `corral run` and `corral batch submit` ask of a batch: the input (a JSONL dataset or Harbor task
+// directories, with the agent those need) and the BatchSpec fields a person sets from the shell.
+struct BatchFlags {
+  std::string input, agent, runner, model, batch_id;
+  uint32_t group_size = 1, redundancy = 0, max_attempts = 0;
+  int64_t seed = -1;
+  int priority = 0;
+
+  v1::BatchSpec Spec() const;
+};
+// Adds the positional input and --agent, --group-size, --redundancy, --runner, --model, --seed, --batch-id,
+// --priority and --max-attempts to `cmd`.
+void AddBatchFlags(CLI::App* cmd, BatchFlags& flags);
+
 // The scheduler named by `flags` (or the local `corral up` cluster's).
 absl::StatusOr<Scheduler> ConnectScheduler(ConnectFlags& flags);
 

@@ -8,19 +8,13 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "boost/asio/connect.hpp"
-#include "boost/asio/ip/tcp.hpp"
-#include "boost/beast/core.hpp"
-#include "boost/beast/http.hpp"
 #include "corral/v1/proxy.grpc.pb.h"
 #include "corral/v1/ratelimit.grpc.pb.h"
 #include "libs/api/proto_time.h"
+#include "libs/http/prometheus_text.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status_conversion.h"
@@ -38,29 +32,6 @@ struct TopFlags {
   double interval_s = 2;
   bool once = false;
 };
-
-// GET http://host:port/path with a short timeout; the body, or an error.
-absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::string& path) {
-  namespace beast = boost::beast;
-  const size_t colon = host_port.rfind(':');
-  if (colon == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("not HOST:PORT: ", host_port));
-  try {
-    boost::asio::io_context io;
-    boost::asio::ip::tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::seconds(3));
-    stream.connect(resolver.resolve(host_port.substr(0, colon), host_port.substr(colon + 1)));
-    beast::http::request<beast::http::empty_body> req(beast::http::verb::get, path, 11);
-    req.set(beast::http::field::host, host_port);
-    beast::http::write(stream, req);
-    beast::flat_buffer buffer;
-    beast::http::response<beast::http::string_body> res;
-    beast::http::read(stream, buffer, res);
-    return std::move(res.body());
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(host_port, path, ": ", e.what()));
-  }
-}
 
 std::string HostStateName(v1::HostState s) {
   const std::string name = v1::HostState_Name(s);
@@ -188,18 +159,17 @@ class Top {
       }
     }
     if (f_.proxy_metrics.empty()) return;
-    auto text = HttpGet(f_.proxy_metrics, "/metrics");
-    if (!text.ok()) {
-      absl::StrAppend(&out, "upstreams: ", text.status().ToString(), "\n");
+    auto text = http::HttpGet(f_.proxy_metrics, "/metrics");
+    auto metrics = text.ok() ? http::ParsePrometheusText(*text) : absl::StatusOr<http::Exposition>(text.status());
+    if (!metrics.ok()) {
+      absl::StrAppend(&out, "upstreams: ", metrics.status().ToString(), "\n");
       return;
     }
-    // corral_proxy_upstream_healthy{upstream="NAME"} 1
-    for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-      if (!absl::ConsumePrefix(&line, "corral_proxy_upstream_healthy{upstream=\"")) continue;
-      const size_t end = line.find('"');
-      double value = 0;
-      if (end == absl::string_view::npos || !absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) continue;
-      absl::StrAppend(&out, "  upstream ", line.substr(0, end), ": ", value == 1 ? "healthy" : "UNHEALTHY", "\n");
+    for (const http::Sample& sample : metrics->samples) {
+      auto upstream = sample.labels.find("upstream");
+      if (sample.name != "corral_proxy_upstream_healthy" || upstream == sample.labels.end()) continue;
+      absl::StrAppend(&out, "  upstream ", upstream->second, ": ",
+                      sample.value == 1 ? "healthy" : "UNHEALTHY", "\n");
     }
   }
 

@@ -2,6 +2,7 @@
 as they are consumed, resumed from the last cursor after a disconnect — cancel it, wait for it."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import random
@@ -230,6 +231,32 @@ class Client:
         return self._call("Cancel", request).cancelled
 
 
+class _Reconnect:
+    """When a broken result stream is re-opened: only after codes that mean the connection or the scheduler went
+    away, for at most `window_s` seconds of failing in a row, after a jittered exponential back-off."""
+
+    def __init__(self, window_s: float):
+        self.window_s = window_s
+        self.failing_since: Optional[float] = None
+        self.backoff = 0.1
+
+    def succeeded(self) -> None:
+        self.failing_since, self.backoff = None, 0.1
+
+    def delay(self, e: grpc.RpcError, batch_id: str, cursor: str) -> float:
+        """Seconds to wait before re-opening; raises CorralError when the stream must not be re-opened."""
+        if e.code() not in _RETRYABLE:
+            _raise(e)
+        now = time.monotonic()
+        self.failing_since = self.failing_since or now
+        if now - self.failing_since > self.window_s:
+            _raise(e)
+        log.warning("corral: result stream of %s broke (%s); resuming from cursor %r", batch_id, e.code().name, cursor)
+        wait = self.backoff * (1 + random.random())
+        self.backoff = min(self.backoff * 2, 5.0)
+        return wait
+
+
 class Batch:
     """A submitted batch. `results()` is the way to consume it."""
 
@@ -310,8 +337,7 @@ class Batch:
                 self.client.ack(pending)
                 pending.clear()
 
-        failing_since = None
-        backoff = 0.1
+        reconnect = _Reconnect(reconnect_for_s)
         try:
             while True:
                 call = self.client._stub.StreamResults(
@@ -319,33 +345,24 @@ class Batch:
                     metadata=self.client._metadata)
                 try:
                     for item in call:
-                        failing_since, backoff = None, 0.1
+                        reconnect.succeeded()
                         if item.HasField("progress"):
                             self._progress(item.progress)
                             continue
-                        result = item.result
-                        yield result
-                        self.cursor = result.cursor
-                        pending.append(result.ids.episode_id)
+                        yield item.result
+                        self.cursor = item.result.cursor
+                        pending.append(item.result.ids.episode_id)
                         if len(pending) >= ack_every:
                             flush()
                     flush()
                     return  # the batch ended and everything was sent
                 except grpc.RpcError as e:
-                    if e.code() not in _RETRYABLE:
-                        _raise(e)
-                    now = time.monotonic()
-                    failing_since = failing_since or now
-                    if now - failing_since > reconnect_for_s:
-                        _raise(e)
-                    log.warning("corral: result stream of %s broke (%s); resuming from cursor %r",
-                                self.id, e.code().name, self.cursor)
+                    wait = reconnect.delay(e, self.id, self.cursor)
                     try:
                         flush()
                     except CorralError:
                         pass  # the scheduler is away: these results come again and are acknowledged then
-                    time.sleep(backoff * (1 + random.random()))
-                    backoff = min(backoff * 2, 5.0)
+                    time.sleep(wait)
                 finally:
                     call.cancel()
         finally:
@@ -386,15 +403,14 @@ class Batch:
                     _raise(e)
                 pending.clear()
 
-        import asyncio
-        failing_since, backoff = None, 0.1
+        reconnect = _Reconnect(reconnect_for_s)
         try:
             while True:
                 call = stub.StreamResults(self._request(whole_groups, trajectory_format, exclude_trajectories),
                                           metadata=metadata)
                 try:
                     async for item in call:
-                        failing_since, backoff = None, 0.1
+                        reconnect.succeeded()
                         if item.HasField("progress"):
                             self._progress(item.progress)
                             continue
@@ -406,16 +422,7 @@ class Batch:
                     await flush()
                     return
                 except grpc.RpcError as e:
-                    if e.code() not in _RETRYABLE:
-                        _raise(e)
-                    now = time.monotonic()
-                    failing_since = failing_since or now
-                    if now - failing_since > reconnect_for_s:
-                        _raise(e)
-                    log.warning("corral: result stream of %s broke (%s); resuming from cursor %r",
-                                self.id, e.code().name, self.cursor)
-                    await asyncio.sleep(backoff * (1 + random.random()))
-                    backoff = min(backoff * 2, 5.0)
+                    await asyncio.sleep(reconnect.delay(e, self.id, self.cursor))
                 finally:
                     call.cancel()
         finally:

@@ -1,4 +1,4 @@
-#include "tests/support/prometheus_text.h"
+#include "libs/http/prometheus_text.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
-namespace corral::testing {
+namespace corral::http {
 namespace {
 
 bool IsNameChar(char c, bool first) {
@@ -144,4 +144,4 @@ absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::str
   return response.substr(body + 4);
 }
 
-}  // namespace corral::testing
+}  // namespace corral::http

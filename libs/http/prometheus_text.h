@@ -1,6 +1,6 @@
-// A strict parser for the Prometheus text exposition format (0.0.4), so tests check what /metrics says
-// rather than grepping it: every sample must belong to a family declared with # TYPE, label sets must be
-// well-formed, values must be numbers.
+// Reading a service's /metrics: a blocking GET and a strict parser for the Prometheus text exposition format
+// (0.0.4) — every sample must belong to a family declared with # TYPE, label sets must be well-formed, values
+// must be numbers. Tests check what /metrics says with it rather than grepping; `corral top` reads the proxy's.
 #pragma once
 
 #include <map>
@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace corral::testing {
+namespace corral::http {
 
 struct Sample {
   std::string name;
@@ -27,7 +27,7 @@ struct Exposition {
 // INVALID_ARGUMENT naming the line for anything malformed.
 absl::StatusOr<Exposition> ParsePrometheusText(const std::string& text);
 
-// GET http://host:port/path over loopback; returns the body of a 200 response.
+// GET http://host:port/path (IPv4 address) with a 10 s read timeout; returns the body of a 200 response.
 absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::string& path);
 
-}  // namespace corral::testing
+}  // namespace corral::http

@@ -1,4 +1,4 @@
-#include "tests/support/prometheus_text.h"
+#include "libs/http/prometheus_text.h"
 
 #include <cmath>
 
@@ -6,7 +6,7 @@
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
 
-namespace corral::testing {
+namespace corral::http {
 namespace {
 
 using ::testing::HasSubstr;
@@ -37,4 +37,4 @@ TEST(PrometheusText, RejectsGarbageNamingTheLine) {
 }
 
 }  // namespace
-}  // namespace corral::testing
+}  // namespace corral::http
