@@ -35,8 +35,8 @@ start proxy $bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-lis
   sed 's/^/  - /' "$work/hosts.txt"
 } > "$work/scheduler.yaml"
 start scheduler $bin/corral-scheduler --insecure --config "$work/scheduler.yaml" --grpc-listen 127.0.0.1:0 \
-  --metrics-listen 127.0.0.1:0 --journal "$work/scheduler.db" --proxy "$(addr proxy grpc)" --default-model fake-model \
-  --max-concurrent-episodes "$concurrent" --log-level warn
+  --metrics-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --journal "$work/scheduler.db" --proxy "$(addr proxy grpc)" \
+  --default-model fake-model --max-concurrent-episodes "$concurrent" --log-level warn
 sleep 3  # the first HostInfo round over every host
 
 echo "fleet simulation: $hosts hosts x 64, $n episodes, up to $concurrent at once, $(nproc) cores" >&2

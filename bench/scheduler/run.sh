@@ -31,7 +31,7 @@ start proxy $bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-lis
 printf 'limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: 256\nlearning_mode: false\n' > "$work/limiter.yaml"
 start limiter $bin/corral-ratelimiter --insecure --config "$work/limiter.yaml" --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn
 start host $bin/corral-sandbox-host --insecure --root "$root" --capacity 256 --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn
-sched_args=(--insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --journal "$work/scheduler.db"
+sched_args=(--insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --journal "$work/scheduler.db"
   --host "$(addr host grpc)" --proxy "$(addr proxy grpc)" --ratelimiter "$(addr limiter grpc)" --default-model fake-model
   --max-concurrent-episodes 256 --log-level warn)
 start scheduler $bin/corral-scheduler "${sched_args[@]}"

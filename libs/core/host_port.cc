@@ -1,5 +1,7 @@
 #include "libs/core/host_port.h"
 
+#include <arpa/inet.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -20,6 +22,12 @@ absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& add
 
 std::string JoinHostPort(const std::string& host, int port) {
   return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr v4;
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
 }  // namespace corral

@@ -12,5 +12,7 @@ namespace corral {
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address);
 // The inverse: "host:port", "[v6]:port" for an IPv6 host.
 std::string JoinHostPort(const std::string& host, int port);
+// True for a host only this machine can reach: 127.0.0.0/8, ::1, "localhost" (as SplitHostPort returns hosts).
+bool IsLoopbackHost(const std::string& host);
 
 }  // namespace corral

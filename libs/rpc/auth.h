@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/server_context.h"
 #include "libs/core/token.h"
@@ -24,6 +25,8 @@ class CallAuthenticator {
 
   // OK for a valid cluster token (or in insecure mode); UNAUTHENTICATED naming what was wrong otherwise.
   absl::Status CheckCluster(const grpc::ServerContextBase& context) const;
+  // The same check for a bearer token that came another way (an HTTP header).
+  absl::Status CheckClusterToken(absl::string_view token) const;
   // The raw bearer token of the call, or UNAUTHENTICATED if there is none.
   static absl::StatusOr<std::string> BearerToken(const grpc::ServerContextBase& context);
 

@@ -29,6 +29,13 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
               "run tools without a permit while the ratelimiter is unreachable (default: wait, fail closed)");
   schema.String("journal", &c->journal, "SQLite file holding batches, episode states and unacknowledged results");
   schema.Bool("journal_fsync", &c->journal_fsync, "fsync every commit (survive a machine crash, not only a kill)");
+  schema.String("http_listen", &c->http_listen,
+                "HOST:PORT of the rollout inspector (web page and JSON API; port 0: the kernel chooses; empty: off). "
+                "Off loopback it wants the cluster token");
+  schema.Duration("result_retention", &c->result_retention,
+                  "how long the journal keeps an acknowledged result for the inspector (0: dropped at the ack)",
+                  absl::ZeroDuration(), absl::Hours(24 * 365));
+  schema.Int("http_threads", &c->http_threads, "threads serving the inspector", 1, 16);
   schema.Int("io_threads", &c->io_threads, "event-loop threads running episodes", 1, 64);
   schema.Int("max_concurrent_episodes", &c->max_concurrent_episodes, "episodes running at once", 1, 1000000);
   schema.Int("max_pending_episodes", &c->max_pending_episodes, "queued + running episodes accepted (Submit beyond: "
@@ -82,6 +89,7 @@ absl::Status ValidateConfig(Config& c) {
   if (c.default_runner != "single_turn" && c.default_runner != "tool_loop" && c.default_runner != "agent") {
     return absl::InvalidArgumentError("default_runner must be single_turn, tool_loop or agent");
   }
+  if (!c.http_listen.empty()) CORRAL_RETURN_IF_ERROR(check("http_listen", c.http_listen));
   if (c.journal.empty()) return absl::InvalidArgumentError("journal must name a file");
   if (c.scheduler_id.empty() || c.scheduler_id.size() > 63) {
     return absl::InvalidArgumentError("scheduler_id must be 1-63 characters");

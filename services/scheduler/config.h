@@ -36,6 +36,10 @@ struct Config {
   bool limiter_fail_open = false;
   std::string journal = "corral-scheduler.db";
   bool journal_fsync = false;
+  // The rollout inspector (web page + JSON API); empty = off. Wants the cluster token unless bound to loopback.
+  std::string http_listen = "127.0.0.1:7780";
+  absl::Duration result_retention = absl::Hours(24);  // acknowledged results stay viewable this long
+  int64_t http_threads = 1;
   int64_t io_threads = 2;
   int64_t max_concurrent_episodes = 1024;
   int64_t max_pending_episodes = 1000000;

@@ -162,6 +162,25 @@ class EpisodeTable {
   // whenever anything that would show in them does.
   v1::Batch Progress(const std::string& batch_id, uint64_t* version) const;
 
+  // ---- the rollout inspector (read-only) ----
+  struct EpisodeRow {
+    std::string episode_id;
+    std::shared_ptr<const v1::Task> task;
+    uint32_t group_index = 0, index_in_group = 0, attempt = 1;
+    const char* state = "queued";  // "queued", "running", "ended"
+    v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
+    std::optional<double> reward;
+    bool redundant = false;  // ended after its group completed: never delivered
+    bool acked = false;
+    std::string host;
+  };
+  // Every episode of the batch, group by group; NOT_FOUND for an unknown batch.
+  absl::StatusOr<std::vector<EpisodeRow>> Episodes(const std::string& batch_id) const;
+  // The serialized result of an episode whose result is committed and not yet acknowledged; NOT_FOUND for an
+  // unknown episode, FAILED_PRECONDITION while it has none, OUT_OF_RANGE once it was acknowledged (the journal
+  // keeps acknowledged results for result_retention).
+  absl::StatusOr<std::string> UnackedResult(const std::string& episode_id) const;
+
   // Called (outside the lock) after results become deliverable or batches end: wakes the result streams.
   void set_on_change(std::function<void()> fn) { on_change_ = std::move(fn); }
   // Wakes the result streams without a change (their periodic progress messages).

@@ -1,20 +1,23 @@
 // corral-scheduler: composition root. Parses config, then builds in dependency order:
 // journal (read back) → episode table (restored) → event loop → host registry, proxy and limiter clients →
-// episode driver → scheduler (dispatcher, drains) → gRPC adapter → server runner; runs until SIGTERM.
+// episode driver → scheduler (dispatcher, drains) → gRPC adapter → the inspector's HTTP server → server runner;
+// runs until SIGTERM.
 //
 // Threads: gRPC's callback threads (adapters only: nothing blocks on them), `io_threads` event-loop threads
 // (every episode is a coroutine there; host polling, the dispatcher and the ticker too), the journal's writer
-// thread, and the ratelimiter client's reader and keepalive threads.
+// thread, the ratelimiter client's reader and keepalive threads, and `http_threads` serving the inspector.
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/use_future.hpp"
 #include "libs/core/clock.h"
+#include "libs/core/host_port.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
@@ -23,6 +26,8 @@
 #include "services/scheduler/episode_driver.h"
 #include "services/scheduler/episode_table.h"
 #include "services/scheduler/host_registry.h"
+#include "services/scheduler/inspector.h"
+#include "services/scheduler/inspector_http.h"
 #include "services/scheduler/metrics.h"
 #include "services/scheduler/result_stream.h"
 #include "services/scheduler/scheduler.h"
@@ -77,7 +82,7 @@ int main(int argc, char** argv) {
   SchedulerMetrics metrics(*runner.registry());
 
   // The journal first: what a previous run accepted is restored before anything new is.
-  auto journal = SchedulerJournal::Open(config.journal, config.journal_fsync);
+  auto journal = SchedulerJournal::Open(config.journal, config.journal_fsync, config.result_retention);
   if (!journal.ok()) {
     spdlog::error("cannot open the journal {}: {}", config.journal, journal.status());
     return 1;
@@ -175,6 +180,38 @@ int main(int argc, char** argv) {
   SchedulerService service(&scheduler, &table, &hosts, &hub, &auth);
   runner.AddService(&service, "corral.v1.Scheduler");
 
+  // The rollout inspector, and the retention of the acknowledged results it shows.
+  Inspector inspector(&table, [&journal](const std::string& id) { return (*journal)->AckedResult(id); });
+  std::unique_ptr<corral::http::HttpServer> http;
+  std::string http_address;
+  if (!config.http_listen.empty()) {
+    const std::string host = corral::SplitHostPort(config.http_listen)->first;  // validated with the config
+    const bool require_token = !auth.insecure() && !corral::IsLoopbackHost(host);
+    http = std::make_unique<corral::http::HttpServer>(corral::http::ServerLimits{},
+                                                      MakeInspectorHandler(&inspector, &auth, require_token),
+                                                      static_cast<int>(config.http_threads));
+    auto port = http->Listen(config.http_listen);
+    if (!port.ok()) {
+      spdlog::error("cannot start the inspector: {}", port.status());
+      return 1;
+    }
+    http_address = corral::JoinHostPort(host, *port);
+    runner.set_extra_ready_address(http_address);
+  }
+  absl::Mutex retention_mu;
+  bool retention_stopped = false;  // guarded by retention_mu: the journal is going away
+  std::function<void()> drop_expired = [&] {
+    absl::MutexLock lock(&retention_mu);
+    if (retention_stopped) return;
+    if (config.result_retention > absl::ZeroDuration()) {
+      auto dropped = (*journal)->DropAckedBefore(absl::Now() - config.result_retention);
+      if (!dropped.ok()) spdlog::warn("result retention: {}", dropped.status());
+      if (dropped.ok() && *dropped > 0) spdlog::info("result retention: dropped {} acknowledged result(s)", *dropped);
+    }
+    clock.RunAfter(absl::Minutes(1), [&] { drop_expired(); });
+  };
+  drop_expired();
+
   std::vector<std::thread> threads;
   for (int64_t i = 0; i < config.io_threads; ++i) threads.emplace_back([&io] { io.run(); });
   if (auto s = runner.Start(); !s.ok()) {
@@ -187,8 +224,15 @@ int main(int argc, char** argv) {
   spdlog::info("scheduler '{}': {} static host(s){}, proxies {}, {}", config.scheduler_id, config.hosts.size(),
                config.hosts_dns.empty() ? "" : " + dns " + config.hosts_dns, absl::StrJoin(config.proxies, ", "),
                config.ratelimiter.empty() ? "tools unlimited" : "tool limit " + config.tool_limit + " at " + config.ratelimiter);
+  if (http) {
+    spdlog::info("rollout inspector: http://{}/{}", http_address,
+                 auth.insecure() || corral::IsLoopbackHost(corral::SplitHostPort(http_address)->first)
+                     ? ""
+                     : " (with the cluster token: `corral ui` prints a link)");
+  }
   scheduler.Start();
   runner.Wait();
+  if (http) http->Stop();
 
   // Shutdown: stop starting episodes; running ones go back to the queue (journaled) and are re-run by the next
   // start; give them a moment to close their sessions and delete their sandboxes.
@@ -205,6 +249,10 @@ int main(int argc, char** argv) {
   io.stop();
   for (auto& t : threads) t.join();
   table.set_on_change(nullptr);
+  {
+    absl::MutexLock lock(&retention_mu);
+    retention_stopped = true;
+  }
   // The journal flushes what is queued now, while the table its callbacks reach is still alive.
   journal->reset();
   clock.Stop();

@@ -40,9 +40,18 @@ CREATE TABLE IF NOT EXISTS results (
   reward TEXT NOT NULL,
   redundant INTEGER NOT NULL,
   acked INTEGER NOT NULL DEFAULT 0,
-  result BLOB
+  result BLOB,
+  acked_ns INTEGER NOT NULL DEFAULT 0
 );
 )sql";
+
+// Journals written before acknowledged results were retained lack acked_ns.
+absl::Status Migrate(sqlite3* db) {
+  Statement columns(db, "SELECT COUNT(*) FROM pragma_table_info('results') WHERE name = 'acked_ns'");
+  CORRAL_ASSIGN_OR_RETURN(bool row, columns.Step());
+  if (row && columns.Int(0) > 0) return absl::OkStatus();
+  return Statement(db, "ALTER TABLE results ADD COLUMN acked_ns INTEGER NOT NULL DEFAULT 0").Run();
+}
 
 void Log(absl::Status s, const char* what) {
   if (!s.ok()) spdlog::error("journal: {}: {}", what, s);
@@ -50,9 +59,11 @@ void Log(absl::Status s, const char* what) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SchedulerJournal>> SchedulerJournal::Open(const std::string& path, bool fsync) {
+absl::StatusOr<std::unique_ptr<SchedulerJournal>> SchedulerJournal::Open(const std::string& path, bool fsync,
+                                                                         absl::Duration result_retention) {
   CORRAL_ASSIGN_OR_RETURN(std::unique_ptr<Journal> j, Journal::Open(path, kSchema, fsync));
-  return std::unique_ptr<SchedulerJournal>(new SchedulerJournal(std::move(j)));
+  CORRAL_RETURN_IF_ERROR(j->Apply(Migrate));
+  return std::unique_ptr<SchedulerJournal>(new SchedulerJournal(std::move(j), result_retention));
 }
 
 absl::StatusOr<Snapshot> SchedulerJournal::Load() {
@@ -99,7 +110,10 @@ absl::StatusOr<Snapshot> SchedulerJournal::Load() {
       }
       snap.runs.push_back(std::move(r));
     }
-    Statement results(db, "SELECT seq, episode_id, status, reward, redundant, acked, result FROM results ORDER BY seq");
+    // Acknowledged results stay on disk for the inspector only: they are not read back into memory.
+    Statement results(db,
+                      "SELECT seq, episode_id, status, reward, redundant, acked, CASE WHEN acked = 0 THEN result END "
+                      "FROM results ORDER BY seq");
     while (true) {
       CORRAL_ASSIGN_OR_RETURN(bool row, results.Step());
       if (!row) break;
@@ -202,11 +216,16 @@ void SchedulerJournal::AddResult(uint64_t seq, const v1::EpisodeResult& result, 
 }
 
 void SchedulerJournal::Acked(const std::vector<std::string>& episode_ids, std::function<void(absl::Status)> done) {
+  const bool keep = result_retention_ > absl::ZeroDuration();
   journal_->Submit(
-      [episode_ids](sqlite3* db) -> absl::Status {
+      [episode_ids, keep, now = absl::ToUnixNanos(absl::Now())](sqlite3* db) -> absl::Status {
         for (const auto& id : episode_ids) {
           CORRAL_RETURN_IF_ERROR(
-              CachedStatement(db, "UPDATE results SET acked = 1, result = NULL WHERE episode_id = ?").Bind(1, id).Run());
+              (keep ? CachedStatement(db, "UPDATE results SET acked = 1, acked_ns = ? WHERE episode_id = ?").Bind(1, now)
+                    : CachedStatement(db, "UPDATE results SET acked = 1, acked_ns = ?, result = NULL WHERE episode_id = ?")
+                          .Bind(1, now))
+                  .Bind(2, id)
+                  .Run());
         }
         return absl::OkStatus();
       },
@@ -222,6 +241,38 @@ void SchedulerJournal::BatchCancelled(const std::string& batch_id) {
         return CachedStatement(db, "UPDATE batches SET cancelled = 1 WHERE batch_id = ?").Bind(1, batch_id).Run();
       },
       [](absl::Status s) { Log(s, "batch cancel"); });
+}
+
+absl::StatusOr<int64_t> SchedulerJournal::DropAckedBefore(absl::Time before) {
+  int64_t dropped = 0;
+  const absl::Status s = journal_->Apply([&](sqlite3* db) -> absl::Status {
+    CORRAL_RETURN_IF_ERROR(Statement(db, "UPDATE results SET result = NULL "
+                                         "WHERE acked = 1 AND result IS NOT NULL AND acked_ns < ?")
+                               .Bind(1, absl::ToUnixNanos(before))
+                               .Run());
+    dropped = sqlite3_changes(db);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return dropped;
+}
+
+absl::StatusOr<std::string> SchedulerJournal::AckedResult(const std::string& episode_id) {
+  std::string bytes;
+  bool found = false;
+  const absl::Status s = journal_->Read([&](sqlite3* db) -> absl::Status {
+    Statement st(db, "SELECT result FROM results WHERE episode_id = ? AND acked = 1 AND result IS NOT NULL");
+    st.Bind(1, episode_id);
+    CORRAL_ASSIGN_OR_RETURN(found, st.Step());
+    if (found) bytes = st.Text(0);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  if (!found) {
+    return absl::NotFoundError(absl::StrCat("episode '", episode_id,
+                                            "' has no retained result (acknowledged longer ago than result_retention)"));
+  }
+  return bytes;
 }
 
 void SchedulerJournal::ForgetRuns() {

@@ -1,7 +1,7 @@
 // The scheduler's journal over SQLite (libs/journal, WAL, group commit): batches with their tasks, the attempts
-// running (so a restarted scheduler can clean up their sandboxes and sessions), and results until acknowledged
-// (an acknowledged result keeps its row without the payload, so it is never delivered again and counts stay
-// right). Thread-safe.
+// running (so a restarted scheduler can clean up their sandboxes and sessions), and results. An acknowledged
+// result keeps its row (so it is never delivered again and counts stay right) and, for `result_retention`, its
+// payload too, which only the rollout inspector reads (a restart does not load it into memory). Thread-safe.
 #pragma once
 
 #include <memory>
@@ -14,7 +14,9 @@ namespace corral::scheduler {
 
 class SchedulerJournal final : public EpisodeLog {
  public:
-  static absl::StatusOr<std::unique_ptr<SchedulerJournal>> Open(const std::string& path, bool fsync);
+  // result_retention zero: an acknowledged result's payload is dropped with the acknowledgement.
+  static absl::StatusOr<std::unique_ptr<SchedulerJournal>> Open(const std::string& path, bool fsync,
+                                                                absl::Duration result_retention = absl::ZeroDuration());
 
   // Everything journaled, for EpisodeTable::Restore and cleanup. DATA_LOSS when a row cannot be parsed.
   absl::StatusOr<Snapshot> Load();
@@ -31,13 +33,20 @@ class SchedulerJournal final : public EpisodeLog {
   void Acked(const std::vector<std::string>& episode_ids, std::function<void(absl::Status)> done) override;
   void BatchCancelled(const std::string& batch_id) override;
 
+  // Drops the payloads of results acknowledged before `before`; returns how many.
+  absl::StatusOr<int64_t> DropAckedBefore(absl::Time before);
+  // The serialized result of an acknowledged episode whose payload is retained; NOT_FOUND otherwise.
+  absl::StatusOr<std::string> AckedResult(const std::string& episode_id);
+
   // Forgets the run rows of episodes a restart has cleaned up.
   void ForgetRuns();
   Journal* journal() { return journal_.get(); }
 
  private:
-  explicit SchedulerJournal(std::unique_ptr<Journal> journal) : journal_(std::move(journal)) {}
+  SchedulerJournal(std::unique_ptr<Journal> journal, absl::Duration result_retention)
+      : journal_(std::move(journal)), result_retention_(result_retention) {}
   std::unique_ptr<Journal> journal_;
+  const absl::Duration result_retention_;
 };
 
 }  // namespace corral::scheduler

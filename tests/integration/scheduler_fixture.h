@@ -135,6 +135,7 @@ class SchedulerFixture : public ::testing::Test {
     std::vector<std::string> args = {"--secret-file=" + secret_,
                                      "--grpc-listen=127.0.0.1:0",
                                      "--metrics-listen=127.0.0.1:0",
+                                     "--http-listen=127.0.0.1:0",
                                      "--journal=" + dir_ + "/scheduler.db",
                                      "--proxy=" + proxy_->ready.grpc,
                                      "--ratelimiter=" + limiter_->ready.grpc,

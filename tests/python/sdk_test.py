@@ -60,7 +60,7 @@ class Cluster:
 
     def start_scheduler(self, listen):
         return self.start("scheduler", ["corral-scheduler", f"--grpc-listen={listen}", "--metrics-listen=127.0.0.1:0",
-                                        f"--journal={self.dir}/scheduler.db", f"--proxy={self.proxy}",
+                                        "--http-listen=127.0.0.1:0", f"--journal={self.dir}/scheduler.db", f"--proxy={self.proxy}",
                                         "--default-model=fake-model"])
 
     def start(self, name, argv, secret=True):

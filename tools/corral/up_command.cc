@@ -156,7 +156,9 @@ int RunUp(const UpFlags& flags) {
                   "127.0.0.1:7600", "127.0.0.1:9600",
                   {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8080")}});
   // The scheduler comes last: its configuration names the others' addresses.
-  defs.push_back({"scheduler", bin + "/corral-scheduler", "", "127.0.0.1:7700", "127.0.0.1:9700"});
+  // Its HTTP port serves the rollout inspector.
+  defs.push_back({"scheduler", bin + "/corral-scheduler", "", "127.0.0.1:7700", "127.0.0.1:9700",
+                  {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "7780")}});
   std::vector<std::pair<ServiceDef, RunningService>> running;
   for (ServiceDef& def : defs) {
     if (def.name == "scheduler") def.config_yaml = SchedulerYaml(dir, running, flags.upstream.empty());
@@ -190,9 +192,13 @@ int RunUp(const UpFlags& flags) {
 
   std::cout << "corral up: cluster running (state and logs in " << dir.string() << ")\n";
   for (auto& [def, service] : running) {
+    std::string http;
+    if (!service.ready.http.empty()) {
+      http = def.name == "scheduler" ? "  inspector http://" + service.ready.http + "/"
+                                     : "  http://" + service.ready.http + "/v1";
+    }
     std::cout << absl::StrFormat("  %-12s grpc %-18s metrics http://%s/metrics  pid %d%s\n", def.name,
-                                 service.ready.grpc, service.ready.metrics, service.ready.pid,
-                                 service.ready.http.empty() ? "" : "  http://" + service.ready.http + "/v1");
+                                 service.ready.grpc, service.ready.metrics, service.ready.pid, http);
   }
   if (fake_llm) {
     std::cout << absl::StrFormat("  %-12s http://%s/v1 (scripted model)  pid %d\n", "fake-llm", fake_llm->ready.http,
@@ -205,8 +211,14 @@ int RunUp(const UpFlags& flags) {
   std::error_code rel_ec;
   fs::path cli = fs::relative(fs::path(bin) / "corral", fs::current_path(), rel_ec);
   if (rel_ec || cli.empty()) cli = fs::path(bin) / "corral";
+  std::string inspector;
+  for (auto& [def, service] : running) {
+    if (def.name == "scheduler" && !service.ready.http.empty()) {
+      inspector = absl::StrCat("  open http://", service.ready.http, "/ in a browser: the rollout inspector\n");
+    }
+  }
   const std::string hints = absl::StrCat(
-      "  ", cli.string(), " run examples/datasets/word_problems.jsonl --group-size 4\n",
+      "  ", cli.string(), " run examples/datasets/word_problems.jsonl --group-size 4\n", inspector,
       "  ", cli.string(), " hosts ls;  ", cli.string(), " limiter status --addr ", limiter_addr, " --secret-file ",
       *secret, "\n",
       "  python3: corral.Client() (clients/python) finds this cluster through ", (dir / "cluster.json").string(), "\n");

@@ -22,6 +22,15 @@ TEST(JoinHostPort, BracketsV6AndRoundTrips) {
   EXPECT_THAT(SplitHostPort(JoinHostPort("::1", 8080)), IsOkAndHolds(Pair("::1", 8080)));
 }
 
+TEST(IsLoopbackHost, OnlyAddressesThisMachineAlone) {
+  for (const char* host : {"127.0.0.1", "127.0.0.2", "127.255.255.254", "::1", "localhost"}) {
+    EXPECT_TRUE(IsLoopbackHost(host)) << host;
+  }
+  for (const char* host : {"0.0.0.0", "::", "10.0.0.1", "128.0.0.1", "", "example.com", "127.0.0.1.example"}) {
+    EXPECT_FALSE(IsLoopbackHost(host)) << host;
+  }
+}
+
 TEST(SplitHostPort, RejectsMalformedAddresses) {
   for (const char* bad : {"", "7100", ":7100", "host:", "host:port", "host:70000", "host:-1"}) {
     EXPECT_THAT(SplitHostPort(bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("HOST:PORT"))) << bad;

@@ -1,0 +1,20 @@
+# Writes OUTPUT: a C++ file defining `const corral::http::EmbeddedFile SYMBOL[]` from the '|'-separated FILES
+# under BASE (see CorralEmbed.cmake).
+string(REPLACE "|" ";" _files "${FILES}")
+set(_body "// Generated from ${BASE} by cmake/embed_files.cmake: do not edit.\n#include \"libs/http/embedded_files.h\"\n\nnamespace {\n")
+set(_entries "")
+set(_i 0)
+foreach(_f IN LISTS _files)
+  file(READ "${BASE}/${_f}" _hex HEX)
+  string(LENGTH "${_hex}" _len)
+  math(EXPR _size "${_len} / 2")
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," _bytes "${_hex}")
+  string(APPEND _body "const unsigned char kData${_i}[] = {${_bytes}0};\n")
+  string(APPEND _entries "    {\"${_f}\", {reinterpret_cast<const char*>(kData${_i}), ${_size}}},\n")
+  math(EXPR _i "${_i} + 1")
+endforeach()
+string(APPEND _body "}  // namespace\n\nextern const corral::http::EmbeddedFile ${SYMBOL}[];\n"
+       "const corral::http::EmbeddedFile ${SYMBOL}[] = {\n${_entries}    {nullptr, {}},\n};\n")
+file(WRITE "${OUTPUT}.tmp" "${_body}")
+file(COPY_FILE "${OUTPUT}.tmp" "${OUTPUT}" ONLY_IF_DIFFERENT)
+file(REMOVE "${OUTPUT}.tmp")

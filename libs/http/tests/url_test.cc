@@ -1,0 +1,41 @@
+#include "libs/http/url.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+
+namespace corral::http {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Pair;
+
+TEST(ParseTargetTest, SplitsPathAndDecodesQuery) {
+  auto t = ParseTarget("/api/episode?id=b1%3Ag0%3Ae2&note=a+b&flag&x=1&x=2");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->path, "/api/episode");
+  EXPECT_THAT(t->query, ElementsAre(Pair("flag", ""), Pair("id", "b1:g0:e2"), Pair("note", "a b"), Pair("x", "2")));
+}
+
+TEST(ParseTargetTest, PathWithoutQueryKeepsPlusSigns) {
+  auto t = ParseTarget("/a+b/%7Ec#frag");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->path, "/a+b/~c");
+  EXPECT_TRUE(t->query.empty());
+}
+
+TEST(ParseTargetTest, RefusesGarbage) {
+  EXPECT_THAT(ParseTarget(""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseTarget("http://x/"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseTarget("/a%2"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseTarget("/a?x=%zz"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseTarget("/a?x=%"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(PercentDecodeTest, DecodesBytes) {
+  EXPECT_THAT(PercentDecode("%00%ff%41", false), IsOkAndHolds(std::string("\0\xff" "A", 3)));
+  EXPECT_THAT(PercentDecode("a+b", false), IsOkAndHolds(std::string("a+b")));
+}
+
+}  // namespace
+}  // namespace corral::http
