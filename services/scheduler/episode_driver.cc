@@ -149,6 +149,7 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
   std::optional<Failure> failure = co_await OpenSession(a);
   if (!failure && NeedsSandbox(a.task())) failure = co_await AcquireSandbox(a);
   if (!failure && !a.control()->stopped()) {
+    a.control()->set_phase(RunPhase::kAgent);
     switch (a.task().runner()) {
       case v1::RUNNER_SINGLE_TURN: failure = co_await RunSingleTurn(a); break;
       case v1::RUNNER_TOOL_LOOP: failure = co_await RunToolLoop(a); break;
@@ -327,6 +328,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
   ToProto(absl::Now() - acquire_started - setup_time, a.result.mutable_timings()->mutable_sandbox_acquire());
 
   // Setup: the task's files, the instruction (agent) and .corral/task.json for verifiers.
+  a.control()->set_phase(RunPhase::kSetup);
   const absl::Time upload_started = absl::Now();
   std::vector<v1::InlineFile> files(env.files().begin(), env.files().end());
   files.push_back(File(".corral/task.json", TaskJson(task, a.ticket.ids)));
@@ -342,6 +344,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
 }
 
 asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure> failure) {
+  a.control()->set_phase(RunPhase::kReward);
   v1::EpisodeResult& r = a.result;
   // A stop decides over whatever the interrupted call reported.
   switch (a.control()->reason()) {

@@ -58,7 +58,13 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& r)
                        .Name("corral_scheduler_warm_pool_misses_total")
                        .Help("Episodes that found no warm sandbox of their spec and created one inline.")
                        .Register(r)
-                       .Add({})) {}
+                       .Add({})) {
+  auto& by_phase = prometheus::BuildGauge()
+                       .Name("corral_scheduler_running_by_phase")
+                       .Help("Running episodes by what they are doing now (acquire, setup, agent, tool, verifier, reward).")
+                       .Register(r);
+  for (size_t i = 0; i < std::size(kRunPhases); ++i) running_by_phase_[i] = &by_phase.Add({{"phase", RunPhaseName(kRunPhases[i])}});
+}
 
 void SchedulerMetrics::SetWarmPool(int64_t ready, int64_t hits, int64_t misses) {
   warm_ready_.Set(static_cast<double>(ready));
@@ -98,6 +104,10 @@ void SchedulerMetrics::EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& 
     if (d > absl::ZeroDuration()) phases[i].second->Observe(absl::ToDoubleSeconds(d));
   }
   if (result.status() == v1::EPISODE_STATUS_FINISHED && result.has_reward()) reward_.Observe(result.reward());
+}
+
+void SchedulerMetrics::SetRunningPhases(const std::array<int, std::size(kRunPhases)>& counts) {
+  for (size_t i = 0; i < counts.size(); ++i) running_by_phase_[i]->Set(counts[i]);
 }
 
 void SchedulerMetrics::SetHosts(const std::map<v1::HostState, int>& by_state) {

@@ -2,6 +2,8 @@
 // states — never batch, episode or sandbox ids. Handles are created once (per label set) and kept.
 #pragma once
 
+#include <array>
+#include <iterator>
 #include <map>
 #include <string>
 #include <tuple>
@@ -13,6 +15,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "services/scheduler/run_control.h"
 
 namespace corral::scheduler {
 
@@ -31,6 +34,8 @@ class SchedulerMetrics {
     awaiting_ack_.Set(awaiting_ack);
   }
   void SetHosts(const std::map<v1::HostState, int>& by_state);
+  // Running episodes by what they are doing now, indexed like kRunPhases.
+  void SetRunningPhases(const std::array<int, std::size(kRunPhases)>& counts);
   // Ready warm sandboxes, and the pool's hit and miss totals so far.
   void SetWarmPool(int64_t ready, int64_t hits, int64_t misses);
 
@@ -42,6 +47,7 @@ class SchedulerMetrics {
   prometheus::Gauge& queued_;
   prometheus::Gauge& running_;
   prometheus::Gauge& awaiting_ack_;
+  std::array<prometheus::Gauge*, std::size(kRunPhases)> running_by_phase_;
   prometheus::Family<prometheus::Gauge>& hosts_;
   prometheus::Gauge& warm_ready_;
   prometheus::Counter& warm_hits_;

@@ -3,6 +3,7 @@
 // (gRPC calls, permit waits) is interrupted through the hooks it registered. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -22,8 +23,27 @@ enum class StopReason {
   kRedundant,  // its group completed without it: never delivered
 };
 
+// What a running attempt is doing now (for `corral top` and the running-by-phase gauge).
+enum class RunPhase : uint8_t { kAcquire, kSetup, kAgent, kTool, kVerifier, kReward };
+inline constexpr RunPhase kRunPhases[] = {RunPhase::kAcquire, RunPhase::kSetup,    RunPhase::kAgent,
+                                          RunPhase::kTool,    RunPhase::kVerifier, RunPhase::kReward};
+inline const char* RunPhaseName(RunPhase p) {
+  switch (p) {
+    case RunPhase::kAcquire: return "acquire";
+    case RunPhase::kSetup: return "setup";
+    case RunPhase::kAgent: return "agent";
+    case RunPhase::kTool: return "tool";
+    case RunPhase::kVerifier: return "verifier";
+    case RunPhase::kReward: return "reward";
+  }
+  return "unknown";
+}
+
 class RunControl {
  public:
+  RunPhase phase() const { return phase_.load(std::memory_order_relaxed); }
+  void set_phase(RunPhase p) { phase_.store(p, std::memory_order_relaxed); }
+
   // Marks the run stopped (the first reason wins) and interrupts whatever it waits on. Returns false when it
   // was already stopped.
   bool Stop(StopReason reason, std::string message) {
@@ -67,11 +87,27 @@ class RunControl {
   }
 
  private:
+  std::atomic<RunPhase> phase_{RunPhase::kAcquire};
   mutable absl::Mutex mu_;
   StopReason reason_ ABSL_GUARDED_BY(mu_) = StopReason::kNone;
   std::string message_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::function<void()>> hooks_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+// Sets the run's phase for a scope (a tool call inside the agent phase), then puts the previous one back.
+class PhaseScope {
+ public:
+  PhaseScope(RunControl* control, RunPhase phase) : control_(control), previous_(control->phase()) {
+    control_->set_phase(phase);
+  }
+  ~PhaseScope() { control_->set_phase(previous_); }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  RunControl* control_;
+  RunPhase previous_;
 };
 
 // Registers a hook for the lifetime of a scope.

@@ -138,6 +138,7 @@ void SetReward(Attempt& a, const RewardOutcome& r) {
 // The reward of a finished conversation: the built-in function, or the verifier.
 asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
   if (a.task().reward().function() == v1::REWARD_FUNCTION_VERIFIER) {
+    a.control()->set_phase(RunPhase::kVerifier);
     v1::InlineFile final_message;
     final_message.set_path(".corral/final_message.txt");
     final_message.set_content(a.final_message);
@@ -146,6 +147,7 @@ asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
     if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
     co_return co_await RunVerifier(a);
   }
+  a.control()->set_phase(RunPhase::kReward);
   SetReward(a, ComputeReward(a.task().reward(), a.task().answer(), a.final_message));
   co_return std::nullopt;
 }
@@ -185,6 +187,7 @@ std::string ExitNote(const ExecOutcome& out, absl::Duration timeout) {
 asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1::ToolSpec& spec,
                                                             const std::string& arguments) {
   using Out = std::variant<std::string, Failure>;
+  const PhaseScope phase(a.control(), RunPhase::kTool);
   auto args = ParseArguments(arguments);
   if (!args.ok()) co_return Out(absl::StrCat("error: ", args.status().message(), ": ", arguments.substr(0, 200)));
   const absl::Duration timeout = a.Timeout(a.task().timeouts().tool(), a.options->timeouts.tool);
@@ -285,7 +288,10 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
 
 asio::awaitable<std::optional<Failure>> Upload(Attempt& a, const std::vector<v1::InlineFile>& files,
                                                absl::Time deadline, v1::EpisodePhase phase) {
-  for (const auto& f : files) {
+  for (v1::InlineFile f : files) {
+    // A relative path is relative to where the agent, the tools and the verifier run, so that the task's files,
+    // its tests and .corral/ are all where its commands look for them.
+    if (!a.workdir.empty() && !f.path().empty() && f.path()[0] != '/') f.set_path(absl::StrCat(a.workdir, "/", f.path()));
     absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, f, a.Call(deadline));
     if (!s.ok()) co_return a.FromStatus(s, phase, v1::FAILURE_CLASS_INFRA, absl::StrCat("uploading ", f.path()));
   }
@@ -373,6 +379,7 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
 }
 
 asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
+  a.control()->set_phase(RunPhase::kVerifier);
   const v1::Task& task = a.task();
   const absl::Duration timeout = a.Timeout(task.timeouts().verifier(), a.options->timeouts.verifier);
   const absl::Time deadline = std::min(absl::Now() + timeout, a.episode_deadline);

@@ -84,6 +84,11 @@ asio::awaitable<void> Scheduler::Tick() {
       std::map<v1::HostState, int> by_state;
       for (const v1::Host& h : hosts_->List([](const std::string&) { return 0u; })) ++by_state[h.state()];
       metrics_->SetHosts(by_state);
+      std::array<int, std::size(kRunPhases)> by_phase{};
+      for (const auto& run : table_->Running("")) {
+        if (run) ++by_phase[static_cast<size_t>(run->phase())];
+      }
+      metrics_->SetRunningPhases(by_phase);
       if (pool_ != nullptr) metrics_->SetWarmPool(pool_->ready(), pool_->hits(), pool_->misses());
     }
     Kick();

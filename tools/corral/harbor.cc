@@ -260,18 +260,38 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
   return task;
 }
 
-absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, const std::string& agent) {
-  if (!fs::is_directory(path)) return LoadJsonl(path);
+absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, const std::string& agent,
+                                                    const std::vector<std::string>& agent_files) {
+  if (!fs::is_directory(path)) {
+    if (!agent_files.empty()) return absl::InvalidArgumentError("--agent-file goes with Harbor task directories");
+    return LoadJsonl(path);
+  }
   if (agent.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is a directory of Harbor tasks: name the agent that runs in "
                                                    "each sandbox with --agent 'COMMAND'"));
   }
+  std::vector<v1::InlineFile> uploads;
+  for (const auto& file : agent_files) {
+    auto content = ReadFile(file);
+    if (!content.ok()) return content.status();
+    v1::InlineFile& f = uploads.emplace_back();
+    f.set_path(absl::StrCat(kAgentDir, "/", fs::path(file).filename().string()));
+    f.set_content(*std::move(content));
+    f.set_permissions(0755);
+  }
+  absl::StatusOr<std::vector<v1::Task>> tasks;
   if (fs::exists(fs::path(path) / "instruction.md")) {
     auto task = LoadHarborTask(path, agent);
     if (!task.ok()) return task.status();
-    return std::vector<v1::Task>{*std::move(task)};
+    tasks = std::vector<v1::Task>{*std::move(task)};
+  } else {
+    tasks = LoadHarborTasks(path, agent);
   }
-  return LoadHarborTasks(path, agent);
+  if (!tasks.ok()) return tasks;
+  for (v1::Task& t : *tasks) {
+    for (const auto& f : uploads) *t.mutable_environment()->add_files() = f;
+  }
+  return tasks;
 }
 
 absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, const std::string& agent) {

@@ -20,9 +20,14 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
 // Every Harbor task directly below `root`, by name; INVALID_ARGUMENT when there is none.
 absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, const std::string& agent);
 
+// Where `agent_files` land in each sandbox (relative to its home): `--agent 'python3 .corral/agent/x.py'`.
+inline constexpr char kAgentDir[] = ".corral/agent";
+
 // What `corral run` and `corral batch submit` accept: a JSONL dataset file, a Harbor task directory, or a
-// directory of them (these need `agent`; INVALID_ARGUMENT saying so otherwise).
-absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, const std::string& agent);
+// directory of them (these need `agent`; INVALID_ARGUMENT saying so otherwise). `agent_files` (local paths) are
+// uploaded into every Harbor task's sandbox under kAgentDir, executable: the agent program itself.
+absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, const std::string& agent,
+                                                    const std::vector<std::string>& agent_files = {});
 
 // The subset of TOML a task.toml uses: [tables] and key = string | number | boolean | array of those, as
 // "table.key" → JSON text of the value. INVALID_ARGUMENT "line N: ..." otherwise.

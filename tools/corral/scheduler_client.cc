@@ -85,6 +85,9 @@ void AddBatchFlags(CLI::App* cmd, BatchFlags& flags) {
                   "Harbor task directory, or a directory of them")
       ->required();
   cmd->add_option("--agent", flags.agent, "Harbor tasks: the command that runs the agent in each sandbox (bash -c)");
+  cmd->add_option("--agent-file", flags.agent_files,
+                  "Harbor tasks: a local file uploaded into each sandbox as .corral/agent/<name> (the agent program; "
+                  "repeatable)");
   cmd->add_option("--group-size", flags.group_size, "episodes per task (a GRPO group)")->capture_default_str();
   cmd->add_option("--redundancy", flags.redundancy, "extra episodes per group, cancelled once the group is complete");
   cmd->add_option("--runner", flags.runner, "override every task's runner")

@@ -31,13 +31,14 @@ struct Scheduler {
 // directories, with the agent those need) and the BatchSpec fields a person sets from the shell.
 struct BatchFlags {
   std::string input, agent, runner, model, batch_id;
+  std::vector<std::string> agent_files;
   uint32_t group_size = 1, redundancy = 0, max_attempts = 0;
   int64_t seed = -1;
   int priority = 0;
 
   v1::BatchSpec Spec() const;
 };
-// Adds the positional input and --agent, --group-size, --redundancy, --runner, --model, --seed, --batch-id,
+// Adds the positional input and --agent, --agent-file, --group-size, --redundancy, --runner, --model, --seed, --batch-id,
 // --priority and --max-attempts to `cmd`.
 void AddBatchFlags(CLI::App* cmd, BatchFlags& flags);
 

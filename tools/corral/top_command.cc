@@ -28,7 +28,7 @@ namespace {
 
 struct TopFlags {
   ConnectFlags conn;  // the scheduler; its token serves the others
-  std::string limiter, proxy, proxy_metrics;
+  std::string limiter, proxy, proxy_metrics, scheduler_metrics;
   double interval_s = 2;
   bool once = false;
 };
@@ -54,6 +54,7 @@ class Top {
                                    "  scheduler ", f_.conn.address, "\n\n");
     Hosts(out);
     Batches(out);
+    Phases(out);
     Limiter(out);
     Proxy(out);
     return out;
@@ -108,6 +109,24 @@ class Top {
     }
     if (resp.batches().empty()) absl::StrAppend(&out, "(none running)\n");
     absl::StrAppend(&out, "\n");
+  }
+
+  // What the running episodes are doing, from the scheduler's corral_scheduler_running_by_phase gauge.
+  void Phases(std::string& out) const {
+    if (f_.scheduler_metrics.empty()) return;
+    auto text = http::HttpGet(f_.scheduler_metrics, "/metrics");
+    auto metrics = text.ok() ? http::ParsePrometheusText(*text) : absl::StatusOr<http::Exposition>(text.status());
+    if (!metrics.ok()) {
+      absl::StrAppend(&out, "episodes by phase: ", metrics.status().ToString(), "\n\n");
+      return;
+    }
+    std::string line;
+    for (const http::Sample& sample : metrics->samples) {
+      auto phase = sample.labels.find("phase");
+      if (sample.name != "corral_scheduler_running_by_phase" || phase == sample.labels.end()) continue;
+      absl::StrAppend(&line, line.empty() ? "" : " · ", phase->second, " ", static_cast<int64_t>(sample.value));
+    }
+    if (!line.empty()) absl::StrAppend(&out, "running episodes by phase: ", line, "\n\n");
   }
 
   void Limiter(std::string& out) const {
@@ -187,6 +206,7 @@ int RunTop(TopFlags& f) {
     if (f.limiter.empty()) f.limiter = LocalClusterAddress(f.conn.cluster_dir, "ratelimiter", "grpc");
     if (f.proxy.empty()) f.proxy = LocalClusterAddress(f.conn.cluster_dir, "proxy", "grpc");
     if (f.proxy_metrics.empty()) f.proxy_metrics = LocalClusterAddress(f.conn.cluster_dir, "proxy", "metrics");
+    if (f.scheduler_metrics.empty()) f.scheduler_metrics = LocalClusterAddress(f.conn.cluster_dir, "scheduler", "metrics");
   }
   Top top(f, *std::move(s));
   const bool tty = isatty(STDOUT_FILENO);
@@ -210,6 +230,8 @@ void RegisterTop(CLI::App& app, int& exit_code) {
   top->add_option("--limiter", f->limiter, "HOST:PORT of the ratelimiter (default: the local cluster's)");
   top->add_option("--proxy", f->proxy, "HOST:PORT of the proxy's gRPC (default: the local cluster's)");
   top->add_option("--proxy-metrics", f->proxy_metrics, "HOST:PORT of the proxy's /metrics, for upstream health");
+  top->add_option("--scheduler-metrics", f->scheduler_metrics,
+                  "HOST:PORT of the scheduler's /metrics, for running episodes by phase (default: the local cluster's)");
   top->add_option("--interval", f->interval_s, "seconds between refreshes")->capture_default_str();
   top->add_flag("--once", f->once, "print one snapshot and exit");
   top->callback([f, &exit_code] { exit_code = RunTop(*f); });
