@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -120,11 +121,16 @@ class Top {
       absl::StrAppend(&out, "episodes by phase: ", metrics.status().ToString(), "\n\n");
       return;
     }
-    std::string line;
+    std::map<std::string, int64_t> by_phase;
     for (const http::Sample& sample : metrics->samples) {
       auto phase = sample.labels.find("phase");
       if (sample.name != "corral_scheduler_running_by_phase" || phase == sample.labels.end()) continue;
-      absl::StrAppend(&line, line.empty() ? "" : " · ", phase->second, " ", static_cast<int64_t>(sample.value));
+      by_phase[phase->second] = static_cast<int64_t>(sample.value);
+    }
+    std::string line;
+    for (const char* phase : {"acquire", "setup", "agent", "tool", "verifier", "reward"}) {  // an episode's order
+      auto it = by_phase.find(phase);
+      if (it != by_phase.end()) absl::StrAppend(&line, line.empty() ? "" : " · ", phase, " ", it->second);
     }
     if (!line.empty()) absl::StrAppend(&out, "running episodes by phase: ", line, "\n\n");
   }
