@@ -288,10 +288,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
 
 asio::awaitable<std::optional<Failure>> Upload(Attempt& a, const std::vector<v1::InlineFile>& files,
                                                absl::Time deadline, v1::EpisodePhase phase) {
-  for (v1::InlineFile f : files) {
-    // A relative path is relative to where the agent, the tools and the verifier run, so that the task's files,
-    // its tests and .corral/ are all where its commands look for them.
-    if (!a.workdir.empty() && !f.path().empty() && f.path()[0] != '/') f.set_path(absl::StrCat(a.workdir, "/", f.path()));
+  for (const auto& f : files) {
     absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, f, a.Call(deadline));
     if (!s.ok()) co_return a.FromStatus(s, phase, v1::FAILURE_CLASS_INFRA, absl::StrCat("uploading ", f.path()));
   }

@@ -354,7 +354,7 @@ class DatasetTest(unittest.TestCase):
         self.assertEqual([(f.path, f.content) for f in env.setup_files], [("/app/sum.py", b"print(2 + 2)\n")])
         self.assertEqual([list(c.argv) for c in env.setup_commands], [["bash", "-c", "python3 -c 'print(1)'   && true"]])
         self.assertEqual(env.limits.memory_bytes, 512 << 20)
-        self.assertEqual([f.path for f in t.verifier.files], ["tests/test.sh"])  # solution/ is never sent
+        self.assertEqual([f.path for f in t.verifier.files], ["/app/tests/test.sh"])  # solution/ is never sent
         self.assertEqual((t.timeouts.agent.seconds, t.timeouts.verifier.seconds), (120, 30))
         self.assertEqual(json.loads(t.metadata_json), {"difficulty": "easy", "image": "python:3.11-slim"})
 

@@ -51,6 +51,8 @@ absl::Status AddTree(const fs::path& root, const std::string& prefix,
   return absl::OkStatus();
 }
 
+std::string WorkdirOf(const v1::EnvironmentSpec& env) { return env.workdir().empty() ? "/workspace" : env.workdir(); }
+
 void AddTaskPath(v1::EnvironmentSpec* env, const std::string& path) {
   if (env->task_paths().empty()) {
     env->add_task_paths("/workspace");
@@ -240,8 +242,11 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
   const fs::path env_dir = root / "environment";
   if (fs::exists(env_dir / "Dockerfile")) {
     if (absl::Status s = ReadDockerfile(env_dir, env, metadata); !s.ok()) return s;
-  } else if (fs::is_directory(env_dir)) {
-    if (absl::Status s = AddTree(env_dir, "", env->mutable_files()); !s.ok()) return s;
+  }
+  // Where the agent and the verifier run (a relative upload would land in the sandbox home instead).
+  const std::string workdir = WorkdirOf(*env);
+  if (!fs::exists(env_dir / "Dockerfile") && fs::is_directory(env_dir)) {
+    if (absl::Status s = AddTree(env_dir, workdir, env->mutable_files()); !s.ok()) return s;
   }
   double memory_mb = 0;
   if (auto it = toml.find("environment.memory_mb"); it != toml.end() && absl::SimpleAtod(it->second, &memory_mb)) {
@@ -251,7 +256,9 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
     metadata["image"] = json::parse(it->second);
   }
   if (fs::is_directory(root / "tests")) {
-    if (absl::Status s = AddTree(root / "tests", "tests", task.mutable_verifier()->mutable_files()); !s.ok()) return s;
+    if (absl::Status s = AddTree(root / "tests", workdir + "/tests", task.mutable_verifier()->mutable_files()); !s.ok()) {
+      return s;
+    }
   }
   SetSeconds(toml, "agent.timeout_sec", task.mutable_timeouts()->mutable_agent());
   SetSeconds(toml, "verifier.timeout_sec", task.mutable_timeouts()->mutable_verifier());
@@ -275,7 +282,7 @@ absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, con
     auto content = ReadFile(file);
     if (!content.ok()) return content.status();
     v1::InlineFile& f = uploads.emplace_back();
-    f.set_path(absl::StrCat(kAgentDir, "/", fs::path(file).filename().string()));
+    f.set_path(fs::path(file).filename().string());
     f.set_content(*std::move(content));
     f.set_permissions(0755);
   }
@@ -289,7 +296,10 @@ absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, con
   }
   if (!tasks.ok()) return tasks;
   for (v1::Task& t : *tasks) {
-    for (const auto& f : uploads) *t.mutable_environment()->add_files() = f;
+    for (v1::InlineFile f : uploads) {
+      f.set_path(absl::StrCat(WorkdirOf(t.environment()), "/", kAgentDir, "/", f.path()));
+      *t.mutable_environment()->add_files() = std::move(f);
+    }
   }
   return tasks;
 }

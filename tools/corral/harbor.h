@@ -1,8 +1,9 @@
 // Harbor task directories as agent-runner tasks, read the way the Python SDK's load_harbor reads them:
 // instruction.md → the prompt; environment/Dockerfile → the template (RUN → setup commands, COPY/ADD of local
 // files → setup files, ENV → env, WORKDIR → working directory and task path; FROM kept in the metadata as
-// "image"), or without a Dockerfile every file of environment/ uploaded; tests/ → the verifier's files (uploaded
-// after the agent; the verifier runs `bash tests/test.sh`); task.toml → [agent] and [verifier] timeout_sec,
+// "image"), or without a Dockerfile every file of environment/ uploaded to the working directory (/workspace
+// unless WORKDIR says otherwise); tests/ → the verifier's files, in <working directory>/tests (uploaded after
+// the agent; the verifier runs `bash tests/test.sh` there); task.toml → [agent] and [verifier] timeout_sec,
 // [environment] build_timeout_sec and memory_mb, [metadata] into the metadata. solution/ is never sent.
 #pragma once
 
@@ -20,12 +21,13 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
 // Every Harbor task directly below `root`, by name; INVALID_ARGUMENT when there is none.
 absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, const std::string& agent);
 
-// Where `agent_files` land in each sandbox (relative to its home): `--agent 'python3 .corral/agent/x.py'`.
+// Where `agent_files` land in each sandbox, below the working directory where the agent runs:
+// `--agent 'python3 .corral/agent/x.py'`.
 inline constexpr char kAgentDir[] = ".corral/agent";
 
 // What `corral run` and `corral batch submit` accept: a JSONL dataset file, a Harbor task directory, or a
 // directory of them (these need `agent`; INVALID_ARGUMENT saying so otherwise). `agent_files` (local paths) are
-// uploaded into every Harbor task's sandbox under kAgentDir, executable: the agent program itself.
+// uploaded into every Harbor task's sandbox under <working directory>/kAgentDir, executable: the agent program.
 absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, const std::string& agent,
                                                     const std::vector<std::string>& agent_files = {});
 

@@ -118,15 +118,17 @@ def load_harbor(task_dir: str, *, agent: Union[str, Sequence[str], Command],
     env_dir = os.path.join(task_dir, "environment")
     if os.path.exists(os.path.join(env_dir, "Dockerfile")):
         _dockerfile(env_dir, environment, metadata)
-    elif os.path.isdir(env_dir):
-        environment.files.extend(_read_tree(env_dir, ""))
+    # Where the agent and the verifier run (a relative upload would land in the sandbox home instead).
+    workdir = environment.workdir or "/workspace"
+    if not os.path.exists(os.path.join(env_dir, "Dockerfile")) and os.path.isdir(env_dir):
+        environment.files.extend(_read_tree(env_dir, workdir))
     env_config = config.get("environment", {})
     if "memory_mb" in env_config:
         environment.memory_bytes = int(env_config["memory_mb"]) * 1024 * 1024
     if "docker_image" in env_config:
         metadata.setdefault("image", env_config["docker_image"])
     tests_dir = os.path.join(task_dir, "tests")
-    verifier = Verifier(files=_read_tree(tests_dir, "tests") if os.path.isdir(tests_dir) else [])
+    verifier = Verifier(files=_read_tree(tests_dir, workdir + "/tests") if os.path.isdir(tests_dir) else [])
     timeouts = Timeouts(agent=config.get("agent", {}).get("timeout_sec"),
                         verifier=config.get("verifier", {}).get("timeout_sec"),
                         setup=env_config.get("build_timeout_sec"))

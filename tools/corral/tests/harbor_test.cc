@@ -66,7 +66,7 @@ TEST_F(HarborTest, ATaskDirectoryBecomesAnAgentTaskLikeTheSdkReadsIt) {
   EXPECT_EQ(env.setup_commands(0).cwd(), "/app");
   EXPECT_EQ(env.limits().memory_bytes(), 512u << 20);
   ASSERT_EQ(task->verifier().files_size(), 1);  // solution/ is never sent
-  EXPECT_EQ(task->verifier().files(0).path(), "tests/test.sh");
+  EXPECT_EQ(task->verifier().files(0).path(), "/app/tests/test.sh");  // where the verifier runs
   EXPECT_EQ(task->timeouts().agent().seconds(), 120);
   EXPECT_EQ(task->timeouts().verifier().seconds(), 30);
   EXPECT_EQ(task->timeouts().setup().seconds(), 600);
@@ -82,8 +82,10 @@ TEST_F(HarborTest, ADirectoryOfTasksLoadsEachByNameAndRefusesWhatIsNotATask) {
   ASSERT_THAT(tasks, IsOk());
   ASSERT_EQ(tasks->size(), 2u);
   EXPECT_EQ((*tasks)[0].id(), "a-task");
-  ASSERT_EQ((*tasks)[0].environment().files_size(), 1);  // no Dockerfile: environment/ is uploaded as is
-  EXPECT_EQ((*tasks)[0].environment().files(0).path(), "data.txt");
+  // No Dockerfile: environment/ is uploaded as is, to the working directory where the agent and verifier run.
+  ASSERT_EQ((*tasks)[0].environment().files_size(), 1);
+  EXPECT_EQ((*tasks)[0].environment().files(0).path(), "/workspace/data.txt");
+  EXPECT_EQ((*tasks)[0].verifier().files_size(), 0);
   EXPECT_EQ((*tasks)[1].id(), "b-task");
   EXPECT_THAT(LoadHarborTask((root_ / "notes").string(), "agent"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no instruction.md")));
@@ -105,6 +107,24 @@ TEST_F(HarborTest, AnInputIsADatasetFileOrTaskDirectoriesWhichNeedAnAgent) {
   auto one = LoadTaskInput((root_ / "tasks" / "one").string(), "agent");
   ASSERT_THAT(one, IsOk());
   EXPECT_EQ((*one)[0].id(), "one");
+}
+
+TEST_F(HarborTest, AgentFilesGoNextToWhereTheAgentRuns) {
+  Write("tasks/one/instruction.md", "first");
+  Write("agent.py", "print('hi')\n");
+  Write("data.jsonl", "{\"id\": \"a\", \"prompt\": \"x\"}\n");
+  const std::string agent = (root_ / "agent.py").string();
+  auto tasks = LoadTaskInput((root_ / "tasks").string(), "python3 .corral/agent/agent.py", {agent});
+  ASSERT_THAT(tasks, IsOk());
+  ASSERT_EQ((*tasks)[0].environment().files_size(), 1);
+  const v1::InlineFile& f = (*tasks)[0].environment().files(0);
+  EXPECT_EQ(f.path(), "/workspace/.corral/agent/agent.py");
+  EXPECT_EQ(f.content(), "print('hi')\n");
+  EXPECT_EQ(f.permissions(), 0755u);
+  EXPECT_THAT(LoadTaskInput((root_ / "tasks").string(), "a", {(root_ / "missing.py").string()}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(LoadTaskInput((root_ / "data.jsonl").string(), "", {agent}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--agent-file")));
 }
 
 TEST(TomlSubsetTest, ReadsTablesAndScalarsAndNamesTheBadLine) {
