@@ -82,6 +82,7 @@ class Walkthrough(unittest.TestCase):
         self.assertRegex(out, r"48 episode\(s\) in .* batch b-")
         self.assertRegex(out, r"status\s+finished 48")
         self.assertIn("slowest episodes", out)
+        self.assertRegex(out, r"inspect: http://" + re.escape(self.cluster["scheduler"]["http"]) + r"/#/batch/b-\S+")
         results = self.results("words.jsonl")
         self.assertEqual(len(results), 48)
         self.assertEqual({r["status"] for r in results}, {"EPISODE_STATUS_FINISHED"})

@@ -18,6 +18,7 @@
 #include "tools/corral/output.h"
 #include "tools/corral/run_report.h"
 #include "tools/corral/scheduler_client.h"
+#include "tools/corral/ui_link.h"
 
 namespace corral::cli {
 namespace {
@@ -134,6 +135,13 @@ int Run(const RunFlags& f) {
   if (!st.ok()) return Fail("run: results", FromGrpcStatus(st));
   std::cout << "\n" << report.Summary(end);
   if (!f.out.empty()) std::cout << "\nresults: " << f.out << "\n";
+  // On the local cluster, where to look at the episodes themselves.
+  if (f.conn.address.empty()) {
+    const std::string http = LocalClusterAddress(f.conn.cluster_dir, "scheduler", "http");
+    auto link = http.empty() ? absl::StatusOr<std::string>(absl::NotFoundError("no inspector"))
+                             : InspectorLink("http://" + http, "", id, "");
+    if (link.ok()) std::cout << "inspect: " << *link << "\n";
+  }
   return interrupts.interrupted() ? 130 : 0;
 }
 
