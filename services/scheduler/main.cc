@@ -184,9 +184,10 @@ int main(int argc, char** argv) {
   Inspector inspector(&table, [&journal](const std::string& id) { return (*journal)->AckedResult(id); });
   std::unique_ptr<corral::http::HttpServer> http;
   std::string http_address;
+  bool require_token = false;
   if (!config.http_listen.empty()) {
     const std::string host = corral::SplitHostPort(config.http_listen)->first;  // validated with the config
-    const bool require_token = !auth.insecure() && !corral::IsLoopbackHost(host);
+    require_token = !auth.insecure() && !corral::IsLoopbackHost(host);
     http = std::make_unique<corral::http::HttpServer>(corral::http::ServerLimits{},
                                                       MakeInspectorHandler(&inspector, &auth, require_token),
                                                       static_cast<int>(config.http_threads));
@@ -226,9 +227,7 @@ int main(int argc, char** argv) {
                config.ratelimiter.empty() ? "tools unlimited" : "tool limit " + config.tool_limit + " at " + config.ratelimiter);
   if (http) {
     spdlog::info("rollout inspector: http://{}/{}", http_address,
-                 auth.insecure() || corral::IsLoopbackHost(corral::SplitHostPort(http_address)->first)
-                     ? ""
-                     : " (with the cluster token: `corral ui` prints a link)");
+                 require_token ? " (with the cluster token: `corral ui` prints a link)" : "");
   }
   scheduler.Start();
   runner.Wait();

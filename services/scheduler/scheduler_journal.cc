@@ -220,12 +220,12 @@ void SchedulerJournal::Acked(const std::vector<std::string>& episode_ids, std::f
   journal_->Submit(
       [episode_ids, keep, now = absl::ToUnixNanos(absl::Now())](sqlite3* db) -> absl::Status {
         for (const auto& id : episode_ids) {
-          CORRAL_RETURN_IF_ERROR(
-              (keep ? CachedStatement(db, "UPDATE results SET acked = 1, acked_ns = ? WHERE episode_id = ?").Bind(1, now)
-                    : CachedStatement(db, "UPDATE results SET acked = 1, acked_ns = ?, result = NULL WHERE episode_id = ?")
-                          .Bind(1, now))
-                  .Bind(2, id)
-                  .Run());
+          CORRAL_RETURN_IF_ERROR(CachedStatement(db, "UPDATE results SET acked = 1, acked_ns = ?, "
+                                                     "result = CASE WHEN ? THEN result END WHERE episode_id = ?")
+                                     .Bind(1, now)
+                                     .Bind(2, int64_t{keep ? 1 : 0})
+                                     .Bind(3, id)
+                                     .Run());
         }
         return absl::OkStatus();
       },

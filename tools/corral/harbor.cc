@@ -240,12 +240,13 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
   }
   v1::EnvironmentSpec* env = task.mutable_environment();
   const fs::path env_dir = root / "environment";
-  if (fs::exists(env_dir / "Dockerfile")) {
+  const bool dockerfile = fs::exists(env_dir / "Dockerfile");
+  if (dockerfile) {
     if (absl::Status s = ReadDockerfile(env_dir, env, metadata); !s.ok()) return s;
   }
   // Where the agent and the verifier run (a relative upload would land in the sandbox home instead).
   const std::string workdir = WorkdirOf(*env);
-  if (!fs::exists(env_dir / "Dockerfile") && fs::is_directory(env_dir)) {
+  if (!dockerfile && fs::is_directory(env_dir)) {
     if (absl::Status s = AddTree(env_dir, workdir, env->mutable_files()); !s.ok()) return s;
   }
   double memory_mb = 0;

@@ -136,11 +136,9 @@ int Run(const RunFlags& f) {
   std::cout << "\n" << report.Summary(end);
   if (!f.out.empty()) std::cout << "\nresults: " << f.out << "\n";
   // On the local cluster, where to look at the episodes themselves.
-  if (f.conn.address.empty()) {
-    const std::string http = LocalClusterAddress(f.conn.cluster_dir, "scheduler", "http");
-    auto link = http.empty() ? absl::StatusOr<std::string>(absl::NotFoundError("no inspector"))
-                             : InspectorLink("http://" + http, "", id, "");
-    if (link.ok()) std::cout << "inspect: " << *link << "\n";
+  const std::string http = f.conn.address.empty() ? LocalClusterAddress(f.conn.cluster_dir, "scheduler", "http") : "";
+  if (!http.empty()) {
+    if (auto link = InspectorLink("http://" + http, "", id, ""); link.ok()) std::cout << "inspect: " << *link << "\n";
   }
   return interrupts.interrupted() ? 130 : 0;
 }

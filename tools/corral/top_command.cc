@@ -39,6 +39,21 @@ std::string HostStateName(v1::HostState s) {
   return absl::AsciiStrToLower(absl::StripPrefix(name, "HOST_STATE_"));
 }
 
+// One gauge of the service whose /metrics is at `address`, by the value of its `label`.
+absl::StatusOr<std::map<std::string, double>> GaugeByLabel(const std::string& address, const std::string& name,
+                                                          const std::string& label) {
+  auto text = http::HttpGet(address, "/metrics");
+  if (!text.ok()) return text.status();
+  auto metrics = http::ParsePrometheusText(*text);
+  if (!metrics.ok()) return metrics.status();
+  std::map<std::string, double> out;
+  for (const http::Sample& sample : metrics->samples) {
+    auto it = sample.labels.find(label);
+    if (sample.name == name && it != sample.labels.end()) out[it->second] = sample.value;
+  }
+  return out;
+}
+
 class Top {
  public:
   Top(const TopFlags& f, Scheduler scheduler) : f_(f), scheduler_(std::move(scheduler)) {
@@ -115,22 +130,17 @@ class Top {
   // What the running episodes are doing, from the scheduler's corral_scheduler_running_by_phase gauge.
   void Phases(std::string& out) const {
     if (f_.scheduler_metrics.empty()) return;
-    auto text = http::HttpGet(f_.scheduler_metrics, "/metrics");
-    auto metrics = text.ok() ? http::ParsePrometheusText(*text) : absl::StatusOr<http::Exposition>(text.status());
-    if (!metrics.ok()) {
-      absl::StrAppend(&out, "episodes by phase: ", metrics.status().ToString(), "\n\n");
+    auto by_phase = GaugeByLabel(f_.scheduler_metrics, "corral_scheduler_running_by_phase", "phase");
+    if (!by_phase.ok()) {
+      absl::StrAppend(&out, "episodes by phase: ", by_phase.status().ToString(), "\n\n");
       return;
-    }
-    std::map<std::string, int64_t> by_phase;
-    for (const http::Sample& sample : metrics->samples) {
-      auto phase = sample.labels.find("phase");
-      if (sample.name != "corral_scheduler_running_by_phase" || phase == sample.labels.end()) continue;
-      by_phase[phase->second] = static_cast<int64_t>(sample.value);
     }
     std::string line;
     for (const char* phase : {"acquire", "setup", "agent", "tool", "verifier", "reward"}) {  // an episode's order
-      auto it = by_phase.find(phase);
-      if (it != by_phase.end()) absl::StrAppend(&line, line.empty() ? "" : " · ", phase, " ", it->second);
+      auto it = by_phase->find(phase);
+      if (it != by_phase->end()) {
+        absl::StrAppend(&line, line.empty() ? "" : " · ", phase, " ", static_cast<int64_t>(it->second));
+      }
     }
     if (!line.empty()) absl::StrAppend(&out, "running episodes by phase: ", line, "\n\n");
   }
@@ -184,17 +194,13 @@ class Top {
       }
     }
     if (f_.proxy_metrics.empty()) return;
-    auto text = http::HttpGet(f_.proxy_metrics, "/metrics");
-    auto metrics = text.ok() ? http::ParsePrometheusText(*text) : absl::StatusOr<http::Exposition>(text.status());
-    if (!metrics.ok()) {
-      absl::StrAppend(&out, "upstreams: ", metrics.status().ToString(), "\n");
+    auto healthy = GaugeByLabel(f_.proxy_metrics, "corral_proxy_upstream_healthy", "upstream");
+    if (!healthy.ok()) {
+      absl::StrAppend(&out, "upstreams: ", healthy.status().ToString(), "\n");
       return;
     }
-    for (const http::Sample& sample : metrics->samples) {
-      auto upstream = sample.labels.find("upstream");
-      if (sample.name != "corral_proxy_upstream_healthy" || upstream == sample.labels.end()) continue;
-      absl::StrAppend(&out, "  upstream ", upstream->second, ": ",
-                      sample.value == 1 ? "healthy" : "UNHEALTHY", "\n");
+    for (const auto& [upstream, value] : *healthy) {
+      absl::StrAppend(&out, "  upstream ", upstream, ": ", value == 1 ? "healthy" : "UNHEALTHY", "\n");
     }
   }
 

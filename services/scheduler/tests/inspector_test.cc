@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -52,13 +53,19 @@ v1::Trajectory OneCall(const std::string& env_id, const std::string& answer) {
 class InspectorTest : public ::testing::Test {
  protected:
   void SetUp() override { Open(absl::Hours(1)); }
+  // The journal goes first: it flushes, and its callbacks still find the table.
+  void TearDown() override { journal_.reset(); }
   void Open(absl::Duration retention) {
-    table_.reset();
     journal_.reset();
+    inspector_.reset();
+    table_.reset();
     journal_ = *SchedulerJournal::Open(dir_ + "/scheduler.db", false, retention);
     table_ = std::make_unique<EpisodeTable>(&clock_, journal_.get(), SubmitLimits{}, 1000);
     inspector_ = std::make_unique<Inspector>(table_.get(),
                                              [this](const std::string& id) { return journal_->AckedResult(id); });
+    // The table says when a result is committed (the journal's writer thread confirms it): taking and releasing
+    // the mutex makes Finish's waiter check its condition again.
+    table_->set_on_change([this] { absl::MutexLock lock(&changed_mu_); });
   }
 
   // A batch of `tasks` tasks × `group_size`, submitted and durable.
@@ -90,9 +97,9 @@ class InspectorTest : public ::testing::Test {
     *r.mutable_trajectory() = OneCall(t->env_id, reward > 0 ? "4" : "5");
     (void)table_->Finish(*t, std::move(r));
     const std::string id = t->ids.episode_id();
-    const absl::Time until = absl::Now() + absl::Seconds(10);
-    while (!table_->UnackedResult(id).ok() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
-    EXPECT_THAT(table_->UnackedResult(id), IsOk()) << "never committed";
+    const auto committed = [&] { return table_->UnackedResult(id).ok(); };
+    absl::MutexLock lock(&changed_mu_);
+    EXPECT_TRUE(changed_mu_.AwaitWithTimeout(absl::Condition(&committed), absl::Seconds(10))) << "never committed";
     return id;
   }
   void Ack(const std::string& id) {
@@ -111,6 +118,7 @@ class InspectorTest : public ::testing::Test {
   std::unique_ptr<SchedulerJournal> journal_;
   std::unique_ptr<EpisodeTable> table_;
   std::unique_ptr<Inspector> inspector_;
+  absl::Mutex changed_mu_;
 };
 
 TEST(RewardHistogramTest, BinsStretchToTheRewardsSeenAndSkipNonFiniteOnes) {
@@ -237,6 +245,7 @@ class InspectorHttpTest : public InspectorTest {
   }
   void TearDown() override {
     if (server_) server_->Stop();
+    InspectorTest::TearDown();
   }
   http::FetchResult Get(const std::string& target, const std::string& bearer = "",
                         bhttp::verb method = bhttp::verb::get) {
