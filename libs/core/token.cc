@@ -30,7 +30,8 @@ absl::StatusOr<TokenSigner> TokenSigner::FromKey(std::string key) {
 }
 
 absl::StatusOr<TokenSigner> TokenSigner::FromKeyFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // Symlinks are followed: a Kubernetes Secret volume links each key into a timestamped directory.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     std::string msg = absl::StrCat("cannot open secret file '", path, "': ", strerror(err));
@@ -41,10 +42,13 @@ absl::StatusOr<TokenSigner> TokenSigner::FromKeyFile(const std::string& path) {
   absl::Status status;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     status = absl::FailedPreconditionError(absl::StrCat("secret file '", path, "' is not a regular file"));
-  } else if ((st.st_mode & 077) != 0) {
+  } else if ((st.st_mode & (st.st_uid == 0 ? 037 : 077)) != 0) {
+    // PostgreSQL's rule for key files: private to its owner, or also readable by the group when root owns it
+    // (a Kubernetes Secret mounted with fsGroup, a file an admin shares with the service's group).
     status = absl::FailedPreconditionError(absl::StrFormat(
-        "secret file '%s' has mode %04o; it must not be accessible to group or others (chmod 600 '%s')", path,
-        st.st_mode & 07777, path));
+        "secret file '%s' has mode %04o (owner uid %d); it must not be accessible to others, nor to the group "
+        "unless root owns it and the group may only read (chmod 600 '%s')",
+        path, st.st_mode & 07777, st.st_uid, path));
   } else if (static_cast<size_t>(st.st_size) > kMaxKeyFileBytes) {
     status = absl::FailedPreconditionError(absl::StrCat("secret file '", path, "' is larger than 64 KiB"));
   } else {

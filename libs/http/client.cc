@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/ip/tcp.hpp"
@@ -21,11 +23,22 @@ constexpr size_t kPiece = 16 * 1024;
 asio::awaitable<absl::StatusOr<std::unique_ptr<ClientConnection>>> ClientConnection::Connect(
     asio::any_io_executor executor, std::string host, uint16_t port, absl::Duration timeout) {
   beast::error_code ec;
+  std::vector<asio::ip::tcp::endpoint> endpoints;
   auto address = asio::ip::make_address(host, ec);
-  if (ec) co_return absl::InvalidArgumentError(absl::StrCat("upstream host '", host, "' is not an IP address"));
+  if (!ec) {
+    endpoints.emplace_back(address, port);
+  } else {
+    // A name (a compose service, a Kubernetes Service): resolved at every connect, so a moved backend is found.
+    asio::ip::tcp::resolver resolver(executor);
+    auto [rec, results] = co_await resolver.async_resolve(host, std::to_string(port), kUseTuple);
+    if (rec || results.empty()) {
+      co_return absl::UnavailableError(absl::StrCat("cannot resolve ", host, ": ", rec ? rec.message() : "no address"));
+    }
+    for (const auto& entry : results) endpoints.push_back(entry.endpoint());
+  }
   beast::tcp_stream stream(executor);
   stream.expires_after(absl::ToChronoNanoseconds(timeout));
-  auto [cec] = co_await stream.async_connect(asio::ip::tcp::endpoint(address, port), kUseTuple);
+  auto [cec, connected] = co_await stream.async_connect(endpoints, kUseTuple);
   if (cec) co_return absl::UnavailableError(absl::StrCat("cannot connect to ", host, ":", port, ": ", cec.message()));
   beast::error_code nodelay_ec;
   stream.socket().set_option(asio::ip::tcp::no_delay(true), nodelay_ec);

@@ -200,7 +200,9 @@ void Journal::Loop() {
       writes_ += static_cast<int64_t>(batch.size());
     }
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i].second) batch[i].second(tx.ok() ? results[i] : tx);
+      const absl::Status& status = tx.ok() ? results[i] : tx;
+      if (!status.ok() && on_write_failed_) on_write_failed_(status);
+      if (batch[i].second) batch[i].second(status);
     }
   }
 }

@@ -69,6 +69,10 @@ class Journal {
   // Reads on the caller's thread (a separate connection; sees every committed write).
   absl::Status Read(const std::function<absl::Status(sqlite3* db)>& read);
 
+  // Called on the writer thread for every write that fails (on its own or with its transaction: disk full, I/O
+  // error), e.g. to count it in a metric. Set it before the first Submit.
+  void OnWriteFailed(std::function<void(const absl::Status&)> observer) { on_write_failed_ = std::move(observer); }
+
   // Commits performed and writes they held (group commit at work: writes / commits > 1 under load).
   int64_t commits() const;
   int64_t writes() const;
@@ -84,6 +88,7 @@ class Journal {
   std::deque<std::pair<Write, Done>> queue_;
   bool stopping_ = false;
   int64_t commits_ = 0, writes_ = 0;
+  std::function<void(const absl::Status&)> on_write_failed_;
   std::thread thread_;
 };
 

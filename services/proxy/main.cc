@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
     spdlog::error("cannot start: {}", journal.status());
     return 1;
   }
+  (*journal)->journal().OnWriteFailed([&metrics](const absl::Status&) { metrics.journal_errors.Increment(); });
   corral::proxy::SessionStore sessions(config.sessions, &*secret, &clock);
   auto restored = (*journal)->Load(sessions);
   if (!restored.ok()) {

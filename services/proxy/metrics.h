@@ -52,6 +52,15 @@ struct ProxyMetrics {
                     .Help("Upstream attempts retried (failures before the first response byte).")
                     .Register(r)
                     .Add({})),
+        upstream_errors(prometheus::BuildCounter()
+                            .Name("corral_proxy_upstream_errors_total")
+                            .Help("Upstream attempts that failed: no connection, a timeout, or a 5xx before the first byte.")
+                            .Register(r)),
+        journal_errors(prometheus::BuildCounter()
+                           .Name("corral_proxy_journal_errors_total")
+                           .Help("Journal writes that failed (disk full, I/O error): the call or session is not durable.")
+                           .Register(r)
+                           .Add({})),
         journal_commit(prometheus::BuildHistogram()
                            .Name("corral_proxy_journal_commit_seconds")
                            .Help("Time to make a recorded call durable (group commit included).")
@@ -68,7 +77,17 @@ struct ProxyMetrics {
   static const char* RouteName(Route r) {
     return r == Route::kChat ? "/v1/chat/completions" : r == Route::kCompletions ? "/v1/completions" : "/v1/models";
   }
-  void SetUpstreams(std::vector<std::string> names) { upstream_names_ = std::move(names); }
+  // Also creates each upstream's error counter at zero, so a dashboard or an alert sees it before any error.
+  void SetUpstreams(std::vector<std::string> names) {
+    upstream_names_ = std::move(names);
+    upstream_error_counters_.clear();
+    for (const std::string& name : upstream_names_) upstream_error_counters_.push_back(&upstream_errors.Add({{"upstream", name}}));
+  }
+  void UpstreamFailed(int upstream) {
+    if (upstream >= 0 && upstream < static_cast<int>(upstream_error_counters_.size())) {
+      upstream_error_counters_[static_cast<size_t>(upstream)]->Increment();
+    }
+  }
   prometheus::Counter& Request(Route route, int status, int upstream) {
     const int64_t key = (static_cast<int64_t>(route) << 40) | (static_cast<int64_t>(status & 0xffff) << 24) |
                         static_cast<int64_t>(upstream + 1);
@@ -94,10 +113,13 @@ struct ProxyMetrics {
   prometheus::Gauge& open_streams;
   prometheus::Family<prometheus::Gauge>& upstream_healthy;
   prometheus::Counter& retries;
+  prometheus::Family<prometheus::Counter>& upstream_errors;
+  prometheus::Counter& journal_errors;
   prometheus::Histogram& journal_commit;
 
  private:
   std::vector<std::string> upstream_names_;
+  std::vector<prometheus::Counter*> upstream_error_counters_;
   absl::Mutex request_mu_;
   absl::flat_hash_map<int64_t, prometheus::Counter*> request_counters_ ABSL_GUARDED_BY(request_mu_);
 };

@@ -67,6 +67,7 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
     d.waited += clock_->Now() - start;
     if (!sent.ok()) {
       upstreams_->Failed(u);
+      metrics_->UpstreamFailed(u->index);
       last_error = std::string(sent.status().message());
       last_status = absl::IsDeadlineExceeded(sent.status()) ? 504 : 502;
       continue;
@@ -75,6 +76,7 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
     if (conn->status() >= 500) {  // before the first body byte: safe to try another upstream
       (void)co_await conn->ReadAll(options_.idle_timeout, 1 << 20);
       upstreams_->Failed(u);
+      metrics_->UpstreamFailed(u->index);
       last_error = absl::StrCat(u->spec.name, " answered HTTP ", conn->status());
       last_status = 502;
       pool_.Put(std::move(conn));

@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
     spdlog::error("cannot open the journal {}: {}", config.journal, journal.status());
     return 1;
   }
+  (*journal)->journal()->OnWriteFailed([&metrics](const absl::Status&) { metrics.JournalWriteFailed(); });
   const absl::Time load_start = absl::Now();
   auto snapshot = (*journal)->Load();
   if (!snapshot.ok()) {

@@ -36,6 +36,11 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& r)
                    .Help("Attempts retried after an infra failure.")
                    .Register(r)
                    .Add({})),
+      journal_errors_(prometheus::BuildCounter()
+                          .Name("corral_scheduler_journal_errors_total")
+                          .Help("Journal writes that failed (disk full, I/O error): what they carried is not durable.")
+                          .Register(r)
+                          .Add({})),
       queued_(prometheus::BuildGauge().Name("corral_scheduler_queued_episodes").Help("Episodes waiting to run.").Register(r).Add({})),
       running_(prometheus::BuildGauge().Name("corral_scheduler_running_episodes").Help("Episodes running.").Register(r).Add({})),
       awaiting_ack_(prometheus::BuildGauge()

@@ -27,6 +27,7 @@ class SchedulerMetrics {
   // An attempt ended (every attempt, retried ones included): counts, phase latencies, reward.
   void EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result);
   void Retried() { retries_.Increment(); }
+  void JournalWriteFailed() { journal_errors_.Increment(); }
   // Sampled periodically.
   void SetQueue(double queued, double running, double awaiting_ack) {
     queued_.Set(queued);
@@ -44,6 +45,7 @@ class SchedulerMetrics {
   prometheus::Family<prometheus::Histogram>& phase_;
   prometheus::Histogram& reward_;
   prometheus::Counter& retries_;
+  prometheus::Counter& journal_errors_;
   prometheus::Gauge& queued_;
   prometheus::Gauge& running_;
   prometheus::Gauge& awaiting_ack_;

@@ -20,13 +20,15 @@ _CLUSTER_PAYLOAD = "corral"
 def cluster_token(secret_file: str) -> str:
     """The cluster bearer token for `secret_file`: "corral.<base64url HMAC-SHA256(secret, 'cluster\\0corral')>".
 
-    The file must be private to its owner (mode 600), like the services require."""
+    The services' rule: private to its owner (mode 600), or also readable by its group when root owns it
+    (a Kubernetes Secret mounted with fsGroup)."""
     st = os.stat(secret_file)
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"secret file {secret_file!r} is not a regular file")
-    if st.st_mode & 0o077:
-        raise PermissionError(f"secret file {secret_file!r} has mode {st.st_mode & 0o7777:04o}; "
-                              f"it must not be accessible to group or others (chmod 600 {secret_file})")
+    if st.st_mode & (0o037 if st.st_uid == 0 else 0o077):
+        raise PermissionError(f"secret file {secret_file!r} has mode {st.st_mode & 0o7777:04o} (owner uid "
+                              f"{st.st_uid}); it must not be accessible to others, nor to the group unless root "
+                              f"owns it and the group may only read (chmod 600 {secret_file})")
     with open(secret_file, "rb") as f:
         key = f.read().rstrip()
     mac = hmac.new(key, _CLUSTER_PURPOSE + b"\0" + _CLUSTER_PAYLOAD.encode(), hashlib.sha256).digest()

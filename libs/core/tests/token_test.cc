@@ -1,7 +1,9 @@
 #include "libs/core/token.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "gmock/gmock.h"
@@ -76,12 +78,37 @@ TEST_F(KeyFileTest, PrivateFileLoadsAndTrailingNewlineIsIgnored) {
   EXPECT_THAT(Signer(kKey).Verify("x", signer->Sign("x", "p")), IsOkAndHolds("p"));
 }
 
-TEST_F(KeyFileTest, GroupOrWorldReadableFileIsRefused) {
+TEST_F(KeyFileTest, WorldReadableOrGroupWritableFileIsRefused) {
   std::string path = Write(kKey, 0644);
   EXPECT_THAT(TokenSigner::FromKeyFile(path),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("chmod 600")));
-  std::string group = Write(kKey, 0640);
-  EXPECT_THAT(TokenSigner::FromKeyFile(group), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(TokenSigner::FromKeyFile(Write(kKey, 0660)), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST_F(KeyFileTest, GroupMayReadOnlyWhenRootOwnsTheFile) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to hand the file to root and to another uid";
+  // Root-owned and group-readable: a Kubernetes Secret mounted with fsGroup.
+  std::string shared = Write(std::string(kKey) + "\n", 0440);
+  ASSERT_EQ(chown(shared.c_str(), 0, 12345), 0);
+  EXPECT_THAT(TokenSigner::FromKeyFile(shared), IsOk());
+  // Owned by someone else, the group must not read it.
+  std::string other = Write(kKey, 0640);
+  ASSERT_EQ(chown(other.c_str(), 12345, 12345), 0);
+  EXPECT_THAT(TokenSigner::FromKeyFile(other),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("owner uid 12345")));
+}
+
+TEST_F(KeyFileTest, ASymlinkIsFollowedAsInAKubernetesSecretVolume) {
+  const std::string dir = ::testing::TempDir() + "/token_test_secret_volume";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/..2026_11_24");
+  std::string target = dir + "/..2026_11_24/secret";
+  std::ofstream(target) << kKey;
+  chmod(target.c_str(), 0600);
+  std::filesystem::create_directory_symlink("..2026_11_24", dir + "/..data");
+  std::filesystem::create_symlink("..data/secret", dir + "/secret");
+  EXPECT_THAT(TokenSigner::FromKeyFile(dir + "/secret"), IsOk());
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(KeyFileTest, MissingShortAndNonRegularFilesAreRefused) {

@@ -161,5 +161,35 @@ TEST_F(HttpServerTest, StreamedChunksReachTheClientWhileTheHandlerStillHolds) {
   EXPECT_EQ(pieces.back(), "data: second\n\n");
 }
 
+// Upstreams in compose and Kubernetes are names (a service, a Service's DNS name), not addresses.
+TEST_F(HttpServerTest, TheClientConnectsByNameAndSaysWhenANameDoesNotResolve) {
+  Start();
+  asio::io_context client_ioc;
+  auto done = asio::co_spawn(
+      client_ioc,
+      [&]() -> asio::awaitable<std::pair<std::string, absl::Status>> {
+        auto executor = co_await asio::this_coro::executor;
+        auto unknown = co_await ClientConnection::Connect(executor, "no-such-host.invalid", port_, absl::Seconds(5));
+        std::string body;
+        auto c = co_await ClientConnection::Connect(executor, "localhost", port_, absl::Seconds(5));
+        if (!c.ok()) co_return std::make_pair(std::string("<connect: ") + std::string(c.status().message()), unknown.status());
+        Request req{beast::http::verb::get, "/", 11};
+        req.set(beast::http::field::host, "x");
+        if (!(co_await (*c)->Send(req, absl::Seconds(5))).ok()) co_return std::make_pair(body, unknown.status());
+        while (true) {
+          auto piece = co_await (*c)->ReadSome(absl::Seconds(5));
+          if (!piece.ok() || piece->empty()) break;
+          body += *piece;
+        }
+        co_return std::make_pair(body, unknown.status());
+      },
+      asio::use_future);
+  client_ioc.run();
+  auto [body, unknown] = done.get();
+  EXPECT_THAT(body, HasSubstr("echo:"));
+  EXPECT_THAT(unknown, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(std::string(unknown.message()), HasSubstr("cannot resolve no-such-host.invalid"));
+}
+
 }  // namespace
 }  // namespace corral::http

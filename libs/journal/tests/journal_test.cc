@@ -56,6 +56,10 @@ TEST(JournalTest, ConcurrentWritersAreGroupCommittedAndSurviveReopening) {
 TEST(JournalTest, AFailingWriteIsRolledBackAloneAndReported) {
   auto j = Journal::Open(testing::MakeTestDir() + "/j.db", kSchema);
   ASSERT_THAT(j, IsOk());
+  std::atomic<int> observed_failures{0};
+  (*j)->OnWriteFailed([&](const absl::Status& s) {
+    if (absl::IsInternal(s)) ++observed_failures;
+  });
   ASSERT_THAT((*j)->Apply([](sqlite3* db) { return Put(db, 1, "a"); }), IsOk());
   std::vector<absl::Status> results(3);
   std::atomic<int> done{0};
@@ -72,6 +76,7 @@ TEST(JournalTest, AFailingWriteIsRolledBackAloneAndReported) {
   EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kInternal));
   EXPECT_THAT(results[2], IsOk());
   EXPECT_EQ(Count(**j), 3);
+  EXPECT_EQ(observed_failures, 1);  // what the services count in corral_<service>_journal_errors_total
 }
 
 TEST(JournalTest, AnUnopenablePathIsUnavailable) {

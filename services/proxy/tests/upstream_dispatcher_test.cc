@@ -36,6 +36,9 @@ class DispatcherTest : public ::testing::Test {
     std::vector<UpstreamSpec> specs;
     for (const auto& url : urls) specs.push_back(*ParseUpstreamUrl(url));
     pool_ = std::make_unique<UpstreamPool>(std::move(specs), &clock_);
+    std::vector<std::string> names;
+    for (const auto* u : pool_->all()) names.push_back(u->spec.name);
+    metrics_.SetUpstreams(std::move(names));
     dispatcher_ = std::make_unique<UpstreamDispatcher>(pool_.get(), &metrics_, &clock_, options);
   }
   // An env_id whose sticky upstream is `u`, so a test knows which upstream is tried first.
@@ -79,6 +82,9 @@ TEST_F(DispatcherTest, AFailingStickyUpstreamIsRetriedElsewhereBeforeTheFirstByt
   EXPECT_EQ(pool_->all()[1]->outstanding.load(), 0);  // …and no longer once it is done
   EXPECT_EQ(broken_calls.load(), 1);
   EXPECT_EQ(metrics_.retries.Value(), 1);
+  // The failed attempt is counted against the upstream that failed, and only there.
+  EXPECT_EQ(metrics_.upstream_errors.Add({{"upstream", first->spec.name}}).Value(), 1);
+  EXPECT_EQ(metrics_.upstream_errors.Add({{"upstream", second->spec.name}}).Value(), 0);
 }
 
 TEST_F(DispatcherTest, WhenNoUpstreamAnswersTheReasonAndTheAttemptsAreReported) {
