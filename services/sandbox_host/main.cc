@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   corral::RaiseOpenFileLimit();
   // Orphaned sandbox processes are re-parented to the host, which reaps them.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  features.mount_namespaces = corral::sandbox::CanCreateMountNamespaces();
+  features.mount_namespaces = corral::sandbox::CanUseMountNamespaces();
   const std::string host_id = corral::sandbox::EffectiveHostId(config);
   const corral::sandbox::HostOptions host = corral::sandbox::EffectiveHostOptions(config);
   const corral::sandbox::CgroupManager cgroups = corral::sandbox::CgroupManager::Detect("corral-" + host_id);
@@ -75,6 +75,10 @@ int main(int argc, char** argv) {
   auto templates = std::make_unique<corral::sandbox::TemplateStore>(host.root + "/templates", host.templates,
                                                                     &clock, &metrics);
   sandboxes->SetTemplates(templates.get());
+  if (auto reach = corral::sandbox::CheckSandboxesCanReach(host.root); !reach.ok()) {
+    spdlog::error("cannot start: {}", reach.message());
+    return 1;
+  }
   // Creates, deletes, evictions and kill sweeps run here, never on a gRPC or the clock's thread; they mostly
   // wait on the kernel (sweeps, wipes, copies), so a few threads beyond the cores.
   auto workers = std::make_unique<corral::WorkerPool>(4);

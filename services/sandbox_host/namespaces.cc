@@ -93,9 +93,14 @@ int HelperMain(void* raw) {
 
 }  // namespace
 
-bool CanCreateMountNamespaces() {
+bool CanUseMountNamespaces() {
   pid_t pid = fork();
-  if (pid == 0) _exit(unshare(CLONE_NEWNS) == 0 ? 0 : 1);
+  if (pid == 0) {
+    // Create one, then join one (back into the original): setns into a mount namespace also needs
+    // CAP_SYS_CHROOT, which a container may lack while it has CAP_SYS_ADMIN — every exec would then fail.
+    const int original = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+    _exit(original >= 0 && unshare(CLONE_NEWNS) == 0 && setns(original, CLONE_NEWNS) == 0 ? 0 : 1);
+  }
   int status = 0;
   return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }

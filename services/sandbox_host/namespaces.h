@@ -20,8 +20,9 @@ struct SandboxNamespaces {
   bool hidepid = false;
 };
 
-// True when this process may create mount namespaces (CAP_SYS_ADMIN and no seccomp/LSM denial).
-bool CanCreateMountNamespaces();
+// True when this process may create mount namespaces and join them (CAP_SYS_ADMIN, CAP_SYS_CHROOT, and no
+// seccomp/LSM denial).
+bool CanUseMountNamespaces();
 
 // `home` must contain `.tmp` and one directory per task path; task path mount points are created (empty,
 // root-owned) on the host if missing. INTERNAL naming the step that failed.

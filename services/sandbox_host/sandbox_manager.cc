@@ -4,12 +4,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
 #include "libs/api/ids.h"
@@ -73,6 +76,23 @@ SpawnSpec Sandbox::SpawnFor(std::vector<std::string> argv, const std::map<std::s
   s.netns_fd = namespaces.net.valid() ? namespaces.net.get() : -1;
   s.cgroup_procs_fds = cgroup.procs_fds();
   return s;
+}
+
+absl::Status CheckSandboxesCanReach(const std::string& root) {
+  fs::path dir;
+  for (const fs::path& part : fs::absolute(root)) {
+    dir /= part;
+    struct stat st {};
+    if (stat(dir.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("sandbox root ", dir.string(), ": ", strerror(errno)));
+    }
+    if ((st.st_mode & S_IXOTH) == 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s (mode %04o) does not let the sandboxes' uids reach their homes below %s: chmod o+x it, or set "
+          "root elsewhere", dir.string(), st.st_mode & 07777, root));
+    }
+  }
+  return absl::OkStatus();
 }
 
 SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock* clock, const TokenSigner* signer,

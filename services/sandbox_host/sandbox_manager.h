@@ -113,6 +113,11 @@ struct Sandbox {
                      const std::string& cwd) const;
 };
 
+// OK when every directory from / down to `root` may be searched by any uid (mode o+x), so that a sandbox's uid
+// reaches its home below it; otherwise FAILED_PRECONDITION naming the first directory that blocks (e.g. a
+// container's 0750 state directory), checked at start-up rather than failing every exec with EACCES.
+absl::Status CheckSandboxesCanReach(const std::string& root);
+
 // Thread-safe.
 class SandboxManager {
  public:

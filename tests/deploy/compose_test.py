@@ -99,7 +99,8 @@ class Compose(unittest.TestCase):
                        capture_output=True, env=cls.env, timeout=300)
         subprocess.run(["sh", "-c", f"podman ps -aq --filter label=io.podman.compose.project={cls.project} | "
                                     "xargs -r podman rm -f; "
-                                    f"podman volume ls -q | grep '^{cls.project}_' | xargs -r podman volume rm -f"],
+                                    f"podman volume ls -q | grep '^{cls.project}_' | xargs -r podman volume rm -f; "
+                                    f"podman network rm -f {cls.project}_default"],
                        capture_output=True, timeout=300)
         shutil.rmtree(cls.dir, ignore_errors=True)
 
@@ -181,7 +182,8 @@ class Compose(unittest.TestCase):
         tasks += [agent_task("agent-add", "What is 345 + 678?"), agent_task("agent-mul", "What is 12 * 12?")]
         dataset = write_jsonl(os.path.join(self.dir, "mixed.jsonl"), tasks)
         out = os.path.join(self.dir, "mixed-results.jsonl")
-        self.corral("batch", "submit", dataset, "--group-size", "4", "--follow", "--ack", "--out", out)
+        self.corral("batch", "submit", dataset, "--group-size", "4", "--seed", "20261124", "--follow", "--ack",
+                    "--out", out)
         results = read_jsonl(out)
         self.assertEqual(len(results), len(tasks) * 4)
         self.assertEqual({r["status"] for r in results}, {"EPISODE_STATUS_FINISHED"},
@@ -191,8 +193,11 @@ class Compose(unittest.TestCase):
         for r in agents:
             self.assertEqual(r.get("reward"), 1, r)
             self.assertGreaterEqual(r["trajectory"]["call_count"], 1)  # the agent reached the model via the proxy
-        self.assertEqual({r["host_id"] for r in agents if r.get("host_id")} <= {"sandbox-host-1", "sandbox-host-2"}, True)
-        self.assertEqual({r.get("reward", 0) for r in results if r["ids"]["task_id"] in ("crates", "train")}, {0, 1})
+        self.assertLessEqual({r.get("host_id") for r in agents}, {"sandbox-host-1", "sandbox-host-2"})
+        # The scripted model answers wrong for one seed in four: across the word problems' 48 episodes both rewards
+        # occur (the batch seed is fixed, so this is deterministic).
+        words = {t["id"] for t in read_jsonl(os.path.join(ARGS.repo, "examples", "datasets", "word_problems.jsonl"))}
+        self.assertEqual({r.get("reward", 0) for r in results if r["ids"]["task_id"] in words}, {0, 1})
 
     def test_3_prometheus_scrapes_every_target_and_no_panel_or_rule_is_dead(self):
         targets = ds.wait_until("every Prometheus target up", self.all_targets_up, 120, interval=3)
@@ -302,7 +307,19 @@ class Compose(unittest.TestCase):
                    if v.startswith(self.project + "_")]
         networks = [n for n in ds.run(["podman", "network", "ls", "--format", "{{.Name}}"], quiet=True).stdout.split()
                     if n.startswith(self.project)]
+        if podman_compose_version() < (1, 0, 6) and networks == [f"{self.project}_default"]:
+            # podman-compose before 1.0.6 does not remove the project's network on `down` (docker compose does);
+            # docs/deploy.md tells users to remove it, as done here.
+            ds.log(f"podman-compose {podman_compose_version()} left {networks[0]}: removing it as docs/deploy.md says")
+            ds.run(["podman", "network", "rm", networks[0]])
+            networks = []
         self.assertEqual((containers, volumes, networks), ([], [], []))
+
+
+def podman_compose_version():
+    out = subprocess.run(["podman-compose", "version"], capture_output=True, text=True, timeout=60).stdout
+    m = re.search(r"podman-composer? version\s+(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
 
 
 def main():

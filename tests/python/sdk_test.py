@@ -306,6 +306,49 @@ class SdkTest(unittest.TestCase):
         list(batch.results(exclude_trajectories=True))
 
 
+class RetryTest(unittest.TestCase):
+    """A scheduler that is briefly unreachable (restarting, or a connection the channel has not yet seen die)
+    costs an idempotent call a retry, not an error; Submit is never repeated."""
+
+    def setUp(self):
+        from concurrent import futures
+        from corral.v1 import scheduler_pb2_grpc
+        calls = self.calls = {"GetBatch": 0, "Submit": 0}
+
+        class Flaky(scheduler_pb2_grpc.SchedulerServicer):
+            def GetBatch(self, request, context):
+                calls["GetBatch"] += 1
+                if calls["GetBatch"] < 3:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
+                return s.Batch(batch_id=request.batch_id)
+
+            def Submit(self, request_iterator, context):
+                calls["Submit"] += 1
+                for _ in request_iterator:
+                    pass
+                context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(Flaky(), self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+        self.client = corral.Client(f"127.0.0.1:{port}", timeout=10)
+
+    def tearDown(self):
+        self.client.close()
+        self.server.stop(None)
+
+    def test_get_batch_is_retried_while_the_scheduler_is_unavailable(self):
+        self.assertEqual(self.client.batch("b-1").id, "b-1")
+        self.assertEqual(self.calls["GetBatch"], 3)
+
+    def test_submit_is_not_repeated(self):
+        with self.assertRaises(corral.CorralError) as raised:
+            self.client.submit([question(1)], batch_id="b-2")
+        self.assertIn("UNAVAILABLE", str(raised.exception))
+        self.assertEqual(self.calls["Submit"], 1)
+
+
 class DatasetTest(unittest.TestCase):
     def test_the_example_jsonl_dataset_loads_with_its_conveniences(self):
         tasks = corral.load_jsonl(os.path.join(ARGS.repo, "examples/datasets/arithmetic.jsonl"))

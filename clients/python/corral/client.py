@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import random
 import time
@@ -24,6 +25,14 @@ EpisodeResult = scheduler_pb2.EpisodeResult
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
               grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED}
 _MAX_MESSAGE = 256 * 1024 * 1024  # a result carries its whole trajectory
+# The calls that may be repeated safely are retried by gRPC itself when the scheduler is briefly unreachable (a
+# restarted scheduler, a connection the channel has not yet noticed is dead). Submit is not: a repeated submit
+# would be a second batch.
+_SERVICE_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{"service": "corral.v1.Scheduler", "method": m}
+             for m in ("GetBatch", "ListBatches", "ListHosts", "Ack", "Cancel", "Drain")],
+    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.2s", "maxBackoff": "2s", "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"]}}]})
 _CHUNK_BYTES = 2 * 1024 * 1024    # tasks per Submit message stay well under the 4 MiB limit
 _TRAJECTORY_FORMATS = {"trajectory": common_pb2.TRAJECTORY_FORMAT_TRAJECTORY, "calls": common_pb2.TRAJECTORY_FORMAT_CALLS}
 
@@ -116,7 +125,8 @@ class Client:
         self._credentials = None
         if tls:
             self._credentials = grpc.ssl_channel_credentials() if tls is True else tls.credentials()
-        options = [("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE)]
+        options = [("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE),
+                   ("grpc.service_config", _SERVICE_CONFIG), ("grpc.enable_retries", 1)]
         self._options = options
         self._channel = (grpc.secure_channel(address, self._credentials, options) if self._credentials
                          else grpc.insecure_channel(address, options))

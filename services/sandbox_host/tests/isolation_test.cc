@@ -146,7 +146,7 @@ TEST_F(IsolationTest, WithoutAMemoryCgroupRlimitDataStopsAMemoryHog) {
 }
 
 TEST_F(IsolationTest, PrivateViewHidesOtherProcessesAndBindsTmpAndTaskPaths) {
-  if (!CanCreateMountNamespaces()) GTEST_SKIP() << "no mount namespaces";
+  if (!CanUseMountNamespaces()) GTEST_SKIP() << "no mount namespaces";
   auto ns = CreateNamespaces(home_.string(), {"/workspace"}, /*private_network=*/true);
   ASSERT_THAT(ns, IsOk());
   EXPECT_TRUE(ns->hidepid);
@@ -171,7 +171,7 @@ TEST_F(IsolationTest, PrivateViewHidesOtherProcessesAndBindsTmpAndTaskPaths) {
 }
 
 TEST_F(IsolationTest, LandlockAllowsTheSandboxsOwnProcInsideItsView) {
-  if (!CanCreateMountNamespaces() || LandlockAbi() < 1) GTEST_SKIP();
+  if (!CanUseMountNamespaces() || LandlockAbi() < 1) GTEST_SKIP();
   auto ns = CreateNamespaces(home_.string(), {}, false);
   ASSERT_THAT(ns, IsOk());
   LandlockPolicy policy;

@@ -81,7 +81,7 @@ class SandboxHostTest : public ::testing::Test {
     options_.uid_last = uids_->last();
     options_.capacity = 8;
     features_.landlock_abi = LandlockAbi();
-    features_.mount_namespaces = CanCreateMountNamespaces();
+    features_.mount_namespaces = CanUseMountNamespaces();
     cgroups_ = CgroupManager::Detect("corral-sbtest");
     features_.cgroups = &cgroups_;
     manager_ = std::make_unique<SandboxManager>(options_, features_, &clock_, &signer_);
@@ -280,6 +280,22 @@ TEST_F(SandboxHostTest, BadSpecsAreRejectedWithTheReason) {
   EXPECT_THAT(manager_->Create(1, spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("proxy_only")));
   EXPECT_THAT(manager_->Create(0, {}), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(manager_->live(), 0);
+}
+
+// A container's 0750 state directory above the homes would fail every exec with EACCES; the host refuses to
+// start instead, naming the directory.
+TEST(CheckSandboxesCanReach, NamesTheFirstDirectoryTheSandboxUidsCannotSearch) {
+  const fs::path base = fs::temp_directory_path() / ("corral-reach-" + std::to_string(getpid()));
+  fs::create_directories(base / "state" / "sandboxes");
+  fs::permissions(base, fs::perms::owner_all | fs::perms::others_exec, fs::perm_options::replace);
+  EXPECT_THAT(CheckSandboxesCanReach((base / "state" / "sandboxes").string()), IsOk());
+  fs::permissions(base / "state", fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec,
+                  fs::perm_options::replace);
+  const absl::Status blocked = CheckSandboxesCanReach((base / "state" / "sandboxes").string());
+  EXPECT_EQ(blocked.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(blocked.message()), ::testing::HasSubstr((base / "state").string() + " (mode 0750)"));
+  EXPECT_EQ(CheckSandboxesCanReach((base / "missing").string()).code(), absl::StatusCode::kFailedPrecondition);
+  fs::remove_all(base);
 }
 
 }  // namespace
