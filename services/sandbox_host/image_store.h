@@ -1,0 +1,73 @@
+// The sandbox host's OCI images: blobs and unpacked layers in a content-addressed store under one directory,
+// shared by every sandbox made from them and kept across restarts. An import verifies every blob against its
+// digest while it streams in, picks the linux/amd64 manifest, and unpacks each layer once (a layer two images
+// share is unpacked once). Plain C++, no gRPC. Thread-safe; imports may run concurrently.
+//
+//   DIR/blobs/sha256/HEX   manifests, configs and compressed layers, named by their digest
+//   DIR/layers/HEX/        a layer unpacked (HEX: its blob's digest); overlayfs lower directories
+//   DIR/images/HEX.json    an image (HEX: its manifest's digest): the names it goes by, when it came, its size
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "libs/core/clock.h"
+#include "services/sandbox_host/layer_unpack.h"
+#include "services/sandbox_host/oci_image.h"
+
+namespace corral::sandbox {
+
+struct Image {
+  std::string digest;                // the manifest's: sha256:…
+  std::vector<std::string> refs;     // names it was imported as (registry/name:tag)
+  std::vector<std::string> layers;   // layer blob digests, bottom first
+  ImageConfig config;
+  uint64_t size_bytes = 0;           // its layers unpacked (a layer shared with another image counts in both)
+  absl::Time imported;
+};
+
+class ImageStore {
+ public:
+  // Loads the images `dir` holds from an earlier run; removes what a crash left half-written.
+  ImageStore(std::string dir, LayerLimits layer_limits, Clock* clock);
+
+  // Imports an `oci-archive` (a tar of an OCI image layout, as `podman save --format oci-archive` or
+  // `skopeo copy … oci-archive:` write it) read from `fd` to its end, naming it `ref` (empty: the layout's
+  // org.opencontainers.image.ref.name annotation, else the digest only). A name moves from whatever image had it.
+  // INVALID_ARGUMENT for a malformed archive or document, a blob whose content does not match its digest, or a
+  // missing blob; NOT_FOUND when it holds no linux/amd64 image; RESOURCE_EXHAUSTED from the layer limits.
+  absl::StatusOr<Image> ImportArchive(int fd, const std::string& ref);
+
+  // By name or by manifest digest. NOT_FOUND otherwise.
+  absl::StatusOr<Image> Find(const std::string& ref_or_digest) const;
+  std::vector<Image> List() const;  // by digest
+  // Removes the image and every layer no other image uses. NOT_FOUND for an unknown name or digest.
+  absl::Status Remove(const std::string& ref_or_digest);
+
+  // The image's unpacked layers as overlayfs lowerdir wants them: top first.
+  absl::StatusOr<std::vector<std::string>> LowerDirs(const std::string& digest) const;
+
+ private:
+  std::string BlobPath(const std::string& digest) const;
+  std::string LayerDir(const std::string& digest) const;
+  absl::StatusOr<std::string> ReadBlob(const std::string& digest, size_t max_bytes) const;
+  absl::Status ReadArchiveBlobs(int fd, std::string* index_json);
+  absl::StatusOr<Image> Resolve(const std::string& index_json, std::string ref);
+  absl::StatusOr<uint64_t> EnsureLayer(const std::string& digest);
+  absl::Status SaveRecord(const Image& image) const;
+  void Load();
+  const Image* FindLocked(const std::string& ref_or_digest) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const std::string dir_;
+  const LayerLimits layer_limits_;
+  Clock* const clock_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Image> images_ ABSL_GUARDED_BY(mu_);  // by manifest digest
+};
+
+}  // namespace corral::sandbox
