@@ -1,0 +1,36 @@
+// What makes a sandbox live inside an OCI image: a user namespace in which it is root while it stays its pool uid
+// outside (one uid mapped: it gains no real privilege), and a mount namespace whose root is an overlay of the
+// image's layers — each layer an idmapped mount, so files the image gives to root are the sandbox's own — over a
+// private upper layer, with a fresh /proc, a minimal /dev and a private /tmp. The host's own mounts never change:
+// the work happens in a short-lived helper. Needs Linux 6.8+ (overlay "lowerdir+", idmapped overlay layers) and
+// root. Thread-safe (functions only).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "libs/core/unique_fd.h"
+
+namespace corral::sandbox {
+
+// A user namespace mapping uid/gid 0 inside to `uid`/`gid` outside, and nothing else; setgroups denied.
+absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid);
+
+struct ImageRootSpec {
+  std::vector<std::string> lower_dirs;  // the image's layers, top first
+  std::string upper_dir;                // the sandbox's writes: a directory owned by `uid`
+  std::string work_dir;                 // overlayfs's scratch directory, on the upper's filesystem
+  std::string mount_point;              // an empty directory where the root is assembled before pivot_root
+  int userns_fd = -1;                   // from CreateUserNamespace
+  uid_t uid = 0;                        // the sandbox's pool uid/gid (owner of /tmp, /dev/shm)
+  gid_t gid = 0;
+};
+
+// The mount namespace of a sandbox in an image: the overlay as "/" (nosuid, nodev), /proc (hidepid=invisible),
+// /dev (null zero full random urandom tty, shm, pts-less), /tmp (tmpfs). INTERNAL naming the step that failed.
+absl::StatusOr<UniqueFd> CreateImageRoot(const ImageRootSpec& spec);
+
+}  // namespace corral::sandbox
