@@ -2,7 +2,7 @@
 // outside (one uid mapped: it gains no real privilege), and a mount namespace whose root is an overlay of the
 // image's layers — each layer an idmapped mount, so files the image gives to root are the sandbox's own — over a
 // private upper layer, with a fresh /proc, a minimal /dev and a private /tmp. The host's own mounts never change:
-// the work happens in a short-lived helper. Needs Linux 6.8+ (overlay "lowerdir+", idmapped overlay layers) and
+// the work happens in a short-lived helper. Needs Linux 5.19+ (idmapped overlay layers) and
 // root. Thread-safe (functions only).
 #pragma once
 
