@@ -162,4 +162,18 @@ void ToProto(const TemplateInfo& t, v1::Template* out) {
   ToProto(t.last_used, out->mutable_last_used_time());
 }
 
+void ToProto(const Image& image, v1::Image* out) {
+  out->set_digest(image.digest);
+  for (const std::string& r : image.refs) out->add_refs(r);
+  for (const std::string& l : image.layers) out->add_layers(l);
+  out->set_size_bytes(image.size_bytes);
+  ToProto(image.imported, out->mutable_import_time());
+  v1::ImageConfig* c = out->mutable_config();
+  for (const std::string& e : image.config.env) c->add_env(e);
+  c->set_working_dir(image.config.working_dir);
+  c->set_user(image.config.user);
+  for (const std::string& e : image.config.entrypoint) c->add_entrypoint(e);
+  for (const std::string& e : image.config.cmd) c->add_cmd(e);
+}
+
 }  // namespace corral::sandbox

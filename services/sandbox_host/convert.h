@@ -6,6 +6,7 @@
 #include "corral/v1/sandbox.pb.h"
 #include "libs/api/proto_time.h"
 #include "services/sandbox_host/exec_manager.h"
+#include "services/sandbox_host/image_store.h"
 #include "services/sandbox_host/sandbox_manager.h"
 
 namespace corral::sandbox {
@@ -20,6 +21,7 @@ void ToProto(const SandboxSpec& spec, v1::SandboxSpec* out);
 void ToProto(const ExitInfo& exit, v1::ExitStatus* out);
 void ToProto(const ProcessInfo& process, v1::Process* out);
 void ToProto(const TemplateInfo& info, v1::Template* out);
+void ToProto(const Image& image, v1::Image* out);
 void ToProto(const struct stat& st, const std::string& path, const std::string& name, const std::string& link_target,
              v1::FileInfo* out);
 v1::NetworkPolicy ToProto(NetworkPolicy policy);

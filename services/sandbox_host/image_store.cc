@@ -220,10 +220,12 @@ absl::StatusOr<Image> ImageStore::ImportArchive(int fd, const std::string& ref) 
       if (std::erase(other.refs, name) > 0) CORRAL_RETURN_IF_ERROR(SaveRecord(other));
     }
   }
-  if (auto it = images_.find(image.digest); it != images_.end()) {  // imported before: keep its other names
-    for (const std::string& name : it->second.refs) {
-      if (std::find(image.refs.begin(), image.refs.end(), name) == image.refs.end()) image.refs.push_back(name);
+  if (auto it = images_.find(image.digest); it != images_.end()) {  // imported before: a new name adds to its own
+    std::vector<std::string> refs = it->second.refs;
+    for (const std::string& name : image.refs) {
+      if (std::find(refs.begin(), refs.end(), name) == refs.end()) refs.push_back(name);
     }
+    image.refs = std::move(refs);
   }
   CORRAL_RETURN_IF_ERROR(SaveRecord(image));
   images_[image.digest] = image;
@@ -291,6 +293,12 @@ void ImageStore::Load() {
     }
     images_[digest] = std::move(image);
   }
+}
+
+absl::StatusOr<UniqueFd> ImageStore::NewImportFile() const {
+  UniqueFd fd(open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (fd.get() < 0) return absl::InternalError(absl::StrCat("a temporary file in ", dir_, ": ", strerror(errno)));
+  return fd;
 }
 
 const Image* ImageStore::FindLocked(const std::string& ref_or_digest) const {

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/core/clock.h"
+#include "libs/core/unique_fd.h"
 #include "services/sandbox_host/layer_unpack.h"
 #include "services/sandbox_host/oci_image.h"
 
@@ -42,6 +43,10 @@ class ImageStore {
   // INVALID_ARGUMENT for a malformed archive or document, a blob whose content does not match its digest, or a
   // missing blob; NOT_FOUND when it holds no linux/amd64 image; RESOURCE_EXHAUSTED from the layer limits.
   absl::StatusOr<Image> ImportArchive(int fd, const std::string& ref);
+
+  // An anonymous file in the store's directory (O_TMPFILE: nothing is left of it if the host dies) to receive an
+  // archive before ImportArchive reads it.
+  absl::StatusOr<UniqueFd> NewImportFile() const;
 
   // By name or by manifest digest. NOT_FOUND otherwise.
   absl::StatusOr<Image> Find(const std::string& ref_or_digest) const;

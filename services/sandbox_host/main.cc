@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
   auto templates = std::make_unique<corral::sandbox::TemplateStore>(host.root + "/templates", host.templates,
                                                                     &clock, &metrics);
   sandboxes->SetTemplates(templates.get());
+  // OCI images: kept across restarts under the sandbox root (a volume in containers).
+  auto images = std::make_unique<corral::sandbox::ImageStore>(host.root + "/images", corral::sandbox::LayerLimits{},
+                                                              &clock);
   if (auto reach = corral::sandbox::CheckSandboxesCanReach(host.root); !reach.ok()) {
     spdlog::error("cannot start: {}", reach.message());
     return 1;
@@ -84,8 +87,8 @@ int main(int argc, char** argv) {
   auto workers = std::make_unique<corral::WorkerPool>(4);
   sandboxes->SetWorkers(workers.get());
   execs->SetWorkers(workers.get());
-  corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), templates.get(), &auth, &clock, workers.get(),
-                                          host_id);
+  corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), templates.get(), images.get(), &auth, &clock,
+                                          workers.get(), host_id);
   runner.AddService(&service, "corral.v1.SandboxHost");
   if (auto s = runner.Start(); !s.ok()) {
     spdlog::error("cannot start: {}", s);

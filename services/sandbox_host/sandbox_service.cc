@@ -19,6 +19,7 @@
 #include "services/sandbox_host/exec_reactor.h"
 #include "services/sandbox_host/sandbox_ops.h"
 #include "services/sandbox_host/file_reactors.h"
+#include "services/sandbox_host/image_reactor.h"
 #include "services/sandbox_host/sandbox_path.h"
 #include "services/sandbox_host/template_builder.h"
 
@@ -251,6 +252,25 @@ grpc::ServerUnaryReactor* SandboxService::DeleteTemplate(grpc::CallbackServerCon
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   if (auto s = ValidateId("key", req->key()); !s.ok()) return FinishUnary(ctx, s);
   return FinishUnary(ctx, templates_->Delete(req->key()));
+}
+
+grpc::ServerReadReactor<v1::ImportImageRequest>* SandboxService::ImportImage(grpc::CallbackServerContext* ctx,
+                                                                             v1::Image* resp) {
+  return new ImportImageReactor(images_, auth_, workers_, ctx, resp);
+}
+
+grpc::ServerUnaryReactor* SandboxService::ListImages(grpc::CallbackServerContext* ctx, const v1::ListImagesRequest*,
+                                                     v1::ListImagesResponse* resp) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  for (const Image& image : images_->List()) ToProto(image, resp->add_images());
+  return FinishUnary(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* SandboxService::DeleteImage(grpc::CallbackServerContext* ctx,
+                                                      const v1::DeleteImageRequest* req, v1::DeleteImageResponse*) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  if (req->image().empty()) return FinishUnary(ctx, absl::InvalidArgumentError("image is required (a name or digest)"));
+  return FinishUnary(ctx, images_->Remove(req->image()));
 }
 
 grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* ctx, const v1::HostInfoRequest*,

@@ -7,6 +7,7 @@
 #include "libs/core/clock.h"
 #include "libs/rpc/auth.h"
 #include "services/sandbox_host/exec_manager.h"
+#include "services/sandbox_host/image_store.h"
 #include "services/sandbox_host/sandbox_manager.h"
 
 namespace corral::sandbox {
@@ -16,10 +17,10 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
  public:
   // `workers` run what may take long (creating and deleting sandboxes, killing processes), so no gRPC thread
   // waits for it: those calls answer when the work is done.
-  SandboxService(SandboxManager* sandboxes, ExecManager* execs, TemplateStore* templates,
+  SandboxService(SandboxManager* sandboxes, ExecManager* execs, TemplateStore* templates, ImageStore* images,
                  const CallAuthenticator* auth, Clock* clock, WorkerPool* workers, std::string host_id)
-      : sandboxes_(sandboxes), execs_(execs), templates_(templates), auth_(auth), clock_(clock), workers_(workers),
-        host_id_(std::move(host_id)), start_time_(clock->Now()) {}
+      : sandboxes_(sandboxes), execs_(execs), templates_(templates), images_(images), auth_(auth), clock_(clock),
+        workers_(workers), host_id_(std::move(host_id)), start_time_(clock->Now()) {}
 
   grpc::ServerUnaryReactor* CreateSandboxes(grpc::CallbackServerContext* ctx, const v1::CreateSandboxesRequest* req,
                                             v1::CreateSandboxesResponse* resp) override;
@@ -55,6 +56,12 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
                                           v1::ListTemplatesResponse* resp) override;
   grpc::ServerUnaryReactor* DeleteTemplate(grpc::CallbackServerContext* ctx, const v1::DeleteTemplateRequest* req,
                                            v1::DeleteTemplateResponse* resp) override;
+  grpc::ServerReadReactor<v1::ImportImageRequest>* ImportImage(grpc::CallbackServerContext* ctx,
+                                                               v1::Image* resp) override;
+  grpc::ServerUnaryReactor* ListImages(grpc::CallbackServerContext* ctx, const v1::ListImagesRequest* req,
+                                       v1::ListImagesResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteImage(grpc::CallbackServerContext* ctx, const v1::DeleteImageRequest* req,
+                                        v1::DeleteImageResponse* resp) override;
   grpc::ServerUnaryReactor* HostInfo(grpc::CallbackServerContext* ctx, const v1::HostInfoRequest* req,
                                      v1::HostInfoResponse* resp) override;
 
@@ -64,6 +71,7 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
   SandboxManager* const sandboxes_;
   ExecManager* const execs_;
   TemplateStore* const templates_;
+  ImageStore* const images_;
   const CallAuthenticator* const auth_;
   Clock* const clock_;
   WorkerPool* const workers_;

@@ -11,6 +11,7 @@ void RegisterHealth(CLI::App& app, int& exit_code);
 void RegisterLimiter(CLI::App& app, int& exit_code);
 void RegisterUp(CLI::App& app, int& exit_code);
 void RegisterSandbox(CLI::App& app, int& exit_code);
+void RegisterImage(CLI::App& app, int& exit_code);
 void RegisterSession(CLI::App& app, int& exit_code);
 // batch submit|ls|get|cancel, results, hosts ls, drain (the scheduler).
 void RegisterBatch(CLI::App& app, int& exit_code);

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   corral::cli::RegisterLimiter(app, exit_code);
   corral::cli::RegisterUp(app, exit_code);
   corral::cli::RegisterSandbox(app, exit_code);
+  corral::cli::RegisterImage(app, exit_code);
   corral::cli::RegisterSession(app, exit_code);
   corral::cli::RegisterBatch(app, exit_code);
   corral::cli::RegisterRun(app, exit_code);

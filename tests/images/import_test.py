@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""OCI images on a real corral-sandbox-host, from the shell: an oci-archive written by podman (the base image
+podman-ready makes with debootstrap) imported with `corral image import`, listed, kept across a restart of the
+host, removed with its layers; a tampered archive refused with nothing kept.
+
+    python3 import_test.py --bin BUILD/bin --repo REPO
+"""
+import argparse
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy"))
+import deploy_support as ds  # noqa: E402
+
+ARGS = None
+
+
+class ImageImport(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Not under /tmp (the host refuses: a sandbox's /tmp is its own), and searchable by the sandboxes' uids.
+        cls.dir = tempfile.mkdtemp(prefix="corral-images-", dir="/var/tmp")
+        os.chmod(cls.dir, 0o711)
+        cls.archive = os.path.join(cls.dir, "debian.oci.tar")
+        ds.run(["podman", "save", "--format", "oci-archive", "-o", cls.archive, ds.BASE_IMAGE], timeout=600)
+        with tarfile.open(cls.archive) as t:
+            index = json.load(t.extractfile("index.json"))
+        cls.digest = index["manifests"][0]["digest"]
+        cls.secret = os.path.join(cls.dir, "secret")
+        with open(cls.secret, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+        os.chmod(cls.secret, 0o600)
+        cls.root = os.path.join(cls.dir, "sandboxes")
+        cls.proc = None
+        try:
+            cls.start_host()
+        except BaseException:
+            cls.tearDownClass()  # unittest does not call it when setUpClass fails
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stop_host()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @classmethod
+    def start_host(cls):
+        ready = os.path.join(cls.dir, "host.ready.json")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        cls.log = open(os.path.join(cls.dir, "host.log"), "a")
+        cls.proc = subprocess.Popen([os.path.join(ARGS.bin, "corral-sandbox-host"), "--grpc-listen=127.0.0.1:0",
+                                     "--metrics-listen=127.0.0.1:0", f"--root={cls.root}",
+                                     f"--secret-file={cls.secret}", f"--ready-file={ready}"],
+                                    stdout=cls.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while not (os.path.exists(ready) and os.path.getsize(ready) > 0):
+            if cls.proc.poll() is not None or time.time() > deadline:
+                with open(os.path.join(cls.dir, "host.log")) as f:
+                    raise AssertionError(f"corral-sandbox-host did not start ({cls.proc.returncode}):\n{f.read()[-3000:]}")
+            time.sleep(0.05)
+        with open(ready) as f:
+            cls.host = json.load(f)["grpc"]
+
+    @classmethod
+    def stop_host(cls):
+        if cls.proc is not None:
+            cls.proc.terminate()
+            cls.proc.wait(timeout=60)
+            cls.proc = None
+            cls.log.close()
+
+    def corral(self, *args, check=True):
+        return ds.run([os.path.join(ARGS.bin, "corral"), "image", *args, "--host", self.host,
+                       "--secret-file", self.secret], check=check, timeout=600)
+
+    def layers(self):
+        path = os.path.join(self.root, "images", "layers")
+        return sorted(n for n in os.listdir(path) if not n.endswith(".size"))
+
+    def test_2_a_podman_archive_is_imported_listed_and_kept_across_a_restart(self):
+        start = time.time()
+        out = self.corral("import", self.archive, "--ref", "localhost/debian:bookworm").stdout
+        ds.log(f"imported in {time.time() - start:.1f}s: {out.strip()}")
+        self.assertTrue(out.startswith(self.digest + " localhost/debian:bookworm "), out)
+        self.assertEqual(len(self.layers()), 1)
+        layer = os.path.join(self.root, "images", "layers", self.layers()[0])
+        self.assertTrue(os.path.isfile(os.path.join(layer, "etc", "debian_version")))
+        self.assertTrue(os.path.islink(os.path.join(layer, "bin")) or os.path.isdir(os.path.join(layer, "bin")))
+        self.assertEqual(os.stat(os.path.join(layer, "etc", "shadow")).st_uid, 0)  # owners kept: root's files
+        listing = self.corral("ls").stdout
+        self.assertIn(self.digest[:19], listing)
+        self.assertIn("localhost/debian:bookworm", listing)
+        # Imported again under a second name: nothing unpacked twice, both names kept.
+        self.corral("import", self.archive, "--ref", "localhost/debian:12")
+        self.assertEqual(len(self.layers()), 1)
+        self.stop_host()
+        self.start_host()
+        listing = self.corral("ls").stdout
+        self.assertIn("localhost/debian:bookworm,localhost/debian:12", listing)
+
+    def test_1_a_tampered_archive_is_refused_and_nothing_is_kept(self):
+        # First, on an empty store: a blob the store already holds is not read again (its name is its content),
+        # so a tampered copy of it could only ever be ignored.
+        tampered = os.path.join(self.dir, "tampered.tar")
+        with tarfile.open(self.archive) as src, tarfile.open(tampered, "w") as dst:
+            for member in src.getmembers():
+                data = src.extractfile(member).read() if member.isfile() else None
+                if data is not None and member.name.startswith("blobs/") and member.size > 1_000_000:
+                    data = data[:-1] + bytes([data[-1] ^ 1])  # one bit of the layer flipped
+                dst.addfile(member, None if data is None else io.BytesIO(data))
+        before = self.layers()
+        done = self.corral("import", tampered, "--ref", "localhost/tampered", check=False)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("INVALID_ARGUMENT", done.stderr)
+        self.assertIn("has content sha256:", done.stderr)
+        self.assertEqual(self.layers(), before)
+        self.assertEqual(before, [])
+        self.assertNotIn("localhost/tampered", self.corral("ls").stdout)
+
+    def test_3_removing_the_image_removes_its_layers(self):
+        self.corral("rm", "localhost/debian:bookworm")  # by either name: the image goes
+        self.assertNotIn(self.digest[:19], self.corral("ls").stdout)
+        self.assertEqual(self.layers(), [])
+        done = self.corral("rm", "localhost/debian:12", check=False)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("NOT_FOUND", done.stderr)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--repo", required=True)
+    ARGS, rest = parser.parse_known_args()
+    ARGS.repo = os.path.abspath(ARGS.repo)
+    ds.ready_podman_or_skip(ARGS.repo)
+    unittest.main(argv=[sys.argv[0], "-v", "-f"] + rest)
+
+
+if __name__ == "__main__":
+    main()
