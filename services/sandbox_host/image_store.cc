@@ -210,6 +210,7 @@ absl::StatusOr<Image> ImageStore::Resolve(const std::string& index_json, std::st
 }
 
 absl::StatusOr<Image> ImageStore::ImportArchive(int fd, const std::string& ref) {
+  CORRAL_RETURN_IF_ERROR(CheckLayerFilesystem(dir_));
   std::string index_json;
   CORRAL_RETURN_IF_ERROR(ReadArchiveBlobs(fd, &index_json));
   CORRAL_ASSIGN_OR_RETURN(Image image, Resolve(index_json, ref));

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -247,6 +248,17 @@ class Unpacker {
 };
 
 }  // namespace
+
+absl::Status CheckLayerFilesystem(const std::string& dir) {
+  constexpr long kOverlayfsMagic = 0x794c7630;  // OVERLAYFS_SUPER_MAGIC
+  struct statfs fs {};
+  if (statfs(dir.c_str(), &fs) != 0) return Errno("statfs", dir);
+  if (fs.f_type == kOverlayfsMagic) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, " is on overlayfs, which cannot hold image layers: put the sandbox host's root on a volume"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<LayerStats> UnpackLayer(int fd, const std::string& dir, const LayerLimits& limits) {
   UniqueFd root(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));

@@ -26,6 +26,10 @@ struct LayerStats {
   uint64_t skipped_devices = 0;  // character and block devices not created
 };
 
+// OK when `dir` may hold unpacked layers; FAILED_PRECONDITION when it is on overlayfs (a container's own root,
+// say), which neither keeps whiteouts and trusted.overlay.* xattrs nor serves as an overlay's layer.
+absl::Status CheckLayerFilesystem(const std::string& dir);
+
 // Reads the layer from `fd` (a tar stream, optionally compressed; read to its end) into `dir`, an existing
 // directory that should be empty. Files keep the layer's owners, modes (set-id bits included: sandboxes mount
 // layers nosuid) and times. INVALID_ARGUMENT naming the entry for a `..` component, a hard link to a missing or
