@@ -51,11 +51,13 @@ absl::StatusOr<SandboxSpec> FromProto(const v1::SandboxSpec& p) {
   s.require_private_view = p.require_private_filesystem_view();
   s.labels = {p.labels().begin(), p.labels().end()};
   s.template_key = p.template_key();
+  s.image = p.image();
   return s;
 }
 
 void ToProto(const SandboxSpec& s, v1::SandboxSpec* out) {
   out->set_template_key(s.template_key);
+  out->set_image(s.image);
   if (s.network) out->set_network_policy(ToProto(*s.network));
   for (uint16_t port : s.allowed_ports) out->add_allowed_ports(port);
   v1::ResourceLimits* l = out->mutable_limits();
@@ -80,6 +82,7 @@ void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
   out->set_state(sb.deleted ? v1::SANDBOX_STATE_DELETING : v1::SANDBOX_STATE_READY);
   ToProto(sb.spec, out->mutable_spec());
   out->set_home(sb.home);
+  out->set_image_digest(sb.image_digest);
   out->set_uid(sb.uid);
   const Protections& p = sb.protections;
   v1::Protections* pp = out->mutable_protections();
@@ -100,6 +103,7 @@ void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
   pp->set_memory_rlimit_bytes(static_cast<uint64_t>(p.memory_rlimit_bytes));
   pp->set_process_rlimit(static_cast<uint32_t>(p.process_rlimit));
   pp->set_containment(p.containment);
+  pp->set_user_namespace(p.user_namespace);
   ToProto(sb.create_time, out->mutable_create_time());
   out->set_running_processes(static_cast<uint32_t>(running_processes));
 }

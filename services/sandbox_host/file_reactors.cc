@@ -29,7 +29,7 @@ absl::Status WriteFileReactor::Handle() {
     auto sb = sandboxes_->Find(h.sandbox_id());
     if (!sb.ok()) return sb.status();
     sandbox_ = *sb;
-    auto path = ParseSandboxPath(h.path(), sandbox_->spec.task_paths);
+    auto path = sandbox_->ParsePath(h.path());
     if (!path.ok()) return path.status();
     path_ = *path;
     WriteMode mode = h.write_mode() == v1::WRITE_MODE_APPEND       ? WriteMode::kAppend
@@ -43,7 +43,7 @@ absl::Status WriteFileReactor::Handle() {
       }
     }
     const mode_t perms = h.permissions() == 0 ? 0644 : (h.permissions() & 0777);
-    auto writer = FileWriter::Open(sandbox_->home_fd.get(), *path_, mode, perms, Owner{sandbox_->uid, sandbox_->uid},
+    auto writer = FileWriter::Open(sandbox_->home_fd.get(), *path_, mode, perms, sandbox_->FileOwner(),
                                    h.make_parents());
     if (!writer.ok()) return writer.status();
     writer_.emplace(*std::move(writer));
@@ -93,8 +93,8 @@ ReadFileReactor::ReadFileReactor(SandboxManager* sandboxes, const CallAuthentica
                                  grpc::CallbackServerContext* ctx, const v1::ReadFileRequest& request) {
   absl::Status status = AuthorizeSandbox(*auth, *sandboxes, *ctx, request.sandbox_id());
   auto sb = status.ok() ? sandboxes->Find(request.sandbox_id()) : absl::StatusOr<std::shared_ptr<const Sandbox>>(status);
-  auto path = sb.ok() ? ParseSandboxPath(request.path(), (*sb)->spec.task_paths) : absl::StatusOr<SandboxPath>(sb.status());
-  auto fd = path.ok() ? OpenRegularForRead((*sb)->home_fd.get(), *path, Owner{(*sb)->uid, (*sb)->uid})
+  auto path = sb.ok() ? (*sb)->ParsePath(request.path()) : absl::StatusOr<SandboxPath>(sb.status());
+  auto fd = path.ok() ? OpenRegularForRead((*sb)->home_fd.get(), *path, (*sb)->FileOwner())
                       : absl::StatusOr<UniqueFd>(path.status());
   if (!fd.ok()) {
     Finish(ToGrpcStatus(fd.status()));

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "services/sandbox_host/namespaces.h"
 
 namespace corral::sandbox {
 namespace {
@@ -24,7 +25,7 @@ namespace {
 constexpr size_t kStack = 64 * 1024;
 
 // Steps the helper reports when one fails.
-enum Step : int { kUnshare = 1, kPrivate, kIdmap, kOverlay, kProc, kDev, kTmp, kPivot, kOpen };
+enum Step : int { kUnshare = 1, kPrivate, kIdmap, kOverlay, kProc, kDev, kTmp, kPivot, kLoopback, kOpen };
 
 const char* StepName(int step) {
   switch (step) {
@@ -36,6 +37,7 @@ const char* StepName(int step) {
     case kDev: return "making /dev";
     case kTmp: return "mounting /tmp";
     case kPivot: return "pivot_root";
+    case kLoopback: return "bringing up loopback";
     case kOpen: return "opening the namespace";
     default: return "setup";
   }
@@ -57,7 +59,7 @@ struct HelperArgs {
   std::vector<std::string> device_paths;
   int step = -1;
   int err = 0;
-  int mnt_fd = -1;
+  int mnt_fd = -1, net_fd = -1, root_fd = -1;
 };
 
 int HelperMain(void* raw) {
@@ -67,7 +69,7 @@ int HelperMain(void* raw) {
     a->err = errno;
     return 1;
   };
-  if (unshare(CLONE_NEWNS) != 0) return fail(kUnshare);
+  if (unshare(CLONE_NEWNS | (a->spec->private_network ? CLONE_NEWNET : 0)) != 0) return fail(kUnshare);
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return fail(kPrivate);
   for (size_t i = 0; i < a->staged.size(); ++i) {
     const int tree = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, a->spec->lower_dirs[i].c_str(),
@@ -107,7 +109,12 @@ int HelperMain(void* raw) {
       chdir("/") != 0) {
     return fail(kPivot);
   }
+  if (a->spec->private_network) {
+    if (!BringUpLoopback()) return fail(kLoopback);
+    if ((a->net_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) return fail(kOpen);
+  }
   if ((a->mnt_fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)) < 0) return fail(kOpen);
+  if ((a->root_fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) return fail(kOpen);
   a->step = 0;
   return 0;
 }
@@ -128,7 +135,7 @@ bool WriteProcFile(pid_t pid, const char* name, const std::string& content) {
 
 }  // namespace
 
-absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid) {
+absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_uid, gid_t inside_gid) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
   UniqueFd read_end(pipefd[0]), write_end(pipefd[1]);
@@ -136,9 +143,9 @@ absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid) {
   int fd_to_wait_on = read_end.get();
   const pid_t pid = clone(HoldUserNamespace, stack.get() + kStack, CLONE_NEWUSER | CLONE_VM | SIGCHLD, &fd_to_wait_on);
   if (pid < 0) return absl::InternalError(absl::StrCat("clone(CLONE_NEWUSER): ", strerror(errno)));
-  const bool mapped = WriteProcFile(pid, "uid_map", absl::StrCat("0 ", uid, " 1\n")) &&
+  const bool mapped = WriteProcFile(pid, "uid_map", absl::StrCat(inside_uid, " ", uid, " 1\n")) &&
                       WriteProcFile(pid, "setgroups", "deny") &&
-                      WriteProcFile(pid, "gid_map", absl::StrCat("0 ", gid, " 1\n"));
+                      WriteProcFile(pid, "gid_map", absl::StrCat(inside_gid, " ", gid, " 1\n"));
   const int saved = errno;
   UniqueFd ns(open(absl::StrCat("/proc/", pid, "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
   // The holder's read returns and it exits (closing our end would not do: it holds a copy of it).
@@ -149,7 +156,20 @@ absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid) {
   return ns;
 }
 
-absl::StatusOr<UniqueFd> CreateImageRoot(const ImageRootSpec& spec) {
+bool CanUseImages(const std::string& dir) {
+  auto userns = CreateUserNamespace(65534, 65534);
+  if (!userns.ok()) return false;
+  const int tree = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (tree < 0) return false;
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_IDMAP;
+  attr.userns_fd = static_cast<uint64_t>(userns->get());
+  const bool ok = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0;
+  close(tree);  // a detached mount: gone with its descriptor
+  return ok;
+}
+
+absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec) {
   if (spec.lower_dirs.empty()) return absl::InvalidArgumentError("an image root needs at least one layer");
   HelperArgs args;
   args.spec = &spec;
@@ -178,12 +198,15 @@ absl::StatusOr<UniqueFd> CreateImageRoot(const ImageRootSpec& spec) {
   const pid_t pid = clone(HelperMain, stack.get() + kStack, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);
   if (pid < 0) return absl::InternalError(absl::StrCat("clone: ", strerror(errno)));
   waitpid(pid, nullptr, 0);
-  UniqueFd ns(args.mnt_fd);
+  ImageRoot out;
+  out.mnt.Reset(args.mnt_fd);
+  out.net.Reset(args.net_fd);
+  out.root.Reset(args.root_fd);
   if (args.step != 0) {
     return absl::InternalError(
         absl::StrCat("creating the image root failed at ", StepName(args.step), ": ", strerror(args.err)));
   }
-  return ns;
+  return out;
 }
 
 }  // namespace corral::sandbox

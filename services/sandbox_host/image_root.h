@@ -16,8 +16,13 @@
 
 namespace corral::sandbox {
 
-// A user namespace mapping uid/gid 0 inside to `uid`/`gid` outside, and nothing else; setgroups denied.
-absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid);
+// A user namespace mapping `inside_uid`/`inside_gid` (root by default: the image's user) to `uid`/`gid` outside,
+// and nothing else; setgroups denied.
+absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_uid = 0, gid_t inside_gid = 0);
+
+// True when this host can make image roots in `dir`'s filesystem: user namespaces and idmapped mounts work (a
+// container without CAP_SYS_ADMIN, or an old kernel, cannot). Probed once at start-up.
+bool CanUseImages(const std::string& dir);
 
 struct ImageRootSpec {
   std::vector<std::string> lower_dirs;  // the image's layers, top first
@@ -27,10 +32,17 @@ struct ImageRootSpec {
   int userns_fd = -1;                   // from CreateUserNamespace
   uid_t uid = 0;                        // the sandbox's pool uid/gid (owner of /tmp, /dev/shm)
   gid_t gid = 0;
+  bool private_network = false;         // a network namespace of its own, with loopback up (network policy none)
+};
+
+struct ImageRoot {
+  UniqueFd mnt;   // the mount namespace
+  UniqueFd net;   // the network namespace, when a private one was asked for
+  UniqueFd root;  // the overlay root ("/" inside), O_RDONLY: how the host reaches the sandbox's files
 };
 
 // The mount namespace of a sandbox in an image: the overlay as "/" (nosuid, nodev), /proc (hidepid=invisible),
 // /dev (null zero full random urandom tty, shm, pts-less), /tmp (tmpfs). INTERNAL naming the step that failed.
-absl::StatusOr<UniqueFd> CreateImageRoot(const ImageRootSpec& spec);
+absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec);
 
 }  // namespace corral::sandbox

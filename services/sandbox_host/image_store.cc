@@ -329,6 +329,10 @@ absl::Status ImageStore::Remove(const std::string& ref_or_digest) {
   const Image* found = FindLocked(ref_or_digest);
   if (found == nullptr) return absl::NotFoundError(absl::StrCat("no image '", ref_or_digest, "' on this host"));
   const Image image = *found;
+  if (auto pins = pins_.find(image.digest); pins != pins_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("image ", image.digest, " is in use by ", pins->second,
+                                                      " sandbox(es); delete them first"));
+  }
   images_.erase(image.digest);
   std::error_code ec;
   fs::remove(absl::StrCat(dir_, "/images/", Hex(image.digest), ".json"), ec);
@@ -345,6 +349,19 @@ absl::Status ImageStore::Remove(const std::string& ref_or_digest) {
   }
   fs::remove(BlobPath(image.digest), ec);
   return absl::OkStatus();
+}
+
+absl::Status ImageStore::Pin(const std::string& digest) {
+  absl::MutexLock lock(&mu_);
+  if (images_.count(digest) == 0) return absl::NotFoundError(absl::StrCat("no image '", digest, "' on this host"));
+  ++pins_[digest];
+  return absl::OkStatus();
+}
+
+void ImageStore::Unpin(const std::string& digest) {
+  absl::MutexLock lock(&mu_);
+  auto it = pins_.find(digest);
+  if (it != pins_.end() && --it->second == 0) pins_.erase(it);
 }
 
 absl::StatusOr<std::vector<std::string>> ImageStore::LowerDirs(const std::string& digest) const {

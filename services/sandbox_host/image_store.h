@@ -51,8 +51,13 @@ class ImageStore {
   // By name or by manifest digest. NOT_FOUND otherwise.
   absl::StatusOr<Image> Find(const std::string& ref_or_digest) const;
   std::vector<Image> List() const;  // by digest
-  // Removes the image and every layer no other image uses. NOT_FOUND for an unknown name or digest.
+  // Removes the image and every layer no other image uses. NOT_FOUND for an unknown name or digest;
+  // FAILED_PRECONDITION while a sandbox uses it (Pin).
   absl::Status Remove(const std::string& ref_or_digest);
+  // Marks the image (by digest) as used by one more sandbox, which Remove respects until the matching Unpin.
+  // NOT_FOUND for an unknown digest.
+  absl::Status Pin(const std::string& digest);
+  void Unpin(const std::string& digest);
 
   // The image's unpacked layers as overlayfs lowerdir wants them: top first.
   absl::StatusOr<std::vector<std::string>> LowerDirs(const std::string& digest) const;
@@ -73,6 +78,7 @@ class ImageStore {
   Clock* const clock_;
   mutable absl::Mutex mu_;
   std::map<std::string, Image> images_ ABSL_GUARDED_BY(mu_);  // by manifest digest
+  std::map<std::string, int> pins_ ABSL_GUARDED_BY(mu_);      // sandboxes using an image, by digest
 };
 
 }  // namespace corral::sandbox

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
 
 namespace corral::sandbox {
 namespace {
@@ -96,12 +97,14 @@ absl::StatusOr<UniqueFd> BuildRuleset(const RulesetPlan& plan, const LandlockPol
   for (const auto& p : policy.read_only) {
     if (auto s = AddPathRule(ruleset.get(), p, kReadFile | kReadDir, all); !s.ok()) return s;
   }
-  for (int dir_fd : policy.read_only_fds) {
-    PathBeneathAttr rule{(kReadFile | kReadDir) & all, dir_fd};
-    if (syscall(SYS_landlock_add_rule, ruleset.get(), kRulePathBeneath, &rule, 0) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("landlock rule for a namespace directory: ", strerror(errno)));
-    }
-  }
+  auto add_fd_rule = [&](int dir_fd, uint64_t access) {
+    PathBeneathAttr rule{access & all, dir_fd};
+    return syscall(SYS_landlock_add_rule, ruleset.get(), kRulePathBeneath, &rule, 0) == 0
+               ? absl::OkStatus()
+               : absl::FailedPreconditionError(absl::StrCat("landlock rule for a namespace directory: ", strerror(errno)));
+  };
+  for (int dir_fd : policy.read_only_fds) CORRAL_RETURN_IF_ERROR(add_fd_rule(dir_fd, kReadFile | kReadDir));
+  for (int dir_fd : policy.read_write_fds) CORRAL_RETURN_IF_ERROR(add_fd_rule(dir_fd, all));
   for (const auto& p : policy.devices) {
     if (auto s = AddPathRule(ruleset.get(), p, kReadFile | kWriteFile | kIoctlDev, all); !s.ok()) return s;
   }

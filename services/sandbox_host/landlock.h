@@ -46,6 +46,8 @@ struct LandlockPolicy {
   // Read-only directories given as open O_PATH descriptors — e.g. the sandbox's own /proc, whose inodes are
   // not the host's (a path-based rule on "/proc" would not cover it).
   std::vector<int> read_only_fds;
+  // Directories given as descriptors where the sandbox may do anything — an image sandbox's root.
+  std::vector<int> read_write_fds;
   NetworkPolicy network = NetworkPolicy::kOpen;
   std::vector<uint16_t> connect_ports;  // kProxyOnly: the only TCP ports connect() may reach
 };

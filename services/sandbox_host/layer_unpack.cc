@@ -3,7 +3,6 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -23,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "libs/core/status_macros.h"
 #include "libs/core/unique_fd.h"
+#include "services/sandbox_host/open_in_root.h"
 #include "services/sandbox_host/sandbox_path.h"
 
 namespace corral::sandbox {
@@ -56,14 +56,6 @@ absl::Status OpenError(absl::string_view path) {
     return absl::InvalidArgumentError(absl::StrCat("layer entry '", path, "': ", strerror(errno), " on its way"));
   }
   return Errno("opening the directory of", path);
-}
-
-// Opens `rel` (relative to `root`, "" = the root) resolving every symlink as if `root` were "/".
-int OpenInRoot(int root, const std::string& rel, uint64_t flags) {
-  struct open_how how {};
-  how.flags = flags | O_CLOEXEC;
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-  return static_cast<int>(syscall(SYS_openat2, root, rel.empty() ? "." : rel.c_str(), &how, sizeof how));
 }
 
 // The directory that holds the entry's last component, created (0755, root) where missing: layers need not list

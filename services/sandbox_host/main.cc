@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <functional>
 
 #include "libs/core/clock.h"
@@ -15,6 +16,7 @@
 #include "services/sandbox_host/config.h"
 #include "services/sandbox_host/containment.h"
 #include "services/sandbox_host/exec_manager.h"
+#include "services/sandbox_host/image_root.h"
 #include "services/sandbox_host/sandbox_manager.h"
 #include "services/sandbox_host/sandbox_service.h"
 #include "spdlog/spdlog.h"
@@ -57,8 +59,12 @@ int main(int argc, char** argv) {
   const corral::sandbox::HostOptions host = corral::sandbox::EffectiveHostOptions(config);
   const corral::sandbox::CgroupManager cgroups = corral::sandbox::CgroupManager::Detect("corral-" + host_id);
   features.cgroups = &cgroups;
-  spdlog::info("isolation: landlock ABI {}, mount namespaces {}", features.landlock_abi,
-               features.mount_namespaces ? "yes" : "no (TMPDIR in the home; no private view)");
+  // OCI images: kept across restarts under the sandbox root (a volume in containers).
+  std::filesystem::create_directories(host.root + "/images");
+  features.images = features.mount_namespaces && corral::sandbox::CanUseImages(host.root + "/images");
+  spdlog::info("isolation: landlock ABI {}, mount namespaces {}, images {}", features.landlock_abi,
+               features.mount_namespaces ? "yes" : "no (TMPDIR in the home; no private view)",
+               features.images ? "yes" : "no (needs user namespaces and idmapped mounts)");
   spdlog::info("containment: {}", corral::sandbox::DescribeHostContainment(cgroups));
 
   auto secret = corral::LoadClusterSecret(config.server);
@@ -75,9 +81,9 @@ int main(int argc, char** argv) {
   auto templates = std::make_unique<corral::sandbox::TemplateStore>(host.root + "/templates", host.templates,
                                                                     &clock, &metrics);
   sandboxes->SetTemplates(templates.get());
-  // OCI images: kept across restarts under the sandbox root (a volume in containers).
   auto images = std::make_unique<corral::sandbox::ImageStore>(host.root + "/images", corral::sandbox::LayerLimits{},
                                                               &clock);
+  sandboxes->SetImages(images.get());
   if (auto reach = corral::sandbox::CheckSandboxesCanReach(host.root); !reach.ok()) {
     spdlog::error("cannot start: {}", reach.message());
     return 1;

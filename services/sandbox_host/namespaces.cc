@@ -75,13 +75,7 @@ int HelperMain(void* raw) {
   // Last: a home below /tmp would be hidden by this bind (the host refuses such a root).
   if (mount(a->tmp_source, "/tmp", nullptr, MS_BIND | MS_REC, nullptr) != 0) return fail(kTmp);
   if (a->private_network) {
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    ifreq ifr{};
-    strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0) return fail(kLoopback);
-    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
-    if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) return fail(kLoopback);
-    close(s);
+    if (!BringUpLoopback()) return fail(kLoopback);
     if ((a->net_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) return fail(kOpen);
   }
   if ((a->mnt_fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)) < 0) return fail(kOpen);
@@ -92,6 +86,18 @@ int HelperMain(void* raw) {
 }
 
 }  // namespace
+
+bool BringUpLoopback() {
+  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return false;
+  ifreq ifr{};
+  strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  bool ok = ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
+  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+  ok = ok && ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
+  close(s);
+  return ok;
+}
 
 bool CanUseMountNamespaces() {
   pid_t pid = fork();

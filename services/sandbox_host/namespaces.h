@@ -24,6 +24,10 @@ struct SandboxNamespaces {
 // seccomp/LSM denial).
 bool CanUseMountNamespaces();
 
+// Sets the loopback interface of the calling process's network namespace up. System calls only
+// (async-signal-safe): for helpers between clone and exit.
+bool BringUpLoopback();
+
 // `home` must contain `.tmp` and one directory per task path; task path mount points are created (empty,
 // root-owned) on the host if missing. INTERNAL naming the step that failed.
 absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, const std::vector<std::string>& task_paths,

@@ -13,11 +13,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
 #include "libs/api/ids.h"
 #include "openssl/rand.h"
 #include "services/sandbox_host/containment.h"
+#include "services/sandbox_host/image_root.h"
+#include "services/sandbox_host/image_user.h"
 #include "services/sandbox_host/process_sweep.h"
 #include "spdlog/spdlog.h"
 
@@ -64,18 +67,32 @@ SpawnSpec Sandbox::SpawnFor(std::vector<std::string> argv, const std::map<std::s
                             const std::string& cwd) const {
   SpawnSpec s;
   s.argv = std::move(argv);
-  // getenv returns the first match, so the exec's own values go first and override the sandbox's.
-  for (const auto& [k, v] : env) s.env.push_back(absl::StrCat(k, "=", v));
-  s.env.insert(s.env.end(), base_env.begin(), base_env.end());
-  s.cwd = cwd.empty() ? home : cwd;
-  s.uid = uid;
-  s.gid = uid;
+  // The exec's own values first, then the sandbox's; each name once (programs disagree on which duplicate wins).
+  absl::flat_hash_set<absl::string_view> seen;
+  auto add = [&](const std::string& kv) {
+    if (seen.insert(absl::string_view(kv).substr(0, kv.find('='))).second) s.env.push_back(kv);
+  };
+  std::vector<std::string> own;
+  for (const auto& [k, v] : env) own.push_back(absl::StrCat(k, "=", v));
+  for (const auto& kv : own) add(kv);
+  for (const auto& kv : base_env) add(kv);
+  s.cwd = !cwd.empty() ? cwd : in_image() ? workdir : home;
+  s.uid = in_image() ? inside_uid : uid;
+  s.gid = in_image() ? inside_gid : uid;
   s.limits = spec.rlimits;
   s.landlock_fd = landlock.valid() ? landlock.get() : -1;
   s.mountns_fd = namespaces.mnt.valid() ? namespaces.mnt.get() : -1;
   s.netns_fd = namespaces.net.valid() ? namespaces.net.get() : -1;
+  s.userns_fd = userns.valid() ? userns.get() : -1;
+  s.root_fd = in_image() ? home_fd.get() : -1;
   s.cgroup_procs_fds = cgroup.procs_fds();
   return s;
+}
+
+absl::StatusOr<SandboxPath> Sandbox::ParsePath(absl::string_view path, bool allow_home) const {
+  if (!in_image()) return ParseSandboxPath(path, spec.task_paths, allow_home);
+  std::vector<std::string> base = absl::StrSplit(workdir, '/', absl::SkipEmpty());
+  return ParseImagePath(path, base, allow_home);
 }
 
 absl::Status CheckSandboxesCanReach(const std::string& root) {
@@ -148,6 +165,16 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
   if (net == NetworkPolicy::kNone && !features_.mount_namespaces) {
     return absl::FailedPreconditionError("network none needs a network namespace, which this host cannot create");
   }
+  if (!spec.image.empty()) {
+    if (images_ == nullptr || !features_.images) {
+      return absl::FailedPreconditionError(
+          "this host cannot run sandboxes in images (it needs user namespaces and idmapped mounts: Linux 5.19+, "
+          "CAP_SYS_ADMIN, an image store on ext4/xfs/btrfs/tmpfs)");
+    }
+    if (!spec.template_key.empty()) {
+      return absl::InvalidArgumentError("a sandbox cannot have both an image and a template yet");
+    }
+  }
   if (spec.require_private_view && !features_.mount_namespaces) {
     return absl::FailedPreconditionError("a private filesystem view needs mount namespaces, which this host cannot create");
   }
@@ -192,27 +219,36 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
 }
 
 absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec& spec,
-                                                               const std::shared_ptr<const TemplateImage>& image) {
+                                                               const std::shared_ptr<const TemplateImage>& image,
+                                                               const Image* oci_image) {
   std::optional<uid_t> uid = uids_.Acquire();
   if (!uid) return absl::ResourceExhaustedError("the uid pool is exhausted");
   auto sb = std::make_shared<Sandbox>();
   sb->id = NewSandboxId();
   sb->uid = *uid;
   sb->spec = spec;
-  sb->home = (fs::path(options_.root) / "homes" / sb->id).string();
+  sb->dir = (fs::path(options_.root) / "homes" / sb->id).string();
+  sb->home = sb->dir;
   sb->create_time = clock_->Now();
   sb->Touch(sb->create_time);
   auto fail = [&](absl::Status s) {
     Teardown(*sb);
     return s;
   };
-  std::vector<std::string> dirs = {sb->home, sb->home + "/.tmp"};
-  for (const auto& dir : dirs) {
-    if (mkdir(dir.c_str(), 0700) != 0 || chown(dir.c_str(), sb->uid, sb->uid) != 0) {
-      return fail(absl::InternalError(absl::StrCat("cannot create ", dir, ": ", strerror(errno))));
+  Protections& p = sb->protections;
+  p.network = *spec.network;
+  std::vector<std::string> dirs;  // what Landlock lets the sandbox write (by path; an image root by descriptor)
+  if (oci_image != nullptr) {
+    if (absl::Status s = BuildImageRoot(*sb, *oci_image); !s.ok()) return fail(s);
+  } else {
+    dirs = {sb->home, sb->home + "/.tmp"};
+    for (const auto& dir : dirs) {
+      if (mkdir(dir.c_str(), 0700) != 0 || chown(dir.c_str(), sb->uid, sb->uid) != 0) {
+        return fail(absl::InternalError(absl::StrCat("cannot create ", dir, ": ", strerror(errno))));
+      }
     }
+    sb->home_fd.Reset(open(sb->home.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   }
-  sb->home_fd.Reset(open(sb->home.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (image != nullptr) {
     const absl::Time start = clock_->Now();
     UniqueFd src(open(image->dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -224,18 +260,16 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     if (metrics_) metrics_->clone_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
   }
   // Task paths: created empty unless the template has them (as real directories, never links).
-  for (const auto& p : spec.task_paths) {
-    const std::string dir = sb->home + p;
+  for (const auto& path : sb->in_image() ? std::vector<std::string>{} : spec.task_paths) {
+    const std::string dir = sb->home + path;
     dirs.push_back(dir);
     struct stat st {};
     if (lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
     if (mkdir(dir.c_str(), 0700) != 0 || chown(dir.c_str(), sb->uid, sb->uid) != 0) {
-      return fail(absl::InternalError(absl::StrCat("cannot create task path ", p, ": ", strerror(errno))));
+      return fail(absl::InternalError(absl::StrCat("cannot create task path ", path, ": ", strerror(errno))));
     }
   }
-  Protections& p = sb->protections;
-  p.network = *spec.network;
-  if (features_.mount_namespaces) {
+  if (features_.mount_namespaces && !sb->in_image()) {
     auto ns = CreateNamespaces(sb->home, spec.task_paths, *spec.network == NetworkPolicy::kNone);
     if (!ns.ok()) return fail(ns.status());
     sb->namespaces = *std::move(ns);
@@ -263,6 +297,12 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     LandlockPolicy policy;
     policy.read_write = dirs;
     if (sb->namespaces.proc_root.valid()) policy.read_only_fds = {sb->namespaces.proc_root.get()};
+    if (sb->in_image()) {  // the image root is all it sees, and all of it is the sandbox's
+      policy.read_write_fds = {sb->home_fd.get()};
+      policy.read_exec.clear();
+      policy.read_only.clear();
+      policy.devices.clear();
+    }
     policy.network = *spec.network;
     policy.connect_ports = spec.allowed_ports;
     RulesetPlan plan = PlanRuleset(features_.landlock_abi, policy);
@@ -273,11 +313,73 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     p.tcp_bind_denied = (plan.handled_net & landlock::kNetBindTcp) != 0;
     p.scoped = plan.scoped != 0;
   }
-  sb->base_env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + sb->home,
-                  "TMPDIR=" + (p.mount_namespace ? std::string("/tmp") : sb->home + "/.tmp"),
-                  absl::StrCat("USER=sandbox-", sb->uid), "LANG=C.UTF-8", "CORRAL_SANDBOX_ID=" + sb->id};
+  // The spec's values first: they win over the defaults (SpawnFor keeps a name's first value).
   for (const auto& [k, v] : spec.env) sb->base_env.push_back(absl::StrCat(k, "=", v));
+  sb->base_env.push_back("CORRAL_SANDBOX_ID=" + sb->id);
+  if (sb->in_image()) {  // as Docker does: the image's Env, then HOME from its /etc/passwd and a default PATH
+    sb->base_env.insert(sb->base_env.end(), oci_image->config.env.begin(), oci_image->config.env.end());
+    sb->base_env.push_back("HOME=" + sb->home);
+    sb->base_env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    sb->base_env.push_back("TMPDIR=/tmp");
+    return sb;
+  }
+  for (const std::string& kv : {std::string("PATH=/usr/local/bin:/usr/bin:/bin"), "HOME=" + sb->home,
+                                "TMPDIR=" + (p.mount_namespace ? std::string("/tmp") : sb->home + "/.tmp"),
+                                absl::StrCat("USER=sandbox-", sb->uid), std::string("LANG=C.UTF-8")}) {
+    sb->base_env.push_back(kv);
+  }
   return sb;
+}
+
+absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image) {
+  const std::string upper = sb.dir + "/upper", work = sb.dir + "/work", mnt = sb.dir + "/mnt";
+  for (const std::string& d : {sb.dir, upper, work, mnt}) {
+    if (mkdir(d.c_str(), 0700) != 0) return absl::InternalError(absl::StrCat("cannot create ", d, ": ", strerror(errno)));
+  }
+  CORRAL_RETURN_IF_ERROR(images_->Pin(image.digest));
+  sb.image_digest = image.digest;
+  CORRAL_ASSIGN_OR_RETURN(std::vector<std::string> lower, images_->LowerDirs(image.digest));
+  CORRAL_ASSIGN_OR_RETURN(ImageUser user, ResolveImageUser(lower, image.config.user));
+  sb.inside_uid = user.uid;
+  sb.inside_gid = user.gid;
+  sb.home = user.home;
+  sb.workdir = image.config.working_dir.empty() ? user.home : image.config.working_dir;
+  // "/" is the upper directory's inode: its owner is the sandbox when it runs as root, as the image's is.
+  if (chmod(upper.c_str(), 0755) != 0 || (user.uid == 0 && chown(upper.c_str(), sb.uid, sb.uid) != 0)) {
+    return absl::InternalError(absl::StrCat("cannot prepare ", upper, ": ", strerror(errno)));
+  }
+  CORRAL_ASSIGN_OR_RETURN(sb.userns, CreateUserNamespace(sb.uid, sb.uid, user.uid, user.gid));
+  const ImageRootSpec root_spec{.lower_dirs = lower,
+                                .upper_dir = upper,
+                                .work_dir = work,
+                                .mount_point = mnt,
+                                .userns_fd = sb.userns.get(),
+                                .uid = sb.uid,
+                                .gid = sb.uid,
+                                .private_network = *sb.spec.network == NetworkPolicy::kNone};
+  CORRAL_ASSIGN_OR_RETURN(ImageRoot root, CreateImageRoot(root_spec));
+  sb.namespaces.mnt = std::move(root.mnt);
+  sb.namespaces.net = std::move(root.net);
+  sb.namespaces.hidepid = true;
+  sb.home_fd = std::move(root.root);
+  struct stat st {};
+  if (fstat(sb.home_fd.get(), &st) != 0) return absl::InternalError(absl::StrCat("stat of the image root: ", strerror(errno)));
+  sb.root_dev = st.st_dev;
+  Protections& p = sb.protections;
+  p.mount_namespace = p.hidepid = p.user_namespace = true;
+  p.network_namespace = sb.namespaces.net.valid();
+  // Task paths and the working directory exist in the root (made, the sandbox's, where the image lacks them).
+  std::vector<std::string> made = sb.spec.task_paths;
+  made.push_back(sb.workdir);
+  for (const std::string& path : made) {
+    if (path == "/") continue;
+    CORRAL_ASSIGN_OR_RETURN(SandboxPath parsed, ParseImagePath(path, {}));
+    absl::Status s = MakeDirectory(sb.home_fd.get(), parsed, /*make_parents=*/true, 0755, sb.FileOwner());
+    if (!s.ok() && !absl::IsAlreadyExists(s)) {
+      return absl::Status(s.code(), absl::StrCat("directory ", path, " in the image: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t count, SandboxSpec spec) {
@@ -289,6 +391,10 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
   if (!spec.template_key.empty()) {
     if (templates_ == nullptr) return absl::NotFoundError("this host keeps no templates");
     CORRAL_ASSIGN_OR_RETURN(image, templates_->Acquire(spec.template_key));
+  }
+  std::optional<Image> oci_image;
+  if (!spec.image.empty()) {
+    CORRAL_ASSIGN_OR_RETURN(oci_image, images_->Find(spec.image));
   }
   CreateResult result;
   int64_t granted = 0;
@@ -303,7 +409,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
   std::vector<std::shared_ptr<Sandbox>> built;
   absl::Status error;
   for (int64_t i = 0; i < granted && error.ok(); ++i) {
-    auto sb = Build(spec, image);
+    auto sb = Build(spec, image, oci_image ? &*oci_image : nullptr);
     if (sb.ok()) {
       built.push_back(*std::move(sb));
     } else if (absl::IsResourceExhausted(sb.status())) {
@@ -403,12 +509,14 @@ void SandboxManager::Teardown(Sandbox& sb) {
   sb.landlock.Reset();
   sb.namespaces = SandboxNamespaces{};
   if (absl::Status s = sb.cgroup.Remove(); !s.ok()) spdlog::warn("sandbox {}: {}", sb.id, s);
-  sb.home_fd.Reset();
+  sb.home_fd.Reset();  // an image root: its overlay goes with the last reference to its mount namespace
+  sb.userns.Reset();
   if (sb.template_image) sb.template_image->sandboxes--;
   sb.template_image.reset();
+  if (sb.in_image()) images_->Unpin(sb.image_digest);
   std::error_code ec;
-  if (!sb.home.empty()) fs::remove_all(sb.home, ec);  // never follows symlinks
-  if (ec) spdlog::warn("sandbox {}: wiping {}: {}", sb.id, sb.home, ec.message());
+  if (!sb.dir.empty()) fs::remove_all(sb.dir, ec);  // never follows symlinks
+  if (ec) spdlog::warn("sandbox {}: wiping {}: {}", sb.id, sb.dir, ec.message());
   if (!clean) spdlog::warn("sandbox {}: uid {} still has processes; quarantined", sb.id, sb.uid);
   uids_.Release(sb.uid, clean);
 }

@@ -20,9 +20,11 @@
 #include "libs/core/token.h"
 #include "libs/core/unique_fd.h"
 #include "services/sandbox_host/cgroup.h"
+#include "services/sandbox_host/image_store.h"
 #include "services/sandbox_host/landlock.h"
 #include "services/sandbox_host/metrics.h"
 #include "services/sandbox_host/namespaces.h"
+#include "services/sandbox_host/sandbox_path.h"
 #include "services/sandbox_host/spawn.h"
 #include "services/sandbox_host/template_store.h"
 #include "services/sandbox_host/uid_pool.h"
@@ -55,6 +57,7 @@ struct HostOptions {
 struct HostFeatures {
   int landlock_abi = 0;
   bool mount_namespaces = false;
+  bool images = false;  // user namespaces and idmapped overlay layers (CanUseImages)
   const CgroupManager* cgroups = nullptr;
 };
 
@@ -69,6 +72,7 @@ struct SandboxSpec {
   bool require_private_view = false;
   std::map<std::string, std::string> labels;
   std::string template_key;
+  std::string image;  // name or digest of an image in the host's store; empty: the host's filesystem
 };
 
 struct Protections {
@@ -83,6 +87,7 @@ struct Protections {
   bool scoped = false;  // abstract unix sockets and signals (Landlock ABI >= 6)
   int64_t memory_rlimit_bytes = 0;  // no memory cgroup: RLIMIT_DATA per process instead
   int64_t process_rlimit = 0;       // no pids cgroup: RLIMIT_NPROC of the sandbox's uid instead
+  bool user_namespace = false;      // an image sandbox: its processes are the image's user in a user namespace
   std::string containment;          // in words (containment.h)
 };
 
@@ -90,8 +95,9 @@ struct Protections {
 struct Sandbox {
   std::string id;
   uid_t uid = 0;
-  std::string home;
-  UniqueFd home_fd;
+  std::string dir;      // the host directory holding its state: its home, or an image sandbox's layers
+  std::string home;     // $HOME as its processes see it
+  UniqueFd home_fd;     // what API paths resolve from: the home, or an image sandbox's root
   SandboxSpec spec;  // with defaults filled in
   Protections protections;
   std::vector<std::string> base_env;  // "K=V": the scrubbed base plus the spec's env
@@ -100,6 +106,14 @@ struct Sandbox {
   UniqueFd landlock;
   absl::Time create_time;
   std::shared_ptr<const TemplateImage> template_image;  // what the home was cloned from
+  // A sandbox made from an image: the image, the user namespace its processes join, who they are inside it, and
+  // where they start (the image's WorkingDir, else the user's home); API paths are then absolute in the image.
+  std::string image_digest;
+  UniqueFd userns;
+  uid_t inside_uid = 0;
+  gid_t inside_gid = 0;
+  std::string workdir;
+  dev_t root_dev = 0;  // the overlay's device: nothing of the host's is on it
   mutable std::atomic<bool> deleted{false};
   // Held by whatever kills by this sandbox's uid (an execution's kill sweep, the teardown), so that no sweep
   // runs once the teardown is done and the uid may already be another sandbox's.
@@ -109,8 +123,14 @@ struct Sandbox {
   mutable std::atomic<int> running{0};
   void Touch(absl::Time now) const { last_active_ns = absl::ToUnixNanos(now); }
 
+  bool in_image() const { return !image_digest.empty(); }
+  // `env` first, then the sandbox's; a name given twice keeps its first value.
   SpawnSpec SpawnFor(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
                      const std::string& cwd) const;
+  // An API path (sandbox_path.h; in an image sandbox, absolute in the image or relative to its working directory).
+  absl::StatusOr<SandboxPath> ParsePath(absl::string_view path, bool allow_home = false) const;
+  // Who files the API creates belong to, and which existing files it may read.
+  Owner FileOwner() const { return Owner{uid, uid, root_dev}; }
 };
 
 // OK when every directory from / down to `root` may be searched by any uid (mode o+x), so that a sandbox's uid
@@ -137,6 +157,8 @@ class SandboxManager {
   };
   // Where CreateSandboxes finds templates (unset: none). Call before serving.
   void SetTemplates(TemplateStore* templates) { templates_ = templates; }
+  // Where CreateSandboxes finds images (unset: none). Call before serving.
+  void SetImages(ImageStore* images) { images_ = images; }
   // Where idle evictions are torn down (unset: on the clock's thread). Call before serving.
   void SetWorkers(WorkerPool* workers) { workers_ = workers; }
 
@@ -166,7 +188,10 @@ class SandboxManager {
  private:
   absl::Status Normalize(SandboxSpec& spec) const;
   absl::StatusOr<std::shared_ptr<Sandbox>> Build(const SandboxSpec& spec,
-                                                 const std::shared_ptr<const TemplateImage>& image);
+                                                 const std::shared_ptr<const TemplateImage>& image,
+                                                 const Image* oci_image);
+  // The image root, user namespace and user of a sandbox made from `image`.
+  absl::Status BuildImageRoot(Sandbox& sb, const Image& image);
   void Teardown(Sandbox& sandbox);
 
   const HostOptions options_;
@@ -176,6 +201,7 @@ class SandboxManager {
   SandboxHostMetrics* const metrics_;
   WorkerPool* workers_ = nullptr;
   TemplateStore* templates_ = nullptr;
+  ImageStore* images_ = nullptr;
   UidPool uids_;
 
   mutable absl::Mutex mu_;

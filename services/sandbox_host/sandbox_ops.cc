@@ -68,7 +68,7 @@ absl::StatusOr<SandboxFile> OpenSandboxPath(const CallAuthenticator& auth, const
                                             const grpc::ServerContextBase& ctx, const std::string& sandbox_id,
                                             const std::string& path, bool allow_home) {
   CORRAL_ASSIGN_OR_RETURN(std::shared_ptr<const Sandbox> sb, OpenSandbox(auth, manager, ctx, sandbox_id));
-  CORRAL_ASSIGN_OR_RETURN(SandboxPath parsed, ParseSandboxPath(path, sb->spec.task_paths, allow_home));
+  CORRAL_ASSIGN_OR_RETURN(SandboxPath parsed, sb->ParsePath(path, allow_home));
   return SandboxFile{std::move(sb), std::move(parsed)};
 }
 
@@ -101,7 +101,9 @@ absl::StatusOr<DirPage> ListDirectory(const SandboxFile& file, const std::string
     DirPage::Entry entry;
     if (fstatat(dir.get(), names[i].c_str(), &entry.stat.st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISLNK(entry.stat.st.st_mode)) entry.stat.link_target = LinkTarget(dir.get(), names[i]);
-    entry.path = file.path.normalized.empty() ? names[i] : absl::StrCat(file.path.normalized, "/", names[i]);
+    entry.path = file.path.normalized.empty()  ? names[i]
+                 : file.path.normalized == "/" ? "/" + names[i]
+                                               : absl::StrCat(file.path.normalized, "/", names[i]);
     entry.name = names[i];
     page.entries.push_back(std::move(entry));
   }
@@ -111,12 +113,15 @@ absl::StatusOr<DirPage> ListDirectory(const SandboxFile& file, const std::string
 
 absl::Status RemoveFile(const SandboxFile& file, bool recursive) {
   const auto& components = file.path.components;
-  const auto& roots = file.sandbox->spec.task_paths;
-  const bool structural =
-      components.empty() ||
-      (components.size() == 1 &&
-       (components[0] == ".tmp" || std::find(roots.begin(), roots.end(), "/" + components[0]) != roots.end()));
-  if (structural) return absl::InvalidArgumentError("the home, /tmp and task path roots cannot be removed");
+  if (components.empty()) return absl::InvalidArgumentError("the sandbox's home (or image root) cannot be removed");
+  // Where the sandbox's view has a mount (image: /tmp, /proc, /dev) or a bind (a task path, /tmp).
+  std::vector<std::string> roots = {"/tmp", "/proc", "/dev"};
+  if (!file.sandbox->in_image()) roots = file.sandbox->spec.task_paths;
+  const std::string top = components.size() == 1 ? "/" + components[0] : "";
+  if (top == "/.tmp" && !file.sandbox->in_image()) return absl::InvalidArgumentError("/tmp cannot be removed");
+  if (std::find(roots.begin(), roots.end(), top) != roots.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(top, " cannot be removed"));
+  }
   return RemovePath(file.sandbox->home_fd.get(), file.path, recursive);
 }
 
@@ -136,13 +141,15 @@ absl::StatusOr<ExecOptions> ExecOptionsFrom(const Sandbox& sb, const v1::Command
     o.timeout = host.default_exec_timeout;
   }
   if (!command.cwd().empty()) {
-    auto cwd = ParseSandboxPath(command.cwd(), sb.spec.task_paths, /*allow_home=*/true);
+    auto cwd = sb.ParsePath(command.cwd(), /*allow_home=*/true);
     if (!cwd.ok()) return cwd.status();
     auto st = StatPath(sb.home_fd.get(), *cwd);
     if (!st.ok()) return st.status();
     if (!S_ISDIR(st->st_mode)) return absl::FailedPreconditionError("command.cwd is not a directory");
-    // Inside the sandbox's view a task path is bound at its absolute path; elsewhere it lives in the home.
-    o.cwd = command.cwd()[0] == '/' && sb.protections.mount_namespace
+    // Inside the sandbox's view a task path is bound at its absolute path; elsewhere it lives in the home. An
+    // image sandbox's paths are already absolute in its root.
+    o.cwd = sb.in_image() ? cwd->normalized
+            : command.cwd()[0] == '/' && sb.protections.mount_namespace
                 ? command.cwd()
                 : absl::StrCat(sb.home, "/", absl::StrJoin(cwd->components, "/"));
   }

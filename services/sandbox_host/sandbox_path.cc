@@ -43,20 +43,42 @@ absl::Status CheckRegularOwned(int fd, absl::string_view name, const Owner& owne
   if (!S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat("'", name, "' is not a regular file (FIFO, socket or device)"));
   }
-  if (st.st_uid != owner.uid) {
+  if (st.st_uid != owner.uid && (owner.any_owner_dev == 0 || st.st_dev != owner.any_owner_dev)) {
     return absl::FailedPreconditionError(absl::StrCat("'", name, "' does not belong to the sandbox"));
   }
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<SandboxPath> ParseSandboxPath(absl::string_view path, const std::vector<std::string>& task_paths,
-                                             bool allow_home) {
+absl::Status CheckPathBytes(absl::string_view path) {
   if (path.size() > kMaxPathBytes) {
     return absl::InvalidArgumentError(absl::StrCat("path is longer than ", kMaxPathBytes, " bytes"));
   }
   if (path.find('\0') != absl::string_view::npos) return absl::InvalidArgumentError("path contains a NUL byte");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SandboxPath> ParseImagePath(absl::string_view path, const std::vector<std::string>& base,
+                                           bool allow_root) {
+  if (auto s = CheckPathBytes(path); !s.ok()) return s;
+  SandboxPath out;
+  if (!absl::StartsWith(path, "/")) out.components = base;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (part == ".") continue;
+    if (part == "..") return absl::InvalidArgumentError("'..' is not allowed in sandbox paths");
+    out.components.emplace_back(part);
+  }
+  if (out.components.empty() && !allow_root) {
+    return absl::InvalidArgumentError("the path names the sandbox's root; name a file or directory in it");
+  }
+  out.normalized = "/" + absl::StrJoin(out.components, "/");
+  return out;
+}
+
+absl::StatusOr<SandboxPath> ParseSandboxPath(absl::string_view path, const std::vector<std::string>& task_paths,
+                                             bool allow_home) {
+  if (auto s = CheckPathBytes(path); !s.ok()) return s;
   SandboxPath out;
   absl::string_view rest = path;
   std::string prefix;  // how an absolute path is reported

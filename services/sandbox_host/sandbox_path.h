@@ -28,12 +28,21 @@ struct SandboxPath {
 struct Owner {
   uid_t uid = 0;
   gid_t gid = 0;
+  // Files on this filesystem may be read whoever owns them (an image sandbox's root, where nothing is the
+  // host's); 0: only the owner's.
+  dev_t any_owner_dev = 0;
 };
 
 // INVALID_ARGUMENT for ".." components, NUL bytes, more than kMaxPathBytes, an absolute path outside
 // `task_paths` and /tmp, or (unless `allow_home`) a path naming the home itself.
 absl::StatusOr<SandboxPath> ParseSandboxPath(absl::string_view path, const std::vector<std::string>& task_paths,
                                              bool allow_home = false);
+
+// A path in a sandbox made from an image, where the whole root is the sandbox's: absolute, or relative to `base`
+// (the working directory's components). Components are relative to the root; `normalized` is absolute. The same
+// refusals as ParseSandboxPath (the root itself takes `allow_root`).
+absl::StatusOr<SandboxPath> ParseImagePath(absl::string_view path, const std::vector<std::string>& base,
+                                           bool allow_root = false);
 
 // Opens the directory that holds the path's last component (the home itself for a one-component path).
 // With `create_missing`, missing directories are created (mode 0755) and chowned to the owner. NOT_FOUND for a

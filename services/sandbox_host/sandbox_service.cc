@@ -110,9 +110,9 @@ grpc::ServerUnaryReactor* SandboxService::StartProcess(grpc::CallbackServerConte
     CORRAL_ASSIGN_OR_RETURN(auto sb, OpenSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()));
     std::optional<FileWriter> file;
     if (!req->output_path().empty()) {
-      CORRAL_ASSIGN_OR_RETURN(SandboxPath path, ParseSandboxPath(req->output_path(), sb->spec.task_paths));
+      CORRAL_ASSIGN_OR_RETURN(SandboxPath path, sb->ParsePath(req->output_path()));
       CORRAL_ASSIGN_OR_RETURN(file, FileWriter::Open(sb->home_fd.get(), path, WriteMode::kAppend, 0644,
-                                                     Owner{sb->uid, sb->uid}, /*make_parents=*/true));
+                                                     sb->FileOwner(), /*make_parents=*/true));
     }
     ExecOptions extra;
     extra.kind = ProcessKind::kBackground;
@@ -210,7 +210,7 @@ grpc::ServerUnaryReactor* SandboxService::MakeDir(grpc::CallbackServerContext* c
     CORRAL_ASSIGN_OR_RETURN(SandboxFile file, OpenSandboxPath(*auth_, *sandboxes_, *ctx, req->sandbox_id(), req->path()));
     const Sandbox& sb = *file.sandbox;
     const mode_t mode = req->permissions() == 0 ? 0755 : (req->permissions() & 0777);
-    CORRAL_RETURN_IF_ERROR(MakeDirectory(sb.home_fd.get(), file.path, req->make_parents(), mode, Owner{sb.uid, sb.uid}));
+    CORRAL_RETURN_IF_ERROR(MakeDirectory(sb.home_fd.get(), file.path, req->make_parents(), mode, sb.FileOwner()));
     CORRAL_ASSIGN_OR_RETURN(struct stat st, StatPath(sb.home_fd.get(), file.path));
     ToProto(st, file.path.normalized, file.path.components.back(), "", resp);
     return absl::OkStatus();
@@ -295,6 +295,11 @@ grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* 
   pf->set_mount_namespaces(f.mount_namespaces);
   pf->set_network_namespaces(f.mount_namespaces);
   pf->set_hidepid(f.mount_namespaces);
+  pf->set_images(f.images);
+  for (const Image& image : images_->List()) {
+    resp->add_images(image.digest);
+    for (const std::string& ref : image.refs) resp->add_images(ref);
+  }
   utsname u{};
   uname(&u);
   pf->set_kernel_release(u.release);

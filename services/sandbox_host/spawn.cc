@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "services/sandbox_host/landlock.h"
+#include "services/sandbox_host/open_in_root.h"
 
 namespace corral::sandbox {
 namespace {
@@ -55,7 +56,10 @@ struct ChildError {
   _exit(stage == kExec ? (e.err == ENOENT ? 127 : 126) : 125);
 }
 
-std::string Resolve(const std::string& cmd, const std::vector<std::string>& env) {
+bool IsExecutable(const struct stat& st) { return S_ISREG(st.st_mode) && (st.st_mode & 0111); }
+
+// argv[0] searched in the PATH of `env`, in the host's filesystem or (root_fd >= 0) an image's.
+std::string Resolve(const std::string& cmd, const std::vector<std::string>& env, int root_fd) {
   if (cmd.find('/') != std::string::npos) return cmd;
   std::string path = "/usr/local/bin:/usr/bin:/bin";
   for (const auto& kv : env) {
@@ -64,7 +68,12 @@ std::string Resolve(const std::string& cmd, const std::vector<std::string>& env)
   for (absl::string_view dir : absl::StrSplit(path, ':', absl::SkipEmpty())) {
     std::string candidate = absl::StrCat(dir, "/", cmd);
     struct stat st {};
-    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111)) return candidate;
+    if (root_fd >= 0) {
+      UniqueFd fd(OpenInRoot(root_fd, candidate, O_PATH, /*same_mount=*/false));
+      if (fd.valid() && fstat(fd.get(), &st) == 0 && IsExecutable(st)) return candidate;
+    } else if (stat(candidate.c_str(), &st) == 0 && IsExecutable(st)) {
+      return candidate;
+    }
   }
   return cmd;  // exec will fail with ENOENT, reported as exit 127
 }
@@ -134,7 +143,8 @@ int ChildMain(void* arg) {
     rlimit none_core{0, 0};
     if (setrlimit(RLIMIT_CORE, &none_core) != 0) ChildFail(efd, kRlimit);
   }
-  if (syscall(SYS_setgroups, 0, nullptr) != 0) ChildFail(efd, kSetgroups);
+  if (syscall(SYS_setgroups, 0, nullptr) != 0) ChildFail(efd, kSetgroups);  // before a user namespace denies it
+  if (spec.userns_fd >= 0 && setns(spec.userns_fd, CLONE_NEWUSER) != 0) ChildFail(efd, kSetns);
   if (syscall(SYS_setresgid, spec.gid, spec.gid, spec.gid) != 0) ChildFail(efd, kSetgid);
   if (syscall(SYS_setresuid, spec.uid, spec.uid, spec.uid) != 0) ChildFail(efd, kSetuid);
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(efd, kNoNewPrivs);
@@ -158,7 +168,7 @@ int ChildMain(void* arg) {
 absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty command");
   // Everything the child needs is built here: the child makes only async-signal-safe calls.
-  const std::string path = Resolve(spec.argv[0], spec.env);
+  const std::string path = Resolve(spec.argv[0], spec.env, spec.root_fd);
   std::vector<char*> argv, envp;
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

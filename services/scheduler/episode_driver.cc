@@ -224,12 +224,14 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
     *spec.mutable_task_paths() = env.task_paths();
   }
   spec.set_require_private_filesystem_view(env.require_private_filesystem_view());
+  spec.set_image(env.image());
   (*spec.mutable_labels())[kSchedulerLabel] = options_.scheduler_id;
   (*spec.mutable_labels())[kEpisodeLabel] = a.ticket.ids.episode_id();
   Requirements needs;
   needs.private_view = env.require_private_filesystem_view();
   needs.network_namespace = network == v1::NETWORK_POLICY_NONE;
   needs.landlock_net = network == v1::NETWORK_POLICY_PROXY_ONLY;
+  needs.image = env.image();
   a.workdir = env.workdir();
   if (a.workdir.empty()) {
     for (const auto& p : spec.task_paths()) {

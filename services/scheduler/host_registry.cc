@@ -1,5 +1,6 @@
 #include "services/scheduler/host_registry.h"
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
@@ -208,6 +209,7 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
     s.in_use = e.in_use;
     s.has_template = !template_key.empty() && e.templates.count(template_key);
     s.features = e.info.features();
+    s.has_image = needs.image.empty() || absl::c_linear_search(e.info.images(), needs.image);
     HostSnapshot unlimited = s;
     unlimited.in_use = 0;
     unlimited.rejected = false;
@@ -221,7 +223,9 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
       return absl::FailedPreconditionError(absl::StrCat(
           "no healthy sandbox host offers what the task needs (", needs.private_view ? "private filesystem view, " : "",
           needs.network_namespace ? "network namespaces for NETWORK_POLICY_NONE, " : "",
-          needs.landlock_net ? "Landlock ABI >= 4 for PROXY_ONLY, " : "", "see `corral hosts ls`)"));
+          needs.landlock_net ? "Landlock ABI >= 4 for PROXY_ONLY, " : "",
+          needs.image.empty() ? "" : absl::StrCat("image '", needs.image, "' (corral image import), "),
+          "see `corral hosts ls`)"));
     }
     return absl::UnavailableError("every sandbox host is full, draining or unreachable");
   }

@@ -7,6 +7,7 @@ bool Fits(const HostSnapshot& h, const Requirements& needs) {
   if (needs.private_view && !h.features.mount_namespaces()) return false;
   if (needs.network_namespace && !h.features.network_namespaces()) return false;
   if (needs.landlock_net && h.features.landlock_abi() < 4) return false;
+  if (!needs.image.empty() && (!h.features.images() || !h.has_image)) return false;
   return true;
 }
 

@@ -1,5 +1,5 @@
 // Placement as a pure policy over snapshots of the hosts: which host gets the next sandbox. Healthy hosts that
-// are not draining, have free capacity and offer what the episode needs are candidates; a host that already
+// are not draining, have free capacity and offer what the episode needs (its image included) are candidates; a host that already
 // holds the episode's template wins over one that would build it, then the least loaded (by fraction of
 // capacity in use) — spreading load so one slow host does not hold a whole group.
 #pragma once
@@ -21,6 +21,7 @@ struct HostSnapshot {
   uint32_t capacity = 0;      // from HostInfo
   uint32_t in_use = 0;        // sandboxes this scheduler holds or is creating there
   bool has_template = false;  // the episode's template is already built there
+  bool has_image = false;     // the episode's image is there (always true for an episode without one)
   v1::HostFeatures features;
 };
 
@@ -28,6 +29,7 @@ struct Requirements {
   bool private_view = false;
   bool network_namespace = false;  // NETWORK_POLICY_NONE
   bool landlock_net = false;       // PROXY_ONLY needs Landlock ABI >= 4
+  std::string image;               // EnvironmentSpec.image: a host that runs images and holds this one
 };
 
 // True when `host` can take one more sandbox with `needs` now.

@@ -4,6 +4,7 @@
 #include <memory>
 #include <set>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -266,6 +267,14 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
   }
   for (const auto& p : env.task_paths()) {
     if (p.empty() || p[0] != '/' || p == "/") return Bad(task, "environment.task_paths must be absolute paths below /");
+  }
+  if (!env.image().empty()) {
+    if (env.image().size() > 512 || absl::c_any_of(env.image(), [](char c) { return c <= ' ' || c == 0x7f; })) {
+      return Bad(task, "environment.image must be an image name or digest (no spaces, at most 512 characters)");
+    }
+    if (!env.setup_files().empty() || !env.setup_commands().empty()) {
+      return Bad(task, "environment.image cannot be combined with setup_files or setup_commands yet");
+    }
   }
   switch (task.runner()) {
     case v1::RUNNER_SINGLE_TURN:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """OCI images on a real corral-sandbox-host, from the shell: an oci-archive written by podman (the base image
 podman-ready makes with debootstrap) imported with `corral image import`, listed, kept across a restart of the
-host, removed with its layers; a tampered archive refused with nothing kept.
+host, run as a sandbox (root inside a user namespace, the pool uid outside), removed with its layers; a tampered
+archive refused with nothing kept.
 
     python3 import_test.py --bin BUILD/bin --repo REPO
 """
@@ -125,6 +126,52 @@ class ImageImport(unittest.TestCase):
         self.assertEqual(self.layers(), before)
         self.assertEqual(before, [])
         self.assertNotIn("localhost/tampered", self.corral("ls").stdout)
+
+    def sandbox(self, command, *args, check=True):
+        return ds.run([os.path.join(ARGS.bin, "corral"), "sandbox", command, "--host", self.host,
+                       "--secret-file", self.secret, *args], check=check, timeout=120)
+
+    def test_2b_a_sandbox_runs_in_the_image_as_root_inside_and_its_pool_uid_outside(self):
+        start = time.time()
+        sandbox_id = self.sandbox("create", "--image", "localhost/debian:bookworm", "--network", "none",
+                                  "--task-path", "/workspace").stdout.split()[0]
+        ds.log(f"sandbox from the image created in {time.time() - start:.2f}s")
+
+        def sh(script):
+            return self.sandbox("exec", sandbox_id, "--", "sh", "-c", script).stdout
+
+        self.assertTrue(sh("cat /etc/debian_version").startswith("12."))
+        self.assertEqual(sh("id -u; id -g; pwd; echo $HOME").split(), ["0", "0", "/root", "/root"])
+        # The root is the image's: the host's python3 (the test runs on it) is not there.
+        self.assertEqual(sh("command -v python3 || echo none").strip(), "none")
+        self.assertEqual(sh("echo hi > /etc/written; cat /etc/written; ls -ld /workspace | cut -c1-10").split(),
+                         ["hi", "drwxr-xr-x"])
+        info = json.loads(self.sandbox("info", sandbox_id).stdout)
+        self.assertEqual(info["imageDigest"], self.digest)
+        self.assertTrue(info["protections"]["userNamespace"])
+        self.assertTrue(info["protections"]["networkNamespace"])
+        self.assertEqual(info["home"], "/root")
+        # Outside, the write is the sandbox's pool uid's, in its own upper layer; the image's layer is untouched.
+        upper = os.path.join(self.root, "homes", sandbox_id, "upper")
+        self.assertEqual(os.stat(os.path.join(upper, "etc", "written")).st_uid, info["uid"])
+        layer = os.path.join(self.root, "images", "layers", self.layers()[0])
+        self.assertFalse(os.path.exists(os.path.join(layer, "etc", "written")))
+        # The files API sees the same root: an image file (root's inside) read, a file written and run.
+        local = os.path.join(self.dir, "os-release")
+        self.sandbox("cp", f"{sandbox_id}:/usr/lib/os-release", local)  # /etc/os-release links to it
+        with open(local) as f:
+            self.assertIn("bookworm", f.read())
+        script = os.path.join(self.dir, "run.sh")
+        with open(script, "w") as f:
+            f.write("echo from-the-api\n")
+        self.sandbox("cp", script, f"{sandbox_id}:/workspace/run.sh")
+        self.assertEqual(sh("sh /workspace/run.sh").strip(), "from-the-api")
+        # An image in use cannot be removed.
+        done = self.corral("rm", "localhost/debian:bookworm", check=False)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("in use by 1 sandbox", done.stderr)
+        self.sandbox("rm", sandbox_id)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "homes", sandbox_id)))
 
     def test_3_removing_the_image_removes_its_layers(self):
         self.corral("rm", "localhost/debian:bookworm")  # by either name: the image goes

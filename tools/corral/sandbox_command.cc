@@ -31,6 +31,7 @@ struct CreateFlags {
   std::vector<uint32_t> ports;
   std::vector<std::string> task_paths;
   std::string template_key;
+  std::string image;
 };
 
 int RunCreate(const ConnectFlags& cf, const CreateFlags& f) {
@@ -44,6 +45,7 @@ int RunCreate(const ConnectFlags& cf, const CreateFlags& f) {
   for (uint32_t p : f.ports) req.mutable_spec()->add_allowed_ports(p);
   for (const auto& p : f.task_paths) req.mutable_spec()->add_task_paths(p);
   req.mutable_spec()->set_template_key(f.template_key);
+  req.mutable_spec()->set_image(f.image);
   grpc::ClientContext ctx;
   client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 60.0)));
   v1::CreateSandboxesResponse resp;
@@ -154,6 +156,7 @@ void RegisterSandbox(CLI::App& app, int& exit_code) {
   c->add_option("--port", create->ports, "proxy_only: a TCP port connect() may reach (repeatable)");
   c->add_option("--task-path", create->task_paths, "an absolute path bound into the home, e.g. /workspace (repeatable)");
   c->add_option("--template", create->template_key, "template key to clone the home from");
+  c->add_option("--image", create->image, "an image on the host (corral image ls) to run the sandbox in, by name or digest");
   c->callback([create_conn, create, &exit_code] { exit_code = RunCreate(*create_conn, *create); });
 
   auto exec_conn = std::make_shared<ConnectFlags>();

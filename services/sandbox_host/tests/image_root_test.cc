@@ -108,7 +108,7 @@ TEST_F(ImageRootTest, TheSandboxIsRootInItsImageAndItsPoolUidOutside) {
                                .uid = uid_,
                                .gid = uid_});
   ASSERT_THAT(root, IsOk());
-  auto [code, out] = RunInside(root->get(), userns->get(), R"(
+  auto [code, out] = RunInside(root->mnt.get(), userns->get(), R"(
     while read k v rest; do [ "$k" = "Uid:" ] && echo "uid $v"; done < /proc/self/status
     read line < /etc/hello && echo "hello: $line"
     read line < /etc/motd && echo "motd: $line"
@@ -131,7 +131,16 @@ TEST_F(ImageRootTest, TheSandboxIsRootInItsImageAndItsPoolUidOutside) {
   EXPECT_EQ(st.st_uid, uid_);
   EXPECT_FALSE(fs::exists(base_ / "base/etc/new"));
   EXPECT_FALSE(fs::exists(base_ / "top/etc/new"));
+  // The host reaches the same files through the root descriptor, /tmp's tmpfs included.
+  char buf[64] = {};
+  UniqueFd motd(openat(root->root.get(), "etc/motd", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(motd.valid());
+  EXPECT_EQ(std::string(buf, read(motd.get(), buf, sizeof buf)), "top layer\n");
+  EXPECT_TRUE(UniqueFd(openat(root->root.get(), "tmp/t", O_RDONLY | O_CLOEXEC)).valid());
+  EXPECT_FALSE(UniqueFd(openat(root->root.get(), "work", O_RDONLY | O_CLOEXEC)).valid());
 }
+
+TEST_F(ImageRootTest, TheProbeFindsIdmappedMountsWhereTheStoreLives) { EXPECT_TRUE(CanUseImages(base_.string())); }
 
 }  // namespace
 }  // namespace corral::sandbox

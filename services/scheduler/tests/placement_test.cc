@@ -55,6 +55,20 @@ TEST(Placement, SkipsHostsLackingRequiredFeatures) {
   EXPECT_EQ(ChooseHost(hosts, {.private_view = true, .network_namespace = true}), std::nullopt);
 }
 
+TEST(Placement, AnImageGoesOnlyToAHostThatRunsImagesAndHoldsIt) {
+  HostSnapshot idle_without = Host("idle-without", 0, 10);
+  idle_without.features.set_images(true);
+  HostSnapshot holds_but_cannot = Host("holds-but-cannot", 1, 10);
+  holds_but_cannot.has_image = true;
+  HostSnapshot busy_with = Host("busy-with", 8, 10);
+  busy_with.features.set_images(true);
+  busy_with.has_image = true;
+  const std::vector<HostSnapshot> hosts = {idle_without, holds_but_cannot, busy_with};
+  EXPECT_EQ(ChooseHost(hosts, {.image = "localhost/swe:1"}), std::optional<size_t>(2));
+  EXPECT_EQ(ChooseHost({idle_without, holds_but_cannot}, {.image = "localhost/swe:1"}), std::nullopt);
+  EXPECT_EQ(ChooseHost(hosts, {}), std::optional<size_t>(0));  // without an image, the least loaded
+}
+
 TEST(Placement, PrefersAHostWithTheTemplateOverALessLoadedOne) {
   HostSnapshot idle = Host("idle", 0, 10);
   HostSnapshot busy_with_template = Host("busy", 8, 10);
