@@ -91,7 +91,7 @@ SpawnSpec Sandbox::SpawnFor(std::vector<std::string> argv, const std::map<std::s
 
 absl::StatusOr<SandboxPath> Sandbox::ParsePath(absl::string_view path, bool allow_home) const {
   if (!in_image()) return ParseSandboxPath(path, spec.task_paths, allow_home);
-  std::vector<std::string> base = absl::StrSplit(workdir, '/', absl::SkipEmpty());
+  std::vector<std::string> base = absl::StrSplit(home, '/', absl::SkipEmpty());
   return ParseImagePath(path, base, allow_home);
 }
 
@@ -368,9 +368,11 @@ absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image) {
   Protections& p = sb.protections;
   p.mount_namespace = p.hidepid = p.user_namespace = true;
   p.network_namespace = sb.namespaces.net.valid();
-  // Task paths and the working directory exist in the root (made, the sandbox's, where the image lacks them).
+  // Task paths, the working directory and the home exist in the root (made, the sandbox's, where the image
+  // lacks them).
   std::vector<std::string> made = sb.spec.task_paths;
   made.push_back(sb.workdir);
+  made.push_back(sb.home);
   for (const std::string& path : made) {
     if (path == "/") continue;
     CORRAL_ASSIGN_OR_RETURN(SandboxPath parsed, ParseImagePath(path, {}));

@@ -107,7 +107,8 @@ struct Sandbox {
   absl::Time create_time;
   std::shared_ptr<const TemplateImage> template_image;  // what the home was cloned from
   // A sandbox made from an image: the image, the user namespace its processes join, who they are inside it, and
-  // where they start (the image's WorkingDir, else the user's home); API paths are then absolute in the image.
+  // where they start (the image's WorkingDir, else the user's home); API paths are then absolute in the image,
+  // or relative to the home, as in any sandbox.
   std::string image_digest;
   UniqueFd userns;
   uid_t inside_uid = 0;
@@ -127,7 +128,7 @@ struct Sandbox {
   // `env` first, then the sandbox's; a name given twice keeps its first value.
   SpawnSpec SpawnFor(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
                      const std::string& cwd) const;
-  // An API path (sandbox_path.h; in an image sandbox, absolute in the image or relative to its working directory).
+  // An API path (sandbox_path.h; in an image sandbox, absolute in the image or relative to its home).
   absl::StatusOr<SandboxPath> ParsePath(absl::string_view path, bool allow_home = false) const;
   // Who files the API creates belong to, and which existing files it may read.
   Owner FileOwner() const { return Owner{uid, uid, root_dev}; }

@@ -39,7 +39,7 @@ absl::StatusOr<SandboxPath> ParseSandboxPath(absl::string_view path, const std::
                                              bool allow_home = false);
 
 // A path in a sandbox made from an image, where the whole root is the sandbox's: absolute, or relative to `base`
-// (the working directory's components). Components are relative to the root; `normalized` is absolute. The same
+// (the home's components). Components are relative to the root; `normalized` is absolute. The same
 // refusals as ParseSandboxPath (the root itself takes `allow_root`).
 absl::StatusOr<SandboxPath> ParseImagePath(absl::string_view path, const std::vector<std::string>& base,
                                            bool allow_root = false);

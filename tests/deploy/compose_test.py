@@ -11,7 +11,6 @@ redelivering exactly what was not acknowledged; `down` leaving no container, vol
 
     BUILD/sdk-venv/bin/python compose_test.py --bin BUILD/bin --repo REPO
 """
-import argparse
 import json
 import os
 import re
@@ -324,12 +323,7 @@ def podman_compose_version():
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    parser.add_argument("--repo", required=True)
-    ARGS, rest = parser.parse_known_args()
-    ARGS.repo = os.path.abspath(ARGS.repo)
-    ds.ready_podman_or_skip(ARGS.repo)
+    ARGS, rest = ds.args_or_skip()
     unittest.main(argv=[sys.argv[0], "-v", "-f"] + rest)
 
 

@@ -3,6 +3,7 @@ clear failures, free loopback ports, and waiting on health (never on sleeps alon
 
 The tests skip (exit 77, ctest's SKIP_RETURN_CODE) where real containers cannot run: not root, or podman
 cannot start a container here (an unprivileged container, say)."""
+import argparse
 import os
 import shlex
 import socket
@@ -57,6 +58,23 @@ def ready_podman_or_skip(repo: str) -> None:
     if reason:
         print(f"deploy tests: skipped ({reason})")
         sys.exit(SKIP)
+
+
+def args_or_skip(needs_layer_store: bool = False):
+    """The start of a podman-backed test script: parses --bin and --repo (returned with the arguments left for
+    unittest), exiting SKIP where containers cannot run or, with `needs_layer_store`, where /var/tmp is on
+    overlayfs (a container's root), which cannot hold image layers."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--repo", required=True)
+    args, rest = parser.parse_known_args()
+    args.repo = os.path.abspath(args.repo)
+    fs_type = subprocess.run(["stat", "-f", "-c", "%T", "/var/tmp"], capture_output=True, text=True).stdout.strip()
+    if needs_layer_store and fs_type == "overlayfs":
+        print("image tests: skipped (/var/tmp is on overlayfs, which cannot hold image layers: a container's root)")
+        sys.exit(SKIP)
+    ready_podman_or_skip(args.repo)
+    return args, rest
 
 
 def require_images() -> None:

@@ -6,7 +6,6 @@ archive refused with nothing kept.
 
     python3 import_test.py --bin BUILD/bin --repo REPO
 """
-import argparse
 import io
 import json
 import os
@@ -184,15 +183,7 @@ class ImageImport(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    parser.add_argument("--repo", required=True)
-    ARGS, rest = parser.parse_known_args()
-    ARGS.repo = os.path.abspath(ARGS.repo)
-    if subprocess.run(["stat", "-f", "-c", "%T", "/var/tmp"], capture_output=True, text=True).stdout.strip() == "overlayfs":
-        print("image tests: skipped (/var/tmp is on overlayfs, which cannot hold image layers: a container's root)")
-        sys.exit(ds.SKIP)
-    ds.ready_podman_or_skip(ARGS.repo)
+    ARGS, rest = ds.args_or_skip(needs_layer_store=True)
     unittest.main(argv=[sys.argv[0], "-v", "-f"] + rest)
 
 

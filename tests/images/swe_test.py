@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""A SWE-style task end to end through the scheduler, in an OCI image: an image built here with podman holds a
+small repository whose test fails; a tool_loop agent (the scripted model's tool calls) patches it inside a
+sandbox made from that image; the task's verifier runs the repository's tests; the reward is 1 for the right patch
+and 0 for a wrong one. Real binaries on loopback: corral-fake-llm, corral-proxy, corral-scheduler and one
+corral-sandbox-host holding the image (imported with `corral image import`); the batch runs with `corral run`.
+
+    python3 swe_test.py --bin BUILD/bin --repo REPO
+"""
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy"))
+import deploy_support as ds  # noqa: E402
+
+ARGS = None
+IMAGE = "localhost/corral-swe-task:1"
+
+# The repository: `add` subtracts; its test says so. The right patch fixes the operator.
+CALC = "add() { echo $(( $1 - $2 )); }\n"
+TESTS = '. ./calc.sh\n[ "$(add 2 3)" = 5 ] && echo "1 passed" || { echo "1 failed: add 2 3 = $(add 2 3)"; exit 1; }\n'
+CONTAINERFILE = f"FROM {ds.BASE_IMAGE}\nCOPY testbed /testbed\nWORKDIR /testbed\n"
+
+
+def task(task_id, patch):
+    """A tool_loop task: the scripted model runs `patch` with the shell tool; the verifier runs the tests."""
+    return {
+        "id": task_id,
+        "prompt": "The test in /testbed fails. Fix calc.sh.",
+        "runner": "tool_loop",
+        "tool_loop": {"tools": [{"name": "shell", "kind": "TOOL_KIND_BASH"}], "max_turns": 2},
+        "llm": {"params_json": json.dumps({"fake": {"tool_script": [patch]}})},
+        "reward": {"function": "REWARD_FUNCTION_VERIFIER"},
+        "environment": {"image": IMAGE, "workdir": "/testbed", "network_policy": "NETWORK_POLICY_NONE"},
+        "verifier": {"command": {"argv": ["sh", "run_tests.sh"]}},
+    }
+
+
+class SweTask(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="corral-swe-", dir="/var/tmp")  # not /tmp: the host refuses it
+        os.chmod(cls.dir, 0o711)
+        cls.procs, cls.logs = {}, []
+        try:
+            cls.build_image()
+            cls.secret = os.path.join(cls.dir, "secret")
+            with open(cls.secret, "w") as f:
+                f.write(os.urandom(32).hex() + "\n")
+            os.chmod(cls.secret, 0o600)
+            host = cls.start("sandbox-host", ["corral-sandbox-host", "--grpc-listen=127.0.0.1:0",
+                                              "--metrics-listen=127.0.0.1:0", f"--root={cls.dir}/sandboxes"])["grpc"]
+            ds.run([cls.bin("corral"), "image", "import", cls.archive, "--ref", IMAGE, "--host", host,
+                    "--secret-file", cls.secret])
+            llm = cls.start("fake-llm", ["corral-fake-llm", "--listen=127.0.0.1:0"], secret=False)["http"]
+            proxy = cls.start("proxy", ["corral-proxy", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                                        "--http-listen=127.0.0.1:0", f"--journal={cls.dir}/proxy.db",
+                                        f"--upstream=http://{llm}"])["grpc"]
+            cls.scheduler = cls.start("scheduler", [
+                "corral-scheduler", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                "--http-listen=127.0.0.1:0", f"--journal={cls.dir}/scheduler.db", f"--proxy={proxy}",
+                f"--host={host}", "--default-model=fake-model"])["grpc"]
+        except BaseException:
+            cls.tearDownClass()  # unittest does not call it when setUpClass fails
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        for p in reversed(list(cls.procs.values())):
+            p.terminate()
+        for p in cls.procs.values():
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in cls.logs:
+            log.close()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @classmethod
+    def bin(cls, name):
+        return os.path.join(ARGS.bin, name)
+
+    @classmethod
+    def build_image(cls):
+        context = os.path.join(cls.dir, "context")
+        os.makedirs(os.path.join(context, "testbed"))
+        with open(os.path.join(context, "testbed", "calc.sh"), "w") as f:
+            f.write(CALC)
+        with open(os.path.join(context, "testbed", "run_tests.sh"), "w") as f:
+            f.write(TESTS)
+        with open(os.path.join(context, "Containerfile"), "w") as f:
+            f.write(CONTAINERFILE)
+        ds.run(["podman", "build", "-q", "-t", IMAGE, context], timeout=600)
+        cls.archive = os.path.join(cls.dir, "swe.oci.tar")
+        ds.run(["podman", "save", "--format", "oci-archive", "-o", cls.archive, IMAGE], timeout=600)
+        ds.run(["podman", "rmi", IMAGE], check=False)
+
+    @classmethod
+    def start(cls, name, argv, secret=True):
+        ready = os.path.join(cls.dir, name + ".ready.json")
+        argv = [cls.bin(argv[0])] + argv[1:] + [f"--ready-file={ready}"]
+        if secret:
+            argv.append(f"--secret-file={cls.secret}")
+        log = open(os.path.join(cls.dir, name + ".log"), "a")
+        cls.logs.append(log)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        cls.procs[name] = proc
+        deadline = time.time() + 60
+        while not (os.path.exists(ready) and os.path.getsize(ready) > 0):
+            if proc.poll() is not None or time.time() > deadline:
+                with open(os.path.join(cls.dir, name + ".log")) as f:
+                    raise AssertionError(f"{name} did not start ({proc.returncode}):\n{f.read()[-3000:]}")
+            time.sleep(0.05)
+        with open(ready) as f:
+            return json.load(f)
+
+    def test_the_right_patch_earns_1_and_a_wrong_one_0(self):
+        dataset = os.path.join(self.dir, "swe.jsonl")
+        with open(dataset, "w") as f:
+            f.write(json.dumps(task("right-patch", "sed -i 's/\\$1 - \\$2/$1 + $2/' calc.sh && sh run_tests.sh")) + "\n")
+            f.write(json.dumps(task("wrong-patch", "sed -i 's/\\$1 - \\$2/$1 * $2/' calc.sh")) + "\n")
+            f.write(json.dumps(task("no-python-here", "command -v python3 || echo 'no python3'")) + "\n")
+        out = os.path.join(self.dir, "results.jsonl")
+        start = time.time()
+        ds.run([self.bin("corral"), "run", dataset, "--scheduler", self.scheduler, "--secret-file", self.secret,
+                "--group-size", "2", "--out", out, "--seed", "7"], timeout=300)
+        ds.log(f"6 episodes in the image in {time.time() - start:.1f}s")
+        with open(out) as f:
+            results = [json.loads(line) for line in f if line.strip()]
+        self.assertEqual(len(results), 6)
+        by_task = {}
+        for r in results:
+            self.assertEqual(r.get("status"), "EPISODE_STATUS_FINISHED", r)
+            self.assertTrue(r["protections"]["user_namespace"], r["protections"])
+            by_task.setdefault(r["ids"]["task_id"], []).append(r)
+        self.assertEqual([r.get("reward", 0) for r in by_task["right-patch"]], [1, 1])
+        self.assertEqual([r.get("reward", 0) for r in by_task["wrong-patch"]], [0, 0])
+        self.assertEqual([r.get("reward", 0) for r in by_task["no-python-here"]], [0, 0])  # the test still fails
+        for r in by_task["wrong-patch"]:
+            self.assertIn(b"1 failed: add 2 3 = 6", base64.b64decode(r.get("verifier_output_tail", "")))
+
+        def tool_outputs(task_id):
+            return [m["message"]["content"] for r in by_task[task_id] for b in r["trajectory"]["branches"]
+                    for m in b["messages"] if m["message"]["role"] == "tool"]
+
+        # The agent's tool output came from the image: it has no python3, though the host running this test does.
+        self.assertEqual(tool_outputs("no-python-here"), ["no python3\n"] * 2)
+        # Each episode patched its own copy: the right patch's "1 passed" was the agent's own run of the tests.
+        self.assertEqual(tool_outputs("right-patch"), ["1 passed\n"] * 2)
+
+def main():
+    global ARGS
+    ARGS, rest = ds.args_or_skip(needs_layer_store=True)
+    unittest.main(argv=[sys.argv[0], "-v", "-f"] + rest)
+
+
+if __name__ == "__main__":
+    main()
