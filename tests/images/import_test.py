@@ -9,74 +9,39 @@ archive refused with nothing kept.
 import io
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy"))
 import deploy_support as ds  # noqa: E402
+from services import ClusterTestCase  # noqa: E402
 
 ARGS = None
 
 
-class ImageImport(unittest.TestCase):
+class ImageImport(ClusterTestCase):
+    prefix = "corral-images-"
+
     @classmethod
-    def setUpClass(cls):
-        # Not under /tmp (the host refuses: a sandbox's /tmp is its own), and searchable by the sandboxes' uids.
-        cls.dir = tempfile.mkdtemp(prefix="corral-images-", dir="/var/tmp")
-        os.chmod(cls.dir, 0o711)
+    def set_up_cluster(cls):
         cls.archive = os.path.join(cls.dir, "debian.oci.tar")
         ds.run(["podman", "save", "--format", "oci-archive", "-o", cls.archive, ds.BASE_IMAGE], timeout=600)
         with tarfile.open(cls.archive) as t:
             index = json.load(t.extractfile("index.json"))
         cls.digest = index["manifests"][0]["digest"]
-        cls.secret = os.path.join(cls.dir, "secret")
-        with open(cls.secret, "w") as f:
-            f.write(os.urandom(32).hex() + "\n")
-        os.chmod(cls.secret, 0o600)
         cls.root = os.path.join(cls.dir, "sandboxes")
-        cls.proc = None
-        try:
-            cls.start_host()
-        except BaseException:
-            cls.tearDownClass()  # unittest does not call it when setUpClass fails
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.stop_host()
-        shutil.rmtree(cls.dir, ignore_errors=True)
+        cls.start_host()
 
     @classmethod
     def start_host(cls):
-        ready = os.path.join(cls.dir, "host.ready.json")
-        if os.path.exists(ready):
-            os.unlink(ready)
-        cls.log = open(os.path.join(cls.dir, "host.log"), "a")
-        cls.proc = subprocess.Popen([os.path.join(ARGS.bin, "corral-sandbox-host"), "--grpc-listen=127.0.0.1:0",
-                                     "--metrics-listen=127.0.0.1:0", f"--root={cls.root}",
-                                     f"--secret-file={cls.secret}", f"--ready-file={ready}"],
-                                    stdout=cls.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while not (os.path.exists(ready) and os.path.getsize(ready) > 0):
-            if cls.proc.poll() is not None or time.time() > deadline:
-                with open(os.path.join(cls.dir, "host.log")) as f:
-                    raise AssertionError(f"corral-sandbox-host did not start ({cls.proc.returncode}):\n{f.read()[-3000:]}")
-            time.sleep(0.05)
-        with open(ready) as f:
-            cls.host = json.load(f)["grpc"]
+        cls.host = cls.services.start("sandbox-host", ["corral-sandbox-host", "--grpc-listen=127.0.0.1:0",
+                                                       "--metrics-listen=127.0.0.1:0", f"--root={cls.root}"])["grpc"]
 
     @classmethod
     def stop_host(cls):
-        if cls.proc is not None:
-            cls.proc.terminate()
-            cls.proc.wait(timeout=60)
-            cls.proc = None
-            cls.log.close()
+        cls.services.stop("sandbox-host")
 
     def corral(self, *args, check=True):
         return ds.run([os.path.join(ARGS.bin, "corral"), "image", *args, "--host", self.host,
@@ -184,6 +149,7 @@ class ImageImport(unittest.TestCase):
 def main():
     global ARGS
     ARGS, rest = ds.args_or_skip(needs_layer_store=True)
+    ClusterTestCase.bin_dir = ARGS.bin
     unittest.main(argv=[sys.argv[0], "-v", "-f"] + rest)
 
 

@@ -10,15 +10,13 @@ corral-sandbox-host holding the image (imported with `corral image import`); the
 import base64
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy"))
 import deploy_support as ds  # noqa: E402
+from services import ClusterTestCase  # noqa: E402
 
 ARGS = None
 IMAGE = "localhost/corral-swe-task:1"
@@ -43,46 +41,25 @@ def task(task_id, patch):
     }
 
 
-class SweTask(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="corral-swe-", dir="/var/tmp")  # not /tmp: the host refuses it
-        os.chmod(cls.dir, 0o711)
-        cls.procs, cls.logs = {}, []
-        try:
-            cls.build_image()
-            cls.secret = os.path.join(cls.dir, "secret")
-            with open(cls.secret, "w") as f:
-                f.write(os.urandom(32).hex() + "\n")
-            os.chmod(cls.secret, 0o600)
-            host = cls.start("sandbox-host", ["corral-sandbox-host", "--grpc-listen=127.0.0.1:0",
-                                              "--metrics-listen=127.0.0.1:0", f"--root={cls.dir}/sandboxes"])["grpc"]
-            ds.run([cls.bin("corral"), "image", "import", cls.archive, "--ref", IMAGE, "--host", host,
-                    "--secret-file", cls.secret])
-            llm = cls.start("fake-llm", ["corral-fake-llm", "--listen=127.0.0.1:0"], secret=False)["http"]
-            proxy = cls.start("proxy", ["corral-proxy", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-                                        "--http-listen=127.0.0.1:0", f"--journal={cls.dir}/proxy.db",
-                                        f"--upstream=http://{llm}"])["grpc"]
-            cls.scheduler = cls.start("scheduler", [
-                "corral-scheduler", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-                "--http-listen=127.0.0.1:0", f"--journal={cls.dir}/scheduler.db", f"--proxy={proxy}",
-                f"--host={host}", "--default-model=fake-model"])["grpc"]
-        except BaseException:
-            cls.tearDownClass()  # unittest does not call it when setUpClass fails
-            raise
+class SweTask(ClusterTestCase):
+    prefix = "corral-swe-"
 
     @classmethod
-    def tearDownClass(cls):
-        for p in reversed(list(cls.procs.values())):
-            p.terminate()
-        for p in cls.procs.values():
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for log in cls.logs:
-            log.close()
-        shutil.rmtree(cls.dir, ignore_errors=True)
+    def set_up_cluster(cls):
+        cls.build_image()
+        start = cls.services.start
+        host = start("sandbox-host", ["corral-sandbox-host", "--grpc-listen=127.0.0.1:0",
+                                      "--metrics-listen=127.0.0.1:0", f"--root={cls.dir}/sandboxes"])["grpc"]
+        ds.run([cls.bin("corral"), "image", "import", cls.archive, "--ref", IMAGE, "--host", host,
+                "--secret-file", cls.secret])
+        llm = start("fake-llm", ["corral-fake-llm", "--listen=127.0.0.1:0"], secret=False)["http"]
+        proxy = start("proxy", ["corral-proxy", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                                "--http-listen=127.0.0.1:0", f"--journal={cls.dir}/proxy.db",
+                                f"--upstream=http://{llm}"])["grpc"]
+        cls.scheduler = start("scheduler", [
+            "corral-scheduler", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+            "--http-listen=127.0.0.1:0", f"--journal={cls.dir}/scheduler.db", f"--proxy={proxy}",
+            f"--host={host}", "--default-model=fake-model"])["grpc"]
 
     @classmethod
     def bin(cls, name):
@@ -102,25 +79,6 @@ class SweTask(unittest.TestCase):
         cls.archive = os.path.join(cls.dir, "swe.oci.tar")
         ds.run(["podman", "save", "--format", "oci-archive", "-o", cls.archive, IMAGE], timeout=600)
         ds.run(["podman", "rmi", IMAGE], check=False)
-
-    @classmethod
-    def start(cls, name, argv, secret=True):
-        ready = os.path.join(cls.dir, name + ".ready.json")
-        argv = [cls.bin(argv[0])] + argv[1:] + [f"--ready-file={ready}"]
-        if secret:
-            argv.append(f"--secret-file={cls.secret}")
-        log = open(os.path.join(cls.dir, name + ".log"), "a")
-        cls.logs.append(log)
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        cls.procs[name] = proc
-        deadline = time.time() + 60
-        while not (os.path.exists(ready) and os.path.getsize(ready) > 0):
-            if proc.poll() is not None or time.time() > deadline:
-                with open(os.path.join(cls.dir, name + ".log")) as f:
-                    raise AssertionError(f"{name} did not start ({proc.returncode}):\n{f.read()[-3000:]}")
-            time.sleep(0.05)
-        with open(ready) as f:
-            return json.load(f)
 
     def test_the_right_patch_earns_1_and_a_wrong_one_0(self):
         dataset = os.path.join(self.dir, "swe.jsonl")
@@ -159,6 +117,7 @@ class SweTask(unittest.TestCase):
 def main():
     global ARGS
     ARGS, rest = ds.args_or_skip(needs_layer_store=True)
+    ClusterTestCase.bin_dir = ARGS.bin
     unittest.main(argv=[sys.argv[0], "-v", "-f"] + rest)
 
 

@@ -1,0 +1,91 @@
+"""Corral's binaries as processes for the image tests: each started with a ready file, waited on (never slept
+on), stopped with SIGTERM; logs kept in the test's directory."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+
+def scratch(prefix):
+    """A directory for one test class (under /var/tmp, searchable by the sandboxes' uids: the host refuses a
+    root below /tmp) holding a new cluster secret. Returns (directory, secret file)."""
+    work_dir = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+    os.chmod(work_dir, 0o711)
+    secret = os.path.join(work_dir, "secret")
+    with open(secret, "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    os.chmod(secret, 0o600)
+    return work_dir, secret
+
+
+class Services:
+    def __init__(self, bin_dir, work_dir, secret_file):
+        self.bin_dir, self.dir, self.secret = bin_dir, work_dir, secret_file
+        self.procs, self.logs = {}, {}
+
+    def start(self, name, argv, secret=True, timeout=60):
+        """Starts BIN/argv[0] with `argv[1:]`, a ready file and (with `secret`) the cluster secret; returns the
+        ready file's content (its listen addresses) once it is written."""
+        ready = os.path.join(self.dir, name + ".ready.json")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        argv = [os.path.join(self.bin_dir, argv[0])] + argv[1:] + [f"--ready-file={ready}"]
+        if secret:
+            argv.append(f"--secret-file={self.secret}")
+        log_path = os.path.join(self.dir, name + ".log")
+        self.logs[name] = open(log_path, "a")
+        proc = subprocess.Popen(argv, stdout=self.logs[name], stderr=subprocess.STDOUT)
+        self.procs[name] = proc
+        deadline = time.time() + timeout
+        while not (os.path.exists(ready) and os.path.getsize(ready) > 0):
+            if proc.poll() is not None or time.time() > deadline:
+                with open(log_path) as f:
+                    raise AssertionError(f"{name} did not start ({proc.returncode}):\n{f.read()[-3000:]}")
+            time.sleep(0.05)
+        with open(ready) as f:
+            return json.load(f)
+
+    def stop(self, name):
+        proc = self.procs.pop(name, None)
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self.logs.pop(name).close()
+
+    def stop_all(self):
+        for name in reversed(list(self.procs)):
+            self.stop(name)
+
+
+class ClusterTestCase(unittest.TestCase):
+    """A test class with a scratch directory, a cluster secret and Services, torn down however setUp ends. Set
+    `bin_dir` before unittest runs; subclasses set `prefix` and start what they need in `set_up_cluster`."""
+    bin_dir = None
+    prefix = "corral-test-"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir, cls.secret = scratch(cls.prefix)
+        cls.services = Services(cls.bin_dir, cls.dir, cls.secret)
+        try:
+            cls.set_up_cluster()
+        except BaseException:
+            cls.tearDownClass()  # unittest does not call it when setUpClass fails
+            raise
+
+    @classmethod
+    def set_up_cluster(cls):
+        pass
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.services.stop_all()
+        shutil.rmtree(cls.dir, ignore_errors=True)
