@@ -4,6 +4,7 @@
 //   --mode=exec --n=500         exec `true` n times in one warm sandbox; prints p50/p99 ms
 //   --mode=spawn --n=500        posix_spawn /bin/true n times; prints p50/p99 ms
 //   --mode=bwrap --n=500        posix_spawn bwrap (isolation comparable to a sandbox) n times; p50/p99 ms
+//   --image=REF                 lifecycle and exec: sandboxes made from this image on the host
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -25,7 +26,7 @@ extern char** environ;
 namespace {
 
 struct Flags {
-  std::string mode, addr;
+  std::string mode, addr, image;
   int n = 500;
   int threads = 8;
 };
@@ -92,8 +93,10 @@ int main(int argc, char** argv) {
     else if (a.rfind("--addr=", 0) == 0) f.addr = a.substr(7);
     else if (a.rfind("--n=", 0) == 0) f.n = std::stoi(a.substr(4));
     else if (a.rfind("--threads=", 0) == 0) f.threads = std::stoi(a.substr(10));
+    else if (a.rfind("--image=", 0) == 0) f.image = a.substr(8);
     else {
-      std::cerr << "usage: corral-bench-sandbox --mode=lifecycle|exec|spawn|bwrap [--addr=HOST:PORT] [--n=N]\n";
+      std::cerr << "usage: corral-bench-sandbox --mode=lifecycle|exec|spawn|bwrap [--addr=HOST:PORT] [--n=N] "
+                   "[--image=REF]\n";
       return a == "--help" ? 0 : 2;
     }
   }
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
     corral::SetDeadline(ctx, absl::Seconds(60));
     corral::v1::CreateSandboxesRequest req;
     req.set_count(1);
+    req.mutable_spec()->set_image(f.image);
     corral::v1::CreateSandboxesResponse resp;
     if (!stub->CreateSandboxes(&ctx, req, &resp).ok() || resp.sandboxes_size() != 1) return 1;
     const std::string id = resp.sandboxes(0).sandbox().sandbox_id();
@@ -145,6 +149,7 @@ int main(int argc, char** argv) {
         corral::SetDeadline(ctx, absl::Seconds(120));
         corral::v1::CreateSandboxesRequest req;
         req.set_count(static_cast<uint32_t>(std::min(50, f.n - start)));
+        req.mutable_spec()->set_image(f.image);
         corral::v1::CreateSandboxesResponse resp;
         if (!stub->CreateSandboxes(&ctx, req, &resp).ok()) {
           ++errors;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Sandboxes from an OCI image (not in CI; needs root and podman): N sandboxes created from one cached image,
+# `true` exec'd in each, each deleted — through corral-sandbox-host's gRPC API on loopback, by the same generator
+# and in the same run as (a) N of Corral's plain sandboxes and (b) `podman run --rm IMAGE true`, the peer a user
+# would otherwise run. Also the disk N live image sandboxes use next to the one copy of the image.
+#   bench/images/run.sh        (BENCH_SANDBOXES=1000, BENCH_PODMAN=20 podman runs)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+n=${BENCH_SANDBOXES:-1000}
+podman_runs=${BENCH_PODMAN:-20}
+[[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 1; }
+
+scripts/bootstrap
+scripts/podman-ready
+dpkg-query -W -f='${Status}' libhiredis-dev 2>/dev/null | grep -q "install ok installed" ||
+  apt-get install -y -q --no-install-recommends libhiredis-dev  # the bench build's other generators need it
+mkdir -p build
+cmake -S . -B build -G Ninja -DCORRAL_BENCH=ON > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
+ninja -C build corral corral-sandbox-host corral-bench-sandbox
+
+image=docker.io/library/debian:bookworm-slim  # podman-ready's debootstrap base
+root=/var/tmp/corral-bench-images-$$          # a real filesystem (image layers cannot live on overlayfs)
+work=$(mktemp -d)
+host_pid=
+cleanup() { [[ -n "$host_pid" ]] && kill "$host_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work" "$root"; }
+trap cleanup EXIT
+mkdir -p "$root" && chmod 0711 "$root"
+build/bin/corral-sandbox-host --insecure --root "$root/sandboxes" --capacity $((n + 10)) --log-level warn \
+  --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --ready-file "$work/ready.json" > "$work/host.log" 2>&1 &
+host_pid=$!
+for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
+addr=$(python3 -c "import json; print(json.load(open('$work/ready.json'))['grpc'])")
+podman save --format oci-archive -o "$work/image.tar" "$image" > /dev/null
+build/bin/corral image import "$work/image.tar" --ref bench/debian --host "$addr" > /dev/null
+gen=build/bin/corral-bench-sandbox
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
+
+echo "image benchmark: $n sandboxes, $podman_runs podman runs, $(nproc) cores" >&2
+# One lifecycle run; with an image, the disk is read while every sandbox is alive (the generator waits).
+lifecycle() {
+  rm -f "$work/go" && mkfifo "$work/go"
+  "$gen" --mode=lifecycle --addr="$addr" --n="$n" "$@" < "$work/go" > "$work/lifecycle.out" &
+  local gen_pid=$!
+  exec 3> "$work/go"
+  for _ in $(seq 1200); do grep -q created "$work/lifecycle.out" 2>/dev/null && break; sleep 0.1; done
+  echo "$(du -sk "$root/sandboxes/homes" | cut -f1) $(awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$host_pid/status")" \
+    > "$work/alive"  # KiB of the sandboxes' directories, host RSS MiB
+  echo go >&3
+  exec 3>&-
+  wait "$gen_pid"
+  tail -1 "$work/lifecycle.out"
+}
+plain=$(lifecycle); echo "  plain sandboxes: $plain" >&2
+images=$(lifecycle --image=bench/debian); echo "  image sandboxes: $images" >&2
+read -r image_homes_kib image_rss < "$work/alive"
+image_kib=$(du -sk "$root/sandboxes/images/layers" | cut -f1)
+
+# The peer: podman run --rm IMAGE true, one after another (as a rollout worker would start its container).
+start=$(date +%s.%N)
+for _ in $(seq "$podman_runs"); do podman run --rm --network none "$image" true; done
+podman_s=$(awk -v s="$start" -v e="$(date +%s.%N)" -v k="$podman_runs" 'BEGIN {printf "%.3f", (e - s) / k}')
+echo "  podman run --rm: ${podman_s} s per run" >&2
+
+per() { awk -v t="$(field total_s "$1")" -v n="$n" 'BEGIN {printf "%.2f", t * 1000 / n}'; }
+printf '\n%-44s %10s %10s %10s %10s\n' "create + exec true + delete" "create s" "exec s" "delete s" "ms/sandbox"
+printf '%-44s %10s %10s %10s %10s\n' "corral, $n sandboxes from an image" "$(field create_s "$images")" \
+  "$(field exec_s "$images")" "$(field delete_s "$images")" "$(per "$images")"
+printf '%-44s %10s %10s %10s %10s\n' "corral, $n plain sandboxes" "$(field create_s "$plain")" \
+  "$(field exec_s "$plain")" "$(field delete_s "$plain")" "$(per "$plain")"
+printf '%-44s %10s %10s %10s %10s\n' "podman run --rm IMAGE true ($podman_runs runs)" "" "" "" \
+  "$(awk -v s="$podman_s" 'BEGIN {printf "%.2f", s * 1000}')"
+vs_podman=$(awk -v p="$podman_s" -v c="$(per "$images")" 'BEGIN {printf "%.1f", p * 1000 / c}')
+vs_plain=$(awk -v a="$(per "$images")" -v b="$(per "$plain")" 'BEGIN {printf "%.2f", a / b}')
+printf '\nimage sandboxes vs podman (throughput): %sx   image vs plain sandboxes (time): %sx\n' "$vs_podman" "$vs_plain"
+printf 'disk with %s live image sandboxes: their own directories %s MiB, the image once %s MiB; host RSS %s MiB\n' \
+  "$n" "$((image_homes_kib / 1024))" "$((image_kib / 1024))" "$image_rss"
+printf 'targets: >= 20x podman; within 2x of plain sandboxes; disk ~ one image + upper layers\n'
