@@ -184,7 +184,7 @@ absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec) {
     return absl::InternalError(absl::StrCat("mkdir ", args.root, ": ", strerror(errno)));
   }
   args.overlay_options = absl::StrCat("lowerdir=", absl::StrJoin(args.staged, ":"), ",upperdir=", spec.upper_dir,
-                                      ",workdir=", spec.work_dir);
+                                      ",workdir=", spec.work_dir, ",volatile");
   if (args.overlay_options.size() >= 4000) {
     return absl::InvalidArgumentError(absl::StrCat("the image has too many layers (", spec.lower_dirs.size(), ")"));
   }

@@ -41,7 +41,9 @@ struct ImageRoot {
   UniqueFd root;  // the overlay root ("/" inside), O_RDONLY: how the host reaches the sandbox's files
 };
 
-// The mount namespace of a sandbox in an image: the overlay as "/" (nosuid, nodev), /proc (hidepid=invisible),
+// The mount namespace of a sandbox in an image: the overlay as "/" (nosuid, nodev, volatile: its upper layer dies
+// with the sandbox, so it is never synced — unmounting a synced overlay cost a journal commit per delete),
+// /proc (hidepid=invisible),
 // /dev (null zero full random urandom tty, shm, pts-less), /tmp (tmpfs). INTERNAL naming the step that failed.
 absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec);
 
