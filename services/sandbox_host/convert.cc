@@ -164,6 +164,7 @@ void ToProto(const TemplateInfo& t, v1::Template* out) {
   ToProto(t.create_time, out->mutable_create_time());
   ToProto(t.build_duration, out->mutable_build_duration());
   ToProto(t.last_used, out->mutable_last_used_time());
+  out->set_image_digest(t.image_digest);
 }
 
 void ToProto(const Image& image, v1::Image* out) {

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -275,6 +276,48 @@ absl::StatusOr<LayerStats> UnpackLayer(int fd, const std::string& dir, const Lay
     CORRAL_RETURN_IF_ERROR(unpacker.Entry(e));
   }
   return unpacker.stats();
+}
+
+}  // namespace corral::sandbox
+
+namespace corral::sandbox {
+
+absl::StatusOr<LayerStats> AdoptUpperAsLayer(const std::string& dir, uid_t pool_uid, gid_t pool_gid, uid_t image_uid,
+                                             gid_t image_gid) {
+  namespace fs = std::filesystem;
+  LayerStats stats;
+  auto adopt = [&](const fs::path& p) -> absl::Status {
+    struct stat st {};
+    if (lstat(p.c_str(), &st) != 0) return Errno("stat of", p.string());
+    const uid_t uid = st.st_uid == pool_uid ? image_uid : st.st_uid;
+    const gid_t gid = st.st_gid == pool_gid ? image_gid : st.st_gid;
+    if ((uid != st.st_uid || gid != st.st_gid) && lchown(p.c_str(), uid, gid) != 0) return Errno("chown of", p.string());
+    if (S_ISREG(st.st_mode)) {
+      if ((st.st_mode & (S_ISUID | S_ISGID)) != 0) chmod(p.c_str(), st.st_mode & 07777);  // chown cleared them
+      stats.bytes += static_cast<uint64_t>(st.st_size);
+    }
+    ++stats.entries;
+    char names[65536];
+    const ssize_t n = llistxattr(p.c_str(), names, sizeof names);
+    for (ssize_t i = 0; i < n; i += static_cast<ssize_t>(strlen(names + i)) + 1) {
+      const std::string name = names + i;
+      if (absl::StartsWith(name, "trusted.overlay.") && name != "trusted.overlay.opaque" &&
+          lremovexattr(p.c_str(), name.c_str()) != 0) {
+        return Errno("removing overlay metadata from", p.string());
+      }
+    }
+    return absl::OkStatus();
+  };
+  CORRAL_RETURN_IF_ERROR(adopt(dir));
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    CORRAL_RETURN_IF_ERROR(adopt(it->path()));
+  }
+  if (ec) return absl::InternalError(absl::StrCat("walking ", dir, ": ", ec.message()));
+  UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid() || syncfs(fd.get()) != 0) return Errno("syncing", dir);
+  return stats;
 }
 
 }  // namespace corral::sandbox

@@ -7,6 +7,8 @@
 // (a layer must not forge overlay metadata or file capabilities). Plain C++, no gRPC. Thread-safe (no shared state).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -36,5 +38,13 @@ absl::Status CheckLayerFilesystem(const std::string& dir);
 // non-regular file, or a malformed archive; RESOURCE_EXHAUSTED when `limits` would be passed. On an error the
 // directory holds a partial layer: the caller discards it.
 absl::StatusOr<LayerStats> UnpackLayer(int fd, const std::string& dir, const LayerLimits& limits = {});
+
+// Turns a sandbox's overlay upper directory (the sandbox gone) into a lower layer like the unpacked ones: what
+// belongs to the sandbox's pool uid/gid outside goes back to the image's ids it stood for inside (layers hold
+// image ids; each sandbox idmaps them anew), overlayfs's own bookkeeping xattrs go (the opaque marker stays),
+// and the directory is synced (the sandbox's overlay was volatile). Whiteouts are already in a lower layer's
+// format. Counts entries and file bytes. INTERNAL naming the entry that could not be changed.
+absl::StatusOr<LayerStats> AdoptUpperAsLayer(const std::string& dir, uid_t pool_uid, gid_t pool_gid, uid_t image_uid,
+                                             gid_t image_gid);
 
 }  // namespace corral::sandbox

@@ -137,7 +137,7 @@ SandboxManager::~SandboxManager() {
     clock_->Cancel(evict_timer_);
     all.swap(sandboxes_);
   }
-  for (auto& [id, sandbox] : all) Teardown(*sandbox);
+  for (auto& [id, sandbox] : all) (void)Teardown(*sandbox);
 }
 
 int64_t SandboxManager::live() const {
@@ -170,9 +170,6 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
       return absl::FailedPreconditionError(
           "this host cannot run sandboxes in images (it needs user namespaces and idmapped mounts: Linux 5.19+, "
           "CAP_SYS_ADMIN, an image store on ext4/xfs/btrfs/tmpfs)");
-    }
-    if (!spec.template_key.empty()) {
-      return absl::InvalidArgumentError("a sandbox cannot have both an image and a template yet");
     }
   }
   if (spec.require_private_view && !features_.mount_namespaces) {
@@ -232,14 +229,14 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   sb->create_time = clock_->Now();
   sb->Touch(sb->create_time);
   auto fail = [&](absl::Status s) {
-    Teardown(*sb);
+    (void)Teardown(*sb);
     return s;
   };
   Protections& p = sb->protections;
   p.network = *spec.network;
   std::vector<std::string> dirs;  // what Landlock lets the sandbox write (by path; an image root by descriptor)
   if (oci_image != nullptr) {
-    if (absl::Status s = BuildImageRoot(*sb, *oci_image); !s.ok()) return fail(s);
+    if (absl::Status s = BuildImageRoot(*sb, *oci_image, image); !s.ok()) return fail(s);
   } else {
     dirs = {sb->home, sb->home + "/.tmp"};
     for (const auto& dir : dirs) {
@@ -249,7 +246,7 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     }
     sb->home_fd.Reset(open(sb->home.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   }
-  if (image != nullptr) {
+  if (image != nullptr && oci_image == nullptr) {
     const absl::Time start = clock_->Now();
     UniqueFd src(open(image->dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!src.valid()) return fail(absl::InternalError(absl::StrCat("cannot open template ", image->key)));
@@ -331,7 +328,8 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   return sb;
 }
 
-absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image) {
+absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image,
+                                            const std::shared_ptr<const TemplateImage>& layer) {
   const std::string upper = sb.dir + "/upper", work = sb.dir + "/work", mnt = sb.dir + "/mnt";
   for (const std::string& d : {sb.dir, upper, work, mnt}) {
     if (mkdir(d.c_str(), 0700) != 0) return absl::InternalError(absl::StrCat("cannot create ", d, ": ", strerror(errno)));
@@ -339,6 +337,11 @@ absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image) {
   CORRAL_RETURN_IF_ERROR(images_->Pin(image.digest));
   sb.image_digest = image.digest;
   CORRAL_ASSIGN_OR_RETURN(std::vector<std::string> lower, images_->LowerDirs(image.digest));
+  if (layer != nullptr) {  // a template built on the image: its layer above the image's
+    lower.insert(lower.begin(), layer->dir);
+    sb.template_image = layer;
+    layer->sandboxes++;
+  }
   CORRAL_ASSIGN_OR_RETURN(ImageUser user, ResolveImageUser(lower, image.config.user));
   sb.inside_uid = user.uid;
   sb.inside_gid = user.gid;
@@ -398,6 +401,13 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
   if (!spec.image.empty()) {
     CORRAL_ASSIGN_OR_RETURN(oci_image, images_->Find(spec.image));
   }
+  const std::string built_on = image != nullptr ? image->image_digest : "";
+  if (image != nullptr && built_on != (oci_image ? oci_image->digest : "")) {
+    return absl::FailedPreconditionError(
+        built_on.empty() ? absl::StrCat("template '", spec.template_key, "' is a home, not built on an image")
+                         : absl::StrCat("template '", spec.template_key, "' was built on image ", built_on,
+                                        oci_image ? absl::StrCat(", not ", oci_image->digest) : ", name it"));
+  }
   CreateResult result;
   int64_t granted = 0;
   {
@@ -423,7 +433,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
     }
   }
   if (!error.ok()) {
-    for (auto& sb : built) Teardown(*sb);
+    for (auto& sb : built) (void)Teardown(*sb);
     absl::MutexLock lock(&mu_);
     reserved_ -= granted;
     return error;
@@ -483,24 +493,31 @@ std::vector<std::shared_ptr<const Sandbox>> SandboxManager::List() const {
 }
 
 bool SandboxManager::Delete(const std::string& id) {
+  return DeleteKeepingUpper(id, "").code() != absl::StatusCode::kNotFound;
+}
+
+absl::Status SandboxManager::DeleteKeepingUpper(const std::string& id, const std::string& dest) {
   std::shared_ptr<Sandbox> sb;
   {
     absl::MutexLock lock(&mu_);
     auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return false;
+    if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
+    if (!dest.empty() && !it->second->in_image()) {
+      return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' has no image layer to keep"));
+    }
     sb = std::move(it->second);
     sandboxes_.erase(it);
     if (metrics_) metrics_->live.Set(static_cast<double>(sandboxes_.size()));
   }
-  Teardown(*sb);
+  absl::Status kept = Teardown(*sb, dest);
   if (metrics_) {
     metrics_->deletes.Increment();
     metrics_->quarantined.Set(static_cast<double>(uids_.quarantined()));
   }
-  return true;
+  return kept;
 }
 
-void SandboxManager::Teardown(Sandbox& sb) {
+absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper) {
   bool clean = false;
   {
     absl::MutexLock lock(&sb.uid_mu);
@@ -516,11 +533,17 @@ void SandboxManager::Teardown(Sandbox& sb) {
   if (sb.template_image) sb.template_image->sandboxes--;
   sb.template_image.reset();
   if (sb.in_image()) images_->Unpin(sb.image_digest);
+  absl::Status kept;
+  if (!keep_upper.empty() && (!clean || rename((sb.dir + "/upper").c_str(), keep_upper.c_str()) != 0)) {
+    kept = absl::InternalError(clean ? absl::StrCat("keeping the sandbox's layer: ", strerror(errno))
+                                     : "the sandbox's processes could not all be killed; its layer is not kept");
+  }
   std::error_code ec;
   if (!sb.dir.empty()) fs::remove_all(sb.dir, ec);  // never follows symlinks
   if (ec) spdlog::warn("sandbox {}: wiping {}: {}", sb.id, sb.dir, ec.message());
   if (!clean) spdlog::warn("sandbox {}: uid {} still has processes; quarantined", sb.id, sb.uid);
   uids_.Release(sb.uid, clean);
+  return kept;
 }
 
 absl::Status SandboxManager::CheckSandboxToken(const std::string& id, const std::string& token) const {

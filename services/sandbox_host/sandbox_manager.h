@@ -175,6 +175,9 @@ class SandboxManager {
   std::vector<std::shared_ptr<const Sandbox>> List() const;
   // Kills every process of the sandbox's uid, then frees cgroup, home and uid. Returns whether it existed.
   bool Delete(const std::string& id);
+  // Delete, but a sandbox made from an image leaves its writable layer at `dest` (a template build keeps it).
+  // NOT_FOUND for an unknown sandbox; FAILED_PRECONDITION for one not made from an image.
+  absl::Status DeleteKeepingUpper(const std::string& id, const std::string& dest);
 
   // OK when `token` is this sandbox's capability token; PERMISSION_DENIED for a sibling's token,
   // UNAUTHENTICATED for anything else.
@@ -192,8 +195,9 @@ class SandboxManager {
                                                  const std::shared_ptr<const TemplateImage>& image,
                                                  const Image* oci_image);
   // The image root, user namespace and user of a sandbox made from `image`.
-  absl::Status BuildImageRoot(Sandbox& sb, const Image& image);
-  void Teardown(Sandbox& sandbox);
+  absl::Status BuildImageRoot(Sandbox& sb, const Image& image, const std::shared_ptr<const TemplateImage>& layer);
+  // With `keep_upper`, an image sandbox's writable layer is moved there rather than wiped.
+  absl::Status Teardown(Sandbox& sandbox, const std::string& keep_upper = "");
 
   const HostOptions options_;
   const HostFeatures features_;

@@ -221,16 +221,27 @@ grpc::ServerUnaryReactor* SandboxService::PrepareTemplate(grpc::CallbackServerCo
                                                           const v1::PrepareTemplateRequest* req, v1::Template* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   if (auto s = ValidateTemplateRequest(*req, sandboxes_->options()); !s.ok()) return FinishUnary(ctx, s);
+  v1::PrepareTemplateRequest request = *req;
+  if (!request.image().empty()) {  // built on the image's exact digest, which the template then names
+    if (!sandboxes_->features().images) {
+      return FinishUnary(ctx, absl::FailedPreconditionError("this host cannot run sandboxes in images"));
+    }
+    auto image = images_->Find(request.image());
+    if (!image.ok()) return FinishUnary(ctx, image.status());
+    request.set_image(image->digest);
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   // The build outlives this call if the caller goes away: other prepares of the key may be waiting on it.
-  auto build = [this, request = *req](const std::string& dir, const std::atomic<bool>& cancelled) {
+  auto build = [this, request](const std::string& dir, const std::atomic<bool>& cancelled) {
     return BuildTemplate(*sandboxes_, *execs_, *clock_, request, dir, cancelled);
   };
-  templates_->Prepare(req->key(), TemplateDigest(*req), std::move(build),
-                      [reactor, resp](absl::StatusOr<TemplateInfo> info) {
-                        if (info.ok()) ToProto(*info, resp);
-                        reactor->Finish(ToGrpcStatus(info.status()));
-                      });
+  templates_->Prepare(
+      request.key(), TemplateDigest(request), std::move(build),
+      [reactor, resp](absl::StatusOr<TemplateInfo> info) {
+        if (info.ok()) ToProto(*info, resp);
+        reactor->Finish(ToGrpcStatus(info.status()));
+      },
+      request.image());
   return reactor;
 }
 

@@ -8,6 +8,7 @@
 #include "libs/api/ids.h"
 #include "libs/api/proto_digest.h"
 #include "services/sandbox_host/convert.h"
+#include "services/sandbox_host/layer_unpack.h"
 #include "services/sandbox_host/sandbox_ops.h"
 #include "services/sandbox_host/sandbox_path.h"
 
@@ -24,6 +25,7 @@ v1::SandboxSpec BuildSpec(const v1::PrepareTemplateRequest& r) {
   *spec.mutable_limits() = r.limits();
   *spec.mutable_env() = r.env();
   *spec.mutable_task_paths() = r.task_paths();
+  spec.set_image(r.image());
   (*spec.mutable_labels())["corral.template"] = r.key();
   return spec;
 }
@@ -74,7 +76,7 @@ absl::Status ValidateTemplateRequest(const v1::PrepareTemplateRequest& r, const 
   CORRAL_RETURN_IF_ERROR(ValidateId("key", r.key()));
   CORRAL_ASSIGN_OR_RETURN(SandboxSpec spec, FromProto(BuildSpec(r)));
   for (const v1::InlineFile& f : r.files()) {
-    auto path = ParseSandboxPath(f.path(), spec.task_paths);
+    auto path = spec.image.empty() ? ParseSandboxPath(f.path(), spec.task_paths) : ParseImagePath(f.path(), {});
     if (!path.ok()) return absl::InvalidArgumentError(absl::StrCat("files: ", path.status().message()));
     if (f.permissions() > 0777) return absl::InvalidArgumentError("files: permissions must be at most 0777");
   }
@@ -117,9 +119,9 @@ absl::StatusOr<CopyStats> BuildTemplate(SandboxManager& sandboxes, ExecManager& 
     ~Cleanup() { sandboxes.Delete(id); }
   } cleanup{sandboxes, sb->id};
 
-  const Owner owner{sb->uid, sb->uid};
+  const Owner owner = sb->FileOwner();
   for (const v1::InlineFile& f : request.files()) {
-    CORRAL_ASSIGN_OR_RETURN(SandboxPath path, ParseSandboxPath(f.path(), sb->spec.task_paths));
+    CORRAL_ASSIGN_OR_RETURN(SandboxPath path, sb->ParsePath(f.path()));
     const mode_t mode = f.permissions() == 0 ? 0644 : static_cast<mode_t>(f.permissions());
     CORRAL_ASSIGN_OR_RETURN(FileWriter writer, FileWriter::Open(sb->home_fd.get(), path, WriteMode::kReplace, mode,
                                                                 owner, /*make_parents=*/true));
@@ -145,6 +147,11 @@ absl::StatusOr<CopyStats> BuildTemplate(SandboxManager& sandboxes, ExecManager& 
       return absl::FailedPreconditionError(absl::StrCat(name, " exited with code ", exit.exit_code,
                                                         exit.timed_out ? " (timed out)" : "", "; output ends: ", tail));
     }
+  }
+  if (sb->in_image()) {  // what the setup changed, kept as a layer above the image's
+    CORRAL_RETURN_IF_ERROR(sandboxes.DeleteKeepingUpper(sb->id, out_dir));
+    CORRAL_ASSIGN_OR_RETURN(LayerStats layer, AdoptUpperAsLayer(out_dir, sb->uid, sb->uid, sb->inside_uid, sb->inside_gid));
+    return CopyStats{.bytes = layer.bytes, .files = layer.entries};
   }
   UniqueFd out(open(out_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!out.valid()) return absl::InternalError(absl::StrCat("cannot open ", out_dir));

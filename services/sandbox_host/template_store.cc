@@ -36,7 +36,8 @@ TemplateInfo TemplateStore::Snapshot(const Entry& entry) const {
   return info;
 }
 
-void TemplateStore::Prepare(const std::string& key, const std::string& digest, BuildFn build, Done done) {
+void TemplateStore::Prepare(const std::string& key, const std::string& digest, BuildFn build, Done done,
+                            const std::string& image_digest) {
   absl::StatusOr<TemplateInfo> now;
   {
     absl::MutexLock lock(&mu_);
@@ -55,7 +56,8 @@ void TemplateStore::Prepare(const std::string& key, const std::string& digest, B
       now = absl::ResourceExhaustedError(absl::StrCat("the host keeps at most ", limits_.max_templates, " templates"));
     } else {
       Entry& entry = entries_[key];
-      entry.info = TemplateInfo{.key = key, .digest = digest, .create_time = clock_->Now()};
+      entry.info =
+          TemplateInfo{.key = key, .digest = digest, .create_time = clock_->Now(), .image_digest = image_digest};
       entry.waiters.push_back(std::move(done));
       ++active_builds_;
       std::thread([this, key, build = std::move(build)]() mutable { Build(key, std::move(build)); })
@@ -68,16 +70,18 @@ void TemplateStore::Prepare(const std::string& key, const std::string& digest, B
 
 void TemplateStore::Build(std::string key, BuildFn build) {
   const absl::Time start = clock_->Now();
-  std::string dir;
+  std::string dir, image_digest;
   {
     absl::MutexLock lock(&mu_);
     dir = absl::StrCat(dir_, "/", key, ".", next_build_++);
+    image_digest = entries_[key].info.image_digest;
   }
   std::error_code ec;
   fs::create_directory(dir, ec);
   auto image = std::make_shared<TemplateImage>();
   image->key = key;
   image->dir = dir;  // removed with the image if the build fails
+  image->image_digest = image_digest;
   absl::StatusOr<CopyStats> stats =
       ec ? absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message())) : build(dir, cancelled_);
   std::vector<Done> waiters;

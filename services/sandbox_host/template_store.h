@@ -27,7 +27,8 @@ enum class CloneMethod { kCopy, kReflink };
 // build) and no clone in progress holds it any more.
 struct TemplateImage {
   std::string key;
-  std::string dir;
+  std::string dir;           // a home to clone, or (image_digest set) a layer to mount above the image's
+  std::string image_digest;  // the image it was built on, for templates on images
   CloneMethod method = CloneMethod::kCopy;
   mutable std::atomic<int> sandboxes{0};  // live sandboxes cloned from it
   ~TemplateImage();
@@ -43,6 +44,7 @@ struct TemplateInfo {
   absl::Time create_time;
   absl::Duration build_duration;
   absl::Time last_used;
+  std::string image_digest;  // built on this image (a layer), else empty (a home)
 };
 
 struct TemplateLimits {
@@ -64,7 +66,9 @@ class TemplateStore {
   // Calls `done` (perhaps at once, perhaps on a build thread) with the READY template, or: ALREADY_EXISTS for
   // the key with another digest, RESOURCE_EXHAUSTED when max_templates / max_bytes would be passed, or the
   // build's own error (nothing is kept, so a later prepare retries).
-  void Prepare(const std::string& key, const std::string& digest, BuildFn build, Done done);
+  // `image_digest`: the image a template on an image is built on (its build fills the directory with a layer).
+  void Prepare(const std::string& key, const std::string& digest, BuildFn build, Done done,
+               const std::string& image_digest = "");
 
   using ReadyFn = std::function<void(absl::StatusOr<std::shared_ptr<const TemplateImage>>)>;
   // Calls `ready` once `key` is not building any more: with its image, or NOT_FOUND.

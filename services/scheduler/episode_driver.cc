@@ -284,6 +284,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       *prepare.mutable_limits() = env.limits();
       *prepare.mutable_env() = env.env();
       *prepare.mutable_task_paths() = spec.task_paths();
+      prepare.set_image(env.image());
       ToProto(setup_timeout, prepare.mutable_setup_timeout());
       const absl::Time started = absl::Now();
       const absl::Time deadline = std::min(started + setup_timeout + absl::Seconds(10), a.episode_deadline);

@@ -272,9 +272,6 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
     if (env.image().size() > 512 || absl::c_any_of(env.image(), [](char c) { return c <= ' ' || c == 0x7f; })) {
       return Bad(task, "environment.image must be an image name or digest (no spaces, at most 512 characters)");
     }
-    if (!env.setup_files().empty() || !env.setup_commands().empty()) {
-      return Bad(task, "environment.image cannot be combined with setup_files or setup_commands yet");
-    }
   }
   switch (task.runner()) {
     case v1::RUNNER_SINGLE_TURN:
@@ -367,6 +364,7 @@ std::string TemplateKey(const v1::EnvironmentSpec& environment) {
   *setup.mutable_setup_files() = environment.setup_files();
   *setup.mutable_setup_commands() = environment.setup_commands();
   setup.set_setup_network_policy(environment.setup_network_policy());
+  setup.set_image(environment.image());  // a template on an image is a layer over that image
   return absl::StrCat("sha256-", Sha256Hex(DeterministicBytes(setup), 20));
 }
 

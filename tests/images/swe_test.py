@@ -27,7 +27,7 @@ TESTS = '. ./calc.sh\n[ "$(add 2 3)" = 5 ] && echo "1 passed" || { echo "1 faile
 CONTAINERFILE = f"FROM {ds.BASE_IMAGE}\nCOPY testbed /testbed\nWORKDIR /testbed\n"
 
 
-def task(task_id, patch):
+def task(task_id, patch, **environment):
     """A tool_loop task: the scripted model runs `patch` with the shell tool; the verifier runs the tests."""
     return {
         "id": task_id,
@@ -36,7 +36,7 @@ def task(task_id, patch):
         "tool_loop": {"tools": [{"name": "shell", "kind": "TOOL_KIND_BASH"}], "max_turns": 2},
         "llm": {"params_json": json.dumps({"fake": {"tool_script": [patch]}})},
         "reward": {"function": "REWARD_FUNCTION_VERIFIER"},
-        "environment": {"image": IMAGE, "workdir": "/testbed", "network_policy": "NETWORK_POLICY_NONE"},
+        "environment": {"image": IMAGE, "workdir": "/testbed", "network_policy": "NETWORK_POLICY_NONE", **environment},
         "verifier": {"command": {"argv": ["sh", "run_tests.sh"]}},
     }
 
@@ -48,7 +48,7 @@ class SweTask(ClusterTestCase):
     def set_up_cluster(cls):
         cls.build_image()
         start = cls.services.start
-        host = start("sandbox-host", ["corral-sandbox-host", "--grpc-listen=127.0.0.1:0",
+        cls.host = host = start("sandbox-host", ["corral-sandbox-host", "--grpc-listen=127.0.0.1:0",
                                       "--metrics-listen=127.0.0.1:0", f"--root={cls.dir}/sandboxes"])["grpc"]
         ds.run([cls.bin("corral"), "image", "import", cls.archive, "--ref", IMAGE, "--host", host,
                 "--secret-file", cls.secret])
@@ -86,14 +86,19 @@ class SweTask(ClusterTestCase):
             f.write(json.dumps(task("right-patch", "sed -i 's/\\$1 - \\$2/$1 + $2/' calc.sh && sh run_tests.sh")) + "\n")
             f.write(json.dumps(task("wrong-patch", "sed -i 's/\\$1 - \\$2/$1 * $2/' calc.sh")) + "\n")
             f.write(json.dumps(task("no-python-here", "command -v python3 || echo 'no python3'")) + "\n")
+            # A template on the image (a Dockerfile's RUN and COPY): the setup fixes the bug and adds a file, once
+            # per host; the agent only looks.
+            f.write(json.dumps(task("fixed-by-setup", "cat NOTES && sh run_tests.sh", setup_commands=[
+                {"argv": ["sh", "-c", "sed -i 's/\\$1 - \\$2/$1 + $2/' /testbed/calc.sh"]}],
+                setup_files=[{"path": "/testbed/NOTES", "content": "built by setup\n"}])) + "\n")  # text: corral run encodes it
         out = os.path.join(self.dir, "results.jsonl")
         start = time.time()
         ds.run([self.bin("corral"), "run", dataset, "--scheduler", self.scheduler, "--secret-file", self.secret,
                 "--group-size", "2", "--out", out, "--seed", "7"], timeout=300)
-        ds.log(f"6 episodes in the image in {time.time() - start:.1f}s")
+        ds.log(f"8 episodes in the image in {time.time() - start:.1f}s")
         with open(out) as f:
             results = [json.loads(line) for line in f if line.strip()]
-        self.assertEqual(len(results), 6)
+        self.assertEqual(len(results), 8)
         by_task = {}
         for r in results:
             self.assertEqual(r.get("status"), "EPISODE_STATUS_FINISHED", r)
@@ -113,6 +118,12 @@ class SweTask(ClusterTestCase):
         self.assertEqual(tool_outputs("no-python-here"), ["no python3\n"] * 2)
         # Each episode patched its own copy: the right patch's "1 passed" was the agent's own run of the tests.
         self.assertEqual(tool_outputs("right-patch"), ["1 passed\n"] * 2)
+        # The template: both episodes of the group ran on the setup's layer, which the host built once.
+        self.assertEqual([r.get("reward", 0) for r in by_task["fixed-by-setup"]], [1, 1])
+        self.assertEqual(tool_outputs("fixed-by-setup"), ["built by setup\n1 passed\n"] * 2)
+        host = json.loads(ds.run([self.bin("corral"), "sandbox", "info", "--host", self.host, "--secret-file",
+                                  self.secret]).stdout)
+        self.assertEqual(host["templates"], 1, host)
 
 def main():
     global ARGS
