@@ -1,5 +1,6 @@
 // UnpackLayer against layers written here with libarchive: what a registry serves (gzip), overlay whiteouts, and
-// the attacks a hostile layer carries (absolute paths, "..", symlink and hard-link escapes, a decompression bomb).
+// the attacks a hostile layer carries (absolute paths, "..", symlink and hard-link escapes, a decompression bomb);
+// a sandbox's upper directory adopted as a layer.
 #include "services/sandbox_host/layer_unpack.h"
 
 #include <fcntl.h>
@@ -160,6 +161,43 @@ TEST_F(LayerUnpackTest, ADecompressionBombStopsAtTheLimit) {
   EXPECT_THAT(Unpack(LayerLimits{.max_bytes = 8u << 20}),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("more than 8388608 bytes (at 'bomb')")));
   EXPECT_THAT(Unpack(LayerLimits{.max_entries = 0}), StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+TEST_F(LayerUnpackTest, ASandboxsUpperDirectoryIsAdoptedWithTheImagesIdsAndOnlyTheOpaqueMarker) {
+  constexpr uid_t kPool = 45999;
+  const fs::path upper = Root();
+  fs::create_directories(upper / "testbed/cache");
+  std::ofstream(upper / "testbed/calc.sh") << "add() { echo $(( $1 + $2 )); }\n";
+  std::ofstream(upper / "testbed/theirs") << "a file of another id\n";
+  ASSERT_EQ(mknod((upper / "testbed/deleted").c_str(), S_IFCHR, makedev(0, 0)), 0);  // a whiteout
+  for (const char* p : {"", "testbed", "testbed/cache", "testbed/calc.sh"}) {
+    ASSERT_EQ(lchown((upper / p).c_str(), kPool, kPool), 0) << p;
+  }
+  ASSERT_EQ(lchown((upper / "testbed/theirs").c_str(), 1000, 1000), 0);
+  ASSERT_EQ(setxattr((upper / "testbed/cache").c_str(), "trusted.overlay.opaque", "y", 1, 0), 0);
+  ASSERT_EQ(setxattr((upper / "testbed").c_str(), "trusted.overlay.impure", "y", 1, 0), 0);
+  ASSERT_EQ(setxattr((upper / "testbed/calc.sh").c_str(), "trusted.overlay.origin", "xx", 2, 0), 0);
+  ASSERT_EQ(setxattr((upper / "testbed/calc.sh").c_str(), "user.note", "kept", 4, 0), 0);
+
+  auto stats = AdoptUpperAsLayer(upper.string(), kPool, kPool, 0, 0);
+  ASSERT_THAT(stats, IsOk());
+  EXPECT_EQ(stats->entries, 6u);  // the root, testbed, cache, calc.sh, theirs, the whiteout
+  EXPECT_EQ(stats->bytes, 31u + 21u);
+  struct stat st {};
+  for (const char* p : {"", "testbed", "testbed/cache", "testbed/calc.sh"}) {
+    ASSERT_EQ(lstat((upper / p).c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0u) << p;  // the pool uid stood for the image's root
+    EXPECT_EQ(st.st_gid, 0u) << p;
+  }
+  ASSERT_EQ(lstat((upper / "testbed/theirs").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);  // not the sandbox's: left as it was
+  ASSERT_EQ(lstat((upper / "testbed/deleted").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  char value[8] = {};
+  EXPECT_EQ(getxattr((upper / "testbed/cache").c_str(), "trusted.overlay.opaque", value, sizeof value), 1);
+  EXPECT_LT(getxattr((upper / "testbed").c_str(), "trusted.overlay.impure", value, sizeof value), 0);
+  EXPECT_LT(getxattr((upper / "testbed/calc.sh").c_str(), "trusted.overlay.origin", value, sizeof value), 0);
+  EXPECT_EQ(getxattr((upper / "testbed/calc.sh").c_str(), "user.note", value, sizeof value), 4);
 }
 
 TEST_F(LayerUnpackTest, GarbageIsRefused) {
