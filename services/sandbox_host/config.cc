@@ -35,6 +35,10 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
   schema.Int("max_templates", &config->host.templates.max_templates, "most templates kept at once", 1, 100000);
   schema.Int("max_template_bytes", &config->max_template_bytes, "disk the kept templates may use, in bytes", 0,
              int64_t{1} << 50);
+  schema.Int("max_image_bytes", &config->max_image_bytes,
+             "disk the image store's unpacked layers may use, in bytes; past it the least recently used images no "
+             "sandbox uses are removed (0 = no limit)",
+             0, int64_t{1} << 50);
   schema.String("host_id", &config->host_id, "this host's name in HostInfo (default: the machine's hostname)");
 }
 

@@ -18,6 +18,7 @@ struct Config {
   int64_t uid_first = 20000;
   int64_t uid_last = 65000;
   int64_t max_template_bytes = int64_t{20} << 30;
+  int64_t max_image_bytes = int64_t{100} << 30;  // 0: no budget
   std::string host_id;
 };
 

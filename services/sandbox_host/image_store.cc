@@ -53,6 +53,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) 
   return out;
 }
 
+// An unpacked layer's size, as EnsureLayer recorded it next to the layer (0 when unknown).
+uint64_t LayerBytes(const std::string& layer_dir) {
+  auto size = ReadFile(layer_dir + ".size", 64);
+  return size.ok() ? std::strtoull(size->c_str(), nullptr, 10) : 0;
+}
+
 // Streams the current archive entry into `path` while hashing it; INVALID_ARGUMENT when the content is not
 // `digest`. Writes to a temporary name and renames, so a blob's name always means its content.
 absl::Status WriteVerifiedBlob(struct archive* a, const std::string& digest, const std::string& path) {
@@ -93,8 +99,8 @@ absl::Status WriteVerifiedBlob(struct archive* a, const std::string& digest, con
 
 }  // namespace
 
-ImageStore::ImageStore(std::string dir, LayerLimits layer_limits, Clock* clock)
-    : dir_(std::move(dir)), layer_limits_(layer_limits), clock_(clock) {
+ImageStore::ImageStore(std::string dir, LayerLimits layer_limits, Clock* clock, uint64_t max_bytes)
+    : dir_(std::move(dir)), layer_limits_(layer_limits), max_bytes_(max_bytes), clock_(clock) {
   std::error_code ec;
   for (const char* sub : {"blobs/sha256", "layers", "images"}) fs::create_directories(fs::path(dir_) / sub, ec);
   Load();
@@ -154,10 +160,7 @@ absl::Status ImageStore::ReadArchiveBlobs(int fd, std::string* index_json) {
 absl::StatusOr<uint64_t> ImageStore::EnsureLayer(const std::string& digest) {
   const std::string dir = LayerDir(digest);
   const std::string size_file = dir + ".size";
-  if (fs::is_directory(dir)) {
-    auto size = ReadFile(size_file, 64);
-    return size.ok() ? std::strtoull(size->c_str(), nullptr, 10) : 0;
-  }
+  if (fs::is_directory(dir)) return LayerBytes(dir);
   UniqueFd blob(open(BlobPath(digest).c_str(), O_RDONLY | O_CLOEXEC));
   if (blob.get() < 0) return absl::InvalidArgumentError(absl::StrCat("the image lacks layer blob ", digest));
   // Unpacked under a temporary name and renamed: a layer directory is always complete, and two imports racing
@@ -229,7 +232,10 @@ absl::StatusOr<Image> ImageStore::ImportArchive(int fd, const std::string& ref) 
     image.refs = std::move(refs);
   }
   CORRAL_RETURN_IF_ERROR(SaveRecord(image));
+  image.last_used = image.imported;
+  for (const std::string& layer : image.layers) layer_bytes_[layer] = LayerBytes(LayerDir(layer));
   images_[image.digest] = image;
+  EnforceBudgetLocked(image.digest);
   return image;
 }
 
@@ -292,6 +298,8 @@ void ImageStore::Load() {
     if (const json::value* size = o.if_contains("size_bytes"); size != nullptr && size->is_number()) {
       image.size_bytes = size->to_number<uint64_t>();
     }
+    image.last_used = image.imported;
+    for (const std::string& layer : image.layers) layer_bytes_[layer] = LayerBytes(LayerDir(layer));
     images_[digest] = std::move(image);
   }
 }
@@ -328,11 +336,45 @@ absl::Status ImageStore::Remove(const std::string& ref_or_digest) {
   absl::MutexLock lock(&mu_);
   const Image* found = FindLocked(ref_or_digest);
   if (found == nullptr) return absl::NotFoundError(absl::StrCat("no image '", ref_or_digest, "' on this host"));
-  const Image image = *found;
-  if (auto pins = pins_.find(image.digest); pins != pins_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat("image ", image.digest, " is in use by ", pins->second,
+  if (auto pins = pins_.find(found->digest); pins != pins_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("image ", found->digest, " is in use by ", pins->second,
                                                       " sandbox(es); delete them first"));
   }
+  RemoveLocked(*found);
+  return absl::OkStatus();
+}
+
+uint64_t ImageStore::UsedBytesLocked() const {
+  uint64_t total = 0;
+  for (const auto& [layer, bytes] : layer_bytes_) total += bytes;
+  return total;
+}
+
+uint64_t ImageStore::used_bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return UsedBytesLocked();
+}
+
+void ImageStore::EnforceBudgetLocked(const std::string& keep) {
+  while (max_bytes_ > 0 && UsedBytesLocked() > max_bytes_) {
+    const Image* oldest = nullptr;
+    for (const auto& [digest, image] : images_) {
+      if (digest == keep || pins_.count(digest) > 0) continue;
+      if (oldest == nullptr || image.last_used < oldest->last_used) oldest = &image;
+    }
+    if (oldest == nullptr) {
+      spdlog::warn("image store: {} bytes of layers, over the budget of {}, and every other image is in use",
+                   UsedBytesLocked(), max_bytes_);
+      return;
+    }
+    spdlog::info("image store: removing {} (least recently used) to stay within {} bytes", oldest->digest,
+                 max_bytes_);
+    RemoveLocked(*oldest);
+  }
+}
+
+void ImageStore::RemoveLocked(const Image& found) {
+  const Image image = found;  // `found` lives in images_
   images_.erase(image.digest);
   std::error_code ec;
   fs::remove(absl::StrCat(dir_, "/images/", Hex(image.digest), ".json"), ec);
@@ -342,18 +384,20 @@ absl::Status ImageStore::Remove(const std::string& ref_or_digest) {
     if (still_used.count(layer) > 0) continue;
     fs::remove_all(LayerDir(layer), ec);
     fs::remove(LayerDir(layer) + ".size", ec);
+    layer_bytes_.erase(layer);
     fs::remove(BlobPath(layer), ec);
   }
   if (auto manifest_json = ReadBlob(image.digest, kMaxDocumentBytes); manifest_json.ok()) {
     if (auto manifest = ParseManifest(*manifest_json); manifest.ok()) fs::remove(BlobPath(manifest->config.digest), ec);
   }
   fs::remove(BlobPath(image.digest), ec);
-  return absl::OkStatus();
 }
 
 absl::Status ImageStore::Pin(const std::string& digest) {
   absl::MutexLock lock(&mu_);
-  if (images_.count(digest) == 0) return absl::NotFoundError(absl::StrCat("no image '", digest, "' on this host"));
+  auto it = images_.find(digest);
+  if (it == images_.end()) return absl::NotFoundError(absl::StrCat("no image '", digest, "' on this host"));
+  it->second.last_used = clock_->Now();
   ++pins_[digest];
   return absl::OkStatus();
 }

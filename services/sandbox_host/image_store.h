@@ -30,12 +30,15 @@ struct Image {
   ImageConfig config;
   uint64_t size_bytes = 0;           // its layers unpacked (a layer shared with another image counts in both)
   absl::Time imported;
+  absl::Time last_used;              // imported, or a sandbox made from it (not kept across restarts)
 };
 
 class ImageStore {
  public:
-  // Loads the images `dir` holds from an earlier run; removes what a crash left half-written.
-  ImageStore(std::string dir, LayerLimits layer_limits, Clock* clock);
+  // Loads the images `dir` holds from an earlier run; removes what a crash left half-written. `max_bytes` (0: no
+  // limit) budgets the unpacked layers: past it, after an import, the least recently used images that no sandbox
+  // uses are removed (never the one just imported).
+  ImageStore(std::string dir, LayerLimits layer_limits, Clock* clock, uint64_t max_bytes = 0);
 
   // Imports an `oci-archive` (a tar of an OCI image layout, as `podman save --format oci-archive` or
   // `skopeo copy … oci-archive:` write it) read from `fd` to its end, naming it `ref` (empty: the layout's
@@ -51,10 +54,12 @@ class ImageStore {
   // By name or by manifest digest. NOT_FOUND otherwise.
   absl::StatusOr<Image> Find(const std::string& ref_or_digest) const;
   std::vector<Image> List() const;  // by digest
+  uint64_t used_bytes() const;      // the unpacked layers, each counted once
   // Removes the image and every layer no other image uses. NOT_FOUND for an unknown name or digest;
   // FAILED_PRECONDITION while a sandbox uses it (Pin).
   absl::Status Remove(const std::string& ref_or_digest);
-  // Marks the image (by digest) as used by one more sandbox, which Remove respects until the matching Unpin.
+  // Marks the image (by digest) as used by one more sandbox, which Remove and the budget respect until the
+  // matching Unpin; counts as a use for the LRU order.
   // NOT_FOUND for an unknown digest.
   absl::Status Pin(const std::string& digest);
   void Unpin(const std::string& digest);
@@ -72,13 +77,19 @@ class ImageStore {
   absl::Status SaveRecord(const Image& image) const;
   void Load();
   const Image* FindLocked(const std::string& ref_or_digest) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void RemoveLocked(const Image& image) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t UsedBytesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Removes least recently used, unpinned images other than `keep` until the layers fit the budget.
+  void EnforceBudgetLocked(const std::string& keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;
   const LayerLimits layer_limits_;
+  const uint64_t max_bytes_;
   Clock* const clock_;
   mutable absl::Mutex mu_;
   std::map<std::string, Image> images_ ABSL_GUARDED_BY(mu_);  // by manifest digest
   std::map<std::string, int> pins_ ABSL_GUARDED_BY(mu_);      // sandboxes using an image, by digest
+  std::map<std::string, uint64_t> layer_bytes_ ABSL_GUARDED_BY(mu_);  // unpacked size by layer digest
 };
 
 }  // namespace corral::sandbox

@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
                                                                     &clock, &metrics);
   sandboxes->SetTemplates(templates.get());
   auto images = std::make_unique<corral::sandbox::ImageStore>(host.root + "/images", corral::sandbox::LayerLimits{},
-                                                              &clock);
+                                                              &clock, static_cast<uint64_t>(config.max_image_bytes));
   sandboxes->SetImages(images.get());
   if (auto reach = corral::sandbox::CheckSandboxesCanReach(host.root); !reach.ok()) {
     spdlog::error("cannot start: {}", reach.message());

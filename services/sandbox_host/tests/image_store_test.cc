@@ -236,6 +236,37 @@ TEST_F(ImageStoreTest, ImagesSurviveARestartAndRemovingOneKeepsTheLayersAnotherU
   EXPECT_THAT(store_->Remove("local/a"), StatusIs(absl::StatusCode::kNotFound));
 }
 
+TEST_F(ImageStoreTest, PastTheBudgetTheLeastRecentlyUsedImageNoSandboxUsesGoes) {
+  // Three images of one 1 MB layer each (no shared base); a budget of two.
+  std::vector<std::string> archives;
+  for (const char* name : {"a", "b", "c"}) {
+    archives.push_back((base_ / absl::StrCat(name, ".tar")).string());
+    ArchiveWriter out(archives.back());
+    WriteImage(out, {Layer([&](LayerWriter& w) { w.File(name, std::string(1'000'000, name[0])); })}, "");
+  }
+  store_ = std::make_unique<ImageStore>((base_ / "store").string(), LayerLimits{}, &clock_, 2'500'000);
+  auto a = Import(archives[0], "local/a");
+  ASSERT_THAT(a, IsOk());
+  clock_.Advance(absl::Seconds(1));
+  auto b = Import(archives[1], "local/b");
+  ASSERT_THAT(b, IsOk());
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_THAT(store_->Pin(a->digest), IsOk());  // a sandbox uses a: it is now the most recent, and kept
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_THAT(Import(archives[2], "local/c"), IsOk());
+  EXPECT_THAT(store_->Find("local/b"), StatusIs(absl::StatusCode::kNotFound));  // least recently used
+  EXPECT_THAT(store_->Find("local/a"), IsOk());
+  EXPECT_THAT(store_->Find("local/c"), IsOk());
+  EXPECT_EQ(store_->used_bytes(), 2'000'000u);
+  // Every other image in use: the new one is kept over the budget rather than refused.
+  ASSERT_THAT(store_->Pin(Import(archives[2], "local/c")->digest), IsOk());
+  ASSERT_THAT(Import(archives[1], "local/b"), IsOk());
+  EXPECT_EQ(store_->used_bytes(), 3'000'000u);
+  EXPECT_THAT(store_->Remove("local/a"), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("in use")));
+  store_->Unpin(a->digest);
+  EXPECT_THAT(store_->Remove("local/a"), IsOk());
+}
+
 TEST(OciImage, DigestsAndDocumentsAreValidated) {
   EXPECT_THAT(ValidateDigest(Sha256Digest("x")), IsOk());
   EXPECT_THAT(ValidateDigest("sha512:abc"), StatusIs(absl::StatusCode::kInvalidArgument));
