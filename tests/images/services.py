@@ -1,5 +1,6 @@
 """Corral's binaries as processes for the image tests: each started with a ready file, waited on (never slept
 on), stopped with SIGTERM; logs kept in the test's directory."""
+import fcntl
 import json
 import os
 import shutil
@@ -21,10 +22,32 @@ def scratch(prefix):
     return work_dir, secret
 
 
+class UidBlock:
+    """A block of uids for one test's sandbox host, reserved the way tests/support/uid_range.h does (an flock on
+    /var/tmp/corral-test-uids-FIRST.lock; range 29000-29999 in blocks of 100): sandbox hosts kill every process of
+    their uids, so two tests running at once must never share one."""
+
+    def __init__(self, first=29000, last=29999, size=100):
+        for base in range(first, last + 1 - size + 1, size):
+            fd = os.open(f"/var/tmp/corral-test-uids-{base}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.fd, self.first, self.last = fd, base, base + size - 1
+            return
+        raise AssertionError(f"no free block of {size} uids in [{first}, {last}]")
+
+    def flags(self):
+        return [f"--uid-first={self.first}", f"--uid-last={self.last}"]
+
+
 class Services:
     def __init__(self, bin_dir, work_dir, secret_file):
         self.bin_dir, self.dir, self.secret = bin_dir, work_dir, secret_file
         self.procs, self.logs = {}, {}
+        self.uids = UidBlock()  # held as long as these services live
 
     def start(self, name, argv, secret=True, timeout=60):
         """Starts BIN/argv[0] with `argv[1:]`, a ready file and (with `secret`) the cluster secret; returns the
@@ -33,6 +56,8 @@ class Services:
         if os.path.exists(ready):
             os.unlink(ready)
         argv = [os.path.join(self.bin_dir, argv[0])] + argv[1:] + [f"--ready-file={ready}"]
+        if argv[0].endswith("corral-sandbox-host"):
+            argv += self.uids.flags()
         if secret:
             argv.append(f"--secret-file={self.secret}")
         log_path = os.path.join(self.dir, name + ".log")

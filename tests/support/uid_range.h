@@ -2,8 +2,9 @@
 // every process of their uids, so two tests must never share one. The reservation is an flock on a file per
 // block, held until the object is destroyed (or the process dies). Blocks are locked by their first uid, so every
 // user of a range must ask for the same block size — two sizes over one range would overlap unseen. The ranges:
-// 21000-28999 (size 2, sandbox unit tests), 30000-44999 (100, SandboxHostTest), 45000-59999 (4, sandbox host
-// integration tests), 60000-64999 (64, scheduler integration tests). `corral up` uses 20000 upwards.
+// 21000-28999 (size 2, sandbox unit tests), 29000-29999 (100, the image tests' hosts, tests/images/services.py),
+// 30000-44999 (100, SandboxHostTest), 45000-59999 (4, sandbox host integration tests), 60000-64999 (64,
+// scheduler integration tests). `corral up` uses 20000 upwards.
 #pragma once
 
 #include <sys/types.h>

@@ -52,7 +52,7 @@ class ImageRootTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root";
-    uids_.emplace(30000, 44999, 1);
+    uids_.emplace(21000, 28999, 2);  // the sandbox unit tests' range (uid_range.h)
     uid_ = static_cast<uid_t>(uids_->first());
     base_ = fs::temp_directory_path() / ("corral-imageroot-" + std::to_string(getpid()));
     for (const char* d : {"base", "top", "sb/upper", "sb/work", "sb/mnt"}) fs::create_directories(base_ / d);
