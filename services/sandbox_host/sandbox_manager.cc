@@ -216,7 +216,7 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
 }
 
 absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec& spec,
-                                                               const std::shared_ptr<const TemplateImage>& image,
+                                                               const std::shared_ptr<const TemplateImage>& tmpl,
                                                                const Image* oci_image) {
   std::optional<uid_t> uid = uids_.Acquire();
   if (!uid) return absl::ResourceExhaustedError("the uid pool is exhausted");
@@ -236,7 +236,7 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   p.network = *spec.network;
   std::vector<std::string> dirs;  // what Landlock lets the sandbox write (by path; an image root by descriptor)
   if (oci_image != nullptr) {
-    if (absl::Status s = BuildImageRoot(*sb, *oci_image, image); !s.ok()) return fail(s);
+    if (absl::Status s = BuildImageRoot(*sb, *oci_image, tmpl); !s.ok()) return fail(s);
   } else {
     dirs = {sb->home, sb->home + "/.tmp"};
     for (const auto& dir : dirs) {
@@ -246,14 +246,14 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     }
     sb->home_fd.Reset(open(sb->home.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   }
-  if (image != nullptr && oci_image == nullptr) {
+  if (tmpl != nullptr && oci_image == nullptr) {  // a home template is copied; one on an image is a layer
     const absl::Time start = clock_->Now();
-    UniqueFd src(open(image->dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!src.valid()) return fail(absl::InternalError(absl::StrCat("cannot open template ", image->key)));
+    UniqueFd src(open(tmpl->dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!src.valid()) return fail(absl::InternalError(absl::StrCat("cannot open template ", tmpl->key)));
     auto copied = CopyTree(src.get(), sb->home_fd.get(), sb->uid, sb->uid, {".tmp"});
     if (!copied.ok()) return fail(copied.status());
-    sb->template_image = image;
-    image->sandboxes++;
+    sb->template_image = tmpl;
+    tmpl->sandboxes++;
     if (metrics_) metrics_->clone_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
   }
   // Task paths: created empty unless the template has them (as real directories, never links).
@@ -392,17 +392,17 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
     return absl::InvalidArgumentError(absl::StrCat("count must be 1-", options_.max_create_count));
   }
   CORRAL_RETURN_IF_ERROR(Normalize(spec));
-  std::shared_ptr<const TemplateImage> image;
+  std::shared_ptr<const TemplateImage> tmpl;
   if (!spec.template_key.empty()) {
     if (templates_ == nullptr) return absl::NotFoundError("this host keeps no templates");
-    CORRAL_ASSIGN_OR_RETURN(image, templates_->Acquire(spec.template_key));
+    CORRAL_ASSIGN_OR_RETURN(tmpl, templates_->Acquire(spec.template_key));
   }
   std::optional<Image> oci_image;
   if (!spec.image.empty()) {
     CORRAL_ASSIGN_OR_RETURN(oci_image, images_->Find(spec.image));
   }
-  const std::string built_on = image != nullptr ? image->image_digest : "";
-  if (image != nullptr && built_on != (oci_image ? oci_image->digest : "")) {
+  const std::string built_on = tmpl != nullptr ? tmpl->image_digest : "";
+  if (tmpl != nullptr && built_on != (oci_image ? oci_image->digest : "")) {
     return absl::FailedPreconditionError(
         built_on.empty() ? absl::StrCat("template '", spec.template_key, "' is a home, not built on an image")
                          : absl::StrCat("template '", spec.template_key, "' was built on image ", built_on,
@@ -421,7 +421,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
   std::vector<std::shared_ptr<Sandbox>> built;
   absl::Status error;
   for (int64_t i = 0; i < granted && error.ok(); ++i) {
-    auto sb = Build(spec, image, oci_image ? &*oci_image : nullptr);
+    auto sb = Build(spec, tmpl, oci_image ? &*oci_image : nullptr);
     if (sb.ok()) {
       built.push_back(*std::move(sb));
     } else if (absl::IsResourceExhausted(sb.status())) {

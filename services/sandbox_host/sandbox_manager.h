@@ -191,8 +191,9 @@ class SandboxManager {
 
  private:
   absl::Status Normalize(SandboxSpec& spec) const;
+  // `tmpl`: the template (a home to copy, or a layer above `oci_image`), or null.
   absl::StatusOr<std::shared_ptr<Sandbox>> Build(const SandboxSpec& spec,
-                                                 const std::shared_ptr<const TemplateImage>& image,
+                                                 const std::shared_ptr<const TemplateImage>& tmpl,
                                                  const Image* oci_image);
   // The image root, user namespace and user of a sandbox made from `image`.
   absl::Status BuildImageRoot(Sandbox& sb, const Image& image, const std::shared_ptr<const TemplateImage>& layer);
