@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/detached.hpp"
+#include "boost/asio/strand.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/json.hpp"
 #include "libs/core/logging.h"
@@ -121,7 +122,10 @@ const std::shared_ptr<ProxyClient>& EpisodeDriver::ProxyFor(const std::string& e
 void EpisodeDriver::Start(EpisodeTicket ticket) {
   ++running_;
   if (NeedsSandbox(*ticket.task)) ++placing_;
-  asio::co_spawn(executor_, Run(std::move(ticket)), asio::detached);
+  // Each attempt on its own strand. With several io threads, the two branches of a `||` race (an LLM call against
+  // a stop) would otherwise run on two threads at once, and asio's cancellation signals are not thread-safe: a
+  // stop could be lost and the attempt wait out the call it was meant to abandon.
+  asio::co_spawn(asio::make_strand(executor_), Run(std::move(ticket)), asio::detached);
 }
 
 asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
