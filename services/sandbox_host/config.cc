@@ -40,6 +40,15 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
              "sandbox uses are removed (0 = no limit)",
              0, int64_t{1} << 50);
   schema.String("host_id", &config->host_id, "this host's name in HostInfo (default: the machine's hostname)");
+  schema.String("registry_ca_file", &config->registry_ca_file,
+                "PEM certificates trusted for image registries besides the system's (a private registry's CA)");
+  schema.String("registry_auth_file", &config->registry_auth_file,
+                "registry credentials, in the auth file format of docker/podman login ({\"auths\": {...}})");
+  schema.StringList("insecure_registries", &config->insecure_registries,
+                    "registries (host or host:port) pulled from over plain HTTP");
+  schema.Duration("registry_timeout", &config->registry_timeout,
+                  "limit on connecting to a registry and on each read or write of a pull", absl::Seconds(1),
+                  absl::Hours(1));
 }
 
 namespace {

@@ -84,4 +84,66 @@ void ImportImageReactor::OnReadDone(bool ok) {
   StartRead(&request_);
 }
 
+PullImageReactor::PullImageReactor(ImagePuller* puller, const CallAuthenticator* auth, WorkerPool* workers,
+                                   grpc::CallbackServerContext* ctx, const v1::PullImageRequest* request)
+    : puller_(puller), ref_(request->ref()) {
+  absl::Status s = auth->CheckCluster(*ctx);
+  if (s.ok() && ref_.empty()) s = absl::InvalidArgumentError("ref is required: registry/repository[:tag][@sha256:…]");
+  if (s.ok()) s = ParseImageReference(ref_).status();
+  if (s.ok() && puller_ == nullptr) s = absl::FailedPreconditionError("this host does not pull images");
+  if (!s.ok()) {
+    Finish(ToGrpcStatus(s));
+    return;
+  }
+  RunOn(workers, [this] { Pull(); });
+}
+
+void PullImageReactor::Pull() {
+  auto image = puller_->Pull(ref_, [this](const PullProgress& p) { Offer(p); });
+  absl::MutexLock lock(&mu_);
+  pending_.reset();
+  final_ = image.status();
+  if (image.ok()) {
+    pending_.emplace();
+    pending_->set_step("done");
+    ToProto(*image, pending_->mutable_image());
+  }
+  if (!writing_) WriteNextLocked();
+}
+
+void PullImageReactor::Offer(const PullProgress& p) {
+  absl::MutexLock lock(&mu_);
+  pending_.emplace();
+  pending_->set_step(p.step);
+  pending_->set_done_bytes(p.done_bytes);
+  pending_->set_total_bytes(p.total_bytes);
+  if (!writing_) WriteNextLocked();
+}
+
+void PullImageReactor::WriteNextLocked() {
+  if (finished_) return;
+  if (final_ && (broken_ || !pending_)) {  // nothing (more) to show: end with the pull's status
+    finished_ = true;
+    Finish(ToGrpcStatus(*final_));
+    return;
+  }
+  if (broken_ || !pending_) return;
+  writing_message_ = *std::move(pending_);
+  pending_.reset();
+  writing_ = true;
+  if (final_) {
+    finished_ = true;
+    StartWriteAndFinish(&writing_message_, grpc::WriteOptions(), grpc::Status::OK);
+  } else {
+    StartWrite(&writing_message_);
+  }
+}
+
+void PullImageReactor::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&mu_);
+  writing_ = false;
+  if (!ok) broken_ = true;
+  WriteNextLocked();
+}
+
 }  // namespace corral::sandbox

@@ -1,14 +1,18 @@
-// ImportImage's reactor: the client streams an oci-archive; it is written to an anonymous file as it arrives
-// and, once the stream ends, imported into the ImageStore on a worker thread (unpacking layers takes seconds;
-// no gRPC thread waits for it).
+// The image RPCs' reactors. ImportImage: the client streams an oci-archive; it is written to an anonymous file
+// as it arrives and, once the stream ends, imported into the ImageStore on an image worker (unpacking layers
+// takes seconds; no gRPC thread waits for it). PullImage: the pull runs on an image worker and its progress is
+// streamed, the latest state only while the client reads the previous one.
 #pragma once
 
 #include <optional>
+
+#include "absl/synchronization/mutex.h"
 
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "libs/core/unique_fd.h"
 #include "libs/core/worker_pool.h"
 #include "libs/rpc/auth.h"
+#include "services/sandbox_host/image_pull.h"
 #include "services/sandbox_host/image_store.h"
 
 namespace corral::sandbox {
@@ -33,6 +37,29 @@ class ImportImageReactor final : public grpc::ServerReadReactor<v1::ImportImageR
   std::optional<v1::ImportImageHeader> header_;
   UniqueFd file_;
   uint64_t received_ = 0;
+};
+
+class PullImageReactor final : public grpc::ServerWriteReactor<v1::PullImageProgress> {
+ public:
+  PullImageReactor(ImagePuller* puller, const CallAuthenticator* auth, WorkerPool* workers,
+                   grpc::CallbackServerContext* ctx, const v1::PullImageRequest* request);
+  void OnWriteDone(bool ok) override;
+  void OnDone() override { delete this; }
+
+ private:
+  void Pull();  // on a worker
+  void Offer(const PullProgress& progress);
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  ImagePuller* const puller_;
+  const std::string ref_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;  // a write failed: the client is gone
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<v1::PullImageProgress> pending_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> final_ ABSL_GUARDED_BY(mu_);  // set once the pull ended
+  v1::PullImageProgress writing_message_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace corral::sandbox

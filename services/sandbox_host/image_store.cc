@@ -59,45 +59,64 @@ uint64_t LayerBytes(const std::string& layer_dir) {
   return size.ok() ? std::strtoull(size->c_str(), nullptr, 10) : 0;
 }
 
-// Streams the current archive entry into `path` while hashing it; INVALID_ARGUMENT when the content is not
-// `digest`. Writes to a temporary name and renames, so a blob's name always means its content.
-absl::Status WriteVerifiedBlob(struct archive* a, const std::string& digest, const std::string& path) {
-  const std::string tmp = absl::StrCat(fs::path(path).parent_path().string(), "/", kPartial, RandomSuffix());
-  UniqueFd out(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (out.get() < 0) return absl::InternalError(absl::StrCat("creating ", tmp, ": ", strerror(errno)));
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> sha(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr);
+// Streams the current archive entry into `writer`.
+absl::Status WriteArchiveEntry(struct archive* a, BlobWriter& writer) {
   char buf[1 << 16];
   for (;;) {
     const la_ssize_t n = archive_read_data(a, buf, sizeof buf);
-    if (n == 0) break;
-    if (n < 0) {
-      unlink(tmp.c_str());
-      return absl::InvalidArgumentError(absl::StrCat("reading blob ", digest, ": ", archive_error_string(a)));
-    }
-    EVP_DigestUpdate(sha.get(), buf, static_cast<size_t>(n));
-    if (write(out.get(), buf, static_cast<size_t>(n)) != n) {
-      unlink(tmp.c_str());
-      return absl::InternalError(absl::StrCat("writing ", tmp, ": ", strerror(errno)));
-    }
+    if (n == 0) return writer.Commit();
+    if (n < 0) return absl::InvalidArgumentError(absl::StrCat("reading a blob: ", archive_error_string(a)));
+    CORRAL_RETURN_IF_ERROR(writer.Write(absl::string_view(buf, static_cast<size_t>(n))));
   }
-  unsigned char sum[EVP_MAX_MD_SIZE];
-  unsigned int sum_len = 0;
-  EVP_DigestFinal_ex(sha.get(), sum, &sum_len);
-  const std::string got =
-      absl::StrCat("sha256:", absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(sum), sum_len)));
-  if (got != digest) {
-    unlink(tmp.c_str());
-    return absl::InvalidArgumentError(absl::StrCat("blob ", digest, " has content ", got, ": refused"));
+}
+
+}  // namespace
+
+BlobWriter::BlobWriter(std::string digest, std::string path, std::string tmp, UniqueFd fd, int64_t size)
+    : digest_(std::move(digest)), path_(std::move(path)), tmp_(std::move(tmp)), fd_(std::move(fd)), size_(size),
+      sha_(EVP_MD_CTX_new()) {
+  EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(sha_), EVP_sha256(), nullptr);
+}
+
+BlobWriter::~BlobWriter() {
+  EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(sha_));
+  if (!committed_) unlink(tmp_.c_str());
+}
+
+absl::Status BlobWriter::Write(absl::string_view piece) {
+  bytes_ += piece.size();
+  if (size_ >= 0 && bytes_ > static_cast<uint64_t>(size_)) {
+    return absl::InvalidArgumentError(absl::StrCat("blob ", digest_, " is longer than its ", size_, " bytes: refused"));
   }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("storing ", path, ": ", strerror(errno)));
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(sha_), piece.data(), piece.size());
+  while (!piece.empty()) {
+    const ssize_t n = write(fd_.get(), piece.data(), piece.size());
+    if (n <= 0) {
+      return errno == ENOSPC ? absl::ResourceExhaustedError("the host's image store is out of disk space")
+                             : absl::InternalError(absl::StrCat("writing ", tmp_, ": ", strerror(errno)));
+    }
+    piece.remove_prefix(static_cast<size_t>(n));
   }
   return absl::OkStatus();
 }
 
-}  // namespace
+absl::Status BlobWriter::Commit() {
+  unsigned char sum[EVP_MAX_MD_SIZE];
+  unsigned int sum_len = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(sha_), sum, &sum_len);
+  const std::string got =
+      absl::StrCat("sha256:", absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(sum), sum_len)));
+  if (got != digest_) return absl::InvalidArgumentError(absl::StrCat("blob ", digest_, " has content ", got, ": refused"));
+  if (size_ >= 0 && bytes_ != static_cast<uint64_t>(size_)) {
+    return absl::InvalidArgumentError(absl::StrCat("blob ", digest_, " has ", bytes_, " bytes, not ", size_));
+  }
+  fd_.Reset();
+  if (rename(tmp_.c_str(), path_.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("storing ", path_, ": ", strerror(errno)));
+  }
+  committed_ = true;
+  return absl::OkStatus();
+}
 
 ImageStore::ImageStore(std::string dir, LayerLimits layer_limits, Clock* clock, uint64_t max_bytes)
     : dir_(std::move(dir)), layer_limits_(layer_limits), max_bytes_(max_bytes), clock_(clock) {
@@ -149,8 +168,9 @@ absl::Status ImageStore::ReadArchiveBlobs(int fd, std::string* index_json) {
     } else if (absl::ConsumePrefix(&path, kBlobPrefix)) {
       const std::string digest = absl::StrCat("sha256:", path);
       CORRAL_RETURN_IF_ERROR(ValidateDigest(digest));
-      if (fs::exists(BlobPath(digest))) continue;  // content-addressed: already verified when it came
-      CORRAL_RETURN_IF_ERROR(WriteVerifiedBlob(a.get(), digest, BlobPath(digest)));
+      if (HasBlob(digest)) continue;  // content-addressed: already verified when it came
+      CORRAL_ASSIGN_OR_RETURN(std::unique_ptr<BlobWriter> writer, NewBlob(digest, archive_entry_size(e)));
+      CORRAL_RETURN_IF_ERROR(WriteArchiveEntry(a.get(), *writer));
     }
   }
   if (index_json->empty()) return absl::InvalidArgumentError("not an oci-archive: no index.json");
@@ -212,10 +232,33 @@ absl::StatusOr<Image> ImageStore::Resolve(const std::string& index_json, std::st
   return image;
 }
 
+absl::Status ImageStore::CheckUsable() const { return CheckLayerFilesystem(dir_); }
+
+bool ImageStore::HasBlob(const std::string& digest) const {
+  return ValidateDigest(digest).ok() && fs::exists(BlobPath(digest));
+}
+
+absl::StatusOr<std::unique_ptr<BlobWriter>> ImageStore::NewBlob(const std::string& digest, int64_t size) const {
+  CORRAL_RETURN_IF_ERROR(ValidateDigest(digest));
+  const std::string tmp = absl::StrCat(dir_, "/blobs/sha256/", kPartial, RandomSuffix());
+  UniqueFd out(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (out.get() < 0) return absl::InternalError(absl::StrCat("creating ", tmp, ": ", strerror(errno)));
+  return std::unique_ptr<BlobWriter>(new BlobWriter(digest, BlobPath(digest), tmp, std::move(out), size));
+}
+
+absl::StatusOr<std::string> ImageStore::ReadDocument(const std::string& digest) const {
+  CORRAL_RETURN_IF_ERROR(ValidateDigest(digest));
+  return ReadBlob(digest, kMaxDocumentBytes);
+}
+
 absl::StatusOr<Image> ImageStore::ImportArchive(int fd, const std::string& ref) {
   CORRAL_RETURN_IF_ERROR(CheckLayerFilesystem(dir_));
   std::string index_json;
   CORRAL_RETURN_IF_ERROR(ReadArchiveBlobs(fd, &index_json));
+  return AddImage(index_json, ref);
+}
+
+absl::StatusOr<Image> ImageStore::AddImage(const std::string& index_json, const std::string& ref) {
   CORRAL_ASSIGN_OR_RETURN(Image image, Resolve(index_json, ref));
   absl::MutexLock lock(&mu_);
   for (const std::string& name : image.refs) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,33 @@ struct Image {
   absl::Time last_used;              // imported, or a sandbox made from it (not kept across restarts)
 };
 
+// A blob arriving in pieces (a registry download): hashed as it is written to a temporary file in the store,
+// and stored under its digest by Commit only when the content is that digest. Dropped uncommitted, it leaves
+// nothing behind. Not thread-safe.
+class BlobWriter {
+ public:
+  ~BlobWriter();
+  BlobWriter(const BlobWriter&) = delete;
+  BlobWriter& operator=(const BlobWriter&) = delete;
+
+  // RESOURCE_EXHAUSTED past the size the writer was opened with (or out of disk).
+  absl::Status Write(absl::string_view piece);
+  // INVALID_ARGUMENT when the content is not the digest, or not the announced size.
+  absl::Status Commit();
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  friend class ImageStore;
+  BlobWriter(std::string digest, std::string path, std::string tmp, UniqueFd fd, int64_t size);
+
+  const std::string digest_, path_, tmp_;
+  UniqueFd fd_;
+  const int64_t size_;  // < 0: unknown
+  uint64_t bytes_ = 0;
+  void* sha_;  // EVP_MD_CTX
+  bool committed_ = false;
+};
+
 class ImageStore {
  public:
   // Loads the images `dir` holds from an earlier run; removes what a crash left half-written. `max_bytes` (0: no
@@ -46,6 +74,18 @@ class ImageStore {
   // INVALID_ARGUMENT for a malformed archive or document, a blob whose content does not match its digest, or a
   // missing blob; NOT_FOUND when it holds no linux/amd64 image; RESOURCE_EXHAUSTED from the layer limits.
   absl::StatusOr<Image> ImportArchive(int fd, const std::string& ref);
+
+  // OK when layers can be unpacked where the store lives (not on overlayfs): checked before a download.
+  absl::Status CheckUsable() const;
+  // Whether the blob is stored (content-addressed: it was verified when it came).
+  bool HasBlob(const std::string& digest) const;
+  // A stored manifest, index or config (at most 4 MiB). INVALID_ARGUMENT when the store lacks it.
+  absl::StatusOr<std::string> ReadDocument(const std::string& digest) const;
+  // A writer for the blob `digest` of `size` bytes (-1: unknown). INVALID_ARGUMENT for a malformed digest.
+  absl::StatusOr<std::unique_ptr<BlobWriter>> NewBlob(const std::string& digest, int64_t size) const;
+  // Adds the image an index (OCI index or Docker manifest list JSON, its descriptors pointing at stored blobs)
+  // names, as ImportArchive does once the archive's blobs are stored: layers unpacked, `ref` given to it.
+  absl::StatusOr<Image> AddImage(const std::string& index_json, const std::string& ref);
 
   // An anonymous file in the store's directory (O_TMPFILE: nothing is left of it if the host dies) to receive an
   // archive before ImportArchive reads it.

@@ -93,8 +93,23 @@ int main(int argc, char** argv) {
   auto workers = std::make_unique<corral::WorkerPool>(4);
   sandboxes->SetWorkers(workers.get());
   execs->SetWorkers(workers.get());
-  corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), templates.get(), images.get(), &auth, &clock,
-                                          workers.get(), host_id);
+  // Imports and pulls (a large image takes minutes) on their own threads, so creates never wait behind them.
+  auto image_workers = std::make_unique<corral::WorkerPool>(2);
+  corral::sandbox::RegistryOptions registry;
+  registry.ca_file = config.registry_ca_file;
+  registry.insecure_registries = config.insecure_registries;
+  registry.timeout = config.registry_timeout;
+  if (!config.registry_auth_file.empty()) {
+    auto credentials = corral::sandbox::LoadRegistryCredentials(config.registry_auth_file);
+    if (!credentials.ok()) {
+      spdlog::error("cannot start: registry_auth_file: {}", credentials.status().message());
+      return 1;
+    }
+    registry.credentials = *std::move(credentials);
+  }
+  corral::sandbox::ImagePuller puller(images.get(), std::move(registry));
+  corral::sandbox::SandboxService service(sandboxes.get(), execs.get(), templates.get(), images.get(), &puller, &auth,
+                                          &clock, workers.get(), image_workers.get(), host_id);
   runner.AddService(&service, "corral.v1.SandboxHost");
   if (auto s = runner.Start(); !s.ok()) {
     spdlog::error("cannot start: {}", s);

@@ -267,7 +267,12 @@ grpc::ServerUnaryReactor* SandboxService::DeleteTemplate(grpc::CallbackServerCon
 
 grpc::ServerReadReactor<v1::ImportImageRequest>* SandboxService::ImportImage(grpc::CallbackServerContext* ctx,
                                                                              v1::Image* resp) {
-  return new ImportImageReactor(images_, auth_, workers_, ctx, resp);
+  return new ImportImageReactor(images_, auth_, image_workers_, ctx, resp);
+}
+
+grpc::ServerWriteReactor<v1::PullImageProgress>* SandboxService::PullImage(grpc::CallbackServerContext* ctx,
+                                                                            const v1::PullImageRequest* req) {
+  return new PullImageReactor(puller_, auth_, image_workers_, ctx, req);
 }
 
 grpc::ServerUnaryReactor* SandboxService::ListImages(grpc::CallbackServerContext* ctx, const v1::ListImagesRequest*,

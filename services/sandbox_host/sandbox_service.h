@@ -7,6 +7,7 @@
 #include "libs/core/clock.h"
 #include "libs/rpc/auth.h"
 #include "services/sandbox_host/exec_manager.h"
+#include "services/sandbox_host/image_pull.h"
 #include "services/sandbox_host/image_store.h"
 #include "services/sandbox_host/sandbox_manager.h"
 
@@ -17,10 +18,14 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
  public:
   // `workers` run what may take long (creating and deleting sandboxes, killing processes), so no gRPC thread
   // waits for it: those calls answer when the work is done.
+  // `image_workers` import and pull images (minutes for a large one), apart from `workers`; `puller` may be
+  // null (PullImage then answers FAILED_PRECONDITION).
   SandboxService(SandboxManager* sandboxes, ExecManager* execs, TemplateStore* templates, ImageStore* images,
-                 const CallAuthenticator* auth, Clock* clock, WorkerPool* workers, std::string host_id)
-      : sandboxes_(sandboxes), execs_(execs), templates_(templates), images_(images), auth_(auth), clock_(clock),
-        workers_(workers), host_id_(std::move(host_id)), start_time_(clock->Now()) {}
+                 ImagePuller* puller, const CallAuthenticator* auth, Clock* clock, WorkerPool* workers,
+                 WorkerPool* image_workers, std::string host_id)
+      : sandboxes_(sandboxes), execs_(execs), templates_(templates), images_(images), puller_(puller), auth_(auth),
+        clock_(clock), workers_(workers), image_workers_(image_workers), host_id_(std::move(host_id)),
+        start_time_(clock->Now()) {}
 
   grpc::ServerUnaryReactor* CreateSandboxes(grpc::CallbackServerContext* ctx, const v1::CreateSandboxesRequest* req,
                                             v1::CreateSandboxesResponse* resp) override;
@@ -58,6 +63,8 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
                                            v1::DeleteTemplateResponse* resp) override;
   grpc::ServerReadReactor<v1::ImportImageRequest>* ImportImage(grpc::CallbackServerContext* ctx,
                                                                v1::Image* resp) override;
+  grpc::ServerWriteReactor<v1::PullImageProgress>* PullImage(grpc::CallbackServerContext* ctx,
+                                                             const v1::PullImageRequest* req) override;
   grpc::ServerUnaryReactor* ListImages(grpc::CallbackServerContext* ctx, const v1::ListImagesRequest* req,
                                        v1::ListImagesResponse* resp) override;
   grpc::ServerUnaryReactor* DeleteImage(grpc::CallbackServerContext* ctx, const v1::DeleteImageRequest* req,
@@ -72,9 +79,11 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
   ExecManager* const execs_;
   TemplateStore* const templates_;
   ImageStore* const images_;
+  ImagePuller* const puller_;
   const CallAuthenticator* const auth_;
   Clock* const clock_;
   WorkerPool* const workers_;
+  WorkerPool* const image_workers_;
   const std::string host_id_;
   const absl::Time start_time_;
 };

@@ -1,4 +1,4 @@
-// `corral image import|ls|rm`: OCI images on a corral-sandbox-host, from the shell.
+// `corral image pull|import|ls|rm`: OCI images on a corral-sandbox-host, from the shell.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -59,6 +59,32 @@ int RunImport(const ConnectFlags& cf, const std::string& path, const std::string
   return 0;
 }
 
+int RunPull(const ConnectFlags& cf, const std::string& ref) {
+  auto client = Connect(cf);
+  if (!client.ok()) return Fail("image pull", client.status());
+  grpc::ClientContext ctx;
+  client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 3600.0)));  // a large image over a slow link
+  v1::PullImageRequest req;
+  req.set_ref(ref);
+  auto reader = client->stub->PullImage(&ctx, req);
+  v1::PullImageProgress progress;
+  v1::Image image;
+  const bool tty = isatty(2);
+  while (reader->Read(&progress)) {
+    if (progress.has_image()) image = progress.image();
+    if (!tty || progress.has_image()) continue;
+    const uint64_t total = progress.total_bytes();
+    std::cerr << absl::StrFormat("\r\033[K%-30.30s %6.1f / %.1f MiB", progress.step(), progress.done_bytes() / 1048576.0,
+                                 total / 1048576.0);
+  }
+  if (tty) std::cerr << "\r\033[K";
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return Fail("image pull", FromGrpcStatus(s));
+  std::cout << image.digest() << " " << absl::StrJoin(image.refs(), ",") << " (" << image.layers_size()
+            << " layers, " << (image.size_bytes() >> 20) << " MiB unpacked)\n";
+  return 0;
+}
+
 int RunList(const ConnectFlags& cf) {
   auto client = Connect(cf);
   if (!client.ok()) return Fail("image ls", client.status());
@@ -91,7 +117,7 @@ int RunRemove(const ConnectFlags& cf, const std::string& image) {
 }  // namespace
 
 void RegisterImage(CLI::App& app, int& exit_code) {
-  CLI::App* image = app.add_subcommand("image", "OCI images on a corral-sandbox-host (import, list, remove)");
+  CLI::App* image = app.add_subcommand("image", "OCI images on a corral-sandbox-host (pull, import, list, remove)");
   image->require_subcommand(1);
 
   auto import_conn = std::make_shared<ConnectFlags>();
@@ -104,6 +130,14 @@ void RegisterImage(CLI::App& app, int& exit_code) {
   i->callback([import_conn, import_args, &exit_code] {
     exit_code = RunImport(*import_conn, import_args->first, import_args->second);
   });
+
+  auto pull_conn = std::make_shared<ConnectFlags>();
+  auto pull_ref = std::make_shared<std::string>();
+  CLI::App* p = image->add_subcommand(
+      "pull", "have the host pull an image from a registry (its registry_* settings apply); prints its digest and names");
+  AddConnectFlags(p, *pull_conn, "sandbox host", "--host");
+  p->add_option("ref", *pull_ref, "[registry/]repository[:tag][@sha256:…]")->required();
+  p->callback([pull_conn, pull_ref, &exit_code] { exit_code = RunPull(*pull_conn, *pull_ref); });
 
   auto ls_conn = std::make_shared<ConnectFlags>();
   CLI::App* ls = image->add_subcommand("ls", "list the host's images");
