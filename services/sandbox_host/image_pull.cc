@@ -41,12 +41,31 @@ std::string MediaType(const std::string& body, const std::string& content_type) 
 
 absl::StatusOr<Image> ImagePuller::Pull(const std::string& text,
                                         const std::function<void(const PullProgress&)>& progress) {
+  CORRAL_ASSIGN_OR_RETURN(ImageReference ref, ParseImageReference(text));
+  const absl::Time asked = absl::Now();
+  std::shared_ptr<Name> name;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& slot = names_[ref.ToString()];
+    if (slot == nullptr) slot = std::make_shared<Name>();
+    name = slot;
+  }
+  absl::MutexLock pulling(&name->pulling);
+  if (name->succeeded > asked) {  // pulled while this call waited for that pull
+    if (auto image = store_->Find(ref.ToString()); image.ok()) return image;
+  }
+  auto image = PullLocked(ref, progress);
+  if (image.ok()) name->succeeded = absl::Now();
+  return image;
+}
+
+absl::StatusOr<Image> ImagePuller::PullLocked(const ImageReference& ref,
+                                              const std::function<void(const PullProgress&)>& progress) {
   PullProgress state;
   auto report = [&](std::string step) {
     state.step = std::move(step);
     if (progress) progress(state);
   };
-  CORRAL_ASSIGN_OR_RETURN(ImageReference ref, ParseImageReference(text));
   CORRAL_RETURN_IF_ERROR(store_->CheckUsable());
   const std::string name = ref.ToString();
 

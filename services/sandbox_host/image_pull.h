@@ -6,9 +6,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "services/sandbox_host/image_store.h"
 #include "services/sandbox_host/registry_client.h"
 
@@ -28,11 +32,21 @@ class ImagePuller {
   // normalized (docker.io/library/debian:latest for "debian"). INVALID_ARGUMENT for a malformed reference or
   // document, or content that is not its digest; the registry's errors as RegistryClient::Get returns them;
   // NOT_FOUND when the image has no linux/amd64 manifest. `progress` is called as bytes come (may be empty).
+  // Pulls of one name run one at a time; a pull that waited for another of its name which succeeded meanwhile
+  // returns that image (a batch of episodes asking one host for one image fetches it once).
   absl::StatusOr<Image> Pull(const std::string& ref, const std::function<void(const PullProgress&)>& progress);
 
  private:
+  absl::StatusOr<Image> PullLocked(const ImageReference& ref, const std::function<void(const PullProgress&)>& progress);
+
   ImageStore* const store_;
   RegistryClient client_;
+  absl::Mutex mu_;
+  struct Name {
+    absl::Mutex pulling;   // held for the pull
+    absl::Time succeeded;  // the last successful pull ended
+  };
+  std::map<std::string, std::shared_ptr<Name>> names_ ABSL_GUARDED_BY(mu_);  // normalized name
 };
 
 }  // namespace corral::sandbox

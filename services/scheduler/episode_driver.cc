@@ -278,6 +278,25 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       continue;
     }
     const std::string address = slot->client->address();
+    if (!env.image().empty() && !hosts_->HasImage(address, env.image())) {
+      // The host pulls the image from its registry (a host pulls one name once at a time; later episodes wait
+      // for that pull). The time counts as setup, not against the acquire deadline.
+      const absl::Time started = absl::Now();
+      auto pulled = co_await slot->client->PullImage(
+          env.image(), a.Call(std::min(started + setup_timeout + absl::Seconds(10), a.episode_deadline)));
+      setup_time += absl::Now() - started;
+      if (!pulled.ok()) {
+        hosts_->Release(address);
+        const absl::StatusCode code = pulled.status().code();
+        const bool bad_image = code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument ||
+                               code == absl::StatusCode::kUnauthenticated ||
+                               code == absl::StatusCode::kPermissionDenied;
+        co_return a.FromStatus(pulled.status(), v1::EPISODE_PHASE_ACQUIRE,
+                               bad_image ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA,
+                               absl::StrCat("pulling image ", env.image(), " on ", address));
+      }
+      hosts_->MarkImage(address, env.image());
+    }
     if (!spec.template_key().empty() && !hosts_->HasTemplate(address, spec.template_key())) {
       v1::PrepareTemplateRequest prepare;
       prepare.set_key(spec.template_key());

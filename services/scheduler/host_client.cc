@@ -197,6 +197,28 @@ asio::awaitable<absl::StatusOr<v1::Template>> HostClient::PrepareTemplate(v1::Pr
   co_return response;
 }
 
+asio::awaitable<absl::StatusOr<v1::Image>> HostClient::PullImage(const std::string& ref, CallOptions options) {
+  CallScope scope(options.control, options.deadline, token_);
+  v1::PullImageRequest request;
+  request.set_ref(ref);
+  auto image = std::make_shared<v1::Image>();
+  auto mu = std::make_shared<absl::Mutex>();
+  grpc::Status s = co_await AwaitGrpc([&](auto done) {
+    auto* reader = new StreamReader<v1::PullImageProgress>(
+        [image, mu](const v1::PullImageProgress& p) {
+          absl::MutexLock lock(mu.get());
+          if (p.has_image()) *image = p.image();
+        },
+        std::move(done));
+    stub_->async()->PullImage(scope.context(), &request, reader);
+    reader->Begin();
+  });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  absl::MutexLock lock(mu.get());
+  if (image->digest().empty()) co_return absl::InternalError(absl::StrCat("host ", address_, " pulled no image"));
+  co_return *image;
+}
+
 asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> HostClient::StartInteractive(
     v1::ExecRequest start) {
   co_return co_await InteractiveProcess::Start(stub_.get(), token_, std::move(start));

@@ -67,6 +67,8 @@ class HostClient {
                                                                               CallOptions options);
   boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
                                                                        CallOptions options);
+  // Has the host pull `ref` from its registry (PullImage); the image pulled.
+  boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options);
   // A process that serves many calls (ExecInteractive kept open); see interactive.h.
   boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(v1::ExecRequest start);
   boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(v1::ListSandboxesRequest request,

@@ -136,6 +136,7 @@ asio::awaitable<void> HostRegistry::Poll(std::string address) {
         e.state = v1::HOST_STATE_UNREACHABLE;
         e.swept = false;
         e.templates.clear();  // a restarted host has lost them
+        e.pulled.clear();
         spdlog::warn("host {} is unreachable: {}", address, e.last_error);
       }
     }
@@ -209,7 +210,8 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
     s.in_use = e.in_use;
     s.has_template = !template_key.empty() && e.templates.count(template_key);
     s.features = e.info.features();
-    s.has_image = needs.image.empty() || absl::c_linear_search(e.info.images(), needs.image);
+    s.has_image = needs.image.empty() || absl::c_linear_search(e.info.images(), needs.image) ||
+                  e.pulled.count(needs.image) > 0;
     HostSnapshot unlimited = s;
     unlimited.in_use = 0;
     unlimited.rejected = false;
@@ -224,7 +226,7 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
           "no healthy sandbox host offers what the task needs (", needs.private_view ? "private filesystem view, " : "",
           needs.network_namespace ? "network namespaces for NETWORK_POLICY_NONE, " : "",
           needs.landlock_net ? "Landlock ABI >= 4 for PROXY_ONLY, " : "",
-          needs.image.empty() ? "" : absl::StrCat("image '", needs.image, "' (corral image import), "),
+          needs.image.empty() ? "" : "image sandboxes (user namespaces and idmapped mounts), ",
           "see `corral hosts ls`)"));
     }
     return absl::UnavailableError("every sandbox host is full, draining or unreachable");
@@ -273,6 +275,17 @@ bool HostRegistry::HasTemplate(const std::string& address, const std::string& ke
   absl::MutexLock lock(&mu_);
   auto it = hosts_.find(address);
   return it != hosts_.end() && it->second.templates.count(key);
+}
+
+bool HostRegistry::HasImage(const std::string& address, const std::string& image) const {
+  absl::MutexLock lock(&mu_);
+  auto it = hosts_.find(address);
+  return it != hosts_.end() && (absl::c_linear_search(it->second.info.images(), image) || it->second.pulled.count(image));
+}
+
+void HostRegistry::MarkImage(const std::string& address, const std::string& image) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = hosts_.find(address); it != hosts_.end()) it->second.pulled.insert(image);
 }
 
 void HostRegistry::MarkTemplate(const std::string& address, const std::string& key) {

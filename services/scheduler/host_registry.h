@@ -73,6 +73,9 @@ class HostRegistry {
   void Disown(const std::string& address, const std::string& sandbox_id);
   bool HasTemplate(const std::string& address, const std::string& key) const;
   void MarkTemplate(const std::string& address, const std::string& key);
+  // Whether the host holds `image` (its last HostInfo listed it, or this scheduler had it pulled there since).
+  bool HasImage(const std::string& address, const std::string& image) const;
+  void MarkImage(const std::string& address, const std::string& image);
 
   // Drain one host (by address or host_id); NOT_FOUND if unknown. Returns the address.
   absl::StatusOr<std::string> SetDraining(const std::string& host, bool draining);
@@ -95,6 +98,7 @@ class HostRegistry {
     uint32_t failures = 0;
     std::string last_error;
     std::set<std::string> templates;
+    std::set<std::string> pulled;  // images this scheduler had the host pull since its last HostInfo
     std::set<std::string> owned;
     bool swept = false;  // orphans removed since it became healthy
   };

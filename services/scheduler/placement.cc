@@ -7,7 +7,7 @@ bool Fits(const HostSnapshot& h, const Requirements& needs) {
   if (needs.private_view && !h.features.mount_namespaces()) return false;
   if (needs.network_namespace && !h.features.network_namespaces()) return false;
   if (needs.landlock_net && h.features.landlock_abi() < 4) return false;
-  if (!needs.image.empty() && (!h.features.images() || !h.has_image)) return false;
+  if (!needs.image.empty() && !h.features.images()) return false;  // one lacking the image pulls it
   return true;
 }
 
@@ -21,6 +21,10 @@ std::optional<size_t> ChooseHost(const std::vector<HostSnapshot>& hosts, const R
       continue;
     }
     const HostSnapshot& b = hosts[*best];
+    if (!needs.image.empty() && hosts[i].has_image != b.has_image) {  // holding the image beats pulling it
+      if (hosts[i].has_image) best = i;
+      continue;
+    }
     if (hosts[i].has_template != b.has_template) {
       if (hosts[i].has_template) best = i;
       continue;

@@ -1,7 +1,8 @@
 // Placement as a pure policy over snapshots of the hosts: which host gets the next sandbox. Healthy hosts that
-// are not draining, have free capacity and offer what the episode needs (its image included) are candidates; a host that already
-// holds the episode's template wins over one that would build it, then the least loaded (by fraction of
-// capacity in use) — spreading load so one slow host does not hold a whole group.
+// are not draining, have free capacity and offer what the episode needs (image sandboxes included) are
+// candidates; a host that holds the episode's image wins over one that would pull it, then one that holds its
+// template over one that would build it, then the least loaded (by fraction of capacity in use) — spreading load
+// so one slow host does not hold a whole group.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,7 @@ struct Requirements {
   bool private_view = false;
   bool network_namespace = false;  // NETWORK_POLICY_NONE
   bool landlock_net = false;       // PROXY_ONLY needs Landlock ABI >= 4
-  std::string image;               // EnvironmentSpec.image: a host that runs images and holds this one
+  std::string image;               // EnvironmentSpec.image: a host that runs images (it pulls what it lacks)
 };
 
 // True when `host` can take one more sandbox with `needs` now.

@@ -9,6 +9,7 @@ pulled by tag, again without fetching a blob twice, and by digest, and a sandbox
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -177,6 +178,55 @@ class ImagePull(ClusterTestCase):
         info = json.loads(self.corral("sandbox", "info", sandbox_id).stdout)
         self.assertEqual(info["imageDigest"], self.python_digest)
         self.corral("sandbox", "rm", sandbox_id)
+
+    def test_4_the_scheduler_has_a_host_pull_the_image_an_episode_names(self):
+        # A host with an empty store: the first episodes of the batch make it pull the image, once.
+        root = os.path.join(self.dir, "sandboxes-scheduled")
+        self.services.stop("sandbox-host")
+        log_path = os.path.join(self.dir, "sandbox-host.log")
+        earlier = os.path.getsize(log_path)  # the earlier tests' hosts wrote there too
+        start = self.services.start
+        host = start("sandbox-host", [
+            "corral-sandbox-host", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", f"--root={root}",
+            f"--registry-ca-file={self.registry.ca_file}", f"--registry-auth-file={self.auth_file}"])["grpc"]
+        llm = start("fake-llm", ["corral-fake-llm", "--listen=127.0.0.1:0"], secret=False)["http"]
+        proxy = start("proxy", ["corral-proxy", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                                "--http-listen=127.0.0.1:0", f"--journal={self.dir}/proxy.db",
+                                f"--upstream=http://{llm}"])["grpc"]
+        scheduler = start("scheduler", [
+            "corral-scheduler", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+            "--http-listen=127.0.0.1:0", f"--journal={self.dir}/scheduler.db", f"--proxy={proxy}",
+            f"--host={host}", "--default-model=fake-model"])["grpc"]
+        ref = f"{self.registry.address}/corral/python:3"
+        task = {
+            "id": "image-python",
+            "prompt": "Run the image's Python.",
+            "runner": "tool_loop",
+            "tool_loop": {"tools": [{"name": "shell", "kind": "TOOL_KIND_BASH"}], "max_turns": 2},
+            "llm": {"params_json": json.dumps({"fake": {"tool_script": [f"python3 -c 'import {MODULE}; print(1)'"]}})},
+            "reward": {"function": "REWARD_FUNCTION_VERIFIER"},
+            "environment": {"image": ref, "network_policy": "NETWORK_POLICY_NONE"},
+            "verifier": {"command": {"argv": ["python3", "-c", f"import {MODULE}"]}},
+        }
+        dataset = os.path.join(self.dir, "pull.jsonl")
+        with open(dataset, "w") as f:
+            f.write(json.dumps(task) + "\n")
+        out = os.path.join(self.dir, "results.jsonl")
+        ds.run([os.path.join(ARGS.bin, "corral"), "run", dataset, "--scheduler", scheduler, "--secret-file",
+                self.secret, "--group-size", "4", "--out", out, "--seed", "3"], timeout=600)
+        with open(out) as f:
+            results = [json.loads(line) for line in f if line.strip()]
+        self.assertEqual(len(results), 4)
+        for r in results:
+            self.assertEqual(r.get("status"), "EPISODE_STATUS_FINISHED", r)
+            self.assertEqual(r.get("reward", 0), 1, r)
+        with open(log_path) as f:
+            log = f.read()[earlier:]
+        # The layers came once: a pull asked for while another of the name ran waited for it; one asked for
+        # after it (before the scheduler knew) fetched only the manifest.
+        fetched = re.findall(rf"image {re.escape(ref)} pulled: {self.python_digest} \(2 layers, (\d+) bytes", log)
+        self.assertGreaterEqual(len(fetched), 1, log[-3000:])
+        self.assertEqual(len([n for n in fetched if int(n) > 0]), 1, fetched)
 
 
 def main():

@@ -55,7 +55,7 @@ TEST(Placement, SkipsHostsLackingRequiredFeatures) {
   EXPECT_EQ(ChooseHost(hosts, {.private_view = true, .network_namespace = true}), std::nullopt);
 }
 
-TEST(Placement, AnImageGoesOnlyToAHostThatRunsImagesAndHoldsIt) {
+TEST(Placement, AnImageGoesToAHostThatRunsImagesPreferablyOneHoldingIt) {
   HostSnapshot idle_without = Host("idle-without", 0, 10);
   idle_without.features.set_images(true);
   HostSnapshot holds_but_cannot = Host("holds-but-cannot", 1, 10);
@@ -64,8 +64,10 @@ TEST(Placement, AnImageGoesOnlyToAHostThatRunsImagesAndHoldsIt) {
   busy_with.features.set_images(true);
   busy_with.has_image = true;
   const std::vector<HostSnapshot> hosts = {idle_without, holds_but_cannot, busy_with};
-  EXPECT_EQ(ChooseHost(hosts, {.image = "localhost/swe:1"}), std::optional<size_t>(2));
-  EXPECT_EQ(ChooseHost({idle_without, holds_but_cannot}, {.image = "localhost/swe:1"}), std::nullopt);
+  EXPECT_EQ(ChooseHost(hosts, {.image = "localhost/swe:1"}), std::optional<size_t>(2));  // busy, but holds it
+  // Nowhere holds it: the idle image host pulls it; a host that cannot run images never gets it.
+  EXPECT_EQ(ChooseHost({holds_but_cannot, idle_without}, {.image = "localhost/swe:1"}), std::optional<size_t>(1));
+  EXPECT_EQ(ChooseHost({holds_but_cannot}, {.image = "localhost/swe:1"}), std::nullopt);
   EXPECT_EQ(ChooseHost(hosts, {}), std::optional<size_t>(0));  // without an image, the least loaded
 }
 
