@@ -12,11 +12,10 @@ import json
 import os
 import socket
 import sys
-import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy"))
 import deploy_support as ds  # noqa: E402
-from services import ClusterTestCase  # noqa: E402
+from services import ClusterTestCase, image_test_main  # noqa: E402
 
 ARGS = None
 
@@ -96,10 +95,7 @@ class Attacks(ClusterTestCase):
 
 
 def main():
-    global ARGS
-    ARGS, rest = ds.args_or_skip(needs_layer_store=True)
-    ClusterTestCase.bin_dir = ARGS.bin
-    unittest.main(argv=[sys.argv[0], "-v"] + rest)
+    image_test_main(failfast=False)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -114,3 +115,14 @@ class ClusterTestCase(unittest.TestCase):
     def tearDownClass(cls):
         cls.services.stop_all()
         shutil.rmtree(cls.dir, ignore_errors=True)
+
+
+def image_test_main(failfast=True):
+    """The main of an image test script: --bin and --repo parsed (skipping, exit 77, where containers or image
+    layers cannot be), the script's ARGS set, then its tests run."""
+    import __main__
+    import deploy_support as ds  # the scripts put tests/deploy on sys.path before importing this module
+    args, rest = ds.args_or_skip(needs_layer_store=True)
+    __main__.ARGS = args
+    ClusterTestCase.bin_dir = args.bin
+    unittest.main(argv=[sys.argv[0], "-v"] + (["-f"] if failfast else []) + rest)
