@@ -39,6 +39,12 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
              "disk the image store's unpacked layers may use, in bytes; past it the least recently used images no "
              "sandbox uses are removed (0 = no limit)",
              0, int64_t{1} << 50);
+  schema.Int("default_disk_bytes", &config->host.default_disk_bytes,
+             "what a sandbox in an image may write (its root's upper layer, /tmp, /dev/shm: each a tmpfs this size, "
+             "counted in its memory too) when its limits set no disk_bytes",
+             1 << 20, int64_t{1} << 46);
+  schema.Int("max_disk_bytes", &config->host.max_disk_bytes, "largest disk_bytes a sandbox may ask for", 1 << 20,
+             int64_t{1} << 46);
   schema.String("host_id", &config->host_id, "this host's name in HostInfo (default: the machine's hostname)");
   schema.String("registry_ca_file", &config->registry_ca_file,
                 "PEM certificates trusted for image registries besides the system's (a private registry's CA)");
@@ -67,6 +73,9 @@ absl::Status ValidateConfig(const Config& config) {
   CORRAL_RETURN_IF_ERROR(ParseNetwork(config.default_network).status());
   if (config.host.default_exec_timeout > config.host.max_exec_timeout) {
     return absl::InvalidArgumentError("default_exec_timeout must not be above max_exec_timeout");
+  }
+  if (config.host.default_disk_bytes > config.host.max_disk_bytes) {
+    return absl::InvalidArgumentError("default_disk_bytes must not be above max_disk_bytes");
   }
   if (config.uid_last < config.uid_first) return absl::InvalidArgumentError("uid_last must not be below uid_first");
   if (config.host.root.empty() || config.host.root[0] != '/') {

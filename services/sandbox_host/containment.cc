@@ -20,7 +20,7 @@ std::string Bytes(int64_t n) {
 }  // namespace
 
 Containment PlanContainment(CgroupMode mode, const std::vector<std::string>& controllers, const CgroupLimits& cgroup,
-                            const Rlimits& rlimits) {
+                            const Rlimits& rlimits, int64_t disk_quota_bytes) {
   Containment c;
   c.cgroup = controllers.empty() ? CgroupMode::kNone : mode;
   c.controllers = controllers;
@@ -53,7 +53,8 @@ Containment PlanContainment(CgroupMode mode, const std::vector<std::string>& con
   }
   if (rlimits.file_size_bytes > 0) parts.push_back(absl::StrCat("files up to ", Bytes(rlimits.file_size_bytes), " (RLIMIT_FSIZE)"));
   if (rlimits.cpu_seconds > 0) parts.push_back(absl::StrCat(rlimits.cpu_seconds, " s of cpu per process (RLIMIT_CPU)"));
-  parts.push_back("no disk quota");
+  parts.push_back(disk_quota_bytes > 0 ? absl::StrCat("writes up to ", Bytes(disk_quota_bytes), " (tmpfs upper layer)")
+                                       : std::string("no disk quota"));
   const std::string head = c.cgroup == CgroupMode::kNone ? "no cgroup, rlimits only"
                            : absl::StrCat(c.cgroup == CgroupMode::kV2 ? "cgroup v2" : "cgroup v1");
   c.summary = absl::StrCat(head, ": ", absl::StrJoin(parts, ", "));

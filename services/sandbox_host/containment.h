@@ -21,9 +21,10 @@ struct Containment {
   std::string summary;                   // in words, for people
 };
 
-// `controllers`: what the host's CgroupManager offers (empty: no cgroup at all).
+// `controllers`: what the host's CgroupManager offers (empty: no cgroup at all). `disk_quota_bytes`: the size of
+// an image sandbox's tmpfs upper layer (0: none).
 Containment PlanContainment(CgroupMode mode, const std::vector<std::string>& controllers, const CgroupLimits& cgroup,
-                            const Rlimits& rlimits);
+                            const Rlimits& rlimits, int64_t disk_quota_bytes = 0);
 
 // What the host can give every sandbox, in words, for its start-up log and HostInfo.
 std::string DescribeHostContainment(const CgroupManager& cgroups);

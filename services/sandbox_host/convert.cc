@@ -29,13 +29,14 @@ absl::StatusOr<SandboxSpec> FromProto(const v1::SandboxSpec& p) {
   s.cgroup.max_pids = l.max_pids();
   s.cgroup.cpu_weight = l.cpu_weight();
   // Values above INT64_MAX would wrap: reject them as the absurd values they are.
-  for (uint64_t v : {l.address_space_bytes(), l.max_file_size_bytes()}) {
+  for (uint64_t v : {l.address_space_bytes(), l.max_file_size_bytes(), l.disk_bytes()}) {
     if (v > static_cast<uint64_t>(INT64_MAX)) return absl::InvalidArgumentError("a resource limit is out of range");
   }
   s.rlimits.nproc = l.max_processes();
   s.rlimits.address_space_bytes = static_cast<int64_t>(l.address_space_bytes());
   s.rlimits.nofile = l.max_open_files();
   s.rlimits.file_size_bytes = static_cast<int64_t>(l.max_file_size_bytes());
+  s.disk_bytes = static_cast<int64_t>(l.disk_bytes());
   if (l.has_cpu_time()) {
     absl::Duration cpu = FromProto(l.cpu_time());
     if (cpu < absl::ZeroDuration()) return absl::InvalidArgumentError("cpu_time must not be negative");
@@ -60,21 +61,25 @@ void ToProto(const SandboxSpec& s, v1::SandboxSpec* out) {
   out->set_image(s.image);
   if (s.network) out->set_network_policy(ToProto(*s.network));
   for (uint16_t port : s.allowed_ports) out->add_allowed_ports(port);
-  v1::ResourceLimits* l = out->mutable_limits();
-  l->set_memory_bytes(s.cgroup.memory_bytes);
-  l->set_max_pids(s.cgroup.max_pids);
-  l->set_cpu_weight(s.cgroup.cpu_weight);
-  l->set_max_processes(static_cast<uint32_t>(s.rlimits.nproc));
-  l->set_address_space_bytes(static_cast<uint64_t>(s.rlimits.address_space_bytes));
-  l->set_max_open_files(static_cast<uint32_t>(s.rlimits.nofile));
-  l->set_max_file_size_bytes(static_cast<uint64_t>(s.rlimits.file_size_bytes));
-  if (s.rlimits.cpu_seconds > 0) ToProto(absl::Seconds(s.rlimits.cpu_seconds), l->mutable_cpu_time());
-  l->set_core_file_bytes(s.rlimits.core_dumps ? 1 : 0);
+  ToProto(s.cgroup, s.rlimits, s.disk_bytes, out->mutable_limits());
   for (const auto& [k, v] : s.env) (*out->mutable_env())[k] = v;
   for (const auto& p : s.task_paths) out->add_task_paths(p);
   ToProto(s.idle_timeout, out->mutable_idle_timeout());
   out->set_require_private_filesystem_view(s.require_private_view);
   for (const auto& [k, v] : s.labels) (*out->mutable_labels())[k] = v;
+}
+
+void ToProto(const CgroupLimits& cgroup, const Rlimits& rlimits, int64_t disk_bytes, v1::ResourceLimits* l) {
+  l->set_memory_bytes(cgroup.memory_bytes);
+  l->set_max_pids(cgroup.max_pids);
+  l->set_cpu_weight(cgroup.cpu_weight);
+  l->set_max_processes(static_cast<uint32_t>(rlimits.nproc));
+  l->set_address_space_bytes(static_cast<uint64_t>(rlimits.address_space_bytes));
+  l->set_max_open_files(static_cast<uint32_t>(rlimits.nofile));
+  l->set_max_file_size_bytes(static_cast<uint64_t>(rlimits.file_size_bytes));
+  l->set_disk_bytes(static_cast<uint64_t>(disk_bytes));
+  if (rlimits.cpu_seconds > 0) ToProto(absl::Seconds(rlimits.cpu_seconds), l->mutable_cpu_time());
+  l->set_core_file_bytes(rlimits.core_dumps ? 1 : 0);
 }
 
 void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
@@ -104,6 +109,7 @@ void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
   pp->set_process_rlimit(static_cast<uint32_t>(p.process_rlimit));
   pp->set_containment(p.containment);
   pp->set_user_namespace(p.user_namespace);
+  pp->set_disk_quota_bytes(static_cast<uint64_t>(p.disk_quota_bytes));
   ToProto(sb.create_time, out->mutable_create_time());
   out->set_running_processes(static_cast<uint32_t>(running_processes));
 }

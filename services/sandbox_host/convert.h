@@ -18,6 +18,7 @@ using ::corral::ToProto;
 absl::StatusOr<SandboxSpec> FromProto(const v1::SandboxSpec& spec);
 void ToProto(const Sandbox& sandbox, size_t running_processes, v1::Sandbox* out);
 void ToProto(const SandboxSpec& spec, v1::SandboxSpec* out);
+void ToProto(const CgroupLimits& cgroup, const Rlimits& rlimits, int64_t disk_bytes, v1::ResourceLimits* out);
 void ToProto(const ExitInfo& exit, v1::ExitStatus* out);
 void ToProto(const ProcessInfo& process, v1::Process* out);
 void ToProto(const TemplateInfo& info, v1::Template* out);

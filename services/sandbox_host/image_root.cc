@@ -25,12 +25,13 @@ namespace {
 constexpr size_t kStack = 64 * 1024;
 
 // Steps the helper reports when one fails.
-enum Step : int { kUnshare = 1, kPrivate, kIdmap, kOverlay, kProc, kDev, kTmp, kPivot, kLoopback, kOpen };
+enum Step : int { kUnshare = 1, kPrivate, kUpper, kIdmap, kOverlay, kProc, kDev, kTmp, kPivot, kLoopback, kOpen };
 
 const char* StepName(int step) {
   switch (step) {
     case kUnshare: return "unshare";
     case kPrivate: return "making mounts private";
+    case kUpper: return "making the upper layer";
     case kIdmap: return "idmapping a layer";
     case kOverlay: return "mounting the overlay";
     case kProc: return "mounting /proc";
@@ -55,7 +56,7 @@ constexpr Device kDevices[] = {{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7},
 struct HelperArgs {
   const ImageRootSpec* spec;
   std::vector<std::string> staged;  // where each idmapped layer is attached, top first
-  std::string root, overlay_options, proc, dev, tmp, tmp_options, shm;
+  std::string root, overlay_options, proc, dev, tmp, tmp_options, shm, upper, work, rw_options;
   std::vector<std::string> device_paths;
   int step = -1;
   int err = 0;
@@ -71,6 +72,16 @@ int HelperMain(void* raw) {
   };
   if (unshare(CLONE_NEWNS | (a->spec->private_network ? CLONE_NEWNET : 0)) != 0) return fail(kUnshare);
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return fail(kPrivate);
+  const ImageRootSpec& spec = *a->spec;
+  if (spec.rw_tmpfs_bytes > 0 &&
+      mount("tmpfs", spec.rw_dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->rw_options.c_str()) != 0) {
+    return fail(kUpper);
+  }
+  if ((mkdir(a->upper.c_str(), 0755) != 0 && errno != EEXIST) || chmod(a->upper.c_str(), 0755) != 0 ||
+      (spec.root_owned_by_sandbox && chown(a->upper.c_str(), spec.uid, spec.gid) != 0) ||
+      (mkdir(a->work.c_str(), 0700) != 0 && errno != EEXIST)) {
+    return fail(kUpper);
+  }
   for (size_t i = 0; i < a->staged.size(); ++i) {
     const int tree = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, a->spec->lower_dirs[i].c_str(),
                                               OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
@@ -183,8 +194,11 @@ absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec) {
   if (mkdir(args.root.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InternalError(absl::StrCat("mkdir ", args.root, ": ", strerror(errno)));
   }
-  args.overlay_options = absl::StrCat("lowerdir=", absl::StrJoin(args.staged, ":"), ",upperdir=", spec.upper_dir,
-                                      ",workdir=", spec.work_dir, ",volatile");
+  args.upper = spec.rw_dir + "/upper";
+  args.work = spec.rw_dir + "/work";
+  args.rw_options = absl::StrCat("mode=0700,size=", spec.rw_tmpfs_bytes);
+  args.overlay_options = absl::StrCat("lowerdir=", absl::StrJoin(args.staged, ":"), ",upperdir=", args.upper,
+                                      ",workdir=", args.work, ",volatile");
   if (args.overlay_options.size() >= 4000) {
     return absl::InvalidArgumentError(absl::StrCat("the image has too many layers (", spec.lower_dirs.size(), ")"));
   }
@@ -193,6 +207,7 @@ absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec) {
   args.tmp = args.root + "/tmp";
   args.shm = args.dev + "/shm";
   args.tmp_options = absl::StrCat("mode=1777,uid=", spec.uid, ",gid=", spec.gid);
+  if (spec.rw_tmpfs_bytes > 0) absl::StrAppend(&args.tmp_options, ",size=", spec.rw_tmpfs_bytes);
   for (const Device& d : kDevices) args.device_paths.push_back(absl::StrCat(args.dev, "/", d.name));
   std::unique_ptr<char[]> stack(new char[kStack]);
   const pid_t pid = clone(HelperMain, stack.get() + kStack, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);

@@ -26,9 +26,12 @@ bool CanUseImages(const std::string& dir);
 
 struct ImageRootSpec {
   std::vector<std::string> lower_dirs;  // the image's layers, top first
-  std::string upper_dir;                // the sandbox's writes: a directory owned by `uid`
-  std::string work_dir;                 // overlayfs's scratch directory, on the upper's filesystem
+  std::string rw_dir;                   // an empty directory: the sandbox's writes go to rw_dir/upper (overlayfs's
+                                        // scratch directory is rw_dir/work)
+  int64_t rw_tmpfs_bytes = 0;           // > 0: rw_dir is first a tmpfs of this size in the sandbox's mount namespace
+                                        // (its writes live in memory, capped, gone with it); 0: on rw_dir's disk
   std::string mount_point;              // an empty directory where the root is assembled before pivot_root
+  bool root_owned_by_sandbox = false;   // "/" (the upper directory) belongs to `uid`: the image's user is root
   int userns_fd = -1;                   // from CreateUserNamespace
   uid_t uid = 0;                        // the sandbox's pool uid/gid (owner of /tmp, /dev/shm)
   gid_t gid = 0;
@@ -44,7 +47,7 @@ struct ImageRoot {
 // The mount namespace of a sandbox in an image: the overlay as "/" (nosuid, nodev, volatile: its upper layer dies
 // with the sandbox, so it is never synced — unmounting a synced overlay cost a journal commit per delete),
 // /proc (hidepid=invisible),
-// /dev (null zero full random urandom tty, shm, pts-less), /tmp (tmpfs). INTERNAL naming the step that failed.
+// /dev (null zero full random urandom tty, shm, pts-less), /tmp (tmpfs, rw_tmpfs_bytes when set, as /dev/shm). INTERNAL naming the step that failed.
 absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec);
 
 }  // namespace corral::sandbox

@@ -190,6 +190,8 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
   if (r.file_size_bytes == 0) r.file_size_bytes = d.file_size_bytes;
   if (r.cpu_seconds == 0) r.cpu_seconds = d.cpu_seconds;
   CORRAL_RETURN_IF_ERROR(ValidateRlimits(r, options_.rlimit_ceiling));
+  if (spec.disk_bytes == 0) spec.disk_bytes = options_.default_disk_bytes;
+  CORRAL_RETURN_IF_ERROR(Within("disk_bytes", spec.disk_bytes, options_.max_disk_bytes));
   size_t env_bytes = 0;
   for (const auto& [k, v] : spec.env) {
     if (!IsValidEnvName(k)) return absl::InvalidArgumentError(absl::StrCat("env name '", k, "' is not [A-Za-z_][A-Za-z0-9_]*"));
@@ -283,7 +285,8 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   }
   // What no cgroup controller holds, an rlimit does (memory per process, processes per uid).
   const Containment held = PlanContainment(features_.cgroups != nullptr ? features_.cgroups->mode() : CgroupMode::kNone,
-                                           controllers, spec.cgroup, spec.rlimits);
+                                           controllers, spec.cgroup, spec.rlimits,
+                                           spec.image.empty() || spec.upper_on_disk ? 0 : spec.disk_bytes);
   sb->spec.rlimits = held.rlimits;
   p.cgroup = held.cgroup;
   p.cgroup_controllers = held.controllers;
@@ -330,8 +333,8 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
 
 absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image,
                                             const std::shared_ptr<const TemplateImage>& layer) {
-  const std::string upper = sb.dir + "/upper", work = sb.dir + "/work", mnt = sb.dir + "/mnt";
-  for (const std::string& d : {sb.dir, upper, work, mnt}) {
+  const std::string rw = sb.dir + "/rw", mnt = sb.dir + "/mnt";
+  for (const std::string& d : {sb.dir, rw, mnt}) {
     if (mkdir(d.c_str(), 0700) != 0) return absl::InternalError(absl::StrCat("cannot create ", d, ": ", strerror(errno)));
   }
   CORRAL_RETURN_IF_ERROR(images_->Pin(image.digest));
@@ -347,15 +350,13 @@ absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image,
   sb.inside_gid = user.gid;
   sb.home = user.home;
   sb.workdir = image.config.working_dir.empty() ? user.home : image.config.working_dir;
-  // "/" is the upper directory's inode: its owner is the sandbox when it runs as root, as the image's is.
-  if (chmod(upper.c_str(), 0755) != 0 || (user.uid == 0 && chown(upper.c_str(), sb.uid, sb.uid) != 0)) {
-    return absl::InternalError(absl::StrCat("cannot prepare ", upper, ": ", strerror(errno)));
-  }
   CORRAL_ASSIGN_OR_RETURN(sb.userns, CreateUserNamespace(sb.uid, sb.uid, user.uid, user.gid));
   const ImageRootSpec root_spec{.lower_dirs = lower,
-                                .upper_dir = upper,
-                                .work_dir = work,
+                                .rw_dir = rw,
+                                .rw_tmpfs_bytes = sb.spec.upper_on_disk ? 0 : sb.spec.disk_bytes,
                                 .mount_point = mnt,
+                                // "/" is the upper directory: the sandbox's when it runs as root, as the image's is
+                                .root_owned_by_sandbox = user.uid == 0,
                                 .userns_fd = sb.userns.get(),
                                 .uid = sb.uid,
                                 .gid = sb.uid,
@@ -371,6 +372,7 @@ absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image,
   Protections& p = sb.protections;
   p.mount_namespace = p.hidepid = p.user_namespace = true;
   p.network_namespace = sb.namespaces.net.valid();
+  p.disk_quota_bytes = root_spec.rw_tmpfs_bytes;
   // Task paths, the working directory and the home exist in the root (made, the sandbox's, where the image
   // lacks them).
   std::vector<std::string> made = sb.spec.task_paths;
@@ -534,7 +536,7 @@ absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper
   sb.template_image.reset();
   if (sb.in_image()) images_->Unpin(sb.image_digest);
   absl::Status kept;
-  if (!keep_upper.empty() && (!clean || rename((sb.dir + "/upper").c_str(), keep_upper.c_str()) != 0)) {
+  if (!keep_upper.empty() && (!clean || rename((sb.dir + "/rw/upper").c_str(), keep_upper.c_str()) != 0)) {
     kept = absl::InternalError(clean ? absl::StrCat("keeping the sandbox's layer: ", strerror(errno))
                                      : "the sandbox's processes could not all be killed; its layer is not kept");
   }

@@ -44,6 +44,8 @@ struct HostOptions {
                           .cpu_seconds = 0};
   Rlimits rlimit_ceiling{.nproc = 32768, .address_space_bytes = 1LL << 40, .nofile = 65536,
                          .file_size_bytes = 1LL << 40, .cpu_seconds = 86400};
+  int64_t default_disk_bytes = 1LL << 30;  // what an image sandbox may write (SandboxSpec.disk_bytes)
+  int64_t max_disk_bytes = 64LL << 30;
   size_t max_env_bytes = 64 * 1024;
   absl::Duration default_idle_timeout = absl::Minutes(10);
   absl::Duration max_idle_timeout = absl::Hours(24);
@@ -73,6 +75,8 @@ struct SandboxSpec {
   std::map<std::string, std::string> labels;
   std::string template_key;
   std::string image;  // name or digest of an image in the host's store; empty: the host's filesystem
+  int64_t disk_bytes = 0;  // an image sandbox's upper layer, /tmp and /dev/shm: tmpfs of this size; 0: default
+  bool upper_on_disk = false;  // a template's setup: its upper layer on disk, to be kept as a layer (no quota)
 };
 
 struct Protections {
@@ -88,6 +92,7 @@ struct Protections {
   int64_t memory_rlimit_bytes = 0;  // no memory cgroup: RLIMIT_DATA per process instead
   int64_t process_rlimit = 0;       // no pids cgroup: RLIMIT_NPROC of the sandbox's uid instead
   bool user_namespace = false;      // an image sandbox: its processes are the image's user in a user namespace
+  int64_t disk_quota_bytes = 0;     // an image sandbox: the size of its upper layer's tmpfs (0: on disk, no quota)
   std::string containment;          // in words (containment.h)
 };
 

@@ -330,6 +330,9 @@ grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* 
   for (const TemplateInfo& t : templates) template_bytes += t.size_bytes;
   resp->set_templates(static_cast<uint32_t>(templates.size()));
   resp->set_template_bytes(template_bytes);
+  const HostOptions& o = sandboxes_->options();
+  ToProto(o.default_cgroup, o.default_rlimits, o.default_disk_bytes, resp->mutable_default_limits());
+  ToProto(o.cgroup_ceiling, o.rlimit_ceiling, o.max_disk_bytes, resp->mutable_max_limits());
   ToProto(sandboxes_->options().default_exec_timeout, resp->mutable_default_exec_timeout());
   ToProto(sandboxes_->options().max_exec_timeout, resp->mutable_max_exec_timeout());
   return FinishUnary(ctx, absl::OkStatus());

@@ -107,6 +107,7 @@ absl::StatusOr<CopyStats> BuildTemplate(SandboxManager& sandboxes, ExecManager& 
                                         const std::atomic<bool>& cancelled) {
   const absl::Time deadline = clock.Now() + SetupTimeout(request, sandboxes.options());
   CORRAL_ASSIGN_OR_RETURN(SandboxSpec spec, FromProto(BuildSpec(request)));
+  spec.upper_on_disk = true;  // on an image, what the setup writes is kept as a layer
   CORRAL_ASSIGN_OR_RETURN(SandboxManager::CreateResult created, sandboxes.Create(1, spec));
   if (created.created.empty()) {
     return absl::ResourceExhaustedError(

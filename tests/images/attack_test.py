@@ -3,15 +3,20 @@
 namespace): each is a shell command that must fail. Mounting and unmounting (also after unshare), pivot_root,
 sysctls and /proc/sysrq-trigger, sysfs and cgroupfs, device nodes, ids the namespace does not map, the host's
 processes, clock, hostname and hard limits, and the host's loopback network; the root is nosuid,nodev and the
-host's files are out of reach. A control command that must succeed proves the script runs. The image is the
-debootstrap base podman-ready makes (podman save); everything runs on a real corral-sandbox-host.
+host's files are out of reach. A control command that must succeed proves the script runs. Then the host's own
+attack suite (tests/integration/sandbox_host_test.cc) replayed against image sandboxes: a neighbour's processes,
+environment and files, the host's abstract sockets; filling the root, /tmp and /dev/shm past the disk quota;
+setsid escapees outliving a delete. The image is the debootstrap base podman-ready makes (podman save); everything
+runs on a real corral-sandbox-host.
 
     python3 attack_test.py --bin BUILD/bin --repo REPO
 """
 import json
 import os
 import socket
+import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy"))
 import deploy_support as ds  # noqa: E402
@@ -43,6 +48,10 @@ ATTACKS = {
     "a root mounted without nosuid": "grep -E ' / / ' /proc/self/mountinfo | grep -vq nosuid",
 }
 CONTROL = "echo ok > /etc/corral-control && cat /etc/corral-control && id -u"
+DISK = 16 << 20  # the host's default_disk_bytes here: what each image sandbox may write
+# Appends 1 MiB blocks to $1 until a write fails or 64 MiB are written; prints how many MiB it wrote.
+FILL = ("n=0; while [ $n -lt 64 ] && head -c 1048576 /dev/zero >> $1 2>/dev/null; do n=$((n+1)); done; "
+        "echo $n; rm -f $1")
 
 
 class Attacks(ClusterTestCase):
@@ -54,18 +63,39 @@ class Attacks(ClusterTestCase):
         ds.run(["podman", "save", "--format", "oci-archive", "-o", archive, ds.BASE_IMAGE], timeout=600)
         cls.host = cls.services.start("sandbox-host", [
             "corral-sandbox-host", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-            f"--root={cls.dir}/sandboxes"])["grpc"]
+            f"--root={cls.dir}/sandboxes", f"--default-disk-bytes={DISK}"])["grpc"]
         cls.corral("image", "import", archive, "--ref", "localhost/debian:attack")
+        cls.sandbox = cls.create()
+
+    @classmethod
+    def create(cls):
         out = cls.corral("sandbox", "create", "--image", "localhost/debian:attack", "--network", "none").stdout
-        cls.sandbox = out.split()[0]
+        return out.split()[0]
 
     @classmethod
     def corral(cls, group, command, *args, check=True):
         return ds.run([os.path.join(ARGS.bin, "corral"), group, command, "--host", cls.host, "--secret-file",
                        cls.secret, *args], check=check, timeout=120)
 
-    def sh(self, script, check=False):
-        return self.corral("sandbox", "exec", self.sandbox, "--", "sh", "-c", script, check=check)
+    def sh(self, script, check=False, sandbox=None):
+        return self.corral("sandbox", "exec", sandbox or self.sandbox, "--", "sh", "-c", script, check=check)
+
+    def info(self, sandbox):
+        return json.loads(self.corral("sandbox", "info", sandbox).stdout)
+
+    @staticmethod
+    def live_processes(uid):
+        """Processes of `uid` that still run (zombies, which the host reaps a few seconds later, do not)."""
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+            except OSError:
+                continue
+            if int(fields["Uid"].split()[0]) == uid and fields["State"].split()[0] not in ("Z", "X"):
+                pids.append(pid)
+        return pids
 
     def test_the_control_runs_as_root_inside(self):
         self.assertEqual(self.sh(CONTROL, check=True).stdout.split(), ["ok", "0"])
@@ -92,6 +122,69 @@ class Attacks(ClusterTestCase):
         info = json.loads(self.corral("sandbox", "info", self.sandbox).stdout)
         self.assertTrue(info["protections"]["userNamespace"])
         self.assertGreaterEqual(info["protections"]["landlockAbi"], 1)
+
+    def test_a_neighbour_and_the_host_are_out_of_reach(self):
+        a, b = self.create(), self.create()
+        b_uid, b_home = self.info(b)["uid"], os.path.join(self.dir, "sandboxes", "homes", b)
+        victim = subprocess.Popen(
+            [os.path.join(ARGS.bin, "corral"), "sandbox", "exec", b, "--host", self.host, "--secret-file",
+             self.secret, "--", "sh", "-c", "echo secret > /root/mine; sleep 4; echo survived"],
+            stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while not (pids := subprocess.run(["pgrep", "-u", str(b_uid), "-x", "sleep"], capture_output=True,
+                                          text=True).stdout.split()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertTrue(pids, "the neighbour's command never started")
+        abstract = f"corral-attack-{os.getpid()}"
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind("\0" + abstract)
+        listener.listen(1)
+        try:
+            done = self.sh(" ; ".join([
+                f"kill -9 {pids[0]} 2>/dev/null && echo killed || echo kill-denied",
+                f"cat /proc/{pids[0]}/environ >/dev/null 2>&1 && echo environ-read || echo environ-hidden",
+                "cat /proc/1/environ 2>/dev/null | grep -q CORRAL && echo host-environ-read || echo host-environ-hidden",
+                f"ls {b_home} >/dev/null 2>&1 && echo home-listed || echo home-denied",
+                "grep -q secret /root/mine 2>/dev/null && echo neighbour-file-read || echo neighbour-file-absent",
+                "perl -MSocket -e 'socket(S, AF_UNIX, SOCK_STREAM, 0) or die; "
+                f"connect(S, pack_sockaddr_un(\"\\0{abstract}\")) or exit 1' 2>/dev/null "
+                "&& echo abstract-connected || echo abstract-denied",
+            ]), sandbox=a)
+        finally:
+            listener.close()
+        self.assertEqual(done.stdout.split(), ["kill-denied", "environ-hidden", "host-environ-hidden", "home-denied",
+                                               "neighbour-file-absent", "abstract-denied"], done.stderr)
+        self.assertEqual(victim.communicate(timeout=60)[0], "survived\n")
+        for sandbox in (a, b):
+            self.corral("sandbox", "rm", sandbox)
+
+    def test_filling_the_disk_stops_at_the_quota_and_the_neighbour_is_unharmed(self):
+        filler, neighbour = self.create(), self.create()
+        info = self.info(filler)
+        self.assertEqual(int(info["protections"]["diskQuotaBytes"]), DISK)
+        self.assertIn("writes up to 16 MiB (tmpfs upper layer)", info["protections"]["containment"])
+        for path in ("/fill", "/tmp/fill", "/dev/shm/fill"):
+            wrote = int(self.sh(FILL.replace("$1", path), sandbox=filler).stdout.split()[-1])
+            ds.log(f"filling {path}: {wrote} MiB written of a {DISK >> 20} MiB quota")
+            self.assertGreaterEqual(wrote, 14, path)  # the tmpfs's own bookkeeping takes a little
+            self.assertLessEqual(wrote, DISK >> 20, path)
+        # None of it reached the host's disk, the filler works again once it removed its files, and the neighbour
+        # never noticed.
+        self.assertEqual(os.listdir(os.path.join(self.dir, "sandboxes", "homes", filler, "rw")), [])
+        self.assertEqual(self.sh(CONTROL, check=True, sandbox=filler).stdout.split(), ["ok", "0"])
+        self.assertEqual(self.sh(CONTROL, check=True, sandbox=neighbour).stdout.split(), ["ok", "0"])
+        for sandbox in (filler, neighbour):
+            self.corral("sandbox", "rm", sandbox)
+
+    def test_a_delete_kills_setsid_escapees(self):
+        sandbox = self.create()
+        uid = self.info(sandbox)["uid"]
+        self.sh("setsid sleep 300 </dev/null >/dev/null 2>&1 & setsid sh -c 'sleep 300' </dev/null >/dev/null 2>&1 &",
+                check=True, sandbox=sandbox)
+        self.assertGreaterEqual(len(self.live_processes(uid)), 2)
+        self.corral("sandbox", "rm", sandbox)
+        self.assertEqual(self.live_processes(uid), [])
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "sandboxes", "homes", sandbox)))
 
 
 def main():

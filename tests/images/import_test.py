@@ -9,6 +9,7 @@ archive refused with nothing kept.
 import io
 import json
 import os
+import subprocess
 import sys
 import tarfile
 import time
@@ -114,9 +115,15 @@ class ImageImport(ClusterTestCase):
         self.assertTrue(info["protections"]["userNamespace"])
         self.assertTrue(info["protections"]["networkNamespace"])
         self.assertEqual(info["home"], "/root")
-        # Outside, the write is the sandbox's pool uid's, in its own upper layer; the image's layer is untouched.
-        upper = os.path.join(self.root, "homes", sandbox_id, "upper")
-        self.assertEqual(os.stat(os.path.join(upper, "etc", "written")).st_uid, info["uid"])
+        # Outside, the write is the sandbox's pool uid's, in its own upper layer (a 1 GiB tmpfs by default, seen
+        # through one of its processes: it is in no host mount), and the image's layer is untouched.
+        self.assertEqual(int(info["protections"]["diskQuotaBytes"]), 1 << 30)
+        self.assertEqual(os.listdir(os.path.join(self.root, "homes", sandbox_id, "rw")), [])
+        sh("setsid sleep 60 </dev/null >/dev/null 2>&1 &")
+        sleeper = subprocess.run(["pgrep", "-u", str(info["uid"]), "-x", "sleep"], capture_output=True,
+                                 text=True).stdout.split()
+        self.assertEqual(len(sleeper), 1)
+        self.assertEqual(os.stat(f"/proc/{sleeper[0]}/root/etc/written").st_uid, info["uid"])
         layer = os.path.join(self.root, "images", "layers", self.layers()[0])
         self.assertFalse(os.path.exists(os.path.join(layer, "etc", "written")))
         # The files API sees the same root: an image file (root's inside) read, a file written and run.

@@ -10,12 +10,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
@@ -55,7 +58,7 @@ class ImageRootTest : public ::testing::Test {
     uids_.emplace(21000, 28999, 2);  // the sandbox unit tests' range (uid_range.h)
     uid_ = static_cast<uid_t>(uids_->first());
     base_ = fs::temp_directory_path() / ("corral-imageroot-" + std::to_string(getpid()));
-    for (const char* d : {"base", "top", "sb/upper", "sb/work", "sb/mnt"}) fs::create_directories(base_ / d);
+    for (const char* d : {"base", "top", "sb/rw", "sb/mnt"}) fs::create_directories(base_ / d);
     if (!CheckLayerFilesystem(base_.string()).ok()) GTEST_SKIP() << "the scratch directory is on overlayfs";
     CopyWithLibraries("/bin/sh", base_ / "base");
     fs::create_directories(base_ / "base/etc");
@@ -63,7 +66,6 @@ class ImageRootTest : public ::testing::Test {
     fs::create_directories(base_ / "top/etc");
     std::ofstream(base_ / "top/etc/motd") << "top layer\n";
     fs::permissions(base_ / "base/etc/hello", fs::perms(0600));  // root's only: readable only as the idmapped root
-    chown((base_ / "sb/upper").c_str(), uid_, uid_);
   }
   void TearDown() override {
     if (!base_.empty()) fs::remove_all(base_);
@@ -101,9 +103,9 @@ TEST_F(ImageRootTest, TheSandboxIsRootInItsImageAndItsPoolUidOutside) {
   auto userns = CreateUserNamespace(uid_, uid_);
   ASSERT_THAT(userns, IsOk());
   auto root = CreateImageRoot({.lower_dirs = {(base_ / "top").string(), (base_ / "base").string()},
-                               .upper_dir = (base_ / "sb/upper").string(),
-                               .work_dir = (base_ / "sb/work").string(),
+                               .rw_dir = (base_ / "sb/rw").string(),
                                .mount_point = (base_ / "sb/mnt").string(),
+                               .root_owned_by_sandbox = true,
                                .userns_fd = userns->get(),
                                .uid = uid_,
                                .gid = uid_});
@@ -127,8 +129,10 @@ TEST_F(ImageRootTest, TheSandboxIsRootInItsImageAndItsPoolUidOutside) {
   EXPECT_THAT(out, HasSubstr("tmp ok\n"));
   // Outside, the write is in the sandbox's upper layer, owned by its pool uid; the image's layers are untouched.
   struct stat st {};
-  ASSERT_EQ(stat((base_ / "sb/upper/etc/new").c_str(), &st), 0);
+  ASSERT_EQ(stat((base_ / "sb/rw/upper/etc/new").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, uid_);
+  ASSERT_EQ(stat((base_ / "sb/rw/upper").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, uid_);  // "/" is the sandbox's own
   EXPECT_FALSE(fs::exists(base_ / "base/etc/new"));
   EXPECT_FALSE(fs::exists(base_ / "top/etc/new"));
   // The host reaches the same files through the root descriptor, /tmp's tmpfs included.
@@ -138,6 +142,41 @@ TEST_F(ImageRootTest, TheSandboxIsRootInItsImageAndItsPoolUidOutside) {
   EXPECT_EQ(std::string(buf, read(motd.get(), buf, sizeof buf)), "top layer\n");
   EXPECT_TRUE(UniqueFd(openat(root->root.get(), "tmp/t", O_RDONLY | O_CLOEXEC)).valid());
   EXPECT_FALSE(UniqueFd(openat(root->root.get(), "work", O_RDONLY | O_CLOEXEC)).valid());
+}
+
+TEST_F(ImageRootTest, ATmpfsUpperLayerCapsWhatTheSandboxWritesAndLeavesNothingOnDisk) {
+  auto userns = CreateUserNamespace(uid_, uid_);
+  ASSERT_THAT(userns, IsOk());
+  auto root = CreateImageRoot({.lower_dirs = {(base_ / "base").string()},
+                               .rw_dir = (base_ / "sb/rw").string(),
+                               .rw_tmpfs_bytes = 1 << 20,
+                               .mount_point = (base_ / "sb/mnt").string(),
+                               .root_owned_by_sandbox = true,
+                               .userns_fd = userns->get(),
+                               .uid = uid_,
+                               .gid = uid_});
+  ASSERT_THAT(root, IsOk());
+  // 1 KiB, appended up to 2 MiB to a file in "/" and to one in /tmp: each stops near 1 MiB.
+  auto [code, out] = RunInside(root->mnt.get(), userns->get(), R"(
+    s=x; for i in 1 2 3 4 5 6 7 8 9 10; do s=$s$s; done
+    for f in /big /tmp/big; do
+      n=0
+      while [ $n -lt 2048 ] && printf '%s' "$s" >> $f 2>/dev/null; do n=$((n+1)); done
+      echo "$f $n KiB"
+    done
+    echo small > /etc/after-full 2>/dev/null || echo "root full"
+  )");
+  EXPECT_EQ(code, 0) << out;
+  for (const char* f : {"/big", "/tmp/big"}) {
+    const size_t at = out.find(absl::StrCat(f, " "));
+    ASSERT_NE(at, std::string::npos) << out;
+    const int kib = std::atoi(out.c_str() + at + strlen(f) + 1);
+    EXPECT_GE(kib, 900) << f << ": " << out;  // the tmpfs's own bookkeeping takes a few pages
+    EXPECT_LE(kib, 1024) << f << ": " << out;
+  }
+  EXPECT_THAT(out, HasSubstr("root full\n"));
+  // The writes are in the sandbox's mount namespace only: the host's directory holds nothing.
+  EXPECT_TRUE(fs::is_empty(base_ / "sb/rw"));
 }
 
 TEST_F(ImageRootTest, TheProbeFindsIdmappedMountsWhereTheStoreLives) { EXPECT_TRUE(CanUseImages(base_.string())); }
