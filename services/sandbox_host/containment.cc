@@ -71,7 +71,9 @@ std::string DescribeHostContainment(const CgroupManager& cgroups) {
                           ? "no writable cgroup, rlimits only"
                           : absl::StrCat("cgroup ", cgroups.Describe());
   if (!fallbacks.empty()) absl::StrAppend(&words, "; ", absl::StrJoin(fallbacks, ", "));
-  absl::StrAppend(&words, "; file size by RLIMIT_FSIZE; no per-home disk quota");
+  absl::StrAppend(&words,
+                  "; file size by RLIMIT_FSIZE; no per-home disk quota (an image sandbox's writes: a tmpfs of its "
+                  "disk_bytes)");
   return words;
 }
 

@@ -314,7 +314,11 @@ grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* 
   pf->set_images(f.images);
   for (const Image& image : images_->List()) {
     resp->add_images(image.digest);
-    for (const std::string& ref : image.refs) resp->add_images(ref);
+    (*resp->mutable_image_digests())[image.digest] = image.digest;
+    for (const std::string& ref : image.refs) {
+      resp->add_images(ref);
+      (*resp->mutable_image_digests())[ref] = image.digest;
+    }
   }
   utsname u{};
   uname(&u);

@@ -295,7 +295,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
                                bad_image ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA,
                                absl::StrCat("pulling image ", env.image(), " on ", address));
       }
-      hosts_->MarkImage(address, env.image());
+      hosts_->MarkImage(address, env.image(), pulled->digest());
     }
     if (!spec.template_key().empty() && !hosts_->HasTemplate(address, spec.template_key())) {
       v1::PrepareTemplateRequest prepare;

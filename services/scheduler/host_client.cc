@@ -134,6 +134,20 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest re
   co_return std::move(state->outcome);
 }
 
+asio::awaitable<absl::Status> HostClient::MakeDir(const std::string& sandbox_id, const std::string& path,
+                                                  CallOptions options) {
+  CallScope scope(options.control, options.deadline, token_);
+  v1::MakeDirRequest request;
+  request.set_sandbox_id(sandbox_id);
+  request.set_path(path);
+  request.set_make_parents(true);
+  v1::FileInfo response;
+  grpc::Status s = co_await AwaitGrpc([&](auto done) {
+    stub_->async()->MakeDir(scope.context(), &request, &response, std::move(done));
+  });
+  co_return FromGrpcStatus(s);
+}
+
 asio::awaitable<absl::Status> HostClient::WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,
                                                     CallOptions options) {
   CallScope scope(options.control, options.deadline, token_);

@@ -61,6 +61,9 @@ class HostClient {
                                                            CallOptions options);
   boost::asio::awaitable<absl::Status> WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,
                                                  CallOptions options);
+  // A directory and its missing parents (an existing one is fine).
+  boost::asio::awaitable<absl::Status> MakeDir(const std::string& sandbox_id, const std::string& path,
+                                               CallOptions options);
   // The file's first `max_bytes`; nullopt when it does not exist.
   boost::asio::awaitable<absl::StatusOr<std::optional<std::string>>> ReadFile(const std::string& sandbox_id,
                                                                               const std::string& path, size_t max_bytes,

@@ -121,6 +121,9 @@ asio::awaitable<void> HostRegistry::Poll(std::string address) {
       }
       e.state = v1::HOST_STATE_HEALTHY;
       e.info = *std::move(info);
+      // What the host now reports itself replaces what this scheduler noted of its pulls (a pull still in
+      // flight when the host answered stays noted).
+      std::erase_if(e.pulled, [&](const auto& p) { return e.info.image_digests().contains(p.first); });
       e.rejected = false;
       e.failures = 0;
       e.last_error.clear();
@@ -210,8 +213,8 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
     s.in_use = e.in_use;
     s.has_template = !template_key.empty() && e.templates.count(template_key);
     s.features = e.info.features();
-    s.has_image = needs.image.empty() || absl::c_linear_search(e.info.images(), needs.image) ||
-                  e.pulled.count(needs.image) > 0;
+    s.has_image = needs.image.empty() || e.info.image_digests().contains(needs.image) ||
+                  absl::c_linear_search(e.info.images(), needs.image) || e.pulled.count(needs.image) > 0;
     HostSnapshot unlimited = s;
     unlimited.in_use = 0;
     unlimited.rejected = false;
@@ -280,12 +283,23 @@ bool HostRegistry::HasTemplate(const std::string& address, const std::string& ke
 bool HostRegistry::HasImage(const std::string& address, const std::string& image) const {
   absl::MutexLock lock(&mu_);
   auto it = hosts_.find(address);
-  return it != hosts_.end() && (absl::c_linear_search(it->second.info.images(), image) || it->second.pulled.count(image));
+  return it != hosts_.end() && (it->second.info.image_digests().contains(image) ||
+                                absl::c_linear_search(it->second.info.images(), image) || it->second.pulled.count(image));
 }
 
-void HostRegistry::MarkImage(const std::string& address, const std::string& image) {
+void HostRegistry::MarkImage(const std::string& address, const std::string& image, const std::string& digest) {
   absl::MutexLock lock(&mu_);
-  if (auto it = hosts_.find(address); it != hosts_.end()) it->second.pulled.insert(image);
+  if (auto it = hosts_.find(address); it != hosts_.end()) it->second.pulled[image] = digest;
+}
+
+std::string HostRegistry::ImageDigest(const std::string& address, const std::string& image) const {
+  absl::MutexLock lock(&mu_);
+  auto it = hosts_.find(address);
+  if (it == hosts_.end()) return "";
+  // A pull since the last HostInfo is the newer word; the next HostInfo that lists the name replaces it.
+  if (auto p = it->second.pulled.find(image); p != it->second.pulled.end()) return p->second;
+  auto d = it->second.info.image_digests().find(image);
+  return d == it->second.info.image_digests().end() ? "" : d->second;
 }
 
 void HostRegistry::MarkTemplate(const std::string& address, const std::string& key) {
@@ -329,6 +343,8 @@ std::vector<v1::Host> HostRegistry::List(const std::function<uint32_t(const std:
     if (e.last_seen != absl::InfinitePast()) ToProto(e.last_seen, h.mutable_last_seen_time());
     h.set_consecutive_failures(e.failures);
     h.set_last_error(e.last_error);
+    h.mutable_image_digests()->insert(e.info.image_digests().begin(), e.info.image_digests().end());
+    for (const auto& [image, digest] : e.pulled) (*h.mutable_image_digests())[image] = digest;
     out.push_back(std::move(h));
   }
   return out;

@@ -75,7 +75,10 @@ class HostRegistry {
   void MarkTemplate(const std::string& address, const std::string& key);
   // Whether the host holds `image` (its last HostInfo listed it, or this scheduler had it pulled there since).
   bool HasImage(const std::string& address, const std::string& image) const;
-  void MarkImage(const std::string& address, const std::string& image);
+  // The host now holds `image` as `digest` (a pull this scheduler had it do).
+  void MarkImage(const std::string& address, const std::string& image, const std::string& digest);
+  // The digest `image` names on the host now; empty when unknown.
+  std::string ImageDigest(const std::string& address, const std::string& image) const;
 
   // Drain one host (by address or host_id); NOT_FOUND if unknown. Returns the address.
   absl::StatusOr<std::string> SetDraining(const std::string& host, bool draining);
@@ -98,7 +101,7 @@ class HostRegistry {
     uint32_t failures = 0;
     std::string last_error;
     std::set<std::string> templates;
-    std::set<std::string> pulled;  // images this scheduler had the host pull since its last HostInfo
+    std::map<std::string, std::string> pulled;  // images this scheduler had the host pull since its last HostInfo
     std::set<std::string> owned;
     bool swept = false;  // orphans removed since it became healthy
   };

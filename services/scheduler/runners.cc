@@ -383,6 +383,13 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
   const absl::Time started = absl::Now();
   std::vector<v1::InlineFile> files(task.verifier().files().begin(), task.verifier().files().end());
   if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
+  // Where a Harbor verifier writes its reward, made for it as Harbor's harness does. A sandbox without /logs (its
+  // task paths leave it out) has nowhere to put it: the verifier then says so itself.
+  if (absl::Status s = co_await a.slot->client->MakeDir(a.sandbox_id, kVerifierDir, a.Call(deadline));
+      !s.ok() && s.code() != absl::StatusCode::kInvalidArgument && s.code() != absl::StatusCode::kNotFound &&
+      s.code() != absl::StatusCode::kPermissionDenied && s.code() != absl::StatusCode::kFailedPrecondition) {
+    co_return a.FromStatus(s, v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_INFRA, "making /logs/verifier");
+  }
   v1::Command command = task.verifier().command();
   if (command.argv().empty()) {
     command.add_argv("bash");

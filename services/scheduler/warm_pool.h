@@ -3,7 +3,9 @@
 // A spec is wanted while episodes asked for it in the last `idle_after`; the filler keeps up to `size` ready
 // per wanted spec, only on free capacity (never taking a slot a queued episode could use), and only on hosts
 // that already built the spec's template. An inline miss leaves a credit: the filler skips one creation for it,
-// so a burst of misses does not create twice. Ready sandboxes of specs no longer wanted are deleted.
+// so a burst of misses does not create twice. Ready sandboxes of specs no longer wanted are deleted. A spec with
+// an image is keyed by the image's name; a take checks the sandbox's image digest against the digest that name
+// has on its host now (HostRegistry::ImageDigest), so a name moved to another image never hands out the old one.
 // Thread-safe.
 #pragma once
 

@@ -24,6 +24,20 @@ IMAGE = "localhost/corral-swe-task:1"
 CALC = "add() { echo $(( $1 - $2 )); }\n"
 TESTS = '. ./calc.sh\n[ "$(add 2 3)" = 5 ] && echo "1 passed" || { echo "1 failed: add 2 3 = $(add 2 3)"; exit 1; }\n'
 CONTAINERFILE = f"FROM {ds.BASE_IMAGE}\nCOPY testbed /testbed\nWORKDIR /testbed\n"
+# A Harbor agent with nothing but the image's bash (no curl, no python): one chat call through the proxy, then a
+# look at what the Dockerfile built.
+BASH_AGENT = r"""#!/bin/bash
+set -e
+url=${OPENAI_BASE_URL#http://}; hostport=${url%%/*}; path=/${url#*/}
+body="{\"model\":\"$OPENAI_MODEL\",\"messages\":[{\"role\":\"user\",\"content\":\"fix calc.sh\"}]}"
+exec 3<>/dev/tcp/${hostport%:*}/${hostport#*:}
+printf 'POST %s/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+  "$path" "$hostport" "$OPENAI_API_KEY" ${#body} "$body" >&3
+read -r status_line <&3
+echo "llm: ${status_line%$'\r'}"
+cat NOTES
+command -v python3 || echo no-python3
+"""
 
 
 def task(task_id, patch, **environment):
@@ -58,7 +72,7 @@ class SweTask(ClusterTestCase):
         cls.scheduler = start("scheduler", [
             "corral-scheduler", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
             "--http-listen=127.0.0.1:0", f"--journal={cls.dir}/scheduler.db", f"--proxy={proxy}",
-            f"--host={host}", "--default-model=fake-model"])["grpc"]
+            f"--host={host}", "--default-model=fake-model", "--warm-pool-size=2", "--host-poll-interval=200ms"])["grpc"]
 
     @classmethod
     def bin(cls, name):
@@ -79,7 +93,7 @@ class SweTask(ClusterTestCase):
         ds.run(["podman", "save", "--format", "oci-archive", "-o", cls.archive, IMAGE], timeout=600)
         ds.run(["podman", "rmi", IMAGE], check=False)
 
-    def test_the_right_patch_earns_1_and_a_wrong_one_0(self):
+    def test_1_the_right_patch_earns_1_and_a_wrong_one_0(self):
         dataset = os.path.join(self.dir, "swe.jsonl")
         with open(dataset, "w") as f:
             f.write(json.dumps(task("right-patch", "sed -i 's/\\$1 - \\$2/$1 + $2/' calc.sh && sh run_tests.sh")) + "\n")
@@ -123,6 +137,90 @@ class SweTask(ClusterTestCase):
         host = json.loads(ds.run([self.bin("corral"), "sandbox", "info", "--host", self.host, "--secret-file",
                                   self.secret]).stdout)
         self.assertEqual(host["templates"], 1, host)
+
+    def test_2_a_harbor_task_runs_in_its_dockerfiles_image(self):
+        # A Harbor task whose environment/Dockerfile starts FROM the image: with --harbor-images its COPY and RUN
+        # become a template built on the image (here they fix the bug), and its tests/ the verifier.
+        task_dir = os.path.join(self.dir, "harbor", "fix-calc")
+        for sub_dir in ("environment", "tests"):
+            os.makedirs(os.path.join(task_dir, sub_dir))
+        files = {
+            "instruction.md": "The test in /testbed fails. Fix calc.sh.\n",
+            "environment/Dockerfile": f"FROM {IMAGE}\nWORKDIR /testbed\nCOPY fix.sh /testbed/fix.sh\n"
+                                      "RUN sh fix.sh && echo 'built from the Dockerfile' > NOTES\n",
+            "environment/fix.sh": "sed -i 's/\\$1 - \\$2/$1 + $2/' calc.sh\n",
+            "tests/test.sh": "sh /testbed/run_tests.sh && echo 1 > /logs/verifier/reward.txt\n",
+            "../agent.sh": BASH_AGENT,
+        }
+        for path, content in files.items():
+            with open(os.path.join(task_dir, path), "w") as f:
+                f.write(content)
+        out = os.path.join(self.dir, "harbor.jsonl")
+        ds.run([self.bin("corral"), "run", task_dir, "--agent", "bash .corral/agent/agent.sh", "--agent-file",
+                os.path.join(self.dir, "harbor", "agent.sh"), "--harbor-images", "--scheduler", self.scheduler, "--secret-file", self.secret, "--group-size", "2",
+                "--out", out, "--seed", "7"], timeout=300)
+        with open(out) as f:
+            results = [json.loads(line) for line in f if line.strip()]
+        self.assertEqual([(r.get("status"), r.get("reward", 0)) for r in results],
+                         [("EPISODE_STATUS_FINISHED", 1)] * 2, results)
+        for r in results:
+            self.assertTrue(r["protections"]["user_namespace"], r["protections"])
+            agent_output = base64.b64decode(r.get("agent_output_tail", "")).decode()
+            self.assertEqual(agent_output, "llm: HTTP/1.1 200 OK\nbuilt from the Dockerfile\nno-python3\n", r)
+            self.assertEqual(r["trajectory"]["call_count"], 1, r["trajectory"])
+
+    def wait_for(self, what, check, timeout=60):
+        deadline = time.monotonic() + timeout
+        while not (value := check()):
+            self.assertLess(time.monotonic(), deadline, f"timed out waiting for {what}")
+            time.sleep(0.1)
+        return value
+
+    def test_3_a_name_moved_to_another_image_never_gets_a_warm_sandbox_of_the_old_one(self):
+        moving = "localhost/corral-swe-moving:latest"
+        corral = [self.bin("corral")]
+        on_host = ["--host", self.host, "--secret-file", self.secret]
+        old = ds.run(corral + ["image", "import", self.archive, "--ref", moving] + on_host).stdout.split()[0]
+        probe = "test -d /testbed && echo old-image || echo new-image"
+
+        def run(name):
+            dataset = os.path.join(self.dir, f"{name}.jsonl")
+            with open(dataset, "w") as f:
+                f.write(json.dumps(task(name, probe, image=moving, workdir="/")) + "\n")
+            out = os.path.join(self.dir, f"{name}.results.jsonl")
+            ds.run(corral + ["run", dataset, "--scheduler", self.scheduler, "--secret-file", self.secret,
+                             "--group-size", "2", "--out", out, "--seed", "7"], timeout=300)
+            with open(out) as f:
+                results = [json.loads(line) for line in f if line.strip()]
+            return results, [m["message"]["content"] for r in results for b in r["trajectory"]["branches"]
+                             for m in b["messages"] if m["message"]["role"] == "tool"]
+
+        _, outputs = run("before-the-move")
+        self.assertEqual(outputs, ["old-image\n"] * 2)
+
+        def sandboxes():
+            lines = ds.run(corral + ["sandbox", "ls"] + on_host).stdout.splitlines()[1:]
+            return [line.split()[0] for line in lines if line.strip()]
+
+        # The spec is wanted now: the pool makes 2 sandboxes of the old image ahead of the next batch.
+        stale = set(self.wait_for("2 warm sandboxes", lambda: len(sandboxes()) == 2 and sandboxes()))
+        # The name moves to another image (podman's debian base: no /testbed), and the scheduler sees it.
+        base = os.path.join(self.dir, "base.oci.tar")
+        ds.run(["podman", "save", "--format", "oci-archive", "-o", base, ds.BASE_IMAGE], timeout=600)
+        new = ds.run(corral + ["image", "import", base, "--ref", moving] + on_host).stdout.split()[0]
+        self.assertNotEqual(new, old)
+
+        def scheduler_sees_the_move():
+            hosts = json.loads(ds.run(corral + ["hosts", "ls", "--json", "--scheduler", self.scheduler,
+                                                "--secret-file", self.secret]).stdout)["hosts"]
+            return (hosts[0].get("image_digests") or hosts[0].get("imageDigests") or {}).get(moving) == new
+
+        self.wait_for("the scheduler to see the moved name", scheduler_sees_the_move)
+        results, outputs = run("after-the-move")
+        self.assertEqual(outputs, ["new-image\n"] * 2)
+        self.assertFalse(stale & {r["sandbox_id"] for r in results}, "a sandbox of the old image was handed out")
+        self.assertFalse(stale & set(sandboxes()), "the stale warm sandboxes were not deleted")
+
 
 def main():
     image_test_main()

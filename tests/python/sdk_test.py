@@ -388,6 +388,17 @@ class DatasetTest(unittest.TestCase):
             t = corral.load_harbor(task, agent="my-agent --fast").to_proto()
             (other,) = corral.load_harbor_dir(root, agent=["a"])
             self.assertEqual(other.id, "fix-the-sum")
+            # With images, FROM is the image the template is built on; a prebuilt docker_image is used as is.
+            in_image = corral.load_harbor(task, agent="a", use_image=True).to_proto().environment
+            self.assertEqual(in_image.image, "python:3.11-slim")
+            self.assertEqual(len(in_image.setup_commands), 1)
+            with open(os.path.join(task, "task.toml"), "a") as f:
+                f.write('docker_image = "registry.example/fix:1"\n')
+            prebuilt = corral.load_harbor(task, agent="a", use_image=True).to_proto()
+            self.assertEqual((prebuilt.environment.image, len(prebuilt.environment.setup_commands),
+                              len(prebuilt.environment.setup_files), prebuilt.environment.workdir),
+                             ("registry.example/fix:1", 0, 0, "/app"))
+            self.assertEqual(json.loads(prebuilt.metadata_json)["image"], "registry.example/fix:1")
         self.assertEqual((t.id, t.runner, t.prompt), ("fix-the-sum", s.RUNNER_AGENT, "Fix sum.py so that it prints 5.\n"))
         self.assertEqual(list(t.agent.command.argv), ["bash", "-c", "my-agent --fast"])
         env = t.environment

@@ -63,7 +63,10 @@ void AddTaskPath(v1::EnvironmentSpec* env, const std::string& path) {
   }
 }
 
-absl::Status ReadDockerfile(const fs::path& env_dir, v1::EnvironmentSpec* env, json::object& metadata) {
+// `use_image`: FROM is the environment's image (each FROM starts over: the last stage is what runs);
+// `prebuilt`: the image is task.toml's docker_image, which already holds what RUN, COPY and ADD would add.
+absl::Status ReadDockerfile(const fs::path& env_dir, v1::EnvironmentSpec* env, json::object& metadata, bool use_image,
+                            bool prebuilt) {
   auto text = ReadFile(env_dir / "Dockerfile");
   if (!text.ok()) return text.status();
   const std::string joined = absl::StrReplaceAll(*text, {{"\\\n", " "}});
@@ -75,6 +78,13 @@ absl::Status ReadDockerfile(const fs::path& env_dir, v1::EnvironmentSpec* env, j
     const std::string rest(space == std::string::npos ? "" : absl::StripAsciiWhitespace(line.substr(space + 1)));
     if (op == "FROM") {
       metadata["image"] = rest.substr(0, rest.find(' '));
+      if (use_image && !prebuilt) {
+        env->set_image(rest.substr(0, rest.find(' ')));
+        env->clear_setup_commands();
+        env->clear_setup_files();
+      }
+    } else if (prebuilt && (op == "RUN" || op == "COPY" || op == "ADD")) {
+      continue;
     } else if (op == "RUN") {
       v1::Command* c = env->add_setup_commands();
       c->add_argv("bash");
@@ -99,6 +109,10 @@ absl::Status ReadDockerfile(const fs::path& env_dir, v1::EnvironmentSpec* env, j
     } else if (op == "COPY" || op == "ADD") {
       std::vector<std::string> args;
       for (std::string& w : ShellWords(rest)) {
+        if (use_image && absl::StartsWith(w, "--from=")) {
+          return absl::InvalidArgumentError(absl::StrCat((env_dir / "Dockerfile").string(), ": '", line,
+                                                         "' copies from another build stage, which needs a build"));
+        }
         if (!absl::StartsWith(w, "--")) args.push_back(std::move(w));
       }
       if (args.size() < 2) continue;
@@ -210,7 +224,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseTomlSubset
   return out;
 }
 
-absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::string& agent) {
+absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::string& agent, bool use_image) {
   const fs::path root = fs::absolute(dir);
   if (!fs::exists(root / "instruction.md")) {
     return absl::InvalidArgumentError(absl::StrCat(root.string(), ": no instruction.md (not a Harbor task directory)"));
@@ -241,8 +255,17 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
   v1::EnvironmentSpec* env = task.mutable_environment();
   const fs::path env_dir = root / "environment";
   const bool dockerfile = fs::exists(env_dir / "Dockerfile");
+  std::string prebuilt;
+  if (auto it = toml.find("environment.docker_image"); it != toml.end() && use_image) {
+    const json::value v = json::parse(it->second);
+    if (!v.is_string() || v.as_string().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat((root / "task.toml").string(), ": docker_image must be a name"));
+    }
+    prebuilt = v.as_string();
+    env->set_image(prebuilt);
+  }
   if (dockerfile) {
-    if (absl::Status s = ReadDockerfile(env_dir, env, metadata); !s.ok()) return s;
+    if (absl::Status s = ReadDockerfile(env_dir, env, metadata, use_image, !prebuilt.empty()); !s.ok()) return s;
   }
   // Where the agent and the verifier run (a relative upload would land in the sandbox home instead).
   const std::string workdir = WorkdirOf(*env);
@@ -253,7 +276,7 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
   if (auto it = toml.find("environment.memory_mb"); it != toml.end() && absl::SimpleAtod(it->second, &memory_mb)) {
     env->mutable_limits()->set_memory_bytes(static_cast<uint64_t>(memory_mb * 1024 * 1024));
   }
-  if (auto it = toml.find("environment.docker_image"); it != toml.end() && !metadata.contains("image")) {
+  if (auto it = toml.find("environment.docker_image"); it != toml.end() && (!metadata.contains("image") || use_image)) {
     metadata["image"] = json::parse(it->second);
   }
   if (fs::is_directory(root / "tests")) {
@@ -269,9 +292,10 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
 }
 
 absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, const std::string& agent,
-                                                    const std::vector<std::string>& agent_files) {
+                                                    const std::vector<std::string>& agent_files, bool use_image) {
   if (!fs::is_directory(path)) {
     if (!agent_files.empty()) return absl::InvalidArgumentError("--agent-file goes with Harbor task directories");
+    if (use_image) return absl::InvalidArgumentError("--harbor-images goes with Harbor task directories");
     return LoadJsonl(path);
   }
   if (agent.empty()) {
@@ -289,11 +313,11 @@ absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, con
   }
   absl::StatusOr<std::vector<v1::Task>> tasks;
   if (fs::exists(fs::path(path) / "instruction.md")) {
-    auto task = LoadHarborTask(path, agent);
+    auto task = LoadHarborTask(path, agent, use_image);
     if (!task.ok()) return task.status();
     tasks = std::vector<v1::Task>{*std::move(task)};
   } else {
-    tasks = LoadHarborTasks(path, agent);
+    tasks = LoadHarborTasks(path, agent, use_image);
   }
   if (!tasks.ok()) return tasks;
   for (v1::Task& t : *tasks) {
@@ -305,7 +329,8 @@ absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, con
   return tasks;
 }
 
-absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, const std::string& agent) {
+absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, const std::string& agent,
+                                                      bool use_image) {
   std::vector<fs::path> dirs;
   for (const auto& entry : fs::directory_iterator(root)) {
     if (entry.is_directory() && fs::exists(entry.path() / "instruction.md")) dirs.push_back(entry.path());
@@ -316,7 +341,7 @@ absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, c
   }
   std::vector<v1::Task> tasks;
   for (const fs::path& d : dirs) {
-    auto task = LoadHarborTask(d.string(), agent);
+    auto task = LoadHarborTask(d.string(), agent, use_image);
     if (!task.ok()) return task.status();
     tasks.push_back(*std::move(task));
   }

@@ -69,7 +69,7 @@ class Interrupts {
 
 int Run(const RunFlags& f) {
   Interrupts interrupts;
-  auto tasks = LoadTaskInput(f.batch.input, f.batch.agent, f.batch.agent_files);
+  auto tasks = LoadTaskInput(f.batch.input, f.batch.agent, f.batch.agent_files, f.batch.harbor_images);
   if (!tasks.ok()) return Fail("run", tasks.status());
   RunFlags flags = f;
   auto s = ConnectScheduler(flags.conn);

@@ -32,13 +32,14 @@ struct Scheduler {
 struct BatchFlags {
   std::string input, agent, runner, model, batch_id;
   std::vector<std::string> agent_files;
+  bool harbor_images = false;  // Harbor tasks run in their Dockerfile's FROM image (or task.toml's docker_image)
   uint32_t group_size = 1, redundancy = 0, max_attempts = 0;
   int64_t seed = -1;
   int priority = 0;
 
   v1::BatchSpec Spec() const;
 };
-// Adds the positional input and --agent, --agent-file, --group-size, --redundancy, --runner, --model, --seed, --batch-id,
+// Adds the positional input and --agent, --agent-file, --harbor-images, --group-size, --redundancy, --runner, --model, --seed, --batch-id,
 // --priority and --max-attempts to `cmd`.
 void AddBatchFlags(CLI::App* cmd, BatchFlags& flags);
 

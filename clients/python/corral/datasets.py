@@ -47,10 +47,11 @@ def _read_tree(root: str, prefix: str) -> List[File]:
     return files
 
 
-def _dockerfile(env_dir: str, environment: Environment, metadata: dict) -> None:
+def _dockerfile(env_dir: str, environment: Environment, metadata: dict, use_image: bool, prebuilt: bool) -> None:
     """A Harbor environment/Dockerfile as a template: RUN lines become setup commands, COPY/ADD of local files
-    setup files, ENV the environment, WORKDIR the working directory. FROM is kept in the metadata (the sandbox
-    runs on the host's filesystem; OCI images are a separate feature)."""
+    setup files, ENV the environment, WORKDIR the working directory. FROM is kept in the metadata; with
+    `use_image` it is also the environment's image (each FROM starts over: the last stage is what runs). With
+    `prebuilt` (task.toml's docker_image is the image) RUN, COPY and ADD are already in the image."""
     with open(os.path.join(env_dir, "Dockerfile")) as f:
         text = f.read().replace("\\\n", " ")
     for raw in text.splitlines():
@@ -61,6 +62,12 @@ def _dockerfile(env_dir: str, environment: Environment, metadata: dict) -> None:
         op, rest = op.upper(), rest.strip()
         if op == "FROM":
             metadata["image"] = rest.split()[0]
+            if use_image and not prebuilt:
+                environment.image = rest.split()[0]
+                environment.setup_commands.clear()
+                environment.setup_files.clear()
+        elif prebuilt and op in ("RUN", "COPY", "ADD"):
+            continue
         elif op == "RUN":
             environment.setup_commands.append(Command(rest, cwd=environment.workdir))
         elif op == "WORKDIR":
@@ -76,6 +83,8 @@ def _dockerfile(env_dir: str, environment: Environment, metadata: dict) -> None:
                 key, _, value = rest.partition(" ")
                 environment.env[key] = value.strip()
         elif op in ("COPY", "ADD"):
+            if use_image and any(a.startswith("--from=") for a in shlex.split(rest)):
+                raise ValueError(f"{env_dir}/Dockerfile: '{line}' copies from another build stage, which needs a build")
             args = [a for a in shlex.split(rest) if not a.startswith("--")]
             *sources, dest = args
             for src in sources:
@@ -89,7 +98,7 @@ def _dockerfile(env_dir: str, environment: Environment, metadata: dict) -> None:
 
 
 def load_harbor(task_dir: str, *, agent: Union[str, Sequence[str], Command],
-                network_policy: Optional[str] = None) -> AgentTask:
+                network_policy: Optional[str] = None, use_image: bool = False) -> AgentTask:
     """A Harbor task directory as an agent-runner task:
 
     - instruction.md → the prompt (written to .corral/instruction.md for the agent);
@@ -99,7 +108,9 @@ def load_harbor(task_dir: str, *, agent: Union[str, Sequence[str], Command],
       and reads /logs/verifier/reward.txt as Harbor's do;
     - task.toml → [agent].timeout_sec, [verifier].timeout_sec, [environment].build_timeout_sec and memory_mb, and
       [metadata] into the task's metadata.
-    `agent` is the command that runs the agent in the sandbox (solution/ is never uploaded)."""
+    `agent` is the command that runs the agent in the sandbox (solution/ is never uploaded). With `use_image` the
+    task runs in its image (the sandbox hosts pull it): the Dockerfile's FROM, the rest a template built on it — or
+    task.toml's [environment].docker_image as is, the Dockerfile then giving only WORKDIR and ENV."""
     task_dir = os.path.abspath(task_dir)
     config = {}
     toml_path = os.path.join(task_dir, "task.toml")
@@ -116,17 +127,25 @@ def load_harbor(task_dir: str, *, agent: Union[str, Sequence[str], Command],
     metadata = dict(config.get("metadata", {}))
     environment = Environment(network_policy=network_policy)
     env_dir = os.path.join(task_dir, "environment")
+    env_config = config.get("environment", {})
+    prebuilt = use_image and "docker_image" in env_config
+    if prebuilt:
+        if not isinstance(env_config["docker_image"], str) or not env_config["docker_image"]:
+            raise ValueError(f"{toml_path}: docker_image must be a name")
+        environment.image = env_config["docker_image"]
     if os.path.exists(os.path.join(env_dir, "Dockerfile")):
-        _dockerfile(env_dir, environment, metadata)
+        _dockerfile(env_dir, environment, metadata, use_image, prebuilt)
     # Where the agent and the verifier run (a relative upload would land in the sandbox home instead).
     workdir = environment.workdir or "/workspace"
     if not os.path.exists(os.path.join(env_dir, "Dockerfile")) and os.path.isdir(env_dir):
         environment.files.extend(_read_tree(env_dir, workdir))
-    env_config = config.get("environment", {})
     if "memory_mb" in env_config:
         environment.memory_bytes = int(env_config["memory_mb"]) * 1024 * 1024
     if "docker_image" in env_config:
-        metadata.setdefault("image", env_config["docker_image"])
+        if prebuilt:
+            metadata["image"] = env_config["docker_image"]
+        else:
+            metadata.setdefault("image", env_config["docker_image"])
     tests_dir = os.path.join(task_dir, "tests")
     verifier = Verifier(files=_read_tree(tests_dir, workdir + "/tests") if os.path.isdir(tests_dir) else [])
     timeouts = Timeouts(agent=config.get("agent", {}).get("timeout_sec"),

@@ -133,8 +133,11 @@ class Tool:
 
 @dataclasses.dataclass
 class Environment:
-    """The sandbox of an episode: a template (setup files and commands, built once and cloned per episode), the
-    task's files, network policy ("open", "proxy_only", "none"), limits, env and working directory."""
+    """The sandbox of an episode: an OCI image to run in (a name or digest the sandbox hosts hold or pull; empty:
+    the host's filesystem), a template (setup files and commands, built once — on the image, when there is one —
+    and cloned per episode), the task's files, network policy ("open", "proxy_only", "none"), limits, env and
+    working directory."""
+    image: str = ""
     setup_files: List[File] = dataclasses.field(default_factory=list)
     setup_commands: List[Union[str, Sequence[str], Command]] = dataclasses.field(default_factory=list)
     files: List[File] = dataclasses.field(default_factory=list)
@@ -147,7 +150,7 @@ class Environment:
     max_pids: int = 0
 
     def to_proto(self) -> scheduler_pb2.EnvironmentSpec:
-        e = scheduler_pb2.EnvironmentSpec(env=self.env, workdir=self.workdir)
+        e = scheduler_pb2.EnvironmentSpec(env=self.env, workdir=self.workdir, image=self.image)
         if self.task_paths:
             e.task_paths.extend(["/workspace", "/logs"] + [p for p in self.task_paths if p not in ("/workspace", "/logs")])
         e.setup_files.extend(f.to_proto() for f in self.setup_files)

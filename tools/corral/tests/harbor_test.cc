@@ -73,6 +73,48 @@ TEST_F(HarborTest, ATaskDirectoryBecomesAnAgentTaskLikeTheSdkReadsIt) {
   EXPECT_EQ(task->metadata_json(), R"({"difficulty":"easy","tags":["py","bug"],"image":"python:3.11-slim"})");
 }
 
+TEST_F(HarborTest, WithImagesTheLastFromIsTheImageAndADockerImageIsUsedAsIs) {
+  Write("t/instruction.md", "Fix it.\n");
+  Write("t/environment/Dockerfile",
+        "FROM golang:1.22 AS build\nRUN go build ./...\nFROM python:3.11-slim\nWORKDIR /app\nENV MODE=test\n"
+        "COPY src/ /app/\nRUN pip install -e .\n");
+  Write("t/environment/src/setup.py", "# setup\n");
+  auto task = LoadHarborTask((root_ / "t").string(), "agent", /*use_image=*/true);
+  ASSERT_THAT(task, IsOk());
+  const v1::EnvironmentSpec& env = task->environment();
+  EXPECT_EQ(env.image(), "python:3.11-slim");  // the last stage is what runs; the build stage's RUN is not setup
+  ASSERT_EQ(env.setup_commands_size(), 1);
+  EXPECT_THAT(env.setup_commands(0).argv(), ElementsAre("bash", "-c", "pip install -e ."));
+  ASSERT_EQ(env.setup_files_size(), 1);
+  EXPECT_EQ(env.setup_files(0).path(), "/app/setup.py");
+  EXPECT_EQ(env.workdir(), "/app");
+  EXPECT_EQ(env.env().at("MODE"), "test");
+  // Without images the same task runs on the host's filesystem and the FROM is only metadata.
+  auto plain = LoadHarborTask((root_ / "t").string(), "agent");
+  ASSERT_THAT(plain, IsOk());
+  EXPECT_EQ(plain->environment().image(), "");
+  EXPECT_EQ(plain->environment().setup_commands_size(), 2);
+
+  // A prebuilt docker_image is the image as is: the Dockerfile's RUN and COPY are already in it.
+  Write("t/task.toml", "[environment]\ndocker_image = \"registry.example/t:1\"\n");
+  auto prebuilt = LoadHarborTask((root_ / "t").string(), "agent", /*use_image=*/true);
+  ASSERT_THAT(prebuilt, IsOk());
+  EXPECT_EQ(prebuilt->environment().image(), "registry.example/t:1");
+  EXPECT_EQ(prebuilt->environment().setup_commands_size(), 0);
+  EXPECT_EQ(prebuilt->environment().setup_files_size(), 0);
+  EXPECT_EQ(prebuilt->environment().workdir(), "/app");
+  EXPECT_THAT(prebuilt->metadata_json(), HasSubstr(R"("image":"registry.example/t:1")"));
+
+  // COPY --from another stage needs a real build: refused, naming the line.
+  Write("t/task.toml", "");
+  Write("t/environment/Dockerfile", "FROM a AS build\nFROM b\nCOPY --from=build /out /app\n");
+  EXPECT_THAT(LoadHarborTask((root_ / "t").string(), "agent", true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("COPY --from=build /out /app")));
+  Write("t/task.toml", "[environment]\ndocker_image = 3\n");
+  EXPECT_THAT(LoadHarborTask((root_ / "t").string(), "agent", true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("docker_image must be a name")));
+}
+
 TEST_F(HarborTest, ADirectoryOfTasksLoadsEachByNameAndRefusesWhatIsNotATask) {
   Write("b-task/instruction.md", "second");
   Write("a-task/instruction.md", "first");
