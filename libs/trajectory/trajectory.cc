@@ -149,6 +149,14 @@ void TrajectoryStore::MarkFailed(uint32_t seq, const std::string& error, int htt
   }
 }
 
+int64_t TokenVersion(const v1::LlmCall& call, int completion_token) {
+  int64_t version = call.policy_version();
+  for (const v1::PolicyVersionChange& change : call.version_changes()) {
+    if (static_cast<int64_t>(change.completion_token()) <= completion_token) version = change.version();
+  }
+  return version;
+}
+
 void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) const {
   if (format == v1::TRAJECTORY_FORMAT_UNSPECIFIED) format = v1::TRAJECTORY_FORMAT_TRAJECTORY;
   out->set_env_id(env_id_);
@@ -158,6 +166,20 @@ void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) c
   v1::Usage* usage = out->mutable_usage();
   for (const v1::LlmCall& c : calls_) {
     failed += c.error().empty() ? 0 : 1;
+    if (c.error().empty()) {
+      // The newest version a token came from: a change after the last token produced none (without captured
+      // token ids there is no telling, and a change counts).
+      int64_t last = c.policy_version();
+      for (const v1::PolicyVersionChange& change : c.version_changes()) {
+        if (c.completion_token_ids().empty() || change.completion_token() < static_cast<uint32_t>(c.completion_token_ids_size())) {
+          last = std::max(last, change.version());
+        }
+      }
+      if (!out->has_first_policy_version() || c.policy_version() < out->first_policy_version()) {
+        out->set_first_policy_version(c.policy_version());
+      }
+      if (!out->has_last_policy_version() || last > out->last_policy_version()) out->set_last_policy_version(last);
+    }
     usage->set_prompt_tokens(usage->prompt_tokens() + c.usage().prompt_tokens());
     usage->set_completion_tokens(usage->completion_tokens() + c.usage().completion_tokens());
     usage->set_total_tokens(usage->total_tokens() + c.usage().total_tokens());
@@ -215,11 +237,13 @@ void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) c
         ob->add_token_ids(prompt[i]);
         ob->add_token_generated(false);
         ob->add_token_logprobs(0);
+        ob->add_token_versions(-1);
       }
       for (int i = 0; i < c.completion_token_ids_size(); ++i) {
         ob->add_token_ids(c.completion_token_ids(i));
         ob->add_token_generated(true);
         ob->add_token_logprobs(i < c.completion_logprobs_size() ? c.completion_logprobs(i) : 0);
+        ob->add_token_versions(TokenVersion(c, i));
       }
       context.assign(prompt.begin(), prompt.end());
       context.insert(context.end(), c.completion_token_ids().begin(), c.completion_token_ids().end());

@@ -34,6 +34,7 @@ struct HttpHandler::Call {
   std::string error;
   bool recorded_done = false;  // Finish ran (the call is recorded)
   bool streaming = false;      // counted in open_streams
+  int64_t version = 0;         // the policy version its tokens are attributed to now
 };
 
 namespace {
@@ -137,6 +138,8 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   }
   c.rewrite = policy.rewrite;
   v1::LlmCall& call = *c.recorded.mutable_call();
+  c.version = policy_version_->current();
+  call.set_policy_version(c.version);
   call.set_endpoint(route);
   call.set_requested_model(c.rewrite.requested_model);
   call.set_model(c.rewrite.model);
@@ -269,6 +272,7 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, http::ClientConnection& 
       if (auto* err = chunk.as_object().if_contains("error"); err != nullptr) {
         c.error = absl::StrCat("upstream error mid-stream: ", json::serialize(*err));
       }
+      NoteVersion(c);
       c.assembler.AddChunk(chunk.as_object());
       if (!rewrite) {
         absl::StrAppend(&out, "data: ", ev.data, "\n\n");
@@ -293,10 +297,20 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, http::ClientConnection& 
   co_await responder.EndStream();
 }
 
+void HttpHandler::NoteVersion(Call& c) {
+  const int64_t now = policy_version_->current();
+  if (now == c.version) return;
+  c.version = now;
+  v1::PolicyVersionChange* change = c.recorded.mutable_call()->add_version_changes();
+  change->set_completion_token(static_cast<uint32_t>(c.assembler.completion_token_ids().size()));
+  change->set_version(now);
+}
+
 asio::awaitable<absl::Status> HttpHandler::Finish(Call& c) {
   const absl::Time done = clock_->Now();
   const bool ok = c.error.empty();
   c.assembler.FillRecord(ok, &c.recorded);
+  NoteVersion(c);  // an update during a whole response (or after the last chunk): after its last token
   v1::LlmCall& call = *c.recorded.mutable_call();
   const Dispatch& d = c.dispatch;
   ToProto(c.received, call.mutable_timings()->mutable_received());

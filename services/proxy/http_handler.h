@@ -12,6 +12,7 @@
 #include "libs/http/server.h"
 #include "services/proxy/api_errors.h"
 #include "services/proxy/metrics.h"
+#include "services/proxy/policy_version.h"
 #include "services/proxy/session_ledger.h"
 #include "services/proxy/upstream_dispatcher.h"
 
@@ -20,8 +21,13 @@ namespace corral::proxy {
 class HttpHandler {
  public:
   HttpHandler(SessionLedger* ledger, UpstreamDispatcher* dispatcher, const UpstreamPool* upstreams,
-              ProxyMetrics* metrics, Clock* clock)
-      : ledger_(ledger), dispatcher_(dispatcher), upstreams_(upstreams), metrics_(metrics), clock_(clock) {}
+              ProxyMetrics* metrics, Clock* clock, const PolicyVersion* policy_version)
+      : ledger_(ledger),
+        dispatcher_(dispatcher),
+        upstreams_(upstreams),
+        metrics_(metrics),
+        clock_(clock),
+        policy_version_(policy_version) {}
 
   boost::asio::awaitable<void> Handle(http::Request& request, http::Responder& responder);
 
@@ -33,6 +39,9 @@ class HttpHandler {
   boost::asio::awaitable<void> Models(http::Responder& responder, const Session& session);
   boost::asio::awaitable<void> RelayWhole(Call& call, http::ClientConnection& upstream, http::Responder& responder);
   boost::asio::awaitable<void> RelayStream(Call& call, http::ClientConnection& upstream, http::Responder& responder);
+  // Notes a policy update that arrived since the call's version was last read: from the next completion token
+  // on, the tokens are the new version's.
+  void NoteVersion(Call& call);
   // Records the call and journals it (the ledger); the agent is answered afterwards.
   boost::asio::awaitable<absl::Status> Finish(Call& call);
   // Ends a call that failed: records it, then tells the agent (an error body, or an error event mid-stream).
@@ -47,6 +56,7 @@ class HttpHandler {
   const UpstreamPool* const upstreams_;
   ProxyMetrics* const metrics_;
   Clock* const clock_;
+  const PolicyVersion* const policy_version_;
 };
 
 }  // namespace corral::proxy

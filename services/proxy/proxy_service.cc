@@ -5,6 +5,7 @@
 #include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
+#include "spdlog/spdlog.h"
 
 namespace corral::proxy {
 grpc::ServerUnaryReactor* ProxyService::OpenSession(grpc::CallbackServerContext* ctx, const v1::OpenSessionRequest* req,
@@ -73,6 +74,18 @@ grpc::ServerUnaryReactor* ProxyService::AckTrajectory(grpc::CallbackServerContex
   auto acked = ledger_->Ack(ids);
   if (!acked.ok()) return FinishUnary(ctx, acked.status());
   resp->set_acked(*acked);
+  return FinishUnary(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ProxyService::UpdatePolicy(grpc::CallbackServerContext* ctx,
+                                                     const v1::UpdatePolicyRequest* req,
+                                                     v1::UpdatePolicyResponse* resp) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  absl::StatusOr<int64_t> previous = policy_version_->Update(req->version());
+  if (!previous.ok()) return FinishUnary(ctx, previous.status());
+  if (*previous != req->version()) spdlog::info("policy version {} -> {}", *previous, req->version());
+  resp->set_previous_version(*previous);
+  resp->set_version(req->version());
   return FinishUnary(ctx, absl::OkStatus());
 }
 

@@ -395,6 +395,8 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     const bool never_opened = a.session.env_token().empty() && closed.status().code() == absl::StatusCode::kNotFound;
     if (closed.ok()) {
       *r.mutable_trajectory() = closed->trajectory();
+      if (r.trajectory().has_first_policy_version()) r.set_first_policy_version(r.trajectory().first_policy_version());
+      if (r.trajectory().has_last_policy_version()) r.set_last_policy_version(r.trajectory().last_policy_version());
     } else if (closed.status().code() != absl::StatusCode::kNotFound) {
       // The proxy is away (restarting: its journal brings the session back open). Close it once it answers.
       auto executor = co_await asio::this_coro::executor;

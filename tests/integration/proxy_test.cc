@@ -199,5 +199,72 @@ TEST_F(ProxyTest, TokenIdsAndLogprobsFromAStreamEqualThoseOfTheSameReplyUnstream
   EXPECT_EQ(t->messages(t->calls(1).response_message()).message().content(), "echo: the same words");
 }
 
+// Asynchronous RL: the trainer says the weights changed while a call streams; the recorded call says which of its
+// tokens came before and after, and the trajectory's token view carries each token's version.
+TEST_F(ProxyTest, APolicyUpdateMidStreamSplitsTheCallsTokensByVersion) {
+  StartProxy({StartBackend()});
+  auto update = [&](int64_t version) -> absl::StatusOr<v1::UpdatePolicyResponse> {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, absl::Seconds(10));
+    AttachBearer(ctx, token_);
+    v1::UpdatePolicyRequest req;
+    req.set_version(version);
+    v1::UpdatePolicyResponse resp;
+    grpc::Status s = stub_->UpdatePolicy(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return resp;
+  };
+  auto first = update(3);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ(first->previous_version(), 0);
+  v1::SessionPolicy policy;
+  policy.set_capture_token_ids(true);
+  const std::string token = Open("ep-versions", policy);
+  // Six tokens, 150 ms apart: after the second token reaches the agent, the version moves to 4.
+  int content_chunks = 0;  // chunks with a token (not the empty content of a role chunk)
+  bool updated = false;
+  Stream(token, StreamBody("one two three four five", R"({"inter_token_ms":150})"),
+         [&](const std::string& piece, absl::Duration) {
+           const std::string key = "\"content\":\"";
+           for (size_t at = piece.find(key); at != std::string::npos; at = piece.find(key, at + 1)) {
+             if (at + key.size() < piece.size() && piece[at + key.size()] != '"') ++content_chunks;
+           }
+           if (content_chunks >= 2 && !updated) {
+             updated = true;
+             auto moved = update(4);
+             EXPECT_THAT(moved, IsOk());
+           }
+           return true;
+         });
+  ASSERT_TRUE(updated);
+  auto t = Trajectory("ep-versions", v1::TRAJECTORY_FORMAT_CALLS);
+  ASSERT_THAT(t, IsOk());
+  ASSERT_EQ(t->calls_size(), 1);
+  const v1::LlmCall& call = t->calls(0);
+  EXPECT_EQ(call.policy_version(), 3);
+  ASSERT_EQ(call.version_changes_size(), 1);
+  const uint32_t split = call.version_changes(0).completion_token();
+  EXPECT_EQ(call.version_changes(0).version(), 4);
+  EXPECT_GE(split, 2u);  // at least the two tokens the agent had seen are version 3's
+  EXPECT_LT(split, static_cast<uint32_t>(call.completion_token_ids_size()));  // and the stream went on under 4
+  EXPECT_EQ(t->first_policy_version(), 3);
+  EXPECT_EQ(t->last_policy_version(), 4);
+  auto view = Trajectory("ep-versions", v1::TRAJECTORY_FORMAT_TRAJECTORY);
+  ASSERT_THAT(view, IsOk());
+  const v1::Branch& b = view->branches(0);
+  ASSERT_EQ(b.token_versions_size(), b.token_ids_size());
+  const int prompt = call.prompt_token_ids_size();
+  for (int i = 0; i < b.token_versions_size(); ++i) {
+    const int64_t want = i < prompt ? -1 : (i - prompt < static_cast<int>(split) ? 3 : 4);
+    EXPECT_EQ(b.token_versions(i), want) << "token " << i;
+  }
+  // Versions only move forward; the same version again is a retry.
+  EXPECT_THAT(update(2), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("below the current version 4")));
+  EXPECT_THAT(update(-1), StatusIs(absl::StatusCode::kInvalidArgument));
+  auto again = update(4);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->previous_version(), 4);
+}
+
 }  // namespace
 }  // namespace corral

@@ -100,6 +100,39 @@ TEST(TrajectoryStoreTest, TheFlatTokenViewSplicesPromptsAndMarksGeneratedTokens)
   EXPECT_FALSE(t2.branches(0).tokens_consistent());
 }
 
+TEST(TrajectoryStoreTest, TokenVersionsFollowEachCallsVersionAndTheUpdatesThatCrossedIt) {
+  TrajectoryStore store("env-1");
+  std::vector<v1::ChatMessage> h = {Msg("user", "q")};
+  RecordedCall first = Call(h, "a", {1, 2}, {10, 11, 12});
+  first.mutable_call()->set_policy_version(3);
+  v1::PolicyVersionChange* change = first.mutable_call()->add_version_changes();
+  change->set_completion_token(2);  // an update arrived after two tokens
+  change->set_version(4);
+  store.Record(std::move(first));
+  h.push_back(Msg("assistant", "a"));
+  h.push_back(Msg("user", "q2"));
+  RecordedCall second = Call(h, "b", {1, 2, 10, 11, 12, 5}, {13});
+  second.mutable_call()->set_policy_version(4);
+  store.Record(std::move(second));
+  v1::Trajectory t;
+  store.Export(v1::TRAJECTORY_FORMAT_TRAJECTORY, &t);
+  const v1::Branch& b = t.branches(0);
+  EXPECT_THAT(b.token_ids(), ::testing::ElementsAre(1, 2, 10, 11, 12, 5, 13));
+  EXPECT_THAT(b.token_versions(), ::testing::ElementsAre(-1, -1, 3, 3, 4, -1, 4));
+  EXPECT_EQ(t.first_policy_version(), 3);
+  EXPECT_EQ(t.last_policy_version(), 4);
+  // A failed call's version does not count; a trajectory with no successful call has no span.
+  TrajectoryStore failed_only("env-2");
+  RecordedCall failed = Call({Msg("user", "q")}, "x");
+  failed.mutable_call()->set_policy_version(9);
+  failed.mutable_call()->set_error("upstream disconnected mid-stream");
+  failed_only.Record(std::move(failed));
+  v1::Trajectory none;
+  failed_only.Export(v1::TRAJECTORY_FORMAT_CALLS, &none);
+  EXPECT_FALSE(none.has_first_policy_version());
+  EXPECT_FALSE(none.has_last_policy_version());
+}
+
 TEST(TrajectoryStoreTest, FailedCallsCountAndKeepTheirPrompt) {
   TrajectoryStore store("env-1");
   RecordedCall failed;
