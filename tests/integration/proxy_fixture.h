@@ -101,6 +101,19 @@ class ProxyFixture : public ::testing::Test {
     return t;
   }
 
+  // Tells the proxy its upstreams serve policy `version` now.
+  absl::StatusOr<v1::UpdatePolicyResponse> UpdatePolicy(int64_t version) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, absl::Seconds(10));
+    AttachBearer(ctx, token_);
+    v1::UpdatePolicyRequest req;
+    req.set_version(version);
+    v1::UpdatePolicyResponse resp;
+    grpc::Status s = stub_->UpdatePolicy(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return resp;
+  }
+
   absl::Status Close(const std::string& env_id) {
     grpc::ClientContext ctx;
     SetDeadline(ctx, absl::Seconds(10));

@@ -203,17 +203,7 @@ TEST_F(ProxyTest, TokenIdsAndLogprobsFromAStreamEqualThoseOfTheSameReplyUnstream
 // tokens came before and after, and the trajectory's token view carries each token's version.
 TEST_F(ProxyTest, APolicyUpdateMidStreamSplitsTheCallsTokensByVersion) {
   StartProxy({StartBackend()});
-  auto update = [&](int64_t version) -> absl::StatusOr<v1::UpdatePolicyResponse> {
-    grpc::ClientContext ctx;
-    SetDeadline(ctx, absl::Seconds(10));
-    AttachBearer(ctx, token_);
-    v1::UpdatePolicyRequest req;
-    req.set_version(version);
-    v1::UpdatePolicyResponse resp;
-    grpc::Status s = stub_->UpdatePolicy(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpcStatus(s);
-    return resp;
-  };
+  auto update = [&](int64_t version) { return UpdatePolicy(version); };
   auto first = update(3);
   ASSERT_THAT(first, IsOk());
   EXPECT_EQ(first->previous_version(), 0);
