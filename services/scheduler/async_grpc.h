@@ -90,9 +90,11 @@ class StreamWriter final : public grpc::ClientWriteReactor<Request> {
  public:
   StreamWriter(std::vector<Request> requests, std::function<void(grpc::Status)> done)
       : requests_(std::move(requests)), done_(std::move(done)) {}
+  // The first write is started before the call: once StartCall returns, a cancelled call (a stopped episode)
+  // may reach OnDone — and delete this — on another thread unless an operation is pending.
   void Begin() {
-    this->StartCall();
     Next();
+    this->StartCall();
   }
   void OnWriteDone(bool ok) override {
     if (!ok) return;  // the call failed; OnDone follows

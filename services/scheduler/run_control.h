@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -45,7 +46,8 @@ class RunControl {
   void set_phase(RunPhase p) { phase_.store(p, std::memory_order_relaxed); }
 
   // Marks the run stopped (the first reason wins) and interrupts whatever it waits on. Returns false when it
-  // was already stopped.
+  // was already stopped. The hooks run outside the lock; until they have all run, Unregister waits (a hook
+  // may point into the scope that unregisters it: CallScope's cancels its ClientContext).
   bool Stop(StopReason reason, std::string message) {
     std::vector<std::function<void()>> hooks;
     {
@@ -54,8 +56,12 @@ class RunControl {
       reason_ = reason;
       message_ = std::move(message);
       for (auto& [id, hook] : hooks_) hooks.push_back(hook);
+      hooks_running_ = true;
+      hook_thread_ = std::this_thread::get_id();
     }
     for (auto& hook : hooks) hook();
+    absl::MutexLock lock(&mu_);
+    hooks_running_ = false;
     return true;
   }
   StopReason reason() const {
@@ -81,9 +87,13 @@ class RunControl {
     interrupt();
     return 0;
   }
+  // Once it returns, the hook is not running and will not run (a hook that unregisters itself does not wait).
   void Unregister(uint64_t id) {
     absl::MutexLock lock(&mu_);
     hooks_.erase(id);
+    if (hooks_running_ && hook_thread_ != std::this_thread::get_id()) {
+      mu_.Await(absl::Condition(+[](bool* running) { return !*running; }, &hooks_running_));
+    }
   }
 
  private:
@@ -92,6 +102,8 @@ class RunControl {
   StopReason reason_ ABSL_GUARDED_BY(mu_) = StopReason::kNone;
   std::string message_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::function<void()>> hooks_ ABSL_GUARDED_BY(mu_);
+  bool hooks_running_ ABSL_GUARDED_BY(mu_) = false;  // a Stop is running the hooks it took
+  std::thread::id hook_thread_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -241,7 +241,8 @@ TEST_F(SchedulerFixture, CancelEndsQueuedAndRunningEpisodesCancelledAndCleansUp)
   cancel.set_batch_id("cancel");
   cancel.set_reason("test");
   v1::CancelResponse resp;
-  ASSERT_TRUE(scheduler_stub_->Cancel(&ctx, cancel, &resp).ok());
+  const grpc::Status cancelled = scheduler_stub_->Cancel(&ctx, cancel, &resp);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.error_code() << ": " << cancelled.error_message();
   EXPECT_EQ(resp.cancelled(), 12u);
   auto results = Results("cancel");
   ASSERT_THAT(results, IsOk());
