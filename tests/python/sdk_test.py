@@ -421,7 +421,9 @@ class RlTest(unittest.TestCase):
         branch.token_ids.extend([1, 2, 3, 10, 11, 4, 5, 12])
         branch.token_generated.extend([False, False, False, True, True, False, False, True])
         branch.token_logprobs.extend([0, 0, 0, -0.5, -0.25, 0, 0, -0.125])
+        branch.token_versions.extend([-1, -1, -1, 6, 6, -1, -1, 7])  # an update between the two calls
         sample = corral.rl.to_training_sample(r)
+        self.assertEqual(sample.versions, [6, 6, -1, -1, 7])
         self.assertEqual(sample.prompt_ids, [1, 2, 3])
         self.assertEqual(sample.response_ids, [10, 11, 4, 5, 12])
         self.assertEqual(sample.loss_mask, [1, 1, 0, 0, 1])

@@ -32,6 +32,9 @@ class TrainingSample:
     step_rewards: List[float]
     status: str              # "finished", "failed", "timeout", "cancelled", "no_data"
     tokens_consistent: bool  # False: a re-tokenized prompt differed and the view was spliced (see the calls)
+    # Asynchronous RL: per response token, the policy version that generated it (-1 where not generated); empty
+    # when the trajectory predates policy versions.
+    versions: List[int] = dataclasses.field(default_factory=list)
 
     @property
     def input_ids(self) -> List[int]:
@@ -60,7 +63,7 @@ def to_training_samples(result: scheduler_pb2.EpisodeResult) -> List[TrainingSam
             branch_id=branch.branch_id, prompt_ids=ids[:start], response_ids=ids[start:],
             loss_mask=[1 if g else 0 for g in generated[start:]], logprobs=logprobs[start:], reward=reward,
             step_rewards=list(result.step_rewards), status=_status(result),
-            tokens_consistent=branch.tokens_consistent))
+            tokens_consistent=branch.tokens_consistent, versions=list(branch.token_versions)[start:]))
     if not samples and result.llm_calls > 0:
         raise ValueError(f"episode {result.ids.episode_id} has no token ids in its trajectory: enable "
                          "capture_token_ids in the scheduler (or the session policy) and use a backend that "
