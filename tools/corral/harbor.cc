@@ -77,9 +77,16 @@ absl::Status ReadDockerfile(const fs::path& env_dir, v1::EnvironmentSpec* env, j
     const std::string op = absl::AsciiStrToUpper(line.substr(0, space));
     const std::string rest(space == std::string::npos ? "" : absl::StripAsciiWhitespace(line.substr(space + 1)));
     if (op == "FROM") {
-      metadata["image"] = rest.substr(0, rest.find(' '));
+      std::string image;  // the first word that is not a flag (--platform=...)
+      for (std::string& w : ShellWords(rest)) {
+        if (!absl::StartsWith(w, "--")) {
+          image = std::move(w);
+          break;
+        }
+      }
+      metadata["image"] = image;
       if (use_image && !prebuilt) {
-        env->set_image(rest.substr(0, rest.find(' ')));
+        env->set_image(image);
         env->clear_setup_commands();
         env->clear_setup_files();
       }

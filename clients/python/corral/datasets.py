@@ -61,9 +61,10 @@ def _dockerfile(env_dir: str, environment: Environment, metadata: dict, use_imag
         op, _, rest = line.partition(" ")
         op, rest = op.upper(), rest.strip()
         if op == "FROM":
-            metadata["image"] = rest.split()[0]
+            image = next((w for w in rest.split() if not w.startswith("--")), "")  # past --platform=...
+            metadata["image"] = image
             if use_image and not prebuilt:
-                environment.image = rest.split()[0]
+                environment.image = image
                 environment.setup_commands.clear()
                 environment.setup_files.clear()
         elif prebuilt and op in ("RUN", "COPY", "ADD"):

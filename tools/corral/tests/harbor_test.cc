@@ -76,7 +76,8 @@ TEST_F(HarborTest, ATaskDirectoryBecomesAnAgentTaskLikeTheSdkReadsIt) {
 TEST_F(HarborTest, WithImagesTheLastFromIsTheImageAndADockerImageIsUsedAsIs) {
   Write("t/instruction.md", "Fix it.\n");
   Write("t/environment/Dockerfile",
-        "FROM golang:1.22 AS build\nRUN go build ./...\nFROM python:3.11-slim\nWORKDIR /app\nENV MODE=test\n"
+        "FROM golang:1.22 AS build\nRUN go build ./...\nFROM --platform=linux/amd64 python:3.11-slim\nWORKDIR /app\n"
+        "ENV MODE=test\n"
         "COPY src/ /app/\nRUN pip install -e .\n");
   Write("t/environment/src/setup.py", "# setup\n");
   auto task = LoadHarborTask((root_ / "t").string(), "agent", /*use_image=*/true);
