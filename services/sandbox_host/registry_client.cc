@@ -27,6 +27,7 @@
 #include "boost/beast/http.hpp"
 #include "boost/beast/ssl.hpp"
 #include "boost/json.hpp"
+#include "libs/core/host_port.h"
 #include "libs/core/status_macros.h"
 #include "services/sandbox_host/oci_image.h"
 
@@ -261,8 +262,10 @@ absl::StatusOr<std::map<std::string, std::string>> LoadRegistryCredentials(const
 
 RegistryClient::RegistryClient(RegistryOptions options) : options_(std::move(options)) {}
 
+std::string RegistryClient::Url::Authority() const { return JoinHostPort(host, port); }
+
 std::string RegistryClient::Url::ToString() const {
-  return absl::StrCat(tls ? "https://" : "http://", host, ":", port, target);
+  return absl::StrCat(tls ? "https://" : "http://", Authority(), target);
 }
 
 std::string RegistryClient::RegistryHost(const std::string& registry) const {
@@ -283,20 +286,16 @@ absl::StatusOr<RegistryClient::Url> RegistryClient::ParseUrl(absl::string_view t
   absl::string_view authority = rest.substr(0, path);
   url.target = path == absl::string_view::npos ? "/" : std::string(rest.substr(path));
   if (absl::StartsWith(url.target, "?")) url.target.insert(0, "/");
-  const size_t colon = authority.rfind(':');
-  if (colon != absl::string_view::npos && authority.find(']') == absl::string_view::npos) {
-    url.host = std::string(authority.substr(0, colon));
-    url.port = std::string(authority.substr(colon + 1));
-  } else {
-    url.host = std::string(authority);
-    url.port = url.tls ? "443" : "80";
-  }
-  uint32_t port = 0;
-  if (url.host.empty() || !absl::SimpleAtoi(url.port, &port) || port == 0 || port > 65535) {
+  // host:port, [v6]:port, or a host alone (the scheme's port).
+  auto split = SplitHostPort(std::string(authority));
+  if (!split.ok()) split = SplitHostPort(absl::StrCat(authority, ":", url.tls ? 443 : 80));
+  if (!split.ok() || split->first.empty() || split->second == 0) {
     return absl::InvalidArgumentError(absl::StrCat("'", text, "' has no usable host and port"));
   }
+  url.host = split->first;
+  url.port = split->second;
   if (!url.tls) {  // plain HTTP only where the configuration allows it
-    const std::string hostport = absl::StrCat(url.host, ":", url.port);
+    const std::string hostport = url.Authority();
     const auto& insecure = options_.insecure_registries;
     if (std::find(insecure.begin(), insecure.end(), hostport) == insecure.end() &&
         std::find(insecure.begin(), insecure.end(), url.host) == insecure.end()) {
@@ -323,8 +322,10 @@ absl::StatusOr<RegistryClient::Reply> RegistryClient::Exchange(
     tls.set_verify_mode(asio::ssl::verify_peer);
   }
   bhttp::request<bhttp::empty_body> request(bhttp::verb::get, url.target, 11);
-  const bool default_port = url.port == (url.tls ? "443" : "80");
-  request.set(bhttp::field::host, default_port ? url.host : absl::StrCat(url.host, ":", url.port));
+  const bool default_port = url.port == (url.tls ? 443 : 80);
+  std::string authority = url.Authority();
+  if (default_port) authority.erase(authority.rfind(':'));  // "host", "[v6]"
+  request.set(bhttp::field::host, authority);
   request.set(bhttp::field::user_agent, "corral-sandbox-host");
   for (const auto& [name, value] : headers) request.set(name, value);
 
@@ -332,7 +333,7 @@ absl::StatusOr<RegistryClient::Reply> RegistryClient::Exchange(
   absl::Status result;
   auto run = [&]() -> asio::awaitable<void> {
     asio::ip::tcp::resolver resolver(io);
-    auto [rec, endpoints] = co_await resolver.async_resolve(url.host, url.port, kUseTuple);
+    auto [rec, endpoints] = co_await resolver.async_resolve(url.host, std::to_string(url.port), kUseTuple);
     if (rec) {
       result = absl::UnavailableError(absl::StrCat(what, ": cannot resolve ", url.host, ": ", rec.message()));
       co_return;
@@ -440,7 +441,7 @@ absl::StatusOr<RegistryResponse> RegistryClient::Get(const ImageReference& ref, 
   const bool plain = std::find(insecure.begin(), insecure.end(), ref.registry) != insecure.end();
   CORRAL_ASSIGN_OR_RETURN(Url url, ParseUrl(absl::StrCat(plain ? "http://" : "https://", RegistryHost(ref.registry),
                                                          "/v2/", ref.repository, "/", kind, "/", reference)));
-  const std::string registry_authority = absl::StrCat(url.host, ":", url.port);
+  const std::string registry_authority = url.Authority();
   std::optional<std::string> auth;
   {
     absl::MutexLock lock(&mu_);
@@ -451,7 +452,7 @@ absl::StatusOr<RegistryResponse> RegistryClient::Get(const ImageReference& ref, 
     std::vector<std::pair<std::string, std::string>> headers;
     if (!accept.empty()) headers.emplace_back("Accept", absl::StrJoin(accept, ", "));
     // Credentials go to the registry only, never to where it redirects (a storage bucket signs its own URLs).
-    const bool at_registry = absl::StrCat(url.host, ":", url.port) == registry_authority;
+    const bool at_registry = url.Authority() == registry_authority;
     if (auth && at_registry) headers.emplace_back("Authorization", *auth);
     std::string error_body;
     CORRAL_ASSIGN_OR_RETURN(Reply reply, Exchange(url, headers, sink, max_bytes, &error_body));
@@ -494,7 +495,7 @@ absl::StatusOr<RegistryResponse> RegistryClient::Get(const ImageReference& ref, 
     if (reply.status >= 300 && reply.status < 400 && reply.headers.count("location") > 0) {
       if (++redirects > options_.max_redirects) return absl::UnavailableError(absl::StrCat(what, ": too many redirects"));
       std::string location = reply.headers["location"];
-      if (absl::StartsWith(location, "/")) location = absl::StrCat(url.tls ? "https://" : "http://", url.host, ":", url.port, location);
+      if (absl::StartsWith(location, "/")) location = absl::StrCat(url.tls ? "https://" : "http://", url.Authority(), location);
       CORRAL_ASSIGN_OR_RETURN(url, ParseUrl(location));
       continue;
     }

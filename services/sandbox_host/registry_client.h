@@ -65,9 +65,10 @@ class RegistryClient {
  private:
   struct Url {
     bool tls = true;
-    std::string host;
-    std::string port;
+    std::string host;  // IPv6 without brackets
+    int port = 443;
     std::string target;  // origin-form: /path?query
+    std::string Authority() const;  // host:port, [v6]:port
     std::string ToString() const;
   };
   struct Reply {

@@ -1,6 +1,5 @@
 #include "services/scheduler/host_registry.h"
 
-#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
@@ -213,8 +212,7 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
     s.in_use = e.in_use;
     s.has_template = !template_key.empty() && e.templates.count(template_key);
     s.features = e.info.features();
-    s.has_image = needs.image.empty() || e.info.image_digests().contains(needs.image) ||
-                  absl::c_linear_search(e.info.images(), needs.image) || e.pulled.count(needs.image) > 0;
+    s.has_image = needs.image.empty() || e.info.image_digests().contains(needs.image) || e.pulled.contains(needs.image);
     HostSnapshot unlimited = s;
     unlimited.in_use = 0;
     unlimited.rejected = false;
@@ -283,8 +281,7 @@ bool HostRegistry::HasTemplate(const std::string& address, const std::string& ke
 bool HostRegistry::HasImage(const std::string& address, const std::string& image) const {
   absl::MutexLock lock(&mu_);
   auto it = hosts_.find(address);
-  return it != hosts_.end() && (it->second.info.image_digests().contains(image) ||
-                                absl::c_linear_search(it->second.info.images(), image) || it->second.pulled.count(image));
+  return it != hosts_.end() && (it->second.info.image_digests().contains(image) || it->second.pulled.contains(image));
 }
 
 void HostRegistry::MarkImage(const std::string& address, const std::string& image, const std::string& digest) {

@@ -17,6 +17,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -94,6 +95,19 @@ class ImageRootTest : public ::testing::Test {
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ss.str()};
   }
 
+  // The root of a sandbox that is root inside, over `layers` (top first) of the scratch directory.
+  ImageRootSpec Spec(const std::vector<std::string>& layers, int userns_fd, int64_t tmpfs_bytes = 0) {
+    ImageRootSpec spec{.rw_dir = (base_ / "sb/rw").string(),
+                       .rw_tmpfs_bytes = tmpfs_bytes,
+                       .mount_point = (base_ / "sb/mnt").string(),
+                       .root_owned_by_sandbox = true,
+                       .userns_fd = userns_fd,
+                       .uid = uid_,
+                       .gid = uid_};
+    for (const std::string& layer : layers) spec.lower_dirs.push_back((base_ / layer).string());
+    return spec;
+  }
+
   std::optional<testing::UidRange> uids_;
   uid_t uid_ = 0;
   fs::path base_;
@@ -102,13 +116,7 @@ class ImageRootTest : public ::testing::Test {
 TEST_F(ImageRootTest, TheSandboxIsRootInItsImageAndItsPoolUidOutside) {
   auto userns = CreateUserNamespace(uid_, uid_);
   ASSERT_THAT(userns, IsOk());
-  auto root = CreateImageRoot({.lower_dirs = {(base_ / "top").string(), (base_ / "base").string()},
-                               .rw_dir = (base_ / "sb/rw").string(),
-                               .mount_point = (base_ / "sb/mnt").string(),
-                               .root_owned_by_sandbox = true,
-                               .userns_fd = userns->get(),
-                               .uid = uid_,
-                               .gid = uid_});
+  auto root = CreateImageRoot(Spec({"top", "base"}, userns->get()));
   ASSERT_THAT(root, IsOk());
   auto [code, out] = RunInside(root->mnt.get(), userns->get(), R"(
     while read k v rest; do [ "$k" = "Uid:" ] && echo "uid $v"; done < /proc/self/status
@@ -147,14 +155,7 @@ TEST_F(ImageRootTest, TheSandboxIsRootInItsImageAndItsPoolUidOutside) {
 TEST_F(ImageRootTest, ATmpfsUpperLayerCapsWhatTheSandboxWritesAndLeavesNothingOnDisk) {
   auto userns = CreateUserNamespace(uid_, uid_);
   ASSERT_THAT(userns, IsOk());
-  auto root = CreateImageRoot({.lower_dirs = {(base_ / "base").string()},
-                               .rw_dir = (base_ / "sb/rw").string(),
-                               .rw_tmpfs_bytes = 1 << 20,
-                               .mount_point = (base_ / "sb/mnt").string(),
-                               .root_owned_by_sandbox = true,
-                               .userns_fd = userns->get(),
-                               .uid = uid_,
-                               .gid = uid_});
+  auto root = CreateImageRoot(Spec({"base"}, userns->get(), 1 << 20));
   ASSERT_THAT(root, IsOk());
   // 1 KiB, appended up to 2 MiB to a file in "/" and to one in /tmp: each stops near 1 MiB.
   auto [code, out] = RunInside(root->mnt.get(), userns->get(), R"(

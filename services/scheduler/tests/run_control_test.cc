@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace corral::scheduler {
@@ -39,18 +39,18 @@ TEST(RunControlTest, UnregisterWaitsForAHookThatIsRunning) {
   });
   std::thread stopper([&] { control.Stop(StopReason::kCancelled, "test"); });
   hook_entered.WaitForNotification();
-  std::atomic<bool> unregistered = false;
+  absl::Notification unregistered;
   std::thread leaver([&] {
     control.Unregister(id);
-    unregistered = true;
     EXPECT_TRUE(hook_done);  // by the time the scope is gone, its hook has finished
+    unregistered.Notify();
   });
-  absl::SleepFor(absl::Milliseconds(50));  // lets a wrong Unregister return early (never a pass condition)
-  EXPECT_FALSE(unregistered);
+  // A wrong Unregister returns while the hook is held: waiting for that must time out.
+  EXPECT_FALSE(unregistered.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
   release_hook.Notify();
   leaver.join();
   stopper.join();
-  EXPECT_TRUE(unregistered);
+  EXPECT_TRUE(unregistered.HasBeenNotified());
 }
 
 TEST(RunControlTest, AHookThatUnregistersItselfDoesNotDeadlock) {
