@@ -47,6 +47,12 @@ class ClientConnection {
   // timer and handlers must run on the new owner's). False if the socket cannot be moved.
   bool Rebind(asio::any_io_executor executor);
   asio::any_io_executor executor() { return stream_->get_executor(); }
+  // Ends the exchange now: the pending Send or read completes with an error, and the connection is not reused.
+  // Call on the connection's executor.
+  void Cancel() {
+    broken_ = true;
+    stream_->cancel();
+  }
   const std::string& key() const { return key_; }
 
  private:

@@ -1,5 +1,7 @@
 #include "services/proxy/capture.h"
 
+#include <algorithm>
+
 #include "boost/json/serialize.hpp"
 
 namespace corral::proxy {
@@ -83,6 +85,11 @@ void ResponseAssembler::Common(const json::object& o) {
     if (auto* d = uo.if_contains("prompt_tokens_details"); d != nullptr && d->is_object()) {
       usage_.set_cached_prompt_tokens(U64(d->as_object(), "cached_tokens"));
     }
+    if (continued_) {
+      if (base_prompt_ > 0) usage_.set_prompt_tokens(base_prompt_);
+      usage_.set_completion_tokens(usage_.completion_tokens() + base_completion_);
+      usage_.set_total_tokens(usage_.prompt_tokens() + usage_.completion_tokens());
+    }
   }
   if (prompt_ids_.empty()) AppendIds(o.if_contains("prompt_token_ids"), prompt_ids_);
 }
@@ -103,14 +110,18 @@ void ResponseAssembler::Choice(const json::object& choice, bool whole) {
     }
   }
   if (!chat_) {
-    text_ += Str(choice.if_contains("text"));
+    const std::string piece = Str(choice.if_contains("text"));
+    if (!piece.empty()) ++text_chunks_;
+    text_ += piece;
     return;
   }
   const json::value* m = choice.if_contains(whole ? "message" : "delta");
   if (m == nullptr || !m->is_object()) return;
   const json::object& mo = m->as_object();
   if (auto r = Str(mo.if_contains("role")); !r.empty()) role_ = r;
-  text_ += Str(mo.if_contains("content"));
+  const std::string piece = Str(mo.if_contains("content"));
+  if (!piece.empty()) ++text_chunks_;
+  text_ += piece;
   reasoning_ += Str(mo.if_contains("reasoning_content"));
   if (auto* calls = mo.if_contains("tool_calls"); calls != nullptr && calls->is_array()) {
     for (const auto& c : calls->as_array()) {
@@ -153,6 +164,17 @@ void ResponseAssembler::AddChunk(const json::object& chunk) {
       if (index == nullptr || (index->is_int64() && index->as_int64() == 0)) Choice(c.as_object(), /*whole=*/false);
     }
   }
+}
+
+uint64_t ResponseAssembler::generated_tokens() const {
+  if (!completion_ids_.empty()) return completion_ids_.size();
+  return std::max<uint64_t>(usage_.completion_tokens(), text_chunks_);
+}
+
+void ResponseAssembler::BeginContinuation() {
+  if (!continued_) base_prompt_ = !prompt_ids_.empty() ? prompt_ids_.size() : usage_.prompt_tokens();
+  base_completion_ = generated_tokens();
+  continued_ = true;
 }
 
 v1::ChatMessage ResponseAssembler::message() const {

@@ -34,6 +34,13 @@ class ResponseAssembler {
   const std::vector<int32_t>& completion_token_ids() const { return completion_ids_; }
   const std::vector<float>& completion_logprobs() const { return logprobs_; }
   bool saw_choice() const { return saw_choice_; }
+  bool has_tool_calls() const { return !tool_calls_.empty(); }
+  bool has_reasoning() const { return !reasoning_.empty(); }
+  // Completion tokens so far: the token ids when captured, else the usage, else the chunks that carried text.
+  uint64_t generated_tokens() const;
+  // What follows comes from a continuation of this call (continuation.h): its usage counts on top of what was
+  // generated so far, and the original prompt's token count is kept.
+  void BeginContinuation();
   // Writes what was assembled into the call's record: the response message (chat) or completion text, finish
   // reason (only when `ok`), usage, token ids and logprobs.
   void FillRecord(bool ok, RecordedCall* record) const;
@@ -49,6 +56,9 @@ class ResponseAssembler {
   v1::Usage usage_;
   std::vector<int32_t> prompt_ids_, completion_ids_;
   std::vector<float> logprobs_;
+  uint64_t text_chunks_ = 0;
+  bool continued_ = false;
+  uint64_t base_prompt_ = 0, base_completion_ = 0;
 };
 
 // Removes captured fields the agent did not ask for from a response or chunk. Returns false when the whole

@@ -6,7 +6,9 @@
 #include "libs/http/openai_json.h"
 #include "libs/http/sse.h"
 #include "libs/api/proto_time.h"
+#include "boost/asio/this_coro.hpp"
 #include "services/proxy/capture.h"
+#include "services/proxy/continuation.h"
 
 namespace corral::proxy {
 namespace {
@@ -35,6 +37,9 @@ struct HttpHandler::Call {
   bool recorded_done = false;  // Finish ran (the call is recorded)
   bool streaming = false;      // counted in open_streams
   int64_t version = 0;         // the policy version its tokens are attributed to now
+  GenerationGate::CallRef gate;  // its registration at the generation gate
+  std::string stream_id;  // the first chunk's id, which a continuation's chunks take
+  bool continued = false;  // a pause cut it and a continuation goes on
 };
 
 namespace {
@@ -44,9 +49,11 @@ namespace {
 struct CallGuard {
   HttpHandler::Call& c;
   ProxyMetrics* metrics;
+  GenerationGate* gate;
   ~CallGuard() {
     if (!c.recorded_done) c.session->AbandonCall();
     if (c.streaming) metrics->open_streams.Decrement();
+    gate->Unregister(c.gate);
   }
 };
 
@@ -163,19 +170,28 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     co_await Refuse(responder, c.route, ApiError::kBudgetExhausted, message, chat);
     co_return;
   }
-  CallGuard guard{c, metrics_};
+  c.gate = gate_->Register(co_await asio::this_coro::executor);
+  CallGuard guard{c, metrics_, gate_};
   // While the upstream has not answered, a streaming agent gets SSE comments so nothing in between times out.
   auto keepalive = [&responder]() -> asio::awaitable<void> {
     if (!responder.started()) co_await responder.StartStream(200, "text/event-stream");
     co_await responder.WriteChunk(": keepalive\n\n");
   };
-  const DispatchRequest dispatch{c.session->env_id(), c.rewrite.model, route, json::serialize(c.body), c.rewrite.stream};
-  c.dispatch = co_await dispatcher_->Send(dispatch, keepalive);
-  c.upstream_wait = c.dispatch.waited;
-  std::unique_ptr<http::ClientConnection> upstream = std::move(c.dispatch.connection);
-  if (upstream == nullptr) {
-    co_await Fail(c, responder, ApiError::kUpstream, c.dispatch.http_status, c.dispatch.error);
-  } else {
+  const DispatchRequest dispatch{c.session->env_id(), c.rewrite.model, route, json::serialize(c.body), c.rewrite.stream,
+                                 c.gate.get()};
+  std::unique_ptr<http::ClientConnection> upstream;
+  // At the generation gate first; a pause's cut before the response is complete (an unstreamed one is sent
+  // again whole) waits there once more.
+  while (true) {
+    if (!co_await Admit(c, responder)) break;
+    c.dispatch = co_await dispatcher_->Send(dispatch, keepalive);
+    c.upstream_wait += c.dispatch.waited;
+    upstream = std::move(c.dispatch.connection);
+    if (c.dispatch.aborted) continue;
+    if (upstream == nullptr) {
+      co_await Fail(c, responder, ApiError::kUpstream, c.dispatch.http_status, c.dispatch.error);
+      break;
+    }
     c.session->SetUpstream(c.dispatch.lease.get()->spec.name);
     if (upstream->status() != 200) {
       // The upstream refused the request itself (4xx): the agent gets its answer as is; recorded failed.
@@ -192,45 +208,75 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     } else if (c.rewrite.stream) {
       metrics_->open_streams.Increment();
       c.streaming = true;
-      co_await RelayStream(c, *upstream, responder);
-    } else {
-      co_await RelayWhole(c, *upstream, responder);
+      co_await RelayStream(c, upstream, responder);
+    } else if (!co_await RelayWhole(c, *upstream, responder)) {
+      gate_->Leave(*c.gate);
+      upstream.reset();
+      continue;
     }
-    dispatcher_->Return(std::move(upstream));
+    break;
   }
+  gate_->Leave(*c.gate);
+  if (upstream != nullptr) dispatcher_->Return(std::move(upstream));
   metrics_->Request(c.route, c.http_status, UpstreamIndex(c)).Increment();
 }
 
-asio::awaitable<void> HttpHandler::RelayWhole(Call& c, http::ClientConnection& upstream, http::Responder& responder) {
+asio::awaitable<bool> HttpHandler::Admit(Call& c, http::Responder& responder) {
+  gate_->Leave(*c.gate);  // a cut request is upstream no more
+  const bool cut = c.gate->aborted;
+  auto tick = [&]() -> asio::awaitable<bool> {
+    if (!c.session->open()) co_return false;
+    if (!c.rewrite.stream) co_return true;
+    if (!responder.started() && !co_await responder.StartStream(200, "text/event-stream")) co_return false;
+    co_return co_await responder.WriteChunk(": paused\n\n");
+  };
+  if (!co_await gate_->Enter(c.gate, dispatcher_->options().keepalive_interval, tick)) {
+    const bool closed = !c.session->open();
+    co_await Fail(c, responder, closed ? ApiError::kSessionClosed : ApiError::kUpstream, closed ? 410 : 499,
+                  closed ? "session closed" : "the client disconnected while generation was paused");
+    co_return false;
+  }
+  if (cut) gate_->Continued(*c.gate);
+  if (c.assembler.generated_tokens() == 0 && !c.continued) {  // nothing generated yet: all under today's version
+    c.version = policy_version_->current();
+    c.recorded.mutable_call()->set_policy_version(c.version);
+  }
+  co_return true;
+}
+
+asio::awaitable<bool> HttpHandler::RelayWhole(Call& c, http::ClientConnection& upstream, http::Responder& responder) {
   const absl::Time start = clock_->Now();
   absl::StatusOr<std::string> body = co_await upstream.ReadAll(dispatcher_->options().idle_timeout, kMaxUpstreamBody);
   c.upstream_wait += clock_->Now() - start;
+  if (!body.ok() && c.gate->aborted) co_return false;  // cut by a pause: sent again after the resume
   if (!body.ok()) {
     co_await Fail(c, responder, ApiError::kUpstream, 502, std::string(body.status().message()));
-    co_return;
+    co_return true;
   }
   boost::system::error_code ec;
   json::value parsed = json::parse(*body, ec);
   if (ec || !parsed.is_object()) {
     co_await Fail(c, responder, ApiError::kUpstream, 502, "the upstream's response is not a JSON object");
-    co_return;
+    co_return true;
   }
   if (!c.session->open()) {
     co_await Fail(c, responder, ApiError::kSessionClosed, 410, "session closed");
-    co_return;
+    co_return true;
   }
   c.assembler.AddWhole(parsed.as_object());
   if (absl::Status s = co_await Finish(c); !s.ok()) {
     co_await responder.Send(500, "application/json", ErrorBody(ApiError::kServer, "the call could not be journaled"));
-    co_return;
+    co_return true;
   }
   const bool rewrite = c.rewrite.strip_token_ids || c.rewrite.strip_logprobs;
   if (rewrite) StripForAgent(c.rewrite, parsed.as_object());
   std::string answer = rewrite ? json::serialize(parsed) : *std::move(body);
   co_await responder.Send(200, "application/json", std::move(answer));
+  co_return true;
 }
 
-asio::awaitable<void> HttpHandler::RelayStream(Call& c, http::ClientConnection& upstream, http::Responder& responder) {
+asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::ClientConnection>& upstream,
+                                               http::Responder& responder) {
   if (!responder.started() && !co_await responder.StartStream(200, "text/event-stream")) {
     c.error = "the client disconnected";
     c.http_status = 499;
@@ -238,7 +284,7 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, http::ClientConnection& 
     co_return;
   }
   const bool rewrite = c.rewrite.strip_token_ids || c.rewrite.strip_logprobs || c.rewrite.strip_usage_chunk;
-  http::SseParser parser;
+  std::optional<http::SseParser> parser{std::in_place};  // a new one per upstream response
   while (c.error.empty()) {
     if (!c.session->open()) {  // CloseSession while the call was in flight: it ends here, recorded failed
       c.error = "session closed";
@@ -246,15 +292,26 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, http::ClientConnection& 
       break;
     }
     const absl::Time start = clock_->Now();
-    absl::StatusOr<std::string> piece = co_await upstream.ReadSome(dispatcher_->options().idle_timeout);
+    absl::StatusOr<std::string> piece = co_await upstream->ReadSome(dispatcher_->options().idle_timeout);
     c.upstream_wait += clock_->Now() - start;
+    if (!piece.ok() && c.gate->aborted) {  // cut by a pause: continued after the resume
+      gate_->Leave(*c.gate);
+      upstream.reset();
+      upstream = co_await Continue(c, responder);
+      if (upstream == nullptr) {
+        if (c.recorded_done) co_return;  // the session closed or the agent left while paused: answered already
+        break;                           // no continuation: c.error says why
+      }
+      parser.emplace();
+      continue;
+    }
     if (!piece.ok()) {
       c.error = absl::StrCat("upstream disconnected mid-stream: ", piece.status().message());
       c.http_status = 502;
       break;
     }
     if (piece->empty()) break;  // the upstream's stream is complete
-    auto events = parser.Feed(*piece);
+    auto events = parser->Feed(*piece);
     if (!events.ok()) {
       c.error = std::string(events.status().message());
       c.http_status = 502;
@@ -269,17 +326,23 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, http::ClientConnection& 
         absl::StrAppend(&out, "data: ", ev.data, "\n\n");
         continue;
       }
-      if (auto* err = chunk.as_object().if_contains("error"); err != nullptr) {
+      json::object& o = chunk.as_object();
+      if (auto* err = o.if_contains("error"); err != nullptr) {
         c.error = absl::StrCat("upstream error mid-stream: ", json::serialize(*err));
       }
       NoteVersion(c);
-      c.assembler.AddChunk(chunk.as_object());
-      if (!rewrite) {
+      c.assembler.AddChunk(o);
+      if (c.stream_id.empty()) {
+        if (auto* id = o.if_contains("id"); id != nullptr && id->is_string()) c.stream_id = id->as_string();
+      }
+      if (c.continued) AdaptContinuationChunk(c.stream_id, o);
+      if (!rewrite && !c.continued) {
         absl::StrAppend(&out, "data: ", ev.data, "\n\n");
-      } else if (StripForAgent(c.rewrite, chunk.as_object())) {
+      } else if (StripForAgent(c.rewrite, o)) {
         absl::StrAppend(&out, "data: ", json::serialize(chunk), "\n\n");
       }
     }
+    c.gate->continuable = Continuable(c.body, c.chat, c.assembler);
     if (!out.empty() && !co_await responder.WriteChunk(out)) {
       c.error = "the client disconnected mid-stream";
       c.http_status = 499;
@@ -295,6 +358,41 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, http::ClientConnection& 
     co_await responder.WriteChunk("data: [DONE]\n\n");
   }
   co_await responder.EndStream();
+}
+
+asio::awaitable<std::unique_ptr<http::ClientConnection>> HttpHandler::Continue(Call& c, http::Responder& responder) {
+  auto keepalive = [&responder]() -> asio::awaitable<void> { co_await responder.WriteChunk(": keepalive\n\n"); };
+  const absl::Time first_byte = c.dispatch.first_byte;
+  const int attempts = c.dispatch.attempts;
+  while (true) {
+    if (!co_await Admit(c, responder)) {
+      // Admit answered the agent already; what is left is the record.
+      if (c.error.empty()) c.error = "the call could not be continued";
+      co_return nullptr;
+    }
+    c.continued = true;
+    c.assembler.BeginContinuation();
+    const DispatchRequest request{c.session->env_id(), c.rewrite.model, ProxyMetrics::RouteName(c.route),
+                                  json::serialize(ContinuationBody(c.body, c.chat, c.assembler)), true, c.gate.get()};
+    c.dispatch = co_await dispatcher_->Send(request, keepalive);
+    c.upstream_wait += c.dispatch.waited;
+    c.dispatch.first_byte = first_byte;
+    c.dispatch.attempts += attempts;
+    std::unique_ptr<http::ClientConnection> upstream = std::move(c.dispatch.connection);
+    if (c.dispatch.aborted) continue;  // paused again before it answered
+    if (upstream == nullptr) {
+      c.error = absl::StrCat("continuing after a pause: ", c.dispatch.error);
+      c.http_status = c.dispatch.http_status;
+    } else if (upstream->status() != 200) {
+      auto body = co_await upstream->ReadAll(dispatcher_->options().idle_timeout, 1 << 20);
+      c.error = absl::StrCat("continuing after a pause: the upstream answered HTTP ", upstream->status(), ": ",
+                             body.ok() ? body->substr(0, 512) : std::string(body.status().message()));
+      c.http_status = 502;
+      gate_->Leave(*c.gate);
+      co_return nullptr;
+    }
+    co_return upstream;
+  }
 }
 
 void HttpHandler::NoteVersion(Call& c) {

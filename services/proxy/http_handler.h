@@ -11,6 +11,7 @@
 #include "libs/core/clock.h"
 #include "libs/http/server.h"
 #include "services/proxy/api_errors.h"
+#include "services/proxy/generation_gate.h"
 #include "services/proxy/metrics.h"
 #include "services/proxy/policy_version.h"
 #include "services/proxy/session_ledger.h"
@@ -21,13 +22,14 @@ namespace corral::proxy {
 class HttpHandler {
  public:
   HttpHandler(SessionLedger* ledger, UpstreamDispatcher* dispatcher, const UpstreamPool* upstreams,
-              ProxyMetrics* metrics, Clock* clock, const PolicyVersion* policy_version)
+              ProxyMetrics* metrics, Clock* clock, const PolicyVersion* policy_version, GenerationGate* gate)
       : ledger_(ledger),
         dispatcher_(dispatcher),
         upstreams_(upstreams),
         metrics_(metrics),
         clock_(clock),
-        policy_version_(policy_version) {}
+        policy_version_(policy_version),
+        gate_(gate) {}
 
   boost::asio::awaitable<void> Handle(http::Request& request, http::Responder& responder);
 
@@ -37,8 +39,16 @@ class HttpHandler {
   boost::asio::awaitable<void> Completion(http::Request& request, http::Responder& responder,
                                           std::shared_ptr<Session> session, bool chat);
   boost::asio::awaitable<void> Models(http::Responder& responder, const Session& session);
-  boost::asio::awaitable<void> RelayWhole(Call& call, http::ClientConnection& upstream, http::Responder& responder);
-  boost::asio::awaitable<void> RelayStream(Call& call, http::ClientConnection& upstream, http::Responder& responder);
+  // Waits at the generation gate (keepalives to a streaming agent), then counts the call upstream. False when the
+  // session closed or the agent left meanwhile: the call has failed and the agent was answered.
+  boost::asio::awaitable<bool> Admit(Call& call, http::Responder& responder);
+  // False when a pause cut the response before it was complete (the call is sent again after the resume).
+  boost::asio::awaitable<bool> RelayWhole(Call& call, http::ClientConnection& upstream, http::Responder& responder);
+  // A stream a pause cuts goes on with a continuation (Continue) in the same response to the agent.
+  boost::asio::awaitable<void> RelayStream(Call& call, std::unique_ptr<http::ClientConnection>& upstream,
+                                           http::Responder& responder);
+  // After a cut: waits for the resume, then sends the continuation. Null (and the call's error set) on failure.
+  boost::asio::awaitable<std::unique_ptr<http::ClientConnection>> Continue(Call& call, http::Responder& responder);
   // Notes a policy update that arrived since the call's version was last read: from the next completion token
   // on, the tokens are the new version's.
   void NoteVersion(Call& call);
@@ -57,6 +67,7 @@ class HttpHandler {
   ProxyMetrics* const metrics_;
   Clock* const clock_;
   const PolicyVersion* const policy_version_;
+  GenerationGate* const gate_;
 };
 
 }  // namespace corral::proxy

@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   corral::proxy::UpstreamDispatcher dispatcher(&upstreams, &metrics, &clock, config.relay);
   corral::proxy::HealthChecker health(&upstreams, &metrics);
   corral::proxy::PolicyVersion policy_version;
-  corral::proxy::HttpHandler handler(&ledger, &dispatcher, &upstreams, &metrics, &clock, &policy_version);
+  corral::proxy::GenerationGate gate(&policy_version, &metrics, &clock);
+  corral::proxy::HttpHandler handler(&ledger, &dispatcher, &upstreams, &metrics, &clock, &policy_version, &gate);
   corral::http::HttpServer http(config.http_limits,
                                 [&](corral::http::Request& req, corral::http::Responder& res) {
                                   return handler.Handle(req, res);
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
   };
   clock.RunAfter(absl::Seconds(1), [&] { expire(); });
 
-  corral::proxy::ProxyService service(&ledger, &auth, config.advertise_url, &policy_version);
+  corral::proxy::ProxyService service(&ledger, &auth, config.advertise_url, &gate, http.context().get_executor());
   runner.AddService(&service, "corral.v1.Proxy");
   runner.set_extra_ready_address(http_address);
   if (auto s = runner.Start(); !s.ok()) {

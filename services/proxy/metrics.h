@@ -66,7 +66,31 @@ struct ProxyMetrics {
                            .Help("Time to make a recorded call durable (group commit included).")
                            .Register(r)
                            .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                                            0.025, 0.05, 0.1, 0.5})) {}
+                                                                            0.025, 0.05, 0.1, 0.5})),
+        pauses(prometheus::BuildCounter()
+                   .Name("corral_proxy_pauses_total")
+                   .Help("Generation pauses (PauseGeneration on an unpaused proxy).")
+                   .Register(r)
+                   .Add({})),
+        paused(prometheus::BuildGauge().Name("corral_proxy_paused").Help("1 while generation is paused.").Register(r).Add({})),
+        paused_seconds(prometheus::BuildCounter()
+                           .Name("corral_proxy_paused_seconds_total")
+                           .Help("Time generation was paused, counted at each resume.")
+                           .Register(r)
+                           .Add({})),
+        paused_calls(prometheus::BuildCounter()
+                         .Name("corral_proxy_paused_calls_total")
+                         .Help("Calls a pause touched: held (waited to go upstream), aborted (cut upstream), "
+                               "continued (sent again after the resume).")
+                         .Register(r)),
+        calls_held(paused_calls.Add({{"outcome", "held"}})),
+        calls_aborted(paused_calls.Add({{"outcome", "aborted"}})),
+        calls_continued(paused_calls.Add({{"outcome", "continued"}})),
+        policy_version(prometheus::BuildGauge()
+                           .Name("corral_proxy_policy_version")
+                           .Help("The policy version the upstreams serve, as the trainer last said.")
+                           .Register(r)
+                           .Add({})) {}
 
   static prometheus::Histogram::BucketBoundaries LatencyBuckets() {
     return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
@@ -116,6 +140,14 @@ struct ProxyMetrics {
   prometheus::Family<prometheus::Counter>& upstream_errors;
   prometheus::Counter& journal_errors;
   prometheus::Histogram& journal_commit;
+  prometheus::Counter& pauses;
+  prometheus::Gauge& paused;
+  prometheus::Counter& paused_seconds;
+  prometheus::Family<prometheus::Counter>& paused_calls;
+  prometheus::Counter& calls_held;
+  prometheus::Counter& calls_aborted;
+  prometheus::Counter& calls_continued;
+  prometheus::Gauge& policy_version;
 
  private:
   std::vector<std::string> upstream_names_;

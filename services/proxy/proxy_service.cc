@@ -3,6 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "libs/api/pagination.h"
 #include "libs/api/proto_time.h"
+#include "boost/asio/co_spawn.hpp"
+#include "libs/http/detached.h"
+#include "libs/http/server.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
 #include "spdlog/spdlog.h"
@@ -81,12 +84,66 @@ grpc::ServerUnaryReactor* ProxyService::UpdatePolicy(grpc::CallbackServerContext
                                                      const v1::UpdatePolicyRequest* req,
                                                      v1::UpdatePolicyResponse* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
-  absl::StatusOr<int64_t> previous = policy_version_->Update(req->version());
-  if (!previous.ok()) return FinishUnary(ctx, previous.status());
-  if (*previous != req->version()) spdlog::info("policy version {} -> {}", *previous, req->version());
-  resp->set_previous_version(*previous);
-  resp->set_version(req->version());
-  return FinishUnary(ctx, absl::OkStatus());
+  absl::StatusOr<v1::UpdatePolicyResponse> out = gate_->UpdatePolicy(*req);
+  if (out.ok()) *resp = *std::move(out);
+  return FinishUnary(ctx, out.status());
+}
+
+grpc::ServerUnaryReactor* ProxyService::PauseGeneration(grpc::CallbackServerContext* ctx,
+                                                        const v1::PauseGenerationRequest* req,
+                                                        v1::PauseGenerationResponse* resp) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  if (!v1::PauseMode_IsValid(req->mode())) {
+    return FinishUnary(ctx, absl::InvalidArgumentError(absl::StrCat("mode ", req->mode(), " is not a PauseMode")));
+  }
+  const absl::Duration abort_after = FromProto(req->abort_after());
+  if (abort_after < absl::ZeroDuration()) {
+    return FinishUnary(ctx, absl::InvalidArgumentError("abort_after must not be negative"));
+  }
+  const absl::Time start = absl::Now();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (!gate_->Pause(*req)) {  // a late re-push: answers with the state as it is
+    *resp = gate_->Counts();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  // Answers once nothing is upstream; a DRAIN past abort_after cuts what is left.
+  const bool drain = req->mode() != v1::PAUSE_MODE_ABORT && req->has_abort_after();
+  auto wait = [this, ctx, reactor, resp, start, drain, abort_after]() -> boost::asio::awaitable<void> {
+    bool cut = false;
+    while (true) {
+      if (gate_->Quiet()) {
+        *resp = gate_->Counts();
+        ToProto(absl::Now() - start, resp->mutable_waited());
+        reactor->Finish(grpc::Status::OK);
+        co_return;
+      }
+      if (!gate_->paused()) {
+        reactor->Finish(ToGrpcStatus(absl::AbortedError("generation was resumed before the calls in flight ended")));
+        co_return;
+      }
+      if (ctx->IsCancelled()) {
+        reactor->Finish(grpc::Status::CANCELLED);
+        co_return;
+      }
+      if (drain && !cut && absl::Now() - start >= abort_after) {
+        gate_->AbortUpstream();
+        cut = true;
+      }
+      co_await http::SleepFor(absl::Milliseconds(5));
+    }
+  };
+  boost::asio::co_spawn(executor_, wait, http::LogExceptions("waiting for a pause to take effect"));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ProxyService::ResumeGeneration(grpc::CallbackServerContext* ctx,
+                                                         const v1::ResumeGenerationRequest* req,
+                                                         v1::ResumeGenerationResponse* resp) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  absl::StatusOr<v1::ResumeGenerationResponse> out = gate_->Resume(*req);
+  if (out.ok()) *resp = *std::move(out);
+  return FinishUnary(ctx, out.status());
 }
 
 }  // namespace corral::proxy

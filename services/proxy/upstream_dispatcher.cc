@@ -63,8 +63,14 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
     UpstreamLease lease(u);
     const absl::Time start = clock_->Now();
     d.upstream_start = start;
-    auto sent = co_await Attempt(*u, req, request.stream, on_wait);
+    auto sent = co_await Attempt(*u, req, request.stream, on_wait, request.gate);
     d.waited += clock_->Now() - start;
+    if (request.gate != nullptr && request.gate->aborted) {  // cut by a pause: not the upstream's fault
+      if (sent.ok()) request.gate->upstream = nullptr;
+      d.aborted = true;
+      d.error = "cut by a generation pause";
+      co_return d;
+    }
     if (!sent.ok()) {
       upstreams_->Failed(u);
       metrics_->UpstreamFailed(u->index);
@@ -79,6 +85,7 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
       metrics_->UpstreamFailed(u->index);
       last_error = absl::StrCat(u->spec.name, " answered HTTP ", conn->status());
       last_status = 502;
+      if (request.gate != nullptr) request.gate->upstream = nullptr;
       pool_.Put(std::move(conn));
       continue;
     }
@@ -94,7 +101,7 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
 }
 
 asio::awaitable<absl::StatusOr<std::unique_ptr<http::ClientConnection>>> UpstreamDispatcher::Attempt(
-    Upstream& u, http::Request& req, bool stream, const OnWait& on_wait) {
+    Upstream& u, http::Request& req, bool stream, const OnWait& on_wait, GenerationGate::Call* gate) {
   auto executor = co_await asio::this_coro::executor;
   absl::Status sent;
   std::unique_ptr<http::ClientConnection> conn;
@@ -103,6 +110,10 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<http::ClientConnection>>> Upstrea
     auto got = co_await pool_.Get(executor, u.spec.host, u.spec.port, options_.connect_timeout, &reused);
     if (!got.ok()) co_return got.status();
     conn = *std::move(got);
+    if (gate != nullptr) {
+      if (gate->aborted) co_return absl::CancelledError("cut by a generation pause");
+      gate->upstream = conn.get();
+    }
     // The send runs beside this loop, which calls `on_wait` each keepalive interval until it is done.
     bool finished = false;
     auto wake = std::make_shared<asio::steady_timer>(executor);
@@ -120,8 +131,9 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<http::ClientConnection>>> Upstrea
       if (finished || ec || !stream || !on_wait) continue;
       co_await on_wait();
     }
+    if (gate != nullptr && !sent.ok()) gate->upstream = nullptr;
     // Only a pooled connection the upstream had closed meanwhile is retried fresh; a timeout is not resent.
-    if (sent.ok() || !reused || !absl::IsUnavailable(sent)) break;
+    if (sent.ok() || !reused || !absl::IsUnavailable(sent) || (gate != nullptr && gate->aborted)) break;
   }
   if (!sent.ok()) co_return sent;
   co_return conn;

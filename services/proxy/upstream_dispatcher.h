@@ -14,6 +14,7 @@
 #include "boost/asio/awaitable.hpp"
 #include "libs/core/clock.h"
 #include "libs/http/client.h"
+#include "services/proxy/generation_gate.h"
 #include "services/proxy/metrics.h"
 #include "services/proxy/upstreams.h"
 
@@ -52,6 +53,9 @@ struct DispatchRequest {
   std::string route;  // "/v1/chat/completions"
   std::string body;   // JSON, as the upstream gets it
   bool stream = false;
+  // The call's registration at the generation gate: a pause in ABORT mode cuts the request through it, and then
+  // no other upstream is tried.
+  GenerationGate::Call* gate = nullptr;
 };
 
 struct Dispatch {
@@ -62,6 +66,7 @@ struct Dispatch {
   int attempts = 0;
   int http_status = 0;
   std::string error;
+  bool aborted = false;  // a pause cut the request (no connection; the call waits at the gate again)
   absl::Time upstream_start;  // of the last attempt
   absl::Time first_byte;      // response header received
   absl::Duration waited;      // on upstreams, over all attempts
@@ -86,7 +91,7 @@ class UpstreamDispatcher {
   // One attempt on `u`: sends, with `on_wait` while waiting; a pooled connection the upstream had closed is
   // retried once on a fresh one.
   boost::asio::awaitable<absl::StatusOr<std::unique_ptr<http::ClientConnection>>> Attempt(
-      Upstream& u, http::Request& request, bool stream, const OnWait& on_wait);
+      Upstream& u, http::Request& request, bool stream, const OnWait& on_wait, GenerationGate::Call* gate);
 
   UpstreamPool* const upstreams_;
   ProxyMetrics* const metrics_;

@@ -15,6 +15,7 @@
 #include "corral/v1/proxy.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "libs/api/proto_time.h"
 #include "libs/core/token.h"
 #include "libs/http/client.h"
 #include "libs/rpc/auth.h"
@@ -114,6 +115,45 @@ class ProxyFixture : public ::testing::Test {
     return resp;
   }
 
+  absl::StatusOr<v1::PauseGenerationResponse> Pause(v1::PauseMode mode, uint64_t sequence = 0,
+                                                    absl::Duration abort_after = absl::ZeroDuration()) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, absl::Seconds(30));
+    AttachBearer(ctx, token_);
+    v1::PauseGenerationRequest req;
+    req.set_mode(mode);
+    req.set_sequence(sequence);
+    if (abort_after > absl::ZeroDuration()) ToProto(abort_after, req.mutable_abort_after());
+    v1::PauseGenerationResponse resp;
+    grpc::Status s = stub_->PauseGeneration(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return resp;
+  }
+
+  absl::StatusOr<v1::ResumeGenerationResponse> Resume(std::optional<int64_t> version, uint64_t sequence = 0) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, absl::Seconds(10));
+    AttachBearer(ctx, token_);
+    v1::ResumeGenerationRequest req;
+    if (version) req.set_version(*version);
+    req.set_sequence(sequence);
+    v1::ResumeGenerationResponse resp;
+    grpc::Status s = stub_->ResumeGeneration(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return resp;
+  }
+
+  // One whole HTTP exchange with a fake backend ("host:port"), e.g. its /admin endpoints.
+  HttpReply Backend(const std::string& backend, const std::string& path, const std::string& body = "") {
+    http::Request req{body.empty() ? boost::beast::http::verb::get : boost::beast::http::verb::post, path, 11};
+    req.set(boost::beast::http::field::host, backend);
+    req.set(boost::beast::http::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    return Exchange(backend.substr(0, backend.rfind(':')),
+                    static_cast<uint16_t>(std::stoi(backend.substr(backend.rfind(':') + 1))), std::move(req));
+  }
+
   absl::Status Close(const std::string& env_id) {
     grpc::ClientContext ctx;
     SetDeadline(ctx, absl::Seconds(10));
@@ -137,9 +177,12 @@ class ProxyFixture : public ::testing::Test {
   // One whole HTTP exchange with the proxy.
   HttpReply Post(const std::string& path, const std::string& token, const std::string& body,
                  boost::beast::http::verb verb = boost::beast::http::verb::post) {
+    return Exchange(host_, port_, MakeRequest(verb, path, token, body));
+  }
+
+  HttpReply Exchange(const std::string& host, uint16_t port, http::Request request) {
     boost::asio::io_context ioc;
-    auto f = boost::asio::co_spawn(ioc, http::Fetch(ioc.get_executor(), host_, port_, MakeRequest(verb, path, token, body),
-                                                    absl::Seconds(30)),
+    auto f = boost::asio::co_spawn(ioc, http::Fetch(ioc.get_executor(), host, port, std::move(request), absl::Seconds(30)),
                                    boost::asio::use_future);
     ioc.run();
     auto r = f.get();

@@ -1,9 +1,11 @@
 #include "tools/fake-llm/fake_llm.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
@@ -148,6 +150,7 @@ struct Reply {
   bool stream = false;
   std::string whole;                // non-streamed body
   std::vector<std::string> events;  // streamed: each a complete "data: ...\n\n" (without the final [DONE])
+  int64_t continued_from = -1;      // a continuation of a final assistant message: the tokens it already had
 };
 
 Reply BuildReply(const Options& options, int64_t n, bool chat, const json::object& body) {
@@ -246,7 +249,17 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
     }
   }
   if (plan.reply.empty()) plan.reply = "echo: " + last_user;
-  const std::vector<std::string> tokens = SplitTokens(plan.tool_call ? arguments : plan.reply);
+  std::vector<std::string> tokens = SplitTokens(plan.tool_call ? arguments : plan.reply);
+  // vLLM's continue_final_message: the reply goes on after the assistant text it was given (when that text is
+  // how the reply begins), and only the rest is generated.
+  size_t offset = 0;
+  if (chat && !plan.tool_call && last_role == "assistant" && BoolOr(body, "continue_final_message")) {
+    const std::vector<std::string> given = SplitTokens(last_content);
+    if (given.size() <= tokens.size() && std::equal(given.begin(), given.end(), tokens.begin())) offset = given.size();
+    tokens.erase(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(offset));
+    plan.reply = absl::StrJoin(tokens, "");
+    r.continued_from = static_cast<int64_t>(offset);
+  }
   const std::vector<std::string> prompt_tokens = SplitTokens(prompt_text);
   const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", n);
   const std::string call_id = absl::StrCat("call_", n);
@@ -264,7 +277,7 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
       for (size_t i = from; i < to; ++i) {
         json::object e;
         e["token"] = tokens[i];
-        e["logprob"] = Logprob(i);
+        e["logprob"] = Logprob(i + offset);
         e["bytes"] = json::array();
         e["top_logprobs"] = json::array();
         content.push_back(std::move(e));
@@ -274,7 +287,7 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
       json::array toks, lps;
       for (size_t i = from; i < to; ++i) {
         toks.push_back(json::string(tokens[i]));
-        lps.push_back(Logprob(i));
+        lps.push_back(Logprob(i + offset));
       }
       lp["tokens"] = std::move(toks);
       lp["token_logprobs"] = std::move(lps);
@@ -388,6 +401,22 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_await responder.Send(200, "text/plain", "ok\n");
     co_return;
   }
+  if (target == "/admin/version" && request.method() == boost::beast::http::verb::post) {
+    // Stands for a weight update: the version this server reports serving from now on.
+    boost::system::error_code ec;
+    json::value v = json::parse(request.body(), ec);
+    if (ec || !v.is_object() || !v.as_object().contains("version") || !v.as_object().at("version").is_int64()) {
+      co_await responder.Send(400, "application/json", http::ErrorJson("expected {\"version\": N}", "invalid_request_error"));
+      co_return;
+    }
+    version_.store(v.as_object().at("version").as_int64());
+    co_await responder.Send(200, "application/json", Stats());
+    co_return;
+  }
+  if (target == "/admin/stats") {
+    co_await responder.Send(200, "application/json", Stats());
+    co_return;
+  }
   if (target == "/v1/models") {
     co_await responder.Send(200, "application/json", http::ModelListJson(options_.models, "corral-fake-llm"));
     co_return;
@@ -405,6 +434,10 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_return;
   }
   const Reply reply = BuildReply(options_, n, chat, parsed.as_object());
+  if (reply.continued_from >= 0) {
+    absl::MutexLock lock(&mu_);
+    continuations_.push_back({reply.continued_from, version_.load()});
+  }
   co_await http::SleepFor(reply.plan.ttft);
   if (reply.plan.status != 200) {
     co_await responder.Send(reply.plan.status, "application/json", http::ErrorJson("injected failure", "server_error"));
@@ -426,10 +459,32 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
       co_return;
     }
     if (i > 1) co_await http::SleepFor(reply.plan.inter_token);
-    if (!co_await responder.WriteChunk(reply.events[i])) co_return;
+    if (!co_await responder.WriteChunk(reply.events[i])) {
+      ++aborted_streams_;  // the client went away: generation stops, as vLLM's does
+      co_return;
+    }
   }
   co_await responder.WriteChunk("data: [DONE]\n\n");
   co_await responder.EndStream();
+}
+
+std::string FakeLlm::Stats() const {
+  json::object out;
+  out["version"] = version_.load();
+  out["requests"] = requests_.load();
+  out["aborted_streams"] = aborted_streams_.load();
+  json::array continuations;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [from, version] : continuations_) {
+      json::object c;
+      c["continued_from"] = from;
+      c["version"] = version;
+      continuations.push_back(std::move(c));
+    }
+  }
+  out["continuations"] = std::move(continuations);
+  return json::serialize(out);
 }
 
 }  // namespace corral::fakellm

@@ -3,6 +3,8 @@
 // into word tokens with stable ids, streamed one token per SSE chunk; token ids and logprobs come back in
 // vLLM's shape when asked (`return_token_ids`, `logprobs`). Latency, time to first token and faults (5xx,
 // stall, disconnect mid-stream) are set per process by flags or per request by a "fake" object in the body.
+// For asynchronous RL tests it has a policy "version" (POST /admin/version), honours vLLM's
+// `continue_final_message`, stops a stream whose client left, and reports all three (GET /admin/stats).
 #pragma once
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/http/server.h"
 
@@ -49,8 +52,16 @@ class FakeLlm {
   int64_t requests() const { return requests_.load(); }
 
  private:
+  // GET /admin/stats: the version served, requests, streams the client cut, and each continuation request's
+  // given tokens and the version it ran under.
+  std::string Stats() const;
+
   const Options options_;
   std::atomic<int64_t> requests_{0};
+  std::atomic<int64_t> version_{0};  // POST /admin/version {"version": N}
+  std::atomic<int64_t> aborted_streams_{0};
+  mutable absl::Mutex mu_;
+  std::vector<std::pair<int64_t, int64_t>> continuations_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace corral::fakellm

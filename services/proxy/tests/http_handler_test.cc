@@ -64,7 +64,7 @@ class HttpHandlerTest : public ::testing::Test {
                                                        RelayOptions{.connect_timeout = absl::Seconds(1),
                                                                     .retry_backoff = absl::Milliseconds(1)});
     handler_ = std::make_unique<HttpHandler>(ledger_.get(), dispatcher_.get(), pool_.get(), &metrics_, &clock_,
-                                             &policy_version_);
+                                             &policy_version_, &gate_);
     front_ = std::make_unique<http::HttpServer>(
         http::ServerLimits{}, [this](http::Request& q, http::Responder& r) { return handler_->Handle(q, r); }, 1);
     port_ = *front_->Listen("127.0.0.1:0");
@@ -113,6 +113,7 @@ class HttpHandlerTest : public ::testing::Test {
   std::unique_ptr<UpstreamPool> pool_;
   std::unique_ptr<UpstreamDispatcher> dispatcher_;
   PolicyVersion policy_version_;
+  GenerationGate gate_{&policy_version_, &metrics_, &clock_};
   std::unique_ptr<HttpHandler> handler_;
   std::unique_ptr<http::HttpServer> front_;
   uint16_t port_ = 0;
