@@ -63,6 +63,9 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                   absl::Hours(24));
   schema.Duration("host_poll_interval", &c->host_poll_interval, "HostInfo health checks", absl::Milliseconds(100),
                   absl::Minutes(10));
+  schema.Duration("policy_sync_interval", &c->policy_sync_interval,
+                  "pushing the policy version and pause state to every proxy replica again", absl::Milliseconds(100),
+                  absl::Minutes(10));
   schema.Int("host_unreachable_after", &c->host_unreachable_after,
              "failed health checks in a row before a host's episodes are retried elsewhere", 1, 1000);
   schema.Duration("llm_call_timeout", &c->llm_call_timeout, "one LLM call of single_turn / tool_loop",

@@ -54,6 +54,8 @@ struct Config {
   DefaultTimeouts timeouts;
   absl::Duration drain_grace = absl::Seconds(60);
   absl::Duration host_poll_interval = absl::Seconds(2);
+  // How often the policy version and pause state are pushed to every proxy replica again (a restarted one).
+  absl::Duration policy_sync_interval = absl::Seconds(2);
   int64_t host_unreachable_after = 3;  // consecutive failed HostInfo calls before a host counts as lost
   absl::Duration llm_call_timeout = absl::Minutes(10);  // one LLM call of single_turn / tool_loop
   int64_t warm_pool_size = 0;  // sandboxes kept ready per sandbox spec (0 = off)

@@ -32,6 +32,8 @@
 #include "services/scheduler/result_stream.h"
 #include "services/scheduler/scheduler.h"
 #include "services/scheduler/scheduler_journal.h"
+#include "libs/http/detached.h"
+#include "services/scheduler/policy_control.h"
 #include "services/scheduler/scheduler_service.h"
 #include "services/scheduler/submission.h"
 #include "services/scheduler/warm_pool.h"
@@ -178,7 +180,17 @@ int main(int argc, char** argv) {
 
   ResultHub hub;
   table.set_on_change([&hub] { hub.NotifyAll(); });
-  SchedulerService service(&scheduler, &table, &hosts, &hub, &auth);
+  auto policy_state = (*journal)->LoadPolicy();
+  if (!policy_state.ok()) {
+    spdlog::error("cannot start: the journal's policy state cannot be read: {}", policy_state.status());
+    return 1;
+  }
+  PolicyControl policy(io.get_executor(), journal->get(), proxies, *policy_state);
+  if (policy_state->sequence > 0) {
+    spdlog::info("policy version {}{} (from the journal)", policy_state->version,
+                 policy_state->paused ? ", generation paused" : "");
+  }
+  SchedulerService service(&scheduler, &table, &hosts, &hub, &auth, &policy);
   runner.AddService(&service, "corral.v1.Scheduler");
 
   // The rollout inspector, and the retention of the acknowledged results it shows.
@@ -231,7 +243,11 @@ int main(int argc, char** argv) {
                  require_token ? " (with the cluster token: `corral ui` prints a link)" : "");
   }
   scheduler.Start();
+  std::atomic<bool> policy_stopping{false};
+  asio::co_spawn(io, policy.Run(&policy_stopping, config.policy_sync_interval),
+                 corral::http::LogExceptions("pushing the policy state"));
   runner.Wait();
+  policy_stopping = true;
   if (http) http->Stop();
 
   // Shutdown: stop starting episodes; running ones go back to the queue (journaled) and are re-run by the next

@@ -86,6 +86,41 @@ asio::awaitable<absl::Status> ProxyClient::Ack(const std::string& env_id, absl::
   co_return FromGrpcStatus(s);
 }
 
+namespace {
+
+// One unary call on `stub`'s callback API: `start(context, response, done)`.
+template <class Response, class Start>
+asio::awaitable<absl::StatusOr<Response>> Unary(absl::Time deadline, const std::string& token, Start start) {
+  CallScope scope(nullptr, deadline, token);
+  Response response;
+  grpc::Status s = co_await AwaitGrpc([&](auto done) { start(scope.context(), &response, std::move(done)); });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
+}  // namespace
+
+asio::awaitable<absl::StatusOr<v1::UpdatePolicyResponse>> ProxyClient::UpdatePolicy(v1::UpdatePolicyRequest request,
+                                                                                    absl::Time deadline) {
+  co_return co_await Unary<v1::UpdatePolicyResponse>(deadline, token_, [&](auto* ctx, auto* response, auto done) {
+    stub_->async()->UpdatePolicy(ctx, &request, response, std::move(done));
+  });
+}
+
+asio::awaitable<absl::StatusOr<v1::PauseGenerationResponse>> ProxyClient::Pause(v1::PauseGenerationRequest request,
+                                                                               absl::Time deadline) {
+  co_return co_await Unary<v1::PauseGenerationResponse>(deadline, token_, [&](auto* ctx, auto* response, auto done) {
+    stub_->async()->PauseGeneration(ctx, &request, response, std::move(done));
+  });
+}
+
+asio::awaitable<absl::StatusOr<v1::ResumeGenerationResponse>> ProxyClient::Resume(v1::ResumeGenerationRequest request,
+                                                                                 absl::Time deadline) {
+  co_return co_await Unary<v1::ResumeGenerationResponse>(deadline, token_, [&](auto* ctx, auto* response, auto done) {
+    stub_->async()->ResumeGeneration(ctx, &request, response, std::move(done));
+  });
+}
+
 asio::awaitable<absl::StatusOr<LlmReply>> ProxyClient::Post(const BaseUrl& base, const std::string& env_token,
                                                            const std::string& path, std::string body,
                                                            absl::Duration timeout) {

@@ -42,6 +42,13 @@ class ProxyClient {
   // Fire and forget (used from interrupts: a closed session ends the calls in flight on it).
   void CloseAsync(const std::string& env_id);
   boost::asio::awaitable<absl::Status> Ack(const std::string& env_id, absl::Duration timeout);
+  // Asynchronous RL: the replica's policy version and generation pause (policy_control.h).
+  boost::asio::awaitable<absl::StatusOr<v1::UpdatePolicyResponse>> UpdatePolicy(v1::UpdatePolicyRequest request,
+                                                                                absl::Time deadline);
+  boost::asio::awaitable<absl::StatusOr<v1::PauseGenerationResponse>> Pause(v1::PauseGenerationRequest request,
+                                                                           absl::Time deadline);
+  boost::asio::awaitable<absl::StatusOr<v1::ResumeGenerationResponse>> Resume(v1::ResumeGenerationRequest request,
+                                                                             absl::Time deadline);
   // GET /v1/... is not needed; POST `path` (e.g. "/chat/completions") below the session's base URL.
   boost::asio::awaitable<absl::StatusOr<LlmReply>> Post(const BaseUrl& base, const std::string& env_token,
                                                         const std::string& path, std::string body,

@@ -43,6 +43,13 @@ CREATE TABLE IF NOT EXISTS results (
   result BLOB,
   acked_ns INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS policy (
+  id INTEGER PRIMARY KEY CHECK (id = 0),
+  version INTEGER NOT NULL,
+  paused INTEGER NOT NULL,
+  mode INTEGER NOT NULL,
+  sequence INTEGER NOT NULL
+);
 )sql";
 
 // Journals written before acknowledged results were retained lack acked_ns.
@@ -241,6 +248,36 @@ void SchedulerJournal::BatchCancelled(const std::string& batch_id) {
         return CachedStatement(db, "UPDATE batches SET cancelled = 1 WHERE batch_id = ?").Bind(1, batch_id).Run();
       },
       [](absl::Status s) { Log(s, "batch cancel"); });
+}
+
+void SchedulerJournal::SavePolicy(const PolicyState& state, std::function<void(absl::Status)> done) {
+  journal_->Submit(
+      [state](sqlite3* db) {
+        return CachedStatement(db, "INSERT OR REPLACE INTO policy (id, version, paused, mode, sequence) "
+                                   "VALUES (0, ?, ?, ?, ?)")
+            .Bind(1, state.version)
+            .Bind(2, state.paused ? 1 : 0)
+            .Bind(3, static_cast<int64_t>(state.mode))
+            .Bind(4, static_cast<int64_t>(state.sequence))
+            .Run();
+      },
+      std::move(done));
+}
+
+absl::StatusOr<PolicyState> SchedulerJournal::LoadPolicy() {
+  PolicyState state;
+  CORRAL_RETURN_IF_ERROR(journal_->Read([&](sqlite3* db) -> absl::Status {
+    Statement row(db, "SELECT version, paused, mode, sequence FROM policy WHERE id = 0");
+    CORRAL_ASSIGN_OR_RETURN(bool found, row.Step());
+    if (!found) return absl::OkStatus();
+    state.version = row.Int(0);
+    state.paused = row.Int(1) != 0;
+    state.mode = v1::PauseMode_IsValid(static_cast<int>(row.Int(2))) ? static_cast<v1::PauseMode>(row.Int(2))
+                                                                      : v1::PAUSE_MODE_DRAIN;
+    state.sequence = static_cast<uint64_t>(row.Int(3));
+    return absl::OkStatus();
+  }));
+  return state;
 }
 
 absl::StatusOr<int64_t> SchedulerJournal::DropAckedBefore(absl::Time before) {

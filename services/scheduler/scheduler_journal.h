@@ -7,10 +7,20 @@
 #include <memory>
 #include <string>
 
+#include "corral/v1/common.pb.h"
 #include "libs/journal/journal.h"
 #include "services/scheduler/episode_table.h"
 
 namespace corral::scheduler {
+
+// Asynchronous RL: the policy version the trainer's inference servers serve and whether generation is paused
+// (policy_control.h), with the sequence number of the change that made it so.
+struct PolicyState {
+  int64_t version = 0;
+  bool paused = false;
+  v1::PauseMode mode = v1::PAUSE_MODE_DRAIN;
+  uint64_t sequence = 0;
+};
 
 class SchedulerJournal final : public EpisodeLog {
  public:
@@ -37,6 +47,9 @@ class SchedulerJournal final : public EpisodeLog {
   absl::StatusOr<int64_t> DropAckedBefore(absl::Time before);
   // The serialized result of an acknowledged episode whose payload is retained; NOT_FOUND otherwise.
   absl::StatusOr<std::string> AckedResult(const std::string& episode_id);
+
+  void SavePolicy(const PolicyState& state, std::function<void(absl::Status)> done);
+  absl::StatusOr<PolicyState> LoadPolicy();
 
   // Forgets the run rows of episodes a restart has cleaned up.
   void ForgetRuns();

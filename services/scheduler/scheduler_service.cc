@@ -101,11 +101,55 @@ class DrainReactor final : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 };
 
+// The trainer's deadline for a policy call, bounded (the replicas' calls carry it).
+absl::Time PolicyDeadline(const grpc::CallbackServerContext& context) {
+  const absl::Time bound = absl::Now() + absl::Minutes(30);
+  const auto deadline = context.deadline();
+  if (deadline >= std::chrono::system_clock::now() + std::chrono::hours(1)) return bound;
+  return std::min(bound, absl::FromChrono(deadline));
+}
+
+// Answers a unary call from PolicyControl's callback.
+template <class R>
+PolicyControl::Done<R> Reply(grpc::ServerUnaryReactor* reactor, R* response) {
+  return [reactor, response](absl::StatusOr<R> out) {
+    if (out.ok()) *response = *std::move(out);
+    reactor->Finish(ToGrpcStatus(out.status()));
+  };
+}
+
 }  // namespace
 
 SchedulerService::SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
-                                   const CallAuthenticator* auth)
-    : scheduler_(scheduler), table_(table), hosts_(hosts), hub_(hub), auth_(auth) {}
+                                   const CallAuthenticator* auth, PolicyControl* policy)
+    : scheduler_(scheduler), table_(table), hosts_(hosts), hub_(hub), auth_(auth), policy_(policy) {}
+
+grpc::ServerUnaryReactor* SchedulerService::UpdatePolicy(grpc::CallbackServerContext* context,
+                                                         const v1::UpdatePolicyRequest* request,
+                                                         v1::UpdatePolicyResponse* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  policy_->UpdatePolicy(*request, PolicyDeadline(*context), Reply(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::PauseGeneration(grpc::CallbackServerContext* context,
+                                                            const v1::PauseGenerationRequest* request,
+                                                            v1::PauseGenerationResponse* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  policy_->Pause(*request, PolicyDeadline(*context), Reply(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::ResumeGeneration(grpc::CallbackServerContext* context,
+                                                             const v1::ResumeGenerationRequest* request,
+                                                             v1::ResumeGenerationResponse* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  policy_->Resume(*request, PolicyDeadline(*context), Reply(reactor, response));
+  return reactor;
+}
 
 grpc::ServerReadReactor<v1::SubmitRequest>* SchedulerService::Submit(grpc::CallbackServerContext* context,
                                                                        v1::Batch* response) {

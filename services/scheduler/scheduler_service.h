@@ -5,6 +5,7 @@
 
 #include "corral/v1/scheduler.grpc.pb.h"
 #include "libs/rpc/auth.h"
+#include "services/scheduler/policy_control.h"
 #include "services/scheduler/result_stream.h"
 #include "services/scheduler/scheduler.h"
 
@@ -13,7 +14,7 @@ namespace corral::scheduler {
 class SchedulerService final : public v1::Scheduler::CallbackService {
  public:
   SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
-                   const CallAuthenticator* auth);
+                   const CallAuthenticator* auth, PolicyControl* policy);
 
   grpc::ServerReadReactor<v1::SubmitRequest>* Submit(grpc::CallbackServerContext* context, v1::Batch* response) override;
   grpc::ServerUnaryReactor* GetBatch(grpc::CallbackServerContext* context, const v1::GetBatchRequest* request,
@@ -30,6 +31,14 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
                                   v1::DrainResponse* response) override;
   grpc::ServerUnaryReactor* ListHosts(grpc::CallbackServerContext* context, const v1::ListHostsRequest* request,
                                       v1::ListHostsResponse* response) override;
+  grpc::ServerUnaryReactor* UpdatePolicy(grpc::CallbackServerContext* context, const v1::UpdatePolicyRequest* request,
+                                         v1::UpdatePolicyResponse* response) override;
+  grpc::ServerUnaryReactor* PauseGeneration(grpc::CallbackServerContext* context,
+                                            const v1::PauseGenerationRequest* request,
+                                            v1::PauseGenerationResponse* response) override;
+  grpc::ServerUnaryReactor* ResumeGeneration(grpc::CallbackServerContext* context,
+                                             const v1::ResumeGenerationRequest* request,
+                                             v1::ResumeGenerationResponse* response) override;
 
  private:
   Scheduler* const scheduler_;
@@ -37,6 +46,7 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   HostRegistry* const hosts_;
   ResultHub* const hub_;
   const CallAuthenticator* const auth_;
+  PolicyControl* const policy_;
 };
 
 }  // namespace corral::scheduler
