@@ -46,6 +46,7 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<ClientConnection>>> ClientConnect
 }
 
 asio::awaitable<absl::Status> ClientConnection::Send(Request& request, absl::Duration timeout) {
+  if (cancelled_) co_return absl::CancelledError(absl::StrCat(key_, ": the exchange was cancelled"));
   parser_.emplace();
   parser_->body_limit(boost::none);  // the body is relayed piece by piece, never held whole here
   stream_->expires_after(absl::ToChronoNanoseconds(timeout));
@@ -71,6 +72,7 @@ std::string ClientConnection::header(absl::string_view name) const {
 }
 
 asio::awaitable<absl::StatusOr<std::string>> ClientConnection::ReadSome(absl::Duration timeout) {
+  if (cancelled_) co_return absl::CancelledError(absl::StrCat(key_, ": the exchange was cancelled"));
   if (!parser_) co_return absl::FailedPreconditionError("no request sent");
   if (parser_->is_done()) co_return std::string();
   std::string piece(kPiece, '\0');

@@ -47,11 +47,11 @@ class ClientConnection {
   // timer and handlers must run on the new owner's). False if the socket cannot be moved.
   bool Rebind(asio::any_io_executor executor);
   asio::any_io_executor executor() { return stream_->get_executor(); }
-  // Ends the exchange now: the pending Send or read completes with an error, and the connection is not reused.
-  // Call on the connection's executor.
+  // Ends the exchange now: the connection is closed (the server sees its client leave), a pending Send or read
+  // completes with an error, and so does every later one. Call on the connection's executor.
   void Cancel() {
-    broken_ = true;
-    stream_->cancel();
+    broken_ = cancelled_ = true;
+    stream_->close();
   }
   const std::string& key() const { return key_; }
 
@@ -62,6 +62,7 @@ class ClientConnection {
   beast::flat_buffer buffer_;
   std::optional<beast::http::response_parser<beast::http::buffer_body>> parser_;
   bool broken_ = false;
+  bool cancelled_ = false;
 };
 
 // Idle keep-alive connections per "host:port". Thread-safe.

@@ -249,6 +249,7 @@ asio::awaitable<bool> HttpHandler::RelayWhole(Call& c, http::ClientConnection& u
   absl::StatusOr<std::string> body = co_await upstream.ReadAll(dispatcher_->options().idle_timeout, kMaxUpstreamBody);
   c.upstream_wait += clock_->Now() - start;
   if (!body.ok() && c.gate->aborted) co_return false;  // cut by a pause: sent again after the resume
+  gate_->Leave(*c.gate);                                // complete: nothing left for a pause to cut
   if (!body.ok()) {
     co_await Fail(c, responder, ApiError::kUpstream, 502, std::string(body.status().message()));
     co_return true;
@@ -310,7 +311,10 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
       c.http_status = 502;
       break;
     }
-    if (piece->empty()) break;  // the upstream's stream is complete
+    if (piece->empty()) {  // the upstream's stream is complete: nothing left for a pause to cut
+      gate_->Leave(*c.gate);
+      break;
+    }
     auto events = parser->Feed(*piece);
     if (!events.ok()) {
       c.error = std::string(events.status().message());

@@ -111,6 +111,21 @@ class SdkTest(unittest.TestCase):
         cls.client.close()
         cls.cluster.stop()
 
+    def test_a_weight_update_pauses_generation_and_its_version_reaches_the_results(self):
+        with self.client.weight_update(5) as paused:
+            self.assertEqual(paused.replicas, 1)
+            self.assertEqual(paused.aborted, 0)
+        batch = self.client.submit([question(1)], batch_id="sdk-policy")
+        [r] = list(batch.results())
+        self.assertEqual(r.status, s.EPISODE_STATUS_FINISHED, r.failure_message)
+        self.assertEqual((r.first_policy_version, r.last_policy_version), (5, 5))
+        with self.assertRaises(corral.CorralError) as e:
+            self.client.update_policy(4)
+        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(self.client.update_policy(6), 5)
+        with self.assertRaises(ValueError):
+            self.client.pause_generation("sometimes")
+
     def test_calls_without_the_cluster_secret_are_refused(self):
         with corral.Client(self.cluster.scheduler) as anonymous:
             with self.assertRaises(corral.CorralError) as e:

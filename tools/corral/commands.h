@@ -19,6 +19,8 @@ void RegisterBatch(CLI::App& app, int& exit_code);
 void RegisterRun(CLI::App& app, int& exit_code);
 // top: a live view of the cluster.
 void RegisterTop(CLI::App& app, int& exit_code);
+// policy update|pause|resume: asynchronous RL.
+void RegisterPolicy(CLI::App& app, int& exit_code);
 // ui: the rollout inspector's link.
 void RegisterUi(CLI::App& app, int& exit_code);
 

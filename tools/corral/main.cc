@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   corral::cli::RegisterBatch(app, exit_code);
   corral::cli::RegisterRun(app, exit_code);
   corral::cli::RegisterTop(app, exit_code);
+  corral::cli::RegisterPolicy(app, exit_code);
   corral::cli::RegisterUi(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;

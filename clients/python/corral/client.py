@@ -8,6 +8,7 @@ import json
 import logging
 import random
 import time
+from contextlib import contextmanager
 from typing import AsyncIterator, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 import grpc
@@ -30,10 +31,12 @@ _MAX_MESSAGE = 256 * 1024 * 1024  # a result carries its whole trajectory
 # would be a second batch.
 _SERVICE_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": "corral.v1.Scheduler", "method": m}
-             for m in ("GetBatch", "ListBatches", "ListHosts", "Ack", "Cancel", "Drain")],
+             for m in ("GetBatch", "ListBatches", "ListHosts", "Ack", "Cancel", "Drain", "UpdatePolicy",
+                       "PauseGeneration", "ResumeGeneration")],
     "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.2s", "maxBackoff": "2s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["UNAVAILABLE"]}}]})
 _CHUNK_BYTES = 2 * 1024 * 1024    # tasks per Submit message stay well under the 4 MiB limit
+_PAUSE_MODES = {"drain": common_pb2.PAUSE_MODE_DRAIN, "abort": common_pb2.PAUSE_MODE_ABORT}
 _TRAJECTORY_FORMATS = {"trajectory": common_pb2.TRAJECTORY_FORMAT_TRAJECTORY, "calls": common_pb2.TRAJECTORY_FORMAT_CALLS}
 
 
@@ -239,6 +242,44 @@ class Client:
         else:
             raise ValueError("name what to cancel: batch_id, group_id or episode_id")
         return self._call("Cancel", request).cancelled
+
+    # ---- asynchronous RL (docs/async.md)
+
+    def update_policy(self, version: int) -> int:
+        """Tells Corral that the inference servers now serve policy `version`: every LLM call from now on is recorded
+        with it. Versions only move forward (the current one again is a no-op). Returns the previous version."""
+        return self._call("UpdatePolicy", common_pb2.UpdatePolicyRequest(version=version)).previous_version
+
+    def pause_generation(self, mode: str = "abort", *, abort_after: Optional[float] = None,
+                         timeout: Optional[float] = None) -> common_pb2.PauseGenerationResponse:
+        """Stops every proxy replica from sending calls upstream, for a weight update; returns once nothing is
+        upstream. `mode` "abort" cuts the calls in flight (they continue after the resume, invisibly to the agents);
+        "drain" lets them finish (cut after `abort_after` seconds when given). New calls wait meanwhile."""
+        if mode not in _PAUSE_MODES:
+            raise ValueError(f"mode must be one of {sorted(_PAUSE_MODES)}, not {mode!r}")
+        request = common_pb2.PauseGenerationRequest(mode=_PAUSE_MODES[mode])
+        if abort_after is not None:
+            request.abort_after.FromNanoseconds(int(abort_after * 1e9))
+        return self._call("PauseGeneration", request, timeout=timeout or max(self.timeout or 0, 600))
+
+    def resume_generation(self, version: Optional[int] = None) -> common_pb2.ResumeGenerationResponse:
+        """Ends a pause, at policy `version` when given: the held calls go upstream, the cut ones continue."""
+        request = common_pb2.ResumeGenerationRequest()
+        if version is not None:
+            request.version = version
+        return self._call("ResumeGeneration", request)
+
+    @contextmanager
+    def weight_update(self, version: int, mode: str = "abort", **pause_kwargs):
+        """`with client.weight_update(step + 1): load_new_weights()` — generation is paused around the block and
+        resumed at `version` after it (also when the block raises, then at the old version)."""
+        paused = self.pause_generation(mode, **pause_kwargs)
+        try:
+            yield paused
+        except BaseException:
+            self.resume_generation()
+            raise
+        self.resume_generation(version)
 
 
 class _Reconnect:
