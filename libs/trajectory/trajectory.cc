@@ -149,6 +149,10 @@ void TrajectoryStore::MarkFailed(uint32_t seq, const std::string& error, int htt
   }
 }
 
+namespace {
+
+// The policy version that generated completion token `completion_token` of `call` (its policy_version, moved
+// by each version change at or before that token).
 int64_t TokenVersion(const v1::LlmCall& call, int completion_token) {
   int64_t version = call.policy_version();
   for (const v1::PolicyVersionChange& change : call.version_changes()) {
@@ -156,6 +160,8 @@ int64_t TokenVersion(const v1::LlmCall& call, int completion_token) {
   }
   return version;
 }
+
+}  // namespace
 
 void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) const {
   if (format == v1::TRAJECTORY_FORMAT_UNSPECIFIED) format = v1::TRAJECTORY_FORMAT_TRAJECTORY;
@@ -167,14 +173,12 @@ void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) c
   for (const v1::LlmCall& c : calls_) {
     failed += c.error().empty() ? 0 : 1;
     if (c.error().empty()) {
-      // The newest version a token came from: a change after the last token produced none (without captured
-      // token ids there is no telling, and a change counts).
-      int64_t last = c.policy_version();
-      for (const v1::PolicyVersionChange& change : c.version_changes()) {
-        if (c.completion_token_ids().empty() || change.completion_token() < static_cast<uint32_t>(c.completion_token_ids_size())) {
-          last = std::max(last, change.version());
-        }
-      }
+      // The last token's version: a change after the last token produced none (without captured token ids there
+      // is no telling, and the last change counts). Versions only move forward.
+      const int n = c.completion_token_ids_size();
+      const int64_t last = n > 0                          ? TokenVersion(c, n - 1)
+                           : c.version_changes().empty() ? c.policy_version()
+                                                         : c.version_changes().rbegin()->version();
       if (!out->has_first_policy_version() || c.policy_version() < out->first_policy_version()) {
         out->set_first_policy_version(c.policy_version());
       }

@@ -19,10 +19,6 @@ namespace corral {
 // One call as recorded (common.proto): chat `prompt` and `response`; completions use call.prompt_text etc.
 using RecordedCall = v1::RecordedCall;
 
-// The policy version that generated completion token `completion_token` of `call` (its policy_version, moved
-// by each version change at or before that token).
-int64_t TokenVersion(const v1::LlmCall& call, int completion_token);
-
 class TrajectoryStore {
  public:
   explicit TrajectoryStore(std::string env_id) : env_id_(std::move(env_id)) {}

@@ -41,6 +41,7 @@ class ResponseAssembler {
   // What follows comes from a continuation of this call (continuation.h): its usage counts on top of what was
   // generated so far, and the original prompt's token count is kept.
   void BeginContinuation();
+  bool continued() const { return continued_; }
   // Writes what was assembled into the call's record: the response message (chat) or completion text, finish
   // reason (only when `ok`), usage, token ids and logprobs.
   void FillRecord(bool ok, RecordedCall* record) const;

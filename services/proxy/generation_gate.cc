@@ -67,31 +67,32 @@ void GenerationGate::Continued(Call& call) {
   metrics_->calls_continued.Increment();
 }
 
-bool GenerationGate::Fresh(uint64_t sequence) {
-  if (sequence != 0 && sequence < sequence_) return false;
+bool GenerationGate::Stale(uint64_t sequence) const { return sequence != 0 && sequence < sequence_; }
+
+absl::Status GenerationGate::Apply(uint64_t sequence, std::optional<int64_t> version) {
+  if (version) {
+    CORRAL_ASSIGN_OR_RETURN(const int64_t previous, version_->Update(*version));
+    if (previous != *version) spdlog::info("policy version {} -> {}", previous, *version);
+    metrics_->policy_version.Set(static_cast<double>(*version));
+  }
   sequence_ = std::max(sequence_, sequence);
-  return true;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::UpdatePolicyResponse> GenerationGate::UpdatePolicy(const v1::UpdatePolicyRequest& request) {
   v1::UpdatePolicyResponse out;
   absl::MutexLock lock(&mu_);
-  const int64_t now = version_->current();
-  out.set_previous_version(now);
-  out.set_version(now);
-  if (request.sequence() != 0 && request.sequence() < sequence_) return out;  // a late re-push: changes nothing
-  CORRAL_ASSIGN_OR_RETURN(const int64_t previous, version_->Update(request.version()));
-  Fresh(request.sequence());
-  if (previous != request.version()) spdlog::info("policy version {} -> {}", previous, request.version());
-  out.set_version(request.version());
-  metrics_->policy_version.Set(static_cast<double>(request.version()));
+  out.set_previous_version(version_->current());
+  if (!Stale(request.sequence())) CORRAL_RETURN_IF_ERROR(Apply(request.sequence(), request.version()));
+  out.set_version(version_->current());
   return out;
 }
 
 bool GenerationGate::Pause(const v1::PauseGenerationRequest& request) {
   {
     absl::MutexLock lock(&mu_);
-    if (!Fresh(request.sequence())) return false;
+    if (Stale(request.sequence())) return false;
+    (void)Apply(request.sequence(), std::nullopt);  // no version: cannot fail
     if (!paused_) {
       paused_ = true;
       paused_since_ = clock_->Now();
@@ -152,16 +153,13 @@ absl::StatusOr<v1::ResumeGenerationResponse> GenerationGate::Resume(const v1::Re
   std::vector<CallRef> calls;
   {
     absl::MutexLock lock(&mu_);
-    out.set_version(version_->current());
-    if (request.sequence() != 0 && request.sequence() < sequence_) return out;  // a late re-push
-    if (request.has_version()) {
-      CORRAL_ASSIGN_OR_RETURN(const int64_t previous, version_->Update(request.version()));
-      if (previous != request.version()) spdlog::info("policy version {} -> {}", previous, request.version());
-      metrics_->policy_version.Set(static_cast<double>(request.version()));
-      out.set_version(request.version());
+    const bool stale = Stale(request.sequence());
+    if (!stale) {
+      CORRAL_RETURN_IF_ERROR(
+          Apply(request.sequence(), request.has_version() ? std::optional<int64_t>(request.version()) : std::nullopt));
     }
-    Fresh(request.sequence());
-    if (!paused_) return out;
+    out.set_version(version_->current());
+    if (stale || !paused_) return out;
     paused_ = false;
     const absl::Duration paused_for = clock_->Now() - paused_since_;
     ToProto(paused_for, out.mutable_paused_for());

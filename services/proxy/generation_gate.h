@@ -69,7 +69,10 @@ class GenerationGate {
   absl::StatusOr<v1::ResumeGenerationResponse> Resume(const v1::ResumeGenerationRequest& request);
 
  private:
-  bool Fresh(uint64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A request older than one applied (a late re-push from the scheduler) changes nothing.
+  bool Stale(uint64_t sequence) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes `sequence` as applied, after moving to `version` when given (which may be refused: then nothing is).
+  absl::Status Apply(uint64_t sequence, std::optional<int64_t> version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PolicyVersion* const version_;
   ProxyMetrics* const metrics_;

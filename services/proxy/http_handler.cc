@@ -38,8 +38,7 @@ struct HttpHandler::Call {
   bool streaming = false;      // counted in open_streams
   int64_t version = 0;         // the policy version its tokens are attributed to now
   GenerationGate::CallRef gate;  // its registration at the generation gate
-  std::string stream_id;  // the first chunk's id, which a continuation's chunks take
-  bool continued = false;  // a pause cut it and a continuation goes on
+  std::string stream_id;         // the first chunk's id, which a continuation's chunks take
 };
 
 namespace {
@@ -58,6 +57,17 @@ struct CallGuard {
 };
 
 int UpstreamIndex(const HttpHandler::Call& c) { return c.dispatch.lease ? c.dispatch.lease.get()->index : -1; }
+
+// Writes an SSE comment to a streaming agent, starting its stream first if need be; false when the agent is gone.
+// (Plain statements around each co_await: GCC 12 miscompiles temporaries inside co_await expressions.)
+asio::awaitable<bool> SseComment(http::Responder& responder, absl::string_view comment) {
+  if (!responder.started()) {
+    const bool started = co_await responder.StartStream(200, "text/event-stream");
+    if (!started) co_return false;
+  }
+  const bool written = co_await responder.WriteChunk(comment);
+  co_return written;
+}
 
 }  // namespace
 
@@ -172,11 +182,6 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   }
   c.gate = gate_->Register(co_await asio::this_coro::executor);
   CallGuard guard{c, metrics_, gate_};
-  // While the upstream has not answered, a streaming agent gets SSE comments so nothing in between times out.
-  auto keepalive = [&responder]() -> asio::awaitable<void> {
-    if (!responder.started()) co_await responder.StartStream(200, "text/event-stream");
-    co_await responder.WriteChunk(": keepalive\n\n");
-  };
   const DispatchRequest dispatch{c.session->env_id(), c.rewrite.model, route, json::serialize(c.body), c.rewrite.stream,
                                  c.gate.get()};
   std::unique_ptr<http::ClientConnection> upstream;
@@ -184,10 +189,10 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   // again whole) waits there once more.
   while (true) {
     if (!co_await Admit(c, responder)) break;
-    c.dispatch = co_await dispatcher_->Send(dispatch, keepalive);
+    c.dispatch = co_await dispatcher_->Send(dispatch, Keepalive(responder));
     c.upstream_wait += c.dispatch.waited;
     upstream = std::move(c.dispatch.connection);
-    if (c.dispatch.aborted) continue;
+    if (c.gate->aborted) continue;
     if (upstream == nullptr) {
       co_await Fail(c, responder, ApiError::kUpstream, c.dispatch.http_status, c.dispatch.error);
       break;
@@ -227,8 +232,8 @@ asio::awaitable<bool> HttpHandler::Admit(Call& c, http::Responder& responder) {
   auto tick = [&]() -> asio::awaitable<bool> {
     if (!c.session->open()) co_return false;
     if (!c.rewrite.stream) co_return true;
-    if (!responder.started() && !co_await responder.StartStream(200, "text/event-stream")) co_return false;
-    co_return co_await responder.WriteChunk(": paused\n\n");
+    const bool written = co_await SseComment(responder, ": paused\n\n");
+    co_return written;
   };
   if (!co_await gate_->Enter(c.gate, dispatcher_->options().keepalive_interval, tick)) {
     const bool closed = !c.session->open();
@@ -237,7 +242,7 @@ asio::awaitable<bool> HttpHandler::Admit(Call& c, http::Responder& responder) {
     co_return false;
   }
   if (cut) gate_->Continued(*c.gate);
-  if (c.assembler.generated_tokens() == 0 && !c.continued) {  // nothing generated yet: all under today's version
+  if (c.assembler.generated_tokens() == 0) {  // nothing generated yet: all under today's version
     c.version = policy_version_->current();
     c.recorded.mutable_call()->set_policy_version(c.version);
   }
@@ -339,8 +344,9 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
       if (c.stream_id.empty()) {
         if (auto* id = o.if_contains("id"); id != nullptr && id->is_string()) c.stream_id = id->as_string();
       }
-      if (c.continued) AdaptContinuationChunk(c.stream_id, o);
-      if (!rewrite && !c.continued) {
+      const bool continued = c.assembler.continued();
+      if (continued) AdaptContinuationChunk(c.stream_id, o);
+      if (!rewrite && !continued) {
         absl::StrAppend(&out, "data: ", ev.data, "\n\n");
       } else if (StripForAgent(c.rewrite, o)) {
         absl::StrAppend(&out, "data: ", json::serialize(chunk), "\n\n");
@@ -365,38 +371,39 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
 }
 
 asio::awaitable<std::unique_ptr<http::ClientConnection>> HttpHandler::Continue(Call& c, http::Responder& responder) {
-  auto keepalive = [&responder]() -> asio::awaitable<void> { co_await responder.WriteChunk(": keepalive\n\n"); };
   const absl::Time first_byte = c.dispatch.first_byte;
   const int attempts = c.dispatch.attempts;
   while (true) {
-    if (!co_await Admit(c, responder)) {
-      // Admit answered the agent already; what is left is the record.
-      if (c.error.empty()) c.error = "the call could not be continued";
-      co_return nullptr;
-    }
-    c.continued = true;
+    if (!co_await Admit(c, responder)) co_return nullptr;  // the call failed there, and the agent was told
     c.assembler.BeginContinuation();
     const DispatchRequest request{c.session->env_id(), c.rewrite.model, ProxyMetrics::RouteName(c.route),
                                   json::serialize(ContinuationBody(c.body, c.chat, c.assembler)), true, c.gate.get()};
-    c.dispatch = co_await dispatcher_->Send(request, keepalive);
+    c.dispatch = co_await dispatcher_->Send(request, Keepalive(responder));
     c.upstream_wait += c.dispatch.waited;
     c.dispatch.first_byte = first_byte;
     c.dispatch.attempts += attempts;
     std::unique_ptr<http::ClientConnection> upstream = std::move(c.dispatch.connection);
-    if (c.dispatch.aborted) continue;  // paused again before it answered
+    if (c.gate->aborted) continue;  // paused again before it answered
+    if (upstream != nullptr && upstream->status() == 200) co_return upstream;
     if (upstream == nullptr) {
       c.error = absl::StrCat("continuing after a pause: ", c.dispatch.error);
       c.http_status = c.dispatch.http_status;
-    } else if (upstream->status() != 200) {
+    } else {
       auto body = co_await upstream->ReadAll(dispatcher_->options().idle_timeout, 1 << 20);
       c.error = absl::StrCat("continuing after a pause: the upstream answered HTTP ", upstream->status(), ": ",
                              body.ok() ? body->substr(0, 512) : std::string(body.status().message()));
       c.http_status = 502;
-      gate_->Leave(*c.gate);
-      co_return nullptr;
     }
-    co_return upstream;
+    gate_->Leave(*c.gate);
+    co_return nullptr;
   }
+}
+
+UpstreamDispatcher::OnWait HttpHandler::Keepalive(http::Responder& responder) {
+  return [&responder]() -> asio::awaitable<void> {
+    const bool written = co_await SseComment(responder, ": keepalive\n\n");
+    (void)written;  // a gone agent is noticed by the relay's next write
+  };
 }
 
 void HttpHandler::NoteVersion(Call& c) {

@@ -47,7 +47,10 @@ class HttpHandler {
   // A stream a pause cuts goes on with a continuation (Continue) in the same response to the agent.
   boost::asio::awaitable<void> RelayStream(Call& call, std::unique_ptr<http::ClientConnection>& upstream,
                                            http::Responder& responder);
-  // After a cut: waits for the resume, then sends the continuation. Null (and the call's error set) on failure.
+  // While the upstream has not answered, a streaming agent gets SSE comments so nothing in between times out.
+  static UpstreamDispatcher::OnWait Keepalive(http::Responder& responder);
+  // After a cut: waits for the resume, then sends the continuation. Null on failure: either the call's error
+  // is set, or (the session closed or the agent left while paused) the call has already failed and been recorded.
   boost::asio::awaitable<std::unique_ptr<http::ClientConnection>> Continue(Call& call, http::Responder& responder);
   // Notes a policy update that arrived since the call's version was last read: from the next completion token
   // on, the tokens are the new version's.

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
+#include "libs/api/policy_version.h"
 
 namespace corral::proxy {
 
@@ -18,13 +18,9 @@ class PolicyVersion {
   // Moves to `version`; returns the version before. The current version again is a no-op (a retried update);
   // a lower one is FAILED_PRECONDITION naming both, a negative one INVALID_ARGUMENT.
   absl::StatusOr<int64_t> Update(int64_t version) {
-    if (version < 0) return absl::InvalidArgumentError(absl::StrCat("policy version ", version, " is negative"));
     int64_t now = version_.load(std::memory_order_acquire);
     do {
-      if (version < now) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("policy version ", version, " is below the current version ", now, ": versions only move forward"));
-      }
+      if (absl::Status s = CheckPolicyVersion(version, now); !s.ok()) return s;
     } while (!version_.compare_exchange_weak(now, version, std::memory_order_acq_rel));
     return now;
   }

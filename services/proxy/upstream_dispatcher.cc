@@ -66,9 +66,7 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
     auto sent = co_await Attempt(*u, req, request.stream, on_wait, request.gate);
     d.waited += clock_->Now() - start;
     if (request.gate != nullptr && request.gate->aborted) {  // cut by a pause: not the upstream's fault
-      if (sent.ok()) request.gate->upstream = nullptr;
-      d.aborted = true;
-      d.error = "cut by a generation pause";
+      request.gate->upstream = nullptr;
       co_return d;
     }
     if (!sent.ok()) {

@@ -53,8 +53,8 @@ struct DispatchRequest {
   std::string route;  // "/v1/chat/completions"
   std::string body;   // JSON, as the upstream gets it
   bool stream = false;
-  // The call's registration at the generation gate: a pause in ABORT mode cuts the request through it, and then
-  // no other upstream is tried.
+  // The call's registration at the generation gate: a pause in ABORT mode cuts the request through it
+  // (`gate->aborted`), and then no other upstream is tried and no connection is returned.
   GenerationGate::Call* gate = nullptr;
 };
 
@@ -66,7 +66,6 @@ struct Dispatch {
   int attempts = 0;
   int http_status = 0;
   std::string error;
-  bool aborted = false;  // a pause cut the request (no connection; the call waits at the gate again)
   absl::Time upstream_start;  // of the last attempt
   absl::Time first_byte;      // response header received
   absl::Duration waited;      // on upstreams, over all attempts

@@ -5,6 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "boost/asio/co_spawn.hpp"
+#include "boost/asio/deferred.hpp"
+#include "boost/asio/experimental/parallel_group.hpp"
+#include "boost/asio/use_awaitable.hpp"
+#include "libs/api/policy_version.h"
 #include "libs/api/proto_time.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
@@ -16,18 +20,6 @@ namespace corral::scheduler {
 
 namespace asio = boost::asio;
 
-namespace {
-
-absl::Status CheckVersion(int64_t version, int64_t current) {
-  if (version < 0) return absl::InvalidArgumentError(absl::StrCat("version ", version, " is negative"));
-  if (version < current) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("policy version ", version, " is below the current version ", current, ": versions only move forward"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 PolicyState PolicyControl::state() const {
   absl::MutexLock lock(&mu_);
@@ -37,13 +29,17 @@ PolicyState PolicyControl::state() const {
 void PolicyControl::Change(const std::function<absl::Status(PolicyState&)>& change,
                            std::function<void(PolicyState)> push, std::function<void(absl::Status)> fail) {
   PolicyState next;
+  absl::Status valid;
   {
     absl::MutexLock lock(&mu_);
     next = state_;
-    if (absl::Status s = change(next); !s.ok()) return fail(s);
-    next.sequence = state_.sequence + 1;
-    state_ = next;
+    valid = change(next);
+    if (valid.ok()) {
+      next.sequence = state_.sequence + 1;
+      state_ = next;
+    }
   }
+  if (!valid.ok()) return fail(valid);
   journal_->SavePolicy(next, [this, next, push = std::move(push), fail = std::move(fail)](absl::Status durable) {
     if (!durable.ok()) {
       return fail(absl::UnavailableError(absl::StrCat("the change could not be journaled: ", durable.message())));
@@ -59,31 +55,15 @@ void PolicyControl::Spawn(asio::awaitable<void> push) {
 template <class R>
 asio::awaitable<std::vector<absl::StatusOr<R>>> PolicyControl::OnEveryReplica(
     std::function<asio::awaitable<absl::StatusOr<R>>(ProxyClient&)> call) {
-  struct Shared {
-    absl::Mutex mu;
-    std::vector<absl::StatusOr<R>> results;
-    size_t left = 0;
-  };
-  auto shared = std::make_shared<Shared>();
-  shared->results.assign(proxies_.size(), absl::UnknownError("not called"));
-  shared->left = proxies_.size();
-  for (size_t i = 0; i < proxies_.size(); ++i) {
-    auto one = [shared, i, call, proxy = proxies_[i]]() -> asio::awaitable<void> {
-      absl::StatusOr<R> r = co_await call(*proxy);
-      absl::MutexLock lock(&shared->mu);
-      shared->results[i] = std::move(r);
-      --shared->left;
-    };
-    asio::co_spawn(executor_, one, http::LogExceptions("a proxy replica's policy call"));
+  using Op = decltype(asio::co_spawn(executor_, std::declval<asio::awaitable<absl::StatusOr<R>>>(), asio::deferred));
+  std::vector<Op> ops;
+  for (const auto& proxy : proxies_) ops.push_back(asio::co_spawn(executor_, call(*proxy), asio::deferred));
+  auto [order, exceptions, results] = co_await asio::experimental::make_parallel_group(std::move(ops))
+                                          .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (exceptions[i]) results[i] = absl::InternalError("a proxy replica's call threw");
   }
-  while (true) {
-    {
-      absl::MutexLock lock(&shared->mu);
-      if (shared->left == 0) break;
-    }
-    co_await http::SleepFor(absl::Milliseconds(5));
-  }
-  co_return std::move(shared->results);
+  co_return std::move(results);
 }
 
 template <class R>
@@ -107,7 +87,7 @@ void PolicyControl::UpdatePolicy(const v1::UpdatePolicyRequest& request, absl::T
   auto previous = std::make_shared<int64_t>(0);
   Change(
       [&](PolicyState& s) {
-        CORRAL_RETURN_IF_ERROR(CheckVersion(request.version(), s.version));
+        CORRAL_RETURN_IF_ERROR(CheckPolicyVersion(request.version(), s.version));
         *previous = s.version;
         s.version = request.version();
         return absl::OkStatus();
@@ -176,7 +156,7 @@ void PolicyControl::Resume(const v1::ResumeGenerationRequest& request, absl::Tim
   Change(
       [&](PolicyState& s) {
         if (request.has_version()) {
-          CORRAL_RETURN_IF_ERROR(CheckVersion(request.version(), s.version));
+          CORRAL_RETURN_IF_ERROR(CheckPolicyVersion(request.version(), s.version));
           s.version = request.version();
         }
         s.paused = false;

@@ -383,8 +383,9 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
   const absl::Time started = absl::Now();
   std::vector<v1::InlineFile> files(task.verifier().files().begin(), task.verifier().files().end());
   if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
-  // Where a Harbor verifier writes its reward, made for it as Harbor's harness does. A sandbox without /logs (its
-  // task paths leave it out) has nowhere to put it: the verifier then says so itself.
+  // Where every verifier writes its reward (the verifier contract, scheduler.proto; Harbor's harness makes it
+  // too). A sandbox without /logs (its task paths leave it out) has nowhere to put it: those refusals are left to
+  // the verifier, which then says so itself.
   if (absl::Status s = co_await a.slot->client->MakeDir(a.sandbox_id, kVerifierDir, a.Call(deadline));
       !s.ok() && s.code() != absl::StatusCode::kInvalidArgument && s.code() != absl::StatusCode::kNotFound &&
       s.code() != absl::StatusCode::kPermissionDenied && s.code() != absl::StatusCode::kFailedPrecondition) {

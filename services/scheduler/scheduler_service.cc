@@ -109,13 +109,20 @@ absl::Time PolicyDeadline(const grpc::CallbackServerContext& context) {
   return std::min(bound, absl::FromChrono(deadline));
 }
 
-// Answers a unary call from PolicyControl's callback.
-template <class R>
-PolicyControl::Done<R> Reply(grpc::ServerUnaryReactor* reactor, R* response) {
-  return [reactor, response](absl::StatusOr<R> out) {
+// A policy RPC: authenticated, then answered from PolicyControl's callback.
+template <class Request, class Response>
+grpc::ServerUnaryReactor* PolicyCall(grpc::CallbackServerContext* context, const CallAuthenticator& auth,
+                                     PolicyControl* policy,
+                                     void (PolicyControl::*method)(const Request&, absl::Time,
+                                                                   PolicyControl::Done<Response>),
+                                     const Request& request, Response* response) {
+  if (absl::Status s = auth.CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  (policy->*method)(request, PolicyDeadline(*context), [reactor, response](absl::StatusOr<Response> out) {
     if (out.ok()) *response = *std::move(out);
     reactor->Finish(ToGrpcStatus(out.status()));
-  };
+  });
+  return reactor;
 }
 
 }  // namespace
@@ -127,28 +134,19 @@ SchedulerService::SchedulerService(Scheduler* scheduler, EpisodeTable* table, Ho
 grpc::ServerUnaryReactor* SchedulerService::UpdatePolicy(grpc::CallbackServerContext* context,
                                                          const v1::UpdatePolicyRequest* request,
                                                          v1::UpdatePolicyResponse* response) {
-  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  policy_->UpdatePolicy(*request, PolicyDeadline(*context), Reply(reactor, response));
-  return reactor;
+  return PolicyCall(context, *auth_, policy_, &PolicyControl::UpdatePolicy, *request, response);
 }
 
 grpc::ServerUnaryReactor* SchedulerService::PauseGeneration(grpc::CallbackServerContext* context,
                                                             const v1::PauseGenerationRequest* request,
                                                             v1::PauseGenerationResponse* response) {
-  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  policy_->Pause(*request, PolicyDeadline(*context), Reply(reactor, response));
-  return reactor;
+  return PolicyCall(context, *auth_, policy_, &PolicyControl::Pause, *request, response);
 }
 
 grpc::ServerUnaryReactor* SchedulerService::ResumeGeneration(grpc::CallbackServerContext* context,
                                                              const v1::ResumeGenerationRequest* request,
                                                              v1::ResumeGenerationResponse* response) {
-  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  policy_->Resume(*request, PolicyDeadline(*context), Reply(reactor, response));
-  return reactor;
+  return PolicyCall(context, *auth_, policy_, &PolicyControl::Resume, *request, response);
 }
 
 grpc::ServerReadReactor<v1::SubmitRequest>* SchedulerService::Submit(grpc::CallbackServerContext* context,

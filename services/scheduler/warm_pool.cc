@@ -61,13 +61,16 @@ asio::awaitable<std::optional<WarmSandbox>> WarmPool::Take(const v1::SandboxSpec
     }
     // Liveness: the host may have evicted it (idle) or restarted. And freshness: an image name may have moved
     // to another digest on that host since the sandbox was made (a re-import or a pull of a new tag).
-    auto got = co_await candidate->slot.client->Get(candidate->created.sandbox().sandbox_id(), absl::Seconds(2));
+    // (Its digest is known from its creation: a moved name costs no call to the host.)
     const std::string digest =
         spec.image().empty() ? "" : hosts_->ImageDigest(candidate->slot.client->address(), spec.image());
-    if (got.ok() && got->state() == v1::SANDBOX_STATE_READY && (digest.empty() || got->image_digest() == digest)) {
-      absl::MutexLock lock(&mu_);
-      ++hits_;
-      co_return candidate;
+    if (digest.empty() || candidate->created.sandbox().image_digest() == digest) {
+      auto got = co_await candidate->slot.client->Get(candidate->created.sandbox().sandbox_id(), absl::Seconds(2));
+      if (got.ok() && got->state() == v1::SANDBOX_STATE_READY) {
+        absl::MutexLock lock(&mu_);
+        ++hits_;
+        co_return candidate;
+      }
     }
     co_await Discard(*std::move(candidate));
   }

@@ -13,6 +13,7 @@ runs on a real corral-sandbox-host.
 """
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -128,7 +129,7 @@ class Attacks(ClusterTestCase):
         b_uid, b_home = self.info(b)["uid"], os.path.join(self.dir, "sandboxes", "homes", b)
         victim = subprocess.Popen(
             [os.path.join(ARGS.bin, "corral"), "sandbox", "exec", b, "--host", self.host, "--secret-file",
-             self.secret, "--", "sh", "-c", "echo secret > /root/mine; sleep 4; echo survived"],
+             self.secret, "--", "sh", "-c", "echo secret > /root/mine; sleep 120; echo survived"],
             stdout=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 20
         while not (pids := subprocess.run(["pgrep", "-u", str(b_uid), "-x", "sleep"], capture_output=True,
@@ -154,6 +155,9 @@ class Attacks(ClusterTestCase):
             listener.close()
         self.assertEqual(done.stdout.split(), ["kill-denied", "environ-hidden", "host-environ-hidden", "home-denied",
                                                "neighbour-file-absent", "abstract-denied"], done.stderr)
+        # The neighbour's sleep outlived the attack; the test ends it from the host, and its shell goes on.
+        self.assertTrue(os.path.exists(f"/proc/{pids[0]}"), "the neighbour's process died during the attack")
+        os.kill(int(pids[0]), signal.SIGKILL)
         self.assertEqual(victim.communicate(timeout=60)[0], "survived\n")
         for sandbox in (a, b):
             self.corral("sandbox", "rm", sandbox)

@@ -120,8 +120,9 @@ class ImageImport(ClusterTestCase):
         self.assertEqual(int(info["protections"]["diskQuotaBytes"]), 1 << 30)
         self.assertEqual(os.listdir(os.path.join(self.root, "homes", sandbox_id, "rw")), [])
         sh("setsid sleep 60 </dev/null >/dev/null 2>&1 &")
-        sleeper = subprocess.run(["pgrep", "-u", str(info["uid"]), "-x", "sleep"], capture_output=True,
-                                 text=True).stdout.split()
+        sleeper = ds.wait_until("the sandbox's sleep", lambda: subprocess.run(
+            ["pgrep", "-u", str(info["uid"]), "-x", "sleep"], capture_output=True, text=True).stdout.split(),
+            timeout=10, interval=0.05)
         self.assertEqual(len(sleeper), 1)
         self.assertEqual(os.stat(f"/proc/{sleeper[0]}/root/etc/written").st_uid, info["uid"])
         layer = os.path.join(self.root, "images", "layers", self.layers()[0])

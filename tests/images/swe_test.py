@@ -169,13 +169,6 @@ class SweTask(ClusterTestCase):
             self.assertEqual(agent_output, "llm: HTTP/1.1 200 OK\nbuilt from the Dockerfile\nno-python3\n", r)
             self.assertEqual(r["trajectory"]["call_count"], 1, r["trajectory"])
 
-    def wait_for(self, what, check, timeout=60):
-        deadline = time.monotonic() + timeout
-        while not (value := check()):
-            self.assertLess(time.monotonic(), deadline, f"timed out waiting for {what}")
-            time.sleep(0.1)
-        return value
-
     def test_3_a_name_moved_to_another_image_never_gets_a_warm_sandbox_of_the_old_one(self):
         moving = "localhost/corral-swe-moving:latest"
         corral = [self.bin("corral")]
@@ -203,7 +196,11 @@ class SweTask(ClusterTestCase):
             return [line.split()[0] for line in lines if line.strip()]
 
         # The spec is wanted now: the pool makes 2 sandboxes of the old image ahead of the next batch.
-        stale = set(self.wait_for("2 warm sandboxes", lambda: len(sandboxes()) == 2 and sandboxes()))
+        def two_warm():
+            ids = sandboxes()
+            return ids if len(ids) == 2 else None
+
+        stale = set(ds.wait_until("2 warm sandboxes", two_warm, timeout=60, interval=0.1))
         # The name moves to another image (podman's debian base: no /testbed), and the scheduler sees it.
         base = os.path.join(self.dir, "base.oci.tar")
         ds.run(["podman", "save", "--format", "oci-archive", "-o", base, ds.BASE_IMAGE], timeout=600)
@@ -215,7 +212,7 @@ class SweTask(ClusterTestCase):
                                                 "--secret-file", self.secret]).stdout)["hosts"]
             return (hosts[0].get("image_digests") or hosts[0].get("imageDigests") or {}).get(moving) == new
 
-        self.wait_for("the scheduler to see the moved name", scheduler_sees_the_move)
+        ds.wait_until("the scheduler to see the moved name", scheduler_sees_the_move, timeout=60, interval=0.1)
         results, outputs = run("after-the-move")
         self.assertEqual(outputs, ["new-image\n"] * 2)
         self.assertFalse(stale & {r["sandbox_id"] for r in results}, "a sandbox of the old image was handed out")

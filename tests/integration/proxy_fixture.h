@@ -102,45 +102,40 @@ class ProxyFixture : public ::testing::Test {
     return t;
   }
 
+  // One unary call on the proxy with the cluster token.
+  template <class Request, class Response>
+  absl::StatusOr<Response> Rpc(grpc::Status (v1::Proxy::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                               const Request& request, absl::Duration timeout = absl::Seconds(10)) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, timeout);
+    AttachBearer(ctx, token_);
+    Response response;
+    grpc::Status s = ((*stub_).*method)(&ctx, request, &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response;
+  }
+
   // Tells the proxy its upstreams serve policy `version` now.
   absl::StatusOr<v1::UpdatePolicyResponse> UpdatePolicy(int64_t version) {
-    grpc::ClientContext ctx;
-    SetDeadline(ctx, absl::Seconds(10));
-    AttachBearer(ctx, token_);
     v1::UpdatePolicyRequest req;
     req.set_version(version);
-    v1::UpdatePolicyResponse resp;
-    grpc::Status s = stub_->UpdatePolicy(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpcStatus(s);
-    return resp;
+    return Rpc(&v1::Proxy::Stub::UpdatePolicy, req);
   }
 
   absl::StatusOr<v1::PauseGenerationResponse> Pause(v1::PauseMode mode, uint64_t sequence = 0,
                                                     absl::Duration abort_after = absl::ZeroDuration()) {
-    grpc::ClientContext ctx;
-    SetDeadline(ctx, absl::Seconds(30));
-    AttachBearer(ctx, token_);
     v1::PauseGenerationRequest req;
     req.set_mode(mode);
     req.set_sequence(sequence);
     if (abort_after > absl::ZeroDuration()) ToProto(abort_after, req.mutable_abort_after());
-    v1::PauseGenerationResponse resp;
-    grpc::Status s = stub_->PauseGeneration(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpcStatus(s);
-    return resp;
+    return Rpc(&v1::Proxy::Stub::PauseGeneration, req, absl::Seconds(30));
   }
 
   absl::StatusOr<v1::ResumeGenerationResponse> Resume(std::optional<int64_t> version, uint64_t sequence = 0) {
-    grpc::ClientContext ctx;
-    SetDeadline(ctx, absl::Seconds(10));
-    AttachBearer(ctx, token_);
     v1::ResumeGenerationRequest req;
     if (version) req.set_version(*version);
     req.set_sequence(sequence);
-    v1::ResumeGenerationResponse resp;
-    grpc::Status s = stub_->ResumeGeneration(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpcStatus(s);
-    return resp;
+    return Rpc(&v1::Proxy::Stub::ResumeGeneration, req);
   }
 
   // One whole HTTP exchange with a fake backend ("host:port"), e.g. its /admin endpoints.

@@ -9,6 +9,8 @@
 #include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/api/proto_time.h"
+#include "libs/http/prometheus_text.h"
 #include "tests/integration/proxy_fixture.h"
 
 namespace corral {
@@ -76,6 +78,14 @@ class ProxyPauseTest : public ProxyFixture {
     HttpReply r = Backend(backend, "/admin/stats");
     EXPECT_EQ(r.status, 200) << r.body;
     return ParseJson(r.body).as_object();
+  }
+  // The proxy's calls held by pauses so far (corral_proxy_paused_calls_total{outcome="held"}).
+  double Held() {
+    auto text = http::HttpGet(proxy_->ready.metrics, "/metrics");
+    if (!text.ok()) return -1;
+    auto exposition = http::ParsePrometheusText(*text);
+    if (!exposition.ok()) return -1;
+    return exposition->Value("corral_proxy_paused_calls_total", {{"outcome", "held"}}).value_or(-1);
   }
 };
 
@@ -161,7 +171,7 @@ TEST_F(ProxyPauseTest, ADrainLetsTheCallInFlightFinishWhileNewCallsWaitForTheRes
   const std::string backend = StartBackend();
   StartProxy({backend}, {"--keepalive-interval=100ms"});
   const std::string token = Open("ep-drain");
-  // A stream in flight (8 tokens, 100 ms apart) when the pause begins.
+  // A stream in flight (7 tokens, 100 ms apart) when the pause begins.
   std::atomic<bool> started{false};
   std::string inflight;
   std::thread agent([&] {
@@ -170,7 +180,7 @@ TEST_F(ProxyPauseTest, ADrainLetsTheCallInFlightFinishWhileNewCallsWaitForTheRes
       return true;
     });
   });
-  while (!started) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(testing::WaitUntil([&] { return started.load(); }, absl::Seconds(10)));
   auto p = Pause(v1::PAUSE_MODE_DRAIN);
   agent.join();
   ASSERT_THAT(p, IsOk());
@@ -193,7 +203,7 @@ TEST_F(ProxyPauseTest, ADrainLetsTheCallInFlightFinishWhileNewCallsWaitForTheRes
       return true;
     });
   });
-  while (!commented) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(testing::WaitUntil([&] { return commented.load() && Held() >= 2; }, absl::Seconds(10)));
   EXPECT_EQ(Stats(backend)["requests"].as_int64(), requests);  // nothing went upstream while paused
   auto r = Resume(7);
   a.join();
@@ -211,6 +221,33 @@ TEST_F(ProxyPauseTest, ADrainLetsTheCallInFlightFinishWhileNewCallsWaitForTheRes
   EXPECT_EQ(t->calls(0).version_changes_size(), 0);
 }
 
+TEST_F(ProxyPauseTest, ADrainPastAbortAfterCutsWhatStillStreamsAndContinuesItAfterTheResume) {
+  const std::string backend = StartBackend();
+  StartProxy({backend});
+  const std::string token = Open("ep-abort-after");
+  const std::string words = "a b c d e f g h i j";
+  std::atomic<bool> started{false};
+  std::string all;
+  std::thread agent([&] {
+    // 11 tokens, 200 ms apart: a drain would wait about two seconds for it.
+    all = Stream(token, StreamBody(words, R"({"inter_token_ms":200})"), [&](const std::string& p, absl::Duration) {
+      if (absl::StrContains(p, "\"content\":\"echo:\"")) started = true;
+      return true;
+    });
+  });
+  EXPECT_TRUE(testing::WaitUntil([&] { return started.load(); }, absl::Seconds(10)));
+  auto p = Pause(v1::PAUSE_MODE_DRAIN, 0, absl::Milliseconds(300));
+  auto r = Resume(std::nullopt);
+  agent.join();
+  ASSERT_THAT(p, IsOk());
+  EXPECT_EQ(p->aborted(), 1u);  // cut at abort_after, not drained
+  EXPECT_EQ(p->drained(), 0u);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->released(), 1u);
+  EXPECT_EQ(Parse(all).content, "echo: " + words) << all;
+  EXPECT_EQ(Stats(backend)["continuations"].as_array().size(), 1u);
+}
+
 TEST_F(ProxyPauseTest, AnUnstreamedCallCutByAPauseIsSentAgainWholeAfterTheResume) {
   const std::string backend = StartBackend();
   StartProxy({backend});
@@ -220,7 +257,7 @@ TEST_F(ProxyPauseTest, AnUnstreamedCallCutByAPauseIsSentAgainWholeAfterTheResume
     whole = Post("/v1/chat/completions", token,
                  R"({"model":"fake-model","messages":[{"role":"user","content":"slow"}],"fake":{"ttft_ms":1500}})");
   });
-  while (Stats(backend)["requests"].as_int64() < 1) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(testing::WaitUntil([&] { return Stats(backend)["requests"].as_int64() >= 1; }, absl::Seconds(10)));
   auto p = Pause(v1::PAUSE_MODE_ABORT);
   ASSERT_THAT(p, IsOk());
   EXPECT_EQ(p->aborted(), 1u);

@@ -203,8 +203,7 @@ TEST_F(ProxyTest, TokenIdsAndLogprobsFromAStreamEqualThoseOfTheSameReplyUnstream
 // tokens came before and after, and the trajectory's token view carries each token's version.
 TEST_F(ProxyTest, APolicyUpdateMidStreamSplitsTheCallsTokensByVersion) {
   StartProxy({StartBackend()});
-  auto update = [&](int64_t version) { return UpdatePolicy(version); };
-  auto first = update(3);
+  auto first = UpdatePolicy(3);
   ASSERT_THAT(first, IsOk());
   EXPECT_EQ(first->previous_version(), 0);
   v1::SessionPolicy policy;
@@ -221,7 +220,7 @@ TEST_F(ProxyTest, APolicyUpdateMidStreamSplitsTheCallsTokensByVersion) {
            }
            if (content_chunks >= 2 && !updated) {
              updated = true;
-             auto moved = update(4);
+             auto moved = UpdatePolicy(4);
              EXPECT_THAT(moved, IsOk());
            }
            return true;
@@ -249,9 +248,9 @@ TEST_F(ProxyTest, APolicyUpdateMidStreamSplitsTheCallsTokensByVersion) {
     EXPECT_EQ(b.token_versions(i), want) << "token " << i;
   }
   // Versions only move forward; the same version again is a retry.
-  EXPECT_THAT(update(2), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("below the current version 4")));
-  EXPECT_THAT(update(-1), StatusIs(absl::StatusCode::kInvalidArgument));
-  auto again = update(4);
+  EXPECT_THAT(UpdatePolicy(2), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("below the current version 4")));
+  EXPECT_THAT(UpdatePolicy(-1), StatusIs(absl::StatusCode::kInvalidArgument));
+  auto again = UpdatePolicy(4);
   ASSERT_THAT(again, IsOk());
   EXPECT_EQ(again->previous_version(), 4);
 }

@@ -22,49 +22,44 @@ v1::Task Sum(const std::string& id, int a, int b) {
 
 class SchedulerPolicyTest : public SchedulerFixture {
  protected:
-  absl::StatusOr<v1::UpdatePolicyResponse> UpdatePolicy(int64_t version) {
+  // One unary call on the scheduler with the cluster token.
+  template <class Request, class Response>
+  absl::StatusOr<Response> Rpc(grpc::Status (v1::Scheduler::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                                           Response*),
+                               const Request& request) {
     grpc::ClientContext ctx;
     Prepare(ctx);
+    Response response;
+    grpc::Status s = ((*scheduler_stub_).*method)(&ctx, request, &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response;
+  }
+  absl::StatusOr<v1::UpdatePolicyResponse> UpdatePolicy(int64_t version) {
     v1::UpdatePolicyRequest req;
     req.set_version(version);
-    v1::UpdatePolicyResponse resp;
-    grpc::Status s = scheduler_stub_->UpdatePolicy(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpcStatus(s);
-    return resp;
+    return Rpc(&v1::Scheduler::Stub::UpdatePolicy, req);
   }
   absl::StatusOr<v1::PauseGenerationResponse> Pause(v1::PauseMode mode) {
-    grpc::ClientContext ctx;
-    Prepare(ctx);
     v1::PauseGenerationRequest req;
     req.set_mode(mode);
-    v1::PauseGenerationResponse resp;
-    grpc::Status s = scheduler_stub_->PauseGeneration(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpcStatus(s);
-    return resp;
+    return Rpc(&v1::Scheduler::Stub::PauseGeneration, req);
   }
   absl::StatusOr<v1::ResumeGenerationResponse> Resume(int64_t version) {
-    grpc::ClientContext ctx;
-    Prepare(ctx);
     v1::ResumeGenerationRequest req;
     req.set_version(version);
-    v1::ResumeGenerationResponse resp;
-    grpc::Status s = scheduler_stub_->ResumeGeneration(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpcStatus(s);
-    return resp;
+    return Rpc(&v1::Scheduler::Stub::ResumeGeneration, req);
   }
-  // The proxy's gauge `name`, once it reads `want` (within 15 s); the last value read otherwise.
-  double AwaitProxyGauge(const std::string& name, double want) {
-    double last = -1;
-    for (const absl::Time until = absl::Now() + absl::Seconds(15); absl::Now() < until;) {
-      auto text = http::HttpGet(proxy_->ready.metrics, "/metrics");
-      if (text.ok()) {
-        auto value = http::ParsePrometheusText(*text).value().Value(name);
-        if (value.ok()) last = *value;
-        if (last == want) return last;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return last;
+  // A sample of the proxy's metrics (-1 when it cannot be read).
+  double ProxyMetric(const std::string& name, const std::map<std::string, std::string>& labels = {}) {
+    auto text = http::HttpGet(proxy_->ready.metrics, "/metrics");
+    if (!text.ok()) return -1;
+    auto exposition = http::ParsePrometheusText(*text);
+    if (!exposition.ok()) return -1;
+    return exposition->Value(name, labels).value_or(-1);
+  }
+  // Whether the proxy's metric reaches `want` within 15 s (a restarted proxy is told by the scheduler's re-push).
+  bool ProxyMetricBecomes(const std::string& name, double want, const std::map<std::string, std::string>& labels = {}) {
+    return testing::WaitUntil([&] { return ProxyMetric(name, labels) == want; }, absl::Seconds(15));
   }
   void RestartProxy() {
     const std::string grpc = proxy_->ready.grpc, http = proxy_->ready.http;
@@ -97,26 +92,19 @@ TEST_F(SchedulerPolicyTest, TheVersionAndPausesReachEveryEpisodeAndOutliveProxyA
 
   // A proxy restarted from scratch (version 0) gets the version again from the scheduler.
   ASSERT_NO_FATAL_FAILURE(RestartProxy());
-  EXPECT_EQ(AwaitProxyGauge("corral_proxy_policy_version", 3), 3);
+  EXPECT_TRUE(ProxyMetricBecomes("corral_proxy_policy_version", 3)) << ProxyMetric("corral_proxy_policy_version");
 
   // Paused: a restarted proxy is paused again, and an episode's call waits for the resume.
   auto paused = Pause(v1::PAUSE_MODE_DRAIN);
   ASSERT_THAT(paused, IsOk());
   EXPECT_EQ(paused->replicas(), 1u);
   ASSERT_NO_FATAL_FAILURE(RestartProxy());
-  EXPECT_EQ(AwaitProxyGauge("corral_proxy_paused", 1), 1);
+  EXPECT_TRUE(ProxyMetricBecomes("corral_proxy_paused", 1));
   spec.set_batch_id("v4");
   spec.set_group_size(1);
   ASSERT_THAT(Submit(spec, {Sum("c", 5, 6)}), IsOk());
   // The episode has started and its call waits at the proxy (nothing finishes while paused).
-  for (const absl::Time until = absl::Now() + absl::Seconds(15); absl::Now() < until;) {
-    auto held = http::HttpGet(proxy_->ready.metrics, "/metrics");
-    if (held.ok() && http::ParsePrometheusText(*held).value().Value("corral_proxy_paused_calls_total",
-                                                                    {{"outcome", "held"}}).value_or(0) >= 1) {
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  EXPECT_TRUE(ProxyMetricBecomes("corral_proxy_paused_calls_total", 1, {{"outcome", "held"}}));
   auto batch = GetBatch("v4");
   ASSERT_THAT(batch, IsOk());
   EXPECT_EQ(batch->counts().finished(), 0u);
@@ -134,7 +122,9 @@ TEST_F(SchedulerPolicyTest, TheVersionAndPausesReachEveryEpisodeAndOutliveProxyA
   Stop(*scheduler_);
   ASSERT_NO_FATAL_FAILURE(StartScheduler());
   EXPECT_THAT(UpdatePolicy(3), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("below the current version 4")));
-  EXPECT_EQ(AwaitProxyGauge("corral_proxy_paused", 0), 0);
+  // And a proxy restarted from scratch gets version 4 from the restarted scheduler.
+  ASSERT_NO_FATAL_FAILURE(RestartProxy());
+  EXPECT_TRUE(ProxyMetricBecomes("corral_proxy_policy_version", 4)) << ProxyMetric("corral_proxy_policy_version");
 }
 
 }  // namespace

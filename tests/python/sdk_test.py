@@ -414,6 +414,20 @@ class DatasetTest(unittest.TestCase):
                               len(prebuilt.environment.setup_files), prebuilt.environment.workdir),
                              ("registry.example/fix:1", 0, 0, "/app"))
             self.assertEqual(json.loads(prebuilt.metadata_json)["image"], "registry.example/fix:1")
+            # Nothing of an earlier stage carries into the last one; FROM an earlier stage is refused.
+            staged = os.path.join(root, "staged")
+            os.makedirs(os.path.join(staged, "environment"))
+            with open(os.path.join(staged, "instruction.md"), "w") as f:
+                f.write("x\n")
+            with open(os.path.join(staged, "environment", "Dockerfile"), "w") as f:
+                f.write("FROM golang AS build\nWORKDIR /src\nENV CGO_ENABLED=0\nFROM python\nRUN true\n")
+            last = corral.load_harbor(staged, agent="a", use_image=True).to_proto().environment
+            self.assertEqual((last.image, last.workdir, dict(last.env)), ("python", "", {}))
+            self.assertNotIn("/src", last.task_paths)
+            with open(os.path.join(staged, "environment", "Dockerfile"), "w") as f:
+                f.write("FROM golang AS build\nFROM build\n")
+            with self.assertRaisesRegex(ValueError, "FROM build builds on an earlier stage"):
+                corral.load_harbor(staged, agent="a", use_image=True)
         self.assertEqual((t.id, t.runner, t.prompt), ("fix-the-sum", s.RUNNER_AGENT, "Fix sum.py so that it prints 5.\n"))
         self.assertEqual(list(t.agent.command.argv), ["bash", "-c", "my-agent --fast"])
         env = t.environment

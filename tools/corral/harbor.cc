@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -70,6 +71,7 @@ absl::Status ReadDockerfile(const fs::path& env_dir, v1::EnvironmentSpec* env, j
   auto text = ReadFile(env_dir / "Dockerfile");
   if (!text.ok()) return text.status();
   const std::string joined = absl::StrReplaceAll(*text, {{"\\\n", " "}});
+  std::set<std::string> stages;  // names given with FROM ... AS
   for (absl::string_view raw : absl::StrSplit(joined, '\n')) {
     const std::string line(absl::StripAsciiWhitespace(raw));
     if (line.empty() || line[0] == '#') continue;
@@ -77,18 +79,26 @@ absl::Status ReadDockerfile(const fs::path& env_dir, v1::EnvironmentSpec* env, j
     const std::string op = absl::AsciiStrToUpper(line.substr(0, space));
     const std::string rest(space == std::string::npos ? "" : absl::StripAsciiWhitespace(line.substr(space + 1)));
     if (op == "FROM") {
-      std::string image;  // the first word that is not a flag (--platform=...)
+      // The image is the first word that is not a flag (--platform=...); "AS name" names the stage.
+      std::vector<std::string> words;
       for (std::string& w : ShellWords(rest)) {
-        if (!absl::StartsWith(w, "--")) {
-          image = std::move(w);
-          break;
-        }
+        if (!absl::StartsWith(w, "--")) words.push_back(std::move(w));
       }
+      const std::string image = words.empty() ? "" : words[0];
       metadata["image"] = image;
       if (use_image && !prebuilt) {
+        if (stages.contains(image)) {
+          return absl::InvalidArgumentError(absl::StrCat((env_dir / "Dockerfile").string(), ": FROM ", image,
+                                                         " builds on an earlier stage, which is not supported"));
+        }
+        if (words.size() == 3 && absl::AsciiStrToUpper(words[1]) == "AS") stages.insert(words[2]);
+        // A stage starts over: nothing of the one before carries into it.
         env->set_image(image);
         env->clear_setup_commands();
         env->clear_setup_files();
+        env->clear_env();
+        env->clear_workdir();
+        env->clear_task_paths();
       }
     } else if (prebuilt && (op == "RUN" || op == "COPY" || op == "ADD")) {
       continue;

@@ -54,6 +54,7 @@ def _dockerfile(env_dir: str, environment: Environment, metadata: dict, use_imag
     `prebuilt` (task.toml's docker_image is the image) RUN, COPY and ADD are already in the image."""
     with open(os.path.join(env_dir, "Dockerfile")) as f:
         text = f.read().replace("\\\n", " ")
+    stages = set()  # names given with FROM ... AS
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -61,12 +62,22 @@ def _dockerfile(env_dir: str, environment: Environment, metadata: dict, use_imag
         op, _, rest = line.partition(" ")
         op, rest = op.upper(), rest.strip()
         if op == "FROM":
-            image = next((w for w in rest.split() if not w.startswith("--")), "")  # past --platform=...
+            words = [w for w in rest.split() if not w.startswith("--")]  # past --platform=...
+            image = words[0] if words else ""
             metadata["image"] = image
             if use_image and not prebuilt:
+                if image in stages:
+                    raise ValueError(f"{env_dir}/Dockerfile: FROM {image} builds on an earlier stage, "
+                                     "which is not supported")
+                if len(words) == 3 and words[1].upper() == "AS":
+                    stages.add(words[2])
+                # A stage starts over: nothing of the one before carries into it.
                 environment.image = image
                 environment.setup_commands.clear()
                 environment.setup_files.clear()
+                environment.env.clear()
+                environment.workdir = ""
+                environment.task_paths.clear()
         elif prebuilt and op in ("RUN", "COPY", "ADD"):
             continue
         elif op == "RUN":

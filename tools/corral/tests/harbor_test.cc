@@ -111,6 +111,17 @@ TEST_F(HarborTest, WithImagesTheLastFromIsTheImageAndADockerImageIsUsedAsIs) {
   Write("t/environment/Dockerfile", "FROM a AS build\nFROM b\nCOPY --from=build /out /app\n");
   EXPECT_THAT(LoadHarborTask((root_ / "t").string(), "agent", true),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("COPY --from=build /out /app")));
+  // Nothing of an earlier stage carries into the last one; building FROM an earlier stage needs a real build.
+  Write("t/environment/Dockerfile", "FROM golang AS build\nWORKDIR /src\nENV CGO_ENABLED=0\nFROM python\nRUN true\n");
+  auto staged = LoadHarborTask((root_ / "t").string(), "agent", true);
+  ASSERT_THAT(staged, IsOk());
+  EXPECT_EQ(staged->environment().image(), "python");
+  EXPECT_EQ(staged->environment().workdir(), "");
+  EXPECT_FALSE(staged->environment().env().contains("CGO_ENABLED"));
+  EXPECT_THAT(staged->environment().task_paths(), ::testing::Not(::testing::Contains("/src")));
+  Write("t/environment/Dockerfile", "FROM golang AS build\nRUN make\nFROM build\n");
+  EXPECT_THAT(LoadHarborTask((root_ / "t").string(), "agent", true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("FROM build builds on an earlier stage")));
   Write("t/task.toml", "[environment]\ndocker_image = 3\n");
   EXPECT_THAT(LoadHarborTask((root_ / "t").string(), "agent", true),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("docker_image must be a name")));
