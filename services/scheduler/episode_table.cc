@@ -68,19 +68,42 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
     b.create_time = row.create_time;
     b.tasks = row.tasks;
     b.cancelled = row.cancelled;
+    b.closed = row.cancelled;
     b.per_group = b.spec.group_size() + b.spec.redundancy();
     b.episodes.resize(b.tasks.size() * b.per_group);
-    b.group_counted.assign(b.tasks.size(), 0);
-    b.group_complete_at.assign(b.tasks.size(), 0);
+    b.groups.resize(b.tasks.size());
   }
-  for (const auto& run : snapshot.runs) {
-    auto ref = ParseEpisodeId(run.episode_id);
-    if (!ref.ok()) continue;
+  // Groups open in task order: a dynamic batch had opened at least up to its last group with a run or result.
+  std::map<Batch*, uint32_t> active;
+  auto touch = [&](const std::string& episode_id) -> std::pair<Batch*, EpisodeRef> {
+    auto ref = ParseEpisodeId(episode_id);
+    if (!ref.ok()) return {nullptr, {}};
     Batch* b = FindBatch(ref->batch_id);
-    if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) continue;
-    Episode& e = b->episodes[ref->group_index * b->per_group + ref->index_in_group];
+    if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) return {nullptr, {}};
+    uint32_t& n = active[b];
+    n = std::max(n, ref->group_index + 1);
+    return {b, *ref};
+  };
+  for (const auto& run : snapshot.runs) {
+    auto [b, ref] = touch(run.episode_id);
+    if (b == nullptr) continue;
+    Episode& e = b->episodes[ref.group_index * b->per_group + ref.index_in_group];
     e.attempt = run.attempt;
     e.runs = run.runs;
+    if (run.runs > 0 && !b->groups[ref.group_index].started) {
+      b->groups[ref.group_index].started = true;
+      ++b->started_groups;
+    }
+  }
+  for (const auto& r : snapshot.results) touch(r.episode_id);
+  for (auto& [id, b] : batches_) {
+    const uint32_t open = b.dynamic() ? active[&b] : static_cast<uint32_t>(b.tasks.size());
+    for (uint32_t g = 0; g < open; ++g) {
+      b.groups[g].state = GroupState::kOpen;
+      ++b.opened;
+      ++b.undecided;
+      b.expected += b.spec.group_size();
+    }
   }
   // Results in position order, so group completion positions come out as they were.
   for (const auto& r : snapshot.results) {
@@ -89,6 +112,10 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
     Batch* b = FindBatch(ref->batch_id);
     if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) continue;
     const uint32_t g = ref->group_index, i = ref->index_in_group;
+    if (!b->groups[g].started) {  // its runs may have been forgotten
+      b->groups[g].started = true;
+      ++b->started_groups;
+    }
     Episode& e = b->episodes[g * b->per_group + i];
     e.state = State::kEnded;
     e.seq = r.seq;
@@ -103,6 +130,13 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
       ++b->redundant_cancelled;
       continue;
     }
+    if (!e.result.empty()) {
+      v1::EpisodeResult parsed;
+      if (parsed.ParseFromString(e.result) && parsed.has_first_policy_version()) {
+        e.first_version = parsed.first_policy_version();
+        e.order_version = *e.first_version;
+      }
+    }
     e.counted_in_group = true;
     ++b->ended;
     ++b->by_status[r.status];
@@ -116,17 +150,17 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
     } else {
       unacked_[r.seq] = Where{b->spec.batch_id(), g, i};
     }
-    if (++b->group_counted[g] == b->spec.group_size()) {
-      b->group_complete_at[g] = r.seq;
-      group_completions_[r.seq] = Where{b->spec.batch_id(), g, 0};
-    }
+    if (++b->groups[g].counted == b->spec.group_size()) RestoreDecision(*b, g, r.seq);
   }
+  std::vector<std::shared_ptr<RunControl>> none;
   for (auto& [id, b] : batches_) {
+    if (b.dynamic() && b.passed >= b.spec.target_groups()) CancelSurplus(b, &none);
     for (uint32_t g = 0; g < b.tasks.size(); ++g) {
+      if (b.groups[g].state == GroupState::kUnopened || b.groups[g].state == GroupState::kSurplus) continue;
       for (uint32_t i = 0; i < b.per_group; ++i) {
         Episode& e = b.episodes[g * b.per_group + i];
         if (e.state == State::kEnded) continue;
-        if (b.group_complete_at[g] != 0) {  // an extra of a completed group: dropped
+        if (b.groups[g].complete_at != 0) {  // an extra of a completed group: dropped
           e.state = State::kEnded;
           e.redundant = true;
           ++b.redundant_cancelled;
@@ -136,9 +170,9 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
         ++pending_;
       }
     }
+    OpenMore(b);
   }
   // Cancel promised that nothing of a cancelled batch starts again: what it had not ended ends CANCELLED now.
-  std::vector<std::shared_ptr<RunControl>> none;
   for (auto& [id, b] : batches_) {
     if (!b.cancelled) continue;
     for (uint32_t g = 0; g < b.tasks.size(); ++g) {
@@ -157,6 +191,18 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
   }
 }
 
+namespace {
+
+// Episodes reserved against max_pending_episodes while a batch is journaled: every task's group, or what a
+// dynamic batch opens at first (its target; more groups open as they are needed).
+int64_t Reserved(const v1::BatchSpec& spec, size_t tasks) {
+  const int64_t groups = spec.target_groups() > 0 ? std::min<int64_t>(spec.target_groups(), static_cast<int64_t>(tasks))
+                                                  : static_cast<int64_t>(tasks);
+  return groups * (spec.group_size() + spec.redundancy());
+}
+
+}  // namespace
+
 void EpisodeTable::Submit(v1::BatchSpec spec, const std::string& digest,
                           std::vector<std::shared_ptr<const v1::Task>> tasks,
                           std::function<void(absl::StatusOr<v1::Batch>)> done) {
@@ -164,7 +210,8 @@ void EpisodeTable::Submit(v1::BatchSpec spec, const std::string& digest,
   absl::StatusOr<v1::Batch> early = absl::UnknownError("");
   {
     absl::MutexLock lock(&mu_);
-    const int64_t episodes = static_cast<int64_t>(tasks.size()) * (spec.group_size() + spec.redundancy());
+    if (!spec.has_base_policy_version()) spec.set_base_policy_version(policy_version_);
+    const int64_t episodes = Reserved(spec, tasks.size());
     if (const Batch* existing = FindBatch(id)) {
       early = existing->digest == digest
                   ? absl::StatusOr<v1::Batch>(Describe(*existing))
@@ -192,11 +239,8 @@ void EpisodeTable::Submit(v1::BatchSpec spec, const std::string& digest,
                    {
                      absl::MutexLock lock(&mu_);
                      submitting_.erase(spec.batch_id());
-                     const int64_t episodes =
-                         static_cast<int64_t>(shared_tasks->size()) * (spec.group_size() + spec.redundancy());
-                     if (!s.ok()) {
-                       pending_ -= episodes;
-                     } else {
+                     pending_ -= Reserved(spec, shared_tasks->size());
+                     if (s.ok()) {
                        Batch& b = batches_[spec.batch_id()];
                        b.order = next_order_++;
                        b.spec = spec;
@@ -205,10 +249,11 @@ void EpisodeTable::Submit(v1::BatchSpec spec, const std::string& digest,
                        b.tasks = std::move(*shared_tasks);
                        b.per_group = spec.group_size() + spec.redundancy();
                        b.episodes.resize(b.tasks.size() * b.per_group);
-                       b.group_counted.assign(b.tasks.size(), 0);
-                       b.group_complete_at.assign(b.tasks.size(), 0);
-                       for (uint32_t g = 0; g < b.tasks.size(); ++g) {
-                         for (uint32_t i = 0; i < b.per_group; ++i) Enqueue(b, g, i);
+                       b.groups.resize(b.tasks.size());
+                       if (b.dynamic()) {
+                         OpenMore(b);
+                       } else {
+                         for (uint32_t g = 0; g < b.tasks.size(); ++g) Open(b, g);
                        }
                        Touch(b);
                        out = Describe(b);
@@ -231,7 +276,7 @@ v1::Batch EpisodeTable::Describe(const Batch& b) const {
   *out.mutable_spec() = b.spec;
   out.set_task_count(static_cast<uint32_t>(b.tasks.size()));
   v1::EpisodeCounts* c = out.mutable_counts();
-  c->set_total(b.total());
+  c->set_total(b.expected);
   c->set_queued(b.queued);
   c->set_running(b.running);
   auto count = [&](v1::EpisodeStatus s) {
@@ -247,7 +292,22 @@ v1::Batch EpisodeTable::Describe(const Batch& b) const {
   c->set_acked(b.acked);
   c->set_retries(b.retries);
   c->set_redundant_cancelled(b.redundant_cancelled);
-  out.set_progress(b.total() == 0 ? 1.0 : static_cast<double>(b.ended) / b.total());
+  c->set_filtered(count(v1::EPISODE_STATUS_FILTERED));
+  c->set_stale_reruns(b.stale_reruns);
+  v1::GroupCounts* gc = out.mutable_groups();
+  gc->set_total(static_cast<uint32_t>(b.tasks.size()));
+  gc->set_started(b.started_groups);
+  gc->set_passed(b.passed);
+  gc->set_filtered(b.filtered_groups);
+  gc->set_dropped(b.dropped);
+  gc->set_surplus(b.surplus);
+  if (b.terminal()) {
+    out.set_progress(1.0);
+  } else if (b.dynamic()) {
+    out.set_progress(static_cast<double>(b.passed) / b.spec.target_groups());
+  } else {
+    out.set_progress(b.expected == 0 ? 1.0 : static_cast<double>(b.ended) / b.expected);
+  }
   if (b.reward_n > 0) out.set_mean_reward(b.reward_sum / b.reward_n);
   ToProto(b.create_time, out.mutable_create_time());
   if (b.start_time != absl::InfinitePast()) ToProto(b.start_time, out.mutable_start_time());
@@ -255,11 +315,36 @@ v1::Batch EpisodeTable::Describe(const Batch& b) const {
   return out;
 }
 
-absl::StatusOr<v1::Batch> EpisodeTable::GetBatch(const std::string& batch_id) const {
+absl::StatusOr<v1::Batch> EpisodeTable::GetBatch(const std::string& batch_id, bool task_stats) const {
   absl::MutexLock lock(&mu_);
   const Batch* b = FindBatch(batch_id);
   if (b == nullptr) return absl::NotFoundError(absl::StrCat("no batch '", batch_id, "'"));
-  return Describe(*b);
+  v1::Batch out = Describe(*b);
+  if (!task_stats) return out;
+  for (uint32_t g = 0; g < b->tasks.size(); ++g) {
+    const Group& gr = b->groups[g];
+    if (gr.state == GroupState::kUnopened) continue;
+    v1::TaskStats* t = out.add_task_stats();
+    t->set_task_id(b->tasks[g]->id());
+    double sum = 0;
+    uint32_t positive = 0;
+    for (uint32_t i = 0; i < b->per_group; ++i) {
+      const Episode& e = b->episodes[g * b->per_group + i];
+      if (!e.counted_in_group) continue;
+      t->set_episodes(t->episodes() + 1);
+      if (!e.reward) continue;  // FINISHED, or FILTERED after finishing
+      t->set_finished(t->finished() + 1);
+      sum += *e.reward;
+      if (*e.reward > 0) ++positive;
+    }
+    if (t->finished() > 0) {
+      t->set_mean_reward(sum / t->finished());
+      t->set_pass_rate(static_cast<double>(positive) / t->finished());
+    }
+    if (gr.state == GroupState::kPassed) t->set_passed(true);
+    if (gr.state == GroupState::kFiltered || gr.state == GroupState::kDropped) t->set_passed(false);
+  }
+  return out;
 }
 
 bool EpisodeTable::BatchExists(const std::string& batch_id) const {
@@ -322,7 +407,7 @@ std::optional<EpisodeTicket> EpisodeTable::StartNext(const std::function<bool(co
     for (; it != queue_.end(); ++it) {
       b = FindBatch(it->second);
       const Episode& e = b->episodes[it->first.group * b->per_group + it->first.index];
-      if (e.not_before <= now && eligible(*b->tasks[it->first.group])) break;
+      if (e.not_before <= now && Admitted(*b, it->first.group) && eligible(*b->tasks[it->first.group])) break;
     }
     if (it == queue_.end()) return std::nullopt;
     const uint32_t g = it->first.group, i = it->first.index;
@@ -332,6 +417,10 @@ std::optional<EpisodeTicket> EpisodeTable::StartNext(const std::function<bool(co
     e.control = std::make_shared<RunControl>();
     runs = ++e.runs;
     ++b->running;
+    if (!b->groups[g].started) {
+      b->groups[g].started = true;
+      ++b->started_groups;
+    }
     if (b->start_time == absl::InfinitePast()) b->start_time = clock_->Now();
     Touch(*b);
     ticket.ids = Ids(*b, g, i);
@@ -388,6 +477,13 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
     e.host.clear();
     const StopReason reason = ticket.control->reason();
     const bool infra = result.status() == v1::EPISODE_STATUS_FAILED && result.failure_class() == v1::FAILURE_CLASS_INFRA;
+    // GROUP_FAILURE_POLICY_REPLACE: any failure gets a fresh run (within max_attempts), not only the cluster's.
+    const bool replace = b->spec.group_failure_policy() == v1::GROUP_FAILURE_POLICY_REPLACE &&
+                         (result.status() == v1::EPISODE_STATUS_FAILED || result.status() == v1::EPISODE_STATUS_TIMEOUT ||
+                          result.status() == v1::EPISODE_STATUS_NO_DATA);
+    const bool stale = reason == StopReason::kNone && !b->cancelled && TooStale(*b, result);
+    // The trainer keeps outpacing this episode: give up rather than run it forever (never delivered stale).
+    if (stale && e.stale_runs + 1 >= kMaxStaleRuns) MarkTooStale(result, b->spec.max_staleness());
     if (reason == StopReason::kRedundant) {
       e.state = State::kEnded;
       e.redundant = true;
@@ -398,8 +494,15 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
       Enqueue(*b, g, i);
       outcome = FinishOutcome::kRequeued;
       next_attempt = e.attempt;
-    } else if (infra && e.attempt < ticket.max_attempts && !b->cancelled && reason != StopReason::kCancelled &&
-               reason != StopReason::kDeadline) {
+    } else if (stale && e.stale_runs + 1 < kMaxStaleRuns) {
+      ++e.stale_runs;
+      ++b->stale_reruns;
+      if (observer_ != nullptr) observer_->StaleRerun();
+      Enqueue(*b, g, i);
+      outcome = FinishOutcome::kRequeued;
+      next_attempt = e.attempt;
+    } else if ((infra || replace) && e.attempt < ticket.max_attempts && !b->cancelled &&
+               reason != StopReason::kCancelled && reason != StopReason::kDeadline) {
       ++e.attempt;
       ++b->retries;
       // Back off before the retry (1x, 2x, 4x ... the base, at most 32x): an outage gets time to pass.
@@ -424,10 +527,11 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
 void EpisodeTable::Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result,
                           std::vector<std::shared_ptr<RunControl>>* stop) {
   Episode& e = b.episodes[g * b.per_group + i];
+  Group& group = b.groups[g];
   e.state = State::kEnded;
   --pending_;
-  if (b.group_complete_at[g] != 0 || b.group_counted[g] >= b.spec.group_size()) {
-    // The group already has its group_size results: this one is an extra, never delivered.
+  if (group.complete_at != 0 || group.state == GroupState::kSurplus || group.counted >= b.spec.group_size()) {
+    // The group already has its group_size results (or is surplus): this one is an extra, never delivered.
     e.redundant = true;
     ++b.redundant_cancelled;
     return;
@@ -440,31 +544,25 @@ void EpisodeTable::Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult re
     b.reward_sum += result.reward();
     ++b.reward_n;
   }
+  if (result.has_first_policy_version()) e.first_version = result.first_policy_version();
+  e.order_version = e.first_version.value_or(policy_version_);
   e.counted_in_group = true;
   ++b.ended;
   ++b.by_status[result.status()];
   result.set_cursor(absl::StrCat(seq));
-  if (++b.group_counted[g] == b.spec.group_size()) {
-    b.group_complete_at[g] = seq;
-    group_completions_[seq] = Where{b.spec.batch_id(), g, 0};
-    // The extras still queued are dropped; the running ones are stopped.
-    for (uint32_t j = 0; j < b.per_group; ++j) {
-      Episode& x = b.episodes[g * b.per_group + j];
-      if (x.state == State::kQueued) {
-        Dequeue(b, g, j);
-        x.state = State::kEnded;
-        x.redundant = true;
-        ++b.redundant_cancelled;
-        --pending_;
-      } else if (x.state == State::kRunning && x.control) {
-        stop->push_back(x.control);
-      }
-    }
-  }
-  if (b.terminal()) b.end_time = clock_->Now();
   e.result = result.SerializeAsString();
+  Journal(b, g, i, result, false);
+  if (++group.counted == b.spec.group_size()) Decide(b, g, seq, stop);
+  if (b.terminal()) b.end_time = clock_->Now();
+}
+
+void EpisodeTable::Journal(Batch& b, uint32_t g, uint32_t i, const v1::EpisodeResult& result, bool redundant) {
+  Episode& e = b.episodes[g * b.per_group + i];
+  ++e.writing;
+  e.committed = false;
   const std::string batch_id = b.spec.batch_id();
-  log_->AddResult(seq, result, false, [this, batch_id, g, i, seq](absl::Status s) {
+  const uint64_t seq = e.seq;
+  log_->AddResult(seq, result, redundant, [this, batch_id, g, i, seq](absl::Status s) {
     // A failed journal write leaves the result in memory only; it is still delivered (the episode did end).
     (void)s;
     Committed(batch_id, g, i, seq);
@@ -477,9 +575,9 @@ void EpisodeTable::Committed(const std::string& batch_id, uint32_t g, uint32_t i
     Batch* b = FindBatch(batch_id);
     if (b == nullptr) return;
     Episode& e = b->episodes[g * b->per_group + i];
-    if (e.seq != seq) return;
+    if (e.seq != seq || e.writing == 0 || --e.writing > 0) return;
     e.committed = true;
-    if (!e.acked) unacked_[seq] = Where{batch_id, g, i};
+    if (!e.acked && e.counted_in_group) unacked_[seq] = Where{batch_id, g, i};
     Touch(*b);
   }
   Changed();
@@ -536,7 +634,7 @@ absl::StatusOr<uint32_t> EpisodeTable::Cancel(const v1::CancelRequest& request) 
       return absl::NotFoundError(absl::StrCat("no such ", index ? "episode" : "group", " in batch '", batch_id, "'"));
     }
     whole_batch = !group;
-    if (whole_batch && !b->terminal()) b->cancelled = true;
+    if (whole_batch && !b->terminal()) b->cancelled = b->closed = true;
     const uint32_t g0 = group.value_or(0), g1 = group ? *group + 1 : static_cast<uint32_t>(b->tasks.size());
     for (uint32_t g = g0; g < g1; ++g) {
       const uint32_t i0 = index.value_or(0), i1 = index ? *index + 1 : b->per_group;
@@ -566,10 +664,12 @@ absl::StatusOr<uint32_t> EpisodeTable::Cancel(const v1::CancelRequest& request) 
 void EpisodeTable::ExpireDeadlines() {
   const absl::Time now = clock_->Now();
   std::vector<std::shared_ptr<RunControl>> stop, expired;
+  bool closed = false;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, b] : batches_) {
-      if (!b.spec.has_deadline() || FromProto(b.spec.deadline()) > now || (b.queued == 0 && b.running == 0)) continue;
+      if (!b.spec.has_deadline() || FromProto(b.spec.deadline()) > now || b.terminal()) continue;
+      b.closed = true;  // a dynamic batch opens no more groups
       for (uint32_t g = 0; g < b.tasks.size(); ++g) {
         for (uint32_t i = 0; i < b.per_group; ++i) {
           Episode& e = b.episodes[g * b.per_group + i];
@@ -584,12 +684,14 @@ void EpisodeTable::ExpireDeadlines() {
           }
         }
       }
+      if (b.terminal() && b.end_time == absl::InfinitePast()) b.end_time = now;
       Touch(b);
+      closed = true;
     }
   }
   for (auto& c : stop) c->Stop(StopReason::kRedundant, "the group completed without this extra episode");
   for (auto& c : expired) c->Stop(StopReason::kDeadline, "the batch deadline passed");
-  if (!stop.empty() || !expired.empty()) Changed();
+  if (closed) Changed();
 }
 
 }  // namespace corral::scheduler

@@ -38,9 +38,12 @@ class EpisodeLog {
                          const std::string& env_id) = 0;
   // The episode went back to the queue without a result (drain, retry).
   virtual void RunEnded(const std::string& episode_id, uint32_t next_attempt) = 0;
-  // A final result; `done` once durable.
+  // A final result; `done` once durable. The same seq again replaces the result (a group decision rewrites its
+  // results FILTERED, or redundant for a surplus group).
   virtual void AddResult(uint64_t seq, const v1::EpisodeResult& result, bool redundant,
                          std::function<void(absl::Status)> done) = 0;
+  // An undelivered result was withdrawn (too stale): the episode is queued again, at `attempt` after `runs` runs.
+  virtual void ResultWithdrawn(uint64_t seq, const std::string& episode_id, uint32_t attempt, uint32_t runs) = 0;
   // Acknowledgements; `done` once durable (Ack replies only then: an acknowledged result never comes back).
   virtual void Acked(const std::vector<std::string>& episode_ids, std::function<void(absl::Status)> done) = 0;
   virtual void BatchCancelled(const std::string& batch_id) = 0;
@@ -87,6 +90,18 @@ struct EpisodeTicket {
   uint32_t max_attempts = 1;
 };
 
+// What the table reports as it happens, for metrics. Called under the table's lock: must not call back into it.
+class TableObserver {
+ public:
+  virtual ~TableObserver() = default;
+  // A group was decided: "passed", "filtered", "dropped" or "surplus" (a group re-run for staleness counts again).
+  virtual void GroupDecided(const char* outcome) = 0;
+  // An episode runs again because its result was too stale.
+  virtual void StaleRerun() = 0;
+  // A result was first sent to a trainer, `staleness` policy versions behind the current one (its first version).
+  virtual void Delivered(int64_t staleness) = 0;
+};
+
 // What Finish decided.
 enum class FinishOutcome { kRecorded, kRetried, kRequeued, kDropped };
 
@@ -106,7 +121,8 @@ class EpisodeTable {
   void Submit(v1::BatchSpec spec, const std::string& digest, std::vector<std::shared_ptr<const v1::Task>> tasks,
               std::function<void(absl::StatusOr<v1::Batch>)> done);
 
-  absl::StatusOr<v1::Batch> GetBatch(const std::string& batch_id) const;
+  // With `task_stats`, Batch.task_stats too.
+  absl::StatusOr<v1::Batch> GetBatch(const std::string& batch_id, bool task_stats = false) const;
   // Newest first.
   absl::StatusOr<v1::ListBatchesResponse> ListBatches(const v1::ListBatchesRequest& request) const;
 
@@ -129,6 +145,12 @@ class EpisodeTable {
   // Ends queued episodes whose batch deadline passed (TIMEOUT, phase DEADLINE) and stops running ones.
   void ExpireDeadlines();
 
+  // ---- asynchronous RL ----
+  // The policy version the inference servers now serve (UpdatePolicy; the journaled one at start). Opens
+  // admission (BatchSpec.step_groups) and withdraws undelivered results that became too stale (max_staleness):
+  // those episodes run again.
+  void SetPolicyVersion(int64_t version);
+
   // Ack: all or nothing. NOT_FOUND for an unknown id, FAILED_PRECONDITION for an episode without a result.
   // Applied at once (no stream sends them again); `durable` runs once the journal holds the acknowledgement
   // (at once when nothing was newly acknowledged), with the count; never when the Ack is refused.
@@ -143,15 +165,25 @@ class EpisodeTable {
   size_t QueuedNeedingSandbox() const;
 
   // ---- result streams ----
-  // Committed, unacknowledged results with seq > after (of `batch_id`, or all when empty), in seq order, at most
-  // `limit`. With whole_groups, results appear at the position where their group completed, group by group.
+  // Committed, unacknowledged results at positions > after and not in `sent` (of `batch_id`, or all when empty),
+  // oldest policy version first, then by position; about `limit` (whole groups are not split). A result's
+  // position is its seq; with whole_groups, the position where its group was decided (results come group by
+  // group). Results of a batch that holds them (BatchSpec.group_filter, target_groups, GROUP_FAILURE_POLICY_DROP)
+  // wait for their group's decision.
   struct Delivery {
-    uint64_t position = 0;  // cursor of the item
-    std::string result;     // serialized EpisodeResult
+    uint64_t position = 0;
+    std::string result;  // serialized EpisodeResult
     std::string episode_id;
   };
-  std::vector<Delivery> Deliverable(const std::string& batch_id, uint64_t after, bool whole_groups,
-                                    size_t limit) const;
+  struct DeliveryPage {
+    std::vector<Delivery> items;  // in delivery order
+    // The lowest position > after, not in `sent` and not among `items`, that has or may get a result to send
+    // (held, uncommitted, or left for the next page); UINT64_MAX when none. Every position below it is sent
+    // once `items` are.
+    uint64_t blocked_at = UINT64_MAX;
+  };
+  DeliveryPage Deliverable(const std::string& batch_id, uint64_t after, const std::set<uint64_t>& sent,
+                           bool whole_groups, size_t limit) const;
   void MarkDelivered(const std::string& episode_id);
   // True once `batch_id` has ended and every result with position <= `sent_upto` covers all its results.
   bool StreamComplete(const std::string& batch_id, uint64_t sent_upto, bool whole_groups) const;
@@ -167,7 +199,7 @@ class EpisodeTable {
     std::string episode_id;
     std::shared_ptr<const v1::Task> task;
     uint32_t group_index = 0, index_in_group = 0, attempt = 1;
-    const char* state = "queued";  // "queued", "running", "ended"
+    const char* state = "queued";  // "queued", "running", "ended", "unstarted" (a group target_groups left)
     v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
     std::optional<double> reward;
     bool redundant = false;  // ended after its group completed: never delivered
@@ -185,23 +217,41 @@ class EpisodeTable {
   void set_on_change(std::function<void()> fn) { on_change_ = std::move(fn); }
   // Wakes the result streams without a change (their periodic progress messages).
   void Poke() const { Changed(); }
+  // Set once, after Restore (a restart's replayed decisions are not reported) and before serving.
+  void set_observer(TableObserver* observer) { observer_ = observer; }
+  // Committed results not yet acknowledged.
+  size_t AwaitingAck() const;
 
  private:
-  enum class State : uint8_t { kQueued, kRunning, kEnded };
+  enum class State : uint8_t { kUnopened, kQueued, kRunning, kEnded };
   struct Episode {
-    State state = State::kQueued;
+    State state = State::kUnopened;
     bool counted_in_group = false;  // one of the first group_size to end: delivered
     bool redundant = false;         // ended without counting (an extra dropped once the group completed)
     bool committed = false, delivered = false, acked = false;
+    uint8_t writing = 0;  // journal writes of its result in flight (committed once none)
     uint32_t attempt = 1;
     uint32_t runs = 0;
-    uint64_t seq = 0;  // result position, 0 = none
+    uint32_t stale_runs = 0;  // runs whose result was too stale (max_staleness)
+    uint64_t seq = 0;         // result position, 0 = none
     absl::Time not_before = absl::InfinitePast();  // a retry waits out its back-off
     v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
     std::optional<double> reward;
-    std::string result;  // serialized, until acked
+    std::optional<int64_t> first_version;  // the result's first_policy_version
+    int64_t order_version = 0;             // delivery order: first_version, else the version when it ended
+    std::string result;                    // serialized, until acked
     std::string host;
     std::shared_ptr<RunControl> control;
+  };
+  // A group (one task's group_size episodes, plus redundant extras). Groups open in task order: all at once, or
+  // as dynamic sampling needs them (target_groups); an opened group is decided once group_size have ended.
+  enum class GroupState : uint8_t { kUnopened, kOpen, kPassed, kFiltered, kDropped, kSurplus };
+  struct Group {
+    GroupState state = GroupState::kUnopened;
+    bool started = false;      // an episode of it started (staleness admission counts groups)
+    uint32_t counted = 0;      // ended episodes that count (up to group_size)
+    uint64_t complete_at = 0;  // position at which it was decided (whole-group delivery), 0 = not yet
+    int64_t order_version = 0;  // the oldest order_version of its results
   };
   struct Batch {
     uint64_t order = 0;
@@ -210,17 +260,26 @@ class EpisodeTable {
     absl::Time create_time, start_time = absl::InfinitePast(), end_time = absl::InfinitePast();
     std::vector<std::shared_ptr<const v1::Task>> tasks;
     uint32_t per_group = 1;
-    std::vector<Episode> episodes;            // [group * per_group + index]
-    std::vector<uint32_t> group_counted;      // per group: ended episodes that count (up to group_size)
-    std::vector<uint64_t> group_complete_at;  // per group: position at which the group completed, 0 = not yet
+    std::vector<Episode> episodes;  // [group * per_group + index]
+    std::vector<Group> groups;
     bool cancelled = false;
+    bool closed = false;  // cancelled or past its deadline: opens no more groups
     uint32_t queued = 0, running = 0, ended = 0, retries = 0, redundant_cancelled = 0, delivered = 0, acked = 0;
+    uint32_t expected = 0;  // results that will count: group_size per opened group (a surplus group: what ended)
+    uint32_t opened = 0, started_groups = 0, undecided = 0;
+    uint32_t rejected_started = 0;  // started groups then filtered, dropped or surplus: admission frees them
+    uint32_t passed = 0, filtered_groups = 0, dropped = 0, surplus = 0, stale_reruns = 0;
     std::map<v1::EpisodeStatus, uint32_t> by_status;
     double reward_sum = 0;
     uint32_t reward_n = 0;
     uint64_t version = 0;
-    uint32_t total() const { return static_cast<uint32_t>(tasks.size()) * spec.group_size(); }
-    bool terminal() const { return queued == 0 && running == 0 && ended >= total(); }
+    bool dynamic() const { return spec.target_groups() > 0; }
+    // Results wait for their group's decision.
+    bool holds() const;
+    // Groups that may be opened: every task, or the generation budget of a dynamic batch.
+    uint32_t budget() const;
+    bool wants_groups() const { return dynamic() && !closed && passed < spec.target_groups() && opened < budget(); }
+    bool terminal() const { return queued == 0 && running == 0 && undecided == 0 && !wants_groups(); }
   };
   struct QueueKey {
     int64_t neg_priority;
@@ -237,12 +296,47 @@ class EpisodeTable {
   // Ends the episode with `result`: group accounting, redundancy, journal. Runs to stop are appended to `stop`.
   void Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result,
               std::vector<std::shared_ptr<RunControl>>* stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ---- groups (episode_table_groups.cc) ----
+  // Opens group g: its episodes are queued.
+  void Open(Batch& b, uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Dynamic sampling: opens groups until enough are in flight for target_groups at the pass rate seen so far.
+  void OpenMore(Batch& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Group g has group_size results (the last at `position`): drops its extras, applies the failure policy and
+  // the filter (results FILTERED), makes it deliverable; a dynamic batch then opens more groups or cancels the
+  // surplus.
+  void Decide(Batch& b, uint32_t g, uint64_t position, std::vector<std::shared_ptr<RunControl>>* stop)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An episode no longer wanted: dropped if queued (redundant, never delivered), stopped if running. False when
+  // it was neither (it has ended, or never opened).
+  bool Unwant(Batch& b, uint32_t g, uint32_t i, std::vector<std::shared_ptr<RunControl>>* stop)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // target_groups passed: the open groups are surplus, their ended results redundant and their runs stopped.
+  void CancelSurplus(Batch& b, std::vector<std::shared_ptr<RunControl>>* stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces an ended result (another status, or redundant: no longer counted) and journals it again under the
+  // same seq.
+  void Rewrite(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result, bool redundant)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The verdict on a group with group_size results: passed, FILTERED (results rewritten), or dropped.
+  void Judge(Batch& b, uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static std::optional<v1::EpisodeResult> Parsed(const Episode& e);
+  static const char* GroupOutcome(GroupState s);
+  // Takes back an undelivered, too stale result: uncounted, journal row deleted, the episode queued again.
+  void Withdraw(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A FINISHED result whose first policy version is older than max_staleness allows now.
+  bool TooStale(const Batch& b, const v1::EpisodeResult& result) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Staleness admission: group g may start (already started, or (k + 1 + version - base) x step_groups allow).
+  bool Admitted(const Batch& b, uint32_t g) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A group's state after a restart, from its results' statuses.
+  void RestoreDecision(Batch& b, uint32_t g, uint64_t position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A result for an episode that never ran (cancelled or expired while queued).
   v1::EpisodeResult QueuedResult(const Batch& b, uint32_t g, uint32_t i, v1::EpisodeStatus status,
                                  v1::EpisodePhase phase, const std::string& message) const;
   void Touch(Batch& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Batch Describe(const Batch& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Committed(const std::string& batch_id, uint32_t g, uint32_t i, uint64_t seq);
+  // Journals the episode's current result (AddResult), counting the write in flight.
+  void Journal(Batch& b, uint32_t g, uint32_t i, const v1::EpisodeResult& result, bool redundant)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Changed() const;
 
   Clock* const clock_;
@@ -251,6 +345,7 @@ class EpisodeTable {
   const int64_t max_pending_;
   const absl::Duration retry_backoff_;
   std::function<void()> on_change_;
+  TableObserver* observer_ = nullptr;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Batch> batches_ ABSL_GUARDED_BY(mu_);
@@ -269,6 +364,12 @@ class EpisodeTable {
   std::map<uint64_t, Where> unacked_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Where> group_completions_ ABSL_GUARDED_BY(mu_);  // position -> the group that completed there
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t policy_version_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// Runs of one episode whose result was too stale before it is given up (FAILED, infra).
+inline constexpr uint32_t kMaxStaleRuns = 3;
+// Makes `result` the FAILED result of an episode given up for staleness.
+void MarkTooStale(v1::EpisodeResult& result, uint32_t max_staleness);
 
 }  // namespace corral::scheduler

@@ -2,9 +2,25 @@
 // complete, and progress counts. (The lifecycle side — submit, run, finish, cancel, restore — is episode_table.cc.)
 #include "services/scheduler/episode_table.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace corral::scheduler {
+namespace {
+
+// Adds every count (uint32 field) of `x` into `into`, a message of the same type.
+void AddCounts(const google::protobuf::Message& x, google::protobuf::Message* into) {
+  const google::protobuf::Reflection* r = into->GetReflection();
+  const google::protobuf::Descriptor* d = into->GetDescriptor();
+  for (int k = 0; k < d->field_count(); ++k) {
+    const google::protobuf::FieldDescriptor* f = d->field(k);
+    if (f->is_repeated() || f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_UINT32) continue;
+    r->SetUInt32(into, f, r->GetUInt32(*into, f) + r->GetUInt32(x, f));
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<uint32_t> EpisodeTable::Ack(const std::vector<std::string>& episode_ids,
                                            std::function<void(absl::Status, uint32_t)> durable) {
@@ -54,35 +70,69 @@ absl::StatusOr<uint32_t> EpisodeTable::Ack(const std::vector<std::string>& episo
 
 // ---------------------------------------------------------------------------------------------- streams
 
-std::vector<EpisodeTable::Delivery> EpisodeTable::Deliverable(const std::string& batch_id, uint64_t after,
-                                                              bool whole_groups, size_t limit) const {
-  std::vector<Delivery> out;
+EpisodeTable::DeliveryPage EpisodeTable::Deliverable(const std::string& batch_id, uint64_t after,
+                                                     const std::set<uint64_t>& sent, bool whole_groups,
+                                                     size_t limit) const {
+  // Candidates by (oldest policy version, position); what is held or left for the next page blocks the cursor.
+  struct Candidate {
+    int64_t version;
+    uint64_t position;
+    const Batch* batch;
+    uint32_t group, index;  // index unused for whole groups
+    auto key() const { return std::pair(version, position); }
+  };
+  DeliveryPage page;
+  std::vector<Candidate> candidates;
   absl::MutexLock lock(&mu_);
-  if (!whole_groups) {
-    for (auto it = unacked_.upper_bound(after); it != unacked_.end() && out.size() < limit; ++it) {
-      if (!batch_id.empty() && it->second.batch_id != batch_id) continue;
-      const Batch* b = FindBatch(it->second.batch_id);
-      const Episode& e = b->episodes[it->second.group * b->per_group + it->second.index];
-      out.push_back(Delivery{it->first, e.result, EpisodeId(it->second.batch_id, it->second.group, it->second.index)});
-    }
-    return out;
-  }
-  for (auto it = group_completions_.upper_bound(after); it != group_completions_.end() && out.size() < limit; ++it) {
+  const auto& index = whole_groups ? group_completions_ : unacked_;
+  for (auto it = index.upper_bound(after); it != index.end(); ++it) {
     if (!batch_id.empty() && it->second.batch_id != batch_id) continue;
+    if (sent.count(it->first)) continue;
     const Batch* b = FindBatch(it->second.batch_id);
     const uint32_t g = it->second.group;
-    std::vector<Delivery> group;
-    bool ready = true;
-    for (uint32_t i = 0; i < b->per_group; ++i) {
-      const Episode& e = b->episodes[g * b->per_group + i];
-      if (!e.counted_in_group) continue;
-      if (!e.committed) ready = false;
-      if (!e.acked) group.push_back(Delivery{it->first, e.result, EpisodeId(it->second.batch_id, g, i)});
+    if (whole_groups) {
+      bool ready = true, any = false;
+      for (uint32_t i = 0; i < b->per_group; ++i) {
+        const Episode& e = b->episodes[g * b->per_group + i];
+        if (!e.counted_in_group || e.acked) continue;
+        any = true;
+        ready &= e.committed;
+      }
+      if (!any) continue;
+      if (!ready) {
+        page.blocked_at = std::min(page.blocked_at, it->first);
+        continue;
+      }
+      candidates.push_back({b->groups[g].order_version, it->first, b, g, 0});
+    } else {
+      const Episode& e = b->episodes[g * b->per_group + it->second.index];
+      if (!e.committed || (b->holds() && b->groups[g].complete_at == 0)) {
+        page.blocked_at = std::min(page.blocked_at, it->first);
+        continue;
+      }
+      candidates.push_back({e.order_version, it->first, b, g, it->second.index});
     }
-    if (!ready) break;  // keep group order: wait for this one's journal writes
-    for (auto& d : group) out.push_back(std::move(d));
   }
-  return out;
+  const size_t head = std::min(limit, candidates.size());
+  std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(head), candidates.end(),
+                    [](const Candidate& x, const Candidate& y) { return x.key() < y.key(); });
+  for (const Candidate& c : candidates) {
+    if (page.items.size() >= limit) {
+      page.blocked_at = std::min(page.blocked_at, c.position);
+      continue;
+    }
+    const std::string& id = c.batch->spec.batch_id();
+    if (!whole_groups) {
+      const Episode& e = c.batch->episodes[c.group * c.batch->per_group + c.index];
+      page.items.push_back(Delivery{c.position, e.result, EpisodeId(id, c.group, c.index)});
+      continue;
+    }
+    for (uint32_t i = 0; i < c.batch->per_group; ++i) {
+      const Episode& e = c.batch->episodes[c.group * c.batch->per_group + i];
+      if (e.counted_in_group && !e.acked) page.items.push_back(Delivery{c.position, e.result, EpisodeId(id, c.group, i)});
+    }
+  }
+  return page;
 }
 
 void EpisodeTable::MarkDelivered(const std::string& episode_id) {
@@ -95,7 +145,13 @@ void EpisodeTable::MarkDelivered(const std::string& episode_id) {
   if (e.delivered) return;
   e.delivered = true;
   ++b->delivered;
+  if (observer_ != nullptr && e.first_version) observer_->Delivered(std::max<int64_t>(0, policy_version_ - *e.first_version));
   Touch(*b);
+}
+
+size_t EpisodeTable::AwaitingAck() const {
+  absl::MutexLock lock(&mu_);
+  return unacked_.size();
 }
 
 bool EpisodeTable::StreamComplete(const std::string& batch_id, uint64_t sent_upto, bool whole_groups) const {
@@ -107,7 +163,7 @@ bool EpisodeTable::StreamComplete(const std::string& batch_id, uint64_t sent_upt
       const Episode& e = b->episodes[g * b->per_group + i];
       if (!e.counted_in_group || e.acked) continue;
       if (!e.committed) return false;
-      const uint64_t position = whole_groups ? b->group_complete_at[g] : e.seq;
+      const uint64_t position = whole_groups ? b->groups[g].complete_at : e.seq;
       if (position > sent_upto) return false;
     }
   }
@@ -136,19 +192,8 @@ v1::Batch EpisodeTable::Progress(const std::string& batch_id, uint64_t* version)
   for (const auto& [id, b] : batches_) {
     const v1::Batch d = Describe(b);
     if (d.state() == v1::BATCH_STATE_RUNNING) all.set_state(v1::BATCH_STATE_RUNNING);
-    const v1::EpisodeCounts& x = d.counts();
-    c->set_total(c->total() + x.total());
-    c->set_queued(c->queued() + x.queued());
-    c->set_running(c->running() + x.running());
-    c->set_finished(c->finished() + x.finished());
-    c->set_failed(c->failed() + x.failed());
-    c->set_timeout(c->timeout() + x.timeout());
-    c->set_cancelled(c->cancelled() + x.cancelled());
-    c->set_no_data(c->no_data() + x.no_data());
-    c->set_delivered(c->delivered() + x.delivered());
-    c->set_acked(c->acked() + x.acked());
-    c->set_retries(c->retries() + x.retries());
-    c->set_redundant_cancelled(c->redundant_cancelled() + x.redundant_cancelled());
+    AddCounts(d.counts(), c);
+    AddCounts(d.groups(), all.mutable_groups());
     reward_sum += b.reward_sum;
     reward_n += b.reward_n;
     ended += b.ended;

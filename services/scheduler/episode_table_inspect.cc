@@ -19,7 +19,10 @@ absl::StatusOr<std::vector<EpisodeTable::EpisodeRow>> EpisodeTable::Episodes(con
       row.group_index = g;
       row.index_in_group = i;
       row.attempt = e.attempt;
-      row.state = e.state == State::kQueued ? "queued" : (e.state == State::kRunning ? "running" : "ended");
+      row.state = e.state == State::kQueued    ? "queued"
+                  : e.state == State::kRunning ? "running"
+                  : e.state == State::kEnded   ? "ended"
+                                               : "unstarted";
       row.status = e.status;
       row.reward = e.reward;
       row.redundant = e.redundant;

@@ -186,6 +186,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   PolicyControl policy(io.get_executor(), journal->get(), proxies, *policy_state);
+  table.SetPolicyVersion(policy_state->version);
+  table.set_observer(&metrics);  // from here on: what the restored state replayed is not reported
+  policy.set_on_version([&table, &scheduler](int64_t version) {
+    table.SetPolicyVersion(version);  // may admit more groups (max_staleness) or re-queue stale results
+    scheduler.Kick();
+  });
   if (policy_state->sequence > 0) {
     spdlog::info("policy version {}{} (from the journal)", policy_state->version,
                  policy_state->paused ? ", generation paused" : "");

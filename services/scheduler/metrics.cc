@@ -63,7 +63,22 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& r)
                        .Name("corral_scheduler_warm_pool_misses_total")
                        .Help("Episodes that found no warm sandbox of their spec and created one inline.")
                        .Register(r)
-                       .Add({})) {
+                       .Add({})),
+      groups_(prometheus::BuildCounter()
+                  .Name("corral_scheduler_groups_total")
+                  .Help("Groups of batches with a group filter, target_groups or a failure policy, by verdict "
+                        "(passed, filtered, dropped, surplus).")
+                  .Register(r)),
+      stale_reruns_(prometheus::BuildCounter()
+                        .Name("corral_scheduler_stale_reruns_total")
+                        .Help("Episodes run again because their result was older than max_staleness allows (wasted).")
+                        .Register(r)
+                        .Add({})),
+      staleness_(prometheus::BuildHistogram()
+                     .Name("corral_scheduler_delivered_staleness")
+                     .Help("Policy versions between a delivered result's first version and the current one.")
+                     .Register(r)
+                     .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 6, 8, 16, 32})) {
   auto& by_phase = prometheus::BuildGauge()
                        .Name("corral_scheduler_running_by_phase")
                        .Help("Running episodes by what they are doing now (acquire, setup, agent, tool, verifier, reward).")
@@ -109,6 +124,13 @@ void SchedulerMetrics::EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& 
     if (d > absl::ZeroDuration()) phases[i].second->Observe(absl::ToDoubleSeconds(d));
   }
   if (result.status() == v1::EPISODE_STATUS_FINISHED && result.has_reward()) reward_.Observe(result.reward());
+}
+
+void SchedulerMetrics::GroupDecided(const char* outcome) {
+  absl::MutexLock lock(&mu_);
+  auto it = group_counters_.find(outcome);
+  if (it == group_counters_.end()) it = group_counters_.emplace(outcome, &groups_.Add({{"outcome", outcome}})).first;
+  it->second->Increment();
 }
 
 void SchedulerMetrics::SetRunningPhases(const std::array<int, std::size(kRunPhases)>& counts) {

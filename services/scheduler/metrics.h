@@ -15,12 +15,13 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "services/scheduler/episode_table.h"
 #include "services/scheduler/run_control.h"
 
 namespace corral::scheduler {
 
 // Thread-safe.
-class SchedulerMetrics {
+class SchedulerMetrics : public TableObserver {
  public:
   explicit SchedulerMetrics(prometheus::Registry& r);
 
@@ -39,6 +40,10 @@ class SchedulerMetrics {
   void SetRunningPhases(const std::array<int, std::size(kRunPhases)>& counts);
   // Ready warm sandboxes, and the pool's hit and miss totals so far.
   void SetWarmPool(int64_t ready, int64_t hits, int64_t misses);
+  // Asynchronous RL (TableObserver): group verdicts, stale re-runs, staleness at delivery.
+  void GroupDecided(const char* outcome) override;
+  void StaleRerun() override { stale_reruns_.Increment(); }
+  void Delivered(int64_t staleness) override { staleness_.Observe(static_cast<double>(staleness)); }
 
  private:
   prometheus::Family<prometheus::Counter>& episodes_;
@@ -54,10 +59,14 @@ class SchedulerMetrics {
   prometheus::Gauge& warm_ready_;
   prometheus::Counter& warm_hits_;
   prometheus::Counter& warm_misses_;
+  prometheus::Family<prometheus::Counter>& groups_;
+  prometheus::Counter& stale_reruns_;
+  prometheus::Histogram& staleness_;
   absl::Mutex mu_;
   std::map<std::tuple<int, int, int>, prometheus::Counter*> episode_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> phase_histograms_ ABSL_GUARDED_BY(mu_);
   std::map<int, prometheus::Gauge*> host_gauges_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Counter*> group_counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace corral::scheduler

@@ -103,6 +103,8 @@ asio::awaitable<void> PolicyControl::PushUpdate(PolicyState s, int64_t previous,
   push.set_sequence(s.sequence);
   auto results = co_await OnEveryReplica<v1::UpdatePolicyResponse>(
       [&](ProxyClient& p) { return p.UpdatePolicy(push, deadline); });
+  // After the replicas (those that answered) serve it: episodes admitted for it record it.
+  if (on_version_) on_version_(s.version);
   if (absl::Status out = Outcome(results); !out.ok()) co_return done(out);
   if (previous != s.version) spdlog::info("policy version {} -> {}", previous, s.version);
   v1::UpdatePolicyResponse r;
@@ -173,6 +175,7 @@ asio::awaitable<void> PolicyControl::PushResume(PolicyState s, absl::Time deadli
   push.set_sequence(s.sequence);
   auto results = co_await OnEveryReplica<v1::ResumeGenerationResponse>(
       [&](ProxyClient& p) { return p.Resume(push, deadline); });
+  if (on_version_) on_version_(s.version);
   if (absl::Status out = Outcome(results); !out.ok()) co_return done(out);
   v1::ResumeGenerationResponse r;
   r.set_version(s.version);

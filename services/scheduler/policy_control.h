@@ -34,6 +34,10 @@ class PolicyControl {
   void Pause(const v1::PauseGenerationRequest& request, absl::Time deadline, Done<v1::PauseGenerationResponse> done);
   void Resume(const v1::ResumeGenerationRequest& request, absl::Time deadline, Done<v1::ResumeGenerationResponse> done);
 
+  // Called with the version once an update or resume was journaled and pushed to the replicas (answered or not):
+  // the episode table's staleness and admission, so episodes it admits record the new version.
+  void set_on_version(std::function<void(int64_t)> fn) { on_version_ = std::move(fn); }
+
   // Pushes the state to every replica every `interval` until `stopping`.
   boost::asio::awaitable<void> Run(const std::atomic<bool>* stopping, absl::Duration interval);
   PolicyState state() const;
@@ -62,6 +66,7 @@ class PolicyControl {
   const boost::asio::any_io_executor executor_;
   SchedulerJournal* const journal_;
   const std::vector<std::shared_ptr<ProxyClient>> proxies_;
+  std::function<void(int64_t)> on_version_;
   mutable absl::Mutex mu_;
   PolicyState state_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,5 +1,8 @@
 #include "services/scheduler/result_stream.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "services/scheduler/trajectory_forms.h"
 
@@ -46,8 +49,18 @@ void ResultStreamReactor::Refill() {
     pending_.push_back(std::move(msg));
     pending_ids_.emplace_back();
   }
-  for (EpisodeTable::Delivery& d :
-       table_->Deliverable(request_.batch_id(), sent_upto_, request_.whole_groups(), /*limit=*/32)) {
+  EpisodeTable::DeliveryPage page =
+      table_->Deliverable(request_.batch_id(), sent_upto_, sent_, request_.whole_groups(), /*limit=*/32);
+  // A result's cursor: the highest position such that it and everything below it has been sent once this result
+  // has (what the page holds back, and the page's later items, are not yet).
+  std::vector<uint64_t> unsent_from(page.items.size() + 1, page.blocked_at);
+  for (size_t k = page.items.size(); k-- > 0;) unsent_from[k] = std::min(unsent_from[k + 1], page.items[k].position);
+  auto cursor = [&](uint64_t first_unsent) {
+    const uint64_t upto = first_unsent == UINT64_MAX ? (sent_.empty() ? 0 : *sent_.rbegin()) : first_unsent - 1;
+    return std::max(sent_upto_, upto);
+  };
+  for (size_t k = 0; k < page.items.size(); ++k) {
+    EpisodeTable::Delivery& d = page.items[k];
     v1::StreamResultsResponse msg;
     v1::EpisodeResult* r = msg.mutable_result();
     if (!r->ParseFromString(d.result)) continue;
@@ -56,11 +69,13 @@ void ResultStreamReactor::Refill() {
     } else if (r->has_trajectory()) {
       *r->mutable_trajectory() = ConvertTrajectory(r->trajectory(), request_.trajectory_format());
     }
-    r->set_cursor(absl::StrCat(d.position));
-    sent_upto_ = std::max(sent_upto_, d.position);
+    sent_.insert(d.position);
+    r->set_cursor(absl::StrCat(cursor(unsent_from[k + 1])));
     pending_.push_back(std::move(msg));
     pending_ids_.push_back(std::move(d.episode_id));
   }
+  sent_upto_ = cursor(page.blocked_at);
+  sent_.erase(sent_.begin(), sent_.upper_bound(sent_upto_));
 }
 
 void ResultStreamReactor::Pump() {

@@ -49,7 +49,10 @@ class ResultStreamReactor final : public grpc::ServerWriteReactor<v1::StreamResu
   ResultHub* const hub_;
   const v1::StreamResultsRequest request_;
   absl::Mutex mu_;
+  // Every position at or below sent_upto_ was sent (it is the cursor); sent_ holds the positions above it sent
+  // already (results go oldest policy version first, not in position order).
   uint64_t sent_upto_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> sent_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<v1::StreamResultsResponse> pending_ ABSL_GUARDED_BY(mu_);

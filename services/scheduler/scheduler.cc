@@ -78,9 +78,7 @@ asio::awaitable<void> Scheduler::Tick() {
     table_->Poke();
     if (metrics_ != nullptr) {
       const v1::Batch all = table_->Progress("", nullptr);
-      metrics_->SetQueue(all.counts().queued(), all.counts().running(),
-                         all.counts().finished() + all.counts().failed() + all.counts().timeout() +
-                             all.counts().cancelled() + all.counts().no_data() - all.counts().acked());
+      metrics_->SetQueue(all.counts().queued(), all.counts().running(), static_cast<double>(table_->AwaitingAck()));
       std::map<v1::HostState, int> by_state;
       for (const v1::Host& h : hosts_->List([](const std::string&) { return 0u; })) ++by_state[h.state()];
       metrics_->SetHosts(by_state);
@@ -107,6 +105,10 @@ void Scheduler::Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks,
   if (static_cast<int64_t>(tasks.size()) > options_.limits.max_batch_tasks) {
     return done(absl::ResourceExhaustedError(absl::StrCat("the batch has ", tasks.size(), " tasks; at most ",
                                                           options_.limits.max_batch_tasks, " (max_batch_tasks)")));
+  }
+  if (spec.target_groups() > tasks.size()) {
+    return done(absl::InvalidArgumentError(absl::StrCat("spec.target_groups is ", spec.target_groups(),
+                                                        " but the batch has only ", tasks.size(), " tasks (groups)")));
   }
   const std::string digest = BatchDigest(spec, tasks);
   std::vector<std::shared_ptr<const v1::Task>> effective;

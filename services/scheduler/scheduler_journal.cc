@@ -64,6 +64,20 @@ void Log(absl::Status s, const char* what) {
   if (!s.ok()) spdlog::error("journal: {}: {}", what, s);
 }
 
+// An episode's run row: its attempt and run count (env ids stay unique across restarts), whether it is running;
+// its placement is cleared.
+absl::Status UpsertRun(sqlite3* db, const std::string& episode_id, uint32_t attempt, uint32_t runs, bool running) {
+  return CachedStatement(db,
+                         "INSERT INTO runs (episode_id, attempt, runs, running) VALUES (?, ?, ?, ?) "
+                         "ON CONFLICT(episode_id) DO UPDATE SET attempt = excluded.attempt, runs = excluded.runs, "
+                         "running = excluded.running, host = '', sandbox_id = '', env_id = ''")
+      .Bind(1, episode_id)
+      .Bind(2, static_cast<int64_t>(attempt))
+      .Bind(3, static_cast<int64_t>(runs))
+      .Bind(4, static_cast<int64_t>(running ? 1 : 0))
+      .Run();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SchedulerJournal>> SchedulerJournal::Open(const std::string& path, bool fsync,
@@ -162,18 +176,8 @@ void SchedulerJournal::AddBatch(const v1::BatchSpec& spec, const std::string& di
 }
 
 void SchedulerJournal::RunStarted(const std::string& episode_id, uint32_t attempt, uint32_t runs) {
-  journal_->Submit(
-      [=](sqlite3* db) {
-        return CachedStatement(db,
-                               "INSERT INTO runs (episode_id, attempt, runs, running) VALUES (?, ?, ?, 1) "
-                               "ON CONFLICT(episode_id) DO UPDATE SET attempt = excluded.attempt, runs = excluded.runs, "
-                               "running = 1, host = '', sandbox_id = '', env_id = ''")
-            .Bind(1, episode_id)
-            .Bind(2, static_cast<int64_t>(attempt))
-            .Bind(3, static_cast<int64_t>(runs))
-            .Run();
-      },
-      [](absl::Status s) { Log(s, "run start"); });
+  journal_->Submit([=](sqlite3* db) { return UpsertRun(db, episode_id, attempt, runs, true); },
+                   [](absl::Status s) { Log(s, "run start"); });
 }
 
 void SchedulerJournal::RunPlaced(const std::string& episode_id, const std::string& host, const std::string& sandbox_id,
@@ -199,6 +203,16 @@ void SchedulerJournal::RunEnded(const std::string& episode_id, uint32_t next_att
             .Run();
       },
       [](absl::Status s) { Log(s, "run end"); });
+}
+
+void SchedulerJournal::ResultWithdrawn(uint64_t seq, const std::string& episode_id, uint32_t attempt, uint32_t runs) {
+  journal_->Submit(
+      [=](sqlite3* db) -> absl::Status {
+        CORRAL_RETURN_IF_ERROR(
+            CachedStatement(db, "DELETE FROM results WHERE seq = ?").Bind(1, static_cast<int64_t>(seq)).Run());
+        return UpsertRun(db, episode_id, attempt, runs, false);  // not running: queued again on a restart
+      },
+      [](absl::Status s) { Log(s, "result withdrawal"); });
 }
 
 void SchedulerJournal::AddResult(uint64_t seq, const v1::EpisodeResult& result, bool redundant,

@@ -38,6 +38,7 @@ class SchedulerJournal final : public EpisodeLog {
   void RunPlaced(const std::string& episode_id, const std::string& host, const std::string& sandbox_id,
                  const std::string& env_id) override;
   void RunEnded(const std::string& episode_id, uint32_t next_attempt) override;
+  void ResultWithdrawn(uint64_t seq, const std::string& episode_id, uint32_t attempt, uint32_t runs) override;
   void AddResult(uint64_t seq, const v1::EpisodeResult& result, bool redundant,
                  std::function<void(absl::Status)> done) override;
   void Acked(const std::vector<std::string>& episode_ids, std::function<void(absl::Status)> done) override;

@@ -161,7 +161,7 @@ grpc::ServerUnaryReactor* SchedulerService::GetBatch(grpc::CallbackServerContext
                                                      const v1::GetBatchRequest* request, v1::Batch* response) {
   if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
   if (request->batch_id().empty()) return FinishUnary(context, absl::InvalidArgumentError("batch_id is required"));
-  auto batch = table_->GetBatch(request->batch_id());
+  auto batch = table_->GetBatch(request->batch_id(), request->task_stats());
   if (batch.ok()) *response = *std::move(batch);
   return FinishUnary(context, batch.status());
 }

@@ -1,8 +1,10 @@
 #include "services/scheduler/submission.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
@@ -214,6 +216,42 @@ absl::Status ValidateSpec(const v1::BatchSpec& spec, absl::Time now, const Submi
   }
   if (spec.has_deadline() && FromProto(spec.deadline()) <= now) {
     return absl::InvalidArgumentError("spec.deadline is in the past");
+  }
+  return ValidateAsyncSpec(spec);
+}
+
+absl::Status ValidateAsyncSpec(const v1::BatchSpec& spec) {
+  if (spec.has_max_staleness() && spec.max_staleness() > 1'000'000) {
+    return absl::InvalidArgumentError("spec.max_staleness must be at most 1000000");
+  }
+  if (spec.step_groups() > 0 && !spec.has_max_staleness()) {
+    return absl::InvalidArgumentError("spec.step_groups needs spec.max_staleness (it is the staleness admission rule)");
+  }
+  if (spec.max_groups() > 0 && spec.target_groups() == 0) {
+    return absl::InvalidArgumentError("spec.max_groups needs spec.target_groups (it is dynamic sampling's budget)");
+  }
+  if (spec.max_groups() > 0 && spec.max_groups() < spec.target_groups()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.max_groups (", spec.max_groups(),
+                                                   ") must be at least spec.target_groups (", spec.target_groups(), ")"));
+  }
+  if (!v1::GroupFailurePolicy_IsValid(spec.group_failure_policy())) {
+    return absl::InvalidArgumentError("spec.group_failure_policy is not a known policy");
+  }
+  const v1::GroupFilter& f = spec.group_filter();
+  for (const auto& [name, set, value] : {std::tuple("min_reward_std", f.has_min_reward_std(), f.min_reward_std()),
+                                         std::tuple("max_reward_std", f.has_max_reward_std(), f.max_reward_std()),
+                                         std::tuple("min_mean_reward", f.has_min_mean_reward(), f.min_mean_reward()),
+                                         std::tuple("max_mean_reward", f.has_max_mean_reward(), f.max_mean_reward()),
+                                         std::tuple("min_reward_range", f.has_min_reward_range(), f.min_reward_range())}) {
+    if (set && !std::isfinite(value)) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.group_filter.", name, " must be a finite number"));
+    }
+  }
+  if (f.has_min_reward_std() && f.has_max_reward_std() && f.min_reward_std() > f.max_reward_std()) {
+    return absl::InvalidArgumentError("spec.group_filter: min_reward_std is above max_reward_std");
+  }
+  if (f.has_min_mean_reward() && f.has_max_mean_reward() && f.min_mean_reward() > f.max_mean_reward()) {
+    return absl::InvalidArgumentError("spec.group_filter: min_mean_reward is above max_mean_reward");
   }
   return absl::OkStatus();
 }

@@ -27,6 +27,8 @@ inline constexpr size_t kMaxBatchIdLength = 64;
 // INVALID_ARGUMENT naming the field: bad batch_id, group size above the limit, bad labels, a deadline before
 // `now`.
 absl::Status ValidateSpec(const v1::BatchSpec& spec, absl::Time now, const SubmitLimits& limits);
+// The asynchronous-RL fields (staleness, dynamic sampling, group failure policy); part of ValidateSpec.
+absl::Status ValidateAsyncSpec(const v1::BatchSpec& spec);
 
 // The spec with defaults filled in (group_size, max_attempts, seed from `random_seed` when unset).
 v1::BatchSpec WithDefaults(v1::BatchSpec spec, const SubmitLimits& limits, uint64_t random_seed);

@@ -182,9 +182,10 @@ class SchedulerFixture : public ::testing::Test {
     return batch;
   }
 
-  // Streams the batch's results to the end (the stream ends once the batch is done).
+  // Streams the batch's results to the end (the stream ends once the batch is done), or only the first `limit`.
   absl::StatusOr<std::vector<v1::EpisodeResult>> Results(const std::string& batch_id, bool whole_groups = false,
-                                                         absl::Duration timeout = absl::Minutes(3)) {
+                                                         absl::Duration timeout = absl::Minutes(3),
+                                                         size_t limit = SIZE_MAX) {
     grpc::ClientContext ctx;
     Prepare(ctx, timeout);
     v1::StreamResultsRequest req;
@@ -193,11 +194,12 @@ class SchedulerFixture : public ::testing::Test {
     auto reader = scheduler_stub_->StreamResults(&ctx, req);
     std::vector<v1::EpisodeResult> out;
     v1::StreamResultsResponse msg;
-    while (reader->Read(&msg)) {
+    while (out.size() < limit && reader->Read(&msg)) {
       if (msg.has_result()) out.push_back(msg.result());
     }
+    if (out.size() >= limit) ctx.TryCancel();
     grpc::Status s = reader->Finish();
-    if (!s.ok()) return FromGrpcStatus(s);
+    if (!s.ok() && out.size() < limit) return FromGrpcStatus(s);
     return out;
   }
 

@@ -1,8 +1,12 @@
 // Asynchronous RL through the scheduler, with real binaries on loopback: the policy version and generation
 // pauses a trainer sets on the scheduler reach the proxy and every episode's result, survive a proxy restart
 // (the scheduler pushes them again) and a scheduler restart (journaled), and bad requests change nothing.
+#include <map>
+#include <set>
+
 #include "gmock/gmock.h"
 #include "libs/http/prometheus_text.h"
+#include "services/scheduler/submission.h"
 #include "tests/integration/scheduler_fixture.h"
 
 namespace corral {
@@ -49,9 +53,10 @@ class SchedulerPolicyTest : public SchedulerFixture {
     req.set_version(version);
     return Rpc(&v1::Scheduler::Stub::ResumeGeneration, req);
   }
-  // A sample of the proxy's metrics (-1 when it cannot be read).
-  double ProxyMetric(const std::string& name, const std::map<std::string, std::string>& labels = {}) {
-    auto text = http::HttpGet(proxy_->ready.metrics, "/metrics");
+  // A sample of the proxy's (or the scheduler's) metrics (-1 when it cannot be read).
+  double ProxyMetric(const std::string& name, const std::map<std::string, std::string>& labels = {},
+                     const testing::RunningService* service = nullptr) {
+    auto text = http::HttpGet((service != nullptr ? *service : *proxy_).ready.metrics, "/metrics");
     if (!text.ok()) return -1;
     auto exposition = http::ParsePrometheusText(*text);
     if (!exposition.ok()) return -1;
@@ -125,6 +130,122 @@ TEST_F(SchedulerPolicyTest, TheVersionAndPausesReachEveryEpisodeAndOutliveProxyA
   // And a proxy restarted from scratch gets version 4 from the restarted scheduler.
   ASSERT_NO_FATAL_FAILURE(RestartProxy());
   EXPECT_TRUE(ProxyMetricBecomes("corral_proxy_policy_version", 4)) << ProxyMetric("corral_proxy_policy_version");
+}
+
+// Whether group g of a batch with `seed` passes drop_equal_rewards: the fake model is wrong for one sampling seed
+// in four (with seed_sampling, each episode's calls use the episode's seed).
+bool GroupPasses(uint64_t seed, uint32_t g, uint32_t group_size) {
+  std::set<bool> wrong;
+  for (uint32_t i = 0; i < group_size; ++i) wrong.insert(ModelIsWrong(scheduler::EpisodeSeed(seed, g, i)));
+  return wrong.size() > 1;
+}
+
+TEST_F(SchedulerPolicyTest, DynamicSamplingDeliversTheTargetGroupsAndReportsTheFilteredOnes) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  // A seed whose first two groups are filtered, so that the target needs over-sampling.
+  uint64_t seed = 1;
+  while (GroupPasses(seed, 0, 4) || GroupPasses(seed, 1, 4)) ++seed;
+  v1::BatchSpec spec;
+  spec.set_batch_id("dapo");
+  spec.set_group_size(4);
+  spec.set_seed(seed);
+  spec.mutable_group_filter()->set_drop_equal_rewards(true);
+  spec.set_target_groups(3);
+  std::vector<v1::Task> tasks;
+  for (int i = 0; i < 16; ++i) {
+    tasks.push_back(Sum(absl::StrCat("t", i), i, i + 1));
+    tasks.back().mutable_llm()->set_seed_sampling(true);
+  }
+  ASSERT_THAT(Submit(spec, tasks), IsOk());
+  auto results = Results("dapo", /*whole_groups=*/true);
+  ASSERT_THAT(results, IsOk());
+  // Results come group by group; a group is all FINISHED (passed) or all FILTERED (its rewards were equal:
+  // the fake model is wrong for one sampling seed in four).
+  std::map<uint32_t, std::vector<v1::EpisodeResult>> groups;
+  for (const auto& r : *results) groups[r.ids().group_index()].push_back(r);
+  int passed = 0, filtered = 0;
+  for (const auto& [g, members] : groups) {
+    ASSERT_EQ(members.size(), 4u) << "group " << g;
+    std::set<double> rewards;
+    for (const auto& m : members) rewards.insert(m.reward());
+    EXPECT_EQ(members[0].status() == v1::EPISODE_STATUS_FINISHED, GroupPasses(seed, g, 4)) << "group " << g;
+    if (members[0].status() == v1::EPISODE_STATUS_FINISHED) {
+      ++passed;
+      EXPECT_GT(rewards.size(), 1u) << "group " << g;
+      for (const auto& m : members) EXPECT_EQ(m.status(), v1::EPISODE_STATUS_FINISHED) << m.failure_message();
+    } else {
+      ++filtered;
+      EXPECT_EQ(rewards.size(), 1u) << "group " << g;
+      for (const auto& m : members) {
+        EXPECT_EQ(m.status(), v1::EPISODE_STATUS_FILTERED);
+        EXPECT_THAT(m.failure_message(), HasSubstr("rewards all equal"));
+      }
+    }
+  }
+  EXPECT_EQ(passed, 3);
+  EXPECT_GE(filtered, 2);
+  grpc::ClientContext ctx;
+  Prepare(ctx);
+  v1::GetBatchRequest req;
+  req.set_batch_id("dapo");
+  req.set_task_stats(true);
+  v1::Batch batch;
+  ASSERT_TRUE(scheduler_stub_->GetBatch(&ctx, req, &batch).ok());
+  EXPECT_EQ(batch.state(), v1::BATCH_STATE_COMPLETE);
+  EXPECT_EQ(batch.groups().passed(), 3u);
+  EXPECT_EQ(batch.groups().filtered(), static_cast<uint32_t>(filtered));
+  EXPECT_EQ(batch.counts().filtered(), 4u * filtered);
+  // Decided groups were started; surplus ones may have been opened without starting.
+  EXPECT_EQ(batch.groups().passed() + batch.groups().filtered(), static_cast<uint32_t>(passed + filtered));
+  EXPECT_LE(batch.groups().passed() + batch.groups().filtered(), batch.groups().started());
+  EXPECT_LE(batch.groups().started(), batch.groups().passed() + batch.groups().filtered() + batch.groups().surplus());
+  EXPECT_LT(batch.groups().started(), 16u);  // over-sampling stopped at the target
+  EXPECT_GE(batch.task_stats_size(), static_cast<int>(batch.groups().started()));  // opened ones, surplus too
+  std::map<std::string, bool> verdicts;  // task -> passed, from the results
+  for (const auto& [g, members] : groups) verdicts[members[0].ids().task_id()] = members[0].status() == v1::EPISODE_STATUS_FINISHED;
+  int judged = 0;
+  for (const v1::TaskStats& t : batch.task_stats()) {
+    if (!t.has_passed()) continue;  // surplus: no verdict
+    ++judged;
+    ASSERT_TRUE(verdicts.count(t.task_id())) << t.task_id();
+    EXPECT_EQ(t.passed(), verdicts[t.task_id()]) << t.task_id();
+  }
+  EXPECT_EQ(judged, passed + filtered);
+  EXPECT_EQ(ProxyMetric("corral_scheduler_groups_total", {{"outcome", "passed"}}, &*scheduler_), 3);
+  EXPECT_TRUE(NothingLeaked());
+}
+
+TEST_F(SchedulerPolicyTest, StalenessAdmissionStartsOneGroupPerPolicyVersionAtZeroStaleness) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  ASSERT_THAT(UpdatePolicy(10), IsOk());
+  v1::BatchSpec spec;
+  spec.set_batch_id("sync");
+  spec.set_group_size(2);
+  spec.set_max_staleness(0);  // on-policy: each group runs entirely under the version the trainer is at
+  spec.set_step_groups(1);
+  ASSERT_THAT(Submit(spec, {Sum("a", 1, 2), Sum("b", 3, 4), Sum("c", 5, 6)}), IsOk());
+  for (int step = 0; step < 3; ++step) {
+    auto taken = Results("sync", /*whole_groups=*/true, absl::Minutes(2), /*limit=*/2);
+    ASSERT_THAT(taken, IsOk());
+    const std::vector<v1::EpisodeResult>& group = *taken;
+    ASSERT_EQ(group.size(), 2u) << "step " << step;
+    for (const auto& r : group) {
+      EXPECT_EQ(r.ids().group_index(), static_cast<uint32_t>(step));
+      EXPECT_EQ(r.first_policy_version(), 10 + step);
+      EXPECT_EQ(r.last_policy_version(), 10 + step);
+    }
+    auto batch = GetBatch("sync");
+    ASSERT_THAT(batch, IsOk());
+    EXPECT_EQ(batch->groups().started(), static_cast<uint32_t>(step + 1)) << "admission let a group start early";
+    ASSERT_THAT(Ack({group[0].ids().episode_id(), group[1].ids().episode_id()}), IsOk());
+    ASSERT_THAT(UpdatePolicy(11 + step), IsOk());  // the trainer's step: the next group is admitted
+  }
+  auto batch = GetBatch("sync");
+  ASSERT_THAT(batch, IsOk());
+  EXPECT_EQ(batch->state(), v1::BATCH_STATE_COMPLETE);
+  EXPECT_EQ(batch->counts().stale_reruns(), 0u);
+  EXPECT_EQ(ProxyMetric("corral_scheduler_delivered_staleness_count", {}, &*scheduler_), 6);
+  EXPECT_EQ(ProxyMetric("corral_scheduler_delivered_staleness_bucket", {{"le", "0"}}, &*scheduler_), 6);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -255,6 +256,20 @@ class SdkTest(unittest.TestCase):
             lines = out.stdout.splitlines()
             self.assertEqual([line.split(":")[0] for line in lines], ["step 0", "step 1"], out.stdout)
             self.assertIn("24 ", lines[0])  # 12 tasks x group size 2 (no episode fails against the scripted model)
+
+    def test_the_async_trainer_example_trains_k1_off_policy_with_dynamic_sampling(self):
+        out = subprocess.run([sys.executable, os.path.join(ARGS.repo, "examples", "trainers", "async_grpo.py"),
+                              "--scheduler", self.cluster.scheduler, "--secret-file", self.cluster.secret_file,
+                              "--steps", "3"], capture_output=True, text=True, timeout=180)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual([line.split(":")[0] for line in lines[1:4]], ["step 0", "step 1", "step 2"], out.stdout)
+        for line in lines[1:4]:
+            self.assertRegex(line, r"accepted 2 groups, filtered \d+, staleness \{[0-9: ]+\}, wasted \d+, samples 8,")
+        # Nothing trained on was more than one version behind (k = 1).
+        for hist in re.findall(r"staleness \{([0-9: ]+)\}", out.stdout):
+            self.assertTrue(all(int(k) <= 1 for k, _ in (kv.split(":") for kv in hist.split())), out.stdout)
+        self.assertRegex(lines[-1], r"done: 6 groups passed, \d+ filtered, \d+ surplus of \d+ started")
 
 
     def corral_run(self, *args):

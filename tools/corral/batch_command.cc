@@ -20,14 +20,35 @@
 #include "tools/corral/connect_flags.h"
 #include "tools/corral/harbor.h"
 #include "tools/corral/output.h"
+#include "tools/corral/run_report.h"
 #include "tools/corral/scheduler_client.h"
 
 namespace corral::cli {
 namespace {
 
 std::string Counts(const v1::EpisodeCounts& c) {
-  return absl::StrFormat("%d finished, %d failed, %d timeout, %d cancelled, %d no-data; %d queued, %d running",
-                         c.finished(), c.failed(), c.timeout(), c.cancelled(), c.no_data(), c.queued(), c.running());
+  std::string out = absl::StrFormat("%d finished, %d failed, %d timeout, %d cancelled, %d no-data", c.finished(),
+                                    c.failed(), c.timeout(), c.cancelled(), c.no_data());
+  if (c.filtered() > 0) absl::StrAppendFormat(&out, ", %d filtered", c.filtered());
+  absl::StrAppendFormat(&out, "; %d queued, %d running", c.queued(), c.running());
+  return out;
+}
+
+// Dynamic sampling and staleness, when the batch uses them.
+std::string AsyncCounts(const v1::Batch& b) {
+  const v1::BatchSpec& s = b.spec();
+  std::string out;
+  if (s.target_groups() > 0 || b.groups().filtered() > 0 || b.groups().dropped() > 0) {
+    out = absl::StrFormat("  groups: %d passed", b.groups().passed());
+    if (s.target_groups() > 0) absl::StrAppendFormat(&out, " of %d wanted", s.target_groups());
+    absl::StrAppendFormat(&out, ", %d filtered, %d dropped, %d surplus; %d of %d started\n", b.groups().filtered(),
+                          b.groups().dropped(), b.groups().surplus(), b.groups().started(), b.groups().total());
+  }
+  if (s.has_max_staleness()) {
+    absl::StrAppendFormat(&out, "  max staleness %d (base version %d, %d groups per step): %d stale reruns\n",
+                          s.max_staleness(), s.base_policy_version(), s.step_groups(), b.counts().stale_reruns());
+  }
+  return out;
 }
 
 void PrintBatch(const v1::Batch& b) {
@@ -38,7 +59,19 @@ void PrintBatch(const v1::Batch& b) {
   std::cout << absl::StrFormat("  delivered %d, acked %d, retries %d, redundant cancelled %d, seed %d\n",
                                b.counts().delivered(), b.counts().acked(), b.counts().retries(),
                                b.counts().redundant_cancelled(), b.spec().seed());
+  std::cout << AsyncCounts(b);
   if (b.has_mean_reward()) std::cout << absl::StrFormat("  mean reward %.4f\n", b.mean_reward());
+}
+
+void PrintTaskStats(const v1::Batch& b) {
+  if (b.task_stats().empty()) return;
+  std::cout << absl::StrFormat("  %-32s %8s %8s %8s %9s %s\n", "TASK", "EPISODES", "FINISHED", "REWARD", "PASS", "GROUP");
+  for (const v1::TaskStats& t : b.task_stats()) {
+    std::cout << absl::StrFormat("  %-32s %8d %8d %8s %9s %s\n", t.task_id(), t.episodes(), t.finished(),
+                                 t.has_mean_reward() ? absl::StrFormat("%.3f", t.mean_reward()) : "-",
+                                 t.has_pass_rate() ? absl::StrFormat("%.0f%%", 100 * t.pass_rate()) : "-",
+                                 !t.has_passed() ? "-" : (t.passed() ? "passed" : "not passed"));
+  }
 }
 
 // One line of progress, redrawn in place on a terminal.
@@ -48,7 +81,7 @@ void DrawProgress(const v1::Batch& b, bool tty) {
   std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
   const std::string line = absl::StrFormat(
       "[%s] %d/%d  ok %d  failed %d  timeout %d  cancelled %d  running %d%s", bar,
-      b.counts().finished() + b.counts().failed() + b.counts().timeout() + b.counts().cancelled() + b.counts().no_data(),
+      EndedEpisodes(b.counts()),
       b.counts().total(), b.counts().finished(), b.counts().failed(), b.counts().timeout(), b.counts().cancelled(),
       b.counts().running(), b.has_mean_reward() ? absl::StrFormat("  reward %.3f", b.mean_reward()) : "");
   if (tty) {
@@ -217,13 +250,14 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
   struct GetFlags {
     ConnectFlags conn;
     std::string batch;
-    bool json = false;
+    bool json = false, task_stats = false;
   };
   auto gf = std::make_shared<GetFlags>();
   CLI::App* get = batch->add_subcommand("get", "show one batch's counts and progress");
   AddConnectFlags(get, gf->conn, "scheduler", "--scheduler", "scheduler");
   get->add_option("batch_id", gf->batch, "the batch")->required();
   get->add_flag("--json", gf->json, "JSON output");
+  get->add_flag("--task-stats", gf->task_stats, "per-task episodes, mean reward, pass rate and group verdict");
   get->callback([gf, &exit_code] {
     auto s = ConnectScheduler(gf->conn);
     if (!s.ok()) {
@@ -234,6 +268,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
     s->Prepare(ctx);
     v1::GetBatchRequest req;
     req.set_batch_id(gf->batch);
+    req.set_task_stats(gf->task_stats);
     v1::Batch b;
     if (grpc::Status st = s->stub->GetBatch(&ctx, req, &b); !st.ok()) {
       exit_code = Fail("batch get", FromGrpcStatus(st));
@@ -243,6 +278,7 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
       std::cout << ToJson(b, true);
     } else {
       PrintBatch(b);
+      PrintTaskStats(b);
     }
   });
 

@@ -17,6 +17,7 @@ const char* StatusName(v1::EpisodeStatus s) {
     case v1::EPISODE_STATUS_TIMEOUT: return "timeout";
     case v1::EPISODE_STATUS_CANCELLED: return "cancelled";
     case v1::EPISODE_STATUS_NO_DATA: return "no_data";
+    case v1::EPISODE_STATUS_FILTERED: return "filtered";
     default: return "unknown";
   }
 }
@@ -75,14 +76,13 @@ void RunReport::Add(const v1::EpisodeResult& r) {
 double RunReport::EndedPerSecond(absl::Time now) const {
   const double elapsed = absl::ToDoubleSeconds(now - start_);
   if (!batch_ || elapsed <= 0) return 0;
-  const v1::EpisodeCounts& c = batch_->counts();
-  return (c.finished() + c.failed() + c.timeout() + c.cancelled() + c.no_data()) / elapsed;
+  return EndedEpisodes(batch_->counts()) / elapsed;
 }
 
 std::string RunReport::Line(absl::Time now, int bar) const {
   if (!batch_) return absl::StrCat("waiting for the scheduler… ", ShortDuration(now - start_));
   const v1::EpisodeCounts& c = batch_->counts();
-  const uint32_t ended = c.finished() + c.failed() + c.timeout() + c.cancelled() + c.no_data();
+  const uint32_t ended = EndedEpisodes(c);
   std::string out;
   if (bar > 0) {
     const int filled = static_cast<int>(batch_->progress() * bar);

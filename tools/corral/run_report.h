@@ -43,6 +43,11 @@ class RunReport {
   int with_sandbox_ = 0, warm_ = 0;
 };
 
+// Episodes that ended, whatever their status.
+inline uint32_t EndedEpisodes(const v1::EpisodeCounts& c) {
+  return c.finished() + c.failed() + c.timeout() + c.cancelled() + c.no_data() + c.filtered();
+}
+
 // "1m05s", "3.2s", "120ms": durations as a person reads them in a table.
 std::string ShortDuration(absl::Duration d);
 

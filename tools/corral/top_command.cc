@@ -119,7 +119,7 @@ class Top {
     for (const v1::Batch& b : resp.batches()) {
       const v1::EpisodeCounts& c = b.counts();
       absl::StrAppendFormat(&out, "%-30s %9d %7d %7d %7d %7d %8s\n", b.batch_id(), c.total(),
-                            c.finished() + c.failed() + c.timeout() + c.cancelled() + c.no_data(), c.running(),
+                            EndedEpisodes(c), c.running(),
                             c.queued(), c.failed() + c.timeout(),
                             b.has_mean_reward() ? absl::StrFormat("%.3f", b.mean_reward()) : "-");
     }

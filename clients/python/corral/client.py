@@ -37,6 +37,9 @@ _SERVICE_CONFIG = json.dumps({"methodConfig": [{
                     "retryableStatusCodes": ["UNAVAILABLE"]}}]})
 _CHUNK_BYTES = 2 * 1024 * 1024    # tasks per Submit message stay well under the 4 MiB limit
 _PAUSE_MODES = {"drain": common_pb2.PAUSE_MODE_DRAIN, "abort": common_pb2.PAUSE_MODE_ABORT}
+_GROUP_FAILURE_POLICIES = {"deliver": scheduler_pb2.GROUP_FAILURE_POLICY_DELIVER,
+                           "drop": scheduler_pb2.GROUP_FAILURE_POLICY_DROP,
+                           "replace": scheduler_pb2.GROUP_FAILURE_POLICY_REPLACE}
 _TRAJECTORY_FORMATS = {"trajectory": common_pb2.TRAJECTORY_FORMAT_TRAJECTORY, "calls": common_pb2.TRAJECTORY_FORMAT_CALLS}
 
 
@@ -71,10 +74,18 @@ class Progress:
     retries: int
     fraction: float
     mean_reward: Optional[float]
+    # Asynchronous RL (docs/async.md): FILTERED episodes, re-runs of too stale results, and groups by verdict.
+    filtered: int = 0
+    stale_reruns: int = 0
+    groups_started: int = 0
+    groups_passed: int = 0
+    groups_filtered: int = 0
+    groups_dropped: int = 0
+    groups_surplus: int = 0
 
     @property
     def ended(self) -> int:
-        return self.finished + self.failed + self.timeout + self.cancelled + self.no_data
+        return self.finished + self.failed + self.timeout + self.cancelled + self.no_data + self.filtered
 
     @property
     def done(self) -> bool:
@@ -82,12 +93,14 @@ class Progress:
 
     @classmethod
     def from_proto(cls, b: scheduler_pb2.Batch) -> "Progress":
-        c = b.counts
+        c, g = b.counts, b.groups
         return cls(batch_id=b.batch_id, state=scheduler_pb2.BatchState.Name(b.state)[len("BATCH_STATE_"):].lower(),
                    total=c.total, queued=c.queued, running=c.running, finished=c.finished, failed=c.failed,
                    timeout=c.timeout, cancelled=c.cancelled, no_data=c.no_data, delivered=c.delivered,
                    acked=c.acked, retries=c.retries, fraction=b.progress,
-                   mean_reward=b.mean_reward if b.HasField("mean_reward") else None)
+                   mean_reward=b.mean_reward if b.HasField("mean_reward") else None, filtered=c.filtered,
+                   stale_reruns=c.stale_reruns, groups_started=g.started, groups_passed=g.passed,
+                   groups_filtered=g.filtered, groups_dropped=g.dropped, groups_surplus=g.surplus)
 
 
 def _overrides(runner: Optional[str], model: Optional[str], overrides) -> scheduler_pb2.TaskOverrides:
@@ -162,16 +175,39 @@ class Client:
     def submit(self, tasks: Iterable[TaskLike], *, group_size: int = 1, redundancy: int = 0,
                seed: Optional[int] = None, batch_id: str = "", priority: int = 0, max_attempts: int = 0,
                deadline_s: Optional[float] = None, labels: Optional[Dict[str, str]] = None,
-               runner: Optional[str] = None, model: Optional[str] = None, overrides=None) -> "Batch":
+               runner: Optional[str] = None, model: Optional[str] = None, overrides=None,
+               max_staleness: Optional[int] = None, step_groups: int = 0, base_policy_version: Optional[int] = None,
+               group_filter=None, target_groups: int = 0, max_groups: int = 0,
+               group_failure_policy: str = "deliver") -> "Batch":
         """Submits `tasks` (builders from corral.tasks, dataset dicts, or Task messages) as one batch of
         `group_size` episodes per task (plus `redundancy` extras, cancelled once group_size have ended).
         `runner`, `model` and `overrides` (a TaskOverrides message or a dataset-shaped dict) replace the tasks'
         fields batch-wide. Idempotent with a `batch_id`. CorralError when the scheduler refuses the batch (the
-        message names the task and field)."""
+        message names the task and field).
+
+        Asynchronous RL (docs/async.md): `max_staleness` k bounds how many policy versions behind a delivered
+        result may be, `step_groups` (groups trained per version) admits only what can be trained within k
+        versions. Dynamic sampling: `group_filter` (a GroupFilter or a dict such as {"drop_equal_rewards": True})
+        makes groups outside it FILTERED; with `target_groups` N groups are started from the task list until N
+        pass (at most `max_groups`). `group_failure_policy`: "deliver", "drop" (the whole group) or "replace"
+        (re-run the failed episode)."""
+        if group_failure_policy not in _GROUP_FAILURE_POLICIES:
+            raise ValueError(f"group_failure_policy must be one of {sorted(_GROUP_FAILURE_POLICIES)}, "
+                             f"not {group_failure_policy!r}")
         spec = scheduler_pb2.BatchSpec(batch_id=batch_id, group_size=group_size, redundancy=redundancy,
-                                       priority=priority, max_attempts=max_attempts, labels=labels or {})
+                                       priority=priority, max_attempts=max_attempts, labels=labels or {},
+                                       step_groups=step_groups, target_groups=target_groups, max_groups=max_groups,
+                                       group_failure_policy=_GROUP_FAILURE_POLICIES[group_failure_policy])
         if seed is not None:
             spec.seed = seed
+        if max_staleness is not None:
+            spec.max_staleness = max_staleness
+        if base_policy_version is not None:
+            spec.base_policy_version = base_policy_version
+        if isinstance(group_filter, scheduler_pb2.GroupFilter):
+            spec.group_filter.CopyFrom(group_filter)
+        elif group_filter:
+            json_format.ParseDict(dict(group_filter), spec.group_filter)
         if deadline_s is not None:
             spec.deadline.FromNanoseconds(time.time_ns() + int(deadline_s * 1e9))
         spec.overrides.CopyFrom(_overrides(runner, model, overrides))
@@ -338,6 +374,12 @@ class Batch:
         """The batch's counts, fetched now."""
         return self.refresh()
 
+    def task_stats(self) -> List[scheduler_pb2.TaskStats]:
+        """Per started task: episodes, finished, mean reward, pass rate and whether its group passed the filter
+        (for curricula)."""
+        self.info = self.client._call("GetBatch", scheduler_pb2.GetBatchRequest(batch_id=self.id, task_stats=True))
+        return list(self.info.task_stats)
+
     def cancel(self, reason: str = "") -> int:
         """Cancels every queued and running episode; each still yields a CANCELLED result."""
         return self.client.cancel(batch_id=self.id, reason=reason)
@@ -364,6 +406,7 @@ class Batch:
 
     def _progress(self, batch: scheduler_pb2.Batch) -> None:
         self.info.counts.CopyFrom(batch.counts)
+        self.info.groups.CopyFrom(batch.groups)
         self.info.state = batch.state
         self.info.progress = batch.progress
         if batch.HasField("mean_reward"):

@@ -30,7 +30,7 @@ class TrainingSample:
     logprobs: List[float]    # per response token: the sampling logprob (0.0 where not generated)
     reward: float            # the episode's reward (0.0 unless FINISHED)
     step_rewards: List[float]
-    status: str              # "finished", "failed", "timeout", "cancelled", "no_data"
+    status: str              # "finished", "failed", "timeout", "cancelled", "no_data", "filtered"
     tokens_consistent: bool  # False: a re-tokenized prompt differed and the view was spliced (see the calls)
     # Asynchronous RL: per response token, the policy version that generated it (-1 where not generated); empty
     # when the trajectory predates policy versions.
@@ -94,7 +94,8 @@ def group_advantages(results: Sequence[scheduler_pb2.EpisodeResult], *, normaliz
                      trainable_only: bool = True) -> Dict[str, float]:
     """Advantages per episode id over the results of one or more groups, computed per group. With
     `trainable_only`, episodes that did not finish (failed, timed out, cancelled, no data) are left out of the
-    group statistics and get no advantage — they are infrastructure noise, not zero-reward samples."""
+    group statistics and get no advantage — they are infrastructure noise, not zero-reward samples; FILTERED
+    episodes (a group the batch's group_filter rejected) are left out the same way."""
     groups: Dict[str, List[scheduler_pb2.EpisodeResult]] = {}
     for r in results:
         if trainable_only and r.status != _FINISHED:

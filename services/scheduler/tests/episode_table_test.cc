@@ -1,148 +1,11 @@
 #include "services/scheduler/episode_table.h"
 
-#include <functional>
-#include <memory>
-#include <string>
-#include <utility>
-#include <vector>
-
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
-#include "libs/core/testing/fake_clock.h"
-#include "libs/core/testing/status_matchers.h"
-#include "libs/api/proto_time.h"
+#include "services/scheduler/tests/episode_table_fixture.h"
 
 namespace corral::scheduler {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::Pair;
-
-// Records what the table asks to make durable. AddResult is called with the table's lock held, so its `done`
-// (which takes the lock again) is kept here and run by Commit(), as the real journal runs it on its own thread.
-class FakeLog final : public EpisodeLog {
- public:
-  void AddBatch(const v1::BatchSpec& spec, const std::string&, absl::Time,
-                const std::vector<std::shared_ptr<const v1::Task>>&, std::function<void(absl::Status)> done) override {
-    batches.push_back(spec.batch_id());
-    done(absl::OkStatus());
-  }
-  void RunStarted(const std::string& id, uint32_t attempt, uint32_t) override { started.emplace_back(id, attempt); }
-  void RunPlaced(const std::string&, const std::string&, const std::string&, const std::string&) override {}
-  void RunEnded(const std::string& id, uint32_t next_attempt) override { run_ended.emplace_back(id, next_attempt); }
-  void AddResult(uint64_t, const v1::EpisodeResult& result, bool,
-                 std::function<void(absl::Status)> done) override {
-    results.push_back(result.ids().episode_id());
-    uncommitted.push_back(std::move(done));
-  }
-  void Acked(const std::vector<std::string>& ids, std::function<void(absl::Status)> done) override {
-    acked.insert(acked.end(), ids.begin(), ids.end());
-    done(absl::OkStatus());
-  }
-  void BatchCancelled(const std::string& id) override { cancelled.push_back(id); }
-
-  void Commit() {
-    auto dones = std::move(uncommitted);
-    uncommitted.clear();
-    for (auto& done : dones) done(absl::OkStatus());
-  }
-
-  std::vector<std::string> batches, results, acked, cancelled;
-  std::vector<std::pair<std::string, uint32_t>> started, run_ended;
-  std::vector<std::function<void(absl::Status)>> uncommitted;
-};
-
-v1::BatchSpec Spec(const std::string& id, uint32_t group_size, uint32_t redundancy = 0, int32_t priority = 0) {
-  v1::BatchSpec s;
-  s.set_batch_id(id);
-  s.set_group_size(group_size);
-  s.set_redundancy(redundancy);
-  s.set_priority(priority);
-  return WithDefaults(s, SubmitLimits{}, /*random_seed=*/7);
-}
-
-v1::EpisodeResult Result(v1::EpisodeStatus status, v1::FailureClass failure = v1::FAILURE_CLASS_UNSPECIFIED) {
-  v1::EpisodeResult r;
-  r.set_status(status);
-  r.set_failure_class(failure);
-  if (status == v1::EPISODE_STATUS_FINISHED) r.set_reward(1.0);
-  return r;
-}
-v1::EpisodeResult Finished() { return Result(v1::EPISODE_STATUS_FINISHED); }
-v1::EpisodeResult InfraFailure() { return Result(v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA); }
-
-v1::CancelRequest CancelBatch(const std::string& id) {
-  v1::CancelRequest r;
-  r.set_batch_id(id);
-  r.set_reason("user");
-  return r;
-}
-
-bool Any(const v1::Task&) { return true; }
-
-// A journaled batch of one task, as Restore reads it back.
-Snapshot::BatchRow Row(const v1::BatchSpec& spec, absl::Time create_time, bool cancelled = false) {
-  auto task = std::make_shared<v1::Task>();
-  task->set_id("t0");
-  return {.spec = spec, .digest = "d", .create_time = create_time, .cancelled = cancelled, .tasks = {task}};
-}
-
-class EpisodeTableTest : public ::testing::Test {
- protected:
-  EpisodeTableTest() { Reset(1000); }
-  void Reset(int64_t max_pending) {
-    table_ = std::make_unique<EpisodeTable>(&clock_, &log_, SubmitLimits{}, max_pending);
-  }
-
-  absl::StatusOr<v1::Batch> Submit(const v1::BatchSpec& spec, int tasks, const std::string& digest = "digest") {
-    std::vector<std::shared_ptr<const v1::Task>> list;
-    for (int k = 0; k < tasks; ++k) {
-      auto t = std::make_shared<v1::Task>();
-      t->set_id("t" + std::to_string(k));
-      t->set_prompt("p");
-      list.push_back(std::move(t));
-    }
-    absl::StatusOr<v1::Batch> out = absl::UnknownError("done was not called");
-    table_->Submit(spec, digest, std::move(list), [&](absl::StatusOr<v1::Batch> b) { out = std::move(b); });
-    return out;
-  }
-  EpisodeTicket Start() {
-    std::optional<EpisodeTicket> t = table_->StartNext(Any);
-    if (!t) ADD_FAILURE() << "nothing queued";
-    return t.value_or(EpisodeTicket{});
-  }
-  // Finish, then the journal confirms (unless the test holds commits).
-  FinishOutcome End(const EpisodeTicket& ticket, v1::EpisodeResult result) {
-    *result.mutable_ids() = ticket.ids;
-    const FinishOutcome out = table_->Finish(ticket, std::move(result));
-    if (!hold_commits_) log_.Commit();
-    return out;
-  }
-  absl::StatusOr<uint32_t> Cancel(v1::CancelRequest request) {
-    auto out = table_->Cancel(request);
-    log_.Commit();
-    return out;
-  }
-  std::vector<std::string> Deliverable(const std::string& batch = "", uint64_t after = 0, bool whole = false) {
-    std::vector<std::string> ids;
-    for (const auto& d : table_->Deliverable(batch, after, whole, 100)) ids.push_back(d.episode_id);
-    return ids;
-  }
-  // The deliverable results themselves.
-  std::vector<v1::EpisodeResult> Results(const std::string& batch) {
-    std::vector<v1::EpisodeResult> out;
-    for (const auto& d : table_->Deliverable(batch, 0, false, 100)) {
-      EXPECT_TRUE(out.emplace_back().ParseFromString(d.result));
-    }
-    return out;
-  }
-  v1::EpisodeCounts Counts(const std::string& batch) { return table_->GetBatch(batch).value().counts(); }
-
-  FakeClock clock_;
-  FakeLog log_;
-  std::unique_ptr<EpisodeTable> table_;
-  bool hold_commits_ = false;
-};
+using namespace testing_support;  // NOLINT: the fixture's helpers
 
 TEST_F(EpisodeTableTest, SubmitThenGetBatchCountsTasksTimesGroupSize) {
   ASSERT_THAT(Submit(Spec("b", 4), 3), IsOk());
@@ -212,7 +75,7 @@ TEST_F(EpisodeTableTest, StartNextOnlyTakesWhatEligibleAccepts) {
 TEST_F(EpisodeTableTest, FinishedResultIsDeliverableUntilAcked) {
   ASSERT_THAT(Submit(Spec("b", 1), 1), IsOk());
   EXPECT_EQ(End(Start(), Finished()), FinishOutcome::kRecorded);
-  const auto items = table_->Deliverable("b", 0, false, 10);
+  const auto items = table_->Deliverable("b", 0, {}, false, 10).items;
   ASSERT_EQ(items.size(), 1u);
   EXPECT_EQ(items[0].episode_id, "b:g0:e0");
   ASSERT_EQ(Results("b").size(), 1u);
@@ -363,7 +226,7 @@ TEST_F(EpisodeTableTest, WholeGroupsAreDeliveredOnlyOnceCompleteAndConsecutively
   EXPECT_TRUE(Deliverable("b", 0, true).empty());
   EXPECT_THAT(Deliverable("b", 0, false), ElementsAre("b:g0:e0", "b:g1:e0"));
   End(g1e1, Finished());
-  const auto g1 = table_->Deliverable("b", 0, true, 10);
+  const auto g1 = table_->Deliverable("b", 0, {}, true, 10).items;
   ASSERT_EQ(g1.size(), 2u);
   EXPECT_EQ(g1[0].position, g1[1].position);
   EXPECT_THAT(Deliverable("b", 0, true), ElementsAre("b:g1:e0", "b:g1:e1"));
@@ -393,7 +256,7 @@ TEST_F(EpisodeTableTest, StreamCompleteOnceTerminalAndEverythingSent) {
   End(e0, Finished());
   EXPECT_FALSE(table_->StreamComplete("b", 100, false));  // not terminal
   End(e1, Finished());
-  const auto items = table_->Deliverable("b", 0, false, 10);
+  const auto items = table_->Deliverable("b", 0, {}, false, 10).items;
   ASSERT_EQ(items.size(), 2u);
   EXPECT_FALSE(table_->StreamComplete("b", items[0].position, false));
   EXPECT_TRUE(table_->StreamComplete("b", items[1].position, false));
@@ -419,7 +282,7 @@ TEST_F(EpisodeTableTest, RestoreRequeuesUnendedEpisodesAndKeepsResults) {
 
   EXPECT_EQ(table_->QueuedCount(), 1u);
   EXPECT_EQ(table_->LastPosition(), 5u);
-  const auto items = table_->Deliverable("", 0, false, 10);
+  const auto items = table_->Deliverable("", 0, {}, false, 10).items;
   ASSERT_EQ(items.size(), 1u);
   EXPECT_EQ(items[0].episode_id, "old:g0:e1");
   EXPECT_EQ(items[0].position, 5u);
