@@ -84,6 +84,11 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& r)
                        .Help("Running episodes by what they are doing now (acquire, setup, agent, tool, verifier, reward).")
                        .Register(r);
   for (size_t i = 0; i < std::size(kRunPhases); ++i) running_by_phase_[i] = &by_phase.Add({{"phase", RunPhaseName(kRunPhases[i])}});
+  // Every verdict exists from the start (at 0), so dashboards and rates see the series before the first one.
+  absl::MutexLock lock(&mu_);
+  for (const char* outcome : {"passed", "filtered", "dropped", "surplus"}) {
+    group_counters_[outcome] = &groups_.Add({{"outcome", outcome}});
+  }
 }
 
 void SchedulerMetrics::SetWarmPool(int64_t ready, int64_t hits, int64_t misses) {
