@@ -15,6 +15,7 @@
 #include "services/scheduler/episode_table.h"
 #include "services/scheduler/host_client.h"
 #include "services/scheduler/host_registry.h"
+#include "services/scheduler/pause_ledger.h"
 #include "services/scheduler/proxy_client.h"
 
 namespace corral::ratelimiter {
@@ -50,10 +51,16 @@ struct Attempt {
   const RunnerOptions* options = nullptr;
   ratelimiter::RateLimitClient* limiter = nullptr;
 
+  // Generation pauses (PauseGeneration): not counted against the episode and agent timeouts. Null: none.
+  const PauseLedger* pauses = nullptr;
+
   v1::EpisodeResult result;
   absl::Time start;
+  // Read through EpisodeDeadline() and AgentDeadline(), which move them later by the pauses.
   absl::Time episode_deadline = absl::InfiniteFuture();
-  bool batch_deadline_binds = false;  // the episode deadline is the batch's
+  bool batch_deadline_binds = false;  // the episode deadline is the batch's (wall-clock: pauses do not move it)
+  absl::Time agent_start = absl::InfiniteFuture();
+  absl::Duration agent_timeout = absl::InfiniteDuration();
 
   std::shared_ptr<ProxyClient> proxy;
   v1::OpenSessionResponse session;
@@ -80,6 +87,15 @@ struct Attempt {
 
   // A phase's deadline: now + `timeout` (the task's, else the default), capped by the episode deadline.
   absl::Time Deadline(const google::protobuf::Duration& task_timeout, absl::Duration fallback) const;
+  // Generation paused since `from`, up to now.
+  absl::Duration PausedSince(absl::Time from) const;
+  bool Paused() const { return pauses != nullptr && pauses->paused(); }
+  // The episode deadline, later by the pauses since the episode began (a batch deadline does not move).
+  absl::Time EpisodeDeadline() const;
+  // The agent phase begins now, with its timeout (the task's, else the default).
+  void StartAgentPhase();
+  // The agent phase's timeout after it began, later by the pauses since, capped by EpisodeDeadline().
+  absl::Time AgentDeadline() const;
   absl::Duration Timeout(const google::protobuf::Duration& task_timeout, absl::Duration fallback) const;
   CallOptions Call(absl::Time deadline) const { return CallOptions{control(), deadline}; }
   // A failure from a call's status: DEADLINE_EXCEEDED becomes TIMEOUT in `phase` (EPISODE or DEADLINE when the

@@ -29,7 +29,24 @@ absl::Duration Attempt::Timeout(const google::protobuf::Duration& task_timeout, 
 }
 
 absl::Time Attempt::Deadline(const google::protobuf::Duration& task_timeout, absl::Duration fallback) const {
-  return std::min(absl::Now() + Timeout(task_timeout, fallback), episode_deadline);
+  return std::min(absl::Now() + Timeout(task_timeout, fallback), EpisodeDeadline());
+}
+
+absl::Duration Attempt::PausedSince(absl::Time from) const {
+  return pauses == nullptr ? absl::ZeroDuration() : pauses->Between(from, absl::Now());
+}
+
+absl::Time Attempt::EpisodeDeadline() const {
+  return batch_deadline_binds ? episode_deadline : episode_deadline + PausedSince(start);
+}
+
+void Attempt::StartAgentPhase() {
+  agent_start = absl::Now();
+  agent_timeout = Timeout(task().timeouts().agent(), options->timeouts.agent);
+}
+
+absl::Time Attempt::AgentDeadline() const {
+  return std::min(agent_start + agent_timeout + PausedSince(agent_start), EpisodeDeadline());
 }
 
 Failure Attempt::FromStatus(const absl::Status& s, v1::EpisodePhase phase, v1::FailureClass failure_class,
@@ -40,7 +57,7 @@ Failure Attempt::FromStatus(const absl::Status& s, v1::EpisodePhase phase, v1::F
   f.message = absl::StrCat(what, ": ", s.message());
   if (s.code() == absl::StatusCode::kDeadlineExceeded) {
     f.status = v1::EPISODE_STATUS_TIMEOUT;
-    if (absl::Now() >= episode_deadline - absl::Milliseconds(5)) {
+    if (absl::Now() >= EpisodeDeadline() - absl::Milliseconds(5)) {
       f.phase = batch_deadline_binds ? v1::EPISODE_PHASE_DEADLINE : v1::EPISODE_PHASE_EPISODE;
       f.failure_class = v1::FAILURE_CLASS_AGENT;
     } else if (phase == v1::EPISODE_PHASE_ACQUIRE || phase == v1::EPISODE_PHASE_SETUP) {
@@ -138,6 +155,7 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
   };
   a.options = &options_;
   a.limiter = limiter_;
+  a.pauses = pauses_;
   a.start = absl::Now();
   const absl::Duration episode_timeout = a.Timeout(a.task().timeouts().episode(), options_.timeouts.episode);
   a.episode_deadline = a.start + episode_timeout;
@@ -154,6 +172,7 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
   if (!failure && NeedsSandbox(a.task())) failure = co_await AcquireSandbox(a);
   if (!failure && !a.control()->stopped()) {
     a.control()->set_phase(RunPhase::kAgent);
+    a.StartAgentPhase();
     switch (a.task().runner()) {
       case v1::RUNNER_SINGLE_TURN: failure = co_await RunSingleTurn(a); break;
       case v1::RUNNER_TOOL_LOOP: failure = co_await RunToolLoop(a); break;
@@ -181,11 +200,11 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
   if (task.llm().seed_sampling()) {
     policy.mutable_sampling_overrides()->set_seed(static_cast<int64_t>(a.ticket.ids.seed() & 0x7fffffffffffffffULL));
   }
-  if (!policy.has_ttl()) ToProto(a.episode_deadline - absl::Now() + absl::Minutes(5), policy.mutable_ttl());
+  if (!policy.has_ttl()) ToProto(a.EpisodeDeadline() - absl::Now() + absl::Minutes(5), policy.mutable_ttl());
   *request.mutable_episode() = a.ticket.ids;
   (*request.mutable_labels())[kSchedulerLabel] = options_.scheduler_id;
   (*request.mutable_labels())["corral.batch"] = a.ticket.ids.batch_id();
-  const absl::Time deadline = std::min(absl::Now() + absl::Seconds(30), a.episode_deadline);
+  const absl::Time deadline = std::min(absl::Now() + absl::Seconds(30), a.EpisodeDeadline());
   a.session_requested = true;
   auto session = co_await a.proxy->Open(std::move(request), a.Call(deadline));
   if (!session.ok()) {
@@ -283,7 +302,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       // for that pull). The time counts as setup, not against the acquire deadline.
       const absl::Time started = absl::Now();
       auto pulled = co_await slot->client->PullImage(
-          env.image(), a.Call(std::min(started + setup_timeout + absl::Seconds(10), a.episode_deadline)));
+          env.image(), a.Call(std::min(started + setup_timeout + absl::Seconds(10), a.EpisodeDeadline())));
       setup_time += absl::Now() - started;
       if (!pulled.ok()) {
         hosts_->Release(address);
@@ -310,7 +329,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       prepare.set_image(env.image());
       ToProto(setup_timeout, prepare.mutable_setup_timeout());
       const absl::Time started = absl::Now();
-      const absl::Time deadline = std::min(started + setup_timeout + absl::Seconds(10), a.episode_deadline);
+      const absl::Time deadline = std::min(started + setup_timeout + absl::Seconds(10), a.EpisodeDeadline());
       auto built = co_await slot->client->PrepareTemplate(std::move(prepare), a.Call(deadline));
       setup_time += absl::Now() - started;
       if (!built.ok()) {
@@ -381,6 +400,12 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     case StopReason::kDeadline:
       failure = Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_DEADLINE,
                         a.control()->message()};
+      break;
+    case StopReason::kTimeout:  // the runner said which timeout
+      if (!failure) {
+        failure = Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
+                          a.control()->message()};
+      }
       break;
     case StopReason::kHostLost:
       failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_UNSPECIFIED,

@@ -32,6 +32,8 @@ class EpisodeDriver {
   int64_t running() const { return running_.load(); }
   // Called when an attempt has ended (room for the next one): the dispatcher's wake-up.
   void set_on_finished(std::function<void()> fn) { on_finished_ = std::move(fn); }
+  // Generation pauses, not counted against episode and agent timeouts (set before the first episode runs).
+  void set_pauses(const PauseLedger* pauses) { pauses_ = pauses; }
   int64_t placing() const { return placing_.load(); }
   // The proxy replica that serves `env_id` (rendezvous hashing: stable while the replica set is).
   const std::shared_ptr<ProxyClient>& ProxyFor(const std::string& env_id) const;
@@ -56,6 +58,7 @@ class EpisodeDriver {
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> placing_{0};
   std::function<void()> on_finished_;
+  const PauseLedger* pauses_ = nullptr;
 };
 
 }  // namespace corral::scheduler

@@ -69,11 +69,13 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
     b.tasks = row.tasks;
     b.cancelled = row.cancelled;
     b.closed = row.cancelled;
+    b.input_closed = row.input_closed;
     b.per_group = b.spec.group_size() + b.spec.redundancy();
     b.episodes.resize(b.tasks.size() * b.per_group);
     b.groups.resize(b.tasks.size());
   }
-  // Groups open in task order: a dynamic batch had opened at least up to its last group with a run or result.
+  // Groups open in task order: a dynamic batch or a stream had opened at least up to its last group with a run
+  // or result (OpenMore then tops it up).
   std::map<Batch*, uint32_t> active;
   auto touch = [&](const std::string& episode_id) -> std::pair<Batch*, EpisodeRef> {
     auto ref = ParseEpisodeId(episode_id);
@@ -97,7 +99,7 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
   }
   for (const auto& r : snapshot.results) touch(r.episode_id);
   for (auto& [id, b] : batches_) {
-    const uint32_t open = b.dynamic() ? active[&b] : static_cast<uint32_t>(b.tasks.size());
+    const uint32_t open = b.incremental() ? active[&b] : static_cast<uint32_t>(b.tasks.size());
     for (uint32_t g = 0; g < open; ++g) {
       b.groups[g].state = GroupState::kOpen;
       ++b.opened;
@@ -196,8 +198,10 @@ namespace {
 // Episodes reserved against max_pending_episodes while a batch is journaled: every task's group, or what a
 // dynamic batch opens at first (its target; more groups open as they are needed).
 int64_t Reserved(const v1::BatchSpec& spec, size_t tasks) {
-  const int64_t groups = spec.target_groups() > 0 ? std::min<int64_t>(spec.target_groups(), static_cast<int64_t>(tasks))
-                                                  : static_cast<int64_t>(tasks);
+  // What opens at once: every task, the target's worth (dynamic sampling), or the groups in flight (a stream).
+  int64_t groups = static_cast<int64_t>(tasks);
+  if (spec.target_groups() > 0) groups = std::min<int64_t>(spec.target_groups(), groups);
+  if (spec.groups_in_flight() > 0) groups = std::min<int64_t>(spec.groups_in_flight(), groups);
   return groups * (spec.group_size() + spec.redundancy());
 }
 
@@ -250,7 +254,7 @@ void EpisodeTable::Submit(v1::BatchSpec spec, const std::string& digest,
                        b.per_group = spec.group_size() + spec.redundancy();
                        b.episodes.resize(b.tasks.size() * b.per_group);
                        b.groups.resize(b.tasks.size());
-                       if (b.dynamic()) {
+                       if (b.incremental()) {
                          OpenMore(b);
                        } else {
                          for (uint32_t g = 0; g < b.tasks.size(); ++g) Open(b, g);
@@ -275,6 +279,7 @@ v1::Batch EpisodeTable::Describe(const Batch& b) const {
                             : (b.terminal() ? v1::BATCH_STATE_COMPLETE : v1::BATCH_STATE_RUNNING));
   *out.mutable_spec() = b.spec;
   out.set_task_count(static_cast<uint32_t>(b.tasks.size()));
+  out.set_input_open(b.stream() && !b.input_closed && !b.closed);
   v1::EpisodeCounts* c = out.mutable_counts();
   c->set_total(b.expected);
   c->set_queued(b.queued);

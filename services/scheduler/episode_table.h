@@ -47,6 +47,10 @@ class EpisodeLog {
   // Acknowledgements; `done` once durable (Ack replies only then: an acknowledged result never comes back).
   virtual void Acked(const std::vector<std::string>& episode_ids, std::function<void(absl::Status)> done) = 0;
   virtual void BatchCancelled(const std::string& batch_id) = 0;
+  // A stream's tasks from group index `first` on, and/or its input closed; `done` once durable.
+  virtual void TasksAppended(const std::string& batch_id, uint32_t first,
+                             const std::vector<std::shared_ptr<const v1::Task>>& tasks, bool close_input,
+                             std::function<void(absl::Status)> done) = 0;
 };
 
 // What a restarted scheduler reads back from its journal.
@@ -56,6 +60,7 @@ struct Snapshot {
     std::string digest;
     absl::Time create_time;
     bool cancelled = false;
+    bool input_closed = false;  // a stream's input was closed
     std::vector<std::shared_ptr<const v1::Task>> tasks;
   };
   struct ResultRow {
@@ -119,6 +124,13 @@ class EpisodeTable {
   // digest matches (idempotent), ALREADY_EXISTS when it does not, RESOURCE_EXHAUSTED beyond max_pending.
   // `done` is called once the batch is durable (or with the journal's error; then it was not added).
   void Submit(v1::BatchSpec spec, const std::string& digest, std::vector<std::shared_ptr<const v1::Task>> tasks,
+              std::function<void(absl::StatusOr<v1::Batch>)> done);
+
+  // Streaming mode: appends `tasks` (effective, checked) to a stream's task list and/or closes its input. `done`
+  // once the journal has them (then they may open), with the batch; errors change nothing (FAILED_PRECONDITION
+  // when not a stream, closed, cancelled or an append is in flight; ALREADY_EXISTS for a task id it has;
+  // RESOURCE_EXHAUSTED beyond max_batch_tasks).
+  void Append(const std::string& batch_id, std::vector<std::shared_ptr<const v1::Task>> tasks, bool close_input,
               std::function<void(absl::StatusOr<v1::Batch>)> done);
 
   // With `task_stats`, Batch.task_stats too.
@@ -273,13 +285,23 @@ class EpisodeTable {
     double reward_sum = 0;
     uint32_t reward_n = 0;
     uint64_t version = 0;
+    bool input_closed = false;  // a stream's input was closed (AppendTasks close_input)
     bool dynamic() const { return spec.target_groups() > 0; }
+    bool stream() const { return spec.groups_in_flight() > 0; }
+    // Groups open as they are needed, not all at submission.
+    bool incremental() const { return dynamic() || stream(); }
     // Results wait for their group's decision.
     bool holds() const;
     // Groups that may be opened: every task, or the generation budget of a dynamic batch.
     uint32_t budget() const;
-    bool wants_groups() const { return dynamic() && !closed && passed < spec.target_groups() && opened < budget(); }
-    bool terminal() const { return queued == 0 && running == 0 && undecided == 0 && !wants_groups(); }
+    bool wants_groups() const {
+      if (closed) return false;
+      if (dynamic()) return passed < spec.target_groups() && opened < budget();
+      return stream() && opened < tasks.size();
+    }
+    bool terminal() const {
+      return queued == 0 && running == 0 && undecided == 0 && !wants_groups() && (!stream() || input_closed || closed);
+    }
   };
   struct QueueKey {
     int64_t neg_priority;
@@ -299,7 +321,10 @@ class EpisodeTable {
   // ---- groups (episode_table_groups.cc) ----
   // Opens group g: its episodes are queued.
   void Open(Batch& b, uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Dynamic sampling: opens groups until enough are in flight for target_groups at the pass rate seen so far.
+  // Extends the batch's task list (a stream's AppendTasks, or its restore): the new groups are unopened.
+  void AppendTasks(Batch& b, std::vector<std::shared_ptr<const v1::Task>> tasks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Dynamic sampling: opens groups until enough are in flight for target_groups at the pass rate seen so far; a
+  // stream: until groups_in_flight are.
   void OpenMore(Batch& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Group g has group_size results (the last at `position`): drops its extras, applies the failure policy and
   // the filter (results FILTERED), makes it deliverable; a dynamic batch then opens more groups or cancels the
@@ -350,6 +375,7 @@ class EpisodeTable {
   mutable absl::Mutex mu_;
   std::map<std::string, Batch> batches_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> submitting_ ABSL_GUARDED_BY(mu_);  // batch ids whose journal write is in flight
+  std::set<std::string> appending_ ABSL_GUARDED_BY(mu_);   // streams whose AppendTasks write is in flight
   uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // queued + running episodes

@@ -3,6 +3,7 @@
 // results withdrawn when a policy update makes them too stale). The lifecycle side is episode_table.cc.
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "services/scheduler/episode_table.h"
@@ -53,6 +54,10 @@ void EpisodeTable::Open(Batch& b, uint32_t g) {
 }
 
 void EpisodeTable::OpenMore(Batch& b) {
+  if (b.stream()) {
+    while (b.wants_groups() && b.undecided < b.spec.groups_in_flight()) Open(b, b.opened);
+    return;
+  }
   while (b.wants_groups()) {
     // Enough groups in flight that, at the pass rate estimated so far (Laplace's rule, at least 1 in 8; the target
     // itself before any group was decided), the target is reached.
@@ -72,10 +77,9 @@ void EpisodeTable::Decide(Batch& b, uint32_t g, uint64_t position, std::vector<s
   if (observer_ != nullptr) observer_->GroupDecided(GroupOutcome(group.state));
   group.complete_at = position;
   group_completions_[position] = Where{b.spec.batch_id(), g, 0};
-  if (!b.dynamic()) return;
-  if (b.passed >= b.spec.target_groups()) {
+  if (b.dynamic() && b.passed >= b.spec.target_groups()) {
     CancelSurplus(b, stop);
-  } else {
+  } else if (b.incremental()) {
     OpenMore(b);
   }
 }
@@ -93,6 +97,73 @@ bool EpisodeTable::Unwant(Batch& b, uint32_t g, uint32_t i, std::vector<std::sha
   if (e.state != State::kRunning) return false;
   if (e.control) stop->push_back(e.control);
   return true;
+}
+
+void EpisodeTable::Append(const std::string& batch_id, std::vector<std::shared_ptr<const v1::Task>> tasks,
+                          bool close_input, std::function<void(absl::StatusOr<v1::Batch>)> done) {
+  uint32_t first = 0;
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    const Batch* b = FindBatch(batch_id);
+    if (b == nullptr) {
+      refused = absl::NotFoundError(absl::StrCat("no batch '", batch_id, "'"));
+    } else if (!b->stream()) {
+      refused = absl::FailedPreconditionError(absl::StrCat("batch '", batch_id, "' is not a stream (groups_in_flight)"));
+    } else if (b->input_closed || b->closed) {
+      refused = absl::FailedPreconditionError(
+          absl::StrCat("stream '", batch_id, "' takes no more tasks: ", b->cancelled ? "cancelled" : "its input is closed"));
+    } else if (appending_.count(batch_id)) {
+      refused = absl::FailedPreconditionError(absl::StrCat("an append to stream '", batch_id, "' is in flight; retry"));
+    } else if (static_cast<int64_t>(b->tasks.size() + tasks.size()) > limits_.max_batch_tasks) {
+      refused = absl::ResourceExhaustedError(absl::StrCat("stream '", batch_id, "' would have ",
+                                                          b->tasks.size() + tasks.size(), " tasks; at most ",
+                                                          limits_.max_batch_tasks, " (max_batch_tasks)"));
+    } else {
+      std::set<std::string> ids;
+      for (const auto& t : b->tasks) ids.insert(t->id());
+      for (const auto& t : tasks) {
+        if (ids.count(t->id())) {
+          refused = absl::AlreadyExistsError(absl::StrCat("task '", t->id(), "' is already in stream '", batch_id, "'"));
+          break;
+        }
+      }
+    }
+    if (refused.ok()) {
+      first = static_cast<uint32_t>(b->tasks.size());
+      appending_.insert(batch_id);
+    }
+  }
+  if (!refused.ok()) return done(refused);
+  auto shared = std::make_shared<std::vector<std::shared_ptr<const v1::Task>>>(std::move(tasks));
+  log_->TasksAppended(batch_id, first, *shared, close_input,
+                      [this, batch_id, shared, close_input, done = std::move(done)](absl::Status s) {
+                        v1::Batch out;
+                        {
+                          absl::MutexLock lock(&mu_);
+                          appending_.erase(batch_id);
+                          Batch* b = FindBatch(batch_id);
+                          if (s.ok() && b != nullptr) {
+                            AppendTasks(*b, std::move(*shared));
+                            b->input_closed |= close_input;
+                            OpenMore(*b);
+                            Touch(*b);
+                            out = Describe(*b);
+                          }
+                        }
+                        if (!s.ok()) {
+                          done(absl::UnavailableError(absl::StrCat("the journal could not record the tasks: ", s.message())));
+                          return;
+                        }
+                        Changed();
+                        done(std::move(out));
+                      });
+}
+
+void EpisodeTable::AppendTasks(Batch& b, std::vector<std::shared_ptr<const v1::Task>> tasks) {
+  for (auto& t : tasks) b.tasks.push_back(std::move(t));
+  b.episodes.resize(b.tasks.size() * b.per_group);
+  b.groups.resize(b.tasks.size());
 }
 
 void EpisodeTable::CancelSurplus(Batch& b, std::vector<std::shared_ptr<RunControl>>* stop) {

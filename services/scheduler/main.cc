@@ -29,6 +29,7 @@
 #include "services/scheduler/inspector.h"
 #include "services/scheduler/inspector_http.h"
 #include "services/scheduler/metrics.h"
+#include "services/scheduler/pause_ledger.h"
 #include "services/scheduler/result_stream.h"
 #include "services/scheduler/scheduler.h"
 #include "services/scheduler/scheduler_journal.h"
@@ -167,6 +168,8 @@ int main(int argc, char** argv) {
                                       config.warm_pool_idle);
   }
   EpisodeDriver driver(io.get_executor(), runner_options, &table, &hosts, proxies, limiter.get(), &metrics, pool.get());
+  PauseLedger pauses;  // generation pauses (PolicyControl): not counted against episode and agent timeouts
+  driver.set_pauses(&pauses);
 
   SchedulerOptions scheduler_options;
   scheduler_options.max_concurrent_episodes = config.max_concurrent_episodes;
@@ -185,7 +188,7 @@ int main(int argc, char** argv) {
     spdlog::error("cannot start: the journal's policy state cannot be read: {}", policy_state.status());
     return 1;
   }
-  PolicyControl policy(io.get_executor(), journal->get(), proxies, *policy_state);
+  PolicyControl policy(io.get_executor(), journal->get(), proxies, *policy_state, &pauses);
   table.SetPolicyVersion(policy_state->version);
   table.set_observer(&metrics);  // from here on: what the restored state replayed is not reported
   policy.set_on_version([&table, &scheduler](int64_t version) {

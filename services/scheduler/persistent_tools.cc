@@ -93,7 +93,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, co
     command.set_cwd(a.workdir);
     const std::string marker = Marker();
     (*command.mutable_env())["__CORRAL_MARK"] = marker;
-    const absl::Duration life = std::min(a.episode_deadline - absl::Now(), a.slot->max_exec_timeout);
+    const absl::Duration life = std::min(a.EpisodeDeadline() - absl::Now(), a.slot->max_exec_timeout);
     ToProto(std::max(life, absl::Seconds(1)), command.mutable_timeout());
     auto started = co_await a.slot->client->StartInteractive(std::move(start));
     if (!started.ok()) {

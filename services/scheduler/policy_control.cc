@@ -44,6 +44,7 @@ void PolicyControl::Change(const std::function<absl::Status(PolicyState&)>& chan
     if (!durable.ok()) {
       return fail(absl::UnavailableError(absl::StrCat("the change could not be journaled: ", durable.message())));
     }
+    if (pauses_ != nullptr) pauses_->Set(next.paused, absl::Now());
     push(next);
   });
 }

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "boost/asio/any_io_executor.hpp"
 #include "boost/asio/awaitable.hpp"
+#include "services/scheduler/pause_ledger.h"
 #include "services/scheduler/proxy_client.h"
 #include "services/scheduler/scheduler_journal.h"
 
@@ -21,9 +22,13 @@ namespace corral::scheduler {
 
 class PolicyControl {
  public:
+  // `pauses` (optional) learns when generation is paused and resumed, from the restored state on.
   PolicyControl(boost::asio::any_io_executor executor, SchedulerJournal* journal,
-                std::vector<std::shared_ptr<ProxyClient>> proxies, PolicyState restored)
-      : executor_(std::move(executor)), journal_(journal), proxies_(std::move(proxies)), state_(restored) {}
+                std::vector<std::shared_ptr<ProxyClient>> proxies, PolicyState restored, PauseLedger* pauses = nullptr)
+      : executor_(std::move(executor)), journal_(journal), proxies_(std::move(proxies)), pauses_(pauses),
+        state_(restored) {
+    if (pauses_ != nullptr) pauses_->Set(restored.paused, absl::Now());
+  }
 
   template <class R>
   using Done = std::function<void(absl::StatusOr<R>)>;
@@ -66,6 +71,7 @@ class PolicyControl {
   const boost::asio::any_io_executor executor_;
   SchedulerJournal* const journal_;
   const std::vector<std::shared_ptr<ProxyClient>> proxies_;
+  PauseLedger* const pauses_;
   std::function<void(int64_t)> on_version_;
   mutable absl::Mutex mu_;
   PolicyState state_ ABSL_GUARDED_BY(mu_);

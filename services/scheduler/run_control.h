@@ -22,6 +22,7 @@ enum class StopReason {
   kHostLost,   // its host stopped answering: an infra failure, retried
   kDeadline,   // the batch deadline: ends TIMEOUT (phase DEADLINE)
   kRedundant,  // its group completed without it: never delivered
+  kTimeout,    // a timeout the runner enforces itself (the agent phase, with generation pauses): ends TIMEOUT
 };
 
 // What a running attempt is doing now (for `corral top` and the running-by-phase gauge).

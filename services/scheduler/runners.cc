@@ -67,11 +67,33 @@ asio::awaitable<absl::StatusOr<ratelimiter::ScopedPermit>> Permit(Attempt& a, co
       asio::use_awaitable);
 }
 
-asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const json::array& tools,
-                                  absl::Time deadline) {
+// The HTTP exchange of a call whose time limit the scheduler keeps itself (in generation time) only gets this
+// bound on stalls: a pause may hold the call that long.
+constexpr absl::Duration kPauseSlack = absl::Hours(24);
+
+// Returns once `deadline()` has passed while generation is not paused. The deadline may move later meanwhile
+// (it counts generation time only); it is read again at each wake-up.
+asio::awaitable<void> UntilGenerationDeadline(const Attempt& a, std::function<absl::Time()> deadline) {
+  while (true) {
+    const absl::Time now = absl::Now();
+    const absl::Time end = deadline();
+    if (now >= end && !a.Paused()) co_return;
+    co_await http::SleepFor(std::max(end - now, absl::Milliseconds(100)));
+  }
+}
+
+// Stops the run (kTimeout) once the agent phase's deadline has passed in generation time. The stop cancels
+// whatever the run waits on, so a race against it ends promptly.
+asio::awaitable<void> StopAtAgentDeadline(const Attempt& a) {
+  co_await UntilGenerationDeadline(a, [&a] { return a.AgentDeadline(); });
+  a.control()->Stop(StopReason::kTimeout, "");
+}
+
+asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const json::array& tools) {
   ChatOutcome out;
   const std::string body = ChatBody(ModelOf(a), a.task().llm().params_json(), messages, tools);
-  const absl::Duration timeout = std::min(a.options->llm_call_timeout, deadline - absl::Now());
+  const absl::Time started = absl::Now();
+  const absl::Duration timeout = std::min(a.options->llm_call_timeout, a.AgentDeadline() - started);
   const std::string token = a.session.env_token();
   // A stop abandons the call at once: the request is cancelled (its connection closed). The channel is
   // thread-safe, and holds the stop if it comes before the wait starts.
@@ -88,19 +110,31 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
                                absl::StrCat("permit ", a.options->llm_limit, "/", model));
     co_return out;
   }
+  // The call's time limit counts generation time: a call the proxies hold during a pause waits it out. The
+  // HTTP exchange itself only gets a stall bound far beyond it.
   using namespace asio::experimental::awaitable_operators;
-  auto raced = co_await (a.proxy->Post(a.base, token, "/chat/completions", body, timeout) ||
-                         stopped->async_receive(asio::as_tuple(asio::use_awaitable)));
+  auto call_deadline = [&a, started, timeout] {
+    return std::min(started + timeout + a.PausedSince(started), a.AgentDeadline());
+  };
+  auto raced = co_await (a.proxy->Post(a.base, token, "/chat/completions", body, timeout + kPauseSlack) ||
+                         stopped->async_receive(asio::as_tuple(asio::use_awaitable)) ||
+                         UntilGenerationDeadline(a, call_deadline));
   (void)permit->Release();
   if (raced.index() == 1) {
     out.failure = a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA,
                                "LLM call");
     co_return out;
   }
+  if (raced.index() == 2) {
+    out.failure = a.FromStatus(absl::DeadlineExceededError("no answer in time"), v1::EPISODE_PHASE_AGENT,
+                               v1::FAILURE_CLASS_AGENT, "LLM call");
+    co_return out;
+  }
   auto reply = std::get<0>(std::move(raced));
   a.result.set_llm_calls(a.result.llm_calls() + 1);
   if (!reply.ok()) {
-    const bool timed_out = absl::Now() >= deadline || reply.status().code() == absl::StatusCode::kDeadlineExceeded;
+    const bool timed_out =
+        absl::Now() >= a.AgentDeadline() || reply.status().code() == absl::StatusCode::kDeadlineExceeded;
     out.failure = timed_out ? a.FromStatus(absl::DeadlineExceededError(reply.status().message()), v1::EPISODE_PHASE_AGENT,
                                            v1::FAILURE_CLASS_AGENT, "LLM call")
                             : a.FromStatus(reply.status(), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA, "LLM call");
@@ -152,17 +186,22 @@ asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
   co_return std::nullopt;
 }
 
-// Runs `command` to its exit in the episode's sandbox.
+// Runs `command` to its exit in the episode's sandbox. With `host_keeps_time` false the host only gets its
+// ceiling as the timeout and the call no deadline: the caller keeps the time (in generation time).
 asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command command, std::string stdin_data,
-                                                  absl::Duration timeout, size_t output_limit) {
+                                                  absl::Duration timeout, size_t output_limit,
+                                                  bool host_keeps_time = true) {
   v1::ExecRequest request;
   request.set_sandbox_id(a.sandbox_id);
   *request.mutable_command() = std::move(command);
   if (request.command().cwd().empty()) request.mutable_command()->set_cwd(a.workdir);
-  ToProto(timeout, request.mutable_command()->mutable_timeout());
+  ToProto(host_keeps_time ? timeout : std::max(timeout, a.slot->max_exec_timeout),
+          request.mutable_command()->mutable_timeout());
   request.set_stdin(std::move(stdin_data));
   // The host kills the process at `timeout`; the call's own deadline leaves it time to report that.
-  const absl::Time deadline = std::min(absl::Now() + timeout + absl::Seconds(10), a.episode_deadline);
+  const absl::Time deadline = host_keeps_time
+                                  ? std::min(absl::Now() + timeout + absl::Seconds(10), a.EpisodeDeadline())
+                                  : absl::InfiniteFuture();
   co_return co_await a.slot->client->Exec(std::move(request), output_limit, a.Call(deadline));
 }
 
@@ -231,7 +270,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
     case v1::TOOL_KIND_READ_FILE: {
       const std::string path = StringArg(*args, "path");
       if (path.empty()) co_return Out(std::string("error: the argument 'path' is required"));
-      const absl::Time deadline = std::min(absl::Now() + timeout, a.episode_deadline);
+      const absl::Time deadline = std::min(absl::Now() + timeout, a.EpisodeDeadline());
       auto data = co_await a.slot->client->ReadFile(a.sandbox_id, path, limit * 4, a.Call(deadline));
       if (!data.ok()) {
         if (data.status().code() == absl::StatusCode::kUnavailable) {
@@ -249,7 +288,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
       file.set_path(StringArg(*args, "path"));
       file.set_content(StringArg(*args, "content"));
       if (file.path().empty()) co_return Out(std::string("error: the argument 'path' is required"));
-      const absl::Time deadline = std::min(absl::Now() + timeout, a.episode_deadline);
+      const absl::Time deadline = std::min(absl::Now() + timeout, a.EpisodeDeadline());
       absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, file, a.Call(deadline));
       if (s.code() == absl::StatusCode::kUnavailable) {
         co_return Out(a.FromStatus(s, v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "write_file"));
@@ -296,23 +335,21 @@ asio::awaitable<std::optional<Failure>> Upload(Attempt& a, const std::vector<v1:
 }
 
 asio::awaitable<std::optional<Failure>> RunSingleTurn(Attempt& a) {
-  const absl::Time deadline = a.Deadline(a.task().timeouts().agent(), a.options->timeouts.agent);
   const json::array messages = InitialMessages(a.task());
   const json::array no_tools;
-  ChatOutcome out = co_await Chat(a, messages, no_tools, deadline);
+  ChatOutcome out = co_await Chat(a, messages, no_tools);
   if (out.failure) co_return out.failure;
   if (out.reply) a.final_message = out.reply->content;
   co_return co_await Reward(a);
 }
 
 asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
-  const absl::Time deadline = a.Deadline(a.task().timeouts().agent(), a.options->timeouts.agent);
   json::array messages = InitialMessages(a.task());
   const json::array tools = ToolsJson(a.task());
   const int64_t max_turns =
       a.task().tool_loop().max_turns() == 0 ? a.options->default_max_turns : a.task().tool_loop().max_turns();
   for (int64_t turn = 0; turn < max_turns; ++turn) {
-    ChatOutcome out = co_await Chat(a, messages, tools, deadline);
+    ChatOutcome out = co_await Chat(a, messages, tools);
     if (out.failure) co_return out.failure;
     if (out.budget_exhausted) break;
     messages.push_back(out.reply->message);
@@ -334,7 +371,7 @@ asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
       }
       messages.push_back(ToolMessage(call.id, content));
     }
-    if (absl::Now() >= deadline) {
+    if (absl::Now() >= a.AgentDeadline()) {
       co_return a.FromStatus(absl::DeadlineExceededError("the conversation ran past its timeout"),
                              v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_AGENT, "conversation");
     }
@@ -356,7 +393,31 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
   env["CORRAL_INSTRUCTION_FILE"] =
       task.agent().instruction_path().empty() ? ".corral/instruction.md" : task.agent().instruction_path();
   const absl::Time started = absl::Now();
-  auto out = co_await Exec(a, std::move(command), "", timeout, 4096);
+  absl::StatusOr<ExecOutcome> out;
+  if (a.pauses == nullptr) {
+    out = co_await Exec(a, std::move(command), "", timeout, 4096);
+  } else {
+    // Paused time does not count: the scheduler keeps the agent's time and stops it once the agent phase's
+    // deadline (later by every pause) has passed; stopping cancels the exec, and the host kills the process.
+    using namespace asio::experimental::awaitable_operators;
+    auto raced = co_await (Exec(a, std::move(command), "", a.AgentDeadline() - started, 4096, false) ||
+                           StopAtAgentDeadline(a));
+    if (raced.index() == 1) {
+      const absl::Duration paused = a.PausedSince(started);
+      const bool episode = a.AgentDeadline() >= a.EpisodeDeadline();
+      ToProto(absl::Now() - started, a.result.mutable_timings()->mutable_agent());
+      co_return Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT,
+                        episode ? v1::EPISODE_PHASE_EPISODE : v1::EPISODE_PHASE_AGENT,
+                        absl::StrCat("the agent ran past its ", episode ? "episode timeout" : "timeout", " (",
+                                     absl::FormatDuration(episode ? a.EpisodeDeadline() - a.start - a.PausedSince(a.start)
+                                                                  : timeout),
+                                     paused > absl::ZeroDuration()
+                                         ? absl::StrCat(", not counting ", absl::FormatDuration(paused), " paused")
+                                         : "",
+                                     ") and was killed")};
+    }
+    out = std::get<0>(std::move(raced));
+  }
   ToProto(absl::Now() - started, a.result.mutable_timings()->mutable_agent());
   if (!out.ok()) {
     const bool start_failed = out.status().code() == absl::StatusCode::kNotFound ||
@@ -379,7 +440,7 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
   a.control()->set_phase(RunPhase::kVerifier);
   const v1::Task& task = a.task();
   const absl::Duration timeout = a.Timeout(task.timeouts().verifier(), a.options->timeouts.verifier);
-  const absl::Time deadline = std::min(absl::Now() + timeout, a.episode_deadline);
+  const absl::Time deadline = std::min(absl::Now() + timeout, a.EpisodeDeadline());
   const absl::Time started = absl::Now();
   std::vector<v1::InlineFile> files(task.verifier().files().begin(), task.verifier().files().end());
   if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
@@ -411,7 +472,7 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
     exit_code = out->exit.exit_code();
     a.result.set_verifier_exit_code(*exit_code);
   }
-  const absl::Time read_deadline = std::min(absl::Now() + absl::Seconds(30), a.episode_deadline);
+  const absl::Time read_deadline = std::min(absl::Now() + absl::Seconds(30), a.EpisodeDeadline());
   const std::string txt_path = absl::StrCat(kVerifierDir, "/reward.txt");
   const std::string json_path = absl::StrCat(kVerifierDir, "/reward.json");
   auto txt = co_await a.slot->client->ReadFile(a.sandbox_id, txt_path, 4096, a.Call(read_deadline));

@@ -101,7 +101,7 @@ void Scheduler::Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks,
     return;
   }
   if (absl::Status s = ValidateSpec(spec, absl::Now(), options_.limits); !s.ok()) return done(s);
-  if (tasks.empty()) return done(absl::InvalidArgumentError("the batch has no tasks"));
+  if (tasks.empty() && spec.groups_in_flight() == 0) return done(absl::InvalidArgumentError("the batch has no tasks"));
   if (static_cast<int64_t>(tasks.size()) > options_.limits.max_batch_tasks) {
     return done(absl::ResourceExhaustedError(absl::StrCat("the batch has ", tasks.size(), " tasks; at most ",
                                                           options_.limits.max_batch_tasks, " (max_batch_tasks)")));
@@ -111,27 +111,51 @@ void Scheduler::Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks,
                                                         " but the batch has only ", tasks.size(), " tasks (groups)")));
   }
   const std::string digest = BatchDigest(spec, tasks);
-  std::vector<std::shared_ptr<const v1::Task>> effective;
-  effective.reserve(tasks.size());
-  std::set<std::string> ids;
-  for (const v1::Task& task : tasks) {
-    if (!ids.insert(task.id()).second) {
-      return done(absl::InvalidArgumentError(absl::StrCat("task '", task.id(), "': id is used twice in the batch")));
-    }
-    auto t = EffectiveTask(task, spec.overrides(), options_.limits.default_runner);
-    if (!t.ok()) return done(t.status());
-    effective.push_back(std::make_shared<const v1::Task>(*std::move(t)));
-  }
+  auto effective = Effective(tasks, spec.overrides());
+  if (!effective.ok()) return done(effective.status());
   std::random_device rd;
   const uint64_t random_seed = (static_cast<uint64_t>(rd()) << 32) | rd();
   if (spec.batch_id().empty()) {
     spec.set_batch_id(absl::StrCat("b-", absl::ToUnixMillis(absl::Now()), "-", next_batch_++));
   }
   v1::BatchSpec full = WithDefaults(std::move(spec), options_.limits, random_seed);
-  table_->Submit(std::move(full), digest, std::move(effective),
+  table_->Submit(std::move(full), digest, *std::move(effective),
                  [this, done = std::move(done)](absl::StatusOr<v1::Batch> batch) {
                    if (batch.ok()) Kick();
                    done(std::move(batch));
+                 });
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Scheduler::Effective(
+    const std::vector<v1::Task>& tasks, const v1::TaskOverrides& overrides) const {
+  std::vector<std::shared_ptr<const v1::Task>> effective;
+  effective.reserve(tasks.size());
+  std::set<std::string> ids;
+  for (const v1::Task& task : tasks) {
+    if (!ids.insert(task.id()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("task '", task.id(), "': id is used twice in the batch"));
+    }
+    auto t = EffectiveTask(task, overrides, options_.limits.default_runner);
+    if (!t.ok()) return t.status();
+    effective.push_back(std::make_shared<const v1::Task>(*std::move(t)));
+  }
+  return effective;
+}
+
+void Scheduler::AppendTasks(const v1::AppendTasksRequest& request, std::function<void(absl::StatusOr<v1::Batch>)> done) {
+  if (request.batch_id().empty()) return done(absl::InvalidArgumentError("batch_id is required"));
+  if (request.tasks().empty() && !request.close_input()) {
+    return done(absl::InvalidArgumentError("nothing to do: no tasks and not close_input"));
+  }
+  auto batch = table_->GetBatch(request.batch_id());
+  if (!batch.ok()) return done(batch.status());
+  const std::vector<v1::Task> tasks(request.tasks().begin(), request.tasks().end());
+  auto effective = Effective(tasks, batch->spec().overrides());
+  if (!effective.ok()) return done(effective.status());
+  table_->Append(request.batch_id(), *std::move(effective), request.close_input(),
+                 [this, done = std::move(done)](absl::StatusOr<v1::Batch> out) {
+                   if (out.ok()) Kick();
+                   done(std::move(out));
                  });
 }
 

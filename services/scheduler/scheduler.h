@@ -44,6 +44,8 @@ class Scheduler {
 
   // Submit: validates everything (errors name the task id and field), then journals the batch.
   void Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks, std::function<void(absl::StatusOr<v1::Batch>)> done);
+  // Streaming mode: the tasks checked as Submit checks them (the stream's overrides applied), then appended.
+  void AppendTasks(const v1::AppendTasksRequest& request, std::function<void(absl::StatusOr<v1::Batch>)> done);
   // Drain the scheduler (empty host) or one host; `done` runs once nothing runs in scope.
   void Drain(const v1::DrainRequest& request, std::function<void(absl::StatusOr<v1::DrainResponse>)> done);
   bool draining() const { return draining_.load(); }
@@ -51,6 +53,9 @@ class Scheduler {
   void HostLost(const std::string& address);
 
  private:
+  // The tasks as they run (overrides applied, each checked against its runner); ids must be unique.
+  absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Effective(const std::vector<v1::Task>& tasks,
+                                                                         const v1::TaskOverrides& overrides) const;
   boost::asio::awaitable<void> Dispatch();
   boost::asio::awaitable<void> Tick();
   boost::asio::awaitable<void> RunDrain(std::string address, absl::Duration grace,

@@ -16,7 +16,8 @@ CREATE TABLE IF NOT EXISTS batches (
   spec BLOB NOT NULL,
   digest TEXT NOT NULL,
   create_ns INTEGER NOT NULL,
-  cancelled INTEGER NOT NULL DEFAULT 0
+  cancelled INTEGER NOT NULL DEFAULT 0,
+  input_closed INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS tasks (
   batch_id TEXT NOT NULL,
@@ -52,12 +53,36 @@ CREATE TABLE IF NOT EXISTS policy (
 );
 )sql";
 
-// Journals written before acknowledged results were retained lack acked_ns.
-absl::Status Migrate(sqlite3* db) {
-  Statement columns(db, "SELECT COUNT(*) FROM pragma_table_info('results') WHERE name = 'acked_ns'");
+// Adds `column` (`definition`) to `table` unless it is there.
+absl::Status AddColumn(sqlite3* db, const std::string& table, const std::string& column, const std::string& definition) {
+  const std::string count = absl::StrCat("SELECT COUNT(*) FROM pragma_table_info('", table, "') WHERE name = '", column, "'");
+  Statement columns(db, count.c_str());
   CORRAL_ASSIGN_OR_RETURN(bool row, columns.Step());
   if (row && columns.Int(0) > 0) return absl::OkStatus();
-  return Statement(db, "ALTER TABLE results ADD COLUMN acked_ns INTEGER NOT NULL DEFAULT 0").Run();
+  const std::string alter = absl::StrCat("ALTER TABLE ", table, " ADD COLUMN ", column, " ", definition);
+  return Statement(db, alter.c_str()).Run();
+}
+
+// Older journals lack acked_ns (before acknowledged results were retained) and input_closed (before streams).
+absl::Status Migrate(sqlite3* db) {
+  CORRAL_RETURN_IF_ERROR(AddColumn(db, "results", "acked_ns", "INTEGER NOT NULL DEFAULT 0"));
+  return AddColumn(db, "batches", "input_closed", "INTEGER NOT NULL DEFAULT 0");
+}
+
+// A batch's tasks from group index `first` on.
+absl::Status InsertTasks(sqlite3* db, const std::string& batch_id, size_t first, const std::vector<std::string>& tasks) {
+  Statement t(db, "INSERT INTO tasks (batch_id, group_index, task) VALUES (?, ?, ?)");
+  for (size_t g = 0; g < tasks.size(); ++g) {
+    CORRAL_RETURN_IF_ERROR(t.Bind(1, batch_id).Bind(2, static_cast<int64_t>(first + g)).BindBlob(3, tasks[g]).Run());
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> Serialized(const std::vector<std::shared_ptr<const v1::Task>>& tasks) {
+  std::vector<std::string> out;
+  out.reserve(tasks.size());
+  for (const auto& t : tasks) out.push_back(t->SerializeAsString());
+  return out;
 }
 
 void Log(absl::Status s, const char* what) {
@@ -91,7 +116,8 @@ absl::StatusOr<Snapshot> SchedulerJournal::Load() {
   Snapshot snap;
   CORRAL_RETURN_IF_ERROR(journal_->Read([&](sqlite3* db) -> absl::Status {
     std::map<std::string, size_t> index;
-    Statement batches(db, "SELECT batch_id, spec, digest, create_ns, cancelled FROM batches ORDER BY batch_order");
+    Statement batches(db, "SELECT batch_id, spec, digest, create_ns, cancelled, input_closed FROM batches "
+                          "ORDER BY batch_order");
     while (true) {
       CORRAL_ASSIGN_OR_RETURN(bool row, batches.Step());
       if (!row) break;
@@ -100,6 +126,7 @@ absl::StatusOr<Snapshot> SchedulerJournal::Load() {
       b.digest = batches.Text(2);
       b.create_time = absl::FromUnixNanos(batches.Int(3));
       b.cancelled = batches.Int(4) != 0;
+      b.input_closed = batches.Int(5) != 0;
       index[batches.Text(0)] = snap.batches.size();
       snap.batches.push_back(std::move(b));
     }
@@ -158,19 +185,24 @@ void SchedulerJournal::AddBatch(const v1::BatchSpec& spec, const std::string& di
                                 const std::vector<std::shared_ptr<const v1::Task>>& tasks,
                                 std::function<void(absl::Status)> done) {
   auto spec_bytes = spec.SerializeAsString();
-  std::vector<std::string> task_bytes;
-  task_bytes.reserve(tasks.size());
-  for (const auto& t : tasks) task_bytes.push_back(t->SerializeAsString());
   journal_->Submit(
       [id = spec.batch_id(), spec_bytes = std::move(spec_bytes), digest, create_time,
-       task_bytes = std::move(task_bytes)](sqlite3* db) -> absl::Status {
+       task_bytes = Serialized(tasks)](sqlite3* db) -> absl::Status {
         Statement b(db, "INSERT INTO batches (batch_id, spec, digest, create_ns) VALUES (?, ?, ?, ?)");
         CORRAL_RETURN_IF_ERROR(b.Bind(1, id).BindBlob(2, spec_bytes).Bind(3, digest).Bind(4, absl::ToUnixNanos(create_time)).Run());
-        Statement t(db, "INSERT INTO tasks (batch_id, group_index, task) VALUES (?, ?, ?)");
-        for (size_t g = 0; g < task_bytes.size(); ++g) {
-          CORRAL_RETURN_IF_ERROR(t.Bind(1, id).Bind(2, static_cast<int64_t>(g)).BindBlob(3, task_bytes[g]).Run());
-        }
-        return absl::OkStatus();
+        return InsertTasks(db, id, 0, task_bytes);
+      },
+      std::move(done));
+}
+
+void SchedulerJournal::TasksAppended(const std::string& batch_id, uint32_t first,
+                                     const std::vector<std::shared_ptr<const v1::Task>>& tasks, bool close_input,
+                                     std::function<void(absl::Status)> done) {
+  journal_->Submit(
+      [batch_id, first, close_input, task_bytes = Serialized(tasks)](sqlite3* db) -> absl::Status {
+        CORRAL_RETURN_IF_ERROR(InsertTasks(db, batch_id, first, task_bytes));
+        if (!close_input) return absl::OkStatus();
+        return CachedStatement(db, "UPDATE batches SET input_closed = 1 WHERE batch_id = ?").Bind(1, batch_id).Run();
       },
       std::move(done));
 }

@@ -166,6 +166,17 @@ grpc::ServerUnaryReactor* SchedulerService::GetBatch(grpc::CallbackServerContext
   return FinishUnary(context, batch.status());
 }
 
+grpc::ServerUnaryReactor* SchedulerService::AppendTasks(grpc::CallbackServerContext* context,
+                                                        const v1::AppendTasksRequest* request, v1::Batch* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  scheduler_->AppendTasks(*request, [reactor, response](absl::StatusOr<v1::Batch> out) {
+    if (out.ok()) *response = *std::move(out);
+    reactor->Finish(ToGrpcStatus(out.status()));
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* SchedulerService::ListBatches(grpc::CallbackServerContext* context,
                                                         const v1::ListBatchesRequest* request,
                                                         v1::ListBatchesResponse* response) {

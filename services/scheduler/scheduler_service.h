@@ -19,6 +19,8 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   grpc::ServerReadReactor<v1::SubmitRequest>* Submit(grpc::CallbackServerContext* context, v1::Batch* response) override;
   grpc::ServerUnaryReactor* GetBatch(grpc::CallbackServerContext* context, const v1::GetBatchRequest* request,
                                      v1::Batch* response) override;
+  grpc::ServerUnaryReactor* AppendTasks(grpc::CallbackServerContext* context, const v1::AppendTasksRequest* request,
+                                        v1::Batch* response) override;
   grpc::ServerUnaryReactor* ListBatches(grpc::CallbackServerContext* context, const v1::ListBatchesRequest* request,
                                         v1::ListBatchesResponse* response) override;
   grpc::ServerWriteReactor<v1::StreamResultsResponse>* StreamResults(grpc::CallbackServerContext* context,

@@ -234,6 +234,9 @@ absl::Status ValidateAsyncSpec(const v1::BatchSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat("spec.max_groups (", spec.max_groups(),
                                                    ") must be at least spec.target_groups (", spec.target_groups(), ")"));
   }
+  if (spec.groups_in_flight() > 0 && spec.target_groups() > 0) {
+    return absl::InvalidArgumentError("spec.groups_in_flight (a stream) and spec.target_groups cannot be combined");
+  }
   if (!v1::GroupFailurePolicy_IsValid(spec.group_failure_policy())) {
     return absl::InvalidArgumentError("spec.group_failure_policy is not a known policy");
   }

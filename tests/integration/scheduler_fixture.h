@@ -37,6 +37,50 @@ inline bool ModelIsWrong(uint64_t episode_seed) {
   return plan->reply != "The answer is 2.";
 }
 
+// "What is a + b?" for `runner`, answered by the fake model (wrong for one sampling seed in four: seed_sampling
+// is on). The agent runner's agent asks the model once through the proxy and writes the answer; its verifier
+// checks it.
+inline v1::Task Arithmetic(const std::string& id, int a, int b, v1::Runner runner) {
+  v1::Task t;
+  t.set_id(id);
+  t.set_prompt(absl::StrCat("What is ", a, " + ", b, "?"));
+  t.set_answer(absl::StrCat(a + b));
+  t.set_runner(runner);
+  t.mutable_llm()->set_seed_sampling(true);
+  switch (runner) {
+    case v1::RUNNER_TOOL_LOOP: {
+      t.mutable_reward()->set_function(v1::REWARD_FUNCTION_NUMERIC);
+      v1::ToolSpec* tool = t.mutable_tool_loop()->add_tools();
+      tool->set_name("python");
+      tool->set_kind(v1::TOOL_KIND_CODE_INTERPRETER);
+      break;
+    }
+    case v1::RUNNER_AGENT:
+      // The agent asks the model once (no tools), writes the answer; the verifier checks it.
+      for (const char* arg :
+           {"python3", "-c",
+            "import json,os,urllib.request\n"
+            "b,k=os.environ['OPENAI_BASE_URL'],os.environ['OPENAI_API_KEY']\n"
+            "p=open(os.path.join(os.environ['HOME'],os.environ['CORRAL_INSTRUCTION_FILE'])).read()\n"
+            "r=urllib.request.Request(b+'/chat/completions',method='POST',data=json.dumps({'model':os.environ['OPENAI_MODEL'],"
+            "'messages':[{'role':'user','content':p}]}).encode(),headers={'Authorization':'Bearer '+k,'Content-Type':'application/json'})\n"
+            "m=json.load(urllib.request.urlopen(r,timeout=60))['choices'][0]['message']['content']\n"
+            "open('/workspace/answer.txt','w').write(m.split('####')[-1].strip())\n"}) {
+        t.mutable_agent()->mutable_command()->add_argv(arg);
+      }
+      for (const char* arg : {"sh", "-c",
+                              "mkdir -p /logs/verifier; a=$(cat /workspace/answer.txt); "
+                              "e=$(python3 -c \"import json,os;print(json.load(open(os.environ['HOME']+'/.corral/task.json'))['answer'])\"); "
+                              "if [ \"$a\" = \"$e\" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt"}) {
+        t.mutable_verifier()->mutable_command()->add_argv(arg);
+      }
+      break;
+    default:
+      t.mutable_reward()->set_function(v1::REWARD_FUNCTION_GSM8K);
+  }
+  return t;
+}
+
 class SchedulerFixture : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -14,16 +14,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-v1::Task Sum(const std::string& id, int a, int b) {
-  v1::Task t;
-  t.set_id(id);
-  t.set_prompt(absl::StrCat("What is ", a, " + ", b, "?"));
-  t.set_answer(absl::StrCat(a + b));
-  t.set_runner(v1::RUNNER_SINGLE_TURN);
-  t.mutable_reward()->set_function(v1::REWARD_FUNCTION_GSM8K);
-  return t;
-}
-
 class SchedulerPolicyTest : public SchedulerFixture {
  protected:
   // One unary call on the scheduler with the cluster token.
@@ -85,7 +75,8 @@ TEST_F(SchedulerPolicyTest, TheVersionAndPausesReachEveryEpisodeAndOutliveProxyA
   v1::BatchSpec spec;
   spec.set_batch_id("v3");
   spec.set_group_size(2);
-  ASSERT_THAT(Submit(spec, {Sum("a", 1, 2), Sum("b", 3, 4)}), IsOk());
+  ASSERT_THAT(Submit(spec, {Arithmetic("a", 1, 2, v1::RUNNER_SINGLE_TURN), Arithmetic("b", 3, 4, v1::RUNNER_SINGLE_TURN)}),
+              IsOk());
   auto results = Results("v3");
   ASSERT_THAT(results, IsOk());
   ASSERT_EQ(results->size(), 4u);
@@ -107,7 +98,7 @@ TEST_F(SchedulerPolicyTest, TheVersionAndPausesReachEveryEpisodeAndOutliveProxyA
   EXPECT_TRUE(ProxyMetricBecomes("corral_proxy_paused", 1));
   spec.set_batch_id("v4");
   spec.set_group_size(1);
-  ASSERT_THAT(Submit(spec, {Sum("c", 5, 6)}), IsOk());
+  ASSERT_THAT(Submit(spec, {Arithmetic("c", 5, 6, v1::RUNNER_SINGLE_TURN)}), IsOk());
   // The episode has started and its call waits at the proxy (nothing finishes while paused).
   EXPECT_TRUE(ProxyMetricBecomes("corral_proxy_paused_calls_total", 1, {{"outcome", "held"}}));
   auto batch = GetBatch("v4");
@@ -153,8 +144,7 @@ TEST_F(SchedulerPolicyTest, DynamicSamplingDeliversTheTargetGroupsAndReportsTheF
   spec.set_target_groups(3);
   std::vector<v1::Task> tasks;
   for (int i = 0; i < 16; ++i) {
-    tasks.push_back(Sum(absl::StrCat("t", i), i, i + 1));
-    tasks.back().mutable_llm()->set_seed_sampling(true);
+    tasks.push_back(Arithmetic(absl::StrCat("t", i), i, i + 1, v1::RUNNER_SINGLE_TURN));
   }
   ASSERT_THAT(Submit(spec, tasks), IsOk());
   auto results = Results("dapo", /*whole_groups=*/true);
@@ -223,7 +213,9 @@ TEST_F(SchedulerPolicyTest, StalenessAdmissionStartsOneGroupPerPolicyVersionAtZe
   spec.set_group_size(2);
   spec.set_max_staleness(0);  // on-policy: each group runs entirely under the version the trainer is at
   spec.set_step_groups(1);
-  ASSERT_THAT(Submit(spec, {Sum("a", 1, 2), Sum("b", 3, 4), Sum("c", 5, 6)}), IsOk());
+  std::vector<v1::Task> tasks;
+  for (int i = 0; i < 3; ++i) tasks.push_back(Arithmetic(absl::StrCat("t", i), i, 1, v1::RUNNER_SINGLE_TURN));
+  ASSERT_THAT(Submit(spec, tasks), IsOk());
   for (int step = 0; step < 3; ++step) {
     auto taken = Results("sync", /*whole_groups=*/true, absl::Minutes(2), /*limit=*/2);
     ASSERT_THAT(taken, IsOk());
@@ -246,6 +238,43 @@ TEST_F(SchedulerPolicyTest, StalenessAdmissionStartsOneGroupPerPolicyVersionAtZe
   EXPECT_EQ(batch->counts().stale_reruns(), 0u);
   EXPECT_EQ(ProxyMetric("corral_scheduler_delivered_staleness_count", {}, &*scheduler_), 6);
   EXPECT_EQ(ProxyMetric("corral_scheduler_delivered_staleness_bucket", {{"le", "0"}}, &*scheduler_), 6);
+}
+
+TEST_F(SchedulerPolicyTest, PausedTimeDoesNotCountAgainstTheAgentTimeout) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  ASSERT_THAT(Pause(v1::PAUSE_MODE_DRAIN), IsOk());
+  // Both agents get 3 s; generation stays paused for longer than that while their calls wait at the proxy.
+  v1::BatchSpec spec;
+  spec.set_batch_id("held");
+  std::vector<v1::Task> tasks = {Arithmetic("single", 1, 2, v1::RUNNER_SINGLE_TURN),
+                                 Arithmetic("agent", 3, 4, v1::RUNNER_AGENT)};
+  for (v1::Task& t : tasks) t.mutable_timeouts()->mutable_agent()->set_seconds(3);
+  ASSERT_THAT(Submit(spec, tasks), IsOk());
+  ASSERT_TRUE(ProxyMetricBecomes("corral_proxy_paused_calls_total", 2, {{"outcome", "held"}}));
+  absl::SleepFor(absl::Seconds(4));  // the pause itself is what is tested: longer than the agents' timeout
+  ASSERT_THAT(Resume(1), IsOk());
+  auto results = Results("held");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), 2u);
+  for (const auto& r : *results) {
+    EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.ids().task_id() << ": " << r.failure_message();
+    EXPECT_EQ(r.first_policy_version(), 1);
+  }
+
+  // Without a pause the timeout still acts, in generation time: an agent that never ends is stopped.
+  v1::Task stuck = Arithmetic("stuck", 5, 6, v1::RUNNER_AGENT);
+  stuck.mutable_agent()->mutable_command()->clear_argv();
+  for (const char* arg : {"sleep", "600"}) stuck.mutable_agent()->mutable_command()->add_argv(arg);
+  stuck.mutable_timeouts()->mutable_agent()->set_seconds(2);
+  spec.set_batch_id("stuck");
+  ASSERT_THAT(Submit(spec, {stuck}), IsOk());
+  results = Results("stuck");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), 1u);
+  EXPECT_EQ((*results)[0].status(), v1::EPISODE_STATUS_TIMEOUT);
+  EXPECT_EQ((*results)[0].failed_phase(), v1::EPISODE_PHASE_AGENT);
+  EXPECT_THAT((*results)[0].failure_message(), HasSubstr("ran past its timeout (2s) and was killed"));
+  EXPECT_TRUE(NothingLeaked());
 }
 
 }  // namespace

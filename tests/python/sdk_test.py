@@ -183,6 +183,32 @@ class SdkTest(unittest.TestCase):
         progress = batch.wait(timeout=60)
         self.assertEqual((progress.finished, progress.acked), (24, 24))
 
+    def test_a_stream_takes_appended_tasks_across_a_scheduler_restart_and_ends_once_closed(self):
+        stream = self.client.submit([question(i) for i in range(2)], group_size=2, groups_in_flight=2,
+                                    batch_id="sdk-stream")
+        self.assertTrue(stream.info.input_open)
+        self.assertEqual(stream.append([question(i) for i in range(2, 4)]), 4)
+        with self.assertRaises(corral.CorralError) as e:
+            stream.append([question(3)])
+        self.assertEqual(e.exception.code, grpc.StatusCode.ALREADY_EXISTS)
+        with self.assertRaises(corral.CorralError) as e:
+            self.client.batch("sdk-stream").append([{"id": "no-prompt", "answer": 1}])
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        seen = []
+        for result in stream.results(exclude_trajectories=True, ack_every=1):
+            seen.append(result.ids.task_id)
+            if len(seen) == 4:
+                # The appended tasks are journaled: a restarted scheduler still has them, and takes more.
+                self.cluster.kill_and_restart_scheduler()
+                self.assertEqual(stream.append([question(i) for i in range(4, 6)], close=True), 6)
+        self.assertEqual(sorted(seen), sorted(f"q{i}" for i in range(6) for _ in range(2)))
+        progress = stream.wait(timeout=60)
+        self.assertEqual((progress.state, progress.finished), ("complete", 12))
+        self.assertFalse(stream.info.input_open)
+        with self.assertRaises(corral.CorralError) as e:
+            stream.append([question(9)])
+        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+
     def test_batch_overrides_replace_the_tasks_fields(self):
         # The tasks ask for an exact match, which the scripted model's "... #### N" never is; the override asks
         # for GSM8K, which reads the number after ####.

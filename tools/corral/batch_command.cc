@@ -44,6 +44,10 @@ std::string AsyncCounts(const v1::Batch& b) {
     absl::StrAppendFormat(&out, ", %d filtered, %d dropped, %d surplus; %d of %d started\n", b.groups().filtered(),
                           b.groups().dropped(), b.groups().surplus(), b.groups().started(), b.groups().total());
   }
+  if (s.groups_in_flight() > 0) {
+    absl::StrAppendFormat(&out, "  stream: %d groups in flight, input %s\n", s.groups_in_flight(),
+                          b.input_open() ? "open (AppendTasks)" : "closed");
+  }
   if (s.has_max_staleness()) {
     absl::StrAppendFormat(&out, "  max staleness %d (base version %d, %d groups per step): %d stale reruns\n",
                           s.max_staleness(), s.base_policy_version(), s.step_groups(), b.counts().stale_reruns());

@@ -103,6 +103,20 @@ class Progress:
                    groups_filtered=g.filtered, groups_dropped=g.dropped, groups_surplus=g.surplus)
 
 
+def _chunks(tasks: List[scheduler_pb2.Task]) -> Iterator[List[scheduler_pb2.Task]]:
+    """The tasks in runs that each stay well under gRPC's 4 MiB message limit."""
+    chunk, size = [], 0
+    for task in tasks:
+        n = task.ByteSize()
+        if chunk and size + n > _CHUNK_BYTES:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(task)
+        size += n
+    if chunk:
+        yield chunk
+
+
 def _overrides(runner: Optional[str], model: Optional[str], overrides) -> scheduler_pb2.TaskOverrides:
     o = scheduler_pb2.TaskOverrides()
     if isinstance(overrides, scheduler_pb2.TaskOverrides):
@@ -178,7 +192,7 @@ class Client:
                runner: Optional[str] = None, model: Optional[str] = None, overrides=None,
                max_staleness: Optional[int] = None, step_groups: int = 0, base_policy_version: Optional[int] = None,
                group_filter=None, target_groups: int = 0, max_groups: int = 0,
-               group_failure_policy: str = "deliver") -> "Batch":
+               group_failure_policy: str = "deliver", groups_in_flight: int = 0) -> "Batch":
         """Submits `tasks` (builders from corral.tasks, dataset dicts, or Task messages) as one batch of
         `group_size` episodes per task (plus `redundancy` extras, cancelled once group_size have ended).
         `runner`, `model` and `overrides` (a TaskOverrides message or a dataset-shaped dict) replace the tasks'
@@ -190,14 +204,19 @@ class Client:
         versions. Dynamic sampling: `group_filter` (a GroupFilter or a dict such as {"drop_equal_rewards": True})
         makes groups outside it FILTERED; with `target_groups` N groups are started from the task list until N
         pass (at most `max_groups`). `group_failure_policy`: "deliver", "drop" (the whole group) or "replace"
-        (re-run the failed episode)."""
+        (re-run the failed episode).
+
+        Streaming mode: with `groups_in_flight` K the batch is a long-lived stream that keeps K groups in flight
+        over its task list; add tasks with `batch.append(tasks)`, end it with `batch.close_input()` (it may start
+        with no tasks)."""
         if group_failure_policy not in _GROUP_FAILURE_POLICIES:
             raise ValueError(f"group_failure_policy must be one of {sorted(_GROUP_FAILURE_POLICIES)}, "
                              f"not {group_failure_policy!r}")
         spec = scheduler_pb2.BatchSpec(batch_id=batch_id, group_size=group_size, redundancy=redundancy,
                                        priority=priority, max_attempts=max_attempts, labels=labels or {},
                                        step_groups=step_groups, target_groups=target_groups, max_groups=max_groups,
-                                       group_failure_policy=_GROUP_FAILURE_POLICIES[group_failure_policy])
+                                       group_failure_policy=_GROUP_FAILURE_POLICIES[group_failure_policy],
+                                       groups_in_flight=groups_in_flight)
         if seed is not None:
             spec.seed = seed
         if max_staleness is not None:
@@ -212,20 +231,13 @@ class Client:
             spec.deadline.FromNanoseconds(time.time_ns() + int(deadline_s * 1e9))
         spec.overrides.CopyFrom(_overrides(runner, model, overrides))
         converted = [to_task(t) for t in tasks]  # fail on a bad task before anything is sent
-        if not converted:
+        if not converted and not groups_in_flight:
             raise ValueError("a batch needs at least one task")
 
         def requests():
             yield scheduler_pb2.SubmitRequest(spec=spec)
-            chunk, size = scheduler_pb2.TaskList(), 0
-            for task in converted:
-                n = task.ByteSize()
-                if chunk.tasks and size + n > _CHUNK_BYTES:
-                    yield scheduler_pb2.SubmitRequest(tasks=chunk)
-                    chunk, size = scheduler_pb2.TaskList(), 0
-                chunk.tasks.append(task)
-                size += n
-            yield scheduler_pb2.SubmitRequest(tasks=chunk)
+            for chunk in _chunks(converted):
+                yield scheduler_pb2.SubmitRequest(tasks=scheduler_pb2.TaskList(tasks=chunk))
 
         try:
             batch = self._stub.Submit(requests(), timeout=max(self.timeout, 120), metadata=self._metadata)
@@ -379,6 +391,23 @@ class Batch:
         (for curricula)."""
         self.info = self.client._call("GetBatch", scheduler_pb2.GetBatchRequest(batch_id=self.id, task_stats=True))
         return list(self.info.task_stats)
+
+    def append(self, tasks: Iterable[TaskLike], *, close: bool = False) -> int:
+        """Streaming mode: adds `tasks` to the end of the stream's task list (and closes its input with `close`);
+        returns the stream's task count. Not retried on a broken connection (an append that landed would be
+        refused as ALREADY_EXISTS): check `progress` or `info.task_count` before appending again."""
+        converted = [to_task(t) for t in tasks]
+        chunks = list(_chunks(converted)) or [[]]
+        for k, chunk in enumerate(chunks):
+            last = k == len(chunks) - 1
+            self.info = self.client._call("AppendTasks", scheduler_pb2.AppendTasksRequest(
+                batch_id=self.id, tasks=chunk, close_input=close and last))
+        return self.info.task_count
+
+    def close_input(self) -> None:
+        """Streaming mode: no task will follow; the stream completes once its started groups have ended."""
+        self.info = self.client._call("AppendTasks", scheduler_pb2.AppendTasksRequest(batch_id=self.id,
+                                                                                      close_input=True))
 
     def cancel(self, reason: str = "") -> int:
         """Cancels every queued and running episode; each still yields a CANCELLED result."""

@@ -31,6 +31,18 @@ v1::BatchSpec DropEqual(v1::BatchSpec spec) {
 
 class EpisodeTableAsyncTest : public EpisodeTableTest {
  protected:
+  // Appends tasks named `ids` to a stream.
+  absl::StatusOr<v1::Batch> Append(const std::string& batch, std::vector<std::string> ids, bool close = false) {
+    std::vector<std::shared_ptr<const v1::Task>> list;
+    for (const auto& id : ids) {
+      auto t = std::make_shared<v1::Task>();
+      t->set_id(id);
+      list.push_back(std::move(t));
+    }
+    absl::StatusOr<v1::Batch> out = absl::UnknownError("done was not called");
+    table_->Append(batch, std::move(list), close, [&](absl::StatusOr<v1::Batch> b) { out = std::move(b); });
+    return out;
+  }
   // Starts the next episode and ends it with `result`.
   void Run(v1::EpisodeResult result) { End(Start(), std::move(result)); }
   v1::GroupCounts Groups(const std::string& batch) { return table_->GetBatch(batch).value().groups(); }
@@ -317,6 +329,73 @@ TEST_F(EpisodeTableAsyncTest, TheObserverHearsVerdictsRerunsAndStalenessAtDelive
   table_->MarkDelivered("b:g1:e1");  // again: observed once
   EXPECT_THAT(observer.staleness, UnorderedElementsAre(0, 1, 0, 2));
   table_->set_observer(nullptr);
+}
+
+TEST_F(EpisodeTableAsyncTest, AStreamKeepsKGroupsInFlightTakesAppendedTasksAndEndsOnceItsInputIsClosed) {
+  v1::BatchSpec spec = Spec("s", 1);
+  spec.set_groups_in_flight(2);
+  ASSERT_THAT(Submit(spec, 1), IsOk());
+  EXPECT_EQ(table_->QueuedCount(), 1u);
+  auto appended = Append("s", {"a", "b", "c"});
+  ASSERT_THAT(appended, IsOk());
+  EXPECT_EQ(appended->task_count(), 4u);
+  EXPECT_TRUE(appended->input_open());
+  EXPECT_EQ(table_->QueuedCount(), 2u);  // groups 0 and 1: K in flight
+  Run(Rewarded(1.0));                    // group 0 ends: group 2 opens
+  EXPECT_EQ(table_->QueuedCount(), 2u);
+  const EpisodeTicket g1 = Start(), g2 = Start();
+  EXPECT_EQ(g1.ids.group_index(), 1u);
+  EXPECT_EQ(g2.ids.group_index(), 2u);
+  EXPECT_EQ(table_->StartNext(Any), std::nullopt);  // two in flight
+  // Refused, changing nothing: a task id it has, an unknown batch, a journal that fails.
+  EXPECT_THAT(Append("s", {"b"}), StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("task 'b'")));
+  EXPECT_THAT(Append("nope", {"x"}), StatusIs(absl::StatusCode::kNotFound));
+  log_.append_status = absl::InternalError("disk full");
+  EXPECT_THAT(Append("s", {"d"}), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("disk full")));
+  log_.append_status = absl::OkStatus();
+  EXPECT_EQ(table_->GetBatch("s")->task_count(), 4u);
+  End(g1, Rewarded(1.0));
+  End(g2, Rewarded(0.0));
+  const EpisodeTicket g3 = Start();
+  EXPECT_EQ(g3.ids.group_index(), 3u);
+  // Every task started: still RUNNING while the input is open. Closed, it completes once the last one ends.
+  EXPECT_EQ(table_->GetBatch("s")->state(), v1::BATCH_STATE_RUNNING);
+  ASSERT_THAT(Append("s", {}, /*close=*/true), IsOk());
+  EXPECT_FALSE(table_->GetBatch("s")->input_open());
+  EXPECT_EQ(table_->GetBatch("s")->state(), v1::BATCH_STATE_RUNNING);
+  EXPECT_THAT(Append("s", {"e"}), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("input is closed")));
+  End(g3, Rewarded(1.0));
+  EXPECT_EQ(table_->GetBatch("s")->state(), v1::BATCH_STATE_COMPLETE);
+  EXPECT_EQ(Counts("s").finished(), 4u);
+  EXPECT_THAT(log_.appended, ElementsAre("s@1+3", "s@4+1", "s@4+0 closed"));  // the failed write included
+
+  ASSERT_THAT(Submit(Spec("plain", 1), 1), IsOk());
+  EXPECT_THAT(Append("plain", {"x"}), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not a stream")));
+}
+
+TEST_F(EpisodeTableAsyncTest, ARestoredStreamReopensItsGroupsInFlight) {
+  v1::BatchSpec spec = Spec("s", 1);
+  spec.set_groups_in_flight(2);
+  Snapshot snap;
+  snap.batches.push_back(Row(spec, clock_.Now()));
+  for (const char* id : {"t1", "t2"}) {
+    auto task = std::make_shared<v1::Task>();
+    task->set_id(id);
+    snap.batches.back().tasks.push_back(task);
+  }
+  v1::EpisodeResult done = Rewarded(1.0);
+  done.mutable_ids()->set_episode_id("s:g0:e0");
+  snap.results.push_back({.seq = 1, .episode_id = "s:g0:e0", .status = v1::EPISODE_STATUS_FINISHED, .reward = 1.0,
+                          .result = done.SerializeAsString()});
+  table_->Restore(snap);
+  EXPECT_EQ(table_->QueuedCount(), 2u);  // groups 1 and 2
+  EXPECT_TRUE(table_->GetBatch("s")->input_open());
+  snap.batches.back().input_closed = true;
+  snap.batches.back().spec.set_batch_id("closed");
+  snap.results.clear();
+  Reset(1000);
+  table_->Restore(snap);
+  EXPECT_FALSE(table_->GetBatch("closed")->input_open());
 }
 
 TEST(AsyncSpecTest, BadFieldsAreRefused) {

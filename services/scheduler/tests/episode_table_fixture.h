@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/api/proto_time.h"
@@ -43,6 +44,11 @@ class FakeLog final : public EpisodeLog {
     done(absl::OkStatus());
   }
   void BatchCancelled(const std::string& id) override { cancelled.push_back(id); }
+  void TasksAppended(const std::string& id, uint32_t first, const std::vector<std::shared_ptr<const v1::Task>>& tasks,
+                     bool close_input, std::function<void(absl::Status)> done) override {
+    appended.push_back(absl::StrCat(id, "@", first, "+", tasks.size(), close_input ? " closed" : ""));
+    done(append_status);
+  }
 
   void Commit() {
     auto dones = std::move(uncommitted);
@@ -50,7 +56,8 @@ class FakeLog final : public EpisodeLog {
     for (auto& done : dones) done(absl::OkStatus());
   }
 
-  std::vector<std::string> batches, results, acked, cancelled, withdrawn;
+  std::vector<std::string> batches, results, acked, cancelled, withdrawn, appended;
+  absl::Status append_status;  // what TasksAppended answers
   std::vector<std::pair<v1::EpisodeResult, bool>> journaled;  // every AddResult: the result, redundant
   std::vector<std::pair<std::string, uint32_t>> started, run_ended;
   std::vector<std::function<void(absl::Status)>> uncommitted;
