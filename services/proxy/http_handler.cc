@@ -7,6 +7,7 @@
 #include "libs/http/sse.h"
 #include "libs/api/proto_time.h"
 #include "boost/asio/this_coro.hpp"
+#include "services/proxy/anthropic_api.h"
 #include "services/proxy/capture.h"
 #include "services/proxy/continuation.h"
 
@@ -39,6 +40,9 @@ struct HttpHandler::Call {
   int64_t version = 0;         // the policy version its tokens are attributed to now
   GenerationGate::CallRef gate;  // its registration at the generation gate
   std::string stream_id;         // the first chunk's id, which a continuation's chunks take
+  // The Anthropic Messages API (/v1/messages): the body was translated to chat; answers are translated back.
+  bool messages = false;
+  anthropic::StreamTranslator translator;
 };
 
 namespace {
@@ -58,6 +62,21 @@ struct CallGuard {
 
 int UpstreamIndex(const HttpHandler::Call& c) { return c.dispatch.lease ? c.dispatch.lease.get()->index : -1; }
 
+// The upstream's route: chat completions for a chat call, the Messages API's included.
+std::string UpstreamRoute(const HttpHandler::Call& c) {
+  return ProxyMetrics::RouteName(c.chat ? Route::kChat : Route::kCompletions);
+}
+
+// An error answered in the route's own shape: Anthropic's for /v1/messages, OpenAI's otherwise.
+std::string ErrorFor(Route route, ApiError error, absl::string_view message, bool chat = true, int http_status = 0) {
+  if (route != Route::kMessages) return ErrorBody(error, message, chat);
+  return anthropic::ErrorBody(http_status != 0 ? http_status : ShapeOf(error).http_status, message);
+}
+std::string ErrorEventFor(Route route, ApiError error, absl::string_view message) {
+  if (route != Route::kMessages) return ErrorEvent(error, message);
+  return anthropic::ErrorEvent(ShapeOf(error).http_status, message);
+}
+
 // Writes an SSE comment to a streaming agent, starting its stream first if need be; false when the agent is gone.
 // (Plain statements around each co_await: GCC 12 miscompiles temporaries inside co_await expressions.)
 asio::awaitable<bool> SseComment(http::Responder& responder, absl::string_view comment) {
@@ -75,7 +94,7 @@ asio::awaitable<void> HttpHandler::Refuse(http::Responder& responder, Route rout
                                           const std::string& message, bool chat) {
   const ApiErrorShape shape = ShapeOf(error);
   metrics_->Request(route, shape.http_status, -1).Increment();
-  const std::string body = ErrorBody(error, message, chat);
+  const std::string body = ErrorFor(route, error, message, chat);
   co_await responder.Send(shape.http_status, "application/json", body);
 }
 
@@ -86,7 +105,8 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
     co_await responder.Send(200, "application/json", "{\"status\":\"ok\"}");
     co_return;
   }
-  const bool chat = target == ProxyMetrics::RouteName(Route::kChat);
+  const bool messages = target == ProxyMetrics::RouteName(Route::kMessages);
+  const bool chat = target == ProxyMetrics::RouteName(Route::kChat) || messages;
   const bool models = target == ProxyMetrics::RouteName(Route::kModels);
   if (!chat && !models && target != ProxyMetrics::RouteName(Route::kCompletions)) {
     co_await responder.Send(404, "application/json", ErrorBody(ApiError::kUnknownRoute, absl::StrCat("unknown route ", target)));
@@ -97,13 +117,15 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
     co_await responder.Send(405, "application/json", ErrorBody(ApiError::kMethodNotAllowed, message));
     co_return;
   }
+  // The env token: `Authorization: Bearer`, or (Anthropic's clients) `x-api-key`.
   std::string auth(request[bhttp::field::authorization]);
+  if (auth.empty() && request.count("x-api-key") > 0) auth = absl::StrCat("Bearer ", std::string(request["x-api-key"]));
   absl::StatusOr<std::shared_ptr<Session>> session =
       absl::StartsWith(auth, "Bearer ") ? ledger_->store().Authenticate(auth.substr(7))
                                         : absl::UnauthenticatedError("missing Authorization: Bearer <env token>");
+  const Route route = messages ? Route::kMessages : chat ? Route::kChat : models ? Route::kModels : Route::kCompletions;
   if (!session.ok()) {
     const ApiError error = absl::IsFailedPrecondition(session.status()) ? ApiError::kSessionClosed : ApiError::kUnauthenticated;
-    const Route route = chat ? Route::kChat : models ? Route::kModels : Route::kCompletions;
     co_await Refuse(responder, route, error, std::string(session.status().message()));
     co_return;
   }
@@ -111,7 +133,7 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
     co_await Models(responder, **session);
     co_return;
   }
-  co_await Completion(request, responder, *std::move(session), chat);
+  co_await Completion(request, responder, *std::move(session), route);
 }
 
 asio::awaitable<void> HttpHandler::Models(http::Responder& responder, const Session& session) {
@@ -126,12 +148,15 @@ asio::awaitable<void> HttpHandler::Models(http::Responder& responder, const Sess
 }
 
 asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Responder& responder,
-                                              std::shared_ptr<Session> session, bool chat) {
+                                              std::shared_ptr<Session> session, Route api) {
   Call c;
   c.session = std::move(session);
+  c.messages = api == Route::kMessages;
+  const bool chat = api != Route::kCompletions;
   c.chat = chat;
-  c.route = chat ? Route::kChat : Route::kCompletions;
-  const std::string route = ProxyMetrics::RouteName(c.route);
+  c.route = api;
+  const std::string route = ProxyMetrics::RouteName(c.route);  // as the agent called it (recorded)
+  const std::string upstream_route = UpstreamRoute(c);       // what the upstream is asked
   c.assembler = ResponseAssembler(chat);
   c.received = clock_->Now();
   boost::system::error_code ec;
@@ -145,6 +170,15 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     co_return;
   }
   c.body = std::move(parsed.as_object());
+  if (c.messages) {  // from here on a chat call; only its answer is translated back
+    absl::StatusOr<json::object> translated = anthropic::ToChat(c.body);
+    if (!translated.ok()) {
+      const std::string message(translated.status().message());
+      co_await Refuse(responder, c.route, ApiError::kBadRequest, message);
+      co_return;
+    }
+    c.body = *std::move(translated);
+  }
   PolicyOutcome policy = ApplyPolicy(c.session->policy(), c.session->used(), chat, c.body);
   if (policy.refusal != Refusal::kNone) {
     const ApiError error = policy.refusal == Refusal::kModelNotAllowed   ? ApiError::kModelNotAllowed
@@ -182,7 +216,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   }
   c.gate = gate_->Register(co_await asio::this_coro::executor);
   CallGuard guard{c, metrics_, gate_};
-  const DispatchRequest dispatch{c.session->env_id(), c.rewrite.model, route, json::serialize(c.body), c.rewrite.stream,
+  const DispatchRequest dispatch{c.session->env_id(), c.rewrite.model, upstream_route, json::serialize(c.body), c.rewrite.stream,
                                  c.gate.get()};
   std::unique_ptr<http::ClientConnection> upstream;
   // At the generation gate first; a pause's cut before the response is complete (an unstreamed one is sent
@@ -205,10 +239,11 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
       c.error = absl::StrCat("upstream answered HTTP ", c.http_status);
       (void)co_await Finish(c);
       if (!responder.started()) {
-        const std::string answer = body.ok() ? *body : ErrorBody(ApiError::kUpstream, c.error);
+        std::string answer = body.ok() ? *body : ErrorBody(ApiError::kUpstream, c.error);
+        if (c.messages) answer = anthropic::ErrorBody(c.http_status, answer.substr(0, 2048));
         co_await responder.Send(c.http_status, "application/json", answer);
       } else {
-        co_await responder.WriteChunk(ErrorEvent(ApiError::kUpstream, c.error));
+        co_await responder.WriteChunk(ErrorEventFor(c.route, ApiError::kUpstream, c.error));
       }
     } else if (c.rewrite.stream) {
       metrics_->open_streams.Increment();
@@ -271,12 +306,14 @@ asio::awaitable<bool> HttpHandler::RelayWhole(Call& c, http::ClientConnection& u
   }
   c.assembler.AddWhole(parsed.as_object());
   if (absl::Status s = co_await Finish(c); !s.ok()) {
-    co_await responder.Send(500, "application/json", ErrorBody(ApiError::kServer, "the call could not be journaled"));
+    co_await responder.Send(500, "application/json", ErrorFor(c.route, ApiError::kServer, "the call could not be journaled"));
     co_return true;
   }
   const bool rewrite = c.rewrite.strip_token_ids || c.rewrite.strip_logprobs;
   if (rewrite) StripForAgent(c.rewrite, parsed.as_object());
-  std::string answer = rewrite ? json::serialize(parsed) : *std::move(body);
+  std::string answer = c.messages ? json::serialize(anthropic::FromChat(parsed.as_object()))
+                       : rewrite  ? json::serialize(parsed)
+                                  : *std::move(body);
   co_await responder.Send(200, "application/json", std::move(answer));
   co_return true;
 }
@@ -332,7 +369,7 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
       boost::system::error_code ec;
       json::value chunk = json::parse(ev.data, ec);
       if (ec || !chunk.is_object()) {
-        absl::StrAppend(&out, "data: ", ev.data, "\n\n");
+        if (!c.messages) absl::StrAppend(&out, "data: ", ev.data, "\n\n");
         continue;
       }
       json::object& o = chunk.as_object();
@@ -346,7 +383,9 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
       }
       const bool continued = c.assembler.continued();
       if (continued) AdaptContinuationChunk(c.stream_id, o);
-      if (!rewrite && !continued) {
+      if (c.messages) {
+        out += c.translator.Chunk(o);
+      } else if (!rewrite && !continued) {
         absl::StrAppend(&out, "data: ", ev.data, "\n\n");
       } else if (StripForAgent(c.rewrite, o)) {
         absl::StrAppend(&out, "data: ", json::serialize(chunk), "\n\n");
@@ -361,11 +400,14 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
   const bool journaled = (co_await Finish(c)).ok();
   if (responder.client_gone()) co_return;
   if (!c.error.empty()) {
-    co_await responder.WriteChunk(ErrorEvent(c.http_status == 410 ? ApiError::kSessionClosed : ApiError::kUpstream, c.error));
+    co_await responder.WriteChunk(
+        ErrorEventFor(c.route, c.http_status == 410 ? ApiError::kSessionClosed : ApiError::kUpstream, c.error));
   } else if (!journaled) {
-    co_await responder.WriteChunk(ErrorEvent(ApiError::kServer, "the call could not be journaled"));
+    co_await responder.WriteChunk(ErrorEventFor(c.route, ApiError::kServer, "the call could not be journaled"));
   } else {
-    co_await responder.WriteChunk("data: [DONE]\n\n");
+    // (A plain statement before co_await: GCC 12 mishandles a conditional's temporary inside a co_await.)
+    const std::string end = c.messages ? c.translator.End() : std::string("data: [DONE]\n\n");
+    co_await responder.WriteChunk(end);
   }
   co_await responder.EndStream();
 }
@@ -376,7 +418,7 @@ asio::awaitable<std::unique_ptr<http::ClientConnection>> HttpHandler::Continue(C
   while (true) {
     if (!co_await Admit(c, responder)) co_return nullptr;  // the call failed there, and the agent was told
     c.assembler.BeginContinuation();
-    const DispatchRequest request{c.session->env_id(), c.rewrite.model, ProxyMetrics::RouteName(c.route),
+    const DispatchRequest request{c.session->env_id(), c.rewrite.model, UpstreamRoute(c),
                                   json::serialize(ContinuationBody(c.body, c.chat, c.assembler)), true, c.gate.get()};
     c.dispatch = co_await dispatcher_->Send(request, Keepalive(responder));
     c.upstream_wait += c.dispatch.waited;
@@ -448,9 +490,9 @@ asio::awaitable<void> HttpHandler::Fail(Call& c, http::Responder& responder, Api
   c.error = message;
   (void)co_await Finish(c);
   if (!responder.started()) {
-    co_await responder.Send(http_status, "application/json", ErrorBody(error, message, c.chat));
+    co_await responder.Send(http_status, "application/json", ErrorFor(c.route, error, message, c.chat, http_status));
   } else {
-    co_await responder.WriteChunk(ErrorEvent(error, message));
+    co_await responder.WriteChunk(ErrorEventFor(c.route, error, message));
     co_await responder.EndStream();
   }
 }

@@ -37,7 +37,7 @@ class HttpHandler {
 
  private:
   boost::asio::awaitable<void> Completion(http::Request& request, http::Responder& responder,
-                                          std::shared_ptr<Session> session, bool chat);
+                                          std::shared_ptr<Session> session, ProxyMetrics::Route api);
   boost::asio::awaitable<void> Models(http::Responder& responder, const Session& session);
   // Waits at the generation gate (keepalives to a streaming agent), then counts the call upstream. False when the
   // session closed or the agent left meanwhile: the call has failed and the agent was answered.

@@ -97,9 +97,15 @@ struct ProxyMetrics {
   }
   // The counter of requests to `route` answered `status` by upstream number `upstream` (-1: none), created on
   // first use and kept (no label-map lookup per request). Call SetUpstreams first.
-  enum class Route { kChat, kCompletions, kModels };
+  enum class Route { kChat, kCompletions, kModels, kMessages };
   static const char* RouteName(Route r) {
-    return r == Route::kChat ? "/v1/chat/completions" : r == Route::kCompletions ? "/v1/completions" : "/v1/models";
+    switch (r) {
+      case Route::kChat: return "/v1/chat/completions";
+      case Route::kCompletions: return "/v1/completions";
+      case Route::kModels: return "/v1/models";
+      case Route::kMessages: return "/v1/messages";  // Anthropic's Messages API, translated to chat
+    }
+    return "";
   }
   // Also creates each upstream's error counter at zero, so a dashboard or an alert sees it before any error.
   void SetUpstreams(std::vector<std::string> names) {

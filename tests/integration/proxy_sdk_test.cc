@@ -2,6 +2,11 @@
 // corral-proxy and corral-fake-llm: chat with and without streaming, tool calls, completions, models, and the
 // proxy's errors surfacing as the SDK's typed errors (401, 410, 400 budget, 400 model).
 #include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -10,7 +15,23 @@
 namespace corral {
 namespace {
 
-class ProxySdkTest : public ProxyFixture {};
+class ProxySdkTest : public ProxyFixture {
+ protected:
+  // Runs tests/sdk/<name>/sdk.test.mjs with `env` (VAR=value); expects every one of its `tests` to pass.
+  void RunNodeTests(const std::string& name, std::vector<std::string> env, int tests) {
+    const std::string sdk_dir = std::string(CORRAL_SOURCE_DIR) + "/tests/sdk/" + name;
+    std::vector<std::string> argv = {"/usr/bin/env"};
+    argv.insert(argv.end(), env.begin(), env.end());
+    for (const char* arg : {"node", "--test"}) argv.push_back(arg);
+    argv.push_back(sdk_dir + "/sdk.test.mjs");
+    auto node = testing::Subprocess::Start(argv, dir_ + "/node-" + name + ".log");
+    ASSERT_THAT(node, IsOk());
+    auto code = node->Wait(absl::Seconds(120));
+    ASSERT_THAT(code, IsOk());
+    EXPECT_EQ(*code, 0) << node->Log();
+    EXPECT_THAT(node->Log(), ::testing::HasSubstr(absl::StrCat("# pass ", tests)));
+  }
+};
 
 TEST_F(ProxySdkTest, TheOfficialOpenAiNodeSdkWorksAgainstTheProxy) {
   const std::string sdk_dir = std::string(CORRAL_SOURCE_DIR) + "/tests/sdk/openai";
@@ -29,22 +50,53 @@ TEST_F(ProxySdkTest, TheOfficialOpenAiNodeSdkWorksAgainstTheProxy) {
   const std::string closed_token = Open("sdk-closed");
   ASSERT_THAT(Close("sdk-closed"), IsOk());
 
-  auto node = testing::Subprocess::Start(
-      {"/usr/bin/env", "CORRAL_BASE_URL=http://" + proxy_->ready.http + "/v1", "CORRAL_TOKEN=" + token,
-       "CORRAL_BUDGET_TOKEN=" + budget_token, "CORRAL_CLOSED_TOKEN=" + closed_token, "node", "--test",
-       sdk_dir + "/sdk.test.mjs"},
-      dir_ + "/node.log");
-  ASSERT_THAT(node, IsOk());
-  auto code = node->Wait(absl::Seconds(120));
-  ASSERT_THAT(code, IsOk());
-  EXPECT_EQ(*code, 0) << node->Log();
-  EXPECT_THAT(node->Log(), ::testing::HasSubstr("# pass 9"));
+  ASSERT_NO_FATAL_FAILURE(RunNodeTests("openai",
+                                       {"CORRAL_BASE_URL=http://" + proxy_->ready.http + "/v1", "CORRAL_TOKEN=" + token,
+                                        "CORRAL_BUDGET_TOKEN=" + budget_token, "CORRAL_CLOSED_TOKEN=" + closed_token},
+                                       9));
   // What the SDK did is in the trajectory: 7 calls succeeded on the chat session (the two errors were refused
   // before reaching it), and the tool result came back as a tool message.
   auto t = Trajectory("sdk-chat");
   ASSERT_THAT(t, IsOk());
   EXPECT_EQ(t->call_count(), 6u);
   EXPECT_EQ(t->failed_call_count(), 0u);
+}
+
+TEST_F(ProxySdkTest, TheOfficialAnthropicNodeSdkWorksAgainstTheMessagesApi) {
+  const std::string sdk_dir = std::string(CORRAL_SOURCE_DIR) + "/tests/sdk/anthropic";
+  ASSERT_TRUE(std::filesystem::exists(sdk_dir + "/node_modules/@anthropic-ai/sdk"))
+      << "run `npm ci --prefix tests/sdk/anthropic` (scripts/test does)";
+  StartProxy({StartBackend()});
+  v1::SessionPolicy policy;
+  (*policy.mutable_model_aliases())["*"] = "fake-model";
+  policy.set_capture_token_ids(true);
+  const std::string token = Open("sdk-claude", policy);
+  const std::string closed_token = Open("sdk-claude-closed");
+  ASSERT_THAT(Close("sdk-claude-closed"), IsOk());
+
+  ASSERT_NO_FATAL_FAILURE(RunNodeTests("anthropic",
+                                       {"CORRAL_ANTHROPIC_BASE_URL=http://" + proxy_->ready.http, "CORRAL_TOKEN=" + token,
+                                        "CORRAL_CLOSED_TOKEN=" + closed_token},
+                                       8));
+  // Recorded as chat calls, as any other: the 6 that reached the model (the refused ones never did), with their
+  // token ids, the tool result as a tool message.
+  auto t = Trajectory("sdk-claude");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->call_count(), 6u);
+  EXPECT_EQ(t->failed_call_count(), 0u);
+  ASSERT_EQ(t->calls_size(), 6);
+  for (const v1::LlmCall& call : t->calls()) {
+    EXPECT_EQ(call.endpoint(), "/v1/messages");
+    EXPECT_FALSE(call.completion_token_ids().empty());
+  }
+  // The system prompt became a system message, the tool result a tool message.
+  auto branches = Trajectory("sdk-claude", v1::TRAJECTORY_FORMAT_TRAJECTORY);
+  ASSERT_THAT(branches, IsOk());
+  std::set<std::string> roles;
+  for (const v1::Branch& b : branches->branches()) {
+    for (const v1::TrajectoryMessage& m : b.messages()) roles.insert(m.message().role());
+  }
+  EXPECT_EQ(roles, (std::set<std::string>{"system", "user", "assistant", "tool"}));
 }
 
 }  // namespace

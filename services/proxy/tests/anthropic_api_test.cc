@@ -1,0 +1,101 @@
+#include "services/proxy/anthropic_api.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+
+namespace corral::proxy::anthropic {
+namespace {
+
+namespace json = boost::json;
+using ::testing::HasSubstr;
+
+json::object Parse(const char* text) { return json::parse(text).as_object(); }
+
+TEST(AnthropicApiTest, ARequestBecomesAChatBody) {
+  auto chat = ToChat(Parse(R"({
+    "model": "claude", "max_tokens": 64, "temperature": 0.5, "stop_sequences": ["END"], "stream": true,
+    "system": [{"type": "text", "text": "Be brief."}],
+    "tools": [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}],
+    "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+    "messages": [
+      {"role": "user", "content": "list files"},
+      {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}, {"type": "text", "text": "ok"},
+                                        {"type": "tool_use", "id": "tu1", "name": "bash", "input": {"cmd": "ls"}}]},
+      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu1", "content": [{"type": "text", "text": "a.txt"}]},
+                                   {"type": "text", "text": "and now?"},
+                                   {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}}]}
+    ]})"));
+  ASSERT_THAT(chat, IsOk());
+  const json::object expected = Parse(R"({
+    "model": "claude",
+    "messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "list files"},
+      {"role": "assistant", "content": "ok",
+       "tool_calls": [{"id": "tu1", "type": "function", "function": {"name": "bash", "arguments": "{\"cmd\":\"ls\"}"}}]},
+      {"role": "tool", "tool_call_id": "tu1", "content": "a.txt"},
+      {"role": "user", "content": [{"type": "text", "text": "and now?"},
+                                   {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}]}
+    ],
+    "tools": [{"type": "function", "function": {"name": "bash", "description": "run",
+                                                "parameters": {"type": "object", "properties": {}}}}],
+    "tool_choice": "required", "parallel_tool_calls": false,
+    "max_tokens": 64, "temperature": 0.5, "stop": ["END"],
+    "stream": true, "stream_options": {"include_usage": true}})");
+  EXPECT_EQ(*chat, expected) << json::serialize(*chat);
+}
+
+TEST(AnthropicApiTest, WhatCannotBeTranslatedIsRefusedNamingTheField) {
+  EXPECT_THAT(ToChat(Parse(R"({"messages": []})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m"})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages[0].role")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "document"}]}]})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages[0].content[0]: a 'document' block")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "messages": [], "tools": [{"type": "web_search_20250305", "name": "w"}]})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tools[0]: the server tool")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "messages": [], "tool_choice": {"type": "maybe"}})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tool_choice.type")));
+}
+
+TEST(AnthropicApiTest, AChatCompletionBecomesAMessage) {
+  const json::object message = FromChat(Parse(R"({
+    "id": "c1", "model": "m", "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me look.",
+      "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "bash", "arguments": "{\"cmd\":\"ls\"}"}}]}}]})"));
+  EXPECT_EQ(message, Parse(R"({
+    "id": "msg_c1", "type": "message", "role": "assistant", "model": "m",
+    "content": [{"type": "text", "text": "Let me look."},
+                {"type": "tool_use", "id": "t1", "name": "bash", "input": {"cmd": "ls"}}],
+    "stop_reason": "tool_use", "stop_sequence": null, "usage": {"input_tokens": 7, "output_tokens": 3}})"))
+      << json::serialize(message);
+  EXPECT_EQ(FromChat(Parse(R"({"choices": [{"finish_reason": "length", "message": {"content": ""}}]})"))["stop_reason"],
+            "max_tokens");
+  EXPECT_EQ(ErrorBody(401, "no key"), R"({"type":"error","error":{"type":"authentication_error","message":"no key"}})");
+}
+
+TEST(AnthropicApiTest, AChatStreamBecomesMessageEvents) {
+  StreamTranslator t;
+  std::string out = t.Chunk(Parse(R"({"id": "c1", "model": "m", "choices": [{"delta": {"role": "assistant"}}]})"));
+  out += t.Chunk(Parse(R"({"choices": [{"delta": {"content": "Hi"}}]})"));
+  out += t.Chunk(Parse(R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "bash", "arguments": ""}}]}}]})"));
+  out += t.Chunk(Parse(R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\":1}"}}]}}]})"));
+  out += t.Chunk(Parse(R"({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})"));
+  out += t.Chunk(Parse(R"({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}})"));
+  out += t.End();
+  std::vector<std::string> events;
+  for (size_t at = out.find("event: "); at != std::string::npos; at = out.find("event: ", at + 1)) {
+    events.push_back(out.substr(at + 7, out.find('\n', at) - at - 7));
+  }
+  EXPECT_THAT(events, ::testing::ElementsAre("message_start", "content_block_start", "content_block_delta",
+                                             "content_block_stop", "content_block_start", "content_block_delta",
+                                             "content_block_stop", "message_delta", "message_stop"));
+  EXPECT_THAT(out, HasSubstr(R"("delta":{"type":"text_delta","text":"Hi"})"));
+  EXPECT_THAT(out, HasSubstr(R"("content_block":{"type":"tool_use","id":"t1","name":"bash","input":{}})"));
+  EXPECT_THAT(out, HasSubstr(R"("delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"})"));
+  EXPECT_THAT(out, HasSubstr(R"("delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":5,"output_tokens":2})"));
+}
+
+}  // namespace
+}  // namespace corral::proxy::anthropic
