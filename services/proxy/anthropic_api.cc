@@ -1,17 +1,16 @@
 #include "services/proxy/anthropic_api.h"
 
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
 
 namespace corral::proxy::anthropic {
 namespace {
 
 namespace json = boost::json;
-
-absl::Status Bad(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
-
-std::string Str(const json::value* v) { return v != nullptr && v->is_string() ? std::string(v->as_string()) : ""; }
+using chat_json::Bad;
+using chat_json::Str;
 
 // The text of a string or of an array of text blocks (system prompts, tool results).
 absl::StatusOr<std::string> Text(const json::value& v, absl::string_view field) {
@@ -162,32 +161,25 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
     if (!text.ok()) return text.status();
     out.push_back(json::object{{"role", "system"}, {"content", *text}});
   }
-  for (size_t i = 0; i < messages->as_array().size(); ++i) {
-    const json::value& m = messages->as_array()[i];
-    const std::string field = absl::StrCat("messages[", i, "]");
-    if (!m.is_object()) return Bad(field, "must be an object");
-    if (absl::Status s = AddMessage(m.as_object(), field, out); !s.ok()) return s;
-  }
+  CORRAL_RETURN_IF_ERROR(chat_json::EachObject(messages, "messages", [&](const json::object& m, const std::string& at) {
+    return AddMessage(m, at, out);
+  }));
   chat["messages"] = std::move(out);
-  if (const json::value* tools = request.if_contains("tools"); tools != nullptr && !tools->is_null()) {
-    if (!tools->is_array()) return Bad("tools", "must be an array");
-    json::array functions;
-    for (size_t k = 0; k < tools->as_array().size(); ++k) {
-      const json::value& t = tools->as_array()[k];
-      const std::string field = absl::StrCat("tools[", k, "]");
-      if (!t.is_object()) return Bad(field, "must be an object");
-      const std::string type = Str(t.as_object().if_contains("type"));
-      if (!type.empty() && type != "custom") {
-        return Bad(field, absl::StrCat("the server tool '", type, "' cannot be run by a chat-completions upstream"));
-      }
-      json::object fn{{"name", Str(t.as_object().if_contains("name"))}};
-      if (const json::value* d = t.as_object().if_contains("description"); d != nullptr) fn["description"] = *d;
-      const json::value* schema = t.as_object().if_contains("input_schema");
-      fn["parameters"] = schema != nullptr ? *schema : json::value(json::object{{"type", "object"}});
-      functions.push_back(json::object{{"type", "function"}, {"function", std::move(fn)}});
+  json::array functions;
+  CORRAL_RETURN_IF_ERROR(chat_json::EachObject(request.if_contains("tools"), "tools", [&](const json::object& t,
+                                                                                          const std::string& at) {
+    const std::string type = Str(t.if_contains("type"));
+    if (!type.empty() && type != "custom") {
+      return Bad(at, absl::StrCat("the server tool '", type, "' cannot be run by a chat-completions upstream"));
     }
-    chat["tools"] = std::move(functions);
-  }
+    json::object fn{{"name", Str(t.if_contains("name"))}};
+    if (const json::value* d = t.if_contains("description"); d != nullptr) fn["description"] = *d;
+    const json::value* schema = t.if_contains("input_schema");
+    fn["parameters"] = schema != nullptr ? *schema : json::value(json::object{{"type", "object"}});
+    functions.push_back(json::object{{"type", "function"}, {"function", std::move(fn)}});
+    return absl::OkStatus();
+  }));
+  if (!functions.empty()) chat["tools"] = std::move(functions);
   if (const json::value* choice = request.if_contains("tool_choice"); choice != nullptr && !choice->is_null()) {
     auto c = ToolChoice(*choice);
     if (!c.ok()) return c.status();
@@ -213,35 +205,24 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
 json::object FromChat(const json::object& completion) {
   json::array content;
   std::string finish;
-  if (const json::value* choices = completion.if_contains("choices");
-      choices != nullptr && choices->is_array() && !choices->as_array().empty() && choices->as_array()[0].is_object()) {
-    const json::object& choice = choices->as_array()[0].as_object();
-    finish = Str(choice.if_contains("finish_reason"));
-    if (const json::value* m = choice.if_contains("message"); m != nullptr && m->is_object()) {
+  if (const json::object* choice = chat_json::FirstChoice(completion)) {
+    finish = Str(choice->if_contains("finish_reason"));
+    if (const json::value* m = choice->if_contains("message"); m != nullptr && m->is_object()) {
       if (std::string text = Str(m->as_object().if_contains("content")); !text.empty()) {
         content.push_back(json::object{{"type", "text"}, {"text", text}});
       }
-      if (const json::value* calls = m->as_object().if_contains("tool_calls"); calls != nullptr && calls->is_array()) {
-        for (const json::value& call : calls->as_array()) {
-          if (!call.is_object()) continue;
-          const json::value* fn = call.as_object().if_contains("function");
-          const json::object empty;
-          const json::object& f = fn != nullptr && fn->is_object() ? fn->as_object() : empty;
-          boost::system::error_code ec;
-          json::value input = json::parse(Str(f.if_contains("arguments")), ec);
-          content.push_back(json::object{{"type", "tool_use"},
-                                         {"id", Str(call.as_object().if_contains("id"))},
-                                         {"name", Str(f.if_contains("name"))},
-                                         {"input", !ec && input.is_object() ? input : json::value(json::object{})}});
-        }
+      for (const chat_json::ToolCall& call : chat_json::ToolCalls(m->as_object())) {
+        boost::system::error_code ec;
+        json::value input = json::parse(call.arguments, ec);
+        content.push_back(json::object{{"type", "tool_use"},
+                                       {"id", call.id},
+                                       {"name", call.name},
+                                       {"input", !ec && input.is_object() ? input : json::value(json::object{})}});
       }
     }
   }
-  json::object usage{{"input_tokens", 0}, {"output_tokens", 0}};
-  if (const json::value* u = completion.if_contains("usage"); u != nullptr && u->is_object()) {
-    if (const json::value* p = u->as_object().if_contains("prompt_tokens"); p != nullptr) usage["input_tokens"] = *p;
-    if (const json::value* c = u->as_object().if_contains("completion_tokens"); c != nullptr) usage["output_tokens"] = *c;
-  }
+  const auto tokens = chat_json::Usage(completion).value_or(std::pair<int64_t, int64_t>(0, 0));
+  json::object usage{{"input_tokens", tokens.first}, {"output_tokens", tokens.second}};
   return json::object{{"id", absl::StrCat("msg_", Str(completion.if_contains("id")))},
                       {"type", "message"},
                       {"role", "assistant"},
@@ -261,8 +242,7 @@ std::string ErrorEvent(int http_status, absl::string_view message) {
   return Event("error", json::object{{"error", json::object{{"type", ErrorType(http_status)}, {"message", std::string(message)}}}});
 }
 
-void StreamTranslator::Start(const json::object& chunk, std::string& out) {
-  started_ = true;
+void StreamTranslator::Begin(const json::object& chunk, std::string& out) {
   json::object message{{"id", absl::StrCat("msg_", Str(chunk.if_contains("id")))},
                        {"type", "message"},
                        {"role", "assistant"},
@@ -287,62 +267,29 @@ void StreamTranslator::Close(std::string& out) {
   open_ = -1;
 }
 
-std::string StreamTranslator::Chunk(const json::object& chunk) {
-  std::string out;
-  if (!started_) Start(chunk, out);
-  if (const json::value* u = chunk.if_contains("usage"); u != nullptr && u->is_object()) {
-    if (const json::value* p = u->as_object().if_contains("prompt_tokens"); p != nullptr && p->is_int64()) {
-      input_tokens_ = p->as_int64();
-    }
-    if (const json::value* c = u->as_object().if_contains("completion_tokens"); c != nullptr && c->is_int64()) {
-      output_tokens_ = c->as_int64();
-    }
+void StreamTranslator::Text(const std::string& text, std::string& out) {
+  if (open_ < 0 || !open_is_text_) Open(json::object{{"type", "text"}, {"text", ""}}, out);
+  out += Event("content_block_delta",
+               json::object{{"index", open_}, {"delta", json::object{{"type", "text_delta"}, {"text", text}}}});
+}
+
+void StreamTranslator::ToolCall(const chat_json::ToolCall& call, bool first, std::string& out) {
+  if (first) {
+    Open(json::object{{"type", "tool_use"}, {"id", call.id}, {"name", call.name}, {"input", json::object()}}, out);
+    open_call_ = call.index;
   }
-  const json::value* choices = chunk.if_contains("choices");
-  if (choices == nullptr || !choices->is_array() || choices->as_array().empty() || !choices->as_array()[0].is_object()) {
-    return out;
-  }
-  const json::object& choice = choices->as_array()[0].as_object();
-  if (const json::value* d = choice.if_contains("delta"); d != nullptr && d->is_object()) {
-    const json::object& delta = d->as_object();
-    if (std::string text = Str(delta.if_contains("content")); !text.empty()) {
-      if (open_ < 0 || !open_is_text_) Open(json::object{{"type", "text"}, {"text", ""}}, out);
-      out += Event("content_block_delta",
-                   json::object{{"index", open_}, {"delta", json::object{{"type", "text_delta"}, {"text", text}}}});
-    }
-    if (const json::value* calls = delta.if_contains("tool_calls"); calls != nullptr && calls->is_array()) {
-      for (const json::value& call : calls->as_array()) {
-        if (!call.is_object()) continue;
-        const json::object& c = call.as_object();
-        const json::value* i = c.if_contains("index");
-        const int64_t index = i != nullptr && i->is_int64() ? i->as_int64() : 0;
-        const json::value* fn = c.if_contains("function");
-        const json::object empty;
-        const json::object& f = fn != nullptr && fn->is_object() ? fn->as_object() : empty;
-        if (!tool_blocks_.count(index)) {
-          Open(json::object{{"type", "tool_use"}, {"id", Str(c.if_contains("id"))}, {"name", Str(f.if_contains("name"))},
-                            {"input", json::object()}},
-               out);
-          tool_blocks_[index] = open_;
-        }
-        if (std::string args = Str(f.if_contains("arguments")); !args.empty() && tool_blocks_[index] == open_) {
-          out += Event("content_block_delta",
-                       json::object{{"index", open_},
-                                    {"delta", json::object{{"type", "input_json_delta"}, {"partial_json", args}}}});
-        }
-      }
-    }
-  }
-  if (std::string finish = Str(choice.if_contains("finish_reason")); !finish.empty()) stop_reason_ = StopReason(finish);
-  return out;
+  if (call.arguments.empty() || open_ < 0 || open_is_text_ || open_call_ != call.index) return;
+  out += Event("content_block_delta",
+               json::object{{"index", open_},
+                            {"delta", json::object{{"type", "input_json_delta"}, {"partial_json", call.arguments}}}});
 }
 
 std::string StreamTranslator::End() {
   std::string out;
-  if (!started_) Start(json::object(), out);
+  EnsureBegun(out);
   Close(out);
   out += Event("message_delta",
-               json::object{{"delta", json::object{{"stop_reason", stop_reason_.empty() ? "end_turn" : stop_reason_},
+               json::object{{"delta", json::object{{"stop_reason", finish_reason_.empty() ? "end_turn" : StopReason(finish_reason_)},
                                                    {"stop_sequence", nullptr}}},
                             {"usage", json::object{{"input_tokens", input_tokens_}, {"output_tokens", output_tokens_}}}});
   out += Event("message_stop", json::object());

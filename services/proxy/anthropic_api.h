@@ -4,12 +4,12 @@
 // functions and one small stream state, no I/O. What survives the translation is listed in docs/proxy.md.
 #pragma once
 
-#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "boost/json.hpp"
+#include "services/proxy/dialect.h"
 
 namespace corral::proxy::anthropic {
 
@@ -27,25 +27,46 @@ std::string ErrorEvent(int http_status, absl::string_view message);
 
 // A chat stream's chunks as the Messages stream's events: message_start, content blocks (text, tool_use) with
 // their deltas, message_delta (stop reason, usage) and message_stop.
-class StreamTranslator {
+class StreamTranslator final : public ChatStreamWalker {
  public:
   // The events for one chat chunk (possibly none).
-  std::string Chunk(const boost::json::object& chunk);
+  std::string Chunk(const boost::json::object& chunk) { return Walk(chunk); }
   // Closes the open block and the message; called once the chat stream is complete.
   std::string End();
 
  private:
-  void Start(const boost::json::object& chunk, std::string& out);
+  void Begin(const boost::json::object& chunk, std::string& out) override;
+  void Text(const std::string& text, std::string& out) override;
+  void ToolCall(const chat_json::ToolCall& call, bool first, std::string& out) override;
   void Open(boost::json::object block, std::string& out);
   void Close(std::string& out);
 
-  bool started_ = false;
   int open_ = -1;             // the open content block's index, -1 when none
   bool open_is_text_ = false;
+  int64_t open_call_ = -1;    // the chat tool_call index of the open tool_use block
   int next_index_ = 0;
-  std::map<int64_t, int> tool_blocks_;  // chat tool_call index -> content block index
-  std::string stop_reason_;
-  int64_t input_tokens_ = 0, output_tokens_ = 0;
+};
+
+// The Messages API as a Dialect.
+class MessagesDialect final : public Dialect {
+ public:
+  absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request) override {
+    return anthropic::ToChat(request);
+  }
+  std::string Whole(const boost::json::object& completion) override {
+    return boost::json::serialize(FromChat(completion));
+  }
+  std::string Chunk(const boost::json::object& chunk) override { return stream_.Chunk(chunk); }
+  std::string End() override { return stream_.End(); }
+  std::string ErrorBody(int http_status, absl::string_view message) const override {
+    return anthropic::ErrorBody(http_status, message);
+  }
+  std::string ErrorEvent(int http_status, absl::string_view message) const override {
+    return anthropic::ErrorEvent(http_status, message);
+  }
+
+ private:
+  StreamTranslator stream_;
 };
 
 }  // namespace corral::proxy::anthropic

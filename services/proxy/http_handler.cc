@@ -9,6 +9,7 @@
 #include "boost/asio/this_coro.hpp"
 #include "services/proxy/anthropic_api.h"
 #include "services/proxy/capture.h"
+#include "services/proxy/responses_api.h"
 #include "services/proxy/continuation.h"
 
 namespace corral::proxy {
@@ -40,9 +41,9 @@ struct HttpHandler::Call {
   int64_t version = 0;         // the policy version its tokens are attributed to now
   GenerationGate::CallRef gate;  // its registration at the generation gate
   std::string stream_id;         // the first chunk's id, which a continuation's chunks take
-  // The Anthropic Messages API (/v1/messages): the body was translated to chat; answers are translated back.
-  bool messages = false;
-  anthropic::StreamTranslator translator;
+  // An agent API other than chat and completions (/v1/messages, /v1/responses): the body was translated to chat,
+  // answers are translated back. Null for chat and completions.
+  std::unique_ptr<Dialect> dialect;
 };
 
 namespace {
@@ -67,14 +68,22 @@ std::string UpstreamRoute(const HttpHandler::Call& c) {
   return ProxyMetrics::RouteName(c.chat ? Route::kChat : Route::kCompletions);
 }
 
-// An error answered in the route's own shape: Anthropic's for /v1/messages, OpenAI's otherwise.
-std::string ErrorFor(Route route, ApiError error, absl::string_view message, bool chat = true, int http_status = 0) {
-  if (route != Route::kMessages) return ErrorBody(error, message, chat);
-  return anthropic::ErrorBody(http_status != 0 ? http_status : ShapeOf(error).http_status, message);
+// The translation a route needs (null: it is chat or completions itself).
+std::unique_ptr<Dialect> DialectOf(Route route) {
+  if (route == Route::kMessages) return std::make_unique<anthropic::MessagesDialect>();
+  if (route == Route::kResponses) return std::make_unique<responses::ResponsesDialect>();
+  return nullptr;
 }
-std::string ErrorEventFor(Route route, ApiError error, absl::string_view message) {
-  if (route != Route::kMessages) return ErrorEvent(error, message);
-  return anthropic::ErrorEvent(ShapeOf(error).http_status, message);
+
+// An error answered in the API's own shape.
+std::string ErrorFor(const Dialect* dialect, ApiError error, absl::string_view message, bool chat = true,
+                     int http_status = 0) {
+  if (dialect == nullptr) return ErrorBody(error, message, chat);
+  return dialect->ErrorBody(http_status != 0 ? http_status : ShapeOf(error).http_status, message);
+}
+std::string ErrorEventFor(const Dialect* dialect, ApiError error, absl::string_view message) {
+  if (dialect == nullptr) return ErrorEvent(error, message);
+  return dialect->ErrorEvent(ShapeOf(error).http_status, message);
 }
 
 // Writes an SSE comment to a streaming agent, starting its stream first if need be; false when the agent is gone.
@@ -94,7 +103,7 @@ asio::awaitable<void> HttpHandler::Refuse(http::Responder& responder, Route rout
                                           const std::string& message, bool chat) {
   const ApiErrorShape shape = ShapeOf(error);
   metrics_->Request(route, shape.http_status, -1).Increment();
-  const std::string body = ErrorFor(route, error, message, chat);
+  const std::string body = ErrorFor(DialectOf(route).get(), error, message, chat);
   co_await responder.Send(shape.http_status, "application/json", body);
 }
 
@@ -106,7 +115,8 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
     co_return;
   }
   const bool messages = target == ProxyMetrics::RouteName(Route::kMessages);
-  const bool chat = target == ProxyMetrics::RouteName(Route::kChat) || messages;
+  const bool responses = target == ProxyMetrics::RouteName(Route::kResponses);
+  const bool chat = target == ProxyMetrics::RouteName(Route::kChat) || messages || responses;
   const bool models = target == ProxyMetrics::RouteName(Route::kModels);
   if (!chat && !models && target != ProxyMetrics::RouteName(Route::kCompletions)) {
     co_await responder.Send(404, "application/json", ErrorBody(ApiError::kUnknownRoute, absl::StrCat("unknown route ", target)));
@@ -123,7 +133,8 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
   absl::StatusOr<std::shared_ptr<Session>> session =
       absl::StartsWith(auth, "Bearer ") ? ledger_->store().Authenticate(auth.substr(7))
                                         : absl::UnauthenticatedError("missing Authorization: Bearer <env token>");
-  const Route route = messages ? Route::kMessages : chat ? Route::kChat : models ? Route::kModels : Route::kCompletions;
+  const Route route = messages ? Route::kMessages : responses ? Route::kResponses : chat ? Route::kChat
+                      : models ? Route::kModels : Route::kCompletions;
   if (!session.ok()) {
     const ApiError error = absl::IsFailedPrecondition(session.status()) ? ApiError::kSessionClosed : ApiError::kUnauthenticated;
     co_await Refuse(responder, route, error, std::string(session.status().message()));
@@ -151,7 +162,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
                                               std::shared_ptr<Session> session, Route api) {
   Call c;
   c.session = std::move(session);
-  c.messages = api == Route::kMessages;
+  c.dialect = DialectOf(api);
   const bool chat = api != Route::kCompletions;
   c.chat = chat;
   c.route = api;
@@ -170,8 +181,8 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     co_return;
   }
   c.body = std::move(parsed.as_object());
-  if (c.messages) {  // from here on a chat call; only its answer is translated back
-    absl::StatusOr<json::object> translated = anthropic::ToChat(c.body);
+  if (c.dialect != nullptr) {  // from here on a chat call; only its answer is translated back
+    absl::StatusOr<json::object> translated = c.dialect->ToChat(c.body);
     if (!translated.ok()) {
       const std::string message(translated.status().message());
       co_await Refuse(responder, c.route, ApiError::kBadRequest, message);
@@ -240,10 +251,10 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
       (void)co_await Finish(c);
       if (!responder.started()) {
         std::string answer = body.ok() ? *body : ErrorBody(ApiError::kUpstream, c.error);
-        if (c.messages) answer = anthropic::ErrorBody(c.http_status, answer.substr(0, 2048));
+        if (c.dialect != nullptr) answer = c.dialect->ErrorBody(c.http_status, answer.substr(0, 2048));
         co_await responder.Send(c.http_status, "application/json", answer);
       } else {
-        co_await responder.WriteChunk(ErrorEventFor(c.route, ApiError::kUpstream, c.error));
+        co_await responder.WriteChunk(ErrorEventFor(c.dialect.get(), ApiError::kUpstream, c.error));
       }
     } else if (c.rewrite.stream) {
       metrics_->open_streams.Increment();
@@ -306,14 +317,14 @@ asio::awaitable<bool> HttpHandler::RelayWhole(Call& c, http::ClientConnection& u
   }
   c.assembler.AddWhole(parsed.as_object());
   if (absl::Status s = co_await Finish(c); !s.ok()) {
-    co_await responder.Send(500, "application/json", ErrorFor(c.route, ApiError::kServer, "the call could not be journaled"));
+    co_await responder.Send(500, "application/json", ErrorFor(c.dialect.get(), ApiError::kServer, "the call could not be journaled"));
     co_return true;
   }
   const bool rewrite = c.rewrite.strip_token_ids || c.rewrite.strip_logprobs;
   if (rewrite) StripForAgent(c.rewrite, parsed.as_object());
-  std::string answer = c.messages ? json::serialize(anthropic::FromChat(parsed.as_object()))
-                       : rewrite  ? json::serialize(parsed)
-                                  : *std::move(body);
+  std::string answer = c.dialect != nullptr ? c.dialect->Whole(parsed.as_object())
+                       : rewrite            ? json::serialize(parsed)
+                                            : *std::move(body);
   co_await responder.Send(200, "application/json", std::move(answer));
   co_return true;
 }
@@ -369,7 +380,7 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
       boost::system::error_code ec;
       json::value chunk = json::parse(ev.data, ec);
       if (ec || !chunk.is_object()) {
-        if (!c.messages) absl::StrAppend(&out, "data: ", ev.data, "\n\n");
+        if (c.dialect == nullptr) absl::StrAppend(&out, "data: ", ev.data, "\n\n");
         continue;
       }
       json::object& o = chunk.as_object();
@@ -383,8 +394,8 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
       }
       const bool continued = c.assembler.continued();
       if (continued) AdaptContinuationChunk(c.stream_id, o);
-      if (c.messages) {
-        out += c.translator.Chunk(o);
+      if (c.dialect != nullptr) {
+        out += c.dialect->Chunk(o);
       } else if (!rewrite && !continued) {
         absl::StrAppend(&out, "data: ", ev.data, "\n\n");
       } else if (StripForAgent(c.rewrite, o)) {
@@ -401,12 +412,12 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
   if (responder.client_gone()) co_return;
   if (!c.error.empty()) {
     co_await responder.WriteChunk(
-        ErrorEventFor(c.route, c.http_status == 410 ? ApiError::kSessionClosed : ApiError::kUpstream, c.error));
+        ErrorEventFor(c.dialect.get(), c.http_status == 410 ? ApiError::kSessionClosed : ApiError::kUpstream, c.error));
   } else if (!journaled) {
-    co_await responder.WriteChunk(ErrorEventFor(c.route, ApiError::kServer, "the call could not be journaled"));
+    co_await responder.WriteChunk(ErrorEventFor(c.dialect.get(), ApiError::kServer, "the call could not be journaled"));
   } else {
     // (A plain statement before co_await: GCC 12 mishandles a conditional's temporary inside a co_await.)
-    const std::string end = c.messages ? c.translator.End() : std::string("data: [DONE]\n\n");
+    const std::string end = c.dialect != nullptr ? c.dialect->End() : std::string("data: [DONE]\n\n");
     co_await responder.WriteChunk(end);
   }
   co_await responder.EndStream();
@@ -490,9 +501,9 @@ asio::awaitable<void> HttpHandler::Fail(Call& c, http::Responder& responder, Api
   c.error = message;
   (void)co_await Finish(c);
   if (!responder.started()) {
-    co_await responder.Send(http_status, "application/json", ErrorFor(c.route, error, message, c.chat, http_status));
+    co_await responder.Send(http_status, "application/json", ErrorFor(c.dialect.get(), error, message, c.chat, http_status));
   } else {
-    co_await responder.WriteChunk(ErrorEventFor(c.route, error, message));
+    co_await responder.WriteChunk(ErrorEventFor(c.dialect.get(), error, message));
     co_await responder.EndStream();
   }
 }

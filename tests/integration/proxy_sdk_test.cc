@@ -53,13 +53,16 @@ TEST_F(ProxySdkTest, TheOfficialOpenAiNodeSdkWorksAgainstTheProxy) {
   ASSERT_NO_FATAL_FAILURE(RunNodeTests("openai",
                                        {"CORRAL_BASE_URL=http://" + proxy_->ready.http + "/v1", "CORRAL_TOKEN=" + token,
                                         "CORRAL_BUDGET_TOKEN=" + budget_token, "CORRAL_CLOSED_TOKEN=" + closed_token},
-                                       9));
-  // What the SDK did is in the trajectory: 7 calls succeeded on the chat session (the two errors were refused
-  // before reaching it), and the tool result came back as a tool message.
+                                       13));
+  // What the SDK did is in the trajectory: 6 chat and completions calls and 4 Responses calls succeeded on the
+  // chat session (the errors were refused before reaching it), recorded under the route the SDK called.
   auto t = Trajectory("sdk-chat");
   ASSERT_THAT(t, IsOk());
-  EXPECT_EQ(t->call_count(), 6u);
+  EXPECT_EQ(t->call_count(), 10u);
   EXPECT_EQ(t->failed_call_count(), 0u);
+  int responses = 0;
+  for (const v1::LlmCall& call : t->calls()) responses += call.endpoint() == "/v1/responses" ? 1 : 0;
+  EXPECT_EQ(responses, 4);
 }
 
 TEST_F(ProxySdkTest, TheOfficialAnthropicNodeSdkWorksAgainstTheMessagesApi) {

@@ -94,3 +94,40 @@ test('a model outside the allow-list is a BadRequestError', async () => {
     budget.chat.completions.create({ model: 'not-allowed', messages: [{ role: 'user', content: 'x' }] }),
     (e) => e instanceof OpenAI.BadRequestError && (e.code === 'model_not_allowed' || e.code === 'budget_exhausted'));
 });
+
+test('the Responses API, over a chat-only backend', async () => {
+  const r = await chat.responses.create({ model: 'gpt-4o', instructions: 'Be brief.', input: 'hello' });
+  assert.equal(r.object, 'response');
+  assert.equal(r.status, 'completed');
+  assert.equal(r.output_text, 'echo: hello');
+  assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0, JSON.stringify(r.usage));
+});
+
+test('a streamed response arrives as output_text deltas and assembles', async () => {
+  const stream = chat.responses.stream({ model: 'gpt-4o', input: [{ role: 'user', content: 'stream me please' }] });
+  let deltas = 0;
+  stream.on('response.output_text.delta', () => deltas++);
+  const r = await stream.finalResponse();  // (the SDK sets output_text only on unstreamed responses)
+  const text = r.output.filter((i) => i.type === 'message').flatMap((i) => i.content).map((c) => c.text).join('');
+  assert.equal(text, 'echo: stream me please');
+  assert.equal(r.status, 'completed');
+  assert.ok(deltas >= 4, `expected one delta per token, got ${deltas}`);
+});
+
+test('Responses function calls, then their output', async () => {
+  const tools = [{ type: 'function', name: 'bash', parameters: { type: 'object', properties: {} }, strict: false }];
+  const input = [{ role: 'user', content: 'list files' }];
+  const r = await chat.responses.create({ model: 'gpt-4o', tools, input });
+  const call = r.output.find((item) => item.type === 'function_call');
+  assert.equal(call.name, 'bash');
+  assert.deepEqual(Object.keys(JSON.parse(call.arguments)), ['step']);
+  input.push(...r.output, { type: 'function_call_output', call_id: call.call_id, output: 'a.txt' });
+  const r2 = await chat.responses.create({ model: 'gpt-4o', tools, input });
+  assert.equal(r2.output_text, 'echo: list files');
+});
+
+test('previous_response_id is refused: the proxy keeps no responses', async () => {
+  await assert.rejects(
+    chat.responses.create({ model: 'gpt-4o', input: 'x', previous_response_id: 'resp_1' }),
+    (e) => e instanceof OpenAI.BadRequestError && /previous_response_id/.test(e.message));
+});

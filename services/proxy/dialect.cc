@@ -1,0 +1,95 @@
+#include "services/proxy/dialect.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace corral::proxy::chat_json {
+
+namespace json = boost::json;
+
+absl::Status Bad(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+std::string Str(const json::value* v) { return v != nullptr && v->is_string() ? std::string(v->as_string()) : ""; }
+
+int64_t Int(const json::value* v) { return v != nullptr && v->is_int64() ? v->as_int64() : 0; }
+
+absl::Status EachObject(const json::value* v, absl::string_view field,
+                        const std::function<absl::Status(const json::object&, const std::string&)>& each) {
+  if (v == nullptr || v->is_null()) return absl::OkStatus();
+  if (!v->is_array()) return Bad(field, "must be an array");
+  for (size_t k = 0; k < v->as_array().size(); ++k) {
+    const std::string at = absl::StrCat(field, "[", k, "]");
+    if (!v->as_array()[k].is_object()) return Bad(at, "must be an object");
+    if (absl::Status s = each(v->as_array()[k].as_object(), at); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+const json::object* FirstChoice(const json::object& completion) {
+  const json::value* choices = completion.if_contains("choices");
+  if (choices == nullptr || !choices->is_array() || choices->as_array().empty()) return nullptr;
+  const json::value& first = choices->as_array()[0];
+  return first.is_object() ? &first.as_object() : nullptr;
+}
+
+std::vector<ToolCall> ToolCalls(const json::object& message) {
+  std::vector<ToolCall> out;
+  const json::value* calls = message.if_contains("tool_calls");
+  if (calls == nullptr || !calls->is_array()) return out;
+  for (const json::value& call : calls->as_array()) {
+    if (!call.is_object()) continue;
+    const json::object& c = call.as_object();
+    ToolCall t{.index = Int(c.if_contains("index")), .id = Str(c.if_contains("id"))};
+    if (const json::value* fn = c.if_contains("function"); fn != nullptr && fn->is_object()) {
+      t.name = Str(fn->as_object().if_contains("name"));
+      t.arguments = Str(fn->as_object().if_contains("arguments"));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::optional<std::pair<int64_t, int64_t>> Usage(const json::object& completion) {
+  const json::value* u = completion.if_contains("usage");
+  if (u == nullptr || !u->is_object()) return std::nullopt;
+  return std::pair(Int(u->as_object().if_contains("prompt_tokens")), Int(u->as_object().if_contains("completion_tokens")));
+}
+
+}  // namespace corral::proxy::chat_json
+
+namespace corral::proxy {
+
+namespace json = boost::json;
+
+void ChatStreamWalker::EnsureBegun(std::string& out) {
+  if (begun_) return;
+  begun_ = true;
+  Begin(json::object(), out);
+}
+
+std::string ChatStreamWalker::Walk(const json::object& chunk) {
+  std::string out;
+  if (!begun_) {
+    begun_ = true;
+    Begin(chunk, out);
+  }
+  if (auto usage = chat_json::Usage(chunk)) std::tie(input_tokens_, output_tokens_) = *usage;
+  const json::object* choice = chat_json::FirstChoice(chunk);
+  if (choice == nullptr) return out;
+  if (const json::value* d = choice->if_contains("delta"); d != nullptr && d->is_object()) {
+    if (std::string text = chat_json::Str(d->as_object().if_contains("content")); !text.empty()) Text(text, out);
+    for (const chat_json::ToolCall& call : chat_json::ToolCalls(d->as_object())) {
+      const bool first = std::find(calls_.begin(), calls_.end(), call.index) == calls_.end();
+      if (first) calls_.push_back(call.index);
+      ToolCall(call, first, out);
+    }
+  }
+  if (std::string finish = chat_json::Str(choice->if_contains("finish_reason")); !finish.empty()) finish_reason_ = finish;
+  return out;
+}
+
+}  // namespace corral::proxy

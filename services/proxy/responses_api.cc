@@ -1,0 +1,338 @@
+#include "services/proxy/responses_api.h"
+
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
+#include "libs/http/openai_json.h"
+
+namespace corral::proxy::responses {
+namespace {
+
+namespace json = boost::json;
+using chat_json::Bad;
+using chat_json::Int;
+using chat_json::Str;
+
+// A message item's content as chat content: a string, or parts when it has images.
+absl::StatusOr<json::value> Content(const json::value& content, const std::string& field) {
+  if (content.is_string()) return content;
+  if (!content.is_array()) return Bad(field, "must be a string or an array of content parts");
+  std::string text;
+  json::array parts;
+  bool has_image = false;
+  for (size_t k = 0; k < content.as_array().size(); ++k) {
+    const json::value& p = content.as_array()[k];
+    const std::string at = absl::StrCat(field, "[", k, "]");
+    if (!p.is_object()) return Bad(at, "must be an object");
+    const std::string type = Str(p.as_object().if_contains("type"));
+    if (type == "input_text" || type == "output_text" || type == "text") {
+      const std::string t = Str(p.as_object().if_contains("text"));
+      absl::StrAppend(&text, t);
+      parts.push_back(json::object{{"type", "text"}, {"text", t}});
+    } else if (type == "input_image") {
+      const std::string url = Str(p.as_object().if_contains("image_url"));
+      if (url.empty()) return Bad(at, "only images given by image_url can be translated (not file_id)");
+      parts.push_back(json::object{{"type", "image_url"}, {"image_url", json::object{{"url", url}}}});
+      has_image = true;
+    } else {
+      return Bad(at, absl::StrCat("a '", type, "' part cannot be translated to chat"));
+    }
+  }
+  if (has_image) return json::value(std::move(parts));
+  return json::value(text);
+}
+
+// The input items as chat messages: function calls join the assistant message before them (or make one),
+// function call outputs become tool messages, reasoning items are dropped.
+absl::Status AddInput(const json::array& items, json::array& out) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string field = absl::StrCat("input[", i, "]");
+    if (!items[i].is_object()) return Bad(field, "must be an object");
+    const json::object& item = items[i].as_object();
+    const std::string type = Str(item.if_contains("type"));
+    if (type.empty() || type == "message") {
+      std::string role = Str(item.if_contains("role"));
+      if (role == "developer") role = "system";
+      if (role != "user" && role != "assistant" && role != "system") {
+        return Bad(field + ".role", "must be user, assistant, system or developer");
+      }
+      const json::value* content = item.if_contains("content");
+      if (content == nullptr) return Bad(field + ".content", "is required");
+      auto c = Content(*content, field + ".content");
+      if (!c.ok()) return c.status();
+      out.push_back(json::object{{"role", role}, {"content", *std::move(c)}});
+    } else if (type == "function_call") {
+      json::object call{{"id", Str(item.if_contains("call_id"))},
+                        {"type", "function"},
+                        {"function", json::object{{"name", Str(item.if_contains("name"))},
+                                                  {"arguments", Str(item.if_contains("arguments"))}}}};
+      json::object* last = out.empty() || !out.back().is_object() ? nullptr : &out.back().as_object();
+      const bool joins = last != nullptr && Str(last->if_contains("role")) == "assistant";
+      if (!joins) {
+        out.push_back(json::object{{"role", "assistant"}, {"content", ""}});
+        last = &out.back().as_object();
+      }
+      json::value& calls = (*last)["tool_calls"];
+      if (!calls.is_array()) calls = json::array();
+      calls.as_array().push_back(std::move(call));
+    } else if (type == "function_call_output") {
+      const json::value* output = item.if_contains("output");
+      std::string text = output != nullptr && output->is_string() ? std::string(output->as_string())
+                                                                  : (output != nullptr ? json::serialize(*output) : "");
+      out.push_back(json::object{{"role", "tool"}, {"tool_call_id", Str(item.if_contains("call_id"))},
+                                 {"content", std::move(text)}});
+    } else if (type == "reasoning") {
+      continue;
+    } else {
+      return Bad(field, absl::StrCat("a '", type, "' item cannot be translated to chat"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+json::object Usage(int64_t input, int64_t output) {
+  return json::object{{"input_tokens", input},
+                      {"input_tokens_details", json::object{{"cached_tokens", 0}}},
+                      {"output_tokens", output},
+                      {"output_tokens_details", json::object{{"reasoning_tokens", 0}}},
+                      {"total_tokens", input + output}};
+}
+
+json::object MessageItem(const std::string& id, const std::string& text, const char* status) {
+  json::array content;
+  if (std::string(status) == "completed") {
+    content.push_back(json::object{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}});
+  }
+  return json::object{{"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"},
+                      {"content", std::move(content)}};
+}
+
+json::object CallItem(const std::string& id, const std::string& call_id, const std::string& name,
+                      const std::string& arguments, const char* status) {
+  return json::object{{"type", "function_call"}, {"id", id}, {"call_id", call_id}, {"name", name},
+                      {"arguments", arguments}, {"status", status}};
+}
+
+json::object Response(const std::string& id, int64_t created, const std::string& model, const char* status,
+                      json::array output, const std::string& finish_reason, int64_t input, int64_t output_tokens) {
+  const bool incomplete = finish_reason == "length";
+  return json::object{
+      {"id", id},
+      {"object", "response"},
+      {"created_at", created},
+      {"status", incomplete && std::string(status) == "completed" ? "incomplete" : status},
+      {"model", model},
+      {"output", std::move(output)},
+      {"error", nullptr},
+      {"incomplete_details",
+       incomplete ? json::value(json::object{{"reason", "max_output_tokens"}}) : json::value(nullptr)},
+      {"parallel_tool_calls", true},
+      {"tool_choice", "auto"},
+      {"tools", json::array()},
+      {"usage", Usage(input, output_tokens)}};
+}
+
+}  // namespace
+
+absl::StatusOr<json::object> ToChat(const json::object& request) {
+  json::object chat;
+  const json::value* model = request.if_contains("model");
+  if (model == nullptr || !model->is_string()) return Bad("model", "is required (a string)");
+  chat["model"] = *model;
+  if (const json::value* prev = request.if_contains("previous_response_id"); prev != nullptr && !prev->is_null()) {
+    return Bad("previous_response_id", "is not supported (the proxy keeps no responses): send the whole input");
+  }
+  json::array messages;
+  if (std::string instructions = Str(request.if_contains("instructions")); !instructions.empty()) {
+    messages.push_back(json::object{{"role", "system"}, {"content", instructions}});
+  }
+  const json::value* input = request.if_contains("input");
+  if (input == nullptr) return Bad("input", "is required");
+  if (input->is_string()) {
+    messages.push_back(json::object{{"role", "user"}, {"content", input->as_string()}});
+  } else if (input->is_array()) {
+    if (absl::Status s = AddInput(input->as_array(), messages); !s.ok()) return s;
+  } else {
+    return Bad("input", "must be a string or an array of items");
+  }
+  chat["messages"] = std::move(messages);
+  json::array functions;
+  CORRAL_RETURN_IF_ERROR(chat_json::EachObject(request.if_contains("tools"), "tools", [&](const json::object& tool,
+                                                                                          const std::string& at) {
+    const std::string type = Str(tool.if_contains("type"));
+    if (type != "function") {
+      return Bad(at, absl::StrCat("the built-in tool '", type, "' cannot be run by a chat-completions upstream"));
+    }
+    json::object fn{{"name", Str(tool.if_contains("name"))}};
+    for (const char* key : {"description", "parameters", "strict"}) {
+      if (const json::value* v = tool.if_contains(key); v != nullptr && !v->is_null()) fn[key] = *v;
+    }
+    functions.push_back(json::object{{"type", "function"}, {"function", std::move(fn)}});
+    return absl::OkStatus();
+  }));
+  if (!functions.empty()) chat["tools"] = std::move(functions);
+  if (const json::value* choice = request.if_contains("tool_choice"); choice != nullptr && !choice->is_null()) {
+    if (choice->is_string()) {
+      chat["tool_choice"] = *choice;
+    } else if (choice->is_object() && Str(choice->as_object().if_contains("type")) == "function") {
+      chat["tool_choice"] = json::object{{"type", "function"},
+                                         {"function", json::object{{"name", Str(choice->as_object().if_contains("name"))}}}};
+    } else {
+      return Bad("tool_choice", "must be auto, none, required or a function");
+    }
+  }
+  if (const json::value* text = request.if_contains("text"); text != nullptr && text->is_object()) {
+    if (const json::value* format = text->as_object().if_contains("format"); format != nullptr && format->is_object()) {
+      const json::object& f = format->as_object();
+      const std::string type = Str(f.if_contains("type"));
+      if (type == "json_schema") {
+        json::object schema{{"name", Str(f.if_contains("name"))}};
+        for (const char* key : {"schema", "strict", "description"}) {
+          if (const json::value* v = f.if_contains(key); v != nullptr) schema[key] = *v;
+        }
+        chat["response_format"] = json::object{{"type", "json_schema"}, {"json_schema", std::move(schema)}};
+      } else if (type == "json_object") {
+        chat["response_format"] = json::object{{"type", "json_object"}};
+      }
+    }
+  }
+  if (const json::value* v = request.if_contains("max_output_tokens"); v != nullptr && !v->is_null()) {
+    chat["max_tokens"] = *v;
+  }
+  for (const char* key : {"temperature", "top_p", "parallel_tool_calls"}) {
+    if (const json::value* v = request.if_contains(key); v != nullptr && !v->is_null()) chat[key] = *v;
+  }
+  if (const json::value* stream = request.if_contains("stream"); stream != nullptr && stream->is_bool() && stream->as_bool()) {
+    chat["stream"] = true;
+    chat["stream_options"] = json::object{{"include_usage", true}};
+  }
+  return chat;
+}
+
+json::object FromChat(const json::object& completion) {
+  const std::string id = Str(completion.if_contains("id"));
+  json::array output;
+  std::string finish;
+  if (const json::object* choice = chat_json::FirstChoice(completion)) {
+    finish = Str(choice->if_contains("finish_reason"));
+    if (const json::value* m = choice->if_contains("message"); m != nullptr && m->is_object()) {
+      if (std::string text = Str(m->as_object().if_contains("content")); !text.empty()) {
+        output.push_back(MessageItem(absl::StrCat("msg_", id), text, "completed"));
+      }
+      for (const chat_json::ToolCall& call : chat_json::ToolCalls(m->as_object())) {
+        output.push_back(CallItem(absl::StrCat("fc_", call.id), call.id, call.name, call.arguments, "completed"));
+      }
+    }
+  }
+  const auto tokens = chat_json::Usage(completion).value_or(std::pair<int64_t, int64_t>(0, 0));
+  return Response(absl::StrCat("resp_", id), Int(completion.if_contains("created")), Str(completion.if_contains("model")),
+                  "completed", std::move(output), finish, tokens.first, tokens.second);
+}
+
+std::string ResponsesDialect::ErrorBody(int http_status, absl::string_view message) const {
+  return http::ErrorJson(message, http_status >= 500 ? "server_error" : "invalid_request_error", "");
+}
+
+std::string ResponsesDialect::ErrorEvent(int http_status, absl::string_view message) const {
+  const json::object data{{"type", "error"},
+                          {"code", http_status >= 500 ? "server_error" : "invalid_request_error"},
+                          {"message", std::string(message)},
+                          {"param", nullptr},
+                          {"sequence_number", sequence_++}};
+  return absl::StrCat("event: error\ndata: ", json::serialize(data), "\n\n");
+}
+
+std::string ResponsesDialect::Event(absl::string_view type, json::object data) {
+  data["type"] = std::string(type);
+  data["sequence_number"] = sequence_++;
+  return absl::StrCat("event: ", type, "\ndata: ", json::serialize(data), "\n\n");
+}
+
+json::object ResponsesDialect::Snapshot(const char* status) const {
+  return Response(id_, created_, model_, status, output_, finish_reason_, input_tokens_, output_tokens_);
+}
+
+void ResponsesDialect::Begin(const json::object& chunk, std::string& out) {
+  const std::string chat_id = Str(chunk.if_contains("id"));
+  id_ = absl::StrCat("resp_", chat_id);
+  model_ = Str(chunk.if_contains("model"));
+  created_ = Int(chunk.if_contains("created"));
+  out += Event("response.created", json::object{{"response", Snapshot("in_progress")}});
+  out += Event("response.in_progress", json::object{{"response", Snapshot("in_progress")}});
+}
+
+void ResponsesDialect::OpenMessage(std::string& out) {
+  Close(out);
+  open_ = static_cast<int>(output_.size());
+  open_is_message_ = true;
+  open_id_ = absl::StrCat("msg_", id_.substr(5), "_", open_);
+  open_text_.clear();
+  out += Event("response.output_item.added",
+               json::object{{"output_index", open_}, {"item", MessageItem(open_id_, "", "in_progress")}});
+  out += Event("response.content_part.added",
+               json::object{{"item_id", open_id_}, {"output_index", open_}, {"content_index", 0},
+                            {"part", json::object{{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
+}
+
+void ResponsesDialect::OpenCall(const std::string& call_id, const std::string& name, std::string& out) {
+  Close(out);
+  open_ = static_cast<int>(output_.size());
+  open_is_message_ = false;
+  open_id_ = absl::StrCat("fc_", call_id);
+  open_call_id_ = call_id;
+  open_name_ = name;
+  open_text_.clear();
+  out += Event("response.output_item.added",
+               json::object{{"output_index", open_}, {"item", CallItem(open_id_, call_id, name, "", "in_progress")}});
+}
+
+void ResponsesDialect::Close(std::string& out) {
+  if (open_ < 0) return;
+  json::object item;
+  if (open_is_message_) {
+    item = MessageItem(open_id_, open_text_, "completed");
+    out += Event("response.output_text.done", json::object{{"item_id", open_id_}, {"output_index", open_},
+                                                           {"content_index", 0}, {"text", open_text_}});
+    out += Event("response.content_part.done",
+                 json::object{{"item_id", open_id_}, {"output_index", open_}, {"content_index", 0},
+                              {"part", item["content"].as_array()[0]}});
+  } else {
+    item = CallItem(open_id_, open_call_id_, open_name_, open_text_, "completed");
+    out += Event("response.function_call_arguments.done",
+                 json::object{{"item_id", open_id_}, {"output_index", open_}, {"arguments", open_text_}});
+  }
+  out += Event("response.output_item.done", json::object{{"output_index", open_}, {"item", item}});
+  output_.push_back(std::move(item));
+  open_ = -1;
+}
+
+void ResponsesDialect::Text(const std::string& text, std::string& out) {
+  if (open_ < 0 || !open_is_message_) OpenMessage(out);
+  open_text_ += text;
+  out += Event("response.output_text.delta",
+               json::object{{"item_id", open_id_}, {"output_index", open_}, {"content_index", 0}, {"delta", text}});
+}
+
+void ResponsesDialect::ToolCall(const chat_json::ToolCall& call, bool first, std::string& out) {
+  if (first) {
+    OpenCall(call.id, call.name, out);
+    open_call_ = call.index;
+  }
+  if (call.arguments.empty() || open_ < 0 || open_is_message_ || open_call_ != call.index) return;
+  open_text_ += call.arguments;
+  out += Event("response.function_call_arguments.delta",
+               json::object{{"item_id", open_id_}, {"output_index", open_}, {"delta", call.arguments}});
+}
+
+std::string ResponsesDialect::End() {
+  std::string out;
+  EnsureBegun(out);
+  Close(out);
+  const json::object done = Snapshot("completed");
+  const std::string type = Str(done.if_contains("status")) == "incomplete" ? "response.incomplete" : "response.completed";
+  out += Event(type, json::object{{"response", done}});
+  return out;
+}
+
+}  // namespace corral::proxy::responses

@@ -1,0 +1,56 @@
+// OpenAI's Responses API (POST /v1/responses, what Codex-style agents call) in front of upstreams that speak
+// chat completions: stateless (the whole input each time; previous_response_id is refused), translated to a
+// chat body and back, whole or streamed. What survives the translation is listed in docs/proxy.md.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "boost/json.hpp"
+#include "services/proxy/dialect.h"
+
+namespace corral::proxy::responses {
+
+// The chat-completions body for a Responses request; INVALID_ARGUMENT naming the field otherwise.
+absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request);
+// A whole chat completion as a Response object.
+boost::json::object FromChat(const boost::json::object& completion);
+
+class ResponsesDialect final : public Dialect, private ChatStreamWalker {
+ public:
+  absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request) override {
+    return responses::ToChat(request);
+  }
+  std::string Whole(const boost::json::object& completion) override {
+    return boost::json::serialize(FromChat(completion));
+  }
+  // The stream: response.created, then per output item (a message with one output_text part, or a function
+  // call) its added / delta / done events, then response.completed with the whole response.
+  std::string Chunk(const boost::json::object& chunk) override { return Walk(chunk); }
+  std::string End() override;
+  std::string ErrorBody(int http_status, absl::string_view message) const override;
+  std::string ErrorEvent(int http_status, absl::string_view message) const override;
+
+ private:
+  std::string Event(absl::string_view type, boost::json::object data);
+  void Begin(const boost::json::object& chunk, std::string& out) override;
+  void Text(const std::string& text, std::string& out) override;
+  void ToolCall(const chat_json::ToolCall& call, bool first, std::string& out) override;
+  void OpenMessage(std::string& out);
+  void OpenCall(const std::string& call_id, const std::string& name, std::string& out);
+  void Close(std::string& out);
+  boost::json::object Snapshot(const char* status) const;
+
+  mutable int64_t sequence_ = 0;
+  std::string id_, model_;
+  int64_t created_ = 0;
+  boost::json::array output_;  // finished items
+  // The open item: -1 none; its kind, id and accumulated text or arguments.
+  int open_ = -1;
+  bool open_is_message_ = false;
+  std::string open_id_, open_call_id_, open_name_, open_text_;
+  int64_t open_call_ = -1;  // the chat tool_call index of the open function_call item
+};
+
+}  // namespace corral::proxy::responses

@@ -1,0 +1,112 @@
+#include "services/proxy/responses_api.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+
+namespace corral::proxy::responses {
+namespace {
+
+namespace json = boost::json;
+using ::testing::HasSubstr;
+
+json::object Parse(const char* text) { return json::parse(text).as_object(); }
+
+TEST(ResponsesApiTest, ARequestBecomesAChatBody) {
+  auto chat = ToChat(Parse(R"({
+    "model": "gpt", "instructions": "Be brief.", "max_output_tokens": 32, "temperature": 0.2, "stream": true,
+    "tools": [{"type": "function", "name": "bash", "parameters": {"type": "object"}, "strict": false}],
+    "tool_choice": {"type": "function", "name": "bash"},
+    "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}}},
+    "input": [
+      {"role": "developer", "content": "Use tools."},
+      {"role": "user", "content": [{"type": "input_text", "text": "list "}, {"type": "input_text", "text": "files"}]},
+      {"type": "reasoning", "id": "rs_1", "summary": []},
+      {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{\"cmd\":\"ls\"}"},
+      {"type": "function_call", "call_id": "c2", "name": "bash", "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+      {"type": "function_call_output", "call_id": "c2", "output": "b.txt"},
+      {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}
+    ]})"));
+  ASSERT_THAT(chat, IsOk());
+  const json::object expected = Parse(R"({
+    "model": "gpt",
+    "messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "system", "content": "Use tools."},
+      {"role": "user", "content": "list files"},
+      {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"cmd\":\"ls\"}"}},
+        {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+      {"role": "tool", "tool_call_id": "c2", "content": "b.txt"},
+      {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}
+    ],
+    "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}, "strict": false}}],
+    "tool_choice": {"type": "function", "function": {"name": "bash"}},
+    "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object"}}},
+    "max_tokens": 32, "temperature": 0.2, "stream": true, "stream_options": {"include_usage": true}})");
+  EXPECT_EQ(*chat, expected) << json::serialize(*chat);
+  EXPECT_EQ((*ToChat(Parse(R"({"model": "m", "input": "hi"})")))["messages"],
+            json::parse(R"([{"role": "user", "content": "hi"}])"));
+}
+
+TEST(ResponsesApiTest, WhatCannotBeTranslatedIsRefusedNamingTheField) {
+  EXPECT_THAT(ToChat(Parse(R"({"input": "x"})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m"})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": "x", "previous_response_id": "resp_1"})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("previous_response_id")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": "x", "tools": [{"type": "web_search_preview"}]})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tools[0]: the built-in tool 'web_search_preview'")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": [{"type": "computer_call"}]})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input[0]: a 'computer_call' item")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file"}]}]})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input[0].content[0]")));
+}
+
+TEST(ResponsesApiTest, AChatCompletionBecomesAResponse) {
+  const json::object r = FromChat(Parse(R"({
+    "id": "c1", "created": 5, "model": "m", "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+    "choices": [{"finish_reason": "tool_calls", "message": {"content": "Looking.",
+      "tool_calls": [{"id": "t1", "function": {"name": "bash", "arguments": "{}"}}]}}]})"));
+  EXPECT_EQ(r.at("id"), "resp_c1");
+  EXPECT_EQ(r.at("status"), "completed");
+  EXPECT_EQ(r.at("output"), json::parse(R"([
+    {"type": "message", "id": "msg_c1", "status": "completed", "role": "assistant",
+     "content": [{"type": "output_text", "text": "Looking.", "annotations": []}]},
+    {"type": "function_call", "id": "fc_t1", "call_id": "t1", "name": "bash", "arguments": "{}", "status": "completed"}])"));
+  EXPECT_EQ(r.at("usage").at("total_tokens"), 10);
+  const json::object cut = FromChat(Parse(R"({"choices": [{"finish_reason": "length", "message": {"content": "ab"}}]})"));
+  EXPECT_EQ(cut.at("status"), "incomplete");
+  EXPECT_EQ(cut.at("incomplete_details").at("reason"), "max_output_tokens");
+}
+
+TEST(ResponsesApiTest, AChatStreamBecomesResponseEvents) {
+  ResponsesDialect d;
+  std::string out = d.Chunk(Parse(R"({"id": "c1", "model": "m", "choices": [{"delta": {"role": "assistant"}}]})"));
+  out += d.Chunk(Parse(R"({"choices": [{"delta": {"content": "Hi"}}]})"));
+  out += d.Chunk(Parse(R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "bash", "arguments": "{\"a\""}}]}}]})"));
+  out += d.Chunk(Parse(R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": ":1}"}}]}}]})"));
+  out += d.Chunk(Parse(R"({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})"));
+  out += d.Chunk(Parse(R"({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}})"));
+  out += d.End();
+  std::vector<std::string> events;
+  for (size_t at = out.find("event: "); at != std::string::npos; at = out.find("event: ", at + 1)) {
+    events.push_back(out.substr(at + 7, out.find('\n', at) - at - 7));
+  }
+  EXPECT_THAT(events, ::testing::ElementsAre(
+                          "response.created", "response.in_progress", "response.output_item.added",
+                          "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+                          "response.content_part.done", "response.output_item.done", "response.output_item.added",
+                          "response.function_call_arguments.delta", "response.function_call_arguments.delta",
+                          "response.function_call_arguments.done", "response.output_item.done", "response.completed"));
+  EXPECT_THAT(out, HasSubstr(R"("arguments":"{\"a\":1}","type":"response.function_call_arguments.done")"));
+  EXPECT_THAT(out, HasSubstr(R"("sequence_number":13)"));  // numbered from 0, one per event
+  const size_t completed = out.rfind("data: ");
+  const json::object last = json::parse(out.substr(completed + 6)).as_object();
+  EXPECT_EQ(last.at("response").at("output").as_array().size(), 2u);
+  EXPECT_EQ(last.at("response").at("usage").at("input_tokens"), 5);
+}
+
+}  // namespace
+}  // namespace corral::proxy::responses
