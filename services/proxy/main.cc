@@ -83,9 +83,10 @@ int main(int argc, char** argv) {
   boost::asio::co_spawn(http.context(), health.Run(config.health_interval),
                         corral::http::LogExceptions("the upstream health checks"));
 
-  // Session TTLs and trajectory retention.
+  // Session TTLs and trajectory retention; not while generation is paused (the agents cannot call meanwhile: the
+  // resume moves the open sessions' TTLs by the pause).
   std::function<void()> expire = [&] {
-    ledger.Expire();
+    if (!gate.paused()) ledger.Expire();
     clock.RunAfter(absl::Seconds(1), [&] { expire(); });
   };
   clock.RunAfter(absl::Seconds(1), [&] { expire(); });

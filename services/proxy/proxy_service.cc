@@ -142,6 +142,8 @@ grpc::ServerUnaryReactor* ProxyService::ResumeGeneration(grpc::CallbackServerCon
                                                          v1::ResumeGenerationResponse* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   absl::StatusOr<v1::ResumeGenerationResponse> out = gate_->Resume(*req);
+  // The sessions' TTLs did not run while their agents could not call (the TTL sweep skips a pause).
+  if (out.ok()) ledger_->store().PostponeOpen(FromProto(out->paused_for()));
   if (out.ok()) *resp = *std::move(out);
   return FinishUnary(ctx, out.status());
 }

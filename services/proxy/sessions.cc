@@ -95,6 +95,11 @@ absl::Time Session::expire_time() const {
   return expire_time_;
 }
 
+void Session::Postpone(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  if (state_ == v1::SESSION_STATE_OPEN) expire_time_ += d;
+}
+
 v1::Session Session::Snapshot() const {
   v1::Session s;
   s.set_env_id(request_.env_id());
@@ -212,6 +217,12 @@ std::vector<std::shared_ptr<Session>> SessionStore::List() const {
   std::vector<std::shared_ptr<Session>> out;
   for (const auto& [id, s] : sessions_) out.push_back(s);
   return out;
+}
+
+void SessionStore::PostponeOpen(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) return;
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, s] : sessions_) s->Postpone(d);
 }
 
 SessionStore::Expired SessionStore::Expire() {

@@ -59,6 +59,8 @@ class Session {
   v1::Session Snapshot() const;
   v1::Trajectory Trajectory(v1::TrajectoryFormat format) const;
   absl::Time expire_time() const;
+  // An open session's TTL moves later by `d` (generation was paused that long: its agent could not call).
+  void Postpone(absl::Duration d);
 
  private:
   void AddUsage(const v1::Usage& usage) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -105,6 +107,8 @@ class SessionStore {
     std::vector<std::string> dropped;
   };
   Expired Expire();
+  // Every open session's TTL moves later by `d` (a pause of generation ended after `d`).
+  void PostponeOpen(absl::Duration d);
   // All or nothing: FAILED_PRECONDITION naming an open session. Returns how many were dropped.
   absl::StatusOr<uint32_t> Ack(const std::vector<std::string>& env_ids);
   size_t open_sessions() const;

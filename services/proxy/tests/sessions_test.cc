@@ -94,6 +94,20 @@ TEST_F(SessionStoreTest, TtlClosesRetentionDropsAndAckIsAllOrNothing) {
   EXPECT_THAT(store_->Find("long"), StatusIs(absl::StatusCode::kNotFound));
 }
 
+TEST_F(SessionStoreTest, APauseMovesTheOpenSessionsTtlButNotTheClosedOnesRetention) {
+  Reset({.default_ttl = absl::Minutes(10), .default_retention = absl::Minutes(10)});
+  ASSERT_THAT(store_->Open(Request("open", absl::Minutes(1))), IsOk());
+  ASSERT_THAT(store_->Open(Request("closed", absl::Minutes(1))), IsOk());
+  ASSERT_THAT(store_->Close("closed", v1::CLOSE_REASON_CLOSED), IsOk());
+  const absl::Time open_expiry = (*store_->Find("open"))->expire_time();
+  const absl::Time closed_expiry = (*store_->Find("closed"))->expire_time();
+  store_->PostponeOpen(absl::Minutes(5));
+  EXPECT_EQ((*store_->Find("open"))->expire_time(), open_expiry + absl::Minutes(5));
+  EXPECT_EQ((*store_->Find("closed"))->expire_time(), closed_expiry);
+  clock_.Advance(absl::Minutes(2));  // past the TTL it had
+  EXPECT_TRUE(store_->Expire().closed.empty());
+}
+
 TEST_F(SessionStoreTest, MaxCallsCountsCallsInFlightAndRecorded) {
   v1::OpenSessionRequest r = Request("ep");
   r.mutable_policy()->mutable_budget()->set_max_calls(2);
