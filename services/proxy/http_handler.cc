@@ -63,7 +63,7 @@ struct CallGuard {
 
 int UpstreamIndex(const HttpHandler::Call& c) { return c.dispatch.lease ? c.dispatch.lease.get()->index : -1; }
 
-// The upstream's route: chat completions for a chat call, the Messages API's included.
+// The upstream's route: chat completions for a chat call (the Messages and Responses APIs' included).
 std::string UpstreamRoute(const HttpHandler::Call& c) {
   return ProxyMetrics::RouteName(c.chat ? Route::kChat : Route::kCompletions);
 }

@@ -1,6 +1,6 @@
 // One input through every parser on the proxy's request path: the HTTP/1.1 request parser (with the server's
-// limits), the JSON body, the policy rewrite, the message conversion, the response assembler and the SSE
-// parser. Shared by the libFuzzer target (request_fuzzer.cc, clang) and the replay test that runs in CI.
+// limits), the JSON body, the policy rewrite, the message conversion, the Messages and Responses translations
+// (requests, whole answers, stream chunks), the response assembler and the SSE parser. Shared by the libFuzzer target (request_fuzzer.cc, clang) and the replay test that runs in CI.
 #pragma once
 
 #include <cstddef>
@@ -12,8 +12,10 @@
 #include "boost/beast/http/string_body.hpp"
 #include "boost/json.hpp"
 #include "libs/http/sse.h"
+#include "services/proxy/anthropic_api.h"
 #include "services/proxy/capture.h"
 #include "services/proxy/policy.h"
+#include "services/proxy/responses_api.h"
 
 namespace corral::proxy {
 
@@ -53,6 +55,15 @@ inline int ParseEverything(const uint8_t* data, size_t size) {
       (void)a.message();
       boost::json::object strip = v.as_object();
       (void)StripForAgent(out.rewrite, strip);
+    }
+    // As a Messages or Responses request, and as a chat answer or chunk to translate back.
+    anthropic::MessagesDialect messages;
+    responses::ResponsesDialect responses;
+    for (Dialect* d : {static_cast<Dialect*>(&messages), static_cast<Dialect*>(&responses)}) {
+      (void)d->ToChat(v.as_object());
+      (void)d->Whole(v.as_object());
+      (void)d->Chunk(v.as_object());
+      (void)d->End();
     }
   }
   // As a server-sent event stream.

@@ -16,6 +16,9 @@ const char* const kSeeds[] = {
     R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":3,"function":{"arguments":"x"}}]},"token_ids":[1,2],"logprobs":{"content":[{"logprob":-1}]}}],"usage":{"prompt_tokens":1},"prompt_token_ids":[5]})",
     "data: {\"choices\":[]}\n\n: keepalive\r\n\r\ndata: [DONE]\n\n",
     R"({"model":"m","prompt":"p","logprobs":3,"stream_options":{"include_usage":false}})",
+    // The Messages and Responses APIs' requests.
+    R"({"model":"c","max_tokens":8,"system":[{"type":"text","text":"s"}],"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"tool","name":"t"},"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"u","name":"t","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"u","content":[{"type":"text","text":"r"}],"is_error":true},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA"}}]}]})",
+    R"({"model":"o","instructions":"i","input":[{"role":"developer","content":[{"type":"input_text","text":"x"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}],"tools":[{"type":"function","name":"f"}],"text":{"format":{"type":"json_schema","name":"n","schema":{}}}})",
 };
 
 TEST(ParseReplayTest, SeedsAndTwentyThousandMutationsAreSurvived) {
@@ -52,7 +55,9 @@ TEST(ParseReplayTest, SeedsAndTwentyThousandMutationsAreSurvived) {
     ParseEverything(reinterpret_cast<const uint8_t*>(hostile.data()), hostile.size());
     ++runs;
   }
-  EXPECT_EQ(runs, 19998 + 7);  // (reached the end: nothing crashed or hung)
+  const int per_seed = 20000 / static_cast<int>(std::size(kSeeds));
+  EXPECT_EQ(runs, per_seed * static_cast<int>(std::size(kSeeds)) + static_cast<int>(hostile_inputs.size()));
+  // (reached the end: nothing crashed or hung)
   // The mutations are not all rejected at the door: many still reach the policy and the assembler.
   EXPECT_GT(reached_policy, 1000) << reached_policy;
   EXPECT_GT(parsed_http, 300) << parsed_http;
