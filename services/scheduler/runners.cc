@@ -2,6 +2,7 @@
 // conditional temporaries in co_await expressions. JSON is built in chat.cc (plain functions) for the same reason.
 #include "services/scheduler/runners.h"
 
+#include <algorithm>
 #include <atomic>
 #include <variant>
 
@@ -78,7 +79,8 @@ asio::awaitable<void> UntilGenerationDeadline(const Attempt& a, std::function<ab
     const absl::Time now = absl::Now();
     const absl::Time end = deadline();
     if (now >= end && !a.Paused()) co_return;
-    co_await http::SleepFor(std::max(end - now, absl::Milliseconds(100)));
+    // At least 100 ms (the deadline stands still while paused), at most a minute (a far or infinite deadline).
+    co_await http::SleepFor(std::clamp(end - now, absl::Milliseconds(100), absl::Minutes(1)));
   }
 }
 
