@@ -4,6 +4,10 @@
 
 namespace corral::http {
 
+std::string StringOf(const boost::json::value* v) {
+  return v != nullptr && v->is_string() ? std::string(v->as_string()) : "";
+}
+
 std::string ErrorJson(absl::string_view message, absl::string_view type, absl::string_view code) {
   boost::json::object error;
   error["message"] = boost::json::string_view(message.data(), message.size());

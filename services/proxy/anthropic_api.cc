@@ -1,8 +1,7 @@
 #include "services/proxy/anthropic_api.h"
 
-#include <tuple>
-
 #include "absl/strings/str_cat.h"
+#include "libs/http/openai_json.h"
 #include "libs/core/status_macros.h"
 
 namespace corral::proxy::anthropic {
@@ -10,7 +9,7 @@ namespace {
 
 namespace json = boost::json;
 using chat_json::Bad;
-using chat_json::Str;
+using http::StringOf;
 
 // The text of a string or of an array of text blocks (system prompts, tool results).
 absl::StatusOr<std::string> Text(const json::value& v, absl::string_view field) {
@@ -18,10 +17,10 @@ absl::StatusOr<std::string> Text(const json::value& v, absl::string_view field) 
   if (!v.is_array()) return Bad(field, "must be a string or an array of text blocks");
   std::string out;
   for (const json::value& block : v.as_array()) {
-    if (!block.is_object() || Str(block.as_object().if_contains("type")) != "text") {
+    if (!block.is_object() || StringOf(block.as_object().if_contains("type")) != "text") {
       return Bad(field, "only text blocks can be translated here");
     }
-    absl::StrAppend(&out, out.empty() ? "" : "\n", Str(block.as_object().if_contains("text")));
+    absl::StrAppend(&out, out.empty() ? "" : "\n", StringOf(block.as_object().if_contains("text")));
   }
   return out;
 }
@@ -31,12 +30,12 @@ absl::StatusOr<json::object> ImagePart(const json::object& block, absl::string_v
   const json::value* source = block.if_contains("source");
   if (source == nullptr || !source->is_object()) return Bad(field, "an image needs a source");
   const json::object& s = source->as_object();
-  const std::string type = Str(s.if_contains("type"));
+  const std::string type = StringOf(s.if_contains("type"));
   std::string url;
   if (type == "base64") {
-    url = absl::StrCat("data:", Str(s.if_contains("media_type")), ";base64,", Str(s.if_contains("data")));
+    url = absl::StrCat("data:", StringOf(s.if_contains("media_type")), ";base64,", StringOf(s.if_contains("data")));
   } else if (type == "url") {
-    url = Str(s.if_contains("url"));
+    url = StringOf(s.if_contains("url"));
   } else {
     return Bad(field, absl::StrCat("image source type '", type, "' cannot be translated"));
   }
@@ -47,7 +46,7 @@ absl::StatusOr<json::object> ImagePart(const json::object& block, absl::string_v
 // wants them right after the assistant's tool calls), its text and images one user message; an assistant turn
 // one message with its text and tool calls. Thinking blocks are dropped.
 absl::Status AddMessage(const json::object& m, const std::string& field, json::array& out) {
-  const std::string role = Str(m.if_contains("role"));
+  const std::string role = StringOf(m.if_contains("role"));
   if (role != "user" && role != "assistant") return Bad(field + ".role", "must be user or assistant");
   const json::value* content = m.if_contains("content");
   if (content == nullptr) return Bad(field + ".content", "is required");
@@ -64,9 +63,9 @@ absl::Status AddMessage(const json::object& m, const std::string& field, json::a
     const json::value& b = content->as_array()[k];
     if (!b.is_object()) return Bad(at, "must be a block object");
     const json::object& block = b.as_object();
-    const std::string type = Str(block.if_contains("type"));
+    const std::string type = StringOf(block.if_contains("type"));
     if (type == "text") {
-      const std::string t = Str(block.if_contains("text"));
+      const std::string t = StringOf(block.if_contains("text"));
       absl::StrAppend(&text, text.empty() ? "" : "\n", t);
       parts.push_back(json::object{{"type", "text"}, {"text", t}});
     } else if (type == "image" && role == "user") {
@@ -84,14 +83,14 @@ absl::Status AddMessage(const json::object& m, const std::string& field, json::a
       if (const json::value* e = block.if_contains("is_error"); e != nullptr && e->is_bool() && e->as_bool()) {
         result = absl::StrCat("Error: ", result);
       }
-      out.push_back(json::object{{"role", "tool"}, {"tool_call_id", Str(block.if_contains("tool_use_id"))},
+      out.push_back(json::object{{"role", "tool"}, {"tool_call_id", StringOf(block.if_contains("tool_use_id"))},
                                  {"content", result}});
     } else if (type == "tool_use" && role == "assistant") {
       const json::value* input = block.if_contains("input");
       tool_calls.push_back(json::object{
-          {"id", Str(block.if_contains("id"))},
+          {"id", StringOf(block.if_contains("id"))},
           {"type", "function"},
-          {"function", json::object{{"name", Str(block.if_contains("name"))},
+          {"function", json::object{{"name", StringOf(block.if_contains("name"))},
                                     {"arguments", input != nullptr ? json::serialize(*input) : "{}"}}}});
     } else if (type == "thinking" || type == "redacted_thinking") {
       continue;
@@ -111,13 +110,13 @@ absl::Status AddMessage(const json::object& m, const std::string& field, json::a
 
 absl::StatusOr<json::value> ToolChoice(const json::value& v) {
   if (!v.is_object()) return Bad("tool_choice", "must be an object");
-  const std::string type = Str(v.as_object().if_contains("type"));
+  const std::string type = StringOf(v.as_object().if_contains("type"));
   if (type == "auto") return json::value("auto");
   if (type == "any") return json::value("required");
   if (type == "none") return json::value("none");
   if (type == "tool") {
     return json::value(json::object{{"type", "function"},
-                                    {"function", json::object{{"name", Str(v.as_object().if_contains("name"))}}}});
+                                    {"function", json::object{{"name", StringOf(v.as_object().if_contains("name"))}}}});
   }
   return Bad("tool_choice.type", absl::StrCat("'", type, "' is not auto, any, tool or none"));
 }
@@ -141,18 +140,12 @@ const char* ErrorType(int http_status) {
   }
 }
 
-std::string Event(absl::string_view type, json::object data) {
-  data["type"] = std::string(type);
-  return absl::StrCat("event: ", type, "\ndata: ", json::serialize(data), "\n\n");
-}
+std::string Event(absl::string_view type, json::object data) { return chat_json::SseEvent(type, std::move(data)); }
 
 }  // namespace
 
 absl::StatusOr<json::object> ToChat(const json::object& request) {
-  json::object chat;
-  const json::value* model = request.if_contains("model");
-  if (model == nullptr || !model->is_string()) return Bad("model", "is required (a string)");
-  chat["model"] = *model;
+  CORRAL_ASSIGN_OR_RETURN(json::object chat, chat_json::ChatWithModel(request));
   const json::value* messages = request.if_contains("messages");
   if (messages == nullptr || !messages->is_array()) return Bad("messages", "is required (an array)");
   json::array out;
@@ -168,11 +161,11 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
   json::array functions;
   CORRAL_RETURN_IF_ERROR(chat_json::EachObject(request.if_contains("tools"), "tools", [&](const json::object& t,
                                                                                           const std::string& at) {
-    const std::string type = Str(t.if_contains("type"));
+    const std::string type = StringOf(t.if_contains("type"));
     if (!type.empty() && type != "custom") {
       return Bad(at, absl::StrCat("the server tool '", type, "' cannot be run by a chat-completions upstream"));
     }
-    json::object fn{{"name", Str(t.if_contains("name"))}};
+    json::object fn{{"name", StringOf(t.if_contains("name"))}};
     if (const json::value* d = t.if_contains("description"); d != nullptr) fn["description"] = *d;
     const json::value* schema = t.if_contains("input_schema");
     fn["parameters"] = schema != nullptr ? *schema : json::value(json::object{{"type", "object"}});
@@ -206,9 +199,9 @@ json::object FromChat(const json::object& completion) {
   json::array content;
   std::string finish;
   if (const json::object* choice = chat_json::FirstChoice(completion)) {
-    finish = Str(choice->if_contains("finish_reason"));
+    finish = StringOf(choice->if_contains("finish_reason"));
     if (const json::value* m = choice->if_contains("message"); m != nullptr && m->is_object()) {
-      if (std::string text = Str(m->as_object().if_contains("content")); !text.empty()) {
+      if (std::string text = StringOf(m->as_object().if_contains("content")); !text.empty()) {
         content.push_back(json::object{{"type", "text"}, {"text", text}});
       }
       for (const chat_json::ToolCall& call : chat_json::ToolCalls(m->as_object())) {
@@ -223,10 +216,10 @@ json::object FromChat(const json::object& completion) {
   }
   const auto tokens = chat_json::Usage(completion).value_or(std::pair<int64_t, int64_t>(0, 0));
   json::object usage{{"input_tokens", tokens.first}, {"output_tokens", tokens.second}};
-  return json::object{{"id", absl::StrCat("msg_", Str(completion.if_contains("id")))},
+  return json::object{{"id", absl::StrCat("msg_", StringOf(completion.if_contains("id")))},
                       {"type", "message"},
                       {"role", "assistant"},
-                      {"model", Str(completion.if_contains("model"))},
+                      {"model", StringOf(completion.if_contains("model"))},
                       {"content", std::move(content)},
                       {"stop_reason", finish.empty() ? json::value(nullptr) : json::value(StopReason(finish))},
                       {"stop_sequence", nullptr},
@@ -243,10 +236,10 @@ std::string ErrorEvent(int http_status, absl::string_view message) {
 }
 
 void StreamTranslator::Begin(const json::object& chunk, std::string& out) {
-  json::object message{{"id", absl::StrCat("msg_", Str(chunk.if_contains("id")))},
+  json::object message{{"id", absl::StrCat("msg_", StringOf(chunk.if_contains("id")))},
                        {"type", "message"},
                        {"role", "assistant"},
-                       {"model", Str(chunk.if_contains("model"))},
+                       {"model", StringOf(chunk.if_contains("model"))},
                        {"content", json::array()},
                        {"stop_reason", nullptr},
                        {"stop_sequence", nullptr},
@@ -257,7 +250,7 @@ void StreamTranslator::Begin(const json::object& chunk, std::string& out) {
 void StreamTranslator::Open(json::object block, std::string& out) {
   Close(out);
   open_ = next_index_++;
-  open_is_text_ = Str(block.if_contains("type")) == "text";
+  open_is_text_ = StringOf(block.if_contains("type")) == "text";
   out += Event("content_block_start", json::object{{"index", open_}, {"content_block", std::move(block)}});
 }
 

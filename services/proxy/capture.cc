@@ -3,13 +3,14 @@
 #include <algorithm>
 
 #include "boost/json/serialize.hpp"
+#include "libs/http/openai_json.h"
 
 namespace corral::proxy {
 namespace {
 
 namespace json = boost::json;
 
-std::string Str(const json::value* v) { return v != nullptr && v->is_string() ? std::string(v->as_string()) : ""; }
+using http::StringOf;
 
 uint64_t U64(const json::object& o, const char* key) {
   auto* v = o.if_contains(key);
@@ -37,7 +38,7 @@ float AsFloat(const json::value& v) {
 
 v1::ChatMessage MessageFrom(const json::object& m) {
   v1::ChatMessage out;
-  out.set_role(Str(m.if_contains("role")));
+  out.set_role(StringOf(m.if_contains("role")));
   if (auto* c = m.if_contains("content"); c != nullptr) {
     if (c->is_string()) {
       out.set_content(std::string(c->as_string()));
@@ -45,23 +46,23 @@ v1::ChatMessage MessageFrom(const json::object& m) {
       out.set_content_parts_json(json::serialize(*c));
       std::string text;
       for (const auto& part : c->as_array()) {
-        if (part.is_object()) text += Str(part.as_object().if_contains("text"));
+        if (part.is_object()) text += StringOf(part.as_object().if_contains("text"));
       }
       out.set_content(text);
     }
   }
-  out.set_reasoning_content(Str(m.if_contains("reasoning_content")));
-  out.set_tool_call_id(Str(m.if_contains("tool_call_id")));
-  out.set_name(Str(m.if_contains("name")));
+  out.set_reasoning_content(StringOf(m.if_contains("reasoning_content")));
+  out.set_tool_call_id(StringOf(m.if_contains("tool_call_id")));
+  out.set_name(StringOf(m.if_contains("name")));
   if (auto* calls = m.if_contains("tool_calls"); calls != nullptr && calls->is_array()) {
     for (const auto& c : calls->as_array()) {
       if (!c.is_object()) continue;
       v1::ToolCall* tc = out.add_tool_calls();
-      tc->set_id(Str(c.as_object().if_contains("id")));
-      tc->set_type(Str(c.as_object().if_contains("type")));
+      tc->set_id(StringOf(c.as_object().if_contains("id")));
+      tc->set_type(StringOf(c.as_object().if_contains("type")));
       if (auto* fn = c.as_object().if_contains("function"); fn != nullptr && fn->is_object()) {
-        tc->set_function_name(Str(fn->as_object().if_contains("name")));
-        tc->set_arguments(Str(fn->as_object().if_contains("arguments")));
+        tc->set_function_name(StringOf(fn->as_object().if_contains("name")));
+        tc->set_arguments(StringOf(fn->as_object().if_contains("arguments")));
       }
     }
   }
@@ -96,7 +97,7 @@ void ResponseAssembler::Common(const json::object& o) {
 
 void ResponseAssembler::Choice(const json::object& choice, bool whole) {
   saw_choice_ = true;
-  if (auto f = Str(choice.if_contains("finish_reason")); !f.empty()) finish_reason_ = f;
+  if (auto f = StringOf(choice.if_contains("finish_reason")); !f.empty()) finish_reason_ = f;
   if (prompt_ids_.empty()) AppendIds(choice.if_contains("prompt_token_ids"), prompt_ids_);
   AppendIds(choice.if_contains("token_ids"), completion_ids_);
   if (auto* lp = choice.if_contains("logprobs"); lp != nullptr && lp->is_object()) {
@@ -110,7 +111,7 @@ void ResponseAssembler::Choice(const json::object& choice, bool whole) {
     }
   }
   if (!chat_) {
-    const std::string piece = Str(choice.if_contains("text"));
+    const std::string piece = StringOf(choice.if_contains("text"));
     if (!piece.empty()) ++text_chunks_;
     text_ += piece;
     return;
@@ -118,11 +119,11 @@ void ResponseAssembler::Choice(const json::object& choice, bool whole) {
   const json::value* m = choice.if_contains(whole ? "message" : "delta");
   if (m == nullptr || !m->is_object()) return;
   const json::object& mo = m->as_object();
-  if (auto r = Str(mo.if_contains("role")); !r.empty()) role_ = r;
-  const std::string piece = Str(mo.if_contains("content"));
+  if (auto r = StringOf(mo.if_contains("role")); !r.empty()) role_ = r;
+  const std::string piece = StringOf(mo.if_contains("content"));
   if (!piece.empty()) ++text_chunks_;
   text_ += piece;
-  reasoning_ += Str(mo.if_contains("reasoning_content"));
+  reasoning_ += StringOf(mo.if_contains("reasoning_content"));
   if (auto* calls = mo.if_contains("tool_calls"); calls != nullptr && calls->is_array()) {
     for (const auto& c : calls->as_array()) {
       if (!c.is_object()) continue;
@@ -137,11 +138,11 @@ void ResponseAssembler::Choice(const json::object& choice, bool whole) {
       if (index > 1024) continue;
       if (tool_calls_.size() <= index) tool_calls_.resize(index + 1);
       v1::ToolCall& tc = tool_calls_[index];
-      if (auto id = Str(co.if_contains("id")); !id.empty()) tc.set_id(id);
-      if (auto type = Str(co.if_contains("type")); !type.empty()) tc.set_type(type);
+      if (auto id = StringOf(co.if_contains("id")); !id.empty()) tc.set_id(id);
+      if (auto type = StringOf(co.if_contains("type")); !type.empty()) tc.set_type(type);
       if (auto* fn = co.if_contains("function"); fn != nullptr && fn->is_object()) {
-        if (auto name = Str(fn->as_object().if_contains("name")); !name.empty()) tc.set_function_name(name);
-        tc.mutable_arguments()->append(Str(fn->as_object().if_contains("arguments")));
+        if (auto name = StringOf(fn->as_object().if_contains("name")); !name.empty()) tc.set_function_name(name);
+        tc.mutable_arguments()->append(StringOf(fn->as_object().if_contains("arguments")));
       }
     }
   }

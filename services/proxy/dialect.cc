@@ -4,16 +4,28 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "libs/http/openai_json.h"
 
 namespace corral::proxy::chat_json {
 
 namespace json = boost::json;
+using http::StringOf;
 
 absl::Status Bad(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-std::string Str(const json::value* v) { return v != nullptr && v->is_string() ? std::string(v->as_string()) : ""; }
+absl::StatusOr<json::object> ChatWithModel(const json::object& request) {
+  const json::value* model = request.if_contains("model");
+  if (model == nullptr || !model->is_string()) return Bad("model", "is required (a string)");
+  return json::object{{"model", *model}};
+}
+
+std::string SseEvent(absl::string_view type, json::object data) {
+  data["type"] = std::string(type);
+  return absl::StrCat("event: ", type, "\ndata: ", json::serialize(data), "\n\n");
+}
+
 
 int64_t Int(const json::value* v) { return v != nullptr && v->is_int64() ? v->as_int64() : 0; }
 
@@ -43,10 +55,10 @@ std::vector<ToolCall> ToolCalls(const json::object& message) {
   for (const json::value& call : calls->as_array()) {
     if (!call.is_object()) continue;
     const json::object& c = call.as_object();
-    ToolCall t{.index = Int(c.if_contains("index")), .id = Str(c.if_contains("id"))};
+    ToolCall t{.index = Int(c.if_contains("index")), .id = StringOf(c.if_contains("id"))};
     if (const json::value* fn = c.if_contains("function"); fn != nullptr && fn->is_object()) {
-      t.name = Str(fn->as_object().if_contains("name"));
-      t.arguments = Str(fn->as_object().if_contains("arguments"));
+      t.name = StringOf(fn->as_object().if_contains("name"));
+      t.arguments = StringOf(fn->as_object().if_contains("arguments"));
     }
     out.push_back(std::move(t));
   }
@@ -81,14 +93,14 @@ std::string ChatStreamWalker::Walk(const json::object& chunk) {
   const json::object* choice = chat_json::FirstChoice(chunk);
   if (choice == nullptr) return out;
   if (const json::value* d = choice->if_contains("delta"); d != nullptr && d->is_object()) {
-    if (std::string text = chat_json::Str(d->as_object().if_contains("content")); !text.empty()) Text(text, out);
+    if (std::string text = http::StringOf(d->as_object().if_contains("content")); !text.empty()) Text(text, out);
     for (const chat_json::ToolCall& call : chat_json::ToolCalls(d->as_object())) {
       const bool first = std::find(calls_.begin(), calls_.end(), call.index) == calls_.end();
       if (first) calls_.push_back(call.index);
       ToolCall(call, first, out);
     }
   }
-  if (std::string finish = chat_json::Str(choice->if_contains("finish_reason")); !finish.empty()) finish_reason_ = finish;
+  if (std::string finish = http::StringOf(choice->if_contains("finish_reason")); !finish.empty()) finish_reason_ = finish;
   return out;
 }
 

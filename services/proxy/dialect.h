@@ -37,8 +37,11 @@ namespace chat_json {
 
 // INVALID_ARGUMENT "<field>: <what>".
 absl::Status Bad(absl::string_view field, absl::string_view what);
-// A string or integer member ("" / 0 when absent or of another type).
-std::string Str(const boost::json::value* v);
+// The chat body a translation starts from: the request's model (required, a string).
+absl::StatusOr<boost::json::object> ChatWithModel(const boost::json::object& request);
+// One typed server-sent event: "event: <type>" and `data` (with its "type" set) as JSON.
+std::string SseEvent(absl::string_view type, boost::json::object data);
+// An integer member (0 when absent or of another type); strings: http::StringOf.
 int64_t Int(const boost::json::value* v);
 // Calls `each(element, "<field>[k]")` for every element of the array `v` (absent or null: none), stopping at the
 // first error; INVALID_ARGUMENT when `v` is not an array or an element not an object.

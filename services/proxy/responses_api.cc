@@ -1,7 +1,5 @@
 #include "services/proxy/responses_api.h"
 
-#include <tuple>
-
 #include "absl/strings/str_cat.h"
 #include "libs/core/status_macros.h"
 #include "libs/http/openai_json.h"
@@ -12,7 +10,7 @@ namespace {
 namespace json = boost::json;
 using chat_json::Bad;
 using chat_json::Int;
-using chat_json::Str;
+using http::StringOf;
 
 // A message item's content as chat content: a string, or parts when it has images.
 absl::StatusOr<json::value> Content(const json::value& content, const std::string& field) {
@@ -25,13 +23,13 @@ absl::StatusOr<json::value> Content(const json::value& content, const std::strin
     const json::value& p = content.as_array()[k];
     const std::string at = absl::StrCat(field, "[", k, "]");
     if (!p.is_object()) return Bad(at, "must be an object");
-    const std::string type = Str(p.as_object().if_contains("type"));
+    const std::string type = StringOf(p.as_object().if_contains("type"));
     if (type == "input_text" || type == "output_text" || type == "text") {
-      const std::string t = Str(p.as_object().if_contains("text"));
+      const std::string t = StringOf(p.as_object().if_contains("text"));
       absl::StrAppend(&text, t);
       parts.push_back(json::object{{"type", "text"}, {"text", t}});
     } else if (type == "input_image") {
-      const std::string url = Str(p.as_object().if_contains("image_url"));
+      const std::string url = StringOf(p.as_object().if_contains("image_url"));
       if (url.empty()) return Bad(at, "only images given by image_url can be translated (not file_id)");
       parts.push_back(json::object{{"type", "image_url"}, {"image_url", json::object{{"url", url}}}});
       has_image = true;
@@ -50,9 +48,9 @@ absl::Status AddInput(const json::array& items, json::array& out) {
     const std::string field = absl::StrCat("input[", i, "]");
     if (!items[i].is_object()) return Bad(field, "must be an object");
     const json::object& item = items[i].as_object();
-    const std::string type = Str(item.if_contains("type"));
+    const std::string type = StringOf(item.if_contains("type"));
     if (type.empty() || type == "message") {
-      std::string role = Str(item.if_contains("role"));
+      std::string role = StringOf(item.if_contains("role"));
       if (role == "developer") role = "system";
       if (role != "user" && role != "assistant" && role != "system") {
         return Bad(field + ".role", "must be user, assistant, system or developer");
@@ -63,12 +61,12 @@ absl::Status AddInput(const json::array& items, json::array& out) {
       if (!c.ok()) return c.status();
       out.push_back(json::object{{"role", role}, {"content", *std::move(c)}});
     } else if (type == "function_call") {
-      json::object call{{"id", Str(item.if_contains("call_id"))},
+      json::object call{{"id", StringOf(item.if_contains("call_id"))},
                         {"type", "function"},
-                        {"function", json::object{{"name", Str(item.if_contains("name"))},
-                                                  {"arguments", Str(item.if_contains("arguments"))}}}};
+                        {"function", json::object{{"name", StringOf(item.if_contains("name"))},
+                                                  {"arguments", StringOf(item.if_contains("arguments"))}}}};
       json::object* last = out.empty() || !out.back().is_object() ? nullptr : &out.back().as_object();
-      const bool joins = last != nullptr && Str(last->if_contains("role")) == "assistant";
+      const bool joins = last != nullptr && StringOf(last->if_contains("role")) == "assistant";
       if (!joins) {
         out.push_back(json::object{{"role", "assistant"}, {"content", ""}});
         last = &out.back().as_object();
@@ -80,7 +78,7 @@ absl::Status AddInput(const json::array& items, json::array& out) {
       const json::value* output = item.if_contains("output");
       std::string text = output != nullptr && output->is_string() ? std::string(output->as_string())
                                                                   : (output != nullptr ? json::serialize(*output) : "");
-      out.push_back(json::object{{"role", "tool"}, {"tool_call_id", Str(item.if_contains("call_id"))},
+      out.push_back(json::object{{"role", "tool"}, {"tool_call_id", StringOf(item.if_contains("call_id"))},
                                  {"content", std::move(text)}});
     } else if (type == "reasoning") {
       continue;
@@ -136,15 +134,12 @@ json::object Response(const std::string& id, int64_t created, const std::string&
 }  // namespace
 
 absl::StatusOr<json::object> ToChat(const json::object& request) {
-  json::object chat;
-  const json::value* model = request.if_contains("model");
-  if (model == nullptr || !model->is_string()) return Bad("model", "is required (a string)");
-  chat["model"] = *model;
+  CORRAL_ASSIGN_OR_RETURN(json::object chat, chat_json::ChatWithModel(request));
   if (const json::value* prev = request.if_contains("previous_response_id"); prev != nullptr && !prev->is_null()) {
     return Bad("previous_response_id", "is not supported (the proxy keeps no responses): send the whole input");
   }
   json::array messages;
-  if (std::string instructions = Str(request.if_contains("instructions")); !instructions.empty()) {
+  if (std::string instructions = StringOf(request.if_contains("instructions")); !instructions.empty()) {
     messages.push_back(json::object{{"role", "system"}, {"content", instructions}});
   }
   const json::value* input = request.if_contains("input");
@@ -160,11 +155,11 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
   json::array functions;
   CORRAL_RETURN_IF_ERROR(chat_json::EachObject(request.if_contains("tools"), "tools", [&](const json::object& tool,
                                                                                           const std::string& at) {
-    const std::string type = Str(tool.if_contains("type"));
+    const std::string type = StringOf(tool.if_contains("type"));
     if (type != "function") {
       return Bad(at, absl::StrCat("the built-in tool '", type, "' cannot be run by a chat-completions upstream"));
     }
-    json::object fn{{"name", Str(tool.if_contains("name"))}};
+    json::object fn{{"name", StringOf(tool.if_contains("name"))}};
     for (const char* key : {"description", "parameters", "strict"}) {
       if (const json::value* v = tool.if_contains(key); v != nullptr && !v->is_null()) fn[key] = *v;
     }
@@ -175,9 +170,9 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
   if (const json::value* choice = request.if_contains("tool_choice"); choice != nullptr && !choice->is_null()) {
     if (choice->is_string()) {
       chat["tool_choice"] = *choice;
-    } else if (choice->is_object() && Str(choice->as_object().if_contains("type")) == "function") {
+    } else if (choice->is_object() && StringOf(choice->as_object().if_contains("type")) == "function") {
       chat["tool_choice"] = json::object{{"type", "function"},
-                                         {"function", json::object{{"name", Str(choice->as_object().if_contains("name"))}}}};
+                                         {"function", json::object{{"name", StringOf(choice->as_object().if_contains("name"))}}}};
     } else {
       return Bad("tool_choice", "must be auto, none, required or a function");
     }
@@ -185,9 +180,9 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
   if (const json::value* text = request.if_contains("text"); text != nullptr && text->is_object()) {
     if (const json::value* format = text->as_object().if_contains("format"); format != nullptr && format->is_object()) {
       const json::object& f = format->as_object();
-      const std::string type = Str(f.if_contains("type"));
+      const std::string type = StringOf(f.if_contains("type"));
       if (type == "json_schema") {
-        json::object schema{{"name", Str(f.if_contains("name"))}};
+        json::object schema{{"name", StringOf(f.if_contains("name"))}};
         for (const char* key : {"schema", "strict", "description"}) {
           if (const json::value* v = f.if_contains(key); v != nullptr) schema[key] = *v;
         }
@@ -211,13 +206,13 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
 }
 
 json::object FromChat(const json::object& completion) {
-  const std::string id = Str(completion.if_contains("id"));
+  const std::string id = StringOf(completion.if_contains("id"));
   json::array output;
   std::string finish;
   if (const json::object* choice = chat_json::FirstChoice(completion)) {
-    finish = Str(choice->if_contains("finish_reason"));
+    finish = StringOf(choice->if_contains("finish_reason"));
     if (const json::value* m = choice->if_contains("message"); m != nullptr && m->is_object()) {
-      if (std::string text = Str(m->as_object().if_contains("content")); !text.empty()) {
+      if (std::string text = StringOf(m->as_object().if_contains("content")); !text.empty()) {
         output.push_back(MessageItem(absl::StrCat("msg_", id), text, "completed"));
       }
       for (const chat_json::ToolCall& call : chat_json::ToolCalls(m->as_object())) {
@@ -226,7 +221,7 @@ json::object FromChat(const json::object& completion) {
     }
   }
   const auto tokens = chat_json::Usage(completion).value_or(std::pair<int64_t, int64_t>(0, 0));
-  return Response(absl::StrCat("resp_", id), Int(completion.if_contains("created")), Str(completion.if_contains("model")),
+  return Response(absl::StrCat("resp_", id), Int(completion.if_contains("created")), StringOf(completion.if_contains("model")),
                   "completed", std::move(output), finish, tokens.first, tokens.second);
 }
 
@@ -235,18 +230,15 @@ std::string ResponsesDialect::ErrorBody(int http_status, absl::string_view messa
 }
 
 std::string ResponsesDialect::ErrorEvent(int http_status, absl::string_view message) const {
-  const json::object data{{"type", "error"},
-                          {"code", http_status >= 500 ? "server_error" : "invalid_request_error"},
-                          {"message", std::string(message)},
-                          {"param", nullptr},
-                          {"sequence_number", sequence_++}};
-  return absl::StrCat("event: error\ndata: ", json::serialize(data), "\n\n");
+  return chat_json::SseEvent("error", json::object{{"code", http_status >= 500 ? "server_error" : "invalid_request_error"},
+                                                   {"message", std::string(message)},
+                                                   {"param", nullptr},
+                                                   {"sequence_number", sequence_++}});
 }
 
 std::string ResponsesDialect::Event(absl::string_view type, json::object data) {
-  data["type"] = std::string(type);
   data["sequence_number"] = sequence_++;
-  return absl::StrCat("event: ", type, "\ndata: ", json::serialize(data), "\n\n");
+  return chat_json::SseEvent(type, std::move(data));
 }
 
 json::object ResponsesDialect::Snapshot(const char* status) const {
@@ -254,9 +246,9 @@ json::object ResponsesDialect::Snapshot(const char* status) const {
 }
 
 void ResponsesDialect::Begin(const json::object& chunk, std::string& out) {
-  const std::string chat_id = Str(chunk.if_contains("id"));
+  const std::string chat_id = StringOf(chunk.if_contains("id"));
   id_ = absl::StrCat("resp_", chat_id);
-  model_ = Str(chunk.if_contains("model"));
+  model_ = StringOf(chunk.if_contains("model"));
   created_ = Int(chunk.if_contains("created"));
   out += Event("response.created", json::object{{"response", Snapshot("in_progress")}});
   out += Event("response.in_progress", json::object{{"response", Snapshot("in_progress")}});
@@ -330,7 +322,7 @@ std::string ResponsesDialect::End() {
   EnsureBegun(out);
   Close(out);
   const json::object done = Snapshot("completed");
-  const std::string type = Str(done.if_contains("status")) == "incomplete" ? "response.incomplete" : "response.completed";
+  const std::string type = StringOf(done.if_contains("status")) == "incomplete" ? "response.incomplete" : "response.completed";
   out += Event(type, json::object{{"response", done}});
   return out;
 }

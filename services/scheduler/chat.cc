@@ -2,13 +2,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "libs/http/openai_json.h"
 
 namespace corral::scheduler {
 namespace {
 
 namespace json = boost::json;
 
-std::string Str(const json::value* v) { return v != nullptr && v->is_string() ? std::string(v->as_string()) : ""; }
+using http::StringOf;
 
 json::value ParseOr(const std::string& text, json::value fallback) {
   boost::system::error_code ec;
@@ -140,18 +141,18 @@ absl::StatusOr<ChatReply> ParseChatReply(const std::string& body) {
   if (message == nullptr || !message->is_object()) return absl::InvalidArgumentError("the first choice has no message");
   ChatReply reply;
   reply.message = message->as_object();
-  reply.finish_reason = Str(choice.if_contains("finish_reason"));
-  reply.content = Str(reply.message.if_contains("content"));
+  reply.finish_reason = StringOf(choice.if_contains("finish_reason"));
+  reply.content = StringOf(reply.message.if_contains("content"));
   if (const json::value* calls = reply.message.if_contains("tool_calls"); calls != nullptr && calls->is_array()) {
     for (const auto& c : calls->as_array()) {
       if (!c.is_object()) continue;
       const json::object& co = c.as_object();
       const json::value* fn = co.if_contains("function");
       ToolCallRequest call;
-      call.id = Str(co.if_contains("id"));
+      call.id = StringOf(co.if_contains("id"));
       if (fn != nullptr && fn->is_object()) {
-        call.name = Str(fn->as_object().if_contains("name"));
-        call.arguments = Str(fn->as_object().if_contains("arguments"));
+        call.name = StringOf(fn->as_object().if_contains("name"));
+        call.arguments = StringOf(fn->as_object().if_contains("arguments"));
       }
       reply.tool_calls.push_back(std::move(call));
     }
@@ -163,7 +164,7 @@ std::string ErrorMessage(const std::string& body) {
   json::value v = ParseOr(body, nullptr);
   if (const json::object* o = v.if_object()) {
     if (const json::value* e = o->if_contains("error"); e != nullptr && e->is_object()) {
-      const std::string m = Str(e->as_object().if_contains("message"));
+      const std::string m = StringOf(e->as_object().if_contains("message"));
       if (!m.empty()) return m;
     }
   }
@@ -189,6 +190,6 @@ absl::StatusOr<json::object> ParseArguments(const std::string& arguments) {
   return std::move(v.as_object());
 }
 
-std::string StringArg(const json::object& args, const char* name) { return Str(args.if_contains(name)); }
+std::string StringArg(const json::object& args, const char* name) { return StringOf(args.if_contains(name)); }
 
 }  // namespace corral::scheduler

@@ -1,5 +1,6 @@
 // EpisodeTable, the delivery side: acknowledgements, what result streams may send and when a batch's stream is
-// complete, and progress counts. (The lifecycle side — submit, run, finish, cancel, restore — is episode_table.cc.)
+// complete, and progress counts. (The lifecycle side — submit, run, finish, cancel — is episode_table.cc; a
+// restart's restore is episode_table_restore.cc.)
 #include "services/scheduler/episode_table.h"
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "services/proxy/tests/proxy_test_support.h"
 
 namespace corral::proxy::anthropic {
 namespace {
@@ -84,11 +85,7 @@ TEST(AnthropicApiTest, AChatStreamBecomesMessageEvents) {
   out += t.Chunk(Parse(R"({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})"));
   out += t.Chunk(Parse(R"({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}})"));
   out += t.End();
-  std::vector<std::string> events;
-  for (size_t at = out.find("event: "); at != std::string::npos; at = out.find("event: ", at + 1)) {
-    events.push_back(out.substr(at + 7, out.find('\n', at) - at - 7));
-  }
-  EXPECT_THAT(events, ::testing::ElementsAre("message_start", "content_block_start", "content_block_delta",
+  EXPECT_THAT(testing::EventTypes(out), ::testing::ElementsAre("message_start", "content_block_start", "content_block_delta",
                                              "content_block_stop", "content_block_start", "content_block_delta",
                                              "content_block_stop", "message_delta", "message_stop"));
   EXPECT_THAT(out, HasSubstr(R"("delta":{"type":"text_delta","text":"Hi"})"));

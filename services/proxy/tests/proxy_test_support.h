@@ -7,16 +7,29 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/use_future.hpp"
 #include "libs/http/server.h"
+#include "libs/http/sse.h"
 #include "tests/support/io_thread.h"
 
 namespace corral::proxy::testing {
 
 using corral::testing::IoThread;
+
+// The `event:` types of an SSE stream, in order, as the proxy's own SSE parser reads them.
+inline std::vector<std::string> EventTypes(const std::string& sse) {
+  http::SseParser parser;
+  std::vector<std::string> types;
+  auto events = parser.Feed(sse);
+  if (events.ok()) {
+    for (const http::SseEvent& e : *events) types.push_back(e.event);
+  }
+  return types;
+}
 
 // A real HTTP server on 127.0.0.1 answering with `handler`.
 class ScriptedUpstream {

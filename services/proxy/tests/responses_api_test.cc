@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "services/proxy/tests/proxy_test_support.h"
 
 namespace corral::proxy::responses {
 namespace {
@@ -90,11 +91,7 @@ TEST(ResponsesApiTest, AChatStreamBecomesResponseEvents) {
   out += d.Chunk(Parse(R"({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})"));
   out += d.Chunk(Parse(R"({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}})"));
   out += d.End();
-  std::vector<std::string> events;
-  for (size_t at = out.find("event: "); at != std::string::npos; at = out.find("event: ", at + 1)) {
-    events.push_back(out.substr(at + 7, out.find('\n', at) - at - 7));
-  }
-  EXPECT_THAT(events, ::testing::ElementsAre(
+  EXPECT_THAT(testing::EventTypes(out), ::testing::ElementsAre(
                           "response.created", "response.in_progress", "response.output_item.added",
                           "response.content_part.added", "response.output_text.delta", "response.output_text.done",
                           "response.content_part.done", "response.output_item.done", "response.output_item.added",
