@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "libs/http/sse.h"
 #include "services/proxy/tests/proxy_test_support.h"
 
 namespace corral::proxy::responses {
@@ -97,7 +98,12 @@ TEST(ResponsesApiTest, AChatStreamBecomesResponseEvents) {
                           "response.content_part.done", "response.output_item.done", "response.output_item.added",
                           "response.function_call_arguments.delta", "response.function_call_arguments.delta",
                           "response.function_call_arguments.done", "response.output_item.done", "response.completed"));
-  EXPECT_THAT(out, HasSubstr(R"("arguments":"{\"a\":1}","type":"response.function_call_arguments.done")"));
+  http::SseParser sse;
+  auto parsed = sse.Feed(out);
+  ASSERT_THAT(parsed, IsOk());
+  const http::SseEvent& args_done = (*parsed)[11];
+  EXPECT_EQ(args_done.event, "response.function_call_arguments.done");
+  EXPECT_EQ(json::parse(args_done.data).at("arguments"), R"({"a":1})");
   EXPECT_THAT(out, HasSubstr(R"("sequence_number":13)"));  // numbered from 0, one per event
   const size_t completed = out.rfind("data: ");
   const json::object last = json::parse(out.substr(completed + 6)).as_object();
