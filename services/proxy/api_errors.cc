@@ -18,6 +18,7 @@ ApiErrorShape ShapeOf(ApiError error) {
     case ApiError::kModelNotAllowed: return {400, "invalid_request_error", "model_not_allowed"};
     case ApiError::kBudgetExhausted: return {400, "invalid_request_error", "budget_exhausted"};
     case ApiError::kUpstream: return {502, "upstream_error", ""};
+    case ApiError::kRateLimited: return {429, "rate_limit_error", "rate_limit_exceeded"};
     case ApiError::kServer: return {500, "server_error", ""};
   }
   return {500, "server_error", ""};

@@ -18,6 +18,7 @@ enum class ApiError {
   kModelNotAllowed,   // 400
   kBudgetExhausted,   // 400
   kUpstream,          // 502 by default (503: none serves the model, 504: timed out)
+  kRateLimited,       // 429: a quota was not granted within quota_max_wait
   kServer,            // 500: the call could not be journaled
 };
 

@@ -1,11 +1,50 @@
 #include "services/proxy/config.h"
 
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
 namespace corral::proxy {
+namespace {
+
+// A quota block: {requests, tokens, concurrency, key}, each a ratelimiter limit's name.
+absl::StatusOr<QuotaSpec> ParseQuota(const YAML::Node& node, const std::string& where) {
+  if (!node.IsMap()) return absl::InvalidArgumentError(absl::StrCat(where, " must be a map of {requests, tokens, concurrency, key}"));
+  QuotaSpec q;
+  for (const auto& kv : node) {
+    const std::string field = kv.first.as<std::string>();
+    std::string* out = field == "requests" ? &q.requests : field == "tokens" ? &q.tokens
+                     : field == "concurrency" ? &q.concurrency : field == "key" ? &q.key : nullptr;
+    if (out == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key '", field, "' (requests, tokens, concurrency, key)"));
+    }
+    if (!kv.second.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(where, ".", field, " must be a string"));
+    *out = kv.second.as<std::string>();
+    const bool name_ok = out->size() <= 64 && std::all_of(out->begin(), out->end(), [](char ch) {
+      return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+    });
+    if (out != &q.key && !name_ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".", field, ": '", *out, "' is not a limit name (1-64 characters from [A-Za-z0-9_-])"));
+    }
+  }
+  if (q.empty()) return absl::InvalidArgumentError(absl::StrCat(where, " names no limit (requests, tokens or concurrency)"));
+  return q;
+}
+
+}  // namespace
+
+bool Config::has_quotas() const {
+  if (!model_quotas.empty()) return true;
+  for (const UpstreamSpec& u : upstreams) {
+    if (!u.quota.empty()) return true;
+  }
+  return false;
+}
 
 void RegisterConfig(ConfigSchema& schema, Config* c) {
   c->server.grpc_listen = "127.0.0.1:7600";
@@ -21,7 +60,8 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                   absl::Milliseconds(100), absl::Minutes(10));
   schema.StringList("upstream", &c->upstream_urls, "an inference backend, http://HOST:PORT (repeatable)");
   schema.Custom("upstreams", "list", "[]",
-                "inference backends: a YAML list of {name, url, models: [..], weight}",
+                "inference backends: a YAML list of {name, url, models: [..], weight, quota: {requests, tokens, "
+                "concurrency, key}} (a quota names ratelimiter limits)",
                 [c](const YAML::Node& node) -> absl::Status {
                   if (!node.IsSequence()) return absl::InvalidArgumentError("upstreams must be a list");
                   for (const auto& item : node) {
@@ -31,12 +71,35 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                       if (item["name"]) spec.name = item["name"].as<std::string>();
                       if (item["weight"]) spec.weight = item["weight"].as<int>();
                       if (item["models"]) spec.models = item["models"].as<std::vector<std::string>>();
+                      if (item["quota"]) {
+                        CORRAL_ASSIGN_OR_RETURN(spec.quota, ParseQuota(item["quota"], "quota of " + spec.name));
+                      }
                     }
                     if (spec.weight < 1 || spec.weight > 100) return absl::InvalidArgumentError("weight must be 1-100");
                     c->upstreams.push_back(std::move(spec));
                   }
                   return absl::OkStatus();
                 });
+  schema.Custom("model_quotas", "map", "{}",
+                "quotas per model, across every upstream serving it: {MODEL: {requests, tokens, concurrency, key}}",
+                [c](const YAML::Node& node) -> absl::Status {
+                  if (!node.IsMap()) return absl::InvalidArgumentError("model_quotas must be a map of model → quota");
+                  for (const auto& kv : node) {
+                    const std::string model = kv.first.as<std::string>();
+                    CORRAL_ASSIGN_OR_RETURN(QuotaSpec q, ParseQuota(kv.second, "model_quotas." + model));
+                    c->model_quotas[model] = std::move(q);
+                  }
+                  return absl::OkStatus();
+                });
+  schema.String("ratelimiter", &c->ratelimiter,
+                "HOST:PORT of corral-ratelimiter, which keeps the quotas every proxy replica shares (required by a quota)");
+  schema.Bool("limiter_fail_open", &c->limiter_fail_open,
+              "relay calls without their quotas while the ratelimiter is unreachable (default: fail closed, HTTP 503)");
+  schema.Duration("quota_max_wait", &c->quota.max_wait,
+                  "longest a call waits for its quotas, an upstream's 429s included (then HTTP 429 to the agent)",
+                  absl::ZeroDuration(), absl::Hours(1));
+  schema.Int("quota_default_max_tokens", &c->quota.default_max_tokens,
+             "a token quota's up-front charge for the completion when a request sets no max_tokens", 1, 1 << 24);
   schema.String("journal", &c->journal, "SQLite file recording sessions and calls (WAL)");
   schema.Bool("journal_fsync", &c->journal_fsync,
               "fsync every commit, so recorded calls survive a machine crash too (by default they survive the "
@@ -73,6 +136,14 @@ absl::Status ValidateConfig(Config& c) {
     c.upstreams.push_back(*std::move(spec));
   }
   if (c.upstreams.empty()) return absl::InvalidArgumentError("at least one upstream is required (--upstream URL)");
+  if (c.has_quotas() && c.ratelimiter.empty()) {
+    return absl::InvalidArgumentError("a quota is configured: ratelimiter must name corral-ratelimiter (HOST:PORT)");
+  }
+  if (!c.ratelimiter.empty()) {
+    if (auto split = SplitHostPort(c.ratelimiter); !split.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("ratelimiter: ", split.status().message()));
+    }
+  }
   if (c.journal.empty()) return absl::InvalidArgumentError("journal must name a file");
   if (c.sessions.default_ttl > c.sessions.max_ttl) {
     return absl::InvalidArgumentError("session_ttl must not be above max_session_ttl");

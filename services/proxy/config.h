@@ -2,12 +2,14 @@
 // journal, session defaults and relay timeouts. Every key is also a flag (`--help` lists them).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "libs/core/config.h"
 #include "libs/http/server.h"
 #include "libs/rpc/server_config.h"
+#include "services/proxy/quotas.h"
 #include "services/proxy/upstream_dispatcher.h"
 #include "services/proxy/sessions.h"
 #include "services/proxy/upstreams.h"
@@ -31,6 +33,12 @@ struct Config {
   RelayOptions relay;
   int64_t max_attempts = 3;
   absl::Duration health_interval = absl::Seconds(5);
+  // Quotas (upstreams' `quota:` and model_quotas) through corral-ratelimiter.
+  std::string ratelimiter;  // HOST:PORT; required when a quota is configured
+  bool limiter_fail_open = false;
+  std::map<std::string, QuotaSpec> model_quotas;
+  QuotaOptions quota;
+  bool has_quotas() const;
 };
 
 void RegisterConfig(ConfigSchema& schema, Config* config);

@@ -227,8 +227,9 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   }
   c.gate = gate_->Register(co_await asio::this_coro::executor);
   CallGuard guard{c, metrics_, gate_};
-  const DispatchRequest dispatch{c.session->env_id(), c.rewrite.model, upstream_route, json::serialize(c.body), c.rewrite.stream,
-                                 c.gate.get()};
+  DispatchRequest dispatch{c.session->env_id(), c.rewrite.model, upstream_route, json::serialize(c.body), c.rewrite.stream,
+                           c.gate.get()};
+  dispatch.estimated_tokens = dispatcher_->EstimateTokens(c.body, dispatch.body.size());
   std::unique_ptr<http::ClientConnection> upstream;
   // At the generation gate first; a pause's cut before the response is complete (an unstreamed one is sent
   // again whole) waits there once more.
@@ -239,7 +240,8 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     upstream = std::move(c.dispatch.connection);
     if (c.gate->aborted) continue;
     if (upstream == nullptr) {
-      co_await Fail(c, responder, ApiError::kUpstream, c.dispatch.http_status, c.dispatch.error);
+      const ApiError error = c.dispatch.http_status == 429 ? ApiError::kRateLimited : ApiError::kUpstream;
+      co_await Fail(c, responder, error, c.dispatch.http_status, c.dispatch.error);
       break;
     }
     c.session->SetUpstream(c.dispatch.lease.get()->spec.name);
@@ -429,8 +431,9 @@ asio::awaitable<std::unique_ptr<http::ClientConnection>> HttpHandler::Continue(C
   while (true) {
     if (!co_await Admit(c, responder)) co_return nullptr;  // the call failed there, and the agent was told
     c.assembler.BeginContinuation();
-    const DispatchRequest request{c.session->env_id(), c.rewrite.model, UpstreamRoute(c),
-                                  json::serialize(ContinuationBody(c.body, c.chat, c.assembler)), true, c.gate.get()};
+    DispatchRequest request{c.session->env_id(), c.rewrite.model, UpstreamRoute(c),
+                            json::serialize(ContinuationBody(c.body, c.chat, c.assembler)), true, c.gate.get()};
+    request.estimated_tokens = dispatcher_->EstimateTokens(c.body, request.body.size());
     c.dispatch = co_await dispatcher_->Send(request, Keepalive(responder));
     c.upstream_wait += c.dispatch.waited;
     c.dispatch.first_byte = first_byte;
@@ -487,6 +490,10 @@ asio::awaitable<absl::Status> HttpHandler::Finish(Call& c) {
   absl::StatusOr<v1::LlmCall> stored = co_await ledger_->RecordCall(*c.session, c.recorded);
   if (!stored.ok()) c.http_status = 500;
   const v1::Usage& usage = call.usage();
+  // The token quotas were charged an estimate: now the reported usage (none reported: the estimate stands for a
+  // call that ran, nothing for one that failed).
+  const int64_t used = static_cast<int64_t>(usage.prompt_tokens()) + static_cast<int64_t>(usage.completion_tokens());
+  c.dispatch.quota.Settle(used > 0 ? used : ok ? c.dispatch.quota.charged_tokens() : 0);
   metrics_->prompt_tokens.Increment(static_cast<double>(usage.prompt_tokens()));
   metrics_->completion_tokens.Increment(static_cast<double>(usage.completion_tokens()));
   metrics_->latency.Observe(absl::ToDoubleSeconds(done - c.received));

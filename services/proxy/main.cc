@@ -1,6 +1,8 @@
 // corral-proxy: composition root. Config → journal (restores sessions and calls) → sessions and their ledger →
-// upstreams, their dispatcher and health checks → HTTP handler on its own I/O threads → gRPC session service;
-// runs until SIGTERM.
+// the ratelimiter's client when quotas are configured → upstreams, their dispatcher and health checks → HTTP
+// handler on its own I/O threads → gRPC session service; runs until SIGTERM.
+
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "boost/asio/co_spawn.hpp"
@@ -19,6 +21,7 @@
 #include "services/proxy/proxy_service.h"
 #include "services/proxy/session_ledger.h"
 #include "services/proxy/upstream_dispatcher.h"
+#include "services/ratelimiter/client/ratelimit_client.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -58,11 +61,27 @@ int main(int argc, char** argv) {
   spdlog::info("journal {}: {} sessions restored ({} open)", config.journal, *restored, sessions.open_sessions());
   metrics.open_sessions.Set(static_cast<double>(sessions.open_sessions()));
   corral::proxy::SessionLedger ledger(&sessions, journal->get(), &metrics, &clock);
+  std::unique_ptr<corral::ratelimiter::RateLimitClient> limiter;
+  if (!config.ratelimiter.empty()) {
+    corral::ratelimiter::ClientOptions lo;
+    lo.address = config.ratelimiter;
+    lo.token = auth.insecure() ? "" : corral::MintClusterToken(*secret);
+    lo.client_id = absl::StrCat("proxy ", config.http_listen, " pid ", getpid());
+    lo.channel.tls = config.server.tls;
+    lo.fail_mode = config.limiter_fail_open ? corral::ratelimiter::FailMode::kOpen : corral::ratelimiter::FailMode::kClosed;
+    auto client = corral::ratelimiter::RateLimitClient::Connect(lo);
+    if (!client.ok()) {
+      spdlog::error("cannot start: {} (start the ratelimiter first, or set limiter_fail_open)", client.status());
+      return 1;
+    }
+    limiter = *std::move(client);
+  }
+  corral::proxy::Quotas quotas(limiter.get(), config.quota, config.model_quotas, &metrics);
   corral::proxy::UpstreamPool upstreams(config.upstreams, &clock);
   std::vector<std::string> upstream_names;
   for (const auto* u : upstreams.all()) upstream_names.push_back(u->spec.name);
   metrics.SetUpstreams(std::move(upstream_names));
-  corral::proxy::UpstreamDispatcher dispatcher(&upstreams, &metrics, &clock, config.relay);
+  corral::proxy::UpstreamDispatcher dispatcher(&upstreams, &metrics, &clock, config.relay, &quotas);
   corral::proxy::HealthChecker health(&upstreams, &metrics);
   corral::proxy::PolicyVersion policy_version;
   corral::proxy::GenerationGate gate(&policy_version, &metrics, &clock);
@@ -98,7 +117,8 @@ int main(int argc, char** argv) {
     spdlog::error("cannot start: {}", s);
     return 1;
   }
-  spdlog::info("proxy: http={} upstreams={} base_url={}", http_address, config.upstreams.size(), config.advertise_url);
+  spdlog::info("proxy: http={} upstreams={} base_url={}{}", http_address, config.upstreams.size(), config.advertise_url,
+               config.has_quotas() ? absl::StrCat(" quotas at ", config.ratelimiter) : "");
   runner.Wait();
   clock.Stop();
   http.Stop();

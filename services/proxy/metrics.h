@@ -86,6 +86,18 @@ struct ProxyMetrics {
         calls_held(paused_calls.Add({{"outcome", "held"}})),
         calls_aborted(paused_calls.Add({{"outcome", "aborted"}})),
         calls_continued(paused_calls.Add({{"outcome", "continued"}})),
+        quota_wait(prometheus::BuildHistogram()
+                       .Name("corral_proxy_quota_wait_seconds")
+                       .Help("Time a call waited for its quotas at the ratelimiter (calls with quotas only).")
+                       .Register(r)
+                       .Add({}, LatencyBuckets())),
+        quota_calls(prometheus::BuildCounter()
+                        .Name("corral_proxy_quota_calls_total")
+                        .Help("Quota outcomes: refused (not granted within quota_max_wait: the agent got 429), "
+                              "throttled (an upstream 429 absorbed: the quota was held and the call waited again).")
+                        .Register(r)),
+        quota_refused(quota_calls.Add({{"outcome", "refused"}})),
+        quota_throttled(quota_calls.Add({{"outcome", "throttled"}})),
         policy_version(prometheus::BuildGauge()
                            .Name("corral_proxy_policy_version")
                            .Help("The policy version the upstreams serve, as the trainer last said.")
@@ -154,6 +166,10 @@ struct ProxyMetrics {
   prometheus::Counter& calls_held;
   prometheus::Counter& calls_aborted;
   prometheus::Counter& calls_continued;
+  prometheus::Histogram& quota_wait;
+  prometheus::Family<prometheus::Counter>& quota_calls;
+  prometheus::Counter& quota_refused;
+  prometheus::Counter& quota_throttled;
   prometheus::Gauge& policy_version;
 
  private:

@@ -43,13 +43,28 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
   std::string last_error = "no upstream serves this model";
   int last_status = 503;
   thread_local std::mt19937 rng{std::random_device{}()};
+  const absl::Time quota_deadline = clock_->Now() + (quotas_ != nullptr ? quotas_->options().max_wait : absl::ZeroDuration());
+  const OnWait quota_wait = request.stream ? on_wait : OnWait();
+  bool throttled = false;  // the last attempt got an upstream's 429: the quota wait is the back-off
   for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
     Upstream* u = upstreams_->Pick(request.env_id, request.model, tried);
     if (u == nullptr) break;
-    if (attempt > 1) {
+    if (attempt > 1 && !std::exchange(throttled, false)) {
       metrics_->retries.Increment();
       co_await http::SleepFor(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng));
       backoff *= 2;
+    }
+    const std::vector<const QuotaSpec*> quota = quotas_ != nullptr ? quotas_->For(*u, request.model) : std::vector<const QuotaSpec*>{};
+    if (!quota.empty()) {
+      absl::StatusOr<QuotaHold> hold = co_await quotas_->Acquire(quota, request.model, request.estimated_tokens,
+                                                                 quota_deadline - clock_->Now(),
+                                                                 options_.keepalive_interval, quota_wait);
+      if (!hold.ok()) {
+        d.http_status = absl::IsResourceExhausted(hold.status()) ? 429 : 503;
+        d.error = std::string(hold.status().message());
+        co_return d;
+      }
+      d.quota = *std::move(hold);
     }
     tried.push_back(u);
     d.attempts = attempt;
@@ -67,9 +82,11 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
     d.waited += clock_->Now() - start;
     if (request.gate != nullptr && request.gate->aborted) {  // cut by a pause: not the upstream's fault
       request.gate->upstream = nullptr;
+      d.quota.Refund();
       co_return d;
     }
     if (!sent.ok()) {
+      d.quota.Refund();  // (a timed-out call may have run: its estimate is given back all the same)
       upstreams_->Failed(u);
       metrics_->UpstreamFailed(u->index);
       last_error = std::string(sent.status().message());
@@ -77,8 +94,31 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
       continue;
     }
     std::unique_ptr<http::ClientConnection> conn = *std::move(sent);
+    if (conn->status() == 429 && !quota.empty()) {
+      // The upstream's own quota: everyone holds off for its Retry-After, and this call waits its turn again
+      // (not an attempt, not a failure) until the quota wait's bound.
+      const absl::Duration retry_after = RetryAfter(*conn, quotas_->options().default_retry_after);
+      auto body = co_await conn->ReadAll(options_.idle_timeout, 1 << 20);
+      if (request.gate != nullptr) request.gate->upstream = nullptr;
+      pool_.Put(std::move(conn));
+      const bool held = quotas_->Throttled(quota, request.model, retry_after);
+      const bool unlimited = d.quota.unlimited();
+      d.quota.Refund();
+      if (clock_->Now() + retry_after >= quota_deadline) {
+        d.http_status = 429;
+        d.error = absl::StrCat(u->spec.name, " answered HTTP 429 (retry after ", absl::FormatDuration(retry_after),
+                               ") beyond the quota wait's bound: ", body.ok() ? body->substr(0, 512) : "");
+        co_return d;
+      }
+      if (!held || unlimited) co_await http::SleepFor(retry_after);  // nothing at the limiter makes it wait
+      tried.pop_back();
+      --attempt;
+      throttled = true;
+      continue;
+    }
     if (conn->status() >= 500) {  // before the first body byte: safe to try another upstream
       (void)co_await conn->ReadAll(options_.idle_timeout, 1 << 20);
+      d.quota.Refund();
       upstreams_->Failed(u);
       metrics_->UpstreamFailed(u->index);
       last_error = absl::StrCat(u->spec.name, " answered HTTP ", conn->status());

@@ -3,7 +3,8 @@
 // jittered, doubling back-off (an upstream's 5xx, a refused or dropped connection, a timeout). While the
 // upstream has not answered, `on_wait` runs every keepalive interval (the HTTP side writes SSE comments to a
 // streaming agent). The chosen upstream counts the call as outstanding for as long as the caller holds the
-// returned lease.
+// returned lease. Where the upstream or the model has quotas, the call first waits for them (quotas.h); an
+// upstream's 429 then holds the quota and the call waits its turn again, without counting as an attempt.
 #pragma once
 
 #include <functional>
@@ -16,6 +17,7 @@
 #include "libs/http/client.h"
 #include "services/proxy/generation_gate.h"
 #include "services/proxy/metrics.h"
+#include "services/proxy/quotas.h"
 #include "services/proxy/upstreams.h"
 
 namespace corral::proxy {
@@ -56,6 +58,7 @@ struct DispatchRequest {
   // The call's registration at the generation gate: a pause in ABORT mode cuts the request through it
   // (`gate->aborted`), and then no other upstream is tried and no connection is returned.
   GenerationGate::Call* gate = nullptr;
+  int64_t estimated_tokens = 0;  // what a token quota is charged up front (EstimateTokens)
 };
 
 struct Dispatch {
@@ -69,13 +72,15 @@ struct Dispatch {
   absl::Time upstream_start;  // of the last attempt
   absl::Time first_byte;      // response header received
   absl::Duration waited;      // on upstreams, over all attempts
+  QuotaHold quota;            // the upstream's and the model's quotas, held for the call (settle with its usage)
 };
 
 // Thread-safe; one per proxy.
 class UpstreamDispatcher {
  public:
-  UpstreamDispatcher(UpstreamPool* upstreams, ProxyMetrics* metrics, Clock* clock, RelayOptions options)
-      : upstreams_(upstreams), metrics_(metrics), clock_(clock), options_(options) {}
+  UpstreamDispatcher(UpstreamPool* upstreams, ProxyMetrics* metrics, Clock* clock, RelayOptions options,
+                     Quotas* quotas = nullptr)
+      : upstreams_(upstreams), metrics_(metrics), clock_(clock), options_(options), quotas_(quotas) {}
 
   using OnWait = std::function<boost::asio::awaitable<void>()>;
   boost::asio::awaitable<Dispatch> Send(const DispatchRequest& request, OnWait on_wait);
@@ -85,6 +90,10 @@ class UpstreamDispatcher {
   void Shutdown() { pool_.Clear(); }
 
   const RelayOptions& options() const { return options_; }
+  // What a call with this body is charged on token quotas up front (0 when the proxy has no quotas).
+  int64_t EstimateTokens(const boost::json::object& body, size_t body_bytes) const {
+    return quotas_ != nullptr ? proxy::EstimateTokens(body, body_bytes, quotas_->options().default_max_tokens) : 0;
+  }
 
  private:
   // One attempt on `u`: sends, with `on_wait` while waiting; a pooled connection the upstream had closed is
@@ -96,6 +105,7 @@ class UpstreamDispatcher {
   ProxyMetrics* const metrics_;
   Clock* const clock_;
   const RelayOptions options_;
+  Quotas* const quotas_;
   http::ConnectionPool pool_;
 };
 

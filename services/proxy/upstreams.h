@@ -16,12 +16,22 @@
 
 namespace corral::proxy {
 
+// Ratelimiter limits a call is charged against (the proxy's quotas.h): any of the three may be empty.
+struct QuotaSpec {
+  std::string requests;     // a rate limit: one token per call
+  std::string tokens;       // a rate limit: the call's tokens, estimated up front and corrected by its usage
+  std::string concurrency;  // a concurrency limit: one permit while the call is upstream
+  std::string key;          // the instance key of keyed limits; "{model}" stands for the model's name
+  bool empty() const { return requests.empty() && tokens.empty() && concurrency.empty(); }
+};
+
 struct UpstreamSpec {
   std::string name;
   std::string host;  // an IP address
   uint16_t port = 0;
   std::vector<std::string> models;  // empty: any model
   int weight = 1;
+  QuotaSpec quota;  // empty: none
 };
 
 // "http://HOST:PORT[/...]" (HOST an IP address). INVALID_ARGUMENT otherwise. The name is "HOST:PORT".

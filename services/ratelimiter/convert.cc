@@ -56,6 +56,16 @@ absl::StatusOr<AcquireParams> FromProto(const v1::AcquireRequest& request) {
   p.lease_ttl = request.has_lease_ttl() ? corral::FromProto(request.lease_ttl()) : absl::ZeroDuration();
   p.session_id = request.session_id();
   p.request_id = request.request_id();
+  p.allow_debt = request.allow_debt();
+  return p;
+}
+
+AdjustParams FromProto(const v1::AdjustRequest& request) {
+  AdjustParams p;
+  p.limit = request.limit();
+  p.key = request.key();
+  p.tokens = request.tokens();
+  if (request.has_hold_for()) p.hold_for = corral::FromProto(request.hold_for());
   return p;
 }
 

@@ -17,6 +17,7 @@ void ToProto(const Grant& grant, v1::AcquireResponse* out);
 void ToProto(const Grant& grant, v1::Lease* out);
 // INVALID_ARGUMENT for an explicit non-positive lease_ttl (unset means the default).
 absl::StatusOr<AcquireParams> FromProto(const v1::AcquireRequest& request);
+AdjustParams FromProto(const v1::AdjustRequest& request);
 void ToProto(const LimiterStatus& status, v1::GetStatusResponse* out);
 void ToProto(const absl::Status& status, v1::CallStatus* out);
 

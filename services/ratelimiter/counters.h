@@ -40,7 +40,14 @@ class TokenBucket {
     refilled_at_ = now;
   }
   bool Has(double wanted) const { return tokens_ + kEpsilon >= wanted; }
-  void Spend(double n) { tokens_ = std::max(0.0, tokens_ - n); }
+  // May leave the bucket in debt (negative): a grant above the burst, or a debit after the fact.
+  void Spend(double n) { tokens_ -= n; }
+  // Gives tokens back, never above the burst.
+  void Refund(double n, double burst) { tokens_ = std::min(burst, tokens_ + n); }
+  // Never below `floor` (how deep a debt may go).
+  void Floor(double floor) { tokens_ = std::max(tokens_, floor); }
+  // At most `ceiling` tokens now (a hold empties the bucket below zero).
+  void Ceil(double ceiling) { tokens_ = std::min(tokens_, ceiling); }
   // A smaller burst caps what was saved up.
   void Cap(double burst) { tokens_ = std::min(tokens_, burst); }
   // How long, from the last refill, until `wanted` tokens are there (0 when they are).

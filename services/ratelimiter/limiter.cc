@@ -108,7 +108,7 @@ absl::StatusOr<LimitSpec> Limiter::UpdateLimit(LimitSpec spec) {
       // A waiter above the new capacity would block the FIFO queue forever: it fails now.
       for (auto it = inst->queue.begin(); it != inst->queue.end();) {
         auto next = std::next(it);
-        if (it->permits > spec.capacity()) {
+        if (it->permits > spec.capacity() && !it->allow_debt) {
           auto done = std::move(it->done);
           RemoveWaiter(*inst, it);
           limit->metrics.rejected->Increment();
@@ -216,7 +216,7 @@ void Limiter::Refill(Instance& inst) const {
 bool Limiter::Grantable(Instance& inst, int64_t permits) {
   if (inst.limit->spec.kind == LimitKind::kRate) {
     Refill(inst);
-    return inst.bucket.Has(static_cast<double>(permits));
+    return inst.bucket.Has(internal::Needed(inst.limit->spec, permits));
   }
   // During learning mode only re-claims are granted: leases from before a restart may still be held.
   if (learning_mode()) return false;
@@ -286,7 +286,7 @@ void Limiter::Pump(Instance& inst, Completions& out) {
     if (!inst.queue.empty()) {
       // The head gets its tokens exactly when the bucket has refilled enough; FIFO means nobody else can.
       const absl::Duration delay =
-          inst.bucket.TimeUntil(static_cast<double>(inst.queue.front().permits), inst.limit->spec.rate_per_s);
+          inst.bucket.TimeUntil(internal::Needed(inst.limit->spec, inst.queue.front().permits), inst.limit->spec.rate_per_s);
       inst.rate_timer = clock_->RunAfter(
           delay, [this, limit = inst.limit->spec.name, key = inst.key] { OnRateTimer(limit, key); });
     }
@@ -331,9 +331,16 @@ absl::StatusOr<Limiter::Limit*> Limiter::CheckAcquire(AcquireParams& p) const {
   Limit* limit = FindLimit(p.limit);
   if (limit == nullptr) return LimitNotFound(p.limit);
   if (p.permits == 0) p.permits = 1;
-  if (p.permits < 0 || p.permits > limit->spec.capacity()) {
-    return absl::InvalidArgumentError(absl::StrCat("permits must be between 1 and ", limit->spec.capacity(),
-                                                   " (the capacity of '", p.limit, "'); got ", p.permits));
+  const LimitSpec& spec = limit->spec;
+  p.allow_debt = p.allow_debt && spec.kind == LimitKind::kRate;
+  // With debt a request may exceed the burst by up to the deepest debt (one hour of refill).
+  const int64_t most = p.allow_debt ? spec.burst + static_cast<int64_t>(spec.rate_per_s * absl::ToDoubleSeconds(internal::kMaxDebt))
+                                    : spec.capacity();
+  if (p.permits < 0 || p.permits > most) {
+    return absl::InvalidArgumentError(absl::StrCat("permits must be between 1 and ", most,
+                                                   p.allow_debt ? " (the burst of '" : " (the capacity of '", p.limit,
+                                                   p.allow_debt ? "' plus an hour of refill)" : "')", "; got ",
+                                                   p.permits));
   }
   if (p.lease_ttl == absl::ZeroDuration()) p.lease_ttl = options_.default_lease_ttl;
   if (p.lease_ttl < absl::ZeroDuration() || p.lease_ttl > options_.max_lease_ttl) {
@@ -403,7 +410,8 @@ absl::StatusOr<AcquireTicket> Limiter::AcquireLocked(AcquireParams& p, AcquireCa
     // Tokens are reserved in FIFO order, so the wait is known now: everything queued, then this request.
     Refill(*inst);
     const absl::Duration estimate =
-        inst->bucket.TimeUntil(static_cast<double>(inst->waiting_permits + p.permits), limit->spec.rate_per_s);
+        inst->bucket.TimeUntil(static_cast<double>(inst->waiting_permits) + internal::Needed(limit->spec, p.permits),
+                               limit->spec.rate_per_s);
     if (estimate > p.wait_timeout) {
       limit->metrics.rejected->Increment();
       return absl::ResourceExhaustedError(absl::StrCat("'", p.limit, "' would grant ", p.permits, " tokens in ",
@@ -424,6 +432,7 @@ absl::StatusOr<AcquireTicket> Limiter::AcquireLocked(AcquireParams& p, AcquireCa
   w.ttl = p.lease_ttl;
   w.session_id = p.session_id;
   w.request_id = p.request_id;
+  w.allow_debt = p.allow_debt;
   w.done = std::move(done);
   if (p.wait_timeout != absl::InfiniteDuration()) {
     w.timeout_timer = clock_->RunAfter(p.wait_timeout, [this, id = w.id] { OnWaitTimeout(id); });
@@ -454,6 +463,45 @@ bool Limiter::CancelWaiter(uint64_t waiter_id, const absl::Status& reason) {
   }
   Run(out);
   return true;
+}
+
+absl::StatusOr<double> Limiter::Adjust(const AdjustParams& p) {
+  if (p.tokens > internal::kMaxAdjustTokens || p.tokens < -internal::kMaxAdjustTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("tokens must be within ±", internal::kMaxAdjustTokens, "; got ", p.tokens));
+  }
+  if (p.hold_for < absl::ZeroDuration() || p.hold_for > internal::kMaxDebt) {
+    return absl::InvalidArgumentError(absl::StrCat("hold_for must be between 0 and ", absl::FormatDuration(internal::kMaxDebt),
+                                                   "; got ", absl::FormatDuration(p.hold_for)));
+  }
+  Completions out;
+  double tokens = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    Limit* limit = FindLimit(p.limit);
+    if (limit == nullptr) return LimitNotFound(p.limit);
+    const LimitSpec& spec = limit->spec;
+    if (spec.kind != LimitKind::kRate) {
+      return absl::FailedPreconditionError(absl::StrCat("'", p.limit, "' is a concurrency limit: only rate limits are "
+                                                        "adjusted (release a lease to give permits back)"));
+    }
+    CORRAL_ASSIGN_OR_RETURN(Instance * inst, ResolveInstance(p.limit, p.key, /*create=*/true));
+    Refill(*inst);
+    inst->last_active = clock_->Now();
+    if (p.tokens > 0) {
+      inst->bucket.Spend(static_cast<double>(p.tokens));
+      inst->bucket.Floor(-spec.rate_per_s * absl::ToDoubleSeconds(internal::kMaxDebt));
+    } else if (p.tokens < 0) {
+      inst->bucket.Refund(static_cast<double>(-p.tokens), static_cast<double>(spec.burst));
+    }
+    if (p.hold_for > absl::ZeroDuration()) inst->bucket.Ceil(-spec.rate_per_s * absl::ToDoubleSeconds(p.hold_for));
+    if (p.tokens > 0) limit->metrics.debited->Increment(static_cast<double>(p.tokens));
+    if (p.tokens < 0) limit->metrics.refunded->Increment(static_cast<double>(-p.tokens));
+    if (p.hold_for > absl::ZeroDuration()) limit->metrics.holds->Increment();
+    Pump(*inst, out);  // a refund may grant waiters; a debit or a hold re-arms the head's timer later
+    tokens = inst->bucket.tokens();
+  }
+  Run(out);
+  return tokens;
 }
 
 void Limiter::OnWaitTimeout(uint64_t waiter_id) {

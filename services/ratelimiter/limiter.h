@@ -73,6 +73,15 @@ struct AcquireParams {
   std::string session_id;                               // bind the lease to this session
   std::string request_id;                               // unary idempotency key (optional)
   bool try_only = false;                                // TryAcquire: never wait
+  bool allow_debt = false;  // rate limits: permits above the burst, granted on a full bucket, leaving debt
+};
+
+// A correction of a rate limit's bucket (Adjust).
+struct AdjustParams {
+  std::string limit;
+  std::string key;
+  int64_t tokens = 0;                            // > 0 debit, < 0 refund
+  absl::Duration hold_for = absl::ZeroDuration();  // no tokens before now + hold_for
 };
 
 // Called exactly once for an accepted Acquire: the grant, or DEADLINE_EXCEEDED (wait_timeout), CANCELLED
@@ -140,6 +149,9 @@ class Limiter {
   // Renews to now + ttl; all or nothing. Empty `lease_ids` with a session: every lease of that session.
   absl::StatusOr<std::vector<Grant>> KeepAlive(const std::vector<std::string>& lease_ids,
                                                const std::string& session_id);
+  // Rate limits: debits, refunds or holds the bucket (AdjustParams), then serves its waiters. Returns the tokens
+  // it holds afterwards (negative in debt). NOT_FOUND, INVALID_ARGUMENT, FAILED_PRECONDITION (concurrency limit).
+  absl::StatusOr<double> Adjust(const AdjustParams& params);
 
   // Leases held before a restart, as the LeaseStore kept them: they count against their limits at once,
   // unbound to any session until their holders re-claim them. Each expires one TTL after the earlier of now

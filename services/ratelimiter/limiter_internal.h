@@ -17,11 +17,20 @@ namespace internal {
 
 inline constexpr size_t kEndedMemory = 10000;            // recently ended leases remembered for precise errors
 inline constexpr absl::Duration kSweepEvery = absl::Seconds(5);
+inline constexpr int64_t kMaxAdjustTokens = 1'000'000'000'000;   // |AdjustParams.tokens|
+inline constexpr absl::Duration kMaxDebt = absl::Hours(1);       // of refill: the deepest a bucket's debt goes
+
 
 inline std::string RandomHex(size_t bytes) {
   std::string raw(bytes, '\0');
   RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(raw.size()));
   return absl::BytesToHexString(raw);
+}
+
+// Tokens a rate request needs in the bucket before it is granted: its permits, or the whole burst for a request
+// above it (allow_debt).
+inline double Needed(const LimitSpec& spec, int64_t permits) {
+  return static_cast<double>(std::min(permits, spec.kind == LimitKind::kRate ? spec.burst : permits));
 }
 
 }  // namespace internal
@@ -33,6 +42,7 @@ struct Limiter::Waiter {
   absl::Duration ttl;
   std::string session_id;
   std::string request_id;
+  bool allow_debt = false;
   Clock::TimerId timeout_timer = 0;
   AcquireCallback done;
 };

@@ -23,6 +23,10 @@ struct LimitMetrics {
   prometheus::Counter* cancelled = nullptr;
   prometheus::Counter* rejected = nullptr;
   prometheus::Counter* expired = nullptr;
+  // Adjust: tokens debited and refunded after the fact, and holds (an upstream's Retry-After).
+  prometheus::Counter* debited = nullptr;
+  prometheus::Counter* refunded = nullptr;
+  prometheus::Counter* holds = nullptr;
 };
 
 // Thread-safe (prometheus-cpp metrics are).
@@ -45,6 +49,8 @@ class RateLimiterMetrics {
   prometheus::Family<prometheus::Histogram>& wait_seconds_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Counter>& expirations_;
+  prometheus::Family<prometheus::Counter>& adjusted_;
+  prometheus::Family<prometheus::Counter>& holds_;
   prometheus::Gauge& sessions_;
   prometheus::Gauge& leases_;
   prometheus::Gauge& learning_mode_;
@@ -76,6 +82,14 @@ inline RateLimiterMetrics::RateLimiterMetrics(prometheus::Registry& registry)
                        .Name("corral_ratelimiter_lease_expirations_total")
                        .Help("Leases that ran out of TTL without a release — a sign of crashed clients.")
                        .Register(registry)),
+      adjusted_(prometheus::BuildCounter()
+                    .Name("corral_ratelimiter_adjusted_tokens_total")
+                    .Help("Tokens a rate limit's clients corrected after the fact (Adjust): debit or refund.")
+                    .Register(registry)),
+      holds_(prometheus::BuildCounter()
+                 .Name("corral_ratelimiter_holds_total")
+                 .Help("Adjusts that held a rate limit for a while (an upstream's HTTP 429 Retry-After).")
+                 .Register(registry)),
       sessions_(prometheus::BuildGauge()
                     .Name("corral_ratelimiter_sessions")
                     .Help("Open client sessions.")
@@ -111,6 +125,9 @@ inline LimitMetrics RateLimiterMetrics::AddLimit(const std::string& limit) {
   m.cancelled = &requests_.Add({{"limit", limit}, {"outcome", "cancelled"}});
   m.rejected = &requests_.Add({{"limit", limit}, {"outcome", "rejected"}});
   m.expired = &expirations_.Add({{"limit", limit}});
+  m.debited = &adjusted_.Add({{"limit", limit}, {"direction", "debit"}});
+  m.refunded = &adjusted_.Add({{"limit", limit}, {"direction", "refund"}});
+  m.holds = &holds_.Add({{"limit", limit}});
   return m;
 }
 
@@ -121,6 +138,9 @@ inline void RateLimiterMetrics::RemoveLimit(const LimitMetrics& m) {
   wait_seconds_.Remove(m.wait_seconds);
   for (prometheus::Counter* c : {m.granted, m.timeouts, m.cancelled, m.rejected}) requests_.Remove(c);
   expirations_.Remove(m.expired);
+  adjusted_.Remove(m.debited);
+  adjusted_.Remove(m.refunded);
+  holds_.Remove(m.holds);
 }
 
 }  // namespace corral::ratelimiter

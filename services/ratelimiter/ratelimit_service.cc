@@ -185,6 +185,14 @@ grpc::ServerUnaryReactor* RateLimitService::KeepAlive(grpc::CallbackServerContex
   return FinishUnary(ctx, grants.status());
 }
 
+grpc::ServerUnaryReactor* RateLimitService::Adjust(grpc::CallbackServerContext* ctx, const v1::AdjustRequest* request,
+                                                   v1::AdjustResponse* response) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  absl::StatusOr<double> tokens = limiter_->Adjust(FromProto(*request));
+  if (tokens.ok()) response->set_tokens(*tokens);
+  return FinishUnary(ctx, tokens.status());
+}
+
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* RateLimitService::Session(
     grpc::CallbackServerContext* ctx) {
   return new SessionReactor(limiter_, auth_->CheckCluster(*ctx));

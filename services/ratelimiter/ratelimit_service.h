@@ -32,6 +32,8 @@ class RateLimitService final : public v1::RateLimiter::CallbackService {
                                     v1::ReleaseResponse* response) override;
   grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* ctx, const v1::KeepAliveRequest* request,
                                       v1::KeepAliveResponse* response) override;
+  grpc::ServerUnaryReactor* Adjust(grpc::CallbackServerContext* ctx, const v1::AdjustRequest* request,
+                                   v1::AdjustResponse* response) override;
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
       grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest* request,

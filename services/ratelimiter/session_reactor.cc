@@ -153,6 +153,11 @@ void SessionReactor::Handle(const v1::SessionRequest& request) {
     if (!status.ok()) spdlog::debug("session {}: quiet release failed: {}", session_id_, status);
     return;
   }
+  if (id == 0 && request.has_adjust()) {
+    absl::StatusOr<double> tokens = limiter_->Adjust(FromProto(request.adjust()));
+    if (!tokens.ok()) spdlog::debug("session {}: quiet adjust failed: {}", session_id_, tokens.status());
+    return;
+  }
   if (id == 0) {
     outbox_->Send(ErrorReply(0, absl::InvalidArgumentError("request_id must be non-zero")));
     return;
@@ -162,6 +167,13 @@ void SessionReactor::Handle(const v1::SessionRequest& request) {
     case v1::SessionRequest::kTryAcquire: HandleAcquire(id, request.try_acquire(), true); break;
     case v1::SessionRequest::kRelease: HandleRelease(id, request.release()); break;
     case v1::SessionRequest::kKeepAlive: HandleKeepAlive(id, request.keep_alive()); break;
+    case v1::SessionRequest::kAdjust: {
+      absl::StatusOr<double> tokens = limiter_->Adjust(FromProto(request.adjust()));
+      v1::SessionResponse r = tokens.ok() ? Reply(id) : ErrorReply(id, tokens.status());
+      if (tokens.ok()) r.mutable_adjusted()->set_tokens(*tokens);
+      outbox_->Send(std::move(r));
+      break;
+    }
     default: outbox_->Send(ErrorReply(id, absl::InvalidArgumentError("empty request: set one of its fields")));
   }
 }

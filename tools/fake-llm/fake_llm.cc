@@ -427,6 +427,20 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_return;
   }
   const int64_t n = ++requests_;
+  if (std::optional<double> retry_after = OverQuota()) {
+    const http::Fields headers = {{"retry-after", absl::StrCat(static_cast<int64_t>(std::ceil(*retry_after)))},
+                                  {"retry-after-ms", absl::StrCat(static_cast<int64_t>(std::ceil(*retry_after * 1000)))}};
+    co_await responder.Send(429, "application/json", http::ErrorJson("quota exceeded", "rate_limit_exceeded"), headers);
+    co_return;
+  }
+  // The call counts against the concurrency quota until it is answered (or the client leaves).
+  struct InFlight {
+    FakeLlm* llm;
+    ~InFlight() {
+      absl::MutexLock lock(&llm->mu_);
+      --llm->quota_.in_flight;
+    }
+  } in_flight{this};
   boost::system::error_code ec;
   json::value parsed = json::parse(request.body(), ec);
   if (ec || !parsed.is_object()) {
@@ -468,6 +482,27 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
   co_await responder.EndStream();
 }
 
+std::optional<double> FakeLlm::OverQuota() {
+  absl::MutexLock lock(&mu_);
+  Quota& q = quota_;
+  const absl::Time now = absl::Now();
+  if (options_.quota_rps > 0) {
+    const auto burst = static_cast<double>(options_.quota_burst);
+    if (q.refilled == absl::Time()) q.tokens = burst;
+    else q.tokens = std::min(burst, q.tokens + options_.quota_rps * absl::ToDoubleSeconds(now - q.refilled));
+    q.refilled = now;
+  }
+  const bool rate_out = options_.quota_rps > 0 && q.tokens < 1;
+  const bool busy = options_.quota_concurrency > 0 && q.in_flight >= options_.quota_concurrency;
+  if (rate_out || busy) {
+    ++q.throttled;
+    return rate_out ? (1 - q.tokens) / options_.quota_rps : 1.0;
+  }
+  if (options_.quota_rps > 0) q.tokens -= 1;
+  q.max_in_flight = std::max(q.max_in_flight, ++q.in_flight);
+  return std::nullopt;
+}
+
 std::string FakeLlm::Stats() const {
   json::object out;
   out["version"] = version_.load();
@@ -476,6 +511,8 @@ std::string FakeLlm::Stats() const {
   json::array continuations;
   {
     absl::MutexLock lock(&mu_);
+    out["throttled"] = quota_.throttled;
+    out["max_in_flight"] = quota_.max_in_flight;
     for (const auto& [from, version] : continuations_) {
       json::object c;
       c["continued_from"] = from;

@@ -5,6 +5,8 @@
 // stall, disconnect mid-stream) are set per process by flags or per request by a "fake" object in the body.
 // For asynchronous RL tests it has a policy "version" (POST /admin/version), honours vLLM's
 // `continue_final_message`, stops a stream whose client left, and reports all three (GET /admin/stats).
+// Like a paid provider it can enforce a quota of its own (requests per second, calls in flight), answering
+// HTTP 429 with Retry-After beyond it.
 #pragma once
 
 #include <atomic>
@@ -26,6 +28,11 @@ struct Options {
   int64_t fail_first = 0;                            // the first N completion requests get HTTP 500
   // Solve "A op B" from the last user message (ArithmeticPlan): a stand-in policy whose rewards vary by seed.
   bool arithmetic = false;
+  // A provider's quota of its own: completion requests per second (a token bucket of `quota_burst`, 0 = off) and
+  // completions in flight (0 = off). Over it: HTTP 429 with Retry-After, counted in /admin/stats.
+  double quota_rps = 0;
+  int64_t quota_burst = 1;
+  int64_t quota_concurrency = 0;
 };
 
 // What the arithmetic mode does with one request: a tool call (`arguments` set) or a text reply.
@@ -55,6 +62,16 @@ class FakeLlm {
   // GET /admin/stats: the version served, requests, streams the client cut, and each continuation request's
   // given tokens and the version it ran under.
   std::string Stats() const;
+  // The quota: nullopt when the request may run (then `in_flight_` counts it), else the seconds to retry after.
+  std::optional<double> OverQuota();
+
+  struct Quota {
+    double tokens = 0;
+    absl::Time refilled;
+    int64_t in_flight = 0;
+    int64_t max_in_flight = 0;
+    int64_t throttled = 0;
+  };
 
   const Options options_;
   std::atomic<int64_t> requests_{0};
@@ -62,6 +79,7 @@ class FakeLlm {
   std::atomic<int64_t> aborted_streams_{0};
   mutable absl::Mutex mu_;
   std::vector<std::pair<int64_t, int64_t>> continuations_ ABSL_GUARDED_BY(mu_);
+  Quota quota_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace corral::fakellm

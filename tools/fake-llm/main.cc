@@ -31,6 +31,12 @@ int main(int argc, char** argv) {
   schema.Bool("arithmetic", &options.arithmetic,
               "solve \"A op B\" in the last user message: with tools, call the first one (code or command) and "
               "answer with its output; without, answer \"#### N\"; wrong by one for one seed in four");
+  schema.Double("quota_rps", &options.quota_rps,
+                 "a provider's quota: completion requests per second (token bucket; 0 = none); beyond it HTTP 429 "
+                 "with Retry-After", 0, 1e6);
+  schema.Int("quota_burst", &options.quota_burst, "the quota's bucket size (requests at once)", 1, 1 << 30);
+  schema.Int("quota_concurrency", &options.quota_concurrency,
+             "a provider's quota: completions in flight at once (0 = none); beyond it HTTP 429", 0, 1 << 30);
   schema.Int("fail_first", &options.fail_first, "answer the first N completion requests with HTTP 500", 0, 1 << 30);
   schema.Int("threads", &threads, "I/O threads", 1, 64);
   schema.String("ready_file", &ready_file, "write {\"pid\",\"http\"} here once serving (for supervisors and tests)");

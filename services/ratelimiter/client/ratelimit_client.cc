@@ -151,7 +151,7 @@ absl::Status RateLimitClient::OpenStream() {
 }
 
 void RateLimitClient::Send(v1::SessionRequest request) {
-  if (!request.has_release()) {  // a release with request_id 0 gets no reply at all
+  if (!request.has_release() && !request.has_adjust()) {  // with request_id 0 these get no reply at all
     absl::MutexLock lock(&mu_);
     request.set_request_id(next_request_id_++);
   }
@@ -166,6 +166,16 @@ bool RateLimitClient::WriteOnStream(const v1::SessionRequest& request) {
     stream = connected_ ? stream_.get() : nullptr;
   }
   return stream != nullptr && stream->Write(request);
+}
+
+void RateLimitClient::Adjust(const std::string& limit, const std::string& key, int64_t tokens, absl::Duration hold_for) {
+  v1::SessionRequest message;
+  v1::AdjustRequest* adjust = message.mutable_adjust();
+  adjust->set_limit(limit);
+  adjust->set_key(key);
+  adjust->set_tokens(tokens);
+  if (hold_for > absl::ZeroDuration()) ToProto(hold_for, adjust->mutable_hold_for());
+  if (!WriteOnStream(message)) spdlog::debug("ratelimit client: not connected; adjust of '{}' dropped", limit);
 }
 
 void RateLimitClient::SendReleaseNoReply(const std::string& lease_id) {
@@ -339,6 +349,7 @@ v1::SessionRequest RateLimitClient::AcquireMessage(const PermitRequest& request,
   acquire->set_limit(request.limit);
   acquire->set_key(request.key);
   acquire->set_permits(request.permits);
+  acquire->set_allow_debt(request.allow_debt);
   if (request.wait_timeout != absl::InfiniteDuration()) ToProto(request.wait_timeout, acquire->mutable_wait_timeout());
   if (request.lease_ttl > absl::ZeroDuration()) ToProto(request.lease_ttl, acquire->mutable_lease_ttl());
   return message;

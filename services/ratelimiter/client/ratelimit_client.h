@@ -47,6 +47,7 @@ struct PermitRequest {
   int64_t permits = 1;
   absl::Duration wait_timeout = absl::InfiniteDuration();
   absl::Duration lease_ttl = absl::ZeroDuration();  // 0 → the limiter's default
+  bool allow_debt = false;  // rate limits: permits above the burst, granted on a full bucket (AcquireRequest)
 };
 
 class RateLimitClient;
@@ -95,6 +96,11 @@ class RateLimitClient {
   void CancelAcquire(uint64_t id);
   // Never waits: RESOURCE_EXHAUSTED when the permits are not free right now.
   absl::StatusOr<ScopedPermit> TryAcquire(const PermitRequest& request);
+  // Rate limits: corrects a bucket after the fact — `tokens` > 0 spends more, < 0 gives back — and holds it
+  // empty for `hold_for` (the limiter's Adjust). Fire-and-forget on the session stream, ordered before anything
+  // sent later; dropped (logged) while the limiter is unreachable. An invalid adjust is logged by the limiter.
+  void Adjust(const std::string& limit, const std::string& key, int64_t tokens,
+              absl::Duration hold_for = absl::ZeroDuration());
 
   bool connected() const;
   std::string session_id() const;

@@ -40,10 +40,19 @@ TEST(TokenBucketTest, TimeUntilIsExactAndATimerFiringOnTimeFindsTheTokens) {
   EXPECT_EQ(b.TimeUntil(1, 7), absl::ZeroDuration());
 }
 
-TEST(TokenBucketTest, SpendingNeverGoesNegativeAndASmallerBurstCapsTheSavings) {
+TEST(TokenBucketTest, DebtIsRepaidByRefillAndASmallerBurstCapsTheSavings) {
   TokenBucket b(8, kT0);
-  b.Spend(20);
-  EXPECT_DOUBLE_EQ(b.tokens(), 0);
+  b.Spend(20);  // a grant above the burst, or a debit: 12 owed
+  EXPECT_DOUBLE_EQ(b.tokens(), -12);
+  EXPECT_EQ(b.TimeUntil(1, /*rate=*/2), absl::Seconds(6.5));
+  b.Refill(kT0 + absl::Seconds(7), 2, 8);
+  EXPECT_DOUBLE_EQ(b.tokens(), 2);
+  b.Refund(100, 8);  // never above the burst
+  EXPECT_DOUBLE_EQ(b.tokens(), 8);
+  b.Ceil(-4);  // a hold
+  EXPECT_DOUBLE_EQ(b.tokens(), -4);
+  b.Floor(-1);
+  EXPECT_DOUBLE_EQ(b.tokens(), -1);
   TokenBucket c(8, kT0);
   c.Cap(3);
   EXPECT_DOUBLE_EQ(c.tokens(), 3);

@@ -416,6 +416,80 @@ TEST_F(LimiterTest, RateWaitersAreToldTheirWaitAndGetTokensThenInOrder) {
   EXPECT_THAT(Acquire(p)->result, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("beyond wait_timeout")));
 }
 
+TEST_F(LimiterTest, DebtGrantsARequestAboveTheBurstOnAFullBucketAndDelaysThoseBehind) {
+  ASSERT_THAT(limiter_->CreateLimit(Rate("tpm", 10, 20)), IsOk());
+  AcquireParams big;
+  big.limit = "tpm";
+  big.permits = 50;
+  EXPECT_THAT(Acquire(big)->result, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("capacity")));
+  big.allow_debt = true;
+  ASSERT_THAT(Acquire(big)->result, IsOk());  // full bucket: granted, 30 in debt
+  EXPECT_EQ(Instance("tpm").in_use, 50);
+  absl::StatusOr<AcquireTicket> ticket;
+  AcquireParams small;
+  small.limit = "tpm";
+  small.permits = 5;
+  auto next = Acquire(small, &ticket);
+  ASSERT_THAT(ticket, IsOk());
+  EXPECT_EQ(ticket->estimated_wait, absl::Milliseconds(3500));  // 30 owed + 5 wanted at 10/s
+  clock_.Advance(absl::Milliseconds(3499));
+  EXPECT_FALSE(next->done);
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_THAT(next->result, IsOk());
+  // A second one above the burst waits for a full bucket (20 tokens: 2 s), not for its 50.
+  auto again = Acquire(big, &ticket);
+  ASSERT_THAT(ticket, IsOk());
+  EXPECT_EQ(ticket->estimated_wait, absl::Seconds(2));
+  // Beyond the burst plus an hour of refill it could never be paid back.
+  big.permits = 20 + 10 * 3600 + 1;
+  EXPECT_THAT(Acquire(big)->result, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hour of refill")));
+}
+
+TEST_F(LimiterTest, AdjustDebitsRefundsAndHoldsABucketAndReservesItsWaitersAgain) {
+  ASSERT_THAT(limiter_->CreateLimit(Rate("tpm", 10, 100)), IsOk());
+  ASSERT_THAT(Acquire("tpm", 100)->result, IsOk());  // empty
+  // A refund gives back what a call did not use; never beyond the burst.
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .tokens = -40}), IsOkAndHolds(40.0));
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .tokens = -400}), IsOkAndHolds(100.0));
+  // A debit charges what a call used beyond its estimate, into debt.
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .tokens = 130}), IsOkAndHolds(-30.0));
+  auto waiter = Acquire("tpm", 10);  // due when 40 have been earned: 4 s
+  clock_.Advance(absl::Seconds(2));
+  // 2 s of refill (-10), 20 back (10): the waiter is served at once and spends them.
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .tokens = -20}), IsOkAndHolds(0.0));
+  EXPECT_THAT(waiter->result, IsOk());
+  // A hold (an upstream's Retry-After): nothing for 3 s, whatever the bucket held.
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .hold_for = absl::Seconds(3)}), IsOkAndHolds(-30.0));
+  auto held = Acquire("tpm", 1);
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_FALSE(held->done);
+  clock_.Advance(absl::Milliseconds(100));
+  EXPECT_THAT(held->result, IsOk());
+  // Debt is at most an hour of refill deep.
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .tokens = 1'000'000}), IsOkAndHolds(-36000.0));
+}
+
+TEST_F(LimiterTest, AdjustRefusesBadRequestsAndChangesNothing) {
+  ASSERT_THAT(limiter_->CreateLimit(Rate("tpm", 10, 100)), IsOk());
+  ASSERT_THAT(limiter_->CreateLimit(Concurrency("conc", 2)), IsOk());
+  LimitSpec keyed = Rate("per_model", 10, 100);
+  keyed.key_template = "{model}";
+  ASSERT_THAT(limiter_->CreateLimit(keyed), IsOk());
+  EXPECT_THAT(limiter_->Adjust({.limit = "nope", .tokens = 1}), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(limiter_->Adjust({.limit = "conc", .tokens = 1}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("concurrency")));
+  EXPECT_THAT(limiter_->Adjust({.limit = "per_model", .tokens = 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pass a key")));
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .key = "x", .tokens = 1}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .tokens = 2'000'000'000'000}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .hold_for = absl::Seconds(-1)}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .hold_for = absl::Hours(2)}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(Instance("tpm").in_use, 0);
+  // A keyed instance is created by its first adjust.
+  EXPECT_THAT(limiter_->Adjust({.limit = "per_model", .key = "judge", .tokens = 30}), IsOkAndHolds(70.0));
+  EXPECT_EQ(Instance("per_model", "judge").in_use, 30);
+}
+
 TEST_F(LimiterTest, KeyedTemplateCreatesInstancesOnFirstUseAndCollectsIdleOnes) {
   LimitSpec spec = Concurrency("code_exec", 1);
   spec.key_template = "{language}";
