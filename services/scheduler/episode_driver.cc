@@ -343,7 +343,9 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       }
       hosts_->MarkTemplate(address, spec.template_key());
     }
-    auto created = co_await slot->client->Create(spec, a.Call(acquire_deadline + setup_time));
+    // Not cut by a stop (cancel, timeout): a create the host carried out would leave a sandbox nobody knows.
+    // Created, it is the attempt's, and a stop then deletes it like any other (bounded by the deadline).
+    auto created = co_await slot->client->Create(spec, CallOptions{nullptr, acquire_deadline + setup_time});
     if (created.ok()) {
       a.slot = *std::move(slot);
       a.sandbox_id = created->sandbox().sandbox_id();
