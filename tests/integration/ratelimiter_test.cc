@@ -136,6 +136,38 @@ class RateLimiterTest : public ::testing::Test {
   std::unique_ptr<v1::RateLimiter::Stub> stub_;
 };
 
+TEST_F(RateLimiterTest, AdjustCorrectsATokenBucketByRpcAndOnASessionAndRefusesConcurrencyLimits) {
+  Start("  - {name: tpm, kind: rate, rate_per_s: 1, burst: 1000}\n"
+        "  - {name: gpu, kind: concurrency, permits: 2}\n",
+        {"--learning-mode=false"});
+  auto adjust = [&](const std::string& limit, int64_t tokens) -> absl::StatusOr<double> {
+    grpc::ClientContext context;
+    SetDeadline(context, absl::Seconds(10));
+    AttachBearer(context, token_);
+    v1::AdjustRequest request;
+    request.set_limit(limit);
+    request.set_tokens(tokens);
+    v1::AdjustResponse response;
+    grpc::Status s = stub_->Adjust(&context, request, &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response.tokens();
+  };
+  // A charge above the burst is granted on a full bucket, into debt.
+  auto client = Client("proxy");
+  ASSERT_THAT(client->Acquire({.limit = "tpm", .permits = 1500, .allow_debt = true}), IsOk());
+  EXPECT_THAT(client->Acquire({.limit = "tpm", .permits = 1500}), StatusIs(absl::StatusCode::kInvalidArgument));
+  // The call used 900 of its 1500: 600 back (the RPC answers what the bucket holds, -500 owed + 600).
+  absl::StatusOr<double> tokens = adjust("tpm", -600);
+  ASSERT_THAT(tokens, IsOk());
+  EXPECT_NEAR(*tokens, 100, 5);  // (plus a second of refill at most)
+  // The client's fire-and-forget adjust on its session stream: applied before anything it sends later.
+  client->Adjust("tpm", "", 400);
+  EXPECT_THAT(client->TryAcquire({.limit = "tpm", .permits = 1}), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_NEAR(InUse("tpm"), 1300, 5);
+  EXPECT_THAT(adjust("gpu", 1), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(adjust("nope", 1), StatusIs(absl::StatusCode::kNotFound));
+}
+
 TEST_F(RateLimiterTest, SmallRequestWaitsBehindLargeOneAcrossSessionsAndCancellationLetsItThrough) {
   Start("  - {name: gpu, kind: concurrency, permits: 5}\n", {"--learning-mode=false"});
   auto holder_client = Client("holder");
