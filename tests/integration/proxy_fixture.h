@@ -162,7 +162,7 @@ class ProxyFixture : public ::testing::Test {
   http::Request MakeRequest(boost::beast::http::verb verb, const std::string& path, const std::string& token,
                             const std::string& body) {
     http::Request req{verb, path, 11};
-    req.set(boost::beast::http::field::host, proxy_->ready.http);
+    req.set(boost::beast::http::field::host, absl::StrCat(host_, ":", port_));
     req.set(boost::beast::http::field::content_type, "application/json");
     if (!token.empty()) req.set(boost::beast::http::field::authorization, "Bearer " + token);
     req.body() = body;

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/json.hpp"
 #include "libs/http/client.h"
@@ -173,6 +174,29 @@ TEST_F(ProxyQuotaTest, AnUpstreams429HoldsTheQuotaAndTheCallWaitsItsTurnInsteadO
     throttled += Metric(r.service.ready.metrics, "corral_proxy_quota_calls_total", {{"outcome", "throttled"}});
   }
   EXPECT_GT(throttled, 0);
+}
+
+TEST_F(ProxyQuotaTest, AStreamingCallWaitingForItsQuotaGetsKeepalivesAndThenItsAnswer) {
+  const std::string backend = StartBackend();
+  StartLimiter("  - {name: slow, kind: rate, rate_per_s: 1, burst: 1}\n");
+  StartReplica(backend, "{requests: slow}", {"--keepalive-interval=100ms"});
+  Replica& proxy = replicas_[0];
+  ASSERT_EQ(Chat(proxy, OpenOn(proxy, "ep-first")).status, 200);  // the bucket is empty now: the next waits ~1 s
+  const std::string token = OpenOn(proxy, "ep-stream");
+  host_ = "127.0.0.1";
+  port_ = static_cast<uint16_t>(std::stoi(proxy.service.ready.http.substr(proxy.service.ready.http.rfind(':') + 1)));
+  int keepalives_before_data = 0;
+  bool data = false;
+  const std::string all = Stream(token, R"({"model":"fake-model","stream":true,"messages":[{"role":"user","content":"hi"}]})",
+                                 [&](const std::string& piece, absl::Duration) {
+                                   if (!data && absl::StrContains(piece, ": keepalive")) ++keepalives_before_data;
+                                   data = data || absl::StrContains(piece, "data: {");
+                                   return true;
+                                 });
+  EXPECT_GE(keepalives_before_data, 3) << all;  // about ten in the second it waited
+  EXPECT_THAT(all, HasSubstr(R"("content":"echo:")"));
+  EXPECT_THAT(all, HasSubstr(R"("content":" hi")"));
+  EXPECT_THAT(all, HasSubstr("data: [DONE]"));
 }
 
 TEST_F(ProxyQuotaTest, BeyondTheWaitBoundTheAgentGets429AndAMissingLimitIsNamed) {
