@@ -74,8 +74,8 @@ class ProxyFixture : public ::testing::Test {
     port_ = static_cast<uint16_t>(std::stoi(http.substr(http.rfind(':') + 1)));
   }
 
-  // Opens a session; returns its env token ("" on failure, with the test failed).
-  std::string Open(const std::string& env_id, v1::SessionPolicy policy = {}) {
+  // Opens a session (on `stub`, by default the proxy's); returns its env token ("" on failure, with the test failed).
+  std::string Open(const std::string& env_id, v1::SessionPolicy policy = {}, v1::Proxy::Stub* stub = nullptr) {
     grpc::ClientContext ctx;
     SetDeadline(ctx, absl::Seconds(10));
     AttachBearer(ctx, token_);
@@ -83,7 +83,7 @@ class ProxyFixture : public ::testing::Test {
     req.set_env_id(env_id);
     *req.mutable_policy() = std::move(policy);
     v1::OpenSessionResponse resp;
-    grpc::Status s = stub_->OpenSession(&ctx, req, &resp);
+    grpc::Status s = (stub != nullptr ? stub : stub_.get())->OpenSession(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return resp.env_token();
   }

@@ -60,17 +60,7 @@ class ProxyQuotaTest : public ProxyFixture {
     replicas_.push_back(std::move(r));
   }
 
-  std::string OpenOn(Replica& r, const std::string& env_id) {
-    grpc::ClientContext ctx;
-    SetDeadline(ctx, absl::Seconds(10));
-    AttachBearer(ctx, token_);
-    v1::OpenSessionRequest req;
-    req.set_env_id(env_id);
-    v1::OpenSessionResponse resp;
-    grpc::Status s = r.stub->OpenSession(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.env_token();
-  }
+  std::string OpenOn(Replica& r, const std::string& env_id) { return Open(env_id, {}, r.stub.get()); }
 
   HttpReply Chat(const Replica& r, const std::string& token, const std::string& model = "fake-model") {
     const std::string& http = r.service.ready.http;
