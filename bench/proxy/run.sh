@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Proxy benchmark (not in CI): wrk posting chat completions at fixed concurrency against the fake backend
-# directly, corral-proxy in front of it (recording and journaling every call), and nginx proxy_pass in front of
-# it (records nothing); then 1,000 concurrent streams with 10,000 open sessions and the proxy's RSS.
+# directly, corral-proxy in front of it (recording and journaling every call), nginx proxy_pass in front of it
+# (records nothing), and the interception proxy users run today — FastAPI + httpx recording in memory
+# (bench/proxy/fastapi_proxy.py); then 1,000 concurrent streams with 10,000 open sessions and the proxy's RSS.
 #   bench/proxy/run.sh        (BENCH_SECONDS=10 per run)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${BENCH_SECONDS:-10}
 
 scripts/bootstrap
-for p in wrk nginx-light; do
+for p in wrk nginx-light python3-fastapi python3-uvicorn python3-httpx python3-uvloop python3-httptools; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$p"
 done
 mkdir -p build
 cmake -S . -B build -G Ninja > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
-ninja -C build corral-proxy corral-fake-llm
+ninja -C build corral-proxy corral-fake-llm corral_python_sdk
 
 work=$(mktemp -d)
 pids=()
@@ -47,8 +48,13 @@ nginx_port=$((20000 + RANDOM % 20000))
 sed -e "s#__PORT__#$nginx_port#" -e "s#__UPSTREAM__#$fake#" -e "s#__DIR__#$work#g" bench/proxy/nginx.conf > "$work/nginx.conf"
 nginx -c "$work/nginx.conf" -p "$work"
 for _ in $(seq 100); do [[ -s "$work/nginx.pid" ]] && break; sleep 0.05; done
+fastapi_port=$((nginx_port + 1))
+/usr/bin/python3 bench/proxy/fastapi_proxy.py --listen "127.0.0.1:$fastapi_port" --upstream "http://$fake" \
+  > "$work/fastapi.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do curl -fs "http://127.0.0.1:$fastapi_port/health" > /dev/null 2>&1 && break; sleep 0.05; done
 
-/usr/bin/python3 bench/proxy/sessions.py build/python "$proxy_grpc" 1000 bench-a > "$work/tokens-direct"
+build/sdk-venv/bin/python bench/proxy/sessions.py "$proxy_grpc" 1000 bench-a > "$work/tokens-direct"
 
 run() {  # name url connections [stream] — each request as the next of the sessions in $tokens
   CORRAL_TOKENS_FILE=$tokens CORRAL_STREAM=${4:-0} wrk -t 2 -c "$3" -d "${seconds}s" --timeout 30s \
@@ -62,15 +68,19 @@ for c in 8 64; do
   results+=("$(run direct "http://$fake" "$c")")
   results+=("$(run corral "http://$proxy_http" "$c")")
   results+=("$(run nginx "http://127.0.0.1:$nginx_port" "$c")")
+  results+=("$(run fastapi "http://127.0.0.1:$fastapi_port" "$c")")
 done
 printf '%s\n' "${results[@]}"
 
 field() { echo "$1" | sed -n "s/.*$2=\([0-9.]*\).*/\1/p"; }
 pick() { printf '%s\n' "${results[@]}" | grep "^$1 c=$2 "; }
 direct8=$(pick direct 8); corral8=$(pick corral 8); corral64=$(pick corral 64); nginx64=$(pick nginx 64)
+fastapi8=$(pick fastapi 8); fastapi64=$(pick fastapi 64)
 added_p50=$(/usr/bin/python3 -c "print(round($(field "$corral8" p50_ms) - $(field "$direct8" p50_ms), 3))")
 added_p99=$(/usr/bin/python3 -c "print(round($(field "$corral8" p99_ms) - $(field "$direct8" p99_ms), 3))")
 ratio=$(/usr/bin/python3 -c "print(round($(field "$corral64" rps) / $(field "$nginx64" rps), 2))")
+fastapi_ratio=$(/usr/bin/python3 -c "print(round($(field "$corral64" rps) / $(field "$fastapi64" rps), 2))")
+fastapi_added_p50=$(/usr/bin/python3 -c "print(round($(field "$fastapi8" p50_ms) - $(field "$direct8" p50_ms), 3))")
 
 echo "== 10,000 open sessions, 1,000 concurrent streams (the backend streams 10 tokens, 20 ms apart)"
 # A fresh proxy, so the RSS is that of the sessions and streams, not of the calls recorded above.
@@ -82,7 +92,7 @@ build/bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127
 proxy_pid=$!
 pids+=($proxy_pid)
 proxy_grpc=$(ready "$work/proxy.json" grpc)
-/usr/bin/python3 bench/proxy/sessions.py build/python "$proxy_grpc" 10000 bench-s > "$work/tokens-streams"
+build/sdk-venv/bin/python bench/proxy/sessions.py "$proxy_grpc" 10000 bench-s > "$work/tokens-streams"
 tokens=$work/tokens-streams
 kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true
 build/bin/corral-fake-llm --listen "$fake" --inter-token 20ms --reply "one two three four five six seven eight nine ten" \
@@ -99,5 +109,6 @@ echo "$streams"
 rss_mib=$(sort -n "$work/rss.txt" | tail -1 | awk '{printf "%.1f", $1/1024}')
 echo "corral-proxy peak RSS with 10,000 sessions and 1,000 live streams: ${rss_mib} MiB (target <= 256)"
 echo "added latency at c=8: p50 ${added_p50} ms (target <= 0.3), p99 ${added_p99} ms (target <= 2)"
-echo "throughput at c=64: corral / nginx = ${ratio} (target >= 0.8)"
-echo "RESULT proxy rps=$(field "$corral64" rps) nginx_rps=$(field "$nginx64" rps) ratio=$ratio added_p50_ms=$added_p50 added_p99_ms=$added_p99 rss_mib=$rss_mib"
+echo "throughput at c=64: corral / nginx = ${ratio} (target >= 0.8); corral / fastapi+httpx = ${fastapi_ratio}"
+echo "fastapi+httpx added latency at c=8: p50 ${fastapi_added_p50} ms"
+echo "RESULT proxy rps=$(field "$corral64" rps) nginx_rps=$(field "$nginx64" rps) ratio=$ratio fastapi_rps=$(field "$fastapi64" rps) fastapi_ratio=$fastapi_ratio added_p50_ms=$added_p50 added_p99_ms=$added_p99 rss_mib=$rss_mib"

@@ -1,16 +1,14 @@
 """Opens N sessions on an --insecure corral-proxy over gRPC (the benchmark's sessions); prints their tokens,
 one per line.
 
-Usage: sessions.py BUILD_PYTHON_DIR GRPC_ADDRESS COUNT ENV_ID_PREFIX
+Usage: build/sdk-venv/bin/python sessions.py GRPC_ADDRESS COUNT ENV_ID_PREFIX  (the SDK's venv has the stubs)
 """
 import sys
 
 import grpc
+from corral.v1 import proxy_pb2, proxy_pb2_grpc
 
-sys.path.insert(0, sys.argv[1])  # build/python
-from corral.v1 import proxy_pb2, proxy_pb2_grpc  # noqa: E402
-
-address, count, prefix = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+address, count, prefix = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 stub = proxy_pb2_grpc.ProxyStub(grpc.insecure_channel(address))
 futures = []
 for i in range(count):
