@@ -146,7 +146,20 @@ absl::Status Journal::Apply(Write write) {
 
 absl::Status Journal::Read(const std::function<absl::Status(sqlite3* db)>& read) {
   std::lock_guard<std::mutex> lock(read_mu_);
+  if (reader_ == nullptr) return absl::FailedPreconditionError("the journal is held exclusively by its writer");
   return read(reader_);
+}
+
+absl::Status Journal::HoldExclusively() {
+  {
+    // A connection in WAL mode holds a shared lock on the file for as long as it is open: the reader goes.
+    std::lock_guard<std::mutex> lock(read_mu_);
+    sqlite3_close(reader_);
+    reader_ = nullptr;
+  }
+  if (absl::Status s = Apply([](sqlite3* db) { return ExecSql(db, "PRAGMA locking_mode=EXCLUSIVE"); }); !s.ok()) return s;
+  // The lock is taken by the next transaction: now, so that another process on the same file fails at once.
+  return Apply([](sqlite3*) { return absl::OkStatus(); });
 }
 
 int64_t Journal::commits() const {

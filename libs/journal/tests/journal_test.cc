@@ -79,6 +79,28 @@ TEST(JournalTest, AFailingWriteIsRolledBackAloneAndReported) {
   EXPECT_EQ(observed_failures, 1);  // what the services count in corral_<service>_journal_errors_total
 }
 
+TEST(JournalTest, HeldExclusivelyItKeepsCommittingAndLocksEveryoneElseOut) {
+  const std::string path = testing::MakeTestDir() + "/j.db";
+  {
+    auto j = Journal::Open(path, kSchema);
+    ASSERT_THAT(j, IsOk());
+    ASSERT_THAT((*j)->Apply([](sqlite3* db) { return Put(db, 1, "before"); }), IsOk());
+    EXPECT_EQ(Count(**j), 1);
+    ASSERT_THAT((*j)->HoldExclusively(), IsOk());
+    ASSERT_THAT((*j)->Apply([](sqlite3* db) { return Put(db, 2, "after"); }), IsOk());
+    EXPECT_THAT((*j)->Read([](sqlite3*) { return absl::OkStatus(); }), StatusIs(absl::StatusCode::kFailedPrecondition));
+    // Another journal on the same file (another process, in production) cannot even open it.
+    sqlite3* other = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+    sqlite3_busy_timeout(other, 10);
+    EXPECT_THAT(ExecSql(other, "SELECT COUNT(*) FROM kv"), StatusIs(absl::StatusCode::kInternal, ::testing::HasSubstr("locked")));
+    sqlite3_close(other);
+  }
+  auto reopened = Journal::Open(path, kSchema);  // the lock ended with the journal; both writes are there
+  ASSERT_THAT(reopened, IsOk());
+  EXPECT_EQ(Count(**reopened), 2);
+}
+
 TEST(JournalTest, AnUnopenablePathIsUnavailable) {
   EXPECT_THAT(Journal::Open("/nonexistent-dir/x/j.db", kSchema), StatusIs(absl::StatusCode::kUnavailable));
 }
