@@ -1,5 +1,6 @@
 #include "libs/journal/journal.h"
 
+#include <future>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -51,6 +52,36 @@ TEST(JournalTest, ConcurrentWritersAreGroupCommittedAndSurviveReopening) {
   auto reopened = Journal::Open(path, kSchema);
   ASSERT_THAT(reopened, IsOk());
   EXPECT_EQ(Count(**reopened), 400);
+}
+
+TEST(JournalTest, InlineCommitsAreMadeByTheSubmittingThreadsAndStillGroupCommitted) {
+  const std::string path = testing::MakeTestDir() + "/j.db";
+  {
+    auto j = Journal::Open(path, kSchema, /*fsync=*/false, /*inline_commits=*/true);
+    ASSERT_THAT(j, IsOk());
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 50; ++i) {
+          EXPECT_THAT((*j)->Apply([=](sqlite3* db) { return Put(db, t * 1000 + i, "x"); }), IsOk());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(Count(**j), 400);
+    EXPECT_EQ((*j)->writes(), 400);
+    EXPECT_LT((*j)->commits(), 400);  // threads that found another committing were committed with it
+    // A write submitted from inside a `done` joins the committing thread's next batch.
+    std::promise<absl::Status> nested;
+    (*j)->Submit([](sqlite3* db) { return Put(db, 9001, "outer"); }, [&](absl::Status) {
+      (*j)->Submit([](sqlite3* db) { return Put(db, 9002, "inner"); }, [&](absl::Status s) { nested.set_value(s); });
+    });
+    EXPECT_THAT(nested.get_future().get(), IsOk());
+    EXPECT_EQ(Count(**j), 402);
+  }
+  auto reopened = Journal::Open(path, kSchema);
+  ASSERT_THAT(reopened, IsOk());
+  EXPECT_EQ(Count(**reopened), 402);
 }
 
 TEST(JournalTest, AFailingWriteIsRolledBackAloneAndReported) {
