@@ -1,6 +1,7 @@
 // corral-bench-ratelimiter: one load generator for both sides of the ratelimiter benchmark, so the load shape
 // is identical: N client threads doing acquire→release pairs on one semaphore for a bounded time.
-//   --mode=corral   each thread owns a RateLimitClient (one Session stream) to corral-ratelimiter
+//   --mode=corral   each thread owns a RateLimitClient (one Session stream) to corral-ratelimiter; with --shared
+//                   the threads share one (one session, as a scheduler's episodes share its client)
 //   --mode=redis    each thread owns a hiredis connection; a Lua-script expiring semaphore (a sorted set of
 //                   lease expiries, as Redisson's RPermitExpirableSemaphore does) with pub/sub wake-ups
 //   --mode=leases   holds --leases live leases on corral-ratelimiter and prints them held (for an RSS reading)
@@ -25,6 +26,7 @@ namespace {
 
 struct Flags {
   std::string mode = "corral", addr, token, limit = "bench";
+  bool shared = false;  // --shared: every thread on one client (one session stream)
   int clients = 64, permits = 16, leases = 10000;
   double seconds = 5;
 };
@@ -101,20 +103,29 @@ void RedisWorker(const Flags& f, int index, absl::Time end, ThreadResult* out) {
   redisFree(sub);
 }
 
-void CorralWorker(const Flags& f, int index, absl::Time end, ThreadResult* out) {
+std::unique_ptr<corral::ratelimiter::RateLimitClient> ConnectClient(const Flags& f, const std::string& id) {
   corral::ratelimiter::ClientOptions options;
   options.address = f.addr;
   options.token = f.token;
-  options.client_id = absl::StrCat("bench-", index);
-  options.channel.own_connection = true;  // 64 independent clients, like the Redis side's 64 connections
+  options.client_id = id;
+  options.channel.own_connection = true;  // independent clients, like the Redis side's connections
   auto client = corral::ratelimiter::RateLimitClient::Connect(options);
-  if (!client.ok()) {
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+// `shared`: the client every thread uses (one session, as a scheduler's episodes share one); null: its own.
+void CorralWorker(const Flags& f, int index, absl::Time end, corral::ratelimiter::RateLimitClient* shared,
+                  ThreadResult* out) {
+  std::unique_ptr<corral::ratelimiter::RateLimitClient> own;
+  if (shared == nullptr) own = ConnectClient(f, absl::StrCat("bench-", index));
+  corral::ratelimiter::RateLimitClient* client = shared != nullptr ? shared : own.get();
+  if (client == nullptr) {
     ++out->errors;
     return;
   }
   while (absl::Now() < end) {
     const absl::Time start = absl::Now();
-    auto permit = (*client)->Acquire({.limit = f.limit, .wait_timeout = absl::Seconds(30)});
+    auto permit = client->Acquire({.limit = f.limit, .wait_timeout = absl::Seconds(30)});
     if (!permit.ok()) {
       ++out->errors;
       continue;
@@ -175,21 +186,24 @@ int main(int argc, char** argv) {
     else if (auto v6 = value("permits")) f.permits = std::stoi(v6);
     else if (auto v7 = value("leases")) f.leases = std::stoi(v7);
     else if (auto v8 = value("seconds")) f.seconds = std::stod(v8);
+    else if (a == "--shared") f.shared = true;
     else {
       std::cerr << "usage: corral-bench-ratelimiter --mode=corral|redis|leases --addr=HOST:PORT [--token=T] "
-                   "[--limit=NAME] [--clients=64] [--permits=16] [--seconds=5] [--leases=10000]\n";
+                   "[--limit=NAME] [--clients=64] [--permits=16] [--seconds=5] [--leases=10000] [--shared]\n";
       return a == "--help" ? 0 : 2;
     }
   }
   if (f.mode == "leases") return HoldLeases(f);
   std::vector<ThreadResult> results(static_cast<size_t>(f.clients));
   std::vector<std::thread> threads;
+  std::unique_ptr<corral::ratelimiter::RateLimitClient> shared;
+  if (f.mode == "corral" && f.shared && (shared = ConnectClient(f, "bench-shared")) == nullptr) return 1;
   const absl::Time start = absl::Now();
   const absl::Time end = start + absl::Seconds(f.seconds);
   for (int i = 0; i < f.clients; ++i) {
     threads.emplace_back([&, i] {
       if (f.mode == "redis") RedisWorker(f, i, end, &results[static_cast<size_t>(i)]);
-      else CorralWorker(f, i, end, &results[static_cast<size_t>(i)]);
+      else CorralWorker(f, i, end, shared.get(), &results[static_cast<size_t>(i)]);
     });
   }
   for (auto& t : threads) t.join();

@@ -69,6 +69,8 @@ d_cont=$(run "corral  contended, lease snapshot" --mode=corral --addr="$durable_
 r_cont=$(run "redis   contended (16 permits)" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench --permits=16)
 c_open=$(run "corral  uncontended ($clients permits)" --mode=corral --addr="$addr" --limit=bench_open)
 r_open=$(run "redis   uncontended ($clients permits)" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench_open --permits="$clients")
+# The same 64 threads on one shared client: one session stream, as a scheduler's episodes share its client.
+c_shared=$(run "corral  contended, one shared client" --mode=corral --addr="$addr" --limit=bench --shared)
 # One client alone: the grant latency without 64 threads competing for 2 cores.
 c_one=$(run "corral  single client" --mode=corral --addr="$addr" --limit=bench_open --clients=1)
 r_one=$(run "redis   single client" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench_open --permits="$clients" --clients=1)
@@ -87,6 +89,8 @@ printf '\n%-26s %12s %12s %10s %10s\n' "run" "pairs/s" "vs redis" "p50 ms" "p99 
 printf '%-26s %12s %12s %10s %10s\n' "corral contended" "$(field pairs_per_s "$c_cont")" "${ratio}x" "$(field p50_ms "$c_cont")" "$(field p99_ms "$c_cont")"
 ratio_durable=$(awk -v a="$(field pairs_per_s "$d_cont")" -v b="$(field pairs_per_s "$r_cont")" 'BEGIN {printf "%.2f", a/b}')
 printf '%-26s %12s %12s %10s %10s\n' "corral contended+snapshot" "$(field pairs_per_s "$d_cont")" "${ratio_durable}x" "$(field p50_ms "$d_cont")" "$(field p99_ms "$d_cont")"
+ratio_shared=$(awk -v a="$(field pairs_per_s "$c_shared")" -v b="$(field pairs_per_s "$r_cont")" 'BEGIN {printf "%.2f", a/b}')
+printf '%-26s %12s %12s %10s %10s\n' "corral contended, shared" "$(field pairs_per_s "$c_shared")" "${ratio_shared}x" "$(field p50_ms "$c_shared")" "$(field p99_ms "$c_shared")"
 printf '%-26s %12s %12s %10s %10s\n' "redis contended" "$(field pairs_per_s "$r_cont")" "1.00x" "$(field p50_ms "$r_cont")" "$(field p99_ms "$r_cont")"
 printf '%-26s %12s %12s %10s %10s\n' "corral uncontended" "$(field pairs_per_s "$c_open")" "${ratio_open}x" "$(field p50_ms "$c_open")" "$(field p99_ms "$c_open")"
 printf '%-26s %12s %12s %10s %10s\n' "redis uncontended" "$(field pairs_per_s "$r_open")" "1.00x" "$(field p50_ms "$r_open")" "$(field p99_ms "$r_open")"
@@ -94,4 +98,4 @@ printf '%-26s %12s %12s %10s %10s\n' "corral single client" "$(field pairs_per_s
 printf '%-26s %12s %12s %10s %10s\n' "redis single client" "$(field pairs_per_s "$r_one")" "" "$(field p50_ms "$r_one")" "$(field p99_ms "$r_one")"
 printf 'corral-ratelimiter RSS with 10,000 live leases: %s MiB (target <= 64)\n' "$rss_mib"
 printf 'targets: contended ratio >= 1.0 (stretch 2.0); uncontended grant p99 <= 1 ms\n'
-echo "RESULT ratelimiter pairs_per_s=$(field pairs_per_s "$c_cont") redis_pairs_per_s=$(field pairs_per_s "$r_cont") ratio=$ratio p99_ms=$(field p99_ms "$c_open")"
+echo "RESULT ratelimiter pairs_per_s=$(field pairs_per_s "$c_cont") redis_pairs_per_s=$(field pairs_per_s "$r_cont") ratio=$ratio shared_ratio=$ratio_shared p99_ms=$(field p99_ms "$c_open")"
