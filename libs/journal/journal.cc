@@ -106,16 +106,15 @@ void Statement::Reset() {
 }
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, const std::string& schema,
-                                                       bool fsync, bool inline_commits) {
+                                                       bool fsync) {
   std::unique_ptr<Journal> j(new Journal());
-  j->inline_commits_ = inline_commits;
   auto writer = OpenSqlite(path, schema, fsync);
   if (!writer.ok()) return writer.status();
   j->writer_ = *writer;
   auto reader = OpenDb(path);
   if (!reader.ok()) return reader.status();
   j->reader_ = *reader;
-  if (!inline_commits) j->thread_ = std::thread([raw = j.get()] { raw->Loop(); });
+  j->thread_ = std::thread([raw = j.get()] { raw->Loop(); });
   return j;
 }
 
@@ -134,28 +133,8 @@ void Journal::Submit(Write write, Done done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.emplace_back(std::move(write), std::move(done));
-    if (inline_commits_) {
-      if (committing_) return;  // the thread committing now takes this write into its next batch
-      committing_ = true;
-    }
   }
-  if (!inline_commits_) {
-    cv_.notify_one();
-    return;
-  }
-  // This thread commits: what is queued, then what was queued meanwhile, until nothing is left.
-  while (true) {
-    std::deque<std::pair<Write, Done>> batch;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty()) {
-        committing_ = false;
-        return;
-      }
-      batch.swap(queue_);
-    }
-    CommitBatch(batch);
-  }
+  cv_.notify_one();
 }
 
 absl::Status Journal::Apply(Write write) {
@@ -167,20 +146,7 @@ absl::Status Journal::Apply(Write write) {
 
 absl::Status Journal::Read(const std::function<absl::Status(sqlite3* db)>& read) {
   std::lock_guard<std::mutex> lock(read_mu_);
-  if (reader_ == nullptr) return absl::FailedPreconditionError("the journal is held exclusively by its writer");
   return read(reader_);
-}
-
-absl::Status Journal::HoldExclusively() {
-  {
-    // A connection in WAL mode holds a shared lock on the file for as long as it is open: the reader goes.
-    std::lock_guard<std::mutex> lock(read_mu_);
-    sqlite3_close(reader_);
-    reader_ = nullptr;
-  }
-  if (absl::Status s = Apply([](sqlite3* db) { return ExecSql(db, "PRAGMA locking_mode=EXCLUSIVE"); }); !s.ok()) return s;
-  // The lock is taken by the next transaction: now, so that another process on the same file fails at once.
-  return Apply([](sqlite3*) { return absl::OkStatus(); });
 }
 
 int64_t Journal::commits() const {
@@ -202,46 +168,42 @@ void Journal::Loop() {
       if (queue_.empty() && stopping_) return;
       batch.swap(queue_);  // everything queued meanwhile: one transaction, one fsync
     }
-    CommitBatch(batch);
-  }
-}
-
-void Journal::CommitBatch(std::deque<std::pair<Write, Done>>& batch) {
-  std::vector<absl::Status> results(batch.size());
-  absl::Status tx = CachedStatement(writer_, "BEGIN IMMEDIATE").Run();
-  for (size_t i = 0; i < batch.size() && tx.ok(); ++i) {
-    if (sqlite3_get_autocommit(writer_) != 0) {
-      // A failed write (disk full, I/O error) made SQLite roll the whole transaction back: nothing of this
-      // batch is committed, and the remaining writes must not run outside a transaction.
+    std::vector<absl::Status> results(batch.size());
+    absl::Status tx = CachedStatement(writer_, "BEGIN IMMEDIATE").Run();
+    for (size_t i = 0; i < batch.size() && tx.ok(); ++i) {
+      if (sqlite3_get_autocommit(writer_) != 0) {
+        // A failed write (disk full, I/O error) made SQLite roll the whole transaction back: nothing of this
+        // batch is committed, and the remaining writes must not run outside a transaction.
+        tx = absl::InternalError(absl::StrCat("sqlite: the transaction was rolled back: ", sqlite3_errmsg(writer_)));
+        break;
+      }
+      if (batch.size() > 1) CachedStatement(writer_, "SAVEPOINT w").Run().IgnoreError();
+      results[i] = batch[i].first(writer_);
+      // A failed write is rolled back alone; the others of the batch still commit.
+      if (batch.size() > 1) {
+        if (!results[i].ok()) CachedStatement(writer_, "ROLLBACK TO w").Run().IgnoreError();
+        CachedStatement(writer_, "RELEASE w").Run().IgnoreError();
+      }
+    }
+    if (tx.ok() && sqlite3_get_autocommit(writer_) != 0) {
       tx = absl::InternalError(absl::StrCat("sqlite: the transaction was rolled back: ", sqlite3_errmsg(writer_)));
-      break;
+    } else if (tx.ok() && batch.size() == 1 && !results[0].ok()) {
+      CachedStatement(writer_, "ROLLBACK").Run().IgnoreError();  // a lone failed write leaves nothing behind
+      tx = absl::OkStatus();
+    } else if (tx.ok()) {
+      tx = CachedStatement(writer_, "COMMIT").Run();
     }
-    if (batch.size() > 1) CachedStatement(writer_, "SAVEPOINT w").Run().IgnoreError();
-    results[i] = batch[i].first(writer_);
-    // A failed write is rolled back alone; the others of the batch still commit.
-    if (batch.size() > 1) {
-      if (!results[i].ok()) CachedStatement(writer_, "ROLLBACK TO w").Run().IgnoreError();
-      CachedStatement(writer_, "RELEASE w").Run().IgnoreError();
+    if (!tx.ok()) ExecSql(writer_, "ROLLBACK").IgnoreError();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++commits_;
+      writes_ += static_cast<int64_t>(batch.size());
     }
-  }
-  if (tx.ok() && sqlite3_get_autocommit(writer_) != 0) {
-    tx = absl::InternalError(absl::StrCat("sqlite: the transaction was rolled back: ", sqlite3_errmsg(writer_)));
-  } else if (tx.ok() && batch.size() == 1 && !results[0].ok()) {
-    CachedStatement(writer_, "ROLLBACK").Run().IgnoreError();  // a lone failed write leaves nothing behind
-    tx = absl::OkStatus();
-  } else if (tx.ok()) {
-    tx = CachedStatement(writer_, "COMMIT").Run();
-  }
-  if (!tx.ok()) ExecSql(writer_, "ROLLBACK").IgnoreError();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++commits_;
-    writes_ += static_cast<int64_t>(batch.size());
-  }
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const absl::Status& status = tx.ok() ? results[i] : tx;
-    if (!status.ok() && on_write_failed_) on_write_failed_(status);
-    if (batch[i].second) batch[i].second(status);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const absl::Status& status = tx.ok() ? results[i] : tx;
+      if (!status.ok() && on_write_failed_) on_write_failed_(status);
+      if (batch[i].second) batch[i].second(status);
+    }
   }
 }
 

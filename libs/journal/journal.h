@@ -56,28 +56,18 @@ Statement& CachedStatement(sqlite3* db, const char* sql);
 class Journal {
  public:
   // Opens (creating) `path`, applies `schema` (idempotent CREATE ... IF NOT EXISTS statements).
-  // `inline_commits`: no writer thread — the thread that submits a write commits it, together with whatever
-  // other threads queued meanwhile (they return at once; the committing thread runs their `done`). Saves two
-  // thread wake-ups per commit, at the price of the submitting thread doing the commit: for journals without
-  // fsync, whose commits take microseconds (the proxy's I/O threads).
   static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& path, const std::string& schema,
-                                                       bool fsync = true, bool inline_commits = false);
+                                                       bool fsync = true);
   ~Journal();  // commits what is queued, then closes
 
   using Write = std::function<absl::Status(sqlite3* db)>;
   using Done = std::function<void(absl::Status)>;
-  // Queues `write`; `done` runs on the writer thread (inline: on the committing thread) once the transaction
-  // holding it is committed (or failed).
+  // Queues `write`; `done` runs on the writer thread once the transaction holding it is committed (or failed).
   void Submit(Write write, Done done);
   // Submit and wait.
   absl::Status Apply(Write write);
   // Reads on the caller's thread (a separate connection; sees every committed write).
   absl::Status Read(const std::function<absl::Status(sqlite3* db)>& read);
-  // From now on the writer holds the database for itself (SQLite's EXCLUSIVE locking mode): a commit takes no
-  // file locks and keeps the WAL index in memory, which saves several system calls per commit; in exchange no
-  // other connection — Read's included — can open the database until the journal closes. For a service that
-  // reads its journal only when it starts (the proxy: Load, then only writes).
-  absl::Status HoldExclusively();
 
   // Called on the writer thread for every write that fails (on its own or with its transaction: disk full, I/O
   // error), e.g. to count it in a metric. Set it before the first Submit.
@@ -90,8 +80,6 @@ class Journal {
  private:
   Journal() = default;
   void Loop();
-  // One transaction for `batch`: each write in a savepoint of its own, then the commit, then every `done`.
-  void CommitBatch(std::deque<std::pair<Write, Done>>& batch);
   sqlite3* writer_ = nullptr;
   sqlite3* reader_ = nullptr;
   std::mutex read_mu_;
@@ -99,8 +87,6 @@ class Journal {
   std::condition_variable cv_;
   std::deque<std::pair<Write, Done>> queue_;
   bool stopping_ = false;
-  bool inline_commits_ = false;
-  bool committing_ = false;  // inline: a thread is committing (it also commits what is queued meanwhile)
   int64_t commits_ = 0, writes_ = 0;
   std::function<void(const absl::Status&)> on_write_failed_;
   std::thread thread_;

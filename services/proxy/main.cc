@@ -48,8 +48,7 @@ int main(int argc, char** argv) {
 
   auto journal = corral::proxy::ProxyJournal::Open(config.journal, config.journal_fsync);
   if (!journal.ok()) {
-    spdlog::error("cannot start: the journal {}: {} (a running corral-proxy holds its journal for itself: is another "
-                  "one using this file?)", config.journal, journal.status());
+    spdlog::error("cannot start: {}", journal.status());
     return 1;
   }
   (*journal)->journal().OnWriteFailed([&metrics](const absl::Status&) { metrics.journal_errors.Increment(); });
@@ -60,11 +59,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("journal {}: {} sessions restored ({} open)", config.journal, *restored, sessions.open_sessions());
-  // Read once at start; from now on only written, by this process alone.
-  if (absl::Status s = (*journal)->journal().HoldExclusively(); !s.ok()) {
-    spdlog::error("cannot start: the journal {} cannot be held: {}", config.journal, s);
-    return 1;
-  }
   metrics.open_sessions.Set(static_cast<double>(sessions.open_sessions()));
   corral::proxy::SessionLedger ledger(&sessions, journal->get(), &metrics, &clock);
   std::unique_ptr<corral::ratelimiter::RateLimitClient> limiter;

@@ -39,9 +39,7 @@ absl::StatusOr<RecordedCall> DecodeCall(const std::string& bytes) {
 }
 
 absl::StatusOr<std::unique_ptr<ProxyJournal>> ProxyJournal::Open(const std::string& path, bool fsync) {
-  // Without fsync a commit takes microseconds: the I/O thread that records a call commits it (and what the other
-  // threads queued meanwhile) instead of waking a writer thread and being woken back.
-  CORRAL_ASSIGN_OR_RETURN(std::unique_ptr<Journal> j, Journal::Open(path, kSchema, fsync, /*inline_commits=*/!fsync));
+  CORRAL_ASSIGN_OR_RETURN(std::unique_ptr<Journal> j, Journal::Open(path, kSchema, fsync));
   return std::unique_ptr<ProxyJournal>(new ProxyJournal(std::move(j)));
 }
 
