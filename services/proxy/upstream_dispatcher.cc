@@ -101,9 +101,9 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
       auto body = co_await conn->ReadAll(options_.idle_timeout, 1 << 20);
       if (request.gate != nullptr) request.gate->upstream = nullptr;
       pool_.Put(std::move(conn));
-      const bool held = quotas_->Throttled(quota, request.model, retry_after);
       const bool unlimited = d.quota.unlimited();
-      d.quota.Refund();
+      d.quota.Refund();  // the upstream did not run it (given back first, or it would shorten the hold)
+      const bool held = quotas_->Throttled(quota, request.model, retry_after);
       if (clock_->Now() + retry_after >= quota_deadline) {
         d.http_status = 429;
         d.error = absl::StrCat(u->spec.name, " answered HTTP 429 (retry after ", absl::FormatDuration(retry_after),
