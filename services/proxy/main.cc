@@ -61,21 +61,16 @@ int main(int argc, char** argv) {
   spdlog::info("journal {}: {} sessions restored ({} open)", config.journal, *restored, sessions.open_sessions());
   metrics.open_sessions.Set(static_cast<double>(sessions.open_sessions()));
   corral::proxy::SessionLedger ledger(&sessions, journal->get(), &metrics, &clock);
-  std::unique_ptr<corral::ratelimiter::RateLimitClient> limiter;
-  if (!config.ratelimiter.empty()) {
-    corral::ratelimiter::ClientOptions lo;
-    lo.address = config.ratelimiter;
-    lo.token = auth.insecure() ? "" : corral::MintClusterToken(*secret);
-    lo.client_id = absl::StrCat("proxy ", config.http_listen, " pid ", getpid());
-    lo.channel.tls = config.server.tls;
-    lo.fail_mode = config.limiter_fail_open ? corral::ratelimiter::FailMode::kOpen : corral::ratelimiter::FailMode::kClosed;
-    auto client = corral::ratelimiter::RateLimitClient::Connect(lo);
-    if (!client.ok()) {
-      spdlog::error("cannot start: {} (start the ratelimiter first, or set limiter_fail_open)", client.status());
-      return 1;
-    }
-    limiter = *std::move(client);
+  corral::ChannelOptions limiter_channel;
+  limiter_channel.tls = config.server.tls;
+  auto limiter_client = corral::ratelimiter::RateLimitClient::ConnectService(
+      config.ratelimiter, auth.insecure() ? "" : corral::MintClusterToken(*secret),
+      absl::StrCat("proxy ", config.http_listen, " pid ", getpid()), limiter_channel, config.limiter_fail_open);
+  if (!limiter_client.ok()) {
+    spdlog::error("cannot start: {}", limiter_client.status());
+    return 1;
   }
+  std::unique_ptr<corral::ratelimiter::RateLimitClient> limiter = *std::move(limiter_client);
   corral::proxy::Quotas quotas(limiter.get(), config.quota, config.model_quotas, &metrics);
   corral::proxy::UpstreamPool upstreams(config.upstreams, &clock);
   std::vector<std::string> upstream_names;

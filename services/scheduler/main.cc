@@ -135,21 +135,13 @@ int main(int argc, char** argv) {
   CloseLeftoverSessions(*snapshot, proxies);
   (*journal)->ForgetRuns();
 
-  std::unique_ptr<corral::ratelimiter::RateLimitClient> limiter;
-  if (!config.ratelimiter.empty()) {
-    corral::ratelimiter::ClientOptions lo;
-    lo.address = config.ratelimiter;
-    lo.token = peer_token;
-    lo.client_id = config.scheduler_id;
-    lo.channel = channel;
-    lo.fail_mode = config.limiter_fail_open ? corral::ratelimiter::FailMode::kOpen : corral::ratelimiter::FailMode::kClosed;
-    auto client = corral::ratelimiter::RateLimitClient::Connect(lo);
-    if (!client.ok()) {
-      spdlog::error("cannot start: {} (start the ratelimiter first, or set limiter_fail_open)", client.status());
-      return 1;
-    }
-    limiter = *std::move(client);
+  auto limiter_client = corral::ratelimiter::RateLimitClient::ConnectService(
+      config.ratelimiter, peer_token, config.scheduler_id, channel, config.limiter_fail_open);
+  if (!limiter_client.ok()) {
+    spdlog::error("cannot start: {}", limiter_client.status());
+    return 1;
   }
+  std::unique_ptr<corral::ratelimiter::RateLimitClient> limiter = *std::move(limiter_client);
 
   RunnerOptions runner_options;
   runner_options.timeouts = config.timeouts;

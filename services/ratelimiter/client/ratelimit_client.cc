@@ -71,6 +71,26 @@ absl::StatusOr<std::unique_ptr<RateLimitClient>> RateLimitClient::Connect(Client
   return client;
 }
 
+absl::StatusOr<std::unique_ptr<RateLimitClient>> RateLimitClient::ConnectService(const std::string& address,
+                                                                                const std::string& token,
+                                                                                const std::string& client_id,
+                                                                                const ChannelOptions& channel,
+                                                                                bool fail_open) {
+  if (address.empty()) return std::unique_ptr<RateLimitClient>();
+  ClientOptions options;
+  options.address = address;
+  options.token = token;
+  options.client_id = client_id;
+  options.channel = channel;
+  options.fail_mode = fail_open ? FailMode::kOpen : FailMode::kClosed;
+  auto client = Connect(std::move(options));
+  if (!client.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(client.status().message(), " (start the ratelimiter first, or set limiter_fail_open)"));
+  }
+  return client;
+}
+
 RateLimitClient::~RateLimitClient() {
   {
     absl::MutexLock lock(&mu_);

@@ -83,6 +83,12 @@ class RateLimitClient {
   // Starts the session; the first connection is tried for `connect_timeout`. Fails (UNAVAILABLE) only when
   // failing closed and the limiter cannot be reached; failing open, it keeps retrying in the background.
   static absl::StatusOr<std::unique_ptr<RateLimitClient>> Connect(ClientOptions options);
+  // A Corral service's client (the scheduler's, a proxy's): null when `address` is empty (no limiter
+  // configured); UNAVAILABLE with what to do when it fails closed and the limiter cannot be reached.
+  static absl::StatusOr<std::unique_ptr<RateLimitClient>> ConnectService(const std::string& address,
+                                                                         const std::string& token,
+                                                                         const std::string& client_id,
+                                                                         const ChannelOptions& channel, bool fail_open);
   ~RateLimitClient();  // ends the session: the limiter releases every lease it still holds
 
   // Waits in the limiter's FIFO queue. DEADLINE_EXCEEDED after wait_timeout; RESOURCE_EXHAUSTED, NOT_FOUND,
