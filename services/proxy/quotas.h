@@ -85,6 +85,8 @@ class Quotas {
   bool Throttled(const std::vector<const QuotaSpec*>& specs, const std::string& model, absl::Duration retry_after);
 
   const QuotaOptions& options() const { return options_; }
+  // A limiter is configured: calls may have quotas (and their token estimate is worth computing).
+  bool enabled() const { return client_ != nullptr; }
 
  private:
   boost::asio::awaitable<absl::StatusOr<ratelimiter::ScopedPermit>> Wait(ratelimiter::PermitRequest request,

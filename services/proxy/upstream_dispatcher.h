@@ -92,7 +92,9 @@ class UpstreamDispatcher {
   const RelayOptions& options() const { return options_; }
   // What a call with this body is charged on token quotas up front (0 when the proxy has no quotas).
   int64_t EstimateTokens(const boost::json::object& body, size_t body_bytes) const {
-    return quotas_ != nullptr ? proxy::EstimateTokens(body, body_bytes, quotas_->options().default_max_tokens) : 0;
+    return quotas_ != nullptr && quotas_->enabled()
+               ? proxy::EstimateTokens(body, body_bytes, quotas_->options().default_max_tokens)
+               : 0;
   }
 
  private:

@@ -485,20 +485,20 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
 std::optional<double> FakeLlm::OverQuota() {
   absl::MutexLock lock(&mu_);
   Quota& q = quota_;
-  const absl::Time now = absl::Now();
-  if (options_.quota_rps > 0) {
-    const auto burst = static_cast<double>(options_.quota_burst);
-    if (q.refilled == absl::Time()) q.tokens = burst;
-    else q.tokens = std::min(burst, q.tokens + options_.quota_rps * absl::ToDoubleSeconds(now - q.refilled));
-    q.refilled = now;
+  const auto burst = static_cast<double>(options_.quota_burst);
+  const bool rated = options_.quota_rps > 0;
+  if (rated) {
+    const absl::Time now = absl::Now();
+    if (!q.requests) q.requests.emplace(burst, now);
+    q.requests->Refill(now, options_.quota_rps, burst);
   }
-  const bool rate_out = options_.quota_rps > 0 && q.tokens < 1;
+  const bool rate_out = rated && !q.requests->Has(1);
   const bool busy = options_.quota_concurrency > 0 && q.in_flight >= options_.quota_concurrency;
   if (rate_out || busy) {
     ++q.throttled;
-    return rate_out ? (1 - q.tokens) / options_.quota_rps : 1.0;
+    return rate_out ? absl::ToDoubleSeconds(q.requests->TimeUntil(1, options_.quota_rps)) : 1.0;
   }
-  if (options_.quota_rps > 0) q.tokens -= 1;
+  if (rated) q.requests->Spend(1);
   q.max_in_flight = std::max(q.max_in_flight, ++q.in_flight);
   return std::nullopt;
 }

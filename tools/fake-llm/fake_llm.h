@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/http/server.h"
+#include "services/ratelimiter/counters.h"
 
 namespace corral::fakellm {
 
@@ -62,12 +63,11 @@ class FakeLlm {
   // GET /admin/stats: the version served, requests, streams the client cut, and each continuation request's
   // given tokens and the version it ran under.
   std::string Stats() const;
-  // The quota: nullopt when the request may run (then `in_flight_` counts it), else the seconds to retry after.
+  // The quota: nullopt when the request may run (then `in_flight` counts it), else the seconds to retry after.
   std::optional<double> OverQuota();
 
   struct Quota {
-    double tokens = 0;
-    absl::Time refilled;
+    std::optional<ratelimiter::TokenBucket> requests;  // the ratelimiter's own bucket arithmetic, created full
     int64_t in_flight = 0;
     int64_t max_in_flight = 0;
     int64_t throttled = 0;

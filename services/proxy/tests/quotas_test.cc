@@ -30,14 +30,6 @@ TEST(QuotaKeyTest, ModelPlaceholderIsTheModelsName) {
   EXPECT_EQ(QuotaKey({.requests = "rpm"}, "judge-7b"), "");
 }
 
-TEST(QuotaHoldTest, AHoldWithoutALimiterSettlesAndRefundsNothing) {
-  QuotaHold hold;
-  EXPECT_TRUE(hold.empty());
-  hold.Settle(100);
-  hold.Refund();
-  EXPECT_FALSE(hold.unlimited());
-}
-
 // The proxy's configuration as a YAML file gives it.
 absl::Status Load(const std::string& yaml, Config* config) {
   ConfigSchema schema("corral-proxy", "");
