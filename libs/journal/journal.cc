@@ -4,6 +4,8 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace corral {
 namespace {
@@ -106,7 +108,7 @@ void Statement::Reset() {
 }
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, const std::string& schema,
-                                                       bool fsync) {
+                                                       bool fsync, Applier apply, int64_t segment_bytes) {
   std::unique_ptr<Journal> j(new Journal());
   auto writer = OpenSqlite(path, schema, fsync);
   if (!writer.ok()) return writer.status();
@@ -114,8 +116,49 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, 
   auto reader = OpenDb(path);
   if (!reader.ok()) return reader.status();
   j->reader_ = *reader;
+  j->apply_ = std::move(apply);
+  std::vector<SegmentLog::Segment> left_over;
+  std::unique_ptr<SegmentLog> log;
+  if (j->apply_) {
+    CORRAL_ASSIGN_OR_RETURN(log, SegmentLog::Open(path + "-log", segment_bytes, &left_over));
+  }
   j->thread_ = std::thread([raw = j.get()] { raw->Loop(); });
+  if (log != nullptr) {
+    if (absl::Status replayed = j->Replay(std::move(left_over)); !replayed.ok()) {
+      log->Remove(log->current());
+      return replayed;
+    }
+    if (fsync) {
+      log->Remove(log->current());  // every change is committed before it is answered: no log
+    } else {
+      std::lock_guard<std::mutex> lock(j->mu_);
+      j->log_ = std::move(log);
+    }
+  }
   return j;
+}
+
+absl::Status Journal::Replay(std::vector<SegmentLog::Segment> segments) {
+  size_t records = 0;
+  for (const auto& segment : segments) {
+    absl::Status failed;  // the segment's first failed write; set on the writer thread, read after the barrier
+    for (const std::string& record : segment.records) {
+      Submit([this, &record](sqlite3* db) { return apply_(record, db); },
+             [&failed](absl::Status s) {
+               if (failed.ok()) failed = std::move(s);
+             });
+    }
+    absl::Status committed = Apply([](sqlite3*) { return absl::OkStatus(); });
+    if (committed.ok()) committed = failed;
+    if (!committed.ok()) {
+      return absl::Status(committed.code(), absl::StrCat("replaying journal segment ", segment.path, ": ",
+                                                         committed.message(), " (it is kept for the next start)"));
+    }
+    records += segment.records.size();
+  }
+  for (const auto& segment : segments) ::unlink(segment.path.c_str());
+  if (!segments.empty()) spdlog::info("journal: replayed {} records from {} log segments", records, segments.size());
+  return absl::OkStatus();
 }
 
 Journal::~Journal() {
@@ -125,8 +168,41 @@ Journal::~Journal() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Everything queued is committed now: the last segment is no longer needed unless a write failed.
+  if (log_ != nullptr && !log_damaged_) log_->Remove(log_->current());
   sqlite3_close(reader_);
   sqlite3_close_v2(writer_);  // its cached statements were finalized when the writer thread exited
+}
+
+std::optional<absl::Status> Journal::Append(std::string record, Done done) {
+  std::optional<absl::Status> answer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t sealed = 0;
+    if (log_ != nullptr) {
+      auto appended = log_->Append(record);
+      if (!appended.ok()) return appended.status();
+      sealed = *appended;
+      if (queue_.size() < kMaxBacklog) answer = absl::OkStatus();
+    }
+    queue_.emplace_back([this, record = std::move(record)](sqlite3* db) { return apply_(record, db); },
+                        answer.has_value() ? nullptr : std::move(done));
+    if (sealed != 0) {
+      queue_.emplace_back([](sqlite3*) { return absl::OkStatus(); },
+                          [this, sealed](const absl::Status& s) { SegmentCommitted(sealed, s); });
+    }
+  }
+  cv_.notify_one();
+  return answer;
+}
+
+void Journal::SegmentCommitted(int64_t number, const absl::Status& status) {
+  if (status.ok() && !log_damaged_) {
+    log_->Remove(number);
+    return;
+  }
+  spdlog::warn("journal: segment {} is kept, a write in it did not commit; it is replayed at the next start",
+               log_->PathOf(number));
 }
 
 void Journal::Submit(Write write, Done done) {
@@ -201,7 +277,10 @@ void Journal::Loop() {
     }
     for (size_t i = 0; i < batch.size(); ++i) {
       const absl::Status& status = tx.ok() ? results[i] : tx;
-      if (!status.ok() && on_write_failed_) on_write_failed_(status);
+      if (!status.ok()) {
+        log_damaged_ = true;  // matters only with a record log: the segments holding it stay for a replay
+        if (on_write_failed_) on_write_failed_(status);
+      }
       if (batch[i].second) batch[i].second(status);
     }
   }

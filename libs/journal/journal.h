@@ -3,6 +3,11 @@
 // process being killed (it is in the WAL); with `fsync` (synchronous=FULL) it also survives the machine
 // crashing, at the price of an fsync per commit.
 // Used by services that must not lose what they acknowledged (the proxy's recorded calls).
+//
+// With a record log (Open with an `apply` function and without fsync), Append writes an encoded change to an
+// append-only segment file (segment_log.h) and answers at once; the writer thread applies it to SQLite later, and
+// a segment is deleted once everything in it is committed. No caller waits for a commit, so none waits for
+// SQLite's checkpoints and their fsyncs. A restarted Journal first applies the records of the segments left over.
 #pragma once
 
 #include <sqlite3.h>
@@ -12,12 +17,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "libs/journal/segment_log.h"
 
 namespace corral {
 
@@ -55,13 +62,26 @@ Statement& CachedStatement(sqlite3* db, const char* sql);
 
 class Journal {
  public:
-  // Opens (creating) `path`, applies `schema` (idempotent CREATE ... IF NOT EXISTS statements).
-  static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& path, const std::string& schema,
-                                                       bool fsync = true);
-  ~Journal();  // commits what is queued, then closes
-
   using Write = std::function<absl::Status(sqlite3* db)>;
   using Done = std::function<void(absl::Status)>;
+  // Applies one encoded change (an Append's record) to the database: live, and when replaying left-over segments
+  // at Open, so it must be idempotent when replayed in order over a database that already holds the change.
+  using Applier = std::function<absl::Status(absl::string_view record, sqlite3* db)>;
+
+  // Opens (creating) `path`, applies `schema` (idempotent CREATE ... IF NOT EXISTS statements). With `apply`,
+  // replays the segments `<path>-log.N` left over (DATA_LOSS for a damaged one), and without `fsync` keeps a record
+  // log there for Append.
+  static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& path, const std::string& schema,
+                                                       bool fsync = true, Applier apply = nullptr,
+                                                       int64_t segment_bytes = 16 << 20);
+  ~Journal();  // commits what is queued, then closes
+
+  // Needs `apply`. With the record log: returns the outcome at once once `record` is in the log (durable against
+  // the process being killed; an error such as a full disk changes nothing), and `done` is not called — unless the
+  // writer is more than kMaxBacklog writes behind: then std::nullopt, and `done` runs on the writer thread once
+  // the record is committed (backpressure). With fsync: std::nullopt, and `done` runs once it is committed.
+  std::optional<absl::Status> Append(std::string record, Done done);
+  static constexpr size_t kMaxBacklog = 4096;
   // Queues `write`; `done` runs on the writer thread once the transaction holding it is committed (or failed).
   void Submit(Write write, Done done);
   // Submit and wait.
@@ -80,6 +100,8 @@ class Journal {
  private:
   Journal() = default;
   void Loop();
+  absl::Status Replay(std::vector<SegmentLog::Segment> segments);
+  void SegmentCommitted(int64_t number, const absl::Status& status);
   sqlite3* writer_ = nullptr;
   sqlite3* reader_ = nullptr;
   std::mutex read_mu_;
@@ -89,6 +111,9 @@ class Journal {
   bool stopping_ = false;
   int64_t commits_ = 0, writes_ = 0;
   std::function<void(const absl::Status&)> on_write_failed_;
+  Applier apply_;
+  std::unique_ptr<SegmentLog> log_;  // guarded by mu_ (appends keep the log's order and the queue's the same)
+  bool log_damaged_ = false;         // written by the writer thread: a write failed, the segments stay for a replay
   std::thread thread_;
 };
 

@@ -28,6 +28,99 @@ CREATE TABLE IF NOT EXISTS recorded_calls (
 );
 )sql";
 
+// A change is journaled as one record (the log's and SQLite's unit): a kind byte, then fixed fields.
+enum class Kind : char { kOpened = 'S', kClosed = 'C', kDropped = 'D', kCall = 'R' };
+
+void PutU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutField(std::string& out, absl::string_view bytes) {
+  PutU64(out, bytes.size());
+  out.append(bytes.data(), bytes.size());
+}
+
+// Reads a record's fields; any read past its end leaves it !ok().
+class Fields {
+ public:
+  explicit Fields(absl::string_view bytes) : rest_(bytes) {}
+  uint64_t U64() {
+    if (rest_.size() < 8) return Fail();
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(rest_[i])) << (8 * i);
+    rest_.remove_prefix(8);
+    return v;
+  }
+  absl::string_view Field() {
+    const uint64_t size = U64();
+    if (!ok_ || rest_.size() < size) return Fail(), absl::string_view();
+    absl::string_view field = rest_.substr(0, size);
+    rest_.remove_prefix(size);
+    return field;
+  }
+  bool ok() const { return ok_; }
+  bool empty() const { return rest_.empty(); }
+
+ private:
+  uint64_t Fail() {
+    ok_ = false;
+    rest_ = {};
+    return 0;
+  }
+  absl::string_view rest_;
+  bool ok_ = true;
+};
+
+std::string Header(Kind kind, absl::string_view env_id, size_t reserve = 0) {
+  std::string out;
+  out.reserve(1 + 8 + env_id.size() + 8 + reserve);
+  out.push_back(static_cast<char>(kind));
+  PutField(out, env_id);
+  return out;
+}
+
+// Applies one record; idempotent when replayed in order (OR IGNORE, and a call only lands in a session that
+// still exists: one acknowledged meanwhile is gone for good).
+absl::Status ApplyRecord(absl::string_view record, sqlite3* db) {
+  if (record.empty()) return absl::DataLossError("an empty journal record");
+  Fields f(record.substr(1));
+  const absl::string_view env_id = f.Field();
+  absl::Status status = absl::DataLossError("a journal record of unknown kind");
+  switch (static_cast<Kind>(record[0])) {
+    case Kind::kOpened: {
+      const int64_t open_ns = static_cast<int64_t>(f.U64());
+      const absl::string_view request = f.Field();
+      if (!f.ok()) break;
+      status = CachedStatement(db, "INSERT OR IGNORE INTO sessions (env_id, request, open_ns) VALUES (?, ?, ?)")
+                   .Bind(1, env_id).BindBlob(2, request).Bind(3, open_ns).Run();
+      break;
+    }
+    case Kind::kClosed: {
+      const int64_t reason = static_cast<int64_t>(f.U64());
+      if (!f.ok()) break;
+      status = CachedStatement(db, "UPDATE sessions SET close_reason = ? WHERE env_id = ?").Bind(1, reason).Bind(2, env_id).Run();
+      break;
+    }
+    case Kind::kDropped: {  // env_id is the first; the others follow
+      Statement& st = CachedStatement(db, "DELETE FROM sessions WHERE env_id = ?");
+      status = st.Bind(1, env_id).Run();
+      while (status.ok() && f.ok() && !f.empty()) status = st.Bind(1, f.Field()).Run();
+      break;
+    }
+    case Kind::kCall: {
+      const int64_t seq = static_cast<int64_t>(f.U64());
+      const absl::string_view call = f.Field();
+      if (!f.ok()) break;
+      status = CachedStatement(db,
+                               "INSERT OR IGNORE INTO recorded_calls (env_id, seq, record) SELECT ?1, ?2, ?3 "
+                               "WHERE EXISTS (SELECT 1 FROM sessions WHERE env_id = ?1)")
+                   .Bind(1, env_id).Bind(2, seq).BindBlob(3, call).Run();
+      break;
+    }
+  }
+  if (!f.ok()) return absl::DataLossError("a journal record is cut short");
+  return status;
+}
+
 }  // namespace
 
 std::string EncodeCall(const RecordedCall& call) { return call.SerializeAsString(); }
@@ -39,59 +132,60 @@ absl::StatusOr<RecordedCall> DecodeCall(const std::string& bytes) {
 }
 
 absl::StatusOr<std::unique_ptr<ProxyJournal>> ProxyJournal::Open(const std::string& path, bool fsync) {
-  CORRAL_ASSIGN_OR_RETURN(std::unique_ptr<Journal> j, Journal::Open(path, kSchema, fsync));
+  CORRAL_ASSIGN_OR_RETURN(std::unique_ptr<Journal> j, Journal::Open(path, kSchema, fsync, ApplyRecord));
   return std::unique_ptr<ProxyJournal>(new ProxyJournal(std::move(j)));
 }
 
+void ProxyJournal::Change(std::string record, Journal::Done done) {
+  if (auto at_once = journal_->Append(std::move(record), done)) done(*at_once);
+}
+
 void ProxyJournal::PutSession(const v1::OpenSessionRequest& request, absl::Time open_time, Journal::Done done) {
-  journal_->Submit(
-      [env_id = request.env_id(), bytes = request.SerializeAsString(), open_ns = absl::ToUnixNanos(open_time)](
-          sqlite3* db) {
-        Statement& st = CachedStatement(db, "INSERT OR IGNORE INTO sessions (env_id, request, open_ns) VALUES (?, ?, ?)");
-        return st.Bind(1, env_id).BindBlob(2, bytes).Bind(3, open_ns).Run();
-      },
-      std::move(done));
+  std::string record = Header(Kind::kOpened, request.env_id(), request.ByteSizeLong() + 16);
+  PutU64(record, static_cast<uint64_t>(absl::ToUnixNanos(open_time)));
+  PutField(record, request.SerializeAsString());
+  Change(std::move(record), std::move(done));
 }
 
 void ProxyJournal::CloseSession(const std::string& env_id, v1::CloseReason reason, Journal::Done done) {
-  journal_->Submit(
-      [env_id, reason](sqlite3* db) {
-        Statement& st = CachedStatement(db, "UPDATE sessions SET close_reason = ? WHERE env_id = ?");
-        return st.Bind(1, static_cast<int64_t>(reason)).Bind(2, env_id).Run();
-      },
-      std::move(done));
+  std::string record = Header(Kind::kClosed, env_id);
+  PutU64(record, static_cast<uint64_t>(reason));
+  Change(std::move(record), std::move(done));
 }
 
 void ProxyJournal::DropSessions(std::vector<std::string> env_ids, Journal::Done done) {
-  journal_->Submit(
-      [env_ids = std::move(env_ids)](sqlite3* db) -> absl::Status {
-        Statement& st = CachedStatement(db, "DELETE FROM sessions WHERE env_id = ?");
-        for (const auto& id : env_ids) CORRAL_RETURN_IF_ERROR(st.Bind(1, id).Run());
-        return absl::OkStatus();
-      },
-      std::move(done));
+  if (env_ids.empty()) return done(absl::OkStatus());
+  std::string record = Header(Kind::kDropped, env_ids[0]);
+  for (size_t i = 1; i < env_ids.size(); ++i) PutField(record, env_ids[i]);
+  Change(std::move(record), std::move(done));
 }
 
 asio::awaitable<absl::Status> ProxyJournal::AppendCall(const std::string& env_id, const RecordedCall& call) {
-  // The writer thread signals the waiting coroutine by cancelling a timer on the coroutine's own executor.
+  const size_t size = call.ByteSizeLong();
+  std::string record = Header(Kind::kCall, env_id, size + 16);
+  PutU64(record, call.call().seq());
+  PutU64(record, size);
+  call.AppendToString(&record);
+  // Usually answered at once (logged). Otherwise the writer thread signals the waiting coroutine by cancelling a
+  // timer on the coroutine's own executor, so `wait` is only touched on that executor.
+  struct Wait {
+    absl::Status status = absl::UnknownError("not committed");
+    bool committed = false;
+    std::optional<asio::steady_timer> timer;
+  };
   auto executor = co_await asio::this_coro::executor;
-  auto timer = std::make_shared<asio::steady_timer>(executor, asio::steady_timer::time_point::max());
-  auto result = std::make_shared<absl::Status>(absl::UnknownError("not committed"));
-  auto committed = std::make_shared<std::atomic<bool>>(false);
-  journal_->Submit(
-      [env_id, seq = static_cast<int64_t>(call.call().seq()), bytes = EncodeCall(call)](sqlite3* db) {
-        Statement& st = CachedStatement(db, "INSERT INTO recorded_calls (env_id, seq, record) VALUES (?, ?, ?)");
-        return st.Bind(1, env_id).Bind(2, seq).BindBlob(3, bytes).Run();
-      },
-      [executor, timer, result, committed](absl::Status s) {
-        asio::post(executor, [timer, result, committed, s = std::move(s)] {
-          *result = s;
-          *committed = true;
-          timer->cancel();
-        });
-      });
-  while (!*committed) co_await timer->async_wait(asio::as_tuple(asio::use_awaitable));
-  co_return *result;
+  auto wait = std::make_shared<Wait>();
+  std::optional<absl::Status> at_once = journal_->Append(std::move(record), [executor, wait](absl::Status s) {
+    asio::post(executor, [wait, s = std::move(s)] {
+      wait->status = s;
+      wait->committed = true;
+      if (wait->timer) wait->timer->cancel();
+    });
+  });
+  if (at_once) co_return *at_once;
+  wait->timer.emplace(executor, asio::steady_timer::time_point::max());
+  while (!wait->committed) co_await wait->timer->async_wait(asio::as_tuple(asio::use_awaitable));
+  co_return wait->status;
 }
 
 absl::StatusOr<int> ProxyJournal::Load(SessionStore& store) {

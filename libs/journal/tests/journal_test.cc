@@ -1,6 +1,13 @@
 #include "libs/journal/journal.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <future>
 #include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -9,6 +16,10 @@
 
 namespace corral {
 namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 constexpr char kSchema[] = "CREATE TABLE IF NOT EXISTS kv (k INTEGER PRIMARY KEY, v TEXT NOT NULL);";
 
@@ -81,6 +92,109 @@ TEST(JournalTest, AFailingWriteIsRolledBackAloneAndReported) {
 
 TEST(JournalTest, AnUnopenablePathIsUnavailable) {
   EXPECT_THAT(Journal::Open("/nonexistent-dir/x/j.db", kSchema), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+// ---- the record log ----
+
+// Records are "k=v"; "fail" makes the write fail. Idempotent in order, as Journal::Apply must be.
+absl::Status ApplyKv(absl::string_view record, sqlite3* db) {
+  if (record == "fail") return absl::InternalError("this record does not apply");
+  const size_t eq = record.find('=');
+  if (eq == absl::string_view::npos) return absl::DataLossError("not k=v");
+  int64_t k = 0;
+  if (!absl::SimpleAtoi(record.substr(0, eq), &k)) return absl::DataLossError("not k=v");
+  Statement st(db, "INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)");
+  return st.Bind(1, k).Bind(2, record.substr(eq + 1)).Run();
+}
+
+std::vector<std::string> Segments(const std::string& path) {
+  std::vector<std::string> found;
+  const std::filesystem::path p(path);
+  for (const auto& e : std::filesystem::directory_iterator(p.parent_path())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(p.filename().string() + "-log.", 0) == 0) found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+absl::Status Barrier(Journal& j) {  // everything queued before is committed and answered
+  return j.Apply([](sqlite3*) { return absl::OkStatus(); });
+}
+
+TEST(JournalLogTest, AppendsAreAnsweredAtOnceAndTheLogAloneRestoresThem) {
+  const std::string dir = testing::MakeTestDir();
+  {
+    auto j = Journal::Open(dir + "/j.db", kSchema, /*fsync=*/false, ApplyKv);
+    ASSERT_THAT(j, IsOk());
+    for (int i = 0; i < 20; ++i) {
+      auto answer = (*j)->Append(absl::StrCat(i, "=v", i), [](absl::Status) { FAIL() << "answered at once instead"; });
+      ASSERT_TRUE(answer.has_value());
+      EXPECT_THAT(*answer, IsOk());
+    }
+    // While the journal runs the log holds every answered record: copied next to a database that has none...
+    std::filesystem::copy_file(dir + "/j.db-log.1", dir + "/fresh.db-log.5");
+    ASSERT_THAT(Barrier(**j), IsOk());
+    EXPECT_EQ(Count(**j), 20);
+  }
+  EXPECT_THAT(Segments(dir + "/j.db"), IsEmpty());  // a clean close leaves no log
+  // ...it restores them all, and the replayed segment goes.
+  auto fresh = Journal::Open(dir + "/fresh.db", kSchema, false, ApplyKv);
+  ASSERT_THAT(fresh, IsOk());
+  EXPECT_EQ(Count(**fresh), 20);
+  EXPECT_THAT(Segments(dir + "/fresh.db"), ElementsAre("fresh.db-log.6"));  // the new one, after 5
+}
+
+TEST(JournalLogTest, SealedSegmentsGoOnceCommittedAndOnesWithAFailedWriteStayForTheNextStart) {
+  const std::string path = testing::MakeTestDir() + "/j.db";
+  auto j = Journal::Open(path, kSchema, false, ApplyKv, /*segment_bytes=*/64);
+  ASSERT_THAT(j, IsOk());
+  for (int i = 0; i < 10; ++i) ASSERT_THAT(*(*j)->Append(absl::StrCat(i, "=abcdefgh"), nullptr), IsOk());
+  ASSERT_THAT(Barrier(**j), IsOk());
+  // Frames of 18 bytes: four to a segment; 1 and 2 are sealed and committed, 3 is being written.
+  EXPECT_THAT(Segments(path), ElementsAre("j.db-log.3"));
+  EXPECT_EQ(Count(**j), 10);
+
+  ASSERT_THAT(*(*j)->Append("fail", nullptr), IsOk());  // logged: its write fails later, on the writer thread
+  for (int i = 10; i < 20; ++i) ASSERT_THAT(*(*j)->Append(absl::StrCat(i, "=abcdefgh"), nullptr), IsOk());
+  ASSERT_THAT(Barrier(**j), IsOk());
+  EXPECT_EQ(Count(**j), 20);  // the others still committed
+  // Nothing from the failed write's segment on is deleted: 3 (8, 9, fail, 10), 4 and 5 (four each), 6 (19).
+  EXPECT_THAT(Segments(path), ElementsAre("j.db-log.3", "j.db-log.4", "j.db-log.5", "j.db-log.6"));
+  j->reset();
+  // The next start replays them, the failing record fails again, and the journal does not open half replayed.
+  EXPECT_THAT(Journal::Open(path, kSchema, false, ApplyKv, 64),
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr("replaying journal segment " + path + "-log.3: this record does not apply")));
+  EXPECT_EQ(Segments(path).size(), 4u);
+}
+
+TEST(JournalLogTest, WithFsyncAppendsAreAnsweredOnceCommittedAndNoLogIsKept) {
+  const std::string path = testing::MakeTestDir() + "/j.db";
+  auto j = Journal::Open(path, kSchema, /*fsync=*/true, ApplyKv);
+  ASSERT_THAT(j, IsOk());
+  std::promise<absl::Status> committed;
+  EXPECT_FALSE((*j)->Append("1=a", [&](absl::Status s) { committed.set_value(s); }).has_value());
+  EXPECT_THAT(committed.get_future().get(), IsOk());
+  EXPECT_EQ(Count(**j), 1);
+  EXPECT_THAT(Segments(path), IsEmpty());
+}
+
+TEST(JournalLogTest, ADamagedSegmentIsDataLossAtOpen) {
+  const std::string path = testing::MakeTestDir() + "/j.db";
+  {
+    std::vector<SegmentLog::Segment> left;
+    auto log = SegmentLog::Open(path + "-log", 1 << 20, &left);
+    ASSERT_THAT(log, IsOk());
+    ASSERT_THAT((*log)->Append("1=a"), IsOk());
+    ASSERT_THAT((*log)->Append("2=b"), IsOk());
+  }
+  std::fstream f(path + "-log.1", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(9);
+  f.put('X');  // inside the first record, a whole one follows
+  f.close();
+  EXPECT_THAT(Journal::Open(path, kSchema, false, ApplyKv),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(path + "-log.1 is damaged at offset 0")));
 }
 
 }  // namespace

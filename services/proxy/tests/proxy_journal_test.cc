@@ -3,6 +3,7 @@
 // once a change is durable.
 #include "services/proxy/proxy_journal.h"
 
+#include <filesystem>
 #include <future>
 
 #include "gmock/gmock.h"
@@ -97,6 +98,47 @@ TEST_F(ProxyJournalTest, ALedgersSessionsAndCallsComeBackAfterARestartAndAckedOn
   ASSERT_THAT(closed, IsOk());
   EXPECT_FALSE((*closed)->open());
   EXPECT_THAT(store->Find("acked"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ProxyJournalTest, EverythingAnsweredIsInTheRecordLogAloneAndReplaysOverADatabaseThatHasIt) {
+  const std::string copy = corral::testing::MakeTestDir() + "/copy.db";
+  {
+    auto journal = ProxyJournal::Open(path_, /*fsync=*/false);
+    ASSERT_THAT(journal, IsOk());
+    auto store = Store();
+    SessionLedger ledger(store.get(), journal->get(), &metrics_, &clock_);
+    for (const char* env : {"a", "b"}) {
+      v1::OpenSessionRequest r;
+      r.set_env_id(env);
+      absl::Status opened = absl::UnknownError("not answered");
+      ledger.Open(r, [&](absl::StatusOr<SessionLedger::Opened> o) { opened = o.status(); });
+      ASSERT_THAT(opened, IsOk());  // answered before Open returned: logged, not waiting for SQLite
+    }
+    std::shared_ptr<Session> a = *store->Find("a");
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(a->TryBeginCall());
+      ASSERT_THAT(io_.RunSync(ledger.RecordCall(*a, ChatCall("q" + std::to_string(i), "a"))), IsOk());
+    }
+    absl::Status closed = absl::UnknownError("not answered");
+    ledger.Close("b", v1::CLOSE_REASON_CLOSED, [&](absl::StatusOr<std::shared_ptr<Session>> s) { closed = s.status(); });
+    ASSERT_THAT(closed, IsOk());
+    ASSERT_THAT(ledger.Ack({"b"}), IsOkAndHolds(1u));
+    // The log as it stands, next to a database that has seen none of it.
+    std::filesystem::copy_file(path_ + "-log.1", copy + "-log.1");
+    std::filesystem::copy_file(path_ + "-log.1", path_ + "-log.7");  // and once more over the full database
+  }
+  for (const std::string& path : {copy, path_}) {
+    auto journal = ProxyJournal::Open(path, false);
+    ASSERT_THAT(journal, IsOk());
+    auto store = Store();
+    EXPECT_THAT((*journal)->Load(*store), IsOkAndHolds(1)) << path;
+    auto a = store->Find("a");
+    ASSERT_THAT(a, IsOk());
+    const v1::Trajectory t = (*a)->Trajectory(v1::TRAJECTORY_FORMAT_CALLS);
+    ASSERT_EQ(t.calls_size(), 3) << path;  // once each, in order
+    EXPECT_EQ(t.calls(2).seq(), 2u);
+    EXPECT_THAT(store->Find("b"), StatusIs(absl::StatusCode::kNotFound)) << path;  // acknowledged: stays gone
+  }
 }
 
 TEST_F(ProxyJournalTest, ACorruptCallRecordIsRefusedNotGuessed) {
