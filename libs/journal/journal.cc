@@ -176,6 +176,7 @@ Journal::~Journal() {
 
 std::optional<absl::Status> Journal::Append(std::string record, Done done) {
   std::optional<absl::Status> answer;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t sealed = 0;
@@ -185,6 +186,10 @@ std::optional<absl::Status> Journal::Append(std::string record, Done done) {
       sealed = *appended;
       if (queue_.size() < kMaxBacklog) answer = absl::OkStatus();
     }
+    // A logged write has nobody waiting: wake the writer for the first of a batch (it then gathers more) or a
+    // full one, not for each write (a futex wake and a context switch on the other core per call).
+    wake = !answer.has_value() || queue_.empty() || queue_.size() + 1 >= kGatherWrites;
+    urgent_ = urgent_ || !answer.has_value();
     queue_.emplace_back([this, record = std::move(record)](sqlite3* db) { return apply_(record, db); },
                         answer.has_value() ? nullptr : std::move(done));
     if (sealed != 0) {
@@ -192,7 +197,7 @@ std::optional<absl::Status> Journal::Append(std::string record, Done done) {
                           [this, sealed](const absl::Status& s) { SegmentCommitted(sealed, s); });
     }
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
   return answer;
 }
 
@@ -209,6 +214,7 @@ void Journal::Submit(Write write, Done done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.emplace_back(std::move(write), std::move(done));
+    urgent_ = true;
   }
   cv_.notify_one();
 }
@@ -242,6 +248,9 @@ void Journal::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty() && stopping_) return;
+      // Only logged writes queued (answered already): let a batch gather before committing it.
+      cv_.wait_for(lock, kGatherTime, [this] { return stopping_ || urgent_ || queue_.size() >= kGatherWrites; });
+      urgent_ = false;
       batch.swap(queue_);  // everything queued meanwhile: one transaction, one fsync
     }
     std::vector<absl::Status> results(batch.size());

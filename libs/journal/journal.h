@@ -12,6 +12,7 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -82,6 +83,9 @@ class Journal {
   // the record is committed (backpressure). With fsync: std::nullopt, and `done` runs once it is committed.
   std::optional<absl::Status> Append(std::string record, Done done);
   static constexpr size_t kMaxBacklog = 4096;
+  // The writer commits logged writes (nobody waiting) once this many are queued or this long after the first.
+  static constexpr size_t kGatherWrites = 256;
+  static constexpr std::chrono::milliseconds kGatherTime{2};
   // Queues `write`; `done` runs on the writer thread once the transaction holding it is committed (or failed).
   void Submit(Write write, Done done);
   // Submit and wait.
@@ -109,6 +113,7 @@ class Journal {
   std::condition_variable cv_;
   std::deque<std::pair<Write, Done>> queue_;
   bool stopping_ = false;
+  bool urgent_ = false;  // something queued has a caller waiting for its commit
   int64_t commits_ = 0, writes_ = 0;
   std::function<void(const absl::Status&)> on_write_failed_;
   Applier apply_;

@@ -189,6 +189,8 @@ asio::awaitable<absl::Status> ProxyJournal::AppendCall(const std::string& env_id
 }
 
 absl::StatusOr<int> ProxyJournal::Load(SessionStore& store) {
+  // What is logged but not yet applied is committed first, so the database holds every change answered so far.
+  CORRAL_RETURN_IF_ERROR(journal_->Apply([](sqlite3*) { return absl::OkStatus(); }));
   int sessions = 0;
   absl::Status status = journal_->Read([&](sqlite3* db) -> absl::Status {
     Statement st(db, "SELECT env_id, request, open_ns, close_reason FROM sessions ORDER BY env_id");
