@@ -34,11 +34,14 @@ struct SessionLimits {
 // One session. Thread-safe.
 class Session {
  public:
-  Session(v1::OpenSessionRequest request, absl::Time now, absl::Duration ttl, absl::Duration retention);
+  // `env_token`: the token the store signed for it (what Authenticate compares an agent's token with).
+  Session(v1::OpenSessionRequest request, absl::Time now, absl::Duration ttl, absl::Duration retention,
+          std::string env_token = "");
 
   const std::string& env_id() const { return request_.env_id(); }
   const v1::SessionPolicy& policy() const { return request_.policy(); }
   const v1::OpenSessionRequest& request() const { return request_; }
+  const std::string& env_token() const { return env_token_; }
 
   bool open() const;
   BudgetUse used() const;
@@ -66,6 +69,7 @@ class Session {
   void AddUsage(const v1::Usage& usage) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const v1::OpenSessionRequest request_;
+  const std::string env_token_;
   const absl::Duration retention_;
   mutable absl::Mutex mu_;
   v1::SessionState state_ ABSL_GUARDED_BY(mu_) = v1::SESSION_STATE_OPEN;

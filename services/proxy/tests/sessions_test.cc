@@ -55,6 +55,11 @@ TEST_F(SessionStoreTest, TokensAuthenticateTheirSessionUntilItClosesAndForgeries
   ASSERT_THAT(opened, IsOk());
   EXPECT_THAT(store_->Authenticate(opened->token), IsOkAndHolds(opened->session));
   EXPECT_THAT(store_->Authenticate("ep-1.forged"), StatusIs(absl::StatusCode::kUnauthenticated));
+  std::string one_off = opened->token;  // same session, same length, one signature byte changed
+  one_off.back() = one_off.back() == 'A' ? 'B' : 'A';
+  EXPECT_THAT(store_->Authenticate(one_off), StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(store_->Authenticate(TokenSigner::Ephemeral().Sign(kEnvTokenPurpose, "ep-1")),
+              StatusIs(absl::StatusCode::kUnauthenticated));  // another cluster's key
   EXPECT_THAT(store_->Authenticate(signer_.Sign(kEnvTokenPurpose, "ep-unknown")),
               StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("no session")));
   ASSERT_THAT(store_->Close("ep-1", v1::CLOSE_REASON_CLOSED), IsOk());
