@@ -100,10 +100,11 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                   absl::ZeroDuration(), absl::Hours(1));
   schema.Int("quota_default_max_tokens", &c->quota.default_max_tokens,
              "a token quota's up-front charge for the completion when a request sets no max_tokens", 1, 1 << 24);
-  schema.String("journal", &c->journal, "SQLite file recording sessions and calls (WAL)");
+  schema.String("journal", &c->journal,
+                "SQLite file recording sessions and calls (WAL), with its record log in <journal>-log.N beside it");
   schema.Bool("journal_fsync", &c->journal_fsync,
-              "fsync every commit, so recorded calls survive a machine crash too (by default they survive the "
-              "proxy being killed: committed to the WAL, flushed by the OS)");
+              "commit every change with an fsync before answering, so recorded calls survive a machine crash too "
+              "(by default they survive the proxy being killed: in the record log, flushed by the OS)");
   schema.Int("max_sessions", &c->max_sessions, "open sessions held at once", 1, 10000000);
   schema.Duration("session_ttl", &c->sessions.default_ttl, "lifetime of a session whose policy sets none",
                   absl::Seconds(1), absl::Hours(24 * 30));

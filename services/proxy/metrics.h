@@ -63,7 +63,7 @@ struct ProxyMetrics {
                            .Add({})),
         journal_commit(prometheus::BuildHistogram()
                            .Name("corral_proxy_journal_commit_seconds")
-                           .Help("Time to make a recorded call durable (group commit included).")
+                           .Help("Time to make a recorded call durable (its append to the record log; a commit with journal_fsync).")
                            .Register(r)
                            .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                                                             0.025, 0.05, 0.1, 0.5})),
