@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
 #include "openssl/sha.h"
@@ -10,42 +11,69 @@ namespace corral {
 
 namespace {
 
-std::string CanonicalJson(const v1::ChatMessage& m) {
-  // Fields in declaration order, empty ones left out: one spelling per message, cheap to produce.
-  boost::json::object o;
-  auto put = [&o](const char* key, const std::string& value) {
-    if (!value.empty()) o[key] = value;
+// A JSON string as boost::json spells it (the hashes depend on the exact bytes).
+void AppendJsonString(std::string& out, const std::string& value) {
+  boost::json::serializer sr;
+  sr.reset(boost::json::string_view(value.data(), value.size()));
+  char buf[1024];
+  while (!sr.done()) {
+    const boost::json::string_view part = sr.read(buf, sizeof buf);
+    out.append(part.data(), part.size());
+  }
+}
+
+// Appends the message's canonical JSON: fields in declaration order, empty ones left out (a tool call's are all
+// kept) — one spelling per message. Written directly: building a boost::json::object first was most of the cost.
+void AppendCanonicalJson(std::string& out, const v1::ChatMessage& m) {
+  bool first = true;
+  auto key = [&out, &first](const char* name) {
+    out.append(first ? "{\"" : ",\"");
+    first = false;
+    out.append(name);
+    out.append("\":");
+  };
+  auto put = [&](const char* name, const std::string& value) {
+    if (value.empty()) return;
+    key(name);
+    AppendJsonString(out, value);
   };
   put("role", m.role());
   put("content", m.content());
   put("content_parts_json", m.content_parts_json());
   put("reasoning_content", m.reasoning_content());
   if (m.tool_calls_size() > 0) {
-    boost::json::array calls;
-    for (const auto& tc : m.tool_calls()) {
-      boost::json::object c;
-      c["id"] = tc.id();
-      c["type"] = tc.type();
-      c["function_name"] = tc.function_name();
-      c["arguments"] = tc.arguments();
-      calls.push_back(std::move(c));
+    key("tool_calls");
+    out.push_back('[');
+    for (int i = 0; i < m.tool_calls_size(); ++i) {
+      const v1::ToolCall& tc = m.tool_calls(i);
+      out.append(i == 0 ? "{\"id\":" : ",{\"id\":");
+      AppendJsonString(out, tc.id());
+      out.append(",\"type\":");
+      AppendJsonString(out, tc.type());
+      out.append(",\"function_name\":");
+      AppendJsonString(out, tc.function_name());
+      out.append(",\"arguments\":");
+      AppendJsonString(out, tc.arguments());
+      out.push_back('}');
     }
-    o["tool_calls"] = std::move(calls);
+    out.push_back(']');
   }
   put("tool_call_id", m.tool_call_id());
   put("name", m.name());
-  return boost::json::serialize(o);
+  out.append(first ? "{}" : "}");
 }
 
 }  // namespace
 
 std::string TrajectoryStore::ChainHash(const std::string& parent_hash, const v1::ChatMessage& message) {
-  const std::string input = parent_hash + '\0' + CanonicalJson(message);
+  std::string input;
+  input.reserve(parent_hash.size() + 64 + message.content().size());
+  input.append(parent_hash);
+  input.push_back('\0');
+  AppendCanonicalJson(input, message);
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(), digest);
-  std::string hex;
-  for (unsigned char c : digest) absl::StrAppend(&hex, absl::Hex(c, absl::kZeroPad2));
-  return hex;
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), sizeof digest));
 }
 
 uint32_t TrajectoryStore::Node(std::optional<uint32_t> parent, const v1::ChatMessage& message, bool generated,

@@ -27,6 +27,26 @@ RecordedCall Call(std::vector<v1::ChatMessage> prompt, const std::string& reply,
   return c;
 }
 
+// The hash is part of the trajectory a trainer gets (MessageNode.hash): its spelling must not change. Pinned on
+// messages with every field and the characters JSON escapes.
+TEST(TrajectoryStoreTest, ChainHashesAreStable) {
+  EXPECT_EQ(TrajectoryStore::ChainHash("", v1::ChatMessage()), "28a3a18f6cd6406b086e9ffda1f9b8a13dbcf44b0f3f32cb9031a11fd053acf9");  // sha256("\\0{}")
+  EXPECT_EQ(TrajectoryStore::ChainHash("", Msg("user", "hello")), "8ed074c722f2636be2e0939e0c4b2480154c8f29a159dff1473b0fb113b0e6c7");
+  v1::ChatMessage m = Msg("assistant", "quote \" backslash \\ slash / tab \t newline \n nul " + std::string(1, '\0') +
+                                           " bell \x07 del \x7f utf-8 \xc3\xa9 \xe2\x82\xac");
+  m.set_content_parts_json(R"([{"type":"text","text":"x"}])");
+  m.set_reasoning_content("thinking");
+  auto* tc = m.add_tool_calls();
+  tc->set_id("call_1");
+  tc->set_type("function");
+  tc->set_function_name("run");
+  tc->set_arguments(R"({"cmd":"ls -l"})");
+  m.add_tool_calls()->set_id("call_2");  // the other fields empty
+  m.set_tool_call_id("t1");
+  m.set_name("bob");
+  EXPECT_EQ(TrajectoryStore::ChainHash(TrajectoryStore::ChainHash("", Msg("user", "hello")), m), "456a036d59c255d7b6fa022f137285d494675fe9db94d30a12c24f499e320fad");
+}
+
 TEST(TrajectoryStoreTest, AThirtyTurnToolConversationStoresEachMessageOnce) {
   TrajectoryStore store("env-1");
   std::vector<v1::ChatMessage> history = {Msg("system", "you are an agent"), Msg("user", "fix the bug")};
