@@ -141,6 +141,17 @@ uint32_t TrajectoryStore::Assign(std::optional<uint32_t> prompt_last, size_t new
 }
 
 const v1::LlmCall& TrajectoryStore::Record(RecordedCall recorded) {
+  Place(recorded);
+  calls_.push_back(std::move(*recorded.mutable_call()));
+  return calls_.back();
+}
+
+void TrajectoryStore::RecordKeeping(RecordedCall& recorded) {
+  Place(recorded);
+  calls_.push_back(recorded.call());
+}
+
+void TrajectoryStore::Place(RecordedCall& recorded) {
   v1::LlmCall& call = *recorded.mutable_call();
   if (call.call_id().empty()) {
     call.set_seq(next_seq_);
@@ -163,8 +174,6 @@ const v1::LlmCall& TrajectoryStore::Record(RecordedCall recorded) {
     owner_.resize(nodes_.size(), branch);  // nodes this call added belong to its branch
     if (end) SetLast(branch, *end);
   }
-  calls_.push_back(std::move(call));
-  return calls_.back();
 }
 
 void TrajectoryStore::MarkFailed(uint32_t seq, const std::string& error, int http_status) {

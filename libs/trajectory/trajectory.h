@@ -26,6 +26,9 @@ class TrajectoryStore {
   // Adds the call; returns it as stored (ids and node indices set). A call that already has a call_id (one
   // replayed from the journal) keeps its seq; new calls continue after the highest seq seen.
   const v1::LlmCall& Record(RecordedCall recorded);
+  // The same, keeping `recorded` whole: its call is set to the call as stored, and the store keeps a copy of
+  // that call (the proxy journals the whole record next, without copying its messages).
+  void RecordKeeping(RecordedCall& recorded);
   // Marks a recorded call failed (e.g. it could not be journaled).
   void MarkFailed(uint32_t seq, const std::string& error, int http_status);
 
@@ -41,6 +44,8 @@ class TrajectoryStore {
   static std::string ChainHash(const std::string& parent_hash, const v1::ChatMessage& message);
 
  private:
+  // Sets the call's ids and node indices, adding its messages to the tree (Record's work but keeping the call).
+  void Place(RecordedCall& recorded);
   // Appends `message` below `parent` (or finds the identical node there); returns its index.
   uint32_t Node(std::optional<uint32_t> parent, const v1::ChatMessage& message, bool generated,
                 const std::string& call_id);

@@ -487,7 +487,7 @@ asio::awaitable<absl::Status> HttpHandler::Finish(Call& c) {
   call.set_http_status(c.http_status);
   call.set_error(c.error);
   c.recorded_done = true;  // the ledger records it before its first suspension
-  absl::StatusOr<v1::LlmCall> stored = co_await ledger_->RecordCall(*c.session, c.recorded);
+  absl::Status stored = co_await ledger_->RecordCall(*c.session, c.recorded);
   if (!stored.ok()) c.http_status = 500;
   const v1::Usage& usage = call.usage();
   // The token quotas were charged an estimate: now the reported usage (none reported: the estimate stands for a
@@ -499,7 +499,7 @@ asio::awaitable<absl::Status> HttpHandler::Finish(Call& c) {
   metrics_->latency.Observe(absl::ToDoubleSeconds(done - c.received));
   if (d.first_byte != absl::Time()) metrics_->ttft.Observe(absl::ToDoubleSeconds(d.first_byte - c.received));
   metrics_->overhead.Observe(std::max(0.0, absl::ToDoubleSeconds(done - c.received - c.upstream_wait)));
-  co_return stored.status();
+  co_return stored;
 }
 
 asio::awaitable<void> HttpHandler::Fail(Call& c, http::Responder& responder, ApiError error, int http_status,

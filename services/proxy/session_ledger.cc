@@ -76,18 +76,18 @@ void SessionLedger::Expire() {
   UpdateGauge();
 }
 
-boost::asio::awaitable<absl::StatusOr<v1::LlmCall>> SessionLedger::RecordCall(Session& session, RecordedCall call) {
-  const v1::LlmCall stored = session.EndCall(call);
-  *call.mutable_call() = stored;  // journaled as stored: ids and node indices included
+boost::asio::awaitable<absl::Status> SessionLedger::RecordCall(Session& session, RecordedCall& call) {
+  session.EndCall(call);  // journaled as stored: ids and node indices included
+  const uint32_t seq = call.call().seq();
   const absl::Time commit_start = clock_->Now();
   absl::Status journaled = co_await journal_->AppendCall(session.env_id(), call);
   metrics_->journal_commit.Observe(absl::ToDoubleSeconds(clock_->Now() - commit_start));
   if (!journaled.ok()) {
-    spdlog::error("session {}: journaling call {} failed: {}", session.env_id(), stored.seq(), journaled);
-    session.FailCall(stored.seq(), absl::StrCat("the call could not be journaled: ", journaled.message()), 500);
+    spdlog::error("session {}: journaling call {} failed: {}", session.env_id(), seq, journaled);
+    session.FailCall(seq, absl::StrCat("the call could not be journaled: ", journaled.message()), 500);
     co_return absl::InternalError(absl::StrCat("the call could not be journaled: ", journaled.message()));
   }
-  co_return stored;
+  co_return absl::OkStatus();
 }
 
 }  // namespace corral::proxy

@@ -36,9 +36,10 @@ class SessionLedger {
   absl::StatusOr<uint32_t> Ack(const std::vector<std::string>& env_ids);
   // Closes sessions past their TTL and drops closed ones past their retention.
   void Expire();
-  // Records a finished call in its session and makes it durable; resumes on the caller's executor with the
-  // call as stored. A call that cannot be journaled is marked failed in the trajectory (INTERNAL).
-  boost::asio::awaitable<absl::StatusOr<v1::LlmCall>> RecordCall(Session& session, RecordedCall call);
+  // Records a finished call in its session and makes it durable; resumes on the caller's executor. `call` (the
+  // caller's, kept alive until then) is set to the call as stored. A call that cannot be journaled is marked
+  // failed in the trajectory (INTERNAL).
+  boost::asio::awaitable<absl::Status> RecordCall(Session& session, RecordedCall& call);
 
   SessionStore& store() { return *store_; }
 

@@ -62,11 +62,11 @@ void Session::AddUsage(const v1::Usage& u) {
   usage_.set_total_tokens(usage_.total_tokens() + u.total_tokens());
 }
 
-v1::LlmCall Session::EndCall(RecordedCall call) {
+void Session::EndCall(RecordedCall& call) {
   absl::MutexLock lock(&mu_);
   if (inflight_ > 0) --inflight_;
   AddUsage(call.call().usage());
-  return trajectory_.Record(std::move(call));
+  trajectory_.RecordKeeping(call);
 }
 
 void Session::Replay(RecordedCall call) {

@@ -47,9 +47,11 @@ class Session {
   BudgetUse used() const;
   // A call starts, counted in flight, unless the session's max_calls (calls recorded + in flight) is reached:
   // checked and counted under one lock, so concurrent calls cannot overrun it. Then it ends and is recorded
-  // (EndCall, returning it as stored), or is abandoned without a record (AbandonCall, on an internal error).
+  // (EndCall, setting it to the call as stored), or is abandoned without a record (AbandonCall, on an internal
+  // error).
   bool TryBeginCall();
-  v1::LlmCall EndCall(RecordedCall call);
+  // Records `call` and sets its call to the call as stored (seq, ids and node indices).
+  void EndCall(RecordedCall& call);
   void AbandonCall();
   // The recorded call `seq` failed after all (its journaling did): the trajectory must not show it succeeded.
   void FailCall(uint32_t seq, const std::string& error, int http_status);

@@ -69,9 +69,11 @@ TEST_F(ProxyJournalTest, ALedgersSessionsAndCallsComeBackAfterARestartAndAckedOn
     EXPECT_EQ(metrics_.open_sessions.Value(), 3);
     std::shared_ptr<Session> kept = *store->Find("kept");
     ASSERT_TRUE(kept->TryBeginCall());
-    auto stored = io_.RunSync(ledger.RecordCall(*kept, ChatCall("2+2?", "4")));
-    ASSERT_THAT(stored, IsOk());
-    EXPECT_EQ(stored->seq(), 0u);
+    RecordedCall call = ChatCall("2+2?", "4");
+    ASSERT_THAT(io_.RunSync(ledger.RecordCall(*kept, call)), IsOk());
+    EXPECT_EQ(call.call().seq(), 0u);
+    EXPECT_EQ(call.call().call_id(), "kept/0");
+    EXPECT_EQ(call.prompt_size(), 1);  // the record stays whole: it is what the journal wrote
     for (const char* env : {"closed", "acked"}) {
       std::promise<absl::Status> closed;
       ledger.Close(env, v1::CLOSE_REASON_CLOSED,
@@ -117,7 +119,8 @@ TEST_F(ProxyJournalTest, EverythingAnsweredIsInTheRecordLogAloneAndReplaysOverAD
     std::shared_ptr<Session> a = *store->Find("a");
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(a->TryBeginCall());
-      ASSERT_THAT(io_.RunSync(ledger.RecordCall(*a, ChatCall("q" + std::to_string(i), "a"))), IsOk());
+      RecordedCall call = ChatCall("q" + std::to_string(i), "a");
+      ASSERT_THAT(io_.RunSync(ledger.RecordCall(*a, call)), IsOk());
     }
     absl::Status closed = absl::UnknownError("not answered");
     ledger.Close("b", v1::CLOSE_REASON_CLOSED, [&](absl::StatusOr<std::shared_ptr<Session>> s) { closed = s.status(); });

@@ -125,7 +125,8 @@ TEST_F(SessionStoreTest, MaxCallsCountsCallsInFlightAndRecorded) {
   s.AbandonCall();  // one in flight
   RecordedCall call;
   call.mutable_call()->set_endpoint("/v1/chat/completions");
-  EXPECT_EQ(s.EndCall(call).seq(), 0u);  // none in flight, one recorded
+  s.EndCall(call);
+  EXPECT_EQ(call.call().call_id(), "ep/0");  // as stored; none in flight, one recorded
   EXPECT_EQ(s.Snapshot().calls(), 1u);
   EXPECT_TRUE(s.TryBeginCall());
   EXPECT_FALSE(s.TryBeginCall());  // one recorded + one in flight
