@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace corral {
 namespace {
@@ -52,16 +53,26 @@ absl::StatusOr<std::vector<std::string>> ParseSegment(absl::string_view bytes, c
   while (bytes.size() - at >= kHeader) {
     const uint32_t length = GetU32(bytes.data() + at);
     const uint32_t crc = GetU32(bytes.data() + at + 4);
-    if (bytes.size() - at - kHeader < length) break;  // cut short: never acknowledged
+    if (bytes.size() - at - kHeader < length) {  // cut short: never acknowledged
+      spdlog::warn("journal segment {}: dropped a record cut short at offset {} ({} of {} bytes written)", name, at,
+                   bytes.size() - at - kHeader, length);
+      return records;
+    }
     const absl::string_view record = bytes.substr(at + kHeader, length);
     const bool last = at + kHeader + length == bytes.size();
     if (Crc(record) != crc) {
-      if (last) break;  // a torn final write
+      if (last) {  // a torn final write
+        spdlog::warn("journal segment {}: dropped a torn last record at offset {}", name, at);
+        return records;
+      }
       return absl::DataLossError(absl::StrCat("journal segment ", name, " is damaged at offset ", at,
                                               " (checksum mismatch); move it aside to start without it"));
     }
     records.emplace_back(record);
     at += kHeader + length;
+  }
+  if (at != bytes.size()) {
+    spdlog::warn("journal segment {}: dropped a record header cut short at offset {}", name, at);
   }
   return records;
 }

@@ -2,7 +2,7 @@
 // Journal with a record log (journal.h) writes each record here before queueing its SQLite write, so the record is
 // durable against the process being killed as soon as Append returns (it is in the kernel's page cache), without
 // waiting for a commit or a checkpoint; the segments are deleted once SQLite has committed what they hold.
-// Not thread-safe: the Journal calls it under its lock.
+// Append is not thread-safe (the Journal calls it under its lock); Remove and PathOf read only what Open fixed.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +25,9 @@ class SegmentLog {
   };
 
   // Reads the segments left from before (oldest first), then starts a new one after them. A record cut short at
-  // the end of a segment (the process died while writing it, so it was never acknowledged) ends that segment;
-  // a damaged record anywhere else is DATA_LOSS naming the file and offset. `segment_bytes`: a segment is sealed
+  // the end of a segment, or the last one failing its checksum (the process died while writing it, so it was
+  // never acknowledged), ends that segment with a warning; a record failing its checksum with more after it is
+  // DATA_LOSS naming the file and offset. `segment_bytes`: a segment is sealed
   // and the next one started once it holds at least this much.
   static absl::StatusOr<std::unique_ptr<SegmentLog>> Open(std::string prefix, int64_t segment_bytes,
                                                           std::vector<Segment>* left_over);
