@@ -179,22 +179,30 @@ std::optional<absl::Status> Journal::Append(std::string record, Done done) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    int64_t sealed = 0;
+    absl::Status logged;
+    std::vector<int64_t> sealed;
     if (log_ != nullptr) {
-      auto appended = log_->Append(record);
-      if (!appended.ok()) return appended.status();
-      sealed = *appended;
-      if (queue_.size() < kMaxBacklog) answer = absl::OkStatus();
+      logged = log_->Append(record);
+      sealed = log_->TakeSealed();
+      answer = logged;
+      if (logged.ok() && queue_.size() >= kMaxBacklog) {
+        // Backpressure: the caller waits for the writer. What is logged stands (a failed apply is replayed at
+        // the next start), so the wait ends OK either way.
+        answer.reset();
+        done = [done = std::move(done)](const absl::Status&) { done(absl::OkStatus()); };
+      }
     }
     // A logged write has nobody waiting: wake the writer for the first of a batch (it then gathers more) or a
     // full one, not for each write (a futex wake and a context switch on the other core per call).
     wake = !answer.has_value() || queue_.empty() || queue_.size() + 1 >= kGatherWrites;
     urgent_ = urgent_ || !answer.has_value();
-    queue_.emplace_back([this, record = std::move(record)](sqlite3* db) { return apply_(record, db); },
-                        answer.has_value() ? nullptr : std::move(done));
-    if (sealed != 0) {
+    if (logged.ok()) {
+      queue_.emplace_back([this, record = std::move(record)](sqlite3* db) { return apply_(record, db); },
+                          answer.has_value() ? nullptr : std::move(done));
+    }
+    for (int64_t n : sealed) {  // after every record the segment holds
       queue_.emplace_back([](sqlite3*) { return absl::OkStatus(); },
-                          [this, sealed](const absl::Status& s) { SegmentCommitted(sealed, s); });
+                          [this, n](const absl::Status& s) { SegmentCommitted(n, s); });
     }
   }
   if (wake) cv_.notify_one();

@@ -8,6 +8,8 @@
 // append-only segment file (segment_log.h) and answers at once; the writer thread applies it to SQLite later, and
 // a segment is deleted once everything in it is committed. No caller waits for a commit, so none waits for
 // SQLite's checkpoints and their fsyncs. A restarted Journal first applies the records of the segments left over.
+// Once a write fails to apply (disk full), no segment is deleted until the next start replays them (the failures
+// go to OnWriteFailed, which the services count in a metric to alert on).
 #pragma once
 
 #include <sqlite3.h>
@@ -78,9 +80,10 @@ class Journal {
   ~Journal();  // commits what is queued, then closes
 
   // Needs `apply`. With the record log: returns the outcome at once once `record` is in the log (durable against
-  // the process being killed; an error such as a full disk changes nothing), and `done` is not called — unless the
-  // writer is more than kMaxBacklog writes behind: then std::nullopt, and `done` runs on the writer thread once
-  // the record is committed (backpressure). With fsync: std::nullopt, and `done` runs once it is committed.
+  // the process being killed; on an error, such as a full disk, nothing is logged or applied), and `done` is not
+  // called — unless the writer is more than kMaxBacklog writes behind: then std::nullopt, and `done` runs with OK
+  // on the writer thread once the record's transaction is over (backpressure; the log stands either way). With
+  // fsync: std::nullopt, and `done` runs once it is committed, with the commit's outcome.
   std::optional<absl::Status> Append(std::string record, Done done);
   static constexpr size_t kMaxBacklog = 4096;
   // The writer commits logged writes (nobody waiting) once this many are queued or this long after the first.

@@ -53,6 +53,11 @@ absl::StatusOr<std::vector<std::string>> ParseSegment(absl::string_view bytes, c
   while (bytes.size() - at >= kHeader) {
     const uint32_t length = GetU32(bytes.data() + at);
     const uint32_t crc = GetU32(bytes.data() + at + 4);
+    if (length == 0) {  // no record is empty: zeros, where a machine crash left blocks unwritten
+      spdlog::warn("journal segment {}: no record at offset {}; the last {} bytes are dropped", name, at,
+                   bytes.size() - at);
+      return records;
+    }
     if (bytes.size() - at - kHeader < length) {  // cut short: never acknowledged
       spdlog::warn("journal segment {}: dropped a record cut short at offset {} ({} of {} bytes written)", name, at,
                    bytes.size() - at - kHeader, length);
@@ -114,7 +119,9 @@ absl::Status SegmentLog::Start(int64_t number) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> SegmentLog::Append(absl::string_view record) {
+absl::Status SegmentLog::Append(absl::string_view record) {
+  if (!broken_.ok()) return broken_;
+  if (record.empty()) return absl::InvalidArgumentError("a journal record must not be empty");
   frame_.clear();
   PutU32(frame_, static_cast<uint32_t>(record.size()));
   PutU32(frame_, Crc(record));
@@ -125,19 +132,25 @@ absl::StatusOr<int64_t> SegmentLog::Append(absl::string_view record) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       absl::Status error = Errno(absl::StrCat("writing journal segment ", PathOf(number_)));
-      // Cut the partial frame off so later records stay readable; failing that, continue in a new segment (a
-      // frame cut short ends its segment on replay).
-      if (::ftruncate(fd_.get(), size_) != 0) (void)Start(number_ + 1);
+      // Cut the partial frame off so later records stay readable; failing that, this segment ends here (a frame
+      // cut short ends its segment on replay) and is sealed like a full one.
+      if (::ftruncate(fd_.get(), size_) != 0) {
+        sealed_.push_back(number_);
+        if (absl::Status started = Start(number_ + 1); !started.ok()) {
+          broken_ = absl::UnavailableError(absl::StrCat("the journal's log cannot be written: ", started.message()));
+        }
+      }
       return error;
     }
     done += static_cast<size_t>(n);
   }
   size_ += static_cast<int64_t>(frame_.size());
-  if (size_ < segment_bytes_) return 0;
-  const int64_t sealed = number_;
-  // The record is written either way: if no new segment can be made, this one grows and the next append retries.
-  if (!Start(number_ + 1).ok()) return 0;
-  return sealed;
+  if (size_ >= segment_bytes_) {
+    const int64_t full = number_;
+    // The record is written either way: if no new segment can be made, this one grows and the next append retries.
+    if (Start(number_ + 1).ok()) sealed_.push_back(full);
+  }
+  return absl::OkStatus();
 }
 
 void SegmentLog::Remove(int64_t number) const { ::unlink(PathOf(number).c_str()); }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,9 +33,14 @@ class SegmentLog {
   static absl::StatusOr<std::unique_ptr<SegmentLog>> Open(std::string prefix, int64_t segment_bytes,
                                                           std::vector<Segment>* left_over);
 
-  // Writes one record. Returns the number of the segment this write sealed (the next record goes to a new one), or
-  // 0. On failure (disk full) the segment is cut back to where it was and the error returned.
-  absl::StatusOr<int64_t> Append(absl::string_view record);
+  // Writes one record (not empty: a zero length marks the end of the data, as in a zero-filled tail after a
+  // machine crash). On failure (disk full) the segment is cut back to where it was and the error returned; if it
+  // cannot be, the segment ends there (replay stops at the frame cut short) and the next record starts a new one.
+  // When no new segment can be made either, every later Append fails.
+  absl::Status Append(absl::string_view record);
+  // The segments closed since the last call (full, or ended by a failed write), oldest first: none takes another
+  // record, and each can go once what it holds is committed.
+  std::vector<int64_t> TakeSealed() { return std::exchange(sealed_, {}); }
   // Deletes segment `number` (its records are committed elsewhere).
   void Remove(int64_t number) const;
   std::string PathOf(int64_t number) const;
@@ -50,6 +56,8 @@ class SegmentLog {
   int64_t size_ = 0;
   UniqueFd fd_;
   std::string frame_;  // reused: one write() per record
+  std::vector<int64_t> sealed_;
+  absl::Status broken_;  // set when a failed write could neither be cut off nor continued in a new segment
 };
 
 // The records of one segment file's bytes (exposed for tests): see Open for how damage is treated.

@@ -78,8 +78,10 @@ std::string Header(Kind kind, absl::string_view env_id, size_t reserve = 0) {
   return out;
 }
 
-// Applies one record; idempotent when replayed in order (OR IGNORE, and a call only lands in a session that
-// still exists: one acknowledged meanwhile is gone for good).
+// Applies one record. Replaying a log's records in order, to its end, over a database that already holds some of
+// them gives the same database (OR IGNORE; a call only lands in a session that still exists: one acknowledged
+// meanwhile is gone for good). Live, with or without the log, a call for a session acknowledged meanwhile is
+// dropped the same way instead of failing.
 absl::Status ApplyRecord(absl::string_view record, sqlite3* db) {
   if (record.empty()) return absl::DataLossError("an empty journal record");
   Fields f(record.substr(1));
@@ -168,23 +170,24 @@ asio::awaitable<absl::Status> ProxyJournal::AppendCall(const std::string& env_id
   call.AppendToString(&record);
   // Usually answered at once (logged). Otherwise the writer thread signals the waiting coroutine by cancelling a
   // timer on the coroutine's own executor, so `wait` is only touched on that executor.
+  // (The HTTP server runs one thread per io_context, so the handler and this coroutine never run at once.)
+  auto executor = co_await asio::this_coro::executor;
   struct Wait {
+    explicit Wait(const asio::any_io_executor& e) : timer(e, asio::steady_timer::time_point::max()) {}
     absl::Status status = absl::UnknownError("not committed");
     bool committed = false;
-    std::optional<asio::steady_timer> timer;
+    asio::steady_timer timer;
   };
-  auto executor = co_await asio::this_coro::executor;
-  auto wait = std::make_shared<Wait>();
+  auto wait = std::make_shared<Wait>(executor);
   std::optional<absl::Status> at_once = journal_->Append(std::move(record), [executor, wait](absl::Status s) {
     asio::post(executor, [wait, s = std::move(s)] {
       wait->status = s;
       wait->committed = true;
-      if (wait->timer) wait->timer->cancel();
+      wait->timer.cancel();
     });
   });
   if (at_once) co_return *at_once;
-  wait->timer.emplace(executor, asio::steady_timer::time_point::max());
-  while (!wait->committed) co_await wait->timer->async_wait(asio::as_tuple(asio::use_awaitable));
+  while (!wait->committed) co_await wait->timer.async_wait(asio::as_tuple(asio::use_awaitable));
   co_return wait->status;
 }
 

@@ -26,7 +26,8 @@ class SessionLedger {
   using Opened = SessionStore::Opened;
   // `done` runs once the session is durable, or refused (SessionStore::Open's codes; UNAVAILABLE when it could
   // not be journaled, and then it does not exist) — at once when the journal logs it, a refusal or a retried
-  // open of a session that exists already; with --journal-fsync on the journal's thread.
+  // open of a session that exists already; on the journal's thread with --journal-fsync or when the journal's
+  // writer is far behind.
   void Open(v1::OpenSessionRequest request, absl::AnyInvocable<void(absl::StatusOr<Opened>)> done);
   // Closes the session at once (later calls with its token are refused) and runs `done` once that is durable:
   // NOT_FOUND for an unknown env_id, UNAVAILABLE when the close could not be journaled.

@@ -169,6 +169,30 @@ TEST(JournalLogTest, SealedSegmentsGoOnceCommittedAndOnesWithAFailedWriteStayFor
   EXPECT_EQ(Segments(path).size(), 4u);
 }
 
+TEST(JournalLogTest, FarBehindTheWriterACallerWaitsForItAndTheLogStandsEvenIfTheApplyFails) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> entered;
+  auto apply = [&](absl::string_view record, sqlite3* db) -> absl::Status {
+    if (record == "block") {
+      entered.set_value();
+      released.wait();  // holds the writer while the queue fills
+      return absl::OkStatus();
+    }
+    return ApplyKv(record, db);
+  };
+  auto j = Journal::Open(testing::MakeTestDir() + "/j.db", kSchema, false, apply);
+  ASSERT_THAT(j, IsOk());
+  ASSERT_THAT(*(*j)->Append("block", nullptr), IsOk());
+  entered.get_future().wait();
+  for (size_t i = 0; i < Journal::kMaxBacklog; ++i) ASSERT_THAT(*(*j)->Append(absl::StrCat(i, "=v"), nullptr), IsOk());
+  std::promise<absl::Status> waited;
+  EXPECT_FALSE((*j)->Append("fail", [&](absl::Status s) { waited.set_value(s); }).has_value());  // must wait
+  release.set_value();
+  EXPECT_THAT(waited.get_future().get(), IsOk());  // its apply failed, but it is logged: replayed at the next start
+  EXPECT_EQ(Count(**j), static_cast<int64_t>(Journal::kMaxBacklog));
+}
+
 TEST(JournalLogTest, WithFsyncAppendsAreAnsweredOnceCommittedAndNoLogIsKept) {
   const std::string path = testing::MakeTestDir() + "/j.db";
   auto j = Journal::Open(path, kSchema, /*fsync=*/true, ApplyKv);

@@ -31,10 +31,14 @@ TEST(SegmentLogTest, RecordsComeBackInOrderAcrossSegmentsAndANewSegmentFollows) 
     EXPECT_THAT(left, IsEmpty());
     EXPECT_EQ((*log)->current(), 1);
     // Each frame is 8 + 11 bytes: the second append fills segment 1 to 38 and seals it.
-    EXPECT_THAT((*log)->Append("record-0001"), IsOkAndHolds(0));
-    EXPECT_THAT((*log)->Append("record-0002"), IsOkAndHolds(1));
-    EXPECT_THAT((*log)->Append("record-0003"), IsOkAndHolds(0));
+    ASSERT_THAT((*log)->Append("record-0001"), IsOk());
+    EXPECT_THAT((*log)->TakeSealed(), IsEmpty());
+    ASSERT_THAT((*log)->Append("record-0002"), IsOk());
+    EXPECT_THAT((*log)->TakeSealed(), ElementsAre(1));
+    ASSERT_THAT((*log)->Append("record-0003"), IsOk());
+    EXPECT_THAT((*log)->TakeSealed(), IsEmpty());
     EXPECT_EQ((*log)->current(), 2);
+    EXPECT_THAT((*log)->Append(""), StatusIs(absl::StatusCode::kInvalidArgument));  // zero length ends the data
   }
   std::vector<SegmentLog::Segment> left;
   auto log = SegmentLog::Open(prefix, 38, &left);
@@ -64,6 +68,8 @@ TEST(SegmentLogTest, AWriteCutShortAtTheEndIsDroppedAndDamageElsewhereIsDataLoss
   // Cut inside the second frame's bytes, or inside its header: only the first record was ever complete.
   EXPECT_THAT(ParseSegment(whole.substr(0, whole.size() - 2), "s"), IsOkAndHolds(ElementsAre("first")));
   EXPECT_THAT(ParseSegment(whole.substr(0, 13 + 5), "s"), IsOkAndHolds(ElementsAre("first")));
+  // Zeros where a machine crash left blocks unwritten: the data ends there.
+  EXPECT_THAT(ParseSegment(whole.substr(0, 13) + std::string(4096, '\0'), "s"), IsOkAndHolds(ElementsAre("first")));
   // The last frame complete but its bytes garbled (a torn write): dropped too.
   std::string torn = whole;
   torn.back() = 'X';
