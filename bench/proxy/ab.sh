@@ -22,10 +22,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ready() {  # ready-file field
-  for _ in $(seq 400); do [[ -s "$1" ]] && break; sleep 0.05; done
-  sed -n "s/.*\"$2\":\"\([^\"]*\)\".*/\1/p" "$1"
-}
+source bench/proxy/lib.sh
 
 one_run() {  # binary
   rm -rf "$work"/*

@@ -27,10 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ready() {  # ready-file field
-  for _ in $(seq 400); do [[ -s "$1" ]] && break; sleep 0.05; done
-  sed -n "s/.*\"$2\":\"\([^\"]*\)\".*/\1/p" "$1"
-}
+source bench/proxy/lib.sh
 
 build/bin/corral-fake-llm --listen 127.0.0.1:0 --reply "The repository keeps services, libraries and tests apart." \
   --ready-file "$work/fake.json" --log-level warn > "$work/fake.log" 2>&1 &

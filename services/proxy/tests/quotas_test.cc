@@ -62,21 +62,22 @@ model_quotas:
 }
 
 TEST(QuotaConfigTest, BadQuotasAreClearErrors) {
-  Config a;
-  EXPECT_THAT(Load("upstreams: [{url: http://127.0.0.1:8000, quota: {requests: rpm}}]\n", &a),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ratelimiter must name")));
-  Config b;
-  EXPECT_THAT(Load("ratelimiter: 127.0.0.1:7400\nupstreams: [{url: http://127.0.0.1:8000, quota: {rpm: x}}]\n", &b),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown key 'rpm'")));
-  Config c;
-  EXPECT_THAT(Load("ratelimiter: 127.0.0.1:7400\nupstreams: [http://127.0.0.1:8000]\nmodel_quotas: {m: {tokens: a/b}}\n", &c),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a limit name")));
-  Config d;
-  EXPECT_THAT(Load("ratelimiter: 127.0.0.1:7400\nupstreams: [http://127.0.0.1:8000]\nmodel_quotas: {m: {key: x}}\n", &d),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("names no limit")));
-  Config e;
-  EXPECT_THAT(Load("ratelimiter: nowhere\nupstreams: [http://127.0.0.1:8000]\n", &e),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ratelimiter")));
+  const struct {
+    const char* yaml;
+    const char* error;
+  } cases[] = {
+      {"upstreams: [{url: http://127.0.0.1:8000, quota: {requests: rpm}}]\n", "ratelimiter must name"},
+      {"ratelimiter: 127.0.0.1:7400\nupstreams: [{url: http://127.0.0.1:8000, quota: {rpm: x}}]\n", "unknown key 'rpm'"},
+      {"ratelimiter: 127.0.0.1:7400\nupstreams: [http://127.0.0.1:8000]\nmodel_quotas: {m: {tokens: a/b}}\n",
+       "not a limit name"},
+      {"ratelimiter: 127.0.0.1:7400\nupstreams: [http://127.0.0.1:8000]\nmodel_quotas: {m: {key: x}}\n",
+       "names no limit"},
+      {"ratelimiter: nowhere\nupstreams: [http://127.0.0.1:8000]\n", "ratelimiter"},
+  };
+  for (const auto& c : cases) {
+    Config config;
+    EXPECT_THAT(Load(c.yaml, &config), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.error))) << c.yaml;
+  }
 }
 
 }  // namespace
