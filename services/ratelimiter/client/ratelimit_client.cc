@@ -1,5 +1,7 @@
 #include "services/ratelimiter/client/ratelimit_client.h"
 
+#include <deque>
+
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
@@ -13,6 +15,67 @@ struct RateLimitClient::Pending {
   absl::StatusOr<v1::SessionResponse> reply = absl::UnknownError("no reply");
   // Set for AcquireAsync: called (outside the client's lock) instead of notifying `done`.
   std::function<void(absl::StatusOr<v1::SessionResponse>)> callback;
+};
+
+// One Session stream: the hello it opens with, a read always outstanding, and a queue of requests with exactly
+// one write in flight. Created and deleted by Run(); its state is guarded by the client's mu_. A hold keeps the
+// call open while requests may still be queued from outside the reactions; it is removed when the stream
+// breaks, after which nothing more is written.
+class RateLimitClient::Stream final : public grpc::ClientBidiReactor<v1::SessionRequest, v1::SessionResponse> {
+ public:
+  // Starts the call with `hello` queued. Called with the client's mu_ held: no reaction runs inline.
+  Stream(RateLimitClient* client, v1::SessionRequest hello) : client_(client) {
+    AttachBearer(context_, client->options_.token);
+    client->stub_->async()->Session(&context_, this);
+    AddHold();
+    StartRead(&in_);
+    (void)WriteLocked(std::move(hello));
+    StartCall();
+  }
+
+  // Queues `request`; false once the stream is broken.
+  bool WriteLocked(v1::SessionRequest request) {
+    if (broken_) return false;
+    queue_.push_back(std::move(request));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&queue_.front());  // deque::push_back keeps the front element where it is
+    }
+    return true;
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&client_->mu_);
+    queue_.pop_front();
+    writing_ = ok && !broken_ && !queue_.empty();
+    if (writing_) StartWrite(&queue_.front());
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      client_->OnBroken(this);
+      return;
+    }
+    // Handled before the next read, so replies are seen in the order the limiter sent them.
+    client_->OnReply(this, std::move(in_));
+    in_.Clear();
+    StartRead(&in_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::MutexLock lock(&client_->mu_);
+    status_ = status;
+    done_ = true;
+  }
+
+  RateLimitClient* const client_;
+  grpc::ClientContext context_;
+  v1::SessionResponse in_;
+  std::deque<v1::SessionRequest> queue_;
+  bool writing_ = false;
+  bool broken_ = false;  // the read failed: the hold is gone, nothing more is written
+  bool done_ = false;    // OnDone ran: gRPC is finished with the stream
+  grpc::Status status_;
 };
 
 namespace {
@@ -62,12 +125,11 @@ absl::StatusOr<std::unique_ptr<RateLimitClient>> RateLimitClient::Connect(Client
   if (!channel.ok()) return channel.status();
   std::unique_ptr<RateLimitClient> client(new RateLimitClient(std::move(options)));
   client->stub_ = v1::RateLimiter::NewStub(*channel);
-  client->reader_ = std::thread([c = client.get()] { c->ReaderLoop(); });
+  client->thread_ = std::thread([c = client.get()] { c->Run(); });
   client->first_attempt_done_.WaitForNotificationWithTimeout(client->options_.connect_timeout);
   if (!client->connected() && client->options_.fail_mode == FailMode::kClosed) {
     return absl::UnavailableError(absl::StrCat("cannot reach the ratelimiter at ", client->options_.address));
   }
-  client->keepalive_ = std::thread([c = client.get()] { c->KeepAliveLoop(); });
   return client;
 }
 
@@ -95,11 +157,9 @@ RateLimitClient::~RateLimitClient() {
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;
-    if (context_) context_->TryCancel();  // ends the session: the limiter releases our leases
-    if (connecting_context_) connecting_context_->TryCancel();
+    if (stream_ != nullptr) stream_->context_.TryCancel();  // ends the session: the limiter releases our leases
   }
-  if (reader_.joinable()) reader_.join();
-  if (keepalive_.joinable()) keepalive_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 bool RateLimitClient::connected() const {
@@ -122,70 +182,145 @@ bool RateLimitClient::Holds(const std::string& lease_id) const {
   return held_.count(lease_id) > 0;
 }
 
-absl::Status RateLimitClient::OpenStream() {
-  auto context = std::make_unique<grpc::ClientContext>();
-  AttachBearer(*context, options_.token);
-  v1::SessionRequest hello;
-  hello.mutable_hello()->set_client_id(options_.client_id);
-  {
-    absl::MutexLock lock(&mu_);
-    if (closing_) return absl::CancelledError("closing");
-    // Published before the call starts, so the destructor can cancel a connect that hangs.
-    connecting_context_ = context.get();
-    for (const auto& [id, lease] : held_) *hello.mutable_hello()->add_reclaim() = lease;
-  }
-  auto stream = stub_->Session(context.get());
-  v1::SessionResponse ready;
-  const bool ok = stream->Write(hello) && stream->Read(&ready) && ready.has_ready();
-  std::vector<std::string> released_meanwhile;
-  {
-    absl::MutexLock write_lock(&write_mu_);
-    absl::MutexLock lock(&mu_);
-    connecting_context_ = nullptr;
-    if (!ok || closing_) {
-      if (closing_) context->TryCancel();
-      grpc::Status status = stream->Finish();
-      return absl::UnavailableError(absl::StrCat("session to ", options_.address, " failed: ", status.error_message()));
-    }
-    for (const v1::ReclaimResult& r : ready.ready().reclaimed()) {
-      if (r.has_error()) {
-        spdlog::warn("ratelimit client: lease could not be re-claimed: {}", r.error().message());
-        held_.erase(r.lease_id());
-      } else if (held_.count(r.lease_id())) {
-        held_[r.lease_id()] = r.lease();
-      } else {
-        released_meanwhile.push_back(r.lease_id());  // its permit was dropped while we were reconnecting
+void RateLimitClient::Run() {
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    std::unique_ptr<Stream> stream;
+    bool was_connected = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_) break;
+      v1::SessionRequest hello;
+      hello.mutable_hello()->set_client_id(options_.client_id);
+      for (const auto& [id, lease] : held_) *hello.mutable_hello()->add_reclaim() = lease;
+      stream = std::make_unique<Stream>(this, std::move(hello));
+      stream_ = stream.get();
+      const Stream* s = stream.get();
+      auto settled = [this, s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return connected_ || s->broken_ || closing_; };
+      mu_.Await(absl::Condition(&settled));
+      was_connected = connected_;
+      if (!first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
+      if (was_connected) backoff = absl::Milliseconds(50);
+      // Connected: keep the held leases alive until the stream breaks or the client closes.
+      auto over = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !connected_ || closing_; };
+      while (!over()) {
+        if (!mu_.AwaitWithTimeout(absl::Condition(&over), KeepAliveInterval()) && !held_.empty()) {
+          SendKeepAliveLocked();
+        }
       }
+      if (closing_) stream->context_.TryCancel();
+      auto done = [s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return s->done_; };
+      mu_.Await(absl::Condition(&done));
+      stream_ = nullptr;
+      status = stream->status_;
     }
-    released_meanwhile.insert(released_meanwhile.end(), released_offline_.begin(), released_offline_.end());
-    released_offline_.clear();
-    session_id_ = ready.ready().session_id();
-    default_ttl_ = FromProto(ready.ready().default_lease_ttl());
-    context_ = std::move(context);
-    stream_ = std::move(stream);
-    connected_ = true;
-    ++connections_;
+    stream.reset();
+    if (!first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
+    absl::MutexLock lock(&mu_);
+    if (closing_) break;
+    if (was_connected) {
+      spdlog::warn("ratelimit client: session lost ({}); reconnecting", status.error_message());
+    } else {
+      spdlog::debug("ratelimit client: session to {} failed: {}", options_.address, status.error_message());
+    }
+    mu_.AwaitWithTimeout(absl::Condition(&closing_), backoff);
+    if (closing_) break;
+    backoff = std::min(backoff * 2, options_.max_reconnect_backoff);
   }
-  for (const std::string& id : released_meanwhile) SendReleaseNoReply(id);
-  return absl::OkStatus();
+  if (!first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
+}
+
+void RateLimitClient::OnReady(const v1::SessionReady& ready) {
+  std::vector<std::string> released_meanwhile;
+  for (const v1::ReclaimResult& r : ready.reclaimed()) {
+    if (r.has_error()) {
+      spdlog::warn("ratelimit client: lease could not be re-claimed: {}", r.error().message());
+      held_.erase(r.lease_id());
+    } else if (held_.count(r.lease_id())) {
+      held_[r.lease_id()] = r.lease();
+    } else {
+      released_meanwhile.push_back(r.lease_id());  // its permit was dropped while we were reconnecting
+    }
+  }
+  released_meanwhile.insert(released_meanwhile.end(), released_offline_.begin(), released_offline_.end());
+  released_offline_.clear();
+  session_id_ = ready.session_id();
+  default_ttl_ = FromProto(ready.default_lease_ttl());
+  connected_ = true;
+  ++connections_;
+  for (const std::string& id : released_meanwhile) SendReleaseLocked(id);
+}
+
+void RateLimitClient::OnReply(Stream* stream, v1::SessionResponse reply) {
+  std::shared_ptr<Pending> callback;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stream != stream_) return;
+    if (!connected_) {  // the answer to hello
+      if (reply.has_ready()) {
+        OnReady(reply.ready());
+      } else {
+        spdlog::warn("ratelimit client: the limiter did not answer hello with ready; reconnecting");
+        stream->context_.TryCancel();
+      }
+      return;
+    }
+    if (reply.has_lease_lost()) {
+      held_.erase(reply.lease_lost().lease_id());
+      return;
+    }
+    if (reply.has_queued()) return;
+    const bool lease = reply.has_granted() && reply.granted().has_lease();
+    if (lease) held_[reply.granted().lease().lease_id()] = reply.granted().lease();
+    auto it = pending_.find(reply.request_id());
+    if (it == pending_.end()) {
+      if (lease) SendReleaseLocked(reply.granted().lease().lease_id());  // nobody waits for it any more
+      return;
+    }
+    it->second->reply = std::move(reply);
+    if (it->second->callback) {
+      callback = it->second;
+    } else {
+      it->second->done.Notify();
+    }
+    pending_.erase(it);
+  }
+  if (callback) callback->callback(std::move(callback->reply));
+}
+
+void RateLimitClient::OnBroken(Stream* stream) {
+  std::vector<std::shared_ptr<Pending>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    stream->broken_ = true;
+    if (stream == stream_ && connected_) {
+      connected_ = false;
+      keepalive_id_ = 0;
+      failed = FailPending(absl::UnavailableError("the session stream to the ratelimiter broke"));
+    }
+    stream->RemoveHold();  // OnDone is scheduled once the outstanding operations end, never run inline here
+  }
+  for (auto& p : failed) p->callback(std::move(p->reply));
+}
+
+bool RateLimitClient::SendLocked(v1::SessionRequest request) {
+  return connected_ && stream_ != nullptr && stream_->WriteLocked(std::move(request));
 }
 
 void RateLimitClient::Send(v1::SessionRequest request) {
-  if (!request.has_release() && !request.has_adjust()) {  // with request_id 0 these get no reply at all
-    absl::MutexLock lock(&mu_);
-    request.set_request_id(next_request_id_++);
-  }
-  (void)WriteOnStream(request);
+  absl::MutexLock lock(&mu_);
+  if (!request.has_release() && !request.has_adjust()) request.set_request_id(next_request_id_++);
+  (void)SendLocked(std::move(request));  // with request_id 0, releases and adjusts get no reply at all
 }
 
-bool RateLimitClient::WriteOnStream(const v1::SessionRequest& request) {
-  absl::MutexLock write_lock(&write_mu_);
-  grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>* stream;
-  {
-    absl::MutexLock lock(&mu_);
-    stream = connected_ ? stream_.get() : nullptr;
-  }
-  return stream != nullptr && stream->Write(request);
+uint64_t RateLimitClient::StartCallLocked(v1::SessionRequest& request, std::shared_ptr<Pending> pending) {
+  if (!connected_) return 0;
+  const uint64_t id = next_request_id_++;
+  request.set_request_id(id);
+  if (!SendLocked(request)) return 0;
+  pending_[id] = std::move(pending);
+  return id;
 }
 
 void RateLimitClient::Adjust(const std::string& limit, const std::string& key, int64_t tokens, absl::Duration hold_for) {
@@ -195,13 +330,32 @@ void RateLimitClient::Adjust(const std::string& limit, const std::string& key, i
   adjust->set_key(key);
   adjust->set_tokens(tokens);
   if (hold_for > absl::ZeroDuration()) ToProto(hold_for, adjust->mutable_hold_for());
-  if (!WriteOnStream(message)) spdlog::debug("ratelimit client: not connected; adjust of '{}' dropped", limit);
+  absl::MutexLock lock(&mu_);
+  if (!SendLocked(std::move(message))) spdlog::debug("ratelimit client: not connected; adjust of '{}' dropped", limit);
 }
 
-void RateLimitClient::SendReleaseNoReply(const std::string& lease_id) {
+void RateLimitClient::SendReleaseLocked(const std::string& lease_id) {
   v1::SessionRequest message;
   message.mutable_release()->set_lease_id(lease_id);
-  Send(std::move(message));
+  (void)SendLocked(std::move(message));
+}
+
+void RateLimitClient::SendKeepAliveLocked() {
+  if (keepalive_id_ != 0) return;  // the last one is not answered yet
+  auto pending = std::make_shared<Pending>();
+  pending->callback = [this](absl::StatusOr<v1::SessionResponse> reply) {
+    if (!reply.ok()) return;  // the stream broke; the next session re-claims what is held
+    if (reply->has_error()) spdlog::warn("ratelimit client: keepalive refused: {}", reply->error().message());
+    absl::MutexLock lock(&mu_);
+    keepalive_id_ = 0;
+    // A lease the session still has but no permit owns (a release lost in a reconnect) is given back.
+    for (const v1::Lease& lease : reply->kept_alive().leases()) {
+      if (!held_.count(lease.lease_id())) SendReleaseLocked(lease.lease_id());
+    }
+  };
+  v1::SessionRequest request;
+  request.mutable_keep_alive();  // no ids: every lease of this session
+  keepalive_id_ = StartCallLocked(request, std::move(pending));
 }
 
 absl::Duration RateLimitClient::KeepAliveInterval() const {
@@ -228,121 +382,20 @@ std::vector<std::shared_ptr<RateLimitClient::Pending>> RateLimitClient::FailPend
   return callbacks;
 }
 
-void RateLimitClient::ReaderLoop() {
-  absl::Duration backoff = absl::Milliseconds(50);
-  while (true) {
-    absl::Status opened = OpenStream();
-    if (!first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
-    if (opened.ok()) {
-      backoff = absl::Milliseconds(50);
-      grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>* stream;
-      {
-        absl::MutexLock lock(&mu_);
-        stream = stream_.get();
-      }
-      v1::SessionResponse reply;
-      while (stream->Read(&reply)) {
-        std::vector<std::string> orphans;  // grants nobody waits for any more: give them back
-        std::shared_ptr<Pending> callback;
-        {
-          absl::MutexLock lock(&mu_);
-          if (reply.has_lease_lost()) {
-            held_.erase(reply.lease_lost().lease_id());
-            continue;
-          }
-          if (reply.has_queued()) continue;
-          if (reply.has_granted() && reply.granted().has_lease()) {
-            held_[reply.granted().lease().lease_id()] = reply.granted().lease();
-          }
-          auto it = pending_.find(reply.request_id());
-          if (it == pending_.end()) {
-            if (reply.has_granted() && reply.granted().has_lease()) orphans.push_back(reply.granted().lease().lease_id());
-          } else {
-            it->second->reply = reply;
-            if (it->second->callback) {
-              callback = it->second;
-            } else {
-              it->second->done.Notify();
-            }
-            pending_.erase(it);
-          }
-        }
-        if (callback) callback->callback(std::move(callback->reply));
-        for (const auto& id : orphans) SendReleaseNoReply(id);
-      }
-      std::vector<std::shared_ptr<Pending>> failed;
-      {
-        absl::MutexLock write_lock(&write_mu_);
-        absl::MutexLock lock(&mu_);
-        connected_ = false;
-        failed = FailPending(absl::UnavailableError("the session stream to the ratelimiter broke"));
-        grpc::Status status = stream_->Finish();
-        if (!closing_) spdlog::warn("ratelimit client: session lost ({}); reconnecting", status.error_message());
-        stream_.reset();
-        context_.reset();
-      }
-      for (auto& p : failed) p->callback(std::move(p->reply));
-    }
-    absl::MutexLock lock(&mu_);
-    if (closing_) return;
-    mu_.AwaitWithTimeout(absl::Condition(&closing_), backoff);
-    if (closing_) return;
-    backoff = std::min(backoff * 2, options_.max_reconnect_backoff);
-  }
-}
-
-void RateLimitClient::KeepAliveLoop() {
-  while (true) {
-    bool renew = false;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&closing_), KeepAliveInterval());
-      if (closing_) return;
-      renew = connected_ && !held_.empty();
-    }
-    if (!renew) continue;
-    v1::SessionRequest request;
-    request.mutable_keep_alive();  // no ids: every lease of this session
-    auto reply = Call(std::move(request), absl::Seconds(10), nullptr);
-    if (!reply.ok()) continue;
-    if (reply->has_error()) {
-      spdlog::warn("ratelimit client: keepalive refused: {}", reply->error().message());
-      continue;
-    }
-    // A lease the session still has but no permit owns (a release lost in a reconnect) is given back.
-    std::vector<std::string> strays;
-    {
-      absl::MutexLock lock(&mu_);
-      for (const v1::Lease& lease : reply->kept_alive().leases()) {
-        if (!held_.count(lease.lease_id())) strays.push_back(lease.lease_id());
-      }
-    }
-    for (const auto& id : strays) SendReleaseNoReply(id);
-  }
-}
-
 absl::StatusOr<v1::SessionResponse> RateLimitClient::Call(v1::SessionRequest request, absl::Duration timeout,
                                                           uint64_t* id_out) {
   auto pending = std::make_shared<Pending>();
   uint64_t id;
   {
     absl::MutexLock lock(&mu_);
-    if (!connected_) return absl::UnavailableError(absl::StrCat("not connected to the ratelimiter at ", options_.address));
-    id = next_request_id_++;
-    pending_[id] = pending;
+    id = StartCallLocked(request, pending);
   }
+  if (id == 0) return absl::UnavailableError(absl::StrCat("not connected to the ratelimiter at ", options_.address));
   if (id_out != nullptr) *id_out = id;
-  request.set_request_id(id);
-  const bool written = WriteOnStream(request);
-  if (!written) {
-    absl::MutexLock lock(&mu_);
-    pending_.erase(id);
-    return absl::UnavailableError("the session stream to the ratelimiter broke");
-  }
   if (!pending->done.WaitForNotificationWithTimeout(timeout)) {
     absl::MutexLock lock(&mu_);
-    pending_.erase(id);
-    return absl::DeadlineExceededError("no reply from the ratelimiter in time");
+    // Answered meanwhile (the reply is set and notified under the lock): take it rather than drop a grant.
+    if (pending_.erase(id) > 0) return absl::DeadlineExceededError("no reply from the ratelimiter in time");
   }
   return pending->reply;
 }
@@ -402,27 +455,13 @@ uint64_t RateLimitClient::AcquireAsync(const PermitRequest& request,
     done(PermitFromReply(reply, limit));
   };
   v1::SessionRequest message = AcquireMessage(request, false);
-  uint64_t id = 0;
+  uint64_t id;
   {
     absl::MutexLock lock(&mu_);
-    if (connected_) {
-      id = next_request_id_++;
-      pending_[id] = pending;
-    }
+    id = StartCallLocked(message, pending);
   }
   if (id == 0) {
     pending->callback(absl::UnavailableError(absl::StrCat("not connected to the ratelimiter at ", options_.address)));
-    return 0;
-  }
-  message.set_request_id(id);
-  const bool written = WriteOnStream(message);
-  if (!written) {
-    bool mine = false;
-    {
-      absl::MutexLock lock(&mu_);
-      mine = pending_.erase(id) > 0;  // else the reader already failed it
-    }
-    if (mine) pending->callback(absl::UnavailableError("the session stream to the ratelimiter broke"));
   }
   return id;
 }
@@ -448,20 +487,18 @@ absl::StatusOr<ScopedPermit> RateLimitClient::TryAcquire(const PermitRequest& re
 }
 
 absl::Status RateLimitClient::ReleaseLease(const std::string& lease_id) {
-  {
-    absl::MutexLock lock(&mu_);
-    held_.erase(lease_id);
-    // Disconnected: the limiter released the session's leases when the stream broke — unless it crashed and
-    // restored them from its lease snapshot, so the release is sent again once reconnected (a re-claim that
-    // races with this release is given back by OpenStream too).
-    if (!connected_) {
-      if (released_offline_.size() < kMaxReleasedOffline) released_offline_.push_back(lease_id);
-      return absl::OkStatus();
-    }
+  absl::MutexLock lock(&mu_);
+  held_.erase(lease_id);
+  // Disconnected: the limiter released the session's leases when the stream broke — unless it crashed and
+  // restored them from its lease snapshot, so the release is sent again once reconnected (a re-claim that
+  // races with this release is given back by OnReady too).
+  if (!connected_) {
+    if (released_offline_.size() < kMaxReleasedOffline) released_offline_.push_back(lease_id);
+    return absl::OkStatus();
   }
   // The release is not waited for: the stream is ordered, so the limiter applies it before anything this
   // client sends next, and its only failure (the lease already ended) needs no action.
-  SendReleaseNoReply(lease_id);
+  SendReleaseLocked(lease_id);
   return absl::OkStatus();
 }
 

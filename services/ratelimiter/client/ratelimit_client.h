@@ -66,8 +66,8 @@ class ScopedPermit {
   bool unlimited() const { return unlimited_; }
   // False once the limiter has told us the lease is gone (TTL passed while disconnected, or limit deleted).
   bool valid() const;
-  // Gives the permit back. Returns once the release is on the session stream (the limiter applies it before
-  // anything this client sends later); a permit must not outlive its client.
+  // Gives the permit back. Returns once the release is queued on the session stream, which is ordered: the
+  // limiter applies it before anything this client sends later. A permit must not outlive its client.
   absl::Status Release();
 
  private:
@@ -77,7 +77,9 @@ class ScopedPermit {
   bool unlimited_ = false;
 };
 
-// Thread-safe. Owns a reader thread (replies, reconnects) and a keepalive thread.
+// Thread-safe. The session stream uses gRPC's callback API: a reply is handled on one of gRPC's callback threads,
+// which wakes the caller waiting for it (one hand-off), and a request is queued and written without waiting. One
+// thread of the client's own connects, reconnects and sends keepalives.
 class RateLimitClient {
  public:
   // Starts the session; the first connection is tried for `connect_timeout`. Fails (UNAVAILABLE) only when
@@ -94,8 +96,8 @@ class RateLimitClient {
   // Waits in the limiter's FIFO queue. DEADLINE_EXCEEDED after wait_timeout; RESOURCE_EXHAUSTED, NOT_FOUND,
   // INVALID_ARGUMENT, … as the limiter says; UNAVAILABLE when unreachable and failing closed.
   absl::StatusOr<ScopedPermit> Acquire(const PermitRequest& request);
-  // Acquire without blocking the caller: `done` runs once, on the client's reader thread (or on the calling
-  // thread when the limiter is unreachable), with the permit or the error Acquire would return. Returns an id for
+  // Acquire without blocking the caller: `done` runs once, on a gRPC callback thread (or on the calling thread
+  // when the limiter is unreachable), with the permit or the error Acquire would return. Returns an id for
   // CancelAcquire (0 when `done` already ran). `done` must not block.
   uint64_t AcquireAsync(const PermitRequest& request, std::function<void(absl::StatusOr<ScopedPermit>)> done);
   // Leaves the limiter's queue: `done` of that request runs with CANCELLED unless it already ran.
@@ -116,6 +118,7 @@ class RateLimitClient {
  private:
   friend class ScopedPermit;
   struct Pending;
+  class Stream;
 
   explicit RateLimitClient(ClientOptions options);
   absl::StatusOr<ScopedPermit> DoAcquire(const PermitRequest& request, bool try_only);
@@ -123,15 +126,23 @@ class RateLimitClient {
   bool Holds(const std::string& lease_id) const;
   // Sends one request and waits for its final reply; UNAVAILABLE if the stream breaks meanwhile.
   absl::StatusOr<v1::SessionResponse> Call(v1::SessionRequest request, absl::Duration timeout, uint64_t* id_out);
-  absl::Status OpenStream();
-  // Writes `request` on the session stream, one writer at a time; false when not connected or the write failed.
-  bool WriteOnStream(const v1::SessionRequest& request);
-  // Writes a request whose reply nobody waits for (releases, cancels).
+  // Registers `pending` under a new request id and queues `request` with it; 0 (nothing registered) when not
+  // connected.
+  uint64_t StartCallLocked(v1::SessionRequest& request, std::shared_ptr<Pending> pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `request` on the connected session stream; false when not connected.
+  bool SendLocked(v1::SessionRequest request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues a request whose reply nobody waits for (releases, cancels); dropped when not connected.
   void Send(v1::SessionRequest request);
-  void SendReleaseNoReply(const std::string& lease_id);
+  void SendReleaseLocked(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendKeepAliveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration KeepAliveInterval() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReaderLoop();
-  void KeepAliveLoop();
+  // The stream's reactions, on gRPC's callback threads.
+  void OnReply(Stream* stream, v1::SessionResponse reply);
+  void OnReady(const v1::SessionReady& ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnBroken(Stream* stream);
+  // The client's thread: connects, waits, sends keepalives, reconnects with backoff until closing.
+  void Run();
   // Fails every pending request; returns those with callbacks, to be called once the lock is released.
   std::vector<std::shared_ptr<Pending>> FailPending(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static v1::SessionRequest AcquireMessage(const PermitRequest& request, bool try_only);
@@ -142,25 +153,22 @@ class RateLimitClient {
   std::unique_ptr<v1::RateLimiter::Stub> stub_;
 
   mutable absl::Mutex mu_;
-  std::unique_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream_ ABSL_GUARDED_BY(mu_);
-  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // the current stream, owned by Run()
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;    // stream_ got its `ready` and has not broken
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   int connections_ ABSL_GUARDED_BY(mu_) = 0;
   std::string session_id_ ABSL_GUARDED_BY(mu_);
-  grpc::ClientContext* connecting_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Duration default_ttl_ ABSL_GUARDED_BY(mu_) = absl::Seconds(30);
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t keepalive_id_ ABSL_GUARDED_BY(mu_) = 0;  // the keepalive still unanswered, if any
   std::map<uint64_t, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::Lease> held_ ABSL_GUARDED_BY(mu_);  // live leases, re-claimed on reconnect
   // Released while disconnected: released again on reconnect, for a limiter that restored them from its
   // lease snapshot (bounded; beyond it, such leases end by their TTL).
   static constexpr size_t kMaxReleasedOffline = 10000;
   std::vector<std::string> released_offline_ ABSL_GUARDED_BY(mu_);
-  absl::Mutex write_mu_;  // one writer at a time on the stream
   absl::Notification first_attempt_done_;
-  std::thread reader_;
-  std::thread keepalive_;
+  std::thread thread_;
 };
 
 }  // namespace corral::ratelimiter

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Side-by-side runs of two or more ratelimiter builds (not in CI). Each argument is a directory holding a
+# corral-ratelimiter and a corral-bench-ratelimiter (e.g. build/bin, or a copy of an older build's). For each
+# build in turn, `rounds` times: a fresh limiter, then the load generator's contended (64 clients, 16 permits),
+# uncontended (64 permits), one-shared-client and single-client runs, and Redis's contended run as the peer of
+# that round. Prints every run with the CPU a pair cost the load generator (client) and the limiter (server),
+# then the medians per build and run. Interleaving the builds keeps the VM's drift out of the comparison.
+#   bench/ratelimiter/ab.sh DIR_A DIR_B [...]        (AB_SECONDS=4 per run, AB_ROUNDS=3)
+#   e.g. mkdir /tmp/before && cp build/bin/corral-{ratelimiter,bench-ratelimiter} /tmp/before
+#        (change, rebuild); bench/ratelimiter/ab.sh /tmp/before build/bin
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[[ $# -ge 2 ]] || { sed -n '2,10p' "$0"; exit 2; }
+seconds=${AB_SECONDS:-4}
+rounds=${AB_ROUNDS:-3}
+command -v redis-server > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+redis_port=$(free_port)
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no > "$work/redis.log" 2>&1 &
+redis_pid=$!
+pids+=($redis_pid)
+for _ in $(seq 200); do redis-cli -p "$redis_port" ping > /dev/null 2>&1 && break; sleep 0.05; done
+cat > "$work/limiter.yaml" <<YAML
+limits:
+  - {name: bench, kind: concurrency, permits: 16}
+  - {name: bench_open, kind: concurrency, permits: 64}
+learning_mode: false
+log_level: warn
+YAML
+
+# One load run: label, server pid, load generator, its arguments. Prints
+# `label pairs_per_s p50_ms p99_ms client_us server_us` (CPU per pair, from clock ticks of 10 ms).
+measure() {
+  local label=$1 server=$2 gen=$3
+  shift 3
+  local s0 s1 out client
+  s0=$(cpu_ticks "$server")
+  out=$({ TIMEFORMAT='%U %S'; time "$gen" --seconds="$seconds" "$@" 2> /dev/null; } 2> "$work/time")
+  s1=$(cpu_ticks "$server")
+  client=$(awk '{print $1 + $2}' "$work/time")
+  awk -v label="$label" -v out="$out" -v c="$client" -v s="$(( s1 - s0 ))" 'BEGIN {
+    n = split(out, f, /[ =]/); for (i = 1; i < n; i += 2) v[f[i]] = f[i + 1];
+    printf "%s %d %.3f %.3f %.0f %.0f\n", label, v["pairs_per_s"], v["p50_ms"], v["p99_ms"],
+      c * 1e6 / v["pairs"], s * 1e4 / v["pairs"] }'
+}
+
+one_round() {  # directory
+  local dir=$1 limiter addr
+  rm -f "$work/ready.json"
+  "$dir/corral-ratelimiter" --config "$work/limiter.yaml" --insecure --grpc-listen 127.0.0.1:0 \
+    --metrics-listen 127.0.0.1:0 --ready-file "$work/ready.json" > "$work/limiter.log" 2>&1 &
+  limiter=$!
+  pids+=($limiter)
+  for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
+  addr=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$work/ready.json")
+  local gen=$dir/corral-bench-ratelimiter
+  measure "$dir contended" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench --clients=64
+  measure "$dir uncontended" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_open --clients=64
+  measure "$dir shared" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench --clients=64 --shared
+  measure "$dir single" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_open --clients=1
+  measure "redis contended" "$redis_pid" "$gen" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench \
+    --permits=16 --clients=64
+  kill "$limiter"
+  wait "$limiter" 2>/dev/null || true
+}
+
+echo "ratelimiter a/b: $rounds rounds, ${seconds}s per run, $(nproc) cores" >&2
+for round in $(seq "$rounds"); do
+  for dir in "$@"; do
+    echo "round $round: $dir" >&2
+    one_round "$dir"
+  done
+done | tee "$work/runs" | sed 's/^/  /' >&2
+printf '\n%-48s %10s %9s %9s %10s %10s\n' "medians" "pairs/s" "p50 ms" "p99 ms" "client µs" "server µs"
+sort -k1,2 -s "$work/runs" | awk '
+  function median(list,   n, a, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  { key = $1 " " $2; if (!(key in seen)) { seen[key] = 1; order[++k] = key }
+    for (i = 3; i <= 7; i++) col[key, i] = col[key, i] " " $i }
+  END { for (x = 1; x <= k; x++) { key = order[x]
+          printf "%-48s %10d %9.3f %9.3f %10.0f %10.0f\n", key, median(col[key, 3]), median(col[key, 4]),
+            median(col[key, 5]), median(col[key, 6]), median(col[key, 7]) } }'
