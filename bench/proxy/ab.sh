@@ -13,14 +13,7 @@ rounds=${AB_ROUNDS:-3}
 command -v wrk > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends wrk
 ninja -C build corral-fake-llm corral_python_sdk > /dev/null
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source bench/lib.sh
 
 source bench/proxy/lib.sh
 
@@ -42,10 +35,10 @@ one_run() {  # binary
   build/sdk-venv/bin/python bench/proxy/sessions.py "$grpc" 1000 ab > "$work/tokens"
   for c in 64 8; do
     local t0 t1 out n
-    t0=$(awk '{print $14 + $15}' "/proc/$proxy_pid/stat")
+    t0=$(cpu_ticks "$proxy_pid")
     out=$(CORRAL_TOKENS_FILE=$work/tokens wrk -t 2 -c "$c" -d "${seconds}s" --timeout 30s -s bench/proxy/chat.lua \
       "http://$http/v1/chat/completions")
-    t1=$(awk '{print $14 + $15}' "/proc/$proxy_pid/stat")
+    t1=$(cpu_ticks "$proxy_pid")
     n=$(echo "$out" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
     # Clock ticks are 10 ms: µs per request = ticks * 10,000 / requests.
     echo "$(echo "$out" | grep '^WRK' | sed "s#^WRK#$1 c=$c#") cpu_us_per_req=$(( (t1 - t0) * 10000 / n ))"

@@ -2,8 +2,8 @@
 # Side-by-side runs of two or more ratelimiter builds (not in CI). Each argument is a directory holding a
 # corral-ratelimiter and a corral-bench-ratelimiter (e.g. build/bin, or a copy of an older build's). For each
 # build in turn, `rounds` times: a fresh limiter, then the load generator's contended (64 clients, 16 permits),
-# uncontended (64 permits), one-shared-client and single-client runs, and Redis's contended run as the peer of
-# that round. Prints every run with the CPU a pair cost the load generator (client) and the limiter (server),
+# uncontended (64 permits), one-shared-client and single-client runs, the contended run again on a limiter
+# keeping a lease snapshot (state_path), and Redis's contended run as the peer of that round. Prints every run with the CPU a pair cost the load generator (client) and the limiter (server),
 # then the medians per build and run. Interleaving the builds keeps the VM's drift out of the comparison.
 #   bench/ratelimiter/ab.sh DIR_A DIR_B [...]        (AB_SECONDS=4 per run, AB_ROUNDS=3)
 #   e.g. mkdir /tmp/before && cp build/bin/corral-{ratelimiter,bench-ratelimiter} /tmp/before
@@ -15,16 +15,7 @@ seconds=${AB_SECONDS:-4}
 rounds=${AB_ROUNDS:-3}
 command -v redis-server > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+source bench/lib.sh
 
 redis_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no > "$work/redis.log" 2>&1 &
@@ -38,6 +29,8 @@ limits:
 learning_mode: false
 log_level: warn
 YAML
+# The same limits, with held leases kept on disk (what `corral up` and the deployments run).
+{ sed '/^learning_mode/d' "$work/limiter.yaml"; echo "state_path: $work/state/leases.db"; } > "$work/durable.yaml"
 
 # One load run: label, server pid, load generator, its arguments. Prints
 # `label pairs_per_s p50_ms p99_ms client_us server_us` (CPU per pair, from clock ticks of 10 ms).
@@ -55,24 +48,32 @@ measure() {
       c * 1e6 / v["pairs"], s * 1e4 / v["pairs"] }'
 }
 
-one_round() {  # directory
-  local dir=$1 limiter addr
+# Starts `dir`'s limiter on `config`; sets limiter (its pid) and addr.
+start_limiter() {  # directory, config
   rm -f "$work/ready.json"
-  "$dir/corral-ratelimiter" --config "$work/limiter.yaml" --insecure --grpc-listen 127.0.0.1:0 \
-    --metrics-listen 127.0.0.1:0 --ready-file "$work/ready.json" > "$work/limiter.log" 2>&1 &
+  "$1/corral-ratelimiter" --config "$2" --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+    --ready-file "$work/ready.json" > "$work/limiter.log" 2>&1 &
   limiter=$!
   pids+=($limiter)
   for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
   addr=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$work/ready.json")
-  local gen=$dir/corral-bench-ratelimiter
+}
+stop_limiter() { kill "$limiter"; wait "$limiter" 2>/dev/null || true; }
+
+one_round() {  # directory
+  local dir=$1 gen=$1/corral-bench-ratelimiter
+  start_limiter "$dir" "$work/limiter.yaml"
   measure "$dir contended" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench --clients=64
   measure "$dir uncontended" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_open --clients=64
   measure "$dir shared" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench --clients=64 --shared
   measure "$dir single" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_open --clients=1
+  stop_limiter
+  rm -rf "$work/state" && mkdir "$work/state"
+  start_limiter "$dir" "$work/durable.yaml"
+  measure "$dir snapshot" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench --clients=64
+  stop_limiter
   measure "redis contended" "$redis_pid" "$gen" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench \
     --permits=16 --clients=64
-  kill "$limiter"
-  wait "$limiter" 2>/dev/null || true
 }
 
 echo "ratelimiter a/b: $rounds rounds, ${seconds}s per run, $(nproc) cores" >&2

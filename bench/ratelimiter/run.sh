@@ -20,11 +20,7 @@ mkdir -p build
 cmake -S . -B build -G Ninja -DCORRAL_BENCH=ON > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
 ninja -C build corral-ratelimiter corral-bench-ratelimiter
 
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source bench/lib.sh
 
 redis_port=$(free_port)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no > "$work/redis.log" 2>&1 &

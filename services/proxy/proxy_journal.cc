@@ -7,6 +7,7 @@
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/core/status_macros.h"
+#include "libs/journal/record_fields.h"
 
 namespace corral::proxy {
 namespace {
@@ -31,50 +32,11 @@ CREATE TABLE IF NOT EXISTS recorded_calls (
 // A change is journaled as one record (the log's and SQLite's unit): a kind byte, then fixed fields.
 enum class Kind : char { kOpened = 'S', kClosed = 'C', kDropped = 'D', kCall = 'R' };
 
-void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void PutField(std::string& out, absl::string_view bytes) {
-  PutU64(out, bytes.size());
-  out.append(bytes.data(), bytes.size());
-}
-
-// Reads a record's fields; any read past its end leaves it !ok().
-class Fields {
- public:
-  explicit Fields(absl::string_view bytes) : rest_(bytes) {}
-  uint64_t U64() {
-    if (rest_.size() < 8) return Fail();
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(rest_[i])) << (8 * i);
-    rest_.remove_prefix(8);
-    return v;
-  }
-  absl::string_view Field() {
-    const uint64_t size = U64();
-    if (!ok_ || rest_.size() < size) return Fail(), absl::string_view();
-    absl::string_view field = rest_.substr(0, size);
-    rest_.remove_prefix(size);
-    return field;
-  }
-  bool ok() const { return ok_; }
-  bool empty() const { return rest_.empty(); }
-
- private:
-  uint64_t Fail() {
-    ok_ = false;
-    rest_ = {};
-    return 0;
-  }
-  absl::string_view rest_;
-  bool ok_ = true;
-};
-
 std::string Header(Kind kind, absl::string_view env_id, size_t reserve = 0) {
   std::string out;
   out.reserve(1 + 8 + env_id.size() + 8 + reserve);
   out.push_back(static_cast<char>(kind));
-  PutField(out, env_id);
+  PutRecordField(out, env_id);
   return out;
 }
 
@@ -84,7 +46,7 @@ std::string Header(Kind kind, absl::string_view env_id, size_t reserve = 0) {
 // dropped the same way instead of failing.
 absl::Status ApplyRecord(absl::string_view record, sqlite3* db) {
   if (record.empty()) return absl::DataLossError("an empty journal record");
-  Fields f(record.substr(1));
+  RecordReader f(record.substr(1));
   const absl::string_view env_id = f.Field();
   absl::Status status = absl::DataLossError("a journal record of unknown kind");
   switch (static_cast<Kind>(record[0])) {
@@ -144,29 +106,29 @@ void ProxyJournal::Change(std::string record, Journal::Done done) {
 
 void ProxyJournal::PutSession(const v1::OpenSessionRequest& request, absl::Time open_time, Journal::Done done) {
   std::string record = Header(Kind::kOpened, request.env_id(), request.ByteSizeLong() + 16);
-  PutU64(record, static_cast<uint64_t>(absl::ToUnixNanos(open_time)));
-  PutField(record, request.SerializeAsString());
+  PutRecordU64(record, static_cast<uint64_t>(absl::ToUnixNanos(open_time)));
+  PutRecordField(record, request.SerializeAsString());
   Change(std::move(record), std::move(done));
 }
 
 void ProxyJournal::CloseSession(const std::string& env_id, v1::CloseReason reason, Journal::Done done) {
   std::string record = Header(Kind::kClosed, env_id);
-  PutU64(record, static_cast<uint64_t>(reason));
+  PutRecordU64(record, static_cast<uint64_t>(reason));
   Change(std::move(record), std::move(done));
 }
 
 void ProxyJournal::DropSessions(std::vector<std::string> env_ids, Journal::Done done) {
   if (env_ids.empty()) return done(absl::OkStatus());
   std::string record = Header(Kind::kDropped, env_ids[0]);
-  for (size_t i = 1; i < env_ids.size(); ++i) PutField(record, env_ids[i]);
+  for (size_t i = 1; i < env_ids.size(); ++i) PutRecordField(record, env_ids[i]);
   Change(std::move(record), std::move(done));
 }
 
 asio::awaitable<absl::Status> ProxyJournal::AppendCall(const std::string& env_id, const RecordedCall& call) {
   const size_t size = call.ByteSizeLong();
   std::string record = Header(Kind::kCall, env_id, size + 16);
-  PutU64(record, call.call().seq());
-  PutU64(record, size);
+  PutRecordU64(record, call.call().seq());
+  PutRecordU64(record, size);
   call.AppendToString(&record);
   // Usually answered at once (logged). Otherwise the writer thread signals the waiting coroutine by cancelling a
   // timer on the coroutine's own executor, so `wait` is only touched on that executor.

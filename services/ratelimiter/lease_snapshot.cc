@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
+#include "libs/journal/record_fields.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::ratelimiter {
@@ -13,66 +14,101 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 )sql";
 constexpr int64_t kLoggedErrorsMax = 20;  // then only the metric counts them
 
+// A change is one record: a kind byte, a 64-bit value (the TTL in ms, the heartbeat's Unix ms; 0 for an end)
+// and the lease id (empty for a heartbeat).
+enum class Kind : char { kHeld = 'H', kEnded = 'E', kAlive = 'A' };
+
+std::string Record(Kind kind, int64_t value, absl::string_view lease_id) {
+  std::string out;
+  out.reserve(1 + 8 + 8 + lease_id.size());
+  out.push_back(static_cast<char>(kind));
+  PutRecordU64(out, static_cast<uint64_t>(value));
+  PutRecordField(out, lease_id);
+  return out;
+}
+
+// Idempotent: replaying the log in order over a file that already holds some of its changes gives the same file.
+absl::Status ApplyRecord(absl::string_view record, sqlite3* db) {
+  if (record.empty()) return absl::DataLossError("an empty lease snapshot record");
+  RecordReader f(record.substr(1));
+  const int64_t value = static_cast<int64_t>(f.U64());
+  const absl::string_view id = f.Field();
+  if (!f.ok() || !f.empty()) return absl::DataLossError("a malformed lease snapshot record");
+  switch (static_cast<Kind>(record[0])) {
+    case Kind::kHeld:
+      return CachedStatement(db, "INSERT OR REPLACE INTO leases (id, ttl_ms) VALUES (?1, ?2)").Bind(1, id).Bind(2, value).Run();
+    case Kind::kEnded:
+      return CachedStatement(db, "DELETE FROM leases WHERE id = ?1").Bind(1, id).Run();
+    case Kind::kAlive:
+      return CachedStatement(db, "INSERT OR REPLACE INTO meta (name, value) VALUES ('last_alive_ms', ?1)")
+          .Bind(1, value)
+          .Run();
+  }
+  return absl::DataLossError("a lease snapshot record of unknown kind");
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LeaseSnapshot>> LeaseSnapshot::Open(const std::string& path,
                                                                    prometheus::Counter* write_errors) {
-  auto db = OpenSqlite(path, kSchema, /*fsync=*/false);
-  if (!db.ok()) return absl::Status(db.status().code(), absl::StrCat("lease snapshot: ", db.status().message()));
-  // Only this process uses the file, and what must survive is a crash of the process, not of the machine: no
-  // fsync (not even at checkpoints) and no shared-memory locking per transaction.
-  for (const char* pragma : {"PRAGMA synchronous=OFF", "PRAGMA locking_mode=EXCLUSIVE"}) {
-    if (auto s = ExecSql(*db, pragma); !s.ok()) {
-      sqlite3_close(*db);
-      return absl::Status(s.code(), absl::StrCat("lease snapshot: ", s.message()));
-    }
+  // What must survive is a crash of the process, not of the machine: no fsync; the record log covers a kill -9.
+  auto journal = Journal::Open(path, kSchema, /*fsync=*/false, ApplyRecord);
+  if (!journal.ok()) {
+    return absl::Status(journal.status().code(), absl::StrCat("lease snapshot: ", journal.status().message()));
   }
-  return std::unique_ptr<LeaseSnapshot>(new LeaseSnapshot(*db, path, write_errors));
+  std::unique_ptr<LeaseSnapshot> snapshot(new LeaseSnapshot(*std::move(journal), path, write_errors));
+  snapshot->journal_->OnWriteFailed(
+      [s = snapshot.get()](const absl::Status& status) { s->Failed(status, "apply a change to the file"); });
+  return snapshot;
 }
 
-LeaseSnapshot::LeaseSnapshot(sqlite3* db, std::string path, prometheus::Counter* write_errors)
-    : db_(db),
-      path_(std::move(path)),
-      write_errors_(write_errors),
-      put_(db, "INSERT OR REPLACE INTO leases (id, ttl_ms) VALUES (?1, ?2)"),
-      erase_(db, "DELETE FROM leases WHERE id = ?1"),
-      alive_(db, "INSERT OR REPLACE INTO meta (name, value) VALUES ('last_alive_ms', ?1)") {}
+LeaseSnapshot::LeaseSnapshot(std::unique_ptr<Journal> journal, std::string path, prometheus::Counter* write_errors)
+    : journal_(std::move(journal)), path_(std::move(path)), write_errors_(write_errors) {}
 
-// close_v2: the connection really closes once the member statements are finalized, right after this body.
-LeaseSnapshot::~LeaseSnapshot() { sqlite3_close_v2(db_); }
+LeaseSnapshot::~LeaseSnapshot() = default;  // the journal applies what is logged, then closes
 
 absl::StatusOr<LeaseSnapshot::Contents> LeaseSnapshot::Load() {
   Contents contents;
-  Statement leases(db_, "SELECT id, ttl_ms FROM leases");
-  absl::StatusOr<bool> row;
-  while ((row = leases.Step()).ok() && *row) {
-    contents.leases.push_back({leases.Text(0), absl::Milliseconds(leases.Int(1))});
-  }
-  if (!row.ok()) return absl::InternalError(absl::StrCat("cannot read lease snapshot ", path_, ": ", row.status().message()));
-  Statement alive(db_, "SELECT value FROM meta WHERE name = 'last_alive_ms'");
-  row = alive.Step();
-  if (!row.ok()) return absl::InternalError(absl::StrCat("cannot read lease snapshot ", path_, ": ", row.status().message()));
-  if (*row) contents.last_alive = absl::FromUnixMillis(alive.Int(0));
+  absl::Status read = journal_->Read([&](sqlite3* db) -> absl::Status {
+    Statement leases(db, "SELECT id, ttl_ms FROM leases");
+    absl::StatusOr<bool> row;
+    while ((row = leases.Step()).ok() && *row) {
+      contents.leases.push_back({leases.Text(0), absl::Milliseconds(leases.Int(1))});
+    }
+    if (!row.ok()) return row.status();
+    Statement alive(db, "SELECT value FROM meta WHERE name = 'last_alive_ms'");
+    row = alive.Step();
+    if (!row.ok()) return row.status();
+    if (*row) contents.last_alive = absl::FromUnixMillis(alive.Int(0));
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return absl::InternalError(absl::StrCat("cannot read lease snapshot ", path_, ": ", read.message()));
   return contents;
 }
 
-void LeaseSnapshot::Check(const absl::Status& status, const char* what) {
-  if (status.ok()) return;
+void LeaseSnapshot::Failed(const absl::Status& status, const char* what) {
   if (write_errors_ != nullptr) write_errors_->Increment();
   if (++logged_errors_ <= kLoggedErrorsMax) {
     spdlog::error("lease snapshot {}: cannot {}: {}; a restart will not know this change", path_, what, status);
   }
 }
 
+void LeaseSnapshot::Append(std::string record, const char* what) {
+  // Answered once logged. Far behind, the journal answers later instead (backpressure); the record is logged
+  // either way, and the limiter, which calls this under its lock, does not wait.
+  std::optional<absl::Status> logged = journal_->Append(std::move(record), [](const absl::Status&) {});
+  if (logged.has_value() && !logged->ok()) Failed(*logged, what);
+}
+
 void LeaseSnapshot::Held(const StoredLease& lease) {
-  Check(put_.Bind(1, lease.id).Bind(2, absl::ToInt64Milliseconds(lease.ttl)).Run(), "record a lease");
+  Append(Record(Kind::kHeld, absl::ToInt64Milliseconds(lease.ttl), lease.id), "record a lease");
 }
 
 // Erased at once too: a released lease left in the file would hold its permits for a TTL after a restart.
-void LeaseSnapshot::Ended(const std::string& lease_id) { Check(erase_.Bind(1, lease_id).Run(), "erase a lease"); }
+void LeaseSnapshot::Ended(const std::string& lease_id) { Append(Record(Kind::kEnded, 0, lease_id), "erase a lease"); }
 
 void LeaseSnapshot::Alive(absl::Time now) {
-  Check(alive_.Bind(1, absl::ToUnixMillis(now)).Run(), "record the heartbeat");
+  Append(Record(Kind::kAlive, absl::ToUnixMillis(now), ""), "record the heartbeat");
 }
 
 }  // namespace corral::ratelimiter

@@ -1,12 +1,12 @@
-// The ratelimiter's durable record of held leases (`state_path`): one SQLite file in WAL mode. Every concurrency
-// grant is written before its holder hears of it and every end is erased at once, so a limiter restarted on the
-// same file knows what is held and grants again at once — no learning mode. Writes are synchronous on the limiter's thread and
-// cost microseconds (WAL, exclusive lock, no fsync), so a kill -9 loses nothing; a crash of the operating system
-// may lose the last writes (then restart with `learning_mode` and a fresh file to be safe).
+// The ratelimiter's durable record of held leases (`state_path`): a Journal (libs/journal) with its record log.
+// Every concurrency grant is logged before its holder hears of it and every end at once, so a limiter restarted on
+// the same file knows what is held and grants again at once — no learning mode. A change is one record appended
+// to the log with one write() on the limiter's thread; the journal's writer thread applies the records to the
+// SQLite file in batches, and a restart replays what it had not applied. A kill -9 loses nothing; a crash of the
+// operating system may lose the last writes (then restart with `learning_mode` and a fresh file to be safe).
 #pragma once
 
-#include <sqlite3.h>
-
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,14 +41,15 @@ class LeaseSnapshot : public LeaseStore {
   void Alive(absl::Time now) override;
 
  private:
-  LeaseSnapshot(sqlite3* db, std::string path, prometheus::Counter* write_errors);
-  void Check(const absl::Status& status, const char* what);
+  LeaseSnapshot(std::unique_ptr<Journal> journal, std::string path, prometheus::Counter* write_errors);
+  // Logs one change; a failure is counted and logged (the change is then unknown to a restart).
+  void Append(std::string record, const char* what);
+  void Failed(const absl::Status& status, const char* what);
 
-  sqlite3* const db_;
+  const std::unique_ptr<Journal> journal_;
   const std::string path_;
   prometheus::Counter* const write_errors_;
-  Statement put_, erase_, alive_;
-  int64_t logged_errors_ = 0;
+  std::atomic<int64_t> logged_errors_ = 0;  // from the limiter's thread and the journal's writer
 };
 
 }  // namespace corral::ratelimiter

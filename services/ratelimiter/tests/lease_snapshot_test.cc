@@ -63,6 +63,30 @@ TEST(LeaseSnapshotTest, EveryWriteSurvivesTheProcessDyingWithoutClosingTheFile) 
   EXPECT_EQ(contents->last_alive, absl::InfinitePast());  // no heartbeat was ever written
 }
 
+TEST(LeaseSnapshotTest, ADamagedChangeLogIsDataLossNamingItsFileNotASilentlyShorterSnapshot) {
+  const std::string path = testing::MakeTestDir() + "/leases.db";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // three changes logged, then killed before a clean close could apply them and drop the log
+    auto snapshot = LeaseSnapshot::Open(path);
+    if (!snapshot.ok()) _exit(2);
+    for (const char* id : {"lease-a", "lease-b", "lease-c"}) (*snapshot)->Held({id, absl::Seconds(30)});
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  {  // a byte of the first record flipped: the records after it cannot be trusted to follow it
+    std::fstream log(path + "-log.1", std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(log.good());
+    log.seekg(12);
+    const char byte = static_cast<char>(log.get());
+    log.seekp(12);
+    log.put(static_cast<char>(byte ^ 0x5a));
+  }
+  EXPECT_THAT(LeaseSnapshot::Open(path), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("leases.db-log.1")));
+}
+
 TEST(LeaseSnapshotTest, AFileThatIsNotASnapshotIsAClearError) {
   const std::string path = testing::MakeTestDir() + "/leases.db";
   std::ofstream(path) << "this is not a database, just some text long enough to fill a header page....";

@@ -1,0 +1,12 @@
+# Sourced by bench/*/*.sh after `cd` to the repository: a scratch directory ($work) and the processes a run
+# starts ($pids), both cleaned up on exit; free_port; cpu_ticks PID (its utime + stime, in 10 ms clock ticks).
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
