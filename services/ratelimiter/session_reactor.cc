@@ -188,6 +188,7 @@ void SessionReactor::HandleHello(const v1::SessionRequest& request) {
     Fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "hello.client_id is required (1-256 characters)"));
     return;
   }
+  omit_queued_ = hello.omit_queued();
   std::weak_ptr<Outbox> weak = outbox_;
   session_id_ = limiter_->OpenSession(hello.client_id(), [weak](const std::string& lease_id, const absl::Status& why) {
     if (auto outbox = weak.lock()) {
@@ -250,7 +251,8 @@ void SessionReactor::HandleAcquire(uint64_t request_id, const v1::AcquireRequest
   }
   auto it = outbox_->outstanding.find(request_id);
   if (!ticket->queued || it == outbox_->outstanding.end()) return;  // already answered
-  it->second = ticket->waiter_id;
+  it->second = ticket->waiter_id;  // for a cancel
+  if (omit_queued_) return;
   v1::SessionResponse r = Reply(request_id);
   r.mutable_queued()->set_position(ticket->position);
   if (ticket->estimated_wait) ToProto(*ticket->estimated_wait, r.mutable_queued()->mutable_estimated_wait());

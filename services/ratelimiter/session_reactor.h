@@ -54,6 +54,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
   const std::shared_ptr<Outbox> outbox_ = std::make_shared<Outbox>();
   v1::SessionRequest request_;
   std::string session_id_;  // touched only from OnReadDone/OnDone, which never run concurrently
+  bool omit_queued_ = false;  // the hello's omit_queued; set in OnReadDone, read there
   bool session_closed_ = false;
 };
 

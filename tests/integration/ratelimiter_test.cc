@@ -168,6 +168,54 @@ TEST_F(RateLimiterTest, AdjustCorrectsATokenBucketByRpcAndOnASessionAndRefusesCo
   EXPECT_THAT(adjust("nope", 1), StatusIs(absl::StatusCode::kNotFound));
 }
 
+TEST_F(RateLimiterTest, AWaitingAcquireIsAnnouncedAsQueuedUnlessTheHelloOmitsIt) {
+  Start("  - {name: gpu, kind: concurrency, permits: 1}\n", {"--learning-mode=false"});
+  auto holder_client = Client("holder");
+  auto holder = holder_client->Acquire({.limit = "gpu"});
+  ASSERT_THAT(holder, IsOk());
+  // A raw session stream: hello, then an acquire that has to wait behind the holder.
+  struct RawSession {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>> stream;
+  };
+  auto open = [&](bool omit_queued) {
+    auto session = std::make_unique<RawSession>();
+    SetDeadline(session->context, absl::Seconds(30));
+    AttachBearer(session->context, token_);
+    session->stream = stub_->Session(&session->context);
+    v1::SessionRequest hello;
+    hello.mutable_hello()->set_client_id(omit_queued ? "quiet" : "told");
+    hello.mutable_hello()->set_omit_queued(omit_queued);
+    v1::SessionResponse ready;
+    EXPECT_TRUE(session->stream->Write(hello) && session->stream->Read(&ready) && ready.has_ready());
+    v1::SessionRequest acquire;
+    acquire.set_request_id(7);
+    acquire.mutable_acquire()->set_limit("gpu");
+    EXPECT_TRUE(session->stream->Write(acquire));
+    return session;
+  };
+  auto told = open(false);
+  v1::SessionResponse reply;
+  ASSERT_TRUE(told->stream->Read(&reply));
+  EXPECT_EQ(reply.request_id(), 7u);
+  ASSERT_TRUE(reply.has_queued()) << reply.DebugString();
+  EXPECT_EQ(reply.queued().position(), 1u);
+  auto quiet = open(true);
+  ASSERT_TRUE(testing::WaitUntil([&] { return Waiters("gpu") == 2; }, absl::Seconds(10)));
+  // The holder lets go: the first waiter is granted, and releases at once; the quiet one's first message after
+  // its ready is its grant.
+  ASSERT_THAT(holder->Release(), IsOk());
+  ASSERT_TRUE(told->stream->Read(&reply));
+  ASSERT_TRUE(reply.has_granted()) << reply.DebugString();
+  v1::SessionRequest release;
+  release.mutable_release()->set_lease_id(reply.granted().lease().lease_id());
+  ASSERT_TRUE(told->stream->Write(release));
+  ASSERT_TRUE(quiet->stream->Read(&reply));
+  EXPECT_EQ(reply.request_id(), 7u);
+  EXPECT_TRUE(reply.has_granted()) << reply.DebugString();
+  for (auto* s : {told.get(), quiet.get()}) s->context.TryCancel();
+}
+
 TEST_F(RateLimiterTest, SmallRequestWaitsBehindLargeOneAcrossSessionsAndCancellationLetsItThrough) {
   Start("  - {name: gpu, kind: concurrency, permits: 5}\n", {"--learning-mode=false"});
   auto holder_client = Client("holder");

@@ -193,6 +193,7 @@ void RateLimitClient::Run() {
       if (closing_) break;
       v1::SessionRequest hello;
       hello.mutable_hello()->set_client_id(options_.client_id);
+      hello.mutable_hello()->set_omit_queued(true);  // a waiting caller needs only the final reply
       for (const auto& [id, lease] : held_) *hello.mutable_hello()->add_reclaim() = lease;
       stream = std::make_unique<Stream>(this, std::move(hello));
       stream_ = stream.get();
