@@ -100,50 +100,70 @@ PullImageReactor::PullImageReactor(ImagePuller* puller, const CallAuthenticator*
 
 void PullImageReactor::Pull() {
   auto image = puller_->Pull(ref_, [this](const PullProgress& p) { Offer(p); });
-  absl::MutexLock lock(&mu_);
-  pending_.reset();
-  final_ = image.status();
-  if (image.ok()) {
-    pending_.emplace();
-    pending_->set_step("done");
-    ToProto(*image, pending_->mutable_image());
+  Next next = Next::kNothing;
+  {
+    absl::MutexLock lock(&mu_);
+    pending_.reset();
+    final_ = image.status();
+    if (image.ok()) {
+      pending_.emplace();
+      pending_->set_step("done");
+      ToProto(*image, pending_->mutable_image());
+    }
+    if (!writing_) next = NextLocked();
   }
-  if (!writing_) WriteNextLocked();
+  Perform(next);
 }
 
 void PullImageReactor::Offer(const PullProgress& p) {
-  absl::MutexLock lock(&mu_);
-  pending_.emplace();
-  pending_->set_step(p.step);
-  pending_->set_done_bytes(p.done_bytes);
-  pending_->set_total_bytes(p.total_bytes);
-  if (!writing_) WriteNextLocked();
+  Next next = Next::kNothing;
+  {
+    absl::MutexLock lock(&mu_);
+    pending_.emplace();
+    pending_->set_step(p.step);
+    pending_->set_done_bytes(p.done_bytes);
+    pending_->set_total_bytes(p.total_bytes);
+    if (!writing_) next = NextLocked();
+  }
+  Perform(next);
 }
 
-void PullImageReactor::WriteNextLocked() {
-  if (finished_) return;
+PullImageReactor::Next PullImageReactor::NextLocked() {
+  if (finished_) return Next::kNothing;
   if (final_ && (broken_ || !pending_)) {  // nothing (more) to show: end with the pull's status
     finished_ = true;
-    Finish(ToGrpcStatus(*final_));
-    return;
+    finish_status_ = ToGrpcStatus(*final_);
+    return Next::kFinish;
   }
-  if (broken_ || !pending_) return;
+  if (broken_ || !pending_) return Next::kNothing;
   writing_message_ = *std::move(pending_);
   pending_.reset();
   writing_ = true;
-  if (final_) {
-    finished_ = true;
-    StartWriteAndFinish(&writing_message_, grpc::WriteOptions(), grpc::Status::OK);
-  } else {
-    StartWrite(&writing_message_);
+  if (!final_) return Next::kWrite;
+  finished_ = true;
+  return Next::kWriteAndFinish;
+}
+
+void PullImageReactor::Perform(Next next) {
+  // Nothing else touches writing_message_ or finish_status_ once NextLocked chose to send them. A finish is the
+  // last thing done with `this`: OnDone may delete it as soon as the RPC is over.
+  switch (next) {
+    case Next::kNothing: return;
+    case Next::kWrite: StartWrite(&writing_message_); return;
+    case Next::kWriteAndFinish: StartWriteAndFinish(&writing_message_, grpc::WriteOptions(), grpc::Status::OK); return;
+    case Next::kFinish: Finish(finish_status_); return;
   }
 }
 
 void PullImageReactor::OnWriteDone(bool ok) {
-  absl::MutexLock lock(&mu_);
-  writing_ = false;
-  if (!ok) broken_ = true;
-  WriteNextLocked();
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) broken_ = true;
+    next = NextLocked();
+  }
+  Perform(next);
 }
 
 }  // namespace corral::sandbox

@@ -47,9 +47,14 @@ class PullImageReactor final : public grpc::ServerWriteReactor<v1::PullImageProg
   void OnDone() override { delete this; }
 
  private:
+  // What to send next, chosen under mu_ and done after it is released: a Finish issued from the worker while it
+  // still held mu_ let OnDone delete the reactor (and mu_) before the worker unlocked it.
+  enum class Next { kNothing, kWrite, kWriteAndFinish, kFinish };
+
   void Pull();  // on a worker
   void Offer(const PullProgress& progress);
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Next NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Perform(Next next);
 
   ImagePuller* const puller_;
   const std::string ref_;
@@ -59,7 +64,8 @@ class PullImageReactor final : public grpc::ServerWriteReactor<v1::PullImageProg
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<v1::PullImageProgress> pending_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> final_ ABSL_GUARDED_BY(mu_);  // set once the pull ended
-  v1::PullImageProgress writing_message_ ABSL_GUARDED_BY(mu_);
+  v1::PullImageProgress writing_message_;  // set under mu_ by NextLocked, then only read by the write it starts
+  grpc::Status finish_status_;             // likewise, for the Finish
 };
 
 }  // namespace corral::sandbox

@@ -79,7 +79,13 @@ class ImagePull(ClusterTestCase):
         args = list(args)
         at = args.index("--") if "--" in args else len(args)  # the connection flags go before a command's argv
         args[at:at] = ["--host", self.host, "--secret-file", self.secret]
-        return ds.run([os.path.join(ARGS.bin, "corral"), *args], check=check, timeout=900)
+        try:
+            return ds.run([os.path.join(ARGS.bin, "corral"), *args], check=check, timeout=900)
+        except AssertionError as e:  # with what the host said, and whether it is still running
+            host = self.services.procs.get("sandbox-host")
+            with open(os.path.join(self.services.dir, "sandbox-host.log")) as f:
+                raise AssertionError(f"{e}\n--- sandbox host (exit code {host and host.poll()}), last lines\n"
+                                     f"{f.read()[-3000:]}") from None
 
     def pull(self, ref, check=True):
         return self.corral("image", "pull", ref, check=check)
