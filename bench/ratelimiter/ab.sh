@@ -2,7 +2,8 @@
 # Side-by-side runs of two or more ratelimiter builds (not in CI). Each argument is a directory holding a
 # corral-ratelimiter and a corral-bench-ratelimiter (e.g. build/bin, or a copy of an older build's). For each
 # build in turn, `rounds` times: a fresh limiter, then the load generator's contended (64 clients, 16 permits),
-# uncontended (64 permits), one-shared-client and single-client runs, the contended run again on a limiter
+# uncontended (64 permits), one-shared-client and single-client runs, a keyed limit with 5,000 instances (each of
+# the 64 clients on a key of its own), the contended run again on a limiter
 # keeping a lease snapshot (state_path), and Redis's contended run as the peer of that round. Prints every run with the CPU a pair cost the load generator (client) and the limiter (server),
 # then the medians per build and run. Interleaving the builds keeps the VM's drift out of the comparison.
 #   bench/ratelimiter/ab.sh DIR_A DIR_B [...]        (AB_SECONDS=4 per run, AB_ROUNDS=3)
@@ -26,6 +27,7 @@ cat > "$work/limiter.yaml" <<YAML
 limits:
   - {name: bench, kind: concurrency, permits: 16}
   - {name: bench_open, kind: concurrency, permits: 64}
+  - {name: "bench_keyed/{k}", kind: concurrency, permits: 1}
 learning_mode: false
 log_level: warn
 YAML
@@ -67,6 +69,7 @@ one_round() {  # directory
   measure "$dir uncontended" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_open --clients=64
   measure "$dir shared" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench --clients=64 --shared
   measure "$dir single" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_open --clients=1
+  measure "$dir keyed" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_keyed --clients=64 --keys=5000
   stop_limiter
   rm -rf "$work/state" && mkdir "$work/state"
   start_limiter "$dir" "$work/durable.yaml"

@@ -4,6 +4,9 @@
 //                   the threads share one (one session, as a scheduler's episodes share its client)
 //   --mode=redis    each thread owns a hiredis connection; a Lua-script expiring semaphore (a sorted set of
 //                   lease expiries, as Redisson's RPermitExpirableSemaphore does) with pub/sub wake-ups
+//   --keys=N        (corral) the limit is a keyed template: thread i uses key k<i % N>, and all N instances are
+//                   created before the timed part (each key acquired and released once), so every grant runs
+//                   beside N instances
 //   --mode=leases   holds --leases live leases on corral-ratelimiter and prints them held (for an RSS reading)
 // Prints one line: `pairs=<n> seconds=<s> pairs_per_s=<x> p50_ms=<x> p99_ms=<x> errors=<n>`.
 #include <hiredis/hiredis.h>
@@ -27,7 +30,7 @@ namespace {
 struct Flags {
   std::string mode = "corral", addr, token, limit = "bench";
   bool shared = false;  // --shared: every thread on one client (one session stream)
-  int clients = 64, permits = 16, leases = 10000;
+  int clients = 64, permits = 16, leases = 10000, keys = 0;
   double seconds = 5;
 };
 
@@ -123,9 +126,10 @@ void CorralWorker(const Flags& f, int index, absl::Time end, corral::ratelimiter
     ++out->errors;
     return;
   }
+  const std::string key = f.keys > 0 ? absl::StrCat("k", index % f.keys) : "";
   while (absl::Now() < end) {
     const absl::Time start = absl::Now();
-    auto permit = client->Acquire({.limit = f.limit, .wait_timeout = absl::Seconds(30)});
+    auto permit = client->Acquire({.limit = f.limit, .key = key, .wait_timeout = absl::Seconds(30)});
     if (!permit.ok()) {
       ++out->errors;
       continue;
@@ -186,10 +190,11 @@ int main(int argc, char** argv) {
     else if (auto v6 = value("permits")) f.permits = std::stoi(v6);
     else if (auto v7 = value("leases")) f.leases = std::stoi(v7);
     else if (auto v8 = value("seconds")) f.seconds = std::stod(v8);
+    else if (auto v9 = value("keys")) f.keys = std::stoi(v9);
     else if (a == "--shared") f.shared = true;
     else {
       std::cerr << "usage: corral-bench-ratelimiter --mode=corral|redis|leases --addr=HOST:PORT [--token=T] "
-                   "[--limit=NAME] [--clients=64] [--permits=16] [--seconds=5] [--leases=10000] [--shared]\n";
+                   "[--limit=NAME] [--clients=64] [--permits=16] [--seconds=5] [--leases=10000] [--keys=N] [--shared]\n";
       return a == "--help" ? 0 : 2;
     }
   }
@@ -198,6 +203,13 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   std::unique_ptr<corral::ratelimiter::RateLimitClient> shared;
   if (f.mode == "corral" && f.shared && (shared = ConnectClient(f, "bench-shared")) == nullptr) return 1;
+  if (f.mode == "corral" && f.keys > 0) {  // every instance exists before the timed part
+    auto warm = ConnectClient(f, "bench-warm");
+    for (int k = 0; warm != nullptr && k < f.keys; ++k) {
+      if (!warm->Acquire({.limit = f.limit, .key = absl::StrCat("k", k)}).ok()) return 1;
+    }
+    if (warm == nullptr) return 1;
+  }
   const absl::Time start = absl::Now();
   const absl::Time end = start + absl::Seconds(f.seconds);
   for (int i = 0; i < f.clients; ++i) {

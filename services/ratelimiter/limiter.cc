@@ -291,18 +291,32 @@ void Limiter::Pump(Instance& inst, Completions& out) {
           delay, [this, limit = inst.limit->spec.name, key = inst.key] { OnRateTimer(limit, key); });
     }
   }
-  UpdateGauges(*inst.limit);
+  UpdateGauges(inst);
+}
+
+void Limiter::UpdateGauges(Instance& inst) {
+  Limit& limit = *inst.limit;
+  const double in_use = limit.spec.kind == LimitKind::kRate
+                            ? static_cast<double>(limit.spec.burst) - inst.bucket.tokens()
+                            : static_cast<double>(inst.held.in_use());
+  const double waiters = static_cast<double>(inst.queue.size());
+  limit.in_use += in_use - inst.counted_in_use;
+  limit.waiters += waiters - inst.counted_waiters;
+  inst.counted_in_use = in_use;
+  inst.counted_waiters = waiters;
+  limit.metrics.in_use->Set(limit.in_use);
+  limit.metrics.waiters->Set(limit.waiters);
 }
 
 void Limiter::UpdateGauges(Limit& limit) {
-  double in_use = 0, waiters = 0;
+  // From zero, which also drops the rounding a rate limit's running sums gather.
+  limit.in_use = limit.waiters = 0;
   for (auto& [key, inst] : limit.instances) {
-    in_use += limit.spec.kind == LimitKind::kRate ? static_cast<double>(limit.spec.burst) - inst->bucket.tokens()
-                                                  : static_cast<double>(inst->held.in_use());
-    waiters += static_cast<double>(inst->queue.size());
+    inst->counted_in_use = inst->counted_waiters = 0;
+    UpdateGauges(*inst);
   }
-  limit.metrics.in_use->Set(in_use);
-  limit.metrics.waiters->Set(waiters);
+  limit.metrics.in_use->Set(limit.in_use);
+  limit.metrics.waiters->Set(limit.waiters);
 }
 
 void Limiter::RemoveWaiter(Instance& inst, std::list<Waiter>::iterator it) {
@@ -398,7 +412,7 @@ absl::StatusOr<AcquireTicket> Limiter::AcquireLocked(AcquireParams& p, AcquireCa
   if (inst->queue.empty() && Grantable(*inst, p.permits)) {
     Grant grant = Take(*inst, p.permits, p.lease_ttl, p.session_id, absl::ZeroDuration(), "");
     if (!p.request_id.empty() && !grant.lease_id.empty()) leases_->BindRequest(p.request_id, *leases_->Find(grant.lease_id));
-    UpdateGauges(*limit);
+    UpdateGauges(*inst);
     complete(std::move(grant));
     return ticket;
   }
@@ -564,8 +578,7 @@ void Limiter::SweepIdleInstances() {
   const absl::Time now = clock_->Now();
   if (store_ != nullptr) store_->Alive(now);
   for (auto& [name, limit] : limits_) {
-    if (!limit->spec.keyed()) continue;
-    for (auto it = limit->instances.begin(); it != limit->instances.end();) {
+    for (auto it = limit->instances.begin(); limit->spec.keyed() && it != limit->instances.end();) {
       Instance& inst = *it->second;
       if (limit->spec.kind == LimitKind::kRate) Refill(inst);
       bool idle = inst.queue.empty() && inst.leases == 0 &&
@@ -577,6 +590,7 @@ void Limiter::SweepIdleInstances() {
         ++it;
       }
     }
+    UpdateGauges(*limit);
   }
   sweep_timer_ = clock_->RunAfter(internal::kSweepEvery, [this] { SweepIdleInstances(); });
 }

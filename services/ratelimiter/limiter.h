@@ -227,6 +227,9 @@ class Limiter {
   absl::StatusOr<ReclaimTarget> FindReclaimTarget(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Grant ReclaimLease(const ReclaimTarget& target, const std::string& lease_id, const std::string& session_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `inst` again in its limit's in_use and waiters gauges (O(1)).
+  void UpdateGauges(Instance& inst) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts every instance of `limit` again (after a restore, and at each idle sweep, which also refills buckets).
   void UpdateGauges(Limit& limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Run(Completions& completions);
 

@@ -61,12 +61,17 @@ struct Limiter::Instance {
   int64_t reclaimed = 0;
   Clock::TimerId rate_timer = 0;
   absl::Time last_active;
+  // What this instance adds to its limit's in_use and waiters gauges, as last counted (UpdateGauges).
+  double counted_in_use = 0, counted_waiters = 0;
 };
 
 struct Limiter::Limit {
   LimitSpec spec;
   std::map<std::string, std::unique_ptr<Instance>> instances;
   LimitMetrics metrics;
+  // The sums of the instances' counted_* (the gauges' values): kept up to date one instance at a time, so a grant
+  // costs the same however many keys the limit has.
+  double in_use = 0, waiters = 0;
 };
 
 struct Limiter::Lease {

@@ -145,7 +145,7 @@ Grant Limiter::ReclaimLease(const ReclaimTarget& target, const std::string& leas
   target.instance->reclaimed += target.permits;
   Grant grant = Take(*target.instance, target.permits, options_.default_lease_ttl, session_id, absl::ZeroDuration(),
                      lease_id);
-  UpdateGauges(*target.instance->limit);
+  UpdateGauges(*target.instance);
   return grant;
 }
 

@@ -513,6 +513,61 @@ TEST_F(LimiterTest, KeyedTemplateCreatesInstancesOnFirstUseAndCollectsIdleOnes) 
   EXPECT_EQ(instances[0].key, "bash");
 }
 
+TEST_F(LimiterTest, AKeyedLimitsGaugesSumItsInstancesThroughGrantsQueuesReleasesRefillsAndCollection) {
+  // The value of a per-limit gauge, as /metrics would show it.
+  auto gauge = [&](const std::string& name, const std::string& limit) {
+    for (const auto& family : registry_.Collect()) {
+      if (family.name != name) continue;
+      for (const auto& metric : family.metric) {
+        for (const auto& label : metric.label) {
+          if (label.name == "limit" && label.value == limit) return metric.gauge.value;
+        }
+      }
+    }
+    ADD_FAILURE() << "no " << name << "{limit=" << limit << "}";
+    return -1.0;
+  };
+  LimitSpec spec = Concurrency("code_exec", 2);
+  spec.key_template = "{language}";
+  spec.instance_idle_ttl = absl::Seconds(30);
+  ASSERT_THAT(limiter_->CreateLimit(spec), IsOk());
+  auto acquire = [&](const std::string& key) {
+    AcquireParams p;
+    p.limit = "code_exec";
+    p.key = key;
+    return Acquire(p);
+  };
+  auto py1 = acquire("python"), py2 = acquire("python"), sh = acquire("bash"), py3 = acquire("python");
+  EXPECT_FALSE(py3->done);  // python's two permits are held
+  EXPECT_EQ(gauge("corral_ratelimiter_permits_in_use", "code_exec"), 3);
+  EXPECT_EQ(gauge("corral_ratelimiter_waiters", "code_exec"), 1);
+  ASSERT_THAT(limiter_->Release(py1->result->lease_id, ""), IsOk());  // the waiter gets it
+  ASSERT_THAT(py3->result, IsOk());
+  EXPECT_EQ(gauge("corral_ratelimiter_permits_in_use", "code_exec"), 3);
+  EXPECT_EQ(gauge("corral_ratelimiter_waiters", "code_exec"), 0);
+  for (const auto& held : {py2, sh, py3}) ASSERT_THAT(limiter_->Release(held->result->lease_id, ""), IsOk());
+  EXPECT_EQ(gauge("corral_ratelimiter_permits_in_use", "code_exec"), 0);
+
+  // A keyed rate limit: the idle sweep refills the buckets and collects the idle instances, and the gauge follows.
+  LimitSpec tpm = Rate("tpm", 10, 100);
+  tpm.key_template = "{model}";
+  tpm.instance_idle_ttl = absl::Seconds(30);
+  ASSERT_THAT(limiter_->CreateLimit(tpm), IsOk());
+  for (const char* model : {"a", "b"}) {
+    AcquireParams p;
+    p.limit = "tpm";
+    p.key = model;
+    p.permits = 60;
+    ASSERT_THAT(Acquire(p)->result, IsOk());
+  }
+  EXPECT_EQ(gauge("corral_ratelimiter_permits_in_use", "tpm"), 120);
+  clock_.Advance(absl::Seconds(40));
+  EXPECT_THAT(limiter_->Status("tpm").instances, IsEmpty());
+  EXPECT_THAT(limiter_->Status("code_exec").instances, IsEmpty());
+  EXPECT_EQ(gauge("corral_ratelimiter_permits_in_use", "tpm"), 0);
+  EXPECT_EQ(gauge("corral_ratelimiter_permits_in_use", "code_exec"), 0);
+}
+
 TEST_F(LimiterTest, DeletingALimitNeedsForceWhileBusyAndFailsItsWaiters) {
   ASSERT_THAT(limiter_->CreateLimit(Concurrency("gpu", 1)), IsOk());
   auto held = Acquire("gpu", 1);
