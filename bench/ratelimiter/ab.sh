@@ -34,20 +34,25 @@ YAML
 # The same limits, with held leases kept on disk (what `corral up` and the deployments run).
 { sed '/^learning_mode/d' "$work/limiter.yaml"; echo "state_path: $work/state/leases.db"; } > "$work/durable.yaml"
 
-# One load run: label, server pid, load generator, its arguments. Prints
-# `label pairs_per_s p50_ms p99_ms client_us server_us` (CPU per pair, from clock ticks of 10 ms).
+# One load run: label, server pid, load generator, its arguments. Appends
+# `label pairs_per_s p50_ms p99_ms client_us server_us` (CPU per pair, from clock ticks of 10 ms) to the runs, and
+# shows it. A run with errors is shown with them and not counted.
 measure() {
   local label=$1 server=$2 gen=$3
   shift 3
   local s0 s1 out client
   s0=$(cpu_ticks "$server")
-  out=$({ TIMEFORMAT='%U %S'; time "$gen" --seconds="$seconds" "$@" 2> /dev/null; } 2> "$work/time")
+  out=$({ TIMEFORMAT='%U %S'; time "$gen" --seconds="$seconds" "$@" 2> /dev/null; } 2> "$work/time") || true
   s1=$(cpu_ticks "$server")
+  if [[ "$out" != *" errors=0"* || "$out" == *"pairs=0 "* ]]; then
+    echo "  $label: not counted: ${out:-no output}" >&2
+    return
+  fi
   client=$(awk '{print $1 + $2}' "$work/time")
   awk -v label="$label" -v out="$out" -v c="$client" -v s="$(( s1 - s0 ))" 'BEGIN {
     n = split(out, f, /[ =]/); for (i = 1; i < n; i += 2) v[f[i]] = f[i + 1];
     printf "%s %d %.3f %.3f %.0f %.0f\n", label, v["pairs_per_s"], v["p50_ms"], v["p99_ms"],
-      c * 1e6 / v["pairs"], s * 1e4 / v["pairs"] }'
+      c * 1e6 / v["pairs"], s * 1e4 / v["pairs"] }' | tee -a "$work/runs" | sed 's/^/  /' >&2
 }
 
 # Starts `dir`'s limiter on `config`; sets limiter (its pid) and addr.
@@ -58,9 +63,10 @@ start_limiter() {  # directory, config
   limiter=$!
   pids+=($limiter)
   for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
+  [[ -s "$work/ready.json" ]] || { echo "$1/corral-ratelimiter did not start:" >&2; cat "$work/limiter.log" >&2; exit 1; }
   addr=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$work/ready.json")
 }
-stop_limiter() { kill "$limiter"; wait "$limiter" 2>/dev/null || true; }
+stop_limiter() { kill "$limiter" 2>/dev/null || true; wait "$limiter" 2>/dev/null || true; }
 
 one_round() {  # directory
   local dir=$1 gen=$1/corral-bench-ratelimiter
@@ -80,12 +86,13 @@ one_round() {  # directory
 }
 
 echo "ratelimiter a/b: $rounds rounds, ${seconds}s per run, $(nproc) cores" >&2
+: > "$work/runs"
 for round in $(seq "$rounds"); do
   for dir in "$@"; do
     echo "round $round: $dir" >&2
     one_round "$dir"
   done
-done | tee "$work/runs" | sed 's/^/  /' >&2
+done
 printf '\n%-48s %10s %9s %9s %10s %10s\n' "medians" "pairs/s" "p50 ms" "p99 ms" "client µs" "server µs"
 sort -k1,2 -s "$work/runs" | awk '
   function median(list,   n, a, i, j, t) {

@@ -38,7 +38,7 @@ build/bin/corral-ratelimiter --config "$work/limiter.yaml" --insecure --grpc-lis
   --metrics-listen 127.0.0.1:0 --ready-file "$work/ready.json" > "$work/limiter.log" 2>&1 &
 limiter_pid=$!
 pids+=($limiter_pid)
-# The same limiter keeping its leases on disk (every grant and release written to SQLite before it is answered).
+# The same limiter keeping its leases on disk (every grant and release logged before it is answered).
 sed '/^learning_mode/d' "$work/limiter.yaml" > "$work/durable.yaml"
 echo "state_path: $work/leases.db" >> "$work/durable.yaml"
 build/bin/corral-ratelimiter --config "$work/durable.yaml" --insecure --grpc-listen 127.0.0.1:0 \

@@ -31,8 +31,8 @@
 
 namespace corral {
 
-// One SQLite connection in WAL mode with `schema` applied, for callers that write synchronously on their own
-// thread (small, latency-critical records such as the ratelimiter's lease snapshot). `fsync` as for Journal.
+// One SQLite connection in WAL mode with `schema` applied (the Journal's writer and reader connections, or a
+// caller writing synchronously on its own thread). `fsync` as for Journal.
 absl::StatusOr<sqlite3*> OpenSqlite(const std::string& path, const std::string& schema, bool fsync);
 // Runs `sql` (one or more statements); INTERNAL naming the statement on failure.
 absl::Status ExecSql(sqlite3* db, const std::string& sql);

@@ -80,7 +80,7 @@ std::vector<const QuotaSpec*> Quotas::For(const Upstream& upstream, const std::s
 
 asio::awaitable<absl::StatusOr<ratelimiter::ScopedPermit>> Quotas::Wait(ratelimiter::PermitRequest request,
                                                                         absl::Duration tick, const OnWait& on_wait) {
-  // The client answers on its reader thread; the answer is posted to this call's executor, which wakes the wait.
+  // The client answers on a gRPC callback thread; the answer is posted to this call's executor, which wakes the wait.
   struct State {
     explicit State(asio::any_io_executor e) : timer(e) {}
     asio::steady_timer timer;

@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<LeaseSnapshot>> LeaseSnapshot::Open(const std::st
 }
 
 LeaseSnapshot::LeaseSnapshot(std::unique_ptr<Journal> journal, std::string path, prometheus::Counter* write_errors)
-    : journal_(std::move(journal)), path_(std::move(path)), write_errors_(write_errors) {}
+    : path_(std::move(path)), write_errors_(write_errors), journal_(std::move(journal)) {}
 
 LeaseSnapshot::~LeaseSnapshot() = default;  // the journal applies what is logged, then closes
 
@@ -94,8 +94,8 @@ void LeaseSnapshot::Failed(const absl::Status& status, const char* what) {
 }
 
 void LeaseSnapshot::Append(std::string record, const char* what) {
-  // Answered once logged. Far behind, the journal answers later instead (backpressure); the record is logged
-  // either way, and the limiter, which calls this under its lock, does not wait.
+  // Answered once logged. Far behind, the journal would have the caller wait for its commits (nullopt); the
+  // limiter calls this under its lock and cannot wait, and the record is in the log either way, so it goes on.
   std::optional<absl::Status> logged = journal_->Append(std::move(record), [](const absl::Status&) {});
   if (logged.has_value() && !logged->ok()) Failed(*logged, what);
 }

@@ -46,10 +46,11 @@ class LeaseSnapshot : public LeaseStore {
   void Append(std::string record, const char* what);
   void Failed(const absl::Status& status, const char* what);
 
-  const std::unique_ptr<Journal> journal_;
   const std::string path_;
   prometheus::Counter* const write_errors_;
   std::atomic<int64_t> logged_errors_ = 0;  // from the limiter's thread and the journal's writer
+  // Last, so it is destroyed first: while it drains its queue its writer may still report failures (Failed).
+  const std::unique_ptr<Journal> journal_;
 };
 
 }  // namespace corral::ratelimiter

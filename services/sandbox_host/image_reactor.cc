@@ -112,7 +112,7 @@ void PullImageReactor::Pull() {
     }
     if (!writing_) next = NextLocked();
   }
-  Perform(next);
+  if (next != Next::kNothing) Perform(next);  // kNothing: OnWriteDone may have ended the RPC meanwhile
 }
 
 void PullImageReactor::Offer(const PullProgress& p) {
@@ -125,7 +125,7 @@ void PullImageReactor::Offer(const PullProgress& p) {
     pending_->set_total_bytes(p.total_bytes);
     if (!writing_) next = NextLocked();
   }
-  Perform(next);
+  if (next != Next::kNothing) Perform(next);  // kNothing: OnWriteDone may have ended the RPC meanwhile
 }
 
 PullImageReactor::Next PullImageReactor::NextLocked() {
@@ -148,7 +148,7 @@ void PullImageReactor::Perform(Next next) {
   // Nothing else touches writing_message_ or finish_status_ once NextLocked chose to send them. A finish is the
   // last thing done with `this`: OnDone may delete it as soon as the RPC is over.
   switch (next) {
-    case Next::kNothing: return;
+    case Next::kNothing: return;  // callers skip it
     case Next::kWrite: StartWrite(&writing_message_); return;
     case Next::kWriteAndFinish: StartWriteAndFinish(&writing_message_, grpc::WriteOptions(), grpc::Status::OK); return;
     case Next::kFinish: Finish(finish_status_); return;
@@ -163,7 +163,7 @@ void PullImageReactor::OnWriteDone(bool ok) {
     if (!ok) broken_ = true;
     next = NextLocked();
   }
-  Perform(next);
+  if (next != Next::kNothing) Perform(next);
 }
 
 }  // namespace corral::sandbox

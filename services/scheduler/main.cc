@@ -5,7 +5,7 @@
 //
 // Threads: gRPC's callback threads (adapters only: nothing blocks on them), `io_threads` event-loop threads
 // (every episode is a coroutine there; host polling, the dispatcher and the ticker too), the journal's writer
-// thread, the ratelimiter client's reader and keepalive threads, and `http_threads` serving the inspector.
+// thread, the ratelimiter client's connection thread, and `http_threads` serving the inspector.
 #include <thread>
 #include <vector>
 

@@ -276,7 +276,10 @@ void RateLimitClient::OnReply(Stream* stream, v1::SessionResponse reply) {
     if (lease) held_[reply.granted().lease().lease_id()] = reply.granted().lease();
     auto it = pending_.find(reply.request_id());
     if (it == pending_.end()) {
-      if (lease) SendReleaseLocked(reply.granted().lease().lease_id());  // nobody waits for it any more
+      if (lease) {  // nobody waits for it any more (timed out, cancelled): give it back, keep nothing of it
+        held_.erase(reply.granted().lease().lease_id());
+        SendReleaseLocked(reply.granted().lease().lease_id());
+      }
       return;
     }
     it->second->reply = std::move(reply);
@@ -300,8 +303,9 @@ void RateLimitClient::OnBroken(Stream* stream) {
       keepalive_id_ = 0;
       failed = FailPending(absl::UnavailableError("the session stream to the ratelimiter broke"));
     }
-    stream->RemoveHold();  // OnDone is scheduled once the outstanding operations end, never run inline here
   }
+  // broken_ is set: nothing more is written. OnDone follows once the outstanding operations end.
+  stream->RemoveHold();
   for (auto& p : failed) p->callback(std::move(p->reply));
 }
 
@@ -342,7 +346,11 @@ void RateLimitClient::SendReleaseLocked(const std::string& lease_id) {
 }
 
 void RateLimitClient::SendKeepAliveLocked() {
-  if (keepalive_id_ != 0) return;  // the last one is not answered yet
+  if (keepalive_id_ != 0) {
+    if (absl::Now() - keepalive_sent_ < kKeepAliveTimeout) return;  // the last one is not answered yet
+    pending_.erase(keepalive_id_);  // never answered: give up on it and send another
+  }
+  keepalive_sent_ = absl::Now();
   auto pending = std::make_shared<Pending>();
   pending->callback = [this](absl::StatusOr<v1::SessionResponse> reply) {
     if (!reply.ok()) return;  // the stream broke; the next session re-claims what is held

@@ -161,6 +161,8 @@ class RateLimitClient {
   absl::Duration default_ttl_ ABSL_GUARDED_BY(mu_) = absl::Seconds(30);
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t keepalive_id_ ABSL_GUARDED_BY(mu_) = 0;  // the keepalive still unanswered, if any
+  absl::Time keepalive_sent_ ABSL_GUARDED_BY(mu_);
+  static constexpr absl::Duration kKeepAliveTimeout = absl::Seconds(10);  // then the next one is sent anyway
   std::map<uint64_t, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::Lease> held_ ABSL_GUARDED_BY(mu_);  // live leases, re-claimed on reconnect
   // Released while disconnected: released again on reconnect, for a limiter that restored them from its
