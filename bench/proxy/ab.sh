@@ -15,8 +15,6 @@ ninja -C build corral-fake-llm corral_python_sdk > /dev/null
 
 source bench/lib.sh
 
-source bench/proxy/lib.sh
-
 one_run() {  # binary
   rm -rf "$work"/*
   pids=()

@@ -17,17 +17,13 @@ mkdir -p build
 cmake -S . -B build -G Ninja > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
 ninja -C build corral-proxy corral-fake-llm corral_python_sdk
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
+source bench/lib.sh
+cleanup() {  # bench/lib.sh's, plus nginx (it daemonizes)
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   [[ -f "$work/nginx.pid" ]] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$work"
 }
-trap cleanup EXIT
-
-source bench/proxy/lib.sh
 
 build/bin/corral-fake-llm --listen 127.0.0.1:0 --reply "The repository keeps services, libraries and tests apart." \
   --ready-file "$work/fake.json" --log-level warn > "$work/fake.log" 2>&1 &

@@ -62,9 +62,8 @@ start_limiter() {  # directory, config
     --ready-file "$work/ready.json" > "$work/limiter.log" 2>&1 &
   limiter=$!
   pids+=($limiter)
-  for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
-  [[ -s "$work/ready.json" ]] || { echo "$1/corral-ratelimiter did not start:" >&2; cat "$work/limiter.log" >&2; exit 1; }
-  addr=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$work/ready.json")
+  addr=$(ready "$work/ready.json" grpc)
+  [[ -n "$addr" ]] || { echo "$1/corral-ratelimiter did not start:" >&2; cat "$work/limiter.log" >&2; exit 1; }
 }
 stop_limiter() { kill "$limiter" 2>/dev/null || true; wait "$limiter" 2>/dev/null || true; }
 

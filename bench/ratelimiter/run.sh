@@ -44,9 +44,8 @@ echo "state_path: $work/leases.db" >> "$work/durable.yaml"
 build/bin/corral-ratelimiter --config "$work/durable.yaml" --insecure --grpc-listen 127.0.0.1:0 \
   --metrics-listen 127.0.0.1:0 --ready-file "$work/durable-ready.json" > "$work/durable.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 200); do [[ -s "$work/ready.json" && -s "$work/durable-ready.json" ]] && break; sleep 0.05; done
-addr=$(python3 -c "import json,sys; print(json.load(open('$work/ready.json'))['grpc'])")
-durable_addr=$(python3 -c "import json,sys; print(json.load(open('$work/durable-ready.json'))['grpc'])")
+addr=$(ready "$work/ready.json" grpc)
+durable_addr=$(ready "$work/durable-ready.json" grpc)
 for _ in $(seq 200); do redis-cli -p "$redis_port" ping > /dev/null 2>&1 && break; sleep 0.05; done
 
 gen=build/bin/corral-bench-ratelimiter

@@ -1,5 +1,6 @@
 // The fields of a journal record (the unit Journal::Append logs and its Applier applies): fixed 64-bit
 // little-endian integers and length-prefixed byte strings, written in order and read back in the same order.
+// The log's frames (segment_log.cc) use the same little-endian integers, 32 bits wide.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +10,19 @@
 
 namespace corral {
 
-inline void PutRecordU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+// An unsigned integer, least significant byte first.
+template <typename T>
+void PutLittleEndian(std::string& out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
+template <typename T>
+T LoadLittleEndian(const char* p) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+inline void PutRecordU64(std::string& out, uint64_t v) { PutLittleEndian(out, v); }
 
 inline void PutRecordField(std::string& out, absl::string_view bytes) {
   PutRecordU64(out, bytes.size());
@@ -24,8 +35,7 @@ class RecordReader {
   explicit RecordReader(absl::string_view bytes) : rest_(bytes) {}
   uint64_t U64() {
     if (rest_.size() < 8) return Fail();
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(rest_[i])) << (8 * i);
+    const uint64_t v = LoadLittleEndian<uint64_t>(rest_.data());
     rest_.remove_prefix(8);
     return v;
   }

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/status_macros.h"
+#include "libs/journal/record_fields.h"
 #include "spdlog/spdlog.h"
 
 namespace corral {
@@ -23,16 +24,6 @@ constexpr size_t kHeader = 8;  // u32 length, u32 crc32 of the bytes, little-end
 
 uint32_t Crc(absl::string_view bytes) {
   return static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
-}
-
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
 }
 
 absl::Status Errno(const std::string& what) { return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno))); }
@@ -51,8 +42,8 @@ absl::StatusOr<std::vector<std::string>> ParseSegment(absl::string_view bytes, c
   std::vector<std::string> records;
   size_t at = 0;
   while (bytes.size() - at >= kHeader) {
-    const uint32_t length = GetU32(bytes.data() + at);
-    const uint32_t crc = GetU32(bytes.data() + at + 4);
+    const uint32_t length = LoadLittleEndian<uint32_t>(bytes.data() + at);
+    const uint32_t crc = LoadLittleEndian<uint32_t>(bytes.data() + at + 4);
     if (length == 0) {  // no record is empty: zeros, where a machine crash left blocks unwritten
       spdlog::warn("journal segment {}: no record at offset {}; the last {} bytes are dropped", name, at,
                    bytes.size() - at);
@@ -123,8 +114,8 @@ absl::Status SegmentLog::Append(absl::string_view record) {
   if (!broken_.ok()) return broken_;
   if (record.empty()) return absl::InvalidArgumentError("a journal record must not be empty");
   frame_.clear();
-  PutU32(frame_, static_cast<uint32_t>(record.size()));
-  PutU32(frame_, Crc(record));
+  PutLittleEndian(frame_, static_cast<uint32_t>(record.size()));
+  PutLittleEndian(frame_, Crc(record));
   frame_.append(record.data(), record.size());
   size_t done = 0;
   while (done < frame_.size()) {

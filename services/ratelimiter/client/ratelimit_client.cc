@@ -313,10 +313,10 @@ bool RateLimitClient::SendLocked(v1::SessionRequest request) {
   return connected_ && stream_ != nullptr && stream_->WriteLocked(std::move(request));
 }
 
-void RateLimitClient::Send(v1::SessionRequest request) {
-  absl::MutexLock lock(&mu_);
-  if (!request.has_release() && !request.has_adjust()) request.set_request_id(next_request_id_++);
-  (void)SendLocked(std::move(request));  // with request_id 0, releases and adjusts get no reply at all
+void RateLimitClient::SendCancelLocked(uint64_t acquire_id) {
+  v1::SessionRequest cancel;  // request_id 0: a cancel has no reply of its own
+  cancel.mutable_cancel()->set_acquire_request_id(acquire_id);
+  (void)SendLocked(std::move(cancel));
 }
 
 uint64_t RateLimitClient::StartCallLocked(v1::SessionRequest& request, std::shared_ptr<Pending> pending) {
@@ -416,9 +416,8 @@ absl::StatusOr<ScopedPermit> RateLimitClient::DoAcquire(const PermitRequest& req
   uint64_t id = 0;
   auto reply = Call(AcquireMessage(request, try_only), local_wait, &id);
   if (!reply.ok() && reply.status().code() == absl::StatusCode::kDeadlineExceeded) {
-    v1::SessionRequest cancel;
-    cancel.mutable_cancel()->set_acquire_request_id(id);
-    Send(std::move(cancel));
+    absl::MutexLock lock(&mu_);
+    SendCancelLocked(id);
   }
   return PermitFromReply(reply, request.limit);
 }
@@ -483,11 +482,9 @@ void RateLimitClient::CancelAcquire(uint64_t id) {
     if (it == pending_.end()) return;  // already answered
     pending = it->second;
     pending_.erase(it);
+    SendCancelLocked(id);
   }
-  v1::SessionRequest cancel;
-  cancel.mutable_cancel()->set_acquire_request_id(id);
-  Send(std::move(cancel));
-  // A grant racing with the cancel finds no pending entry and is released by the reader.
+  // A grant racing with the cancel finds no pending entry and is given back by OnReply.
   pending->callback(absl::CancelledError("the permit request was cancelled"));
 }
 

@@ -132,8 +132,8 @@ class RateLimitClient {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues `request` on the connected session stream; false when not connected.
   bool SendLocked(v1::SessionRequest request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Queues a request whose reply nobody waits for (releases, cancels); dropped when not connected.
-  void Send(v1::SessionRequest request);
+  // Withdraws a queued acquire (no reply); dropped when not connected.
+  void SendCancelLocked(uint64_t acquire_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendReleaseLocked(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendKeepAliveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration KeepAliveInterval() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
