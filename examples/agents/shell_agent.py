@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small tool-calling agent for Harbor-style tasks, written for Corral's examples (Python standard library only).
 
-It reads the task's instruction ($HOME/$CORRAL_INSTRUCTION_FILE, where Corral writes it), offers the model one tool,
+It reads the task's instruction ($CORRAL_INSTRUCTION_FILE, an absolute path, where Corral writes it), offers the model one tool,
 `bash`, runs every call in the sandbox and sends the output back, until the model answers without a tool call
 or --max-turns is reached. It reaches the model through OPENAI_BASE_URL, OPENAI_API_KEY and OPENAI_MODEL, which
 Corral sets to the episode's proxy session: every call is recorded in the episode's trajectory.
@@ -58,9 +58,9 @@ def run_bash(arguments, timeout, limit):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    # Corral writes the instruction below the sandbox home and names it in CORRAL_INSTRUCTION_FILE.
-    default_instruction = os.path.join(os.environ.get("HOME", "."),
-                                       os.environ.get("CORRAL_INSTRUCTION_FILE", ".corral/instruction.md"))
+    # Corral writes the instruction into the sandbox and names it (absolute) in CORRAL_INSTRUCTION_FILE.
+    default_instruction = os.environ.get("CORRAL_INSTRUCTION_FILE",
+                                         os.path.join(os.environ.get("HOME", "."), ".corral/instruction.md"))
     parser.add_argument("--instruction", default=default_instruction)
     parser.add_argument("--max-turns", type=int, default=12)
     parser.add_argument("--tool-timeout", type=int, default=60, help="seconds per bash call")

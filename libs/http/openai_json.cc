@@ -38,4 +38,19 @@ std::string ModelListJson(const std::vector<std::string>& ids, absl::string_view
   return boost::json::serialize(out);
 }
 
+std::vector<std::string> ModelIds(absl::string_view body) {
+  std::vector<std::string> ids;
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(boost::json::string_view(body.data(), body.size()), ec);
+  if (ec || !v.is_object()) return ids;
+  auto* data = v.as_object().if_contains("data");
+  if (data == nullptr || !data->is_array()) return ids;
+  for (const auto& m : data->as_array()) {
+    if (!m.is_object()) continue;
+    std::string id = StringOf(m.as_object().if_contains("id"));
+    if (!id.empty()) ids.push_back(std::move(id));
+  }
+  return ids;
+}
+
 }  // namespace corral::http

@@ -16,5 +16,7 @@ std::string StringOf(const boost::json::value* v);
 
 // An OpenAI model list: {"object": "list", "data": [{"id", "object": "model", "owned_by"}]}.
 std::string ModelListJson(const std::vector<std::string>& ids, absl::string_view owned_by);
+// The ids of such a list (GET /v1/models of vLLM, SGLang, …); empty for anything else.
+std::vector<std::string> ModelIds(absl::string_view body);
 
 }  // namespace corral::http

@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "libs/core/host_port.h"
 
 namespace corral::http {
 namespace {
@@ -52,6 +54,26 @@ absl::StatusOr<Target> ParseTarget(absl::string_view target) {
     if (!value.ok()) return value.status();
     out.query[*std::move(key)] = *std::move(value);
   }
+  return out;
+}
+
+std::string HttpUrl::authority() const { return JoinHostPort(host, port); }
+
+absl::StatusOr<HttpUrl> ParseHttpUrl(absl::string_view url, absl::string_view what) {
+  absl::string_view rest = url;
+  if (!absl::ConsumePrefix(&rest, "http://")) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", url, "' must start with http://"));
+  }
+  const size_t slash = rest.find('/');
+  auto host_port = SplitHostPort(std::string(rest.substr(0, slash)));
+  if (!host_port.ok() || host_port->first.empty() || host_port->second < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", url, "' must be http://HOST:PORT[/path]"));
+  }
+  HttpUrl out;
+  out.host = host_port->first;
+  out.port = host_port->second;
+  if (slash != absl::string_view::npos) out.path = std::string(rest.substr(slash));
+  while (!out.path.empty() && out.path.back() == '/') out.path.pop_back();
   return out;
 }
 

@@ -14,6 +14,17 @@ struct Target {
   std::map<std::string, std::string> query;   // decoded ('+' is a space); a repeated key keeps its last value
 };
 
+// An "http://HOST:PORT[/path]" address, as upstreams and base URLs are given.
+struct HttpUrl {
+  std::string host;  // an IPv6 address without its brackets
+  int port = 0;
+  std::string path;  // "" or "/…", without a trailing '/'
+  std::string authority() const;  // "host:port" ("[v6]:port")
+};
+
+// INVALID_ARGUMENT naming `what` and the text for anything else (https, no port, a port out of range).
+absl::StatusOr<HttpUrl> ParseHttpUrl(absl::string_view url, absl::string_view what = "URL");
+
 // INVALID_ARGUMENT for a target that is not origin-form ("/…") or holds a malformed %-escape.
 absl::StatusOr<Target> ParseTarget(absl::string_view target);
 // Decodes %XX escapes (and '+' as a space when `plus_is_space`); INVALID_ARGUMENT when one is malformed.

@@ -53,7 +53,7 @@ CallAuthenticator MakeCallAuthenticator(const ServerConfig& config, const TokenS
   return CallAuthenticator(secret);
 }
 
-std::optional<int> HandleCommandLine(ConfigSchema& schema, int argc, char** argv) {
+std::optional<int> HandleCommandLine(ConfigSchema& schema, int argc, char** argv, std::string* config_file) {
   auto cmd = LoadConfig(schema, argc, argv);
   if (!cmd.ok()) {
     std::cerr << schema.program() << ": " << cmd.status().message() << "\n";
@@ -63,6 +63,7 @@ std::optional<int> HandleCommandLine(ConfigSchema& schema, int argc, char** argv
     std::cout << schema.Help();
     return 0;
   }
+  if (config_file != nullptr) *config_file = cmd->config_file;
   return std::nullopt;
 }
 

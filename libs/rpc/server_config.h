@@ -27,6 +27,7 @@ struct ServerConfig {
   TlsConfig tls;
   absl::Duration shutdown_grace = absl::Seconds(10);
   std::string ready_file;  // written once listening: {"service","pid","grpc","metrics"}
+  std::string config_file;  // the --config file this process was started with; empty if none (not a key)
 };
 
 // Registers grpc_listen, metrics_listen, secret_file, insecure, log_level, log_format, tls.*,
@@ -46,7 +47,8 @@ CallAuthenticator MakeCallAuthenticator(const ServerConfig& config, const TokenS
 
 // Runs LoadConfig and handles its outcomes for a binary's main(): prints --help (exit 0) or the error
 // (exit 2) and returns the exit code; returns nullopt when the program should go on.
-std::optional<int> HandleCommandLine(ConfigSchema& schema, int argc, char** argv);
+// `config_file` (optional) receives the --config path.
+std::optional<int> HandleCommandLine(ConfigSchema& schema, int argc, char** argv, std::string* config_file = nullptr);
 
 // The start of every service's main(): registers `config`'s keys with `register_config`, loads flags and the
 // config file, checks the result with `validate_config` (errors go to stderr, exit 2) and starts logging as
@@ -57,7 +59,7 @@ std::optional<int> LoadServiceConfig(const std::string& binary, const std::strin
                                      char** argv) {
   ConfigSchema schema(binary, summary);
   register_config(schema, &config);
-  if (auto exit_code = HandleCommandLine(schema, argc, argv)) return exit_code;
+  if (auto exit_code = HandleCommandLine(schema, argc, argv, &config.server.config_file)) return exit_code;
   if (absl::Status s = validate_config(config); !s.ok()) {
     fprintf(stderr, "%s: %s\n", binary.c_str(), std::string(s.message()).c_str());
     return 2;

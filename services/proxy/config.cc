@@ -59,6 +59,9 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
   schema.Duration("header_timeout", &c->http_limits.header_timeout, "time to read a request's header (slowloris)",
                   absl::Milliseconds(100), absl::Minutes(10));
   schema.StringList("upstream", &c->upstream_urls, "an inference backend, http://HOST:PORT (repeatable)");
+  schema.String("default_model", &c->default_model,
+                "model of a session (and of a call) that names none; unset: the one model the upstreams serve "
+                "when they serve exactly one (GET /v1/models)");
   schema.Custom("upstreams", "list", "[]",
                 "inference backends: a YAML list of {name, url, models: [..], weight, quota: {requests, tokens, "
                 "concurrency, key}} (a quota names ratelimiter limits)",

@@ -26,6 +26,7 @@ struct Config {
   int64_t max_connections = 10000;
   std::vector<std::string> upstream_urls;   // --upstream URL (repeatable)
   std::vector<UpstreamSpec> upstreams;      // `upstreams:` in the file; both lists are used
+  std::string default_model;                // a session's model when it names none (else the only one served)
   std::string journal = "corral-proxy.db";
   bool journal_fsync = false;
   SessionLimits sessions;

@@ -1,8 +1,8 @@
 #include "services/proxy/health_checker.h"
 
 #include "boost/asio/this_coro.hpp"
-#include "boost/json.hpp"
 #include "libs/http/client.h"
+#include "libs/http/openai_json.h"
 #include "libs/http/server.h"
 #include "spdlog/spdlog.h"
 
@@ -10,25 +10,9 @@ namespace corral::proxy {
 namespace {
 
 namespace asio = boost::asio;
-namespace json = boost::json;
 namespace bhttp = boost::beast::http;
 
 }  // namespace
-
-std::vector<std::string> ModelIds(const std::string& body) {
-  std::vector<std::string> ids;
-  boost::system::error_code ec;
-  json::value v = json::parse(body, ec);
-  if (ec || !v.is_object()) return ids;
-  auto* data = v.as_object().if_contains("data");
-  if (data == nullptr || !data->is_array()) return ids;
-  for (const auto& m : data->as_array()) {
-    if (m.is_object() && m.as_object().contains("id") && m.as_object().at("id").is_string()) {
-      ids.emplace_back(m.as_object().at("id").as_string());
-    }
-  }
-  return ids;
-}
 
 HealthChecker::HealthChecker(UpstreamPool* upstreams, ProxyMetrics* metrics) : upstreams_(upstreams) {
   for (Upstream* u : upstreams_->all()) healthy_.push_back(&metrics->upstream_healthy.Add({{"upstream", u->spec.name}}));
@@ -49,7 +33,7 @@ asio::awaitable<void> HealthChecker::CheckAll() {
     if (healthy) {
       http::Request list{bhttp::verb::get, "/v1/models", 11};
       auto models = co_await http::Fetch(executor, u->spec.host, u->spec.port, list, absl::Seconds(2));
-      if (models.ok() && models->status == 200) u->SetDiscovered(ModelIds(models->body));
+      if (models.ok() && models->status == 200) u->SetDiscovered(http::ModelIds(models->body));
     }
     healthy_[i]->Set(upstreams_->Available(*u) ? 1 : 0);
   }

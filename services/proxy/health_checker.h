@@ -24,7 +24,4 @@ class HealthChecker {
   std::vector<prometheus::Gauge*> healthy_;  // per upstream, as UpstreamPool::all() orders them
 };
 
-// The ids of an OpenAI model list ({"data": [{"id": ...}]}); empty for anything else.
-std::vector<std::string> ModelIds(const std::string& body);
-
 }  // namespace corral::proxy

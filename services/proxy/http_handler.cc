@@ -190,7 +190,13 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     }
     c.body = *std::move(translated);
   }
-  PolicyOutcome policy = ApplyPolicy(c.session->policy(), c.session->used(), chat, c.body);
+  // A call that names no model gets its session's (or the upstreams' only one, if the session was opened before
+  // they were known).
+  std::string session_model = c.session->request().model();
+  if (session_model.empty()) {
+    if (auto known = upstreams_->known_models(); known.has_value() && known->size() == 1) session_model = known->front();
+  }
+  PolicyOutcome policy = ApplyPolicy(c.session->policy(), c.session->used(), chat, c.body, session_model);
   if (policy.refusal != Refusal::kNone) {
     const ApiError error = policy.refusal == Refusal::kModelNotAllowed   ? ApiError::kModelNotAllowed
                            : policy.refusal == Refusal::kBudgetExhausted ? ApiError::kBudgetExhausted

@@ -60,7 +60,9 @@ int main(int argc, char** argv) {
   }
   spdlog::info("journal {}: {} sessions restored ({} open)", config.journal, *restored, sessions.open_sessions());
   metrics.open_sessions.Set(static_cast<double>(sessions.open_sessions()));
-  corral::proxy::SessionLedger ledger(&sessions, journal->get(), &metrics, &clock);
+  // Before the ledger: a session's model is checked against what the upstreams serve when it opens.
+  corral::proxy::UpstreamPool upstreams(config.upstreams, &clock);
+  corral::proxy::SessionLedger ledger(&sessions, journal->get(), &metrics, &clock, &upstreams, config.default_model);
   corral::ChannelOptions limiter_channel;
   limiter_channel.tls = config.server.tls;
   auto limiter_client = corral::ratelimiter::RateLimitClient::ConnectService(
@@ -72,7 +74,6 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<corral::ratelimiter::RateLimitClient> limiter = *std::move(limiter_client);
   corral::proxy::Quotas quotas(limiter.get(), config.quota, config.model_quotas, &metrics);
-  corral::proxy::UpstreamPool upstreams(config.upstreams, &clock);
   std::vector<std::string> upstream_names;
   for (const auto* u : upstreams.all()) upstream_names.push_back(u->spec.name);
   metrics.SetUpstreams(std::move(upstream_names));

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "boost/json/parse.hpp"
 
 namespace corral::proxy {
@@ -25,6 +26,15 @@ PolicyOutcome Refuse(Refusal r, std::string message) {
   out.refusal = r;
   out.message = std::move(message);
   return out;
+}
+
+// What `model` is sent upstream as: an alias's target, the "*" alias's for a model not allowed, else itself.
+std::string UpstreamModel(const v1::SessionPolicy& p, const std::string& model) {
+  if (auto it = p.model_aliases().find(model); it != p.model_aliases().end()) return it->second;
+  if (auto star = p.model_aliases().find("*"); star != p.model_aliases().end() && !Allowed(p, model)) {
+    return star->second;
+  }
+  return model;
 }
 
 }  // namespace
@@ -53,8 +63,28 @@ absl::Status ValidatePolicy(const v1::SessionPolicy& p) {
   return absl::OkStatus();
 }
 
-PolicyOutcome ApplyPolicy(const v1::SessionPolicy& p, const BudgetUse& used, bool chat, json::object& body) {
+absl::StatusOr<std::string> ResolveSessionModel(const v1::SessionPolicy& policy, const std::string& requested,
+                                                const std::string& default_model,
+                                                const std::optional<std::vector<std::string>>& served) {
+  std::string model = !requested.empty() ? requested : default_model;
+  if (model.empty() && served.has_value() && served->size() == 1) model = served->front();
+  if (model.empty() || !served.has_value() || served->empty()) return model;
+  const std::string target = UpstreamModel(policy, model);
+  if (std::find(served->begin(), served->end(), target) != served->end()) return model;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model '", target, "'", target == model ? "" : absl::StrCat(" (for '", model, "')"),
+      " is not served by the upstream; it serves: ", absl::StrJoin(*served, ", "),
+      ". Name one of those in the task (llm.model) or leave it empty to use the default"));
+}
+
+PolicyOutcome ApplyPolicy(const v1::SessionPolicy& p, const BudgetUse& used, bool chat, json::object& body,
+                          const std::string& session_model) {
   auto* model_v = body.if_contains("model");
+  const bool unnamed = model_v == nullptr || model_v->is_null() || (model_v->is_string() && model_v->as_string().empty());
+  if (unnamed && !session_model.empty()) {
+    body["model"] = session_model;
+    model_v = body.if_contains("model");
+  }
   if (model_v == nullptr || !model_v->is_string() || model_v->as_string().empty()) {
     return Refuse(Refusal::kBadRequest, "'model' must be a non-empty string");
   }
@@ -83,12 +113,7 @@ PolicyOutcome ApplyPolicy(const v1::SessionPolicy& p, const BudgetUse& used, boo
   PolicyOutcome out;
   Rewrite& rw = out.rewrite;
   rw.requested_model = std::string(model_v->as_string());
-  rw.model = rw.requested_model;
-  if (auto it = p.model_aliases().find(rw.model); it != p.model_aliases().end()) {
-    rw.model = it->second;
-  } else if (auto star = p.model_aliases().find("*"); star != p.model_aliases().end() && !Allowed(p, rw.model)) {
-    rw.model = star->second;
-  }
+  rw.model = UpstreamModel(p, rw.requested_model);
   if (!Allowed(p, rw.model)) {
     return Refuse(Refusal::kModelNotAllowed, absl::StrCat("model '", rw.model, "' is not allowed in this session"));
   }

@@ -3,7 +3,9 @@
 // ids and logprobs — remembering which of those the agent did not ask for, so they are stripped from its reply.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "boost/json/object.hpp"
@@ -40,8 +42,18 @@ struct BudgetUse {
 // extra_body_json that is not a JSON object, negative caps.
 absl::Status ValidatePolicy(const v1::SessionPolicy& policy);
 
-// Rewrites `body` in place for `chat` (/v1/chat/completions) or completions. Refuses: a body without a model
-// or (chat) messages array, a model not allowed, an exhausted budget.
-PolicyOutcome ApplyPolicy(const v1::SessionPolicy& policy, const BudgetUse& used, bool chat, boost::json::object& body);
+// The model a session's calls use when they name none, chosen at OpenSession: `requested`, else
+// `default_model`, else the one model the upstreams serve when they serve exactly one; "" when none can be
+// chosen. INVALID_ARGUMENT when the upstreams' models are known (`served`) and the chosen one — after the
+// policy's aliases — is not among them, naming both.
+absl::StatusOr<std::string> ResolveSessionModel(const v1::SessionPolicy& policy, const std::string& requested,
+                                                const std::string& default_model,
+                                                const std::optional<std::vector<std::string>>& served);
+
+// Rewrites `body` in place for `chat` (/v1/chat/completions) or completions. A body that names no model gets
+// `session_model` (ResolveSessionModel) when there is one. Refuses: a body without a model or (chat) messages
+// array, a model not allowed, an exhausted budget.
+PolicyOutcome ApplyPolicy(const v1::SessionPolicy& policy, const BudgetUse& used, bool chat, boost::json::object& body,
+                          const std::string& session_model = "");
 
 }  // namespace corral::proxy

@@ -19,6 +19,7 @@ grpc::ServerUnaryReactor* ProxyService::OpenSession(grpc::CallbackServerContext*
     if (opened.ok()) {
       resp->set_env_token(opened->token);
       resp->set_base_url(base_url_);
+      resp->set_model(opened->session->request().model());
       *resp->mutable_session() = opened->session->Snapshot();
     }
     reactor->Finish(ToGrpcStatus(opened.status()));

@@ -1,6 +1,7 @@
 #include "services/proxy/session_ledger.h"
 
 #include "absl/strings/str_cat.h"
+#include "services/proxy/policy.h"
 #include "libs/core/logging.h"
 #include "libs/api/proto_time.h"
 #include "spdlog/spdlog.h"
@@ -10,6 +11,15 @@ namespace corral::proxy {
 void SessionLedger::UpdateGauge() { metrics_->open_sessions.Set(static_cast<double>(store_->open_sessions())); }
 
 void SessionLedger::Open(v1::OpenSessionRequest request, absl::AnyInvocable<void(absl::StatusOr<Opened>)> done) {
+  if (!store_->Find(request.env_id()).ok()) {  // a retried open keeps the model it was given
+    auto model = ResolveSessionModel(request.policy(), request.model(), default_model_,
+                                     upstreams_ != nullptr ? upstreams_->known_models() : std::nullopt);
+    if (!model.ok()) {
+      done(model.status());
+      return;
+    }
+    request.set_model(*std::move(model));
+  }
   auto opened = store_->Open(std::move(request));
   if (!opened.ok() || !opened->created) {
     done(std::move(opened));

@@ -14,17 +14,22 @@
 #include "services/proxy/metrics.h"
 #include "services/proxy/proxy_journal.h"
 #include "services/proxy/sessions.h"
+#include "services/proxy/upstreams.h"
 
 namespace corral::proxy {
 
 // Thread-safe.
 class SessionLedger {
  public:
-  SessionLedger(SessionStore* store, ProxyJournal* journal, ProxyMetrics* metrics, Clock* clock)
-      : store_(store), journal_(journal), metrics_(metrics), clock_(clock) {}
+  // `upstreams` (optional) tells which models are served; `default_model` is the config's (may be empty).
+  SessionLedger(SessionStore* store, ProxyJournal* journal, ProxyMetrics* metrics, Clock* clock,
+                const UpstreamPool* upstreams = nullptr, std::string default_model = "")
+      : store_(store), journal_(journal), metrics_(metrics), clock_(clock), upstreams_(upstreams),
+        default_model_(std::move(default_model)) {}
 
   using Opened = SessionStore::Opened;
-  // `done` runs once the session is durable, or refused (SessionStore::Open's codes; UNAVAILABLE when it could
+  // The request's model is resolved first (ResolveSessionModel: INVALID_ARGUMENT for a model not served) and
+  // kept with the session. `done` runs once the session is durable, or refused (SessionStore::Open's codes; UNAVAILABLE when it could
   // not be journaled, and then it does not exist) — at once when the journal logs it, a refusal or a retried
   // open of a session that exists already; on the journal's thread with --journal-fsync or when the journal's
   // writer is far behind.
@@ -51,6 +56,8 @@ class SessionLedger {
   ProxyJournal* const journal_;
   ProxyMetrics* const metrics_;
   Clock* const clock_;
+  const UpstreamPool* const upstreams_;
+  const std::string default_model_;
 };
 
 }  // namespace corral::proxy

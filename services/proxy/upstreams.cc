@@ -4,6 +4,7 @@
 #include <set>
 
 #include "libs/core/host_port.h"
+#include "libs/http/url.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -20,19 +21,12 @@ uint64_t Hash64(const std::string& s) {
 }
 
 absl::StatusOr<UpstreamSpec> ParseUpstreamUrl(const std::string& url) {
-  if (!absl::StartsWith(url, "http://")) {
-    return absl::InvalidArgumentError(absl::StrCat("upstream '", url, "' must start with http://"));
-  }
-  std::string rest = url.substr(7);
-  rest = rest.substr(0, rest.find('/'));
-  auto host_port = SplitHostPort(rest);
-  if (!host_port.ok() || host_port->second < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("upstream '", url, "' must be http://HOST:PORT"));
-  }
+  auto parsed = http::ParseHttpUrl(url, "upstream");
+  if (!parsed.ok()) return parsed.status();
   UpstreamSpec spec;
-  spec.host = host_port->first;
-  spec.port = static_cast<uint16_t>(host_port->second);
-  spec.name = rest;
+  spec.host = parsed->host;
+  spec.port = static_cast<uint16_t>(parsed->port);
+  spec.name = parsed->authority();
   return spec;
 }
 
@@ -109,6 +103,13 @@ std::vector<std::string> UpstreamPool::models() const {
     for (auto& m : u->discovered()) all.insert(std::move(m));
   }
   return {all.begin(), all.end()};
+}
+
+std::optional<std::vector<std::string>> UpstreamPool::known_models() const {
+  for (const auto& u : upstreams_) {
+    if (u->spec.models.empty() && u->discovered().empty()) return std::nullopt;
+  }
+  return models();
 }
 
 }  // namespace corral::proxy

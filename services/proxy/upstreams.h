@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,9 @@ class UpstreamPool {
   const std::vector<Upstream*>& all() const { return raw_; }
   // Every model some upstream declares or lists (GET /v1/models when a session's policy allows any).
   std::vector<std::string> models() const;
+  // The same, but nullopt while some upstream's models are unknown (it declares none and has not answered
+  // GET /v1/models yet): what may be checked against.
+  std::optional<std::vector<std::string>> known_models() const;
 
  private:
   Clock* const clock_;

@@ -14,8 +14,23 @@ struct Config {
   ServerConfig server;
   std::vector<LimitSpec> limits;
   LimiterOptions limiter;
-  std::string state_path;  // the lease snapshot (SQLite); empty: none, learning mode after every start
+  std::string state_path;  // the lease snapshot (SQLite); empty: chosen by ResolveStatePath; "none": no snapshot
 };
+
+// Where the lease snapshot lives, and why there (said at start-up).
+struct StatePath {
+  std::string path;  // empty: no snapshot (learning mode after every start)
+  std::string origin;
+};
+
+// `state_path` as given, or none for "none". Unset: beside the config file (`<dir>/<stem>.leases.db`) when that
+// directory is writable, else `/var/lib/corral/ratelimiter-<port>.leases.db` when that directory is or can be
+// made writable, else none. A limiter on the embedded defaults thus restarts safely *and* grants at once.
+StatePath ResolveStatePath(const Config& config);
+
+// True when a snapshot was expected but is gone: the file is missing while its change log (`<path>-log.N`) is
+// there. Replaying only the log would under-count what is held, so the limiter learns instead.
+bool SnapshotMissingWhereExpected(const std::string& path);
 
 // Registers every key (server keys, `limits`, `default_lease_ttl`, `max_lease_ttl`, `learning_mode`,
 // `state_path`).

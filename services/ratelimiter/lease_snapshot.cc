@@ -1,5 +1,11 @@
 #include "services/ratelimiter/lease_snapshot.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
 #include "libs/journal/record_fields.h"
@@ -51,12 +57,25 @@ absl::Status ApplyRecord(absl::string_view record, sqlite3* db) {
 
 absl::StatusOr<std::unique_ptr<LeaseSnapshot>> LeaseSnapshot::Open(const std::string& path,
                                                                    prometheus::Counter* write_errors) {
+  // Two limiters on one file would each believe they own every lease in it. The lock is a file of its own:
+  // closing any descriptor of the SQLite file would drop SQLite's own POSIX locks.
+  const std::string lock_path = path + ".lock";
+  UniqueFd lock(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid()) {
+    return absl::UnavailableError(absl::StrCat("lease snapshot: cannot open ", lock_path, ": ", strerror(errno)));
+  }
+  if (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "lease snapshot ", path, " is in use by another process (another corral-ratelimiter on the same "
+        "state_path?); give each limiter its own state_path"));
+  }
   // What must survive is a crash of the process, not of the machine: no fsync; the record log covers a kill -9.
   auto journal = Journal::Open(path, kSchema, /*fsync=*/false, ApplyRecord);
   if (!journal.ok()) {
     return absl::Status(journal.status().code(), absl::StrCat("lease snapshot: ", journal.status().message()));
   }
   std::unique_ptr<LeaseSnapshot> snapshot(new LeaseSnapshot(*std::move(journal), path, write_errors));
+  snapshot->lock_ = std::move(lock);
   snapshot->journal_->OnWriteFailed(
       [s = snapshot.get()](const absl::Status& status) { s->Failed(status, "apply a change to the file"); });
   return snapshot;

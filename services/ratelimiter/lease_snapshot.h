@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "libs/core/unique_fd.h"
 #include "libs/journal/journal.h"
 #include "prometheus/counter.h"
 #include "services/ratelimiter/limiter.h"
@@ -26,7 +27,8 @@ class LeaseSnapshot : public LeaseStore {
     absl::Time last_alive = absl::InfinitePast();  // the previous limiter's last heartbeat
   };
 
-  // Opens (creating) the file. `write_errors` (optional) counts failed writes; each is also logged.
+  // Opens (creating) the file and locks it (`<path>.lock`): FAILED_PRECONDITION while another process holds it.
+  // `write_errors` (optional) counts failed writes; each is also logged.
   static absl::StatusOr<std::unique_ptr<LeaseSnapshot>> Open(const std::string& path,
                                                              prometheus::Counter* write_errors = nullptr);
   ~LeaseSnapshot() override;
@@ -49,6 +51,7 @@ class LeaseSnapshot : public LeaseStore {
   const std::string path_;
   prometheus::Counter* const write_errors_;
   std::atomic<int64_t> logged_errors_ = 0;  // from the limiter's thread and the journal's writer
+  UniqueFd lock_;                           // flock'ed for as long as this snapshot is open
   // Last, so it is destroyed first: while it drains its queue its writer may still report failures (Failed).
   const std::unique_ptr<Journal> journal_;
 };

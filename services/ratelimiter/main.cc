@@ -1,5 +1,5 @@
 // corral-ratelimiter: composition root. Parses config, then builds in dependency order:
-// clock → lease snapshot (optional) → limiter (owns limits, leases, sessions) → gRPC adapter → server runner;
+// clock → lease snapshot (beside the config or in /var/lib/corral unless 'none') → limiter (owns limits, leases, sessions) → gRPC adapter → server runner;
 // runs until SIGTERM.
 #include "libs/core/clock.h"
 #include "libs/core/logging.h"
@@ -35,12 +35,24 @@ int main(int argc, char** argv) {
   corral::RealClock clock;
   corral::ratelimiter::RateLimiterMetrics metrics(*runner.registry());
 
-  // With a lease snapshot the limiter knows what was held before it started and needs no learning mode. A
-  // snapshot that cannot be read falls back to learning mode: never over-grant.
+  // With a lease snapshot the limiter knows what was held before it started and needs no learning mode; a first
+  // start on a new file has nothing to learn. A snapshot that cannot be read, or whose file is gone while its
+  // change log is there, falls back to learning mode: never over-grant.
+  const corral::ratelimiter::StatePath state = corral::ratelimiter::ResolveStatePath(config);
   std::unique_ptr<corral::ratelimiter::LeaseSnapshot> snapshot;
   corral::ratelimiter::LeaseSnapshot::Contents restored;
-  if (!config.state_path.empty()) {
-    auto opened = corral::ratelimiter::LeaseSnapshot::Open(config.state_path, &metrics.snapshot_write_errors());
+  if (state.path.empty()) {
+    spdlog::warn("no lease snapshot ({}): every start learns for max_lease_ttl", state.origin);
+  } else if (corral::ratelimiter::SnapshotMissingWhereExpected(state.path)) {
+    spdlog::error("lease snapshot {} is missing but its change log is there ({}-log.*): starting in learning mode "
+                  "(remove the log files to start afresh)", state.path, state.path);
+    config.limiter.learning_mode = true;
+  } else {
+    auto opened = corral::ratelimiter::LeaseSnapshot::Open(state.path, &metrics.snapshot_write_errors());
+    if (!opened.ok() && opened.status().code() == absl::StatusCode::kFailedPrecondition) {
+      spdlog::error("cannot start: {}", opened.status());
+      return 1;
+    }
     auto contents = opened.ok() ? (*opened)->Load() : absl::StatusOr<corral::ratelimiter::LeaseSnapshot::Contents>(opened.status());
     if (contents.ok()) {
       snapshot = *std::move(opened);
@@ -65,8 +77,8 @@ int main(int argc, char** argv) {
   }
   if (snapshot != nullptr) {
     const int held = limiter.Restore(restored.leases, restored.last_alive);
-    spdlog::info("lease snapshot {}: {} lease(s) still held from before this start; granting at once",
-                 config.state_path, held);
+    spdlog::info("lease snapshot {} ({}): {} lease(s) still held from before this start; granting at once",
+                 state.path, state.origin, held);
   } else if (config.limiter.learning_mode) {
     spdlog::warn("learning mode for {}: only re-claims are granted until then (set state_path to keep leases on "
                  "disk and skip it)",

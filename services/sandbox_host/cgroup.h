@@ -69,6 +69,8 @@ class CgroupManager {
   static CgroupManager Detect(const std::string& name = "corral");
 
   CgroupMode mode() const { return mode_; }
+  // Where sandbox cgroups are created: one directory per v1 controller, or the one v2 directory.
+  const std::vector<std::string>& parents() const { return parents_; }
   const std::vector<std::string>& controllers() const { return controllers_; }
   std::string Describe() const;
 

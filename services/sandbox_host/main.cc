@@ -17,8 +17,10 @@
 #include "services/sandbox_host/containment.h"
 #include "services/sandbox_host/exec_manager.h"
 #include "services/sandbox_host/image_root.h"
+#include "services/sandbox_host/reconcile.h"
 #include "services/sandbox_host/sandbox_manager.h"
 #include "services/sandbox_host/sandbox_service.h"
+#include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -56,8 +58,32 @@ int main(int argc, char** argv) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   features.mount_namespaces = corral::sandbox::CanUseMountNamespaces();
   const std::string host_id = corral::sandbox::EffectiveHostId(config);
-  const corral::sandbox::HostOptions host = corral::sandbox::EffectiveHostOptions(config);
+  corral::sandbox::HostOptions host = corral::sandbox::EffectiveHostOptions(config);
   const corral::sandbox::CgroupManager cgroups = corral::sandbox::CgroupManager::Detect("corral-" + host_id);
+  // The root is this host's alone; what a killed run of it left there (sandboxes' processes, cgroups, homes) is
+  // removed before anything is served.
+  auto root_lock = corral::sandbox::LockHostRoot(host.root);
+  if (!root_lock.ok()) {
+    spdlog::error("cannot start: {}", root_lock.status().message());
+    return 1;
+  }
+  const corral::sandbox::Leftovers leftovers =
+      corral::sandbox::RemoveLeftovers(host.root, host.uid_first, host.uid_last, cgroups.parents());
+  if (!leftovers.sandboxes.empty()) {
+    spdlog::warn("removed what a previous run left of {} sandbox(es) ({}{}): {} process(es) killed, {} cgroup(s), "
+                 "{} home(s), {} mount(s)",
+                 leftovers.sandboxes.size(), absl::StrJoin(leftovers.sandboxes.begin(),
+                                                           leftovers.sandboxes.begin() +
+                                                               std::min<size_t>(leftovers.sandboxes.size(), 8), ", "),
+                 leftovers.sandboxes.size() > 8 ? ", …" : "", leftovers.processes_killed, leftovers.cgroups_removed,
+                 leftovers.homes_removed, leftovers.mounts_detached);
+  }
+  for (const std::string& error : leftovers.errors) spdlog::error("leftovers: {}", error);
+  if (!leftovers.busy_uids.empty()) {
+    spdlog::warn("{} uid(s) of the pool run processes that are not this host's; they are not handed out",
+                 leftovers.busy_uids.size());
+  }
+  host.busy_uids = leftovers.busy_uids;
   features.cgroups = &cgroups;
   // OCI images: kept across restarts under the sandbox root (a volume in containers).
   std::filesystem::create_directories(host.root + "/images");

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -21,10 +22,9 @@ constexpr double kMinOrphanAgeSeconds = 3;
 
 }  // namespace
 
-std::vector<pid_t> ProcessesOf(uid_t uid) {
-  std::vector<pid_t> pids;
+void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>&)>& visit) {
   DIR* proc = opendir("/proc");
-  if (proc == nullptr) return pids;
+  if (proc == nullptr) return;
   while (dirent* e = readdir(proc)) {
     pid_t pid = 0;
     if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
@@ -37,19 +37,25 @@ std::vector<pid_t> ProcessesOf(uid_t uid) {
         continue;
       }
       if (!absl::StartsWith(line, "Uid:")) continue;
+      if (dead) break;
+      std::vector<uid_t> uids;  // real, effective, saved
       const std::string ids = line.substr(4);
-      std::vector<absl::string_view> f = absl::StrSplit(ids, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-      for (size_t i = 0; i < f.size() && i < 3 && !dead; ++i) {
+      for (absl::string_view f : absl::StrSplit(ids, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
         uint32_t u = 0;
-        if (absl::SimpleAtoi(f[i], &u) && u == uid) {
-          pids.push_back(pid);
-          break;
-        }
+        if (uids.size() < 3 && absl::SimpleAtoi(f, &u)) uids.push_back(u);
       }
+      visit(pid, uids);
       break;
     }
   }
   closedir(proc);
+}
+
+std::vector<pid_t> ProcessesOf(uid_t uid) {
+  std::vector<pid_t> pids;
+  ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
+    if (std::find(uids.begin(), uids.end(), uid) != uids.end()) pids.push_back(pid);
+  });
   return pids;
 }
 

@@ -4,11 +4,15 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 
 namespace corral::sandbox {
+
+// Calls `visit` with every live (non-zombie) process and its real, effective and saved uids.
+void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>&)>& visit);
 
 // pids of every live (non-zombie) process whose real, effective or saved uid is `uid`.
 std::vector<pid_t> ProcessesOf(uid_t uid);

@@ -112,6 +112,17 @@ absl::Status CheckSandboxesCanReach(const std::string& root) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// uids the pool never hands out: those of the machine's users (/etc/passwd) and `busy` ones.
+absl::flat_hash_set<uid_t> ReservedUids(const absl::flat_hash_set<uid_t>& busy) {
+  absl::flat_hash_set<uid_t> reserved = ReadPasswdUids().value_or(absl::flat_hash_set<uid_t>{});
+  reserved.insert(busy.begin(), busy.end());
+  return reserved;
+}
+
+}  // namespace
+
 SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock* clock, const TokenSigner* signer,
                                SandboxHostMetrics* metrics)
     : options_(std::move(options)),
@@ -119,7 +130,7 @@ SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock
       clock_(clock),
       signer_(signer),
       metrics_(metrics),
-      uids_(options_.uid_first, options_.uid_last, ReadPasswdUids().value_or(absl::flat_hash_set<uid_t>{})) {
+      uids_(options_.uid_first, options_.uid_last, ReservedUids(options_.busy_uids)) {
   std::error_code ec;
   fs::create_directories(fs::path(options_.root) / "homes", ec);
   fs::permissions(options_.root, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec,
@@ -517,6 +528,19 @@ absl::Status SandboxManager::DeleteKeepingUpper(const std::string& id, const std
     metrics_->quarantined.Set(static_cast<double>(uids_.quarantined()));
   }
   return kept;
+}
+
+absl::StatusOr<uint32_t> SandboxManager::KillAllProcesses(const std::string& id) {
+  auto sb = Find(id);
+  if (!sb.ok()) return sb.status();
+  absl::MutexLock lock(&(*sb)->uid_mu);
+  if ((*sb)->deleted) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' was deleted"));
+  const size_t running = ProcessesOf((*sb)->uid).size();
+  if (!KillAllOf((*sb)->uid)) {
+    return absl::InternalError(absl::StrCat("sandbox '", id, "': a process of uid ", (*sb)->uid,
+                                            " survived every kill; do not trust this sandbox"));
+  }
+  return static_cast<uint32_t>(running);
 }
 
 absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper) {

@@ -37,6 +37,7 @@ struct HostOptions {
   int64_t max_create_count = 10000;
   uid_t uid_first = 20000;
   uid_t uid_last = 65000;
+  absl::flat_hash_set<uid_t> busy_uids;  // never handed out: still running processes at start (Leftovers)
   NetworkPolicy default_network = NetworkPolicy::kNone;
   CgroupLimits default_cgroup{.memory_bytes = 2ULL << 30, .max_pids = 512, .cpu_weight = 100};
   CgroupLimits cgroup_ceiling{.memory_bytes = 64ULL << 30, .max_pids = 32768, .cpu_weight = 10000};
@@ -183,6 +184,10 @@ class SandboxManager {
   // Delete, but a sandbox made from an image leaves its writable layer at `dest` (a template build keeps it).
   // NOT_FOUND for an unknown sandbox; FAILED_PRECONDITION for one not made from an image.
   absl::Status DeleteKeepingUpper(const std::string& id, const std::string& dest);
+  // Kills every process of the sandbox (its uid swept until none is left) and keeps the sandbox: the count of
+  // processes that ran. NOT_FOUND for an unknown or deleted sandbox; INTERNAL when one survives the sweep.
+  // Blocks while it sweeps (a worker's job).
+  absl::StatusOr<uint32_t> KillAllProcesses(const std::string& id);
 
   // OK when `token` is this sandbox's capability token; PERMISSION_DENIED for a sibling's token,
   // UNAUTHENTICATED for anything else.

@@ -157,6 +157,22 @@ grpc::ServerUnaryReactor* SandboxService::KillProcess(grpc::CallbackServerContex
   return reactor;
 }
 
+grpc::ServerUnaryReactor* SandboxService::KillAllProcesses(grpc::CallbackServerContext* ctx,
+                                                           const v1::KillAllProcessesRequest* req,
+                                                           v1::KillAllProcessesResponse* resp) {
+  if (absl::Status s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()); !s.ok()) {
+    return FinishUnary(ctx, s);
+  }
+  // The sweep waits on the kernel (rounds of kill(-1) as the uid): on a worker, answering when done.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOn(workers_, [this, reactor, resp, id = req->sandbox_id()] {
+    auto killed = sandboxes_->KillAllProcesses(id);
+    if (killed.ok()) resp->set_killed(*killed);
+    reactor->Finish(ToGrpcStatus(killed.status()));
+  });
+  return reactor;
+}
+
 grpc::ServerReadReactor<v1::WriteFileRequest>* SandboxService::WriteFile(grpc::CallbackServerContext* ctx,
                                                                          v1::FileInfo* resp) {
   return new WriteFileReactor(sandboxes_, auth_, ctx, resp);

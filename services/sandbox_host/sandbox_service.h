@@ -41,6 +41,8 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
                                          v1::Process* resp) override;
   grpc::ServerUnaryReactor* ListProcesses(grpc::CallbackServerContext* ctx, const v1::ListProcessesRequest* req,
                                           v1::ListProcessesResponse* resp) override;
+  grpc::ServerUnaryReactor* KillAllProcesses(grpc::CallbackServerContext* ctx, const v1::KillAllProcessesRequest* req,
+                                             v1::KillAllProcessesResponse* resp) override;
   grpc::ServerUnaryReactor* KillProcess(grpc::CallbackServerContext* ctx, const v1::KillProcessRequest* req,
                                         v1::Process* resp) override;
   grpc::ServerReadReactor<v1::WriteFileRequest>* WriteFile(grpc::CallbackServerContext* ctx,

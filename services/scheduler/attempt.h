@@ -64,6 +64,7 @@ struct Attempt {
 
   std::shared_ptr<ProxyClient> proxy;
   v1::OpenSessionResponse session;
+  std::string model;  // the model the episode's calls name: the task's, else the default, else the proxy's choice
   // OpenSession was sent: the proxy may hold the session even if the call failed on our side (a stop cancels
   // it mid-flight), so it is closed either way.
   bool session_requested = false;
@@ -73,6 +74,10 @@ struct Attempt {
   std::optional<Slot> slot;
   std::string sandbox_id;
   std::string workdir;  // for commands: "/workspace" or "" (the home)
+  std::string home;     // $HOME as the sandbox's processes see it (Sandbox.home)
+
+  // `path` as the sandbox's processes see it: an absolute path as it is, a relative one under the home.
+  std::string InSandbox(const std::string& path) const;
 
   // Persistent tools' processes, by tool name (started on first use, stopped when the attempt ends).
   struct ToolProcess {

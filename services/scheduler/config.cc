@@ -43,9 +43,14 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
   schema.Int("max_batch_tasks", &c->max_batch_tasks, "tasks in one batch", 1, 10000000);
   schema.Int("max_group_size", &c->max_group_size, "largest group_size + redundancy", 1, 65536);
   schema.Int("default_max_attempts", &c->default_max_attempts, "attempts per episode for infra failures", 1, 100);
-  schema.Duration("retry_backoff", &c->retry_backoff,
-                  "wait before retrying an infra failure (doubles per attempt, at most 32x)", absl::ZeroDuration(),
-                  absl::Minutes(10));
+  schema.Duration("retry_backoff", &c->retry.base,
+                  "wait before the first retry of an infra failure (doubles per attempt up to retry_backoff_max, "
+                  "jittered): the attempts span a service restart", absl::ZeroDuration(), absl::Minutes(10));
+  schema.Duration("retry_backoff_max", &c->retry.max, "longest wait before a retry", absl::ZeroDuration(),
+                  absl::Hours(1));
+  schema.Double("retry_jitter", &c->retry.jitter,
+                "each retry's wait is spread over [1-j, 1+j] of it, so episodes failed together come back apart", 0.0,
+                1.0);
   schema.Int("default_max_turns", &c->default_max_turns, "LLM calls of a tool_loop conversation", 1, 10000);
   schema.String("default_runner", &c->default_runner, "runner of tasks that name none: single_turn, tool_loop, agent");
   schema.String("default_model", &c->default_model, "model of tasks that name none");

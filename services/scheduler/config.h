@@ -8,6 +8,7 @@
 
 #include "libs/core/config.h"
 #include "libs/rpc/server_config.h"
+#include "services/scheduler/retry_backoff.h"
 
 namespace corral::scheduler {
 
@@ -46,10 +47,10 @@ struct Config {
   int64_t max_batch_tasks = 100000;
   int64_t max_group_size = 1024;
   int64_t default_max_attempts = 3;
-  absl::Duration retry_backoff = absl::Seconds(1);
+  RetryBackoff retry;  // retry_backoff, retry_backoff_max, retry_jitter
   int64_t default_max_turns = 10;
   std::string default_runner = "single_turn";
-  std::string default_model;  // empty: the model name the task gives, else the proxy's session aliasing decides
+  std::string default_model;  // empty: the task's model, else the proxy's (its default_model, or its upstream's only one)
   bool capture_token_ids = true;  // default session policy: record token ids and logprobs for trainers
   DefaultTimeouts timeouts;
   absl::Duration drain_grace = absl::Seconds(60);

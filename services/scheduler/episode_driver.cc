@@ -2,6 +2,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/detached.hpp"
 #include "boost/asio/strand.hpp"
@@ -34,6 +35,11 @@ absl::Time Attempt::Deadline(const google::protobuf::Duration& task_timeout, abs
 
 absl::Duration Attempt::PausedSince(absl::Time from) const {
   return pauses == nullptr ? absl::ZeroDuration() : pauses->Between(from, absl::Now());
+}
+
+std::string Attempt::InSandbox(const std::string& path) const {
+  if (path.empty() || path.front() == '/' || home.empty()) return path;
+  return absl::StrCat(absl::StripSuffix(home, "/"), "/", path);
 }
 
 absl::Time Attempt::EpisodeDeadline() const {
@@ -73,19 +79,6 @@ Failure Attempt::FromStatus(const absl::Status& s, v1::EpisodePhase phase, v1::F
 // ---------------------------------------------------------------------------------------------- driver
 
 namespace {
-
-std::string TaskJson(const v1::Task& task, const v1::EpisodeIds& ids) {
-  boost::json::object o;
-  o["id"] = task.id();
-  o["answer"] = task.answer();
-  o["episode_id"] = ids.episode_id();
-  o["seed"] = ids.seed();
-  boost::system::error_code ec;
-  boost::json::value metadata = task.metadata_json().empty() ? boost::json::value(boost::json::object())
-                                                             : boost::json::parse(task.metadata_json(), ec);
-  o["metadata"] = ec ? boost::json::value(boost::json::object()) : metadata;
-  return boost::json::serialize(o);
-}
 
 v1::InlineFile File(const std::string& path, std::string content) {
   v1::InlineFile f;
@@ -202,11 +195,24 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
   }
   if (!policy.has_ttl()) ToProto(a.EpisodeDeadline() - absl::Now() + absl::Minutes(5), policy.mutable_ttl());
   *request.mutable_episode() = a.ticket.ids;
+  // The proxy checks it against what its upstreams serve (a task's fault, before any sandbox is made) and
+  // chooses one when neither the task nor the scheduler names any.
+  request.set_model(!task.llm().model().empty() ? task.llm().model() : options_.default_model);
   (*request.mutable_labels())[kSchedulerLabel] = options_.scheduler_id;
   (*request.mutable_labels())["corral.batch"] = a.ticket.ids.batch_id();
   const absl::Time deadline = std::min(absl::Now() + absl::Seconds(30), a.EpisodeDeadline());
   a.session_requested = true;
-  auto session = co_await a.proxy->Open(std::move(request), a.Call(deadline));
+  // A proxy restarting is waited for (jittered backoff, within the deadline): it costs the episode only time.
+  absl::StatusOr<v1::OpenSessionResponse> session;
+  for (absl::Duration pause = absl::Milliseconds(100);; pause = std::min(pause * 2, absl::Seconds(2))) {
+    v1::OpenSessionRequest copy = request;
+    session = co_await a.proxy->Open(std::move(copy), a.Call(deadline));
+    if (session.ok() || session.status().code() != absl::StatusCode::kUnavailable || a.control()->stopped() ||
+        absl::Now() + pause >= deadline) {
+      break;
+    }
+    co_await http::SleepFor(pause * (0.75 + 0.5 * (absl::Hash<std::string>()(a.ticket.env_id) % 1000) / 1000.0));
+  }
   if (!session.ok()) {
     co_return a.FromStatus(session.status(), v1::EPISODE_PHASE_ACQUIRE,
                            session.status().code() == absl::StatusCode::kInvalidArgument ? v1::FAILURE_CLASS_AGENT
@@ -214,6 +220,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
                            absl::StrCat("opening a session on proxy ", a.proxy->address()));
   }
   a.session = *std::move(session);
+  a.model = a.session.model();
   auto base = ParseBaseUrl(a.session.base_url());
   if (!base.ok()) {
     co_return Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_ACQUIRE,
@@ -273,6 +280,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       const std::string address = warm->slot.client->address();
       a.slot = std::move(warm->slot);
       a.sandbox_id = warm->created.sandbox().sandbox_id();
+      a.home = warm->created.sandbox().home();
       a.result.set_host_address(address);
       a.result.set_host_id(a.slot->host_id);
       a.result.set_sandbox_id(a.sandbox_id);
@@ -349,6 +357,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
     if (created.ok()) {
       a.slot = *std::move(slot);
       a.sandbox_id = created->sandbox().sandbox_id();
+      a.home = created->sandbox().home();
       hosts_->Own(address, a.sandbox_id);
       a.result.set_host_address(address);
       a.result.set_host_id(a.slot->host_id);
@@ -374,15 +383,14 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
   }
   ToProto(absl::Now() - acquire_started - setup_time, a.result.mutable_timings()->mutable_sandbox_acquire());
 
-  // Setup: the task's files, the instruction (agent) and .corral/task.json for verifiers.
+  // Setup: the task's files, the instruction (agent) and .corral/task.json without what would give the answer away
+  // (the verifier phase writes it whole).
   a.control()->set_phase(RunPhase::kSetup);
   const absl::Time upload_started = absl::Now();
   std::vector<v1::InlineFile> files(env.files().begin(), env.files().end());
-  files.push_back(File(".corral/task.json", TaskJson(task, a.ticket.ids)));
+  files.push_back(File(kTaskJsonPath, TaskJson(task, a.ticket.ids, /*for_verifier=*/false)));
   if (task.runner() == v1::RUNNER_AGENT) {
-    const std::string path =
-        task.agent().instruction_path().empty() ? ".corral/instruction.md" : task.agent().instruction_path();
-    files.push_back(File(path, task.prompt()));
+    files.push_back(File(InstructionPath(task), task.prompt()));
   }
   const absl::Time deadline = a.Deadline(task.timeouts().setup(), options_.timeouts.setup);
   if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_SETUP)) co_return f;

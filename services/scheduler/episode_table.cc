@@ -9,7 +9,7 @@
 namespace corral::scheduler {
 
 EpisodeTable::EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending,
-                           absl::Duration retry_backoff)
+                           RetryBackoff retry_backoff)
     : clock_(clock), log_(log), limits_(limits), max_pending_(max_pending), retry_backoff_(retry_backoff) {}
 
 EpisodeTable::Batch* EpisodeTable::FindBatch(const std::string& id) {
@@ -375,8 +375,8 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
                reason != StopReason::kCancelled && reason != StopReason::kDeadline) {
       ++e.attempt;
       ++b->retries;
-      // Back off before the retry (1x, 2x, 4x ... the base, at most 32x): an outage gets time to pass.
-      e.not_before = clock_->Now() + retry_backoff_ * (1 << std::min<uint32_t>(e.attempt - 2, 5));
+      // Back off before the retry (doubling, capped, jittered): a restarting service gets time to come back.
+      e.not_before = clock_->Now() + RetryDelay(retry_backoff_, e.attempt, ticket.ids.seed());
       Enqueue(*b, g, i);
       outcome = FinishOutcome::kRetried;
       next_attempt = e.attempt;

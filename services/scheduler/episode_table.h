@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "corral/v1/scheduler.pb.h"
 #include "libs/core/clock.h"
+#include "services/scheduler/retry_backoff.h"
 #include "services/scheduler/run_control.h"
 #include "services/scheduler/submission.h"
 
@@ -112,9 +113,9 @@ enum class FinishOutcome { kRecorded, kRetried, kRequeued, kDropped };
 
 class EpisodeTable {
  public:
-  // Infra failures are retried after `retry_backoff` (doubling per attempt, at most 32x).
+  // Infra failures are retried after RetryDelay(`retry_backoff`, …): doubling per attempt, capped, jittered.
   EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending,
-               absl::Duration retry_backoff = absl::Seconds(1));
+               RetryBackoff retry_backoff = {});
 
   // Restores state from a journal snapshot: ended episodes keep their results, everything else is queued
   // (episodes that were running go back to the queue with their attempt number).
@@ -368,7 +369,7 @@ class EpisodeTable {
   EpisodeLog* const log_;
   const SubmitLimits limits_;
   const int64_t max_pending_;
-  const absl::Duration retry_backoff_;
+  const RetryBackoff retry_backoff_;
   std::function<void()> on_change_;
   TableObserver* observer_ = nullptr;
 

@@ -103,6 +103,7 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest re
     absl::Mutex mu;
     OutputTail output;
     OutputTail last{2048};
+    OutputTail stdout_last{8192};
     ExecOutcome outcome;
   };
   auto state = std::make_shared<State>(output_limit);
@@ -113,6 +114,7 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest re
           if (!ev.stdout().empty()) {
             state->output.Append(ev.stdout());
             state->last.Append(ev.stdout());
+            state->stdout_last.Append(ev.stdout());
           }
           if (!ev.stderr().empty()) {
             state->output.Append(ev.stderr());
@@ -131,7 +133,39 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest re
   if (!s.ok() && !state->outcome.exited) co_return FromGrpcStatus(s);
   state->outcome.output = state->output.Text();
   state->outcome.tail = state->last.Last(1024);
+  state->outcome.stdout_tail = state->stdout_last.Last(4096);
   co_return std::move(state->outcome);
+}
+
+asio::awaitable<absl::StatusOr<uint32_t>> HostClient::KillAllProcesses(const std::string& sandbox_id,
+                                                                        CallOptions options) {
+  CallScope scope(options.control, options.deadline, token_);
+  v1::KillAllProcessesRequest request;
+  request.set_sandbox_id(sandbox_id);
+  v1::KillAllProcessesResponse response;
+  grpc::Status s = co_await AwaitGrpc([&](auto done) {
+    stub_->async()->KillAllProcesses(scope.context(), &request, &response, std::move(done));
+  });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response.killed();
+}
+
+asio::awaitable<absl::Status> HostClient::Remove(const std::string& sandbox_id, const std::string& path,
+                                                 bool recursive, CallOptions options) {
+  CallScope scope(options.control, options.deadline, token_);
+  v1::RemoveRequest request;
+  request.set_sandbox_id(sandbox_id);
+  request.set_path(path);
+  request.set_recursive(recursive);
+  v1::RemoveResponse response;
+  grpc::Status s = co_await AwaitGrpc([&](auto done) {
+    stub_->async()->Remove(scope.context(), &request, &response, std::move(done));
+  });
+  // A path that is not there is what was asked for; a missing sandbox is not.
+  if (s.error_code() == grpc::StatusCode::NOT_FOUND && !absl::StartsWith(s.error_message(), "sandbox '")) {
+    co_return absl::OkStatus();
+  }
+  co_return FromGrpcStatus(s);
 }
 
 asio::awaitable<absl::Status> HostClient::MakeDir(const std::string& sandbox_id, const std::string& path,

@@ -43,6 +43,7 @@ struct ExecOutcome {
   v1::ExitStatus exit;
   std::string output;  // stdout and stderr interleaved as they arrived, middle-elided at the limit
   std::string tail;    // the last KiB
+  std::string stdout_tail;  // the last 4 KiB of stdout alone
   bool exited = false;
 };
 
@@ -61,6 +62,11 @@ class HostClient {
                                                            CallOptions options);
   boost::asio::awaitable<absl::Status> WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,
                                                  CallOptions options);
+  // Kills every process of the sandbox (KillAllProcesses): how many ran.
+  boost::asio::awaitable<absl::StatusOr<uint32_t>> KillAllProcesses(const std::string& sandbox_id, CallOptions options);
+  // Removes `path` (a whole tree with `recursive`); OK when it did not exist.
+  boost::asio::awaitable<absl::Status> Remove(const std::string& sandbox_id, const std::string& path, bool recursive,
+                                              CallOptions options);
   // A directory and its missing parents (an existing one is fine).
   boost::asio::awaitable<absl::Status> MakeDir(const std::string& sandbox_id, const std::string& path,
                                                CallOptions options);

@@ -213,9 +213,12 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
     s.has_template = !template_key.empty() && e.templates.count(template_key);
     s.features = e.info.features();
     s.has_image = needs.image.empty() || e.info.image_digests().contains(needs.image) || e.pulled.contains(needs.image);
-    HostSnapshot unlimited = s;
+    HostSnapshot unlimited = s;  // what the host would offer when free and answering again
     unlimited.in_use = 0;
     unlimited.rejected = false;
+    // A host that stopped answering may be restarting: the episode waits for it (within its acquire timeout)
+    // rather than fail as if no host could ever run it.
+    if (unlimited.state == v1::HOST_STATE_UNREACHABLE) unlimited.state = v1::HOST_STATE_HEALTHY;
     if (unlimited.capacity > 0 && Fits(unlimited, needs)) any_offers = true;
     snaps.push_back(std::move(s));
     entries.push_back(&e);

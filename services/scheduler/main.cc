@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   limits.default_max_attempts = config.default_max_attempts;
   limits.default_runner = ParseRunner(config.default_runner);
   corral::RealClock clock;
-  EpisodeTable table(&clock, journal->get(), limits, config.max_pending_episodes, config.retry_backoff);
+  EpisodeTable table(&clock, journal->get(), limits, config.max_pending_episodes, config.retry);
   table.Restore(*snapshot);
   spdlog::info("journal {}: {} batch(es), {} result(s), {} episode(s) queued, read in {}", config.journal,
                snapshot->batches.size(), snapshot->results.size(), table.QueuedCount(),
@@ -198,10 +198,11 @@ int main(int argc, char** argv) {
   Inspector inspector(&table, [&journal](const std::string& id) { return (*journal)->AckedResult(id); });
   std::unique_ptr<corral::http::HttpServer> http;
   std::string http_address;
-  bool require_token = false;
+  // Task data (prompts, answers, trajectories) only with the cluster token, on every interface: a sandbox with
+  // an open network on this machine reaches loopback too. (An --insecure cluster asks for nothing.)
+  const bool require_token = !auth.insecure();
   if (!config.http_listen.empty()) {
     const std::string host = corral::SplitHostPort(config.http_listen)->first;  // validated with the config
-    require_token = !auth.insecure() && !corral::IsLoopbackHost(host);
     http = std::make_unique<corral::http::HttpServer>(corral::http::ServerLimits{},
                                                       MakeInspectorHandler(&inspector, &auth, require_token),
                                                       static_cast<int>(config.http_threads));

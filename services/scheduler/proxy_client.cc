@@ -6,30 +6,20 @@
 #include "absl/strings/str_cat.h"
 #include "boost/asio/this_coro.hpp"
 #include "libs/http/client.h"
+#include "libs/http/server.h"
 #include "libs/rpc/status_conversion.h"
+#include "libs/http/url.h"
 #include "services/scheduler/async_grpc.h"
 
 namespace corral::scheduler {
 
 absl::StatusOr<BaseUrl> ParseBaseUrl(const std::string& url) {
-  absl::string_view rest = url;
-  if (!absl::ConsumePrefix(&rest, "http://")) {
-    return absl::InvalidArgumentError(absl::StrCat("base URL '", url, "' must start with http://"));
-  }
-  const size_t slash = rest.find('/');
-  absl::string_view authority = rest.substr(0, slash);
+  auto parsed = http::ParseHttpUrl(url, "base URL");
+  if (!parsed.ok()) return parsed.status();
   BaseUrl out;
-  out.prefix = slash == absl::string_view::npos ? "" : std::string(rest.substr(slash));
-  while (!out.prefix.empty() && out.prefix.back() == '/') out.prefix.pop_back();
-  const size_t colon = authority.rfind(':');
-  int port = 0;
-  if (colon == absl::string_view::npos || !absl::SimpleAtoi(authority.substr(colon + 1), &port) || port <= 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("base URL '", url, "' needs HOST:PORT"));
-  }
-  out.host = std::string(authority.substr(0, colon));
-  if (absl::StartsWith(out.host, "[") && absl::EndsWith(out.host, "]")) out.host = out.host.substr(1, out.host.size() - 2);
-  out.port = static_cast<uint16_t>(port);
+  out.host = parsed->host;
+  out.port = static_cast<uint16_t>(parsed->port);
+  out.prefix = parsed->path;
   return out;
 }
 
@@ -134,22 +124,34 @@ asio::awaitable<absl::StatusOr<LlmReply>> ProxyClient::Post(const BaseUrl& base,
   request.body() = std::move(body);
   request.prepare_payload();
   auto executor = co_await asio::this_coro::executor;
+  // A proxy that is down (restarting: it keeps its sessions in its journal) is asked again with a growing pause
+  // until `timeout`: a restart costs the call only time. The agent's SDKs do the same.
+  const absl::Time give_up = absl::Now() + timeout;
+  absl::Duration pause = absl::Milliseconds(100);
   // Kept-alive connections: thousands of concurrent episodes would otherwise run out of ephemeral ports.
   for (int attempt = 0;; ++attempt) {
     bool reused = false;
-    auto connection = co_await pool_.Get(executor, base.host, base.port, timeout, &reused);
-    if (!connection.ok()) co_return connection.status();
-    absl::Status sent = co_await (*connection)->Send(request, timeout);
-    if (!sent.ok()) {
+    absl::Status failed;
+    auto connection = co_await pool_.Get(executor, base.host, base.port, give_up - absl::Now(), &reused);
+    if (connection.ok()) {
+      failed = co_await (*connection)->Send(request, give_up - absl::Now());
       // A pooled connection the proxy closed meanwhile failed before any response byte: once more, fresh.
-      if (reused && attempt == 0 && sent.code() == absl::StatusCode::kUnavailable) continue;
-      co_return sent;
+      if (!failed.ok() && reused && attempt == 0 && failed.code() == absl::StatusCode::kUnavailable) continue;
+      if (failed.ok()) {
+        auto answer = co_await (*connection)->ReadAll(give_up - absl::Now());
+        if (answer.ok()) {
+          const int status = (*connection)->status();
+          pool_.Put(*std::move(connection));
+          co_return LlmReply{status, *std::move(answer)};
+        }
+        failed = answer.status();
+      }
+    } else {
+      failed = connection.status();
     }
-    auto answer = co_await (*connection)->ReadAll(timeout);
-    if (!answer.ok()) co_return answer.status();
-    const int status = (*connection)->status();
-    pool_.Put(*std::move(connection));
-    co_return LlmReply{status, *std::move(answer)};
+    if (failed.code() != absl::StatusCode::kUnavailable || absl::Now() + pause >= give_up) co_return failed;
+    co_await http::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Seconds(2));
   }
 }
 

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_replace.h"
 #include "boost/json.hpp"
 #include "re2/re2.h"
@@ -124,6 +125,26 @@ absl::StatusOr<RewardOutcome> VerifierReward(const std::optional<std::string>& r
   }
   if (exit_code) return RewardOutcome{*exit_code == 0 ? 1.0 : 0.0, {}, ""};
   return absl::NotFoundError("the verifier left no reward (no reward.txt, reward.json or exit code)");
+}
+
+absl::StatusOr<RewardOutcome> StdoutReward(const std::string& stdout_tail, std::optional<int> exit_code) {
+  absl::string_view last;
+  for (absl::string_view line : absl::StrSplit(stdout_tail, '\n')) {
+    if (!absl::StripAsciiWhitespace(line).empty()) last = absl::StripAsciiWhitespace(line);
+  }
+  if (!last.empty()) {
+    if (auto x = Number(std::string(last))) return RewardOutcome{*x, {}, ""};
+    if (last.front() == '{') {
+      auto from_json = VerifierReward(std::nullopt, std::string(last), std::nullopt);
+      if (!from_json.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the verifier's last line of stdout is not {\"reward\": <number>, ...}: '", last.substr(0, 64), "'"));
+      }
+      return from_json;
+    }
+  }
+  if (exit_code) return RewardOutcome{*exit_code == 0 ? 1.0 : 0.0, {}, ""};
+  return absl::NotFoundError("the verifier printed no reward and has no exit code");
 }
 
 }  // namespace corral::scheduler

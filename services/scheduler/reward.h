@@ -31,4 +31,9 @@ absl::StatusOr<RewardOutcome> VerifierReward(const std::optional<std::string>& r
                                              const std::optional<std::string>& reward_json,
                                              std::optional<int> exit_code);
 
+// REWARD_SOURCE_STDOUT: the last non-empty line of the verifier's stdout — one number, or a JSON object as
+// reward.json holds — else the exit code. INVALID_ARGUMENT for a JSON line that is not {"reward": <number>};
+// NOT_FOUND when there is neither a line nor an exit code.
+absl::StatusOr<RewardOutcome> StdoutReward(const std::string& stdout_tail, std::optional<int> exit_code);
+
 }  // namespace corral::scheduler

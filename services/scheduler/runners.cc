@@ -27,10 +27,12 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr char kVerifierDir[] = "/logs/verifier";
+// CORRAL_INSTRUCTION carries the instruction's text up to this size (one argument may hold 128 KiB on Linux).
+constexpr size_t kInstructionInEnvMax = 32 * 1024;
 using StopChannel = asio::experimental::concurrent_channel<void(boost::system::error_code)>;
 
 std::string ModelOf(const Attempt& a) {
+  if (!a.model.empty()) return a.model;
   return !a.task().llm().model().empty() ? a.task().llm().model() : a.options->default_model;
 }
 
@@ -164,12 +166,6 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   co_return out;
 }
 
-void SetReward(Attempt& a, const RewardOutcome& r) {
-  a.result.set_reward(r.reward);
-  a.result.clear_step_rewards();
-  for (double s : r.step_rewards) a.result.add_step_rewards(s);
-  a.result.set_reward_details_json(r.details_json);
-}
 
 // The reward of a finished conversation: the built-in function, or the verifier.
 asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
@@ -186,25 +182,6 @@ asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
   a.control()->set_phase(RunPhase::kReward);
   SetReward(a, ComputeReward(a.task().reward(), a.task().answer(), a.final_message));
   co_return std::nullopt;
-}
-
-// Runs `command` to its exit in the episode's sandbox. With `host_keeps_time` false the host only gets its
-// ceiling as the timeout and the call no deadline: the caller keeps the time (in generation time).
-asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command command, std::string stdin_data,
-                                                  absl::Duration timeout, size_t output_limit,
-                                                  bool host_keeps_time = true) {
-  v1::ExecRequest request;
-  request.set_sandbox_id(a.sandbox_id);
-  *request.mutable_command() = std::move(command);
-  if (request.command().cwd().empty()) request.mutable_command()->set_cwd(a.workdir);
-  ToProto(host_keeps_time ? timeout : std::max(timeout, a.slot->max_exec_timeout),
-          request.mutable_command()->mutable_timeout());
-  request.set_stdin(std::move(stdin_data));
-  // The host kills the process at `timeout`; the call's own deadline leaves it time to report that.
-  const absl::Time deadline = host_keeps_time
-                                  ? std::min(absl::Now() + timeout + absl::Seconds(10), a.EpisodeDeadline())
-                                  : absl::InfiniteFuture();
-  co_return co_await a.slot->client->Exec(std::move(request), output_limit, a.Call(deadline));
 }
 
 std::vector<std::string> Interpreter(const std::string& language) {
@@ -327,6 +304,31 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
 
 }  // namespace
 
+void SetReward(Attempt& a, const RewardOutcome& r) {
+  a.result.set_reward(r.reward);
+  a.result.clear_step_rewards();
+  for (double s : r.step_rewards) a.result.add_step_rewards(s);
+  a.result.set_reward_details_json(r.details_json);
+}
+
+asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command command, std::string stdin_data,
+                                                  absl::Duration timeout, size_t output_limit,
+                                                  bool host_keeps_time) {
+  v1::ExecRequest request;
+  request.set_sandbox_id(a.sandbox_id);
+  *request.mutable_command() = std::move(command);
+  if (request.command().cwd().empty()) request.mutable_command()->set_cwd(a.workdir);
+  ToProto(host_keeps_time ? timeout : std::max(timeout, a.slot->max_exec_timeout),
+          request.mutable_command()->mutable_timeout());
+  request.set_stdin(std::move(stdin_data));
+  // The host kills the process at `timeout`; the call's own deadline leaves it time to report that.
+  const absl::Time deadline = host_keeps_time
+                                  ? std::min(absl::Now() + timeout + absl::Seconds(10), a.EpisodeDeadline())
+                                  : absl::InfiniteFuture();
+  co_return co_await a.slot->client->Exec(std::move(request), output_limit, a.Call(deadline));
+}
+
+
 asio::awaitable<std::optional<Failure>> Upload(Attempt& a, const std::vector<v1::InlineFile>& files,
                                                absl::Time deadline, v1::EpisodePhase phase) {
   for (const auto& f : files) {
@@ -381,6 +383,24 @@ asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
   co_return co_await Reward(a);
 }
 
+std::string TaskJson(const v1::Task& task, const v1::EpisodeIds& ids, bool for_verifier) {
+  json::object o;
+  o["id"] = task.id();
+  o["episode_id"] = ids.episode_id();
+  o["seed"] = ids.seed();
+  if (for_verifier) {
+    o["answer"] = task.answer();
+    boost::system::error_code ec;
+    json::value metadata = task.metadata_json().empty() ? json::value(json::object()) : json::parse(task.metadata_json(), ec);
+    o["metadata"] = ec ? json::value(json::object()) : metadata;
+  }
+  return json::serialize(o);
+}
+
+std::string InstructionPath(const v1::Task& task) {
+  return task.agent().instruction_path().empty() ? ".corral/instruction.md" : task.agent().instruction_path();
+}
+
 asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
   const v1::Task& task = a.task();
   const absl::Duration timeout = a.Timeout(task.timeouts().agent(), a.options->timeouts.agent);
@@ -392,8 +412,12 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
   env["OPENAI_MODEL"] = ModelOf(a);
   env["CORRAL_SEED"] = absl::StrCat(a.ticket.ids.seed());
   env["CORRAL_TASK_ID"] = task.id();
-  env["CORRAL_INSTRUCTION_FILE"] =
-      task.agent().instruction_path().empty() ? ".corral/instruction.md" : task.agent().instruction_path();
+  // Absolute: the agent's working directory is /workspace (or the image's), not the home the path is under.
+  env["CORRAL_INSTRUCTION_FILE"] = a.InSandbox(InstructionPath(task));
+  // Most harnesses take the prompt on their command line: the text itself too, when an argument can hold it.
+  if (task.prompt().size() <= kInstructionInEnvMax && task.prompt().find('\0') == std::string::npos) {
+    env["CORRAL_INSTRUCTION"] = task.prompt();
+  }
   const absl::Time started = absl::Now();
   absl::StatusOr<ExecOutcome> out;
   if (a.pauses == nullptr) {
@@ -436,67 +460,6 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
   if (out->exit.signal() == 0) a.result.set_agent_exit_code(out->exit.exit_code());
   // The verifier decides, whatever the agent's exit code.
   co_return co_await RunVerifier(a);
-}
-
-asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
-  a.control()->set_phase(RunPhase::kVerifier);
-  const v1::Task& task = a.task();
-  const absl::Duration timeout = a.Timeout(task.timeouts().verifier(), a.options->timeouts.verifier);
-  const absl::Time deadline = std::min(absl::Now() + timeout, a.EpisodeDeadline());
-  const absl::Time started = absl::Now();
-  std::vector<v1::InlineFile> files(task.verifier().files().begin(), task.verifier().files().end());
-  if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
-  // Where every verifier writes its reward (the verifier contract, scheduler.proto; Harbor's harness makes it
-  // too). A sandbox without /logs (its task paths leave it out) has nowhere to put it: those refusals are left to
-  // the verifier, which then says so itself.
-  if (absl::Status s = co_await a.slot->client->MakeDir(a.sandbox_id, kVerifierDir, a.Call(deadline));
-      !s.ok() && s.code() != absl::StatusCode::kInvalidArgument && s.code() != absl::StatusCode::kNotFound &&
-      s.code() != absl::StatusCode::kPermissionDenied && s.code() != absl::StatusCode::kFailedPrecondition) {
-    co_return a.FromStatus(s, v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_INFRA, "making /logs/verifier");
-  }
-  v1::Command command = task.verifier().command();
-  if (command.argv().empty()) {
-    command.add_argv("bash");
-    command.add_argv("tests/test.sh");
-  }
-  command.clear_timeout();
-  (*command.mutable_env())["CORRAL_TASK_ID"] = task.id();
-  auto out = co_await Exec(a, std::move(command), "", deadline - absl::Now(), 4096);
-  ToProto(absl::Now() - started, a.result.mutable_timings()->mutable_verifier());
-  if (!out.ok()) co_return a.FromStatus(out.status(), v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_VERIFIER, "verifier");
-  a.result.set_verifier_output_tail(out->tail);
-  if (out->exit.timed_out()) {
-    co_return Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_VERIFIER, v1::EPISODE_PHASE_VERIFIER,
-                      absl::StrCat("the verifier ran past its timeout (", absl::FormatDuration(timeout), ")")};
-  }
-  std::optional<int> exit_code;
-  if (out->exit.signal() == 0) {
-    exit_code = out->exit.exit_code();
-    a.result.set_verifier_exit_code(*exit_code);
-  }
-  const absl::Time read_deadline = std::min(absl::Now() + absl::Seconds(30), a.EpisodeDeadline());
-  const std::string txt_path = absl::StrCat(kVerifierDir, "/reward.txt");
-  const std::string json_path = absl::StrCat(kVerifierDir, "/reward.json");
-  auto txt = co_await a.slot->client->ReadFile(a.sandbox_id, txt_path, 4096, a.Call(read_deadline));
-  std::optional<std::string> json_text;
-  if (txt.ok() && !txt->has_value()) {
-    auto j = co_await a.slot->client->ReadFile(a.sandbox_id, json_path, 1 << 20, a.Call(read_deadline));
-    if (j.ok()) json_text = *j;
-  }
-  std::optional<std::string> txt_value;
-  if (txt.ok()) txt_value = *txt;
-  auto reward = VerifierReward(txt_value, json_text, exit_code);
-  if (!reward.ok()) {
-    // Say how it ended, so a killed verifier is told from one that simply wrote nothing.
-    const std::string ended = out->exit.signal() != 0
-                                  ? absl::StrCat("; the verifier was killed by signal ", out->exit.signal(), " (",
-                                                 v1::ExitReason_Name(out->exit.reason()), ")")
-                                  : "";
-    co_return Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_VERIFIER, v1::EPISODE_PHASE_VERIFIER,
-                      absl::StrCat(reward.status().message(), ended, "; output: ", out->tail.substr(0, 512))};
-  }
-  SetReward(a, *reward);
-  co_return std::nullopt;
 }
 
 }  // namespace corral::scheduler

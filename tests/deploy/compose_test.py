@@ -33,7 +33,7 @@ ARGS = None
 AGENT = r"""
 import json, os, time, urllib.request
 time.sleep(float(os.environ.get("AGENT_SLEEP", "0")))
-with open(os.path.join(os.environ["HOME"], os.environ["CORRAL_INSTRUCTION_FILE"])) as f:
+with open(os.environ["CORRAL_INSTRUCTION_FILE"]) as f:
     prompt = f.read()
 body = json.dumps({"model": os.environ["OPENAI_MODEL"], "messages": [{"role": "user", "content": prompt}]})
 request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body.encode(),

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "libs/http/prometheus_text.h"
 #include "tests/integration/scheduler_fixture.h"
 
 namespace corral {
@@ -84,9 +85,16 @@ TEST_F(SchedulerFixture, TheInspectorRendersBatchesGroupsAndTrajectoriesInChromi
   ASSERT_THAT(Ack({shown->ids().episode_id()}), IsOk());
 
   const std::string profile = dir_ + "/chromium";
-  const std::string base = absl::StrCat("http://", http, "/");
+  // Without the cluster token the API refuses, on loopback too, and the page asks for the token.
+  auto refused = http::HttpGet(http, "/api/batches");
+  EXPECT_FALSE(refused.ok());
+  std::string dom = RenderedDom(absl::StrCat("http://", http, "/"), profile);
+  EXPECT_THAT(dom, ::testing::Not(HasSubstr("inspect-me")));
+  EXPECT_THAT(dom, HasSubstr("token"));
+  // The link `corral ui` prints carries it.
+  const std::string base = absl::StrCat("http://", http, "/?token=", token_);
 
-  std::string dom = RenderedDom(base, profile);
+  dom = RenderedDom(base, profile);
   EXPECT_THAT(dom, HasSubstr("id=\"batches\""));
   EXPECT_THAT(dom, HasSubstr("href=\"#/batch/inspect-me\""));
   EXPECT_THAT(dom, HasSubstr(">COMPLETE<"));

@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "corral/v1/ratelimit.grpc.pb.h"
@@ -327,9 +329,9 @@ TEST_F(RateLimiterTest, BadRequestsGetPreciseCodesAndChangeNothing) {
 
 TEST_F(RateLimiterTest, KillNineRestartNeverOverGrantsAndEveryClientRecovers) {
   const std::string limits = "  - {name: code_exec, kind: concurrency, permits: 2}\n";
-  const std::vector<std::string> flags = {"--max-lease-ttl=3s", "--default-lease-ttl=1s"};
+  // Without a snapshot (state_path: none) every start learns, the first one too; wait it out before the load.
+  const std::vector<std::string> flags = {"--max-lease-ttl=3s", "--default-lease-ttl=1s", "--state-path=none"};
   Start(limits, flags);
-  // The first start is in learning mode too (no lease can exist yet); wait it out before the load starts.
   ASSERT_TRUE(testing::WaitUntil([&] { auto s = Status(); return s.ok() && !s->learning_mode(); }, absl::Seconds(30)));
   const std::string address = service_->ready.grpc;
 
@@ -354,16 +356,26 @@ TEST_F(RateLimiterTest, KillNineRestartNeverOverGrantsAndEveryClientRecovers) {
   for (auto& c : clients) EXPECT_GE(c->connections(), 2);
 }
 
-TEST_F(RateLimiterTest, KillNineRestartWithALeaseSnapshotGrantsAgainWithinSecondsAndNeverOverGrants) {
-  // The default max TTL (5 min): without the snapshot this restart would learn for five minutes. A short default
-  // TTL lets a lease whose grant the kill swallowed (committed, never answered) expire while the test watches.
+TEST_F(RateLimiterTest, AConfigWithoutStatePathGrantsAtOnceAndAKillNineRestartNeverOverGrants) {
+  // No state_path: the snapshot goes beside the config file. The default max TTL (5 min): without the snapshot
+  // this restart would learn for five minutes. A short default TTL lets a lease whose grant the kill swallowed
+  // (committed, never answered) expire while the test watches.
   const std::string limits = "  - {name: code_exec, kind: concurrency, permits: 2}\n";
-  const std::vector<std::string> flags = {"--state-path=" + dir_ + "/leases.db", "--default-lease-ttl=3s"};
+  const std::vector<std::string> flags = {"--default-lease-ttl=3s"};
   Start(limits, flags);
   auto first = Status();
   ASSERT_THAT(first, IsOk());
-  EXPECT_FALSE(first->learning_mode());  // a first start with a snapshot has nothing to learn
+  EXPECT_FALSE(first->learning_mode());  // a first start has nothing to learn
   EXPECT_TRUE(first->durable_leases());
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/limiter.leases.db"));
+  {
+    auto client = Client("first");
+    const absl::Time asked = absl::Now();
+    auto permit = client->Acquire({.limit = "code_exec", .wait_timeout = absl::Seconds(5)});
+    ASSERT_THAT(permit, IsOk());
+    EXPECT_LT(absl::Now() - asked, absl::Seconds(1));
+    ASSERT_THAT(permit->Release(), IsOk());
+  }
   const std::string address = service_->ready.grpc;
 
   std::vector<std::unique_ptr<RateLimitClient>> clients;
@@ -390,8 +402,66 @@ TEST_F(RateLimiterTest, KillNineRestartWithALeaseSnapshotGrantsAgainWithinSecond
       << InUse("code_exec") << " permits still in use";
 }
 
+TEST_F(RateLimiterTest, AnAcquireMadeWhileTheLimiterRestartsWaitsForItInsteadOfFailing) {
+  const std::string limits = "  - {name: code_exec, kind: concurrency, permits: 3}\n";
+  Start(limits);  // its lease snapshot beside the config: the restart grants at once
+  const std::string address = service_->ready.grpc;
+  auto client = Client("tools");
+  ASSERT_NE(client, nullptr);
+  auto before = client->Acquire({.limit = "code_exec", .wait_timeout = absl::Seconds(5)});
+  ASSERT_THAT(before, IsOk());
+  ASSERT_TRUE(service_->process.Signal(SIGKILL));
+  ASSERT_THAT(service_->process.Wait(absl::Seconds(10)), IsOk());
+  ASSERT_TRUE(testing::WaitUntil([&] { return !client->connected(); }, absl::Seconds(10)));
+
+  // Asked while the limiter is down, blocking and async alike: both wait for the restart.
+  std::optional<absl::StatusOr<ratelimiter::ScopedPermit>> during;
+  std::thread waiter([&] { during = client->Acquire({.limit = "code_exec", .wait_timeout = absl::Seconds(30)}); });
+  absl::Notification async_done;
+  absl::Status async_status = absl::UnknownError("not run");
+  std::optional<ratelimiter::ScopedPermit> async_permit;
+  client->AcquireAsync({.limit = "code_exec", .wait_timeout = absl::Seconds(30)},
+                       [&](absl::StatusOr<ratelimiter::ScopedPermit> p) {
+                         async_status = p.status();
+                         if (p.ok()) async_permit = *std::move(p);
+                         async_done.Notify();
+                       });
+  absl::SleepFor(absl::Seconds(1));  // the outage the requests must outlast (not a wait for an event)
+  EXPECT_FALSE(async_done.HasBeenNotified());
+  Start(limits, {}, address);
+  waiter.join();
+  ASSERT_TRUE(during.has_value());
+  EXPECT_THAT(*during, IsOk());
+  ASSERT_TRUE(async_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_THAT(async_status, IsOk());
+  // `before` was re-claimed: with both waiters, every permit is held, none twice.
+  EXPECT_TRUE(before->valid());
+  EXPECT_EQ(InUse("code_exec"), 3);
+}
+
+TEST_F(RateLimiterTest, AnAcquireWhileTheLimiterStaysDownFailsUnavailableAfterTheDisconnectedWait) {
+  Start("  - {name: code_exec, kind: concurrency, permits: 2}\n");
+  ClientOptions options;
+  options.address = service_->ready.grpc;
+  options.token = token_;
+  options.client_id = "lonely";
+  options.max_reconnect_backoff = absl::Milliseconds(200);
+  options.max_disconnected_wait = absl::Seconds(1);
+  auto client = RateLimitClient::Connect(options);
+  ASSERT_THAT(client, IsOk());
+  ASSERT_TRUE(service_->process.Signal(SIGKILL));
+  ASSERT_THAT(service_->process.Wait(absl::Seconds(10)), IsOk());
+  ASSERT_TRUE(testing::WaitUntil([&] { return !(*client)->connected(); }, absl::Seconds(10)));
+  const absl::Time asked = absl::Now();
+  auto permit = (*client)->Acquire({.limit = "code_exec", .wait_timeout = absl::Seconds(30)});
+  EXPECT_THAT(permit.status(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("stayed unreachable")));
+  EXPECT_GE(absl::Now() - asked, absl::Seconds(1));
+  // Never waiting: TryAcquire still answers at once.
+  EXPECT_THAT((*client)->TryAcquire({.limit = "code_exec"}).status(), StatusIs(absl::StatusCode::kUnavailable));
+}
+
 TEST_F(RateLimiterTest, WithoutASnapshotAWaiterHeldByLearningModeIsToldWhyAndForHowLong) {
-  Start("  - {name: code_exec, kind: concurrency, permits: 2}\n", {"--max-lease-ttl=1m"});
+  Start("  - {name: code_exec, kind: concurrency, permits: 2}\n", {"--max-lease-ttl=1m", "--state-path=none"});
   auto client = Client("worker");
   auto permit = client->Acquire({.limit = "code_exec", .wait_timeout = absl::Milliseconds(300)});
   EXPECT_THAT(permit.status(), StatusIs(absl::StatusCode::kDeadlineExceeded,

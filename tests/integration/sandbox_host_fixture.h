@@ -35,11 +35,16 @@ class SandboxHostApiTest : public ::testing::Test {
     token_ = MintClusterToken(*TokenSigner::FromKeyFile(testing::WriteSecretFile(dir_)));
     // A tiny uid range of its own, so a uid comes back right after teardown (and tests never collide).
     uids_.emplace(45000, 59999, 4);
-    const uid_t base = uids_->first();
+    StartHost();
+  }
+  // Starts (or, after a kill, restarts) the host on the fixture's root and uids.
+  void StartHost() {
+    stub_.reset();
+    service_.reset();
     auto service = testing::StartService(
         CORRAL_SANDBOX_HOST,
         {"--secret-file=" + dir_ + "/secret", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-         "--root=" + root_, "--capacity=4", "--uid-first=" + std::to_string(base),
+         "--root=" + root_, "--capacity=4", "--uid-first=" + std::to_string(uids_->first()),
          "--uid-last=" + std::to_string(uids_->last()), "--host-id=it"},
         dir_, "sandbox-host");
     ASSERT_THAT(service, IsOk());

@@ -27,6 +27,7 @@
 #include "tests/support/subprocess.h"
 #include "tests/integration/sandbox_host_fixture.h"
 #include "tests/support/uid_range.h"
+#include "services/sandbox_host/process_sweep.h"
 
 namespace corral {
 namespace {
@@ -290,6 +291,108 @@ TEST_F(SandboxHostApiTest, HostExitsCleanlyOnceEmptyForItsConfiguredTime) {
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << host->process.Log();
   EXPECT_THAT(host->process.Log(), HasSubstr("exit_when_empty_for"));
   fs::remove_all(root_ + "-job");
+}
+
+// Every directory named `name` below `dir` (a cgroup hierarchy), a few levels deep.
+std::vector<fs::path> DirsNamed(const fs::path& dir, const std::string& name, int depth = 6) {
+  std::vector<fs::path> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
+    if (e.path().filename() == name) found.push_back(e.path());
+    if (depth > 0) {
+      for (auto& f : DirsNamed(e.path(), name, depth - 1)) found.push_back(std::move(f));
+    }
+  }
+  return found;
+}
+
+TEST_F(SandboxHostApiTest, AHostKilledWithLiveSandboxesLeavesNothingOnceRestarted) {
+  auto r = Create(2);
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->sandboxes_size(), 2);
+  std::vector<std::string> ids;
+  for (const auto& sb : r->sandboxes()) ids.push_back(sb.sandbox().sandbox_id());
+  const auto& first = r->sandboxes(0).sandbox();
+  // An escaped background process, and an exec still running when the host dies.
+  ASSERT_THAT(Exec(first.sandbox_id(), token_, "setsid sleep 300 < /dev/null > /dev/null 2>&1 &").status, IsOk());
+  std::thread running([&] { (void)Exec(r->sandboxes(1).sandbox().sandbox_id(), token_, "sleep 300"); });
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        size_t n = 0;
+        for (uid_t u = uids_->first(); u <= uids_->last(); ++u) n += sandbox::ProcessesOf(u).size();
+        return n >= 2;
+      },
+      absl::Seconds(10)));
+  ASSERT_TRUE(service_->process.Signal(SIGKILL));
+  ASSERT_THAT(service_->process.Wait(absl::Seconds(10)), IsOk());
+  running.join();
+  // What the killed host left: its sandboxes' processes, homes and (where the host makes them) cgroups.
+  size_t left_running = 0;
+  for (uid_t u = uids_->first(); u <= uids_->last(); ++u) left_running += sandbox::ProcessesOf(u).size();
+  EXPECT_GE(left_running, 1u);
+  EXPECT_TRUE(fs::exists(first.home()));
+
+  StartHost();
+  EXPECT_THAT(service_->process.Log(), HasSubstr("removed what a previous run left of 2 sandbox(es)"));
+  for (uid_t u = uids_->first(); u <= uids_->last(); ++u) {
+    EXPECT_THAT(sandbox::ProcessesOf(u), ::testing::IsEmpty()) << "uid " << u;
+  }
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(root_ + "/homes", ec)) << ec.message();
+  for (const fs::path& parent : DirsNamed("/sys/fs/cgroup", "corral-it")) {
+    for (const std::string& id : ids) EXPECT_FALSE(fs::exists(parent / id)) << (parent / id);
+  }
+  // The restarted host works, with the same uids.
+  auto again = Create(4);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->sandboxes_size(), 4);
+}
+
+TEST_F(SandboxHostApiTest, ASecondHostOnTheSameRootRefusesToStart) {
+  auto second = testing::Subprocess::Start(
+      {CORRAL_SANDBOX_HOST, "--secret-file=" + dir_ + "/secret", "--grpc-listen=127.0.0.1:0",
+       "--metrics-listen=127.0.0.1:0", "--root=" + root_, "--uid-first=" + std::to_string(uids_->first()),
+       "--uid-last=" + std::to_string(uids_->last()), "--host-id=it2"},
+      dir_ + "/second-host.log");
+  ASSERT_THAT(second, IsOk());
+  auto status = second->Wait(absl::Seconds(30));
+  ASSERT_THAT(status, IsOk());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1);
+  EXPECT_THAT(second->Log(), HasSubstr("another corral-sandbox-host is using the root"));
+  EXPECT_THAT(Create(1), IsOk());  // the first one is untouched
+}
+
+TEST_F(SandboxHostApiTest, KillAllProcessesEndsEscapeesAndKeepsTheSandboxAndItsFiles) {
+  auto r = Create(1);
+  ASSERT_THAT(r, IsOk());
+  const auto& sb = r->sandboxes(0).sandbox();
+  const std::string& token = r->sandboxes(0).capability_token();
+  // A setsid loop and a double-forked daemon, both outliving the exec that started them.
+  ASSERT_THAT(Exec(sb.sandbox_id(), token,
+                   "setsid sh -c 'while :; do echo 1 > planted; sleep 0.05; done' < /dev/null > /dev/null 2>&1 & "
+                   "(sh -c 'sleep 300 &' &) ; echo kept > kept")
+                  .status,
+              IsOk());
+  ASSERT_TRUE(testing::WaitUntil([&] { return sandbox::ProcessesOf(sb.uid()).size() >= 2; }, absl::Seconds(10)));
+  grpc::ClientContext ctx;
+  Prepare(ctx, token);  // the sandbox's own token may do it
+  v1::KillAllProcessesRequest req;
+  req.set_sandbox_id(sb.sandbox_id());
+  v1::KillAllProcessesResponse resp;
+  ASSERT_TRUE(stub_->KillAllProcesses(&ctx, req, &resp).ok());
+  EXPECT_GE(resp.killed(), 2u);
+  EXPECT_THAT(sandbox::ProcessesOf(sb.uid()), ::testing::IsEmpty());
+  EXPECT_THAT(ReadFile(sb.sandbox_id(), token_, "kept"), IsOkAndHolds("kept\n"));
+  ExecResult after = Exec(sb.sandbox_id(), token_, "rm planted; sleep 0.3; ls planted 2>&1 | head -c 40; echo; echo alive");
+  ASSERT_THAT(after.status, IsOk());
+  EXPECT_THAT(after.out, HasSubstr("No such file"));  // nothing writes it any more
+  EXPECT_THAT(after.out, HasSubstr("alive"));
+
+  grpc::ClientContext missing_ctx;
+  Prepare(missing_ctx, token_);
+  req.set_sandbox_id("sb-0000000000000000");
+  EXPECT_EQ(stub_->KillAllProcesses(&missing_ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(SandboxHostApiTest, SigtermWipesEverySandbox) {

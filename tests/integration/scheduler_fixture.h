@@ -61,7 +61,8 @@ inline v1::Task Arithmetic(const std::string& id, int a, int b, v1::Runner runne
            {"python3", "-c",
             "import json,os,urllib.request\n"
             "b,k=os.environ['OPENAI_BASE_URL'],os.environ['OPENAI_API_KEY']\n"
-            "p=open(os.path.join(os.environ['HOME'],os.environ['CORRAL_INSTRUCTION_FILE'])).read()\n"
+            "p=open(os.environ['CORRAL_INSTRUCTION_FILE']).read()\n"  // absolute, opened from /workspace
+            "assert p==os.environ['CORRAL_INSTRUCTION'],'CORRAL_INSTRUCTION differs from the file'\n"
             "r=urllib.request.Request(b+'/chat/completions',method='POST',data=json.dumps({'model':os.environ['OPENAI_MODEL'],"
             "'messages':[{'role':'user','content':p}]}).encode(),headers={'Authorization':'Bearer '+k,'Content-Type':'application/json'})\n"
             "m=json.load(urllib.request.urlopen(r,timeout=60))['choices'][0]['message']['content']\n"
@@ -163,15 +164,37 @@ class SchedulerFixture : public ::testing::Test {
     h.uids.emplace(60000, 64999, 64);
     h.root = absl::StrCat("/var/tmp/corral-sched-it-", getpid(), "-", hosts_.size());
     h.capacity = capacity;
+    hosts_.push_back(std::move(h));
+    ASSERT_NO_FATAL_FAILURE(RestartHost(hosts_.size() - 1, "127.0.0.1:0"));
+  }
+  // (Re)starts host `i` on its root and uids; a restart passes the address it had, so the scheduler finds it.
+  void RestartHost(size_t i, const std::string& grpc) {
+    Host& h = hosts_[i];
     auto s = testing::StartService(
         CORRAL_SANDBOX_HOST,
-        {"--secret-file=" + secret_, "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--root=" + h.root,
-         absl::StrCat("--capacity=", capacity), absl::StrCat("--uid-first=", h.uids->first()),
-         absl::StrCat("--uid-last=", h.uids->last()), absl::StrCat("--host-id=it-", hosts_.size())},
-        dir_, absl::StrCat("sandbox-host-", hosts_.size()));
+        {"--secret-file=" + secret_, "--grpc-listen=" + grpc, "--metrics-listen=127.0.0.1:0", "--root=" + h.root,
+         absl::StrCat("--capacity=", h.capacity), absl::StrCat("--uid-first=", h.uids->first()),
+         absl::StrCat("--uid-last=", h.uids->last()), absl::StrCat("--host-id=it-", i)},
+        dir_, absl::StrCat("sandbox-host-", i, "-", ++h.starts));
     ASSERT_THAT(s, IsOk());
     h.service.emplace(*std::move(s));
-    hosts_.push_back(std::move(h));
+  }
+  // No process of host `i`'s uids and no home under its root: what a killed host left is gone.
+  ::testing::AssertionResult NothingOnTheMachine(size_t i) {
+    const Host& h = hosts_[i];
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      struct stat st;
+      if (stat(entry.path().c_str(), &st) == 0 && st.st_uid >= h.uids->first() && st.st_uid <= h.uids->last()) {
+        return ::testing::AssertionFailure() << "pid " << name << " still runs as uid " << st.st_uid;
+      }
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_empty(h.root + "/homes", ec)) {
+      return ::testing::AssertionFailure() << h.root << "/homes is not empty";
+    }
+    return ::testing::AssertionSuccess();
   }
 
   // (Re)starts the scheduler on the same journal; its address changes.
@@ -326,6 +349,7 @@ class SchedulerFixture : public ::testing::Test {
     std::optional<testing::UidRange> uids;
     std::string root;
     int capacity = 0;
+    int starts = 0;
     std::optional<testing::RunningService> service;
   };
 

@@ -442,6 +442,9 @@ class DatasetTest(unittest.TestCase):
                 with open(os.path.join(task, path), "w") as f:
                     f.write(content)
             t = corral.load_harbor(task, agent="my-agent --fast").to_proto()
+            # The C++ loader's rule too: tests/ is emptied of what the agent left before the tests go in.
+            self.assertEqual([f.path for f in t.verifier.files], ["/app/tests/test.sh"])
+            self.assertEqual(list(t.verifier.replace_paths), ["/app/tests"])
             (other,) = corral.load_harbor_dir(root, agent=["a"])
             self.assertEqual(other.id, "fix-the-sum")
             # With images, FROM is the image the template is built on; a prebuilt docker_image is used as is.

@@ -3,6 +3,8 @@
 dataset, `corral top`, the rollout inspector (its link from `corral ui`, its API, the page in headless Chromium),
 the example agent on the Harbor-style tasks (reward 0 with the scripted model, 1 after each reference
 solution), and the README's train.py — extracted from README.md, so the snippet people copy is the one tested.
+Then `corral up --upstream` against a small OpenAI-compatible server of the test's own, with tasks that name no
+model.
 
 Runs in a scratch directory holding only `examples/` (a link to the repository's), like a fresh clone's working
 directory; `corral up --any-port` so it never collides with a cluster already running.
@@ -10,6 +12,7 @@ directory; `corral up --any-port` so it never collides with a cluster already ru
     BUILD/sdk-venv/bin/python walkthrough_test.py --bin BUILD/bin --repo REPO
 """
 import argparse
+import http.server
 import json
 import os
 import re
@@ -18,8 +21,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
+import urllib.error
+import urllib.parse
 import urllib.request
 
 ARGS = None
@@ -82,7 +88,8 @@ class Walkthrough(unittest.TestCase):
         self.assertRegex(out, r"48 episode\(s\) in .* batch b-")
         self.assertRegex(out, r"status\s+finished 48")
         self.assertIn("slowest episodes", out)
-        self.assertRegex(out, r"inspect: http://" + re.escape(self.cluster["scheduler"]["http"]) + r"/#/batch/b-\S+")
+        self.assertRegex(out, r"inspect: http://" + re.escape(self.cluster["scheduler"]["http"]) +
+                         r"/\?token=[^#\s]+#/batch/b-\S+")
         results = self.results("words.jsonl")
         self.assertEqual(len(results), 48)
         self.assertEqual({r["status"] for r in results}, {"EPISODE_STATUS_FINISHED"})
@@ -97,13 +104,22 @@ class Walkthrough(unittest.TestCase):
 
     def test_4_inspector(self):
         link = self.corral("ui").strip()
-        self.assertEqual(link, f"http://{self.cluster['scheduler']['http']}/")
-        with urllib.request.urlopen(link + "api/batches") as r:
-            batches = json.load(r)["batches"]
+        base = f"http://{self.cluster['scheduler']['http']}/"
+        self.assertTrue(link.startswith(base + "?token="), link)  # the cluster token, on loopback too
+        token = urllib.parse.parse_qs(urllib.parse.urlsplit(link).query)["token"][0]
+        # Without it the inspector's API answers nothing (a sandbox with an open network reaches loopback).
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(base + "api/batches")
+        self.assertEqual(refused.exception.code, 401)
+
+        def api(path):
+            request = urllib.request.Request(base + path, headers={"Authorization": "Bearer " + token})
+            with urllib.request.urlopen(request) as r:
+                return json.load(r)
+        batches = api("api/batches")["batches"]
         self.assertTrue(batches, "the inspector lists no batch")
         batch = batches[0]["batch_id"]
-        with urllib.request.urlopen(f"{link}api/batch?id={batch}") as r:
-            episode = json.load(r)["groups"][0]["episodes"][0]["episode_id"]
+        episode = api(f"api/batch?id={batch}")["groups"][0]["episodes"][0]["episode_id"]
         # The page itself, rendered by a browser: one episode as a conversation, tokens highlighted.
         profile = os.path.join(self.dir, "chromium")
         dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -157,6 +173,98 @@ class Walkthrough(unittest.TestCase):
         self.assertEqual(len(lines), 20)  # 5 tasks × group_size 4, one sample each
         for line in lines:
             self.assertRegex(line, r"^\S+\s+reward [01]  \d+ tokens  loss [+-]\d\.\d{4}$")
+
+
+class TinyUpstream(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible server that is not Corral's scripted model: one model, which it insists on (as vLLM
+    does: another name is a 404), answering "What is A + B?" correctly."""
+    MODEL = "tiny/arith-1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self.reply(200, {"object": "list", "data": [{"id": self.MODEL, "object": "model", "owned_by": "test"}]})
+        else:
+            self.reply(200 if self.path == "/health" else 404, {})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body.get("model") != self.MODEL:
+            self.reply(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                       "type": "NotFoundError", "code": 404}})
+            return
+        question = body["messages"][-1]["content"]
+        a, b = map(int, re.search(r"(\d+) \+ (\d+)", question).groups())
+        self.reply(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": self.MODEL,
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": f"The answer is {a + b}."}}],
+                         "usage": {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14}})
+
+
+class WalkthroughWithAnUpstream(unittest.TestCase):
+    """`corral up --upstream URL` against a server that is not the scripted model, and a dataset whose tasks name
+    no model: the cluster uses the one model the server serves, and the episodes are rewarded."""
+
+    def test_up_with_an_upstream_rewards_tasks_that_name_no_model(self):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TinyUpstream)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        work = tempfile.mkdtemp(prefix="corral-upstream-")
+        cli = os.path.abspath(os.path.join(ARGS.bin, "corral"))
+        log = open(os.path.join(work, "up.log"), "w+")
+        up = subprocess.Popen([cli, "up", "--any-port", "--upstream", url], cwd=work, stdout=log,
+                              stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 120
+            while True:
+                log.flush()
+                with open(log.name) as f:
+                    text = f.read()
+                if "Ctrl-C stops the cluster." in text:
+                    break
+                if up.poll() is not None or time.time() > deadline:
+                    self.fail("corral up --upstream did not come up:\n" + text)
+                time.sleep(0.1)
+            self.assertIn(f"model {TinyUpstream.MODEL} (the one model {url} serves)", text)
+            with open(os.path.join(work, "sums.jsonl"), "w") as f:
+                for a, b in [(2, 3), (17, 25), (100, 1)]:
+                    f.write(json.dumps({"id": f"add-{a}-{b}", "prompt": f"What is {a} + {b}?", "answer": a + b,
+                                        "runner": "single_turn", "reward": {"function": "numeric"}}) + "\n")
+                # A model the server does not serve: the task's fault, said before any sandbox is made.
+                f.write(json.dumps({"id": "wrong-model", "prompt": "What is 1 + 1?", "answer": 2,
+                                    "runner": "tool_loop", "llm": {"model": "gpt-4o"},
+                                    "tool_loop": {"tools": [{"name": "shell", "kind": "bash"}]}}) + "\n")
+            done = subprocess.run([cli, "run", "sums.jsonl", "--group-size", "2", "--out", "out.jsonl"], cwd=work,
+                                  capture_output=True, text=True, timeout=300)
+            self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+            with open(os.path.join(work, "out.jsonl")) as f:
+                results = [json.loads(line) for line in f if line.strip()]
+            self.assertEqual(len(results), 8)
+            for r in results:
+                if r["ids"]["task_id"] == "wrong-model":
+                    self.assertEqual(r["status"], "EPISODE_STATUS_FAILED")
+                    self.assertEqual(r["failure_class"], "FAILURE_CLASS_AGENT")
+                    self.assertIn("model 'gpt-4o' is not served by the upstream; it serves: tiny/arith-1",
+                                  r["failure_message"])
+                    self.assertEqual(r.get("sandbox_id", ""), "")
+                else:
+                    self.assertEqual((r["status"], r.get("reward")), ("EPISODE_STATUS_FINISHED", 1), r)
+        finally:
+            up.send_signal(signal.SIGINT)
+            up.wait(timeout=60)
+            log.close()
+            server.shutdown()
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ def chat(messages, tools):
     return json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["message"]
 tools = [{"type": "function", "function": {"name": "python", "parameters": {"type": "object",
           "properties": {"code": {"type": "string"}}, "required": ["code"]}}}]
-messages = [{"role": "user", "content": open(os.path.join(os.environ["HOME"], os.environ["CORRAL_INSTRUCTION_FILE"])).read()}]
+messages = [{"role": "user", "content": open(os.environ["CORRAL_INSTRUCTION_FILE"]).read()}]
 reply = chat(messages, tools)
 while reply.get("tool_calls"):
     call = reply["tool_calls"][0]

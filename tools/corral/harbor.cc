@@ -300,6 +300,8 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
     if (absl::Status s = AddTree(root / "tests", workdir + "/tests", task.mutable_verifier()->mutable_files()); !s.ok()) {
       return s;
     }
+    // tests/ is the verifier's: whatever the agent left there is removed before the task's own files go in.
+    task.mutable_verifier()->add_replace_paths(workdir + "/tests");
   }
   SetSeconds(toml, "agent.timeout_sec", task.mutable_timeouts()->mutable_agent());
   SetSeconds(toml, "verifier.timeout_sec", task.mutable_timeouts()->mutable_verifier());

@@ -138,7 +138,9 @@ int Run(const RunFlags& f) {
   // On the local cluster, where to look at the episodes themselves.
   const std::string http = f.conn.address.empty() ? LocalClusterAddress(f.conn.cluster_dir, "scheduler", "http") : "";
   if (!http.empty()) {
-    if (auto link = InspectorLink("http://" + http, "", id, ""); link.ok()) std::cout << "inspect: " << *link << "\n";
+    if (auto link = InspectorLink("http://" + http, f.conn.secret_file, id, ""); link.ok()) {
+      std::cout << "inspect: " << *link << "\n";
+    }
   }
   return interrupts.interrupted() ? 130 : 0;
 }

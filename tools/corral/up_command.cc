@@ -16,11 +16,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "libs/core/token.h"
+#include "libs/http/openai_json.h"
+#include "libs/http/prometheus_text.h"
+#include "libs/http/url.h"
 #include "libs/rpc/auth.h"
 #include "libs/process/supervise.h"
 #include "openssl/rand.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/demo.h"
+#include "tools/corral/upstream_model.h"
 
 namespace corral::cli {
 namespace {
@@ -45,6 +49,7 @@ struct UpFlags {
   bool exit_after_demo = false;
   int hosts = 1;
   std::string upstream;  // an OpenAI-compatible server instead of the scripted model
+  std::string model;     // with --upstream: the model of tasks that name none
 };
 
 struct ServiceDef {
@@ -70,7 +75,7 @@ absl::StatusOr<std::string> EnsureSecret(const fs::path& dir) {
 
 // The scheduler's playground configuration: every host, proxy and limiter of this cluster.
 std::string SchedulerYaml(const fs::path& dir, const std::vector<std::pair<ServiceDef, RunningService>>& running,
-                          bool scripted_model) {
+                          const std::string& default_model) {
   std::string yaml = absl::StrCat("# corral up: the scheduler's playground configuration.\njournal: ",
                                   (dir / "scheduler.db").string(), "\nscheduler_id: local\n");
   std::string hosts, proxies;
@@ -82,9 +87,19 @@ std::string SchedulerYaml(const fs::path& dir, const std::vector<std::pair<Servi
   // A small warm pool: the second batch of a spec starts in ready sandboxes, as on a real cluster.
   if (!hosts.empty()) absl::StrAppend(&yaml, "host:\n", hosts, "warm_pool_size: 8\nwarm_pool_idle: 2m\n");
   absl::StrAppend(&yaml, "proxy:\n", proxies);
-  if (scripted_model) absl::StrAppend(&yaml, "default_model: fake-model\n");
+  if (!default_model.empty()) absl::StrAppend(&yaml, "default_model: \"", absl::CEscape(default_model), "\"\n");
   absl::StrAppend(&yaml, "timeouts:\n  episode: 10m\n  agent: 5m\n");
   return yaml;
+}
+
+// What `upstream` serves (GET /v1/models) and which model tasks that name none use.
+absl::StatusOr<ModelChoice> UpstreamModel(const std::string& upstream, const std::string& requested) {
+  auto url = http::ParseHttpUrl(upstream, "--upstream");
+  if (!url.ok()) return url.status();
+  auto body = http::HttpGet(url->authority(), url->path + "/v1/models");
+  std::optional<std::vector<std::string>> served;
+  if (body.ok()) served = http::ModelIds(*body);
+  return ChooseModel(served, body.ok() ? "" : std::string(body.status().message()), requested, upstream);
 }
 
 std::string SelfDir() {
@@ -123,12 +138,16 @@ int RunUp(const UpFlags& flags) {
       sandboxes = fs::path("/var/tmp") / absl::StrCat("corral-up-", getpid(), "-sandboxes");
       scratch_root = sandboxes;
     }
+    // Hosts on one machine must not share sandbox uids (RLIMIT_NPROC, cgroups and sweeps count per uid).
+    const int uids_each = 45000 / flags.hosts;
     for (int i = 0; i < flags.hosts; ++i) {
       const std::string suffix = i == 0 ? "" : absl::StrCat("-", i + 1);
       defs.push_back({"sandbox-host" + suffix, bin + "/corral-sandbox-host",
                       absl::StrCat("# corral up: the sandbox host's playground configuration.\nroot: ",
                                    (sandboxes / absl::StrCat("host", i + 1)).string(),
-                                   "\ncapacity: 64\ndefault_network: none\nhost_id: local", suffix, "\n"),
+                                   "\ncapacity: 64\ndefault_network: none\nhost_id: local", suffix,
+                                   "\nuid_first: ", 20000 + i * uids_each, "\nuid_last: ", 20000 + (i + 1) * uids_each - 1,
+                                   "\n"),
                       absl::StrCat("127.0.0.1:", 7500 + i), absl::StrCat("127.0.0.1:", 9500 + i)});
     }
   } else {
@@ -139,7 +158,16 @@ int RunUp(const UpFlags& flags) {
   // real OpenAI-compatible server instead.
   std::optional<RunningService> fake_llm;
   std::string upstream = flags.upstream;
-  if (upstream.empty()) {
+  std::string default_model = "fake-model";
+  if (!upstream.empty()) {
+    auto choice = UpstreamModel(upstream, flags.model);
+    if (!choice.ok()) {
+      std::cerr << "corral up: " << choice.status().message() << "\n";
+      return 2;
+    }
+    default_model = choice->model;
+    std::cout << "corral up: model " << choice->note << "\n";
+  } else {
     auto started = StartService(bin + "/corral-fake-llm",
                                 {"--listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8000"), "--arithmetic"},
                                 dir.string(), "fake-llm");
@@ -152,7 +180,8 @@ int RunUp(const UpFlags& flags) {
   }
   defs.push_back({"proxy", bin + "/corral-proxy",
                   absl::StrCat("# corral up: the proxy's playground configuration.\njournal: ", (dir / "proxy.db").string(),
-                               "\nupstream: [\"", upstream, "\"]\n"),
+                               "\nupstream: [\"", upstream, "\"]\n",
+                               default_model.empty() ? "" : absl::StrCat("default_model: \"", absl::CEscape(default_model), "\"\n")),
                   "127.0.0.1:7600", "127.0.0.1:9600",
                   {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8080")}});
   // The scheduler comes last: its configuration names the others' addresses.
@@ -161,7 +190,7 @@ int RunUp(const UpFlags& flags) {
                   {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "7780")}});
   std::vector<std::pair<ServiceDef, RunningService>> running;
   for (ServiceDef& def : defs) {
-    if (def.name == "scheduler") def.config_yaml = SchedulerYaml(dir, running, flags.upstream.empty());
+    if (def.name == "scheduler") def.config_yaml = SchedulerYaml(dir, running, default_model);
     const std::string config = (dir / (def.name + ".yaml")).string();
     std::ofstream(config, std::ios::trunc) << def.config_yaml;
     std::vector<std::string> args = {"--config=" + config, "--secret-file=" + *secret,
@@ -204,7 +233,7 @@ int RunUp(const UpFlags& flags) {
     std::cout << absl::StrFormat("  %-12s http://%s/v1 (scripted model)  pid %d\n", "fake-llm", fake_llm->ready.http,
                                  fake_llm->ready.pid);
   } else {
-    std::cout << "  upstream     " << upstream << "\n";
+    std::cout << "  upstream     " << upstream << (default_model.empty() ? "" : "  model " + default_model) << "\n";
   }
   const std::string& limiter_addr = running.front().second.ready.grpc;
   // Hints that work when pasted: the CLI by the path it was started with, while the cluster still runs.
@@ -283,6 +312,8 @@ void RegisterUp(CLI::App& app, int& exit_code) {
   up->add_option("--hosts", flags->hosts, "sandbox hosts to start (as root)")->check(CLI::Range(1, 16))->capture_default_str();
   up->add_option("--upstream", flags->upstream,
                  "an OpenAI-compatible server (vLLM, SGLang) for the proxy instead of the scripted model, http://HOST:PORT");
+  up->add_option("--model", flags->model,
+                 "with --upstream: the model of tasks that name none (default: the one model the upstream serves)");
   up->callback([flags, &exit_code] { exit_code = RunUp(*flags); });
 }
 

@@ -116,7 +116,8 @@ def load_harbor(task_dir: str, *, agent: Union[str, Sequence[str], Command],
     - instruction.md → the prompt (written to .corral/instruction.md for the agent);
     - environment/Dockerfile → the template (RUN, COPY, ENV, WORKDIR; see _dockerfile); without one, every file
       of environment/ is uploaded to the working directory;
-    - tests/ → the verifier's files (uploaded only after the agent ends); the verifier runs `bash tests/test.sh`
+    - tests/ → the verifier's files (uploaded only after the agent ends, into a tests/ emptied of whatever the agent
+      left there); the verifier runs `bash tests/test.sh`
       and reads /logs/verifier/reward.txt as Harbor's do;
     - task.toml → [agent].timeout_sec, [verifier].timeout_sec, [environment].build_timeout_sec and memory_mb, and
       [metadata] into the task's metadata.
@@ -159,7 +160,10 @@ def load_harbor(task_dir: str, *, agent: Union[str, Sequence[str], Command],
         else:
             metadata.setdefault("image", env_config["docker_image"])
     tests_dir = os.path.join(task_dir, "tests")
-    verifier = Verifier(files=_read_tree(tests_dir, workdir + "/tests") if os.path.isdir(tests_dir) else [])
+    # tests/ is the verifier's: whatever the agent left there is removed before the task's own files go in.
+    has_tests = os.path.isdir(tests_dir)
+    verifier = Verifier(files=_read_tree(tests_dir, workdir + "/tests") if has_tests else [],
+                        replace_paths=[workdir + "/tests"] if has_tests else [])
     timeouts = Timeouts(agent=config.get("agent", {}).get("timeout_sec"),
                         verifier=config.get("verifier", {}).get("timeout_sec"),
                         setup=env_config.get("build_timeout_sec"))

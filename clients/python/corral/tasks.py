@@ -282,15 +282,26 @@ class ToolLoopTask(_Common):
 @dataclasses.dataclass
 class Verifier:
     """Decides an agent episode's reward: `command` (default bash tests/test.sh) run after the agent, with
-    `files` (the tests) uploaded only then."""
+    `files` (the tests) uploaded only then. Every process of the agent phase is killed first and
+    /logs/verifier made anew; `replace_paths` (e.g. the tests/ directory) are removed before `files` go in, so
+    nothing the agent planted beside them counts. `reward_source`: "file" (reward.txt, reward.json, then the exit
+    code), "stdout" (the last line the verifier prints) or "exit_code"."""
     command: Optional[Union[str, Sequence[str], Command]] = None
     files: List[File] = dataclasses.field(default_factory=list)
+    replace_paths: List[str] = dataclasses.field(default_factory=list)
+    reward_source: str = "file"
 
     def to_proto(self) -> scheduler_pb2.VerifierSpec:
         v = scheduler_pb2.VerifierSpec()
         if self.command is not None:
             v.command.CopyFrom(_command(self.command))
         v.files.extend(f.to_proto() for f in self.files)
+        v.replace_paths.extend(self.replace_paths)
+        sources = {"file": scheduler_pb2.REWARD_SOURCE_UNSPECIFIED, "stdout": scheduler_pb2.REWARD_SOURCE_STDOUT,
+                   "exit_code": scheduler_pb2.REWARD_SOURCE_EXIT_CODE}
+        if self.reward_source not in sources:
+            raise ValueError(f"reward_source must be one of {', '.join(sources)}, not {self.reward_source!r}")
+        v.reward_source = sources[self.reward_source]
         return v
 
 

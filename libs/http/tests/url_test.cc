@@ -37,5 +37,26 @@ TEST(PercentDecodeTest, DecodesBytes) {
   EXPECT_THAT(PercentDecode("a+b", false), IsOkAndHolds(std::string("a+b")));
 }
 
+TEST(ParseHttpUrlTest, SplitsHostPortAndPath) {
+  auto u = ParseHttpUrl("http://10.0.0.5:8000/v1/");
+  ASSERT_THAT(u, IsOk());
+  EXPECT_EQ(u->host, "10.0.0.5");
+  EXPECT_EQ(u->port, 8000);
+  EXPECT_EQ(u->path, "/v1");
+  EXPECT_EQ(u->authority(), "10.0.0.5:8000");
+  u = ParseHttpUrl("http://[::1]:80");
+  ASSERT_THAT(u, IsOk());
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->path, "");
+  EXPECT_EQ(u->authority(), "[::1]:80");
+}
+
+TEST(ParseHttpUrlTest, RefusesWhatIsNotHttpHostPortNamingIt) {
+  for (const char* bad : {"", "https://a:1", "http://a", "http://a:0", "http://a:99999", "http://:80/", "a:80"}) {
+    EXPECT_THAT(ParseHttpUrl(bad, "upstream"), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("upstream")))
+        << bad;
+  }
+}
+
 }  // namespace
 }  // namespace corral::http

@@ -1,6 +1,7 @@
 #include "services/ratelimiter/client/ratelimit_client.h"
 
 #include <deque>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
@@ -15,6 +16,12 @@ struct RateLimitClient::Pending {
   absl::StatusOr<v1::SessionResponse> reply = absl::UnknownError("no reply");
   // Set for AcquireAsync: called (outside the client's lock) instead of notifying `done`.
   std::function<void(absl::StatusOr<v1::SessionResponse>)> callback;
+  // A blocking acquire (failing closed) outlives a broken session: `message` is sent again on the next one, with
+  // what is left of the wait before `deadline`. Unsent meanwhile, it fails at `give_up`.
+  std::optional<v1::SessionRequest> message;
+  absl::Time deadline = absl::InfiniteFuture();
+  absl::Time give_up = absl::InfiniteFuture();
+  bool sent = false;
 };
 
 // One Session stream: the hello it opens with, a read always outstanding, and a queue of requests with exactly
@@ -218,18 +225,68 @@ void RateLimitClient::Run() {
     }
     stream.reset();
     if (!first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
-    absl::MutexLock lock(&mu_);
-    if (closing_) break;
-    if (was_connected) {
-      spdlog::warn("ratelimit client: session lost ({}); reconnecting", status.error_message());
-    } else {
-      spdlog::debug("ratelimit client: session to {} failed: {}", options_.address, status.error_message());
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_) break;
+      if (was_connected) {
+        spdlog::warn("ratelimit client: session lost ({}); reconnecting", status.error_message());
+      } else {
+        spdlog::debug("ratelimit client: session to {} failed: {}", options_.address, status.error_message());
+      }
     }
-    mu_.AwaitWithTimeout(absl::Condition(&closing_), backoff);
-    if (closing_) break;
+    WaitToReconnect(backoff);  // the loop's next turn stops when closing
     backoff = std::min(backoff * 2, options_.max_reconnect_backoff);
   }
   if (!first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
+  // Closing: the acquires still waiting for a session get their answer now.
+  std::vector<std::shared_ptr<Pending>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    failed = FailPending(absl::UnavailableError("the ratelimit client is closing"));
+  }
+  for (auto& p : failed) p->callback(std::move(p->reply));
+}
+
+void RateLimitClient::WaitToReconnect(absl::Duration backoff) {
+  const absl::Time retry_at = absl::Now() + backoff;
+  while (true) {
+    std::vector<std::shared_ptr<Pending>> expired;
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_ || absl::Now() >= retry_at) return;
+      absl::Time wake = retry_at;
+      for (const auto& [id, p] : pending_) {
+        if (p->message.has_value() && !p->sent) wake = std::min(wake, p->give_up);
+      }
+      mu_.AwaitWithDeadline(absl::Condition(&closing_), wake);
+      expired = ExpireKeptLocked(absl::Now());
+    }
+    for (auto& p : expired) p->callback(std::move(p->reply));
+  }
+}
+
+std::vector<std::shared_ptr<RateLimitClient::Pending>> RateLimitClient::ExpireKeptLocked(absl::Time now) {
+  std::vector<std::shared_ptr<Pending>> callbacks;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Pending& p = *it->second;
+    if (!p.message.has_value() || p.sent || now < p.give_up) {
+      ++it;
+      continue;
+    }
+    if (Settle(p, absl::UnavailableError(absl::StrCat("the ratelimiter at ", options_.address,
+                                                      " stayed unreachable while the request waited")))) {
+      callbacks.push_back(it->second);
+    }
+    it = pending_.erase(it);
+  }
+  return callbacks;
+}
+
+bool RateLimitClient::Settle(Pending& pending, absl::StatusOr<v1::SessionResponse> reply) {
+  pending.reply = std::move(reply);
+  if (pending.callback) return true;
+  pending.done.Notify();
+  return false;
 }
 
 void RateLimitClient::OnReady(const v1::SessionReady& ready) {
@@ -251,6 +308,17 @@ void RateLimitClient::OnReady(const v1::SessionReady& ready) {
   connected_ = true;
   ++connections_;
   for (const std::string& id : released_meanwhile) SendReleaseLocked(id);
+  // Acquires made or broken off while the session was down go out now, with what is left of their wait (at
+  // least a moment, so the limiter answers one whose wait ran out with its own DEADLINE_EXCEEDED or a grant).
+  const absl::Time now = absl::Now();
+  for (auto& [id, p] : pending_) {
+    if (!p->message.has_value() || p->sent) continue;
+    v1::SessionRequest again = *p->message;
+    if (p->deadline != absl::InfiniteFuture()) {
+      ToProto(std::max(p->deadline - now, absl::Milliseconds(1)), again.mutable_acquire()->mutable_wait_timeout());
+    }
+    p->sent = SendLocked(std::move(again));
+  }
 }
 
 void RateLimitClient::OnReply(Stream* stream, v1::SessionResponse reply) {
@@ -301,7 +369,8 @@ void RateLimitClient::OnBroken(Stream* stream) {
     if (stream == stream_ && connected_) {
       connected_ = false;
       keepalive_id_ = 0;
-      failed = FailPending(absl::UnavailableError("the session stream to the ratelimiter broke"));
+      failed = FailPending(absl::UnavailableError("the session stream to the ratelimiter broke"),
+                           /*keep_acquires=*/true);
     }
   }
   // broken_ is set: nothing more is written. OnDone follows once the outstanding operations end.
@@ -320,10 +389,19 @@ void RateLimitClient::SendCancelLocked(uint64_t acquire_id) {
 }
 
 uint64_t RateLimitClient::StartCallLocked(v1::SessionRequest& request, std::shared_ptr<Pending> pending) {
-  if (!connected_) return 0;
+  const bool keep = request.has_acquire() && options_.fail_mode == FailMode::kClosed && !closing_ &&
+                    options_.max_disconnected_wait > absl::ZeroDuration();
+  if (!connected_ && !keep) return 0;
   const uint64_t id = next_request_id_++;
   request.set_request_id(id);
-  if (!SendLocked(request)) return 0;
+  pending->sent = SendLocked(request);
+  if (!pending->sent && !keep) return 0;
+  if (keep) {
+    const absl::Time now = absl::Now();
+    pending->message = request;
+    if (request.acquire().has_wait_timeout()) pending->deadline = now + FromProto(request.acquire().wait_timeout());
+    if (!pending->sent) pending->give_up = std::min(pending->deadline, now + options_.max_disconnected_wait);
+  }
   pending_[id] = std::move(pending);
   return id;
 }
@@ -377,17 +455,23 @@ absl::Duration RateLimitClient::KeepAliveInterval() const {
   return std::max(ttl / 3, absl::Milliseconds(50));
 }
 
-std::vector<std::shared_ptr<RateLimitClient::Pending>> RateLimitClient::FailPending(const absl::Status& status) {
+std::vector<std::shared_ptr<RateLimitClient::Pending>> RateLimitClient::FailPending(const absl::Status& status,
+                                                                                   bool keep_acquires) {
   std::vector<std::shared_ptr<Pending>> callbacks;
-  for (auto& [id, pending] : pending_) {
-    pending->reply = status;
-    if (pending->callback) {
-      callbacks.push_back(pending);
-    } else {
-      pending->done.Notify();
+  const absl::Time now = absl::Now();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Pending& p = *it->second;
+    if (keep_acquires && p.message.has_value()) {
+      // A grant the broken session made and never delivered ends with that session (or by its TTL after a
+      // limiter crash); the request is asked again of the next session.
+      if (p.sent) p.give_up = std::min(p.deadline, now + options_.max_disconnected_wait);
+      p.sent = false;
+      ++it;
+      continue;
     }
+    if (Settle(p, status)) callbacks.push_back(it->second);
+    it = pending_.erase(it);
   }
-  pending_.clear();
   return callbacks;
 }
 

@@ -39,6 +39,10 @@ struct ClientOptions {
   // How often held leases are renewed; 0 → a third of the limiter's default lease TTL.
   absl::Duration keepalive_interval = absl::ZeroDuration();
   absl::Duration max_reconnect_backoff = absl::Seconds(2);
+  // Failing closed, a blocking acquire made while the session is down (a limiter restart) waits for the
+  // reconnect — within its own wait_timeout, and for at most this long disconnected — instead of failing at
+  // once. 0: fail at once (UNAVAILABLE).
+  absl::Duration max_disconnected_wait = absl::Minutes(2);
 };
 
 struct PermitRequest {
@@ -94,7 +98,9 @@ class RateLimitClient {
   ~RateLimitClient();  // ends the session: the limiter releases every lease it still holds
 
   // Waits in the limiter's FIFO queue. DEADLINE_EXCEEDED after wait_timeout; RESOURCE_EXHAUSTED, NOT_FOUND,
-  // INVALID_ARGUMENT, … as the limiter says; UNAVAILABLE when unreachable and failing closed.
+  // INVALID_ARGUMENT, … as the limiter says. While the session is down (failing closed) the request waits for the
+  // reconnect and is then sent with what is left of its wait_timeout; UNAVAILABLE once it has waited
+  // max_disconnected_wait for a limiter that stays unreachable.
   absl::StatusOr<ScopedPermit> Acquire(const PermitRequest& request);
   // Acquire without blocking the caller: `done` runs once, on a gRPC callback thread (or on the calling thread
   // when the limiter is unreachable), with the permit or the error Acquire would return. Returns an id for
@@ -126,8 +132,8 @@ class RateLimitClient {
   bool Holds(const std::string& lease_id) const;
   // Sends one request and waits for its final reply; UNAVAILABLE if the stream breaks meanwhile.
   absl::StatusOr<v1::SessionResponse> Call(v1::SessionRequest request, absl::Duration timeout, uint64_t* id_out);
-  // Registers `pending` under a new request id and queues `request` with it; 0 (nothing registered) when not
-  // connected.
+  // Registers `pending` under a new request id and queues `request` with it. Not connected: a blocking acquire
+  // (failing closed) is kept to be sent on reconnect; anything else gets 0 (nothing registered).
   uint64_t StartCallLocked(v1::SessionRequest& request, std::shared_ptr<Pending> pending)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues `request` on the connected session stream; false when not connected.
@@ -143,8 +149,16 @@ class RateLimitClient {
   void OnBroken(Stream* stream);
   // The client's thread: connects, waits, sends keepalives, reconnects with backoff until closing.
   void Run();
-  // Fails every pending request; returns those with callbacks, to be called once the lock is released.
-  std::vector<std::shared_ptr<Pending>> FailPending(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits `backoff` before the next connect, failing the kept acquires whose time runs out meanwhile.
+  void WaitToReconnect(absl::Duration backoff);
+  // Fails every pending request but, with `keep_acquires`, the blocking acquires kept for the reconnect.
+  // Returns those with callbacks, to be called once the lock is released.
+  std::vector<std::shared_ptr<Pending>> FailPending(const absl::Status& status, bool keep_acquires = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the kept acquires that have waited as long as they may (`now` past their give_up time).
+  std::vector<std::shared_ptr<Pending>> ExpireKeptLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notifies `pending`'s waiter or returns it when its callback must run (outside the lock).
+  static bool Settle(Pending& pending, absl::StatusOr<v1::SessionResponse> reply);
   static v1::SessionRequest AcquireMessage(const PermitRequest& request, bool try_only);
   absl::StatusOr<ScopedPermit> PermitFromReply(const absl::StatusOr<v1::SessionResponse>& reply,
                                                const std::string& limit);

@@ -1,5 +1,7 @@
 #include "services/ratelimiter/lease_snapshot.h"
 
+#include "services/ratelimiter/config.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,6 +95,40 @@ TEST(LeaseSnapshotTest, AFileThatIsNotASnapshotIsAClearError) {
   EXPECT_THAT(LeaseSnapshot::Open(path), StatusIs(absl::StatusCode::kInternal, HasSubstr("lease snapshot")));
   EXPECT_THAT(LeaseSnapshot::Open("/nonexistent-dir/leases.db"),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("/nonexistent-dir/leases.db")));
+}
+
+TEST(LeaseSnapshotTest, ASecondOpenOfTheSameFileIsRefusedWhileTheFirstHoldsIt) {
+  const std::string path = testing::MakeTestDir() + "/leases.db";
+  auto first = LeaseSnapshot::Open(path);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_THAT(LeaseSnapshot::Open(path),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("in use by another process")));
+  first->reset();
+  EXPECT_THAT(LeaseSnapshot::Open(path), IsOk());
+}
+
+TEST(StatePathTest, UnsetGoesBesideTheConfigFileAndNoneMeansNoSnapshot) {
+  const std::string dir = testing::MakeTestDir();
+  Config config;
+  config.server.config_file = dir + "/limiter.yaml";
+  EXPECT_EQ(ResolveStatePath(config).path, dir + "/limiter.leases.db");
+  config.state_path = "/elsewhere/leases.db";
+  EXPECT_EQ(ResolveStatePath(config).path, "/elsewhere/leases.db");
+  config.state_path = "none";
+  EXPECT_EQ(ResolveStatePath(config).path, "");
+  config.state_path.clear();
+  config.server.config_file.clear();
+  config.server.grpc_listen = "127.0.0.1:0";  // no config and no fixed port: nothing to tell two limiters apart
+  EXPECT_EQ(ResolveStatePath(config).path, "");
+}
+
+TEST(StatePathTest, ASnapshotIsExpectedWhenItsChangeLogOutlivedItsFile) {
+  const std::string path = testing::MakeTestDir() + "/leases.db";
+  EXPECT_FALSE(SnapshotMissingWhereExpected(path));  // a first start
+  std::ofstream(path + "-log.3") << "x";
+  EXPECT_TRUE(SnapshotMissingWhereExpected(path));
+  std::ofstream(path) << "";
+  EXPECT_FALSE(SnapshotMissingWhereExpected(path));  // there: read (or refused as damaged) by Open
 }
 
 }  // namespace

@@ -153,5 +153,26 @@ TEST(VerifierReward, NothingAtAllIsNotFound) {
   EXPECT_THAT(VerifierReward(std::nullopt, std::nullopt, std::nullopt), StatusIs(absl::StatusCode::kNotFound));
 }
 
+TEST(StdoutRewardTest, TheLastLineDecidesANumberOrJsonElseTheExitCode) {
+  auto r = StdoutReward("collected 3 items\n3 passed\n0.75\n\n", 1);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->reward, 0.75);
+  r = StdoutReward("noise\n{\"reward\": 1, \"step_rewards\": [0, 1]}\n", 1);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->reward, 1.0);
+  EXPECT_EQ(r->step_rewards, (std::vector<double>{0, 1}));
+  r = StdoutReward("3 passed in 0.1s\n", 0);  // a last line that is no reward: the exit code
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->reward, 1.0);
+  r = StdoutReward("", 2);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->reward, 0.0);
+}
+
+TEST(StdoutRewardTest, AMalformedJsonLineOrNothingAtAllIsAnError) {
+  EXPECT_THAT(StdoutReward("{\"score\": 1}\n", 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(StdoutReward("", std::nullopt), StatusIs(absl::StatusCode::kNotFound));
+}
+
 }  // namespace
 }  // namespace corral::scheduler

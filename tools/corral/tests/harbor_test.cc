@@ -67,6 +67,9 @@ TEST_F(HarborTest, ATaskDirectoryBecomesAnAgentTaskLikeTheSdkReadsIt) {
   EXPECT_EQ(env.limits().memory_bytes(), 512u << 20);
   ASSERT_EQ(task->verifier().files_size(), 1);  // solution/ is never sent
   EXPECT_EQ(task->verifier().files(0).path(), "/app/tests/test.sh");  // where the verifier runs
+  // Whatever the agent left in tests/ is removed before the task's own tests go in.
+  ASSERT_EQ(task->verifier().replace_paths_size(), 1);
+  EXPECT_EQ(task->verifier().replace_paths(0), "/app/tests");
   EXPECT_EQ(task->timeouts().agent().seconds(), 120);
   EXPECT_EQ(task->timeouts().verifier().seconds(), 30);
   EXPECT_EQ(task->timeouts().setup().seconds(), 600);

@@ -1,0 +1,22 @@
+// How long an episode waits before the retry of an infrastructure failure: a pure policy. The delay doubles per
+// attempt up to a cap and is jittered, so a batch whose episodes all failed at once (a service restarting) does
+// not come back at once, and so the attempts span a restart rather than burn within seconds.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+
+namespace corral::scheduler {
+
+struct RetryBackoff {
+  absl::Duration base = absl::Seconds(2);  // before the second attempt
+  absl::Duration max = absl::Minutes(1);   // no delay is longer
+  double jitter = 0.25;                    // each delay is spread over [1 - jitter, 1 + jitter] of its value
+};
+
+// The wait before attempt `attempt` (2 for the first retry): base * 2^(attempt-2), at most `max`, jittered by a
+// value drawn from `seed` (an episode's, so a re-run of the same batch waits the same).
+absl::Duration RetryDelay(const RetryBackoff& policy, uint32_t attempt, uint64_t seed);
+
+}  // namespace corral::scheduler
