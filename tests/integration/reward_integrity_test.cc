@@ -99,9 +99,9 @@ TEST_F(RewardIntegrityTest, ADoubleForkedDaemonRacingTheVerifiersUploadIsGoneFir
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 4));
   // Keeps replacing the verifier's script with one that rewards, from a grandchild re-parented away.
   const v1::EpisodeResult r = RunOne(Attack(
-      "double-fork", "(sh -c 'while :; do mkdir -p /workspace/tests; "
-                     "echo \"echo 1 > /logs/verifier/reward.txt\" > /workspace/tests/test.sh; done' "
-                     "< /dev/null > /dev/null 2>&1 &) ; sleep 0.2"));
+      "double-fork", "(setsid sh -c 'while :; do mkdir -p /workspace/tests /logs/verifier; "
+                     "echo \"echo 1 > /logs/verifier/reward.txt\" > /workspace/tests/test.sh; "
+                     "echo 1 > /logs/verifier/reward.txt; done' < /dev/null > /dev/null 2>&1 &) ; sleep 0.2"));
   EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
   ExpectNoReward(r);
 }
@@ -117,7 +117,7 @@ TEST_F(RewardIntegrityTest, FilesPlantedBesideTheVerifiersOwnAreRemovedWhenTheTa
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 4));
   // A verifier that trusts whatever sits in tests/ (as a conftest.py would be picked up by pytest).
   const std::string trusting =
-      "if [ -f tests/override ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n";
+      "mkdir -p /logs/verifier; if [ -f tests/override ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n";
   v1::Task task = Attack("conftest", "mkdir -p /workspace/tests; touch /workspace/tests/override", trusting);
   task.mutable_verifier()->add_replace_paths("/workspace/tests");
   const v1::EpisodeResult r = RunOne(task);
