@@ -29,10 +29,11 @@ limits:
   - {name: bench_open, kind: concurrency, permits: 64}
   - {name: "bench_keyed/{k}", kind: concurrency, permits: 1}
 learning_mode: false
+state_path: none   # in memory only: the peer of the run with a lease snapshot
 log_level: warn
 YAML
 # The same limits, with held leases kept on disk (what `corral up` and the deployments run).
-{ sed '/^learning_mode/d' "$work/limiter.yaml"; echo "state_path: $work/state/leases.db"; } > "$work/durable.yaml"
+{ sed '/^learning_mode/d; /^state_path/d' "$work/limiter.yaml"; echo "state_path: $work/state/leases.db"; } > "$work/durable.yaml"
 
 # One load run: label, server pid, load generator, its arguments. Appends
 # `label pairs_per_s p50_ms p99_ms client_us server_us` (CPU per pair, from clock ticks of 10 ms) to the runs, and

@@ -32,6 +32,7 @@ limits:
   - {name: bench_open, kind: concurrency, permits: $clients}
   - {name: bench_big, kind: concurrency, permits: 20000}
 learning_mode: false
+state_path: none   # in memory only: the peer of the run with a lease snapshot
 log_level: warn
 YAML
 build/bin/corral-ratelimiter --config "$work/limiter.yaml" --insecure --grpc-listen 127.0.0.1:0 \
@@ -39,7 +40,7 @@ build/bin/corral-ratelimiter --config "$work/limiter.yaml" --insecure --grpc-lis
 limiter_pid=$!
 pids+=($limiter_pid)
 # The same limiter keeping its leases on disk (every grant and release logged before it is answered).
-sed '/^learning_mode/d' "$work/limiter.yaml" > "$work/durable.yaml"
+sed '/^learning_mode/d; /^state_path/d' "$work/limiter.yaml" > "$work/durable.yaml"
 echo "state_path: $work/leases.db" >> "$work/durable.yaml"
 build/bin/corral-ratelimiter --config "$work/durable.yaml" --insecure --grpc-listen 127.0.0.1:0 \
   --metrics-listen 127.0.0.1:0 --ready-file "$work/durable-ready.json" > "$work/durable.log" 2>&1 &

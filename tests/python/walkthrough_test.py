@@ -264,6 +264,7 @@ class WalkthroughWithAnUpstream(unittest.TestCase):
             up.wait(timeout=60)
             log.close()
             server.shutdown()
+            server.server_close()
             shutil.rmtree(work, ignore_errors=True)
 
 

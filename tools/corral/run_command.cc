@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/rpc/status_conversion.h"
+
 #include "tools/corral/commands.h"
 #include "tools/corral/harbor.h"
 #include "tools/corral/output.h"
@@ -138,7 +140,10 @@ int Run(const RunFlags& f) {
   // On the local cluster, where to look at the episodes themselves.
   const std::string http = f.conn.address.empty() ? LocalClusterAddress(f.conn.cluster_dir, "scheduler", "http") : "";
   if (!http.empty()) {
-    if (auto link = InspectorLink("http://" + http, f.conn.secret_file, id, ""); link.ok()) {
+    // The local cluster's secret puts the cluster token in the link, as `corral ui` does.
+    std::string secret = f.conn.secret_file;
+    if (secret.empty() && std::filesystem::exists(f.conn.cluster_dir + "/secret")) secret = f.conn.cluster_dir + "/secret";
+    if (auto link = InspectorLink("http://" + http, secret, id, ""); link.ok()) {
       std::cout << "inspect: " << *link << "\n";
     }
   }

@@ -77,5 +77,37 @@ TEST(PolicyTest, APolicyThatContradictsItselfIsInvalid) {
   EXPECT_THAT(ValidatePolicy(q), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+using Served = std::optional<std::vector<std::string>>;
+
+TEST(SessionModelTest, TheRequestedThenTheDefaultThenTheOnlyModelServed) {
+  const v1::SessionPolicy p;
+  EXPECT_THAT(ResolveSessionModel(p, "a", "b", Served({"a", "b"})), IsOkAndHolds(std::string("a")));
+  EXPECT_THAT(ResolveSessionModel(p, "", "b", Served({"a", "b"})), IsOkAndHolds(std::string("b")));
+  EXPECT_THAT(ResolveSessionModel(p, "", "", Served({"only"})), IsOkAndHolds(std::string("only")));
+  EXPECT_THAT(ResolveSessionModel(p, "", "", Served({"a", "b"})), IsOkAndHolds(std::string("")));
+  EXPECT_THAT(ResolveSessionModel(p, "", "", std::nullopt), IsOkAndHolds(std::string("")));
+}
+
+TEST(SessionModelTest, AModelNoUpstreamServesIsRefusedNamingWhatIsServedUnlessAnAliasMapsIt) {
+  v1::SessionPolicy p;
+  EXPECT_THAT(ResolveSessionModel(p, "gpt-4o", "", Served({"Qwen/Qwen3-8B", "m2"})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("model 'gpt-4o' is not served by the upstream; it serves: Qwen/Qwen3-8B, m2")));
+  EXPECT_THAT(ResolveSessionModel(p, "gpt-4o", "", std::nullopt), IsOkAndHolds(std::string("gpt-4o")));  // not known yet
+  p.add_allowed_models("Qwen/Qwen3-8B");  // "*" maps what the allow-list leaves out, as at call time
+  (*p.mutable_model_aliases())["*"] = "Qwen/Qwen3-8B";
+  EXPECT_THAT(ResolveSessionModel(p, "gpt-4o", "", Served({"Qwen/Qwen3-8B"})), IsOkAndHolds(std::string("gpt-4o")));
+}
+
+TEST(SessionModelTest, ACallThatNamesNoModelGetsTheSessions) {
+  const v1::SessionPolicy p;
+  json::object body = Body(R"({"messages":[{"role":"user","content":"hi"}]})");
+  PolicyOutcome out = ApplyPolicy(p, {}, /*chat=*/true, body, "Qwen/Qwen3-8B");
+  ASSERT_EQ(out.refusal, Refusal::kNone) << out.message;
+  EXPECT_EQ(body["model"].as_string(), "Qwen/Qwen3-8B");
+  body = Body(R"({"model":"","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(ApplyPolicy(p, {}, true, body, "").refusal, Refusal::kBadRequest);  // no session model either
+}
+
 }  // namespace
 }  // namespace corral::proxy
