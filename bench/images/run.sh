@@ -6,33 +6,33 @@
 #   bench/images/run.sh        (BENCH_SANDBOXES=1000, BENCH_PODMAN=20 podman runs)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-n=${BENCH_SANDBOXES:-1000}
-podman_runs=${BENCH_PODMAN:-20}
-[[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 1; }
-
-scripts/bootstrap
-scripts/podman-ready
-dpkg-query -W -f='${Status}' libhiredis-dev 2>/dev/null | grep -q "install ok installed" ||
-  apt-get install -y -q --no-install-recommends libhiredis-dev  # the bench build's other generators need it
-mkdir -p build
-cmake -S . -B build -G Ninja -DCORRAL_BENCH=ON > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
-ninja -C build corral corral-sandbox-host corral-bench-sandbox
+source bench/prepare.sh
+n=${BENCH_SANDBOXES:-$(smoke_or 1000 10)}
+podman_runs=${BENCH_PODMAN:-$(smoke_or 20 2)}
+[[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 77; }
+prepare "libhiredis-dev" corral corral-sandbox-host corral-bench-sandbox
+# podman and its base image (serialized and idempotent). Where podman cannot run a container, or /var/tmp cannot
+# hold image layers (an overlayfs), there is nothing to measure: exit 77 (a skip for the smoke test).
+ready_out=$(scripts/podman-ready)
+eval "$ready_out"
 
 image=docker.io/library/debian:bookworm-slim  # podman-ready's debootstrap base
+podman run --rm --network none "$image" true > /dev/null 2>&1 || { echo "podman cannot run a container here" >&2; exit 77; }
+[[ "$(stat -f -c %T /var/tmp)" != overlayfs ]] || { echo "/var/tmp is an overlayfs: no image layers there" >&2; exit 77; }
 root=/var/tmp/corral-bench-images-$$          # a real filesystem (image layers cannot live on overlayfs)
 work=$(mktemp -d)
 host_pid=
 cleanup() { [[ -n "$host_pid" ]] && kill "$host_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work" "$root"; }
 trap cleanup EXIT
 mkdir -p "$root" && chmod 0711 "$root"
-build/bin/corral-sandbox-host --insecure --root "$root/sandboxes" --capacity $((n + 10)) --log-level warn \
-  --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --ready-file "$work/ready.json" > "$work/host.log" 2>&1 &
+$bin/corral-sandbox-host --insecure --root "$root/sandboxes" --capacity $((n + 10)) --log-level warn \
+  --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${host_uids[@]}" --ready-file "$work/ready.json" > "$work/host.log" 2>&1 &
 host_pid=$!
 for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
 addr=$(python3 -c "import json; print(json.load(open('$work/ready.json'))['grpc'])")
 podman save --format oci-archive -o "$work/image.tar" "$image" > /dev/null
-build/bin/corral image import "$work/image.tar" --ref bench/debian --host "$addr" > /dev/null
-gen=build/bin/corral-bench-sandbox
+$bin/corral image import "$work/image.tar" --ref bench/debian --host "$addr" > /dev/null
+gen=$bin/corral-bench-sandbox
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 
 echo "image benchmark: $n sandboxes, $podman_runs podman runs, $(nproc) cores" >&2
@@ -75,3 +75,4 @@ printf '\nimage sandboxes vs podman (throughput): %sx   image vs plain sandboxes
 printf 'disk with %s live image sandboxes: their own directories %s MiB, the image once %s MiB; host RSS %s MiB\n' \
   "$n" "$((image_homes_kib / 1024))" "$((image_kib / 1024))" "$image_rss"
 printf 'targets: >= 20x podman; within 2x of plain sandboxes; disk ~ one image + upper layers\n'
+echo "RESULT images sandboxes=$n image_ms_per_sandbox=$(per "$images") plain_ms_per_sandbox=$(per "$plain") podman_s_per_run=$podman_s vs_podman=$vs_podman vs_plain=$vs_plain"

@@ -4,21 +4,22 @@
 # the proxy's CPU per request (its utime+stime from /proc over the run, divided by the requests). Interleaving
 # the binaries keeps the VM's drift out of the comparison; compare medians.
 #   bench/proxy/ab.sh OLD_BINARY NEW_BINARY [...]      (AB_SECONDS=6 per run, AB_ROUNDS=3)
-#   e.g. cp build/bin/corral-proxy /tmp/proxy-before; (change, rebuild); bench/proxy/ab.sh /tmp/proxy-before build/bin/corral-proxy
+#   e.g. cp $bin/corral-proxy /tmp/proxy-before; (change, rebuild); bench/proxy/ab.sh /tmp/proxy-before $bin/corral-proxy
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [[ $# -ge 2 ]] || { sed -n '2,7p' "$0"; exit 2; }
-seconds=${AB_SECONDS:-6}
-rounds=${AB_ROUNDS:-3}
-command -v wrk > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends wrk
-ninja -C build corral-fake-llm corral_python_sdk > /dev/null
+source bench/prepare.sh
+seconds=${AB_SECONDS:-$(smoke_or 6 1)}
+rounds=${AB_ROUNDS:-$(smoke_or 3 1)}
+sessions=$(smoke_or 1000 100)
+prepare "libhiredis-dev wrk" corral-fake-llm corral_python_sdk > /dev/null
 
 source bench/lib.sh
 
 one_run() {  # binary
   rm -rf "$work"/*
   pids=()
-  build/bin/corral-fake-llm --listen 127.0.0.1:0 --reply "The repository keeps services, libraries and tests apart." \
+  $bin/corral-fake-llm --listen 127.0.0.1:0 --reply "The repository keeps services, libraries and tests apart." \
     --ready-file "$work/fake.json" --log-level warn > "$work/fake.log" 2>&1 &
   pids+=($!)
   local fake proxy_pid http grpc
@@ -30,7 +31,7 @@ one_run() {  # binary
   pids+=($proxy_pid)
   http=$(ready "$work/proxy.json" http)
   grpc=$(ready "$work/proxy.json" grpc)
-  build/sdk-venv/bin/python bench/proxy/sessions.py "$grpc" 1000 ab > "$work/tokens"
+  $build/sdk-venv/bin/python bench/proxy/sessions.py "$grpc" "$sessions" ab > "$work/tokens"
   for c in 64 8; do
     local t0 t1 out n
     t0=$(cpu_ticks "$proxy_pid")
@@ -45,6 +46,15 @@ one_run() {  # binary
   wait 2>/dev/null || true
 }
 
-for _ in $(seq "$rounds"); do
+# (Kept in a variable: each run empties $work.)
+runs=$(for _ in $(seq "$rounds"); do
   for binary in "$@"; do one_run "$binary"; done
-done | sort -s -k1,2
+done | sort -s -k1,2)
+echo "$runs"
+# The median requests/s at c=64 of each binary, in the order given.
+medians=()
+for binary in "$@"; do
+  medians+=("$(grep -F "$binary c=64 " <<< "$runs" | sed -n 's/.* rps=\([0-9.]*\).*/\1/p' | sort -n |
+    awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')")
+done
+echo "RESULT proxy_ab rounds=$rounds rps_c64=$(IFS=,; echo "${medians[*]}")"

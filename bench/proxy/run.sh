@@ -6,16 +6,13 @@
 #   bench/proxy/run.sh        (BENCH_SECONDS=10 per run)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-seconds=${BENCH_SECONDS:-10}
-
-scripts/bootstrap
-for p in wrk nginx-light python3-fastapi python3-uvicorn python3-httpx python3-uvloop python3-httptools; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$p"
-done
-mkdir -p build
-cmake -S . -B build -G Ninja > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
-ninja -C build corral-proxy corral-fake-llm corral_python_sdk
+source bench/prepare.sh
+seconds=${BENCH_SECONDS:-$(smoke_or 10 1)}
+sessions=$(smoke_or 1000 100)   # the sessions the wrk runs go round
+open_sessions=$(smoke_or 10000 200)
+streams=$(smoke_or 1000 20)
+prepare "libhiredis-dev wrk nginx-light python3-fastapi python3-uvicorn python3-httpx python3-uvloop python3-httptools" \
+  corral-proxy corral-fake-llm corral_python_sdk
 
 source bench/lib.sh
 cleanup() {  # bench/lib.sh's, plus nginx (it daemonizes)
@@ -25,12 +22,12 @@ cleanup() {  # bench/lib.sh's, plus nginx (it daemonizes)
   rm -rf "$work"
 }
 
-build/bin/corral-fake-llm --listen 127.0.0.1:0 --reply "The repository keeps services, libraries and tests apart." \
+$bin/corral-fake-llm --listen 127.0.0.1:0 --reply "The repository keeps services, libraries and tests apart." \
   --ready-file "$work/fake.json" --log-level warn > "$work/fake.log" 2>&1 &
 pids+=($!)
 fake=$(ready "$work/fake.json" http)
 # --insecure: the benchmark's session calls carry no cluster token (env tokens are still signed and checked).
-build/bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+$bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
   --http-listen 127.0.0.1:0 --upstream "http://$fake" --journal "$work/proxy.db" --log-level warn \
   --ready-file "$work/proxy.json" > "$work/proxy.log" 2>&1 &
 proxy_pid=$!
@@ -47,7 +44,7 @@ fastapi_port=$((nginx_port + 1))
 pids+=($!)
 for _ in $(seq 200); do curl -fs "http://127.0.0.1:$fastapi_port/health" > /dev/null 2>&1 && break; sleep 0.05; done
 
-build/sdk-venv/bin/python bench/proxy/sessions.py "$proxy_grpc" 1000 bench-a > "$work/tokens-direct"
+$build/sdk-venv/bin/python bench/proxy/sessions.py "$proxy_grpc" "$sessions" bench-a > "$work/tokens-direct"
 
 run() {  # name url connections [stream] — each request as the next of the sessions in $tokens
   CORRAL_TOKENS_FILE=$tokens CORRAL_STREAM=${4:-0} wrk -t 2 -c "$3" -d "${seconds}s" --timeout 30s \
@@ -55,7 +52,7 @@ run() {  # name url connections [stream] — each request as the next of the ses
 }
 
 tokens=$work/tokens-direct
-echo "== throughput and latency (wrk, ${seconds}s per run, 1,000 sessions round robin; 2 cores shared by wrk, backend and proxy)"
+echo "== throughput and latency (wrk, ${seconds}s per run, $sessions sessions round robin; 2 cores shared by wrk, backend and proxy)"
 results=()
 for c in 8 64; do
   results+=("$(run direct "http://$fake" "$c")")
@@ -79,20 +76,20 @@ nginx8=$(pick nginx 8)
 nginx_added_p50=$(/usr/bin/python3 -c "print(round($(field "$nginx8" p50_ms) - $(field "$direct8" p50_ms), 3))")
 nginx_added_p99=$(/usr/bin/python3 -c "print(round($(field "$nginx8" p99_ms) - $(field "$direct8" p99_ms), 3))")
 
-echo "== 10,000 open sessions, 1,000 concurrent streams (the backend streams 10 tokens, 20 ms apart)"
+echo "== $open_sessions open sessions, $streams concurrent streams (the backend streams 10 tokens, 20 ms apart)"
 # A fresh proxy, so the RSS is that of the sessions and streams, not of the calls recorded above.
 kill "$proxy_pid"; wait "$proxy_pid" 2>/dev/null || true
 rm -f "$work/proxy.db"* "$work/proxy.json"
-build/bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --http-listen "$proxy_http" \
+$bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --http-listen "$proxy_http" \
   --upstream "http://$fake" --journal "$work/proxy.db" --log-level warn --ready-file "$work/proxy.json" \
   > "$work/proxy2.log" 2>&1 &
 proxy_pid=$!
 pids+=($proxy_pid)
 proxy_grpc=$(ready "$work/proxy.json" grpc)
-build/sdk-venv/bin/python bench/proxy/sessions.py "$proxy_grpc" 10000 bench-s > "$work/tokens-streams"
+$build/sdk-venv/bin/python bench/proxy/sessions.py "$proxy_grpc" "$open_sessions" bench-s > "$work/tokens-streams"
 tokens=$work/tokens-streams
 kill "${pids[0]}"; wait "${pids[0]}" 2>/dev/null || true
-build/bin/corral-fake-llm --listen "$fake" --inter-token 20ms --reply "one two three four five six seven eight nine ten" \
+$bin/corral-fake-llm --listen "$fake" --inter-token 20ms --reply "one two three four five six seven eight nine ten" \
   --log-level warn > "$work/fake2.log" 2>&1 &
 pids+=($!)
 sleep 0.5
@@ -100,11 +97,11 @@ rss_peak=0
 ( while kill -0 "$proxy_pid" 2>/dev/null; do
     awk '/VmRSS/ {print $2}' "/proc/$proxy_pid/status"; sleep 0.2; done > "$work/rss.txt" ) &
 sampler=$!
-streams=$(run streams "http://$proxy_http" 1000 1)
+stream_out=$(run streams "http://$proxy_http" "$streams" 1)
 kill "$sampler" 2>/dev/null || true
-echo "$streams"
+echo "$stream_out"
 rss_mib=$(sort -n "$work/rss.txt" | tail -1 | awk '{printf "%.1f", $1/1024}')
-echo "corral-proxy peak RSS with 10,000 sessions and 1,000 live streams: ${rss_mib} MiB (target <= 256)"
+echo "corral-proxy peak RSS with $open_sessions sessions and $streams live streams: ${rss_mib} MiB (target <= 256 with 10,000 and 1,000)"
 echo "added latency at c=8: p50 ${added_p50} ms (target <= 0.3), p99 ${added_p99} ms (target <= 2); nginx adds p50 ${nginx_added_p50} ms, p99 ${nginx_added_p99} ms"
 echo "throughput at c=64: corral / nginx = ${ratio} (target >= 0.8); corral / fastapi+httpx = ${fastapi_ratio}"
 echo "fastapi+httpx added latency at c=8: p50 ${fastapi_added_p50} ms"

@@ -12,9 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [[ $# -ge 2 ]] || { sed -n '2,10p' "$0"; exit 2; }
-seconds=${AB_SECONDS:-4}
-rounds=${AB_ROUNDS:-3}
-command -v redis-server > /dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server
+source bench/prepare.sh
+seconds=${AB_SECONDS:-$(smoke_or 4 1)}
+rounds=${AB_ROUNDS:-$(smoke_or 3 1)}
+keys=$(smoke_or 5000 50)
+prepare "redis-server libhiredis-dev"
 
 source bench/lib.sh
 
@@ -75,7 +77,7 @@ one_round() {  # directory
   measure "$dir uncontended" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_open --clients=64
   measure "$dir shared" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench --clients=64 --shared
   measure "$dir single" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_open --clients=1
-  measure "$dir keyed" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_keyed --clients=64 --keys=5000
+  measure "$dir keyed" "$limiter" "$gen" --mode=corral --addr="$addr" --limit=bench_keyed --clients=64 --keys="$keys"
   stop_limiter
   rm -rf "$work/state" && mkdir "$work/state"
   start_limiter "$dir" "$work/durable.yaml"
@@ -104,4 +106,8 @@ sort -k1,2 -s "$work/runs" | awk '
     for (i = 3; i <= 7; i++) col[key, i] = col[key, i] " " $i }
   END { for (x = 1; x <= k; x++) { key = order[x]
           printf "%-48s %10d %9.3f %9.3f %10.0f %10.0f\n", key, median(col[key, 3]), median(col[key, 4]),
-            median(col[key, 5]), median(col[key, 6]), median(col[key, 7]) } }'
+            median(col[key, 5]), median(col[key, 6]), median(col[key, 7]) } }' | tee "$work/medians"
+# The contended pairs/s of each build, in the order given, and Redis's.
+contended=()
+for dir in "$@"; do contended+=("$(awk -v k="$dir contended" '$1 " " $2 == k {print $3}' "$work/medians")"); done
+echo "RESULT ratelimiter_ab rounds=$rounds contended_pairs_per_s=$(IFS=,; echo "${contended[*]}") redis_pairs_per_s=$(awk '$1 == "redis" && $2 == "contended" {print $3}' "$work/medians")"

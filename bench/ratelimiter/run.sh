@@ -7,18 +7,11 @@
 #   bench/ratelimiter/run.sh            (BENCH_SECONDS=10 per run by default)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-seconds=${BENCH_SECONDS:-10}
+source bench/prepare.sh
+seconds=${BENCH_SECONDS:-$(smoke_or 10 1)}
 clients=${BENCH_CLIENTS:-64}
-
-scripts/bootstrap
-need=()
-for p in redis-server libhiredis-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-if [[ ${#need[@]} -gt 0 ]]; then apt-get install -y -q --no-install-recommends "${need[@]}"; fi
-mkdir -p build
-cmake -S . -B build -G Ninja -DCORRAL_BENCH=ON > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
-ninja -C build corral-ratelimiter corral-bench-ratelimiter
+leases=$(smoke_or 10000 200)
+prepare "redis-server libhiredis-dev" corral-ratelimiter corral-bench-ratelimiter
 
 source bench/lib.sh
 
@@ -35,21 +28,21 @@ learning_mode: false
 state_path: none   # in memory only: the peer of the run with a lease snapshot
 log_level: warn
 YAML
-build/bin/corral-ratelimiter --config "$work/limiter.yaml" --insecure --grpc-listen 127.0.0.1:0 \
+$bin/corral-ratelimiter --config "$work/limiter.yaml" --insecure --grpc-listen 127.0.0.1:0 \
   --metrics-listen 127.0.0.1:0 --ready-file "$work/ready.json" > "$work/limiter.log" 2>&1 &
 limiter_pid=$!
 pids+=($limiter_pid)
 # The same limiter keeping its leases on disk (every grant and release logged before it is answered).
 sed '/^learning_mode/d; /^state_path/d' "$work/limiter.yaml" > "$work/durable.yaml"
 echo "state_path: $work/leases.db" >> "$work/durable.yaml"
-build/bin/corral-ratelimiter --config "$work/durable.yaml" --insecure --grpc-listen 127.0.0.1:0 \
+$bin/corral-ratelimiter --config "$work/durable.yaml" --insecure --grpc-listen 127.0.0.1:0 \
   --metrics-listen 127.0.0.1:0 --ready-file "$work/durable-ready.json" > "$work/durable.log" 2>&1 &
 pids+=($!)
 addr=$(ready "$work/ready.json" grpc)
 durable_addr=$(ready "$work/durable-ready.json" grpc)
 for _ in $(seq 200); do redis-cli -p "$redis_port" ping > /dev/null 2>&1 && break; sleep 0.05; done
 
-gen=build/bin/corral-bench-ratelimiter
+gen=$bin/corral-bench-ratelimiter
 run() {  # name, args...
   local name=$1; shift
   printf '  %-34s ' "$name" >&2
@@ -71,7 +64,7 @@ c_shared=$(run "corral  contended, one shared client" --mode=corral --addr="$add
 c_one=$(run "corral  single client" --mode=corral --addr="$addr" --limit=bench_open --clients=1)
 r_one=$(run "redis   single client" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench_open --permits="$clients" --clients=1)
 
-"$gen" --mode=leases --addr="$addr" --limit=bench_big --leases=10000 > "$work/leases.out" 2>&1 &
+"$gen" --mode=leases --addr="$addr" --limit=bench_big --leases="$leases" > "$work/leases.out" 2>&1 &
 holder=$!
 pids+=($holder)
 for _ in $(seq 600); do grep -q held "$work/leases.out" 2>/dev/null && break; sleep 0.1; done
@@ -92,6 +85,6 @@ printf '%-26s %12s %12s %10s %10s\n' "corral uncontended" "$(field pairs_per_s "
 printf '%-26s %12s %12s %10s %10s\n' "redis uncontended" "$(field pairs_per_s "$r_open")" "1.00x" "$(field p50_ms "$r_open")" "$(field p99_ms "$r_open")"
 printf '%-26s %12s %12s %10s %10s\n' "corral single client" "$(field pairs_per_s "$c_one")" "" "$(field p50_ms "$c_one")" "$(field p99_ms "$c_one")"
 printf '%-26s %12s %12s %10s %10s\n' "redis single client" "$(field pairs_per_s "$r_one")" "" "$(field p50_ms "$r_one")" "$(field p99_ms "$r_one")"
-printf 'corral-ratelimiter RSS with 10,000 live leases: %s MiB (target <= 64)\n' "$rss_mib"
+printf 'corral-ratelimiter RSS with %s live leases: %s MiB (target <= 64 with 10,000)\n' "$leases" "$rss_mib"
 printf 'targets: contended ratio >= 1.0 (stretch 1.5); uncontended grant p99 <= 1 ms\n'
 echo "RESULT ratelimiter pairs_per_s=$(field pairs_per_s "$c_cont") redis_pairs_per_s=$(field pairs_per_s "$r_cont") ratio=$ratio shared_ratio=$ratio_shared p99_ms=$(field p99_ms "$c_open")"

@@ -6,30 +6,23 @@
 #   bench/sandbox_host/run.sh        (BENCH_SANDBOXES=1000, BENCH_EXECS=500)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-n=${BENCH_SANDBOXES:-1000}
-execs=${BENCH_EXECS:-500}
-[[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 1; }
-
-scripts/bootstrap
-dpkg-query -W -f='${Status}' bubblewrap 2>/dev/null | grep -q "install ok installed" ||
-  apt-get install -y -q --no-install-recommends bubblewrap libhiredis-dev
-dpkg-query -W -f='${Status}' libhiredis-dev 2>/dev/null | grep -q "install ok installed" ||
-  apt-get install -y -q --no-install-recommends libhiredis-dev
-mkdir -p build
-cmake -S . -B build -G Ninja -DCORRAL_BENCH=ON > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
-ninja -C build corral-sandbox-host corral-bench-sandbox
+source bench/prepare.sh
+n=${BENCH_SANDBOXES:-$(smoke_or 1000 20)}
+execs=${BENCH_EXECS:-$(smoke_or 500 20)}
+[[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 77; }
+prepare "bubblewrap libhiredis-dev" corral-sandbox-host corral-bench-sandbox
 
 work=$(mktemp -d)
 root=/var/tmp/corral-bench-$$
 host_pid=
 cleanup() { [[ -n "$host_pid" ]] && kill "$host_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work" "$root"; }
 trap cleanup EXIT
-build/bin/corral-sandbox-host --insecure --root "$root" --capacity $((n + 10)) --log-level warn \
-  --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --ready-file "$work/ready.json" > "$work/host.log" 2>&1 &
+$bin/corral-sandbox-host --insecure --root "$root" --capacity $((n + 10)) --log-level warn \
+  --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${host_uids[@]}" --ready-file "$work/ready.json" > "$work/host.log" 2>&1 &
 host_pid=$!
 for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
 addr=$(python3 -c "import json; print(json.load(open('$work/ready.json'))['grpc'])")
-gen=build/bin/corral-bench-sandbox
+gen=$bin/corral-bench-sandbox
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 
 echo "sandbox host benchmark: $n sandboxes, $execs execs, $(nproc) cores" >&2
@@ -58,4 +51,4 @@ printf '%-34s %10s %10s\n' "bwrap (unshare-all)" "$(field p50_ms "$bwrap_out")" 
 printf '%-34s %10s %10s\n' "posix_spawn (floor)" "$(field p50_ms "$spawn_out")" "$(field p99_ms "$spawn_out")"
 printf 'corral exec / posix_spawn (p50): %sx   host RSS with %s live sandboxes: %s MiB\n' "$ratio" "$n" "$rss_mib"
 printf 'targets: 1,000 create+exec+delete <= 3 s; exec p50 <= 2 ms; within 3x of posix_spawn; RSS <= 100 MiB\n'
-echo "RESULT sandbox_host total_1000_s=$(field total_s "$life") exec_p50_ms=$(field p50_ms "$exec_out") spawn_p50_ms=$(field p50_ms "$spawn_out") bwrap_p50_ms=$(field p50_ms "$bwrap_out") rss_mib=$rss_mib"
+echo "RESULT sandbox_host sandboxes=$n total_s=$(field total_s "$life") exec_p50_ms=$(field p50_ms "$exec_out") spawn_p50_ms=$(field p50_ms "$spawn_out") bwrap_p50_ms=$(field p50_ms "$bwrap_out") rss_mib=$rss_mib"

@@ -6,21 +6,15 @@
 #   bench/scheduler/fleet.sh     (FLEET_HOSTS=200, FLEET_EPISODES=25600, FLEET_CONCURRENT=12800, FLEET_FAIL_RATE=0)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-hosts=${FLEET_HOSTS:-200}
-n=${FLEET_EPISODES:-25600}
-concurrent=${FLEET_CONCURRENT:-12800}
+source bench/prepare.sh
+hosts=${FLEET_HOSTS:-$(smoke_or 200 4)}
+n=${FLEET_EPISODES:-$(smoke_or 25600 64)}
+concurrent=${FLEET_CONCURRENT:-$(smoke_or 12800 32)}
 fail=${FLEET_FAIL_RATE:-0}
-
-scripts/bootstrap
-dpkg-query -W -f='${Status}' libhiredis-dev 2>/dev/null | grep -q "install ok installed" ||
-  apt-get install -y -q --no-install-recommends libhiredis-dev
-mkdir -p build
-cmake -S . -B build -G Ninja -DCORRAL_BENCH=ON > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
-ninja -C build corral-scheduler corral-proxy corral-fake-llm corral-bench-scheduler corral-bench-fleet
+prepare "libhiredis-dev" corral-scheduler corral-proxy corral-fake-llm corral-bench-scheduler corral-bench-fleet
 
 work=$(mktemp -d)
 source bench/scheduler/cluster.sh
-bin=build/bin
 ulimit -n 65536 2>/dev/null || true
 
 $bin/corral-bench-fleet --hosts="$hosts" --capacity=64 --create-ms=5 --exec-ms=20 --fail-rate="$fail" \
@@ -37,7 +31,7 @@ start proxy $bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-lis
 start scheduler $bin/corral-scheduler --insecure --config "$work/scheduler.yaml" --grpc-listen 127.0.0.1:0 \
   --metrics-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --journal "$work/scheduler.db" --proxy "$(addr proxy grpc)" \
   --default-model fake-model --max-concurrent-episodes "$concurrent" --log-level warn
-sleep 3  # the first HostInfo round over every host
+sleep "$(smoke_or 3 1)"  # the first HostInfo round over every host
 
 echo "fleet simulation: $hosts hosts x 64, $n episodes, up to $concurrent at once, $(nproc) cores" >&2
 out=$($bin/corral-bench-scheduler --mode=scheduler --addr="$(addr scheduler grpc)" --n="$n") || true

@@ -8,19 +8,13 @@
 #   bench/scheduler/run.sh        (BENCH_EPISODES=10000, BENCH_QUEUED=100000)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-n=${BENCH_EPISODES:-10000}
-queued=${BENCH_QUEUED:-100000}
-[[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 1; }
+source bench/prepare.sh
+n=${BENCH_EPISODES:-$(smoke_or 10000 40)}
+queued=${BENCH_QUEUED:-$(smoke_or 100000 200)}
+[[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 77; }
+prepare "libhiredis-dev" corral corral-scheduler corral-proxy corral-ratelimiter corral-sandbox-host corral-fake-llm \
+  corral-bench-scheduler
 
-scripts/bootstrap
-# CORRAL_BENCH configures every benchmark; the ratelimiter's needs hiredis.
-dpkg-query -W -f='${Status}' libhiredis-dev 2>/dev/null | grep -q "install ok installed" ||
-  apt-get install -y -q --no-install-recommends libhiredis-dev
-mkdir -p build
-cmake -S . -B build -G Ninja -DCORRAL_BENCH=ON > build/configure.log 2>&1 || { cat build/configure.log; exit 1; }
-ninja -C build corral-scheduler corral-proxy corral-ratelimiter corral-sandbox-host corral-fake-llm corral-bench-scheduler
-
-bin=build/bin
 gen=$bin/corral-bench-scheduler
 work=$(mktemp -d)
 root=/var/tmp/corral-bench-sched-$$
@@ -32,7 +26,7 @@ start proxy $bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-lis
   --journal "$work/proxy.db" --upstream "http://$(addr llm http)" --log-level warn --max-sessions 1000000
 printf 'limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: 256\nstate_path: none\nlearning_mode: false\n' > "$work/limiter.yaml"
 start limiter $bin/corral-ratelimiter --insecure --config "$work/limiter.yaml" --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn
-start host $bin/corral-sandbox-host --insecure --root "$root" --capacity 256 --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn
+start host $bin/corral-sandbox-host --insecure --root "$root" --capacity 256 --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn "${host_uids[@]}"
 sched_args=(--insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --journal "$work/scheduler.db"
   --host "$(addr host grpc)" --proxy "$(addr proxy grpc)" --ratelimiter "$(addr limiter grpc)" --default-model fake-model
   --max-concurrent-episodes 256 --log-level warn)

@@ -144,6 +144,27 @@ class ImageImport(ClusterTestCase):
         self.sandbox("rm", sandbox_id)
         self.assertFalse(os.path.exists(os.path.join(self.root, "homes", sandbox_id)))
 
+    def test_2c_a_host_killed_with_an_image_sandbox_leaves_nothing_once_restarted(self):
+        sandbox_id = self.sandbox("create", "--image", "localhost/debian:bookworm", "--network", "none",
+                                  "--task-path", "/workspace").stdout.split()[0]
+        info = json.loads(self.sandbox("info", sandbox_id).stdout)
+        uid = str(info["uid"])
+        # An escaped process and a write in its upper layer; then the host dies without tearing anything down.
+        self.sandbox("exec", sandbox_id, "--", "sh", "-c", "echo x > /etc/left; setsid sleep 300 </dev/null >/dev/null 2>&1 &")
+        ds.wait_until("the sandbox's sleep", lambda: subprocess.run(["pgrep", "-u", uid, "-x", "sleep"],
+                                                                    capture_output=True, text=True).stdout.split(),
+                      timeout=10, interval=0.05)
+        self.services.kill("sandbox-host")
+        self.assertTrue(os.path.exists(os.path.join(self.root, "homes", sandbox_id)))
+        self.start_host()
+        self.assertIn("removed what a previous run left of 1 sandbox(es)", self.services.log("sandbox-host"))
+        self.assertEqual(subprocess.run(["pgrep", "-u", uid], capture_output=True, text=True).stdout, "")
+        self.assertEqual(os.listdir(os.path.join(self.root, "homes")), [])
+        self.assertNotIn(sandbox_id, self.sandbox("ls").stdout)
+        # The image is kept (its layers are the store's, not the sandbox's) and runs again.
+        again = self.sandbox("create", "--image", "localhost/debian:bookworm", "--network", "none").stdout.split()[0]
+        self.sandbox("rm", again)
+
     def test_3_removing_the_image_removes_its_layers(self):
         self.corral("rm", "localhost/debian:bookworm")  # by either name: the image goes
         self.assertNotIn(self.digest[:19], self.corral("ls").stdout)

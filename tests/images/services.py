@@ -86,6 +86,17 @@ class Services:
             proc.wait()
         self.logs.pop(name).close()
 
+    def kill(self, name):
+        """SIGKILLs a service (a crash: nothing of its shutdown runs)."""
+        proc = self.procs.pop(name)
+        proc.kill()
+        proc.wait()
+        self.logs.pop(name).close()
+
+    def log(self, name):
+        with open(os.path.join(self.dir, name + ".log")) as f:
+            return f.read()
+
     def stop_all(self):
         for name in reversed(list(self.procs)):
             self.stop(name)

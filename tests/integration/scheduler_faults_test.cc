@@ -1,6 +1,7 @@
 // corral-scheduler under faults, with real binaries: a sandbox host killed -9 mid-batch, each service killed -9
 // and restarted, a host drained. Each asserts that every episode ends exactly once with
 // the reward it should have and that nothing is left behind.
+#include <functional>
 #include <set>
 
 #include "gmock/gmock.h"
@@ -75,62 +76,57 @@ TEST_F(SchedulerFixture, KillingOneOfTwoHostsRetriesItsEpisodesOnTheOther) {
 
 // Each service killed -9 mid-batch and restarted a second later, with the default attempts (3) and back-off:
 // every episode ends FINISHED — the restart costs time, not episodes — and nothing is left behind.
-constexpr absl::Duration kOutage = absl::Seconds(1);
-const std::vector<std::string> kDefaultRetries = {"--retry-backoff=2s"};
+class RestartTest : public SchedulerFixture {
+ protected:
+  static constexpr absl::Duration kOutage = absl::Seconds(1);
 
-TEST_F(SchedulerFixture, KillingTheProxyMidBatchAndRestartingItCostsNoEpisode) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8, kDefaultRetries));
-  v1::BatchSpec spec;
-  spec.set_batch_id("proxy-kill");
-  spec.set_group_size(4);
-  ASSERT_THAT(Submit(spec, Tasks(4, 1.0)), IsOk());
-  ASSERT_TRUE(testing::WaitUntil([&] { return LiveSandboxes(0) >= 4; }, absl::Seconds(30)));
+  // A cluster with the default retries, running 4 groups of 4 tool_loop episodes of a second each; returns once
+  // `busy` says they are under way.
+  void StartBatch(const std::string& batch_id, const std::function<bool()>& busy) {
+    ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8, {"--retry-backoff=2s"}));
+    v1::BatchSpec spec;
+    spec.set_batch_id(batch_id);
+    spec.set_group_size(4);
+    ASSERT_THAT(Submit(spec, Tasks(4, 1.0)), IsOk());
+    ASSERT_TRUE(testing::WaitUntil(busy, absl::Seconds(30)));
+  }
+  void ExpectEveryEpisodeFinished(const std::string& batch_id) {
+    auto results = Results(batch_id);
+    ASSERT_THAT(results, IsOk());
+    ExpectAllFinishedCorrectly(*results, 16);
+    EXPECT_TRUE(NothingLeaked());
+  }
+};
+
+TEST_F(RestartTest, KillingTheProxyMidBatchAndRestartingItCostsNoEpisode) {
+  ASSERT_NO_FATAL_FAILURE(StartBatch("proxy-kill", [&] { return LiveSandboxes(0) >= 4; }));
   const std::string grpc = proxy_->ready.grpc, http = proxy_->ready.http;
   Kill(proxy_);
   absl::SleepFor(kOutage);  // the outage itself, not a wait for an event
   ASSERT_NO_FATAL_FAILURE(StartProxy(grpc, http));
-  auto results = Results("proxy-kill");
-  ASSERT_THAT(results, IsOk());
-  ExpectAllFinishedCorrectly(*results, 16);
-  EXPECT_TRUE(NothingLeaked());
+  ExpectEveryEpisodeFinished("proxy-kill");
 }
 
-TEST_F(SchedulerFixture, KillingTheRatelimiterMidBatchAndRestartingItCostsNoEpisode) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8, kDefaultRetries));
-  v1::BatchSpec spec;
-  spec.set_batch_id("limiter-restart");
-  spec.set_group_size(4);
-  ASSERT_THAT(Submit(spec, Tasks(4, 1.0)), IsOk());
-  ASSERT_TRUE(testing::WaitUntil([&] { return LiveSandboxes(0) >= 4; }, absl::Seconds(30)));
+TEST_F(RestartTest, KillingTheRatelimiterMidBatchAndRestartingItCostsNoEpisode) {
+  ASSERT_NO_FATAL_FAILURE(StartBatch("limiter-restart", [&] { return LiveSandboxes(0) >= 4; }));
   const std::string grpc = limiter_->ready.grpc;
   Kill(limiter_);
   absl::SleepFor(kOutage);
   ASSERT_NO_FATAL_FAILURE(StartLimiter(grpc));
-  auto results = Results("limiter-restart");
-  ASSERT_THAT(results, IsOk());
-  ExpectAllFinishedCorrectly(*results, 16);
+  ExpectEveryEpisodeFinished("limiter-restart");
   auto batch = GetBatch("limiter-restart");
   ASSERT_THAT(batch, IsOk());
   EXPECT_EQ(batch->counts().retries(), 0u) << "tool permits asked during the outage waited for the limiter";
-  EXPECT_TRUE(NothingLeaked());
 }
 
-TEST_F(SchedulerFixture, KillingTheOnlySandboxHostMidBatchAndRestartingItCostsNoEpisodeAndLeavesNothing) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8, kDefaultRetries));
-  v1::BatchSpec spec;
-  spec.set_batch_id("host-restart");
-  spec.set_group_size(4);
-  ASSERT_THAT(Submit(spec, Tasks(4, 1.0)), IsOk());
-  ASSERT_TRUE(testing::WaitUntil([&] { return RunningOn("it-0") >= 4; }, absl::Seconds(30)));
+TEST_F(RestartTest, KillingTheOnlySandboxHostMidBatchAndRestartingItCostsNoEpisodeAndLeavesNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartBatch("host-restart", [&] { return RunningOn("it-0") >= 4; }));
   const std::string grpc = hosts_[0].service->ready.grpc;
   Kill(hosts_[0].service);
   absl::SleepFor(kOutage);
   ASSERT_NO_FATAL_FAILURE(RestartHost(0, grpc));
   EXPECT_THAT(hosts_[0].service->process.Log(), ::testing::HasSubstr("removed what a previous run left of"));
-  auto results = Results("host-restart");
-  ASSERT_THAT(results, IsOk());
-  ExpectAllFinishedCorrectly(*results, 16);
-  EXPECT_TRUE(NothingLeaked());
+  ExpectEveryEpisodeFinished("host-restart");
   // Teardowns finish in the background once a sandbox is deleted.
   EXPECT_TRUE(testing::WaitUntil([&] { return static_cast<bool>(NothingOnTheMachine(0)); }, absl::Seconds(30)))
       << NothingOnTheMachine(0).message();

@@ -1,0 +1,29 @@
+# Sourced first by every bench/*/*.sh after `cd` to the repository: where the binaries are, and how much to run.
+#   build          the build directory: BENCH_BUILD_DIR, default build; bin=$build/bin
+#   smoke          1 with BENCH_SMOKE=1: the smoke run the test command makes of every bench (seconds, tiny counts;
+#                  it asserts the RESULT line, never the figures), on the test build and the packages it installed
+#   prepare "PACKAGES" [TARGETS...] installs the Debian packages the bench's peers need and builds TARGETS with
+#                  -DCORRAL_BENCH=ON (nothing in a smoke run: the test command did both)
+#   smoke_or FULL SMOKE             FULL, or SMOKE in a smoke run
+#   host_uids                       the uid range flags for a sandbox host: the default pool, or in a smoke run a
+#                  range of its own (26000-26999) so it never shares uids with the tests running beside it
+build=${BENCH_BUILD_DIR:-build}
+bin=$build/bin
+smoke=${BENCH_SMOKE:-0}
+prepare() {
+  [[ "$smoke" == 1 ]] && return
+  local packages=$1 need=()
+  shift
+  scripts/bootstrap
+  for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+  done
+  [[ ${#need[@]} -eq 0 ]] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+  [[ $# -gt 0 ]] || return 0
+  mkdir -p "$build"
+  cmake -S . -B "$build" -G Ninja -DCORRAL_BENCH=ON > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
+  ninja -C "$build" "$@"
+}
+smoke_or() { if [[ "$smoke" == 1 ]]; then echo "$2"; else echo "$1"; fi; }
+host_uids=()
+[[ "$smoke" == 1 ]] && host_uids=(--uid-first 26000 --uid-last 26999)
