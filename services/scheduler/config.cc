@@ -31,7 +31,7 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
   schema.Bool("journal_fsync", &c->journal_fsync, "fsync every commit (survive a machine crash, not only a kill)");
   schema.String("http_listen", &c->http_listen,
                 "HOST:PORT of the rollout inspector (web page and JSON API; port 0: the kernel chooses; empty: off). "
-                "Off loopback it wants the cluster token");
+                "Its data API wants the cluster token on every interface (unless --insecure)");
   schema.Duration("result_retention", &c->result_retention,
                   "how long the journal keeps an acknowledged result for the inspector (0: dropped at the ack)",
                   absl::ZeroDuration(), absl::Hours(24 * 365));

@@ -37,7 +37,7 @@ struct Config {
   bool limiter_fail_open = false;
   std::string journal = "corral-scheduler.db";
   bool journal_fsync = false;
-  // The rollout inspector (web page + JSON API); empty = off. Wants the cluster token unless bound to loopback.
+  // The rollout inspector (web page + JSON API); empty = off. Its API wants the cluster token (unless --insecure).
   std::string http_listen = "127.0.0.1:7780";
   absl::Duration result_retention = absl::Hours(24);  // acknowledged results stay viewable this long
   int64_t http_threads = 1;

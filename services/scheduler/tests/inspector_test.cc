@@ -264,7 +264,7 @@ class InspectorHttpTest : public InspectorTest {
   uint16_t port_ = 0;
 };
 
-TEST_F(InspectorHttpTest, OffLoopbackTheApiWantsTheClusterTokenButThePageDoesNot) {
+TEST_F(InspectorHttpTest, TheApiWantsTheClusterTokenButThePageDoesNot) {
   ASSERT_NO_FATAL_FAILURE(Submit("b1", 1, 1));
   Serve(/*require_token=*/true);
   const std::string token = MintClusterToken(signer_);
