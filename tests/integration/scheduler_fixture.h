@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -186,9 +187,13 @@ class SchedulerFixture : public ::testing::Test {
       const std::string name = entry.path().filename();
       if (name.find_first_not_of("0123456789") != std::string::npos) continue;
       struct stat st;
-      if (stat(entry.path().c_str(), &st) == 0 && st.st_uid >= h.uids->first() && st.st_uid <= h.uids->last()) {
-        return ::testing::AssertionFailure() << "pid " << name << " still runs as uid " << st.st_uid;
-      }
+      if (stat(entry.path().c_str(), &st) != 0 || st.st_uid < h.uids->first() || st.st_uid > h.uids->last()) continue;
+      // A zombie runs nothing: a killed process whose new parent has not reaped it yet.
+      std::ifstream stat_file(entry.path() / "stat");
+      std::string text((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+      const size_t paren = text.rfind(')');
+      if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z') continue;
+      return ::testing::AssertionFailure() << "pid " << name << " still runs as uid " << st.st_uid;
     }
     std::error_code ec;
     if (!std::filesystem::is_empty(h.root + "/homes", ec)) {
