@@ -1,5 +1,8 @@
 #include "services/proxy/anthropic_api.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "libs/http/openai_json.h"
 #include "libs/core/status_macros.h"
@@ -11,16 +14,27 @@ namespace json = boost::json;
 using chat_json::Bad;
 using http::StringOf;
 
-// The text of a string or of an array of text blocks (system prompts, tool results).
-absl::StatusOr<std::string> Text(const json::value& v, absl::string_view field) {
+// The text of a string or of an array of blocks (system prompts, tool results): text blocks as they are
+// (cache_control has no meaning upstream); a tool reference names its tool; other blocks (an image a tool
+// returned, a document) cannot be text and are left out, noted.
+absl::StatusOr<std::string> Text(const json::value& v, absl::string_view field, json::object* notes) {
   if (v.is_string()) return std::string(v.as_string());
-  if (!v.is_array()) return Bad(field, "must be a string or an array of text blocks");
+  if (!v.is_array()) return Bad(field, "must be a string or an array of blocks");
   std::string out;
-  for (const json::value& block : v.as_array()) {
-    if (!block.is_object() || StringOf(block.as_object().if_contains("type")) != "text") {
-      return Bad(field, "only text blocks can be translated here");
+  for (size_t k = 0; k < v.as_array().size(); ++k) {
+    const json::value& block = v.as_array()[k];
+    if (!block.is_object()) return Bad(absl::StrCat(field, "[", k, "]"), "must be a block object");
+    const std::string type = StringOf(block.as_object().if_contains("type"));
+    std::string piece;
+    if (type == "text") {
+      piece = StringOf(block.as_object().if_contains("text"));
+    } else if (type == "tool_reference") {
+      piece = absl::StrCat("[tool: ", StringOf(block.as_object().if_contains("tool_name")), "]");
+    } else {
+      chat_json::NoteDropped(notes, absl::StrCat(field, "[", k, "]"), type, "a chat message here holds text only");
+      piece = absl::StrCat("[", type, " omitted]");
     }
-    absl::StrAppend(&out, out.empty() ? "" : "\n", StringOf(block.as_object().if_contains("text")));
+    absl::StrAppend(&out, out.empty() ? "" : "\n", piece);
   }
   return out;
 }
@@ -44,11 +58,20 @@ absl::StatusOr<json::object> ImagePart(const json::object& block, absl::string_v
 
 // One Messages message as chat messages: a user turn's tool results become tool messages (first, as chat
 // wants them right after the assistant's tool calls), its text and images one user message; an assistant turn
-// one message with its text and tool calls. Thinking blocks are dropped.
-absl::Status AddMessage(const json::object& m, const std::string& field, json::array& out) {
+// one message with its text and tool calls; a system (or developer) message, which harnesses put anywhere in
+// the conversation (Claude Code's environment block), a system message where it stands. Thinking blocks and the
+// blocks of server tools (their calls and results) have no chat form: left out, noted.
+absl::Status AddMessage(const json::object& m, const std::string& field, json::array& out, json::object* notes) {
   const std::string role = StringOf(m.if_contains("role"));
-  if (role != "user" && role != "assistant") return Bad(field + ".role", "must be user or assistant");
   const json::value* content = m.if_contains("content");
+  if (role == "system" || role == "developer") {
+    if (content == nullptr) return Bad(field + ".content", "is required");
+    auto text = Text(*content, field + ".content", notes);
+    if (!text.ok()) return text.status();
+    out.push_back(json::object{{"role", "system"}, {"content", *std::move(text)}});
+    return absl::OkStatus();
+  }
+  if (role != "user" && role != "assistant") return Bad(field + ".role", "must be user, assistant or system");
   if (content == nullptr) return Bad(field + ".content", "is required");
   if (content->is_string()) {
     out.push_back(json::object{{"role", role}, {"content", content->as_string()}});
@@ -70,13 +93,16 @@ absl::Status AddMessage(const json::object& m, const std::string& field, json::a
       parts.push_back(json::object{{"type", "text"}, {"text", t}});
     } else if (type == "image" && role == "user") {
       auto part = ImagePart(block, at);
-      if (!part.ok()) return part.status();
+      if (!part.ok()) {  // a file id or a source type chat cannot take
+        chat_json::NoteDropped(notes, at, type, part.status().message());
+        continue;
+      }
       parts.push_back(*std::move(part));
       has_image = true;
     } else if (type == "tool_result" && role == "user") {
       std::string result;
       if (const json::value* c = block.if_contains("content"); c != nullptr) {
-        auto t = Text(*c, at + ".content");
+        auto t = Text(*c, at + ".content", notes);
         if (!t.ok()) return t.status();
         result = *std::move(t);
       }
@@ -93,9 +119,9 @@ absl::Status AddMessage(const json::object& m, const std::string& field, json::a
           {"function", json::object{{"name", StringOf(block.if_contains("name"))},
                                     {"arguments", input != nullptr ? json::serialize(*input) : "{}"}}}});
     } else if (type == "thinking" || type == "redacted_thinking") {
-      continue;
+      chat_json::NoteDropped(notes, at, type, "the model's earlier thinking is not sent back to a chat upstream");
     } else {
-      return Bad(at, absl::StrCat("a '", type, "' block in a ", role, " message cannot be translated to chat"));
+      chat_json::NoteDropped(notes, at, type, absl::StrCat("a '", type, "' block in a ", role, " message has no chat form"));
     }
   }
   if (role == "assistant") {
@@ -144,26 +170,31 @@ std::string Event(absl::string_view type, json::object data) { return chat_json:
 
 }  // namespace
 
-absl::StatusOr<json::object> ToChat(const json::object& request) {
+absl::StatusOr<json::object> ToChat(const json::object& request, json::object* notes) {
   CORRAL_ASSIGN_OR_RETURN(json::object chat, chat_json::ChatWithModel(request));
+  chat_json::NoteUnknownFields(notes, request, {"model", "messages", "system", "tools", "tool_choice", "max_tokens",
+                                                "temperature", "top_p", "top_k", "stop_sequences", "stream"});
   const json::value* messages = request.if_contains("messages");
   if (messages == nullptr || !messages->is_array()) return Bad("messages", "is required (an array)");
   json::array out;
-  if (const json::value* system = request.if_contains("system"); system != nullptr) {
-    auto text = Text(*system, "system");
+  if (const json::value* system = request.if_contains("system"); system != nullptr && !system->is_null()) {
+    auto text = Text(*system, "system", notes);
     if (!text.ok()) return text.status();
     out.push_back(json::object{{"role", "system"}, {"content", *text}});
   }
   CORRAL_RETURN_IF_ERROR(chat_json::EachObject(messages, "messages", [&](const json::object& m, const std::string& at) {
-    return AddMessage(m, at, out);
+    return AddMessage(m, at, out, notes);
   }));
   chat["messages"] = std::move(out);
   json::array functions;
+  std::vector<std::string> dropped_tools;
   CORRAL_RETURN_IF_ERROR(chat_json::EachObject(request.if_contains("tools"), "tools", [&](const json::object& t,
                                                                                           const std::string& at) {
     const std::string type = StringOf(t.if_contains("type"));
-    if (!type.empty() && type != "custom") {
-      return Bad(at, absl::StrCat("the server tool '", type, "' cannot be run by a chat-completions upstream"));
+    if (!type.empty() && type != "custom") {  // a server tool (web search, code execution, computer use, …)
+      chat_json::NoteDropped(notes, at, type, "a server tool cannot be run by a chat-completions upstream");
+      dropped_tools.push_back(StringOf(t.if_contains("name")));
+      return absl::OkStatus();
     }
     json::object fn{{"name", StringOf(t.if_contains("name"))}};
     if (const json::value* d = t.if_contains("description"); d != nullptr) fn["description"] = *d;
@@ -176,6 +207,11 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
   if (const json::value* choice = request.if_contains("tool_choice"); choice != nullptr && !choice->is_null()) {
     auto c = ToolChoice(*choice);
     if (!c.ok()) return c.status();
+    const std::string named = StringOf(choice->as_object().if_contains("name"));
+    if (!named.empty() && std::find(dropped_tools.begin(), dropped_tools.end(), named) != dropped_tools.end()) {
+      chat_json::NoteDropped(notes, "tool_choice", "tool", "it names a server tool that was left out: auto instead");
+      c = json::value("auto");
+    }
     chat["tool_choice"] = *std::move(c);
     if (const json::value* d = choice->as_object().if_contains("disable_parallel_tool_use");
         d != nullptr && d->is_bool() && d->as_bool()) {
@@ -193,6 +229,25 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
     chat["stream_options"] = json::object{{"include_usage", true}};
   }
   return chat;
+}
+
+int64_t EstimateTokens(const json::object& chat) {
+  size_t bytes = 0;
+  for (const char* key : {"messages", "tools"}) {
+    if (const json::value* v = chat.if_contains(key); v != nullptr) bytes += json::serialize(*v).size();
+  }
+  return static_cast<int64_t>((bytes + 3) / 4);
+}
+
+std::string ModelList(const std::vector<std::string>& ids) {
+  json::array data;
+  for (const std::string& id : ids) {
+    data.push_back(json::object{{"type", "model"}, {"id", id}, {"display_name", id}, {"created_at", "1970-01-01T00:00:00Z"}});
+  }
+  return json::serialize(json::object{{"data", std::move(data)},
+                                      {"has_more", false},
+                                      {"first_id", ids.empty() ? json::value(nullptr) : json::value(ids.front())},
+                                      {"last_id", ids.empty() ? json::value(nullptr) : json::value(ids.back())}});
 }
 
 json::object FromChat(const json::object& completion) {

@@ -4,7 +4,9 @@
 // functions and one small stream state, no I/O. What survives the translation is listed in docs/proxy.md.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -13,9 +15,17 @@
 
 namespace corral::proxy::anthropic {
 
-// The chat-completions body for a Messages request. INVALID_ARGUMENT naming the field for what cannot be
-// translated (a server tool, a document block) or is malformed.
-absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request);
+// The chat-completions body for a Messages request. INVALID_ARGUMENT naming the field for what is malformed;
+// what has no chat form (server tools, thinking, documents, unknown fields) is left out and written to `notes`
+// (optional; Dialect::notes).
+absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request, boost::json::object* notes = nullptr);
+
+// An estimate of a translated request's input tokens (POST /v1/messages/count_tokens): a quarter of the bytes of
+// its messages and tools as JSON, rounded up — within tens of percent of a real tokenizer for English and code,
+// which is what harnesses use it for (sizing context); nothing is sent upstream.
+int64_t EstimateTokens(const boost::json::object& chat);
+// A model list in Anthropic's shape (GET /v1/models with an anthropic-version header).
+std::string ModelList(const std::vector<std::string>& ids);
 
 // A whole chat completion as a Messages response.
 boost::json::object FromChat(const boost::json::object& completion);
@@ -51,7 +61,8 @@ class StreamTranslator final : public ChatStreamWalker {
 class MessagesDialect final : public Dialect {
  public:
   absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request) override {
-    return anthropic::ToChat(request);
+    notes_.clear();
+    return anthropic::ToChat(request, &notes_);
   }
   std::string Whole(const boost::json::object& completion) override {
     return boost::json::serialize(FromChat(completion));

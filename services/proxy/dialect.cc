@@ -17,8 +17,39 @@ absl::Status Bad(absl::string_view field, absl::string_view what) {
 
 absl::StatusOr<json::object> ChatWithModel(const json::object& request) {
   const json::value* model = request.if_contains("model");
-  if (model == nullptr || !model->is_string()) return Bad("model", "is required (a string)");
+  if (model == nullptr || model->is_null()) return json::object();  // the session's model, if it has one
+  if (!model->is_string()) return Bad("model", "must be a string");
   return json::object{{"model", *model}};
+}
+
+void NoteIgnored(json::object* notes, absl::string_view field, const json::value& value) {
+  if (notes == nullptr) return;
+  json::value& ignored = (*notes)["ignored"];
+  if (!ignored.is_object()) ignored = json::object();
+  ignored.as_object()[json::string_view(field.data(), field.size())] = value;
+}
+
+void NoteDropped(json::object* notes, absl::string_view field, absl::string_view type, absl::string_view why) {
+  if (notes == nullptr) return;
+  json::value& dropped = (*notes)["dropped"];
+  if (!dropped.is_array()) dropped = json::array();
+  dropped.as_array().push_back(json::object{{"field", json::string_view(field.data(), field.size())},
+                                            {"type", json::string_view(type.data(), type.size())},
+                                            {"why", json::string_view(why.data(), why.size())}});
+}
+
+void NoteRenamed(json::object* notes, absl::string_view chat_name, const json::value& original) {
+  if (notes == nullptr) return;
+  json::value& renamed = (*notes)["renamed"];
+  if (!renamed.is_object()) renamed = json::object();
+  renamed.as_object()[json::string_view(chat_name.data(), chat_name.size())] = original;
+}
+
+void NoteUnknownFields(json::object* notes, const json::object& request, std::initializer_list<absl::string_view> known) {
+  for (const auto& [key, value] : request) {
+    const absl::string_view k(key.data(), key.size());
+    if (std::find(known.begin(), known.end(), k) == known.end()) NoteIgnored(notes, k, value);
+  }
 }
 
 std::string SseEvent(absl::string_view type, json::object data) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,8 +21,11 @@ namespace corral::proxy {
 class Dialect {
  public:
   virtual ~Dialect() = default;
-  // The chat-completions body; INVALID_ARGUMENT naming the field for what cannot be translated.
+  // The chat-completions body; INVALID_ARGUMENT naming the field for what cannot be carried out. What has no
+  // meaning for a chat upstream (a server tool, a thinking setting, an unknown field) is left out and noted.
   virtual absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request) = 0;
+  // What the last ToChat left out or changed (LlmCall.translation_json); empty when nothing.
+  const boost::json::object& notes() const { return notes_; }
   // A whole chat completion as the API's answer (serialized).
   virtual std::string Whole(const boost::json::object& completion) = 0;
   // The SSE events for one chat chunk (possibly none), and those that end the stream once it is complete.
@@ -30,6 +34,9 @@ class Dialect {
   // An error in the API's own shape, as a body and as an SSE event of a stream already started.
   virtual std::string ErrorBody(int http_status, absl::string_view message) const = 0;
   virtual std::string ErrorEvent(int http_status, absl::string_view message) const = 0;
+
+ protected:
+  boost::json::object notes_;
 };
 
 // Reading chat completions and chunks, for the dialects.
@@ -37,8 +44,16 @@ namespace chat_json {
 
 // INVALID_ARGUMENT "<field>: <what>".
 absl::Status Bad(absl::string_view field, absl::string_view what);
-// The chat body a translation starts from: the request's model (required, a string).
+// The chat body a translation starts from: the request's model (a string; absent: the session's, by policy).
 absl::StatusOr<boost::json::object> ChatWithModel(const boost::json::object& request);
+// Notes of a translation (Dialect::notes), each a no-op on a null `notes`: a request field with no meaning for a
+// chat upstream, ignored (kept with its value); a tool, block or item left out, and why; a name changed.
+void NoteIgnored(boost::json::object* notes, absl::string_view field, const boost::json::value& value);
+void NoteDropped(boost::json::object* notes, absl::string_view field, absl::string_view type, absl::string_view why);
+void NoteRenamed(boost::json::object* notes, absl::string_view chat_name, const boost::json::value& original);
+// Notes every top-level field of `request` not in `known` as ignored.
+void NoteUnknownFields(boost::json::object* notes, const boost::json::object& request,
+                       std::initializer_list<absl::string_view> known);
 // One typed server-sent event: "event: <type>" and `data` (with its "type" set) as JSON.
 std::string SseEvent(absl::string_view type, boost::json::object data);
 // An integer member (0 when absent or of another type); strings: http::StringOf.

@@ -70,7 +70,7 @@ std::string UpstreamRoute(const HttpHandler::Call& c) {
 
 // The translation a route needs (null: it is chat or completions itself).
 std::unique_ptr<Dialect> DialectOf(Route route) {
-  if (route == Route::kMessages) return std::make_unique<anthropic::MessagesDialect>();
+  if (route == Route::kMessages || route == Route::kCountTokens) return std::make_unique<anthropic::MessagesDialect>();
   if (route == Route::kResponses) return std::make_unique<responses::ResponsesDialect>();
   return nullptr;
 }
@@ -116,9 +116,10 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
   }
   const bool messages = target == ProxyMetrics::RouteName(Route::kMessages);
   const bool responses = target == ProxyMetrics::RouteName(Route::kResponses);
+  const bool count_tokens = target == ProxyMetrics::RouteName(Route::kCountTokens);
   const bool chat = target == ProxyMetrics::RouteName(Route::kChat) || messages || responses;
   const bool models = target == ProxyMetrics::RouteName(Route::kModels);
-  if (!chat && !models && target != ProxyMetrics::RouteName(Route::kCompletions)) {
+  if (!chat && !models && !count_tokens && target != ProxyMetrics::RouteName(Route::kCompletions)) {
     co_await responder.Send(404, "application/json", ErrorBody(ApiError::kUnknownRoute, absl::StrCat("unknown route ", target)));
     co_return;
   }
@@ -134,27 +135,48 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
       absl::StartsWith(auth, "Bearer ") ? ledger_->store().Authenticate(auth.substr(7))
                                         : absl::UnauthenticatedError("missing Authorization: Bearer <env token>");
   const Route route = messages ? Route::kMessages : responses ? Route::kResponses : chat ? Route::kChat
-                      : models ? Route::kModels : Route::kCompletions;
+                      : models ? Route::kModels : count_tokens ? Route::kCountTokens : Route::kCompletions;
   if (!session.ok()) {
     const ApiError error = absl::IsFailedPrecondition(session.status()) ? ApiError::kSessionClosed : ApiError::kUnauthenticated;
     co_await Refuse(responder, route, error, std::string(session.status().message()));
     co_return;
   }
   if (models) {
-    co_await Models(responder, **session);
+    // Anthropic's clients (anthropic-version header) get the list in Anthropic's shape.
+    co_await Models(responder, **session, request.count("anthropic-version") > 0);
+    co_return;
+  }
+  if (count_tokens) {
+    co_await CountTokens(request, responder);
     co_return;
   }
   co_await Completion(request, responder, *std::move(session), route);
 }
 
-asio::awaitable<void> HttpHandler::Models(http::Responder& responder, const Session& session) {
+asio::awaitable<void> HttpHandler::CountTokens(http::Request& request, http::Responder& responder) {
+  boost::system::error_code ec;
+  json::value parsed = json::parse(request.body(), ec);
+  absl::StatusOr<json::object> chat = ec || !parsed.is_object()
+                                          ? absl::StatusOr<json::object>(absl::InvalidArgumentError("the body must be a JSON object"))
+                                          : anthropic::ToChat(parsed.as_object());
+  if (!chat.ok()) {
+    const std::string message(chat.status().message());
+    co_await Refuse(responder, Route::kCountTokens, ApiError::kBadRequest, message);
+    co_return;
+  }
+  metrics_->Request(Route::kCountTokens, 200, -1).Increment();
+  const std::string body = json::serialize(json::object{{"input_tokens", anthropic::EstimateTokens(*chat)}});
+  co_await responder.Send(200, "application/json", body);
+}
+
+asio::awaitable<void> HttpHandler::Models(http::Responder& responder, const Session& session, bool anthropic_shape) {
   std::vector<std::string> names(session.policy().allowed_models().begin(), session.policy().allowed_models().end());
   if (names.empty()) names = upstreams_->models();
   for (const auto& [alias, target] : session.policy().model_aliases()) {
     if (alias != "*") names.push_back(alias);
   }
   metrics_->Request(Route::kModels, 200, -1).Increment();
-  const std::string body = http::ModelListJson(names, "corral");
+  const std::string body = anthropic_shape ? anthropic::ModelList(names) : http::ModelListJson(names, "corral");
   co_await responder.Send(200, "application/json", body);
 }
 
@@ -225,6 +247,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     if (key != "messages" && key != "prompt" && key != "tools") params[key] = value;
   }
   call.set_params_json(json::serialize(params));
+  if (c.dialect != nullptr && !c.dialect->notes().empty()) call.set_translation_json(json::serialize(c.dialect->notes()));
 
   if (!c.session->TryBeginCall()) {  // max_calls, checked and counted atomically with the calls in flight
     const std::string message = absl::StrCat("budget exhausted: max_calls=", c.session->policy().budget().max_calls());

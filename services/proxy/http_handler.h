@@ -38,7 +38,10 @@ class HttpHandler {
  private:
   boost::asio::awaitable<void> Completion(http::Request& request, http::Responder& responder,
                                           std::shared_ptr<Session> session, ProxyMetrics::Route api);
-  boost::asio::awaitable<void> Models(http::Responder& responder, const Session& session);
+  // The session's models, in OpenAI's list shape or Anthropic's.
+  boost::asio::awaitable<void> Models(http::Responder& responder, const Session& session, bool anthropic_shape);
+  // POST /v1/messages/count_tokens: an estimate of the request's input tokens (docs/proxy.md says how).
+  boost::asio::awaitable<void> CountTokens(http::Request& request, http::Responder& responder);
   // Waits at the generation gate (keepalives to a streaming agent), then counts the call upstream. False when the
   // session closed or the agent left meanwhile: the call has failed and the agent was answered.
   boost::asio::awaitable<bool> Admit(Call& call, http::Responder& responder);

@@ -109,7 +109,7 @@ struct ProxyMetrics {
   }
   // The counter of requests to `route` answered `status` by upstream number `upstream` (-1: none), created on
   // first use and kept (no label-map lookup per request). Call SetUpstreams first.
-  enum class Route { kChat, kCompletions, kModels, kMessages, kResponses };
+  enum class Route { kChat, kCompletions, kModels, kMessages, kResponses, kCountTokens };
   static const char* RouteName(Route r) {
     switch (r) {
       case Route::kChat: return "/v1/chat/completions";
@@ -117,6 +117,7 @@ struct ProxyMetrics {
       case Route::kModels: return "/v1/models";
       case Route::kMessages: return "/v1/messages";    // Anthropic's Messages API, translated to chat
       case Route::kResponses: return "/v1/responses";  // OpenAI's Responses API, translated to chat
+      case Route::kCountTokens: return "/v1/messages/count_tokens";  // an estimate, nothing goes upstream
     }
     return "";
   }

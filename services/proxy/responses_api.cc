@@ -1,5 +1,7 @@
 #include "services/proxy/responses_api.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "libs/core/status_macros.h"
 #include "libs/http/openai_json.h"
@@ -12,8 +14,9 @@ using chat_json::Bad;
 using chat_json::Int;
 using http::StringOf;
 
-// A message item's content as chat content: a string, or parts when it has images.
-absl::StatusOr<json::value> Content(const json::value& content, const std::string& field) {
+// A message item's content as chat content: a string, or parts when it has images. Parts with no chat form (a
+// file) are left out, noted.
+absl::StatusOr<json::value> Content(const json::value& content, const std::string& field, json::object* notes) {
   if (content.is_string()) return content;
   if (!content.is_array()) return Bad(field, "must be a string or an array of content parts");
   std::string text;
@@ -34,16 +37,23 @@ absl::StatusOr<json::value> Content(const json::value& content, const std::strin
       parts.push_back(json::object{{"type", "image_url"}, {"image_url", json::object{{"url", url}}}});
       has_image = true;
     } else {
-      return Bad(at, absl::StrCat("a '", type, "' part cannot be translated to chat"));
+      chat_json::NoteDropped(notes, at, type, "a content part with no chat form");
     }
   }
   if (has_image) return json::value(std::move(parts));
   return json::value(text);
 }
 
+// A function's chat name: a namespace's functions are offered to the model as "<namespace>__<name>".
+std::string ChatName(const std::string& ns, const std::string& name) {
+  return ns.empty() ? name : absl::StrCat(ns, "__", name);
+}
+
 // The input items as chat messages: function calls join the assistant message before them (or make one),
-// function call outputs become tool messages, reasoning items are dropped.
-absl::Status AddInput(const json::array& items, json::array& out) {
+// function call outputs become tool messages. Reasoning items and the calls of built-in tools the upstream
+// cannot run (web search, computer use, …) are left out, noted; items that only refer to state the proxy does
+// not keep are refused.
+absl::Status AddInput(const json::array& items, json::array& out, json::object* notes) {
   for (size_t i = 0; i < items.size(); ++i) {
     const std::string field = absl::StrCat("input[", i, "]");
     if (!items[i].is_object()) return Bad(field, "must be an object");
@@ -57,13 +67,14 @@ absl::Status AddInput(const json::array& items, json::array& out) {
       }
       const json::value* content = item.if_contains("content");
       if (content == nullptr) return Bad(field + ".content", "is required");
-      auto c = Content(*content, field + ".content");
+      auto c = Content(*content, field + ".content", notes);
       if (!c.ok()) return c.status();
       out.push_back(json::object{{"role", role}, {"content", *std::move(c)}});
     } else if (type == "function_call") {
       json::object call{{"id", StringOf(item.if_contains("call_id"))},
                         {"type", "function"},
-                        {"function", json::object{{"name", StringOf(item.if_contains("name"))},
+                        {"function", json::object{{"name", ChatName(StringOf(item.if_contains("namespace")),
+                                                                    StringOf(item.if_contains("name")))},
                                                   {"arguments", StringOf(item.if_contains("arguments"))}}}};
       json::object* last = out.empty() || !out.back().is_object() ? nullptr : &out.back().as_object();
       const bool joins = last != nullptr && StringOf(last->if_contains("role")) == "assistant";
@@ -81,9 +92,12 @@ absl::Status AddInput(const json::array& items, json::array& out) {
       out.push_back(json::object{{"role", "tool"}, {"tool_call_id", StringOf(item.if_contains("call_id"))},
                                  {"content", std::move(text)}});
     } else if (type == "reasoning") {
-      continue;
+      chat_json::NoteDropped(notes, field, type, "the model's earlier reasoning is not sent back to a chat upstream");
+    } else if (type == "item_reference" || type == "compaction") {
+      return Bad(field, absl::StrCat("a '", type, "' item refers to state the proxy does not keep: send the items "
+                                     "themselves"));
     } else {
-      return Bad(field, absl::StrCat("a '", type, "' item cannot be translated to chat"));
+      chat_json::NoteDropped(notes, field, type, "an item with no chat form (a built-in tool's call or output)");
     }
   }
   return absl::OkStatus();
@@ -106,10 +120,18 @@ json::object MessageItem(const std::string& id, const std::string& text, const c
                       {"content", std::move(content)}};
 }
 
+// A function call item; a namespace's function is named back as the agent offered it (namespace + name).
 json::object CallItem(const std::string& id, const std::string& call_id, const std::string& name,
-                      const std::string& arguments, const char* status) {
-  return json::object{{"type", "function_call"}, {"id", id}, {"call_id", call_id}, {"name", name},
-                      {"arguments", arguments}, {"status", status}};
+                      const std::string& arguments, const char* status, const NamespacedNames* names) {
+  json::object item{{"type", "function_call"}, {"id", id}, {"call_id", call_id}, {"name", name},
+                    {"arguments", arguments}, {"status", status}};
+  if (names != nullptr) {
+    if (auto it = names->find(name); it != names->end()) {
+      item["namespace"] = it->second.first;
+      item["name"] = it->second.second;
+    }
+  }
+  return item;
 }
 
 json::object Response(const std::string& id, int64_t created, const std::string& model, const char* status,
@@ -133,8 +155,11 @@ json::object Response(const std::string& id, int64_t created, const std::string&
 
 }  // namespace
 
-absl::StatusOr<json::object> ToChat(const json::object& request) {
+absl::StatusOr<json::object> ToChat(const json::object& request, json::object* notes, NamespacedNames* names) {
   CORRAL_ASSIGN_OR_RETURN(json::object chat, chat_json::ChatWithModel(request));
+  chat_json::NoteUnknownFields(notes, request, {"model", "input", "instructions", "tools", "tool_choice", "text",
+                                                "max_output_tokens", "temperature", "top_p", "parallel_tool_calls",
+                                                "stream", "previous_response_id"});
   if (const json::value* prev = request.if_contains("previous_response_id"); prev != nullptr && !prev->is_null()) {
     return Bad("previous_response_id", "is not supported (the proxy keeps no responses): send the whole input");
   }
@@ -147,34 +172,59 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
   if (input->is_string()) {
     messages.push_back(json::object{{"role", "user"}, {"content", input->as_string()}});
   } else if (input->is_array()) {
-    if (absl::Status s = AddInput(input->as_array(), messages); !s.ok()) return s;
+    if (absl::Status s = AddInput(input->as_array(), messages, notes); !s.ok()) return s;
   } else {
     return Bad("input", "must be a string or an array of items");
   }
   chat["messages"] = std::move(messages);
   json::array functions;
-  CORRAL_RETURN_IF_ERROR(chat_json::EachObject(request.if_contains("tools"), "tools", [&](const json::object& tool,
-                                                                                          const std::string& at) {
-    const std::string type = StringOf(tool.if_contains("type"));
-    if (type != "function") {
-      return Bad(at, absl::StrCat("the built-in tool '", type, "' cannot be run by a chat-completions upstream"));
-    }
-    json::object fn{{"name", StringOf(tool.if_contains("name"))}};
+  std::set<std::string> offered;
+  // A function tool as a chat function named `chat_name` (its namespace's, when it has one).
+  auto add_function = [&](const json::object& tool, const std::string& ns, const std::string& at) -> absl::Status {
+    const std::string name = StringOf(tool.if_contains("name"));
+    const std::string chat_name = ChatName(ns, name);
+    if (!offered.insert(chat_name).second) return Bad(at, absl::StrCat("a second tool named '", chat_name, "'"));
+    json::object fn{{"name", chat_name}};
     for (const char* key : {"description", "parameters", "strict"}) {
       if (const json::value* v = tool.if_contains(key); v != nullptr && !v->is_null()) fn[key] = *v;
     }
+    if (!ns.empty()) {
+      if (names != nullptr) (*names)[chat_name] = {ns, name};
+      chat_json::NoteRenamed(notes, chat_name, json::object{{"namespace", ns}, {"name", name}});
+    }
     functions.push_back(json::object{{"type", "function"}, {"function", std::move(fn)}});
+    return absl::OkStatus();
+  };
+  CORRAL_RETURN_IF_ERROR(chat_json::EachObject(request.if_contains("tools"), "tools", [&](const json::object& tool,
+                                                                                          const std::string& at) {
+    const std::string type = StringOf(tool.if_contains("type"));
+    if (type == "function") return add_function(tool, "", at);
+    if (type == "namespace") {  // a group of tools: its plain functions are offered to the model, the rest noted
+      const std::string ns = StringOf(tool.if_contains("name"));
+      return chat_json::EachObject(tool.if_contains("tools"), at + ".tools", [&](const json::object& inner,
+                                                                                 const std::string& inner_at) {
+        const std::string inner_type = StringOf(inner.if_contains("type"));
+        if (inner_type == "function" || inner_type.empty()) return add_function(inner, ns, inner_at);
+        chat_json::NoteDropped(notes, inner_at, inner_type, "a built-in tool cannot be run by a chat-completions upstream");
+        return absl::OkStatus();
+      });
+    }
+    chat_json::NoteDropped(notes, at, type, "a built-in tool cannot be run by a chat-completions upstream");
     return absl::OkStatus();
   }));
   if (!functions.empty()) chat["tools"] = std::move(functions);
   if (const json::value* choice = request.if_contains("tool_choice"); choice != nullptr && !choice->is_null()) {
+    const json::object* c = choice->is_object() ? &choice->as_object() : nullptr;
+    const std::string name = c != nullptr ? ChatName(StringOf(c->if_contains("namespace")), StringOf(c->if_contains("name"))) : "";
     if (choice->is_string()) {
       chat["tool_choice"] = *choice;
-    } else if (choice->is_object() && StringOf(choice->as_object().if_contains("type")) == "function") {
-      chat["tool_choice"] = json::object{{"type", "function"},
-                                         {"function", json::object{{"name", StringOf(choice->as_object().if_contains("name"))}}}};
+    } else if (c != nullptr && StringOf(c->if_contains("type")) == "function" && offered.count(name) > 0) {
+      chat["tool_choice"] = json::object{{"type", "function"}, {"function", json::object{{"name", name}}}};
+    } else if (c != nullptr) {  // a built-in tool, a set of allowed tools, a function left out: the model decides
+      chat_json::NoteDropped(notes, "tool_choice", StringOf(c->if_contains("type")), "no such function is offered: auto instead");
+      chat["tool_choice"] = "auto";
     } else {
-      return Bad("tool_choice", "must be auto, none, required or a function");
+      return Bad("tool_choice", "must be auto, none, required or an object");
     }
   }
   if (const json::value* text = request.if_contains("text"); text != nullptr && text->is_object()) {
@@ -205,7 +255,7 @@ absl::StatusOr<json::object> ToChat(const json::object& request) {
   return chat;
 }
 
-json::object FromChat(const json::object& completion) {
+json::object FromChat(const json::object& completion, const NamespacedNames* names) {
   const std::string id = StringOf(completion.if_contains("id"));
   json::array output;
   std::string finish;
@@ -216,7 +266,7 @@ json::object FromChat(const json::object& completion) {
         output.push_back(MessageItem(absl::StrCat("msg_", id), text, "completed"));
       }
       for (const chat_json::ToolCall& call : chat_json::ToolCalls(m->as_object())) {
-        output.push_back(CallItem(absl::StrCat("fc_", call.id), call.id, call.name, call.arguments, "completed"));
+        output.push_back(CallItem(absl::StrCat("fc_", call.id), call.id, call.name, call.arguments, "completed", names));
       }
     }
   }
@@ -276,7 +326,7 @@ void ResponsesDialect::OpenCall(const std::string& call_id, const std::string& n
   open_name_ = name;
   open_text_.clear();
   out += Event("response.output_item.added",
-               json::object{{"output_index", open_}, {"item", CallItem(open_id_, call_id, name, "", "in_progress")}});
+               json::object{{"output_index", open_}, {"item", CallItem(open_id_, call_id, name, "", "in_progress", &names_)}});
 }
 
 void ResponsesDialect::Close(std::string& out) {
@@ -290,7 +340,7 @@ void ResponsesDialect::Close(std::string& out) {
                  json::object{{"item_id", open_id_}, {"output_index", open_}, {"content_index", 0},
                               {"part", item["content"].as_array()[0]}});
   } else {
-    item = CallItem(open_id_, open_call_id_, open_name_, open_text_, "completed");
+    item = CallItem(open_id_, open_call_id_, open_name_, open_text_, "completed", &names_);
     out += Event("response.function_call_arguments.done",
                  json::object{{"item_id", open_id_}, {"output_index", open_}, {"arguments", open_text_}});
   }

@@ -3,7 +3,9 @@
 // chat body and back, whole or streamed. What survives the translation is listed in docs/proxy.md.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -12,18 +14,27 @@
 
 namespace corral::proxy::responses {
 
-// The chat-completions body for a Responses request; INVALID_ARGUMENT naming the field otherwise.
-absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request);
-// A whole chat completion as a Response object.
-boost::json::object FromChat(const boost::json::object& completion);
+// The chat names of namespaced functions ("<namespace>__<name>") and what the agent calls them.
+using NamespacedNames = std::map<std::string, std::pair<std::string, std::string>>;
+
+// The chat-completions body for a Responses request; INVALID_ARGUMENT naming the field for what is malformed or
+// cannot be carried out (previous_response_id). Built-in tools the upstream cannot run (web search, computer use,
+// code interpreter, …) and unknown fields are left out and written to `notes` (optional; Dialect::notes); a
+// namespace's functions are offered as "<namespace>__<name>", recorded in `names` (optional).
+absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request, boost::json::object* notes = nullptr,
+                                           NamespacedNames* names = nullptr);
+// A whole chat completion as a Response object; calls of `names` are given back their namespace and name.
+boost::json::object FromChat(const boost::json::object& completion, const NamespacedNames* names = nullptr);
 
 class ResponsesDialect final : public Dialect, private ChatStreamWalker {
  public:
   absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request) override {
-    return responses::ToChat(request);
+    notes_.clear();
+    names_.clear();
+    return responses::ToChat(request, &notes_, &names_);
   }
   std::string Whole(const boost::json::object& completion) override {
-    return boost::json::serialize(FromChat(completion));
+    return boost::json::serialize(FromChat(completion, &names_));
   }
   // The stream: response.created, then per output item (a message with one output_text part, or a function
   // call) its added / delta / done events, then response.completed with the whole response.
@@ -42,6 +53,7 @@ class ResponsesDialect final : public Dialect, private ChatStreamWalker {
   void Close(std::string& out);
   boost::json::object Snapshot(const char* status) const;
 
+  NamespacedNames names_;
   mutable int64_t sequence_ = 0;
   std::string id_, model_;
   int64_t created_ = 0;

@@ -80,18 +80,21 @@ TEST_F(ProxySdkTest, TheOfficialAnthropicNodeSdkWorksAgainstTheMessagesApi) {
   ASSERT_NO_FATAL_FAILURE(RunNodeTests("anthropic",
                                        {"CORRAL_ANTHROPIC_BASE_URL=http://" + proxy_->ready.http, "CORRAL_TOKEN=" + token,
                                         "CORRAL_CLOSED_TOKEN=" + closed_token},
-                                       8));
-  // Recorded as chat calls, as any other: the 6 that reached the model (the refused ones never did), with their
-  // token ids, the tool result as a tool message.
+                                       9));
+  // Recorded as chat calls, as any other: the 7 that reached the model (the refused ones and count_tokens never
+  // did), with their token ids, the tool result as a tool message; the server tool left out, and said so.
   auto t = Trajectory("sdk-claude");
   ASSERT_THAT(t, IsOk());
-  EXPECT_EQ(t->call_count(), 6u);
+  EXPECT_EQ(t->call_count(), 7u);
   EXPECT_EQ(t->failed_call_count(), 0u);
-  ASSERT_EQ(t->calls_size(), 6);
+  ASSERT_EQ(t->calls_size(), 7);
+  int noted = 0;
   for (const v1::LlmCall& call : t->calls()) {
     EXPECT_EQ(call.endpoint(), "/v1/messages");
     EXPECT_FALSE(call.completion_token_ids().empty());
+    if (call.translation_json().find("web_search_20250305") != std::string::npos) ++noted;
   }
+  EXPECT_EQ(noted, 1);
   // The system prompt became a system message, the tool result a tool message.
   auto branches = Trajectory("sdk-claude", v1::TRAJECTORY_FORMAT_TRAJECTORY);
   ASSERT_THAT(branches, IsOk());

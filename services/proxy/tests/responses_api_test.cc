@@ -1,5 +1,7 @@
 #include "services/proxy/responses_api.h"
 
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
@@ -53,17 +55,62 @@ TEST(ResponsesApiTest, ARequestBecomesAChatBody) {
             json::parse(R"([{"role": "user", "content": "hi"}])"));
 }
 
-TEST(ResponsesApiTest, WhatCannotBeTranslatedIsRefusedNamingTheField) {
-  EXPECT_THAT(ToChat(Parse(R"({"input": "x"})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model")));
+TEST(ResponsesApiTest, WhatIsMalformedOrCannotBeCarriedOutIsRefusedNamingTheField) {
+  EXPECT_THAT(ToChat(Parse(R"({"model": 7, "input": "x"})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model")));
   EXPECT_THAT(ToChat(Parse(R"({"model": "m"})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input")));
   EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": "x", "previous_response_id": "resp_1"})")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("previous_response_id")));
-  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": "x", "tools": [{"type": "web_search_preview"}]})")),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tools[0]: the built-in tool 'web_search_preview'")));
-  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": [{"type": "computer_call"}]})")),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input[0]: a 'computer_call' item")));
-  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file"}]}]})")),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input[0].content[0]")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": [{"type": "item_reference", "id": "x"}]})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input[0]: a 'item_reference' item refers to state")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"},
+                                                                       {"type": "function", "name": "f"}]})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tools[1]: a second tool named 'f'")));
+}
+
+// The shape Codex CLI sends (0.16x): developer messages, function tools beside a namespace of functions and a
+// built-in web search, reasoning settings and other fields a chat upstream has no use for; a namespaced call in
+// the history. The namespace's functions are offered flat and their calls named back.
+TEST(ResponsesApiTest, AHarnessRequestFlattensNamespacesAndLeavesOutBuiltInToolsNoted) {
+  ResponsesDialect dialect;
+  auto chat = dialect.ToChat(Parse(R"({
+    "model": "gpt-x", "stream": false, "store": false, "include": ["reasoning.encrypted_content"],
+    "reasoning": {"summary": "auto"}, "prompt_cache_key": "k", "client_metadata": {"a": 1}, "parallel_tool_calls": true,
+    "tool_choice": "auto",
+    "input": [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "be careful"}]},
+              {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+              {"type": "reasoning", "summary": []},
+              {"type": "function_call", "call_id": "c1", "namespace": "agents", "name": "spawn", "arguments": "{}"},
+              {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+              {"type": "web_search_call", "status": "completed"}],
+    "tools": [{"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+              {"type": "namespace", "name": "agents", "tools": [{"type": "function", "name": "spawn"},
+                                                                  {"type": "function", "name": "wait"}]},
+              {"type": "web_search", "external_web_access": true}]})"));
+  ASSERT_THAT(chat, IsOk());
+  std::vector<std::string> offered;
+  for (const auto& t : (*chat)["tools"].as_array()) offered.emplace_back(t.at("function").at("name").as_string());
+  EXPECT_EQ(offered, (std::vector<std::string>{"exec_command", "agents__spawn", "agents__wait"}));
+  const json::array& messages = (*chat)["messages"].as_array();
+  ASSERT_EQ(messages.size(), 4u);
+  EXPECT_EQ(messages[0], json::parse(R"({"role": "system", "content": "be careful"})"));
+  EXPECT_EQ(messages[2].at("tool_calls").at(0).at("function").at("name"), json::value("agents__spawn"));
+  const json::object& notes = dialect.notes();
+  for (const char* key : {"store", "include", "reasoning", "prompt_cache_key", "client_metadata"}) {
+    EXPECT_TRUE(notes.at("ignored").as_object().contains(key)) << key;
+  }
+  const std::string dropped = json::serialize(notes.at("dropped"));
+  EXPECT_THAT(dropped, HasSubstr(R"({"field":"tools[2]","type":"web_search")"));
+  EXPECT_THAT(dropped, HasSubstr(R"({"field":"input[5]","type":"web_search_call")"));
+  EXPECT_EQ(notes.at("renamed").at("agents__wait"), json::parse(R"({"namespace": "agents", "name": "wait"})"));
+
+  // The model calls a namespaced function: the agent sees it under its namespace and name.
+  const json::object answer = json::parse(R"({"id": "x", "created": 1, "model": "gpt-x", "choices": [{"index": 0,
+      "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "c2",
+      "type": "function", "function": {"name": "agents__wait", "arguments": "{}"}}]}}]})").as_object();
+  const json::value whole = json::parse(dialect.Whole(answer));
+  const json::object& item = whole.at("output").at(0).as_object();
+  EXPECT_EQ(item.at("namespace"), json::value("agents"));
+  EXPECT_EQ(item.at("name"), json::value("wait"));
 }
 
 TEST(ResponsesApiTest, AChatCompletionBecomesAResponse) {
