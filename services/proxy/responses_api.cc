@@ -280,10 +280,17 @@ std::string ResponsesDialect::ErrorBody(int http_status, absl::string_view messa
 }
 
 std::string ResponsesDialect::ErrorEvent(int http_status, absl::string_view message) const {
-  return chat_json::SseEvent("error", json::object{{"code", http_status >= 500 ? "server_error" : "invalid_request_error"},
-                                                   {"message", std::string(message)},
-                                                   {"param", nullptr},
-                                                   {"sequence_number", sequence_++}});
+  const char* code = http_status >= 500 ? "server_error" : "invalid_request_error";
+  std::string out = chat_json::SseEvent("error", json::object{{"code", code},
+                                                              {"message", std::string(message)},
+                                                              {"param", nullptr},
+                                                              {"sequence_number", sequence_++}});
+  // And the response's end, failed: clients (Codex) otherwise take the stream for cut short and send it again.
+  json::object failed = Snapshot("failed");
+  failed["error"] = json::object{{"code", code}, {"message", std::string(message)}};
+  out += chat_json::SseEvent("response.failed", json::object{{"response", std::move(failed)},
+                                                            {"sequence_number", sequence_++}});
+  return out;
 }
 
 std::string ResponsesDialect::Event(absl::string_view type, json::object data) {

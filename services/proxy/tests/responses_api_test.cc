@@ -158,5 +158,14 @@ TEST(ResponsesApiTest, AChatStreamBecomesResponseEvents) {
   EXPECT_EQ(last.at("response").at("usage").at("input_tokens"), 5);
 }
 
+TEST(ResponsesApiTest, AnErrorMidStreamEndsTheResponseFailed) {
+  ResponsesDialect dialect;
+  const std::string out = dialect.ErrorEvent(502, "upstream disconnected mid-stream");
+  EXPECT_THAT(out, HasSubstr("event: error\n"));
+  EXPECT_THAT(out, HasSubstr("event: response.failed\n"));
+  EXPECT_THAT(out, HasSubstr(R"("status":"failed")"));
+  EXPECT_THAT(out, HasSubstr(R"("error":{"code":"server_error","message":"upstream disconnected mid-stream"})"));
+}
+
 }  // namespace
 }  // namespace corral::proxy::responses
