@@ -119,13 +119,18 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
   const bool count_tokens = target == ProxyMetrics::RouteName(Route::kCountTokens);
   const bool chat = target == ProxyMetrics::RouteName(Route::kChat) || messages || responses;
   const bool models = target == ProxyMetrics::RouteName(Route::kModels);
+  // Refusals of the route itself come in the shape of the API the path belongs to (Anthropic's under /v1/messages).
+  const std::unique_ptr<Dialect> path_shape =
+      absl::StartsWith(target, ProxyMetrics::RouteName(Route::kMessages)) ? DialectOf(Route::kMessages) : nullptr;
   if (!chat && !models && !count_tokens && target != ProxyMetrics::RouteName(Route::kCompletions)) {
-    co_await responder.Send(404, "application/json", ErrorBody(ApiError::kUnknownRoute, absl::StrCat("unknown route ", target)));
+    const std::string body = ErrorFor(path_shape.get(), ApiError::kUnknownRoute, absl::StrCat("unknown route ", target));
+    co_await responder.Send(404, "application/json", body);
     co_return;
   }
   if ((models && request.method() != bhttp::verb::get) || (!models && request.method() != bhttp::verb::post)) {
     const std::string message = absl::StrCat(target, " does not accept ", std::string(request.method_string()));
-    co_await responder.Send(405, "application/json", ErrorBody(ApiError::kMethodNotAllowed, message));
+    const std::string body = ErrorFor(path_shape.get(), ApiError::kMethodNotAllowed, message);
+    co_await responder.Send(405, "application/json", body);
     co_return;
   }
   // The env token: `Authorization: Bearer`, or (Anthropic's clients) `x-api-key`.

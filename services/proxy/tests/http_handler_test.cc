@@ -125,6 +125,13 @@ TEST_F(HttpHandlerTest, EveryRefusalHasItsStatusAndOpenAiShape) {
   EXPECT_EQ(r.status, 404);
   EXPECT_THAT(r.body, HasSubstr(R"("code":"not_found")"));
   EXPECT_EQ(Call(bhttp::verb::get, "/v1/chat/completions", token).status, 405);
+  // Under /v1/messages the refusal is in Anthropic's shape, so its SDK (and Claude Code) shows it.
+  r = Call(bhttp::verb::post, "/v1/messages/batches", token, "{}");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_THAT(r.body, HasSubstr(R"({"type":"error","error":{"type":"not_found_error")"));
+  r = Call(bhttp::verb::get, "/v1/messages", token);
+  EXPECT_EQ(r.status, 405);
+  EXPECT_THAT(r.body, HasSubstr(R"("type":"error")"));
   r = Call(bhttp::verb::post, "/v1/chat/completions", "", Chat(false));
   EXPECT_EQ(r.status, 401);
   EXPECT_THAT(r.body, HasSubstr(R"("code":"invalid_api_key")"));
