@@ -2,6 +2,7 @@
 // inside, its writes land in the upper layer owned by its pool uid outside, and the host's files are out of sight.
 #include "services/sandbox_host/image_root.h"
 #include "services/sandbox_host/layer_unpack.h"
+#include "services/sandbox_host/tests/layer_scratch.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -58,9 +59,9 @@ class ImageRootTest : public ::testing::Test {
     if (geteuid() != 0) GTEST_SKIP() << "needs root";
     uids_.emplace(21000, 28999, 2);  // the sandbox unit tests' range (uid_range.h)
     uid_ = static_cast<uid_t>(uids_->first());
-    base_ = fs::temp_directory_path() / ("corral-imageroot-" + std::to_string(getpid()));
+    base_ = LayerScratchDir("corral-imageroot-" + std::to_string(getpid()));
+    if (base_.empty()) GTEST_SKIP() << "neither the temp directory nor /var/tmp can hold layers (overlayfs)";
     for (const char* d : {"base", "top", "sb/rw", "sb/mnt"}) fs::create_directories(base_ / d);
-    if (!CheckLayerFilesystem(base_.string()).ok()) GTEST_SKIP() << "the scratch directory is on overlayfs";
     CopyWithLibraries("/bin/sh", base_ / "base");
     fs::create_directories(base_ / "base/etc");
     std::ofstream(base_ / "base/etc/hello") << "from the image\n";

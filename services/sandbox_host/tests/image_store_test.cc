@@ -19,6 +19,7 @@
 #include "libs/core/testing/status_matchers.h"
 #include "libs/core/unique_fd.h"
 #include "services/sandbox_host/tests/layer_writer.h"
+#include "services/sandbox_host/tests/layer_scratch.h"
 
 namespace corral::sandbox {
 namespace {
@@ -72,9 +73,8 @@ class ImageStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root (layers keep their owners; whiteouts are device nodes)";
-    base_ = fs::temp_directory_path() / ("corral-images-" + std::to_string(getpid()));
-    fs::create_directories(base_);
-    if (!CheckLayerFilesystem(base_.string()).ok()) GTEST_SKIP() << "the scratch directory is on overlayfs";
+    base_ = LayerScratchDir("corral-images-" + std::to_string(getpid()));
+    if (base_.empty()) GTEST_SKIP() << "neither the temp directory nor /var/tmp can hold layers (overlayfs)";
     store_ = std::make_unique<ImageStore>((base_ / "store").string(), LayerLimits{}, &clock_);
   }
   void TearDown() override {

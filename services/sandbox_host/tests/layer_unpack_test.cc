@@ -19,6 +19,7 @@
 #include "libs/core/testing/status_matchers.h"
 #include "libs/core/unique_fd.h"
 #include "services/sandbox_host/tests/layer_writer.h"
+#include "services/sandbox_host/tests/layer_scratch.h"
 
 namespace corral::sandbox {
 namespace {
@@ -37,10 +38,10 @@ class LayerUnpackTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root (layers keep their owners; whiteouts are device nodes)";
-    base_ = fs::temp_directory_path() / ("corral-layer-" + std::to_string(getpid()));
+    base_ = LayerScratchDir("corral-layer-" + std::to_string(getpid()));
+    if (base_.empty()) GTEST_SKIP() << "neither the temp directory nor /var/tmp can hold layers (overlayfs)";
     fs::create_directories(base_ / "root");
     fs::create_directories(base_ / "outside");
-    if (!CheckLayerFilesystem(base_.string()).ok()) GTEST_SKIP() << "the scratch directory is on overlayfs";
   }
   void TearDown() override {
     if (!base_.empty()) fs::remove_all(base_);
