@@ -20,9 +20,8 @@ namespace corral::proxy::anthropic {
 // (optional; Dialect::notes).
 absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request, boost::json::object* notes = nullptr);
 
-// An estimate of a translated request's input tokens (POST /v1/messages/count_tokens): a quarter of the bytes of
-// its messages and tools as JSON, rounded up — within tens of percent of a real tokenizer for English and code,
-// which is what harnesses use it for (sizing context); nothing is sent upstream.
+// A rough estimate of a translated request's input tokens (POST /v1/messages/count_tokens): a quarter of the
+// bytes of its messages and tools as JSON, rounded up. No tokenizer is consulted and nothing is sent upstream.
 int64_t EstimateTokens(const boost::json::object& chat);
 // A model list in Anthropic's shape (GET /v1/models with an anthropic-version header).
 std::string ModelList(const std::vector<std::string>& ids);

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <system_error>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/host_port.h"
 #include "libs/core/status_macros.h"
@@ -75,17 +74,6 @@ StatePath ResolveStatePath(const Config& config) {
             "the state directory /var/lib/corral"};
   }
   return {"", "no writable state directory (beside the config file or /var/lib/corral) and no state_path"};
-}
-
-bool SnapshotMissingWhereExpected(const std::string& path) {
-  std::error_code ec;
-  const std::filesystem::path file(path);
-  if (std::filesystem::exists(file, ec)) return false;
-  const std::string log_prefix = file.filename().string() + "-log.";
-  for (const auto& entry : std::filesystem::directory_iterator(file.parent_path().empty() ? "." : file.parent_path(), ec)) {
-    if (absl::StartsWith(entry.path().filename().string(), log_prefix)) return true;
-  }
-  return false;
 }
 
 }  // namespace corral::ratelimiter

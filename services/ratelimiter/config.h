@@ -28,10 +28,6 @@ struct StatePath {
 // made writable, else none. A limiter on the embedded defaults thus restarts safely *and* grants at once.
 StatePath ResolveStatePath(const Config& config);
 
-// True when a snapshot was expected but is gone: the file is missing while its change log (`<path>-log.N`) is
-// there. Replaying only the log would under-count what is held, so the limiter learns instead.
-bool SnapshotMissingWhereExpected(const std::string& path);
-
 // Registers every key (server keys, `limits`, `default_lease_ttl`, `max_lease_ttl`, `learning_mode`,
 // `state_path`).
 void RegisterConfig(ConfigSchema& schema, Config* config);

@@ -5,7 +5,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
 #include "libs/journal/record_fields.h"
@@ -103,6 +106,17 @@ absl::StatusOr<LeaseSnapshot::Contents> LeaseSnapshot::Load() {
   });
   if (!read.ok()) return absl::InternalError(absl::StrCat("cannot read lease snapshot ", path_, ": ", read.message()));
   return contents;
+}
+
+bool LeaseSnapshot::MissingWhereExpected(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path file(path);
+  if (std::filesystem::exists(file, ec)) return false;
+  const std::string log_prefix = file.filename().string() + "-log.";
+  for (const auto& entry : std::filesystem::directory_iterator(file.parent_path().empty() ? "." : file.parent_path(), ec)) {
+    if (absl::StartsWith(entry.path().filename().string(), log_prefix)) return true;
+  }
+  return false;
 }
 
 void LeaseSnapshot::Failed(const absl::Status& status, const char* what) {

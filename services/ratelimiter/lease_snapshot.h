@@ -38,6 +38,10 @@ class LeaseSnapshot : public LeaseStore {
   // What the previous limiter left: INTERNAL when the file cannot be read.
   absl::StatusOr<Contents> Load();
 
+  // True when a snapshot was expected at `path` but is gone: the file is missing while its change log
+  // (`<path>-log.N`) is there. Replaying only the log would under-count what is held, so the limiter learns.
+  static bool MissingWhereExpected(const std::string& path);
+
   void Held(const StoredLease& lease) override;
   void Ended(const std::string& lease_id) override;
   void Alive(absl::Time now) override;

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   corral::ratelimiter::LeaseSnapshot::Contents restored;
   if (state.path.empty()) {
     spdlog::warn("no lease snapshot ({}): every start learns for max_lease_ttl", state.origin);
-  } else if (corral::ratelimiter::SnapshotMissingWhereExpected(state.path)) {
+  } else if (corral::ratelimiter::LeaseSnapshot::MissingWhereExpected(state.path)) {
     spdlog::error("lease snapshot {} is missing but its change log is there ({}-log.*): starting in learning mode "
                   "(remove the log files to start afresh)", state.path, state.path);
     config.limiter.learning_mode = true;

@@ -204,14 +204,15 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
   a.session_requested = true;
   // A proxy restarting is waited for (jittered backoff, within the deadline): it costs the episode only time.
   absl::StatusOr<v1::OpenSessionResponse> session;
-  for (absl::Duration pause = absl::Milliseconds(100);; pause = std::min(pause * 2, absl::Seconds(2))) {
+  for (uint32_t attempt = 2;; ++attempt) {
     v1::OpenSessionRequest copy = request;
     session = co_await a.proxy->Open(std::move(copy), a.Call(deadline));
+    const absl::Duration pause = RetryDelay(kCallRetry, attempt, a.ticket.ids.seed());
     if (session.ok() || session.status().code() != absl::StatusCode::kUnavailable || a.control()->stopped() ||
         absl::Now() + pause >= deadline) {
       break;
     }
-    co_await http::SleepFor(pause * (0.75 + 0.5 * (absl::Hash<std::string>()(a.ticket.env_id) % 1000) / 1000.0));
+    co_await http::SleepFor(pause);
   }
   if (!session.ok()) {
     co_return a.FromStatus(session.status(), v1::EPISODE_PHASE_ACQUIRE,

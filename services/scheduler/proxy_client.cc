@@ -1,5 +1,6 @@
 #include "services/scheduler/proxy_client.h"
 
+#include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
@@ -10,6 +11,7 @@
 #include "libs/rpc/status_conversion.h"
 #include "libs/http/url.h"
 #include "services/scheduler/async_grpc.h"
+#include "services/scheduler/retry_backoff.h"
 
 namespace corral::scheduler {
 
@@ -127,31 +129,29 @@ asio::awaitable<absl::StatusOr<LlmReply>> ProxyClient::Post(const BaseUrl& base,
   // A proxy that is down (restarting: it keeps its sessions in its journal) is asked again with a growing pause
   // until `timeout`: a restart costs the call only time. The agent's SDKs do the same.
   const absl::Time give_up = absl::Now() + timeout;
-  absl::Duration pause = absl::Milliseconds(100);
   // Kept-alive connections: thousands of concurrent episodes would otherwise run out of ephemeral ports.
   for (int attempt = 0;; ++attempt) {
     bool reused = false;
-    absl::Status failed;
     auto connection = co_await pool_.Get(executor, base.host, base.port, give_up - absl::Now(), &reused);
+    absl::Status failed = connection.status();
     if (connection.ok()) {
       failed = co_await (*connection)->Send(request, give_up - absl::Now());
       // A pooled connection the proxy closed meanwhile failed before any response byte: once more, fresh.
       if (!failed.ok() && reused && attempt == 0 && failed.code() == absl::StatusCode::kUnavailable) continue;
-      if (failed.ok()) {
-        auto answer = co_await (*connection)->ReadAll(give_up - absl::Now());
-        if (answer.ok()) {
-          const int status = (*connection)->status();
-          pool_.Put(*std::move(connection));
-          co_return LlmReply{status, *std::move(answer)};
-        }
-        failed = answer.status();
-      }
-    } else {
-      failed = connection.status();
     }
+    if (failed.ok()) {
+      auto answer = co_await (*connection)->ReadAll(give_up - absl::Now());
+      if (answer.ok()) {
+        const int status = (*connection)->status();
+        pool_.Put(*std::move(connection));
+        co_return LlmReply{status, *std::move(answer)};
+      }
+      failed = answer.status();
+    }
+    const absl::Duration pause =
+        RetryDelay(kCallRetry, static_cast<uint32_t>(attempt) + 2, absl::Hash<std::string>()(env_token));
     if (failed.code() != absl::StatusCode::kUnavailable || absl::Now() + pause >= give_up) co_return failed;
     co_await http::SleepFor(pause);
-    pause = std::min(pause * 2, absl::Seconds(2));
   }
 }
 

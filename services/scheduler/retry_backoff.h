@@ -15,6 +15,10 @@ struct RetryBackoff {
   double jitter = 0.25;                    // each delay is spread over [1 - jitter, 1 + jitter] of its value
 };
 
+// Within one attempt, a call to a service that is restarting (UNAVAILABLE) is made again after these waits, for
+// as long as the call's own deadline allows.
+inline constexpr RetryBackoff kCallRetry{absl::Milliseconds(100), absl::Seconds(2), 0.25};
+
 // The wait before attempt `attempt` (2 for the first retry): base * 2^(attempt-2), at most `max`, jittered by a
 // value drawn from `seed` (an episode's, so a re-run of the same batch waits the same).
 absl::Duration RetryDelay(const RetryBackoff& policy, uint32_t attempt, uint64_t seed);

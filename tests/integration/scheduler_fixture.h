@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,6 +25,7 @@
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status_conversion.h"
+#include "services/sandbox_host/process_sweep.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/uid_range.h"
 #include "tools/fake-llm/fake_llm.h"
@@ -103,15 +104,16 @@ class SchedulerFixture : public ::testing::Test {
       if (*s) Stop(**s);
     }
   }
+  // pids of the live processes (zombies run nothing) of a uid in [first, last].
+  static std::vector<pid_t> RunningAs(uid_t first, uid_t last) {
+    std::vector<pid_t> pids;
+    sandbox::ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
+      if (std::any_of(uids.begin(), uids.end(), [&](uid_t u) { return u >= first && u <= last; })) pids.push_back(pid);
+    });
+    return pids;
+  }
   static void KillUids(uid_t first, uid_t last) {
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      const std::string name = entry.path().filename();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      struct stat st;
-      if (stat(entry.path().c_str(), &st) == 0 && st.st_uid >= first && st.st_uid <= last) {
-        kill(std::stoi(name), SIGKILL);
-      }
-    }
+    for (pid_t pid : RunningAs(first, last)) kill(pid, SIGKILL);
   }
   static void Stop(testing::RunningService& s) {
     s.process.Signal(SIGTERM);
@@ -183,17 +185,10 @@ class SchedulerFixture : public ::testing::Test {
   // No process of host `i`'s uids and no home under its root: what a killed host left is gone.
   ::testing::AssertionResult NothingOnTheMachine(size_t i) {
     const Host& h = hosts_[i];
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      const std::string name = entry.path().filename();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      struct stat st;
-      if (stat(entry.path().c_str(), &st) != 0 || st.st_uid < h.uids->first() || st.st_uid > h.uids->last()) continue;
-      // A zombie runs nothing: a killed process whose new parent has not reaped it yet.
-      std::ifstream stat_file(entry.path() / "stat");
-      std::string text((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
-      const size_t paren = text.rfind(')');
-      if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z') continue;
-      return ::testing::AssertionFailure() << "pid " << name << " still runs as uid " << st.st_uid;
+    // (A killed process whose new parent has not reaped it yet is a zombie: it runs nothing, and is not counted.)
+    if (const auto pids = RunningAs(h.uids->first(), h.uids->last()); !pids.empty()) {
+      return ::testing::AssertionFailure() << pids.size() << " process(es) still run as the host's uids, pid "
+                                           << pids.front();
     }
     std::error_code ec;
     if (!std::filesystem::is_empty(h.root + "/homes", ec)) {

@@ -122,13 +122,13 @@ TEST(StatePathTest, UnsetGoesBesideTheConfigFileAndNoneMeansNoSnapshot) {
   EXPECT_EQ(ResolveStatePath(config).path, "");
 }
 
-TEST(StatePathTest, ASnapshotIsExpectedWhenItsChangeLogOutlivedItsFile) {
+TEST(LeaseSnapshotTest, ASnapshotIsExpectedWhenItsChangeLogOutlivedItsFile) {
   const std::string path = testing::MakeTestDir() + "/leases.db";
-  EXPECT_FALSE(SnapshotMissingWhereExpected(path));  // a first start
+  EXPECT_FALSE(LeaseSnapshot::MissingWhereExpected(path));  // a first start
   std::ofstream(path + "-log.3") << "x";
-  EXPECT_TRUE(SnapshotMissingWhereExpected(path));
+  EXPECT_TRUE(LeaseSnapshot::MissingWhereExpected(path));
   std::ofstream(path) << "";
-  EXPECT_FALSE(SnapshotMissingWhereExpected(path));  // there: read (or refused as damaged) by Open
+  EXPECT_FALSE(LeaseSnapshot::MissingWhereExpected(path));  // there: read (or refused as damaged) by Open
 }
 
 }  // namespace
