@@ -11,6 +11,7 @@
 #include "boost/asio/use_awaitable.hpp"
 #include "boost/json.hpp"
 #include "libs/http/openai_json.h"
+#include "tools/fake-llm/shell_agent.h"
 
 namespace corral::fakellm {
 namespace {
@@ -233,6 +234,17 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
       } else {
         plan.tool_call = false;
         plan.reply = "done: " + last_tool;
+      }
+    }
+  }
+  if (options.shell_agent && chat) {
+    if (auto a = PlanShellAgent(body)) {
+      plan.tool_call = a->tool_call;
+      if (a->tool_call) {
+        plan.tool_name = a->tool_name;
+        arguments = a->arguments;
+      } else {
+        plan.reply = a->reply;
       }
     }
   }

@@ -29,6 +29,9 @@ struct Options {
   int64_t fail_first = 0;                            // the first N completion requests get HTTP 500
   // Solve "A op B" from the last user message (ArithmeticPlan): a stand-in policy whose rewards vary by seed.
   bool arithmetic = false;
+  // Drive an installed agent harness: call its shell tool once with the task's "RUN:" command, then answer with
+  // its "ANSWER:" text (PlanShellAgent).
+  bool shell_agent = false;
   // A provider's quota of its own: completion requests per second (a token bucket of `quota_burst`, 0 = off) and
   // completions in flight (0 = off). Over it: HTTP 429 with Retry-After, counted in /admin/stats.
   double quota_rps = 0;

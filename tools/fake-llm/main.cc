@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   schema.Bool("arithmetic", &options.arithmetic,
               "solve \"A op B\" in the last user message: with tools, call the first one (code or command) and "
               "answer with its output; without, answer \"#### N\"; wrong by one for one seed in four");
+  schema.Bool("shell_agent", &options.shell_agent,
+              "drive an installed agent harness: call its shell tool (bash, shell, exec_command…) once with the "
+              "command after \"RUN:\" in the task, then answer with the text after \"ANSWER:\"");
   schema.Double("quota_rps", &options.quota_rps,
                  "a provider's quota: completion requests per second (token bucket; 0 = none); beyond it HTTP 429 "
                  "with Retry-After", 0, 1e6);

@@ -1,0 +1,121 @@
+// The real agent harnesses (tests/harness, installed by scripts/test with `npm ci`: Claude Code, Codex CLI,
+// OpenCode at the versions services/scheduler/harnesses.cc pins) against a real corral-proxy, started with the
+// agent command the agent runner would give them, outside any sandbox. Behind the proxy corral-fake-llm plays
+// the model (--shell-agent): it finds the harness's own shell tool in the request, calls it once with the task's
+// command, then answers. Each harness must really run the command, exit 0 with the answer, and leave a
+// trajectory with the upstream's token ids on every call, recorded under the API the harness speaks.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/scheduler/harnesses.h"
+#include "tests/integration/proxy_fixture.h"
+
+namespace corral {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kInstruction[] =
+    "Write the proof file, then say so.\nRUN: echo corral-harness-ok > proof.txt\nANSWER: The proof file is written.";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class HarnessProxyTest : public ProxyFixture {
+ protected:
+  // Runs `name`'s agent command with the agent's variables pointing at a fresh session, in a fresh home and work
+  // directory; returns the session's id.
+  std::string RunHarness(const std::string& name) {
+    const std::string bin = std::string(CORRAL_SOURCE_DIR) + "/tests/harness/node_modules/.bin";
+    EXPECT_TRUE(fs::exists(bin)) << "run `npm ci --prefix tests/harness` (scripts/test does)";
+    const scheduler::Harness* harness = scheduler::FindHarness(name);
+    EXPECT_NE(harness, nullptr);
+    if (harness == nullptr) return "";
+    if (!proxy_) StartProxy({StartBackend({"--shell-agent"})});
+    v1::SessionPolicy policy;
+    (*policy.mutable_model_aliases())["*"] = "fake-model";
+    policy.set_capture_token_ids(true);
+    const std::string env_id = "harness-" + name;
+    const std::string token = Open(env_id, policy);
+    work_ = dir_ + "/work-" + name;
+    const std::string home = dir_ + "/home-" + name;
+    fs::create_directories(work_);
+    fs::create_directories(home);
+    std::vector<std::string> argv = scheduler::HarnessArgv(*harness);
+    argv.back() = absl::StrCat("cd '", work_, "' || exit 1\n", argv.back());
+    argv.insert(argv.begin(), {"/usr/bin/env", "-i", "PATH=" + bin + ":/usr/local/bin:/usr/bin:/bin", "HOME=" + home,
+                               "LANG=C.UTF-8", "CORRAL_HARNESS_ROOT=" + dir_ + "/no-harness-root",
+                               "OPENAI_BASE_URL=http://" + proxy_->ready.http + "/v1", "OPENAI_API_KEY=" + token,
+                               "OPENAI_MODEL=fake-model", std::string("CORRAL_INSTRUCTION=") + kInstruction});
+    auto run = testing::Subprocess::Start(argv, dir_ + "/" + name + ".log");
+    EXPECT_THAT(run, IsOk());
+    if (!run.ok()) return env_id;
+    auto status = run->Wait(absl::Seconds(120));
+    EXPECT_THAT(status, IsOk());
+    log_ = run->Log();
+    EXPECT_EQ(status.value_or(-1), 0) << log_;
+    return env_id;
+  }
+
+  // What every harness must have done: run the command, print the answer, and left token ids on each call.
+  void ExpectTheTaskDone(const std::string& env_id, const std::string& endpoint) {
+    EXPECT_EQ(ReadFile(work_ + "/proof.txt"), "corral-harness-ok\n") << log_;
+    EXPECT_THAT(log_, ::testing::HasSubstr("The proof file is written."));
+    auto t = Trajectory(env_id);
+    ASSERT_THAT(t, IsOk());
+    EXPECT_GE(t->call_count(), 2u) << "a call for the tool, one for the answer";
+    int on_endpoint = 0;
+    for (const v1::LlmCall& call : t->calls()) {
+      if (call.endpoint() != endpoint) continue;
+      ++on_endpoint;
+      EXPECT_FALSE(call.completion_token_ids().empty()) << call.ShortDebugString();
+    }
+    EXPECT_GE(on_endpoint, 2) << t->ShortDebugString();
+  }
+
+  std::string work_, log_;
+};
+
+TEST_F(HarnessProxyTest, ClaudeCodeRunsItsBashToolThroughTheMessagesApi) {
+  const std::string env_id = RunHarness("claude-code");
+  ExpectTheTaskDone(env_id, "/v1/messages");
+}
+
+TEST_F(HarnessProxyTest, CodexRunsItsShellToolThroughTheResponsesApi) {
+  const std::string env_id = RunHarness("codex");
+  ExpectTheTaskDone(env_id, "/v1/responses");
+}
+
+TEST_F(HarnessProxyTest, OpenCodeRunsItsBashToolThroughChatCompletions) {
+  const std::string env_id = RunHarness("opencode");
+  ExpectTheTaskDone(env_id, "/v1/chat/completions");
+}
+
+TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
+  const scheduler::Harness* harness = scheduler::FindHarness("codex@0.169.0");
+  ASSERT_NE(harness, nullptr);
+  EXPECT_EQ(scheduler::FindHarness("codex@0.1.0"), nullptr);
+  EXPECT_EQ(scheduler::FindHarness("aider"), nullptr);
+  std::vector<std::string> argv = scheduler::HarnessArgv(*harness);
+  argv.insert(argv.begin(), {"/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "CORRAL_HARNESS_ROOT=" + dir_});
+  auto run = testing::Subprocess::Start(argv, dir_ + "/missing.log");
+  ASSERT_THAT(run, IsOk());
+  auto status = run->Wait(absl::Seconds(20));
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(WEXITSTATUS(*status), 127);
+  EXPECT_THAT(run->Log(), ::testing::HasSubstr("the harness codex 0.169.0 is not installed here: run 'corral "
+                                               "harness install codex'"));
+}
+
+}  // namespace
+}  // namespace corral

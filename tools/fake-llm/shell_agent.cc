@@ -1,0 +1,105 @@
+#include "tools/fake-llm/shell_agent.h"
+
+#include <array>
+#include "absl/strings/string_view.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+
+namespace corral::fakellm {
+namespace {
+
+namespace json = boost::json;
+
+std::string Str(const json::value* v) { return v != nullptr && v->is_string() ? std::string(v->as_string()) : ""; }
+
+std::string Text(const json::value* content) {
+  if (content == nullptr) return "";
+  if (content->is_string()) return std::string(content->as_string());
+  std::string text;
+  if (content->is_array()) {
+    for (const auto& part : content->as_array()) {
+      if (part.is_object()) text += Str(part.as_object().if_contains("text")) + "\n";
+    }
+  }
+  return text;
+}
+
+// The rest of the line after the first `marker` in `text`, trimmed of spaces and backticks; nullopt without it.
+std::optional<std::string> AfterMarker(absl::string_view text, absl::string_view marker) {
+  const size_t at = text.find(marker);
+  if (at == absl::string_view::npos) return std::nullopt;
+  absl::string_view rest = text.substr(at + marker.size());
+  rest = absl::StripAsciiWhitespace(rest.substr(0, rest.find('\n')));
+  while (!rest.empty() && rest.front() == '`') rest.remove_prefix(1);
+  while (!rest.empty() && rest.back() == '`') rest.remove_suffix(1);
+  return std::string(absl::StripAsciiWhitespace(rest));
+}
+
+// The shell tool among the offered ones: a known name first, then any name with "bash" or "shell" in it.
+const json::object* ShellTool(const json::value* tools) {
+  if (tools == nullptr || !tools->is_array()) return nullptr;
+  std::vector<const json::object*> functions;
+  for (const auto& t : tools->as_array()) {
+    const json::value* fn = t.is_object() ? t.as_object().if_contains("function") : nullptr;
+    if (fn != nullptr && fn->is_object()) functions.push_back(&fn->as_object());
+  }
+  static constexpr std::array<absl::string_view, 6> kKnown = {"bash", "shell", "exec_command", "shell_command",
+                                                             "local_shell", "run_shell_command"};
+  for (absl::string_view known : kKnown) {
+    for (const json::object* fn : functions) {
+      if (absl::AsciiStrToLower(Str(fn->if_contains("name"))) == known) return fn;
+    }
+  }
+  for (const json::object* fn : functions) {
+    const std::string name = absl::AsciiStrToLower(Str(fn->if_contains("name")));
+    if (absl::StrContains(name, "bash") || absl::StrContains(name, "shell")) return fn;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<ShellAgentPlan> PlanShellAgent(const json::object& body) {
+  std::string user_text;
+  bool tool_result = false;
+  if (const json::value* msgs = body.if_contains("messages"); msgs != nullptr && msgs->is_array()) {
+    for (const auto& m : msgs->as_array()) {
+      if (!m.is_object()) continue;
+      const std::string role = Str(m.as_object().if_contains("role"));
+      if (role == "user") user_text += Text(m.as_object().if_contains("content")) + "\n";
+      if (role == "tool") tool_result = true;
+    }
+  }
+  const std::optional<std::string> command = AfterMarker(user_text, "RUN:");
+  const std::optional<std::string> answer = AfterMarker(user_text, "ANSWER:");
+  const json::object* shell = ShellTool(body.if_contains("tools"));
+  if (shell == nullptr && !answer.has_value()) return std::nullopt;
+  ShellAgentPlan plan;
+  plan.reply = answer.value_or("done");
+  if (shell == nullptr || !command.has_value() || tool_result) return plan;
+  // The command's property: "command" or "cmd" (else the schema's first), as a string or as an argv array.
+  const json::value* params = shell->if_contains("parameters");
+  const json::value* props = params != nullptr && params->is_object() ? params->as_object().if_contains("properties")
+                                                                       : nullptr;
+  std::string property = "command";
+  const json::object* schema = nullptr;
+  if (props != nullptr && props->is_object() && !props->as_object().empty()) {
+    const json::object& p = props->as_object();
+    property = p.contains("command") ? "command" : p.contains("cmd") ? "cmd" : std::string(p.begin()->key());
+    if (const json::value* s = p.if_contains(property); s != nullptr && s->is_object()) schema = &s->as_object();
+  }
+  json::object args;
+  if (schema != nullptr && Str(schema->if_contains("type")) == "array") {
+    args[property] = json::array{"bash", "-lc", json::string(*command)};
+  } else {
+    args[property] = *command;
+  }
+  plan.tool_call = true;
+  plan.tool_name = Str(shell->if_contains("name"));
+  plan.arguments = json::serialize(args);
+  return plan;
+}
+
+}  // namespace corral::fakellm
