@@ -17,6 +17,7 @@
 #include "libs/api/proto_time.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "services/scheduler/chat.h"
+#include "services/scheduler/harnesses.h"
 #include "services/scheduler/persistent_tools.h"
 #include "services/scheduler/reward.h"
 
@@ -406,6 +407,9 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
   const absl::Duration timeout = a.Timeout(task.timeouts().agent(), a.options->timeouts.agent);
   v1::Command command = task.agent().command();
   command.clear_timeout();
+  if (const Harness* harness = FindHarness(task.agent().harness()); harness != nullptr) {
+    for (std::string& arg : HarnessArgv(*harness)) command.add_argv(std::move(arg));
+  }
   auto& env = *command.mutable_env();
   env["OPENAI_BASE_URL"] = a.session.base_url();
   env["OPENAI_API_KEY"] = a.session.env_token();

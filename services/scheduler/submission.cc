@@ -18,6 +18,7 @@
 #include "libs/api/proto_digest.h"
 #include "libs/api/proto_time.h"
 #include "re2/re2.h"
+#include "services/scheduler/harnesses.h"
 
 namespace corral::scheduler {
 namespace {
@@ -97,6 +98,28 @@ absl::Status CheckCommand(const v1::Task& task, const std::string& field, const 
   }
   if (c.has_timeout() && FromProto(c.timeout()) <= absl::ZeroDuration()) {
     return Bad(task, absl::StrCat(field, ".timeout must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+// The agent: a command, or an installed harness by name (whose command.env still applies).
+absl::Status CheckAgent(const v1::Task& task) {
+  const v1::AgentSpec& agent = task.agent();
+  if (agent.harness().empty()) {
+    if (agent.command().argv().empty()) {
+      return Bad(task, "the agent runner needs agent.command.argv or agent.harness");
+    }
+    return CheckCommand(task, "agent.command", agent.command());
+  }
+  if (FindHarness(agent.harness()) == nullptr) {
+    return Bad(task, absl::StrCat("agent.harness '", agent.harness(), "' is not a known harness (", HarnessNames(),
+                                  ", optionally @ their pinned version)"));
+  }
+  if (!agent.command().argv().empty()) {
+    return Bad(task, "agent.harness and agent.command.argv exclude each other (command.env may go with a harness)");
+  }
+  for (const auto& [k, v] : agent.command().env()) {
+    if (!IsValidEnvName(k)) return Bad(task, absl::StrCat("agent.command.env: '", k, "' is not a variable name"));
   }
   return absl::OkStatus();
 }
@@ -323,10 +346,7 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
       if (absl::Status s = CheckReward(task); !s.ok()) return s;
       break;
     case v1::RUNNER_AGENT:
-      if (!task.has_agent() || task.agent().command().argv().empty()) {
-        return Bad(task, "agent.command.argv is required for the agent runner");
-      }
-      if (absl::Status s = CheckCommand(task, "agent.command", task.agent().command()); !s.ok()) return s;
+      if (absl::Status s = CheckAgent(task); !s.ok()) return s;
       if (!task.has_verifier()) return Bad(task, "verifier is required for the agent runner");
       break;
     default:

@@ -125,7 +125,9 @@ class SchedulerFixture : public ::testing::Test {
 
   // fake-llm, proxy, limiter and `hosts` sandbox hosts of `capacity` each, then the scheduler.
   void StartCluster(int hosts = 1, int capacity = 16, std::vector<std::string> scheduler_args = {}) {
-    auto llm = testing::StartService(CORRAL_FAKE_LLM, {"--listen=127.0.0.1:0", "--arithmetic"}, dir_, "fake-llm");
+    std::vector<std::string> llm_args = fake_llm_args_;
+    llm_args.push_back("--listen=127.0.0.1:0");
+    auto llm = testing::StartService(CORRAL_FAKE_LLM, llm_args, dir_, "fake-llm");
     ASSERT_THAT(llm, IsOk());
     fake_llm_.emplace(*std::move(llm));
     ASSERT_NO_FATAL_FAILURE(StartProxy("127.0.0.1:0", "127.0.0.1:0"));
@@ -354,6 +356,7 @@ class SchedulerFixture : public ::testing::Test {
   };
 
   std::string dir_, secret_, token_;
+  std::vector<std::string> fake_llm_args_ = {"--arithmetic"};  // how StartCluster's model plays
   std::optional<testing::RunningService> fake_llm_, proxy_, limiter_, scheduler_;
   std::vector<Host> hosts_;
   std::vector<std::string> scheduler_args_;

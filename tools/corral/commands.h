@@ -23,5 +23,7 @@ void RegisterTop(CLI::App& app, int& exit_code);
 void RegisterPolicy(CLI::App& app, int& exit_code);
 // ui: the rollout inspector's link.
 void RegisterUi(CLI::App& app, int& exit_code);
+// harness list|install: installed agent harnesses.
+void RegisterHarness(CLI::App& app, int& exit_code);
 
 }  // namespace corral::cli

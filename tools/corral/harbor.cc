@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
+#include "services/scheduler/harnesses.h"
 #include "tools/corral/dataset.h"
 
 namespace corral::cli {
@@ -252,10 +253,7 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
   auto instruction = ReadFile(root / "instruction.md");
   if (!instruction.ok()) return instruction.status();
   task.set_prompt(*std::move(instruction));
-  v1::Command* cmd = task.mutable_agent()->mutable_command();
-  cmd->add_argv("bash");
-  cmd->add_argv("-c");
-  cmd->add_argv(agent);
+  SetAgent(agent, task.mutable_agent());
 
   std::map<std::string, std::string> toml;
   json::object metadata;
@@ -310,16 +308,35 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
   return task;
 }
 
+void SetAgent(const std::string& agent, v1::AgentSpec* spec) {
+  if (scheduler::FindHarness(agent) != nullptr) {
+    spec->set_harness(agent);
+    return;
+  }
+  v1::Command* cmd = spec->mutable_command();
+  cmd->add_argv("bash");
+  cmd->add_argv("-c");
+  cmd->add_argv(agent);
+}
+
 absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, const std::string& agent,
                                                     const std::vector<std::string>& agent_files, bool use_image) {
   if (!fs::is_directory(path)) {
     if (!agent_files.empty()) return absl::InvalidArgumentError("--agent-file goes with Harbor task directories");
     if (use_image) return absl::InvalidArgumentError("--harbor-images goes with Harbor task directories");
-    return LoadJsonl(path);
+    auto tasks = LoadJsonl(path);
+    // --agent: the agent of every agent task that names none.
+    if (!tasks.ok() || agent.empty()) return tasks;
+    for (v1::Task& t : *tasks) {
+      if (t.runner() == v1::RUNNER_AGENT && t.agent().harness().empty() && t.agent().command().argv().empty()) {
+        SetAgent(agent, t.mutable_agent());
+      }
+    }
+    return tasks;
   }
   if (agent.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is a directory of Harbor tasks: name the agent that runs in "
-                                                   "each sandbox with --agent 'COMMAND'"));
+                                                   "each sandbox with --agent 'COMMAND' or a harness's name (", scheduler::HarnessNames(), ")"));
   }
   std::vector<v1::InlineFile> uploads;
   for (const auto& file : agent_files) {

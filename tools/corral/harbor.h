@@ -18,8 +18,12 @@
 
 namespace corral::cli {
 
-// `agent` is the command that runs the agent in the sandbox (run with bash -c). INVALID_ARGUMENT naming the file
-// when the directory is not a Harbor task (no instruction.md) or task.toml / the Dockerfile cannot be read.
+// `agent` as a task's agent: a harness's name ("codex": agent.harness) or else a command run with bash -c.
+void SetAgent(const std::string& agent, v1::AgentSpec* spec);
+
+// `agent` is a harness's name or the command that runs the agent in the sandbox (SetAgent). INVALID_ARGUMENT
+// naming the file when the directory is not a Harbor task (no instruction.md) or task.toml / the Dockerfile cannot
+// be read.
 // With `use_image`, a multi-stage Dockerfile's last stage is what runs, and COPY --from another stage is refused.
 absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::string& agent, bool use_image = false);
 // Every Harbor task directly below `root`, by name; INVALID_ARGUMENT when there is none.

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   corral::cli::RegisterTop(app, exit_code);
   corral::cli::RegisterPolicy(app, exit_code);
   corral::cli::RegisterUi(app, exit_code);
+  corral::cli::RegisterHarness(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

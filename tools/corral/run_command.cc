@@ -18,6 +18,7 @@
 #include "tools/corral/commands.h"
 #include "tools/corral/harbor.h"
 #include "tools/corral/output.h"
+#include "tools/corral/pass_at_k.h"
 #include "tools/corral/run_report.h"
 #include "tools/corral/scheduler_client.h"
 #include "tools/corral/ui_link.h"
@@ -31,6 +32,11 @@ struct RunFlags {
   std::string out;
   double progress_every_s = 5;
   bool no_ack = false;
+  // corral eval: the attempts per task are the group size; pass@k for each of `ks` instead of the run summary.
+  bool eval = false;
+  std::vector<int> ks;
+  double pass_threshold = 1.0;
+  bool json = false;
 };
 
 // Takes SIGINT and SIGTERM on its own thread (they are blocked everywhere else): the first cancels the batch, the
@@ -97,6 +103,7 @@ int Run(const RunFlags& f) {
 
   const bool tty = isatty(STDERR_FILENO);
   RunReport report(absl::Now());
+  EvalTally tally(f.pass_threshold);
   grpc::ClientContext ctx;
   s->Prepare(ctx, /*deadline=*/false);
   v1::StreamResultsRequest req;
@@ -111,6 +118,7 @@ int Run(const RunFlags& f) {
       report.Progress(msg.progress());
     } else {
       report.Add(msg.result());
+      tally.Add(msg.result());
       if (out.is_open()) out << ToJson(msg.result(), false) << "\n";
       if (!f.no_ack) to_ack.push_back(msg.result().ids().episode_id());
       if (to_ack.size() >= 64) {
@@ -135,8 +143,14 @@ int Run(const RunFlags& f) {
   const absl::Time end = absl::Now();
   std::cerr << (tty ? "\r" : "") << report.Line(end, tty ? 24 : 0) << (tty ? "\033[K\n" : "\n");
   if (!st.ok()) return Fail("run: results", FromGrpcStatus(st));
-  std::cout << "\n" << report.Summary(end);
-  if (!f.out.empty()) std::cout << "\nresults: " << f.out << "\n";
+  if (!f.eval) {
+    std::cout << "\n" << report.Summary(end);
+  } else if (f.json) {
+    std::cout << tally.Json(f.ks) << "\n";
+  } else {
+    std::cout << "\n" << tally.Table(f.ks);
+  }
+  if (!f.out.empty() && !f.json) std::cout << "\nresults: " << f.out << "\n";
   // On the local cluster, where to look at the episodes themselves.
   const std::string http = f.conn.address.empty() ? LocalClusterAddress(f.conn.cluster_dir, "scheduler", "http") : "";
   if (!http.empty()) {
@@ -144,7 +158,7 @@ int Run(const RunFlags& f) {
     std::string secret = f.conn.secret_file;
     if (secret.empty() && std::filesystem::exists(f.conn.cluster_dir + "/secret")) secret = f.conn.cluster_dir + "/secret";
     if (auto link = InspectorLink("http://" + http, secret, id, ""); link.ok()) {
-      std::cout << "inspect: " << *link << "\n";
+      (f.json ? std::cerr : std::cout) << "inspect: " << *link << "\n";
     }
   }
   return interrupts.interrupted() ? 130 : 0;
@@ -163,6 +177,35 @@ void RegisterRun(CLI::App& app, int& exit_code) {
   run->add_option("--progress-every", f->progress_every_s, "seconds between progress lines when not on a terminal")
       ->capture_default_str();
   run->callback([f, &exit_code] { exit_code = Run(*f); });
+
+  auto e = std::make_shared<RunFlags>();
+  e->eval = true;
+  CLI::App* eval = app.add_subcommand(
+      "eval", "evaluate an agent: k attempts per task of a dataset or Harbor tasks, then pass@1 and pass@k per task "
+              "and overall (live progress as corral run; Ctrl-C cancels)");
+  AddConnectFlags(eval, e->conn, "scheduler", "--scheduler", "scheduler");
+  AddBatchFlags(eval, e->batch);
+  eval->add_option("-k,--attempts", e->batch.group_size, "attempts per task (the largest k reported)")
+      ->check(CLI::Range(1, 1024));
+  eval->add_option("--pass-at", e->ks, "the k values to report (default: 1 and the attempts)")->delimiter(',');
+  eval->add_option("--pass-threshold", e->pass_threshold, "an attempt passes with a reward at or above this")
+      ->capture_default_str();
+  eval->add_flag("--json", e->json, "print the scores as one JSON object on stdout (progress stays on stderr)");
+  eval->add_option("--out", e->out, "write every result, with its trajectory, as JSON lines to this file");
+  eval->add_option("--progress-every", e->progress_every_s, "seconds between progress lines when not on a terminal")
+      ->capture_default_str();
+  eval->callback([e, &exit_code] {
+    const int n = static_cast<int>(e->batch.group_size);
+    if (e->ks.empty()) e->ks = n > 1 ? std::vector<int>{1, n} : std::vector<int>{1};
+    for (int k : e->ks) {
+      if (k < 1 || k > n) {
+        std::cerr << "corral eval: --pass-at " << k << " needs 1 <= k <= the attempts (" << n << ")\n";
+        exit_code = 2;
+        return;
+      }
+    }
+    exit_code = Run(*e);
+  });
 }
 
 }  // namespace corral::cli

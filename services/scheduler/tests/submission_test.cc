@@ -221,7 +221,29 @@ TEST(EffectiveTask, ErrorsNameTheTaskAndTheField) {
          t.set_runner(v1::RUNNER_AGENT);
          t.mutable_verifier();
        },
-       "agent.command.argv is required for the agent runner"},
+       "the agent runner needs agent.command.argv or agent.harness"},
+      {"agent naming an unknown harness",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_AGENT);
+         t.mutable_agent()->set_harness("aider");
+         t.mutable_verifier();
+       },
+       "agent.harness 'aider' is not a known harness (claude-code, codex, opencode"},
+      {"agent naming a harness at another version",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_AGENT);
+         t.mutable_agent()->set_harness("codex@0.1.0");
+         t.mutable_verifier();
+       },
+       "agent.harness 'codex@0.1.0' is not a known harness"},
+      {"agent with both a harness and a command",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_AGENT);
+         t.mutable_agent()->set_harness("codex");
+         t.mutable_agent()->mutable_command()->add_argv("agent");
+         t.mutable_verifier();
+       },
+       "agent.harness and agent.command.argv exclude each other"},
       {"agent without verifier",
        [](v1::Task& t) {
          t.set_runner(v1::RUNNER_AGENT);
@@ -242,6 +264,18 @@ TEST(EffectiveTask, ErrorsNameTheTaskAndTheField) {
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(std::string("task 't1': ") + c.message)))
         << c.name;
   }
+}
+
+TEST(EffectiveTask, AnAgentMayBeAHarnessByNameWithVariablesOfItsOwn) {
+  v1::Task task = PromptTask();
+  task.set_runner(v1::RUNNER_AGENT);
+  task.mutable_verifier();
+  task.mutable_agent()->set_harness("claude-code@2.1.332");
+  (*task.mutable_agent()->mutable_command()->mutable_env())["MAX_THINKING_TOKENS"] = "0";
+  EXPECT_THAT(EffectiveTask(task, v1::TaskOverrides(), v1::RUNNER_SINGLE_TURN), IsOk());
+  (*task.mutable_agent()->mutable_command()->mutable_env())["NOT A NAME"] = "x";
+  EXPECT_THAT(EffectiveTask(task, v1::TaskOverrides(), v1::RUNNER_SINGLE_TURN),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("agent.command.env: 'NOT A NAME'")));
 }
 
 TEST(EffectiveTask, NumericAnswerMayHaveCommas) {

@@ -166,6 +166,31 @@ TEST_F(HarborTest, AnInputIsADatasetFileOrTaskDirectoriesWhichNeedAnAgent) {
   EXPECT_EQ((*one)[0].id(), "one");
 }
 
+TEST_F(HarborTest, AHarnessNameAsTheAgentIsTheHarnessElseACommand) {
+  Write("tasks/one/instruction.md", "first");
+  Write("data.jsonl",
+        "{\"id\": \"a\", \"prompt\": \"x\", \"runner\": \"agent\"}\n"
+        "{\"id\": \"b\", \"prompt\": \"y\", \"runner\": \"agent\", \"agent\": {\"harness\": \"opencode\"}}\n"
+        "{\"id\": \"c\", \"prompt\": \"z\"}\n");
+  auto harbor = LoadTaskInput((root_ / "tasks").string(), "claude-code");
+  ASSERT_THAT(harbor, IsOk());
+  EXPECT_EQ((*harbor)[0].agent().harness(), "claude-code");
+  EXPECT_TRUE((*harbor)[0].agent().command().argv().empty());
+  auto pinned = LoadTaskInput((root_ / "tasks").string(), "codex@0.169.0");
+  ASSERT_THAT(pinned, IsOk());
+  EXPECT_EQ((*pinned)[0].agent().harness(), "codex@0.169.0");
+  auto command = LoadTaskInput((root_ / "tasks").string(), "codex --model x");
+  ASSERT_THAT(command, IsOk());
+  EXPECT_THAT((*command)[0].agent().command().argv(), ElementsAre("bash", "-c", "codex --model x"));
+  // A dataset: --agent goes to the agent tasks that name no agent of their own.
+  auto jsonl = LoadTaskInput((root_ / "data.jsonl").string(), "codex");
+  ASSERT_THAT(jsonl, IsOk());
+  ASSERT_EQ(jsonl->size(), 3u);
+  EXPECT_EQ((*jsonl)[0].agent().harness(), "codex");
+  EXPECT_EQ((*jsonl)[1].agent().harness(), "opencode");
+  EXPECT_FALSE((*jsonl)[2].has_agent());
+}
+
 TEST_F(HarborTest, AgentFilesGoNextToWhereTheAgentRuns) {
   Write("tasks/one/instruction.md", "first");
   Write("agent.py", "print('hi')\n");

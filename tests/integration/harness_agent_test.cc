@@ -1,0 +1,95 @@
+// Installed agent harnesses run by the scheduler's agent runner (AgentSpec.harness) in real sandboxes: each of
+// Claude Code, Codex CLI and OpenCode, installed on the host with `corral harness install` (npm, pinned
+// versions), works a task through the episode's proxy session (proxy_only network) while corral-fake-llm plays
+// a model that calls the harness's own shell tool; a verifier checks the file the command wrote (reward 1). The
+// same task whose model only claims the work is done gets reward 0.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/scheduler_fixture.h"
+
+namespace corral {
+namespace {
+
+// Kept between runs (installing is idempotent), outside the checkout, under /opt where sandboxes may run programs.
+constexpr char kHarnessRoot[] = "/opt/corral-tests/harnesses";
+
+class HarnessAgentTest : public SchedulerFixture {
+ protected:
+  static void SetUpTestSuite() {
+    if (geteuid() != 0) return;
+    auto install = testing::Subprocess::Start({CORRAL_CLI, "harness", "--root", kHarnessRoot, "install", "all"},
+                                              "/tmp/corral-harness-install.log");
+    ASSERT_THAT(install, IsOk());
+    auto status = install->Wait(absl::Minutes(10));
+    ASSERT_THAT(status, IsOk());
+    ASSERT_EQ(*status, 0) << install->Log();
+  }
+
+  void SetUp() override {
+    SchedulerFixture::SetUp();
+    if (IsSkipped()) return;
+    fake_llm_args_ = {"--shell-agent"};
+    ASSERT_NO_FATAL_FAILURE(StartCluster(/*hosts=*/1, /*capacity=*/8));
+  }
+
+  // An agent task for `harness`; with `work`, the instruction gives the command that writes the proof file.
+  static v1::Task HarnessTask(const std::string& harness, bool work) {
+    v1::Task t;
+    t.set_id(absl::StrCat(harness, work ? "-works" : "-claims"));
+    t.set_runner(v1::RUNNER_AGENT);
+    t.set_prompt(absl::StrCat("Write the proof file, then say so.\n",
+                              work ? "RUN: echo corral-harness-ok > proof.txt\n" : "",
+                              "ANSWER: The proof file is written."));
+    t.mutable_agent()->set_harness(harness);
+    (*t.mutable_agent()->mutable_command()->mutable_env())["CORRAL_HARNESS_ROOT"] = kHarnessRoot;
+    v1::Command* verify = t.mutable_verifier()->mutable_command();
+    for (const char* arg : {"bash", "-c", "test \"$(cat /workspace/proof.txt)\" = corral-harness-ok"}) {
+      verify->add_argv(arg);
+    }
+    t.mutable_verifier()->set_reward_source(v1::REWARD_SOURCE_EXIT_CODE);
+    t.mutable_timeouts()->mutable_agent()->set_seconds(120);
+    return t;
+  }
+
+  // Runs the harness's two tasks; checks the rewards, the answer in the agent's output and the token ids.
+  void RunBoth(const std::string& harness) {
+    v1::BatchSpec spec;
+    spec.set_batch_id("harness-" + harness);
+    spec.set_group_size(1);
+    ASSERT_THAT(Submit(spec, {HarnessTask(harness, true), HarnessTask(harness, false)}), IsOk());
+    auto results = Results(spec.batch_id());
+    ASSERT_THAT(results, IsOk());
+    ASSERT_EQ(results->size(), 2u);
+    for (const v1::EpisodeResult& r : *results) {
+      SCOPED_TRACE(absl::StrCat(r.ids().task_id(), ": ", r.failure_message(), "\n", r.agent_output_tail()));
+      ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
+      EXPECT_EQ(r.agent_exit_code(), 0);
+      EXPECT_THAT(r.agent_output_tail(), ::testing::HasSubstr("The proof file is written."));
+      EXPECT_EQ(r.protections().network_policy(), v1::NETWORK_POLICY_PROXY_ONLY);
+      const bool worked = r.ids().task_id() == harness + "-works";
+      EXPECT_EQ(r.reward(), worked ? 1.0 : 0.0);
+      // The harness's calls (its side calls, a title, say, among them), with the upstream's token ids.
+      EXPECT_GE(r.trajectory().call_count(), worked ? 2u : 1u);
+      ASSERT_GE(r.trajectory().branches_size(), 1);
+      for (const v1::Branch& b : r.trajectory().branches()) EXPECT_FALSE(b.token_ids().empty());
+    }
+  }
+};
+
+TEST_F(HarnessAgentTest, ClaudeCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) {
+  RunBoth("claude-code");
+}
+
+TEST_F(HarnessAgentTest, CodexDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("codex"); }
+
+TEST_F(HarnessAgentTest, OpenCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) {
+  RunBoth("opencode");
+}
+
+}  // namespace
+}  // namespace corral

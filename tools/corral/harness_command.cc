@@ -1,0 +1,123 @@
+// `corral harness list|install`: the agent harnesses a task can name (AgentSpec.harness), and their installation
+// on a host — once per host, with npm, at the pinned version, under /opt/corral/harnesses where every sandbox may
+// run it.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "services/scheduler/harnesses.h"
+#include "tools/corral/commands.h"
+
+extern char** environ;
+
+namespace corral::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using scheduler::Harness;
+
+// The directory a harness is installed in under `root`, and its program there.
+std::string InstallDir(const std::string& root, const Harness& h) {
+  return absl::StrCat(root, "/", h.name, "@", h.version);
+}
+std::string ProgramPath(const std::string& root, const Harness& h) {
+  return absl::StrCat(InstallDir(root, h), "/node_modules/.bin/", h.program);
+}
+
+// Runs argv (stdout and stderr are the CLI's); its exit code, or -1 when it could not start.
+int Run(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int List(const std::string& root) {
+  absl::PrintF("%-12s %-10s %-28s %-24s %s\n", "HARNESS", "VERSION", "PACKAGE", "API", "INSTALLED");
+  for (const Harness& h : scheduler::Harnesses()) {
+    const std::string path = ProgramPath(root, h);
+    absl::PrintF("%-12s %-10s %-28s %-24s %s\n", h.name, h.version, h.package, h.api,
+                 access(path.c_str(), X_OK) == 0 ? path : "no");
+  }
+  return 0;
+}
+
+int Install(const std::vector<std::string>& names, const std::string& root) {
+  std::vector<const Harness*> chosen;
+  for (const std::string& name : names) {
+    if (name == "all") {
+      for (const Harness& h : scheduler::Harnesses()) chosen.push_back(&h);
+      continue;
+    }
+    const Harness* h = scheduler::FindHarness(name);
+    if (h == nullptr) {
+      std::cerr << "corral harness install: '" << name << "' is not a known harness (" << scheduler::HarnessNames()
+                << ", or all)\n";
+      return 2;
+    }
+    chosen.push_back(h);
+  }
+  for (const Harness* h : chosen) {
+    const std::string dir = InstallDir(root, *h);
+    const std::string program = ProgramPath(root, *h);
+    if (access(program.c_str(), X_OK) == 0) {
+      std::cout << h->name << " " << h->version << ": already installed at " << program << "\n";
+      continue;
+    }
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      std::cerr << "corral harness install: cannot create " << dir << ": " << ec.message() << "\n";
+      return 1;
+    }
+    std::cout << h->name << " " << h->version << ": npm install " << h->package << "@" << h->version << " into "
+              << dir << "\n"
+              << std::flush;
+    const int code = Run({"npm", "install", "--prefix", dir, "--no-save", "--no-audit", "--no-fund",
+                          "--loglevel=error", absl::StrCat(h->package, "@", h->version)});
+    if (code != 0) {
+      std::cerr << "corral harness install: npm exited with " << code
+                << (code < 0 ? " (is npm installed? apt-get install npm)" : "") << "; " << h->name
+                << " is not installed\n";
+      return 1;
+    }
+    // Every sandbox uid runs it: the tree must be readable and searchable by all.
+    if (Run({"chmod", "-R", "a+rX", dir}) != 0 || access(program.c_str(), X_OK) != 0) {
+      std::cerr << "corral harness install: npm finished but " << program << " is not there\n";
+      return 1;
+    }
+    std::cout << h->name << " " << h->version << ": installed at " << program << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterHarness(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("harness", "agent harnesses a task can name (agent.harness, corral run --agent NAME)");
+  cmd->require_subcommand(1);
+  static std::string root(scheduler::kHarnessRoot);
+  cmd->add_option("--root", root, "where harnesses are installed (sandboxes find them here)")->capture_default_str();
+
+  auto* list = cmd->add_subcommand("list", "the known harnesses, their pinned versions, and whether installed here");
+  list->callback([&exit_code] { exit_code = List(root); });
+
+  static std::vector<std::string> names;
+  auto* install = cmd->add_subcommand(
+      "install", "install harnesses on this host with npm, at their pinned versions (once per host; idempotent)");
+  install->add_option("names", names, "harness names, or all")->required();
+  install->callback([&exit_code] { exit_code = Install(names, root); });
+}
+
+}  // namespace corral::cli
