@@ -447,6 +447,14 @@ class DatasetTest(unittest.TestCase):
             self.assertEqual(list(t.verifier.replace_paths), ["/app/tests"])
             (other,) = corral.load_harbor_dir(root, agent=["a"])
             self.assertEqual(other.id, "fix-the-sum")
+            # Or an installed harness by name, with variables of its own.
+            (by_name,) = corral.load_harbor_dir(root, harness="codex")
+            by_name.harness_env = {"CODEX_HOME": "/workspace/.codex"}
+            as_proto = by_name.to_proto()
+            self.assertEqual((as_proto.agent.harness, list(as_proto.agent.command.argv),
+                              dict(as_proto.agent.command.env)), ("codex", [], {"CODEX_HOME": "/workspace/.codex"}))
+            with self.assertRaisesRegex(ValueError, "the agent command or a harness"):
+                corral.load_harbor(task, agent="a", harness="codex").to_proto()
             # With images, FROM is the image the template is built on; a prebuilt docker_image is used as is.
             in_image = corral.load_harbor(task, agent="a", use_image=True).to_proto().environment
             self.assertEqual(in_image.image, "python:3.11-slim")

@@ -157,6 +157,24 @@ class Walkthrough(unittest.TestCase):
                 self.assertEqual(r["status"], "EPISODE_STATUS_FINISHED")
                 self.assertEqual(r.get("reward"), 1)
 
+    def test_6b_eval_reports_pass_at_k(self):
+        self.needs_sandboxes()
+        task = TASKS[0]
+        out = subprocess.run([self.cli, "eval", f"examples/tasks/{task}", "-k", "2", "--json",
+                              "--agent-file", f"examples/tasks/{task}/solution/solve.sh",
+                              "--agent-file", "examples/agents/shell_agent.py",
+                              "--agent", f"bash .corral/agent/solve.sh && {AGENT}"],
+                             cwd=self.dir, capture_output=True, text=True, timeout=180)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        scores = json.loads(out.stdout)
+        self.assertEqual(scores["tasks"], [{"task": task, "attempts": 2, "passed": 2, "errors": 0,
+                                            "pass_at": {"1": 1.0, "2": 1.0}}])
+        self.assertEqual(scores["overall"], {"1": 1.0, "2": 1.0})
+        # Without the solution the bug stays: every attempt fails, and the table says so.
+        table = self.corral("eval", f"examples/tasks/{task}", "-k", "2", "--agent", AGENT,
+                            "--agent-file", "examples/agents/shell_agent.py")
+        self.assertRegex(table, r"overall \(1 task\)\s+2\s+0\s+0\s+0\.000\s+0\.000")
+
     def test_7_train_py_from_the_readme(self):
         with open(os.path.join(ARGS.repo, "README.md")) as f:
             readme = f.read()

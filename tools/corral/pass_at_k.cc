@@ -39,7 +39,7 @@ double EvalTally::Overall(int k) const {
 }
 
 std::string EvalTally::Table(const std::vector<int>& ks) const {
-  const std::string overall = absl::StrCat("overall (", tasks_.size(), " tasks)");
+  const std::string overall = absl::StrCat("overall (", tasks_.size(), tasks_.size() == 1 ? " task)" : " tasks)");
   size_t width = overall.size();
   for (const auto& [id, t] : tasks_) width = std::max(width, id.size());
   std::string out = absl::StrFormat("%-*s %8s %6s %6s", static_cast<int>(width), "task", "attempts", "passed", "errors");

@@ -109,7 +109,7 @@ def _dockerfile(env_dir: str, environment: Environment, metadata: dict, use_imag
                         environment.setup_files.append(File(target, f.read(), os.stat(path).st_mode & 0o777))
 
 
-def load_harbor(task_dir: str, *, agent: Union[str, Sequence[str], Command],
+def load_harbor(task_dir: str, *, agent: Optional[Union[str, Sequence[str], Command]] = None, harness: str = "",
                 network_policy: Optional[str] = None, use_image: bool = False) -> AgentTask:
     """A Harbor task directory as an agent-runner task:
 
@@ -121,7 +121,8 @@ def load_harbor(task_dir: str, *, agent: Union[str, Sequence[str], Command],
       and reads /logs/verifier/reward.txt as Harbor's do;
     - task.toml → [agent].timeout_sec, [verifier].timeout_sec, [environment].build_timeout_sec and memory_mb, and
       [metadata] into the task's metadata.
-    `agent` is the command that runs the agent in the sandbox (solution/ is never uploaded). With `use_image` the
+    `agent` is the command that runs the agent in the sandbox (solution/ is never uploaded), or `harness` an
+    installed agent harness by name ("claude-code", "codex", "opencode"). With `use_image` the
     task runs in its image (the sandbox hosts pull it): the Dockerfile's FROM, the rest a template built on it — or
     task.toml's [environment].docker_image as is, the Dockerfile then giving only WORKDIR and ENV."""
     task_dir = os.path.abspath(task_dir)
@@ -167,14 +168,14 @@ def load_harbor(task_dir: str, *, agent: Union[str, Sequence[str], Command],
     timeouts = Timeouts(agent=config.get("agent", {}).get("timeout_sec"),
                         verifier=config.get("verifier", {}).get("timeout_sec"),
                         setup=env_config.get("build_timeout_sec"))
-    return AgentTask(id=os.path.basename(task_dir), prompt=instruction, agent=agent, verifier=verifier,
+    return AgentTask(id=os.path.basename(task_dir), prompt=instruction, agent=agent, harness=harness, verifier=verifier,
                      environment=environment, timeouts=timeouts, metadata=metadata or None)
 
 
-def load_harbor_dir(root: str, *, agent: Union[str, Sequence[str], Command], **kwargs) -> List[AgentTask]:
+def load_harbor_dir(root: str, **kwargs) -> List[AgentTask]:
     """Every Harbor task directory directly below `root` (those with an instruction.md), by name."""
     tasks = []
     for name in sorted(os.listdir(root)):
         if os.path.exists(os.path.join(root, name, "instruction.md")):
-            tasks.append(load_harbor(os.path.join(root, name), agent=agent, **kwargs))
+            tasks.append(load_harbor(os.path.join(root, name), **kwargs))
     return tasks

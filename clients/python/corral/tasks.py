@@ -308,17 +308,25 @@ class Verifier:
 @dataclasses.dataclass
 class AgentTask(_Common):
     """Push mode (Harbor / Terminal-Bench): the task's `prompt` is written to the sandbox, `agent` runs there
-    against the proxy (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL in its environment), then the verifier."""
+    against the proxy (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL in its environment), then the verifier.
+    `harness` names an installed agent harness instead ("claude-code", "codex", "opencode", optionally
+    "@version"), run non-interactively and pointed at the episode's proxy session; `harness_env` adds variables."""
     agent: Optional[Union[str, Sequence[str], Command]] = None
     verifier: Verifier = dataclasses.field(default_factory=Verifier)
     environment: Optional[Environment] = None
     instruction_path: str = ""
+    harness: str = ""
+    harness_env: Optional[Mapping[str, str]] = None
 
     def to_proto(self) -> scheduler_pb2.Task:
-        if self.agent is None:
-            raise ValueError(f"task {self.id!r}: an agent task needs the agent command")
+        if (self.agent is None) == (not self.harness):
+            raise ValueError(f"task {self.id!r}: an agent task needs the agent command or a harness (one of them)")
         t = self._base(scheduler_pb2.RUNNER_AGENT)
-        t.agent.command.CopyFrom(_command(self.agent))
+        if self.harness:
+            t.agent.harness = self.harness
+            t.agent.command.env.update(self.harness_env or {})
+        else:
+            t.agent.command.CopyFrom(_command(self.agent))
         t.agent.instruction_path = self.instruction_path
         t.verifier.CopyFrom(self.verifier.to_proto())
         if self.environment is not None:
