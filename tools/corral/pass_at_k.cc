@@ -42,20 +42,20 @@ std::string EvalTally::Table(const std::vector<int>& ks) const {
   const std::string overall = absl::StrCat("overall (", tasks_.size(), tasks_.size() == 1 ? " task)" : " tasks)");
   size_t width = overall.size();
   for (const auto& [id, t] : tasks_) width = std::max(width, id.size());
-  std::string out = absl::StrFormat("%-*s %8s %6s %6s", static_cast<int>(width), "task", "attempts", "passed", "errors");
+  const int w = static_cast<int>(width);
+  std::string out = absl::StrFormat("%-*s %8s %6s %6s", w, "task", "attempts", "passed", "errors");
   for (int k : ks) absl::StrAppend(&out, absl::StrFormat(" %8s", absl::StrCat("pass@", k)));
   absl::StrAppend(&out, "\n");
   int attempts = 0, passed = 0, errors = 0;
   for (const auto& [id, t] : tasks_) {
-    absl::StrAppend(&out, absl::StrFormat("%-*s %8d %6d %6d", static_cast<int>(width), id, t.attempts, t.passed,
-                                          t.errors));
+    absl::StrAppend(&out, absl::StrFormat("%-*s %8d %6d %6d", w, id, t.attempts, t.passed, t.errors));
     for (int k : ks) absl::StrAppend(&out, absl::StrFormat(" %8.3f", PassAtK(t.attempts, t.passed, k)));
     absl::StrAppend(&out, "\n");
     attempts += t.attempts;
     passed += t.passed;
     errors += t.errors;
   }
-  absl::StrAppend(&out, absl::StrFormat("%-*s %8d %6d %6d", static_cast<int>(width), overall, attempts, passed, errors));
+  absl::StrAppend(&out, absl::StrFormat("%-*s %8d %6d %6d", w, overall, attempts, passed, errors));
   for (int k : ks) absl::StrAppend(&out, absl::StrFormat(" %8.3f", Overall(k)));
   absl::StrAppend(&out, "\n");
   return out;
