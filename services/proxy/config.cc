@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -64,7 +65,8 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                 "when they serve exactly one (GET /v1/models)");
   schema.Custom("upstreams", "list", "[]",
                 "inference backends: a YAML list of {name, url, models: [..], weight, quota: {requests, tokens, "
-                "concurrency, key}} (a quota names ratelimiter limits)",
+                "concurrency, key}, dialects: [responses, messages]} (a quota names ratelimiter limits; dialects: "
+                "the agent APIs it serves itself, passed through untranslated)",
                 [c](const YAML::Node& node) -> absl::Status {
                   if (!node.IsSequence()) return absl::InvalidArgumentError("upstreams must be a list");
                   for (const auto& item : node) {
@@ -76,6 +78,15 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                       if (item["models"]) spec.models = item["models"].as<std::vector<std::string>>();
                       if (item["quota"]) {
                         CORRAL_ASSIGN_OR_RETURN(spec.quota, ParseQuota(item["quota"], "quota of " + spec.name));
+                      }
+                      if (item["dialects"]) {
+                        spec.dialects = item["dialects"].as<std::vector<std::string>>();
+                        for (const std::string& d : spec.dialects) {
+                          if (absl::c_find(kNativeDialects, d) == std::end(kNativeDialects)) {
+                            return absl::InvalidArgumentError(absl::StrCat(
+                                "dialects of ", spec.name, ": '", d, "' is not an agent API (responses, messages)"));
+                          }
+                        }
                       }
                     }
                     if (spec.weight < 1 || spec.weight > 100) return absl::InvalidArgumentError("weight must be 1-100");

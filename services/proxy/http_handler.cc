@@ -11,6 +11,7 @@
 #include "services/proxy/capture.h"
 #include "services/proxy/responses_api.h"
 #include "services/proxy/continuation.h"
+#include "services/proxy/native_answers.h"
 
 namespace corral::proxy {
 namespace {
@@ -44,6 +45,11 @@ struct HttpHandler::Call {
   // An agent API other than chat and completions (/v1/messages, /v1/responses): the body was translated to chat,
   // answers are translated back. Null for chat and completions.
   std::unique_ptr<Dialect> dialect;
+  // Native pass-through: an upstream that serves the dialect itself gets the agent's body untranslated (the
+  // policy's model in it) and its answer goes back as it came, read for the record (NativeAnswerToChat).
+  bool native = false;
+  json::object native_body;
+  std::optional<NativeStream> native_stream;
 };
 
 namespace {
@@ -63,9 +69,24 @@ struct CallGuard {
 
 int UpstreamIndex(const HttpHandler::Call& c) { return c.dispatch.lease ? c.dispatch.lease.get()->index : -1; }
 
-// The upstream's route: chat completions for a chat call (the Messages and Responses APIs' included).
+// The upstream's route: chat completions for a chat call (the Messages and Responses APIs' included, unless the
+// upstream serves them itself).
 std::string UpstreamRoute(const HttpHandler::Call& c) {
+  if (c.native) return ProxyMetrics::RouteName(c.route);
   return ProxyMetrics::RouteName(c.chat ? Route::kChat : Route::kCompletions);
+}
+
+// LlmCall.translation_json of a dialect call: the path taken, and what the translation left out or changed.
+std::string TranslationRecord(const Dialect& dialect, bool native) {
+  json::object notes = native ? json::object() : dialect.notes();
+  notes["path"] = native ? "native" : "translated";
+  return json::serialize(notes);
+}
+
+// One event of a native stream, as the agent gets it: as it came.
+std::string AsCame(const http::SseEvent& ev) {
+  if (ev.event.empty()) return absl::StrCat("data: ", ev.data, "\n\n");
+  return absl::StrCat("event: ", ev.event, "\ndata: ", ev.data, "\n\n");
 }
 
 // The translation a route needs (null: it is chat or completions itself).
@@ -194,7 +215,6 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   c.chat = chat;
   c.route = api;
   const std::string route = ProxyMetrics::RouteName(c.route);  // as the agent called it (recorded)
-  const std::string upstream_route = UpstreamRoute(c);       // what the upstream is asked
   c.assembler = ResponseAssembler(chat);
   c.received = clock_->Now();
   boost::system::error_code ec;
@@ -208,7 +228,9 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     co_return;
   }
   c.body = std::move(parsed.as_object());
+  json::object original;  // a dialect's body as the agent sent it, for an upstream that serves the dialect itself
   if (c.dialect != nullptr) {  // from here on a chat call; only its answer is translated back
+    original = c.body;
     absl::StatusOr<json::object> translated = c.dialect->ToChat(c.body);
     if (!translated.ok()) {
       const std::string message(translated.status().message());
@@ -232,6 +254,11 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     co_return;
   }
   c.rewrite = policy.rewrite;
+  if (c.dialect != nullptr && upstreams_->ServesNatively(c.rewrite.model, c.dialect->api())) {
+    c.native = true;
+    c.native_body = std::move(original);
+    c.native_body["model"] = c.rewrite.model;
+  }
   v1::LlmCall& call = *c.recorded.mutable_call();
   c.version = policy_version_->current();
   call.set_policy_version(c.version);
@@ -252,7 +279,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     if (key != "messages" && key != "prompt" && key != "tools") params[key] = value;
   }
   call.set_params_json(json::serialize(params));
-  if (c.dialect != nullptr && !c.dialect->notes().empty()) call.set_translation_json(json::serialize(c.dialect->notes()));
+  if (c.dialect != nullptr) call.set_translation_json(TranslationRecord(*c.dialect, c.native));
 
   if (!c.session->TryBeginCall()) {  // max_calls, checked and counted atomically with the calls in flight
     const std::string message = absl::StrCat("budget exhausted: max_calls=", c.session->policy().budget().max_calls());
@@ -261,8 +288,13 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   }
   c.gate = gate_->Register(co_await asio::this_coro::executor);
   CallGuard guard{c, metrics_, gate_};
-  DispatchRequest dispatch{c.session->env_id(), c.rewrite.model, upstream_route, json::serialize(c.body), c.rewrite.stream,
-                           c.gate.get()};
+  if (c.native) {  // never cut by a pause: a native stream cannot be continued
+    c.gate->continuable = false;
+    c.native_stream.emplace(std::string(c.dialect->api()));
+  }
+  const std::string upstream_route = UpstreamRoute(c);  // what the upstream is asked
+  DispatchRequest dispatch{c.session->env_id(), c.rewrite.model, upstream_route,
+                           json::serialize(c.native ? c.native_body : c.body), c.rewrite.stream, c.gate.get()};
   dispatch.estimated_tokens = dispatcher_->EstimateTokens(c.body, dispatch.body.size());
   std::unique_ptr<http::ClientConnection> upstream;
   // At the generation gate first; a pause's cut before the response is complete (an unstreamed one is sent
@@ -351,14 +383,24 @@ asio::awaitable<bool> HttpHandler::RelayWhole(Call& c, http::ClientConnection& u
     co_await Fail(c, responder, ApiError::kSessionClosed, 410, "session closed");
     co_return true;
   }
-  c.assembler.AddWhole(parsed.as_object());
+  std::optional<json::object> native_chat;
+  if (c.native) {
+    native_chat = NativeAnswerToChat(c.dialect->api(), parsed.as_object());
+    if (!native_chat.has_value()) {
+      const std::string message = absl::StrCat("the upstream's answer is not a ", c.dialect->api(), " answer");
+      co_await Fail(c, responder, ApiError::kUpstream, 502, message);
+      co_return true;
+    }
+  }
+  c.assembler.AddWhole(c.native ? *native_chat : parsed.as_object());
   if (absl::Status s = co_await Finish(c); !s.ok()) {
     co_await responder.Send(500, "application/json", ErrorFor(c.dialect.get(), ApiError::kServer, "the call could not be journaled"));
     co_return true;
   }
-  const bool rewrite = c.rewrite.strip_token_ids || c.rewrite.strip_logprobs;
+  const bool rewrite = !c.native && (c.rewrite.strip_token_ids || c.rewrite.strip_logprobs);
   if (rewrite) StripForAgent(c.rewrite, parsed.as_object());
-  std::string answer = c.dialect != nullptr ? c.dialect->Whole(parsed.as_object())
+  std::string answer = c.native               ? *std::move(body)
+                       : c.dialect != nullptr ? c.dialect->Whole(parsed.as_object())
                        : rewrite            ? json::serialize(parsed)
                                             : *std::move(body);
   co_await responder.Send(200, "application/json", std::move(answer));
@@ -412,6 +454,11 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
     }
     std::string out;
     for (http::SseEvent& ev : *events) {
+      if (c.native) {
+        NativeEvent(c, ev);
+        out += AsCame(ev);
+        continue;
+      }
       if (ev.data == "[DONE]") continue;  // sent by the proxy itself once the call is journaled
       boost::system::error_code ec;
       json::value chunk = json::parse(ev.data, ec);
@@ -438,20 +485,24 @@ asio::awaitable<void> HttpHandler::RelayStream(Call& c, std::unique_ptr<http::Cl
         absl::StrAppend(&out, "data: ", json::serialize(chunk), "\n\n");
       }
     }
-    c.gate->continuable = Continuable(c.body, c.chat, c.assembler);
+    c.gate->continuable = !c.native && Continuable(c.body, c.chat, c.assembler);
     if (!out.empty() && !co_await responder.WriteChunk(out)) {
       c.error = "the client disconnected mid-stream";
       c.http_status = 499;
     }
   }
+  const bool told = c.native && c.native_stream->error() == c.error && !c.error.empty();  // its own error event
+  if (c.native && c.error.empty()) EndNativeStream(c);
   const bool journaled = (co_await Finish(c)).ok();
   if (responder.client_gone()) co_return;
-  if (!c.error.empty()) {
+  if (told) {
+    // The agent has the upstream's error event already.
+  } else if (!c.error.empty()) {
     co_await responder.WriteChunk(
         ErrorEventFor(c.dialect.get(), c.http_status == 410 ? ApiError::kSessionClosed : ApiError::kUpstream, c.error));
   } else if (!journaled) {
     co_await responder.WriteChunk(ErrorEventFor(c.dialect.get(), ApiError::kServer, "the call could not be journaled"));
-  } else {
+  } else if (!c.native) {  // a native stream ended as the upstream ended it
     // (A plain statement before co_await: GCC 12 mishandles a conditional's temporary inside a co_await.)
     const std::string end = c.dialect != nullptr ? c.dialect->End() : std::string("data: [DONE]\n\n");
     co_await responder.WriteChunk(end);
@@ -494,6 +545,26 @@ UpstreamDispatcher::OnWait HttpHandler::Keepalive(http::Responder& responder) {
     const bool written = co_await SseComment(responder, ": keepalive\n\n");
     (void)written;  // a gone agent is noticed by the relay's next write
   };
+}
+
+void HttpHandler::NativeEvent(Call& c, const http::SseEvent& ev) {
+  boost::system::error_code ec;
+  json::value data = json::parse(ev.data, ec);
+  if (ec || !data.is_object()) return;
+  NoteVersion(c);
+  c.native_stream->Add(data.as_object());
+  if (c.error.empty() && !c.native_stream->error().empty()) c.error = c.native_stream->error();
+}
+
+void HttpHandler::EndNativeStream(Call& c) {
+  const std::optional<json::object>& answer = c.native_stream->answer();
+  std::optional<json::object> chat = answer.has_value() ? NativeAnswerToChat(c.dialect->api(), *answer) : std::nullopt;
+  if (!chat.has_value()) {
+    c.error = absl::StrCat("the upstream's ", c.dialect->api(), " stream ended without its whole answer");
+    c.http_status = 502;
+    return;
+  }
+  c.assembler.AddWhole(*chat);
 }
 
 void HttpHandler::NoteVersion(Call& c) {

@@ -10,6 +10,7 @@
 #include "boost/asio/awaitable.hpp"
 #include "libs/core/clock.h"
 #include "libs/http/server.h"
+#include "libs/http/sse.h"
 #include "services/proxy/api_errors.h"
 #include "services/proxy/generation_gate.h"
 #include "services/proxy/metrics.h"
@@ -50,6 +51,10 @@ class HttpHandler {
   // A stream a pause cuts goes on with a continuation (Continue) in the same response to the agent.
   boost::asio::awaitable<void> RelayStream(Call& call, std::unique_ptr<http::ClientConnection>& upstream,
                                            http::Responder& responder);
+  // Native pass-through: one event of the upstream's stream (read for the record and for an error), and the
+  // record of the whole answer once the stream is complete (an error when it never came).
+  void NativeEvent(Call& call, const http::SseEvent& event);
+  void EndNativeStream(Call& call);
   // While the upstream has not answered, a streaming agent gets SSE comments so nothing in between times out.
   static UpstreamDispatcher::OnWait Keepalive(http::Responder& responder);
   // After a cut: waits for the resume, then sends the continuation. Null on failure: either the call's error

@@ -112,4 +112,14 @@ std::optional<std::vector<std::string>> UpstreamPool::known_models() const {
   return models();
 }
 
+bool UpstreamPool::ServesNatively(const std::string& model, absl::string_view dialect) const {
+  bool any = false;
+  for (const auto& u : upstreams_) {
+    if (!u->Serves(model)) continue;
+    any = true;
+    if (std::find(u->spec.dialects.begin(), u->spec.dialects.end(), dialect) == u->spec.dialects.end()) return false;
+  }
+  return any;
+}
+
 }  // namespace corral::proxy

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/core/clock.h"
@@ -33,7 +34,13 @@ struct UpstreamSpec {
   std::vector<std::string> models;  // empty: any model
   int weight = 1;
   QuotaSpec quota;  // empty: none
+  // Agent APIs the upstream serves itself ("responses": /v1/responses, "messages": /v1/messages): calls in them go
+  // through untranslated (native pass-through) when every upstream serving the model lists the API.
+  std::vector<std::string> dialects;
 };
+
+// The agent APIs an upstream may serve itself (UpstreamSpec.dialects).
+inline constexpr const char* kNativeDialects[] = {"responses", "messages"};
 
 // "http://HOST:PORT[/...]" (HOST an IP address). INVALID_ARGUMENT otherwise. The name is "HOST:PORT".
 absl::StatusOr<UpstreamSpec> ParseUpstreamUrl(const std::string& url);
@@ -78,6 +85,9 @@ class UpstreamPool {
   // The same, but nullopt while some upstream's models are unknown (it declares none and has not answered
   // GET /v1/models yet): what may be checked against.
   std::optional<std::vector<std::string>> known_models() const;
+  // Whether a call to `model` in the agent API `dialect` goes to the upstream untranslated: some upstream serves
+  // the model and every one that does serves the API itself (so whichever is picked, retries included, can).
+  bool ServesNatively(const std::string& model, absl::string_view dialect) const;
 
  private:
   Clock* const clock_;

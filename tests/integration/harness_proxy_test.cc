@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/scheduler/harnesses.h"
@@ -67,8 +68,9 @@ class HarnessProxyTest : public ProxyFixture {
     return env_id;
   }
 
-  // What every harness must have done: run the command, print the answer, and left token ids on each call.
-  void ExpectTheTaskDone(const std::string& env_id, const std::string& endpoint) {
+  // What every harness must have done: run the command, print the answer, and left on each call the path it
+  // took (a dialect's) and the upstream's token ids (which an upstream serving the dialect itself does not give).
+  void ExpectTheTaskDone(const std::string& env_id, const std::string& endpoint, const std::string& path = "") {
     EXPECT_EQ(ReadFile(work_ + "/proof.txt"), "corral-harness-ok\n") << log_;
     EXPECT_THAT(log_, ::testing::HasSubstr("The proof file is written."));
     auto t = Trajectory(env_id);
@@ -78,7 +80,14 @@ class HarnessProxyTest : public ProxyFixture {
     for (const v1::LlmCall& call : t->calls()) {
       if (call.endpoint() != endpoint) continue;
       ++on_endpoint;
-      EXPECT_FALSE(call.completion_token_ids().empty()) << call.ShortDebugString();
+      EXPECT_EQ(call.error(), "");
+      EXPECT_TRUE(call.has_response_message()) << "the answer is recorded";
+      if (!path.empty()) {
+        EXPECT_THAT(call.translation_json(), ::testing::HasSubstr("\"path\":\"" + path + "\""));
+      }
+      if (path != "native") {
+        EXPECT_FALSE(call.completion_token_ids().empty()) << call.ShortDebugString();
+      }
     }
     EXPECT_GE(on_endpoint, 2) << t->ShortDebugString();
   }
@@ -88,12 +97,41 @@ class HarnessProxyTest : public ProxyFixture {
 
 TEST_F(HarnessProxyTest, ClaudeCodeRunsItsBashToolThroughTheMessagesApi) {
   const std::string env_id = RunHarness("claude-code");
-  ExpectTheTaskDone(env_id, "/v1/messages");
+  ExpectTheTaskDone(env_id, "/v1/messages", "translated");
 }
 
 TEST_F(HarnessProxyTest, CodexRunsItsShellToolThroughTheResponsesApi) {
   const std::string env_id = RunHarness("codex");
-  ExpectTheTaskDone(env_id, "/v1/responses");
+  ExpectTheTaskDone(env_id, "/v1/responses", "translated");
+}
+
+// An upstream that serves /v1/responses itself (as vLLM and SGLang do), declared so: Codex's requests go to it
+// untranslated, streamed back as they came, and are recorded from its answers.
+TEST_F(HarnessProxyTest, CodexThroughAnUpstreamThatServesResponsesItselfGoesNative) {
+  const std::string backend = StartBackend({"--shell-agent", "--native-responses"});
+  std::ofstream(dir_ + "/proxy.yaml") << "upstreams:\n  - {url: http://" << backend << ", dialects: [responses]}\n";
+  StartProxy({}, {"--config=" + dir_ + "/proxy.yaml"});
+  const std::string env_id = RunHarness("codex");
+  ExpectTheTaskDone(env_id, "/v1/responses", "native");
+  const HttpReply stats = Backend(backend, "/admin/stats");
+  EXPECT_GE(boost::json::parse(stats.body).at("native_responses").as_int64(), 2) << stats.body;
+  // A whole (unstreamed) call: the upstream's Response object as it came, the call recorded from it.
+  v1::SessionPolicy policy;  // the policy's model goes into the untranslated body
+  policy.add_allowed_models("fake-model");
+  (*policy.mutable_model_aliases())["*"] = "fake-model";
+  const std::string token = Open("native-whole", policy);
+  const HttpReply whole = Post("/v1/responses", token, R"({"model": "gpt-5", "input": "hello there"})");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const boost::json::object response = boost::json::parse(whole.body).as_object();
+  EXPECT_EQ(response.at("object").as_string(), "response");
+  EXPECT_EQ(response.at("model").as_string(), "fake-model");
+  EXPECT_THAT(whole.body, ::testing::HasSubstr("echo: hello there"));
+  auto t = Trajectory("native-whole");
+  ASSERT_THAT(t, IsOk());
+  ASSERT_EQ(t->calls_size(), 1);
+  EXPECT_EQ(t->calls(0).translation_json(), R"({"path":"native"})");
+  EXPECT_EQ(t->calls(0).requested_model(), "gpt-5");
+  EXPECT_GT(t->calls(0).usage().prompt_tokens(), 0u);
 }
 
 TEST_F(HarnessProxyTest, OpenCodeRunsItsBashToolThroughChatCompletions) {

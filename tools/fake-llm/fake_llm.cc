@@ -11,6 +11,8 @@
 #include "boost/asio/use_awaitable.hpp"
 #include "boost/json.hpp"
 #include "libs/http/openai_json.h"
+#include "tools/fake-llm/json_text.h"
+#include "tools/fake-llm/native_responses.h"
 #include "tools/fake-llm/shell_agent.h"
 
 namespace corral::fakellm {
@@ -40,20 +42,6 @@ bool BoolOr(const json::object& o, const char* key) {
   return v != nullptr && v->is_bool() && v->as_bool();
 }
 
-std::string Str(const json::value* v) { return v != nullptr && v->is_string() ? std::string(v->as_string()) : ""; }
-
-// The text of a message's content (a string, or an array of parts with "text").
-std::string ContentText(const json::value* content) {
-  if (content == nullptr) return "";
-  if (content->is_string()) return std::string(content->as_string());
-  std::string text;
-  if (content->is_array()) {
-    for (const auto& part : content->as_array()) {
-      if (part.is_object()) text += Str(part.as_object().if_contains("text"));
-    }
-  }
-  return text;
-}
 
 std::string Json(const json::value& v) { return json::serialize(v); }
 
@@ -405,6 +393,13 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
   return r;
 }
 
+// A chat completion (the fake's whole answer) as the Responses API's answer: the body, or the stream's events.
+std::vector<std::string> AsResponses(const std::string& whole, bool stream) {
+  const json::object completion = json::parse(whole).as_object();
+  if (!stream) return {json::serialize(ResponseOf(completion))};
+  return ResponseEvents(completion);
+}
+
 }  // namespace
 
 asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& responder) {
@@ -433,7 +428,9 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_await responder.Send(200, "application/json", http::ModelListJson(options_.models, "corral-fake-llm"));
     co_return;
   }
-  const bool chat = target == "/v1/chat/completions";
+  // An upstream that serves the Responses API itself (--native-responses) answers it as a chat call, reshaped.
+  const bool native_responses = options_.native_responses && target == "/v1/responses";
+  const bool chat = target == "/v1/chat/completions" || native_responses;
   if (!chat && target != "/v1/completions") {
     co_await responder.Send(404, "application/json", http::ErrorJson("no such route", "invalid_request_error"));
     co_return;
@@ -459,6 +456,11 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_await responder.Send(400, "application/json", http::ErrorJson("body is not a JSON object", "invalid_request_error"));
     co_return;
   }
+  const bool native_stream = native_responses && BoolOr(parsed.as_object(), "stream");
+  if (native_responses) {
+    ++native_responses_;
+    parsed = ResponsesAsChat(parsed.as_object());
+  }
   const Reply reply = BuildReply(options_, n, chat, parsed.as_object());
   if (reply.continued_from >= 0) {
     absl::MutexLock lock(&mu_);
@@ -467,6 +469,20 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
   co_await http::SleepFor(reply.plan.ttft);
   if (reply.plan.status != 200) {
     co_await responder.Send(reply.plan.status, "application/json", http::ErrorJson("injected failure", "server_error"));
+    co_return;
+  }
+  if (native_responses) {
+    const std::vector<std::string> answer = AsResponses(reply.whole, native_stream);
+    if (!native_stream) {
+      co_await responder.Send(200, "application/json", answer.front());
+      co_return;
+    }
+    if (!co_await responder.StartStream(200, "text/event-stream")) co_return;
+    for (const std::string& event : answer) {
+      co_await http::SleepFor(reply.plan.inter_token);
+      if (!co_await responder.WriteChunk(event)) co_return;
+    }
+    co_await responder.EndStream();
     co_return;
   }
   if (!reply.stream) {
@@ -520,6 +536,7 @@ std::string FakeLlm::Stats() const {
   out["version"] = version_.load();
   out["requests"] = requests_.load();
   out["aborted_streams"] = aborted_streams_.load();
+  out["native_responses"] = native_responses_.load();
   json::array continuations;
   {
     absl::MutexLock lock(&mu_);

@@ -6,25 +6,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
+#include "tools/fake-llm/json_text.h"
 
 namespace corral::fakellm {
 namespace {
 
 namespace json = boost::json;
 
-std::string Str(const json::value* v) { return v != nullptr && v->is_string() ? std::string(v->as_string()) : ""; }
-
-std::string Text(const json::value* content) {
-  if (content == nullptr) return "";
-  if (content->is_string()) return std::string(content->as_string());
-  std::string text;
-  if (content->is_array()) {
-    for (const auto& part : content->as_array()) {
-      if (part.is_object()) text += Str(part.as_object().if_contains("text")) + "\n";
-    }
-  }
-  return text;
-}
 
 // The rest of the line after the first `marker` in `text`, trimmed of spaces and backticks; nullopt without it.
 std::optional<std::string> AfterMarker(absl::string_view text, absl::string_view marker) {
@@ -68,7 +56,7 @@ std::optional<ShellAgentPlan> PlanShellAgent(const json::object& body) {
     for (const auto& m : msgs->as_array()) {
       if (!m.is_object()) continue;
       const std::string role = Str(m.as_object().if_contains("role"));
-      if (role == "user") user_text += Text(m.as_object().if_contains("content")) + "\n";
+      if (role == "user") user_text += ContentText(m.as_object().if_contains("content"), "\n") + "\n";
       if (role == "tool") tool_result = true;
     }
   }

@@ -80,5 +80,19 @@ TEST(QuotaConfigTest, BadQuotasAreClearErrors) {
   }
 }
 
+TEST(UpstreamConfigTest, DialectsNameTheAgentApisAnUpstreamServesItself) {
+  Config c;
+  ASSERT_THAT(Load("upstreams:\n  - {url: http://127.0.0.1:8000, dialects: [responses, messages]}\n"
+                   "  - http://127.0.0.1:8001\n",
+                   &c),
+              IsOk());
+  EXPECT_THAT(c.upstreams[0].dialects, ::testing::ElementsAre("responses", "messages"));
+  EXPECT_TRUE(c.upstreams[1].dialects.empty());
+  Config bad;
+  EXPECT_THAT(Load("upstreams: [{url: http://127.0.0.1:8000, dialects: [chat]}]\n", &bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'chat' is not an agent API (responses, messages)")));
+}
+
 }  // namespace
 }  // namespace corral::proxy

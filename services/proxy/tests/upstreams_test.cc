@@ -61,6 +61,21 @@ TEST(UpstreamPoolTest, ModelsRestrictWhichUpstreamsServeACall) {
   EXPECT_THAT(pool.models(), ::testing::ElementsAre("big", "small"));
 }
 
+TEST(UpstreamPoolTest, ACallGoesNativeOnlyWhenEveryUpstreamServingTheModelServesTheApi) {
+  FakeClock clock;
+  auto specs = Three();
+  specs[0].models = {"small"};
+  specs[0].dialects = {"responses", "messages"};
+  specs[1].models = {"big"};
+  specs[1].dialects = {"responses"};
+  specs[2].models = {"big"};
+  UpstreamPool pool(specs, &clock);
+  EXPECT_TRUE(pool.ServesNatively("small", "responses"));
+  EXPECT_TRUE(pool.ServesNatively("small", "messages"));
+  EXPECT_FALSE(pool.ServesNatively("big", "responses"));  // the third would get it, and cannot answer it
+  EXPECT_FALSE(pool.ServesNatively("unknown", "responses"));
+}
+
 TEST(ParseUpstreamUrlTest, RefusesWhatIsNotHttpHostPort) {
   EXPECT_THAT(ParseUpstreamUrl("https://127.0.0.1:1"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ParseUpstreamUrl("http://127.0.0.1"), StatusIs(absl::StatusCode::kInvalidArgument));

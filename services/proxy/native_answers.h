@@ -1,0 +1,40 @@
+// Native pass-through (an upstream that serves an agent API itself, UpstreamSpec.dialects): the agent's request
+// goes upstream untranslated and the upstream's answer back as it came; these read that answer — whole, or
+// gathered from its stream — as a chat completion, which is what the call's record holds. Pure: no I/O.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "boost/json.hpp"
+
+namespace corral::proxy {
+
+// A whole answer of `api` ("responses": a Response object; "messages": an Anthropic message) as a chat completion
+// (message text, tool calls, finish reason, usage); nullopt when it is not of that shape.
+std::optional<boost::json::object> NativeAnswerToChat(absl::string_view api, const boost::json::object& answer);
+
+// A native stream's events, gathered into the whole answer: Responses' response.completed (or .incomplete /
+// .failed) carries it; a Messages stream is assembled from message_start, its content blocks and deltas, and
+// message_delta, and is whole at message_stop.
+class NativeStream {
+ public:
+  explicit NativeStream(std::string api) : api_(std::move(api)) {}
+  // One event's data.
+  void Add(const boost::json::object& data);
+  // The whole answer once the stream carried it.
+  const std::optional<boost::json::object>& answer() const { return answer_; }
+  // The message of an error event, "" when none came.
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string api_;
+  std::optional<boost::json::object> answer_;
+  std::string error_;
+  boost::json::object message_;       // messages: the message being assembled
+  std::vector<std::string> partial_;  // messages: each tool_use block's input JSON so far
+};
+
+}  // namespace corral::proxy
