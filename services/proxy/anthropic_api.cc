@@ -256,6 +256,9 @@ json::object FromChat(const json::object& completion) {
   if (const json::object* choice = chat_json::FirstChoice(completion)) {
     finish = StringOf(choice->if_contains("finish_reason"));
     if (const json::value* m = choice->if_contains("message"); m != nullptr && m->is_object()) {
+      if (std::string reasoning = chat_json::Reasoning(m->as_object()); !reasoning.empty()) {
+        content.push_back(json::object{{"type", "thinking"}, {"thinking", reasoning}, {"signature", ""}});
+      }
       if (std::string text = StringOf(m->as_object().if_contains("content")); !text.empty()) {
         content.push_back(json::object{{"type", "text"}, {"text", text}});
       }
@@ -305,7 +308,7 @@ void StreamTranslator::Begin(const json::object& chunk, std::string& out) {
 void StreamTranslator::Open(json::object block, std::string& out) {
   Close(out);
   open_ = next_index_++;
-  open_is_text_ = StringOf(block.if_contains("type")) == "text";
+  open_type_ = StringOf(block.if_contains("type"));
   out += Event("content_block_start", json::object{{"index", open_}, {"content_block", std::move(block)}});
 }
 
@@ -315,8 +318,16 @@ void StreamTranslator::Close(std::string& out) {
   open_ = -1;
 }
 
+void StreamTranslator::Reasoning(const std::string& text, std::string& out) {
+  if (open_ < 0 || open_type_ != "thinking") {
+    Open(json::object{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, out);
+  }
+  out += Event("content_block_delta",
+               json::object{{"index", open_}, {"delta", json::object{{"type", "thinking_delta"}, {"thinking", text}}}});
+}
+
 void StreamTranslator::Text(const std::string& text, std::string& out) {
-  if (open_ < 0 || !open_is_text_) Open(json::object{{"type", "text"}, {"text", ""}}, out);
+  if (open_ < 0 || open_type_ != "text") Open(json::object{{"type", "text"}, {"text", ""}}, out);
   out += Event("content_block_delta",
                json::object{{"index", open_}, {"delta", json::object{{"type", "text_delta"}, {"text", text}}}});
 }
@@ -326,7 +337,7 @@ void StreamTranslator::ToolCall(const chat_json::ToolCall& call, bool first, std
     Open(json::object{{"type", "tool_use"}, {"id", call.id}, {"name", call.name}, {"input", json::object()}}, out);
     open_call_ = call.index;
   }
-  if (call.arguments.empty() || open_ < 0 || open_is_text_ || open_call_ != call.index) return;
+  if (call.arguments.empty() || open_ < 0 || open_type_ != "tool_use" || open_call_ != call.index) return;
   out += Event("content_block_delta",
                json::object{{"index", open_},
                             {"delta", json::object{{"type", "input_json_delta"}, {"partial_json", call.arguments}}}});

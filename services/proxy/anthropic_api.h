@@ -26,7 +26,7 @@ int64_t EstimateTokens(const boost::json::object& chat);
 // A model list in Anthropic's shape (GET /v1/models with an anthropic-version header).
 std::string ModelList(const std::vector<std::string>& ids);
 
-// A whole chat completion as a Messages response.
+// A whole chat completion as a Messages response (a reasoning model's reasoning as a first `thinking` block).
 boost::json::object FromChat(const boost::json::object& completion);
 
 // Anthropic's error shape ({"type": "error", "error": {"type", "message"}}), typed by the HTTP status; the same
@@ -34,7 +34,7 @@ boost::json::object FromChat(const boost::json::object& completion);
 std::string ErrorBody(int http_status, absl::string_view message);
 std::string ErrorEvent(int http_status, absl::string_view message);
 
-// A chat stream's chunks as the Messages stream's events: message_start, content blocks (text, tool_use) with
+// A chat stream's chunks as the Messages stream's events: message_start, content blocks (thinking, text, tool_use) with
 // their deltas, message_delta (stop reason, usage) and message_stop.
 class StreamTranslator final : public ChatStreamWalker {
  public:
@@ -45,13 +45,14 @@ class StreamTranslator final : public ChatStreamWalker {
 
  private:
   void Begin(const boost::json::object& chunk, std::string& out) override;
+  void Reasoning(const std::string& text, std::string& out) override;
   void Text(const std::string& text, std::string& out) override;
   void ToolCall(const chat_json::ToolCall& call, bool first, std::string& out) override;
   void Open(boost::json::object block, std::string& out);
   void Close(std::string& out);
 
-  int open_ = -1;             // the open content block's index, -1 when none
-  bool open_is_text_ = false;
+  int open_ = -1;          // the open content block's index, -1 when none
+  std::string open_type_;  // its type: "thinking", "text" or "tool_use"
   int64_t open_call_ = -1;    // the chat tool_call index of the open tool_use block
   int next_index_ = 0;
 };

@@ -96,6 +96,11 @@ std::vector<ToolCall> ToolCalls(const json::object& message) {
   return out;
 }
 
+std::string Reasoning(const json::object& message) {
+  std::string text = http::StringOf(message.if_contains("reasoning_content"));
+  return text.empty() ? http::StringOf(message.if_contains("reasoning")) : text;
+}
+
 std::optional<std::pair<int64_t, int64_t>> Usage(const json::object& completion) {
   const json::value* u = completion.if_contains("usage");
   if (u == nullptr || !u->is_object()) return std::nullopt;
@@ -124,6 +129,7 @@ std::string ChatStreamWalker::Walk(const json::object& chunk) {
   const json::object* choice = chat_json::FirstChoice(chunk);
   if (choice == nullptr) return out;
   if (const json::value* d = choice->if_contains("delta"); d != nullptr && d->is_object()) {
+    if (std::string reasoning = chat_json::Reasoning(d->as_object()); !reasoning.empty()) Reasoning(reasoning, out);
     if (std::string text = http::StringOf(d->as_object().if_contains("content")); !text.empty()) Text(text, out);
     for (const chat_json::ToolCall& call : chat_json::ToolCalls(d->as_object())) {
       const bool first = std::find(calls_.begin(), calls_.end(), call.index) == calls_.end();

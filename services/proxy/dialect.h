@@ -72,14 +72,16 @@ struct ToolCall {
   std::string id, name, arguments;
 };
 std::vector<ToolCall> ToolCalls(const boost::json::object& message);
+// The reasoning text of a message or a delta (vLLM and SGLang's `reasoning_content`, or `reasoning`).
+std::string Reasoning(const boost::json::object& message);
 // usage.prompt_tokens and usage.completion_tokens, when the completion or chunk has usage.
 std::optional<std::pair<int64_t, int64_t>> Usage(const boost::json::object& completion);
 
 }  // namespace chat_json
 
-// Walks a chat stream's chunks for a dialect's translation: Begin once (with the first chunk), Text for each
-// piece of text, ToolCall for each piece of a tool call (`first` on its first piece); keeps the finish reason
-// and the usage.
+// Walks a chat stream's chunks for a dialect's translation: Begin once (with the first chunk), Reasoning for each
+// piece of reasoning text (a reasoning model's, before its answer), Text for each piece of text, ToolCall for each
+// piece of a tool call (`first` on its first piece); keeps the finish reason and the usage.
 class ChatStreamWalker {
  public:
   virtual ~ChatStreamWalker() = default;
@@ -88,6 +90,7 @@ class ChatStreamWalker {
 
  protected:
   virtual void Begin(const boost::json::object& chunk, std::string& out) = 0;
+  virtual void Reasoning(const std::string& text, std::string& out) = 0;
   virtual void Text(const std::string& text, std::string& out) = 0;
   virtual void ToolCall(const chat_json::ToolCall& call, bool first, std::string& out) = 0;
   // Begins with an empty chunk when no chunk came (for End).

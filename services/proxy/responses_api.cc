@@ -120,6 +120,15 @@ json::object MessageItem(const std::string& id, const std::string& text, const c
                       {"content", std::move(content)}};
 }
 
+// A reasoning model's reasoning: a reasoning item with its text as reasoning_text content (as open-weight models'
+// reasoning comes in the Responses API), no summary.
+json::object ReasoningItem(const std::string& id, const std::string& text, const char* status) {
+  json::array content;
+  if (std::string(status) == "completed") content.push_back(json::object{{"type", "reasoning_text"}, {"text", text}});
+  return json::object{{"type", "reasoning"}, {"id", id}, {"status", status}, {"summary", json::array()},
+                      {"content", std::move(content)}};
+}
+
 // A function call item; a namespace's function is named back as the agent offered it (namespace + name).
 json::object CallItem(const std::string& id, const std::string& call_id, const std::string& name,
                       const std::string& arguments, const char* status, const NamespacedNames* names) {
@@ -262,6 +271,9 @@ json::object FromChat(const json::object& completion, const NamespacedNames* nam
   if (const json::object* choice = chat_json::FirstChoice(completion)) {
     finish = StringOf(choice->if_contains("finish_reason"));
     if (const json::value* m = choice->if_contains("message"); m != nullptr && m->is_object()) {
+      if (std::string reasoning = chat_json::Reasoning(m->as_object()); !reasoning.empty()) {
+        output.push_back(ReasoningItem(absl::StrCat("rs_", id), reasoning, "completed"));
+      }
       if (std::string text = StringOf(m->as_object().if_contains("content")); !text.empty()) {
         output.push_back(MessageItem(absl::StrCat("msg_", id), text, "completed"));
       }
@@ -311,10 +323,20 @@ void ResponsesDialect::Begin(const json::object& chunk, std::string& out) {
   out += Event("response.in_progress", json::object{{"response", Snapshot("in_progress")}});
 }
 
+void ResponsesDialect::OpenReasoning(std::string& out) {
+  Close(out);
+  open_ = static_cast<int>(output_.size());
+  open_kind_ = Kind::kReasoning;
+  open_id_ = absl::StrCat("rs_", id_.substr(5), "_", open_);
+  open_text_.clear();
+  out += Event("response.output_item.added",
+               json::object{{"output_index", open_}, {"item", ReasoningItem(open_id_, "", "in_progress")}});
+}
+
 void ResponsesDialect::OpenMessage(std::string& out) {
   Close(out);
   open_ = static_cast<int>(output_.size());
-  open_is_message_ = true;
+  open_kind_ = Kind::kMessage;
   open_id_ = absl::StrCat("msg_", id_.substr(5), "_", open_);
   open_text_.clear();
   out += Event("response.output_item.added",
@@ -327,7 +349,7 @@ void ResponsesDialect::OpenMessage(std::string& out) {
 void ResponsesDialect::OpenCall(const std::string& call_id, const std::string& name, std::string& out) {
   Close(out);
   open_ = static_cast<int>(output_.size());
-  open_is_message_ = false;
+  open_kind_ = Kind::kCall;
   open_id_ = absl::StrCat("fc_", call_id);
   open_call_id_ = call_id;
   open_name_ = name;
@@ -339,7 +361,11 @@ void ResponsesDialect::OpenCall(const std::string& call_id, const std::string& n
 void ResponsesDialect::Close(std::string& out) {
   if (open_ < 0) return;
   json::object item;
-  if (open_is_message_) {
+  if (open_kind_ == Kind::kReasoning) {
+    item = ReasoningItem(open_id_, open_text_, "completed");
+    out += Event("response.reasoning_text.done", json::object{{"item_id", open_id_}, {"output_index", open_},
+                                                              {"content_index", 0}, {"text", open_text_}});
+  } else if (open_kind_ == Kind::kMessage) {
     item = MessageItem(open_id_, open_text_, "completed");
     out += Event("response.output_text.done", json::object{{"item_id", open_id_}, {"output_index", open_},
                                                            {"content_index", 0}, {"text", open_text_}});
@@ -356,8 +382,15 @@ void ResponsesDialect::Close(std::string& out) {
   open_ = -1;
 }
 
+void ResponsesDialect::Reasoning(const std::string& text, std::string& out) {
+  if (open_ < 0 || open_kind_ != Kind::kReasoning) OpenReasoning(out);
+  open_text_ += text;
+  out += Event("response.reasoning_text.delta",
+               json::object{{"item_id", open_id_}, {"output_index", open_}, {"content_index", 0}, {"delta", text}});
+}
+
 void ResponsesDialect::Text(const std::string& text, std::string& out) {
-  if (open_ < 0 || !open_is_message_) OpenMessage(out);
+  if (open_ < 0 || open_kind_ != Kind::kMessage) OpenMessage(out);
   open_text_ += text;
   out += Event("response.output_text.delta",
                json::object{{"item_id", open_id_}, {"output_index", open_}, {"content_index", 0}, {"delta", text}});
@@ -368,7 +401,7 @@ void ResponsesDialect::ToolCall(const chat_json::ToolCall& call, bool first, std
     OpenCall(call.id, call.name, out);
     open_call_ = call.index;
   }
-  if (call.arguments.empty() || open_ < 0 || open_is_message_ || open_call_ != call.index) return;
+  if (call.arguments.empty() || open_ < 0 || open_kind_ != Kind::kCall || open_call_ != call.index) return;
   open_text_ += call.arguments;
   out += Event("response.function_call_arguments.delta",
                json::object{{"item_id", open_id_}, {"output_index", open_}, {"delta", call.arguments}});

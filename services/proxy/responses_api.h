@@ -23,7 +23,8 @@ using NamespacedNames = std::map<std::string, std::pair<std::string, std::string
 // namespace's functions are offered as "<namespace>__<name>", recorded in `names` (optional).
 absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request, boost::json::object* notes = nullptr,
                                            NamespacedNames* names = nullptr);
-// A whole chat completion as a Response object; calls of `names` are given back their namespace and name.
+// A whole chat completion as a Response object (a reasoning model's reasoning as a first reasoning item); calls of
+// `names` are given back their namespace and name.
 boost::json::object FromChat(const boost::json::object& completion, const NamespacedNames* names = nullptr);
 
 class ResponsesDialect final : public Dialect, private ChatStreamWalker {
@@ -37,8 +38,9 @@ class ResponsesDialect final : public Dialect, private ChatStreamWalker {
   std::string Whole(const boost::json::object& completion) override {
     return boost::json::serialize(FromChat(completion, &names_));
   }
-  // The stream: response.created, then per output item (a message with one output_text part, or a function
-  // call) its added / delta / done events, then response.completed with the whole response.
+  // The stream: response.created, then per output item (a reasoning item with its reasoning_text, a message
+  // with one output_text part, or a function call) its added / delta / done events, then response.completed
+  // with the whole response.
   std::string Chunk(const boost::json::object& chunk) override { return Walk(chunk); }
   std::string End() override;
   std::string ErrorBody(int http_status, absl::string_view message) const override;
@@ -47,8 +49,10 @@ class ResponsesDialect final : public Dialect, private ChatStreamWalker {
  private:
   std::string Event(absl::string_view type, boost::json::object data);
   void Begin(const boost::json::object& chunk, std::string& out) override;
+  void Reasoning(const std::string& text, std::string& out) override;
   void Text(const std::string& text, std::string& out) override;
   void ToolCall(const chat_json::ToolCall& call, bool first, std::string& out) override;
+  void OpenReasoning(std::string& out);
   void OpenMessage(std::string& out);
   void OpenCall(const std::string& call_id, const std::string& name, std::string& out);
   void Close(std::string& out);
@@ -60,8 +64,9 @@ class ResponsesDialect final : public Dialect, private ChatStreamWalker {
   int64_t created_ = 0;
   boost::json::array output_;  // finished items
   // The open item: -1 none; its kind, id and accumulated text or arguments.
+  enum class Kind { kReasoning, kMessage, kCall };
   int open_ = -1;
-  bool open_is_message_ = false;
+  Kind open_kind_ = Kind::kMessage;
   std::string open_id_, open_call_id_, open_name_, open_text_;
   int64_t open_call_ = -1;  // the chat tool_call index of the open function_call item
 };

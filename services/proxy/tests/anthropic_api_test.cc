@@ -146,5 +146,25 @@ TEST(AnthropicApiTest, AChatStreamBecomesMessageEvents) {
   EXPECT_THAT(out, HasSubstr(R"("delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":5,"output_tokens":2})"));
 }
 
+TEST(AnthropicApiTest, AReasoningModelsReasoningBecomesAThinkingBlock) {
+  const json::object whole = FromChat(Parse(R"({"choices": [{"finish_reason": "stop",
+    "message": {"reasoning_content": "2 and 2", "content": "4"}}]})"));
+  EXPECT_EQ(whole.at("content"), json::parse(R"([{"type": "thinking", "thinking": "2 and 2", "signature": ""},
+                                                 {"type": "text", "text": "4"}])"));
+  StreamTranslator t;
+  std::string out = t.Chunk(Parse(R"({"id": "c1", "model": "m", "choices": [{"delta": {"role": "assistant"}}]})"));
+  out += t.Chunk(Parse(R"({"choices": [{"delta": {"reasoning_content": "2 and "}}]})"));
+  out += t.Chunk(Parse(R"({"choices": [{"delta": {"reasoning": "2"}}]})"));  // newer vLLM's name
+  out += t.Chunk(Parse(R"({"choices": [{"delta": {"content": "4"}}]})"));
+  out += t.End();
+  EXPECT_THAT(testing::EventTypes(out),
+              ::testing::ElementsAre("message_start", "content_block_start", "content_block_delta",
+                                     "content_block_delta", "content_block_stop", "content_block_start",
+                                     "content_block_delta", "content_block_stop", "message_delta", "message_stop"));
+  EXPECT_THAT(out, HasSubstr(R"("index":0,"content_block":{"type":"thinking","thinking":"","signature":""})"));
+  EXPECT_THAT(out, HasSubstr(R"("delta":{"type":"thinking_delta","thinking":"2 and "})"));
+  EXPECT_THAT(out, HasSubstr(R"("index":1,"content_block":{"type":"text","text":""})"));
+}
+
 }  // namespace
 }  // namespace corral::proxy::anthropic

@@ -130,6 +130,29 @@ TEST(ResponsesApiTest, AChatCompletionBecomesAResponse) {
   EXPECT_EQ(cut.at("incomplete_details").at("reason"), "max_output_tokens");
 }
 
+TEST(ResponsesApiTest, AReasoningModelsReasoningBecomesAReasoningItem) {
+  const json::object whole = FromChat(Parse(R"({"id": "c1", "choices": [{"finish_reason": "stop",
+    "message": {"reasoning_content": "2 and 2", "content": "4"}}]})"));
+  EXPECT_EQ(whole.at("output").at(0), json::parse(R"({"type": "reasoning", "id": "rs_c1", "status": "completed",
+    "summary": [], "content": [{"type": "reasoning_text", "text": "2 and 2"}]})"));
+  EXPECT_EQ(whole.at("output").at(1).at("type"), "message");
+  ResponsesDialect d;
+  std::string out = d.Chunk(Parse(R"({"id": "c1", "model": "m", "choices": [{"delta": {"role": "assistant"}}]})"));
+  out += d.Chunk(Parse(R"({"choices": [{"delta": {"reasoning_content": "2 and "}}]})"));
+  out += d.Chunk(Parse(R"({"choices": [{"delta": {"reasoning_content": "2"}}]})"));
+  out += d.Chunk(Parse(R"({"choices": [{"delta": {"content": "4"}}]})"));
+  out += d.End();
+  EXPECT_THAT(testing::EventTypes(out), ::testing::ElementsAre(
+                          "response.created", "response.in_progress", "response.output_item.added",
+                          "response.reasoning_text.delta", "response.reasoning_text.delta",
+                          "response.reasoning_text.done", "response.output_item.done", "response.output_item.added",
+                          "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+                          "response.content_part.done", "response.output_item.done", "response.completed"));
+  EXPECT_THAT(out, HasSubstr(R"("text":"2 and 2")"));
+  const json::object last = json::parse(out.substr(out.rfind("data: ") + 6)).as_object();
+  EXPECT_EQ(last.at("response").at("output").at(0).at("type"), "reasoning");
+}
+
 TEST(ResponsesApiTest, AChatStreamBecomesResponseEvents) {
   ResponsesDialect d;
   std::string out = d.Chunk(Parse(R"({"id": "c1", "model": "m", "choices": [{"delta": {"role": "assistant"}}]})"));
