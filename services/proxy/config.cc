@@ -65,8 +65,9 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                 "when they serve exactly one (GET /v1/models)");
   schema.Custom("upstreams", "list", "[]",
                 "inference backends: a YAML list of {name, url, models: [..], weight, quota: {requests, tokens, "
-                "concurrency, key}, dialects: [responses, messages]} (a quota names ratelimiter limits; dialects: "
-                "the agent APIs it serves itself, passed through untranslated)",
+                "concurrency, key}, dialects: [responses, messages], unrunnable_tools: leave_out|refuse} (a quota names "
+                "ratelimiter limits; dialects: the agent APIs it serves itself, passed through untranslated; "
+                "unrunnable_tools: what a translated call offering tools it cannot run gets)",
                 [c](const YAML::Node& node) -> absl::Status {
                   if (!node.IsSequence()) return absl::InvalidArgumentError("upstreams must be a list");
                   for (const auto& item : node) {
@@ -78,6 +79,14 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                       if (item["models"]) spec.models = item["models"].as<std::vector<std::string>>();
                       if (item["quota"]) {
                         CORRAL_ASSIGN_OR_RETURN(spec.quota, ParseQuota(item["quota"], "quota of " + spec.name));
+                      }
+                      if (item["unrunnable_tools"]) {
+                        const std::string v = item["unrunnable_tools"].as<std::string>();
+                        if (v != "refuse" && v != "leave_out") {
+                          return absl::InvalidArgumentError(absl::StrCat(
+                              "unrunnable_tools of ", spec.name, " must be refuse or leave_out, not '", v, "'"));
+                        }
+                        spec.refuse_unrunnable_tools = v == "refuse";
                       }
                       if (item["dialects"]) {
                         spec.dialects = item["dialects"].as<std::vector<std::string>>();

@@ -83,6 +83,20 @@ std::string TranslationRecord(const Dialect& dialect, bool native) {
   return json::serialize(notes);
 }
 
+// The first tool a translation left out (a server or built-in tool), as a refusal's message; "" when none.
+std::string LeftOutTool(const json::object& notes) {
+  const json::value* dropped = notes.if_contains("dropped");
+  if (dropped == nullptr || !dropped->is_array()) return "";
+  for (const json::value& d : dropped->as_array()) {
+    const std::string field = http::StringOf(d.as_object().if_contains("field"));
+    if (!absl::StartsWith(field, "tools[")) continue;
+    return absl::StrCat(field, ": ", http::StringOf(d.as_object().if_contains("why")), " ('",
+                        http::StringOf(d.as_object().if_contains("type")),
+                        "'), and this model's upstream refuses such requests (unrunnable_tools: refuse)");
+  }
+  return "";
+}
+
 // One event of a native stream, as the agent gets it: as it came.
 std::string AsCame(const http::SseEvent& ev) {
   if (ev.event.empty()) return absl::StrCat("data: ", ev.data, "\n\n");
@@ -258,6 +272,12 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     c.native = true;
     c.native_body = std::move(original);
     c.native_body["model"] = c.rewrite.model;
+  }
+  if (c.dialect != nullptr && !c.native && upstreams_->RefusesUnrunnableTools(c.rewrite.model)) {
+    if (const std::string left_out = LeftOutTool(c.dialect->notes()); !left_out.empty()) {
+      co_await Refuse(responder, c.route, ApiError::kBadRequest, left_out, chat);
+      co_return;
+    }
   }
   v1::LlmCall& call = *c.recorded.mutable_call();
   c.version = policy_version_->current();

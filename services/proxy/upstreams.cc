@@ -122,4 +122,9 @@ bool UpstreamPool::ServesNatively(const std::string& model, absl::string_view di
   return any;
 }
 
+bool UpstreamPool::RefusesUnrunnableTools(const std::string& model) const {
+  return std::any_of(upstreams_.begin(), upstreams_.end(),
+                     [&](const auto& u) { return u->Serves(model) && u->spec.refuse_unrunnable_tools; });
+}
+
 }  // namespace corral::proxy

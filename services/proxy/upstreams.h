@@ -37,6 +37,9 @@ struct UpstreamSpec {
   // Agent APIs the upstream serves itself ("responses": /v1/responses, "messages": /v1/messages): calls in them go
   // through untranslated (native pass-through) when every upstream serving the model lists the API.
   std::vector<std::string> dialects;
+  // A translated call offering tools the upstream cannot run (server and built-in tools) is refused (HTTP 400
+  // naming the tool) instead of going without them. YAML: `unrunnable_tools: refuse` (default `leave_out`).
+  bool refuse_unrunnable_tools = false;
 };
 
 // The agent APIs an upstream may serve itself (UpstreamSpec.dialects).
@@ -88,6 +91,8 @@ class UpstreamPool {
   // Whether a call to `model` in the agent API `dialect` goes to the upstream untranslated: some upstream serves
   // the model and every one that does serves the API itself (so whichever is picked, retries included, can).
   bool ServesNatively(const std::string& model, absl::string_view dialect) const;
+  // Whether some upstream serving `model` refuses calls offering tools it cannot run (refuse_unrunnable_tools).
+  bool RefusesUnrunnableTools(const std::string& model) const;
 
  private:
   Clock* const clock_;

@@ -3,6 +3,7 @@
 // journaled), the call budget, and a dead upstream recorded as a failed call.
 #include "services/proxy/http_handler.h"
 
+#include <functional>
 #include <future>
 
 #include "absl/strings/match.h"
@@ -52,13 +53,16 @@ class HttpHandlerTest : public ::testing::Test {
 
   void SetUp() override { Start({upstream_.url()}); }
 
-  void Start(std::vector<std::string> upstream_urls) {
+  void Start(std::vector<std::string> upstream_urls, const std::function<void(UpstreamSpec&)>& adjust = {}) {
     front_.reset();
     journal_ = *ProxyJournal::Open(corral::testing::MakeTestDir() + "/proxy.db", false);
     store_ = std::make_unique<SessionStore>(SessionLimits{}, &signer_, &clock_);
     ledger_ = std::make_unique<SessionLedger>(store_.get(), journal_.get(), &metrics_, &clock_);
     std::vector<UpstreamSpec> specs;
-    for (const auto& u : upstream_urls) specs.push_back(*ParseUpstreamUrl(u));
+    for (const auto& u : upstream_urls) {
+      specs.push_back(*ParseUpstreamUrl(u));
+      if (adjust) adjust(specs.back());
+    }
     pool_ = std::make_unique<UpstreamPool>(std::move(specs), &clock_);
     dispatcher_ = std::make_unique<UpstreamDispatcher>(pool_.get(), &metrics_, &clock_,
                                                        RelayOptions{.connect_timeout = absl::Seconds(1),
@@ -190,6 +194,28 @@ TEST_F(HttpHandlerTest, ADeadUpstreamIsABadGatewayRecordedAsAFailedCall) {
   ASSERT_EQ(t.calls_size(), 1);
   EXPECT_EQ(t.calls(0).http_status(), 502);
   EXPECT_THAT(t.calls(0).error(), HasSubstr("no upstream answered"));
+}
+
+TEST_F(HttpHandlerTest, AnUpstreamSetToRefuseUnrunnableToolsRefusesInTheDialectsShape) {
+  Start({upstream_.url()}, [](UpstreamSpec& u) { u.refuse_unrunnable_tools = true; });
+  const std::string token = Open("ep");
+  auto responses = Call(bhttp::verb::post, "/v1/responses", token,
+                        R"({"model": "m", "input": "hi", "tools": [{"type": "web_search"},
+                            {"type": "function", "name": "bash", "parameters": {"type": "object"}}]})");
+  EXPECT_EQ(responses.status, 400);
+  EXPECT_THAT(responses.body, HasSubstr("tools[0]: a built-in tool cannot be run by a chat-completions upstream "
+                                        "('web_search'), and this model's upstream refuses such requests"));
+  auto messages = Call(bhttp::verb::post, "/v1/messages", token,
+                       R"({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                           "tools": [{"type": "web_search_20250305", "name": "web_search"}]})");
+  EXPECT_EQ(messages.status, 400);
+  EXPECT_THAT(messages.body, HasSubstr(R"("type":"error","error":{"type":"invalid_request_error")"));
+  EXPECT_THAT(messages.body, HasSubstr("tools[0]: a server tool cannot be run"));
+  // Function tools only: nothing is left out, and the call goes through.
+  auto plain = Call(bhttp::verb::post, "/v1/responses", token,
+                    R"({"model": "m", "input": "hi", "tools": [{"type": "function", "name": "bash"}]})");
+  EXPECT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ((*store_->Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS).calls_size(), 1);
 }
 
 }  // namespace

@@ -87,6 +87,12 @@ TEST(UpstreamConfigTest, DialectsNameTheAgentApisAnUpstreamServesItself) {
                    &c),
               IsOk());
   EXPECT_THAT(c.upstreams[0].dialects, ::testing::ElementsAre("responses", "messages"));
+  EXPECT_FALSE(c.upstreams[0].refuse_unrunnable_tools);
+  Config refusing;
+  ASSERT_THAT(Load("upstreams: [{url: http://127.0.0.1:8000, unrunnable_tools: refuse}]\n", &refusing), IsOk());
+  EXPECT_TRUE(refusing.upstreams[0].refuse_unrunnable_tools);
+  EXPECT_THAT(Load("upstreams: [{url: http://127.0.0.1:8000, unrunnable_tools: drop}]\n", &refusing),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be refuse or leave_out, not 'drop'")));
   EXPECT_TRUE(c.upstreams[1].dialects.empty());
   Config bad;
   EXPECT_THAT(Load("upstreams: [{url: http://127.0.0.1:8000, dialects: [chat]}]\n", &bad),
