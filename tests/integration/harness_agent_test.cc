@@ -20,19 +20,17 @@ constexpr char kHarnessRoot[] = "/opt/corral-tests/harnesses";
 
 class HarnessAgentTest : public SchedulerFixture {
  protected:
-  static void SetUpTestSuite() {
-    if (geteuid() != 0) return;
+  void SetUp() override {
+    SchedulerFixture::SetUp();
+    if (IsSkipped()) return;
+    // Each test is a process of its own (ctest runs them side by side): the install takes a lock, and the ones
+    // after the first find the harnesses installed.
     auto install = testing::Subprocess::Start({CORRAL_CLI, "harness", "--root", kHarnessRoot, "install", "all"},
-                                              "/tmp/corral-harness-install.log");
+                                              dir_ + "/harness-install.log");
     ASSERT_THAT(install, IsOk());
     auto status = install->Wait(absl::Minutes(10));
     ASSERT_THAT(status, IsOk());
     ASSERT_EQ(*status, 0) << install->Log();
-  }
-
-  void SetUp() override {
-    SchedulerFixture::SetUp();
-    if (IsSkipped()) return;
     fake_llm_args_ = {"--shell-agent"};
     ASSERT_NO_FATAL_FAILURE(StartCluster(/*hosts=*/1, /*capacity=*/8));
   }

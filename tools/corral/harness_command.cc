@@ -1,7 +1,10 @@
 // `corral harness list|install`: the agent harnesses a task can name (AgentSpec.harness), and their installation
 // on a host — once per host, with npm, at the pinned version, under /opt/corral/harnesses where every sandbox may
 // run it.
+#include <fcntl.h>
+#include <string.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "libs/core/unique_fd.h"
 #include "services/scheduler/harnesses.h"
 #include "tools/corral/commands.h"
 
@@ -67,6 +71,14 @@ int Install(const std::vector<std::string>& names, const std::string& root) {
       return 2;
     }
     chosen.push_back(h);
+  }
+  std::error_code mkdir_error;
+  fs::create_directories(root, mkdir_error);
+  // One install at a time per root (two hosts' boot scripts, parallel tests): the next one finds it installed.
+  UniqueFd lock(open((root + "/.install.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!lock.valid() || flock(lock.get(), LOCK_EX) != 0) {
+    std::cerr << "corral harness install: cannot lock " << root << "/.install.lock: " << strerror(errno) << "\n";
+    return 1;
   }
   for (const Harness* h : chosen) {
     const std::string dir = InstallDir(root, *h);
