@@ -1,5 +1,8 @@
 #include "services/proxy/http_handler.h"
 
+#include <utility>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
@@ -81,6 +84,39 @@ std::string TranslationRecord(const Dialect& dialect, bool native) {
   json::object notes = native ? json::object() : dialect.notes();
   notes["path"] = native ? "native" : "translated";
   return json::serialize(notes);
+}
+
+// The body an upstream serving the dialect itself gets: the agent's, with what the session's policy set on the
+// chat body it was translated to — the model, the token cap (as the dialect's own field), the sampling overrides.
+json::object NativeBody(json::object native, const json::object& chat, const v1::SessionPolicy& policy,
+                        absl::string_view api) {
+  native["model"] = chat.at("model");
+  if (const json::value* cap = chat.if_contains("max_tokens"); cap != nullptr && cap->is_int64()) {
+    native[api == "responses" ? "max_output_tokens" : "max_tokens"] = *cap;
+  }
+  const v1::SamplingOverrides& o = policy.sampling_overrides();
+  std::vector<std::string> overridden;
+  for (const auto& [key, set] : {std::pair<const char*, bool>{"temperature", o.has_temperature()},
+                                 {"top_p", o.has_top_p()},
+                                 {"top_k", o.has_top_k()},
+                                 {"min_p", o.has_min_p()},
+                                 {"presence_penalty", o.has_presence_penalty()},
+                                 {"frequency_penalty", o.has_frequency_penalty()},
+                                 {"repetition_penalty", o.has_repetition_penalty()},
+                                 {"seed", o.has_seed()}}) {
+    if (set) overridden.emplace_back(key);
+  }
+  if (!o.extra_body_json().empty()) {
+    boost::system::error_code ec;
+    const json::value extra = json::parse(o.extra_body_json(), ec);
+    if (!ec && extra.is_object()) {
+      for (const auto& kv : extra.as_object()) overridden.emplace_back(kv.key());
+    }
+  }
+  for (const std::string& key : overridden) {
+    if (const json::value* v = chat.if_contains(key)) native[key] = *v;
+  }
+  return native;
 }
 
 // The first tool a translation left out (a server or built-in tool), as a refusal's message; "" when none.
@@ -270,8 +306,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   c.rewrite = policy.rewrite;
   if (c.dialect != nullptr && upstreams_->ServesNatively(c.rewrite.model, c.dialect->api())) {
     c.native = true;
-    c.native_body = std::move(original);
-    c.native_body["model"] = c.rewrite.model;
+    c.native_body = NativeBody(std::move(original), c.body, c.session->policy(), c.dialect->api());
   }
   if (c.dialect != nullptr && !c.native && upstreams_->RefusesUnrunnableTools(c.rewrite.model)) {
     if (const std::string left_out = LeftOutTool(c.dialect->notes()); !left_out.empty()) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/fake_clock.h"
@@ -216,6 +217,45 @@ TEST_F(HttpHandlerTest, AnUpstreamSetToRefuseUnrunnableToolsRefusesInTheDialects
                     R"({"model": "m", "input": "hi", "tools": [{"type": "function", "name": "bash"}]})");
   EXPECT_EQ(plain.status, 200) << plain.body;
   EXPECT_EQ((*store_->Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS).calls_size(), 1);
+}
+
+// The last body the native upstream below was sent.
+std::string native_body;
+
+TEST_F(HttpHandlerTest, ANativeCallCarriesThePolicysModelTokenCapAndOverridesAndNothingElseChanges) {
+  testing::ScriptedUpstream native([](http::Request& req, http::Responder& res) -> asio::awaitable<void> {
+    if (req.target() == "/health") {
+      co_await res.Send(200, "application/json", "{}");
+      co_return;
+    }
+    native_body = req.body();
+    co_await res.Send(200, "application/json",
+                      R"({"id": "r1", "object": "response", "status": "completed", "model": "m", "output": [)"
+                      R"({"type": "message", "content": [{"type": "output_text", "text": "4"}]}],)"
+                      R"("usage": {"input_tokens": 5, "output_tokens": 1}})");
+  });
+  Start({native.url()}, [](UpstreamSpec& u) { u.dialects = {"responses"}; });
+  v1::OpenSessionRequest r;
+  r.set_env_id("ep");
+  (*r.mutable_policy()->mutable_model_aliases())["gpt-5"] = "m";
+  r.mutable_policy()->mutable_sampling_overrides()->set_temperature(0.5);
+  r.mutable_policy()->mutable_budget()->set_max_completion_tokens(100);
+  std::promise<std::string> opened;
+  ledger_->Open(r, [&](absl::StatusOr<SessionLedger::Opened> o) { opened.set_value(o.ok() ? o->token : ""); });
+  const std::string token = opened.get_future().get();
+  auto whole = Call(bhttp::verb::post, "/v1/responses", token,
+                    R"({"model": "gpt-5", "input": "2+2?", "max_output_tokens": 1000, "temperature": 1.0,)"
+                    R"( "store": false, "tools": [{"type": "web_search"}]})");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_THAT(whole.body, HasSubstr(R"("output_text")"));  // the upstream's answer, as it came
+  EXPECT_EQ(boost::json::parse(native_body), boost::json::parse(
+      R"({"model": "m", "input": "2+2?", "max_output_tokens": 100, "temperature": 0.5, "store": false,
+          "tools": [{"type": "web_search"}]})"));
+  const v1::Trajectory t = (*store_->Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS);
+  ASSERT_EQ(t.calls_size(), 1);
+  EXPECT_EQ(t.calls(0).translation_json(), R"({"path":"native"})");
+  EXPECT_EQ(t.calls(0).model(), "m");
+  EXPECT_EQ(t.calls(0).usage().completion_tokens(), 1u);
 }
 
 }  // namespace
