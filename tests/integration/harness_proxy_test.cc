@@ -134,6 +134,17 @@ TEST_F(HarnessProxyTest, CodexThroughAnUpstreamThatServesResponsesItselfGoesNati
   EXPECT_GT(t->calls(0).usage().prompt_tokens(), 0u);
 }
 
+// The same with an upstream serving /v1/messages itself: Claude Code's calls pass through untranslated.
+TEST_F(HarnessProxyTest, ClaudeCodeThroughAnUpstreamThatServesMessagesItselfGoesNative) {
+  const std::string backend = StartBackend({"--shell-agent", "--native-messages"});
+  std::ofstream(dir_ + "/proxy.yaml") << "upstreams:\n  - {url: http://" << backend << ", dialects: [messages]}\n";
+  StartProxy({}, {"--config=" + dir_ + "/proxy.yaml"});
+  const std::string env_id = RunHarness("claude-code");
+  ExpectTheTaskDone(env_id, "/v1/messages", "native");
+  const HttpReply stats = Backend(backend, "/admin/stats");
+  EXPECT_GE(boost::json::parse(stats.body).at("native_messages").as_int64(), 2) << stats.body;
+}
+
 TEST_F(HarnessProxyTest, OpenCodeRunsItsBashToolThroughChatCompletions) {
   const std::string env_id = RunHarness("opencode");
   ExpectTheTaskDone(env_id, "/v1/chat/completions");

@@ -12,6 +12,7 @@
 #include "boost/json.hpp"
 #include "libs/http/openai_json.h"
 #include "tools/fake-llm/json_text.h"
+#include "tools/fake-llm/native_messages.h"
 #include "tools/fake-llm/native_responses.h"
 #include "tools/fake-llm/shell_agent.h"
 
@@ -393,11 +394,12 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
   return r;
 }
 
-// A chat completion (the fake's whole answer) as the Responses API's answer: the body, or the stream's events.
-std::vector<std::string> AsResponses(const std::string& whole, bool stream) {
+// A chat completion (the fake's whole answer) as the Responses or the Messages API's answer: the body, or the
+// stream's events.
+std::vector<std::string> AsNative(bool responses, const std::string& whole, bool stream) {
   const json::object completion = json::parse(whole).as_object();
-  if (!stream) return {json::serialize(ResponseOf(completion))};
-  return ResponseEvents(completion);
+  if (!stream) return {json::serialize(responses ? ResponseOf(completion) : MessageOf(completion))};
+  return responses ? ResponseEvents(completion) : MessageEvents(completion);
 }
 
 }  // namespace
@@ -430,7 +432,9 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
   }
   // An upstream that serves the Responses API itself (--native-responses) answers it as a chat call, reshaped.
   const bool native_responses = options_.native_responses && target == "/v1/responses";
-  const bool chat = target == "/v1/chat/completions" || native_responses;
+  const bool native_messages = options_.native_messages && target == "/v1/messages";
+  const bool native = native_responses || native_messages;
+  const bool chat = target == "/v1/chat/completions" || native;
   if (!chat && target != "/v1/completions") {
     co_await responder.Send(404, "application/json", http::ErrorJson("no such route", "invalid_request_error"));
     co_return;
@@ -456,10 +460,10 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_await responder.Send(400, "application/json", http::ErrorJson("body is not a JSON object", "invalid_request_error"));
     co_return;
   }
-  const bool native_stream = native_responses && BoolOr(parsed.as_object(), "stream");
-  if (native_responses) {
-    ++native_responses_;
-    parsed = ResponsesAsChat(parsed.as_object());
+  const bool native_stream = native && BoolOr(parsed.as_object(), "stream");
+  if (native) {
+    ++(native_responses ? native_responses_ : native_messages_);
+    parsed = native_responses ? ResponsesAsChat(parsed.as_object()) : MessagesAsChat(parsed.as_object());
   }
   const Reply reply = BuildReply(options_, n, chat, parsed.as_object());
   if (reply.continued_from >= 0) {
@@ -471,8 +475,8 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_await responder.Send(reply.plan.status, "application/json", http::ErrorJson("injected failure", "server_error"));
     co_return;
   }
-  if (native_responses) {
-    const std::vector<std::string> answer = AsResponses(reply.whole, native_stream);
+  if (native) {
+    const std::vector<std::string> answer = AsNative(native_responses, reply.whole, native_stream);
     if (!native_stream) {
       co_await responder.Send(200, "application/json", answer.front());
       co_return;
@@ -537,6 +541,7 @@ std::string FakeLlm::Stats() const {
   out["requests"] = requests_.load();
   out["aborted_streams"] = aborted_streams_.load();
   out["native_responses"] = native_responses_.load();
+  out["native_messages"] = native_messages_.load();
   json::array continuations;
   {
     absl::MutexLock lock(&mu_);

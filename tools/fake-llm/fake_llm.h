@@ -34,6 +34,8 @@ struct Options {
   bool shell_agent = false;
   // Serve POST /v1/responses itself (as vLLM and SGLang do), answering as a chat call would, reshaped.
   bool native_responses = false;
+  // Serve POST /v1/messages itself (as some servers do), the same way.
+  bool native_messages = false;
   // A provider's quota of its own: completion requests per second (a token bucket of `quota_burst`, 0 = off) and
   // completions in flight (0 = off). Over it: HTTP 429 with Retry-After, counted in /admin/stats.
   double quota_rps = 0;
@@ -83,6 +85,7 @@ class FakeLlm {
   std::atomic<int64_t> version_{0};  // POST /admin/version {"version": N}
   std::atomic<int64_t> aborted_streams_{0};
   std::atomic<int64_t> native_responses_{0};  // requests to its own /v1/responses
+  std::atomic<int64_t> native_messages_{0};   // and to its own /v1/messages
   mutable absl::Mutex mu_;
   std::vector<std::pair<int64_t, int64_t>> continuations_ ABSL_GUARDED_BY(mu_);
   Quota quota_ ABSL_GUARDED_BY(mu_);

@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
               "command after \"RUN:\" in the task, then answer with the text after \"ANSWER:\"");
   schema.Bool("native_responses", &options.native_responses,
               "serve POST /v1/responses itself (as vLLM and SGLang do): answered as a chat call, reshaped");
+  schema.Bool("native_messages", &options.native_messages,
+              "serve POST /v1/messages itself (as some servers do): answered as a chat call, reshaped");
   schema.Double("quota_rps", &options.quota_rps,
                  "a provider's quota: completion requests per second (token bucket; 0 = none); beyond it HTTP 429 "
                  "with Retry-After", 0, 1e6);

@@ -10,30 +10,15 @@ namespace {
 namespace json = boost::json;
 
 
-json::object Message(const std::string& role, std::string content) {
-  json::object m;
-  m["role"] = role;
-  m["content"] = std::move(content);
-  return m;
-}
-
-const json::object& FirstMessage(const json::object& completion) {
-  static const json::object kEmpty;
-  const json::value* choices = completion.if_contains("choices");
-  if (choices == nullptr || !choices->is_array() || choices->as_array().empty()) return kEmpty;
-  const json::value* m = choices->as_array()[0].as_object().if_contains("message");
-  return m != nullptr && m->is_object() ? m->as_object() : kEmpty;
-}
-
 }  // namespace
 
 json::object ResponsesAsChat(const json::object& request) {
   json::array messages;
   if (const std::string instructions = Str(request.if_contains("instructions")); !instructions.empty()) {
-    messages.push_back(Message("system", instructions));
+    messages.push_back(ChatMessage("system", instructions));
   }
   const json::value* input = request.if_contains("input");
-  if (input != nullptr && input->is_string()) messages.push_back(Message("user", std::string(input->as_string())));
+  if (input != nullptr && input->is_string()) messages.push_back(ChatMessage("user", std::string(input->as_string())));
   if (input != nullptr && input->is_array()) {
     for (const json::value& v : input->as_array()) {
       if (!v.is_object()) continue;
@@ -47,17 +32,17 @@ json::object ResponsesAsChat(const json::object& request) {
         call["id"] = Str(item.if_contains("call_id"));
         call["type"] = "function";
         call["function"] = std::move(fn);
-        json::object m = Message("assistant", "");
+        json::object m = ChatMessage("assistant", "");
         m["tool_calls"] = json::array{std::move(call)};
         messages.push_back(std::move(m));
       } else if (type == "function_call_output") {
-        json::object m = Message("tool", ContentText(item.if_contains("output")));
+        json::object m = ChatMessage("tool", ContentText(item.if_contains("output")));
         m["tool_call_id"] = Str(item.if_contains("call_id"));
         messages.push_back(std::move(m));
       } else if (type.empty() || type == "message") {
         std::string role = Str(item.if_contains("role"));
         if (role == "developer") role = "system";
-        messages.push_back(Message(role, ContentText(item.if_contains("content"))));
+        messages.push_back(ChatMessage(role, ContentText(item.if_contains("content"))));
       }
     }
   }
@@ -65,21 +50,10 @@ json::object ResponsesAsChat(const json::object& request) {
   if (const json::value* t = request.if_contains("tools"); t != nullptr && t->is_array()) {
     for (const json::value& v : t->as_array()) {
       if (!v.is_object() || Str(v.as_object().if_contains("type")) != "function") continue;
-      json::object fn;
-      fn["name"] = Str(v.as_object().if_contains("name"));
-      if (const json::value* p = v.as_object().if_contains("parameters")) fn["parameters"] = *p;
-      json::object tool;
-      tool["type"] = "function";
-      tool["function"] = std::move(fn);
-      tools.push_back(std::move(tool));
+      tools.push_back(FunctionTool(Str(v.as_object().if_contains("name")), v.as_object().if_contains("parameters")));
     }
   }
-  json::object chat;
-  chat["model"] = request.contains("model") ? request.at("model") : json::value("");
-  chat["messages"] = std::move(messages);
-  if (!tools.empty()) chat["tools"] = std::move(tools);
-  if (const json::value* fake = request.if_contains("fake")) chat["fake"] = *fake;
-  return chat;
+  return ChatBody(request, std::move(messages), std::move(tools));
 }
 
 json::object ResponseOf(const json::object& completion) {
