@@ -37,6 +37,7 @@ struct RunFlags {
   std::vector<int> ks;
   double pass_threshold = 1.0;
   bool json = false;
+  std::string name = "run";  // the subcommand, in messages
 };
 
 // Takes SIGINT and SIGTERM on its own thread (they are blocked everywhere else): the first cancels the batch, the
@@ -48,14 +49,14 @@ class Interrupts {
     for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&set_, sig);
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before gRPC starts threads: they inherit the mask
   }
-  void Start(std::function<void()> on_first) {
-    thread_ = std::thread([this, on_first = std::move(on_first)] {
+  void Start(const std::string& name, std::function<void()> on_first) {
+    thread_ = std::thread([this, name, on_first = std::move(on_first)] {
       int sig = 0;
       while (sigwait(&set_, &sig) == 0 && sig != SIGUSR1) {
         if (!interrupted_.exchange(true)) {
           on_first();
         } else {
-          std::cerr << "\ncorral run: quitting; the batch goes on being cancelled by the scheduler\n";
+          std::cerr << "\ncorral " << name << ": quitting; the batch goes on being cancelled by the scheduler\n";
           _exit(130);
         }
       }
@@ -78,26 +79,26 @@ class Interrupts {
 int Run(const RunFlags& f) {
   Interrupts interrupts;
   auto tasks = LoadTaskInput(f.batch.input, f.batch.agent, f.batch.agent_files, f.batch.harbor_images);
-  if (!tasks.ok()) return Fail("run", tasks.status());
+  if (!tasks.ok()) return Fail(f.name, tasks.status());
   RunFlags flags = f;
   auto s = ConnectScheduler(flags.conn);
-  if (!s.ok()) return Fail("run", s.status());
+  if (!s.ok()) return Fail(f.name, s.status());
   std::ofstream out;
   if (!f.out.empty()) {
     out.open(f.out, std::ios::trunc);
-    if (!out) return Fail("run", absl::NotFoundError(absl::StrCat("cannot write ", f.out)));
+    if (!out) return Fail(f.name, absl::NotFoundError(absl::StrCat("cannot write ", f.out)));
   }
 
   auto batch = s->Submit(f.batch.Spec(), *tasks);
-  if (!batch.ok()) return Fail("run", batch.status());
+  if (!batch.ok()) return Fail(f.name, batch.status());
   const std::string id = batch->batch_id();
-  std::cerr << "corral run: batch " << id << ": " << batch->task_count() << " task(s) x " << batch->spec().group_size()
+  std::cerr << "corral " << f.name << ": batch " << id << ": " << batch->task_count() << " task(s) x " << batch->spec().group_size()
             << " = " << batch->counts().total() << " episode(s), seed " << batch->spec().seed() << "\n";
 
-  interrupts.Start([&] {
-    std::cerr << "\ncorral run: cancelling batch " << id << " (Ctrl-C again to quit at once)\n";
-    if (auto cancelled = s->CancelBatch(id, "corral run was interrupted"); !cancelled.ok()) {
-      Fail("run: cancel", cancelled.status());
+  interrupts.Start(f.name, [&] {
+    std::cerr << "\ncorral " << f.name << ": cancelling batch " << id << " (Ctrl-C again to quit at once)\n";
+    if (auto cancelled = s->CancelBatch(id, "corral " + f.name + " was interrupted"); !cancelled.ok()) {
+      Fail(f.name + ": cancel", cancelled.status());
     }
   });
 
@@ -123,7 +124,7 @@ int Run(const RunFlags& f) {
       if (!f.no_ack) to_ack.push_back(msg.result().ids().episode_id());
       if (to_ack.size() >= 64) {
         out.flush();  // written before acknowledged
-        if (absl::Status st = s->Ack(to_ack); !st.ok()) return Fail("run: ack", st);
+        if (absl::Status st = s->Ack(to_ack); !st.ok()) return Fail(f.name + ": ack", st);
         to_ack.clear();
       }
     }
@@ -138,11 +139,11 @@ int Run(const RunFlags& f) {
   }
   const grpc::Status st = reader->Finish();
   out.flush();
-  if (absl::Status acked = s->Ack(to_ack); !acked.ok()) return Fail("run: ack", acked);
+  if (absl::Status acked = s->Ack(to_ack); !acked.ok()) return Fail(f.name + ": ack", acked);
   if (auto final_batch = s->GetBatch(id); final_batch.ok()) report.Progress(*final_batch);
   const absl::Time end = absl::Now();
   std::cerr << (tty ? "\r" : "") << report.Line(end, tty ? 24 : 0) << (tty ? "\033[K\n" : "\n");
-  if (!st.ok()) return Fail("run: results", FromGrpcStatus(st));
+  if (!st.ok()) return Fail(f.name + ": results", FromGrpcStatus(st));
   if (!f.eval) {
     std::cout << "\n" << report.Summary(end);
   } else if (f.json) {
@@ -180,6 +181,7 @@ void RegisterRun(CLI::App& app, int& exit_code) {
 
   auto e = std::make_shared<RunFlags>();
   e->eval = true;
+  e->name = "eval";
   CLI::App* eval = app.add_subcommand(
       "eval", "evaluate an agent: k attempts per task of a dataset or Harbor tasks, then pass@1 and pass@k per task "
               "and overall (live progress as corral run; Ctrl-C cancels)");
