@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "boost/asio/co_spawn.hpp"
-#include "boost/asio/detached.hpp"
+#include "libs/http/detached.h"
 #include "boost/asio/strand.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/json.hpp"
@@ -135,7 +135,7 @@ void EpisodeDriver::Start(EpisodeTicket ticket) {
   // Each attempt on its own strand. With several io threads, the two branches of a `||` race (an LLM call against
   // a stop) would otherwise run on two threads at once, and asio's cancellation signals are not thread-safe: a
   // stop could be lost and the attempt wait out the call it was meant to abandon.
-  asio::co_spawn(asio::make_strand(executor_), Run(std::move(ticket)), asio::detached);
+  asio::co_spawn(asio::make_strand(executor_), Run(std::move(ticket)), http::LogExceptions("an episode's attempt"));
 }
 
 asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
@@ -161,22 +161,35 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
   ToProto(a.start, a.result.mutable_timings()->mutable_start_time());
   ToProto(std::max(absl::ZeroDuration(), a.start - a.ticket.queued_since), a.result.mutable_timings()->mutable_queue());
 
-  std::optional<Failure> failure = co_await OpenSession(a);
-  if (!failure && NeedsSandbox(a.task())) failure = co_await AcquireSandbox(a);
-  if (!failure && !a.control()->stopped()) {
-    a.control()->set_phase(RunPhase::kAgent);
-    a.StartAgentPhase();
-    switch (a.task().runner()) {
-      case v1::RUNNER_SINGLE_TURN: failure = co_await RunSingleTurn(a); break;
-      case v1::RUNNER_TOOL_LOOP: failure = co_await RunToolLoop(a); break;
-      case v1::RUNNER_AGENT: failure = co_await RunAgent(a); break;
-      default: failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT, "unknown runner"};
-    }
+  // A throw (a bug of ours, an answer of a shape nobody expected) ends the attempt as an infrastructure failure
+  // that is retried, with its sandbox and session cleaned up and its concurrency slot given back, never silently.
+  std::optional<Failure> failure;
+  try {
+    failure = co_await RunPhases(a);
+  } catch (const std::exception& e) {
+    spdlog::error("episode {}: the attempt threw: {}", a.ticket.env_id, e.what());
+    failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_EPISODE,
+                      absl::StrCat("internal error in the scheduler: ", e.what())};
   }
   a.on_reserved();
   co_await Conclude(a, std::move(failure));
   --running_;
   if (on_finished_) on_finished_();
+}
+
+asio::awaitable<std::optional<Failure>> EpisodeDriver::RunPhases(Attempt& a) {
+  std::optional<Failure> failure = co_await OpenSession(a);
+  if (!failure && NeedsSandbox(a.task())) failure = co_await AcquireSandbox(a);
+  if (failure || a.control()->stopped()) co_return failure;
+  a.control()->set_phase(RunPhase::kAgent);
+  a.StartAgentPhase();
+  switch (a.task().runner()) {
+    case v1::RUNNER_SINGLE_TURN: co_return co_await RunSingleTurn(a);
+    case v1::RUNNER_TOOL_LOOP: co_return co_await RunToolLoop(a);
+    case v1::RUNNER_AGENT: co_return co_await RunAgent(a);
+    default:
+      co_return Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT, "unknown runner"};
+  }
 }
 
 asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
@@ -436,7 +449,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     } else if (closed.status().code() != absl::StatusCode::kNotFound) {
       // The proxy is away (restarting: its journal brings the session back open). Close it once it answers.
       auto executor = co_await asio::this_coro::executor;
-      asio::co_spawn(executor, CloseLater(a.proxy, a.ticket.env_id), asio::detached);
+      asio::co_spawn(executor, CloseLater(a.proxy, a.ticket.env_id), http::LogExceptions("closing a session later"));
     }
     if (!closed.ok() && !never_opened && !failure) {
       failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_REWARD,
@@ -479,7 +492,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   // The sandbox goes in the background: the result does not wait for teardown.
   if (a.slot) {
     auto executor = co_await asio::this_coro::executor;
-    asio::co_spawn(executor, Cleanup(a.slot, a.sandbox_id), asio::detached);
+    asio::co_spawn(executor, Cleanup(a.slot, a.sandbox_id), http::LogExceptions("a sandbox's cleanup"));
   }
   const std::string env_id = a.ticket.env_id;
   const FinishOutcome outcome = table_->Finish(a.ticket, std::move(r));

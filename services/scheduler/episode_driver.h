@@ -40,6 +40,8 @@ class EpisodeDriver {
 
  private:
   boost::asio::awaitable<void> Run(EpisodeTicket ticket);
+  // The session, the sandbox and the runner, in turn; what failed, or nullopt.
+  boost::asio::awaitable<std::optional<Failure>> RunPhases(Attempt& a);
   boost::asio::awaitable<std::optional<Failure>> OpenSession(Attempt& a);
   boost::asio::awaitable<std::optional<Failure>> AcquireSandbox(Attempt& a);
   boost::asio::awaitable<void> Conclude(Attempt& a, std::optional<Failure> failure);

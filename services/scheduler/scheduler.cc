@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
-#include "boost/asio/detached.hpp"
+#include "libs/http/detached.h"
 #include "boost/asio/post.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/core/logging.h"
@@ -34,10 +34,10 @@ int64_t Scheduler::WarmRoom() const {
 }
 
 void Scheduler::Start() {
-  asio::co_spawn(io_, Dispatch(), asio::detached);
-  asio::co_spawn(io_, Tick(), asio::detached);
-  asio::co_spawn(io_, hosts_->Run(&stopping_), asio::detached);
-  if (pool_ != nullptr) asio::co_spawn(io_, pool_->Run(&stopping_), asio::detached);
+  asio::co_spawn(io_, Dispatch(), http::LogExceptions("the dispatcher"));
+  asio::co_spawn(io_, Tick(), http::LogExceptions("the scheduler's tick"));
+  asio::co_spawn(io_, hosts_->Run(&stopping_), http::LogExceptions("the host registry"));
+  if (pool_ != nullptr) asio::co_spawn(io_, pool_->Run(&stopping_), http::LogExceptions("the warm pool"));
 }
 
 void Scheduler::Stop() {
@@ -184,7 +184,7 @@ void Scheduler::Drain(const v1::DrainRequest& request, std::function<void(absl::
     return done(out);
   }
   spdlog::info("draining {} (grace {})", address.empty() ? "the scheduler" : address, absl::FormatDuration(grace));
-  asio::co_spawn(io_, RunDrain(address, grace, std::move(done)), asio::detached);
+  asio::co_spawn(io_, RunDrain(address, grace, std::move(done)), http::LogExceptions("a drain"));
 }
 
 asio::awaitable<void> Scheduler::RunDrain(std::string address, absl::Duration grace,

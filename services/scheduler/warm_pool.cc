@@ -1,7 +1,7 @@
 #include "services/scheduler/warm_pool.h"
 
 #include "boost/asio/co_spawn.hpp"
-#include "boost/asio/detached.hpp"
+#include "libs/http/detached.h"
 #include "boost/asio/this_coro.hpp"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
@@ -113,8 +113,12 @@ asio::awaitable<void> WarmPool::Fill() {
     }
   }
   auto executor = co_await asio::this_coro::executor;
-  for (auto& w : expired) asio::co_spawn(executor, Discard(std::move(w)), asio::detached);
-  for (auto& key : create) asio::co_spawn(executor, CreateOne(std::move(key)), asio::detached);
+  for (auto& w : expired) {
+    asio::co_spawn(executor, Discard(std::move(w)), http::LogExceptions("discarding a warm sandbox"));
+  }
+  for (auto& key : create) {
+    asio::co_spawn(executor, CreateOne(std::move(key)), http::LogExceptions("a warm sandbox's creation"));
+  }
 }
 
 asio::awaitable<void> WarmPool::CreateOne(std::string key) {
@@ -150,7 +154,7 @@ asio::awaitable<void> WarmPool::CreateOne(std::string key) {
     if (it == entries_.end()) {
       // The spec stopped being wanted meanwhile.
       auto executor = co_await asio::this_coro::executor;
-      asio::co_spawn(executor, Discard(*std::move(made)), asio::detached);
+      asio::co_spawn(executor, Discard(*std::move(made)), http::LogExceptions("discarding a warm sandbox"));
     } else {
       it->second.ready.push_back(*std::move(made));
     }
