@@ -1,7 +1,5 @@
 #include "services/proxy/http_handler.h"
 
-#include <utility>
-#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -87,34 +85,14 @@ std::string TranslationRecord(const Dialect& dialect, bool native) {
 }
 
 // The body an upstream serving the dialect itself gets: the agent's, with what the session's policy set on the
-// chat body it was translated to — the model, the token cap (as the dialect's own field), the sampling overrides.
-json::object NativeBody(json::object native, const json::object& chat, const v1::SessionPolicy& policy,
-                        absl::string_view api) {
-  native["model"] = chat.at("model");
-  if (const json::value* cap = chat.if_contains("max_tokens"); cap != nullptr && cap->is_int64()) {
-    native[api == "responses" ? "max_output_tokens" : "max_tokens"] = *cap;
-  }
-  const v1::SamplingOverrides& o = policy.sampling_overrides();
-  std::vector<std::string> overridden;
-  for (const auto& [key, set] : {std::pair<const char*, bool>{"temperature", o.has_temperature()},
-                                 {"top_p", o.has_top_p()},
-                                 {"top_k", o.has_top_k()},
-                                 {"min_p", o.has_min_p()},
-                                 {"presence_penalty", o.has_presence_penalty()},
-                                 {"frequency_penalty", o.has_frequency_penalty()},
-                                 {"repetition_penalty", o.has_repetition_penalty()},
-                                 {"seed", o.has_seed()}}) {
-    if (set) overridden.emplace_back(key);
-  }
-  if (!o.extra_body_json().empty()) {
-    boost::system::error_code ec;
-    const json::value extra = json::parse(o.extra_body_json(), ec);
-    if (!ec && extra.is_object()) {
-      for (const auto& kv : extra.as_object()) overridden.emplace_back(kv.key());
-    }
-  }
-  for (const std::string& key : overridden) {
-    if (const json::value* v = chat.if_contains(key)) native[key] = *v;
+// chat body it was translated to — the model, and its sampling keys (the token cap as the dialect's own field).
+json::object NativeBody(json::object native, const json::object& chat, const Rewrite& rewrite, absl::string_view api) {
+  native["model"] = rewrite.model;
+  for (const std::string& key : rewrite.set_keys) {
+    const json::value* v = chat.if_contains(key);
+    if (v == nullptr) continue;
+    const bool cap = key == "max_tokens" || key == "max_completion_tokens";
+    native[cap ? (api == "responses" ? "max_output_tokens" : "max_tokens") : key] = *v;
   }
   return native;
 }
@@ -280,13 +258,13 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   c.body = std::move(parsed.as_object());
   json::object original;  // a dialect's body as the agent sent it, for an upstream that serves the dialect itself
   if (c.dialect != nullptr) {  // from here on a chat call; only its answer is translated back
-    original = c.body;
     absl::StatusOr<json::object> translated = c.dialect->ToChat(c.body);
     if (!translated.ok()) {
       const std::string message(translated.status().message());
       co_await Refuse(responder, c.route, ApiError::kBadRequest, message);
       co_return;
     }
+    original = std::move(c.body);  // moved, not copied: kept only if the call goes native (below)
     c.body = *std::move(translated);
   }
   // A call that names no model gets its session's (or the upstreams' only one, if the session was opened before
@@ -306,8 +284,9 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   c.rewrite = policy.rewrite;
   if (c.dialect != nullptr && upstreams_->ServesNatively(c.rewrite.model, c.dialect->api())) {
     c.native = true;
-    c.native_body = NativeBody(std::move(original), c.body, c.session->policy(), c.dialect->api());
+    c.native_body = NativeBody(std::move(original), c.body, c.rewrite, c.dialect->api());
   }
+  original = json::object();  // a translated call does not hold the agent's body as well while it runs
   if (c.dialect != nullptr && !c.native && upstreams_->RefusesUnrunnableTools(c.rewrite.model)) {
     if (const std::string left_out = LeftOutTool(c.dialect->notes()); !left_out.empty()) {
       co_await Refuse(responder, c.route, ApiError::kBadRequest, left_out, chat);

@@ -138,27 +138,38 @@ PolicyOutcome ApplyPolicy(const v1::SessionPolicy& p, const BudgetUse& used, boo
     for (const char* key : {"max_tokens", "max_completion_tokens"}) {
       if (auto* v = body.if_contains(key); v != nullptr && v->is_int64()) {
         v->emplace_int64() = std::min(v->as_int64(), cap);
+        rw.set_keys.emplace_back(key);
         set = true;
       }
     }
-    if (!set) body["max_tokens"] = cap;
+    if (!set) {
+      body["max_tokens"] = cap;
+      rw.set_keys.emplace_back("max_tokens");
+    }
   }
 
   // Overrides replace whatever the agent sent.
   const v1::SamplingOverrides& o = p.sampling_overrides();
-  if (o.has_temperature()) body["temperature"] = o.temperature();
-  if (o.has_top_p()) body["top_p"] = o.top_p();
-  if (o.has_top_k()) body["top_k"] = o.top_k();
-  if (o.has_min_p()) body["min_p"] = o.min_p();
-  if (o.has_presence_penalty()) body["presence_penalty"] = o.presence_penalty();
-  if (o.has_frequency_penalty()) body["frequency_penalty"] = o.frequency_penalty();
-  if (o.has_repetition_penalty()) body["repetition_penalty"] = o.repetition_penalty();
-  if (o.has_seed()) body["seed"] = o.seed();
+  auto set = [&](const char* key, json::value v) {
+    body[key] = std::move(v);
+    rw.set_keys.emplace_back(key);
+  };
+  if (o.has_temperature()) set("temperature", o.temperature());
+  if (o.has_top_p()) set("top_p", o.top_p());
+  if (o.has_top_k()) set("top_k", o.top_k());
+  if (o.has_min_p()) set("min_p", o.min_p());
+  if (o.has_presence_penalty()) set("presence_penalty", o.presence_penalty());
+  if (o.has_frequency_penalty()) set("frequency_penalty", o.frequency_penalty());
+  if (o.has_repetition_penalty()) set("repetition_penalty", o.repetition_penalty());
+  if (o.has_seed()) set("seed", o.seed());
   if (!o.extra_body_json().empty()) {
     boost::system::error_code ec;
     json::value extra = json::parse(o.extra_body_json(), ec);
     if (!ec && extra.is_object()) {
-      for (auto& [k, v] : extra.as_object()) body[k] = v;
+      for (auto& [k, v] : extra.as_object()) {
+        body[k] = v;
+        rw.set_keys.emplace_back(k);
+      }
     }
   }
   if (p.sampling_caps().has_max_top_logprobs()) {

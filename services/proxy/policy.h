@@ -21,6 +21,9 @@ struct Rewrite {
   bool strip_token_ids = false;  // captured for the trajectory, not asked for by the agent
   bool strip_logprobs = false;
   bool strip_usage_chunk = false;  // streamed usage was added for recording, not asked for
+  // The sampling keys the policy set on the body (its token cap, its overrides): what a call that goes to its
+  // upstream untranslated must carry too.
+  std::vector<std::string> set_keys;
 };
 
 // Why a request is refused before it reaches an upstream; mapped to HTTP by the handler.
