@@ -134,49 +134,41 @@ std::vector<std::string> ResponseEvents(const json::object& completion) {
     added["item"] = std::move(opened);
     event("response.output_item.added", std::move(added));
     const std::string id = Str(item.if_contains("id"));
+    // Where an event is: the item, its index, and (for a message) its one content part.
+    auto at = [&](bool part) {
+      json::object o;
+      o["item_id"] = id;
+      o["output_index"] = index;
+      if (part) o["content_index"] = 0;
+      return o;
+    };
     if (message) {
       const json::object& part = item.at("content").as_array()[0].as_object();
       json::object empty_part = part;
       empty_part["text"] = "";
-      json::object part_added;
-      part_added["item_id"] = id;
-      part_added["output_index"] = index;
-      part_added["content_index"] = 0;
+      json::object part_added = at(true);
       part_added["part"] = std::move(empty_part);
       event("response.content_part.added", std::move(part_added));
       const std::string text = Str(part.if_contains("text"));
       for (const std::string& token : SplitTokens(text)) {
-        json::object delta;
-        delta["item_id"] = id;
-        delta["output_index"] = index;
-        delta["content_index"] = 0;
+        json::object delta = at(true);
         delta["delta"] = token;
         event("response.output_text.delta", std::move(delta));
       }
-      json::object text_done;
-      text_done["item_id"] = id;
-      text_done["output_index"] = index;
-      text_done["content_index"] = 0;
+      json::object text_done = at(true);
       text_done["text"] = text;
       event("response.output_text.done", std::move(text_done));
-      json::object part_done;
-      part_done["item_id"] = id;
-      part_done["output_index"] = index;
-      part_done["content_index"] = 0;
+      json::object part_done = at(true);
       part_done["part"] = part;
       event("response.content_part.done", std::move(part_done));
     } else {
       const std::string arguments = Str(item.if_contains("arguments"));
       for (const std::string& piece : SplitTokens(arguments)) {
-        json::object delta;
-        delta["item_id"] = id;
-        delta["output_index"] = index;
+        json::object delta = at(false);
         delta["delta"] = piece;
         event("response.function_call_arguments.delta", std::move(delta));
       }
-      json::object args_done;
-      args_done["item_id"] = id;
-      args_done["output_index"] = index;
+      json::object args_done = at(false);
       args_done["arguments"] = arguments;
       event("response.function_call_arguments.done", std::move(args_done));
     }
