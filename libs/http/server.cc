@@ -5,11 +5,11 @@
 #include <tuple>
 
 #include "libs/core/host_port.h"
+#include "libs/async/spawn.h"
 #include "libs/http/openai_json.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
-#include "boost/asio/detached.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
@@ -45,13 +45,6 @@ int StatusFor(beast::error_code ec) {
 
 }  // namespace
 
-
-asio::awaitable<void> SleepFor(absl::Duration d) {
-  if (d <= absl::ZeroDuration()) co_return;
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  timer.expires_after(Chrono(d));
-  co_await timer.async_wait(kUseTuple);
-}
 
 
 // ------------------------------------------------------------------------------------------------ Responder
@@ -161,7 +154,7 @@ absl::StatusOr<uint16_t> HttpServer::Listen(const std::string& host_port) {
   if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot listen on ", host_port, ": ", ec.message()));
   const uint16_t bound = acceptor->local_endpoint().port();
-  asio::co_spawn(*contexts_.front(), Accept(*acceptor), asio::detached);
+  async::Spawn(*contexts_.front(), Accept(*acceptor), "accepting HTTP connections");
   acceptors_.push_back(std::move(acceptor));
   if (threads_.empty()) {
     for (auto& ioc : contexts_) threads_.emplace_back([ctx = ioc.get()] { ctx->run(); });
@@ -197,7 +190,7 @@ asio::awaitable<void> HttpServer::Accept(asio::ip::tcp::acceptor& acceptor) {
       co_await pause.async_wait(kUseTuple);
       continue;
     }
-    asio::co_spawn(socket.get_executor(), Serve(std::move(socket)), asio::detached);
+    async::Spawn(socket.get_executor(), Serve(std::move(socket)), "an HTTP connection");
   }
 }
 

@@ -109,7 +109,4 @@ class HttpServer {
   std::atomic<bool> stopped_{false};
 };
 
-// Waits `d` on the calling coroutine's executor (returns at once for d <= 0; a cancelled wait just returns).
-asio::awaitable<void> SleepFor(absl::Duration d);
-
 }  // namespace corral::http

@@ -1,5 +1,6 @@
 #include "services/proxy/health_checker.h"
 
+#include "libs/async/sleep.h"
 #include "boost/asio/this_coro.hpp"
 #include "libs/http/client.h"
 #include "libs/http/openai_json.h"
@@ -42,7 +43,7 @@ asio::awaitable<void> HealthChecker::CheckAll() {
 asio::awaitable<void> HealthChecker::Run(absl::Duration interval) {
   while (true) {
     co_await CheckAll();
-    co_await http::SleepFor(interval);
+    co_await async::SleepFor(interval);
   }
 }
 

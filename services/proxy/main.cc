@@ -12,7 +12,7 @@
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
-#include "libs/http/detached.h"
+#include "libs/async/spawn.h"
 #include "services/proxy/config.h"
 #include "services/proxy/health_checker.h"
 #include "services/proxy/http_handler.h"
@@ -95,8 +95,7 @@ int main(int argc, char** argv) {
   // (http_listen was validated with the config: it splits.)
   const std::string http_address = corral::JoinHostPort(corral::SplitHostPort(config.http_listen)->first, *http_port);
   if (config.advertise_url.empty()) config.advertise_url = absl::StrCat("http://", http_address, "/v1");
-  boost::asio::co_spawn(http.context(), health.Run(config.health_interval),
-                        corral::http::LogExceptions("the upstream health checks"));
+  corral::async::Spawn(http.context(), health.Run(config.health_interval), "the upstream health checks");
 
   // Session TTLs and trajectory retention; not while generation is paused (the agents cannot call meanwhile: the
   // resume moves the open sessions' TTLs by the pause).

@@ -1,10 +1,11 @@
 #include "services/proxy/proxy_service.h"
 
+#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "libs/api/pagination.h"
 #include "libs/api/proto_time.h"
 #include "boost/asio/co_spawn.hpp"
-#include "libs/http/detached.h"
+#include "libs/async/spawn.h"
 #include "libs/http/server.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
@@ -131,10 +132,10 @@ grpc::ServerUnaryReactor* ProxyService::PauseGeneration(grpc::CallbackServerCont
         gate_->AbortUpstream();
         cut = true;
       }
-      co_await http::SleepFor(absl::Milliseconds(5));
+      co_await async::SleepFor(absl::Milliseconds(5));
     }
   };
-  boost::asio::co_spawn(executor_, wait, http::LogExceptions("waiting for a pause to take effect"));
+  async::Spawn(executor_, wait, "waiting for a pause to take effect");
   return reactor;
 }
 

@@ -2,13 +2,14 @@
 
 #include <random>
 
+#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
-#include "libs/http/detached.h"
+#include "libs/async/spawn.h"
 #include "libs/http/server.h"
 
 namespace corral::proxy {
@@ -51,7 +52,7 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
     if (u == nullptr) break;
     if (attempt > 1 && !std::exchange(throttled, false)) {
       metrics_->retries.Increment();
-      co_await http::SleepFor(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng));
+      co_await async::SleepFor(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng));
       backoff *= 2;
     }
     const std::vector<const QuotaSpec*> quota = quotas_ != nullptr ? quotas_->For(*u, request.model) : std::vector<const QuotaSpec*>{};
@@ -110,7 +111,7 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
                                ") beyond the quota wait's bound: ", body.ok() ? body->substr(0, 512) : "");
         co_return d;
       }
-      if (!held || unlimited) co_await http::SleepFor(retry_after);  // nothing at the limiter makes it wait
+      if (!held || unlimited) co_await async::SleepFor(retry_after);  // nothing at the limiter makes it wait
       tried.pop_back();
       --attempt;
       throttled = true;
@@ -162,7 +163,7 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<http::ClientConnection>>> Upstrea
           finished = true;
           wake->cancel();
         },
-        http::LogExceptions("sending to an upstream"));
+        async::LogExceptions("sending to an upstream"));
     while (!finished) {
       wake->expires_after(absl::ToChronoNanoseconds(options_.keepalive_interval));
       auto [ec] = co_await wake->async_wait(asio::as_tuple(asio::use_awaitable));

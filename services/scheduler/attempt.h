@@ -12,25 +12,17 @@
 #include "absl/time/time.h"
 #include "corral/v1/scheduler.pb.h"
 #include "services/scheduler/config.h"
+#include "services/scheduler/episode_outcome.h"
 #include "services/scheduler/episode_table.h"
-#include "services/scheduler/host_client.h"
+#include "libs/core/clock.h"
+#include "services/scheduler/host_api.h"
 #include "services/scheduler/host_registry.h"
+#include "services/scheduler/limiter_api.h"
+#include "services/scheduler/output_tail.h"
 #include "services/scheduler/pause_ledger.h"
-#include "services/scheduler/proxy_client.h"
-
-namespace corral::ratelimiter {
-class RateLimitClient;
-}
+#include "services/scheduler/proxy_api.h"
 
 namespace corral::scheduler {
-
-// Why an attempt ended early. Phase timeouts are TIMEOUT with their phase.
-struct Failure {
-  v1::EpisodeStatus status = v1::EPISODE_STATUS_FAILED;
-  v1::FailureClass failure_class = v1::FAILURE_CLASS_INFRA;
-  v1::EpisodePhase phase = v1::EPISODE_PHASE_UNSPECIFIED;
-  std::string message;
-};
 
 // The settings runners read (from Config).
 struct RunnerOptions {
@@ -49,7 +41,8 @@ struct Attempt {
   const v1::Task& task() const { return *ticket.task; }
   RunControl* control() const { return ticket.control.get(); }
   const RunnerOptions* options = nullptr;
-  ratelimiter::RateLimitClient* limiter = nullptr;
+  LimiterApi* limiter = nullptr;  // null: no limits
+  Clock* clock = nullptr;
 
   // Generation pauses (PauseGeneration): not counted against the episode and agent timeouts. Null: none.
   const PauseLedger* pauses = nullptr;
@@ -62,7 +55,7 @@ struct Attempt {
   absl::Time agent_start = absl::InfiniteFuture();
   absl::Duration agent_timeout = absl::InfiniteDuration();
 
-  std::shared_ptr<ProxyClient> proxy;
+  std::shared_ptr<ProxyApi> proxy;
   v1::OpenSessionResponse session;
   std::string model;  // the model the episode's calls name: the task's, else the default, else the proxy's choice
   // OpenSession was sent: the proxy may hold the session even if the call failed on our side (a stop cancels

@@ -1,10 +1,11 @@
 #include "services/scheduler/episode_driver.h"
 
+#include "libs/async/sleep.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "boost/asio/co_spawn.hpp"
-#include "libs/http/detached.h"
+#include "libs/async/spawn.h"
 #include "boost/asio/strand.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/json.hpp"
@@ -14,6 +15,7 @@
 #include "services/scheduler/metrics.h"
 #include "services/scheduler/persistent_tools.h"
 #include "services/scheduler/runners.h"
+#include "services/scheduler/sandbox_request.h"
 #include "services/scheduler/submission.h"
 #include "services/scheduler/warm_pool.h"
 #include "spdlog/spdlog.h"
@@ -30,11 +32,11 @@ absl::Duration Attempt::Timeout(const google::protobuf::Duration& task_timeout, 
 }
 
 absl::Time Attempt::Deadline(const google::protobuf::Duration& task_timeout, absl::Duration fallback) const {
-  return std::min(absl::Now() + Timeout(task_timeout, fallback), EpisodeDeadline());
+  return std::min(clock->Now() + Timeout(task_timeout, fallback), EpisodeDeadline());
 }
 
 absl::Duration Attempt::PausedSince(absl::Time from) const {
-  return pauses == nullptr ? absl::ZeroDuration() : pauses->Between(from, absl::Now());
+  return pauses == nullptr ? absl::ZeroDuration() : pauses->Between(from, clock->Now());
 }
 
 std::string Attempt::InSandbox(const std::string& path) const {
@@ -47,7 +49,7 @@ absl::Time Attempt::EpisodeDeadline() const {
 }
 
 void Attempt::StartAgentPhase() {
-  agent_start = absl::Now();
+  agent_start = clock->Now();
   agent_timeout = Timeout(task().timeouts().agent(), options->timeouts.agent);
 }
 
@@ -57,23 +59,8 @@ absl::Time Attempt::AgentDeadline() const {
 
 Failure Attempt::FromStatus(const absl::Status& s, v1::EpisodePhase phase, v1::FailureClass failure_class,
                             const std::string& what) const {
-  Failure f;
-  f.phase = phase;
-  f.failure_class = failure_class;
-  f.message = absl::StrCat(what, ": ", s.message());
-  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
-    f.status = v1::EPISODE_STATUS_TIMEOUT;
-    if (absl::Now() >= EpisodeDeadline() - absl::Milliseconds(5)) {
-      f.phase = batch_deadline_binds ? v1::EPISODE_PHASE_DEADLINE : v1::EPISODE_PHASE_EPISODE;
-      f.failure_class = v1::FAILURE_CLASS_AGENT;
-    } else if (phase == v1::EPISODE_PHASE_ACQUIRE || phase == v1::EPISODE_PHASE_SETUP) {
-      f.failure_class = v1::FAILURE_CLASS_INFRA;
-    }
-    f.message = absl::StrCat(what, ": timed out");
-  } else if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kCancelled) {
-    f.failure_class = v1::FAILURE_CLASS_INFRA;
-  }
-  return f;
+  const bool episode_deadline_passed = clock->Now() >= EpisodeDeadline() - absl::Milliseconds(5);
+  return FailureFromStatus(s, phase, failure_class, what, episode_deadline_passed, batch_deadline_binds);
 }
 
 // ---------------------------------------------------------------------------------------------- driver
@@ -104,10 +91,11 @@ const char* PhaseName(v1::EpisodePhase phase) {
 
 }  // namespace
 
-EpisodeDriver::EpisodeDriver(asio::any_io_executor executor, RunnerOptions options, EpisodeTable* table, HostRegistry* hosts,
-                             std::vector<std::shared_ptr<ProxyClient>> proxies, ratelimiter::RateLimitClient* limiter,
+EpisodeDriver::EpisodeDriver(asio::any_io_executor executor, Clock* clock, RunnerOptions options, EpisodeTable* table,
+                             HostRegistry* hosts, std::vector<std::shared_ptr<ProxyApi>> proxies, LimiterApi* limiter,
                              SchedulerMetrics* metrics, WarmPool* pool)
     : executor_(std::move(executor)),
+      clock_(clock),
       options_(std::move(options)),
       table_(table),
       hosts_(hosts),
@@ -116,7 +104,7 @@ EpisodeDriver::EpisodeDriver(asio::any_io_executor executor, RunnerOptions optio
       metrics_(metrics),
       pool_(pool) {}
 
-const std::shared_ptr<ProxyClient>& EpisodeDriver::ProxyFor(const std::string& env_id) const {
+const std::shared_ptr<ProxyApi>& EpisodeDriver::ProxyFor(const std::string& env_id) const {
   size_t best = 0;
   uint64_t best_score = 0;
   for (size_t i = 0; i < proxies_.size(); ++i) {
@@ -135,7 +123,7 @@ void EpisodeDriver::Start(EpisodeTicket ticket) {
   // Each attempt on its own strand. With several io threads, the two branches of a `||` race (an LLM call against
   // a stop) would otherwise run on two threads at once, and asio's cancellation signals are not thread-safe: a
   // stop could be lost and the attempt wait out the call it was meant to abandon.
-  asio::co_spawn(asio::make_strand(executor_), Run(std::move(ticket)), http::LogExceptions("an episode's attempt"));
+  async::Spawn(asio::make_strand(executor_), Run(std::move(ticket)), "an episode's attempt");
 }
 
 asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
@@ -149,7 +137,8 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
   a.options = &options_;
   a.limiter = limiter_;
   a.pauses = pauses_;
-  a.start = absl::Now();
+  a.clock = clock_;
+  a.start = clock_->Now();
   const absl::Duration episode_timeout = a.Timeout(a.task().timeouts().episode(), options_.timeouts.episode);
   a.episode_deadline = a.start + episode_timeout;
   if (a.ticket.batch_deadline && *a.ticket.batch_deadline < a.episode_deadline) {
@@ -206,14 +195,14 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
   if (task.llm().seed_sampling()) {
     policy.mutable_sampling_overrides()->set_seed(static_cast<int64_t>(a.ticket.ids.seed() & 0x7fffffffffffffffULL));
   }
-  if (!policy.has_ttl()) ToProto(a.EpisodeDeadline() - absl::Now() + absl::Minutes(5), policy.mutable_ttl());
+  if (!policy.has_ttl()) ToProto(a.EpisodeDeadline() - clock_->Now() + absl::Minutes(5), policy.mutable_ttl());
   *request.mutable_episode() = a.ticket.ids;
   // The proxy checks it against what its upstreams serve (a task's fault, before any sandbox is made) and
   // chooses one when neither the task nor the scheduler names any.
   request.set_model(!task.llm().model().empty() ? task.llm().model() : options_.default_model);
   (*request.mutable_labels())[kSchedulerLabel] = options_.scheduler_id;
   (*request.mutable_labels())["corral.batch"] = a.ticket.ids.batch_id();
-  const absl::Time deadline = std::min(absl::Now() + absl::Seconds(30), a.EpisodeDeadline());
+  const absl::Time deadline = std::min(clock_->Now() + absl::Seconds(30), a.EpisodeDeadline());
   a.session_requested = true;
   // A proxy restarting is waited for (jittered backoff, within the deadline): it costs the episode only time.
   absl::StatusOr<v1::OpenSessionResponse> session;
@@ -222,15 +211,14 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
     session = co_await a.proxy->Open(std::move(copy), a.Call(deadline));
     const absl::Duration pause = RetryDelay(kCallRetry, attempt, a.ticket.ids.seed());
     if (session.ok() || session.status().code() != absl::StatusCode::kUnavailable || a.control()->stopped() ||
-        absl::Now() + pause >= deadline) {
+        clock_->Now() + pause >= deadline) {
       break;
     }
-    co_await http::SleepFor(pause);
+    co_await async::SleepFor(*clock_, pause);
   }
   if (!session.ok()) {
     co_return a.FromStatus(session.status(), v1::EPISODE_PHASE_ACQUIRE,
-                           session.status().code() == absl::StatusCode::kInvalidArgument ? v1::FAILURE_CLASS_AGENT
-                                                                                          : v1::FAILURE_CLASS_INFRA,
+                           FaultOf(Step::kOpenSession, session.status().code()),
                            absl::StrCat("opening a session on proxy ", a.proxy->address()));
   }
   a.session = *std::move(session);
@@ -247,41 +235,14 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
 asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a) {
   const v1::Task& task = a.task();
   const v1::EnvironmentSpec& env = task.environment();
-  const absl::Time acquire_started = absl::Now();
+  const absl::Time acquire_started = clock_->Now();
   const absl::Time acquire_deadline = a.Deadline(task.timeouts().acquire(), options_.timeouts.acquire);
   const absl::Duration setup_timeout = a.Timeout(task.timeouts().setup(), options_.timeouts.setup);
 
-  v1::SandboxSpec spec;
-  spec.set_template_key(TemplateKey(env));
-  v1::NetworkPolicy network = env.network_policy();
-  if (network == v1::NETWORK_POLICY_UNSPECIFIED) {
-    network = task.runner() == v1::RUNNER_AGENT ? v1::NETWORK_POLICY_PROXY_ONLY : v1::NETWORK_POLICY_NONE;
-  }
-  spec.set_network_policy(network);
-  if (network == v1::NETWORK_POLICY_PROXY_ONLY) spec.add_allowed_ports(a.base.port);
-  *spec.mutable_limits() = env.limits();
-  *spec.mutable_env() = env.env();
-  if (env.task_paths().empty()) {
-    spec.add_task_paths("/workspace");
-    spec.add_task_paths("/logs");
-  } else {
-    *spec.mutable_task_paths() = env.task_paths();
-  }
-  spec.set_require_private_filesystem_view(env.require_private_filesystem_view());
-  spec.set_image(env.image());
-  (*spec.mutable_labels())[kSchedulerLabel] = options_.scheduler_id;
-  (*spec.mutable_labels())[kEpisodeLabel] = a.ticket.ids.episode_id();
-  Requirements needs;
-  needs.private_view = env.require_private_filesystem_view();
-  needs.network_namespace = network == v1::NETWORK_POLICY_NONE;
-  needs.landlock_net = network == v1::NETWORK_POLICY_PROXY_ONLY;
-  needs.image = env.image();
-  a.workdir = env.workdir();
-  if (a.workdir.empty()) {
-    for (const auto& p : spec.task_paths()) {
-      if (p == "/workspace") a.workdir = "/workspace";
-    }
-  }
+  SandboxRequest request = SandboxRequestFor(task, a.ticket.ids, a.base.port, options_.scheduler_id);
+  const v1::SandboxSpec& spec = request.spec;
+  const Requirements& needs = request.needs;
+  a.workdir = request.workdir;
 
   absl::Duration setup_time;
   int attempts = 0;
@@ -309,58 +270,40 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
     auto slot = hosts_->Reserve(needs, spec.template_key());
     if (slot.ok()) a.on_reserved();
     if (!slot.ok()) {
-      if (slot.status().code() == absl::StatusCode::kFailedPrecondition || absl::Now() >= acquire_deadline) {
+      if (slot.status().code() == absl::StatusCode::kFailedPrecondition || clock_->Now() >= acquire_deadline) {
         const absl::Status s = slot.status().code() == absl::StatusCode::kFailedPrecondition
                                    ? slot.status()
                                    : absl::DeadlineExceededError(slot.status().message());
         co_return a.FromStatus(s, v1::EPISODE_PHASE_ACQUIRE, v1::FAILURE_CLASS_INFRA, "placing the sandbox");
       }
-      co_await http::SleepFor(absl::Milliseconds(50));
+      co_await async::SleepFor(*clock_, absl::Milliseconds(50));
       continue;
     }
     const std::string address = slot->client->address();
     if (!env.image().empty() && !hosts_->HasImage(address, env.image())) {
       // The host pulls the image from its registry (a host pulls one name once at a time; later episodes wait
       // for that pull). The time counts as setup, not against the acquire deadline.
-      const absl::Time started = absl::Now();
+      const absl::Time started = clock_->Now();
       auto pulled = co_await slot->client->PullImage(
           env.image(), a.Call(std::min(started + setup_timeout + absl::Seconds(10), a.EpisodeDeadline())));
-      setup_time += absl::Now() - started;
+      setup_time += clock_->Now() - started;
       if (!pulled.ok()) {
         hosts_->Release(address);
-        const absl::StatusCode code = pulled.status().code();
-        const bool bad_image = code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument ||
-                               code == absl::StatusCode::kUnauthenticated ||
-                               code == absl::StatusCode::kPermissionDenied;
         co_return a.FromStatus(pulled.status(), v1::EPISODE_PHASE_ACQUIRE,
-                               bad_image ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA,
+                               FaultOf(Step::kPullImage, pulled.status().code()),
                                absl::StrCat("pulling image ", env.image(), " on ", address));
       }
       hosts_->MarkImage(address, env.image(), pulled->digest());
     }
     if (!spec.template_key().empty() && !hosts_->HasTemplate(address, spec.template_key())) {
-      v1::PrepareTemplateRequest prepare;
-      prepare.set_key(spec.template_key());
-      *prepare.mutable_files() = env.setup_files();
-      *prepare.mutable_setup_commands() = env.setup_commands();
-      prepare.set_network_policy(env.setup_network_policy() == v1::NETWORK_POLICY_UNSPECIFIED ? v1::NETWORK_POLICY_OPEN
-                                                                                             : env.setup_network_policy());
-      *prepare.mutable_limits() = env.limits();
-      *prepare.mutable_env() = env.env();
-      *prepare.mutable_task_paths() = spec.task_paths();
-      prepare.set_image(env.image());
-      ToProto(setup_timeout, prepare.mutable_setup_timeout());
-      const absl::Time started = absl::Now();
+      v1::PrepareTemplateRequest prepare = TemplateRequestFor(env, spec, setup_timeout);
+      const absl::Time started = clock_->Now();
       const absl::Time deadline = std::min(started + setup_timeout + absl::Seconds(10), a.EpisodeDeadline());
       auto built = co_await slot->client->PrepareTemplate(std::move(prepare), a.Call(deadline));
-      setup_time += absl::Now() - started;
+      setup_time += clock_->Now() - started;
       if (!built.ok()) {
         hosts_->Release(address);
-        const bool setup_failed = built.status().code() == absl::StatusCode::kFailedPrecondition ||
-                                  built.status().code() == absl::StatusCode::kInvalidArgument ||
-                                  built.status().code() == absl::StatusCode::kAlreadyExists;
-        co_return a.FromStatus(built.status(), v1::EPISODE_PHASE_SETUP,
-                               setup_failed ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA,
+        co_return a.FromStatus(built.status(), v1::EPISODE_PHASE_SETUP, FaultOf(Step::kBuildTemplate, built.status().code()),
                                absl::StrCat("building template ", prepare.key(), " on ", address));
       }
       hosts_->MarkTemplate(address, spec.template_key());
@@ -387,20 +330,19 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       hosts_->MarkRejected(address);
     }
     if (created.status().code() == absl::StatusCode::kResourceExhausted) continue;
-    if (created.status().code() == absl::StatusCode::kUnavailable && ++attempts < 3 && absl::Now() < acquire_deadline) {
+    if (created.status().code() == absl::StatusCode::kUnavailable && ++attempts < 3 && clock_->Now() < acquire_deadline) {
       continue;
     }
-    const bool bad_spec = created.status().code() == absl::StatusCode::kInvalidArgument;
     co_return a.FromStatus(created.status(), v1::EPISODE_PHASE_ACQUIRE,
-                           bad_spec ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA,
+                           FaultOf(Step::kCreateSandbox, created.status().code()),
                            absl::StrCat("creating the sandbox on ", address));
   }
-  ToProto(absl::Now() - acquire_started - setup_time, a.result.mutable_timings()->mutable_sandbox_acquire());
+  ToProto(clock_->Now() - acquire_started - setup_time, a.result.mutable_timings()->mutable_sandbox_acquire());
 
   // Setup: the task's files, the instruction (agent) and .corral/task.json without what would give the answer away
   // (the verifier phase writes it whole).
   a.control()->set_phase(RunPhase::kSetup);
-  const absl::Time upload_started = absl::Now();
+  const absl::Time upload_started = clock_->Now();
   std::vector<v1::InlineFile> files(env.files().begin(), env.files().end());
   files.push_back(File(kTaskJsonPath, TaskJson(task, a.ticket.ids, /*for_verifier=*/false)));
   if (task.runner() == v1::RUNNER_AGENT) {
@@ -408,36 +350,14 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
   }
   const absl::Time deadline = a.Deadline(task.timeouts().setup(), options_.timeouts.setup);
   if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_SETUP)) co_return f;
-  ToProto(setup_time + (absl::Now() - upload_started), a.result.mutable_timings()->mutable_setup());
+  ToProto(setup_time + (clock_->Now() - upload_started), a.result.mutable_timings()->mutable_setup());
   co_return std::nullopt;
 }
 
 asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure> failure) {
   a.control()->set_phase(RunPhase::kReward);
   v1::EpisodeResult& r = a.result;
-  // A stop decides over whatever the interrupted call reported.
-  switch (a.control()->reason()) {
-    case StopReason::kCancelled:
-      failure = Failure{v1::EPISODE_STATUS_CANCELLED, v1::FAILURE_CLASS_UNSPECIFIED, v1::EPISODE_PHASE_UNSPECIFIED,
-                        a.control()->message()};
-      break;
-    case StopReason::kDeadline:
-      failure = Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_DEADLINE,
-                        a.control()->message()};
-      break;
-    case StopReason::kTimeout:  // the runner said which timeout
-      if (!failure) {
-        failure = Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
-                          a.control()->message()};
-      }
-      break;
-    case StopReason::kHostLost:
-      failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_UNSPECIFIED,
-                        a.control()->message()};
-      break;
-    default:
-      break;
-  }
+  failure = ApplyStop(a.control()->reason(), a.control()->message(), std::move(failure));
   if (a.session_requested) {
     // Closed even when the open failed on our side: a stop may have cancelled the call after the proxy opened it.
     auto closed = co_await a.proxy->Close(a.ticket.env_id, v1::TRAJECTORY_FORMAT_CALLS, absl::Seconds(30));
@@ -449,7 +369,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     } else if (closed.status().code() != absl::StatusCode::kNotFound) {
       // The proxy is away (restarting: its journal brings the session back open). Close it once it answers.
       auto executor = co_await asio::this_coro::executor;
-      asio::co_spawn(executor, CloseLater(a.proxy, a.ticket.env_id), http::LogExceptions("closing a session later"));
+      async::Spawn(executor, CloseLater(a.proxy, a.ticket.env_id), "closing a session later");
     }
     if (!closed.ok() && !never_opened && !failure) {
       failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA, v1::EPISODE_PHASE_REWARD,
@@ -457,24 +377,11 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
                                      closed.status().message())};
     }
   }
-  if (failure) {
-    r.set_status(failure->status);
-    r.set_failure_class(failure->status == v1::EPISODE_STATUS_CANCELLED ? v1::FAILURE_CLASS_UNSPECIFIED
-                                                                        : failure->failure_class);
-    r.set_failed_phase(failure->phase);
-    r.set_failure_message(failure->message);
-    r.clear_reward();
-  } else if (r.trajectory().call_count() == 0 && a.task().runner() == v1::RUNNER_AGENT) {
-    r.set_status(v1::EPISODE_STATUS_NO_DATA);
-    r.set_failure_message("the agent made no LLM call");
-    r.clear_reward();
-  } else {
-    r.set_status(v1::EPISODE_STATUS_FINISHED);
-  }
+  SetOutcome(failure, a.task().runner(), r);
   if (a.task().runner() == v1::RUNNER_TOOL_LOOP && r.agent_output_tail().empty()) {
     r.set_agent_output_tail(a.output.Last(1024));
   }
-  const absl::Time end = absl::Now();
+  const absl::Time end = clock_->Now();
   ToProto(a.tools_time, r.mutable_timings()->mutable_tools());
   ToProto(end - a.start, r.mutable_timings()->mutable_total());
   ToProto(end, r.mutable_timings()->mutable_end_time());
@@ -492,7 +399,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   // The sandbox goes in the background: the result does not wait for teardown.
   if (a.slot) {
     auto executor = co_await asio::this_coro::executor;
-    asio::co_spawn(executor, Cleanup(a.slot, a.sandbox_id), http::LogExceptions("a sandbox's cleanup"));
+    async::Spawn(executor, Cleanup(a.slot, a.sandbox_id), "a sandbox's cleanup");
   }
   const std::string env_id = a.ticket.env_id;
   const FinishOutcome outcome = table_->Finish(a.ticket, std::move(r));
@@ -500,9 +407,9 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   if (a.session_requested) (void)co_await a.proxy->Ack(env_id, absl::Seconds(10));
 }
 
-asio::awaitable<void> EpisodeDriver::CloseLater(std::shared_ptr<ProxyClient> proxy, std::string env_id) {
+asio::awaitable<void> EpisodeDriver::CloseLater(std::shared_ptr<ProxyApi> proxy, std::string env_id) {
   for (int attempt = 0; attempt < 120; ++attempt) {
-    co_await http::SleepFor(absl::Seconds(1));
+    co_await async::SleepFor(*clock_, absl::Seconds(1));
     auto closed = co_await proxy->Close(env_id, v1::TRAJECTORY_FORMAT_CALLS, absl::Seconds(10));
     if (closed.ok() || closed.status().code() == absl::StatusCode::kNotFound) {
       (void)co_await proxy->Ack(env_id, absl::Seconds(10));

@@ -22,8 +22,9 @@ class WarmPool;
 
 class EpisodeDriver {
  public:
-  EpisodeDriver(boost::asio::any_io_executor executor, RunnerOptions options, EpisodeTable* table, HostRegistry* hosts,
-                std::vector<std::shared_ptr<ProxyClient>> proxies, ratelimiter::RateLimitClient* limiter,
+  // `limiter`, `metrics` and `pool` may be null (no limits, no metrics, every sandbox created inline).
+  EpisodeDriver(boost::asio::any_io_executor executor, Clock* clock, RunnerOptions options, EpisodeTable* table,
+                HostRegistry* hosts, std::vector<std::shared_ptr<ProxyApi>> proxies, LimiterApi* limiter,
                 SchedulerMetrics* metrics, WarmPool* pool = nullptr);
 
   // Spawns the attempt on `executor` (counted in running() and, when it needs a sandbox, in placing() until
@@ -36,7 +37,7 @@ class EpisodeDriver {
   void set_pauses(const PauseLedger* pauses) { pauses_ = pauses; }
   int64_t placing() const { return placing_.load(); }
   // The proxy replica that serves `env_id` (rendezvous hashing: stable while the replica set is).
-  const std::shared_ptr<ProxyClient>& ProxyFor(const std::string& env_id) const;
+  const std::shared_ptr<ProxyApi>& ProxyFor(const std::string& env_id) const;
 
  private:
   boost::asio::awaitable<void> Run(EpisodeTicket ticket);
@@ -47,14 +48,15 @@ class EpisodeDriver {
   boost::asio::awaitable<void> Conclude(Attempt& a, std::optional<Failure> failure);
   boost::asio::awaitable<void> Cleanup(std::optional<Slot> slot, std::string sandbox_id);
   // Retries closing a session whose proxy did not answer (for up to two minutes).
-  boost::asio::awaitable<void> CloseLater(std::shared_ptr<ProxyClient> proxy, std::string env_id);
+  boost::asio::awaitable<void> CloseLater(std::shared_ptr<ProxyApi> proxy, std::string env_id);
 
   const boost::asio::any_io_executor executor_;
+  Clock* const clock_;
   const RunnerOptions options_;
   EpisodeTable* const table_;
   HostRegistry* const hosts_;
-  const std::vector<std::shared_ptr<ProxyClient>> proxies_;
-  ratelimiter::RateLimitClient* const limiter_;
+  const std::vector<std::shared_ptr<ProxyApi>> proxies_;
+  LimiterApi* const limiter_;
   SchedulerMetrics* const metrics_;
   WarmPool* const pool_;  // null: every sandbox is created inline
   std::atomic<int64_t> running_{0};

@@ -1,9 +1,10 @@
 #include "services/scheduler/host_registry.h"
 
+#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
-#include "boost/asio/detached.hpp"
+#include "services/scheduler/host_client.h"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
@@ -17,21 +18,29 @@ namespace corral::scheduler {
 
 namespace asio = boost::asio;
 
-HostRegistry::HostRegistry(RegistryOptions options, std::vector<std::string> static_hosts)
-    : options_(std::move(options)) {
+HostRegistry::HostRegistry(RegistryOptions options, std::vector<std::string> static_hosts, Clock* clock,
+                           Connector connect)
+    : options_(std::move(options)), clock_(clock), connect_(std::move(connect)) {
   absl::MutexLock lock(&mu_);
   for (const auto& h : static_hosts) Add(h, v1::HOST_SOURCE_STATIC);
 }
 
 void HostRegistry::Add(const std::string& address, v1::HostSource source) {
   if (hosts_.count(address)) return;
-  auto channel = MakeChannel(address, options_.channel);
-  if (!channel.ok()) {
-    spdlog::error("host {}: {}", address, channel.status());
+  absl::StatusOr<std::shared_ptr<HostApi>> client;
+  if (connect_) {
+    client = connect_(address);
+  } else if (auto channel = MakeChannel(address, options_.channel); channel.ok()) {
+    client = std::make_shared<HostClient>(address, *channel, options_.token);
+  } else {
+    client = channel.status();
+  }
+  if (!client.ok()) {
+    spdlog::error("host {}: {}", address, client.status());
     return;
   }
   Entry& e = hosts_[address];
-  e.client = std::make_shared<HostClient>(address, *channel, options_.token);
+  e.client = *std::move(client);
   e.source = source;
   spdlog::info("host {} added ({})", address, source == v1::HOST_SOURCE_DNS ? "dns" : "static");
 }
@@ -44,7 +53,7 @@ size_t HostRegistry::size() const {
 asio::awaitable<void> HostRegistry::Run(const std::atomic<bool>* stopping) {
   while (!*stopping) {
     co_await PollOnce();
-    co_await http::SleepFor(options_.poll_interval);
+    co_await async::SleepFor(*clock_, options_.poll_interval);
   }
 }
 
@@ -52,8 +61,8 @@ asio::awaitable<void> HostRegistry::PollOnce() {
   bool resolve = false;
   {
     absl::MutexLock lock(&mu_);
-    if (!options_.dns.empty() && absl::Now() >= next_dns_) {
-      next_dns_ = absl::Now() + options_.dns_interval;
+    if (!options_.dns.empty() && clock_->Now() >= next_dns_) {
+      next_dns_ = clock_->Now() + options_.dns_interval;
       resolve = true;
     }
   }
@@ -98,7 +107,7 @@ asio::awaitable<void> HostRegistry::ResolveDns() {
 }
 
 asio::awaitable<void> HostRegistry::Poll(std::string address) {
-  std::shared_ptr<HostClient> client;
+  std::shared_ptr<HostApi> client;
   {
     absl::MutexLock lock(&mu_);
     auto it = hosts_.find(address);
@@ -126,7 +135,7 @@ asio::awaitable<void> HostRegistry::Poll(std::string address) {
       e.rejected = false;
       e.failures = 0;
       e.last_error.clear();
-      e.last_seen = absl::Now();
+      e.last_seen = clock_->Now();
       sweep = !e.swept;
       e.swept = true;
     } else {
@@ -148,7 +157,7 @@ asio::awaitable<void> HostRegistry::Poll(std::string address) {
   if (capacity && on_capacity_) on_capacity_();
 }
 
-asio::awaitable<void> HostRegistry::Sweep(std::shared_ptr<HostClient> client) {
+asio::awaitable<void> HostRegistry::Sweep(std::shared_ptr<HostApi> client) {
   v1::ListSandboxesRequest request;
   (*request.mutable_label_selector())[kSchedulerLabel] = options_.scheduler_id;
   request.set_page_size(1000);

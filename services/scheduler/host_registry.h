@@ -20,13 +20,12 @@
 #include "boost/asio/awaitable.hpp"
 #include "corral/v1/scheduler.pb.h"
 #include "libs/rpc/channel.h"
-#include "services/scheduler/host_client.h"
+#include "libs/core/clock.h"
+#include "services/scheduler/host_api.h"
 #include "services/scheduler/placement.h"
 
 namespace corral::scheduler {
 
-inline constexpr char kSchedulerLabel[] = "corral.scheduler";
-inline constexpr char kEpisodeLabel[] = "corral.episode";
 
 struct RegistryOptions {
   std::string scheduler_id = "scheduler";
@@ -40,14 +39,17 @@ struct RegistryOptions {
 
 // A reserved slot on a host: the client to use, released when the sandbox is gone.
 struct Slot {
-  std::shared_ptr<HostClient> client;
+  std::shared_ptr<HostApi> client;
   std::string host_id;
   absl::Duration max_exec_timeout = absl::Hours(1);  // the host's ceiling on Command.timeout
 };
 
 class HostRegistry {
  public:
-  HostRegistry(RegistryOptions options, std::vector<std::string> static_hosts);
+  // Connects to a host by address (the default: HostClient over a gRPC channel made from the options).
+  using Connector = std::function<absl::StatusOr<std::shared_ptr<HostApi>>(const std::string& address)>;
+  HostRegistry(RegistryOptions options, std::vector<std::string> static_hosts, Clock* clock,
+               Connector connect = nullptr);
 
   // Polls forever (until `stopping` becomes true): HostInfo on every host each poll interval, DNS re-resolution.
   boost::asio::awaitable<void> Run(const std::atomic<bool>* stopping);
@@ -90,7 +92,7 @@ class HostRegistry {
 
  private:
   struct Entry {
-    std::shared_ptr<HostClient> client;
+    std::shared_ptr<HostApi> client;
     v1::HostSource source = v1::HOST_SOURCE_STATIC;
     v1::HostState state = v1::HOST_STATE_UNSPECIFIED;
     v1::HostInfoResponse info;
@@ -108,10 +110,12 @@ class HostRegistry {
 
   void Add(const std::string& address, v1::HostSource source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   boost::asio::awaitable<void> Poll(std::string address);
-  boost::asio::awaitable<void> Sweep(std::shared_ptr<HostClient> client);
+  boost::asio::awaitable<void> Sweep(std::shared_ptr<HostApi> client);
   boost::asio::awaitable<void> ResolveDns();
 
   const RegistryOptions options_;
+  Clock* const clock_;
+  const Connector connect_;
   std::function<void(const std::string&)> on_lost_;
   std::function<void()> on_capacity_;
   mutable absl::Mutex mu_;

@@ -13,10 +13,10 @@ namespace corral::scheduler {
 
 namespace asio = boost::asio;
 
-asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> InteractiveProcess::Start(
+asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> InteractiveCall::Start(
     v1::SandboxHost::Stub* stub, const std::string& token, v1::ExecRequest start) {
   auto executor = co_await asio::this_coro::executor;
-  std::shared_ptr<InteractiveProcess> p(new InteractiveProcess(executor));
+  std::shared_ptr<InteractiveCall> p(new InteractiveCall(executor));
   p->self_ = p;
   AttachBearer(p->context_, token);
   stub->async()->ExecInteractive(&p->context_, p.get());
@@ -37,7 +37,7 @@ asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Interactive
   co_return p;
 }
 
-void InteractiveProcess::Enqueue(v1::ExecInput input) {
+void InteractiveCall::Enqueue(v1::ExecInput input) {
   absl::MutexLock lock(&mu_);
   if (done_) return;
   writes_.push_back(std::move(input));
@@ -47,21 +47,21 @@ void InteractiveProcess::Enqueue(v1::ExecInput input) {
   }
 }
 
-void InteractiveProcess::Write(std::string data) {
+void InteractiveCall::Write(std::string data) {
   v1::ExecInput input;
   input.set_stdin(std::move(data));
   Enqueue(std::move(input));
 }
 
-void InteractiveProcess::Signal(int signal) {
+void InteractiveCall::Signal(int signal) {
   v1::ExecInput input;
   input.set_signal(signal);
   Enqueue(std::move(input));
 }
 
-void InteractiveProcess::Stop() { context_.TryCancel(); }
+void InteractiveCall::Stop() { context_.TryCancel(); }
 
-void InteractiveProcess::OnWriteDone(bool ok) {
+void InteractiveCall::OnWriteDone(bool ok) {
   absl::MutexLock lock(&mu_);
   writes_.pop_front();
   if (!ok) {
@@ -76,7 +76,7 @@ void InteractiveProcess::OnWriteDone(bool ok) {
   }
 }
 
-void InteractiveProcess::OnReadDone(bool ok) {
+void InteractiveCall::OnReadDone(bool ok) {
   if (!ok) return;  // OnDone follows
   {
     absl::MutexLock lock(&mu_);
@@ -94,8 +94,8 @@ void InteractiveProcess::OnReadDone(bool ok) {
   StartRead(&event_);
 }
 
-void InteractiveProcess::OnDone(const grpc::Status& status) {
-  std::shared_ptr<InteractiveProcess> self;
+void InteractiveCall::OnDone(const grpc::Status& status) {
+  std::shared_ptr<InteractiveCall> self;
   {
     absl::MutexLock lock(&mu_);
     done_ = true;
@@ -105,7 +105,7 @@ void InteractiveProcess::OnDone(const grpc::Status& status) {
   Wake();
 }
 
-asio::awaitable<InteractiveProcess::Output> InteractiveProcess::ReadUntil(const std::string& marker,
+asio::awaitable<InteractiveProcess::Output> InteractiveCall::ReadUntil(const std::string& marker,
                                                                         absl::Time deadline) {
   auto executor = co_await asio::this_coro::executor;
   asio::steady_timer timer(executor);

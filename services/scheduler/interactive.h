@@ -1,4 +1,4 @@
-// A process in a sandbox that outlives one tool call: ExecInteractive (a bidirectional stream) kept open, stdin
+// InteractiveProcess (host_api.h) over gRPC: ExecInteractive (a bidirectional stream) kept open, stdin
 // written as calls come, output read up to a marker the process prints after each call, signals sent to its
 // process group. The scheduler's persistent bash and python tools are built on it. Thread-safe: gRPC reactions
 // run on gRPC threads; awaiting coroutines are woken through a thread-safe channel.
@@ -16,31 +16,22 @@
 #include "boost/asio/experimental/concurrent_channel.hpp"
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "grpcpp/support/client_callback.h"
+#include "services/scheduler/host_api.h"
 
 namespace corral::scheduler {
 
-class InteractiveProcess final : public grpc::ClientBidiReactor<v1::ExecInput, v1::ExecEvent> {
+class InteractiveCall final : public InteractiveProcess,
+                              public grpc::ClientBidiReactor<v1::ExecInput, v1::ExecEvent> {
  public:
   // Starts `start` (its command, with stdin kept open). The process lives until Stop(), its exit, or the end of
   // the sandbox. UNAVAILABLE etc. when the call fails before the process started.
   static boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Start(
       v1::SandboxHost::Stub* stub, const std::string& token, v1::ExecRequest start);
 
-  // Queues `data` for stdin.
-  void Write(std::string data);
-  // Sends `signal` to the process group.
-  void Signal(int signal);
-  // Ends the call (the host kills the process).
-  void Stop();
-
-  struct Output {
-    std::string text;     // everything before the marker (or everything read, when it did not come)
-    bool marked = false;  // the marker came
-    bool ended = false;   // the process exited or the stream broke
-  };
-  // Waits until `marker` appears in the output (consumed with everything before it), the process ends, or
-  // `deadline` passes.
-  boost::asio::awaitable<Output> ReadUntil(const std::string& marker, absl::Time deadline);
+  void Write(std::string data) override;
+  void Signal(int signal) override;
+  void Stop() override;  // ends the call: the host kills the process
+  boost::asio::awaitable<Output> ReadUntil(const std::string& marker, absl::Time deadline) override;
 
   void OnWriteDone(bool ok) override;
   void OnReadDone(bool ok) override;
@@ -48,7 +39,7 @@ class InteractiveProcess final : public grpc::ClientBidiReactor<v1::ExecInput, v
 
  private:
   using Channel = boost::asio::experimental::concurrent_channel<void(boost::system::error_code)>;
-  explicit InteractiveProcess(boost::asio::any_io_executor executor) : wake_(executor, 1) {}
+  explicit InteractiveCall(boost::asio::any_io_executor executor) : wake_(executor, 1) {}
   void Enqueue(v1::ExecInput input);
   void Wake() { wake_.try_send(boost::system::error_code()); }
 
@@ -62,7 +53,7 @@ class InteractiveProcess final : public grpc::ClientBidiReactor<v1::ExecInput, v
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   std::string output_ ABSL_GUARDED_BY(mu_);
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<InteractiveProcess> self_;  // keeps the reactor alive until OnDone
+  std::shared_ptr<InteractiveCall> self_;  // keeps the reactor alive until OnDone
 };
 
 }  // namespace corral::scheduler

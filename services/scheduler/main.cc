@@ -33,11 +33,14 @@
 #include "services/scheduler/result_stream.h"
 #include "services/scheduler/scheduler.h"
 #include "services/scheduler/scheduler_journal.h"
-#include "libs/http/detached.h"
+#include "libs/async/spawn.h"
 #include "services/scheduler/policy_control.h"
 #include "services/scheduler/scheduler_service.h"
 #include "services/scheduler/submission.h"
 #include "services/scheduler/warm_pool.h"
+#include "services/scheduler/limiter_client.h"
+#include "services/scheduler/proxy_client.h"
+#include "absl/synchronization/notification.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -47,7 +50,7 @@ using namespace corral::scheduler;  // NOLINT: the composition root names every 
 
 // Closes the proxy sessions of attempts a previous run left running (their sandboxes are swept by label when
 // each host is first polled).
-void CloseLeftoverSessions(const Snapshot& snapshot, const std::vector<std::shared_ptr<ProxyClient>>& proxies) {
+void CloseLeftoverSessions(const Snapshot& snapshot, const std::vector<std::shared_ptr<ProxyApi>>& proxies) {
   int n = 0;
   for (const auto& run : snapshot.runs) {
     if (!run.running) continue;
@@ -121,9 +124,9 @@ int main(int argc, char** argv) {
   registry_options.unreachable_after = config.host_unreachable_after;
   registry_options.dns = config.hosts_dns;
   registry_options.dns_interval = config.dns_interval;
-  HostRegistry hosts(registry_options, config.hosts);
+  HostRegistry hosts(registry_options, config.hosts, &clock);
 
-  std::vector<std::shared_ptr<ProxyClient>> proxies;
+  std::vector<std::shared_ptr<ProxyApi>> proxies;
   for (const auto& address : config.proxies) {
     auto ch = corral::MakeChannel(address, channel);
     if (!ch.ok()) {
@@ -141,7 +144,8 @@ int main(int argc, char** argv) {
     spdlog::error("cannot start: {}", limiter_client.status());
     return 1;
   }
-  std::unique_ptr<corral::ratelimiter::RateLimitClient> limiter = *std::move(limiter_client);
+  std::unique_ptr<corral::ratelimiter::RateLimitClient> limiter_session = *std::move(limiter_client);
+  LimiterClient limiter(limiter_session.get());
 
   RunnerOptions runner_options;
   runner_options.timeouts = config.timeouts;
@@ -156,10 +160,11 @@ int main(int argc, char** argv) {
   std::function<int64_t()> warm_room = [] { return int64_t{0}; };
   std::unique_ptr<WarmPool> pool;
   if (config.warm_pool_size > 0) {
-    pool = std::make_unique<WarmPool>(&hosts, config.warm_pool_size, config.scheduler_id, [&warm_room] { return warm_room(); },
+    pool = std::make_unique<WarmPool>(&hosts, &clock, config.warm_pool_size, config.scheduler_id, [&warm_room] { return warm_room(); },
                                       config.warm_pool_idle);
   }
-  EpisodeDriver driver(io.get_executor(), runner_options, &table, &hosts, proxies, limiter.get(), &metrics, pool.get());
+  EpisodeDriver driver(io.get_executor(), &clock, runner_options, &table, &hosts, proxies, &limiter, &metrics,
+                       pool.get());
   PauseLedger pauses;  // generation pauses (PolicyControl): not counted against episode and agent timeouts
   driver.set_pauses(&pauses);
 
@@ -214,19 +219,19 @@ int main(int argc, char** argv) {
     http_address = corral::JoinHostPort(host, *port);
     runner.set_extra_ready_address(http_address);
   }
-  absl::Mutex retention_mu;
-  bool retention_stopped = false;  // guarded by retention_mu: the journal is going away
-  std::function<void()> drop_expired = [&] {
-    absl::MutexLock lock(&retention_mu);
-    if (retention_stopped) return;
-    if (config.result_retention > absl::ZeroDuration()) {
-      auto dropped = (*journal)->DropAckedBefore(absl::Now() - config.result_retention);
-      if (!dropped.ok()) spdlog::warn("result retention: {}", dropped.status());
-      if (dropped.ok() && *dropped > 0) spdlog::info("result retention: dropped {} acknowledged result(s)", *dropped);
-    }
-    clock.RunAfter(absl::Minutes(1), [&] { drop_expired(); });
-  };
-  drop_expired();
+  // The retention sweep: a blocking SQLite update each minute, on a thread of its own (not the clock's, whose
+  // timers wake the episodes' sleeps).
+  absl::Notification retention_stop;
+  std::thread retention;
+  if (config.result_retention > absl::ZeroDuration()) {
+    retention = std::thread([&] {
+      do {
+        auto dropped = (*journal)->DropAckedBefore(absl::Now() - config.result_retention);
+        if (!dropped.ok()) spdlog::warn("result retention: {}", dropped.status());
+        if (dropped.ok() && *dropped > 0) spdlog::info("result retention: dropped {} acknowledged result(s)", *dropped);
+      } while (!retention_stop.WaitForNotificationWithTimeout(absl::Minutes(1)));
+    });
+  }
 
   std::vector<std::thread> threads;
   for (int64_t i = 0; i < config.io_threads; ++i) threads.emplace_back([&io] { io.run(); });
@@ -246,8 +251,7 @@ int main(int argc, char** argv) {
   }
   scheduler.Start();
   std::atomic<bool> policy_stopping{false};
-  asio::co_spawn(io, policy.Run(&policy_stopping, config.policy_sync_interval),
-                 corral::http::LogExceptions("pushing the policy state"));
+  corral::async::Spawn(io, policy.Run(&policy_stopping, config.policy_sync_interval), "pushing the policy state");
   runner.Wait();
   policy_stopping = true;
   if (http) http->Stop();
@@ -267,10 +271,8 @@ int main(int argc, char** argv) {
   io.stop();
   for (auto& t : threads) t.join();
   table.set_on_change(nullptr);
-  {
-    absl::MutexLock lock(&retention_mu);
-    retention_stopped = true;
-  }
+  retention_stop.Notify();
+  if (retention.joinable()) retention.join();
   // The journal flushes what is queued now, while the table its callbacks reach is still alive.
   journal->reset();
   clock.Stop();

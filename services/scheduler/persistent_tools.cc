@@ -93,7 +93,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, co
     command.set_cwd(a.workdir);
     const std::string marker = Marker();
     (*command.mutable_env())["__CORRAL_MARK"] = marker;
-    const absl::Duration life = std::min(a.EpisodeDeadline() - absl::Now(), a.slot->max_exec_timeout);
+    const absl::Duration life = std::min(a.EpisodeDeadline() - a.clock->Now(), a.slot->max_exec_timeout);
     ToProto(std::max(life, absl::Seconds(1)), command.mutable_timeout());
     auto started = co_await a.slot->client->StartInteractive(std::move(start));
     if (!started.ok()) {
@@ -108,13 +108,13 @@ asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, co
   std::string input = code;
   input.erase(std::remove(input.begin(), input.end(), '\0'), input.end());
   process->Write(input + std::string(1, '\0'));
-  InteractiveProcess::Output out = co_await process->ReadUntil(marker, absl::Now() + timeout);
+  InteractiveProcess::Output out = co_await process->ReadUntil(marker, a.clock->Now() + timeout);
   std::string text = out.text;
   std::string note;
   bool replace = false;
   if (!out.marked && !out.ended) {
     process->Signal(2);  // SIGINT: the call's command, not the session
-    InteractiveProcess::Output rest = co_await process->ReadUntil(marker, absl::Now() + absl::Seconds(5));
+    InteractiveProcess::Output rest = co_await process->ReadUntil(marker, a.clock->Now() + absl::Seconds(5));
     text += rest.text;
     if (rest.marked) {
       note = absl::StrCat("\n[the call timed out after ", absl::FormatDuration(timeout), " and was interrupted]");

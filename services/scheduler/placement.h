@@ -14,6 +14,10 @@
 
 namespace corral::scheduler {
 
+// Labels on the sandboxes a scheduler creates: whose they are (a host's sweep of leftovers) and for which episode.
+inline constexpr char kSchedulerLabel[] = "corral.scheduler";
+inline constexpr char kEpisodeLabel[] = "corral.episode";
+
 struct HostSnapshot {
   std::string address;
   v1::HostState state = v1::HOST_STATE_UNSPECIFIED;

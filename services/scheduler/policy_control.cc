@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "boost/asio/co_spawn.hpp"
@@ -12,7 +13,7 @@
 #include "libs/api/proto_time.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
-#include "libs/http/detached.h"
+#include "libs/async/spawn.h"
 #include "libs/http/server.h"
 #include "spdlog/spdlog.h"
 
@@ -50,12 +51,12 @@ void PolicyControl::Change(const std::function<absl::Status(PolicyState&)>& chan
 }
 
 void PolicyControl::Spawn(asio::awaitable<void> push) {
-  asio::co_spawn(executor_, std::move(push), http::LogExceptions("applying a policy change on the proxies"));
+  async::Spawn(executor_, std::move(push), "applying a policy change on the proxies");
 }
 
 template <class R>
 asio::awaitable<std::vector<absl::StatusOr<R>>> PolicyControl::OnEveryReplica(
-    std::function<asio::awaitable<absl::StatusOr<R>>(ProxyClient&)> call) {
+    std::function<asio::awaitable<absl::StatusOr<R>>(ProxyApi&)> call) {
   using Op = decltype(asio::co_spawn(executor_, std::declval<asio::awaitable<absl::StatusOr<R>>>(), asio::deferred));
   std::vector<Op> ops;
   for (const auto& proxy : proxies_) ops.push_back(asio::co_spawn(executor_, call(*proxy), asio::deferred));
@@ -103,7 +104,7 @@ asio::awaitable<void> PolicyControl::PushUpdate(PolicyState s, int64_t previous,
   push.set_version(s.version);
   push.set_sequence(s.sequence);
   auto results = co_await OnEveryReplica<v1::UpdatePolicyResponse>(
-      [&](ProxyClient& p) { return p.UpdatePolicy(push, deadline); });
+      [&](ProxyApi& p) { return p.UpdatePolicy(push, deadline); });
   // After the replicas (those that answered) serve it: episodes admitted for it record it.
   if (on_version_) on_version_(s.version);
   if (absl::Status out = Outcome(results); !out.ok()) co_return done(out);
@@ -139,7 +140,7 @@ asio::awaitable<void> PolicyControl::PushPause(PolicyState s, v1::PauseGeneratio
   push.set_sequence(s.sequence);
   const absl::Time start = absl::Now();
   auto results = co_await OnEveryReplica<v1::PauseGenerationResponse>(
-      [&](ProxyClient& p) { return p.Pause(push, deadline); });
+      [&](ProxyApi& p) { return p.Pause(push, deadline); });
   if (absl::Status out = Outcome(results); !out.ok()) co_return done(out);
   v1::PauseGenerationResponse r;
   for (const auto& one : results) {
@@ -175,7 +176,7 @@ asio::awaitable<void> PolicyControl::PushResume(PolicyState s, absl::Time deadli
   push.set_version(s.version);
   push.set_sequence(s.sequence);
   auto results = co_await OnEveryReplica<v1::ResumeGenerationResponse>(
-      [&](ProxyClient& p) { return p.Resume(push, deadline); });
+      [&](ProxyApi& p) { return p.Resume(push, deadline); });
   if (on_version_) on_version_(s.version);
   if (absl::Status out = Outcome(results); !out.ok()) co_return done(out);
   v1::ResumeGenerationResponse r;
@@ -194,11 +195,11 @@ asio::awaitable<void> PolicyControl::PushResume(PolicyState s, absl::Time deadli
 
 asio::awaitable<void> PolicyControl::Run(const std::atomic<bool>* stopping, absl::Duration interval) {
   while (!*stopping) {
-    co_await http::SleepFor(interval);
+    co_await async::SleepFor(interval);
     const PolicyState s = state();
     if (s.sequence == 0) continue;  // the trainer never said anything: the replicas' defaults stand
     const absl::Time deadline = absl::Now() + std::min(interval, absl::Seconds(5));
-    auto results = co_await OnEveryReplica<bool>([&](ProxyClient& p) -> asio::awaitable<absl::StatusOr<bool>> {
+    auto results = co_await OnEveryReplica<bool>([&](ProxyApi& p) -> asio::awaitable<absl::StatusOr<bool>> {
       if (!s.paused) {
         v1::ResumeGenerationRequest resume;
         resume.set_version(s.version);

@@ -15,7 +15,7 @@
 #include "boost/asio/any_io_executor.hpp"
 #include "boost/asio/awaitable.hpp"
 #include "services/scheduler/pause_ledger.h"
-#include "services/scheduler/proxy_client.h"
+#include "services/scheduler/proxy_api.h"
 #include "services/scheduler/scheduler_journal.h"
 
 namespace corral::scheduler {
@@ -24,7 +24,7 @@ class PolicyControl {
  public:
   // `pauses` (optional) learns when generation is paused and resumed, from the restored state on.
   PolicyControl(boost::asio::any_io_executor executor, SchedulerJournal* journal,
-                std::vector<std::shared_ptr<ProxyClient>> proxies, PolicyState restored, PauseLedger* pauses = nullptr)
+                std::vector<std::shared_ptr<ProxyApi>> proxies, PolicyState restored, PauseLedger* pauses = nullptr)
       : executor_(std::move(executor)), journal_(journal), proxies_(std::move(proxies)), pauses_(pauses),
         state_(restored) {
     if (pauses_ != nullptr) pauses_->Set(restored.paused, absl::Now());
@@ -63,14 +63,14 @@ class PolicyControl {
   // Runs `call` on every replica at once; returns each one's status, in replica order.
   template <class R>
   boost::asio::awaitable<std::vector<absl::StatusOr<R>>> OnEveryReplica(
-      std::function<boost::asio::awaitable<absl::StatusOr<R>>(ProxyClient&)> call);
+      std::function<boost::asio::awaitable<absl::StatusOr<R>>(ProxyApi&)> call);
   // OK, or the replicas' failures in one status (UNAVAILABLE unless a replica refused the change itself).
   template <class R>
   absl::Status Outcome(const std::vector<absl::StatusOr<R>>& results) const;
 
   const boost::asio::any_io_executor executor_;
   SchedulerJournal* const journal_;
-  const std::vector<std::shared_ptr<ProxyClient>> proxies_;
+  const std::vector<std::shared_ptr<ProxyApi>> proxies_;
   PauseLedger* const pauses_;
   std::function<void(int64_t)> on_version_;
   mutable absl::Mutex mu_;

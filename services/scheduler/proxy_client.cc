@@ -1,5 +1,6 @@
 #include "services/scheduler/proxy_client.h"
 
+#include "libs/async/sleep.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -151,7 +152,7 @@ asio::awaitable<absl::StatusOr<LlmReply>> ProxyClient::Post(const BaseUrl& base,
     const absl::Duration pause =
         RetryDelay(kCallRetry, static_cast<uint32_t>(attempt) + 2, absl::Hash<std::string>()(env_token));
     if (failed.code() != absl::StatusCode::kUnavailable || absl::Now() + pause >= give_up) co_return failed;
-    co_await http::SleepFor(pause);
+    co_await async::SleepFor(pause);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <variant>
 
+#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/async_result.hpp"
@@ -15,7 +16,6 @@
 #include "boost/asio/post.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/api/proto_time.h"
-#include "services/ratelimiter/client/ratelimit_client.h"
 #include "services/scheduler/chat.h"
 #include "services/scheduler/harnesses.h"
 #include "services/scheduler/persistent_tools.h"
@@ -46,29 +46,10 @@ struct ChatOutcome {
 
 // A permit of `limit` (the tool limit for one execution, the LLM limit for one call), or an empty one when there
 // is no limiter or no such limit is configured. A stop withdraws the request.
-asio::awaitable<absl::StatusOr<ratelimiter::ScopedPermit>> Permit(Attempt& a, const std::string& limit,
-                                                                  const std::string& key, absl::Duration wait) {
-  if (a.limiter == nullptr || limit.empty()) co_return ratelimiter::ScopedPermit();
-  ratelimiter::PermitRequest request;
-  request.limit = limit;
-  request.key = key;
-  request.wait_timeout = wait;
-  auto id = std::make_shared<std::atomic<uint64_t>>(0);
-  ratelimiter::RateLimitClient* limiter = a.limiter;
-  ScopedInterrupt interrupt(a.control(), [limiter, id] {
-    if (uint64_t v = id->load()) limiter->CancelAcquire(v);
-  });
-  co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
-                                          void(absl::StatusOr<ratelimiter::ScopedPermit>)>(
-      [&](auto handler) {
-        auto h = std::make_shared<decltype(handler)>(std::move(handler));
-        id->store(limiter->AcquireAsync(request, [h](absl::StatusOr<ratelimiter::ScopedPermit> permit) {
-          auto executor = asio::get_associated_executor(*h);
-          auto shared = std::make_shared<absl::StatusOr<ratelimiter::ScopedPermit>>(std::move(permit));
-          asio::post(executor, [h, shared]() mutable { (*h)(std::move(*shared)); });
-        }));
-      },
-      asio::use_awaitable);
+asio::awaitable<absl::StatusOr<Permit>> TakePermit(Attempt& a, const std::string& limit, const std::string& key,
+                                                   absl::Duration wait) {
+  if (a.limiter == nullptr || limit.empty()) co_return Permit();
+  co_return co_await a.limiter->Acquire(limit, key, wait, a.control());
 }
 
 // The HTTP exchange of a call whose time limit the scheduler keeps itself (in generation time) only gets this
@@ -79,11 +60,11 @@ constexpr absl::Duration kPauseSlack = absl::Hours(24);
 // (it counts generation time only); it is read again at each wake-up.
 asio::awaitable<void> UntilGenerationDeadline(const Attempt& a, std::function<absl::Time()> deadline) {
   while (true) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = a.clock->Now();
     const absl::Time end = deadline();
     if (now >= end && !a.Paused()) co_return;
     // At least 100 ms (the deadline stands still while paused), at most a minute (a far or infinite deadline).
-    co_await http::SleepFor(std::clamp(end - now, absl::Milliseconds(100), absl::Minutes(1)));
+    co_await async::SleepFor(*a.clock, std::clamp(end - now, absl::Milliseconds(100), absl::Minutes(1)));
   }
 }
 
@@ -97,7 +78,7 @@ asio::awaitable<void> StopAtAgentDeadline(const Attempt& a) {
 asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const json::array& tools) {
   ChatOutcome out;
   const std::string body = ChatBody(ModelOf(a), a.task().llm().params_json(), messages, tools);
-  const absl::Time started = absl::Now();
+  const absl::Time started = a.clock->Now();
   const absl::Duration timeout = std::min(a.options->llm_call_timeout, a.AgentDeadline() - started);
   const std::string token = a.session.env_token();
   // A stop abandons the call at once: the request is cancelled (its connection closed). The channel is
@@ -107,7 +88,7 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   ScopedInterrupt interrupt(a.control(), [stopped] { stopped->try_send(boost::system::error_code()); });
   // The LLM limit's permit is held for exactly the call (queueing for it counts against the call's timeout).
   const std::string model = ModelOf(a).empty() ? "default" : ModelOf(a);  // no model: the proxy's alias decides
-  auto permit = co_await Permit(a, a.options->llm_limit, model, timeout);
+  auto permit = co_await TakePermit(a, a.options->llm_limit, model, timeout);
   if (!permit.ok()) {
     const bool waited_out = permit.status().code() == absl::StatusCode::kDeadlineExceeded;
     out.failure = a.FromStatus(permit.status(), v1::EPISODE_PHASE_AGENT,
@@ -124,7 +105,7 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   auto raced = co_await (a.proxy->Post(a.base, token, "/chat/completions", body, timeout + kPauseSlack) ||
                          stopped->async_receive(asio::as_tuple(asio::use_awaitable)) ||
                          UntilGenerationDeadline(a, call_deadline));
-  (void)permit->Release();
+  permit->Release();
   if (raced.index() == 1) {
     out.failure = a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA,
                                "LLM call");
@@ -139,7 +120,7 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   a.result.set_llm_calls(a.result.llm_calls() + 1);
   if (!reply.ok()) {
     const bool timed_out =
-        absl::Now() >= a.AgentDeadline() || reply.status().code() == absl::StatusCode::kDeadlineExceeded;
+        a.clock->Now() >= a.AgentDeadline() || reply.status().code() == absl::StatusCode::kDeadlineExceeded;
     out.failure = timed_out ? a.FromStatus(absl::DeadlineExceededError(reply.status().message()), v1::EPISODE_PHASE_AGENT,
                                            v1::FAILURE_CLASS_AGENT, "LLM call")
                             : a.FromStatus(reply.status(), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA, "LLM call");
@@ -224,7 +205,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
       const std::string code = StringArg(*args, field);
       if (code.empty()) co_return Out(absl::StrCat("error: the argument '", field, "' is required"));
       if (spec.persistent()) {
-        auto permit = co_await Permit(a, a.options->tool_limit, language, timeout);
+        auto permit = co_await TakePermit(a, a.options->tool_limit, language, timeout);
         if (!permit.ok() && permit.status().code() == absl::StatusCode::kDeadlineExceeded) {
           co_return Out(absl::StrCat("error: no execution slot became free within ", absl::FormatDuration(timeout)));
         }
@@ -232,10 +213,10 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
           co_return Out(a.FromStatus(permit.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA,
                                      absl::StrCat("permit ", a.options->tool_limit, "/", language)));
         }
-        const absl::Time started = absl::Now();
+        const absl::Time started = a.clock->Now();
         auto result = co_await RunPersistent(a, spec, code, timeout, limit);
-        (void)permit->Release();
-        a.tools_time += absl::Now() - started;
+        permit->Release();
+        a.tools_time += a.clock->Now() - started;
         co_return result;
       }
       std::vector<std::string> argv = Interpreter(language);
@@ -250,7 +231,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
     case v1::TOOL_KIND_READ_FILE: {
       const std::string path = StringArg(*args, "path");
       if (path.empty()) co_return Out(std::string("error: the argument 'path' is required"));
-      const absl::Time deadline = std::min(absl::Now() + timeout, a.EpisodeDeadline());
+      const absl::Time deadline = std::min(a.clock->Now() + timeout, a.EpisodeDeadline());
       auto data = co_await a.slot->client->ReadFile(a.sandbox_id, path, limit * 4, a.Call(deadline));
       if (!data.ok()) {
         if (data.status().code() == absl::StatusCode::kUnavailable) {
@@ -268,7 +249,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
       file.set_path(StringArg(*args, "path"));
       file.set_content(StringArg(*args, "content"));
       if (file.path().empty()) co_return Out(std::string("error: the argument 'path' is required"));
-      const absl::Time deadline = std::min(absl::Now() + timeout, a.EpisodeDeadline());
+      const absl::Time deadline = std::min(a.clock->Now() + timeout, a.EpisodeDeadline());
       absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, file, a.Call(deadline));
       if (s.code() == absl::StatusCode::kUnavailable) {
         co_return Out(a.FromStatus(s, v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "write_file"));
@@ -280,7 +261,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
       co_return Out(std::string("error: unknown tool kind"));
   }
   const std::string key = spec.kind() == v1::TOOL_KIND_COMMAND ? "command" : language;
-  auto permit = co_await Permit(a, a.options->tool_limit, key, timeout);
+  auto permit = co_await TakePermit(a, a.options->tool_limit, key, timeout);
   if (!permit.ok()) {
     if (permit.status().code() == absl::StatusCode::kDeadlineExceeded) {
       co_return Out(absl::StrCat("error: no execution slot became free within ", absl::FormatDuration(timeout)));
@@ -288,10 +269,10 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
     co_return Out(a.FromStatus(permit.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA,
                                absl::StrCat("permit ", a.options->tool_limit, "/", key)));
   }
-  const absl::Time started = absl::Now();
+  const absl::Time started = a.clock->Now();
   auto out = co_await Exec(a, std::move(command), std::move(stdin_data), timeout, limit);
-  (void)permit->Release();  // held for exactly the execution
-  a.tools_time += absl::Now() - started;
+  permit->Release();  // held for exactly the execution
+  a.tools_time += a.clock->Now() - started;
   if (!out.ok()) {
     if (out.status().code() == absl::StatusCode::kInvalidArgument ||
         (out.status().code() == absl::StatusCode::kNotFound && !a.control()->stopped())) {
@@ -324,7 +305,7 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command comman
   request.set_stdin(std::move(stdin_data));
   // The host kills the process at `timeout`; the call's own deadline leaves it time to report that.
   const absl::Time deadline = host_keeps_time
-                                  ? std::min(absl::Now() + timeout + absl::Seconds(10), a.EpisodeDeadline())
+                                  ? std::min(a.clock->Now() + timeout + absl::Seconds(10), a.EpisodeDeadline())
                                   : absl::InfiniteFuture();
   co_return co_await a.slot->client->Exec(std::move(request), output_limit, a.Call(deadline));
 }
@@ -376,7 +357,7 @@ asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
       }
       messages.push_back(ToolMessage(call.id, content));
     }
-    if (absl::Now() >= a.AgentDeadline()) {
+    if (a.clock->Now() >= a.AgentDeadline()) {
       co_return a.FromStatus(absl::DeadlineExceededError("the conversation ran past its timeout"),
                              v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_AGENT, "conversation");
     }
@@ -422,7 +403,7 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
   if (task.prompt().size() <= kInstructionInEnvMax && task.prompt().find('\0') == std::string::npos) {
     env["CORRAL_INSTRUCTION"] = task.prompt();
   }
-  const absl::Time started = absl::Now();
+  const absl::Time started = a.clock->Now();
   absl::StatusOr<ExecOutcome> out;
   if (a.pauses == nullptr) {
     out = co_await Exec(a, std::move(command), "", timeout, 4096);
@@ -435,7 +416,7 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
     if (raced.index() == 1) {
       const absl::Duration paused = a.PausedSince(started);
       const bool episode = a.AgentDeadline() >= a.EpisodeDeadline();
-      ToProto(absl::Now() - started, a.result.mutable_timings()->mutable_agent());
+      ToProto(a.clock->Now() - started, a.result.mutable_timings()->mutable_agent());
       co_return Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT,
                         episode ? v1::EPISODE_PHASE_EPISODE : v1::EPISODE_PHASE_AGENT,
                         absl::StrCat("the agent ran past its ", episode ? "episode timeout" : "timeout", " (",
@@ -448,7 +429,7 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
     }
     out = std::get<0>(std::move(raced));
   }
-  ToProto(absl::Now() - started, a.result.mutable_timings()->mutable_agent());
+  ToProto(a.clock->Now() - started, a.result.mutable_timings()->mutable_agent());
   if (!out.ok()) {
     const bool start_failed = out.status().code() == absl::StatusCode::kNotFound ||
                               out.status().code() == absl::StatusCode::kInvalidArgument ||

@@ -2,10 +2,11 @@
 
 #include <random>
 
+#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
-#include "libs/http/detached.h"
+#include "libs/async/spawn.h"
 #include "boost/asio/post.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/core/logging.h"
@@ -34,10 +35,10 @@ int64_t Scheduler::WarmRoom() const {
 }
 
 void Scheduler::Start() {
-  asio::co_spawn(io_, Dispatch(), http::LogExceptions("the dispatcher"));
-  asio::co_spawn(io_, Tick(), http::LogExceptions("the scheduler's tick"));
-  asio::co_spawn(io_, hosts_->Run(&stopping_), http::LogExceptions("the host registry"));
-  if (pool_ != nullptr) asio::co_spawn(io_, pool_->Run(&stopping_), http::LogExceptions("the warm pool"));
+  async::Spawn(io_, Dispatch(), "the dispatcher");
+  async::Spawn(io_, Tick(), "the scheduler's tick");
+  async::Spawn(io_, hosts_->Run(&stopping_), "the host registry");
+  if (pool_ != nullptr) async::Spawn(io_, pool_->Run(&stopping_), "the warm pool");
 }
 
 void Scheduler::Stop() {
@@ -90,7 +91,7 @@ asio::awaitable<void> Scheduler::Tick() {
       if (pool_ != nullptr) metrics_->SetWarmPool(pool_->ready(), pool_->hits(), pool_->misses());
     }
     Kick();
-    co_await http::SleepFor(absl::Seconds(1));
+    co_await async::SleepFor(absl::Seconds(1));
   }
 }
 
@@ -184,21 +185,21 @@ void Scheduler::Drain(const v1::DrainRequest& request, std::function<void(absl::
     return done(out);
   }
   spdlog::info("draining {} (grace {})", address.empty() ? "the scheduler" : address, absl::FormatDuration(grace));
-  asio::co_spawn(io_, RunDrain(address, grace, std::move(done)), http::LogExceptions("a drain"));
+  async::Spawn(io_, RunDrain(address, grace, std::move(done)), "a drain");
 }
 
 asio::awaitable<void> Scheduler::RunDrain(std::string address, absl::Duration grace,
                                           std::function<void(absl::StatusOr<v1::DrainResponse>)> done) {
   const size_t at_start = table_->RunningCount(address);
   const absl::Time until = absl::Now() + grace;
-  while (table_->RunningCount(address) > 0 && absl::Now() < until) co_await http::SleepFor(absl::Milliseconds(20));
+  while (table_->RunningCount(address) > 0 && absl::Now() < until) co_await async::SleepFor(absl::Milliseconds(20));
   uint32_t requeued = 0;
   for (auto& run : table_->Running(address)) {
     if (run->Stop(StopReason::kRequeue, "drained")) ++requeued;
   }
   // Done when nothing runs there and the stopped episodes' sandboxes are deleted (the host is empty of ours).
   while (table_->RunningCount(address) > 0 || hosts_->InUse(address) > 0) {
-    co_await http::SleepFor(absl::Milliseconds(20));
+    co_await async::SleepFor(absl::Milliseconds(20));
   }
   v1::DrainResponse out;
   out.set_requeued(requeued);

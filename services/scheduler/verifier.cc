@@ -68,7 +68,7 @@ asio::awaitable<std::optional<Failure>> CleanSlate(Attempt& a, absl::Time deadli
 
 // The reward from what the verifier wrote under /logs/verifier (reward.txt, then reward.json), else its exit code.
 asio::awaitable<absl::StatusOr<RewardOutcome>> RewardFromFiles(Attempt& a, std::optional<int> exit_code) {
-  const absl::Time read_deadline = std::min(absl::Now() + absl::Seconds(30), a.EpisodeDeadline());
+  const absl::Time read_deadline = std::min(a.clock->Now() + absl::Seconds(30), a.EpisodeDeadline());
   const std::string txt_path = absl::StrCat(kVerifierDir, "/reward.txt");
   const std::string json_path = absl::StrCat(kVerifierDir, "/reward.json");
   auto txt = co_await a.slot->client->ReadFile(a.sandbox_id, txt_path, 4096, a.Call(read_deadline));
@@ -88,8 +88,8 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
   a.control()->set_phase(RunPhase::kVerifier);
   const v1::Task& task = a.task();
   const absl::Duration timeout = a.Timeout(task.timeouts().verifier(), a.options->timeouts.verifier);
-  const absl::Time deadline = std::min(absl::Now() + timeout, a.EpisodeDeadline());
-  const absl::Time started = absl::Now();
+  const absl::Time deadline = std::min(a.clock->Now() + timeout, a.EpisodeDeadline());
+  const absl::Time started = a.clock->Now();
   if (auto f = co_await CleanSlate(a, deadline)) co_return f;
   // Written fresh over whatever the agent left at their paths (a file is replaced, never written through), with
   // the task's answer for the verifier.
@@ -110,8 +110,8 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
   // Python would import what the agent planted in the home's user site-packages (usercustomize.py, .pth files)
   // into the verifier's interpreter; a task may still ask for it.
   env.insert({"PYTHONNOUSERSITE", "1"});
-  auto out = co_await Exec(a, std::move(command), "", deadline - absl::Now(), 4096);
-  ToProto(absl::Now() - started, a.result.mutable_timings()->mutable_verifier());
+  auto out = co_await Exec(a, std::move(command), "", deadline - a.clock->Now(), 4096);
+  ToProto(a.clock->Now() - started, a.result.mutable_timings()->mutable_verifier());
   if (!out.ok()) co_return a.FromStatus(out.status(), v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_VERIFIER, "verifier");
   a.result.set_verifier_output_tail(out->tail);
   if (out->exit.timed_out()) {

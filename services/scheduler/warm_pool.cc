@@ -1,10 +1,10 @@
 #include "services/scheduler/warm_pool.h"
 
+#include "libs/async/sleep.h"
 #include "boost/asio/co_spawn.hpp"
-#include "libs/http/detached.h"
+#include "libs/async/spawn.h"
 #include "boost/asio/this_coro.hpp"
 #include "libs/core/logging.h"
-#include "libs/http/server.h"
 #include "libs/api/proto_digest.h"
 #include "spdlog/spdlog.h"
 
@@ -12,9 +12,9 @@ namespace corral::scheduler {
 
 namespace asio = boost::asio;
 
-WarmPool::WarmPool(HostRegistry* hosts, int64_t size_per_spec, std::string scheduler_id,
+WarmPool::WarmPool(HostRegistry* hosts, Clock* clock, int64_t size_per_spec, std::string scheduler_id,
                    std::function<int64_t()> room, absl::Duration idle_after)
-    : hosts_(hosts), size_(size_per_spec), scheduler_id_(std::move(scheduler_id)), room_(std::move(room)),
+    : hosts_(hosts), clock_(clock), size_(size_per_spec), scheduler_id_(std::move(scheduler_id)), room_(std::move(room)),
       idle_after_(idle_after) {}
 
 std::string WarmPool::Key(const v1::SandboxSpec& spec) {
@@ -50,7 +50,7 @@ asio::awaitable<std::optional<WarmSandbox>> WarmPool::Take(const v1::SandboxSpec
         e.spec.clear_labels();
         e.needs = needs;
       }
-      e.wanted_at = absl::Now();
+      e.wanted_at = clock_->Now();
       if (e.ready.empty()) {
         ++misses_;
         ++e.credits;
@@ -79,7 +79,7 @@ asio::awaitable<std::optional<WarmSandbox>> WarmPool::Take(const v1::SandboxSpec
 asio::awaitable<void> WarmPool::Run(const std::atomic<bool>* stopping, absl::Duration interval) {
   while (!*stopping) {
     co_await Fill();
-    co_await http::SleepFor(interval);
+    co_await async::SleepFor(*clock_, interval);
   }
 }
 
@@ -89,7 +89,7 @@ asio::awaitable<void> WarmPool::Fill() {
   {
     absl::MutexLock lock(&mu_);
     int64_t room = room_();
-    const absl::Time now = absl::Now();
+    const absl::Time now = clock_->Now();
     for (auto& [key, e] : entries_) {
       if (now - e.wanted_at > idle_after_) {
         for (auto& w : e.ready) expired.push_back(std::move(w));
@@ -114,10 +114,10 @@ asio::awaitable<void> WarmPool::Fill() {
   }
   auto executor = co_await asio::this_coro::executor;
   for (auto& w : expired) {
-    asio::co_spawn(executor, Discard(std::move(w)), http::LogExceptions("discarding a warm sandbox"));
+    async::Spawn(executor, Discard(std::move(w)), "discarding a warm sandbox");
   }
   for (auto& key : create) {
-    asio::co_spawn(executor, CreateOne(std::move(key)), http::LogExceptions("a warm sandbox's creation"));
+    async::Spawn(executor, CreateOne(std::move(key)), "a warm sandbox's creation");
   }
 }
 
@@ -136,7 +136,7 @@ asio::awaitable<void> WarmPool::CreateOne(std::string key) {
   std::optional<WarmSandbox> made;
   auto slot = hosts_->Reserve(needs, spec.template_key());
   if (slot.ok() && (spec.template_key().empty() || hosts_->HasTemplate(slot->client->address(), spec.template_key()))) {
-    auto created = co_await slot->client->Create(spec, CallOptions{nullptr, absl::Now() + absl::Seconds(60)});
+    auto created = co_await slot->client->Create(spec, CallOptions{nullptr, clock_->Now() + absl::Seconds(60)});
     if (created.ok()) {
       hosts_->Own(slot->client->address(), created->sandbox().sandbox_id());
       made = WarmSandbox{*slot, *std::move(created)};
@@ -154,7 +154,7 @@ asio::awaitable<void> WarmPool::CreateOne(std::string key) {
     if (it == entries_.end()) {
       // The spec stopped being wanted meanwhile.
       auto executor = co_await asio::this_coro::executor;
-      asio::co_spawn(executor, Discard(*std::move(made)), http::LogExceptions("discarding a warm sandbox"));
+      async::Spawn(executor, Discard(*std::move(made)), "discarding a warm sandbox");
     } else {
       it->second.ready.push_back(*std::move(made));
     }

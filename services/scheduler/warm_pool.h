@@ -31,7 +31,7 @@ struct WarmSandbox {
 class WarmPool {
  public:
   // `room` says how many sandbox slots the pool may take now (free capacity not wanted by queued episodes).
-  WarmPool(HostRegistry* hosts, int64_t size_per_spec, std::string scheduler_id, std::function<int64_t()> room,
+  WarmPool(HostRegistry* hosts, Clock* clock, int64_t size_per_spec, std::string scheduler_id, std::function<int64_t()> room,
            absl::Duration idle_after = absl::Seconds(60));
 
   // The key of a spec (labels excluded).
@@ -63,6 +63,7 @@ class WarmPool {
   boost::asio::awaitable<void> Discard(WarmSandbox sandbox);
 
   HostRegistry* const hosts_;
+  Clock* const clock_;
   const int64_t size_;
   const std::string scheduler_id_;
   const std::function<int64_t()> room_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "libs/async/sleep.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -470,7 +471,7 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     absl::MutexLock lock(&mu_);
     continuations_.push_back({reply.continued_from, version_.load()});
   }
-  co_await http::SleepFor(reply.plan.ttft);
+  co_await async::SleepFor(reply.plan.ttft);
   if (reply.plan.status != 200) {
     co_await responder.Send(reply.plan.status, "application/json", http::ErrorJson("injected failure", "server_error"));
     co_return;
@@ -483,7 +484,7 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     }
     if (!co_await responder.StartStream(200, "text/event-stream")) co_return;
     for (const std::string& event : answer) {
-      co_await http::SleepFor(reply.plan.inter_token);
+      co_await async::SleepFor(reply.plan.inter_token);
       if (!co_await responder.WriteChunk(event)) co_return;
     }
     co_await responder.EndStream();
@@ -501,10 +502,10 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
       co_return;
     }
     if (reply.plan.stall_after_chunks >= 0 && chunks >= reply.plan.stall_after_chunks) {
-      co_await http::SleepFor(absl::Hours(1));  // hold the stream open, silent (the client gives up first)
+      co_await async::SleepFor(absl::Hours(1));  // hold the stream open, silent (the client gives up first)
       co_return;
     }
-    if (i > 1) co_await http::SleepFor(reply.plan.inter_token);
+    if (i > 1) co_await async::SleepFor(reply.plan.inter_token);
     if (!co_await responder.WriteChunk(reply.events[i])) {
       ++aborted_streams_;  // the client went away: generation stops, as vLLM's does
       co_return;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "libs/async/sleep.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/fake_clock.h"
@@ -23,7 +24,7 @@ http::Handler Answer(int status, std::string body, absl::Duration delay = absl::
                      std::atomic<int>* calls = nullptr) {
   return [=](http::Request& req, http::Responder& res) -> asio::awaitable<void> {
     if (calls != nullptr && req.target() != "/health") ++*calls;
-    co_await http::SleepFor(delay);
+    co_await async::SleepFor(delay);
     co_await res.Send(status, "application/json", body);
   };
 }

@@ -1,0 +1,102 @@
+// An in-memory sandbox host for the scheduler's unit tests: sandboxes are ids with a file map, commands answer
+// what the test scripts, and failures are queued by the test. Calls that "hang" wait on the test's FakeClock
+// until their deadline (DEADLINE_EXCEEDED) or their episode's stop (CANCELLED). Thread-safe.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "libs/core/clock.h"
+#include "services/scheduler/host_api.h"
+
+namespace corral::scheduler::testing_support {
+
+// Waits on `clock` until `options.deadline` (DEADLINE_EXCEEDED) or until `options.control` is stopped
+// (CANCELLED): what a real call does when the other side never answers.
+boost::asio::awaitable<absl::Status> Hang(Clock& clock, CallOptions options);
+
+class FakeHost final : public HostApi {
+ public:
+  FakeHost(std::string address, Clock* clock, uint32_t capacity = 8);
+  const std::string& address() const override { return address_; }
+
+  // --- what the test scripts
+  // The next `n` creates fail with `status` (after them, creates succeed again).
+  void FailCreates(absl::Status status, int n = 1);
+  void FailPulls(absl::Status status);
+  void FailTemplates(absl::Status status);
+  // HostInfo answers UNAVAILABLE (the host is gone) while set.
+  void SetUnreachable(bool unreachable);
+  // Exec waits for its deadline or its episode's stop instead of answering.
+  void HangExecs(bool hang);
+  // Answers an Exec (default: exit 0, no output). May write files with WriteSandboxFile.
+  void OnExec(std::function<ExecOutcome(const std::string& sandbox_id, const v1::ExecRequest&)> fn);
+  void WriteSandboxFile(const std::string& sandbox_id, const std::string& path, std::string content);
+
+  // --- what the test observes
+  std::vector<v1::SandboxSpec> created() const;  // every successful create's spec, in order
+  int create_calls() const;
+  std::set<std::string> live() const;  // sandboxes created and not deleted
+  std::vector<std::string> deleted() const;
+  std::vector<std::string> templates() const;  // template keys built
+  std::vector<std::string> pulls() const;
+  std::vector<v1::ExecRequest> execs() const;
+  std::optional<std::string> SandboxFile(const std::string& sandbox_id, const std::string& path) const;
+
+  // --- HostApi
+  boost::asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostInfo(absl::Duration timeout) override;
+  boost::asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> Create(const v1::SandboxSpec& spec,
+                                                                    CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> Get(const std::string& sandbox_id,
+                                                          absl::Duration timeout) override;
+  boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) override;
+  boost::asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(v1::ExecRequest request, size_t output_limit,
+                                                           CallOptions options) override;
+  boost::asio::awaitable<absl::Status> WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,
+                                                 CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<uint32_t>> KillAllProcesses(const std::string& sandbox_id,
+                                                                    CallOptions options) override;
+  boost::asio::awaitable<absl::Status> Remove(const std::string& sandbox_id, const std::string& path, bool recursive,
+                                              CallOptions options) override;
+  boost::asio::awaitable<absl::Status> MakeDir(const std::string& sandbox_id, const std::string& path,
+                                               CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<std::optional<std::string>>> ReadFile(const std::string& sandbox_id,
+                                                                              const std::string& path,
+                                                                              size_t max_bytes,
+                                                                              CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
+                                                                       CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
+      v1::ExecRequest start) override;
+  boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(v1::ListSandboxesRequest request,
+                                                                                  absl::Duration timeout) override;
+
+ private:
+  absl::Status Known(const std::string& sandbox_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string address_;
+  Clock* const clock_;
+  const uint32_t capacity_;
+  mutable absl::Mutex mu_;
+  std::deque<absl::Status> create_failures_ ABSL_GUARDED_BY(mu_);
+  absl::Status pull_status_ ABSL_GUARDED_BY(mu_);
+  absl::Status template_status_ ABSL_GUARDED_BY(mu_);
+  bool unreachable_ ABSL_GUARDED_BY(mu_) = false;
+  bool hang_execs_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<ExecOutcome(const std::string&, const v1::ExecRequest&)> on_exec_ ABSL_GUARDED_BY(mu_);
+  int next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int create_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<v1::SandboxSpec> created_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, v1::Sandbox> live_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::map<std::string, std::string>> files_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> deleted_, templates_, pulls_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ExecRequest> execs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace corral::scheduler::testing_support

@@ -1,0 +1,477 @@
+// The episode path (driver, runners, verifier) against in-memory hosts, proxy and limiter on a FakeClock: every
+// decision the driver makes on the way from a ticket to a result, in milliseconds.
+#include "services/scheduler/episode_driver.h"
+
+#include <future>
+#include <map>
+
+#include "boost/asio/co_spawn.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/use_future.hpp"
+#include "libs/async/spawn.h"
+#include "services/scheduler/submission.h"
+#include "services/scheduler/testing/fake_host.h"
+#include "services/scheduler/testing/fake_limiter.h"
+#include "services/scheduler/testing/fake_proxy.h"
+#include "services/scheduler/tests/episode_table_fixture.h"
+#include "services/scheduler/warm_pool.h"
+
+namespace corral::scheduler {
+namespace {
+
+namespace asio = boost::asio;
+using namespace testing_support;  // NOLINT: the fakes and the table's helpers
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using ::testing::UnorderedElementsAre;
+
+v1::Task SingleTurn(const std::string& answer) {
+  v1::Task t;
+  t.set_id("t0");
+  t.set_prompt("What is 2+2?");
+  t.set_runner(v1::RUNNER_SINGLE_TURN);
+  t.set_answer(answer);
+  t.mutable_reward()->set_function(v1::REWARD_FUNCTION_EXACT);
+  return t;
+}
+
+// An agent task: `run-agent` in a sandbox, then `verify`, whose reward the fake host writes when asked.
+v1::Task Agent(absl::Duration agent_timeout = absl::Seconds(60)) {
+  v1::Task t;
+  t.set_id("t0");
+  t.set_prompt("Fix the bug.");
+  t.set_runner(v1::RUNNER_AGENT);
+  t.mutable_agent()->mutable_command()->add_argv("run-agent");
+  t.mutable_verifier()->mutable_command()->add_argv("verify");
+  ToProto(agent_timeout, t.mutable_timeouts()->mutable_agent());
+  return t;
+}
+
+class EpisodeDriverTest : public ::testing::Test {
+ protected:
+  EpisodeDriverTest() : table_(&clock_, &log_, SubmitLimits{}, 1000) {}
+  ~EpisodeDriverTest() override {
+    // The registry's poller ends at its next wake-up.
+    polling_stopped_ = true;
+    clock_.Advance(absl::Seconds(3));
+    Settle();
+  }
+
+  // Hosts by address (once per test, before anything else; by default one host, "host-a"), polled once now
+  // (healthy) and then every 2 s of fake time, as the service does (a host marked full is tried again).
+  void UseHosts(const std::vector<std::string>& addresses, uint32_t capacity = 8) {
+    ASSERT_EQ(hosts_, nullptr) << "UseHosts is called once, first";
+    for (const auto& a : addresses) fakes_[a] = std::make_shared<FakeHost>(a, &clock_, capacity);
+    hosts_ = std::make_unique<HostRegistry>(
+        RegistryOptions{}, addresses, &clock_,
+        [this](const std::string& address) -> absl::StatusOr<std::shared_ptr<HostApi>> { return fakes_.at(address); });
+    Await(hosts_->PollOnce());
+    async::Spawn(io_, hosts_->Run(&polling_stopped_), "the host registry's poller");
+    MakeDriver();
+  }
+  void EnsureHosts() {
+    if (hosts_ == nullptr) UseHosts({"host-a"});
+  }
+  void MakeDriver(WarmPool* pool = nullptr) {
+    RunnerOptions options;
+    options.llm_limit = "llm";
+    driver_ = std::make_unique<EpisodeDriver>(io_.get_executor(), &clock_, options, &table_, hosts_.get(),
+                                              std::vector<std::shared_ptr<ProxyApi>>{proxy_}, &limiter_, nullptr,
+                                              pool);
+    driver_->set_pauses(&pauses_);
+  }
+  FakeHost& host(const std::string& address = "host-a") {
+    EnsureHosts();
+    return *fakes_.at(address);
+  }
+
+  // Runs `aw` on the test's io_context to its end (nothing in it waits on the clock).
+  void Await(asio::awaitable<void> aw) {
+    std::future<void> done = asio::co_spawn(io_, std::move(aw), asio::use_future);
+    while (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      io_.restart();
+      io_.poll();
+    }
+    done.get();
+  }
+
+  // Submits a batch of one task and starts its episode on the driver.
+  EpisodeTicket Start(v1::Task task, const std::string& batch = "b") {
+    EnsureHosts();
+    std::vector<std::shared_ptr<const v1::Task>> tasks{std::make_shared<v1::Task>(std::move(task))};
+    absl::StatusOr<v1::Batch> submitted = absl::UnknownError("not submitted");
+    table_.Submit(Spec(batch, 1), "digest-" + batch, std::move(tasks),
+                  [&](absl::StatusOr<v1::Batch> b) { submitted = std::move(b); });
+    EXPECT_TRUE(submitted.ok()) << submitted.status();
+    std::optional<EpisodeTicket> ticket = table_.StartNext(Any);
+    EXPECT_TRUE(ticket.has_value());
+    driver_->Start(*ticket);
+    return *ticket;
+  }
+
+  // Runs the event loop, moving the fake clock by `step` whenever nothing is ready, until no attempt runs (or
+  // `limit` of fake time passed: a failure). Background work that follows (deletes, acks) is run too.
+  void RunToEnd(absl::Duration step = absl::Milliseconds(100), absl::Duration limit = absl::Hours(2)) {
+    const absl::Time end = clock_.Now() + limit;
+    while (true) {
+      io_.restart();
+      io_.poll();
+      if (driver_->running() == 0) break;
+      if (clock_.Now() >= end) {
+        ADD_FAILURE() << "the attempt did not end within " << limit;
+        return;
+      }
+      clock_.Advance(step);
+    }
+    io_.restart();
+    io_.poll();
+    log_.Commit();
+  }
+  // Like RunToEnd, until `done` holds.
+  void RunUntil(const std::function<bool()>& done, absl::Duration step = absl::Milliseconds(100)) {
+    const absl::Time end = clock_.Now() + absl::Hours(2);
+    while (true) {
+      io_.restart();
+      io_.poll();
+      log_.Commit();
+      if (done()) return;
+      if (clock_.Now() >= end) {
+        ADD_FAILURE() << "not done within 2 h of fake time";
+        return;
+      }
+      clock_.Advance(step);
+    }
+  }
+  // Runs the event loop without moving the clock (the attempt runs up to its next wait).
+  void Settle() {
+    io_.restart();
+    io_.poll();
+  }
+
+  // The one result journaled (the test fails when there is not exactly one).
+  v1::EpisodeResult Journaled() {
+    EXPECT_THAT(log_.journaled, SizeIs(1));
+    return log_.journaled.empty() ? v1::EpisodeResult() : log_.journaled.back().first;
+  }
+  // The reward the verifier writes when `verify` runs.
+  void VerifierWrites(const std::string& reward) {
+    for (auto& [address, fake] : fakes_) {
+      FakeHost* h = fake.get();
+      h->OnExec([h, reward](const std::string& sandbox, const v1::ExecRequest& r) {
+        if (r.command().argv(0) == "verify") h->WriteSandboxFile(sandbox, "/logs/verifier/reward.txt", reward);
+        ExecOutcome out;
+        out.exited = true;
+        out.tail = r.command().argv(0) + " done";
+        return out;
+      });
+    }
+  }
+
+  FakeClock clock_;
+  FakeLog log_;
+  EpisodeTable table_;
+  PauseLedger pauses_;
+  asio::io_context io_;
+  std::map<std::string, std::shared_ptr<FakeHost>> fakes_;
+  std::unique_ptr<HostRegistry> hosts_;
+  std::atomic<bool> polling_stopped_{false};
+  std::shared_ptr<FakeProxy> proxy_ = std::make_shared<FakeProxy>("proxy-0", &clock_);
+  FakeLimiter limiter_;
+  std::unique_ptr<EpisodeDriver> driver_;
+};
+
+TEST_F(EpisodeDriverTest, SingleTurnIsRewardedFromTheReplyWithoutASandbox) {
+  proxy_->Reply(ChatCompletion("4"));
+  const EpisodeTicket ticket = Start(SingleTurn("4"));
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
+  EXPECT_EQ(r.reward(), 1.0);
+  EXPECT_EQ(r.llm_calls(), 1);
+  EXPECT_EQ(r.trajectory().call_count(), 1);
+  EXPECT_EQ(host().create_calls(), 0);
+  // The session was opened with the episode's ids and token capture, closed, and acknowledged once journaled.
+  ASSERT_THAT(proxy_->opened(), SizeIs(1));
+  EXPECT_EQ(proxy_->opened()[0].env_id(), ticket.env_id);
+  EXPECT_TRUE(proxy_->opened()[0].policy().capture_token_ids());
+  EXPECT_THAT(proxy_->closed(), ::testing::ElementsAre(ticket.env_id));
+  EXPECT_THAT(proxy_->acked(), ::testing::ElementsAre(ticket.env_id));
+  EXPECT_EQ(limiter_.granted("llm"), 1);
+  EXPECT_EQ(limiter_.held("llm"), 0);
+  EXPECT_EQ(driver_->running(), 0);
+}
+
+TEST_F(EpisodeDriverTest, AWrongAnswerFinishesWithRewardZero) {
+  proxy_->Reply(ChatCompletion("5"));
+  Start(SingleTurn("4"));
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
+  EXPECT_EQ(r.reward(), 0.0);
+}
+
+TEST_F(EpisodeDriverTest, AgentRunsInASandboxThenTheVerifierDecidesAndTheSandboxIsDeleted) {
+  VerifierWrites("0.75");
+  Start(Agent());
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  // The agent never called the model through the proxy: no data, whatever the verifier says.
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_NO_DATA);
+  const std::vector<v1::SandboxSpec> created = host().created();
+  ASSERT_THAT(created, SizeIs(1));
+  const v1::SandboxSpec& spec = created[0];
+  EXPECT_EQ(spec.network_policy(), v1::NETWORK_POLICY_PROXY_ONLY);
+  EXPECT_THAT(spec.allowed_ports(), ::testing::ElementsAre(4000));  // the session's base URL
+  ASSERT_THAT(host().execs(), SizeIs(2));
+  EXPECT_EQ(host().execs()[0].command().argv(0), "run-agent");
+  EXPECT_EQ(host().execs()[0].command().env().at("OPENAI_BASE_URL"), "http://127.0.0.1:4000/v1");
+  EXPECT_EQ(host().execs()[1].command().argv(0), "verify");
+  EXPECT_THAT(host().live(), IsEmpty());
+  EXPECT_THAT(host().deleted(), SizeIs(1));
+  EXPECT_EQ(hosts_->InUse(""), 0u);
+}
+
+TEST_F(EpisodeDriverTest, AgentThatCalledTheModelGetsTheVerifiersReward) {
+  VerifierWrites("0.75");
+  FakeProxy* proxy = proxy_.get();
+  host().OnExec([&, proxy](const std::string& sandbox, const v1::ExecRequest& r) {
+    // The agent's own call through the proxy, as a harness makes it, with the key it was given.
+    if (r.command().argv(0) == "run-agent") proxy->AgentCalled(r.command().env().at("OPENAI_API_KEY"));
+    if (r.command().argv(0) == "verify") host().WriteSandboxFile(sandbox, "/logs/verifier/reward.txt", "0.75");
+    ExecOutcome out;
+    out.exited = true;
+    return out;
+  });
+  Start(Agent());
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
+  EXPECT_EQ(r.reward(), 0.75);
+  EXPECT_EQ(r.agent_exit_code(), 0);
+}
+
+TEST_F(EpisodeDriverTest, AFullHostIsSkippedAndTheSandboxCreatedOnAnother) {
+  UseHosts({"host-a", "host-b"});
+  v1::Task task = Agent();
+  task.mutable_environment()->add_setup_commands()->add_argv("make");
+  // host-a has the task's template, so placement tries it first; it answers "full".
+  hosts_->MarkTemplate("host-a", TemplateKey(task.environment()));
+  host("host-a").FailCreates(absl::ResourceExhaustedError("full"), 100);
+  VerifierWrites("1");
+  Start(task);
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.host_address(), "host-b");
+  EXPECT_EQ(host("host-a").create_calls(), 1);  // refused once, then marked full until its next HostInfo
+  EXPECT_THAT(host("host-b").created(), SizeIs(1));
+  EXPECT_THAT(host("host-b").templates(), SizeIs(1));  // built where the sandbox went
+  EXPECT_THAT(host("host-a").templates(), IsEmpty());
+  EXPECT_EQ(hosts_->InUse(""), 0u);
+}
+
+TEST_F(EpisodeDriverTest, AnUnavailableHostIsTriedThreeTimesThenTheAttemptFailsAsInfraAndIsRetried) {
+  host().FailCreates(absl::UnavailableError("connection refused"), 3);
+  const EpisodeTicket ticket = Start(Agent());
+  RunToEnd();
+  EXPECT_EQ(host().create_calls(), 3);
+  // An infrastructure failure is not the episode's result: the episode is queued again for another attempt.
+  EXPECT_THAT(log_.journaled, IsEmpty());
+  EXPECT_EQ(table_.QueuedCount(), 1u);
+  EXPECT_THAT(log_.run_ended, ::testing::ElementsAre(::testing::Pair(ticket.ids.episode_id(), 2u)));
+  EXPECT_THAT(proxy_->closed(), SizeIs(1));
+}
+
+TEST_F(EpisodeDriverTest, AnImageThatDoesNotExistIsTheTasksFaultAndNotRetried) {
+  host().FailPulls(absl::NotFoundError("no such image"));
+  v1::Task task = Agent();
+  task.mutable_environment()->set_image("registry.local/missing:1");
+  Start(task);
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FAILED);
+  EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_AGENT);
+  EXPECT_EQ(r.failed_phase(), v1::EPISODE_PHASE_ACQUIRE);
+  EXPECT_THAT(r.failure_message(), HasSubstr("pulling image registry.local/missing:1"));
+  EXPECT_THAT(host().pulls(), ::testing::ElementsAre("registry.local/missing:1"));
+  EXPECT_EQ(host().create_calls(), 0);
+  EXPECT_EQ(hosts_->InUse(""), 0u);
+}
+
+TEST_F(EpisodeDriverTest, AFailingSetupCommandIsTheTasksFaultInTheSetupPhase) {
+  host().FailTemplates(absl::FailedPreconditionError("setup command exited 1"));
+  v1::Task task = Agent();
+  task.mutable_environment()->add_setup_commands()->add_argv("false");
+  Start(task);
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FAILED);
+  EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_AGENT);
+  EXPECT_EQ(r.failed_phase(), v1::EPISODE_PHASE_SETUP);
+  EXPECT_THAT(host().templates(), SizeIs(1));
+}
+
+TEST_F(EpisodeDriverTest, NoRoomOnAnyHostTimesOutTheAcquirePhaseAsInfra) {
+  UseHosts({"host-a"}, /*capacity=*/1);
+  host().HangExecs(true);
+  const EpisodeTicket first = Start(Agent(), "first");  // takes the only slot and keeps it
+  v1::Task task = Agent();
+  ToProto(absl::Seconds(5), task.mutable_timeouts()->mutable_acquire());
+  const absl::Time start = clock_.Now();
+  Start(task, "second");
+  RunUntil([&] { return !log_.journaled.empty(); });
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.ids().batch_id(), "second");
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_TIMEOUT);
+  EXPECT_EQ(r.failed_phase(), v1::EPISODE_PHASE_ACQUIRE);
+  EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_INFRA);
+  // After the acquire timeout of fake time: not at once, not later.
+  EXPECT_GE(clock_.Now() - start, absl::Seconds(5));
+  EXPECT_LE(clock_.Now() - start, absl::Seconds(6));
+  EXPECT_EQ(host().create_calls(), 1);
+  first.control->Stop(StopReason::kCancelled, "done");
+  RunToEnd();
+}
+
+TEST_F(EpisodeDriverTest, AnAgentThatRunsPastItsTimeoutIsKilledAndTimesOutAsTheAgentsFault) {
+  host().HangExecs(true);
+  const absl::Time start = clock_.Now();
+  Start(Agent(absl::Seconds(30)));
+  RunToEnd(absl::Seconds(1));
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_TIMEOUT);
+  EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_AGENT);
+  EXPECT_EQ(r.failed_phase(), v1::EPISODE_PHASE_AGENT);
+  EXPECT_GE(clock_.Now() - start, absl::Seconds(30));
+  EXPECT_LE(clock_.Now() - start, absl::Seconds(32));
+  EXPECT_THAT(host().live(), IsEmpty());
+}
+
+TEST_F(EpisodeDriverTest, PausedGenerationDoesNotCountAgainstTheAgentsTimeout) {
+  host().HangExecs(true);
+  const absl::Time start = clock_.Now();
+  Start(Agent(absl::Seconds(30)));
+  Settle();
+  clock_.Advance(absl::Seconds(10));
+  pauses_.Set(true, clock_.Now());
+  clock_.Advance(absl::Seconds(20));  // 20 s paused: the agent has 20 s left when generation resumes
+  Settle();
+  pauses_.Set(false, clock_.Now());
+  RunToEnd(absl::Seconds(1));
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_TIMEOUT);
+  EXPECT_EQ(r.failed_phase(), v1::EPISODE_PHASE_AGENT);
+  EXPECT_THAT(r.failure_message(), HasSubstr("not counting 20s paused"));
+  EXPECT_GE(clock_.Now() - start, absl::Seconds(50));
+  EXPECT_LE(clock_.Now() - start, absl::Seconds(52));
+}
+
+TEST_F(EpisodeDriverTest, ACancelMidAgentEndsCancelledAndCleansUp) {
+  host().HangExecs(true);
+  const EpisodeTicket ticket = Start(Agent());
+  Settle();
+  clock_.Advance(absl::Seconds(3));
+  Settle();
+  ASSERT_THAT(host().live(), SizeIs(1));
+  ticket.control->Stop(StopReason::kCancelled, "the trainer cancelled");
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_CANCELLED);
+  EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_UNSPECIFIED);
+  EXPECT_EQ(r.failure_message(), "the trainer cancelled");
+  EXPECT_THAT(host().live(), IsEmpty());
+  EXPECT_THAT(proxy_->closed(), ::testing::ElementsAre(ticket.env_id));
+  EXPECT_EQ(clock_.Now() - absl::FromUnixSeconds(1'700'000'000), absl::Seconds(3));  // at once, not at a timeout
+}
+
+TEST_F(EpisodeDriverTest, ALostHostEndsTheAttemptAsInfraAndTheEpisodeIsRetried) {
+  host().HangExecs(true);
+  const EpisodeTicket ticket = Start(Agent());
+  Settle();
+  ticket.control->Stop(StopReason::kHostLost, "host host-a stopped answering");
+  RunToEnd();
+  EXPECT_THAT(log_.journaled, IsEmpty());
+  EXPECT_EQ(table_.QueuedCount(), 1u);
+}
+
+TEST_F(EpisodeDriverTest, AProxyRestartingIsWaitedForWithinTheOpenDeadline) {
+  proxy_->FailOpens(absl::UnavailableError("restarting"), 3);
+  proxy_->Reply(ChatCompletion("4"));
+  Start(SingleTurn("4"));
+  RunToEnd();
+  EXPECT_EQ(Journaled().status(), v1::EPISODE_STATUS_FINISHED);
+  EXPECT_THAT(proxy_->opened(), SizeIs(4));
+}
+
+TEST_F(EpisodeDriverTest, AModelNoUpstreamServesIsTheTasksFault) {
+  proxy_->FailOpens(absl::InvalidArgumentError("model 'nope' is not served"));
+  Start(SingleTurn("4"));
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FAILED);
+  EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_AGENT);
+  EXPECT_EQ(r.failed_phase(), v1::EPISODE_PHASE_ACQUIRE);
+  EXPECT_THAT(r.failure_message(), HasSubstr("not served"));
+}
+
+TEST_F(EpisodeDriverTest, AThrowInTheAttemptIsAnInfraFailureThatGivesEverythingBack) {
+  proxy_->ThrowOnOpen(true);
+  Start(Agent());
+  RunToEnd();
+  EXPECT_EQ(driver_->running(), 0);
+  EXPECT_EQ(driver_->placing(), 0);
+  EXPECT_EQ(table_.QueuedCount(), 1u);  // retried, as any infrastructure failure
+  EXPECT_EQ(hosts_->InUse(""), 0u);
+}
+
+TEST_F(EpisodeDriverTest, ALimiterThatRefusesFailsTheCallAsInfra) {
+  limiter_.Refuse(absl::UnavailableError("limiter unreachable"));
+  Start(SingleTurn("4"));
+  RunToEnd();
+  EXPECT_THAT(log_.journaled, IsEmpty());
+  EXPECT_EQ(table_.QueuedCount(), 1u);
+  EXPECT_EQ(proxy_->calls(), 0);
+}
+
+TEST_F(EpisodeDriverTest, AnLlmCallThatNeverAnswersTimesOutAsTheAgentsFault) {
+  proxy_->HangCalls(true);
+  v1::Task task = SingleTurn("4");
+  ToProto(absl::Seconds(20), task.mutable_timeouts()->mutable_agent());
+  Start(task);
+  RunToEnd(absl::Seconds(1));
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_TIMEOUT);
+  EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_AGENT);
+  EXPECT_EQ(limiter_.held("llm"), 0);
+}
+
+TEST_F(EpisodeDriverTest, AWarmSandboxIsTakenInsteadOfCreated) {
+  EnsureHosts();
+  std::atomic<bool> stopping{false};
+  WarmPool pool(hosts_.get(), &clock_, /*size_per_spec=*/1, "scheduler", [] { return int64_t{8}; });
+  MakeDriver(&pool);
+  async::Spawn(io_, pool.Run(&stopping, absl::Milliseconds(200)), "the warm pool");
+  VerifierWrites("1");
+  Start(Agent(), "first");  // a miss: created inline, and the spec is wanted from now on
+  RunToEnd();
+  clock_.Advance(absl::Milliseconds(200));  // the filler makes one ahead
+  Settle();
+  clock_.Advance(absl::Milliseconds(200));
+  Settle();
+  ASSERT_EQ(pool.ready(), 1);
+  const int creates = host().create_calls();
+  Start(Agent(), "second");
+  RunToEnd();
+  ASSERT_THAT(log_.journaled, SizeIs(2));
+  const v1::EpisodeResult& second = log_.journaled[1].first;
+  EXPECT_TRUE(second.warm_sandbox());
+  EXPECT_EQ(pool.hits(), 1);
+  // The filler may replace the sandbox taken; the episode itself created none.
+  EXPECT_LE(host().create_calls(), creates + 1);
+  stopping = true;
+  clock_.Advance(absl::Seconds(1));
+  Settle();
+}
+
+}  // namespace
+}  // namespace corral::scheduler
