@@ -3,7 +3,8 @@
 #   smoke          1 with BENCH_SMOKE=1: the smoke run the test command makes of every bench (seconds, tiny counts;
 #                  it asserts the RESULT line, never the figures), on the test build and the packages it installed
 #   prepare "PACKAGES" [TARGETS...] installs the Debian packages the bench's peers need and builds TARGETS with
-#                  -DCORRAL_BENCH=ON (nothing in a smoke run: the test command did both)
+#                  -DCORRAL_BENCH=ON (nothing in a smoke run: the test command did both; no build with
+#                  BENCH_PREBUILT=1: the build directory is another tree's, as bench/builds_ab.sh runs them)
 #   smoke_or FULL SMOKE             FULL, or SMOKE in a smoke run
 #   host_uids                       the uid range flags for a sandbox host: the default pool, or in a smoke run a
 #                  range of its own (26000-26999) so it never shares uids with the tests running beside it
@@ -19,7 +20,7 @@ prepare() {
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
   done
   [[ ${#need[@]} -eq 0 ]] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
-  [[ $# -gt 0 ]] || return 0
+  [[ $# -gt 0 && -z "${BENCH_PREBUILT:-}" ]] || return 0
   mkdir -p "$build"
   cmake -S . -B "$build" -G Ninja -DCORRAL_BENCH=ON > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
   ninja -C "$build" "$@"

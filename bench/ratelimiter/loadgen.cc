@@ -73,8 +73,9 @@ void RedisWorker(const Flags& f, int index, absl::Time end, ThreadResult* out) {
     const absl::Time start = absl::Now();
     bool granted = false;
     while (!granted && absl::Now() < end) {
-      auto* r = static_cast<redisReply*>(redisCommand(c, "EVAL %s 1 %s %lld %d %d %s", kAcquireLua, key.c_str(),
-                                                      static_cast<long long>(NowMs()), 30000, f.permits, lease.c_str()));
+      auto* r =
+          static_cast<redisReply*>(redisCommand(c, "EVAL %s 1 %s %lld %d %d %s", kAcquireLua, key.c_str(),
+                                                static_cast<long long>(NowMs()), 30000, f.permits, lease.c_str()));
       if (r == nullptr) {
         ++out->errors;
         return;
@@ -182,19 +183,30 @@ int main(int argc, char** argv) {
       std::string prefix = absl::StrCat("--", name, "=");
       return a.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
     };
-    if (auto v = value("mode")) f.mode = v;
-    else if (auto v2 = value("addr")) f.addr = v2;
-    else if (auto v3 = value("token")) f.token = v3;
-    else if (auto v4 = value("limit")) f.limit = v4;
-    else if (auto v5 = value("clients")) f.clients = std::stoi(v5);
-    else if (auto v6 = value("permits")) f.permits = std::stoi(v6);
-    else if (auto v7 = value("leases")) f.leases = std::stoi(v7);
-    else if (auto v8 = value("seconds")) f.seconds = std::stod(v8);
-    else if (auto v9 = value("keys")) f.keys = std::stoi(v9);
-    else if (a == "--shared") f.shared = true;
+    if (auto v = value("mode"))
+      f.mode = v;
+    else if (auto v2 = value("addr"))
+      f.addr = v2;
+    else if (auto v3 = value("token"))
+      f.token = v3;
+    else if (auto v4 = value("limit"))
+      f.limit = v4;
+    else if (auto v5 = value("clients"))
+      f.clients = std::stoi(v5);
+    else if (auto v6 = value("permits"))
+      f.permits = std::stoi(v6);
+    else if (auto v7 = value("leases"))
+      f.leases = std::stoi(v7);
+    else if (auto v8 = value("seconds"))
+      f.seconds = std::stod(v8);
+    else if (auto v9 = value("keys"))
+      f.keys = std::stoi(v9);
+    else if (a == "--shared")
+      f.shared = true;
     else {
-      std::cerr << "usage: corral-bench-ratelimiter --mode=corral|redis|leases --addr=HOST:PORT [--token=T] "
-                   "[--limit=NAME] [--clients=64] [--permits=16] [--seconds=5] [--leases=10000] [--keys=N] [--shared]\n";
+      std::cerr
+          << "usage: corral-bench-ratelimiter --mode=corral|redis|leases --addr=HOST:PORT [--token=T] "
+             "[--limit=NAME] [--clients=64] [--permits=16] [--seconds=5] [--leases=10000] [--keys=N] [--shared]\n";
       return a == "--help" ? 0 : 2;
     }
   }
@@ -214,8 +226,10 @@ int main(int argc, char** argv) {
   const absl::Time end = start + absl::Seconds(f.seconds);
   for (int i = 0; i < f.clients; ++i) {
     threads.emplace_back([&, i] {
-      if (f.mode == "redis") RedisWorker(f, i, end, &results[static_cast<size_t>(i)]);
-      else CorralWorker(f, i, end, shared.get(), &results[static_cast<size_t>(i)]);
+      if (f.mode == "redis")
+        RedisWorker(f, i, end, &results[static_cast<size_t>(i)]);
+      else
+        CorralWorker(f, i, end, shared.get(), &results[static_cast<size_t>(i)]);
     });
   }
   for (auto& t : threads) t.join();
@@ -228,7 +242,9 @@ int main(int argc, char** argv) {
     lat.insert(lat.end(), r.latency_us.begin(), r.latency_us.end());
   }
   std::sort(lat.begin(), lat.end());
-  auto pct = [&](double p) { return lat.empty() ? 0.0 : lat[static_cast<size_t>(p * static_cast<double>(lat.size() - 1))] / 1000.0; };
+  auto pct = [&](double p) {
+    return lat.empty() ? 0.0 : lat[static_cast<size_t>(p * static_cast<double>(lat.size() - 1))] / 1000.0;
+  };
   std::printf("pairs=%lld seconds=%.2f pairs_per_s=%.0f p50_ms=%.3f p99_ms=%.3f errors=%lld\n",
               static_cast<long long>(pairs), elapsed, static_cast<double>(pairs) / elapsed, pct(0.5), pct(0.99),
               static_cast<long long>(errors));

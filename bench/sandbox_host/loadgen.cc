@@ -89,11 +89,16 @@ int main(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--mode=", 0) == 0) f.mode = a.substr(7);
-    else if (a.rfind("--addr=", 0) == 0) f.addr = a.substr(7);
-    else if (a.rfind("--n=", 0) == 0) f.n = std::stoi(a.substr(4));
-    else if (a.rfind("--threads=", 0) == 0) f.threads = std::stoi(a.substr(10));
-    else if (a.rfind("--image=", 0) == 0) f.image = a.substr(8);
+    if (a.rfind("--mode=", 0) == 0)
+      f.mode = a.substr(7);
+    else if (a.rfind("--addr=", 0) == 0)
+      f.addr = a.substr(7);
+    else if (a.rfind("--n=", 0) == 0)
+      f.n = std::stoi(a.substr(4));
+    else if (a.rfind("--threads=", 0) == 0)
+      f.threads = std::stoi(a.substr(10));
+    else if (a.rfind("--image=", 0) == 0)
+      f.image = a.substr(8);
     else {
       std::cerr << "usage: corral-bench-sandbox --mode=lifecycle|exec|spawn|bwrap [--addr=HOST:PORT] [--n=N] "
                    "[--image=REF]\n";
@@ -103,9 +108,14 @@ int main(int argc, char** argv) {
   if (f.mode == "spawn") return RunSpawn(f, {"/bin/true"});
   if (f.mode == "bwrap") {
     // Comparable isolation: new user/pid/net/ipc/uts/mount namespaces, read-only system dirs, private /tmp.
-    return RunSpawn(f, {"/usr/bin/bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
-                        "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64",
-                        "/lib64", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"});
+    return RunSpawn(f, {"/usr/bin/bwrap", "--unshare-all", "--die-with-parent",
+                        "--ro-bind",      "/usr",          "/usr",
+                        "--symlink",      "usr/bin",       "/bin",
+                        "--symlink",      "usr/lib",       "/lib",
+                        "--symlink",      "usr/lib64",     "/lib64",
+                        "--proc",         "/proc",         "--dev",
+                        "/dev",           "--tmpfs",       "/tmp",
+                        "/bin/true"});
   }
   auto stub = corral::v1::SandboxHost::NewStub(*corral::MakeChannel(f.addr));
   if (f.mode == "exec") {

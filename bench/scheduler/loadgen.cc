@@ -25,9 +25,9 @@
 #include "boost/json.hpp"
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "corral/v1/scheduler.grpc.pb.h"
+#include "libs/api/proto_time.h"
 #include "libs/http/client.h"
 #include "libs/rpc/channel.h"
-#include "libs/api/proto_time.h"
 
 namespace {
 
@@ -114,9 +114,11 @@ int RunScheduler(const Flags& f) {
     const v1::EpisodeResult& r = msg.result();
     ++results;
     finished += r.status() == v1::EPISODE_STATUS_FINISHED;
-    if (r.status() != v1::EPISODE_STATUS_FINISHED) ++failures[absl::StrCat(v1::EpisodeStatus_Name(r.status()), " ", r.failure_message().substr(0, 100))];
+    if (r.status() != v1::EPISODE_STATUS_FINISHED)
+      ++failures[absl::StrCat(v1::EpisodeStatus_Name(r.status()), " ", r.failure_message().substr(0, 100))];
     absl::Duration llm;
-    for (const auto& c : r.trajectory().calls()) llm += FromProto(c.timings().done()) - FromProto(c.timings().received());
+    for (const auto& c : r.trajectory().calls())
+      llm += FromProto(c.timings().done()) - FromProto(c.timings().received());
     const absl::Duration overhead = FromProto(r.timings().total()) - llm - FromProto(r.timings().tools());
     overhead_ms.push_back(absl::ToDoubleMilliseconds(overhead));
     acquire_ms.push_back(absl::ToDoubleMilliseconds(FromProto(r.timings().sandbox_acquire())));
@@ -137,10 +139,11 @@ int RunScheduler(const Flags& f) {
   (void)reader->Finish();
   for (const auto& [what, count] : failures) fprintf(stderr, "  %6d x %s\n", count, what.c_str());
   const double secs = absl::ToDoubleSeconds(last - start);
-  printf("episodes=%d finished=%d seconds=%.2f eps=%.1f overhead_p50_ms=%.2f overhead_p99_ms=%.2f own_p50_ms=%.2f "
-         "own_p99_ms=%.2f acquire_p50_ms=%.2f acquire_p99_ms=%.2f\n",
-         results, finished, secs, results / secs, Percentile(overhead_ms, 0.5), Percentile(overhead_ms, 0.99),
-         Percentile(own_ms, 0.5), Percentile(own_ms, 0.99), Percentile(acquire_ms, 0.5), Percentile(acquire_ms, 0.99));
+  printf(
+      "episodes=%d finished=%d seconds=%.2f eps=%.1f overhead_p50_ms=%.2f overhead_p99_ms=%.2f own_p50_ms=%.2f "
+      "own_p99_ms=%.2f acquire_p50_ms=%.2f acquire_p99_ms=%.2f\n",
+      results, finished, secs, results / secs, Percentile(overhead_ms, 0.5), Percentile(overhead_ms, 0.99),
+      Percentile(own_ms, 0.5), Percentile(own_ms, 0.99), Percentile(acquire_ms, 0.5), Percentile(acquire_ms, 0.99));
   return finished == f.n ? 0 : 1;
 }
 

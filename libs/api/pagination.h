@@ -19,8 +19,7 @@ inline absl::StatusOr<int> PageSize(int32_t requested) {
 // rejects, calls `add` for the next `page_size` ones, and returns the next page token (the key of the last item
 // added) when another matching item follows, "" at the end.
 template <class Items, class Key, class Match, class Add>
-std::string FillPage(const Items& items, const std::string& page_token, int page_size, Key key, Match match,
-                     Add add) {
+std::string FillPage(const Items& items, const std::string& page_token, int page_size, Key key, Match match, Add add) {
   int added = 0;
   std::string last;
   for (const auto& item : items) {

@@ -24,8 +24,8 @@ std::string DeterministicBytes(const google::protobuf::Message& message) {
 std::string Sha256Hex(absl::string_view bytes, size_t digest_bytes) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest),
-                                                  std::min<size_t>(digest_bytes, SHA256_DIGEST_LENGTH)));
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), std::min<size_t>(digest_bytes, SHA256_DIGEST_LENGTH)));
 }
 
 }  // namespace corral

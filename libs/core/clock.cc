@@ -51,8 +51,7 @@ void RealClock::Loop() {
     if (queue_.empty()) {
       // Wake on a new timer or on shutdown; the condition re-reads both under the lock.
       mu_.Await(absl::Condition(
-          +[](RealClock* c) ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->stopping_ || !c->queue_.empty(); },
-          this));
+          +[](RealClock* c) ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->stopping_ || !c->queue_.empty(); }, this));
       continue;
     }
     absl::Time deadline = queue_.next_deadline();

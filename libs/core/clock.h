@@ -25,9 +25,7 @@ class Clock {
   virtual absl::Time Now() const = 0;
   // Runs `fn` once, at or after `when`. Returns an id for Cancel (never 0).
   virtual TimerId RunAt(absl::Time when, absl::AnyInvocable<void()> fn) = 0;
-  TimerId RunAfter(absl::Duration delay, absl::AnyInvocable<void()> fn) {
-    return RunAt(Now() + delay, std::move(fn));
-  }
+  TimerId RunAfter(absl::Duration delay, absl::AnyInvocable<void()> fn) { return RunAt(Now() + delay, std::move(fn)); }
   // Returns true when the timer was still pending; it will then never run. False if it already ran
   // (or is running right now) or never existed.
   virtual bool Cancel(TimerId id) = 0;

@@ -33,8 +33,7 @@ std::string Quote(absl::string_view s) { return absl::StrCat("\"", s, "\""); }
 ConfigSchema::ConfigSchema(std::string program, std::string summary)
     : program_(std::move(program)), summary_(std::move(summary)) {}
 
-ConfigSchema::Entry& ConfigSchema::Add(std::string key, Type type, std::string type_name, void* out,
-                                       std::string help) {
+ConfigSchema::Entry& ConfigSchema::Add(std::string key, Type type, std::string type_name, void* out, std::string help) {
   by_key_[key] = entries_.size();
   Entry& e = entries_.emplace_back();
   e.key = std::move(key);
@@ -61,8 +60,7 @@ void ConfigSchema::Int(std::string key, int64_t* out, std::string help, int64_t 
 }
 
 void ConfigSchema::Double(std::string key, double* out, std::string help, double min, double max) {
-  Entry& e = Add(std::move(key), Type::kDouble, absl::StrCat("NUMBER [", min, "..", max, "]"), out,
-                 std::move(help));
+  Entry& e = Add(std::move(key), Type::kDouble, absl::StrCat("NUMBER [", min, "..", max, "]"), out, std::move(help));
   e.default_text = absl::StrCat(*out);
   e.double_min = min;
   e.double_max = max;
@@ -99,17 +97,15 @@ std::string ConfigSchema::Help() const {
   absl::StrAppend(&out, "  --config FILE\n      YAML file with any of the keys below\n");
   absl::StrAppend(&out, "  --help\n      print this help and exit\n");
   for (const Entry& e : entries_) {
-    absl::StrAppend(&out, "  --", FlagName(e.key), " ", e.type_name, "   (key ", e.key, ", default ",
-                    e.default_text, ")\n      ", e.help, "\n");
+    absl::StrAppend(&out, "  --", FlagName(e.key), " ", e.type_name, "   (key ", e.key, ", default ", e.default_text,
+                    ")\n      ", e.help, "\n");
   }
   return out;
 }
 
 absl::Status ConfigSchema::ApplyScalar(Entry& e, absl::string_view text) {
   switch (e.type) {
-    case Type::kString:
-      *static_cast<std::string*>(e.out) = std::string(text);
-      return absl::OkStatus();
+    case Type::kString: *static_cast<std::string*>(e.out) = std::string(text); return absl::OkStatus();
     case Type::kBool: {
       std::string t = absl::AsciiStrToLower(text);
       if (t == "true" || t == "yes" || t == "on" || t == "1") {
@@ -127,8 +123,7 @@ absl::Status ConfigSchema::ApplyScalar(Entry& e, absl::string_view text) {
         return absl::InvalidArgumentError(absl::StrCat("expected an integer, got '", text, "'"));
       }
       if (v < e.int_min || v > e.int_max) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(v, " is out of range; allowed: ", e.int_min, " to ", e.int_max));
+        return absl::InvalidArgumentError(absl::StrCat(v, " is out of range; allowed: ", e.int_min, " to ", e.int_max));
       }
       *static_cast<int64_t*>(e.out) = v;
       return absl::OkStatus();
@@ -152,9 +147,9 @@ absl::Status ConfigSchema::ApplyScalar(Entry& e, absl::string_view text) {
             absl::StrCat("expected a duration such as 250ms, 30s or 5m, got '", text, "'"));
       }
       if (d < e.duration_min || d > e.duration_max) {
-        return absl::InvalidArgumentError(absl::StrCat(text, " is out of range; allowed: ",
-                                                       absl::FormatDuration(e.duration_min), " to ",
-                                                       absl::FormatDuration(e.duration_max)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(text, " is out of range; allowed: ", absl::FormatDuration(e.duration_min), " to ",
+                         absl::FormatDuration(e.duration_max)));
       }
       *static_cast<absl::Duration*>(e.out) = d;
       return absl::OkStatus();
@@ -166,8 +161,7 @@ absl::Status ConfigSchema::ApplyScalar(Entry& e, absl::string_view text) {
       list->emplace_back(text);
       return absl::OkStatus();
     }
-    case Type::kCustom:
-      break;
+    case Type::kCustom: break;
   }
   return absl::InternalError("unreachable config type");
 }
@@ -187,14 +181,13 @@ absl::Status ConfigSchema::ApplyNode(Entry& e, const YAML::Node& node) {
     return absl::OkStatus();
   }
   if (!node.IsScalar()) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", absl::AsciiStrToLower(e.type_name), ", got ",
-                                                   NodeKind(node)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", absl::AsciiStrToLower(e.type_name), ", got ", NodeKind(node)));
   }
   return ApplyScalar(e, node.Scalar());
 }
 
-absl::Status ConfigSchema::ApplyMapping(const YAML::Node& map, const std::string& prefix,
-                                        absl::string_view source) {
+absl::Status ConfigSchema::ApplyMapping(const YAML::Node& map, const std::string& prefix, absl::string_view source) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     const YAML::Node key_node = it->first;
     const YAML::Node value = it->second;
@@ -222,8 +215,8 @@ absl::Status ConfigSchema::ApplyMapping(const YAML::Node& map, const std::string
     }
     std::vector<std::string> known;
     for (const Entry& e : entries_) known.push_back(e.key);
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": unknown key '", key,
-                                                   "'; known keys: ", absl::StrJoin(known, ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", line, ": unknown key '", key, "'; known keys: ", absl::StrJoin(known, ", ")));
   }
   return absl::OkStatus();
 }
@@ -285,8 +278,7 @@ absl::Status LoadConfigFile(ConfigSchema& schema, const std::string& path) {
   return schema.ApplyYaml(root, path);
 }
 
-absl::StatusOr<CommandLine> LoadConfig(ConfigSchema& schema, int argc, const char* const* argv,
-                                       bool allow_positional) {
+absl::StatusOr<CommandLine> LoadConfig(ConfigSchema& schema, int argc, const char* const* argv, bool allow_positional) {
   CommandLine cmd;
   struct Flag {
     std::string name, value;
@@ -324,8 +316,8 @@ absl::StatusOr<CommandLine> LoadConfig(ConfigSchema& schema, int argc, const cha
     }
   }
   if (!cmd.positional.empty() && !allow_positional) {
-    return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", cmd.positional.front(), "'; run ",
-                                                   schema.program(), " --help"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", cmd.positional.front(), "'; run ", schema.program(), " --help"));
   }
   if (!cmd.config_file.empty()) CORRAL_RETURN_IF_ERROR(LoadConfigFile(schema, cmd.config_file));
   for (const Flag& f : flags) CORRAL_RETURN_IF_ERROR(schema.ApplyFlag(f.name, f.value));

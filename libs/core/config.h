@@ -11,11 +11,11 @@
 #include <functional>
 #include <map>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace YAML {
@@ -34,8 +34,7 @@ class ConfigSchema {
   void Int(std::string key, int64_t* out, std::string help, int64_t min, int64_t max);
   void Double(std::string key, double* out, std::string help, double min, double max);
   // Written as "250ms", "30s", "5m", "1h30m".
-  void Duration(std::string key, absl::Duration* out, std::string help, absl::Duration min,
-                absl::Duration max);
+  void Duration(std::string key, absl::Duration* out, std::string help, absl::Duration min, absl::Duration max);
   // A YAML sequence of strings; as a flag, each occurrence appends one item (the first one replaces the
   // file's list).
   void StringList(std::string key, std::vector<std::string>* out, std::string help);
@@ -87,8 +86,8 @@ class ConfigSchema {
 // What the command line asked for beyond config keys.
 struct CommandLine {
   bool help = false;
-  std::string config_file;               // from --config, empty if none
-  std::vector<std::string> positional;   // arguments that are not flags
+  std::string config_file;              // from --config, empty if none
+  std::vector<std::string> positional;  // arguments that are not flags
 };
 
 // Parses argv: `--config FILE` is loaded first (wherever it appears), then every `--key=value` /

@@ -10,8 +10,8 @@ namespace corral {
 absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
   size_t colon = address.rfind(':');
   int port = -1;
-  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", address, "' is not a HOST:PORT address (e.g. 127.0.0.1:7100 or [::]:7100)"));
   }

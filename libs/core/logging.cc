@@ -66,8 +66,7 @@ std::string FormatJsonLogLine(absl::string_view timestamp, absl::string_view lev
 
 absl::Status ValidateLogOptions(const LogOptions& options) {
   if (options.format != "text" && options.format != "json") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("log format '", options.format, "' is not known; use text or json"));
+    return absl::InvalidArgumentError(absl::StrCat("log format '", options.format, "' is not known; use text or json"));
   }
   if (spdlog::level::from_str(options.level) == spdlog::level::off && options.level != "off") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -78,8 +77,8 @@ absl::Status ValidateLogOptions(const LogOptions& options) {
 
 absl::Status InitLogging(absl::string_view service, const LogOptions& options) {
   if (absl::Status s = ValidateLogOptions(options); !s.ok()) return s;
-  auto logger = std::make_shared<spdlog::logger>(std::string(service),
-                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger =
+      std::make_shared<spdlog::logger>(std::string(service), std::make_shared<spdlog::sinks::stderr_sink_mt>());
   if (options.format == "json") {
     logger->set_formatter(std::make_unique<JsonFormatter>());
   } else {

@@ -3,9 +3,9 @@
 #pragma once
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "spdlog/fmt/fmt.h"
 
 namespace corral {

@@ -11,10 +11,9 @@
 #define CORRAL_STATUS_CONCAT_(a, b) CORRAL_STATUS_CONCAT_INNER_(a, b)
 
 // Evaluates `expr` (an absl::Status) once; returns it from the enclosing function if it is not OK.
-#define CORRAL_RETURN_IF_ERROR(expr)                           \
-  do {                                                         \
-    if (::absl::Status corral_status_ = (expr); !corral_status_.ok()) \
-      return corral_status_;                                   \
+#define CORRAL_RETURN_IF_ERROR(expr)                                                         \
+  do {                                                                                       \
+    if (::absl::Status corral_status_ = (expr); !corral_status_.ok()) return corral_status_; \
   } while (0)
 
 // `CORRAL_ASSIGN_OR_RETURN(auto x, MaybeX());` — evaluates the StatusOr once; on error returns its status,

@@ -23,8 +23,8 @@ constexpr size_t kMaxKeyFileBytes = 64 * 1024;
 
 absl::StatusOr<TokenSigner> TokenSigner::FromKey(std::string key) {
   if (key.size() < kMinKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("secret key is ", key.size(), " bytes; at least ",
-                                                   kMinKeyBytes, " are required (e.g. `openssl rand -hex 32`)"));
+    return absl::InvalidArgumentError(absl::StrCat("secret key is ", key.size(), " bytes; at least ", kMinKeyBytes,
+                                                   " are required (e.g. `openssl rand -hex 32`)"));
   }
   return TokenSigner(std::move(key));
 }
@@ -79,8 +79,8 @@ std::string TokenSigner::Mac(absl::string_view purpose, absl::string_view payloa
   std::string message = absl::StrCat(purpose, absl::string_view("\0", 1), payload);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int mac_len = 0;
-  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &mac_len);
+  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), reinterpret_cast<const unsigned char*>(message.data()),
+       message.size(), mac, &mac_len);
   return absl::WebSafeBase64Escape(absl::string_view(reinterpret_cast<const char*>(mac), mac_len));
 }
 
@@ -97,8 +97,7 @@ absl::StatusOr<std::string> TokenSigner::Verify(absl::string_view purpose, absl:
   absl::string_view given = token.substr(dot + 1);
   std::string expected = Mac(purpose, payload);
   // Lengths are public (a MAC's encoding has a fixed size); the bytes are compared in constant time.
-  if (given.size() != expected.size() ||
-      CRYPTO_memcmp(given.data(), expected.data(), expected.size()) != 0) {
+  if (given.size() != expected.size() || CRYPTO_memcmp(given.data(), expected.data(), expected.size()) != 0) {
     return absl::UnauthenticatedError("invalid token signature");
   }
   return std::string(payload);

@@ -59,7 +59,8 @@ asio::awaitable<absl::Status> ClientConnection::Send(Request& request, absl::Dur
   auto [rec, rn] = co_await bhttp::async_read_header(*stream_, buffer_, *parser_, kUseTuple);
   if (rec) {
     broken_ = true;
-    if (rec == beast::error::timeout) co_return absl::DeadlineExceededError(absl::StrCat(key_, " sent no response in time"));
+    if (rec == beast::error::timeout)
+      co_return absl::DeadlineExceededError(absl::StrCat(key_, " sent no response in time"));
     co_return absl::UnavailableError(absl::StrCat("reading from ", key_, ": ", rec.message()));
   }
   co_return absl::OkStatus();
@@ -99,7 +100,8 @@ asio::awaitable<absl::StatusOr<std::string>> ClientConnection::ReadAll(absl::Dur
     absl::StatusOr<std::string> piece = co_await ReadSome(timeout);
     if (!piece.ok()) co_return piece.status();
     body += *piece;
-    if (body.size() > limit) co_return absl::ResourceExhaustedError(absl::StrCat(key_, " sent a body over ", limit, " bytes"));
+    if (body.size() > limit)
+      co_return absl::ResourceExhaustedError(absl::StrCat(key_, " sent a body over ", limit, " bytes"));
   }
   co_return body;
 }

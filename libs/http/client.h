@@ -26,8 +26,8 @@ class ClientConnection {
  public:
   // UNAVAILABLE when the connection cannot be made within `timeout`.
   static asio::awaitable<absl::StatusOr<std::unique_ptr<ClientConnection>>> Connect(asio::any_io_executor executor,
-                                                                                     std::string host, uint16_t port,
-                                                                                     absl::Duration timeout);
+                                                                                    std::string host, uint16_t port,
+                                                                                    absl::Duration timeout);
 
   // Sends `request` and reads the response header within `timeout`. UNAVAILABLE when the connection fails before
   // any response byte (safe to retry elsewhere); DEADLINE_EXCEEDED when no header came in time.
@@ -56,7 +56,9 @@ class ClientConnection {
   const std::string& key() const { return key_; }
 
  private:
-  ClientConnection(beast::tcp_stream stream, std::string key) : key_(std::move(key)) { stream_.emplace(std::move(stream)); }
+  ClientConnection(beast::tcp_stream stream, std::string key) : key_(std::move(key)) {
+    stream_.emplace(std::move(stream));
+  }
   std::optional<beast::tcp_stream> stream_;
   std::string key_;
   beast::flat_buffer buffer_;

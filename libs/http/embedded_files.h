@@ -22,7 +22,9 @@ inline const EmbeddedFile* FindEmbedded(const EmbeddedFile* table, std::string_v
 
 // The Content-Type of a web asset by its extension (application/octet-stream when unknown).
 inline const char* ContentTypeOf(std::string_view path) {
-  auto ends = [&](std::string_view ext) { return path.size() >= ext.size() && path.substr(path.size() - ext.size()) == ext; };
+  auto ends = [&](std::string_view ext) {
+    return path.size() >= ext.size() && path.substr(path.size() - ext.size()) == ext;
+  };
   if (ends(".html")) return "text/html; charset=utf-8";
   if (ends(".js")) return "text/javascript; charset=utf-8";
   if (ends(".css")) return "text/css; charset=utf-8";

@@ -4,9 +4,6 @@
 #include <chrono>
 #include <tuple>
 
-#include "libs/core/host_port.h"
-#include "libs/async/spawn.h"
-#include "libs/http/openai_json.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
@@ -22,6 +19,9 @@
 #include "boost/beast/http/write.hpp"
 #include "boost/json/serialize.hpp"
 #include "boost/json/value.hpp"
+#include "libs/async/spawn.h"
+#include "libs/core/host_port.h"
+#include "libs/http/openai_json.h"
 
 namespace corral::http {
 namespace {
@@ -44,8 +44,6 @@ int StatusFor(beast::error_code ec) {
 }
 
 }  // namespace
-
-
 
 // ------------------------------------------------------------------------------------------------ Responder
 

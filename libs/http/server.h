@@ -22,8 +22,8 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/beast/core/tcp_stream.hpp"
-#include "boost/beast/http/string_body.hpp"
 #include "boost/beast/http/message.hpp"
+#include "boost/beast/http/string_body.hpp"
 
 namespace corral::http {
 

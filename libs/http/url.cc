@@ -1,5 +1,6 @@
 #include "libs/http/url.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -50,7 +51,8 @@ absl::StatusOr<Target> ParseTarget(absl::string_view target) {
     const size_t eq = pair.find('=');
     auto key = PercentDecode(pair.substr(0, eq), true);
     if (!key.ok()) return key.status();
-    auto value = eq == absl::string_view::npos ? absl::StatusOr<std::string>("") : PercentDecode(pair.substr(eq + 1), true);
+    auto value =
+        eq == absl::string_view::npos ? absl::StatusOr<std::string>("") : PercentDecode(pair.substr(eq + 1), true);
     if (!value.ok()) return value.status();
     out.query[*std::move(key)] = *std::move(value);
   }
@@ -59,20 +61,48 @@ absl::StatusOr<Target> ParseTarget(absl::string_view target) {
 
 std::string HttpUrl::authority() const { return JoinHostPort(host, port); }
 
+std::string Url::authority() const { return JoinHostPort(host, port); }
+
+std::string Url::ToString() const { return absl::StrCat(tls ? "https://" : "http://", authority(), target); }
+
+absl::StatusOr<Url> ParseUrl(absl::string_view text) {
+  Url url;
+  absl::string_view rest = text;
+  if (absl::ConsumePrefix(&rest, "https://")) {
+    url.tls = true;
+  } else if (!absl::ConsumePrefix(&rest, "http://")) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not an http(s) URL"));
+  }
+  const size_t path = rest.find_first_of("/?#");
+  const std::string authority(rest.substr(0, path));
+  absl::string_view target = path == absl::string_view::npos ? "" : rest.substr(path);
+  target = target.substr(0, target.find('#'));  // a fragment is not sent
+  url.target = absl::StartsWith(target, "/") ? std::string(target) : absl::StrCat("/", target);
+  // host:port, [v6]:port, or a host alone (the scheme's port).
+  // A port is named when a ':' follows the host (after the brackets of an IPv6 address).
+  const size_t v6_end = authority.rfind(']');
+  url.explicit_port = authority.find(':', v6_end == std::string::npos ? 0 : v6_end) != std::string::npos;
+  auto split = SplitHostPort(url.explicit_port ? authority : absl::StrCat(authority, ":", url.tls ? 443 : 80));
+  if (!split.ok() || split->first.empty() || split->second < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' has no usable host and port"));
+  }
+  url.host = split->first;
+  url.port = split->second;
+  return url;
+}
+
 absl::StatusOr<HttpUrl> ParseHttpUrl(absl::string_view url, absl::string_view what) {
-  absl::string_view rest = url;
-  if (!absl::ConsumePrefix(&rest, "http://")) {
+  auto parsed = ParseUrl(url);
+  if (!parsed.ok() || parsed->tls) {
     return absl::InvalidArgumentError(absl::StrCat(what, " '", url, "' must start with http://"));
   }
-  const size_t slash = rest.find('/');
-  auto host_port = SplitHostPort(std::string(rest.substr(0, slash)));
-  if (!host_port.ok() || host_port->first.empty() || host_port->second < 1) {
+  if (!parsed->explicit_port || parsed->target.find_first_of("?#") != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(what, " '", url, "' must be http://HOST:PORT[/path]"));
   }
   HttpUrl out;
-  out.host = host_port->first;
-  out.port = host_port->second;
-  if (slash != absl::string_view::npos) out.path = std::string(rest.substr(slash));
+  out.host = parsed->host;
+  out.port = parsed->port;
+  out.path = parsed->target;
   while (!out.path.empty() && out.path.back() == '/') out.path.pop_back();
   return out;
 }

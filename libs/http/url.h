@@ -10,15 +10,30 @@
 namespace corral::http {
 
 struct Target {
-  std::string path;                           // percent-decoded
-  std::map<std::string, std::string> query;   // decoded ('+' is a space); a repeated key keeps its last value
+  std::string path;                          // percent-decoded
+  std::map<std::string, std::string> query;  // decoded ('+' is a space); a repeated key keeps its last value
 };
+
+// Any http:// or https:// URL, as a registry or a token service names one: the scheme's port when none is
+// given; the target is the path and query, "/" at least.
+struct Url {
+  bool tls = false;
+  std::string host;  // an IPv6 address without its brackets
+  int port = 0;
+  bool explicit_port = false;     // the URL named its port
+  std::string target;             // origin-form: "/path?query"
+  std::string authority() const;  // "host:port" ("[v6]:port")
+  std::string ToString() const;
+};
+// INVALID_ARGUMENT naming the text for another scheme, or no usable host and port. The one URL parser: the
+// others below are restrictions of it.
+absl::StatusOr<Url> ParseUrl(absl::string_view text);
 
 // An "http://HOST:PORT[/path]" address, as upstreams and base URLs are given.
 struct HttpUrl {
   std::string host;  // an IPv6 address without its brackets
   int port = 0;
-  std::string path;  // "" or "/…", without a trailing '/'
+  std::string path;               // "" or "/…", without a trailing '/'
   std::string authority() const;  // "host:port" ("[v6]:port")
 };
 

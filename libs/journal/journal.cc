@@ -98,7 +98,9 @@ int64_t Statement::Int(int column) const { return stmt_ == nullptr ? 0 : sqlite3
 
 std::string Statement::Text(int column) const {
   const void* data = stmt_ == nullptr ? nullptr : sqlite3_column_blob(stmt_, column);
-  return data == nullptr ? "" : std::string(static_cast<const char*>(data), static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
+  return data == nullptr
+             ? ""
+             : std::string(static_cast<const char*>(data), static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
 }
 
 void Statement::Reset() {
@@ -107,8 +109,8 @@ void Statement::Reset() {
   sqlite3_clear_bindings(stmt_);
 }
 
-absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, const std::string& schema,
-                                                       bool fsync, Applier apply, int64_t segment_bytes) {
+absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path, const std::string& schema, bool fsync,
+                                                       Applier apply, int64_t segment_bytes) {
   std::unique_ptr<Journal> j(new Journal());
   auto writer = OpenSqlite(path, schema, fsync);
   if (!writer.ok()) return writer.status();

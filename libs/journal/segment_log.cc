@@ -23,10 +23,13 @@ namespace {
 constexpr size_t kHeader = 8;  // u32 length, u32 crc32 of the bytes, little-endian
 
 uint32_t Crc(absl::string_view bytes) {
-  return static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+  return static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
 }
 
-absl::Status Errno(const std::string& what) { return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno))); }
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -83,10 +83,10 @@ std::string Subprocess::Log() const {
   return buffer.str();
 }
 
-absl::StatusOr<ReadyInfo> WaitForReadyFile(const std::string& path, absl::Duration timeout,
-                                           const Subprocess* process) {
+absl::StatusOr<ReadyInfo> WaitForReadyFile(const std::string& path, absl::Duration timeout, const Subprocess* process) {
   const absl::Time deadline = absl::Now() + timeout;
-  static const std::regex kPattern(R"re(\{"service":"[^"]*","pid":(\d+),"grpc":"([^"]*)","metrics":"([^"]*)"(?:,"http":"([^"]*)")?\})re");
+  static const std::regex kPattern(
+      R"re(\{"service":"[^"]*","pid":(\d+),"grpc":"([^"]*)","metrics":"([^"]*)"(?:,"http":"([^"]*)")?\})re");
   while (absl::Now() < deadline) {
     std::ifstream in(path);
     std::string line;
@@ -123,8 +123,8 @@ absl::Status WriteReadyFile(const std::string& path, const std::string& service,
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << "{\"service\":\"" << service << "\",\"pid\":" << info.pid << ",\"grpc\":\"" << info.grpc
-        << "\",\"metrics\":\"" << info.metrics << "\""
-        << (info.http.empty() ? "" : ",\"http\":\"" + info.http + "\"") << "}\n";
+        << "\",\"metrics\":\"" << info.metrics << "\"" << (info.http.empty() ? "" : ",\"http\":\"" + info.http + "\"")
+        << "}\n";
     if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ready file '", tmp, "'"));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -24,14 +24,12 @@ constexpr char kRetryServiceConfig[] = R"({
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& target,
-                                                           const ChannelOptions& options) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& target, const ChannelOptions& options) {
   if (target.empty()) return absl::InvalidArgumentError("empty service address; expected HOST:PORT");
   CORRAL_ASSIGN_OR_RETURN(auto credentials, MakeChannelCredentials(options.tls));
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-              static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (options.retry_unavailable) {

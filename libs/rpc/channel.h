@@ -16,7 +16,7 @@ namespace corral {
 
 struct ChannelOptions {
   TlsConfig tls;
-  bool retry_unavailable = true;   // up to 4 attempts, 50 ms → 1 s exponential backoff
+  bool retry_unavailable = true;  // up to 4 attempts, 50 ms → 1 s exponential backoff
   absl::Duration keepalive_time = absl::Seconds(20);
   absl::Duration keepalive_timeout = absl::Seconds(10);
   // gRPC shares one connection among channels to the same address; true gives this channel its own.

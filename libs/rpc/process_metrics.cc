@@ -75,8 +75,8 @@ std::vector<prometheus::MetricFamily> ProcessMetrics::Collect() const {
       Family("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge, field(24) * page),
       Family("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, CountOpenFds()),
       Family("process_threads", "Number of OS threads in the process.", MetricType::Gauge, field(20)),
-      Family("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
-             MetricType::Gauge, BootTimeSeconds() + field(22) / ticks),
+      Family("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", MetricType::Gauge,
+             BootTimeSeconds() + field(22) / ticks),
   };
 }
 

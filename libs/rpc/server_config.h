@@ -26,7 +26,7 @@ struct ServerConfig {
   LogOptions log;
   TlsConfig tls;
   absl::Duration shutdown_grace = absl::Seconds(10);
-  std::string ready_file;  // written once listening: {"service","pid","grpc","metrics"}
+  std::string ready_file;   // written once listening: {"service","pid","grpc","metrics"}
   std::string config_file;  // the --config file this process was started with; empty if none (not a key)
 };
 

@@ -4,15 +4,14 @@
 #include <signal.h>
 #include <unistd.h>
 
-
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 #include "libs/core/status_macros.h"
 #include "libs/core/version.h"
-#include "libs/rpc/process_metrics.h"
 #include "libs/process/supervise.h"
+#include "libs/rpc/process_metrics.h"
 #include "prometheus/gauge.h"
 #include "spdlog/spdlog.h"
 
@@ -116,8 +115,8 @@ absl::Status ServerRunner::Start() {
   }
   for (auto& [service, name] : services_) server_->GetHealthCheckService()->SetServingStatus(name, true);
   CORRAL_RETURN_IF_ERROR(WriteReadyFile());
-  spdlog::info("{} serving: grpc={} metrics={} tls={} pid={}", service_name_,
-               WithPort(config_.grpc_listen, grpc_port_), WithPort(config_.metrics_listen, metrics_port_),
+  spdlog::info("{} serving: grpc={} metrics={} tls={} pid={}", service_name_, WithPort(config_.grpc_listen, grpc_port_),
+               WithPort(config_.metrics_listen, metrics_port_),
                config_.tls.enabled() ? (config_.tls.require_client_cert ? "mutual" : "on") : "off", getpid());
   return absl::OkStatus();
 }

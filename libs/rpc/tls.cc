@@ -44,9 +44,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(c
   if (tls.require_client_cert && tls.ca_file.empty()) {
     return absl::InvalidArgumentError("mutual TLS (tls.require_client_cert) needs tls.ca_file to verify clients");
   }
-  grpc::SslServerCredentialsOptions options(
-      tls.require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                              : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  grpc::SslServerCredentialsOptions options(tls.require_client_cert
+                                                ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                                : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
   CORRAL_ASSIGN_OR_RETURN(pair.private_key, ReadPem(tls.key_file, "key"));
   CORRAL_ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(tls.cert_file, "certificate"));

@@ -13,9 +13,9 @@ namespace corral {
 class ConfigSchema;
 
 struct TlsConfig {
-  std::string cert_file;         // this side's certificate chain
-  std::string key_file;          // this side's private key
-  std::string ca_file;           // CA bundle that verifies the peer
+  std::string cert_file;             // this side's certificate chain
+  std::string key_file;              // this side's private key
+  std::string ca_file;               // CA bundle that verifies the peer
   bool require_client_cert = false;  // server only: mutual TLS
 
   bool enabled() const { return !cert_file.empty() || !key_file.empty() || !ca_file.empty(); }

@@ -8,8 +8,8 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "grpcpp/support/server_callback.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
 #include "libs/rpc/status_conversion.h"
 
 namespace corral {

@@ -98,7 +98,8 @@ uint32_t TrajectoryStore::Node(std::optional<uint32_t> parent, const v1::ChatMes
 
 std::vector<uint32_t> TrajectoryStore::Chain(std::optional<uint32_t> last) const {
   std::vector<uint32_t> chain;
-  for (std::optional<uint32_t> n = last; n; n = nodes_[*n].has_parent() ? std::optional(nodes_[*n].parent()) : std::nullopt) {
+  for (std::optional<uint32_t> n = last; n;
+       n = nodes_[*n].has_parent() ? std::optional(nodes_[*n].parent()) : std::nullopt) {
     chain.push_back(*n);
   }
   std::reverse(chain.begin(), chain.end());
@@ -213,7 +214,7 @@ void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) c
       // The last token's version: a change after the last token produced none (without captured token ids there
       // is no telling, and the last change counts). Versions only move forward.
       const int n = c.completion_token_ids_size();
-      const int64_t last = n > 0                          ? TokenVersion(c, n - 1)
+      const int64_t last = n > 0                         ? TokenVersion(c, n - 1)
                            : c.version_changes().empty() ? c.policy_version()
                                                          : c.version_changes().rbegin()->version();
       if (!out->has_first_policy_version() || c.policy_version() < out->first_policy_version()) {

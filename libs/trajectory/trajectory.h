@@ -56,8 +56,8 @@ class TrajectoryStore {
 
   const std::string env_id_;
   std::vector<v1::MessageNode> nodes_;
-  std::vector<uint32_t> depth_;  // 1 for a root message
-  std::vector<uint32_t> owner_;  // the branch that first stored each node
+  std::vector<uint32_t> depth_;                               // 1 for a root message
+  std::vector<uint32_t> owner_;                               // the branch that first stored each node
   absl::flat_hash_map<uint32_t, uint32_t> branch_ending_at_;  // a branch's last message → that branch
   absl::flat_hash_map<std::string, uint32_t> by_hash_;
   std::vector<v1::LlmCall> calls_;

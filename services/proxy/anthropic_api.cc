@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "libs/http/openai_json.h"
 #include "libs/core/status_macros.h"
+#include "libs/http/openai_json.h"
 
 namespace corral::proxy::anthropic {
 namespace {
@@ -109,19 +109,20 @@ absl::Status AddMessage(const json::object& m, const std::string& field, json::a
       if (const json::value* e = block.if_contains("is_error"); e != nullptr && e->is_bool() && e->as_bool()) {
         result = absl::StrCat("Error: ", result);
       }
-      out.push_back(json::object{{"role", "tool"}, {"tool_call_id", StringOf(block.if_contains("tool_use_id"))},
-                                 {"content", result}});
+      out.push_back(json::object{
+          {"role", "tool"}, {"tool_call_id", StringOf(block.if_contains("tool_use_id"))}, {"content", result}});
     } else if (type == "tool_use" && role == "assistant") {
       const json::value* input = block.if_contains("input");
-      tool_calls.push_back(json::object{
-          {"id", StringOf(block.if_contains("id"))},
-          {"type", "function"},
-          {"function", json::object{{"name", StringOf(block.if_contains("name"))},
-                                    {"arguments", input != nullptr ? json::serialize(*input) : "{}"}}}});
+      tool_calls.push_back(
+          json::object{{"id", StringOf(block.if_contains("id"))},
+                       {"type", "function"},
+                       {"function", json::object{{"name", StringOf(block.if_contains("name"))},
+                                                 {"arguments", input != nullptr ? json::serialize(*input) : "{}"}}}});
     } else if (type == "thinking" || type == "redacted_thinking") {
       chat_json::NoteDropped(notes, at, type, "the model's earlier thinking is not sent back to a chat upstream");
     } else {
-      chat_json::NoteDropped(notes, at, type, absl::StrCat("a '", type, "' block in a ", role, " message has no chat form"));
+      chat_json::NoteDropped(notes, at, type,
+                             absl::StrCat("a '", type, "' block in a ", role, " message has no chat form"));
     }
   }
   if (role == "assistant") {
@@ -129,7 +130,8 @@ absl::Status AddMessage(const json::object& m, const std::string& field, json::a
     if (!tool_calls.empty()) msg["tool_calls"] = std::move(tool_calls);
     out.push_back(std::move(msg));
   } else if (!parts.empty()) {
-    out.push_back(json::object{{"role", "user"}, {"content", has_image ? json::value(std::move(parts)) : json::value(text)}});
+    out.push_back(
+        json::object{{"role", "user"}, {"content", has_image ? json::value(std::move(parts)) : json::value(text)}});
   }
   return absl::OkStatus();
 }
@@ -155,13 +157,17 @@ const char* StopReason(const std::string& finish_reason) {
 
 const char* ErrorType(int http_status) {
   switch (http_status) {
-    case 400: case 409: case 410: case 422: return "invalid_request_error";
+    case 400:
+    case 409:
+    case 410:
+    case 422: return "invalid_request_error";
     case 401: return "authentication_error";
     case 403: return "permission_error";
     case 404: return "not_found_error";
     case 413: return "request_too_large";
     case 429: return "rate_limit_error";
-    case 503: case 529: return "overloaded_error";
+    case 503:
+    case 529: return "overloaded_error";
     default: return "api_error";
   }
 }
@@ -172,8 +178,9 @@ std::string Event(absl::string_view type, json::object data) { return chat_json:
 
 absl::StatusOr<json::object> ToChat(const json::object& request, json::object* notes) {
   CORRAL_ASSIGN_OR_RETURN(json::object chat, chat_json::ChatWithModel(request));
-  chat_json::NoteUnknownFields(notes, request, {"model", "messages", "system", "tools", "tool_choice", "max_tokens",
-                                                "temperature", "top_p", "top_k", "stop_sequences", "stream"});
+  chat_json::NoteUnknownFields(notes, request,
+                               {"model", "messages", "system", "tools", "tool_choice", "max_tokens", "temperature",
+                                "top_p", "top_k", "stop_sequences", "stream"});
   const json::value* messages = request.if_contains("messages");
   if (messages == nullptr || !messages->is_array()) return Bad("messages", "is required (an array)");
   json::array out;
@@ -188,21 +195,21 @@ absl::StatusOr<json::object> ToChat(const json::object& request, json::object* n
   chat["messages"] = std::move(out);
   json::array functions;
   std::vector<std::string> dropped_tools;
-  CORRAL_RETURN_IF_ERROR(chat_json::EachObject(request.if_contains("tools"), "tools", [&](const json::object& t,
-                                                                                          const std::string& at) {
-    const std::string type = StringOf(t.if_contains("type"));
-    if (!type.empty() && type != "custom") {  // a server tool (web search, code execution, computer use, …)
-      chat_json::NoteDropped(notes, at, type, "a server tool cannot be run by a chat-completions upstream");
-      dropped_tools.push_back(StringOf(t.if_contains("name")));
-      return absl::OkStatus();
-    }
-    json::object fn{{"name", StringOf(t.if_contains("name"))}};
-    if (const json::value* d = t.if_contains("description"); d != nullptr) fn["description"] = *d;
-    const json::value* schema = t.if_contains("input_schema");
-    fn["parameters"] = schema != nullptr ? *schema : json::value(json::object{{"type", "object"}});
-    functions.push_back(json::object{{"type", "function"}, {"function", std::move(fn)}});
-    return absl::OkStatus();
-  }));
+  CORRAL_RETURN_IF_ERROR(
+      chat_json::EachObject(request.if_contains("tools"), "tools", [&](const json::object& t, const std::string& at) {
+        const std::string type = StringOf(t.if_contains("type"));
+        if (!type.empty() && type != "custom") {  // a server tool (web search, code execution, computer use, …)
+          chat_json::NoteDropped(notes, at, type, "a server tool cannot be run by a chat-completions upstream");
+          dropped_tools.push_back(StringOf(t.if_contains("name")));
+          return absl::OkStatus();
+        }
+        json::object fn{{"name", StringOf(t.if_contains("name"))}};
+        if (const json::value* d = t.if_contains("description"); d != nullptr) fn["description"] = *d;
+        const json::value* schema = t.if_contains("input_schema");
+        fn["parameters"] = schema != nullptr ? *schema : json::value(json::object{{"type", "object"}});
+        functions.push_back(json::object{{"type", "function"}, {"function", std::move(fn)}});
+        return absl::OkStatus();
+      }));
   if (!functions.empty()) chat["tools"] = std::move(functions);
   if (const json::value* choice = request.if_contains("tool_choice"); choice != nullptr && !choice->is_null()) {
     auto c = ToolChoice(*choice);
@@ -224,7 +231,8 @@ absl::StatusOr<json::object> ToChat(const json::object& request, json::object* n
   if (const json::value* stop = request.if_contains("stop_sequences"); stop != nullptr && !stop->is_null()) {
     chat["stop"] = *stop;
   }
-  if (const json::value* stream = request.if_contains("stream"); stream != nullptr && stream->is_bool() && stream->as_bool()) {
+  if (const json::value* stream = request.if_contains("stream");
+      stream != nullptr && stream->is_bool() && stream->as_bool()) {
     chat["stream"] = true;
     chat["stream_options"] = json::object{{"include_usage", true}};
   }
@@ -242,7 +250,8 @@ int64_t EstimateTokens(const json::object& chat) {
 std::string ModelList(const std::vector<std::string>& ids) {
   json::array data;
   for (const std::string& id : ids) {
-    data.push_back(json::object{{"type", "model"}, {"id", id}, {"display_name", id}, {"created_at", "1970-01-01T00:00:00Z"}});
+    data.push_back(
+        json::object{{"type", "model"}, {"id", id}, {"display_name", id}, {"created_at", "1970-01-01T00:00:00Z"}});
   }
   return json::serialize(json::object{{"data", std::move(data)},
                                       {"has_more", false},
@@ -290,7 +299,9 @@ std::string ErrorBody(int http_status, absl::string_view message) {
 }
 
 std::string ErrorEvent(int http_status, absl::string_view message) {
-  return Event("error", json::object{{"error", json::object{{"type", ErrorType(http_status)}, {"message", std::string(message)}}}});
+  return Event(
+      "error",
+      json::object{{"error", json::object{{"type", ErrorType(http_status)}, {"message", std::string(message)}}}});
 }
 
 void StreamTranslator::Begin(const json::object& chunk, std::string& out) {
@@ -347,10 +358,12 @@ std::string StreamTranslator::End() {
   std::string out;
   EnsureBegun(out);
   Close(out);
-  out += Event("message_delta",
-               json::object{{"delta", json::object{{"stop_reason", finish_reason_.empty() ? "end_turn" : StopReason(finish_reason_)},
-                                                   {"stop_sequence", nullptr}}},
-                            {"usage", json::object{{"input_tokens", input_tokens_}, {"output_tokens", output_tokens_}}}});
+  out += Event(
+      "message_delta",
+      json::object{
+          {"delta", json::object{{"stop_reason", finish_reason_.empty() ? "end_turn" : StopReason(finish_reason_)},
+                                 {"stop_sequence", nullptr}}},
+          {"usage", json::object{{"input_tokens", input_tokens_}, {"output_tokens", output_tokens_}}}});
   out += Event("message_stop", json::object());
   return out;
 }

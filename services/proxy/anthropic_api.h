@@ -51,9 +51,9 @@ class StreamTranslator final : public ChatStreamWalker {
   void Open(boost::json::object block, std::string& out);
   void Close(std::string& out);
 
-  int open_ = -1;          // the open content block's index, -1 when none
-  std::string open_type_;  // its type: "thinking", "text" or "tool_use"
-  int64_t open_call_ = -1;    // the chat tool_call index of the open tool_use block
+  int open_ = -1;           // the open content block's index, -1 when none
+  std::string open_type_;   // its type: "thinking", "text" or "tool_use"
+  int64_t open_call_ = -1;  // the chat tool_call index of the open tool_use block
   int next_index_ = 0;
 };
 

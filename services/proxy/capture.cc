@@ -103,7 +103,8 @@ void ResponseAssembler::Choice(const json::object& choice, bool whole) {
   if (auto* lp = choice.if_contains("logprobs"); lp != nullptr && lp->is_object()) {
     if (auto* content = lp->as_object().if_contains("content"); content != nullptr && content->is_array()) {
       for (const auto& e : content->as_array()) {
-        if (e.is_object() && e.as_object().contains("logprob")) logprobs_.push_back(AsFloat(e.as_object().at("logprob")));
+        if (e.is_object() && e.as_object().contains("logprob"))
+          logprobs_.push_back(AsFloat(e.as_object().at("logprob")));
       }
     }
     if (auto* tl = lp->as_object().if_contains("token_logprobs"); tl != nullptr && tl->is_array()) {
@@ -150,8 +151,8 @@ void ResponseAssembler::Choice(const json::object& choice, bool whole) {
 
 void ResponseAssembler::AddWhole(const json::object& response) {
   Common(response);
-  if (auto* choices = response.if_contains("choices"); choices != nullptr && choices->is_array() &&
-                                                       !choices->as_array().empty() && choices->as_array()[0].is_object()) {
+  if (auto* choices = response.if_contains("choices");
+      choices != nullptr && choices->is_array() && !choices->as_array().empty() && choices->as_array()[0].is_object()) {
     Choice(choices->as_array()[0].as_object(), /*whole=*/true);
   }
 }

@@ -10,8 +10,8 @@
 
 #include "boost/json/object.hpp"
 #include "corral/v1/common.pb.h"
-#include "services/proxy/policy.h"
 #include "libs/trajectory/trajectory.h"
+#include "services/proxy/policy.h"
 
 namespace corral::proxy {
 
@@ -26,7 +26,7 @@ class ResponseAssembler {
   void AddWhole(const boost::json::object& response);
   void AddChunk(const boost::json::object& chunk);
 
-  v1::ChatMessage message() const;  // chat
+  v1::ChatMessage message() const;                   // chat
   const std::string& text() const { return text_; }  // completions (and chat content)
   const std::string& finish_reason() const { return finish_reason_; }
   const v1::Usage& usage() const { return usage_; }

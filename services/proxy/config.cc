@@ -14,26 +14,32 @@ namespace {
 
 // A quota block: {requests, tokens, concurrency, key}, each a ratelimiter limit's name.
 absl::StatusOr<QuotaSpec> ParseQuota(const YAML::Node& node, const std::string& where) {
-  if (!node.IsMap()) return absl::InvalidArgumentError(absl::StrCat(where, " must be a map of {requests, tokens, concurrency, key}"));
+  if (!node.IsMap())
+    return absl::InvalidArgumentError(absl::StrCat(where, " must be a map of {requests, tokens, concurrency, key}"));
   QuotaSpec q;
   for (const auto& kv : node) {
     const std::string field = kv.first.as<std::string>();
-    std::string* out = field == "requests" ? &q.requests : field == "tokens" ? &q.tokens
-                     : field == "concurrency" ? &q.concurrency : field == "key" ? &q.key : nullptr;
+    std::string* out = field == "requests"      ? &q.requests
+                       : field == "tokens"      ? &q.tokens
+                       : field == "concurrency" ? &q.concurrency
+                       : field == "key"         ? &q.key
+                                                : nullptr;
     if (out == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown key '", field, "' (requests, tokens, concurrency, key)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown key '", field, "' (requests, tokens, concurrency, key)"));
     }
     if (!kv.second.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(where, ".", field, " must be a string"));
     *out = kv.second.as<std::string>();
     const bool name_ok = out->size() <= 64 && std::all_of(out->begin(), out->end(), [](char ch) {
-      return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
-    });
+                           return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+                         });
     if (out != &q.key && !name_ok) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ".", field, ": '", *out, "' is not a limit name (1-64 characters from [A-Za-z0-9_-])"));
     }
   }
-  if (q.empty()) return absl::InvalidArgumentError(absl::StrCat(where, " names no limit (requests, tokens or concurrency)"));
+  if (q.empty())
+    return absl::InvalidArgumentError(absl::StrCat(where, " names no limit (requests, tokens or concurrency)"));
   return q;
 }
 
@@ -51,11 +57,13 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
   c->server.grpc_listen = "127.0.0.1:7600";
   c->server.metrics_listen = "127.0.0.1:9600";
   RegisterServerFlags(schema, &c->server);
-  schema.String("http_listen", &c->http_listen, "HOST:PORT of the OpenAI-compatible HTTP endpoint (port 0: the kernel chooses)");
+  schema.String("http_listen", &c->http_listen,
+                "HOST:PORT of the OpenAI-compatible HTTP endpoint (port 0: the kernel chooses)");
   schema.String("advertise_url", &c->advertise_url,
                 "base URL agents reach this proxy at, returned by OpenSession (default: http://<http_listen>/v1)");
   schema.Int("http_threads", &c->http_threads, "HTTP I/O threads", 1, 64);
-  schema.Int("max_body_bytes", &c->max_body_bytes, "largest request body accepted (413 beyond)", 1024, int64_t{1} << 30);
+  schema.Int("max_body_bytes", &c->max_body_bytes, "largest request body accepted (413 beyond)", 1024,
+             int64_t{1} << 30);
   schema.Int("max_connections", &c->max_connections, "open HTTP connections accepted (503 beyond)", 1, 1000000);
   schema.Duration("header_timeout", &c->http_limits.header_timeout, "time to read a request's header (slowloris)",
                   absl::Milliseconds(100), absl::Minutes(10));
@@ -63,46 +71,47 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
   schema.String("default_model", &c->default_model,
                 "model of a session (and of a call) that names none; unset: the one model the upstreams serve "
                 "when they serve exactly one (GET /v1/models)");
-  schema.Custom("upstreams", "list", "[]",
-                "inference backends: a YAML list of {name, url, models: [..], weight, quota: {requests, tokens, "
-                "concurrency, key}, dialects: [responses, messages], unrunnable_tools: leave_out|refuse} (a quota names "
-                "ratelimiter limits; dialects: the agent APIs it serves itself, passed through untranslated; "
-                "unrunnable_tools: what a translated call offering tools it cannot run gets)",
-                [c](const YAML::Node& node) -> absl::Status {
-                  if (!node.IsSequence()) return absl::InvalidArgumentError("upstreams must be a list");
-                  for (const auto& item : node) {
-                    const std::string url = item.IsScalar() ? item.as<std::string>() : item["url"].as<std::string>("");
-                    CORRAL_ASSIGN_OR_RETURN(UpstreamSpec spec, ParseUpstreamUrl(url));
-                    if (item.IsMap()) {
-                      if (item["name"]) spec.name = item["name"].as<std::string>();
-                      if (item["weight"]) spec.weight = item["weight"].as<int>();
-                      if (item["models"]) spec.models = item["models"].as<std::vector<std::string>>();
-                      if (item["quota"]) {
-                        CORRAL_ASSIGN_OR_RETURN(spec.quota, ParseQuota(item["quota"], "quota of " + spec.name));
-                      }
-                      if (item["unrunnable_tools"]) {
-                        const std::string v = item["unrunnable_tools"].as<std::string>();
-                        if (v != "refuse" && v != "leave_out") {
-                          return absl::InvalidArgumentError(absl::StrCat(
-                              "unrunnable_tools of ", spec.name, " must be refuse or leave_out, not '", v, "'"));
-                        }
-                        spec.refuse_unrunnable_tools = v == "refuse";
-                      }
-                      if (item["dialects"]) {
-                        spec.dialects = item["dialects"].as<std::vector<std::string>>();
-                        for (const std::string& d : spec.dialects) {
-                          if (absl::c_find(kNativeDialects, d) == std::end(kNativeDialects)) {
-                            return absl::InvalidArgumentError(absl::StrCat(
-                                "dialects of ", spec.name, ": '", d, "' is not an agent API (responses, messages)"));
-                          }
-                        }
-                      }
-                    }
-                    if (spec.weight < 1 || spec.weight > 100) return absl::InvalidArgumentError("weight must be 1-100");
-                    c->upstreams.push_back(std::move(spec));
-                  }
-                  return absl::OkStatus();
-                });
+  schema.Custom(
+      "upstreams", "list", "[]",
+      "inference backends: a YAML list of {name, url, models: [..], weight, quota: {requests, tokens, "
+      "concurrency, key}, dialects: [responses, messages], unrunnable_tools: leave_out|refuse} (a quota names "
+      "ratelimiter limits; dialects: the agent APIs it serves itself, passed through untranslated; "
+      "unrunnable_tools: what a translated call offering tools it cannot run gets)",
+      [c](const YAML::Node& node) -> absl::Status {
+        if (!node.IsSequence()) return absl::InvalidArgumentError("upstreams must be a list");
+        for (const auto& item : node) {
+          const std::string url = item.IsScalar() ? item.as<std::string>() : item["url"].as<std::string>("");
+          CORRAL_ASSIGN_OR_RETURN(UpstreamSpec spec, ParseUpstreamUrl(url));
+          if (item.IsMap()) {
+            if (item["name"]) spec.name = item["name"].as<std::string>();
+            if (item["weight"]) spec.weight = item["weight"].as<int>();
+            if (item["models"]) spec.models = item["models"].as<std::vector<std::string>>();
+            if (item["quota"]) {
+              CORRAL_ASSIGN_OR_RETURN(spec.quota, ParseQuota(item["quota"], "quota of " + spec.name));
+            }
+            if (item["unrunnable_tools"]) {
+              const std::string v = item["unrunnable_tools"].as<std::string>();
+              if (v != "refuse" && v != "leave_out") {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("unrunnable_tools of ", spec.name, " must be refuse or leave_out, not '", v, "'"));
+              }
+              spec.refuse_unrunnable_tools = v == "refuse";
+            }
+            if (item["dialects"]) {
+              spec.dialects = item["dialects"].as<std::vector<std::string>>();
+              for (const std::string& d : spec.dialects) {
+                if (absl::c_find(kNativeDialects, d) == std::end(kNativeDialects)) {
+                  return absl::InvalidArgumentError(
+                      absl::StrCat("dialects of ", spec.name, ": '", d, "' is not an agent API (responses, messages)"));
+                }
+              }
+            }
+          }
+          if (spec.weight < 1 || spec.weight > 100) return absl::InvalidArgumentError("weight must be 1-100");
+          c->upstreams.push_back(std::move(spec));
+        }
+        return absl::OkStatus();
+      });
   schema.Custom("model_quotas", "map", "{}",
                 "quotas per model, across every upstream serving it: {MODEL: {requests, tokens, concurrency, key}}",
                 [c](const YAML::Node& node) -> absl::Status {
@@ -114,8 +123,9 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                   }
                   return absl::OkStatus();
                 });
-  schema.String("ratelimiter", &c->ratelimiter,
-                "HOST:PORT of corral-ratelimiter, which keeps the quotas every proxy replica shares (required by a quota)");
+  schema.String(
+      "ratelimiter", &c->ratelimiter,
+      "HOST:PORT of corral-ratelimiter, which keeps the quotas every proxy replica shares (required by a quota)");
   schema.Bool("limiter_fail_open", &c->limiter_fail_open,
               "relay calls without their quotas while the ratelimiter is unreachable (default: fail closed, HTTP 503)");
   schema.Duration("quota_max_wait", &c->quota.max_wait,
@@ -144,7 +154,8 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
   schema.Duration("keepalive_interval", &c->relay.keepalive_interval,
                   "SSE comment keepalives to a streaming agent while the upstream has not answered",
                   absl::Milliseconds(50), absl::Minutes(5));
-  schema.Int("max_attempts", &c->max_attempts, "upstream attempts per call (retries only before the first byte)", 1, 10);
+  schema.Int("max_attempts", &c->max_attempts, "upstream attempts per call (retries only before the first byte)", 1,
+             10);
   schema.Duration("health_interval", &c->health_interval, "active upstream health checks (GET /health)",
                   absl::Milliseconds(100), absl::Minutes(10));
 }

@@ -10,8 +10,8 @@
 #include "libs/http/server.h"
 #include "libs/rpc/server_config.h"
 #include "services/proxy/quotas.h"
-#include "services/proxy/upstream_dispatcher.h"
 #include "services/proxy/sessions.h"
+#include "services/proxy/upstream_dispatcher.h"
 #include "services/proxy/upstreams.h"
 
 namespace corral::proxy {
@@ -24,9 +24,9 @@ struct Config {
   http::ServerLimits http_limits;
   int64_t max_body_bytes = 16 << 20;
   int64_t max_connections = 10000;
-  std::vector<std::string> upstream_urls;   // --upstream URL (repeatable)
-  std::vector<UpstreamSpec> upstreams;      // `upstreams:` in the file; both lists are used
-  std::string default_model;                // a session's model when it names none (else the only one served)
+  std::vector<std::string> upstream_urls;  // --upstream URL (repeatable)
+  std::vector<UpstreamSpec> upstreams;     // `upstreams:` in the file; both lists are used
+  std::string default_model;               // a session's model when it names none (else the only one served)
   std::string journal = "corral-proxy.db";
   bool journal_fsync = false;
   SessionLimits sessions;

@@ -31,7 +31,8 @@ json::object ContinuationBody(const json::object& body, bool chat, const Respons
   }
   const int64_t generated = static_cast<int64_t>(so_far.generated_tokens());
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-    if (auto* v = out.if_contains(key); v != nullptr && v->is_int64()) *v = std::max<int64_t>(1, v->as_int64() - generated);
+    if (auto* v = out.if_contains(key); v != nullptr && v->is_int64())
+      *v = std::max<int64_t>(1, v->as_int64() - generated);
   }
   return out;
 }

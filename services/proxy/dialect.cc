@@ -45,7 +45,8 @@ void NoteRenamed(json::object* notes, absl::string_view chat_name, const json::v
   renamed.as_object()[json::string_view(chat_name.data(), chat_name.size())] = original;
 }
 
-void NoteUnknownFields(json::object* notes, const json::object& request, std::initializer_list<absl::string_view> known) {
+void NoteUnknownFields(json::object* notes, const json::object& request,
+                       std::initializer_list<absl::string_view> known) {
   for (const auto& [key, value] : request) {
     const absl::string_view k(key.data(), key.size());
     if (std::find(known.begin(), known.end(), k) == known.end()) NoteIgnored(notes, k, value);
@@ -56,7 +57,6 @@ std::string SseEvent(absl::string_view type, json::object data) {
   data["type"] = std::string(type);
   return absl::StrCat("event: ", type, "\ndata: ", json::serialize(data), "\n\n");
 }
-
 
 int64_t Int(const json::value* v) { return v != nullptr && v->is_int64() ? v->as_int64() : 0; }
 
@@ -104,7 +104,8 @@ std::string Reasoning(const json::object& message) {
 std::optional<std::pair<int64_t, int64_t>> Usage(const json::object& completion) {
   const json::value* u = completion.if_contains("usage");
   if (u == nullptr || !u->is_object()) return std::nullopt;
-  return std::pair(Int(u->as_object().if_contains("prompt_tokens")), Int(u->as_object().if_contains("completion_tokens")));
+  return std::pair(Int(u->as_object().if_contains("prompt_tokens")),
+                   Int(u->as_object().if_contains("completion_tokens")));
 }
 
 }  // namespace corral::proxy::chat_json
@@ -137,7 +138,8 @@ std::string ChatStreamWalker::Walk(const json::object& chunk) {
       ToolCall(call, first, out);
     }
   }
-  if (std::string finish = http::StringOf(choice->if_contains("finish_reason")); !finish.empty()) finish_reason_ = finish;
+  if (std::string finish = http::StringOf(choice->if_contains("finish_reason")); !finish.empty())
+    finish_reason_ = finish;
   return out;
 }
 

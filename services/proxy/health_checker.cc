@@ -1,7 +1,7 @@
 #include "services/proxy/health_checker.h"
 
-#include "libs/async/sleep.h"
 #include "boost/asio/this_coro.hpp"
+#include "libs/async/sleep.h"
 #include "libs/http/client.h"
 #include "libs/http/openai_json.h"
 #include "libs/http/server.h"
@@ -16,7 +16,8 @@ namespace bhttp = boost::beast::http;
 }  // namespace
 
 HealthChecker::HealthChecker(UpstreamPool* upstreams, ProxyMetrics* metrics) : upstreams_(upstreams) {
-  for (Upstream* u : upstreams_->all()) healthy_.push_back(&metrics->upstream_healthy.Add({{"upstream", u->spec.name}}));
+  for (Upstream* u : upstreams_->all())
+    healthy_.push_back(&metrics->upstream_healthy.Add({{"upstream", u->spec.name}}));
 }
 
 asio::awaitable<void> HealthChecker::CheckAll() {

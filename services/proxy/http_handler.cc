@@ -1,18 +1,17 @@
 #include "services/proxy/http_handler.h"
 
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "boost/asio/this_coro.hpp"
 #include "boost/json.hpp"
+#include "libs/api/proto_time.h"
 #include "libs/http/openai_json.h"
 #include "libs/http/sse.h"
-#include "libs/api/proto_time.h"
-#include "boost/asio/this_coro.hpp"
 #include "services/proxy/anthropic_api.h"
 #include "services/proxy/capture.h"
-#include "services/proxy/responses_api.h"
 #include "services/proxy/continuation.h"
 #include "services/proxy/native_answers.h"
+#include "services/proxy/responses_api.h"
 
 namespace corral::proxy {
 namespace {
@@ -38,9 +37,9 @@ struct HttpHandler::Call {
   absl::Duration upstream_wait;  // sending plus reading the response
   int http_status = 200;
   std::string error;
-  bool recorded_done = false;  // Finish ran (the call is recorded)
-  bool streaming = false;      // counted in open_streams
-  int64_t version = 0;         // the policy version its tokens are attributed to now
+  bool recorded_done = false;    // Finish ran (the call is recorded)
+  bool streaming = false;        // counted in open_streams
+  int64_t version = 0;           // the policy version its tokens are attributed to now
   GenerationGate::CallRef gate;  // its registration at the generation gate
   std::string stream_id;         // the first chunk's id, which a continuation's chunks take
   // An agent API other than chat and completions (/v1/messages, /v1/responses): the body was translated to chat,
@@ -172,7 +171,8 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
   const std::unique_ptr<Dialect> path_shape =
       absl::StartsWith(target, ProxyMetrics::RouteName(Route::kMessages)) ? DialectOf(Route::kMessages) : nullptr;
   if (!chat && !models && !count_tokens && target != ProxyMetrics::RouteName(Route::kCompletions)) {
-    const std::string body = ErrorFor(path_shape.get(), ApiError::kUnknownRoute, absl::StrCat("unknown route ", target));
+    const std::string body =
+        ErrorFor(path_shape.get(), ApiError::kUnknownRoute, absl::StrCat("unknown route ", target));
     co_await responder.Send(404, "application/json", body);
     co_return;
   }
@@ -188,10 +188,15 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
   absl::StatusOr<std::shared_ptr<Session>> session =
       absl::StartsWith(auth, "Bearer ") ? ledger_->store().Authenticate(auth.substr(7))
                                         : absl::UnauthenticatedError("missing Authorization: Bearer <env token>");
-  const Route route = messages ? Route::kMessages : responses ? Route::kResponses : chat ? Route::kChat
-                      : models ? Route::kModels : count_tokens ? Route::kCountTokens : Route::kCompletions;
+  const Route route = messages       ? Route::kMessages
+                      : responses    ? Route::kResponses
+                      : chat         ? Route::kChat
+                      : models       ? Route::kModels
+                      : count_tokens ? Route::kCountTokens
+                                     : Route::kCompletions;
   if (!session.ok()) {
-    const ApiError error = absl::IsFailedPrecondition(session.status()) ? ApiError::kSessionClosed : ApiError::kUnauthenticated;
+    const ApiError error =
+        absl::IsFailedPrecondition(session.status()) ? ApiError::kSessionClosed : ApiError::kUnauthenticated;
     co_await Refuse(responder, route, error, std::string(session.status().message()));
     co_return;
   }
@@ -210,9 +215,10 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
 asio::awaitable<void> HttpHandler::CountTokens(http::Request& request, http::Responder& responder) {
   boost::system::error_code ec;
   json::value parsed = json::parse(request.body(), ec);
-  absl::StatusOr<json::object> chat = ec || !parsed.is_object()
-                                          ? absl::StatusOr<json::object>(absl::InvalidArgumentError("the body must be a JSON object"))
-                                          : anthropic::ToChat(parsed.as_object());
+  absl::StatusOr<json::object> chat =
+      ec || !parsed.is_object()
+          ? absl::StatusOr<json::object>(absl::InvalidArgumentError("the body must be a JSON object"))
+          : anthropic::ToChat(parsed.as_object());
   if (!chat.ok()) {
     const std::string message(chat.status().message());
     co_await Refuse(responder, Route::kCountTokens, ApiError::kBadRequest, message);
@@ -256,7 +262,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     co_return;
   }
   c.body = std::move(parsed.as_object());
-  json::object original;  // a dialect's body as the agent sent it, for an upstream that serves the dialect itself
+  json::object original;       // a dialect's body as the agent sent it, for an upstream that serves the dialect itself
   if (c.dialect != nullptr) {  // from here on a chat call; only its answer is translated back
     absl::StatusOr<json::object> translated = c.dialect->ToChat(c.body);
     if (!translated.ok()) {
@@ -271,7 +277,8 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
   // they were known).
   std::string session_model = c.session->request().model();
   if (session_model.empty()) {
-    if (auto known = upstreams_->known_models(); known.has_value() && known->size() == 1) session_model = known->front();
+    if (auto known = upstreams_->known_models(); known.has_value() && known->size() == 1)
+      session_model = known->front();
   }
   PolicyOutcome policy = ApplyPolicy(c.session->policy(), c.session->used(), chat, c.body, session_model);
   if (policy.refusal != Refusal::kNone) {
@@ -327,8 +334,9 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     c.native_stream.emplace(std::string(c.dialect->api()));
   }
   const std::string upstream_route = UpstreamRoute(c);  // what the upstream is asked
-  DispatchRequest dispatch{c.session->env_id(), c.rewrite.model, upstream_route,
-                           json::serialize(c.native ? c.native_body : c.body), c.rewrite.stream, c.gate.get()};
+  DispatchRequest dispatch{c.session->env_id(), c.rewrite.model,
+                           upstream_route,      json::serialize(c.native ? c.native_body : c.body),
+                           c.rewrite.stream,    c.gate.get()};
   dispatch.estimated_tokens = dispatcher_->EstimateTokens(c.body, dispatch.body.size());
   std::unique_ptr<http::ClientConnection> upstream;
   // At the generation gate first; a pause's cut before the response is complete (an unstreamed one is sent
@@ -402,7 +410,7 @@ asio::awaitable<bool> HttpHandler::RelayWhole(Call& c, http::ClientConnection& u
   absl::StatusOr<std::string> body = co_await upstream.ReadAll(dispatcher_->options().idle_timeout, kMaxUpstreamBody);
   c.upstream_wait += clock_->Now() - start;
   if (!body.ok() && c.gate->aborted) co_return false;  // cut by a pause: sent again after the resume
-  gate_->Leave(*c.gate);                                // complete: nothing left for a pause to cut
+  gate_->Leave(*c.gate);                               // complete: nothing left for a pause to cut
   if (!body.ok()) {
     co_await Fail(c, responder, ApiError::kUpstream, 502, std::string(body.status().message()));
     co_return true;
@@ -428,15 +436,16 @@ asio::awaitable<bool> HttpHandler::RelayWhole(Call& c, http::ClientConnection& u
   }
   c.assembler.AddWhole(c.native ? *native_chat : parsed.as_object());
   if (absl::Status s = co_await Finish(c); !s.ok()) {
-    co_await responder.Send(500, "application/json", ErrorFor(c.dialect.get(), ApiError::kServer, "the call could not be journaled"));
+    co_await responder.Send(500, "application/json",
+                            ErrorFor(c.dialect.get(), ApiError::kServer, "the call could not be journaled"));
     co_return true;
   }
   const bool rewrite = !c.native && (c.rewrite.strip_token_ids || c.rewrite.strip_logprobs);
   if (rewrite) StripForAgent(c.rewrite, parsed.as_object());
   std::string answer = c.native               ? *std::move(body)
                        : c.dialect != nullptr ? c.dialect->Whole(parsed.as_object())
-                       : rewrite            ? json::serialize(parsed)
-                                            : *std::move(body);
+                       : rewrite              ? json::serialize(parsed)
+                                              : *std::move(body);
   co_await responder.Send(200, "application/json", std::move(answer));
   co_return true;
 }
@@ -550,8 +559,12 @@ asio::awaitable<std::unique_ptr<http::ClientConnection>> HttpHandler::Continue(C
   while (true) {
     if (!co_await Admit(c, responder)) co_return nullptr;  // the call failed there, and the agent was told
     c.assembler.BeginContinuation();
-    DispatchRequest request{c.session->env_id(), c.rewrite.model, UpstreamRoute(c),
-                            json::serialize(ContinuationBody(c.body, c.chat, c.assembler)), true, c.gate.get()};
+    DispatchRequest request{c.session->env_id(),
+                            c.rewrite.model,
+                            UpstreamRoute(c),
+                            json::serialize(ContinuationBody(c.body, c.chat, c.assembler)),
+                            true,
+                            c.gate.get()};
     request.estimated_tokens = dispatcher_->EstimateTokens(c.body, request.body.size());
     c.dispatch = co_await dispatcher_->Send(request, Keepalive(responder));
     c.upstream_wait += c.dispatch.waited;
@@ -647,7 +660,8 @@ asio::awaitable<void> HttpHandler::Fail(Call& c, http::Responder& responder, Api
   c.error = message;
   (void)co_await Finish(c);
   if (!responder.started()) {
-    co_await responder.Send(http_status, "application/json", ErrorFor(c.dialect.get(), error, message, c.chat, http_status));
+    co_await responder.Send(http_status, "application/json",
+                            ErrorFor(c.dialect.get(), error, message, c.chat, http_status));
   } else {
     co_await responder.WriteChunk(ErrorEventFor(c.dialect.get(), error, message));
     co_await responder.EndStream();

@@ -6,13 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "boost/asio/co_spawn.hpp"
+#include "libs/async/spawn.h"
 #include "libs/core/clock.h"
 #include "libs/core/fd_limit.h"
 #include "libs/core/host_port.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
-#include "libs/async/spawn.h"
 #include "services/proxy/config.h"
 #include "services/proxy/health_checker.h"
 #include "services/proxy/http_handler.h"
@@ -82,11 +82,10 @@ int main(int argc, char** argv) {
   corral::proxy::PolicyVersion policy_version;
   corral::proxy::GenerationGate gate(&policy_version, &metrics, &clock);
   corral::proxy::HttpHandler handler(&ledger, &dispatcher, &upstreams, &metrics, &clock, &policy_version, &gate);
-  corral::http::HttpServer http(config.http_limits,
-                                [&](corral::http::Request& req, corral::http::Responder& res) {
-                                  return handler.Handle(req, res);
-                                },
-                                static_cast<int>(config.http_threads));
+  corral::http::HttpServer http(
+      config.http_limits,
+      [&](corral::http::Request& req, corral::http::Responder& res) { return handler.Handle(req, res); },
+      static_cast<int>(config.http_threads));
   auto http_port = http.Listen(config.http_listen);
   if (!http_port.ok()) {
     spdlog::error("cannot start: {}", http_port.status());

@@ -6,7 +6,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -38,11 +37,19 @@ struct ProxyMetrics {
                     .Help("From the request's arrival to the response's last byte.")
                     .Register(r)
                     .Add({}, LatencyBuckets())),
-        tokens(prometheus::BuildCounter().Name("corral_proxy_tokens_total").Help("Tokens by direction (prompt, completion).").Register(r)),
+        tokens(prometheus::BuildCounter()
+                   .Name("corral_proxy_tokens_total")
+                   .Help("Tokens by direction (prompt, completion).")
+                   .Register(r)),
         prompt_tokens(tokens.Add({{"direction", "prompt"}})),
         completion_tokens(tokens.Add({{"direction", "completion"}})),
-        open_sessions(prometheus::BuildGauge().Name("corral_proxy_open_sessions").Help("Open sessions.").Register(r).Add({})),
-        open_streams(prometheus::BuildGauge().Name("corral_proxy_open_streams").Help("Streams being relayed.").Register(r).Add({})),
+        open_sessions(
+            prometheus::BuildGauge().Name("corral_proxy_open_sessions").Help("Open sessions.").Register(r).Add({})),
+        open_streams(prometheus::BuildGauge()
+                         .Name("corral_proxy_open_streams")
+                         .Help("Streams being relayed.")
+                         .Register(r)
+                         .Add({})),
         upstream_healthy(prometheus::BuildGauge()
                              .Name("corral_proxy_upstream_healthy")
                              .Help("1 when the upstream passes its health checks and its circuit is closed.")
@@ -52,27 +59,35 @@ struct ProxyMetrics {
                     .Help("Upstream attempts retried (failures before the first response byte).")
                     .Register(r)
                     .Add({})),
-        upstream_errors(prometheus::BuildCounter()
-                            .Name("corral_proxy_upstream_errors_total")
-                            .Help("Upstream attempts that failed: no connection, a timeout, or a 5xx before the first byte.")
-                            .Register(r)),
-        journal_errors(prometheus::BuildCounter()
-                           .Name("corral_proxy_journal_errors_total")
-                           .Help("Journal writes that failed (disk full, I/O error): the call or session is not durable.")
-                           .Register(r)
-                           .Add({})),
-        journal_commit(prometheus::BuildHistogram()
-                           .Name("corral_proxy_journal_commit_seconds")
-                           .Help("Time to make a recorded call durable (its append to the record log; a commit with journal_fsync).")
-                           .Register(r)
-                           .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                                            0.025, 0.05, 0.1, 0.5})),
+        upstream_errors(
+            prometheus::BuildCounter()
+                .Name("corral_proxy_upstream_errors_total")
+                .Help("Upstream attempts that failed: no connection, a timeout, or a 5xx before the first byte.")
+                .Register(r)),
+        journal_errors(
+            prometheus::BuildCounter()
+                .Name("corral_proxy_journal_errors_total")
+                .Help("Journal writes that failed (disk full, I/O error): the call or session is not durable.")
+                .Register(r)
+                .Add({})),
+        journal_commit(
+            prometheus::BuildHistogram()
+                .Name("corral_proxy_journal_commit_seconds")
+                .Help(
+                    "Time to make a recorded call durable (its append to the record log; a commit with journal_fsync).")
+                .Register(r)
+                .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                                 0.05, 0.1, 0.5})),
         pauses(prometheus::BuildCounter()
                    .Name("corral_proxy_pauses_total")
                    .Help("Generation pauses (PauseGeneration on an unpaused proxy).")
                    .Register(r)
                    .Add({})),
-        paused(prometheus::BuildGauge().Name("corral_proxy_paused").Help("1 while generation is paused.").Register(r).Add({})),
+        paused(prometheus::BuildGauge()
+                   .Name("corral_proxy_paused")
+                   .Help("1 while generation is paused.")
+                   .Register(r)
+                   .Add({})),
         paused_seconds(prometheus::BuildCounter()
                            .Name("corral_proxy_paused_seconds_total")
                            .Help("Time generation was paused, counted at each resume.")
@@ -115,8 +130,8 @@ struct ProxyMetrics {
       case Route::kChat: return "/v1/chat/completions";
       case Route::kCompletions: return "/v1/completions";
       case Route::kModels: return "/v1/models";
-      case Route::kMessages: return "/v1/messages";    // Anthropic's Messages API, translated to chat
-      case Route::kResponses: return "/v1/responses";  // OpenAI's Responses API, translated to chat
+      case Route::kMessages: return "/v1/messages";                  // Anthropic's Messages API, translated to chat
+      case Route::kResponses: return "/v1/responses";                // OpenAI's Responses API, translated to chat
       case Route::kCountTokens: return "/v1/messages/count_tokens";  // an estimate, nothing goes upstream
     }
     return "";
@@ -125,7 +140,8 @@ struct ProxyMetrics {
   void SetUpstreams(std::vector<std::string> names) {
     upstream_names_ = std::move(names);
     upstream_error_counters_.clear();
-    for (const std::string& name : upstream_names_) upstream_error_counters_.push_back(&upstream_errors.Add({{"upstream", name}}));
+    for (const std::string& name : upstream_names_)
+      upstream_error_counters_.push_back(&upstream_errors.Add({{"upstream", name}}));
   }
   void UpstreamFailed(int upstream) {
     if (upstream >= 0 && upstream < static_cast<int>(upstream_error_counters_.size())) {

@@ -1,6 +1,5 @@
 #include "services/proxy/native_answers.h"
 
-
 namespace corral::proxy {
 namespace {
 

@@ -71,16 +71,17 @@ absl::StatusOr<std::string> ResolveSessionModel(const v1::SessionPolicy& policy,
   if (model.empty() || !served.has_value() || served->empty()) return model;
   const std::string target = UpstreamModel(policy, model);
   if (std::find(served->begin(), served->end(), target) != served->end()) return model;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "model '", target, "'", target == model ? "" : absl::StrCat(" (for '", model, "')"),
-      " is not served by the upstream; it serves: ", absl::StrJoin(*served, ", "),
-      ". Name one of those in the task (llm.model) or leave it empty to use the default"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("model '", target, "'", target == model ? "" : absl::StrCat(" (for '", model, "')"),
+                   " is not served by the upstream; it serves: ", absl::StrJoin(*served, ", "),
+                   ". Name one of those in the task (llm.model) or leave it empty to use the default"));
 }
 
 PolicyOutcome ApplyPolicy(const v1::SessionPolicy& p, const BudgetUse& used, bool chat, json::object& body,
                           const std::string& session_model) {
   auto* model_v = body.if_contains("model");
-  const bool unnamed = model_v == nullptr || model_v->is_null() || (model_v->is_string() && model_v->as_string().empty());
+  const bool unnamed =
+      model_v == nullptr || model_v->is_null() || (model_v->is_string() && model_v->as_string().empty());
   if (unnamed && !session_model.empty()) {
     body["model"] = session_model;
     model_v = body.if_contains("model");
@@ -131,7 +132,8 @@ PolicyOutcome ApplyPolicy(const v1::SessionPolicy& p, const BudgetUse& used, boo
     return Refuse(Refusal::kBudgetExhausted, "budget exhausted: token budget used up");
   }
   int64_t cap = p.sampling_caps().has_max_tokens() ? p.sampling_caps().max_tokens() : INT64_MAX;
-  if (b.max_completion_tokens() > 0) cap = std::min<int64_t>(cap, static_cast<int64_t>(b.max_completion_tokens() - used.completion_tokens));
+  if (b.max_completion_tokens() > 0)
+    cap = std::min<int64_t>(cap, static_cast<int64_t>(b.max_completion_tokens() - used.completion_tokens));
   if (b.max_total_tokens() > 0) cap = std::min<int64_t>(cap, static_cast<int64_t>(b.max_total_tokens() - total));
   if (cap != INT64_MAX) {
     bool set = false;

@@ -55,13 +55,19 @@ absl::Status ApplyRecord(absl::string_view record, sqlite3* db) {
       const absl::string_view request = f.Field();
       if (!f.ok()) break;
       status = CachedStatement(db, "INSERT OR IGNORE INTO sessions (env_id, request, open_ns) VALUES (?, ?, ?)")
-                   .Bind(1, env_id).BindBlob(2, request).Bind(3, open_ns).Run();
+                   .Bind(1, env_id)
+                   .BindBlob(2, request)
+                   .Bind(3, open_ns)
+                   .Run();
       break;
     }
     case Kind::kClosed: {
       const int64_t reason = static_cast<int64_t>(f.U64());
       if (!f.ok()) break;
-      status = CachedStatement(db, "UPDATE sessions SET close_reason = ? WHERE env_id = ?").Bind(1, reason).Bind(2, env_id).Run();
+      status = CachedStatement(db, "UPDATE sessions SET close_reason = ? WHERE env_id = ?")
+                   .Bind(1, reason)
+                   .Bind(2, env_id)
+                   .Run();
       break;
     }
     case Kind::kDropped: {  // env_id is the first; the others follow
@@ -77,7 +83,10 @@ absl::Status ApplyRecord(absl::string_view record, sqlite3* db) {
       status = CachedStatement(db,
                                "INSERT OR IGNORE INTO recorded_calls (env_id, seq, record) SELECT ?1, ?2, ?3 "
                                "WHERE EXISTS (SELECT 1 FROM sessions WHERE env_id = ?1)")
-                   .Bind(1, env_id).Bind(2, seq).BindBlob(3, call).Run();
+                   .Bind(1, env_id)
+                   .Bind(2, seq)
+                   .BindBlob(3, call)
+                   .Run();
       break;
     }
   }

@@ -1,10 +1,10 @@
 #include "services/proxy/proxy_service.h"
 
-#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
+#include "boost/asio/co_spawn.hpp"
 #include "libs/api/pagination.h"
 #include "libs/api/proto_time.h"
-#include "boost/asio/co_spawn.hpp"
+#include "libs/async/sleep.h"
 #include "libs/async/spawn.h"
 #include "libs/http/server.h"
 #include "libs/rpc/status_conversion.h"
@@ -63,8 +63,8 @@ grpc::ServerUnaryReactor* ProxyService::ListSessions(grpc::CallbackServerContext
   resp->set_next_page_token(FillPage(
       ledger_->store().List(), req->page_token(), *page, [](const SessionRef& s) { return s->env_id(); },
       [&](const SessionRef& s) {
-        const bool state_ok = req->state() == v1::SESSION_STATE_UNSPECIFIED ||
-                              (req->state() == v1::SESSION_STATE_OPEN) == s->open();
+        const bool state_ok =
+            req->state() == v1::SESSION_STATE_UNSPECIFIED || (req->state() == v1::SESSION_STATE_OPEN) == s->open();
         return state_ok && MatchesLabels(req->label_selector(), s->request().labels());
       },
       [&](const SessionRef& s) { *resp->add_sessions() = s->Snapshot(); }));

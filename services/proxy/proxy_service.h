@@ -5,9 +5,9 @@
 
 #include <string>
 
+#include "boost/asio/any_io_executor.hpp"
 #include "corral/v1/proxy.grpc.pb.h"
 #include "libs/rpc/auth.h"
-#include "boost/asio/any_io_executor.hpp"
 #include "services/proxy/generation_gate.h"
 #include "services/proxy/session_ledger.h"
 

@@ -141,7 +141,8 @@ asio::awaitable<absl::StatusOr<QuotaHold>> Quotas::Acquire(const std::vector<con
       metrics_->quota_refused.Increment();
       if (absl::IsDeadlineExceeded(s) || absl::IsResourceExhausted(s)) {
         co_return absl::ResourceExhaustedError(absl::StrCat("quota '", *step.limit, "' not granted within ",
-                                                            absl::FormatDuration(options_.max_wait), ": ", s.message()));
+                                                            absl::FormatDuration(options_.max_wait), ": ",
+                                                            s.message()));
       }
       if (absl::IsUnavailable(s)) co_return s;
       co_return absl::FailedPreconditionError(absl::StrCat("quota '", *step.limit, "': ", s.message()));

@@ -23,8 +23,8 @@
 namespace corral::proxy {
 
 struct QuotaOptions {
-  absl::Duration max_wait = absl::Minutes(1);            // longest a call waits for its quotas (then 429)
-  int64_t default_max_tokens = 1024;                    // the completion's estimate when the request sets none
+  absl::Duration max_wait = absl::Minutes(1);             // longest a call waits for its quotas (then 429)
+  int64_t default_max_tokens = 1024;                      // the completion's estimate when the request sets none
   absl::Duration default_retry_after = absl::Seconds(1);  // an upstream 429 without a Retry-After
 };
 

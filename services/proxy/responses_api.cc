@@ -71,11 +71,12 @@ absl::Status AddInput(const json::array& items, json::array& out, json::object* 
       if (!c.ok()) return c.status();
       out.push_back(json::object{{"role", role}, {"content", *std::move(c)}});
     } else if (type == "function_call") {
-      json::object call{{"id", StringOf(item.if_contains("call_id"))},
-                        {"type", "function"},
-                        {"function", json::object{{"name", ChatName(StringOf(item.if_contains("namespace")),
-                                                                    StringOf(item.if_contains("name")))},
-                                                  {"arguments", StringOf(item.if_contains("arguments"))}}}};
+      json::object call{
+          {"id", StringOf(item.if_contains("call_id"))},
+          {"type", "function"},
+          {"function",
+           json::object{{"name", ChatName(StringOf(item.if_contains("namespace")), StringOf(item.if_contains("name")))},
+                        {"arguments", StringOf(item.if_contains("arguments"))}}}};
       json::object* last = out.empty() || !out.back().is_object() ? nullptr : &out.back().as_object();
       const bool joins = last != nullptr && StringOf(last->if_contains("role")) == "assistant";
       if (!joins) {
@@ -89,12 +90,13 @@ absl::Status AddInput(const json::array& items, json::array& out, json::object* 
       const json::value* output = item.if_contains("output");
       std::string text = output != nullptr && output->is_string() ? std::string(output->as_string())
                                                                   : (output != nullptr ? json::serialize(*output) : "");
-      out.push_back(json::object{{"role", "tool"}, {"tool_call_id", StringOf(item.if_contains("call_id"))},
-                                 {"content", std::move(text)}});
+      out.push_back(json::object{
+          {"role", "tool"}, {"tool_call_id", StringOf(item.if_contains("call_id"))}, {"content", std::move(text)}});
     } else if (type == "reasoning") {
       chat_json::NoteDropped(notes, field, type, "the model's earlier reasoning is not sent back to a chat upstream");
     } else if (type == "item_reference" || type == "compaction") {
-      return Bad(field, absl::StrCat("a '", type, "' item refers to state the proxy does not keep: send the items "
+      return Bad(field, absl::StrCat("a '", type,
+                                     "' item refers to state the proxy does not keep: send the items "
                                      "themselves"));
     } else {
       chat_json::NoteDropped(notes, field, type, "an item with no chat form (a built-in tool's call or output)");
@@ -116,8 +118,8 @@ json::object MessageItem(const std::string& id, const std::string& text, const c
   if (std::string(status) == "completed") {
     content.push_back(json::object{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}});
   }
-  return json::object{{"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"},
-                      {"content", std::move(content)}};
+  return json::object{
+      {"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"}, {"content", std::move(content)}};
 }
 
 // A reasoning model's reasoning: a reasoning item with its text as reasoning_text content (as open-weight models'
@@ -125,15 +127,18 @@ json::object MessageItem(const std::string& id, const std::string& text, const c
 json::object ReasoningItem(const std::string& id, const std::string& text, const char* status) {
   json::array content;
   if (std::string(status) == "completed") content.push_back(json::object{{"type", "reasoning_text"}, {"text", text}});
-  return json::object{{"type", "reasoning"}, {"id", id}, {"status", status}, {"summary", json::array()},
+  return json::object{{"type", "reasoning"},
+                      {"id", id},
+                      {"status", status},
+                      {"summary", json::array()},
                       {"content", std::move(content)}};
 }
 
 // A function call item; a namespace's function is named back as the agent offered it (namespace + name).
 json::object CallItem(const std::string& id, const std::string& call_id, const std::string& name,
                       const std::string& arguments, const char* status, const NamespacedNames* names) {
-  json::object item{{"type", "function_call"}, {"id", id}, {"call_id", call_id}, {"name", name},
-                    {"arguments", arguments}, {"status", status}};
+  json::object item{{"type", "function_call"}, {"id", id},        {"call_id", call_id}, {"name", name},
+                    {"arguments", arguments},  {"status", status}};
   if (names != nullptr) {
     if (auto it = names->find(name); it != names->end()) {
       item["namespace"] = it->second.first;
@@ -146,29 +151,28 @@ json::object CallItem(const std::string& id, const std::string& call_id, const s
 json::object Response(const std::string& id, int64_t created, const std::string& model, const char* status,
                       json::array output, const std::string& finish_reason, int64_t input, int64_t output_tokens) {
   const bool incomplete = finish_reason == "length";
-  return json::object{
-      {"id", id},
-      {"object", "response"},
-      {"created_at", created},
-      {"status", incomplete && std::string(status) == "completed" ? "incomplete" : status},
-      {"model", model},
-      {"output", std::move(output)},
-      {"error", nullptr},
-      {"incomplete_details",
-       incomplete ? json::value(json::object{{"reason", "max_output_tokens"}}) : json::value(nullptr)},
-      {"parallel_tool_calls", true},
-      {"tool_choice", "auto"},
-      {"tools", json::array()},
-      {"usage", Usage(input, output_tokens)}};
+  return json::object{{"id", id},
+                      {"object", "response"},
+                      {"created_at", created},
+                      {"status", incomplete && std::string(status) == "completed" ? "incomplete" : status},
+                      {"model", model},
+                      {"output", std::move(output)},
+                      {"error", nullptr},
+                      {"incomplete_details",
+                       incomplete ? json::value(json::object{{"reason", "max_output_tokens"}}) : json::value(nullptr)},
+                      {"parallel_tool_calls", true},
+                      {"tool_choice", "auto"},
+                      {"tools", json::array()},
+                      {"usage", Usage(input, output_tokens)}};
 }
 
 }  // namespace
 
 absl::StatusOr<json::object> ToChat(const json::object& request, json::object* notes, NamespacedNames* names) {
   CORRAL_ASSIGN_OR_RETURN(json::object chat, chat_json::ChatWithModel(request));
-  chat_json::NoteUnknownFields(notes, request, {"model", "input", "instructions", "tools", "tool_choice", "text",
-                                                "max_output_tokens", "temperature", "top_p", "parallel_tool_calls",
-                                                "stream", "previous_response_id"});
+  chat_json::NoteUnknownFields(notes, request,
+                               {"model", "input", "instructions", "tools", "tool_choice", "text", "max_output_tokens",
+                                "temperature", "top_p", "parallel_tool_calls", "stream", "previous_response_id"});
   if (const json::value* prev = request.if_contains("previous_response_id"); prev != nullptr && !prev->is_null()) {
     return Bad("previous_response_id", "is not supported (the proxy keeps no responses): send the whole input");
   }
@@ -204,33 +208,36 @@ absl::StatusOr<json::object> ToChat(const json::object& request, json::object* n
     functions.push_back(json::object{{"type", "function"}, {"function", std::move(fn)}});
     return absl::OkStatus();
   };
-  CORRAL_RETURN_IF_ERROR(chat_json::EachObject(request.if_contains("tools"), "tools", [&](const json::object& tool,
-                                                                                          const std::string& at) {
-    const std::string type = StringOf(tool.if_contains("type"));
-    if (type == "function") return add_function(tool, "", at);
-    if (type == "namespace") {  // a group of tools: its plain functions are offered to the model, the rest noted
-      const std::string ns = StringOf(tool.if_contains("name"));
-      return chat_json::EachObject(tool.if_contains("tools"), at + ".tools", [&](const json::object& inner,
-                                                                                 const std::string& inner_at) {
-        const std::string inner_type = StringOf(inner.if_contains("type"));
-        if (inner_type == "function" || inner_type.empty()) return add_function(inner, ns, inner_at);
-        chat_json::NoteDropped(notes, inner_at, inner_type, "a built-in tool cannot be run by a chat-completions upstream");
+  CORRAL_RETURN_IF_ERROR(chat_json::EachObject(
+      request.if_contains("tools"), "tools", [&](const json::object& tool, const std::string& at) {
+        const std::string type = StringOf(tool.if_contains("type"));
+        if (type == "function") return add_function(tool, "", at);
+        if (type == "namespace") {  // a group of tools: its plain functions are offered to the model, the rest noted
+          const std::string ns = StringOf(tool.if_contains("name"));
+          return chat_json::EachObject(
+              tool.if_contains("tools"), at + ".tools", [&](const json::object& inner, const std::string& inner_at) {
+                const std::string inner_type = StringOf(inner.if_contains("type"));
+                if (inner_type == "function" || inner_type.empty()) return add_function(inner, ns, inner_at);
+                chat_json::NoteDropped(notes, inner_at, inner_type,
+                                       "a built-in tool cannot be run by a chat-completions upstream");
+                return absl::OkStatus();
+              });
+        }
+        chat_json::NoteDropped(notes, at, type, "a built-in tool cannot be run by a chat-completions upstream");
         return absl::OkStatus();
-      });
-    }
-    chat_json::NoteDropped(notes, at, type, "a built-in tool cannot be run by a chat-completions upstream");
-    return absl::OkStatus();
-  }));
+      }));
   if (!functions.empty()) chat["tools"] = std::move(functions);
   if (const json::value* choice = request.if_contains("tool_choice"); choice != nullptr && !choice->is_null()) {
     const json::object* c = choice->is_object() ? &choice->as_object() : nullptr;
-    const std::string name = c != nullptr ? ChatName(StringOf(c->if_contains("namespace")), StringOf(c->if_contains("name"))) : "";
+    const std::string name =
+        c != nullptr ? ChatName(StringOf(c->if_contains("namespace")), StringOf(c->if_contains("name"))) : "";
     if (choice->is_string()) {
       chat["tool_choice"] = *choice;
     } else if (c != nullptr && StringOf(c->if_contains("type")) == "function" && offered.count(name) > 0) {
       chat["tool_choice"] = json::object{{"type", "function"}, {"function", json::object{{"name", name}}}};
     } else if (c != nullptr) {  // a built-in tool, a set of allowed tools, a function left out: the model decides
-      chat_json::NoteDropped(notes, "tool_choice", StringOf(c->if_contains("type")), "no such function is offered: auto instead");
+      chat_json::NoteDropped(notes, "tool_choice", StringOf(c->if_contains("type")),
+                             "no such function is offered: auto instead");
       chat["tool_choice"] = "auto";
     } else {
       return Bad("tool_choice", "must be auto, none, required or an object");
@@ -257,7 +264,8 @@ absl::StatusOr<json::object> ToChat(const json::object& request, json::object* n
   for (const char* key : {"temperature", "top_p", "parallel_tool_calls"}) {
     if (const json::value* v = request.if_contains(key); v != nullptr && !v->is_null()) chat[key] = *v;
   }
-  if (const json::value* stream = request.if_contains("stream"); stream != nullptr && stream->is_bool() && stream->as_bool()) {
+  if (const json::value* stream = request.if_contains("stream");
+      stream != nullptr && stream->is_bool() && stream->as_bool()) {
     chat["stream"] = true;
     chat["stream_options"] = json::object{{"include_usage", true}};
   }
@@ -278,13 +286,15 @@ json::object FromChat(const json::object& completion, const NamespacedNames* nam
         output.push_back(MessageItem(absl::StrCat("msg_", id), text, "completed"));
       }
       for (const chat_json::ToolCall& call : chat_json::ToolCalls(m->as_object())) {
-        output.push_back(CallItem(absl::StrCat("fc_", call.id), call.id, call.name, call.arguments, "completed", names));
+        output.push_back(
+            CallItem(absl::StrCat("fc_", call.id), call.id, call.name, call.arguments, "completed", names));
       }
     }
   }
   const auto tokens = chat_json::Usage(completion).value_or(std::pair<int64_t, int64_t>(0, 0));
-  return Response(absl::StrCat("resp_", id), Int(completion.if_contains("created")), StringOf(completion.if_contains("model")),
-                  "completed", std::move(output), finish, tokens.first, tokens.second);
+  return Response(absl::StrCat("resp_", id), Int(completion.if_contains("created")),
+                  StringOf(completion.if_contains("model")), "completed", std::move(output), finish, tokens.first,
+                  tokens.second);
 }
 
 std::string ResponsesDialect::ErrorBody(int http_status, absl::string_view message) const {
@@ -293,15 +303,15 @@ std::string ResponsesDialect::ErrorBody(int http_status, absl::string_view messa
 
 std::string ResponsesDialect::ErrorEvent(int http_status, absl::string_view message) const {
   const char* code = http_status >= 500 ? "server_error" : "invalid_request_error";
-  std::string out = chat_json::SseEvent("error", json::object{{"code", code},
-                                                              {"message", std::string(message)},
-                                                              {"param", nullptr},
-                                                              {"sequence_number", sequence_++}});
+  std::string out = chat_json::SseEvent(
+      "error",
+      json::object{
+          {"code", code}, {"message", std::string(message)}, {"param", nullptr}, {"sequence_number", sequence_++}});
   // And the response's end, failed: clients (Codex) otherwise take the stream for cut short and send it again.
   json::object failed = Snapshot("failed");
   failed["error"] = json::object{{"code", code}, {"message", std::string(message)}};
-  out += chat_json::SseEvent("response.failed", json::object{{"response", std::move(failed)},
-                                                            {"sequence_number", sequence_++}});
+  out += chat_json::SseEvent("response.failed",
+                             json::object{{"response", std::move(failed)}, {"sequence_number", sequence_++}});
   return out;
 }
 
@@ -341,9 +351,12 @@ void ResponsesDialect::OpenMessage(std::string& out) {
   open_text_.clear();
   out += Event("response.output_item.added",
                json::object{{"output_index", open_}, {"item", MessageItem(open_id_, "", "in_progress")}});
-  out += Event("response.content_part.added",
-               json::object{{"item_id", open_id_}, {"output_index", open_}, {"content_index", 0},
-                            {"part", json::object{{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
+  out += Event(
+      "response.content_part.added",
+      json::object{{"item_id", open_id_},
+                   {"output_index", open_},
+                   {"content_index", 0},
+                   {"part", json::object{{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
 }
 
 void ResponsesDialect::OpenCall(const std::string& call_id, const std::string& name, std::string& out) {
@@ -354,8 +367,9 @@ void ResponsesDialect::OpenCall(const std::string& call_id, const std::string& n
   open_call_id_ = call_id;
   open_name_ = name;
   open_text_.clear();
-  out += Event("response.output_item.added",
-               json::object{{"output_index", open_}, {"item", CallItem(open_id_, call_id, name, "", "in_progress", &names_)}});
+  out += Event(
+      "response.output_item.added",
+      json::object{{"output_index", open_}, {"item", CallItem(open_id_, call_id, name, "", "in_progress", &names_)}});
 }
 
 void ResponsesDialect::Close(std::string& out) {
@@ -363,15 +377,18 @@ void ResponsesDialect::Close(std::string& out) {
   json::object item;
   if (open_kind_ == Kind::kReasoning) {
     item = ReasoningItem(open_id_, open_text_, "completed");
-    out += Event("response.reasoning_text.done", json::object{{"item_id", open_id_}, {"output_index", open_},
-                                                              {"content_index", 0}, {"text", open_text_}});
+    out +=
+        Event("response.reasoning_text.done",
+              json::object{{"item_id", open_id_}, {"output_index", open_}, {"content_index", 0}, {"text", open_text_}});
   } else if (open_kind_ == Kind::kMessage) {
     item = MessageItem(open_id_, open_text_, "completed");
-    out += Event("response.output_text.done", json::object{{"item_id", open_id_}, {"output_index", open_},
-                                                           {"content_index", 0}, {"text", open_text_}});
-    out += Event("response.content_part.done",
-                 json::object{{"item_id", open_id_}, {"output_index", open_}, {"content_index", 0},
-                              {"part", item["content"].as_array()[0]}});
+    out +=
+        Event("response.output_text.done",
+              json::object{{"item_id", open_id_}, {"output_index", open_}, {"content_index", 0}, {"text", open_text_}});
+    out += Event("response.content_part.done", json::object{{"item_id", open_id_},
+                                                            {"output_index", open_},
+                                                            {"content_index", 0},
+                                                            {"part", item["content"].as_array()[0]}});
   } else {
     item = CallItem(open_id_, open_call_id_, open_name_, open_text_, "completed", &names_);
     out += Event("response.function_call_arguments.done",
@@ -412,7 +429,8 @@ std::string ResponsesDialect::End() {
   EnsureBegun(out);
   Close(out);
   const json::object done = Snapshot("completed");
-  const std::string type = StringOf(done.if_contains("status")) == "incomplete" ? "response.incomplete" : "response.completed";
+  const std::string type =
+      StringOf(done.if_contains("status")) == "incomplete" ? "response.incomplete" : "response.completed";
   out += Event(type, json::object{{"response", done}});
   return out;
 }

@@ -1,9 +1,9 @@
 #include "services/proxy/session_ledger.h"
 
 #include "absl/strings/str_cat.h"
-#include "services/proxy/policy.h"
-#include "libs/core/logging.h"
 #include "libs/api/proto_time.h"
+#include "libs/core/logging.h"
+#include "services/proxy/policy.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::proxy {
@@ -50,14 +50,14 @@ void SessionLedger::Close(const std::string& env_id, v1::CloseReason reason,
   }
   UpdateGauge();
   auto shared = std::make_shared<decltype(done)>(std::move(done));
-  journal_->CloseSession(env_id, (*session)->Snapshot().close_reason(),
-                         [shared, session = *session](absl::Status s) mutable {
-                           if (!s.ok()) {
-                             (*shared)(absl::UnavailableError(absl::StrCat("the close could not be journaled: ", s.message())));
-                             return;
-                           }
-                           (*shared)(std::move(session));
-                         });
+  journal_->CloseSession(
+      env_id, (*session)->Snapshot().close_reason(), [shared, session = *session](absl::Status s) mutable {
+        if (!s.ok()) {
+          (*shared)(absl::UnavailableError(absl::StrCat("the close could not be journaled: ", s.message())));
+          return;
+        }
+        (*shared)(std::move(session));
+      });
 }
 
 absl::StatusOr<uint32_t> SessionLedger::Ack(const std::vector<std::string>& env_ids) {

@@ -24,14 +24,18 @@ class SessionLedger {
   // `upstreams` (optional) tells which models are served; `default_model` is the config's (may be empty).
   SessionLedger(SessionStore* store, ProxyJournal* journal, ProxyMetrics* metrics, Clock* clock,
                 const UpstreamPool* upstreams = nullptr, std::string default_model = "")
-      : store_(store), journal_(journal), metrics_(metrics), clock_(clock), upstreams_(upstreams),
+      : store_(store),
+        journal_(journal),
+        metrics_(metrics),
+        clock_(clock),
+        upstreams_(upstreams),
         default_model_(std::move(default_model)) {}
 
   using Opened = SessionStore::Opened;
   // The request's model is resolved first (ResolveSessionModel: INVALID_ARGUMENT for a model not served) and
-  // kept with the session. `done` runs once the session is durable, or refused (SessionStore::Open's codes; UNAVAILABLE when it could
-  // not be journaled, and then it does not exist) — at once when the journal logs it, a refusal or a retried
-  // open of a session that exists already; on the journal's thread with --journal-fsync or when the journal's
+  // kept with the session. `done` runs once the session is durable, or refused (SessionStore::Open's codes; UNAVAILABLE
+  // when it could not be journaled, and then it does not exist) — at once when the journal logs it, a refusal or a
+  // retried open of a session that exists already; on the journal's thread with --journal-fsync or when the journal's
   // writer is far behind.
   void Open(v1::OpenSessionRequest request, absl::AnyInvocable<void(absl::StatusOr<Opened>)> done);
   // Closes the session at once (later calls with its token are refused) and runs `done` once that is durable:

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "libs/core/status_macros.h"
 #include "libs/api/ids.h"
 #include "libs/api/proto_time.h"
+#include "libs/core/status_macros.h"
 
 namespace corral::proxy {
 
@@ -23,7 +23,10 @@ v1::SessionPolicy WithDefaults(const v1::SessionPolicy& defaults, const v1::Sess
 
 Session::Session(v1::OpenSessionRequest request, absl::Time now, absl::Duration ttl, absl::Duration retention,
                  std::string env_token)
-    : request_(std::move(request)), env_token_(std::move(env_token)), retention_(retention), open_time_(now),
+    : request_(std::move(request)),
+      env_token_(std::move(env_token)),
+      retention_(retention),
+      open_time_(now),
       expire_time_(now + ttl),
       trajectory_(request_.env_id()) {}
 
@@ -147,8 +150,8 @@ absl::StatusOr<SessionStore::Opened> SessionStore::Open(v1::OpenSessionRequest r
   const absl::Duration ttl = p.has_ttl() ? FromProto(p.ttl()) : limits_.default_ttl;
   const absl::Duration retention = p.has_retention() ? FromProto(p.retention()) : limits_.default_retention;
   if (ttl <= absl::ZeroDuration() || ttl > limits_.max_ttl) {
-    return absl::InvalidArgumentError(absl::StrCat("policy.ttl must be above 0 and at most ",
-                                                   absl::FormatDuration(limits_.max_ttl)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.ttl must be above 0 and at most ", absl::FormatDuration(limits_.max_ttl)));
   }
   if (retention < absl::ZeroDuration()) return absl::InvalidArgumentError("policy.retention must not be negative");
   for (const auto& [k, v] : request.labels()) {
@@ -169,7 +172,8 @@ absl::StatusOr<SessionStore::Opened> SessionStore::Open(v1::OpenSessionRequest r
     return Opened{it->second, it->second->env_token(), false};
   }
   if (open_count_ >= limits_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrCat("the proxy holds max_sessions=", limits_.max_sessions, " open sessions"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the proxy holds max_sessions=", limits_.max_sessions, " open sessions"));
   }
   auto session = std::make_shared<Session>(request, clock_->Now(), ttl, retention,
                                            signer_->Sign(kEnvTokenPurpose, request.env_id()));
@@ -182,8 +186,8 @@ std::shared_ptr<Session> SessionStore::Restore(v1::OpenSessionRequest request, a
   const v1::SessionPolicy& p = request.policy();
   const absl::Duration ttl = p.has_ttl() ? FromProto(p.ttl()) : limits_.default_ttl;
   const absl::Duration retention = p.has_retention() ? FromProto(p.retention()) : limits_.default_retention;
-  auto session = std::make_shared<Session>(request, open_time, ttl, retention,
-                                           signer_->Sign(kEnvTokenPurpose, request.env_id()));
+  auto session =
+      std::make_shared<Session>(request, open_time, ttl, retention, signer_->Sign(kEnvTokenPurpose, request.env_id()));
   absl::MutexLock lock(&mu_);
   sessions_[request.env_id()] = session;
   ++open_count_;  // (a journaled close follows through Close)

@@ -16,8 +16,8 @@
 #include "corral/v1/proxy.pb.h"
 #include "libs/core/clock.h"
 #include "libs/core/token.h"
-#include "services/proxy/policy.h"
 #include "libs/trajectory/trajectory.h"
+#include "services/proxy/policy.h"
 
 namespace corral::proxy {
 

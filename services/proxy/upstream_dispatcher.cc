@@ -2,13 +2,13 @@
 
 #include <random>
 
-#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
+#include "libs/async/sleep.h"
 #include "libs/async/spawn.h"
 #include "libs/http/server.h"
 
@@ -44,7 +44,8 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
   std::string last_error = "no upstream serves this model";
   int last_status = 503;
   thread_local std::mt19937 rng{std::random_device{}()};
-  const absl::Time quota_deadline = clock_->Now() + (quotas_ != nullptr ? quotas_->options().max_wait : absl::ZeroDuration());
+  const absl::Time quota_deadline =
+      clock_->Now() + (quotas_ != nullptr ? quotas_->options().max_wait : absl::ZeroDuration());
   const OnWait quota_wait = request.stream ? on_wait : OnWait();
   bool throttled = false;  // the last attempt got an upstream's 429: the quota wait is the back-off
   for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
@@ -55,11 +56,12 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
       co_await async::SleepFor(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng));
       backoff *= 2;
     }
-    const std::vector<const QuotaSpec*> quota = quotas_ != nullptr ? quotas_->For(*u, request.model) : std::vector<const QuotaSpec*>{};
+    const std::vector<const QuotaSpec*> quota =
+        quotas_ != nullptr ? quotas_->For(*u, request.model) : std::vector<const QuotaSpec*>{};
     if (!quota.empty()) {
-      absl::StatusOr<QuotaHold> hold = co_await quotas_->Acquire(quota, request.model, request.estimated_tokens,
-                                                                 quota_deadline - clock_->Now(),
-                                                                 options_.keepalive_interval, quota_wait);
+      absl::StatusOr<QuotaHold> hold =
+          co_await quotas_->Acquire(quota, request.model, request.estimated_tokens, quota_deadline - clock_->Now(),
+                                    options_.keepalive_interval, quota_wait);
       if (!hold.ok()) {
         d.http_status = absl::IsResourceExhausted(hold.status()) ? 429 : 503;
         d.error = std::string(hold.status().message());

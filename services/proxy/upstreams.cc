@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <set>
 
-#include "libs/core/host_port.h"
-#include "libs/http/url.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "libs/core/host_port.h"
+#include "libs/http/url.h"
 
 namespace corral::proxy {
 

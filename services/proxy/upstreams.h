@@ -5,8 +5,8 @@
 #pragma once
 
 #include <atomic>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 

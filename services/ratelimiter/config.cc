@@ -41,9 +41,9 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
 absl::Status ValidateConfig(const Config& config) {
   CORRAL_RETURN_IF_ERROR(ValidateServerConfig(config.server));
   if (config.limiter.default_lease_ttl > config.limiter.max_lease_ttl) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "default_lease_ttl (", absl::FormatDuration(config.limiter.default_lease_ttl),
-        ") must not exceed max_lease_ttl (", absl::FormatDuration(config.limiter.max_lease_ttl), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("default_lease_ttl (", absl::FormatDuration(config.limiter.default_lease_ttl),
+                     ") must not exceed max_lease_ttl (", absl::FormatDuration(config.limiter.max_lease_ttl), ")"));
   }
   return absl::OkStatus();
 }

@@ -15,9 +15,10 @@ std::string MintLeaseId(const TokenSigner& signer, const LeaseClaim& claim) {
   unsigned char nonce[12];
   RAND_bytes(nonce, sizeof(nonce));
   // nonce:permits:limit:key — limit names never contain ':', keys may (the key is the remainder).
-  return signer.Sign(kPurpose, absl::StrCat(absl::BytesToHexString(absl::string_view(
-                                                reinterpret_cast<const char*>(nonce), sizeof(nonce))),
-                                            ":", claim.permits, ":", claim.limit, ":", claim.key));
+  return signer.Sign(
+      kPurpose,
+      absl::StrCat(absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(nonce), sizeof(nonce))), ":",
+                   claim.permits, ":", claim.limit, ":", claim.key));
 }
 
 absl::StatusOr<LeaseClaim> ParseLeaseId(const TokenSigner& signer, const std::string& lease_id) {

@@ -45,9 +45,11 @@ absl::Status ApplyRecord(absl::string_view record, sqlite3* db) {
   if (!f.ok() || !f.empty()) return absl::DataLossError("a malformed lease snapshot record");
   switch (static_cast<Kind>(record[0])) {
     case Kind::kHeld:
-      return CachedStatement(db, "INSERT OR REPLACE INTO leases (id, ttl_ms) VALUES (?1, ?2)").Bind(1, id).Bind(2, value).Run();
-    case Kind::kEnded:
-      return CachedStatement(db, "DELETE FROM leases WHERE id = ?1").Bind(1, id).Run();
+      return CachedStatement(db, "INSERT OR REPLACE INTO leases (id, ttl_ms) VALUES (?1, ?2)")
+          .Bind(1, id)
+          .Bind(2, value)
+          .Run();
+    case Kind::kEnded: return CachedStatement(db, "DELETE FROM leases WHERE id = ?1").Bind(1, id).Run();
     case Kind::kAlive:
       return CachedStatement(db, "INSERT OR REPLACE INTO meta (name, value) VALUES ('last_alive_ms', ?1)")
           .Bind(1, value)
@@ -68,9 +70,10 @@ absl::StatusOr<std::unique_ptr<LeaseSnapshot>> LeaseSnapshot::Open(const std::st
     return absl::UnavailableError(absl::StrCat("lease snapshot: cannot open ", lock_path, ": ", strerror(errno)));
   }
   if (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "lease snapshot ", path, " is in use by another process (another corral-ratelimiter on the same "
-        "state_path?); give each limiter its own state_path"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("lease snapshot ", path,
+                     " is in use by another process (another corral-ratelimiter on the same "
+                     "state_path?); give each limiter its own state_path"));
   }
   // What must survive is a crash of the process, not of the machine: no fsync; the record log covers a kill -9.
   auto journal = Journal::Open(path, kSchema, /*fsync=*/false, ApplyRecord);
@@ -113,7 +116,8 @@ bool LeaseSnapshot::MissingWhereExpected(const std::string& path) {
   const std::filesystem::path file(path);
   if (std::filesystem::exists(file, ec)) return false;
   const std::string log_prefix = file.filename().string() + "-log.";
-  for (const auto& entry : std::filesystem::directory_iterator(file.parent_path().empty() ? "." : file.parent_path(), ec)) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator(file.parent_path().empty() ? "." : file.parent_path(), ec)) {
     if (absl::StartsWith(entry.path().filename().string(), log_prefix)) return true;
   }
   return false;

@@ -27,8 +27,8 @@ absl::Status NormalizeLimitSpec(LimitSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat("limit '", spec.name, "': ", why));
   };
   if (!ValidName(spec.name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "limit name '", spec.name, "' is invalid: use 1-64 characters from [A-Za-z0-9_-]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("limit name '", spec.name, "' is invalid: use 1-64 characters from [A-Za-z0-9_-]"));
   }
   if (spec.kind == LimitKind::kConcurrency) {
     if (spec.permits < 1 || spec.permits > 1'000'000'000) return bad("permits must be between 1 and 1e9");
@@ -67,7 +67,8 @@ absl::Status ValidateKey(const std::string& key) {
 absl::StatusOr<std::vector<LimitSpec>> ParseLimitsYaml(const YAML::Node& node) {
   if (node.IsNull()) return std::vector<LimitSpec>{};
   if (!node.IsSequence()) {
-    return absl::InvalidArgumentError("expected a list of limits like [{name: code_exec, kind: concurrency, permits: 64}]");
+    return absl::InvalidArgumentError(
+        "expected a list of limits like [{name: code_exec, kind: concurrency, permits: 64}]");
   }
   std::vector<LimitSpec> specs;
   std::set<std::string> names;

@@ -19,12 +19,12 @@ enum class LimitKind { kConcurrency, kRate };
 enum class LimitSource { kConfig, kRpc };
 
 struct LimitSpec {
-  std::string name;               // [A-Za-z0-9_-]{1,64}
+  std::string name;  // [A-Za-z0-9_-]{1,64}
   LimitKind kind = LimitKind::kConcurrency;
-  int64_t permits = 0;            // concurrency: >= 1
-  double rate_per_s = 0;          // rate: > 0
-  int64_t burst = 0;              // rate: >= 1 (0 → max(1, ceil(rate_per_s)))
-  std::string key_template;       // "{language}" makes it a keyed template; empty: a single instance
+  int64_t permits = 0;       // concurrency: >= 1
+  double rate_per_s = 0;     // rate: > 0
+  int64_t burst = 0;         // rate: >= 1 (0 → max(1, ceil(rate_per_s)))
+  std::string key_template;  // "{language}" makes it a keyed template; empty: a single instance
   absl::Duration instance_idle_ttl = absl::Minutes(10);
   LimitSource source = LimitSource::kConfig;
 

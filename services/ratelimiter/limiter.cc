@@ -70,7 +70,8 @@ absl::Status Limiter::CreateLimit(LimitSpec spec) {
   CORRAL_RETURN_IF_ERROR(NormalizeLimitSpec(spec));
   absl::MutexLock lock(&mu_);
   if (limits_.count(spec.name)) {
-    return absl::AlreadyExistsError(absl::StrCat("limit '", spec.name, "' already exists; use UpdateLimit to resize it"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("limit '", spec.name, "' already exists; use UpdateLimit to resize it"));
   }
   auto limit = std::make_unique<Limit>();
   limit->spec = std::move(spec);
@@ -91,8 +92,8 @@ absl::StatusOr<LimitSpec> Limiter::UpdateLimit(LimitSpec spec) {
     Limit* limit = FindLimit(spec.name);
     if (limit == nullptr) return absl::NotFoundError(absl::StrCat("limit '", spec.name, "' not found"));
     if (spec.kind != limit->spec.kind || spec.key_template != limit->spec.key_template) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "limit '", spec.name, "': kind and key template cannot change; delete and re-create the limit"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("limit '", spec.name, "': kind and key template cannot change; delete and re-create the limit"));
     }
     spec.source = limit->spec.source;
     // Tokens earned so far were earned at the old rate.
@@ -101,8 +102,8 @@ absl::StatusOr<LimitSpec> Limiter::UpdateLimit(LimitSpec spec) {
     }
     limit->spec = spec;
     limit->metrics.capacity->Set(static_cast<double>(spec.capacity()));
-    const absl::Status too_big = absl::FailedPreconditionError(absl::StrCat(
-        "limit '", spec.name, "' shrank to ", spec.capacity(), "; this request can never be granted"));
+    const absl::Status too_big = absl::FailedPreconditionError(
+        absl::StrCat("limit '", spec.name, "' shrank to ", spec.capacity(), "; this request can never be granted"));
     for (auto& [key, inst] : limit->instances) {
       if (spec.kind == LimitKind::kRate) inst->bucket.Cap(static_cast<double>(spec.burst));
       // A waiter above the new capacity would block the FIFO queue forever: it fails now.
@@ -163,8 +164,8 @@ absl::Status Limiter::DeleteLimit(const std::string& name, bool force) {
 absl::Status Limiter::LimitNotFound(const std::string& name) const {
   std::vector<std::string> names;
   for (auto& [n, l] : limits_) names.push_back(n);
-  return absl::NotFoundError(absl::StrCat("limit '", name, "' not found; declared limits: ",
-                                          names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(absl::StrCat(
+      "limit '", name, "' not found; declared limits: ", names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<LimitSpec> Limiter::GetLimit(const std::string& name) const {
@@ -184,7 +185,7 @@ std::vector<LimitSpec> Limiter::ListLimits() const {
 }
 
 absl::StatusOr<Limiter::Instance*> Limiter::ResolveInstance(const std::string& name, const std::string& key,
-                                                           bool create) {
+                                                            bool create) {
   Limit* limit = FindLimit(name);
   if (limit == nullptr) {
     return LimitNotFound(name);
@@ -237,9 +238,9 @@ Grant Limiter::Take(Instance& inst, int64_t permits, absl::Duration ttl, const s
   if (limit.spec.kind == LimitKind::kRate) {
     inst.bucket.Spend(static_cast<double>(permits));
   } else {
-    const Lease& lease = AddLease(inst, permits, ttl, session_id,
-                                  reuse_lease_id.empty() ? MintLeaseId(signer_, {limit.spec.name, inst.key, permits})
-                                                         : reuse_lease_id);
+    const Lease& lease =
+        AddLease(inst, permits, ttl, session_id,
+                 reuse_lease_id.empty() ? MintLeaseId(signer_, {limit.spec.name, inst.key, permits}) : reuse_lease_id);
     grant.lease_id = lease.id;
     grant.expire_time = lease.expire_time;
     grant.ttl = ttl;
@@ -275,7 +276,8 @@ void Limiter::Pump(Instance& inst, Completions& out) {
     Waiter& w = inst.queue.front();
     if (!Grantable(inst, w.permits)) break;
     Grant grant = Take(inst, w.permits, w.ttl, w.session_id, now - w.enqueued, "");
-    if (!w.request_id.empty() && !grant.lease_id.empty()) leases_->BindRequest(w.request_id, *leases_->Find(grant.lease_id));
+    if (!w.request_id.empty() && !grant.lease_id.empty())
+      leases_->BindRequest(w.request_id, *leases_->Find(grant.lease_id));
     auto done = std::move(w.done);
     RemoveWaiter(inst, inst.queue.begin());
     out.push_back([done = std::move(done), grant = std::move(grant)]() mutable { done(std::move(grant)); });
@@ -285,10 +287,10 @@ void Limiter::Pump(Instance& inst, Completions& out) {
     inst.rate_timer = 0;
     if (!inst.queue.empty()) {
       // The head gets its tokens exactly when the bucket has refilled enough; FIFO means nobody else can.
-      const absl::Duration delay =
-          inst.bucket.TimeUntil(internal::Needed(inst.limit->spec, inst.queue.front().permits), inst.limit->spec.rate_per_s);
-      inst.rate_timer = clock_->RunAfter(
-          delay, [this, limit = inst.limit->spec.name, key = inst.key] { OnRateTimer(limit, key); });
+      const absl::Duration delay = inst.bucket.TimeUntil(internal::Needed(inst.limit->spec, inst.queue.front().permits),
+                                                         inst.limit->spec.rate_per_s);
+      inst.rate_timer =
+          clock_->RunAfter(delay, [this, limit = inst.limit->spec.name, key = inst.key] { OnRateTimer(limit, key); });
     }
   }
   UpdateGauges(inst);
@@ -348,13 +350,13 @@ absl::StatusOr<Limiter::Limit*> Limiter::CheckAcquire(AcquireParams& p) const {
   const LimitSpec& spec = limit->spec;
   p.allow_debt = p.allow_debt && spec.kind == LimitKind::kRate;
   // With debt a request may exceed the burst by up to the deepest debt (one hour of refill).
-  const int64_t most = p.allow_debt ? spec.burst + static_cast<int64_t>(spec.rate_per_s * absl::ToDoubleSeconds(internal::kMaxDebt))
-                                    : spec.capacity();
+  const int64_t most =
+      p.allow_debt ? spec.burst + static_cast<int64_t>(spec.rate_per_s * absl::ToDoubleSeconds(internal::kMaxDebt))
+                   : spec.capacity();
   if (p.permits < 0 || p.permits > most) {
-    return absl::InvalidArgumentError(absl::StrCat("permits must be between 1 and ", most,
-                                                   p.allow_debt ? " (the burst of '" : " (the capacity of '", p.limit,
-                                                   p.allow_debt ? "' plus an hour of refill)" : "')", "; got ",
-                                                   p.permits));
+    return absl::InvalidArgumentError(
+        absl::StrCat("permits must be between 1 and ", most, p.allow_debt ? " (the burst of '" : " (the capacity of '",
+                     p.limit, p.allow_debt ? "' plus an hour of refill)" : "')", "; got ", p.permits));
   }
   if (p.lease_ttl == absl::ZeroDuration()) p.lease_ttl = options_.default_lease_ttl;
   if (p.lease_ttl < absl::ZeroDuration() || p.lease_ttl > options_.max_lease_ttl) {
@@ -376,10 +378,12 @@ absl::StatusOr<std::optional<Grant>> Limiter::RetriedGrant(const AcquireParams& 
   if (found == nullptr) return std::nullopt;
   const Lease& lease = *found;
   if (lease.instance->limit != &limit || lease.instance->key != p.key || lease.permits != p.permits) {
-    return absl::AlreadyExistsError(absl::StrCat("request_id '", p.request_id, "' was already used for a different acquire"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("request_id '", p.request_id, "' was already used for a different acquire"));
   }
-  return Grant{lease.id, p.limit, p.key, lease.permits, lease.grant_time, lease.expire_time,
-               lease.ttl, absl::ZeroDuration(), lease.session_id};
+  return Grant{lease.id,         p.limit,           p.key,     lease.permits,
+               lease.grant_time, lease.expire_time, lease.ttl, absl::ZeroDuration(),
+               lease.session_id};
 }
 
 absl::Status Limiter::NotGrantableNow(const Instance& inst, const AcquireParams& p) const {
@@ -390,10 +394,10 @@ absl::Status Limiter::NotGrantableNow(const Instance& inst, const AcquireParams&
   }
   if (spec.kind == LimitKind::kConcurrency && learning_mode()) return absl::ResourceExhaustedError(LearningNote());
   return absl::ResourceExhaustedError(
-      spec.kind == LimitKind::kRate
-          ? absl::StrCat("'", p.limit, "' has ", static_cast<int64_t>(inst.bucket.tokens()), " tokens now; ", p.permits, " wanted")
-          : absl::StrCat("'", p.limit, "' has ", inst.held.in_use(), " of ", spec.permits, " permits in use; ", p.permits,
-                         " wanted"));
+      spec.kind == LimitKind::kRate ? absl::StrCat("'", p.limit, "' has ", static_cast<int64_t>(inst.bucket.tokens()),
+                                                   " tokens now; ", p.permits, " wanted")
+                                    : absl::StrCat("'", p.limit, "' has ", inst.held.in_use(), " of ", spec.permits,
+                                                   " permits in use; ", p.permits, " wanted"));
 }
 
 absl::StatusOr<AcquireTicket> Limiter::AcquireLocked(AcquireParams& p, AcquireCallback& done, Completions& out) {
@@ -411,7 +415,8 @@ absl::StatusOr<AcquireTicket> Limiter::AcquireLocked(AcquireParams& p, AcquireCa
   CORRAL_ASSIGN_OR_RETURN(Instance * inst, ResolveInstance(p.limit, p.key, /*create=*/true));
   if (inst->queue.empty() && Grantable(*inst, p.permits)) {
     Grant grant = Take(*inst, p.permits, p.lease_ttl, p.session_id, absl::ZeroDuration(), "");
-    if (!p.request_id.empty() && !grant.lease_id.empty()) leases_->BindRequest(p.request_id, *leases_->Find(grant.lease_id));
+    if (!p.request_id.empty() && !grant.lease_id.empty())
+      leases_->BindRequest(p.request_id, *leases_->Find(grant.lease_id));
     UpdateGauges(*inst);
     complete(std::move(grant));
     return ticket;
@@ -423,9 +428,8 @@ absl::StatusOr<AcquireTicket> Limiter::AcquireLocked(AcquireParams& p, AcquireCa
   if (limit->spec.kind == LimitKind::kRate) {
     // Tokens are reserved in FIFO order, so the wait is known now: everything queued, then this request.
     Refill(*inst);
-    const absl::Duration estimate =
-        inst->bucket.TimeUntil(static_cast<double>(inst->waiting_permits) + internal::Needed(limit->spec, p.permits),
-                               limit->spec.rate_per_s);
+    const absl::Duration estimate = inst->bucket.TimeUntil(
+        static_cast<double>(inst->waiting_permits) + internal::Needed(limit->spec, p.permits), limit->spec.rate_per_s);
     if (estimate > p.wait_timeout) {
       limit->metrics.rejected->Increment();
       return absl::ResourceExhaustedError(absl::StrCat("'", p.limit, "' would grant ", p.permits, " tokens in ",
@@ -481,11 +485,13 @@ bool Limiter::CancelWaiter(uint64_t waiter_id, const absl::Status& reason) {
 
 absl::StatusOr<double> Limiter::Adjust(const AdjustParams& p) {
   if (p.tokens > internal::kMaxAdjustTokens || p.tokens < -internal::kMaxAdjustTokens) {
-    return absl::InvalidArgumentError(absl::StrCat("tokens must be within ±", internal::kMaxAdjustTokens, "; got ", p.tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens must be within ±", internal::kMaxAdjustTokens, "; got ", p.tokens));
   }
   if (p.hold_for < absl::ZeroDuration() || p.hold_for > internal::kMaxDebt) {
-    return absl::InvalidArgumentError(absl::StrCat("hold_for must be between 0 and ", absl::FormatDuration(internal::kMaxDebt),
-                                                   "; got ", absl::FormatDuration(p.hold_for)));
+    return absl::InvalidArgumentError(absl::StrCat("hold_for must be between 0 and ",
+                                                   absl::FormatDuration(internal::kMaxDebt), "; got ",
+                                                   absl::FormatDuration(p.hold_for)));
   }
   Completions out;
   double tokens = 0;
@@ -495,7 +501,8 @@ absl::StatusOr<double> Limiter::Adjust(const AdjustParams& p) {
     if (limit == nullptr) return LimitNotFound(p.limit);
     const LimitSpec& spec = limit->spec;
     if (spec.kind != LimitKind::kRate) {
-      return absl::FailedPreconditionError(absl::StrCat("'", p.limit, "' is a concurrency limit: only rate limits are "
+      return absl::FailedPreconditionError(absl::StrCat("'", p.limit,
+                                                        "' is a concurrency limit: only rate limits are "
                                                         "adjusted (release a lease to give permits back)"));
     }
     CORRAL_ASSIGN_OR_RETURN(Instance * inst, ResolveInstance(p.limit, p.key, /*create=*/true));
@@ -581,8 +588,9 @@ void Limiter::SweepIdleInstances() {
     for (auto it = limit->instances.begin(); limit->spec.keyed() && it != limit->instances.end();) {
       Instance& inst = *it->second;
       if (limit->spec.kind == LimitKind::kRate) Refill(inst);
-      bool idle = inst.queue.empty() && inst.leases == 0 &&
-                  (limit->spec.kind == LimitKind::kConcurrency || inst.bucket.Has(static_cast<double>(limit->spec.burst)));
+      bool idle =
+          inst.queue.empty() && inst.leases == 0 &&
+          (limit->spec.kind == LimitKind::kConcurrency || inst.bucket.Has(static_cast<double>(limit->spec.burst)));
       if (idle && now - inst.last_active >= limit->spec.instance_idle_ttl) {
         clock_->Cancel(inst.rate_timer);
         it = limit->instances.erase(it);

@@ -67,12 +67,12 @@ struct Grant {
 struct AcquireParams {
   std::string limit;
   std::string key;
-  int64_t permits = 1;                                  // 0 → 1
+  int64_t permits = 1;                                     // 0 → 1
   absl::Duration wait_timeout = absl::InfiniteDuration();  // how long to wait queued
-  absl::Duration lease_ttl = absl::ZeroDuration();      // 0 → default_lease_ttl
-  std::string session_id;                               // bind the lease to this session
-  std::string request_id;                               // unary idempotency key (optional)
-  bool try_only = false;                                // TryAcquire: never wait
+  absl::Duration lease_ttl = absl::ZeroDuration();         // 0 → default_lease_ttl
+  std::string session_id;                                  // bind the lease to this session
+  std::string request_id;                                  // unary idempotency key (optional)
+  bool try_only = false;                                   // TryAcquire: never wait
   bool allow_debt = false;  // rate limits: permits above the burst, granted on a full bucket, leaving debt
 };
 
@@ -80,7 +80,7 @@ struct AcquireParams {
 struct AdjustParams {
   std::string limit;
   std::string key;
-  int64_t tokens = 0;                            // > 0 debit, < 0 refund
+  int64_t tokens = 0;                              // > 0 debit, < 0 refund
   absl::Duration hold_for = absl::ZeroDuration();  // no tokens before now + hold_for
 };
 
@@ -92,9 +92,9 @@ using AcquireCallback = absl::AnyInvocable<void(absl::StatusOr<Grant>)>;
 using LeaseLostCallback = std::function<void(const std::string& lease_id, const absl::Status& reason)>;
 
 struct AcquireTicket {
-  uint64_t waiter_id = 0;   // for CancelWaiter
-  bool queued = false;      // false: already granted (the callback has run or is about to)
-  uint32_t position = 0;    // 1-based queue position when queued
+  uint64_t waiter_id = 0;                        // for CancelWaiter
+  bool queued = false;                           // false: already granted (the callback has run or is about to)
+  uint32_t position = 0;                         // 1-based queue position when queued
   std::optional<absl::Duration> estimated_wait;  // rate limits: exact FIFO reservation time
 };
 
@@ -193,7 +193,8 @@ class Limiter {
   absl::StatusOr<std::optional<Grant>> RetriedGrant(const AcquireParams& p, const Limit& limit) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED saying why a try-only request cannot be granted now.
-  absl::Status NotGrantableNow(const Instance& instance, const AcquireParams& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status NotGrantableNow(const Instance& instance, const AcquireParams& p) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // NOT_FOUND naming the declared limits, so the caller can act on it.
   absl::Status LimitNotFound(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Instance*> ResolveInstance(const std::string& limit, const std::string& key, bool create)

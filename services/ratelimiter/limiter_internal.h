@@ -15,11 +15,10 @@ namespace corral::ratelimiter {
 
 namespace internal {
 
-inline constexpr size_t kEndedMemory = 10000;            // recently ended leases remembered for precise errors
+inline constexpr size_t kEndedMemory = 10000;  // recently ended leases remembered for precise errors
 inline constexpr absl::Duration kSweepEvery = absl::Seconds(5);
-inline constexpr int64_t kMaxAdjustTokens = 1'000'000'000'000;   // |AdjustParams.tokens|
-inline constexpr absl::Duration kMaxDebt = absl::Hours(1);       // of refill: the deepest a bucket's debt goes
-
+inline constexpr int64_t kMaxAdjustTokens = 1'000'000'000'000;  // |AdjustParams.tokens|
+inline constexpr absl::Duration kMaxDebt = absl::Hours(1);      // of refill: the deepest a bucket's debt goes
 
 inline std::string RandomHex(size_t bytes) {
   std::string raw(bytes, '\0');

@@ -30,8 +30,8 @@ void Limiter::OnLeaseExpired(const std::string& lease_id) {
     lease->timer = 0;
     lease->instance->limit->metrics.expired->Increment();
     EndLease(lease_id,
-             absl::DeadlineExceededError(absl::StrCat("lease expired: no keepalive within its TTL of ",
-                                                      absl::FormatDuration(lease->ttl))),
+             absl::DeadlineExceededError(
+                 absl::StrCat("lease expired: no keepalive within its TTL of ", absl::FormatDuration(lease->ttl))),
              out);
     leases_->RememberEnded(lease_id, "expired (no keepalive within its TTL)");
   }
@@ -143,8 +143,8 @@ absl::StatusOr<Limiter::ReclaimTarget> Limiter::FindReclaimTarget(const std::str
 Grant Limiter::ReclaimLease(const ReclaimTarget& target, const std::string& lease_id, const std::string& session_id) {
   // The client held these permits before the restart; they count whatever the limit's size is now.
   target.instance->reclaimed += target.permits;
-  Grant grant = Take(*target.instance, target.permits, options_.default_lease_ttl, session_id, absl::ZeroDuration(),
-                     lease_id);
+  Grant grant =
+      Take(*target.instance, target.permits, options_.default_lease_ttl, session_id, absl::ZeroDuration(), lease_id);
   UpdateGauges(*target.instance);
   return grant;
 }
@@ -198,8 +198,8 @@ std::vector<ReclaimOutcome> Limiter::Reclaim(const std::string& session_id, cons
         sessions_.at(session_id)->leases.insert(id);
         lease.expire_time = now + lease.ttl;
         ArmLeaseTimer(lease);
-        r.result = Grant{lease.id, claim->limit, claim->key, lease.permits, lease.grant_time, lease.expire_time,
-                         lease.ttl, absl::ZeroDuration(), session_id};
+        r.result = Grant{lease.id,          claim->limit, claim->key,           lease.permits, lease.grant_time,
+                         lease.expire_time, lease.ttl,    absl::ZeroDuration(), session_id};
         continue;
       }
       if (!learning_mode()) {

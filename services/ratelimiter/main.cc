@@ -1,6 +1,6 @@
 // corral-ratelimiter: composition root. Parses config, then builds in dependency order:
-// clock → lease snapshot (beside the config or in /var/lib/corral unless 'none') → limiter (owns limits, leases, sessions) → gRPC adapter → server runner;
-// runs until SIGTERM.
+// clock → lease snapshot (beside the config or in /var/lib/corral unless 'none') → limiter (owns limits, leases,
+// sessions) → gRPC adapter → server runner; runs until SIGTERM.
 #include "libs/core/clock.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
@@ -17,9 +17,8 @@ int main(int argc, char** argv) {
 
   corral::ratelimiter::Config config;
   if (auto exit_code = corral::LoadServiceConfig(
-          "corral-ratelimiter",
-          "Cluster-wide FIFO semaphores and token buckets with crash-safe leases.",
-          "ratelimiter", config, corral::ratelimiter::RegisterConfig, corral::ratelimiter::ValidateConfig, argc, argv)) {
+          "corral-ratelimiter", "Cluster-wide FIFO semaphores and token buckets with crash-safe leases.", "ratelimiter",
+          config, corral::ratelimiter::RegisterConfig, corral::ratelimiter::ValidateConfig, argc, argv)) {
     return *exit_code;
   }
 
@@ -44,8 +43,10 @@ int main(int argc, char** argv) {
   if (state.path.empty()) {
     spdlog::warn("no lease snapshot ({}): every start learns for max_lease_ttl", state.origin);
   } else if (corral::ratelimiter::LeaseSnapshot::MissingWhereExpected(state.path)) {
-    spdlog::error("lease snapshot {} is missing but its change log is there ({}-log.*): starting in learning mode "
-                  "(remove the log files to start afresh)", state.path, state.path);
+    spdlog::error(
+        "lease snapshot {} is missing but its change log is there ({}-log.*): starting in learning mode "
+        "(remove the log files to start afresh)",
+        state.path, state.path);
     config.limiter.learning_mode = true;
   } else {
     auto opened = corral::ratelimiter::LeaseSnapshot::Open(state.path, &metrics.snapshot_write_errors());
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
       spdlog::error("cannot start: {}", opened.status());
       return 1;
     }
-    auto contents = opened.ok() ? (*opened)->Load() : absl::StatusOr<corral::ratelimiter::LeaseSnapshot::Contents>(opened.status());
+    auto contents =
+        opened.ok() ? (*opened)->Load() : absl::StatusOr<corral::ratelimiter::LeaseSnapshot::Contents>(opened.status());
     if (contents.ok()) {
       snapshot = *std::move(opened);
       restored = *std::move(contents);
@@ -77,12 +79,13 @@ int main(int argc, char** argv) {
   }
   if (snapshot != nullptr) {
     const int held = limiter.Restore(restored.leases, restored.last_alive);
-    spdlog::info("lease snapshot {} ({}): {} lease(s) still held from before this start; granting at once",
-                 state.path, state.origin, held);
+    spdlog::info("lease snapshot {} ({}): {} lease(s) still held from before this start; granting at once", state.path,
+                 state.origin, held);
   } else if (config.limiter.learning_mode) {
-    spdlog::warn("learning mode for {}: only re-claims are granted until then (set state_path to keep leases on "
-                 "disk and skip it)",
-                 absl::FormatDuration(config.limiter.max_lease_ttl));
+    spdlog::warn(
+        "learning mode for {}: only re-claims are granted until then (set state_path to keep leases on "
+        "disk and skip it)",
+        absl::FormatDuration(config.limiter.max_lease_ttl));
   }
   corral::ratelimiter::RateLimitService service(&limiter, &auth);
   runner.AddService(&service, "corral.v1.RateLimiter");

@@ -5,8 +5,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
-#include "libs/core/status_macros.h"
 #include "libs/api/pagination.h"
+#include "libs/core/status_macros.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
 #include "services/ratelimiter/convert.h"
@@ -26,7 +26,8 @@ class AcquireReactor final : public grpc::ServerUnaryReactor {
   // The limiter may run the callback inside Acquire; a result that arrives before Start has finished is
   // parked and delivered at its end, so `this` is never touched after Finish.
   void Start(AcquireParams params) {
-    auto ticket = limiter_->Acquire(std::move(params), [this](absl::StatusOr<Grant> grant) { OnResult(std::move(grant)); });
+    auto ticket =
+        limiter_->Acquire(std::move(params), [this](absl::StatusOr<Grant> grant) { OnResult(std::move(grant)); });
     std::optional<absl::StatusOr<Grant>> early;
     uint64_t cancel_waiter = 0;
     {
@@ -155,8 +156,8 @@ grpc::ServerUnaryReactor* RateLimitService::StartAcquire(grpc::CallbackServerCon
   return reactor;
 }
 
-grpc::ServerUnaryReactor* RateLimitService::Acquire(grpc::CallbackServerContext* ctx,
-                                                    const v1::AcquireRequest* request, v1::AcquireResponse* response) {
+grpc::ServerUnaryReactor* RateLimitService::Acquire(grpc::CallbackServerContext* ctx, const v1::AcquireRequest* request,
+                                                    v1::AcquireResponse* response) {
   return StartAcquire(ctx, request, response, /*try_only=*/false);
 }
 
@@ -166,8 +167,8 @@ grpc::ServerUnaryReactor* RateLimitService::TryAcquire(grpc::CallbackServerConte
   return StartAcquire(ctx, request, response, /*try_only=*/true);
 }
 
-grpc::ServerUnaryReactor* RateLimitService::Release(grpc::CallbackServerContext* ctx,
-                                                    const v1::ReleaseRequest* request, v1::ReleaseResponse*) {
+grpc::ServerUnaryReactor* RateLimitService::Release(grpc::CallbackServerContext* ctx, const v1::ReleaseRequest* request,
+                                                    v1::ReleaseResponse*) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
   if (request->lease_id().empty()) return FinishUnary(ctx, absl::InvalidArgumentError("lease_id is required"));
   return FinishUnary(ctx, limiter_->Release(request->lease_id(), request->session_id()));

@@ -34,8 +34,7 @@ class RateLimitService final : public v1::RateLimiter::CallbackService {
                                       v1::KeepAliveResponse* response) override;
   grpc::ServerUnaryReactor* Adjust(grpc::CallbackServerContext* ctx, const v1::AdjustRequest* request,
                                    v1::AdjustResponse* response) override;
-  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
-      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
 

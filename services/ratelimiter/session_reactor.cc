@@ -1,8 +1,8 @@
 #include "services/ratelimiter/session_reactor.h"
 
 #include "absl/strings/str_cat.h"
-#include "libs/core/logging.h"
 #include "libs/api/proto_time.h"
+#include "libs/core/logging.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/ratelimiter/convert.h"
 #include "spdlog/spdlog.h"
@@ -32,12 +32,8 @@ v1::SessionResponse AcquireReply(uint64_t request_id, const absl::StatusOr<Grant
   switch (result.status().code()) {
     case absl::StatusCode::kResourceExhausted:
     case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kCancelled:
-      ToProto(result.status(), r.mutable_denied());
-      return r;
-    default:
-      ToProto(result.status(), r.mutable_error());
-      return r;
+    case absl::StatusCode::kCancelled: ToProto(result.status(), r.mutable_denied()); return r;
+    default: ToProto(result.status(), r.mutable_error()); return r;
   }
 }
 
@@ -251,7 +247,7 @@ void SessionReactor::HandleAcquire(uint64_t request_id, const v1::AcquireRequest
   }
   auto it = outbox_->outstanding.find(request_id);
   if (!ticket->queued || it == outbox_->outstanding.end()) return;  // already answered
-  it->second = ticket->waiter_id;  // for a cancel
+  it->second = ticket->waiter_id;                                   // for a cancel
   if (omit_queued_) return;
   v1::SessionResponse r = Reply(request_id);
   r.mutable_queued()->set_position(ticket->position);

@@ -31,7 +31,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     SessionReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
     std::deque<v1::SessionResponse> queue ABSL_GUARDED_BY(mu);
     bool writing ABSL_GUARDED_BY(mu) = false;
-    bool finished ABSL_GUARDED_BY(mu) = false;                 // Finish has been called
+    bool finished ABSL_GUARDED_BY(mu) = false;  // Finish has been called
     std::optional<grpc::Status> finish_when_drained ABSL_GUARDED_BY(mu);
     // Acquires not yet answered: request_id → waiter id (0 until queued).
     absl::flat_hash_map<uint64_t, uint64_t> outstanding ABSL_GUARDED_BY(mu);
@@ -53,7 +53,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
   Limiter* const limiter_;
   const std::shared_ptr<Outbox> outbox_ = std::make_shared<Outbox>();
   v1::SessionRequest request_;
-  std::string session_id_;  // touched only from OnReadDone/OnDone, which never run concurrently
+  std::string session_id_;    // touched only from OnReadDone/OnDone, which never run concurrently
   bool omit_queued_ = false;  // the hello's omit_queued; set in OnReadDone, read there
   bool session_closed_ = false;
 };

@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <iterator>
 #include <fstream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -36,7 +36,9 @@ std::string ReadAll(const char* path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-bool Contains(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool Contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 }  // namespace
 
@@ -178,8 +180,9 @@ absl::StatusOr<SandboxCgroup> CgroupManager::Create(const std::string& sandbox_i
         value = std::to_string(limits.max_pids);
       } else if (c == "cpu" && limits.cpu_weight > 0) {
         file = mode_ == CgroupMode::kV2 ? "cpu.weight" : "cpu.shares";
-        value = std::to_string(mode_ == CgroupMode::kV2 ? limits.cpu_weight
-                                                        : std::max<uint64_t>(2, uint64_t{limits.cpu_weight} * 1024 / 100));
+        value =
+            std::to_string(mode_ == CgroupMode::kV2 ? limits.cpu_weight
+                                                    : std::max<uint64_t>(2, uint64_t{limits.cpu_weight} * 1024 / 100));
       }
       if (!file.empty() && !WriteFile(dir + "/" + file, value)) return fail("write " + dir + "/" + file);
     }

@@ -18,7 +18,8 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
              100000);
   schema.Int("uid_first", &config->uid_first, "first uid of the sandbox uid pool", 1000, 4000000000);
   schema.Int("uid_last", &config->uid_last, "last uid of the sandbox uid pool", 1000, 4000000000);
-  schema.String("default_network", &config->default_network, "network policy when a spec names none: open, proxy_only or none");
+  schema.String("default_network", &config->default_network,
+                "network policy when a spec names none: open, proxy_only or none");
   schema.Int("min_landlock_abi", &config->min_landlock_abi,
              "refuse to start below this Landlock ABI (unless allow_unconfined)", 0, 64);
   schema.Bool("allow_unconfined", &config->allow_unconfined,

@@ -40,7 +40,7 @@ Containment PlanContainment(CgroupMode mode, const std::vector<std::string>& con
   if (pids) {
     parts.push_back(absl::StrCat(cgroup.max_pids, " processes (cgroup)"));
   } else if (cgroup.max_pids > 0 || rlimits.nproc > 0) {
-    const int64_t cap = cgroup.max_pids == 0   ? rlimits.nproc
+    const int64_t cap = cgroup.max_pids == 0 ? rlimits.nproc
                         : rlimits.nproc == 0 ? int64_t{cgroup.max_pids}
                                              : std::min<int64_t>(rlimits.nproc, cgroup.max_pids);
     c.process_rlimit = cap;
@@ -51,12 +51,14 @@ Containment PlanContainment(CgroupMode mode, const std::vector<std::string>& con
   if (rlimits.address_space_bytes > 0) {
     parts.push_back(absl::StrCat("address space ", Bytes(rlimits.address_space_bytes), " (RLIMIT_AS)"));
   }
-  if (rlimits.file_size_bytes > 0) parts.push_back(absl::StrCat("files up to ", Bytes(rlimits.file_size_bytes), " (RLIMIT_FSIZE)"));
+  if (rlimits.file_size_bytes > 0)
+    parts.push_back(absl::StrCat("files up to ", Bytes(rlimits.file_size_bytes), " (RLIMIT_FSIZE)"));
   if (rlimits.cpu_seconds > 0) parts.push_back(absl::StrCat(rlimits.cpu_seconds, " s of cpu per process (RLIMIT_CPU)"));
   parts.push_back(disk_quota_bytes > 0 ? absl::StrCat("writes up to ", Bytes(disk_quota_bytes), " (tmpfs upper layer)")
                                        : std::string("no disk quota"));
-  const std::string head = c.cgroup == CgroupMode::kNone ? "no cgroup, rlimits only"
-                           : absl::StrCat(c.cgroup == CgroupMode::kV2 ? "cgroup v2" : "cgroup v1");
+  const std::string head = c.cgroup == CgroupMode::kNone
+                               ? "no cgroup, rlimits only"
+                               : absl::StrCat(c.cgroup == CgroupMode::kV2 ? "cgroup v2" : "cgroup v1");
   c.summary = absl::StrCat(head, ": ", absl::StrJoin(parts, ", "));
   return c;
 }
@@ -67,9 +69,8 @@ std::string DescribeHostContainment(const CgroupManager& cgroups) {
   if (!Has(have, "memory")) fallbacks.push_back("memory per process by RLIMIT_DATA");
   if (!Has(have, "pids")) fallbacks.push_back("processes by RLIMIT_NPROC per sandbox uid");
   if (!Has(have, "cpu")) fallbacks.push_back("no cpu weight");
-  std::string words = cgroups.mode() == CgroupMode::kNone
-                          ? "no writable cgroup, rlimits only"
-                          : absl::StrCat("cgroup ", cgroups.Describe());
+  std::string words = cgroups.mode() == CgroupMode::kNone ? "no writable cgroup, rlimits only"
+                                                          : absl::StrCat("cgroup ", cgroups.Describe());
   if (!fallbacks.empty()) absl::StrAppend(&words, "; ", absl::StrJoin(fallbacks, ", "));
   absl::StrAppend(&words,
                   "; file size by RLIMIT_FSIZE; no per-home disk quota (an image sandbox's writes: a tmpfs of its "

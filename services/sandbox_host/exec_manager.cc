@@ -68,7 +68,8 @@ void ExecManager::Unwatch(int fd) {
   if (fd >= 0) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
 }
 
-absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<const Sandbox> sandbox, ExecOptions options) {
+absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<const Sandbox> sandbox,
+                                                              ExecOptions options) {
   if (options.argv.empty() || options.argv[0].empty()) return absl::InvalidArgumentError("argv must not be empty");
   for (const auto& [k, v] : options.env) {
     if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
@@ -190,8 +191,7 @@ std::vector<ProcessInfo> ExecManager::List(const std::string& sandbox_id, bool i
   return out;
 }
 
-absl::StatusOr<ProcessInfo> ExecManager::Signal(const std::string& sandbox_id, const std::string& process_id,
-                                                int sig) {
+absl::StatusOr<ProcessInfo> ExecManager::Signal(const std::string& sandbox_id, const std::string& process_id, int sig) {
   std::shared_ptr<Execution> target;
   {
     absl::MutexLock lock(&mu_);

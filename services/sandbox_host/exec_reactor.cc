@@ -5,8 +5,8 @@
 #include "libs/core/status_macros.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/sandbox_host/convert.h"
-#include "services/sandbox_host/sandbox_path.h"
 #include "services/sandbox_host/sandbox_ops.h"
+#include "services/sandbox_host/sandbox_path.h"
 
 namespace corral::sandbox {
 
@@ -222,19 +222,15 @@ void ExecInteractiveReactor::OnReadDone(bool ok) {
       });
       return;
     }
-    case v1::ExecInput::kCloseStdin:
-      execution_->CloseStdin();
-      return ReadNext();
+    case v1::ExecInput::kCloseStdin: execution_->CloseStdin(); return ReadNext();
     case v1::ExecInput::kSignal:
       if (input_.signal() < 1 || input_.signal() > 64) {
         return Abort(absl::InvalidArgumentError(absl::StrCat("signal ", input_.signal(), " is not 1-64")));
       }
       execution_->Signal(input_.signal());
       return ReadNext();
-    case v1::ExecInput::kStart:
-      return Abort(absl::InvalidArgumentError("`start` may be sent only once"));
-    case v1::ExecInput::INPUT_NOT_SET:
-      return Abort(absl::InvalidArgumentError("an empty ExecInput message"));
+    case v1::ExecInput::kStart: return Abort(absl::InvalidArgumentError("`start` may be sent only once"));
+    case v1::ExecInput::INPUT_NOT_SET: return Abort(absl::InvalidArgumentError("an empty ExecInput message"));
   }
 }
 

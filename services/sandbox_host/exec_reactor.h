@@ -50,9 +50,9 @@ class ExecStreamReactor : public Base {
 
   Clock* const clock_;
   v1::ExecEvent event_;
-  bool writing_ = false;        // guarded by state_->mu
-  bool exit_sent_ = false;      // guarded by state_->mu
-  bool keepalive_due_ = false;  // guarded by state_->mu
+  bool writing_ = false;                        // guarded by state_->mu
+  bool exit_sent_ = false;                      // guarded by state_->mu
+  bool keepalive_due_ = false;                  // guarded by state_->mu
   std::optional<grpc::Status> pending_finish_;  // guarded by state_->mu
   absl::Duration keepalive_interval_ = absl::Seconds(10);
   Clock::TimerId keepalive_timer_ = 0;
@@ -64,8 +64,7 @@ class ExecReactor final : public ExecStreamReactor<grpc::ServerWriteReactor<v1::
               grpc::CallbackServerContext* ctx, const v1::ExecRequest& request);
 };
 
-class ExecInteractiveReactor final
-    : public ExecStreamReactor<grpc::ServerBidiReactor<v1::ExecInput, v1::ExecEvent>> {
+class ExecInteractiveReactor final : public ExecStreamReactor<grpc::ServerBidiReactor<v1::ExecInput, v1::ExecEvent>> {
  public:
   ExecInteractiveReactor(SandboxManager* sandboxes, ExecManager* execs, const CallAuthenticator* auth, Clock* clock,
                          grpc::CallbackServerContext* ctx);

@@ -129,12 +129,17 @@ void Execution::Signal(int sig) {
 
 bool Execution::WaitExited(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithTimeout(
-      absl::Condition(+[](const std::optional<ExitInfo>* x) { return x->has_value(); }, &exit_), timeout);
+  return mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](const std::optional<ExitInfo>* x) { return x->has_value(); }, &exit_),
+                              timeout);
 }
 
 ProcessInfo Execution::Info() const {
-  ProcessInfo info{.id = id_, .pid = pid_, .kind = options_.kind, .argv = options_.argv, .start_time = start_,
+  ProcessInfo info{.id = id_,
+                   .pid = pid_,
+                   .kind = options_.kind,
+                   .argv = options_.argv,
+                   .start_time = start_,
                    .output_path = options_.output_path};
   absl::MutexLock lock(&mu_);
   info.exit = exit_;
@@ -180,7 +185,8 @@ absl::Status Execution::Attach(Spawned spawned) {
     out_.fd = std::move(spawned.stdout_fd);
     err_.fd = std::move(spawned.stderr_fd);
     if (spawned.exec_errno != 0) {
-      buffer_.push_back({OutputEvent::kStderr, absl::StrCat(options_.argv[0], ": ", strerror(spawned.exec_errno), "\n")});
+      buffer_.push_back(
+          {OutputEvent::kStderr, absl::StrCat(options_.argv[0], ": ", strerror(spawned.exec_errno), "\n")});
       buffered_ += buffer_.back().data.size();
     }
     watched = watched && watcher_->Watch(key_, Stream::kStdout, out_.fd.get()) &&

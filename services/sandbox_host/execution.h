@@ -53,12 +53,12 @@ struct ExecOptions {
   ProcessKind kind = ProcessKind::kExec;
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
-  std::string cwd;                                   // host path inside the home; empty = the home
-  absl::Duration timeout = absl::ZeroDuration();     // 0 = none
-  std::string stdin_data;                            // written first; then stdin is closed unless kInteractive
-  uint64_t max_output_bytes = 0;                     // 0 = unlimited; beyond it output is dropped (counted)
-  size_t buffer_limit = 1 << 20;                     // bytes buffered before reads pause
-  std::string output_path;                           // kBackground: where its output goes (for ListProcesses)
+  std::string cwd;                                // host path inside the home; empty = the home
+  absl::Duration timeout = absl::ZeroDuration();  // 0 = none
+  std::string stdin_data;                         // written first; then stdin is closed unless kInteractive
+  uint64_t max_output_bytes = 0;                  // 0 = unlimited; beyond it output is dropped (counted)
+  size_t buffer_limit = 1 << 20;                  // bytes buffered before reads pause
+  std::string output_path;                        // kBackground: where its output goes (for ListProcesses)
 };
 
 // What ListProcesses reports of a process started through the API.
@@ -88,8 +88,8 @@ class FdWatcher {
 class Execution {
  public:
   // The process `pid` just spawned in `sandbox`. `key` tags its descriptors in `watcher`; its id is "p-<key>".
-  Execution(FdWatcher* watcher, uint64_t key, pid_t pid, std::shared_ptr<const Sandbox> sandbox,
-            ExecOptions options, absl::Time start);
+  Execution(FdWatcher* watcher, uint64_t key, pid_t pid, std::shared_ptr<const Sandbox> sandbox, ExecOptions options,
+            absl::Time start);
 
   pid_t pid() const { return pid_; }
   const std::string& id() const { return id_; }
@@ -119,9 +119,9 @@ class Execution {
   void CloseStdin();
 
   // ---- For the exec loop
-  // Takes the spawned process's descriptors: watches its output pipes and its exit (a pidfd), then writes `stdin_data` and
-  // closes stdin unless interactive. INTERNAL when any descriptor cannot be watched: the process is then
-  // killed and reaped, since its exit or output would go unnoticed.
+  // Takes the spawned process's descriptors: watches its output pipes and its exit (a pidfd), then writes `stdin_data`
+  // and closes stdin unless interactive. INTERNAL when any descriptor cannot be watched: the process is then killed and
+  // reaped, since its exit or output would go unnoticed.
   absl::Status Attach(Spawned spawned);
   // One read from a readable stdout/stderr pipe; pauses the pipe when the buffer is full.
   void OnReadable(Stream stream);

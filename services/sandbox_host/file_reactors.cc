@@ -43,8 +43,8 @@ absl::Status WriteFileReactor::Handle() {
       }
     }
     const mode_t perms = h.permissions() == 0 ? 0644 : (h.permissions() & 0777);
-    auto writer = FileWriter::Open(sandbox_->home_fd.get(), *path_, mode, perms, sandbox_->FileOwner(),
-                                   h.make_parents());
+    auto writer =
+        FileWriter::Open(sandbox_->home_fd.get(), *path_, mode, perms, sandbox_->FileOwner(), h.make_parents());
     if (!writer.ok()) return writer.status();
     writer_.emplace(*std::move(writer));
     return absl::OkStatus();
@@ -92,7 +92,8 @@ void WriteFileReactor::OnReadDone(bool ok) {
 ReadFileReactor::ReadFileReactor(SandboxManager* sandboxes, const CallAuthenticator* auth,
                                  grpc::CallbackServerContext* ctx, const v1::ReadFileRequest& request) {
   absl::Status status = AuthorizeSandbox(*auth, *sandboxes, *ctx, request.sandbox_id());
-  auto sb = status.ok() ? sandboxes->Find(request.sandbox_id()) : absl::StatusOr<std::shared_ptr<const Sandbox>>(status);
+  auto sb =
+      status.ok() ? sandboxes->Find(request.sandbox_id()) : absl::StatusOr<std::shared_ptr<const Sandbox>>(status);
   auto path = sb.ok() ? (*sb)->ParsePath(request.path()) : absl::StatusOr<SandboxPath>(sb.status());
   auto fd = path.ok() ? OpenRegularForRead((*sb)->home_fd.get(), *path, (*sb)->FileOwner())
                       : absl::StatusOr<UniqueFd>(path.status());

@@ -18,10 +18,10 @@ constexpr uint64_t kMaxDocumentBytes = 4 << 20;
 constexpr uint64_t kMaxBlobBytes = uint64_t{64} << 30;  // a layer; the store's own layer limits apply on unpack
 
 const std::vector<std::string>& ManifestTypes() {
-  static const std::vector<std::string> types = {
-      "application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
-      "application/vnd.docker.distribution.manifest.list.v2+json",
-      "application/vnd.docker.distribution.manifest.v2+json"};
+  static const std::vector<std::string> types = {"application/vnd.oci.image.index.v1+json",
+                                                 "application/vnd.oci.image.manifest.v1+json",
+                                                 "application/vnd.docker.distribution.manifest.list.v2+json",
+                                                 "application/vnd.docker.distribution.manifest.v2+json"};
   return types;
 }
 
@@ -70,13 +70,16 @@ absl::StatusOr<Image> ImagePuller::PullLocked(const ImageReference& ref,
   const std::string name = ref.ToString();
 
   // A manifest (or index): fetched whole, checked against the digest asked for or announced, stored.
-  auto fetch_document = [&](const std::string& reference, const std::string& expected) -> absl::StatusOr<std::pair<std::string, std::string>> {
+  auto fetch_document = [&](const std::string& reference,
+                            const std::string& expected) -> absl::StatusOr<std::pair<std::string, std::string>> {
     std::string body;
-    CORRAL_ASSIGN_OR_RETURN(RegistryResponse response,
-                            client_.Get(ref, "manifests", reference, ManifestTypes(), [&](absl::string_view piece) {
-                              body.append(piece.data(), piece.size());
-                              return absl::OkStatus();
-                            }, kMaxDocumentBytes));
+    CORRAL_ASSIGN_OR_RETURN(RegistryResponse response, client_.Get(
+                                                           ref, "manifests", reference, ManifestTypes(),
+                                                           [&](absl::string_view piece) {
+                                                             body.append(piece.data(), piece.size());
+                                                             return absl::OkStatus();
+                                                           },
+                                                           kMaxDocumentBytes));
     const std::string digest = Sha256Digest(body);
     if (!expected.empty() && digest != expected) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": the registry sent a manifest whose content is ", digest,

@@ -7,7 +7,6 @@
 #include <optional>
 
 #include "absl/synchronization/mutex.h"
-
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "libs/core/unique_fd.h"
 #include "libs/core/worker_pool.h"

@@ -48,7 +48,7 @@ struct Device {
   const char* name;
   unsigned major, minor;
 };
-constexpr Device kDevices[] = {{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7},
+constexpr Device kDevices[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 7},
                                {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
 
 // Everything the helper needs, prepared before the clone (it runs system calls only, no allocation); it writes
@@ -83,8 +83,8 @@ int HelperMain(void* raw) {
     return fail(kUpper);
   }
   for (size_t i = 0; i < a->staged.size(); ++i) {
-    const int tree = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, a->spec->lower_dirs[i].c_str(),
-                                              OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+    const int tree = static_cast<int>(
+        syscall(SYS_open_tree, AT_FDCWD, a->spec->lower_dirs[i].c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
     if (tree < 0) return fail(kIdmap);
     struct mount_attr attr {};
     attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;

@@ -35,7 +35,7 @@ struct ImageRootSpec {
   int userns_fd = -1;                   // from CreateUserNamespace
   uid_t uid = 0;                        // the sandbox's pool uid/gid (owner of /tmp, /dev/shm)
   gid_t gid = 0;
-  bool private_network = false;         // a network namespace of its own, with loopback up (network policy none)
+  bool private_network = false;  // a network namespace of its own, with loopback up (network policy none)
 };
 
 struct ImageRoot {
@@ -47,7 +47,8 @@ struct ImageRoot {
 // The mount namespace of a sandbox in an image: the overlay as "/" (nosuid, nodev, volatile: its upper layer dies
 // with the sandbox, so it is never synced — unmounting a synced overlay cost a journal commit per delete),
 // /proc (hidepid=invisible),
-// /dev (null zero full random urandom tty, shm, pts-less), /tmp (tmpfs, rw_tmpfs_bytes when set, as /dev/shm). INTERNAL naming the step that failed.
+// /dev (null zero full random urandom tty, shm, pts-less), /tmp (tmpfs, rw_tmpfs_bytes when set, as /dev/shm). INTERNAL
+// naming the step that failed.
 absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec);
 
 }  // namespace corral::sandbox

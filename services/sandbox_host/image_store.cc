@@ -3,8 +3,8 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
-#include <openssl/rand.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,7 +73,11 @@ absl::Status WriteArchiveEntry(struct archive* a, BlobWriter& writer) {
 }  // namespace
 
 BlobWriter::BlobWriter(std::string digest, std::string path, std::string tmp, UniqueFd fd, int64_t size)
-    : digest_(std::move(digest)), path_(std::move(path)), tmp_(std::move(tmp)), fd_(std::move(fd)), size_(size),
+    : digest_(std::move(digest)),
+      path_(std::move(path)),
+      tmp_(std::move(tmp)),
+      fd_(std::move(fd)),
+      size_(size),
       sha_(EVP_MD_CTX_new()) {
   EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(sha_), EVP_sha256(), nullptr);
 }
@@ -106,7 +110,8 @@ absl::Status BlobWriter::Commit() {
   EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(sha_), sum, &sum_len);
   const std::string got =
       absl::StrCat("sha256:", absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(sum), sum_len)));
-  if (got != digest_) return absl::InvalidArgumentError(absl::StrCat("blob ", digest_, " has content ", got, ": refused"));
+  if (got != digest_)
+    return absl::InvalidArgumentError(absl::StrCat("blob ", digest_, " has content ", got, ": refused"));
   if (size_ >= 0 && bytes_ != static_cast<uint64_t>(size_)) {
     return absl::InvalidArgumentError(absl::StrCat("blob ", digest_, " has ", bytes_, " bytes, not ", size_));
   }
@@ -128,7 +133,9 @@ ImageStore::ImageStore(std::string dir, LayerLimits layer_limits, Clock* clock, 
 std::string ImageStore::BlobPath(const std::string& digest) const {
   return absl::StrCat(dir_, "/blobs/sha256/", Hex(digest));
 }
-std::string ImageStore::LayerDir(const std::string& digest) const { return absl::StrCat(dir_, "/layers/", Hex(digest)); }
+std::string ImageStore::LayerDir(const std::string& digest) const {
+  return absl::StrCat(dir_, "/layers/", Hex(digest));
+}
 
 absl::StatusOr<std::string> ImageStore::ReadBlob(const std::string& digest, size_t max_bytes) const {
   auto data = ReadFile(BlobPath(digest), max_bytes);
@@ -321,7 +328,8 @@ void ImageStore::Load() {
         manifest.ok() ? ReadBlob(manifest->config.digest, kMaxDocumentBytes) : manifest.status();
     absl::StatusOr<ImageConfig> config = config_json.ok() ? ParseImageConfig(*config_json) : config_json.status();
     if (jec || !v.is_object() || !config.ok()) {
-      spdlog::warn("image store: dropping {} (unreadable: {})", digest, config.ok() ? "record" : config.status().ToString());
+      spdlog::warn("image store: dropping {} (unreadable: {})", digest,
+                   config.ok() ? "record" : config.status().ToString());
       fs::remove(entry.path(), ec);
       continue;
     }
@@ -380,8 +388,8 @@ absl::Status ImageStore::Remove(const std::string& ref_or_digest) {
   const Image* found = FindLocked(ref_or_digest);
   if (found == nullptr) return absl::NotFoundError(absl::StrCat("no image '", ref_or_digest, "' on this host"));
   if (auto pins = pins_.find(found->digest); pins != pins_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat("image ", found->digest, " is in use by ", pins->second,
-                                                      " sandbox(es); delete them first"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("image ", found->digest, " is in use by ", pins->second, " sandbox(es); delete them first"));
   }
   RemoveLocked(*found);
   return absl::OkStatus();
@@ -410,8 +418,7 @@ void ImageStore::EnforceBudgetLocked(const std::string& keep) {
                    UsedBytesLocked(), max_bytes_);
       return;
     }
-    spdlog::info("image store: removing {} (least recently used) to stay within {} bytes", oldest->digest,
-                 max_bytes_);
+    spdlog::info("image store: removing {} (least recently used) to stay within {} bytes", oldest->digest, max_bytes_);
     RemoveLocked(*oldest);
   }
 }

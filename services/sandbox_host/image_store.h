@@ -25,13 +25,13 @@
 namespace corral::sandbox {
 
 struct Image {
-  std::string digest;                // the manifest's: sha256:…
-  std::vector<std::string> refs;     // names it was imported as (registry/name:tag)
-  std::vector<std::string> layers;   // layer blob digests, bottom first
+  std::string digest;               // the manifest's: sha256:…
+  std::vector<std::string> refs;    // names it was imported as (registry/name:tag)
+  std::vector<std::string> layers;  // layer blob digests, bottom first
   ImageConfig config;
-  uint64_t size_bytes = 0;           // its layers unpacked (a layer shared with another image counts in both)
+  uint64_t size_bytes = 0;  // its layers unpacked (a layer shared with another image counts in both)
   absl::Time imported;
-  absl::Time last_used;              // imported, or a sandbox made from it (not kept across restarts)
+  absl::Time last_used;  // imported, or a sandbox made from it (not kept across restarts)
 };
 
 // A blob arriving in pieces (a registry download): hashed as it is written to a temporary file in the store,
@@ -127,8 +127,8 @@ class ImageStore {
   const uint64_t max_bytes_;
   Clock* const clock_;
   mutable absl::Mutex mu_;
-  std::map<std::string, Image> images_ ABSL_GUARDED_BY(mu_);  // by manifest digest
-  std::map<std::string, int> pins_ ABSL_GUARDED_BY(mu_);      // sandboxes using an image, by digest
+  std::map<std::string, Image> images_ ABSL_GUARDED_BY(mu_);          // by manifest digest
+  std::map<std::string, int> pins_ ABSL_GUARDED_BY(mu_);              // sandboxes using an image, by digest
   std::map<std::string, uint64_t> layer_bytes_ ABSL_GUARDED_BY(mu_);  // unpacked size by layer digest
 };
 

@@ -28,7 +28,7 @@ std::vector<std::vector<std::string>> ReadDatabase(const std::vector<std::string
     UniqueFd found(dir.valid() ? OpenInRoot(dir.get(), path, O_PATH | O_NOFOLLOW) : -1);
     struct stat st {};
     if (!found.valid() || fstat(found.get(), &st) != 0) continue;  // not in this layer: look below
-    if (!S_ISREG(st.st_mode)) return rows;                           // a whiteout (or worse): the image has none
+    if (!S_ISREG(st.st_mode)) return rows;                         // a whiteout (or worse): the image has none
     fd.Reset(OpenInRoot(dir.get(), path, O_RDONLY | O_NOFOLLOW));
     break;
   }
@@ -60,7 +60,8 @@ absl::StatusOr<ImageUser> ResolveImageUser(const std::vector<std::string>& layer
   const bool numeric = !who.empty() && absl::ascii_isdigit(static_cast<unsigned char>(who[0]));
   if (numeric) {
     auto id = ParseId(who);
-    if (!id) return absl::InvalidArgumentError(absl::StrCat("the image's user '", user, "' is not a uid from 0 to ", kMaxId));
+    if (!id)
+      return absl::InvalidArgumentError(absl::StrCat("the image's user '", user, "' is not a uid from 0 to ", kMaxId));
     out.uid = *id;
   }
   bool found = false;
@@ -88,7 +89,9 @@ absl::StatusOr<ImageUser> ResolveImageUser(const std::vector<std::string>& layer
   if (!group.empty()) {
     if (absl::ascii_isdigit(static_cast<unsigned char>(group[0]))) {
       auto gid = ParseId(group);
-      if (!gid) return absl::InvalidArgumentError(absl::StrCat("the image's group '", group, "' is not a gid from 0 to ", kMaxId));
+      if (!gid)
+        return absl::InvalidArgumentError(
+            absl::StrCat("the image's group '", group, "' is not a gid from 0 to ", kMaxId));
       out.gid = *gid;
     } else {
       bool group_found = false;
@@ -99,7 +102,8 @@ absl::StatusOr<ImageUser> ResolveImageUser(const std::vector<std::string>& layer
           break;
         }
       }
-      if (!group_found) return absl::InvalidArgumentError(absl::StrCat("the image's group '", group, "' is not in its /etc/group"));
+      if (!group_found)
+        return absl::InvalidArgumentError(absl::StrCat("the image's group '", group, "' is not in its /etc/group"));
     }
   }
   if (out.home.empty() || out.home[0] != '/') out.home = "/";

@@ -1,10 +1,9 @@
 #include "services/sandbox_host/landlock.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -101,7 +100,8 @@ absl::StatusOr<UniqueFd> BuildRuleset(const RulesetPlan& plan, const LandlockPol
     PathBeneathAttr rule{access & all, dir_fd};
     return syscall(SYS_landlock_add_rule, ruleset.get(), kRulePathBeneath, &rule, 0) == 0
                ? absl::OkStatus()
-               : absl::FailedPreconditionError(absl::StrCat("landlock rule for a namespace directory: ", strerror(errno)));
+               : absl::FailedPreconditionError(
+                     absl::StrCat("landlock rule for a namespace directory: ", strerror(errno)));
   };
   for (int dir_fd : policy.read_only_fds) CORRAL_RETURN_IF_ERROR(add_fd_rule(dir_fd, kReadFile | kReadDir));
   for (int dir_fd : policy.read_write_fds) CORRAL_RETURN_IF_ERROR(add_fd_rule(dir_fd, all));
@@ -119,8 +119,6 @@ absl::StatusOr<UniqueFd> BuildRuleset(const RulesetPlan& plan, const LandlockPol
   return ruleset;
 }
 
-int RestrictSelf(int ruleset_fd) {
-  return syscall(SYS_landlock_restrict_self, ruleset_fd, 0) == 0 ? 0 : errno;
-}
+int RestrictSelf(int ruleset_fd) { return syscall(SYS_landlock_restrict_self, ruleset_fd, 0) == 0 ? 0 : errno; }
 
 }  // namespace corral::sandbox

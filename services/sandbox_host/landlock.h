@@ -27,11 +27,11 @@ inline constexpr uint64_t kMakeSock = 1ULL << 9;
 inline constexpr uint64_t kMakeFifo = 1ULL << 10;
 inline constexpr uint64_t kMakeBlock = 1ULL << 11;
 inline constexpr uint64_t kMakeSym = 1ULL << 12;
-inline constexpr uint64_t kRefer = 1ULL << 13;     // ABI 2
-inline constexpr uint64_t kTruncate = 1ULL << 14;  // ABI 3
-inline constexpr uint64_t kIoctlDev = 1ULL << 15;  // ABI 5
-inline constexpr uint64_t kNetBindTcp = 1ULL << 0;     // ABI 4
-inline constexpr uint64_t kNetConnectTcp = 1ULL << 1;  // ABI 4
+inline constexpr uint64_t kRefer = 1ULL << 13;             // ABI 2
+inline constexpr uint64_t kTruncate = 1ULL << 14;          // ABI 3
+inline constexpr uint64_t kIoctlDev = 1ULL << 15;          // ABI 5
+inline constexpr uint64_t kNetBindTcp = 1ULL << 0;         // ABI 4
+inline constexpr uint64_t kNetConnectTcp = 1ULL << 1;      // ABI 4
 inline constexpr uint64_t kScopeAbstractUnix = 1ULL << 0;  // ABI 6
 inline constexpr uint64_t kScopeSignal = 1ULL << 1;        // ABI 6
 }  // namespace landlock

@@ -147,8 +147,7 @@ class Unpacker {
         if (dir.get() >= 0) ApplyXattrs(dir.get(), e);
         return ApplyMetadata(parent.get(), name, e, false);
       }
-      case AE_IFREG:
-        return Regular(parent.get(), name, e, raw);
+      case AE_IFREG: return Regular(parent.get(), name, e, raw);
       case AE_IFLNK: {
         CORRAL_RETURN_IF_ERROR(Clear(parent.get(), name, false));
         const char* target = archive_entry_symlink(e);
@@ -163,8 +162,7 @@ class Unpacker {
       case AE_IFBLK:
         ++stats_.skipped_devices;  // the sandbox's /dev is its own; mounts are nodev anyway
         return absl::OkStatus();
-      default:
-        return absl::OkStatus();  // sockets: nothing to create
+      default: return absl::OkStatus();  // sockets: nothing to create
     }
   }
 
@@ -182,7 +180,8 @@ class Unpacker {
       const int r = archive_read_data_block(a_, &block, &size, &offset);
       if (r == ARCHIVE_EOF) break;
       if (r < ARCHIVE_WARN) {
-        return absl::InvalidArgumentError(absl::StrCat("reading '", raw, "' from the layer: ", archive_error_string(a_)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("reading '", raw, "' from the layer: ", archive_error_string(a_)));
       }
       stats_.bytes += size;
       if (stats_.bytes > limits_.max_bytes) {
@@ -247,8 +246,8 @@ absl::Status CheckLayerFilesystem(const std::string& dir) {
   struct statfs fs {};
   if (statfs(dir.c_str(), &fs) != 0) return Errno("statfs", dir);
   if (fs.f_type == kOverlayfsMagic) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        dir, " is on overlayfs, which cannot hold image layers: put the sandbox host's root on a volume"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " is on overlayfs, which cannot hold image layers: put the sandbox host's root on a volume"));
   }
   return absl::OkStatus();
 }
@@ -263,7 +262,8 @@ absl::StatusOr<LayerStats> UnpackLayer(int fd, const std::string& dir, const Lay
   archive_read_support_format_tar(a.get());
   archive_read_support_format_gnutar(a.get());
   if (archive_read_open_fd(a.get(), fd, 1 << 16) != ARCHIVE_OK) {
-    return absl::InvalidArgumentError(absl::StrCat("not a layer (tar, tar+gzip, tar+zstd): ", archive_error_string(a.get())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a layer (tar, tar+gzip, tar+zstd): ", archive_error_string(a.get())));
   }
   Unpacker unpacker(a.get(), root.get(), limits);
   for (;;) {
@@ -291,7 +291,8 @@ absl::StatusOr<LayerStats> AdoptUpperAsLayer(const std::string& dir, uid_t pool_
     if (lstat(p.c_str(), &st) != 0) return Errno("stat of", p.string());
     const uid_t uid = st.st_uid == pool_uid ? image_uid : st.st_uid;
     const gid_t gid = st.st_gid == pool_gid ? image_gid : st.st_gid;
-    if ((uid != st.st_uid || gid != st.st_gid) && lchown(p.c_str(), uid, gid) != 0) return Errno("chown of", p.string());
+    if ((uid != st.st_uid || gid != st.st_gid) && lchown(p.c_str(), uid, gid) != 0)
+      return Errno("chown of", p.string());
     if (S_ISREG(st.st_mode)) {
       if ((st.st_mode & (S_ISUID | S_ISGID)) != 0) chmod(p.c_str(), st.st_mode & 07777);  // chown cleared them
       stats.bytes += static_cast<uint64_t>(st.st_size);

@@ -7,10 +7,11 @@
 #include <filesystem>
 #include <functional>
 
+#include "absl/strings/str_join.h"
 #include "libs/core/clock.h"
 #include "libs/core/fd_limit.h"
-#include "libs/core/worker_pool.h"
 #include "libs/core/logging.h"
+#include "libs/core/worker_pool.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
 #include "services/sandbox_host/config.h"
@@ -20,7 +21,6 @@
 #include "services/sandbox_host/reconcile.h"
 #include "services/sandbox_host/sandbox_manager.h"
 #include "services/sandbox_host/sandbox_service.h"
-#include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -43,9 +43,10 @@ int main(int argc, char** argv) {
   features.landlock_abi = corral::sandbox::LandlockAbi();
   if (features.landlock_abi < config.min_landlock_abi) {
     if (!config.allow_unconfined) {
-      spdlog::error("cannot start: Landlock ABI {} is below min_landlock_abi {}; enable Landlock in the kernel "
+      spdlog::error(
+          "cannot start: Landlock ABI {} is below min_landlock_abi {}; enable Landlock in the kernel "
           "(lsm=landlock,...) or pass --allow-unconfined",
-                    features.landlock_abi, config.min_landlock_abi);
+          features.landlock_abi, config.min_landlock_abi);
       return 1;
     }
     spdlog::warn("running without the required Landlock ABI ({} < {}): --allow-unconfined", features.landlock_abi,
@@ -70,13 +71,14 @@ int main(int argc, char** argv) {
   const corral::sandbox::Leftovers leftovers =
       corral::sandbox::RemoveLeftovers(host.root, host.uid_first, host.uid_last, cgroups.parents());
   if (!leftovers.sandboxes.empty()) {
-    spdlog::warn("removed what a previous run left of {} sandbox(es) ({}{}): {} process(es) killed, {} cgroup(s), "
-                 "{} home(s), {} mount(s)",
-                 leftovers.sandboxes.size(), absl::StrJoin(leftovers.sandboxes.begin(),
-                                                           leftovers.sandboxes.begin() +
-                                                               std::min<size_t>(leftovers.sandboxes.size(), 8), ", "),
-                 leftovers.sandboxes.size() > 8 ? ", …" : "", leftovers.processes_killed, leftovers.cgroups_removed,
-                 leftovers.homes_removed, leftovers.mounts_detached);
+    spdlog::warn(
+        "removed what a previous run left of {} sandbox(es) ({}{}): {} process(es) killed, {} cgroup(s), "
+        "{} home(s), {} mount(s)",
+        leftovers.sandboxes.size(),
+        absl::StrJoin(leftovers.sandboxes.begin(),
+                      leftovers.sandboxes.begin() + std::min<size_t>(leftovers.sandboxes.size(), 8), ", "),
+        leftovers.sandboxes.size() > 8 ? ", …" : "", leftovers.processes_killed, leftovers.cgroups_removed,
+        leftovers.homes_removed, leftovers.mounts_detached);
   }
   for (const std::string& error : leftovers.errors) spdlog::error("leftovers: {}", error);
   if (!leftovers.busy_uids.empty()) {
@@ -104,8 +106,8 @@ int main(int argc, char** argv) {
   corral::sandbox::SandboxHostMetrics metrics(*runner.registry());
   auto sandboxes = std::make_unique<corral::sandbox::SandboxManager>(host, features, &clock, &*secret, &metrics);
   auto execs = std::make_unique<corral::sandbox::ExecManager>(&clock, &metrics);
-  auto templates = std::make_unique<corral::sandbox::TemplateStore>(host.root + "/templates", host.templates,
-                                                                    &clock, &metrics);
+  auto templates =
+      std::make_unique<corral::sandbox::TemplateStore>(host.root + "/templates", host.templates, &clock, &metrics);
   sandboxes->SetTemplates(templates.get());
   auto images = std::make_unique<corral::sandbox::ImageStore>(host.root + "/images", corral::sandbox::LayerLimits{},
                                                               &clock, static_cast<uint64_t>(config.max_image_bytes));
@@ -147,13 +149,15 @@ int main(int argc, char** argv) {
   watch_empty = [&] {
     if (sandboxes->live() > 0) empty_since = clock.Now();
     if (clock.Now() - empty_since >= config.exit_when_empty_for) {
-      spdlog::info("no sandbox for {}; exiting (exit_when_empty_for)", absl::FormatDuration(config.exit_when_empty_for));
+      spdlog::info("no sandbox for {}; exiting (exit_when_empty_for)",
+                   absl::FormatDuration(config.exit_when_empty_for));
       runner.RequestShutdown();
       return;
     }
     clock.RunAfter(absl::Milliseconds(250), [&] { watch_empty(); });
   };
-  if (config.exit_when_empty_for > absl::ZeroDuration()) clock.RunAfter(absl::Milliseconds(250), [&] { watch_empty(); });
+  if (config.exit_when_empty_for > absl::ZeroDuration())
+    clock.RunAfter(absl::Milliseconds(250), [&] { watch_empty(); });
   runner.Wait();
   clock.Stop();       // no timer may fire into the managers while they shut down
   templates.reset();  // cancels builds in progress (killing their setup commands) and waits for them

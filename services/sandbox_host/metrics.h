@@ -12,7 +12,11 @@ namespace corral::sandbox {
 // Thread-safe (prometheus-cpp metrics are).
 struct SandboxHostMetrics {
   explicit SandboxHostMetrics(prometheus::Registry& registry)
-      : live(prometheus::BuildGauge().Name("corral_sandbox_host_sandboxes").Help("Live sandboxes.").Register(registry).Add({})),
+      : live(prometheus::BuildGauge()
+                 .Name("corral_sandbox_host_sandboxes")
+                 .Help("Live sandboxes.")
+                 .Register(registry)
+                 .Add({})),
         capacity(prometheus::BuildGauge()
                      .Name("corral_sandbox_host_capacity")
                      .Help("Most sandboxes this host keeps alive at once.")
@@ -55,9 +59,8 @@ struct SandboxHostMetrics {
                                                                            0.05, 0.1, 0.25, 0.5, 1, 2.5, 5})) {}
 
   prometheus::Histogram& Exec(const char* outcome) {
-    static const prometheus::Histogram::BucketBoundaries kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                                     0.25,  0.5,    1,     2.5,  5,     10,   30,
-                                                                     60,    300};
+    static const prometheus::Histogram::BucketBoundaries kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                                     0.5,   1,      2.5,   5,    10,    30,   60,  300};
     return exec_seconds.Add({{"outcome", outcome}}, kBuckets);
   }
 

@@ -6,9 +6,9 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
-#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -134,8 +134,8 @@ absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, cons
   ns.net.Reset(args.net_fd);
   ns.proc_root.Reset(args.proc_fd);
   if (args.step != 0) {
-    return absl::InternalError(absl::StrCat("creating the sandbox's namespaces failed at ", StepName(args.step), ": ",
-                                            strerror(args.err)));
+    return absl::InternalError(
+        absl::StrCat("creating the sandbox's namespaces failed at ", StepName(args.step), ": ", strerror(args.err)));
   }
   ns.hidepid = args.hidepid != 0;
   return ns;

@@ -14,9 +14,9 @@
 namespace corral::sandbox {
 
 struct SandboxNamespaces {
-  UniqueFd mnt;         // the mount namespace (always set on success)
-  UniqueFd net;         // the network namespace, when a private one was asked for
-  UniqueFd proc_root;   // O_PATH of the sandbox's own /proc, for Landlock rules (its inodes differ from the host's)
+  UniqueFd mnt;        // the mount namespace (always set on success)
+  UniqueFd net;        // the network namespace, when a private one was asked for
+  UniqueFd proc_root;  // O_PATH of the sandbox's own /proc, for Landlock rules (its inodes differ from the host's)
   bool hidepid = false;
 };
 

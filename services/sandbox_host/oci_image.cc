@@ -85,7 +85,8 @@ absl::Status ValidateDigest(absl::string_view digest) {
 std::string Sha256Digest(absl::string_view bytes) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  return absl::StrCat("sha256:", absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(digest), sizeof digest)));
+  return absl::StrCat("sha256:",
+                      absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(digest), sizeof digest)));
 }
 
 bool IsIndexMediaType(absl::string_view t) {
@@ -127,8 +128,8 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text) {
     for (const json::value& v : layers->as_array()) {
       CORRAL_ASSIGN_OR_RETURN(Descriptor d, ParseDescriptor(v, absl::StrCat("layer ", m.layers.size())));
       if (!IsLayerMediaType(d.media_type)) {
-        return absl::InvalidArgumentError(absl::StrCat("layer ", m.layers.size(), " has media type '", d.media_type,
-                                                       "', not a tar layer"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", m.layers.size(), " has media type '", d.media_type, "', not a tar layer"));
       }
       m.layers.push_back(std::move(d));
     }

@@ -77,8 +77,8 @@ absl::StatusOr<UniqueFd> LockHostRoot(const std::string& root) {
     return absl::FailedPreconditionError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
   }
   if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "another corral-sandbox-host is using the root ", root, " (", path, " is locked); give each host its own root"));
+    return absl::FailedPreconditionError(absl::StrCat("another corral-sandbox-host is using the root ", root, " (",
+                                                      path, " is locked); give each host its own root"));
   }
   return fd;
 }

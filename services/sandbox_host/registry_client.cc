@@ -16,13 +16,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/address.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/ssl.hpp"
 #include "boost/asio/use_awaitable.hpp"
-#include "boost/asio/as_tuple.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "boost/beast/ssl.hpp"
@@ -173,7 +173,8 @@ asio::awaitable<absl::Status> Talk(Stream& stream, beast::tcp_stream& tcp, absl:
       if (received > kMaxErrorBody) break;  // the error is what matters, not all of its page
       continue;
     }
-    if (received > max_bytes) co_return absl::ResourceExhaustedError(absl::StrCat(what, ": over ", max_bytes, " bytes"));
+    if (received > max_bytes)
+      co_return absl::ResourceExhaustedError(absl::StrCat(what, ": over ", max_bytes, " bytes"));
     if (n == 0) continue;
     if (absl::Status s = sink(absl::string_view(piece.data(), n)); !s.ok()) co_return s;
   }
@@ -241,17 +242,20 @@ absl::StatusOr<std::map<std::string, std::string>> LoadRegistryCredentials(const
     absl::ConsumePrefix(&name, "http://");
     const std::string registry(absl::StripSuffix(name, "/"));
     const json::object* o = entry.if_object();
-    if (o == nullptr) return absl::InvalidArgumentError(absl::StrCat(path, ": the entry for ", registry, " is not an object"));
+    if (o == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat(path, ": the entry for ", registry, " is not an object"));
     std::string pair;
     if (const json::value* auth = o->if_contains("auth"); auth != nullptr && auth->is_string()) {
       if (!absl::Base64Unescape(auth->as_string().c_str(), &pair) || !absl::StrContains(pair, ':')) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": the auth of ", registry, " is not base64 of user:password"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": the auth of ", registry, " is not base64 of user:password"));
       }
     } else {
       const json::value* user = o->if_contains("username");
       const json::value* password = o->if_contains("password");
       if (user == nullptr || password == nullptr || !user->is_string() || !password->is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": ", registry, " has neither auth nor username/password"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": ", registry, " has neither auth nor username/password"));
       }
       pair = absl::StrCat(user->as_string().c_str(), ":", password->as_string().c_str());
     }
@@ -262,40 +266,14 @@ absl::StatusOr<std::map<std::string, std::string>> LoadRegistryCredentials(const
 
 RegistryClient::RegistryClient(RegistryOptions options) : options_(std::move(options)) {}
 
-std::string RegistryClient::Url::Authority() const { return JoinHostPort(host, port); }
-
-std::string RegistryClient::Url::ToString() const {
-  return absl::StrCat(tls ? "https://" : "http://", Authority(), target);
-}
-
 std::string RegistryClient::RegistryHost(const std::string& registry) const {
   return registry == kDockerHub ? "registry-1.docker.io" : registry;
 }
 
 absl::StatusOr<RegistryClient::Url> RegistryClient::ParseUrl(absl::string_view text) const {
-  Url url;
-  absl::string_view rest = text;
-  if (absl::ConsumePrefix(&rest, "https://")) {
-    url.tls = true;
-  } else if (absl::ConsumePrefix(&rest, "http://")) {
-    url.tls = false;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not an http(s) URL"));
-  }
-  const size_t path = rest.find_first_of("/?");
-  absl::string_view authority = rest.substr(0, path);
-  url.target = path == absl::string_view::npos ? "/" : std::string(rest.substr(path));
-  if (absl::StartsWith(url.target, "?")) url.target.insert(0, "/");
-  // host:port, [v6]:port, or a host alone (the scheme's port).
-  auto split = SplitHostPort(std::string(authority));
-  if (!split.ok()) split = SplitHostPort(absl::StrCat(authority, ":", url.tls ? 443 : 80));
-  if (!split.ok() || split->first.empty() || split->second == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' has no usable host and port"));
-  }
-  url.host = split->first;
-  url.port = split->second;
+  CORRAL_ASSIGN_OR_RETURN(Url url, http::ParseUrl(text));
   if (!url.tls) {  // plain HTTP only where the configuration allows it
-    const std::string hostport = url.Authority();
+    const std::string hostport = url.authority();
     const auto& insecure = options_.insecure_registries;
     if (std::find(insecure.begin(), insecure.end(), hostport) == insecure.end() &&
         std::find(insecure.begin(), insecure.end(), url.host) == insecure.end()) {
@@ -317,13 +295,14 @@ absl::StatusOr<RegistryClient::Reply> RegistryClient::Exchange(
     tls.set_default_verify_paths(ec);
     if (!options_.ca_file.empty()) {
       tls.load_verify_file(options_.ca_file, ec);
-      if (ec) return absl::FailedPreconditionError(absl::StrCat("registry_ca_file ", options_.ca_file, ": ", ec.message()));
+      if (ec)
+        return absl::FailedPreconditionError(absl::StrCat("registry_ca_file ", options_.ca_file, ": ", ec.message()));
     }
     tls.set_verify_mode(asio::ssl::verify_peer);
   }
   bhttp::request<bhttp::empty_body> request(bhttp::verb::get, url.target, 11);
   const bool default_port = url.port == (url.tls ? 443 : 80);
-  std::string authority = url.Authority();
+  std::string authority = url.authority();
   if (default_port) authority.erase(authority.rfind(':'));  // "host", "[v6]"
   request.set(bhttp::field::host, authority);
   request.set(bhttp::field::user_agent, "corral-sandbox-host");
@@ -366,9 +345,9 @@ absl::StatusOr<RegistryClient::Reply> RegistryClient::Exchange(
       const long verify = SSL_get_verify_result(ssl);
       result = absl::UnavailableError(absl::StrCat(
           what, ": TLS handshake failed: ", hec.message(),
-          verify != X509_V_OK ? absl::StrCat(" (", X509_verify_cert_error_string(verify),
-                                             "; a private CA goes in registry_ca_file)")
-                              : ""));
+          verify != X509_V_OK
+              ? absl::StrCat(" (", X509_verify_cert_error_string(verify), "; a private CA goes in registry_ca_file)")
+              : ""));
       co_return;
     }
     result = co_await Talk(stream, beast::get_lowest_layer(stream), options_.timeout, request, &reply.status,
@@ -386,7 +365,8 @@ absl::StatusOr<std::string> RegistryClient::FetchToken(const std::string& regist
                                                        const std::map<std::string, std::string>& challenge,
                                                        const std::string& scope) {
   auto realm = challenge.find("realm");
-  if (realm == challenge.end()) return absl::UnauthenticatedError(absl::StrCat(registry, " asked for a token but named no realm"));
+  if (realm == challenge.end())
+    return absl::UnauthenticatedError(absl::StrCat(registry, " asked for a token but named no realm"));
   CORRAL_ASSIGN_OR_RETURN(Url url, ParseUrl(realm->second));
   url.target += absl::StrContains(url.target, '?') ? "&" : "?";
   if (auto service = challenge.find("service"); service != challenge.end()) {
@@ -399,10 +379,13 @@ absl::StatusOr<std::string> RegistryClient::FetchToken(const std::string& regist
     headers.emplace_back("Authorization", absl::StrCat("Basic ", absl::Base64Escape(credentials->second)));
   }
   std::string body, error_body;
-  CORRAL_ASSIGN_OR_RETURN(Reply reply, Exchange(url, headers, [&](absl::string_view piece) {
-    body.append(piece.data(), piece.size());
-    return absl::OkStatus();
-  }, 1 << 20, &error_body));
+  CORRAL_ASSIGN_OR_RETURN(Reply reply, Exchange(
+                                           url, headers,
+                                           [&](absl::string_view piece) {
+                                             body.append(piece.data(), piece.size());
+                                             return absl::OkStatus();
+                                           },
+                                           1 << 20, &error_body));
   if (reply.status == 401 || reply.status == 403) {
     return absl::UnauthenticatedError(absl::StrCat(
         "the token service of ", registry, " refused ",
@@ -410,7 +393,8 @@ absl::StatusOr<std::string> RegistryClient::FetchToken(const std::string& regist
                                                   : "the credentials of registry_auth_file",
         " for ", scope));
   }
-  if (reply.status != 200) return HttpError(reply.status, absl::StrCat("token for ", scope, " from ", url.ToString()), error_body);
+  if (reply.status != 200)
+    return HttpError(reply.status, absl::StrCat("token for ", scope, " from ", url.ToString()), error_body);
   boost::system::error_code ec;
   json::value v = json::parse(body, ec);
   const json::object* o = ec ? nullptr : v.if_object();
@@ -426,7 +410,8 @@ absl::StatusOr<std::string> RegistryClient::FetchToken(const std::string& regist
   std::string header = absl::StrCat("Bearer ", token->as_string().c_str());
   absl::MutexLock lock(&mu_);
   // Kept a little less than granted, so a token never expires on the way.
-  tokens_[absl::StrCat(registry, " ", scope)] = {header, absl::Now() + absl::Seconds(std::max<int64_t>(0, expires_in - 10))};
+  tokens_[absl::StrCat(registry, " ", scope)] = {header,
+                                                 absl::Now() + absl::Seconds(std::max<int64_t>(0, expires_in - 10))};
   return header;
 }
 
@@ -441,18 +426,19 @@ absl::StatusOr<RegistryResponse> RegistryClient::Get(const ImageReference& ref, 
   const bool plain = std::find(insecure.begin(), insecure.end(), ref.registry) != insecure.end();
   CORRAL_ASSIGN_OR_RETURN(Url url, ParseUrl(absl::StrCat(plain ? "http://" : "https://", RegistryHost(ref.registry),
                                                          "/v2/", ref.repository, "/", kind, "/", reference)));
-  const std::string registry_authority = url.Authority();
+  const std::string registry_authority = url.authority();
   std::optional<std::string> auth;
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = tokens_.find(cache_key); it != tokens_.end() && it->second.expires > absl::Now()) auth = it->second.header;
+    if (auto it = tokens_.find(cache_key); it != tokens_.end() && it->second.expires > absl::Now())
+      auth = it->second.header;
   }
   bool challenged = false;
   for (size_t redirects = 0;;) {
     std::vector<std::pair<std::string, std::string>> headers;
     if (!accept.empty()) headers.emplace_back("Accept", absl::StrJoin(accept, ", "));
     // Credentials go to the registry only, never to where it redirects (a storage bucket signs its own URLs).
-    const bool at_registry = url.Authority() == registry_authority;
+    const bool at_registry = url.authority() == registry_authority;
     if (auth && at_registry) headers.emplace_back("Authorization", *auth);
     std::string error_body;
     CORRAL_ASSIGN_OR_RETURN(Reply reply, Exchange(url, headers, sink, max_bytes, &error_body));
@@ -478,7 +464,8 @@ absl::StatusOr<RegistryResponse> RegistryClient::Get(const ImageReference& ref, 
       if (scheme == "basic") {
         auto credentials = options_.credentials.find(ref.registry);
         if (credentials == options_.credentials.end()) {
-          return absl::UnauthenticatedError(absl::StrCat(what, ": the registry wants a password and registry_auth_file has none for ", ref.registry));
+          return absl::UnauthenticatedError(
+              absl::StrCat(what, ": the registry wants a password and registry_auth_file has none for ", ref.registry));
         }
         auth = absl::StrCat("Basic ", absl::Base64Escape(credentials->second));
         continue;
@@ -486,16 +473,18 @@ absl::StatusOr<RegistryResponse> RegistryClient::Get(const ImageReference& ref, 
       return absl::UnauthenticatedError(absl::StrCat(what, ": HTTP 401 with an unsupported challenge '", scheme, "'"));
     }
     if (reply.status == 401) {
-      return absl::UnauthenticatedError(absl::StrCat(
-          what, ": HTTP 401 with the token it granted (",
-          options_.credentials.count(ref.registry) > 0 ? "check the credentials' rights"
-                                                        : "no credentials for this registry in registry_auth_file",
-          ")"));
+      return absl::UnauthenticatedError(absl::StrCat(what, ": HTTP 401 with the token it granted (",
+                                                     options_.credentials.count(ref.registry) > 0
+                                                         ? "check the credentials' rights"
+                                                         : "no credentials for this registry in registry_auth_file",
+                                                     ")"));
     }
     if (reply.status >= 300 && reply.status < 400 && reply.headers.count("location") > 0) {
-      if (++redirects > options_.max_redirects) return absl::UnavailableError(absl::StrCat(what, ": too many redirects"));
+      if (++redirects > options_.max_redirects)
+        return absl::UnavailableError(absl::StrCat(what, ": too many redirects"));
       std::string location = reply.headers["location"];
-      if (absl::StartsWith(location, "/")) location = absl::StrCat(url.tls ? "https://" : "http://", url.Authority(), location);
+      if (absl::StartsWith(location, "/"))
+        location = absl::StrCat(url.tls ? "https://" : "http://", url.authority(), location);
       CORRAL_ASSIGN_OR_RETURN(url, ParseUrl(location));
       continue;
     }

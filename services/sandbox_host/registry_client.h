@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "libs/http/url.h"
 
 namespace corral::sandbox {
 
@@ -22,20 +23,20 @@ namespace corral::sandbox {
 // the registry is then Docker Hub (docker.io, reached at registry-1.docker.io) and a one-component repository
 // gets "library/". No tag and no digest: "latest".
 struct ImageReference {
-  std::string registry;    // host[:port], as written (docker.io for Docker Hub)
-  std::string repository;  // lowercase path components
-  std::string tag;         // empty when only a digest is given
-  std::string digest;      // sha256:…, or empty
+  std::string registry;          // host[:port], as written (docker.io for Docker Hub)
+  std::string repository;        // lowercase path components
+  std::string tag;               // empty when only a digest is given
+  std::string digest;            // sha256:…, or empty
   std::string ToString() const;  // the normalized name: registry/repository[:tag][@digest]
 };
 // INVALID_ARGUMENT naming what is wrong.
 absl::StatusOr<ImageReference> ParseImageReference(absl::string_view ref);
 
 struct RegistryOptions {
-  std::string ca_file;                              // PEM certificates trusted besides the system's
-  std::vector<std::string> insecure_registries;     // host[:port] reached over plain HTTP
-  std::map<std::string, std::string> credentials;   // registry host[:port] -> "user:password"
-  absl::Duration timeout = absl::Seconds(60);       // connect, and each read or write
+  std::string ca_file;                             // PEM certificates trusted besides the system's
+  std::vector<std::string> insecure_registries;    // host[:port] reached over plain HTTP
+  std::map<std::string, std::string> credentials;  // registry host[:port] -> "user:password"
+  absl::Duration timeout = absl::Seconds(60);      // connect, and each read or write
   size_t max_redirects = 5;
 };
 
@@ -63,26 +64,20 @@ class RegistryClient {
                                        const std::function<absl::Status(absl::string_view)>& sink, uint64_t max_bytes);
 
  private:
-  struct Url {
-    bool tls = true;
-    std::string host;  // IPv6 without brackets
-    int port = 443;
-    std::string target;  // origin-form: /path?query
-    std::string Authority() const;  // host:port, [v6]:port
-    std::string ToString() const;
-  };
+  using Url = http::Url;
   struct Reply {
     int status = 0;
     std::map<std::string, std::string> headers;  // lowercase names
   };
+  // http::ParseUrl, and plain HTTP only to the insecure registries.
   absl::StatusOr<Url> ParseUrl(absl::string_view url) const;
   // One exchange on a fresh connection. Bodies of non-2xx replies are read into `error_body` (bounded).
   absl::StatusOr<Reply> Exchange(const Url& url, const std::vector<std::pair<std::string, std::string>>& headers,
                                  const std::function<absl::Status(absl::string_view)>& sink, uint64_t max_bytes,
                                  std::string* error_body) const;
   // A token for `scope` from the challenge's realm. UNAUTHENTICATED when the realm refuses.
-  absl::StatusOr<std::string> FetchToken(const std::string& registry, const std::map<std::string, std::string>& challenge,
-                                         const std::string& scope);
+  absl::StatusOr<std::string> FetchToken(const std::string& registry,
+                                         const std::map<std::string, std::string>& challenge, const std::string& scope);
   std::string RegistryHost(const std::string& registry) const;  // docker.io -> registry-1.docker.io
 
   const RegistryOptions options_;

@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "libs/api/ids.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
-#include "libs/api/ids.h"
 #include "openssl/rand.h"
 #include "services/sandbox_host/containment.h"
 #include "services/sandbox_host/image_root.h"
@@ -32,7 +32,7 @@ constexpr char kTokenPurpose[] = "sandbox";
 constexpr size_t kMaxTaskPaths = 8;
 constexpr size_t kMaxPorts = 16;
 
-const char* const kSystemDirs[] = {"/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib",
+const char* const kSystemDirs[] = {"/proc",  "/sys",   "/dev",    "/etc",  "/usr", "/bin", "/sbin", "/lib",
                                    "/lib32", "/lib64", "/libx32", "/boot", "/run", "/var", "/tmp"};
 
 std::string NewSandboxId() {
@@ -44,7 +44,8 @@ std::string NewSandboxId() {
 absl::Status ValidateTaskPath(const std::string& p) {
   if (p.size() < 2 || p[0] != '/' || p.back() == '/' || p.find("//") != std::string::npos ||
       p.find("/.") != std::string::npos || p.find('\0') != std::string::npos || p.size() > 256) {
-    return absl::InvalidArgumentError(absl::StrCat("task path '", p, "' must be a normalized absolute path like /workspace"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("task path '", p, "' must be a normalized absolute path like /workspace"));
   }
   for (const char* dir : kSystemDirs) {
     if (p == dir || absl::StartsWith(p, absl::StrCat(dir, "/"))) {
@@ -106,7 +107,8 @@ absl::Status CheckSandboxesCanReach(const std::string& root) {
     if ((st.st_mode & S_IXOTH) == 0) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s (mode %04o) does not let the sandboxes' uids reach their homes below %s: chmod o+x it, or set "
-          "root elsewhere", dir.string(), st.st_mode & 07777, root));
+          "root elsewhere",
+          dir.string(), st.st_mode & 07777, root));
     }
   }
   return absl::OkStatus();
@@ -167,8 +169,8 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
       if (port == 0) return absl::InvalidArgumentError("allowed_ports must be 1-65535");
     }
     if (features_.landlock_abi < 4) {
-      return absl::FailedPreconditionError(absl::StrCat("network proxy_only needs Landlock ABI 4; this kernel has ",
-                                                        features_.landlock_abi));
+      return absl::FailedPreconditionError(
+          absl::StrCat("network proxy_only needs Landlock ABI 4; this kernel has ", features_.landlock_abi));
     }
   } else if (!spec.allowed_ports.empty()) {
     return absl::InvalidArgumentError("allowed_ports are only for network proxy_only");
@@ -184,7 +186,8 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
     }
   }
   if (spec.require_private_view && !features_.mount_namespaces) {
-    return absl::FailedPreconditionError("a private filesystem view needs mount namespaces, which this host cannot create");
+    return absl::FailedPreconditionError(
+        "a private filesystem view needs mount namespaces, which this host cannot create");
   }
   CgroupLimits& cg = spec.cgroup;
   if (cg.memory_bytes == 0) cg.memory_bytes = options_.default_cgroup.memory_bytes;
@@ -205,7 +208,8 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
   CORRAL_RETURN_IF_ERROR(Within("disk_bytes", spec.disk_bytes, options_.max_disk_bytes));
   size_t env_bytes = 0;
   for (const auto& [k, v] : spec.env) {
-    if (!IsValidEnvName(k)) return absl::InvalidArgumentError(absl::StrCat("env name '", k, "' is not [A-Za-z_][A-Za-z0-9_]*"));
+    if (!IsValidEnvName(k))
+      return absl::InvalidArgumentError(absl::StrCat("env name '", k, "' is not [A-Za-z_][A-Za-z0-9_]*"));
     if (k == "HOME" || k == "USER" || k == "CORRAL_SANDBOX_ID") {
       return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
     }
@@ -219,11 +223,14 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
   for (const auto& p : spec.task_paths) CORRAL_RETURN_IF_ERROR(ValidateTaskPath(p));
   if (spec.idle_timeout == absl::ZeroDuration()) spec.idle_timeout = options_.default_idle_timeout;
   if (spec.idle_timeout < absl::ZeroDuration() || spec.idle_timeout > options_.max_idle_timeout) {
-    return absl::InvalidArgumentError(absl::StrCat("idle_timeout must be at most ", absl::FormatDuration(options_.max_idle_timeout)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("idle_timeout must be at most ", absl::FormatDuration(options_.max_idle_timeout)));
   }
   for (const auto& [k, v] : spec.labels) {
-    if (k.empty() || k.size() > 63 || v.size() > 256) return absl::InvalidArgumentError("label keys are 1-63 characters, values at most 256");
-    if (!IsValidLabelKey(k)) return absl::InvalidArgumentError(absl::StrCat("label key '", k, "' must be [a-z0-9_./-]"));
+    if (k.empty() || k.size() > 63 || v.size() > 256)
+      return absl::InvalidArgumentError("label keys are 1-63 characters, values at most 256");
+    if (!IsValidLabelKey(k))
+      return absl::InvalidArgumentError(absl::StrCat("label key '", k, "' must be [a-z0-9_./-]"));
   }
   return absl::OkStatus();
 }
@@ -295,9 +302,9 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     controllers = features_.cgroups->controllers();
   }
   // What no cgroup controller holds, an rlimit does (memory per process, processes per uid).
-  const Containment held = PlanContainment(features_.cgroups != nullptr ? features_.cgroups->mode() : CgroupMode::kNone,
-                                           controllers, spec.cgroup, spec.rlimits,
-                                           spec.image.empty() || spec.upper_on_disk ? 0 : spec.disk_bytes);
+  const Containment held =
+      PlanContainment(features_.cgroups != nullptr ? features_.cgroups->mode() : CgroupMode::kNone, controllers,
+                      spec.cgroup, spec.rlimits, spec.image.empty() || spec.upper_on_disk ? 0 : spec.disk_bytes);
   sb->spec.rlimits = held.rlimits;
   p.cgroup = held.cgroup;
   p.cgroup_controllers = held.controllers;
@@ -346,7 +353,8 @@ absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image,
                                             const std::shared_ptr<const TemplateImage>& layer) {
   const std::string rw = sb.dir + "/rw", mnt = sb.dir + "/mnt";
   for (const std::string& d : {sb.dir, rw, mnt}) {
-    if (mkdir(d.c_str(), 0700) != 0) return absl::InternalError(absl::StrCat("cannot create ", d, ": ", strerror(errno)));
+    if (mkdir(d.c_str(), 0700) != 0)
+      return absl::InternalError(absl::StrCat("cannot create ", d, ": ", strerror(errno)));
   }
   CORRAL_RETURN_IF_ERROR(images_->Pin(image.digest));
   sb.image_digest = image.digest;
@@ -378,7 +386,8 @@ absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image,
   sb.namespaces.hidepid = true;
   sb.home_fd = std::move(root.root);
   struct stat st {};
-  if (fstat(sb.home_fd.get(), &st) != 0) return absl::InternalError(absl::StrCat("stat of the image root: ", strerror(errno)));
+  if (fstat(sb.home_fd.get(), &st) != 0)
+    return absl::InternalError(absl::StrCat("stat of the image root: ", strerror(errno)));
   sb.root_dev = st.st_dev;
   Protections& p = sb.protections;
   p.mount_namespace = p.hidepid = p.user_namespace = true;

@@ -16,9 +16,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "libs/core/clock.h"
-#include "libs/core/worker_pool.h"
 #include "libs/core/token.h"
 #include "libs/core/unique_fd.h"
+#include "libs/core/worker_pool.h"
 #include "services/sandbox_host/cgroup.h"
 #include "services/sandbox_host/image_store.h"
 #include "services/sandbox_host/landlock.h"
@@ -41,10 +41,13 @@ struct HostOptions {
   NetworkPolicy default_network = NetworkPolicy::kNone;
   CgroupLimits default_cgroup{.memory_bytes = 2ULL << 30, .max_pids = 512, .cpu_weight = 100};
   CgroupLimits cgroup_ceiling{.memory_bytes = 64ULL << 30, .max_pids = 32768, .cpu_weight = 10000};
-  Rlimits default_rlimits{.nproc = 512, .address_space_bytes = 0, .nofile = 1024, .file_size_bytes = 1LL << 30,
-                          .cpu_seconds = 0};
-  Rlimits rlimit_ceiling{.nproc = 32768, .address_space_bytes = 1LL << 40, .nofile = 65536,
-                         .file_size_bytes = 1LL << 40, .cpu_seconds = 86400};
+  Rlimits default_rlimits{
+      .nproc = 512, .address_space_bytes = 0, .nofile = 1024, .file_size_bytes = 1LL << 30, .cpu_seconds = 0};
+  Rlimits rlimit_ceiling{.nproc = 32768,
+                         .address_space_bytes = 1LL << 40,
+                         .nofile = 65536,
+                         .file_size_bytes = 1LL << 40,
+                         .cpu_seconds = 86400};
   int64_t default_disk_bytes = 1LL << 30;  // what an image sandbox may write (SandboxSpec.disk_bytes)
   int64_t max_disk_bytes = 64LL << 30;
   size_t max_env_bytes = 64 * 1024;
@@ -65,18 +68,18 @@ struct HostFeatures {
 };
 
 struct SandboxSpec {
-  std::optional<NetworkPolicy> network;        // unset: the host's default
-  std::vector<uint16_t> allowed_ports;         // kProxyOnly only
-  CgroupLimits cgroup;                          // zero fields: host defaults
-  Rlimits rlimits;                              // zero fields: host defaults
+  std::optional<NetworkPolicy> network;  // unset: the host's default
+  std::vector<uint16_t> allowed_ports;   // kProxyOnly only
+  CgroupLimits cgroup;                   // zero fields: host defaults
+  Rlimits rlimits;                       // zero fields: host defaults
   std::map<std::string, std::string> env;
   std::vector<std::string> task_paths;
   absl::Duration idle_timeout = absl::ZeroDuration();
   bool require_private_view = false;
   std::map<std::string, std::string> labels;
   std::string template_key;
-  std::string image;  // name or digest of an image in the host's store; empty: the host's filesystem
-  int64_t disk_bytes = 0;  // an image sandbox's upper layer, /tmp and /dev/shm: tmpfs of this size; 0: default
+  std::string image;           // name or digest of an image in the host's store; empty: the host's filesystem
+  int64_t disk_bytes = 0;      // an image sandbox's upper layer, /tmp and /dev/shm: tmpfs of this size; 0: default
   bool upper_on_disk = false;  // a template's setup: its upper layer on disk, to be kept as a layer (no quota)
 };
 
@@ -89,7 +92,7 @@ struct Protections {
   bool network_namespace = false;
   NetworkPolicy network = NetworkPolicy::kNone;
   bool tcp_bind_denied = false;
-  bool scoped = false;  // abstract unix sockets and signals (Landlock ABI >= 6)
+  bool scoped = false;              // abstract unix sockets and signals (Landlock ABI >= 6)
   int64_t memory_rlimit_bytes = 0;  // no memory cgroup: RLIMIT_DATA per process instead
   int64_t process_rlimit = 0;       // no pids cgroup: RLIMIT_NPROC of the sandbox's uid instead
   bool user_namespace = false;      // an image sandbox: its processes are the image's user in a user namespace
@@ -101,9 +104,9 @@ struct Protections {
 struct Sandbox {
   std::string id;
   uid_t uid = 0;
-  std::string dir;      // the host directory holding its state: its home, or an image sandbox's layers
-  std::string home;     // $HOME as its processes see it
-  UniqueFd home_fd;     // what API paths resolve from: the home, or an image sandbox's root
+  std::string dir;   // the host directory holding its state: its home, or an image sandbox's layers
+  std::string home;  // $HOME as its processes see it
+  UniqueFd home_fd;  // what API paths resolve from: the home, or an image sandbox's root
   SandboxSpec spec;  // with defaults filled in
   Protections protections;
   std::vector<std::string> base_env;  // "K=V": the scrubbed base plus the spec's env
@@ -170,8 +173,8 @@ class SandboxManager {
   void SetWorkers(WorkerPool* workers) { workers_ = workers; }
 
   // INVALID_ARGUMENT for a bad spec or count; FAILED_PRECONDITION when the host cannot enforce what the spec
-  // requires; NOT_FOUND for an unknown (or still building) template. Capacity and uids are reserved atomically: what does not fit
-  // is `rejected`, never over-committed.
+  // requires; NOT_FOUND for an unknown (or still building) template. Capacity and uids are reserved atomically: what
+  // does not fit is `rejected`, never over-committed.
   absl::StatusOr<CreateResult> Create(int64_t count, SandboxSpec spec);
   // NOT_FOUND for an unknown or deleted sandbox. Counts as activity for idle eviction.
   absl::StatusOr<std::shared_ptr<const Sandbox>> Find(const std::string& id) const;

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "libs/core/status_macros.h"
 #include "libs/api/proto_time.h"
+#include "libs/core/status_macros.h"
 
 namespace corral::sandbox {
 namespace {
@@ -125,8 +125,7 @@ absl::Status RemoveFile(const SandboxFile& file, bool recursive) {
   return RemovePath(file.sandbox->home_fd.get(), file.path, recursive);
 }
 
-absl::StatusOr<ExecOptions> ExecOptionsFrom(const Sandbox& sb, const v1::Command& command,
-                                            const HostOptions& host) {
+absl::StatusOr<ExecOptions> ExecOptionsFrom(const Sandbox& sb, const v1::Command& command, const HostOptions& host) {
   ExecOptions o;
   o.argv = {command.argv().begin(), command.argv().end()};
   if (o.argv.empty()) return absl::InvalidArgumentError("command.argv must not be empty");
@@ -134,8 +133,8 @@ absl::StatusOr<ExecOptions> ExecOptionsFrom(const Sandbox& sb, const v1::Command
   if (command.has_timeout()) {
     o.timeout = FromProto(command.timeout());
     if (o.timeout <= absl::ZeroDuration() || o.timeout > host.max_exec_timeout) {
-      return absl::InvalidArgumentError(absl::StrCat("command.timeout must be above 0 and at most ",
-                                                     absl::FormatDuration(host.max_exec_timeout)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("command.timeout must be above 0 and at most ", absl::FormatDuration(host.max_exec_timeout)));
     }
   } else {
     o.timeout = host.default_exec_timeout;

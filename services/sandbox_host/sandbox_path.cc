@@ -24,7 +24,8 @@ absl::Status Errno(int err, absl::string_view what, absl::string_view name) {
   switch (err) {
     case ENOENT: return absl::NotFoundError(msg);
     case EEXIST: return absl::AlreadyExistsError(msg);
-    case ELOOP: return absl::FailedPreconditionError(absl::StrCat("'", name, "' is a symlink; symlinks are never followed"));
+    case ELOOP:
+      return absl::FailedPreconditionError(absl::StrCat("'", name, "' is a symlink; symlinks are never followed"));
     case ENOTDIR: return absl::FailedPreconditionError(absl::StrCat("'", name, "' is not a directory"));
     case EISDIR: return absl::FailedPreconditionError(absl::StrCat("'", name, "' is a directory"));
     case ENOSPC:
@@ -96,7 +97,8 @@ absl::StatusOr<SandboxPath> ParseSandboxPath(absl::string_view path, const std::
       }
     }
     if (!mapped) {
-      return absl::InvalidArgumentError(absl::StrCat("absolute path '", path, "' is outside the sandbox; use a path "
+      return absl::InvalidArgumentError(absl::StrCat("absolute path '", path,
+                                                     "' is outside the sandbox; use a path "
                                                      "relative to the home, under /tmp or under a task path (",
                                                      absl::StrJoin(task_paths, ", "), ")"));
     }
@@ -193,7 +195,8 @@ absl::Status RemovePath(int home_fd, const SandboxPath& path, bool recursive) {
   if (!dir.ok()) return dir.status();
   const std::string& name = path.components.back();
   struct stat st {};
-  if (fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Errno(errno, "cannot remove", path.normalized);
+  if (fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return Errno(errno, "cannot remove", path.normalized);
   if (S_ISDIR(st.st_mode)) {
     if (recursive) {
       UniqueFd target(openat(dir->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -226,7 +229,8 @@ absl::Status MakeDirectory(int home_fd, const SandboxPath& path, bool make_paren
     return Errno(errno, "cannot create", path.normalized);
   }
   UniqueFd created(openat(dir->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!created.valid() || fchown(created.get(), owner.uid, owner.gid) != 0) return Errno(errno, "cannot chown", path.normalized);
+  if (!created.valid() || fchown(created.get(), owner.uid, owner.gid) != 0)
+    return Errno(errno, "cannot chown", path.normalized);
   fchmod(created.get(), mode & 0777);
   return absl::OkStatus();
 }
@@ -252,8 +256,10 @@ absl::StatusOr<FileWriter> FileWriter::Open(int home_fd, const SandboxPath& path
   w.mode_ = mode;
   struct stat st {};
   const bool exists = fstatat(w.dir_.get(), w.name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-  if (exists && mode == WriteMode::kCreate) return absl::AlreadyExistsError(absl::StrCat("'", path.normalized, "' exists"));
-  if (exists && S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(absl::StrCat("'", path.normalized, "' is a directory"));
+  if (exists && mode == WriteMode::kCreate)
+    return absl::AlreadyExistsError(absl::StrCat("'", path.normalized, "' exists"));
+  if (exists && S_ISDIR(st.st_mode))
+    return absl::FailedPreconditionError(absl::StrCat("'", path.normalized, "' is a directory"));
   if (mode == WriteMode::kAppend) {
     int fd = openat(w.dir_.get(), w.name_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
                     file_mode & 0777);
@@ -268,10 +274,10 @@ absl::StatusOr<FileWriter> FileWriter::Open(int home_fd, const SandboxPath& path
   }
   unsigned char nonce[8];
   RAND_bytes(nonce, sizeof(nonce));
-  w.tmp_name_ = absl::StrCat(".corral-write-", absl::BytesToHexString(absl::string_view(
-                                                   reinterpret_cast<const char*>(nonce), sizeof(nonce))));
-  int fd = openat(w.dir_.get(), w.tmp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                  file_mode & 0777);
+  w.tmp_name_ = absl::StrCat(
+      ".corral-write-", absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(nonce), sizeof(nonce))));
+  int fd =
+      openat(w.dir_.get(), w.tmp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode & 0777);
   if (fd < 0) return Errno(errno, "cannot create a temp file for", path.normalized);
   w.file_.Reset(fd);
   if (fchown(fd, owner.uid, owner.gid) != 0) return Errno(errno, "cannot chown", path.normalized);

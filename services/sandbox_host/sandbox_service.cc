@@ -8,18 +8,18 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "libs/core/status_macros.h"
-#include "libs/core/version.h"
 #include "libs/api/ids.h"
 #include "libs/api/pagination.h"
+#include "libs/core/status_macros.h"
+#include "libs/core/version.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
 #include "services/sandbox_host/containment.h"
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/exec_reactor.h"
-#include "services/sandbox_host/sandbox_ops.h"
 #include "services/sandbox_host/file_reactors.h"
 #include "services/sandbox_host/image_reactor.h"
+#include "services/sandbox_host/sandbox_ops.h"
 #include "services/sandbox_host/sandbox_path.h"
 #include "services/sandbox_host/template_builder.h"
 
@@ -111,8 +111,8 @@ grpc::ServerUnaryReactor* SandboxService::StartProcess(grpc::CallbackServerConte
     std::optional<FileWriter> file;
     if (!req->output_path().empty()) {
       CORRAL_ASSIGN_OR_RETURN(SandboxPath path, sb->ParsePath(req->output_path()));
-      CORRAL_ASSIGN_OR_RETURN(file, FileWriter::Open(sb->home_fd.get(), path, WriteMode::kAppend, 0644,
-                                                     sb->FileOwner(), /*make_parents=*/true));
+      CORRAL_ASSIGN_OR_RETURN(file, FileWriter::Open(sb->home_fd.get(), path, WriteMode::kAppend, 0644, sb->FileOwner(),
+                                                     /*make_parents=*/true));
     }
     ExecOptions extra;
     extra.kind = ProcessKind::kBackground;
@@ -186,8 +186,8 @@ grpc::ServerWriteReactor<v1::ReadFileResponse>* SandboxService::ReadFile(grpc::C
 grpc::ServerUnaryReactor* SandboxService::Stat(grpc::CallbackServerContext* ctx, const v1::StatRequest* req,
                                                v1::FileInfo* resp) {
   return FinishUnary(ctx, [&]() -> absl::Status {
-    CORRAL_ASSIGN_OR_RETURN(SandboxFile file,
-                            OpenSandboxPath(*auth_, *sandboxes_, *ctx, req->sandbox_id(), req->path(), /*allow_home=*/true));
+    CORRAL_ASSIGN_OR_RETURN(SandboxFile file, OpenSandboxPath(*auth_, *sandboxes_, *ctx, req->sandbox_id(), req->path(),
+                                                              /*allow_home=*/true));
     CORRAL_ASSIGN_OR_RETURN(FileStat st, StatFile(file));
     ToProto(st.st, file.path.normalized, file.path.components.empty() ? "" : file.path.components.back(),
             st.link_target, resp);
@@ -200,8 +200,8 @@ grpc::ServerUnaryReactor* SandboxService::ListDir(grpc::CallbackServerContext* c
   return FinishUnary(ctx, [&]() -> absl::Status {
     CORRAL_RETURN_IF_ERROR(AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()));
     CORRAL_ASSIGN_OR_RETURN(int page_size, PageSize(req->page_size()));
-    CORRAL_ASSIGN_OR_RETURN(SandboxFile dir,
-                            OpenSandboxPath(*auth_, *sandboxes_, *ctx, req->sandbox_id(), req->path(), /*allow_home=*/true));
+    CORRAL_ASSIGN_OR_RETURN(SandboxFile dir, OpenSandboxPath(*auth_, *sandboxes_, *ctx, req->sandbox_id(), req->path(),
+                                                             /*allow_home=*/true));
     CORRAL_ASSIGN_OR_RETURN(DirPage page, ListDirectory(dir, req->page_token(), static_cast<size_t>(page_size)));
     for (const DirPage::Entry& e : page.entries) {
       ToProto(e.stat.st, e.path, e.name, e.stat.link_target, resp->add_entries());
@@ -214,8 +214,8 @@ grpc::ServerUnaryReactor* SandboxService::ListDir(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* SandboxService::Remove(grpc::CallbackServerContext* ctx, const v1::RemoveRequest* req,
                                                  v1::RemoveResponse*) {
   return FinishUnary(ctx, [&]() -> absl::Status {
-    CORRAL_ASSIGN_OR_RETURN(SandboxFile file,
-                            OpenSandboxPath(*auth_, *sandboxes_, *ctx, req->sandbox_id(), req->path(), /*allow_home=*/true));
+    CORRAL_ASSIGN_OR_RETURN(SandboxFile file, OpenSandboxPath(*auth_, *sandboxes_, *ctx, req->sandbox_id(), req->path(),
+                                                              /*allow_home=*/true));
     return RemoveFile(file, req->recursive());
   }());
 }
@@ -223,7 +223,8 @@ grpc::ServerUnaryReactor* SandboxService::Remove(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* SandboxService::MakeDir(grpc::CallbackServerContext* ctx, const v1::MakeDirRequest* req,
                                                   v1::FileInfo* resp) {
   return FinishUnary(ctx, [&]() -> absl::Status {
-    CORRAL_ASSIGN_OR_RETURN(SandboxFile file, OpenSandboxPath(*auth_, *sandboxes_, *ctx, req->sandbox_id(), req->path()));
+    CORRAL_ASSIGN_OR_RETURN(SandboxFile file,
+                            OpenSandboxPath(*auth_, *sandboxes_, *ctx, req->sandbox_id(), req->path()));
     const Sandbox& sb = *file.sandbox;
     const mode_t mode = req->permissions() == 0 ? 0755 : (req->permissions() & 0777);
     CORRAL_RETURN_IF_ERROR(MakeDirectory(sb.home_fd.get(), file.path, req->make_parents(), mode, sb.FileOwner()));
@@ -287,7 +288,7 @@ grpc::ServerReadReactor<v1::ImportImageRequest>* SandboxService::ImportImage(grp
 }
 
 grpc::ServerWriteReactor<v1::PullImageProgress>* SandboxService::PullImage(grpc::CallbackServerContext* ctx,
-                                                                            const v1::PullImageRequest* req) {
+                                                                           const v1::PullImageRequest* req) {
   return new PullImageReactor(puller_, auth_, image_workers_, ctx, req);
 }
 

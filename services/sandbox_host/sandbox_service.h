@@ -23,8 +23,16 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
   SandboxService(SandboxManager* sandboxes, ExecManager* execs, TemplateStore* templates, ImageStore* images,
                  ImagePuller* puller, const CallAuthenticator* auth, Clock* clock, WorkerPool* workers,
                  WorkerPool* image_workers, std::string host_id)
-      : sandboxes_(sandboxes), execs_(execs), templates_(templates), images_(images), puller_(puller), auth_(auth),
-        clock_(clock), workers_(workers), image_workers_(image_workers), host_id_(std::move(host_id)),
+      : sandboxes_(sandboxes),
+        execs_(execs),
+        templates_(templates),
+        images_(images),
+        puller_(puller),
+        auth_(auth),
+        clock_(clock),
+        workers_(workers),
+        image_workers_(image_workers),
+        host_id_(std::move(host_id)),
         start_time_(clock->Now()) {}
 
   grpc::ServerUnaryReactor* CreateSandboxes(grpc::CallbackServerContext* ctx, const v1::CreateSandboxesRequest* req,

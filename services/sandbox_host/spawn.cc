@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <memory>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -25,7 +25,19 @@ namespace corral::sandbox {
 namespace {
 
 // Steps the child reports through the error pipe when one fails.
-enum Stage : int { kDup = 1, kSetns, kCgroup, kRlimit, kSetgroups, kSetgid, kSetuid, kNoNewPrivs, kLandlock, kChdir, kExec };
+enum Stage : int {
+  kDup = 1,
+  kSetns,
+  kCgroup,
+  kRlimit,
+  kSetgroups,
+  kSetgid,
+  kSetuid,
+  kNoNewPrivs,
+  kLandlock,
+  kChdir,
+  kExec
+};
 
 const char* StageName(int stage) {
   switch (stage) {
@@ -126,7 +138,7 @@ int ChildMain(void* arg) {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigaction(SIGPIPE, &dfl, nullptr);  // the host ignores SIGPIPE; sandbox processes must not inherit that
-  setsid();  // own session and process group: a timeout kills the whole group
+  setsid();                           // own session and process group: a timeout kills the whole group
   if (dup2(a.stdin_fd, 0) < 0 || dup2(a.out_w, 1) < 0 || dup2(a.err_w, 2) < 0) ChildFail(efd, kDup);
   if (spec.mountns_fd >= 0 && setns(spec.mountns_fd, CLONE_NEWNS) != 0) ChildFail(efd, kSetns);
   if (spec.netns_fd >= 0 && setns(spec.netns_fd, CLONE_NEWNET) != 0) ChildFail(efd, kSetns);
@@ -183,8 +195,8 @@ absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
   UniqueFd in_r(in[0]), in_w(in[1]), out_r(out[0]), out_w(out[1]), err_r(err[0]), err_w(err[1]);
   UniqueFd status_r(status_pipe[0]), status_w(status_pipe[1]);
   UniqueFd null_fd(spec.pipe_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC));
-  ChildArgs args{&spec, path.c_str(), argv.data(), envp.data(), spec.pipe_stdin ? in_r.get() : null_fd.get(),
-                 out_w.get(), err_w.get(), status_w.get()};
+  ChildArgs args{&spec,       path.c_str(), argv.data(),   envp.data(), spec.pipe_stdin ? in_r.get() : null_fd.get(),
+                 out_w.get(), err_w.get(),  status_w.get()};
 
   // The child borrows our memory until it execs; no signal handler may run in it meanwhile.
   constexpr size_t kStack = 64 * 1024;
@@ -210,8 +222,8 @@ absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
   if (n == static_cast<ssize_t>(sizeof(child_error))) {
     if (child_error.stage != kExec) {
       waitpid(pid, nullptr, 0);
-      return absl::InternalError(absl::StrCat("sandbox process setup failed while ", StageName(child_error.stage),
-                                              ": ", strerror(child_error.err)));
+      return absl::InternalError(absl::StrCat("sandbox process setup failed while ", StageName(child_error.stage), ": ",
+                                              strerror(child_error.err)));
     }
     result.exec_errno = child_error.err;
   }

@@ -36,13 +36,13 @@ struct SpawnSpec {
   uid_t uid = 0;                  // inside userns_fd when it is set
   gid_t gid = 0;
   Rlimits limits;
-  int landlock_fd = -1;              // ruleset to enforce, or -1
-  int mountns_fd = -1;               // mount namespace to join, or -1
-  int netns_fd = -1;                 // network namespace to join, or -1
-  int userns_fd = -1;                // user namespace to join (after dropping groups, before uid/gid), or -1
-  int root_fd = -1;                  // the root argv[0] is looked up in (an image's), or -1: the host's
+  int landlock_fd = -1;               // ruleset to enforce, or -1
+  int mountns_fd = -1;                // mount namespace to join, or -1
+  int netns_fd = -1;                  // network namespace to join, or -1
+  int userns_fd = -1;                 // user namespace to join (after dropping groups, before uid/gid), or -1
+  int root_fd = -1;                   // the root argv[0] is looked up in (an image's), or -1: the host's
   std::vector<int> cgroup_procs_fds;  // cgroup.procs files to join (opened for writing by the host)
-  bool pipe_stdin = false;           // otherwise stdin is /dev/null
+  bool pipe_stdin = false;            // otherwise stdin is /dev/null
 };
 
 struct Spawned {

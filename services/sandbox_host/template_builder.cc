@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "libs/core/status_macros.h"
 #include "libs/api/ids.h"
 #include "libs/api/proto_digest.h"
+#include "libs/core/status_macros.h"
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/layer_unpack.h"
 #include "services/sandbox_host/sandbox_ops.h"
@@ -58,7 +58,8 @@ std::pair<ExitInfo, std::string> RunToExit(const std::shared_ptr<Execution>& exe
     }
   });
   absl::MutexLock lock(&wait->mu);
-  const absl::Condition exited(+[](std::optional<ExitInfo>* x) { return x->has_value(); }, &wait->exit);
+  const absl::Condition exited(
+      +[](std::optional<ExitInfo>* x) { return x->has_value(); }, &wait->exit);
   while (!wait->mu.AwaitWithTimeout(exited, absl::Milliseconds(100))) {
     if (cancelled) {
       wait->mu.Unlock();
@@ -151,7 +152,8 @@ absl::StatusOr<CopyStats> BuildTemplate(SandboxManager& sandboxes, ExecManager& 
   }
   if (sb->in_image()) {  // what the setup changed, kept as a layer above the image's
     CORRAL_RETURN_IF_ERROR(sandboxes.DeleteKeepingUpper(sb->id, out_dir));
-    CORRAL_ASSIGN_OR_RETURN(LayerStats layer, AdoptUpperAsLayer(out_dir, sb->uid, sb->uid, sb->inside_uid, sb->inside_gid));
+    CORRAL_ASSIGN_OR_RETURN(LayerStats layer,
+                            AdoptUpperAsLayer(out_dir, sb->uid, sb->uid, sb->inside_uid, sb->inside_gid));
     return CopyStats{.bytes = layer.bytes, .files = layer.entries};
   }
   UniqueFd out(open(out_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));

@@ -27,7 +27,8 @@ TemplateStore::TemplateStore(std::string dir, TemplateLimits limits, Clock* cloc
 TemplateStore::~TemplateStore() {
   cancelled_ = true;
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &active_builds_));
+  mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &active_builds_));
 }
 
 TemplateInfo TemplateStore::Snapshot(const Entry& entry) const {
@@ -60,8 +61,7 @@ void TemplateStore::Prepare(const std::string& key, const std::string& digest, B
           TemplateInfo{.key = key, .digest = digest, .create_time = clock_->Now(), .image_digest = image_digest};
       entry.waiters.push_back(std::move(done));
       ++active_builds_;
-      std::thread([this, key, build = std::move(build)]() mutable { Build(key, std::move(build)); })
-          .detach();
+      std::thread([this, key, build = std::move(build)]() mutable { Build(key, std::move(build)); }).detach();
       return;
     }
   }

@@ -14,8 +14,8 @@
 namespace corral::sandbox {
 
 struct CopyStats {
-  uint64_t bytes = 0;   // regular file contents
-  uint64_t files = 0;   // entries created (files, directories, links)
+  uint64_t bytes = 0;      // regular file contents
+  uint64_t files = 0;      // entries created (files, directories, links)
   bool reflinked = false;  // every regular file was a reflink (and there was at least one)
 };
 

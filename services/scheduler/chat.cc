@@ -99,8 +99,7 @@ json::array ToolsJson(const v1::Task& task) {
         if (description.empty()) description = "Writes a file in your sandbox (parent directories are created).";
         parameters = Schema({{"path", "the file's path"}, {"content", "the text to write"}});
         break;
-      default:
-        break;
+      default: break;
     }
     if (!t.parameters_json().empty()) parameters = ParseOr(t.parameters_json(), json::object()).as_object();
     json::object fn;

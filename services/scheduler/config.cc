@@ -38,14 +38,17 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
   schema.Int("http_threads", &c->http_threads, "threads serving the inspector", 1, 16);
   schema.Int("io_threads", &c->io_threads, "event-loop threads running episodes", 1, 64);
   schema.Int("max_concurrent_episodes", &c->max_concurrent_episodes, "episodes running at once", 1, 1000000);
-  schema.Int("max_pending_episodes", &c->max_pending_episodes, "queued + running episodes accepted (Submit beyond: "
-             "RESOURCE_EXHAUSTED)", 1, 100000000);
+  schema.Int("max_pending_episodes", &c->max_pending_episodes,
+             "queued + running episodes accepted (Submit beyond: "
+             "RESOURCE_EXHAUSTED)",
+             1, 100000000);
   schema.Int("max_batch_tasks", &c->max_batch_tasks, "tasks in one batch", 1, 10000000);
   schema.Int("max_group_size", &c->max_group_size, "largest group_size + redundancy", 1, 65536);
   schema.Int("default_max_attempts", &c->default_max_attempts, "attempts per episode for infra failures", 1, 100);
   schema.Duration("retry_backoff", &c->retry.base,
                   "wait before the first retry of an infra failure (doubles per attempt up to retry_backoff_max, "
-                  "jittered): the attempts span a service restart", absl::ZeroDuration(), absl::Minutes(10));
+                  "jittered): the attempts span a service restart",
+                  absl::ZeroDuration(), absl::Minutes(10));
   schema.Duration("retry_backoff_max", &c->retry.max, "longest wait before a retry", absl::ZeroDuration(),
                   absl::Hours(1));
   schema.Double("retry_jitter", &c->retry.jitter,
@@ -58,7 +61,8 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
               "sessions record token ids and logprobs unless a task's policy says otherwise");
   schema.Duration("timeouts.acquire", &c->timeouts.acquire, "dequeue to a ready sandbox", absl::Seconds(1),
                   absl::Hours(24));
-  schema.Duration("timeouts.setup", &c->timeouts.setup, "template build and uploads", absl::Seconds(1), absl::Hours(24));
+  schema.Duration("timeouts.setup", &c->timeouts.setup, "template build and uploads", absl::Seconds(1),
+                  absl::Hours(24));
   schema.Duration("timeouts.agent", &c->timeouts.agent, "the agent command, or the whole conversation",
                   absl::Seconds(1), absl::Hours(24));
   schema.Duration("timeouts.tool", &c->timeouts.tool, "one tool execution", absl::Milliseconds(100), absl::Hours(24));
@@ -73,12 +77,13 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                   absl::Minutes(10));
   schema.Int("host_unreachable_after", &c->host_unreachable_after,
              "failed health checks in a row before a host's episodes are retried elsewhere", 1, 1000);
-  schema.Duration("llm_call_timeout", &c->llm_call_timeout, "one LLM call of single_turn / tool_loop",
-                  absl::Seconds(1), absl::Hours(24));
+  schema.Duration("llm_call_timeout", &c->llm_call_timeout, "one LLM call of single_turn / tool_loop", absl::Seconds(1),
+                  absl::Hours(24));
   schema.Int("warm_pool_size", &c->warm_pool_size,
              "sandboxes kept ready per sandbox spec (template, network, limits) on free capacity (0 = off)", 0, 100000);
   schema.Duration("warm_pool_idle", &c->warm_pool_idle,
-                  "a spec no episode asked for this long has its warm sandboxes deleted", absl::Seconds(1), absl::Hours(24));
+                  "a spec no episode asked for this long has its warm sandboxes deleted", absl::Seconds(1),
+                  absl::Hours(24));
 }
 
 absl::Status ValidateConfig(Config& c) {

@@ -27,11 +27,11 @@ struct Config {
   // Names this scheduler in sandbox labels and proxy session labels, so a restarted scheduler finds (and
   // removes) what its previous run left behind without touching another scheduler's.
   std::string scheduler_id = "scheduler";
-  std::vector<std::string> hosts;      // sandbox hosts, HOST:PORT (repeatable)
-  std::string hosts_dns;               // NAME:PORT re-resolved every dns_interval (a Kubernetes headless Service)
+  std::vector<std::string> hosts;  // sandbox hosts, HOST:PORT (repeatable)
+  std::string hosts_dns;           // NAME:PORT re-resolved every dns_interval (a Kubernetes headless Service)
   absl::Duration dns_interval = absl::Seconds(10);
-  std::vector<std::string> proxies;    // proxy replicas' gRPC addresses (repeatable); required
-  std::string ratelimiter;             // HOST:PORT; empty = tool executions are not limited
+  std::vector<std::string> proxies;      // proxy replicas' gRPC addresses (repeatable); required
+  std::string ratelimiter;               // HOST:PORT; empty = tool executions are not limited
   std::string tool_limit = "code_exec";  // limit name; each tool execution holds one permit keyed by language
   std::string llm_limit;                 // limit name; each LLM call the scheduler makes holds one, keyed by model
   bool limiter_fail_open = false;
@@ -50,7 +50,8 @@ struct Config {
   RetryBackoff retry;  // retry_backoff, retry_backoff_max, retry_jitter
   int64_t default_max_turns = 10;
   std::string default_runner = "single_turn";
-  std::string default_model;  // empty: the task's model, else the proxy's (its default_model, or its upstream's only one)
+  std::string
+      default_model;  // empty: the task's model, else the proxy's (its default_model, or its upstream's only one)
   bool capture_token_ids = true;  // default session policy: record token ids and logprobs for trainers
   DefaultTimeouts timeouts;
   absl::Duration drain_grace = absl::Seconds(60);
@@ -59,8 +60,8 @@ struct Config {
   absl::Duration policy_sync_interval = absl::Seconds(2);
   int64_t host_unreachable_after = 3;  // consecutive failed HostInfo calls before a host counts as lost
   absl::Duration llm_call_timeout = absl::Minutes(10);  // one LLM call of single_turn / tool_loop
-  int64_t warm_pool_size = 0;  // sandboxes kept ready per sandbox spec (0 = off)
-  absl::Duration warm_pool_idle = absl::Seconds(60);  // a spec no episode asked for this long loses its pool
+  int64_t warm_pool_size = 0;                           // sandboxes kept ready per sandbox spec (0 = off)
+  absl::Duration warm_pool_idle = absl::Seconds(60);    // a spec no episode asked for this long loses its pool
 };
 
 void RegisterConfig(ConfigSchema& schema, Config* config);

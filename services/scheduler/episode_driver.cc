@@ -1,17 +1,17 @@
 #include "services/scheduler/episode_driver.h"
 
-#include "libs/async/sleep.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "boost/asio/co_spawn.hpp"
-#include "libs/async/spawn.h"
 #include "boost/asio/strand.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/json.hpp"
+#include "libs/api/proto_time.h"
+#include "libs/async/sleep.h"
+#include "libs/async/spawn.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
-#include "libs/api/proto_time.h"
 #include "services/scheduler/metrics.h"
 #include "services/scheduler/persistent_tools.h"
 #include "services/scheduler/runners.h"
@@ -91,52 +91,48 @@ const char* PhaseName(v1::EpisodePhase phase) {
 
 }  // namespace
 
-EpisodeDriver::EpisodeDriver(asio::any_io_executor executor, Clock* clock, RunnerOptions options, EpisodeTable* table,
-                             HostRegistry* hosts, std::vector<std::shared_ptr<ProxyApi>> proxies, LimiterApi* limiter,
-                             SchedulerMetrics* metrics, WarmPool* pool)
-    : executor_(std::move(executor)),
-      clock_(clock),
+EpisodeDriver::EpisodeDriver(DriverParts parts, RunnerOptions options)
+    : parts_(std::move(parts)),
       options_(std::move(options)),
-      table_(table),
-      hosts_(hosts),
-      proxies_(std::move(proxies)),
-      limiter_(limiter),
-      metrics_(metrics),
-      pool_(pool) {}
+      clock_(parts_.clock),
+      table_(parts_.table),
+      hosts_(parts_.hosts),
+      pool_(parts_.pool) {}
 
 const std::shared_ptr<ProxyApi>& EpisodeDriver::ProxyFor(const std::string& env_id) const {
   size_t best = 0;
   uint64_t best_score = 0;
-  for (size_t i = 0; i < proxies_.size(); ++i) {
-    const uint64_t score = absl::HashOf(env_id, proxies_[i]->address());
+  const auto& proxies = parts_.proxies;
+  for (size_t i = 0; i < proxies.size(); ++i) {
+    const uint64_t score = absl::HashOf(env_id, proxies[i]->address());
     if (i == 0 || score > best_score) {
       best = i;
       best_score = score;
     }
   }
-  return proxies_[best];
+  return proxies[best];
 }
 
 void EpisodeDriver::Start(EpisodeTicket ticket) {
-  ++running_;
-  if (NeedsSandbox(*ticket.task)) ++placing_;
+  ++parts_.occupancy->running;
+  if (NeedsSandbox(*ticket.task)) ++parts_.occupancy->placing;
   // Each attempt on its own strand. With several io threads, the two branches of a `||` race (an LLM call against
   // a stop) would otherwise run on two threads at once, and asio's cancellation signals are not thread-safe: a
   // stop could be lost and the attempt wait out the call it was meant to abandon.
-  async::Spawn(asio::make_strand(executor_), Run(std::move(ticket)), "an episode's attempt");
+  async::Spawn(asio::make_strand(parts_.executor), Run(std::move(ticket)), "an episode's attempt");
 }
 
 asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
   Attempt a{std::move(ticket)};
-  // Counted in placing_ from Start until a sandbox slot is reserved or the attempt gives up on one.
+  // Counted in placing from Start until a sandbox slot is reserved or the attempt gives up on one.
   bool placing = NeedsSandbox(a.task());
   a.on_reserved = [this, &placing] {
-    if (placing) --placing_;
+    if (placing) --parts_.occupancy->placing;
     placing = false;
   };
   a.options = &options_;
-  a.limiter = limiter_;
-  a.pauses = pauses_;
+  a.limiter = parts_.limiter;
+  a.pauses = parts_.pauses;
   a.clock = clock_;
   a.start = clock_->Now();
   const absl::Duration episode_timeout = a.Timeout(a.task().timeouts().episode(), options_.timeouts.episode);
@@ -162,8 +158,8 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
   }
   a.on_reserved();
   co_await Conclude(a, std::move(failure));
-  --running_;
-  if (on_finished_) on_finished_();
+  --parts_.occupancy->running;
+  if (parts_.on_finished) parts_.on_finished();
 }
 
 asio::awaitable<std::optional<Failure>> EpisodeDriver::RunPhases(Attempt& a) {
@@ -266,7 +262,9 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
     }
   }
   while (!placed) {
-    if (a.control()->stopped()) co_return a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_ACQUIRE, v1::FAILURE_CLASS_INFRA, "acquire");
+    if (a.control()->stopped())
+      co_return a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_ACQUIRE, v1::FAILURE_CLASS_INFRA,
+                             "acquire");
     auto slot = hosts_->Reserve(needs, spec.template_key());
     if (slot.ok()) a.on_reserved();
     if (!slot.ok()) {
@@ -303,7 +301,8 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       setup_time += clock_->Now() - started;
       if (!built.ok()) {
         hosts_->Release(address);
-        co_return a.FromStatus(built.status(), v1::EPISODE_PHASE_SETUP, FaultOf(Step::kBuildTemplate, built.status().code()),
+        co_return a.FromStatus(built.status(), v1::EPISODE_PHASE_SETUP,
+                               FaultOf(Step::kBuildTemplate, built.status().code()),
                                absl::StrCat("building template ", prepare.key(), " on ", address));
       }
       hosts_->MarkTemplate(address, spec.template_key());
@@ -330,7 +329,8 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
       hosts_->MarkRejected(address);
     }
     if (created.status().code() == absl::StatusCode::kResourceExhausted) continue;
-    if (created.status().code() == absl::StatusCode::kUnavailable && ++attempts < 3 && clock_->Now() < acquire_deadline) {
+    if (created.status().code() == absl::StatusCode::kUnavailable && ++attempts < 3 &&
+        clock_->Now() < acquire_deadline) {
       continue;
     }
     co_return a.FromStatus(created.status(), v1::EPISODE_PHASE_ACQUIRE,
@@ -394,7 +394,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     spdlog::info("episode {} attempt {}: {} in {} ({})", a.ticket.ids.episode_id(), a.ticket.ids.attempt(),
                  v1::EpisodeStatus_Name(r.status()), PhaseName(failure->phase), failure->message);
   }
-  if (metrics_ != nullptr) metrics_->EpisodeEnded(a.task().runner(), r);
+  if (parts_.metrics != nullptr) parts_.metrics->EpisodeEnded(a.task().runner(), r);
   StopPersistent(a);
   // The sandbox goes in the background: the result does not wait for teardown.
   if (a.slot) {
@@ -403,7 +403,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   }
   const std::string env_id = a.ticket.env_id;
   const FinishOutcome outcome = table_->Finish(a.ticket, std::move(r));
-  if (metrics_ != nullptr && outcome == FinishOutcome::kRetried) metrics_->Retried();
+  if (parts_.metrics != nullptr && outcome == FinishOutcome::kRetried) parts_.metrics->Retried();
   if (a.session_requested) (void)co_await a.proxy->Ack(env_id, absl::Seconds(10));
 }
 

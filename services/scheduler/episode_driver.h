@@ -20,22 +20,37 @@ namespace corral::scheduler {
 class SchedulerMetrics;
 class WarmPool;
 
+// Attempts in flight, as the dispatcher and the warm pool count them: started and not ended (running), and among
+// them those still waiting for a sandbox slot (placing). The driver keeps them; others read. Thread-safe.
+struct Occupancy {
+  std::atomic<int64_t> running{0};
+  std::atomic<int64_t> placing{0};
+};
+
+// What the driver works with. The pointers outlive the driver; those marked optional may be null.
+struct DriverParts {
+  boost::asio::any_io_executor executor;
+  Clock* clock = nullptr;
+  EpisodeTable* table = nullptr;
+  HostRegistry* hosts = nullptr;
+  std::vector<std::shared_ptr<ProxyApi>> proxies;  // at least one
+  Occupancy* occupancy = nullptr;
+  LimiterApi* limiter = nullptr;        // optional: no limits
+  SchedulerMetrics* metrics = nullptr;  // optional
+  WarmPool* pool = nullptr;             // optional: every sandbox is created inline
+  const PauseLedger* pauses = nullptr;  // optional: generation pauses, not counted against timeouts
+  std::function<void()> on_finished;    // optional: an attempt ended (room for the next: the dispatcher's wake-up)
+};
+
 class EpisodeDriver {
  public:
-  // `limiter`, `metrics` and `pool` may be null (no limits, no metrics, every sandbox created inline).
-  EpisodeDriver(boost::asio::any_io_executor executor, Clock* clock, RunnerOptions options, EpisodeTable* table,
-                HostRegistry* hosts, std::vector<std::shared_ptr<ProxyApi>> proxies, LimiterApi* limiter,
-                SchedulerMetrics* metrics, WarmPool* pool = nullptr);
+  EpisodeDriver(DriverParts parts, RunnerOptions options);
 
-  // Spawns the attempt on `executor` (counted in running() and, when it needs a sandbox, in placing() until
+  // Spawns the attempt on the executor (counted in running() and, when it needs a sandbox, in placing() until
   // its sandbox slot is reserved).
   void Start(EpisodeTicket ticket);
-  int64_t running() const { return running_.load(); }
-  // Called when an attempt has ended (room for the next one): the dispatcher's wake-up.
-  void set_on_finished(std::function<void()> fn) { on_finished_ = std::move(fn); }
-  // Generation pauses, not counted against episode and agent timeouts (set before the first episode runs).
-  void set_pauses(const PauseLedger* pauses) { pauses_ = pauses; }
-  int64_t placing() const { return placing_.load(); }
+  int64_t running() const { return parts_.occupancy->running.load(); }
+  int64_t placing() const { return parts_.occupancy->placing.load(); }
   // The proxy replica that serves `env_id` (rendezvous hashing: stable while the replica set is).
   const std::shared_ptr<ProxyApi>& ProxyFor(const std::string& env_id) const;
 
@@ -50,19 +65,12 @@ class EpisodeDriver {
   // Retries closing a session whose proxy did not answer (for up to two minutes).
   boost::asio::awaitable<void> CloseLater(std::shared_ptr<ProxyApi> proxy, std::string env_id);
 
-  const boost::asio::any_io_executor executor_;
-  Clock* const clock_;
+  const DriverParts parts_;
   const RunnerOptions options_;
+  Clock* const clock_;
   EpisodeTable* const table_;
   HostRegistry* const hosts_;
-  const std::vector<std::shared_ptr<ProxyApi>> proxies_;
-  LimiterApi* const limiter_;
-  SchedulerMetrics* const metrics_;
-  WarmPool* const pool_;  // null: every sandbox is created inline
-  std::atomic<int64_t> running_{0};
-  std::atomic<int64_t> placing_{0};
-  std::function<void()> on_finished_;
-  const PauseLedger* pauses_ = nullptr;
+  WarmPool* const pool_;
 };
 
 }  // namespace corral::scheduler

@@ -102,39 +102,40 @@ void EpisodeTable::Submit(v1::BatchSpec spec, const std::string& digest,
   }
   const absl::Time now = clock_->Now();
   auto shared_tasks = std::make_shared<std::vector<std::shared_ptr<const v1::Task>>>(std::move(tasks));
-  log_->AddBatch(spec, digest, now, *shared_tasks,
-                 [this, spec, digest, now, shared_tasks, done = std::move(done)](absl::Status s) {
-                   v1::Batch out;
-                   {
-                     absl::MutexLock lock(&mu_);
-                     submitting_.erase(spec.batch_id());
-                     pending_ -= Reserved(spec, shared_tasks->size());
-                     if (s.ok()) {
-                       Batch& b = batches_[spec.batch_id()];
-                       b.order = next_order_++;
-                       b.spec = spec;
-                       b.digest = digest;
-                       b.create_time = now;
-                       b.tasks = std::move(*shared_tasks);
-                       b.per_group = spec.group_size() + spec.redundancy();
-                       b.episodes.resize(b.tasks.size() * b.per_group);
-                       b.groups.resize(b.tasks.size());
-                       if (b.incremental()) {
-                         OpenMore(b);
-                       } else {
-                         for (uint32_t g = 0; g < b.tasks.size(); ++g) Open(b, g);
-                       }
-                       Touch(b);
-                       out = Describe(b);
-                     }
-                   }
-                   if (!s.ok()) {
-                     done(absl::UnavailableError(absl::StrCat("the journal could not record the batch: ", s.message())));
-                     return;
-                   }
-                   Changed();
-                   done(std::move(out));
-                 });
+  log_->AddBatch(
+      spec, digest, now, *shared_tasks,
+      [this, spec, digest, now, shared_tasks, done = std::move(done)](absl::Status s) {
+        v1::Batch out;
+        {
+          absl::MutexLock lock(&mu_);
+          submitting_.erase(spec.batch_id());
+          pending_ -= Reserved(spec, shared_tasks->size());
+          if (s.ok()) {
+            Batch& b = batches_[spec.batch_id()];
+            b.order = next_order_++;
+            b.spec = spec;
+            b.digest = digest;
+            b.create_time = now;
+            b.tasks = std::move(*shared_tasks);
+            b.per_group = spec.group_size() + spec.redundancy();
+            b.episodes.resize(b.tasks.size() * b.per_group);
+            b.groups.resize(b.tasks.size());
+            if (b.incremental()) {
+              OpenMore(b);
+            } else {
+              for (uint32_t g = 0; g < b.tasks.size(); ++g) Open(b, g);
+            }
+            Touch(b);
+            out = Describe(b);
+          }
+        }
+        if (!s.ok()) {
+          done(absl::UnavailableError(absl::StrCat("the journal could not record the batch: ", s.message())));
+          return;
+        }
+        Changed();
+        done(std::move(out));
+      });
 }
 
 v1::Batch EpisodeTable::Describe(const Batch& b) const {
@@ -234,7 +235,7 @@ absl::StatusOr<v1::ListBatchesResponse> EpisodeTable::ListBatches(const v1::List
   std::sort(items.begin(), items.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   if (!request.page_token().empty() &&
       (request.page_token().size() != 20 || !std::all_of(request.page_token().begin(), request.page_token().end(),
-                                                          [](char c) { return c >= '0' && c <= '9'; }))) {
+                                                         [](char c) { return c >= '0' && c <= '9'; }))) {
     return absl::InvalidArgumentError("page_token was not issued by ListBatches");
   }
   v1::ListBatchesResponse out;
@@ -346,11 +347,13 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
     e.control.reset();
     e.host.clear();
     const StopReason reason = ticket.control->reason();
-    const bool infra = result.status() == v1::EPISODE_STATUS_FAILED && result.failure_class() == v1::FAILURE_CLASS_INFRA;
+    const bool infra =
+        result.status() == v1::EPISODE_STATUS_FAILED && result.failure_class() == v1::FAILURE_CLASS_INFRA;
     // GROUP_FAILURE_POLICY_REPLACE: any failure gets a fresh run (within max_attempts), not only the cluster's.
-    const bool replace = b->spec.group_failure_policy() == v1::GROUP_FAILURE_POLICY_REPLACE &&
-                         (result.status() == v1::EPISODE_STATUS_FAILED || result.status() == v1::EPISODE_STATUS_TIMEOUT ||
-                          result.status() == v1::EPISODE_STATUS_NO_DATA);
+    const bool replace =
+        b->spec.group_failure_policy() == v1::GROUP_FAILURE_POLICY_REPLACE &&
+        (result.status() == v1::EPISODE_STATUS_FAILED || result.status() == v1::EPISODE_STATUS_TIMEOUT ||
+         result.status() == v1::EPISODE_STATUS_NO_DATA);
     const bool stale = reason == StopReason::kNone && !b->cancelled && TooStale(*b, result);
     // The trainer keeps outpacing this episode: give up rather than run it forever (never delivered stale).
     if (stale && e.stale_runs + 1 >= kMaxStaleRuns) MarkTooStale(result, b->spec.max_staleness());
@@ -486,11 +489,8 @@ absl::StatusOr<uint32_t> EpisodeTable::Cancel(const v1::CancelRequest& request) 
       group = ref->group_index;
       break;
     }
-    case v1::CancelRequest::kBatchId:
-      batch_id = request.batch_id();
-      break;
-    default:
-      return absl::InvalidArgumentError("a target is required: episode_id, group_id or batch_id");
+    case v1::CancelRequest::kBatchId: batch_id = request.batch_id(); break;
+    default: return absl::InvalidArgumentError("a target is required: episode_id, group_id or batch_id");
   }
   const std::string why = request.reason().empty() ? "cancelled" : absl::StrCat("cancelled: ", request.reason());
   std::vector<std::shared_ptr<RunControl>> redundant, targets;

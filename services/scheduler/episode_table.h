@@ -245,8 +245,8 @@ class EpisodeTable {
     uint8_t writing = 0;  // journal writes of its result in flight (committed once none)
     uint32_t attempt = 1;
     uint32_t runs = 0;
-    uint32_t stale_runs = 0;  // runs whose result was too stale (max_staleness)
-    uint64_t seq = 0;         // result position, 0 = none
+    uint32_t stale_runs = 0;                       // runs whose result was too stale (max_staleness)
+    uint64_t seq = 0;                              // result position, 0 = none
     absl::Time not_before = absl::InfinitePast();  // a retry waits out its back-off
     v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
     std::optional<double> reward;
@@ -261,9 +261,9 @@ class EpisodeTable {
   enum class GroupState : uint8_t { kUnopened, kOpen, kPassed, kFiltered, kDropped, kSurplus };
   struct Group {
     GroupState state = GroupState::kUnopened;
-    bool started = false;      // an episode of it started (staleness admission counts groups)
-    uint32_t counted = 0;      // ended episodes that count (up to group_size)
-    uint64_t complete_at = 0;  // position at which it was decided (whole-group delivery), 0 = not yet
+    bool started = false;       // an episode of it started (staleness admission counts groups)
+    uint32_t counted = 0;       // ended episodes that count (up to group_size)
+    uint64_t complete_at = 0;   // position at which it was decided (whole-group delivery), 0 = not yet
     int64_t order_version = 0;  // the oldest order_version of its results
   };
   struct Batch {

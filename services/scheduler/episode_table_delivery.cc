@@ -1,11 +1,10 @@
 // EpisodeTable, the delivery side: acknowledgements, what result streams may send and when a batch's stream is
 // complete, and progress counts. (The lifecycle side — submit, run, finish, cancel — is episode_table.cc; a
 // restart's restore is episode_table_restore.cc.)
-#include "services/scheduler/episode_table.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "services/scheduler/episode_table.h"
 
 namespace corral::scheduler {
 namespace {
@@ -130,7 +129,8 @@ EpisodeTable::DeliveryPage EpisodeTable::Deliverable(const std::string& batch_id
     }
     for (uint32_t i = 0; i < c.batch->per_group; ++i) {
       const Episode& e = c.batch->episodes[c.group * c.batch->per_group + i];
-      if (e.counted_in_group && !e.acked) page.items.push_back(Delivery{c.position, e.result, EpisodeId(id, c.group, i)});
+      if (e.counted_in_group && !e.acked)
+        page.items.push_back(Delivery{c.position, e.result, EpisodeId(id, c.group, i)});
     }
   }
   return page;
@@ -146,7 +146,8 @@ void EpisodeTable::MarkDelivered(const std::string& episode_id) {
   if (e.delivered) return;
   e.delivered = true;
   ++b->delivered;
-  if (observer_ != nullptr && e.first_version) observer_->Delivered(std::max<int64_t>(0, policy_version_ - *e.first_version));
+  if (observer_ != nullptr && e.first_version)
+    observer_->Delivered(std::max<int64_t>(0, policy_version_ - *e.first_version));
   Touch(*b);
 }
 

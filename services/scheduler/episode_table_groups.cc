@@ -35,8 +35,7 @@ const char* EpisodeTable::GroupOutcome(GroupState s) {
 }
 
 bool EpisodeTable::Batch::holds() const {
-  return dynamic() || HasBounds(spec.group_filter()) ||
-         spec.group_failure_policy() == v1::GROUP_FAILURE_POLICY_DROP;
+  return dynamic() || HasBounds(spec.group_filter()) || spec.group_failure_policy() == v1::GROUP_FAILURE_POLICY_DROP;
 }
 
 uint32_t EpisodeTable::Batch::budget() const {
@@ -109,10 +108,11 @@ void EpisodeTable::Append(const std::string& batch_id, std::vector<std::shared_p
     if (b == nullptr) {
       refused = absl::NotFoundError(absl::StrCat("no batch '", batch_id, "'"));
     } else if (!b->stream()) {
-      refused = absl::FailedPreconditionError(absl::StrCat("batch '", batch_id, "' is not a stream (groups_in_flight)"));
+      refused =
+          absl::FailedPreconditionError(absl::StrCat("batch '", batch_id, "' is not a stream (groups_in_flight)"));
     } else if (b->input_closed || b->closed) {
-      refused = absl::FailedPreconditionError(
-          absl::StrCat("stream '", batch_id, "' takes no more tasks: ", b->cancelled ? "cancelled" : "its input is closed"));
+      refused = absl::FailedPreconditionError(absl::StrCat(
+          "stream '", batch_id, "' takes no more tasks: ", b->cancelled ? "cancelled" : "its input is closed"));
     } else if (appending_.count(batch_id)) {
       refused = absl::FailedPreconditionError(absl::StrCat("an append to stream '", batch_id, "' is in flight; retry"));
     } else if (static_cast<int64_t>(b->tasks.size() + tasks.size()) > limits_.max_batch_tasks) {
@@ -124,7 +124,8 @@ void EpisodeTable::Append(const std::string& batch_id, std::vector<std::shared_p
       for (const auto& t : b->tasks) ids.insert(t->id());
       for (const auto& t : tasks) {
         if (ids.count(t->id())) {
-          refused = absl::AlreadyExistsError(absl::StrCat("task '", t->id(), "' is already in stream '", batch_id, "'"));
+          refused =
+              absl::AlreadyExistsError(absl::StrCat("task '", t->id(), "' is already in stream '", batch_id, "'"));
           break;
         }
       }
@@ -136,28 +137,29 @@ void EpisodeTable::Append(const std::string& batch_id, std::vector<std::shared_p
   }
   if (!refused.ok()) return done(refused);
   auto shared = std::make_shared<std::vector<std::shared_ptr<const v1::Task>>>(std::move(tasks));
-  log_->TasksAppended(batch_id, first, *shared, close_input,
-                      [this, batch_id, shared, close_input, done = std::move(done)](absl::Status s) {
-                        v1::Batch out;
-                        {
-                          absl::MutexLock lock(&mu_);
-                          appending_.erase(batch_id);
-                          Batch* b = FindBatch(batch_id);
-                          if (s.ok() && b != nullptr) {
-                            AppendTasks(*b, std::move(*shared));
-                            b->input_closed |= close_input;
-                            OpenMore(*b);
-                            Touch(*b);
-                            out = Describe(*b);
-                          }
-                        }
-                        if (!s.ok()) {
-                          done(absl::UnavailableError(absl::StrCat("the journal could not record the tasks: ", s.message())));
-                          return;
-                        }
-                        Changed();
-                        done(std::move(out));
-                      });
+  log_->TasksAppended(
+      batch_id, first, *shared, close_input,
+      [this, batch_id, shared, close_input, done = std::move(done)](absl::Status s) {
+        v1::Batch out;
+        {
+          absl::MutexLock lock(&mu_);
+          appending_.erase(batch_id);
+          Batch* b = FindBatch(batch_id);
+          if (s.ok() && b != nullptr) {
+            AppendTasks(*b, std::move(*shared));
+            b->input_closed |= close_input;
+            OpenMore(*b);
+            Touch(*b);
+            out = Describe(*b);
+          }
+        }
+        if (!s.ok()) {
+          done(absl::UnavailableError(absl::StrCat("the journal could not record the tasks: ", s.message())));
+          return;
+        }
+        Changed();
+        done(std::move(out));
+      });
 }
 
 void EpisodeTable::AppendTasks(Batch& b, std::vector<std::shared_ptr<const v1::Task>> tasks) {

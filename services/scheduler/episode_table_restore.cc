@@ -27,7 +27,8 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
     auto ref = ParseEpisodeId(episode_id);
     if (!ref.ok()) return {nullptr, {}};
     Batch* b = FindBatch(ref->batch_id);
-    if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) return {nullptr, {}};
+    if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group)
+      return {nullptr, {}};
     uint32_t& n = active[b];
     n = std::max(n, ref->group_index + 1);
     return {b, *ref};

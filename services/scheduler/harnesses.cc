@@ -69,15 +69,14 @@ std::string HarnessNames() {
 }
 
 std::vector<std::string> HarnessArgv(const Harness& h) {
-  const std::string dir = absl::StrCat("${CORRAL_HARNESS_ROOT:-", kHarnessRoot, "}/", h.name, "@", h.version,
-                                       "/node_modules/.bin");
-  std::string script = absl::StrCat(
-      "if [ -d \"", dir, "\" ]; then export PATH=\"", dir, ":$PATH\"; fi\n",
-      "if ! command -v ", h.program, " >/dev/null; then\n",
-      "  echo \"corral: the harness ", h.name, " ", h.version, " is not installed here: run 'corral harness install ",
-      h.name, "' on the host, or use an image or template with ", h.program, " on its PATH\" >&2\n",
-      "  exit 127\n",
-      "fi\n", h.launch);
+  const std::string dir =
+      absl::StrCat("${CORRAL_HARNESS_ROOT:-", kHarnessRoot, "}/", h.name, "@", h.version, "/node_modules/.bin");
+  std::string script =
+      absl::StrCat("if [ -d \"", dir, "\" ]; then export PATH=\"", dir, ":$PATH\"; fi\n", "if ! command -v ", h.program,
+                   " >/dev/null; then\n", "  echo \"corral: the harness ", h.name, " ", h.version,
+                   " is not installed here: run 'corral harness install ", h.name,
+                   "' on the host, or use an image or template with ", h.program, " on its PATH\" >&2\n",
+                   "  exit 127\n", "fi\n", h.launch);
   return {"bash", "-c", std::move(script)};
 }
 

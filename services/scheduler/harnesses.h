@@ -8,8 +8,9 @@
 
 #include <span>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace corral::scheduler {
 

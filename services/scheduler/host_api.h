@@ -87,8 +87,7 @@ class HostApi {
   virtual boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
                                                                                CallOptions options) = 0;
   // Has the host pull `ref` from its registry (PullImage); the image pulled.
-  virtual boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref,
-                                                                      CallOptions options) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
       v1::ExecRequest start) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(

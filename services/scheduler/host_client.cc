@@ -5,8 +5,8 @@
 #include "absl/synchronization/mutex.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/scheduler/async_grpc.h"
-#include "services/scheduler/output_tail.h"
 #include "services/scheduler/interactive.h"
+#include "services/scheduler/output_tail.h"
 
 namespace corral::scheduler {
 
@@ -21,9 +21,8 @@ asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostClient::HostInfo(absl:
   CallScope scope(nullptr, After(timeout), token_);
   v1::HostInfoRequest request;
   v1::HostInfoResponse response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->HostInfo(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->HostInfo(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }
@@ -35,13 +34,12 @@ asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> HostClient::Create(const v1:
   request.set_count(1);
   *request.mutable_spec() = spec;
   v1::CreateSandboxesResponse response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->CreateSandboxes(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->CreateSandboxes(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   if (response.sandboxes_size() != 1) {
-    co_return absl::ResourceExhaustedError(absl::StrCat("host ", address_, " rejected the sandbox (",
-                                                        response.rejected_reason(), ")"));
+    co_return absl::ResourceExhaustedError(
+        absl::StrCat("host ", address_, " rejected the sandbox (", response.rejected_reason(), ")"));
   }
   co_return response.sandboxes(0);
 }
@@ -51,9 +49,8 @@ asio::awaitable<absl::StatusOr<v1::Sandbox>> HostClient::Get(const std::string& 
   v1::GetSandboxRequest request;
   request.set_sandbox_id(sandbox_id);
   v1::Sandbox response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->GetSandbox(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->GetSandbox(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }
@@ -63,9 +60,8 @@ asio::awaitable<absl::Status> HostClient::Delete(const std::string& sandbox_id, 
   v1::DeleteSandboxRequest request;
   request.set_sandbox_id(sandbox_id);
   v1::DeleteSandboxResponse response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->DeleteSandbox(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->DeleteSandbox(scope.context(), &request, &response, std::move(done)); });
   co_return FromGrpcStatus(s);
 }
 
@@ -113,29 +109,27 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest re
 }
 
 asio::awaitable<absl::StatusOr<uint32_t>> HostClient::KillAllProcesses(const std::string& sandbox_id,
-                                                                        CallOptions options) {
+                                                                       CallOptions options) {
   CallScope scope(options.control, options.deadline, token_);
   v1::KillAllProcessesRequest request;
   request.set_sandbox_id(sandbox_id);
   v1::KillAllProcessesResponse response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->KillAllProcesses(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->KillAllProcesses(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response.killed();
 }
 
-asio::awaitable<absl::Status> HostClient::Remove(const std::string& sandbox_id, const std::string& path,
-                                                 bool recursive, CallOptions options) {
+asio::awaitable<absl::Status> HostClient::Remove(const std::string& sandbox_id, const std::string& path, bool recursive,
+                                                 CallOptions options) {
   CallScope scope(options.control, options.deadline, token_);
   v1::RemoveRequest request;
   request.set_sandbox_id(sandbox_id);
   request.set_path(path);
   request.set_recursive(recursive);
   v1::RemoveResponse response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->Remove(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->Remove(scope.context(), &request, &response, std::move(done)); });
   // A path that is not there is what was asked for; a missing sandbox is not.
   if (s.error_code() == grpc::StatusCode::NOT_FOUND && !absl::StartsWith(s.error_message(), "sandbox '")) {
     co_return absl::OkStatus();
@@ -151,9 +145,8 @@ asio::awaitable<absl::Status> HostClient::MakeDir(const std::string& sandbox_id,
   request.set_path(path);
   request.set_make_parents(true);
   v1::FileInfo response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->MakeDir(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->MakeDir(scope.context(), &request, &response, std::move(done)); });
   co_return FromGrpcStatus(s);
 }
 
@@ -213,9 +206,8 @@ asio::awaitable<absl::StatusOr<v1::Template>> HostClient::PrepareTemplate(v1::Pr
                                                                           CallOptions options) {
   CallScope scope(options.control, options.deadline, token_);
   v1::Template response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->PrepareTemplate(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->PrepareTemplate(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }
@@ -251,9 +243,8 @@ asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> HostClient::ListSandb
                                                                                      absl::Duration timeout) {
   CallScope scope(nullptr, After(timeout), token_);
   v1::ListSandboxesResponse response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->ListSandboxes(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->ListSandboxes(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }

@@ -1,26 +1,26 @@
 #include "services/scheduler/host_registry.h"
 
-#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
-#include "services/scheduler/host_client.h"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
+#include "libs/api/proto_time.h"
+#include "libs/async/sleep.h"
 #include "libs/core/host_port.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
-#include "libs/api/proto_time.h"
+#include "services/scheduler/host_client.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {
 
 namespace asio = boost::asio;
 
-HostRegistry::HostRegistry(RegistryOptions options, std::vector<std::string> static_hosts, Clock* clock,
+HostRegistry::HostRegistry(RegistryOptions options, std::vector<std::string> static_hosts, Clock* clock, Events events,
                            Connector connect)
-    : options_(std::move(options)), clock_(clock), connect_(std::move(connect)) {
+    : options_(std::move(options)), clock_(clock), connect_(std::move(connect)), events_(std::move(events)) {
   absl::MutexLock lock(&mu_);
   for (const auto& h : static_hosts) Add(h, v1::HOST_SOURCE_STATIC);
 }
@@ -80,8 +80,8 @@ asio::awaitable<void> HostRegistry::ResolveDns() {
   if (!split.ok()) co_return;
   auto executor = co_await asio::this_coro::executor;
   asio::ip::tcp::resolver resolver(executor);
-  auto [ec, results] = co_await resolver.async_resolve(split->first, std::to_string(split->second),
-                                                       asio::as_tuple(asio::use_awaitable));
+  auto [ec, results] =
+      co_await resolver.async_resolve(split->first, std::to_string(split->second), asio::as_tuple(asio::use_awaitable));
   if (ec) {
     spdlog::warn("hosts_dns {}: {}", options_.dns, ec.message());
     co_return;
@@ -91,7 +91,7 @@ asio::awaitable<void> HostRegistry::ResolveDns() {
   for (const auto& r : results) {
     const auto ep = r.endpoint();
     const std::string address = ep.address().is_v6() ? absl::StrCat("[", ep.address().to_string(), "]:", ep.port())
-                                                      : absl::StrCat(ep.address().to_string(), ":", ep.port());
+                                                     : absl::StrCat(ep.address().to_string(), ":", ep.port());
     seen.insert(address);
     Add(address, v1::HOST_SOURCE_DNS);
   }
@@ -152,9 +152,9 @@ asio::awaitable<void> HostRegistry::Poll(std::string address) {
       }
     }
   }
-  if (lost && on_lost_) on_lost_(address);
+  if (lost && events_.lost) events_.lost(address);
   if (sweep) co_await Sweep(client);
-  if (capacity && on_capacity_) on_capacity_();
+  if (capacity && events_.capacity) events_.capacity();
 }
 
 asio::awaitable<void> HostRegistry::Sweep(std::shared_ptr<HostApi> client) {
@@ -257,7 +257,7 @@ void HostRegistry::Release(const std::string& address) {
     if (it == hosts_.end() || it->second.in_use == 0) return;
     --it->second.in_use;
   }
-  if (on_capacity_) on_capacity_();
+  if (events_.capacity) events_.capacity();
 }
 
 uint32_t HostRegistry::InUse(const std::string& address) const {
@@ -329,7 +329,7 @@ absl::StatusOr<std::string> HostRegistry::SetDraining(const std::string& host, b
     }
   }
   if (address.empty()) return absl::NotFoundError(absl::StrCat("no sandbox host '", host, "' (see ListHosts)"));
-  if (!draining && on_capacity_) on_capacity_();
+  if (!draining && events_.capacity) events_.capacity();
   return address;
 }
 

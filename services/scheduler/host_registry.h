@@ -6,7 +6,6 @@
 #pragma once
 
 #include <atomic>
-
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,13 +18,12 @@
 #include "boost/asio/any_io_executor.hpp"
 #include "boost/asio/awaitable.hpp"
 #include "corral/v1/scheduler.pb.h"
-#include "libs/rpc/channel.h"
 #include "libs/core/clock.h"
+#include "libs/rpc/channel.h"
 #include "services/scheduler/host_api.h"
 #include "services/scheduler/placement.h"
 
 namespace corral::scheduler {
-
 
 struct RegistryOptions {
   std::string scheduler_id = "scheduler";
@@ -48,15 +46,16 @@ class HostRegistry {
  public:
   // Connects to a host by address (the default: HostClient over a gRPC channel made from the options).
   using Connector = std::function<absl::StatusOr<std::shared_ptr<HostApi>>(const std::string& address)>;
-  HostRegistry(RegistryOptions options, std::vector<std::string> static_hosts, Clock* clock,
+  // What the registry tells the rest of the scheduler (either may be empty).
+  struct Events {
+    std::function<void(const std::string& address)> lost;  // a host was declared lost
+    std::function<void()> capacity;  // capacity may have become free (a host became healthy, a slot was released)
+  };
+  HostRegistry(RegistryOptions options, std::vector<std::string> static_hosts, Clock* clock, Events events = {},
                Connector connect = nullptr);
 
   // Polls forever (until `stopping` becomes true): HostInfo on every host each poll interval, DNS re-resolution.
   boost::asio::awaitable<void> Run(const std::atomic<bool>* stopping);
-  // Called with a host's address when it is declared lost.
-  void set_on_lost(std::function<void(const std::string&)> fn) { on_lost_ = std::move(fn); }
-  // Called when capacity may have become free (a host became healthy, a slot was released).
-  void set_on_capacity(std::function<void()> fn) { on_capacity_ = std::move(fn); }
 
   // True when some host could take a sandbox now (ignoring features): the dispatcher's admission test.
   bool HasCapacity() const;
@@ -116,8 +115,7 @@ class HostRegistry {
   const RegistryOptions options_;
   Clock* const clock_;
   const Connector connect_;
-  std::function<void(const std::string&)> on_lost_;
-  std::function<void()> on_capacity_;
+  const Events events_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> hosts_ ABSL_GUARDED_BY(mu_);
   absl::Time next_dns_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

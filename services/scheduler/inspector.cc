@@ -148,7 +148,8 @@ absl::StatusOr<std::string> Inspector::EpisodeJson(const std::string& episode_id
   }
   if (!bytes.ok()) return bytes.status();
   v1::EpisodeResult result;
-  if (!result.ParseFromString(*bytes)) return absl::DataLossError(absl::StrCat("episode '", episode_id, "': corrupt result"));
+  if (!result.ParseFromString(*bytes))
+    return absl::DataLossError(absl::StrCat("episode '", episode_id, "': corrupt result"));
   if (result.has_trajectory()) {
     *result.mutable_trajectory() = ConvertTrajectory(result.trajectory(), v1::TRAJECTORY_FORMAT_TRAJECTORY);
   }

@@ -46,7 +46,8 @@ absl::Status CheckToken(const CallAuthenticator& auth, const http::Request& requ
     token = it->second;
   }
   if (token.empty()) {
-    return absl::UnauthenticatedError("the inspector wants the cluster token: 'Authorization: Bearer <token>' or ?token=");
+    return absl::UnauthenticatedError(
+        "the inspector wants the cluster token: 'Authorization: Bearer <token>' or ?token=");
   }
   return auth.CheckClusterToken(token);
 }

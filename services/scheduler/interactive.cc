@@ -13,8 +13,9 @@ namespace corral::scheduler {
 
 namespace asio = boost::asio;
 
-asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> InteractiveCall::Start(
-    v1::SandboxHost::Stub* stub, const std::string& token, v1::ExecRequest start) {
+asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> InteractiveCall::Start(v1::SandboxHost::Stub* stub,
+                                                                                            const std::string& token,
+                                                                                            v1::ExecRequest start) {
   auto executor = co_await asio::this_coro::executor;
   std::shared_ptr<InteractiveCall> p(new InteractiveCall(executor));
   p->self_ = p;
@@ -30,7 +31,9 @@ asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Interactive
     {
       absl::MutexLock lock(&p->mu_);
       if (p->started_) break;
-      if (p->done_) co_return FromGrpcStatus(p->status_.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the process ended at once") : p->status_);
+      if (p->done_)
+        co_return FromGrpcStatus(
+            p->status_.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the process ended at once") : p->status_);
     }
     (void)co_await p->wake_.async_receive(asio::as_tuple(asio::use_awaitable));
   }
@@ -105,8 +108,7 @@ void InteractiveCall::OnDone(const grpc::Status& status) {
   Wake();
 }
 
-asio::awaitable<InteractiveProcess::Output> InteractiveCall::ReadUntil(const std::string& marker,
-                                                                        absl::Time deadline) {
+asio::awaitable<InteractiveProcess::Output> InteractiveCall::ReadUntil(const std::string& marker, absl::Time deadline) {
   auto executor = co_await asio::this_coro::executor;
   asio::steady_timer timer(executor);
   timer.expires_at(asio::steady_timer::clock_type::now() +

@@ -20,13 +20,13 @@
 
 namespace corral::scheduler {
 
-class InteractiveCall final : public InteractiveProcess,
-                              public grpc::ClientBidiReactor<v1::ExecInput, v1::ExecEvent> {
+class InteractiveCall final : public InteractiveProcess, public grpc::ClientBidiReactor<v1::ExecInput, v1::ExecEvent> {
  public:
   // Starts `start` (its command, with stdin kept open). The process lives until Stop(), its exit, or the end of
   // the sandbox. UNAVAILABLE etc. when the call fails before the process started.
-  static boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Start(
-      v1::SandboxHost::Stub* stub, const std::string& token, v1::ExecRequest start);
+  static boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Start(v1::SandboxHost::Stub* stub,
+                                                                                           const std::string& token,
+                                                                                           v1::ExecRequest start);
 
   void Write(std::string data) override;
   void Signal(int signal) override;

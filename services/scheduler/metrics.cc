@@ -41,8 +41,16 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& r)
                           .Help("Journal writes that failed (disk full, I/O error): what they carried is not durable.")
                           .Register(r)
                           .Add({})),
-      queued_(prometheus::BuildGauge().Name("corral_scheduler_queued_episodes").Help("Episodes waiting to run.").Register(r).Add({})),
-      running_(prometheus::BuildGauge().Name("corral_scheduler_running_episodes").Help("Episodes running.").Register(r).Add({})),
+      queued_(prometheus::BuildGauge()
+                  .Name("corral_scheduler_queued_episodes")
+                  .Help("Episodes waiting to run.")
+                  .Register(r)
+                  .Add({})),
+      running_(prometheus::BuildGauge()
+                   .Name("corral_scheduler_running_episodes")
+                   .Help("Episodes running.")
+                   .Register(r)
+                   .Add({})),
       awaiting_ack_(prometheus::BuildGauge()
                         .Name("corral_scheduler_results_awaiting_ack")
                         .Help("Results kept until the trainer acknowledges them.")
@@ -79,11 +87,13 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& r)
                      .Help("Policy versions between a delivered result's first version and the current one.")
                      .Register(r)
                      .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 6, 8, 16, 32})) {
-  auto& by_phase = prometheus::BuildGauge()
-                       .Name("corral_scheduler_running_by_phase")
-                       .Help("Running episodes by what they are doing now (acquire, setup, agent, tool, verifier, reward).")
-                       .Register(r);
-  for (size_t i = 0; i < std::size(kRunPhases); ++i) running_by_phase_[i] = &by_phase.Add({{"phase", RunPhaseName(kRunPhases[i])}});
+  auto& by_phase =
+      prometheus::BuildGauge()
+          .Name("corral_scheduler_running_by_phase")
+          .Help("Running episodes by what they are doing now (acquire, setup, agent, tool, verifier, reward).")
+          .Register(r);
+  for (size_t i = 0; i < std::size(kRunPhases); ++i)
+    running_by_phase_[i] = &by_phase.Add({{"phase", RunPhaseName(kRunPhases[i])}});
   // Every verdict exists from the start (at 0), so dashboards and rates see the series before the first one.
   absl::MutexLock lock(&mu_);
   for (const char* outcome : {"passed", "filtered", "dropped", "surplus"}) {
@@ -107,23 +117,24 @@ void SchedulerMetrics::EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& 
                                static_cast<int>(result.failure_class()));
     auto it = episode_counters_.find(key);
     if (it == episode_counters_.end()) {
-      prometheus::Counter& c = episodes_.Add(
-          {{"runner", RunnerName(runner)},
-           {"status", Lower(v1::EpisodeStatus_Name(result.status()), "EPISODE_STATUS_")},
-           {"failure_class", Lower(v1::FailureClass_Name(result.failure_class()), "FAILURE_CLASS_")}});
+      prometheus::Counter& c =
+          episodes_.Add({{"runner", RunnerName(runner)},
+                         {"status", Lower(v1::EpisodeStatus_Name(result.status()), "EPISODE_STATUS_")},
+                         {"failure_class", Lower(v1::FailureClass_Name(result.failure_class()), "FAILURE_CLASS_")}});
       it = episode_counters_.emplace(key, &c).first;
     }
     counter = it->second;
     for (const char* p : {"queue", "acquire", "setup", "agent", "tools", "verifier", "total"}) {
       auto h = phase_histograms_.find(p);
-      if (h == phase_histograms_.end()) h = phase_histograms_.emplace(p, &phase_.Add({{"phase", p}}, PhaseBuckets())).first;
+      if (h == phase_histograms_.end())
+        h = phase_histograms_.emplace(p, &phase_.Add({{"phase", p}}, PhaseBuckets())).first;
       phases.emplace_back(p, h->second);
     }
   }
   counter->Increment();
   const v1::PhaseTimings& t = result.timings();
   const google::protobuf::Duration* values[] = {&t.queue(), &t.sandbox_acquire(), &t.setup(), &t.agent(),
-                                                &t.tools(), &t.verifier(), &t.total()};
+                                                &t.tools(), &t.verifier(),        &t.total()};
   for (size_t i = 0; i < phases.size(); ++i) {
     const absl::Duration d = FromProto(*values[i]);
     if (d > absl::ZeroDuration()) phases[i].second->Observe(absl::ToDoubleSeconds(d));

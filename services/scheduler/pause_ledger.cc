@@ -27,7 +27,8 @@ absl::Duration PauseLedger::Between(absl::Time from, absl::Time to) const {
   };
   absl::MutexLock lock(&mu_);
   absl::Duration total = since_ ? overlap(*since_, to) : absl::ZeroDuration();
-  for (auto it = ended_.rbegin(); it != ended_.rend() && it->second > from; ++it) total += overlap(it->first, it->second);
+  for (auto it = ended_.rbegin(); it != ended_.rend() && it->second > from; ++it)
+    total += overlap(it->first, it->second);
   return total;
 }
 

@@ -76,8 +76,8 @@ void StopPersistent(Attempt& a) {
 }
 
 asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, const v1::ToolSpec& spec,
-                                                                   const std::string& code, absl::Duration timeout,
-                                                                   size_t limit) {
+                                                                  const std::string& code, absl::Duration timeout,
+                                                                  size_t limit) {
   using Out = std::variant<std::string, Failure>;
   const bool bash = spec.kind() == v1::TOOL_KIND_BASH;
   auto it = a.tool_processes.find(spec.name());
@@ -126,7 +126,9 @@ asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, co
     }
   }
   if (out.ended && !out.marked) {
-    if (a.control()->stopped()) co_return Out(a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, spec.name()));
+    if (a.control()->stopped())
+      co_return Out(
+          a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, spec.name()));
     note = "\n[the process exited; the next call starts a new one]";
     replace = true;
   }
@@ -140,7 +142,8 @@ asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, co
     if (at != std::string::npos) {
       int status = 0;
       const std::string digits = text.substr(at + 17, text.find('\n', at + 1) - at - 17);
-      if (absl::SimpleAtoi(digits, &status) && status != 0 && note.empty()) note = absl::StrCat("\n[exit code ", status, "]");
+      if (absl::SimpleAtoi(digits, &status) && status != 0 && note.empty())
+        note = absl::StrCat("\n[exit code ", status, "]");
       text.erase(at);
     }
   }

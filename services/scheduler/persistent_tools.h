@@ -16,8 +16,8 @@ namespace corral::scheduler {
 // The tool message for one call (`code`: the bash command or the python source), or an infra failure (the
 // sandbox is gone).
 boost::asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, const v1::ToolSpec& spec,
-                                                                          const std::string& code,
-                                                                          absl::Duration timeout, size_t limit);
+                                                                         const std::string& code,
+                                                                         absl::Duration timeout, size_t limit);
 // Stops the attempt's persistent processes (the sandbox's deletion would kill them too).
 void StopPersistent(Attempt& a);
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "boost/asio/co_spawn.hpp"
@@ -11,16 +10,16 @@
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/api/policy_version.h"
 #include "libs/api/proto_time.h"
+#include "libs/async/sleep.h"
+#include "libs/async/spawn.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
-#include "libs/async/spawn.h"
 #include "libs/http/server.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {
 
 namespace asio = boost::asio;
-
 
 PolicyState PolicyControl::state() const {
   absl::MutexLock lock(&mu_);
@@ -45,7 +44,7 @@ void PolicyControl::Change(const std::function<absl::Status(PolicyState&)>& chan
     if (!durable.ok()) {
       return fail(absl::UnavailableError(absl::StrCat("the change could not be journaled: ", durable.message())));
     }
-    if (pauses_ != nullptr) pauses_->Set(next.paused, absl::Now());
+    if (pauses_ != nullptr) pauses_->Set(next.paused, clock_->Now());
     push(next);
   });
 }
@@ -79,7 +78,8 @@ absl::Status PolicyControl::Outcome(const std::vector<absl::StatusOr<R>>& result
     failed.push_back(absl::StrCat(proxies_[i]->address(), " (", s.message(), ")"));
   }
   if (failed.empty()) return absl::OkStatus();
-  if (!refused.ok()) return absl::Status(refused.code(), absl::StrCat("a proxy replica refused: ", absl::StrJoin(failed, "; ")));
+  if (!refused.ok())
+    return absl::Status(refused.code(), absl::StrCat("a proxy replica refused: ", absl::StrJoin(failed, "; ")));
   return absl::UnavailableError(absl::StrCat("not applied by proxy replica(s) ", absl::StrJoin(failed, "; "),
                                              "; the change stands and is pushed to them when they answer"));
 }
@@ -103,8 +103,8 @@ asio::awaitable<void> PolicyControl::PushUpdate(PolicyState s, int64_t previous,
   v1::UpdatePolicyRequest push;
   push.set_version(s.version);
   push.set_sequence(s.sequence);
-  auto results = co_await OnEveryReplica<v1::UpdatePolicyResponse>(
-      [&](ProxyApi& p) { return p.UpdatePolicy(push, deadline); });
+  auto results =
+      co_await OnEveryReplica<v1::UpdatePolicyResponse>([&](ProxyApi& p) { return p.UpdatePolicy(push, deadline); });
   // After the replicas (those that answered) serve it: episodes admitted for it record it.
   if (on_version_) on_version_(s.version);
   if (absl::Status out = Outcome(results); !out.ok()) co_return done(out);
@@ -138,9 +138,9 @@ asio::awaitable<void> PolicyControl::PushPause(PolicyState s, v1::PauseGeneratio
                                                Done<v1::PauseGenerationResponse> done) {
   v1::PauseGenerationRequest push = request;
   push.set_sequence(s.sequence);
-  const absl::Time start = absl::Now();
-  auto results = co_await OnEveryReplica<v1::PauseGenerationResponse>(
-      [&](ProxyApi& p) { return p.Pause(push, deadline); });
+  const absl::Time start = clock_->Now();
+  auto results =
+      co_await OnEveryReplica<v1::PauseGenerationResponse>([&](ProxyApi& p) { return p.Pause(push, deadline); });
   if (absl::Status out = Outcome(results); !out.ok()) co_return done(out);
   v1::PauseGenerationResponse r;
   for (const auto& one : results) {
@@ -148,7 +148,7 @@ asio::awaitable<void> PolicyControl::PushPause(PolicyState s, v1::PauseGeneratio
     r.set_aborted(r.aborted() + one->aborted());
     r.set_held(r.held() + one->held());
   }
-  ToProto(absl::Now() - start, r.mutable_waited());
+  ToProto(clock_->Now() - start, r.mutable_waited());
   r.set_replicas(static_cast<uint32_t>(results.size()));
   spdlog::info("generation paused on {} proxy replica(s) ({}): {} drained, {} aborted, {} held", results.size(),
                v1::PauseMode_Name(s.mode), r.drained(), r.aborted(), r.held());
@@ -175,8 +175,8 @@ asio::awaitable<void> PolicyControl::PushResume(PolicyState s, absl::Time deadli
   v1::ResumeGenerationRequest push;
   push.set_version(s.version);
   push.set_sequence(s.sequence);
-  auto results = co_await OnEveryReplica<v1::ResumeGenerationResponse>(
-      [&](ProxyApi& p) { return p.Resume(push, deadline); });
+  auto results =
+      co_await OnEveryReplica<v1::ResumeGenerationResponse>([&](ProxyApi& p) { return p.Resume(push, deadline); });
   if (on_version_) on_version_(s.version);
   if (absl::Status out = Outcome(results); !out.ok()) co_return done(out);
   v1::ResumeGenerationResponse r;
@@ -195,10 +195,10 @@ asio::awaitable<void> PolicyControl::PushResume(PolicyState s, absl::Time deadli
 
 asio::awaitable<void> PolicyControl::Run(const std::atomic<bool>* stopping, absl::Duration interval) {
   while (!*stopping) {
-    co_await async::SleepFor(interval);
+    co_await async::SleepFor(*clock_, interval);
     const PolicyState s = state();
     if (s.sequence == 0) continue;  // the trainer never said anything: the replicas' defaults stand
-    const absl::Time deadline = absl::Now() + std::min(interval, absl::Seconds(5));
+    const absl::Time deadline = clock_->Now() + std::min(interval, absl::Seconds(5));
     auto results = co_await OnEveryReplica<bool>([&](ProxyApi& p) -> asio::awaitable<absl::StatusOr<bool>> {
       if (!s.paused) {
         v1::ResumeGenerationRequest resume;

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "boost/asio/any_io_executor.hpp"
 #include "boost/asio/awaitable.hpp"
+#include "libs/core/clock.h"
 #include "services/scheduler/pause_ledger.h"
 #include "services/scheduler/proxy_api.h"
 #include "services/scheduler/scheduler_journal.h"
@@ -23,11 +24,20 @@ namespace corral::scheduler {
 class PolicyControl {
  public:
   // `pauses` (optional) learns when generation is paused and resumed, from the restored state on.
-  PolicyControl(boost::asio::any_io_executor executor, SchedulerJournal* journal,
-                std::vector<std::shared_ptr<ProxyApi>> proxies, PolicyState restored, PauseLedger* pauses = nullptr)
-      : executor_(std::move(executor)), journal_(journal), proxies_(std::move(proxies)), pauses_(pauses),
+  // `on_version` (optional) is called with the version once an update or resume was journaled and pushed to the
+  // replicas (answered or not): the episode table's staleness and admission, so episodes it admits record the
+  // new version.
+  PolicyControl(boost::asio::any_io_executor executor, Clock* clock, SchedulerJournal* journal,
+                std::vector<std::shared_ptr<ProxyApi>> proxies, PolicyState restored, PauseLedger* pauses = nullptr,
+                std::function<void(int64_t)> on_version = nullptr)
+      : executor_(std::move(executor)),
+        clock_(clock),
+        journal_(journal),
+        proxies_(std::move(proxies)),
+        pauses_(pauses),
+        on_version_(std::move(on_version)),
         state_(restored) {
-    if (pauses_ != nullptr) pauses_->Set(restored.paused, absl::Now());
+    if (pauses_ != nullptr) pauses_->Set(restored.paused, clock_->Now());
   }
 
   template <class R>
@@ -38,10 +48,6 @@ class PolicyControl {
   // Answers once no call is upstream on any replica.
   void Pause(const v1::PauseGenerationRequest& request, absl::Time deadline, Done<v1::PauseGenerationResponse> done);
   void Resume(const v1::ResumeGenerationRequest& request, absl::Time deadline, Done<v1::ResumeGenerationResponse> done);
-
-  // Called with the version once an update or resume was journaled and pushed to the replicas (answered or not):
-  // the episode table's staleness and admission, so episodes it admits record the new version.
-  void set_on_version(std::function<void(int64_t)> fn) { on_version_ = std::move(fn); }
 
   // Pushes the state to every replica every `interval` until `stopping`.
   boost::asio::awaitable<void> Run(const std::atomic<bool>* stopping, absl::Duration interval);
@@ -69,10 +75,11 @@ class PolicyControl {
   absl::Status Outcome(const std::vector<absl::StatusOr<R>>& results) const;
 
   const boost::asio::any_io_executor executor_;
+  Clock* const clock_;
   SchedulerJournal* const journal_;
   const std::vector<std::shared_ptr<ProxyApi>> proxies_;
   PauseLedger* const pauses_;
-  std::function<void(int64_t)> on_version_;
+  const std::function<void(int64_t)> on_version_;
   mutable absl::Mutex mu_;
   PolicyState state_ ABSL_GUARDED_BY(mu_);
 };

@@ -34,7 +34,7 @@ class ProxyApi {
   virtual const std::string& address() const = 0;
 
   virtual boost::asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> Open(v1::OpenSessionRequest request,
-                                                                                CallOptions options) = 0;
+                                                                               CallOptions options) = 0;
   // Closes the session (idempotent) and returns its trajectory in the CALLS form plus the TRAJECTORY branches.
   virtual boost::asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> Close(const std::string& env_id,
                                                                                  v1::TrajectoryFormat format,
@@ -43,10 +43,10 @@ class ProxyApi {
   virtual void CloseAsync(const std::string& env_id) = 0;
   virtual boost::asio::awaitable<absl::Status> Ack(const std::string& env_id, absl::Duration timeout) = 0;
   // Asynchronous RL: the replica's policy version and generation pause (policy_control.h).
-  virtual boost::asio::awaitable<absl::StatusOr<v1::UpdatePolicyResponse>> UpdatePolicy(
-      v1::UpdatePolicyRequest request, absl::Time deadline) = 0;
-  virtual boost::asio::awaitable<absl::StatusOr<v1::PauseGenerationResponse>> Pause(
-      v1::PauseGenerationRequest request, absl::Time deadline) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::UpdatePolicyResponse>> UpdatePolicy(v1::UpdatePolicyRequest request,
+                                                                                        absl::Time deadline) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::PauseGenerationResponse>> Pause(v1::PauseGenerationRequest request,
+                                                                                    absl::Time deadline) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<v1::ResumeGenerationResponse>> Resume(
       v1::ResumeGenerationRequest request, absl::Time deadline) = 0;
   // POST `path` (e.g. "/chat/completions") below the session's base URL with the session's token.

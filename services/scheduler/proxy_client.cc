@@ -1,16 +1,16 @@
 #include "services/scheduler/proxy_client.h"
 
-#include "libs/async/sleep.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "boost/asio/this_coro.hpp"
+#include "libs/async/sleep.h"
 #include "libs/http/client.h"
 #include "libs/http/server.h"
-#include "libs/rpc/status_conversion.h"
 #include "libs/http/url.h"
+#include "libs/rpc/status_conversion.h"
 #include "services/scheduler/async_grpc.h"
 #include "services/scheduler/retry_backoff.h"
 
@@ -33,24 +33,22 @@ asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> ProxyClient::Open(v1::O
                                                                            CallOptions options) {
   CallScope scope(options.control, options.deadline, token_);
   v1::OpenSessionResponse response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->OpenSession(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->OpenSession(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }
 
 asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> ProxyClient::Close(const std::string& env_id,
-                                                                            v1::TrajectoryFormat format,
-                                                                            absl::Duration timeout) {
+                                                                             v1::TrajectoryFormat format,
+                                                                             absl::Duration timeout) {
   CallScope scope(nullptr, absl::Now() + timeout, token_);
   v1::CloseSessionRequest request;
   request.set_env_id(env_id);
   request.set_format(format);
   v1::CloseSessionResponse response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->CloseSession(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->CloseSession(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }
@@ -73,9 +71,8 @@ asio::awaitable<absl::Status> ProxyClient::Ack(const std::string& env_id, absl::
   v1::AckTrajectoryRequest request;
   request.add_env_ids(env_id);
   v1::AckTrajectoryResponse response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    stub_->async()->AckTrajectory(scope.context(), &request, &response, std::move(done));
-  });
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->AckTrajectory(scope.context(), &request, &response, std::move(done)); });
   co_return FromGrpcStatus(s);
 }
 
@@ -101,22 +98,22 @@ asio::awaitable<absl::StatusOr<v1::UpdatePolicyResponse>> ProxyClient::UpdatePol
 }
 
 asio::awaitable<absl::StatusOr<v1::PauseGenerationResponse>> ProxyClient::Pause(v1::PauseGenerationRequest request,
-                                                                               absl::Time deadline) {
+                                                                                absl::Time deadline) {
   co_return co_await Unary<v1::PauseGenerationResponse>(deadline, token_, [&](auto* ctx, auto* response, auto done) {
     stub_->async()->PauseGeneration(ctx, &request, response, std::move(done));
   });
 }
 
 asio::awaitable<absl::StatusOr<v1::ResumeGenerationResponse>> ProxyClient::Resume(v1::ResumeGenerationRequest request,
-                                                                                 absl::Time deadline) {
+                                                                                  absl::Time deadline) {
   co_return co_await Unary<v1::ResumeGenerationResponse>(deadline, token_, [&](auto* ctx, auto* response, auto done) {
     stub_->async()->ResumeGeneration(ctx, &request, response, std::move(done));
   });
 }
 
 asio::awaitable<absl::StatusOr<LlmReply>> ProxyClient::Post(const BaseUrl& base, const std::string& env_token,
-                                                           const std::string& path, std::string body,
-                                                           absl::Duration timeout) {
+                                                            const std::string& path, std::string body,
+                                                            absl::Duration timeout) {
   http::Request request;
   request.method(boost::beast::http::verb::post);
   request.target(base.prefix + path);

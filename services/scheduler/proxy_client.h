@@ -20,7 +20,7 @@ class ProxyClient final : public ProxyApi {
   const std::string& address() const override { return address_; }
 
   boost::asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> Open(v1::OpenSessionRequest request,
-                                                                        CallOptions options) override;
+                                                                       CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> Close(const std::string& env_id,
                                                                          v1::TrajectoryFormat format,
                                                                          absl::Duration timeout) override;
@@ -29,9 +29,9 @@ class ProxyClient final : public ProxyApi {
   boost::asio::awaitable<absl::StatusOr<v1::UpdatePolicyResponse>> UpdatePolicy(v1::UpdatePolicyRequest request,
                                                                                 absl::Time deadline) override;
   boost::asio::awaitable<absl::StatusOr<v1::PauseGenerationResponse>> Pause(v1::PauseGenerationRequest request,
-                                                                           absl::Time deadline) override;
+                                                                            absl::Time deadline) override;
   boost::asio::awaitable<absl::StatusOr<v1::ResumeGenerationResponse>> Resume(v1::ResumeGenerationRequest request,
-                                                                             absl::Time deadline) override;
+                                                                              absl::Time deadline) override;
   boost::asio::awaitable<absl::StatusOr<LlmReply>> Post(const BaseUrl& base, const std::string& env_token,
                                                         const std::string& path, std::string body,
                                                         absl::Duration timeout) override;

@@ -93,7 +93,8 @@ class RunControl {
     absl::MutexLock lock(&mu_);
     hooks_.erase(id);
     if (hooks_running_ && hook_thread_ != std::this_thread::get_id()) {
-      mu_.Await(absl::Condition(+[](bool* running) { return !*running; }, &hooks_running_));
+      mu_.Await(absl::Condition(
+          +[](bool* running) { return !*running; }, &hooks_running_));
     }
   }
 

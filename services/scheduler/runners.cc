@@ -6,16 +6,16 @@
 #include <atomic>
 #include <variant>
 
-#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/async_result.hpp"
 #include "boost/asio/experimental/awaitable_operators.hpp"
 #include "boost/asio/experimental/concurrent_channel.hpp"
-#include "boost/asio/this_coro.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/api/proto_time.h"
+#include "libs/async/sleep.h"
 #include "services/scheduler/chat.h"
 #include "services/scheduler/harnesses.h"
 #include "services/scheduler/persistent_tools.h"
@@ -107,8 +107,8 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
                          UntilGenerationDeadline(a, call_deadline));
   permit->Release();
   if (raced.index() == 1) {
-    out.failure = a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA,
-                               "LLM call");
+    out.failure =
+        a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA, "LLM call");
     co_return out;
   }
   if (raced.index() == 2) {
@@ -121,9 +121,10 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   if (!reply.ok()) {
     const bool timed_out =
         a.clock->Now() >= a.AgentDeadline() || reply.status().code() == absl::StatusCode::kDeadlineExceeded;
-    out.failure = timed_out ? a.FromStatus(absl::DeadlineExceededError(reply.status().message()), v1::EPISODE_PHASE_AGENT,
-                                           v1::FAILURE_CLASS_AGENT, "LLM call")
-                            : a.FromStatus(reply.status(), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA, "LLM call");
+    out.failure = timed_out
+                      ? a.FromStatus(absl::DeadlineExceededError(reply.status().message()), v1::EPISODE_PHASE_AGENT,
+                                     v1::FAILURE_CLASS_AGENT, "LLM call")
+                      : a.FromStatus(reply.status(), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA, "LLM call");
     co_return out;
   }
   if (IsBudgetExhausted(reply->status, reply->body)) {
@@ -147,7 +148,6 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   out.reply = *std::move(parsed);
   co_return out;
 }
-
 
 // The reward of a finished conversation: the built-in function, or the verifier.
 asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
@@ -191,8 +191,8 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
   auto args = ParseArguments(arguments);
   if (!args.ok()) co_return Out(absl::StrCat("error: ", args.status().message(), ": ", arguments.substr(0, 200)));
   const absl::Duration timeout = a.Timeout(a.task().timeouts().tool(), a.options->timeouts.tool);
-  const size_t limit = a.task().tool_loop().max_tool_output_bytes() == 0 ? 16 * 1024
-                                                                           : a.task().tool_loop().max_tool_output_bytes();
+  const size_t limit =
+      a.task().tool_loop().max_tool_output_bytes() == 0 ? 16 * 1024 : a.task().tool_loop().max_tool_output_bytes();
   const std::string language = spec.kind() == v1::TOOL_KIND_CODE_INTERPRETER
                                    ? (spec.language().empty() ? "python" : spec.language())
                                    : (spec.kind() == v1::TOOL_KIND_BASH ? "bash" : "");
@@ -257,8 +257,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
       co_return Out(s.ok() ? absl::StrCat("wrote ", file.content().size(), " bytes to ", file.path())
                            : absl::StrCat("error: ", s.message()));
     }
-    default:
-      co_return Out(std::string("error: unknown tool kind"));
+    default: co_return Out(std::string("error: unknown tool kind"));
   }
   const std::string key = spec.kind() == v1::TOOL_KIND_COMMAND ? "command" : language;
   auto permit = co_await TakePermit(a, a.options->tool_limit, key, timeout);
@@ -294,8 +293,7 @@ void SetReward(Attempt& a, const RewardOutcome& r) {
 }
 
 asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command command, std::string stdin_data,
-                                                  absl::Duration timeout, size_t output_limit,
-                                                  bool host_keeps_time) {
+                                                  absl::Duration timeout, size_t output_limit, bool host_keeps_time) {
   v1::ExecRequest request;
   request.set_sandbox_id(a.sandbox_id);
   *request.mutable_command() = std::move(command);
@@ -309,7 +307,6 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command comman
                                   : absl::InfiniteFuture();
   co_return co_await a.slot->client->Exec(std::move(request), output_limit, a.Call(deadline));
 }
-
 
 asio::awaitable<std::optional<Failure>> Upload(Attempt& a, const std::vector<v1::InlineFile>& files,
                                                absl::Time deadline, v1::EpisodePhase phase) {
@@ -373,7 +370,8 @@ std::string TaskJson(const v1::Task& task, const v1::EpisodeIds& ids, bool for_v
   if (for_verifier) {
     o["answer"] = task.answer();
     boost::system::error_code ec;
-    json::value metadata = task.metadata_json().empty() ? json::value(json::object()) : json::parse(task.metadata_json(), ec);
+    json::value metadata =
+        task.metadata_json().empty() ? json::value(json::object()) : json::parse(task.metadata_json(), ec);
     o["metadata"] = ec ? json::value(json::object()) : metadata;
   }
   return json::serialize(o);
@@ -411,21 +409,21 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
     // Paused time does not count: the scheduler keeps the agent's time and stops it once the agent phase's
     // deadline (later by every pause) has passed; stopping cancels the exec, and the host kills the process.
     using namespace asio::experimental::awaitable_operators;
-    auto raced = co_await (Exec(a, std::move(command), "", a.AgentDeadline() - started, 4096, false) ||
-                           StopAtAgentDeadline(a));
+    auto raced =
+        co_await (Exec(a, std::move(command), "", a.AgentDeadline() - started, 4096, false) || StopAtAgentDeadline(a));
     if (raced.index() == 1) {
       const absl::Duration paused = a.PausedSince(started);
       const bool episode = a.AgentDeadline() >= a.EpisodeDeadline();
       ToProto(a.clock->Now() - started, a.result.mutable_timings()->mutable_agent());
-      co_return Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT,
-                        episode ? v1::EPISODE_PHASE_EPISODE : v1::EPISODE_PHASE_AGENT,
-                        absl::StrCat("the agent ran past its ", episode ? "episode timeout" : "timeout", " (",
-                                     absl::FormatDuration(episode ? a.EpisodeDeadline() - a.start - a.PausedSince(a.start)
-                                                                  : timeout),
-                                     paused > absl::ZeroDuration()
-                                         ? absl::StrCat(", not counting ", absl::FormatDuration(paused), " paused")
-                                         : "",
-                                     ") and was killed")};
+      co_return Failure{
+          v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT,
+          episode ? v1::EPISODE_PHASE_EPISODE : v1::EPISODE_PHASE_AGENT,
+          absl::StrCat("the agent ran past its ", episode ? "episode timeout" : "timeout", " (",
+                       absl::FormatDuration(episode ? a.EpisodeDeadline() - a.start - a.PausedSince(a.start) : timeout),
+                       paused > absl::ZeroDuration()
+                           ? absl::StrCat(", not counting ", absl::FormatDuration(paused), " paused")
+                           : "",
+                       ") and was killed")};
     }
     out = std::get<0>(std::move(raced));
   }
@@ -439,8 +437,9 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
   }
   a.result.set_agent_output_tail(out->tail);
   if (out->exit.timed_out()) {
-    co_return Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
-                      absl::StrCat("the agent ran past its timeout (", absl::FormatDuration(timeout), ") and was killed")};
+    co_return Failure{
+        v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
+        absl::StrCat("the agent ran past its timeout (", absl::FormatDuration(timeout), ") and was killed")};
   }
   if (out->exit.signal() == 0) a.result.set_agent_exit_code(out->exit.exit_code());
   // The verifier decides, whatever the agent's exit code.

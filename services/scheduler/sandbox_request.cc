@@ -48,9 +48,8 @@ v1::PrepareTemplateRequest TemplateRequestFor(const v1::EnvironmentSpec& env, co
   prepare.set_key(spec.template_key());
   *prepare.mutable_files() = env.setup_files();
   *prepare.mutable_setup_commands() = env.setup_commands();
-  prepare.set_network_policy(env.setup_network_policy() == v1::NETWORK_POLICY_UNSPECIFIED
-                                 ? v1::NETWORK_POLICY_OPEN
-                                 : env.setup_network_policy());
+  prepare.set_network_policy(env.setup_network_policy() == v1::NETWORK_POLICY_UNSPECIFIED ? v1::NETWORK_POLICY_OPEN
+                                                                                          : env.setup_network_policy());
   *prepare.mutable_limits() = env.limits();
   *prepare.mutable_env() = env.env();
   *prepare.mutable_task_paths() = spec.task_paths();

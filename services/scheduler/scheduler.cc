@@ -2,16 +2,16 @@
 
 #include <random>
 
-#include "libs/async/sleep.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
-#include "libs/async/spawn.h"
 #include "boost/asio/post.hpp"
 #include "boost/asio/use_awaitable.hpp"
+#include "libs/api/proto_time.h"
+#include "libs/async/sleep.h"
+#include "libs/async/spawn.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
-#include "libs/api/proto_time.h"
 #include "services/scheduler/submission.h"
 #include "spdlog/spdlog.h"
 
@@ -19,19 +19,27 @@ namespace corral::scheduler {
 
 namespace asio = boost::asio;
 
-Scheduler::Scheduler(asio::io_context& io, SchedulerOptions options, EpisodeTable* table, HostRegistry* hosts,
-                     EpisodeDriver* driver, SchedulerMetrics* metrics, WarmPool* pool)
+Scheduler::Scheduler(asio::io_context& io, Clock* clock, SchedulerOptions options, EpisodeTable* table,
+                     HostRegistry* hosts, EpisodeDriver* driver, Doorbell* doorbell, SchedulerMetrics* metrics,
+                     WarmPool* pool)
     : io_(io),
+      clock_(clock),
       options_(options),
       table_(table),
       hosts_(hosts),
       driver_(driver),
       metrics_(metrics),
       pool_(pool),
-      wake_(io) {}
+      doorbell_(doorbell) {}
 
-int64_t Scheduler::WarmRoom() const {
-  return hosts_->FreeSlots() - driver_->placing() - static_cast<int64_t>(table_->QueuedNeedingSandbox());
+int64_t WarmRoom(const HostRegistry& hosts, const Occupancy& occupancy, const EpisodeTable& table) {
+  return hosts.FreeSlots() - occupancy.placing.load() - static_cast<int64_t>(table.QueuedNeedingSandbox());
+}
+
+void StopRunsOnLostHost(EpisodeTable& table, const std::string& address) {
+  auto runs = table.Running(address);
+  if (!runs.empty()) spdlog::warn("host {} lost: retrying its {} episode(s) elsewhere", address, runs.size());
+  for (auto& r : runs) r->Stop(StopReason::kHostLost, absl::StrCat("sandbox host ", address, " stopped answering"));
 }
 
 void Scheduler::Start() {
@@ -44,18 +52,13 @@ void Scheduler::Start() {
 void Scheduler::Stop() {
   asio::post(io_, [this] {
     stopping_ = true;
-    wake_.cancel();
+    doorbell_->Ring();
   });
-}
-
-void Scheduler::Kick() {
-  if (kicked_.exchange(true)) return;  // a wake-up is already on its way
-  asio::post(io_, [this] { wake_.cancel(); });
 }
 
 asio::awaitable<void> Scheduler::Dispatch() {
   while (!stopping_) {
-    kicked_ = false;
+    doorbell_->Clear();
     if (!draining_) {
       // Sandbox slots free now, minus those the attempts already started but not yet placed count on.
       // Warm sandboxes hold slots but each can serve an episode.
@@ -67,9 +70,7 @@ asio::awaitable<void> Scheduler::Dispatch() {
         driver_->Start(*std::move(ticket));
       }
     }
-    if (kicked_) continue;
-    wake_.expires_after(std::chrono::milliseconds(500));
-    (void)co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+    co_await doorbell_->Wait(absl::Milliseconds(500));
   }
 }
 
@@ -90,8 +91,8 @@ asio::awaitable<void> Scheduler::Tick() {
       metrics_->SetRunningPhases(by_phase);
       if (pool_ != nullptr) metrics_->SetWarmPool(pool_->ready(), pool_->hits(), pool_->misses());
     }
-    Kick();
-    co_await async::SleepFor(absl::Seconds(1));
+    doorbell_->Ring();
+    co_await async::SleepFor(*clock_, absl::Seconds(1));
   }
 }
 
@@ -101,7 +102,7 @@ void Scheduler::Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks,
     done(absl::FailedPreconditionError("the scheduler is draining: Submit is refused until Drain(resume)"));
     return;
   }
-  if (absl::Status s = ValidateSpec(spec, absl::Now(), options_.limits); !s.ok()) return done(s);
+  if (absl::Status s = ValidateSpec(spec, clock_->Now(), options_.limits); !s.ok()) return done(s);
   if (tasks.empty() && spec.groups_in_flight() == 0) return done(absl::InvalidArgumentError("the batch has no tasks"));
   if (static_cast<int64_t>(tasks.size()) > options_.limits.max_batch_tasks) {
     return done(absl::ResourceExhaustedError(absl::StrCat("the batch has ", tasks.size(), " tasks; at most ",
@@ -117,12 +118,12 @@ void Scheduler::Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks,
   std::random_device rd;
   const uint64_t random_seed = (static_cast<uint64_t>(rd()) << 32) | rd();
   if (spec.batch_id().empty()) {
-    spec.set_batch_id(absl::StrCat("b-", absl::ToUnixMillis(absl::Now()), "-", next_batch_++));
+    spec.set_batch_id(absl::StrCat("b-", absl::ToUnixMillis(clock_->Now()), "-", next_batch_++));
   }
   v1::BatchSpec full = WithDefaults(std::move(spec), options_.limits, random_seed);
   table_->Submit(std::move(full), digest, *std::move(effective),
                  [this, done = std::move(done)](absl::StatusOr<v1::Batch> batch) {
-                   if (batch.ok()) Kick();
+                   if (batch.ok()) doorbell_->Ring();
                    done(std::move(batch));
                  });
 }
@@ -143,7 +144,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Scheduler::Effectiv
   return effective;
 }
 
-void Scheduler::AppendTasks(const v1::AppendTasksRequest& request, std::function<void(absl::StatusOr<v1::Batch>)> done) {
+void Scheduler::AppendTasks(const v1::AppendTasksRequest& request,
+                            std::function<void(absl::StatusOr<v1::Batch>)> done) {
   if (request.batch_id().empty()) return done(absl::InvalidArgumentError("batch_id is required"));
   if (request.tasks().empty() && !request.close_input()) {
     return done(absl::InvalidArgumentError("nothing to do: no tasks and not close_input"));
@@ -155,15 +157,9 @@ void Scheduler::AppendTasks(const v1::AppendTasksRequest& request, std::function
   if (!effective.ok()) return done(effective.status());
   table_->Append(request.batch_id(), *std::move(effective), request.close_input(),
                  [this, done = std::move(done)](absl::StatusOr<v1::Batch> out) {
-                   if (out.ok()) Kick();
+                   if (out.ok()) doorbell_->Ring();
                    done(std::move(out));
                  });
-}
-
-void Scheduler::HostLost(const std::string& address) {
-  auto runs = table_->Running(address);
-  if (!runs.empty()) spdlog::warn("host {} lost: retrying its {} episode(s) elsewhere", address, runs.size());
-  for (auto& r : runs) r->Stop(StopReason::kHostLost, absl::StrCat("sandbox host ", address, " stopped answering"));
 }
 
 void Scheduler::Drain(const v1::DrainRequest& request, std::function<void(absl::StatusOr<v1::DrainResponse>)> done) {
@@ -179,7 +175,7 @@ void Scheduler::Drain(const v1::DrainRequest& request, std::function<void(absl::
   }
   if (request.resume()) {
     spdlog::info("drain of {} undone", address.empty() ? "the scheduler" : address);
-    Kick();
+    doorbell_->Ring();
     v1::DrainResponse out;
     out.set_queued(static_cast<uint32_t>(table_->QueuedCount()));
     return done(out);
@@ -191,15 +187,17 @@ void Scheduler::Drain(const v1::DrainRequest& request, std::function<void(absl::
 asio::awaitable<void> Scheduler::RunDrain(std::string address, absl::Duration grace,
                                           std::function<void(absl::StatusOr<v1::DrainResponse>)> done) {
   const size_t at_start = table_->RunningCount(address);
-  const absl::Time until = absl::Now() + grace;
-  while (table_->RunningCount(address) > 0 && absl::Now() < until) co_await async::SleepFor(absl::Milliseconds(20));
+  const absl::Time until = clock_->Now() + grace;
+  while (table_->RunningCount(address) > 0 && clock_->Now() < until) {
+    co_await async::SleepFor(*clock_, absl::Milliseconds(20));
+  }
   uint32_t requeued = 0;
   for (auto& run : table_->Running(address)) {
     if (run->Stop(StopReason::kRequeue, "drained")) ++requeued;
   }
   // Done when nothing runs there and the stopped episodes' sandboxes are deleted (the host is empty of ours).
   while (table_->RunningCount(address) > 0 || hosts_->InUse(address) > 0) {
-    co_await async::SleepFor(absl::Milliseconds(20));
+    co_await async::SleepFor(*clock_, absl::Milliseconds(20));
   }
   v1::DrainResponse out;
   out.set_requeued(requeued);

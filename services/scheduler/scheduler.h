@@ -14,6 +14,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "corral/v1/scheduler.pb.h"
+#include "services/scheduler/doorbell.h"
 #include "services/scheduler/episode_driver.h"
 #include "services/scheduler/episode_table.h"
 #include "services/scheduler/host_registry.h"
@@ -28,19 +29,22 @@ struct SchedulerOptions {
   SubmitLimits limits;
 };
 
+// Sandbox slots the warm pool may take now: free capacity not counted on by starting or queued episodes.
+int64_t WarmRoom(const HostRegistry& hosts, const Occupancy& occupancy, const EpisodeTable& table);
+// A host stopped answering: its episodes end as infra failures (and are retried elsewhere).
+void StopRunsOnLostHost(EpisodeTable& table, const std::string& address);
+
 class Scheduler {
  public:
-  Scheduler(boost::asio::io_context& io, SchedulerOptions options, EpisodeTable* table, HostRegistry* hosts,
-            EpisodeDriver* driver, SchedulerMetrics* metrics, WarmPool* pool = nullptr);
-  // Sandbox slots the warm pool may take now: free capacity not counted on by starting or queued episodes.
-  int64_t WarmRoom() const;
+  // The dispatcher waits on `doorbell` (rung by whatever makes room: see doorbell.h).
+  Scheduler(boost::asio::io_context& io, Clock* clock, SchedulerOptions options, EpisodeTable* table,
+            HostRegistry* hosts, EpisodeDriver* driver, Doorbell* doorbell, SchedulerMetrics* metrics,
+            WarmPool* pool = nullptr);
 
   // Starts the dispatcher, the ticker and the host registry's polling on the io_context.
   void Start();
   // Stops dispatching and polling (running episodes continue until the io_context stops).
   void Stop();
-  // Wakes the dispatcher (thread-safe, cheap).
-  void Kick();
 
   // Submit: validates everything (errors name the task id and field), then journals the batch.
   void Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks, std::function<void(absl::StatusOr<v1::Batch>)> done);
@@ -49,8 +53,6 @@ class Scheduler {
   // Drain the scheduler (empty host) or one host; `done` runs once nothing runs in scope.
   void Drain(const v1::DrainRequest& request, std::function<void(absl::StatusOr<v1::DrainResponse>)> done);
   bool draining() const { return draining_.load(); }
-  // A host stopped answering: its episodes end as infra failures (and are retried elsewhere).
-  void HostLost(const std::string& address);
 
  private:
   // The tasks as they run (overrides applied, each checked against its runner); ids must be unique.
@@ -62,14 +64,14 @@ class Scheduler {
                                         std::function<void(absl::StatusOr<v1::DrainResponse>)> done);
 
   boost::asio::io_context& io_;
+  Clock* const clock_;
   const SchedulerOptions options_;
   EpisodeTable* const table_;
   HostRegistry* const hosts_;
   EpisodeDriver* const driver_;
   SchedulerMetrics* const metrics_;
   WarmPool* const pool_;
-  boost::asio::steady_timer wake_;
-  std::atomic<bool> kicked_{false};
+  Doorbell* const doorbell_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> next_batch_{0};

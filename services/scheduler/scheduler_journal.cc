@@ -54,8 +54,10 @@ CREATE TABLE IF NOT EXISTS policy (
 )sql";
 
 // Adds `column` (`definition`) to `table` unless it is there.
-absl::Status AddColumn(sqlite3* db, const std::string& table, const std::string& column, const std::string& definition) {
-  const std::string count = absl::StrCat("SELECT COUNT(*) FROM pragma_table_info('", table, "') WHERE name = '", column, "'");
+absl::Status AddColumn(sqlite3* db, const std::string& table, const std::string& column,
+                       const std::string& definition) {
+  const std::string count =
+      absl::StrCat("SELECT COUNT(*) FROM pragma_table_info('", table, "') WHERE name = '", column, "'");
   Statement columns(db, count.c_str());
   CORRAL_ASSIGN_OR_RETURN(bool row, columns.Step());
   if (row && columns.Int(0) > 0) return absl::OkStatus();
@@ -70,7 +72,8 @@ absl::Status Migrate(sqlite3* db) {
 }
 
 // A batch's tasks from group index `first` on.
-absl::Status InsertTasks(sqlite3* db, const std::string& batch_id, size_t first, const std::vector<std::string>& tasks) {
+absl::Status InsertTasks(sqlite3* db, const std::string& batch_id, size_t first,
+                         const std::vector<std::string>& tasks) {
   Statement t(db, "INSERT INTO tasks (batch_id, group_index, task) VALUES (?, ?, ?)");
   for (size_t g = 0; g < tasks.size(); ++g) {
     CORRAL_RETURN_IF_ERROR(t.Bind(1, batch_id).Bind(2, static_cast<int64_t>(first + g)).BindBlob(3, tasks[g]).Run());
@@ -116,8 +119,9 @@ absl::StatusOr<Snapshot> SchedulerJournal::Load() {
   Snapshot snap;
   CORRAL_RETURN_IF_ERROR(journal_->Read([&](sqlite3* db) -> absl::Status {
     std::map<std::string, size_t> index;
-    Statement batches(db, "SELECT batch_id, spec, digest, create_ns, cancelled, input_closed FROM batches "
-                          "ORDER BY batch_order");
+    Statement batches(db,
+                      "SELECT batch_id, spec, digest, create_ns, cancelled, input_closed FROM batches "
+                      "ORDER BY batch_order");
     while (true) {
       CORRAL_ASSIGN_OR_RETURN(bool row, batches.Step());
       if (!row) break;
@@ -189,7 +193,8 @@ void SchedulerJournal::AddBatch(const v1::BatchSpec& spec, const std::string& di
       [id = spec.batch_id(), spec_bytes = std::move(spec_bytes), digest, create_time,
        task_bytes = Serialized(tasks)](sqlite3* db) -> absl::Status {
         Statement b(db, "INSERT INTO batches (batch_id, spec, digest, create_ns) VALUES (?, ?, ?, ?)");
-        CORRAL_RETURN_IF_ERROR(b.Bind(1, id).BindBlob(2, spec_bytes).Bind(3, digest).Bind(4, absl::ToUnixNanos(create_time)).Run());
+        CORRAL_RETURN_IF_ERROR(
+            b.Bind(1, id).BindBlob(2, spec_bytes).Bind(3, digest).Bind(4, absl::ToUnixNanos(create_time)).Run());
         return InsertTasks(db, id, 0, task_bytes);
       },
       std::move(done));
@@ -254,8 +259,9 @@ void SchedulerJournal::AddResult(uint64_t seq, const v1::EpisodeResult& result, 
        reward = result.has_reward() ? absl::StrCat(result.reward()) : std::string(), redundant,
        bytes = result.SerializeAsString()](sqlite3* db) -> absl::Status {
         CORRAL_RETURN_IF_ERROR(
-            CachedStatement(db, "INSERT OR REPLACE INTO results (seq, episode_id, status, reward, redundant, result) "
-                                "VALUES (?, ?, ?, ?, ?, ?)")
+            CachedStatement(db,
+                            "INSERT OR REPLACE INTO results (seq, episode_id, status, reward, redundant, result) "
+                            "VALUES (?, ?, ?, ?, ?, ?)")
                 .Bind(1, static_cast<int64_t>(seq))
                 .Bind(2, id)
                 .Bind(3, status)
@@ -273,8 +279,9 @@ void SchedulerJournal::Acked(const std::vector<std::string>& episode_ids, std::f
   journal_->Submit(
       [episode_ids, keep, now = absl::ToUnixNanos(absl::Now())](sqlite3* db) -> absl::Status {
         for (const auto& id : episode_ids) {
-          CORRAL_RETURN_IF_ERROR(CachedStatement(db, "UPDATE results SET acked = 1, acked_ns = ?, "
-                                                     "result = CASE WHEN ? THEN result END WHERE episode_id = ?")
+          CORRAL_RETURN_IF_ERROR(CachedStatement(db,
+                                                 "UPDATE results SET acked = 1, acked_ns = ?, "
+                                                 "result = CASE WHEN ? THEN result END WHERE episode_id = ?")
                                      .Bind(1, now)
                                      .Bind(2, int64_t{keep ? 1 : 0})
                                      .Bind(3, id)
@@ -299,8 +306,9 @@ void SchedulerJournal::BatchCancelled(const std::string& batch_id) {
 void SchedulerJournal::SavePolicy(const PolicyState& state, std::function<void(absl::Status)> done) {
   journal_->Submit(
       [state](sqlite3* db) {
-        return CachedStatement(db, "INSERT OR REPLACE INTO policy (id, version, paused, mode, sequence) "
-                                   "VALUES (0, ?, ?, ?, ?)")
+        return CachedStatement(db,
+                               "INSERT OR REPLACE INTO policy (id, version, paused, mode, sequence) "
+                               "VALUES (0, ?, ?, ?, ?)")
             .Bind(1, state.version)
             .Bind(2, state.paused ? 1 : 0)
             .Bind(3, static_cast<int64_t>(state.mode))
@@ -319,7 +327,7 @@ absl::StatusOr<PolicyState> SchedulerJournal::LoadPolicy() {
     state.version = row.Int(0);
     state.paused = row.Int(1) != 0;
     state.mode = v1::PauseMode_IsValid(static_cast<int>(row.Int(2))) ? static_cast<v1::PauseMode>(row.Int(2))
-                                                                      : v1::PAUSE_MODE_DRAIN;
+                                                                     : v1::PAUSE_MODE_DRAIN;
     state.sequence = static_cast<uint64_t>(row.Int(3));
     return absl::OkStatus();
   }));
@@ -329,8 +337,9 @@ absl::StatusOr<PolicyState> SchedulerJournal::LoadPolicy() {
 absl::StatusOr<int64_t> SchedulerJournal::DropAckedBefore(absl::Time before) {
   int64_t dropped = 0;
   const absl::Status s = journal_->Apply([&](sqlite3* db) -> absl::Status {
-    CORRAL_RETURN_IF_ERROR(Statement(db, "UPDATE results SET result = NULL "
-                                         "WHERE acked = 1 AND result IS NOT NULL AND acked_ns < ?")
+    CORRAL_RETURN_IF_ERROR(Statement(db,
+                                     "UPDATE results SET result = NULL "
+                                     "WHERE acked = 1 AND result IS NOT NULL AND acked_ns < ?")
                                .Bind(1, absl::ToUnixNanos(before))
                                .Run());
     dropped = sqlite3_changes(db);
@@ -352,17 +361,17 @@ absl::StatusOr<std::string> SchedulerJournal::AckedResult(const std::string& epi
   });
   if (!s.ok()) return s;
   if (!found) {
-    return absl::NotFoundError(absl::StrCat("episode '", episode_id,
-                                            "' has no retained result (acknowledged longer ago than result_retention)"));
+    return absl::NotFoundError(absl::StrCat(
+        "episode '", episode_id, "' has no retained result (acknowledged longer ago than result_retention)"));
   }
   return bytes;
 }
 
 void SchedulerJournal::ForgetRuns() {
   Log(journal_->Apply([](sqlite3* db) {
-        Statement st(db, "UPDATE runs SET running = 0, host = '', sandbox_id = '', env_id = ''");
-        return st.Run();
-      }),
+    Statement st(db, "UPDATE runs SET running = 0, host = '', sandbox_id = '', env_id = ''");
+    return st.Run();
+  }),
       "forget runs");
 }
 

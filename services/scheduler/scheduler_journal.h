@@ -43,8 +43,9 @@ class SchedulerJournal final : public EpisodeLog {
                  std::function<void(absl::Status)> done) override;
   void Acked(const std::vector<std::string>& episode_ids, std::function<void(absl::Status)> done) override;
   void BatchCancelled(const std::string& batch_id) override;
-  void TasksAppended(const std::string& batch_id, uint32_t first, const std::vector<std::shared_ptr<const v1::Task>>& tasks,
-                     bool close_input, std::function<void(absl::Status)> done) override;
+  void TasksAppended(const std::string& batch_id, uint32_t first,
+                     const std::vector<std::shared_ptr<const v1::Task>>& tasks, bool close_input,
+                     std::function<void(absl::Status)> done) override;
 
   // Drops the payloads of results acknowledged before `before`; returns how many.
   absl::StatusOr<int64_t> DropAckedBefore(absl::Time before);

@@ -150,7 +150,7 @@ grpc::ServerUnaryReactor* SchedulerService::ResumeGeneration(grpc::CallbackServe
 }
 
 grpc::ServerReadReactor<v1::SubmitRequest>* SchedulerService::Submit(grpc::CallbackServerContext* context,
-                                                                       v1::Batch* response) {
+                                                                     v1::Batch* response) {
   if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) {
     return new Refused<grpc::ServerReadReactor<v1::SubmitRequest>>(s);
   }
@@ -194,10 +194,9 @@ grpc::ServerWriteReactor<v1::StreamResultsResponse>* SchedulerService::StreamRes
     return new Refused<Base>(absl::NotFoundError(absl::StrCat("no batch '", request->batch_id(), "'")));
   }
   uint64_t after = 0;
-  if (!request->cursor().empty() &&
-      (!absl::SimpleAtoi(request->cursor(), &after) || after > table_->LastPosition())) {
-    return new Refused<Base>(absl::InvalidArgumentError(
-        absl::StrCat("cursor '", request->cursor(), "' was not issued by this scheduler (use an EpisodeResult.cursor)")));
+  if (!request->cursor().empty() && (!absl::SimpleAtoi(request->cursor(), &after) || after > table_->LastPosition())) {
+    return new Refused<Base>(absl::InvalidArgumentError(absl::StrCat(
+        "cursor '", request->cursor(), "' was not issued by this scheduler (use an EpisodeResult.cursor)")));
   }
   if (!v1::TrajectoryFormat_IsValid(request->trajectory_format())) {
     return new Refused<Base>(absl::InvalidArgumentError("trajectory_format is not a known format"));
@@ -210,14 +209,14 @@ grpc::ServerUnaryReactor* SchedulerService::Ack(grpc::CallbackServerContext* con
   if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The reply waits for the journal: an acknowledged result must not come back after a crash.
-  auto acked = table_->Ack({request->episode_ids().begin(), request->episode_ids().end()},
-                           [reactor, response](absl::Status durable, uint32_t count) {
-                             response->set_acked(count);
-                             reactor->Finish(durable.ok() ? grpc::Status::OK
-                                                          : ToGrpcStatus(absl::UnavailableError(absl::StrCat(
-                                                                "the acknowledgement could not be journaled: ",
-                                                                durable.message()))));
-                           });
+  auto acked = table_->Ack(
+      {request->episode_ids().begin(), request->episode_ids().end()},
+      [reactor, response](absl::Status durable, uint32_t count) {
+        response->set_acked(count);
+        reactor->Finish(durable.ok() ? grpc::Status::OK
+                                     : ToGrpcStatus(absl::UnavailableError(absl::StrCat(
+                                           "the acknowledgement could not be journaled: ", durable.message()))));
+      });
   if (!acked.ok()) reactor->Finish(ToGrpcStatus(acked.status()));
   return reactor;
 }
@@ -230,8 +229,8 @@ grpc::ServerUnaryReactor* SchedulerService::Cancel(grpc::CallbackServerContext* 
   return FinishUnary(context, cancelled.status());
 }
 
-grpc::ServerUnaryReactor* SchedulerService::Drain(grpc::CallbackServerContext* context,
-                                                  const v1::DrainRequest* request, v1::DrainResponse* response) {
+grpc::ServerUnaryReactor* SchedulerService::Drain(grpc::CallbackServerContext* context, const v1::DrainRequest* request,
+                                                  v1::DrainResponse* response) {
   if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
   return new DrainReactor(scheduler_, *request, response);
 }

@@ -16,7 +16,8 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
                    const CallAuthenticator* auth, PolicyControl* policy);
 
-  grpc::ServerReadReactor<v1::SubmitRequest>* Submit(grpc::CallbackServerContext* context, v1::Batch* response) override;
+  grpc::ServerReadReactor<v1::SubmitRequest>* Submit(grpc::CallbackServerContext* context,
+                                                     v1::Batch* response) override;
   grpc::ServerUnaryReactor* GetBatch(grpc::CallbackServerContext* context, const v1::GetBatchRequest* request,
                                      v1::Batch* response) override;
   grpc::ServerUnaryReactor* AppendTasks(grpc::CallbackServerContext* context, const v1::AppendTasksRequest* request,

@@ -124,7 +124,8 @@ absl::Status CheckAgent(const v1::Task& task) {
   return absl::OkStatus();
 }
 
-absl::Status CheckFiles(const v1::Task& task, const std::string& field, const pb::RepeatedPtrField<v1::InlineFile>& files) {
+absl::Status CheckFiles(const v1::Task& task, const std::string& field,
+                        const pb::RepeatedPtrField<v1::InlineFile>& files) {
   for (int i = 0; i < files.size(); ++i) {
     const std::string& p = files[i].path();
     if (p.empty() || absl::StrContains(p, '\0') || p.size() > 4096) {
@@ -145,7 +146,8 @@ absl::Status CheckTools(const v1::Task& task) {
   for (int i = 0; i < tools.size(); ++i) {
     const v1::ToolSpec& t = tools[i];
     const std::string field = absl::StrCat("tool_loop.tools[", i, "]");
-    if (!IsFunctionName(t.name())) return Bad(task, absl::StrCat(field, ".name must be 1-64 characters of [A-Za-z0-9_-]"));
+    if (!IsFunctionName(t.name()))
+      return Bad(task, absl::StrCat(field, ".name must be 1-64 characters of [A-Za-z0-9_-]"));
     if (!names.insert(t.name()).second) return Bad(task, absl::StrCat(field, ".name '", t.name(), "' is used twice"));
     if (t.kind() == v1::TOOL_KIND_UNSPECIFIED || !v1::ToolKind_IsValid(t.kind())) {
       return Bad(task, absl::StrCat(field, ".kind is required"));
@@ -193,8 +195,7 @@ absl::Status CheckReward(const v1::Task& task) {
       if (!absl::SimpleAtod(answer, &x)) return Bad(task, "answer must be a number for the NUMERIC and GSM8K rewards");
       break;
     }
-    default:
-      break;
+    default: break;
   }
   if (r.tolerance() < 0) return Bad(task, "reward.tolerance must not be negative");
   return absl::OkStatus();
@@ -202,11 +203,12 @@ absl::Status CheckReward(const v1::Task& task) {
 
 absl::Status CheckTimeouts(const v1::Task& task) {
   const v1::PhaseTimeouts& t = task.timeouts();
-  const std::pair<const char*, const pb::Duration*> all[] = {
-      {"acquire", &t.acquire()}, {"setup", &t.setup()},       {"agent", &t.agent()},
-      {"tool", &t.tool()},       {"verifier", &t.verifier()}, {"episode", &t.episode()}};
+  const std::pair<const char*, const pb::Duration*> all[] = {{"acquire", &t.acquire()},   {"setup", &t.setup()},
+                                                             {"agent", &t.agent()},       {"tool", &t.tool()},
+                                                             {"verifier", &t.verifier()}, {"episode", &t.episode()}};
   for (const auto& [name, d] : all) {
-    if (FromProto(*d) < absl::ZeroDuration()) return Bad(task, absl::StrCat("timeouts.", name, " must not be negative"));
+    if (FromProto(*d) < absl::ZeroDuration())
+      return Bad(task, absl::StrCat("timeouts.", name, " must not be negative"));
   }
   return absl::OkStatus();
 }
@@ -234,7 +236,9 @@ absl::Status ValidateSpec(const v1::BatchSpec& spec, absl::Time now, const Submi
   }
   if (spec.max_attempts() > 100) return absl::InvalidArgumentError("spec.max_attempts must be at most 100");
   for (const auto& [k, v] : spec.labels()) {
-    if (!IsValidLabelKey(k)) return absl::InvalidArgumentError(absl::StrCat("spec.labels: key '", k, "' must be 1-63 characters of [a-z0-9_./-]"));
+    if (!IsValidLabelKey(k))
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.labels: key '", k, "' must be 1-63 characters of [a-z0-9_./-]"));
     if (v.size() > 256) return absl::InvalidArgumentError(absl::StrCat("spec.labels['", k, "'] is longer than 256"));
   }
   if (spec.has_deadline() && FromProto(spec.deadline()) <= now) {
@@ -254,8 +258,8 @@ absl::Status ValidateAsyncSpec(const v1::BatchSpec& spec) {
     return absl::InvalidArgumentError("spec.max_groups needs spec.target_groups (it is dynamic sampling's budget)");
   }
   if (spec.max_groups() > 0 && spec.max_groups() < spec.target_groups()) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.max_groups (", spec.max_groups(),
-                                                   ") must be at least spec.target_groups (", spec.target_groups(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.max_groups (", spec.max_groups(), ") must be at least spec.target_groups (", spec.target_groups(), ")"));
   }
   if (spec.groups_in_flight() > 0 && spec.target_groups() > 0) {
     return absl::InvalidArgumentError("spec.groups_in_flight (a stream) and spec.target_groups cannot be combined");
@@ -264,11 +268,12 @@ absl::Status ValidateAsyncSpec(const v1::BatchSpec& spec) {
     return absl::InvalidArgumentError("spec.group_failure_policy is not a known policy");
   }
   const v1::GroupFilter& f = spec.group_filter();
-  for (const auto& [name, set, value] : {std::tuple("min_reward_std", f.has_min_reward_std(), f.min_reward_std()),
-                                         std::tuple("max_reward_std", f.has_max_reward_std(), f.max_reward_std()),
-                                         std::tuple("min_mean_reward", f.has_min_mean_reward(), f.min_mean_reward()),
-                                         std::tuple("max_mean_reward", f.has_max_mean_reward(), f.max_mean_reward()),
-                                         std::tuple("min_reward_range", f.has_min_reward_range(), f.min_reward_range())}) {
+  for (const auto& [name, set, value] :
+       {std::tuple("min_reward_std", f.has_min_reward_std(), f.min_reward_std()),
+        std::tuple("max_reward_std", f.has_max_reward_std(), f.max_reward_std()),
+        std::tuple("min_mean_reward", f.has_min_mean_reward(), f.min_mean_reward()),
+        std::tuple("max_mean_reward", f.has_max_mean_reward(), f.max_mean_reward()),
+        std::tuple("min_reward_range", f.has_min_reward_range(), f.min_reward_range())}) {
     if (set && !std::isfinite(value)) {
       return absl::InvalidArgumentError(absl::StrCat("spec.group_filter.", name, " must be a finite number"));
     }
@@ -309,7 +314,8 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
     if (!IsJsonObject(task.llm().params_json())) return Bad(task, "llm.params_json must be a JSON object");
     boost::json::object params = boost::json::parse(task.llm().params_json()).as_object();
     for (const char* reserved : {"messages", "prompt", "tools", "stream"}) {
-      if (params.contains(reserved)) return Bad(task, absl::StrCat("llm.params_json must not set '", reserved, "' (the runner does)"));
+      if (params.contains(reserved))
+        return Bad(task, absl::StrCat("llm.params_json must not set '", reserved, "' (the runner does)"));
     }
   }
   if (!task.metadata_json().empty() && !IsJsonObject(task.metadata_json())) {
@@ -349,8 +355,7 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
       if (absl::Status s = CheckAgent(task); !s.ok()) return s;
       if (!task.has_verifier()) return Bad(task, "verifier is required for the agent runner");
       break;
-    default:
-      return Bad(task, "runner is not a known runner");
+    default: return Bad(task, "runner is not a known runner");
   }
   if (task.has_verifier() && !task.verifier().command().argv().empty()) {
     if (absl::Status s = CheckCommand(task, "verifier.command", task.verifier().command()); !s.ok()) return s;
@@ -374,7 +379,9 @@ uint64_t EpisodeSeed(uint64_t batch_seed, uint32_t group_index, uint32_t index_i
   return Mix(Mix(batch_seed) ^ ((static_cast<uint64_t>(group_index) << 32) | index_in_group));
 }
 
-std::string GroupId(const std::string& batch_id, uint32_t group_index) { return absl::StrCat(batch_id, ":g", group_index); }
+std::string GroupId(const std::string& batch_id, uint32_t group_index) {
+  return absl::StrCat(batch_id, ":g", group_index);
+}
 
 std::string EnvId(const std::string& episode_id, uint32_t run) { return absl::StrCat(episode_id, ":r", run); }
 

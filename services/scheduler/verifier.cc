@@ -33,7 +33,8 @@ asio::awaitable<std::optional<Failure>> CleanSlate(Attempt& a, absl::Time deadli
     co_return a.FromStatus(killed.status(), v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_INFRA,
                            "ending the agent phase's processes before the verifier");
   }
-  if (*killed > 0) spdlog::debug("episode {}: {} process(es) of the agent phase killed", a.ticket.ids.episode_id(), *killed);
+  if (*killed > 0)
+    spdlog::debug("episode {}: {} process(es) of the agent phase killed", a.ticket.ids.episode_id(), *killed);
   // A sandbox without /logs (its task paths leave it out) has nowhere for reward files: INVALID_ARGUMENT, left
   // to the verifier, which then says so itself (or is judged by its exit code).
   if (absl::Status s = co_await a.slot->client->Remove(a.sandbox_id, kVerifierDir, true, a.Call(deadline)); !s.ok()) {
@@ -112,7 +113,8 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
   env.insert({"PYTHONNOUSERSITE", "1"});
   auto out = co_await Exec(a, std::move(command), "", deadline - a.clock->Now(), 4096);
   ToProto(a.clock->Now() - started, a.result.mutable_timings()->mutable_verifier());
-  if (!out.ok()) co_return a.FromStatus(out.status(), v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_VERIFIER, "verifier");
+  if (!out.ok())
+    co_return a.FromStatus(out.status(), v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_VERIFIER, "verifier");
   a.result.set_verifier_output_tail(out->tail);
   if (out->exit.timed_out()) {
     co_return Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_VERIFIER, v1::EPISODE_PHASE_VERIFIER,
@@ -125,14 +127,9 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
   }
   absl::StatusOr<RewardOutcome> reward = absl::UnknownError("");
   switch (task.verifier().reward_source()) {
-    case v1::REWARD_SOURCE_STDOUT:
-      reward = StdoutReward(out->stdout_tail, exit_code);
-      break;
-    case v1::REWARD_SOURCE_EXIT_CODE:
-      reward = VerifierReward(std::nullopt, std::nullopt, exit_code);
-      break;
-    default:
-      reward = co_await RewardFromFiles(a, exit_code);
+    case v1::REWARD_SOURCE_STDOUT: reward = StdoutReward(out->stdout_tail, exit_code); break;
+    case v1::REWARD_SOURCE_EXIT_CODE: reward = VerifierReward(std::nullopt, std::nullopt, exit_code); break;
+    default: reward = co_await RewardFromFiles(a, exit_code);
   }
   if (!reward.ok()) {
     // Say how it ended, so a killed verifier is told from one that simply wrote nothing.

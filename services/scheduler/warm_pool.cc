@@ -1,11 +1,11 @@
 #include "services/scheduler/warm_pool.h"
 
-#include "libs/async/sleep.h"
 #include "boost/asio/co_spawn.hpp"
-#include "libs/async/spawn.h"
 #include "boost/asio/this_coro.hpp"
-#include "libs/core/logging.h"
 #include "libs/api/proto_digest.h"
+#include "libs/async/sleep.h"
+#include "libs/async/spawn.h"
+#include "libs/core/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {
@@ -14,7 +14,11 @@ namespace asio = boost::asio;
 
 WarmPool::WarmPool(HostRegistry* hosts, Clock* clock, int64_t size_per_spec, std::string scheduler_id,
                    std::function<int64_t()> room, absl::Duration idle_after)
-    : hosts_(hosts), clock_(clock), size_(size_per_spec), scheduler_id_(std::move(scheduler_id)), room_(std::move(room)),
+    : hosts_(hosts),
+      clock_(clock),
+      size_(size_per_spec),
+      scheduler_id_(std::move(scheduler_id)),
+      room_(std::move(room)),
       idle_after_(idle_after) {}
 
 std::string WarmPool::Key(const v1::SandboxSpec& spec) {
@@ -141,7 +145,8 @@ asio::awaitable<void> WarmPool::CreateOne(std::string key) {
       hosts_->Own(slot->client->address(), created->sandbox().sandbox_id());
       made = WarmSandbox{*slot, *std::move(created)};
     } else {
-      if (created.status().code() == absl::StatusCode::kResourceExhausted) hosts_->MarkRejected(slot->client->address());
+      if (created.status().code() == absl::StatusCode::kResourceExhausted)
+        hosts_->MarkRejected(slot->client->address());
       hosts_->Release(slot->client->address());
     }
   } else if (slot.ok()) {

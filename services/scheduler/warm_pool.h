@@ -10,7 +10,6 @@
 #pragma once
 
 #include <atomic>
-
 #include <deque>
 #include <functional>
 #include <map>
@@ -31,8 +30,8 @@ struct WarmSandbox {
 class WarmPool {
  public:
   // `room` says how many sandbox slots the pool may take now (free capacity not wanted by queued episodes).
-  WarmPool(HostRegistry* hosts, Clock* clock, int64_t size_per_spec, std::string scheduler_id, std::function<int64_t()> room,
-           absl::Duration idle_after = absl::Seconds(60));
+  WarmPool(HostRegistry* hosts, Clock* clock, int64_t size_per_spec, std::string scheduler_id,
+           std::function<int64_t()> room, absl::Duration idle_after = absl::Seconds(60));
 
   // The key of a spec (labels excluded).
   static std::string Key(const v1::SandboxSpec& spec);
@@ -41,7 +40,8 @@ class WarmPool {
   boost::asio::awaitable<std::optional<WarmSandbox>> Take(const v1::SandboxSpec& spec, const Requirements& needs);
 
   // Fills and trims until `*stopping`; every `interval`.
-  boost::asio::awaitable<void> Run(const std::atomic<bool>* stopping, absl::Duration interval = absl::Milliseconds(200));
+  boost::asio::awaitable<void> Run(const std::atomic<bool>* stopping,
+                                   absl::Duration interval = absl::Milliseconds(200));
   // Deletes every ready sandbox (shutdown).
   boost::asio::awaitable<void> Drain();
 

@@ -79,15 +79,11 @@ class HarnessAgentTest : public SchedulerFixture {
   }
 };
 
-TEST_F(HarnessAgentTest, ClaudeCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) {
-  RunBoth("claude-code");
-}
+TEST_F(HarnessAgentTest, ClaudeCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("claude-code"); }
 
 TEST_F(HarnessAgentTest, CodexDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("codex"); }
 
-TEST_F(HarnessAgentTest, OpenCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) {
-  RunBoth("opencode");
-}
+TEST_F(HarnessAgentTest, OpenCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("opencode"); }
 
 }  // namespace
 }  // namespace corral

@@ -22,9 +22,9 @@ constexpr char kChromium[] = "/usr/bin/chromium";
 
 // The page at `url` as Chromium rendered it once its scripts ran (the inspector marks <body data-ready="1">).
 std::string RenderedDom(const std::string& url, const std::string& profile_dir) {
-  const std::string command = absl::StrCat(
-      kChromium, " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run",
-      " --user-data-dir=", profile_dir, " --virtual-time-budget=10000 --dump-dom '", url, "' 2>/dev/null");
+  const std::string command =
+      absl::StrCat(kChromium, " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run",
+                   " --user-data-dir=", profile_dir, " --virtual-time-budget=10000 --dump-dom '", url, "' 2>/dev/null");
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return "";
   std::string out;
@@ -116,7 +116,8 @@ TEST_F(SchedulerFixture, TheInspectorRendersBatchesGroupsAndTrajectoriesInChromi
   EXPECT_THAT(dom, HasSubstr("acknowledged by the trainer"));
   EXPECT_THAT(dom, HasSubstr("id=\"timeline\""));
   EXPECT_EQ(Count(dom, "class=\"tok gen\""), generated);
-  EXPECT_EQ(Count(dom, "class=\"tok\""), static_cast<size_t>(shown->trajectory().branches(0).token_ids_size()) - generated);
+  EXPECT_EQ(Count(dom, "class=\"tok\""),
+            static_cast<size_t>(shown->trajectory().branches(0).token_ids_size()) - generated);
 
   dom = RenderedDom(base + "#/episode/inspect-me:g9:e9", profile);
   EXPECT_THAT(dom, HasSubstr("id=\"error\""));

@@ -14,8 +14,8 @@
 #include "boost/asio/use_future.hpp"
 #include "corral/v1/proxy.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "libs/core/testing/status_matchers.h"
 #include "libs/api/proto_time.h"
+#include "libs/core/testing/status_matchers.h"
 #include "libs/core/token.h"
 #include "libs/http/client.h"
 #include "libs/rpc/auth.h"
@@ -58,8 +58,8 @@ class ProxyFixture : public ::testing::Test {
   }
 
   void StartProxy(const std::vector<std::string>& upstreams, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--secret-file=" + secret_, "--grpc-listen=127.0.0.1:0",
-                                     "--metrics-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0",
+    std::vector<std::string> args = {"--secret-file=" + secret_,        "--grpc-listen=127.0.0.1:0",
+                                     "--metrics-listen=127.0.0.1:0",    "--http-listen=127.0.0.1:0",
                                      "--journal=" + dir_ + "/proxy.db", "--health-interval=200ms"};
     for (const auto& u : upstreams) args.push_back("--upstream=http://" + u);
     args.insert(args.end(), extra.begin(), extra.end());
@@ -177,8 +177,9 @@ class ProxyFixture : public ::testing::Test {
 
   HttpReply Exchange(const std::string& host, uint16_t port, http::Request request) {
     boost::asio::io_context ioc;
-    auto f = boost::asio::co_spawn(ioc, http::Fetch(ioc.get_executor(), host, port, std::move(request), absl::Seconds(30)),
-                                   boost::asio::use_future);
+    auto f =
+        boost::asio::co_spawn(ioc, http::Fetch(ioc.get_executor(), host, port, std::move(request), absl::Seconds(30)),
+                              boost::asio::use_future);
     ioc.run();
     auto r = f.get();
     if (!r.ok()) return HttpReply{-1, std::string(r.status().message())};

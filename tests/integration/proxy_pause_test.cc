@@ -98,9 +98,8 @@ TEST_F(ProxyPauseTest, AnAbortedStreamContinuesAfterTheResumeAsOneAnswerWhoseTok
   const std::string words = "one two three four five six seven";
   const std::string token = Open("ep-abort", policy);
   bool paused = false;
-  std::string all = Stream(token, StreamBody(words, R"({"inter_token_ms":100})"), [&](const std::string&, absl::Duration) {
-    return true;
-  });
+  std::string all = Stream(token, StreamBody(words, R"({"inter_token_ms":100})"),
+                           [&](const std::string&, absl::Duration) { return true; });
   // (The first stream above is the reference: the same answer with no pause.)
   const Seen reference = Parse(all);
   ASSERT_EQ(reference.content, "echo: " + words);
@@ -175,10 +174,11 @@ TEST_F(ProxyPauseTest, ADrainLetsTheCallInFlightFinishWhileNewCallsWaitForTheRes
   std::atomic<bool> started{false};
   std::string inflight;
   std::thread agent([&] {
-    inflight = Stream(token, StreamBody("a b c d e f", R"({"inter_token_ms":100})"), [&](const std::string& p, absl::Duration) {
-      if (absl::StrContains(p, "\"content\":\"echo:\"")) started = true;
-      return true;
-    });
+    inflight = Stream(token, StreamBody("a b c d e f", R"({"inter_token_ms":100})"),
+                      [&](const std::string& p, absl::Duration) {
+                        if (absl::StrContains(p, "\"content\":\"echo:\"")) started = true;
+                        return true;
+                      });
   });
   EXPECT_TRUE(testing::WaitUntil([&] { return started.load(); }, absl::Seconds(10)));
   auto p = Pause(v1::PAUSE_MODE_DRAIN);
@@ -196,7 +196,10 @@ TEST_F(ProxyPauseTest, ADrainLetsTheCallInFlightFinishWhileNewCallsWaitForTheRes
   HttpReply whole;
   std::string streamed;
   std::atomic<bool> commented{false};
-  std::thread a([&] { whole = Post("/v1/chat/completions", token2, R"({"model":"fake-model","messages":[{"role":"user","content":"held"}]})"); });
+  std::thread a([&] {
+    whole =
+        Post("/v1/chat/completions", token2, R"({"model":"fake-model","messages":[{"role":"user","content":"held"}]})");
+  });
   std::thread b([&] {
     streamed = Stream(token3, StreamBody("held too", "{}"), [&](const std::string& piece, absl::Duration) {
       if (absl::StrContains(piece, ": paused")) commented = true;
@@ -275,7 +278,8 @@ TEST_F(ProxyPauseTest, AnUnstreamedCallCutByAPauseIsSentAgainWholeAfterTheResume
 
 TEST_F(ProxyPauseTest, BadAndStaleControlRequestsChangeNothing) {
   StartProxy({StartBackend()});
-  EXPECT_THAT(Pause(static_cast<v1::PauseMode>(9)), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("PauseMode")));
+  EXPECT_THAT(Pause(static_cast<v1::PauseMode>(9)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("PauseMode")));
   ASSERT_THAT(UpdatePolicy(5), IsOk());
   ASSERT_THAT(Pause(v1::PAUSE_MODE_DRAIN, /*sequence=*/10), IsOk());
   // A lower version is refused, and the proxy stays paused.

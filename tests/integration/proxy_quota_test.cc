@@ -33,11 +33,11 @@ class ProxyQuotaTest : public ProxyFixture {
 
   void StartLimiter(const std::string& limits_yaml) {
     std::ofstream(dir_ + "/limiter.yaml") << "limits:\n" << limits_yaml;
-    auto s = testing::StartService(CORRAL_RATELIMITER,
-                                   {"--config=" + dir_ + "/limiter.yaml", "--secret-file=" + secret_,
-                                    "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-                                    "--state-path=" + dir_ + "/leases.db"},  // durable leases: no learning mode
-                                   dir_, "ratelimiter");
+    auto s = testing::StartService(
+        CORRAL_RATELIMITER,
+        {"--config=" + dir_ + "/limiter.yaml", "--secret-file=" + secret_, "--grpc-listen=127.0.0.1:0",
+         "--metrics-listen=127.0.0.1:0", "--state-path=" + dir_ + "/leases.db"},  // durable leases: no learning mode
+        dir_, "ratelimiter");
     ASSERT_THAT(s, IsOk());
     limiter_.emplace(*std::move(s));
   }
@@ -45,8 +45,10 @@ class ProxyQuotaTest : public ProxyFixture {
   // A proxy replica in front of `backend`, its quotas at the limiter.
   void StartReplica(const std::string& backend, const std::string& quota, std::vector<std::string> extra = {}) {
     const size_t n = replicas_.size();
-    std::vector<std::string> args = {"--secret-file=" + secret_, "--grpc-listen=127.0.0.1:0",
-                                     "--metrics-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0",
+    std::vector<std::string> args = {"--secret-file=" + secret_,
+                                     "--grpc-listen=127.0.0.1:0",
+                                     "--metrics-listen=127.0.0.1:0",
+                                     "--http-listen=127.0.0.1:0",
                                      absl::StrCat("--journal=", dir_, "/proxy-", n, ".db"),
                                      "--ratelimiter=" + limiter_->ready.grpc,
                                      absl::StrCat("--upstreams=[{url: http://", backend, ", quota: ", quota, "}]")};
@@ -68,7 +70,8 @@ class ProxyQuotaTest : public ProxyFixture {
     req.set(boost::beast::http::field::host, http);
     req.set(boost::beast::http::field::content_type, "application/json");
     req.set(boost::beast::http::field::authorization, "Bearer " + token);
-    req.body() = absl::StrCat(R"({"model":")", model, R"(","max_tokens":16,"messages":[{"role":"user","content":"hello there"}]})");
+    req.body() = absl::StrCat(R"({"model":")", model,
+                              R"(","max_tokens":16,"messages":[{"role":"user","content":"hello there"}]})");
     req.prepare_payload();
     return Exchange(http.substr(0, http.rfind(':')), static_cast<uint16_t>(std::stoi(http.substr(http.rfind(':') + 1))),
                     std::move(req));
@@ -77,7 +80,8 @@ class ProxyQuotaTest : public ProxyFixture {
   // `calls` chat calls spread over every replica by `clients` threads; every reply, in no particular order.
   std::vector<HttpReply> Load(int calls, int clients) {
     std::vector<std::string> tokens;
-    for (int i = 0; i < calls; ++i) tokens.push_back(OpenOn(replicas_[static_cast<size_t>(i) % replicas_.size()], absl::StrCat("ep-", i)));
+    for (int i = 0; i < calls; ++i)
+      tokens.push_back(OpenOn(replicas_[static_cast<size_t>(i) % replicas_.size()], absl::StrCat("ep-", i)));
     absl::Mutex mu;
     std::vector<HttpReply> replies;
     int next = 0;
@@ -101,9 +105,12 @@ class ProxyQuotaTest : public ProxyFixture {
     return replies;
   }
 
-  json::object Stats(const std::string& backend) { return json::parse(Backend(backend, "/admin/stats").body).as_object(); }
+  json::object Stats(const std::string& backend) {
+    return json::parse(Backend(backend, "/admin/stats").body).as_object();
+  }
 
-  static double Metric(const std::string& address, const std::string& name, const std::map<std::string, std::string>& labels) {
+  static double Metric(const std::string& address, const std::string& name,
+                       const std::map<std::string, std::string>& labels) {
     auto text = http::HttpGet(address, "/metrics");
     if (!text.ok()) return -1;
     auto exposition = http::ParsePrometheusText(*text);
@@ -118,7 +125,8 @@ class ProxyQuotaTest : public ProxyFixture {
 TEST_F(ProxyQuotaTest, TwoReplicasStayWithinTheProvidersQuotaAndNoAgentSeesA429) {
   // The provider allows 10 requests/s (burst 5) and 4 at once, and answers 429 beyond; the cluster's quota, with
   // headroom, is 8/s (burst 4) and 3 at once, plus a token quota that does not bind (it is settled by usage).
-  const std::string backend = StartBackend({"--quota-rps=10", "--quota-burst=5", "--quota-concurrency=4", "--ttft=30ms"});
+  const std::string backend =
+      StartBackend({"--quota-rps=10", "--quota-burst=5", "--quota-concurrency=4", "--ttft=30ms"});
   StartLimiter(
       "  - {name: llm_rpm, kind: rate, rate_per_s: 8, burst: 4}\n"
       "  - {name: llm_tpm, kind: rate, rate_per_s: 100000, burst: 100000}\n"
@@ -140,7 +148,8 @@ TEST_F(ProxyQuotaTest, TwoReplicasStayWithinTheProvidersQuotaAndNoAgentSeesA429)
   EXPECT_GE(took, absl::Milliseconds(4400));
   // Each call's token estimate (its bytes / 4 plus max_tokens 16) was above its usage: the rest came back.
   EXPECT_GT(Metric(limiter_->ready.metrics, "corral_ratelimiter_adjusted_tokens_total",
-                   {{"limit", "llm_tpm"}, {"direction", "refund"}}), 0);
+                   {{"limit", "llm_tpm"}, {"direction", "refund"}}),
+            0);
   for (const Replica& r : replicas_) {
     EXPECT_GT(Metric(r.service.ready.metrics, "corral_proxy_quota_wait_seconds_count", {}), 0);
     EXPECT_EQ(Metric(r.service.ready.metrics, "corral_proxy_quota_calls_total", {{"outcome", "refused"}}), 0);
@@ -177,12 +186,13 @@ TEST_F(ProxyQuotaTest, AStreamingCallWaitingForItsQuotaGetsKeepalivesAndThenItsA
   port_ = static_cast<uint16_t>(std::stoi(proxy.service.ready.http.substr(proxy.service.ready.http.rfind(':') + 1)));
   int keepalives_before_data = 0;
   bool data = false;
-  const std::string all = Stream(token, R"({"model":"fake-model","stream":true,"messages":[{"role":"user","content":"hi"}]})",
-                                 [&](const std::string& piece, absl::Duration) {
-                                   if (!data && absl::StrContains(piece, ": keepalive")) ++keepalives_before_data;
-                                   data = data || absl::StrContains(piece, "data: {");
-                                   return true;
-                                 });
+  const std::string all =
+      Stream(token, R"({"model":"fake-model","stream":true,"messages":[{"role":"user","content":"hi"}]})",
+             [&](const std::string& piece, absl::Duration) {
+               if (!data && absl::StrContains(piece, ": keepalive")) ++keepalives_before_data;
+               data = data || absl::StrContains(piece, "data: {");
+               return true;
+             });
   EXPECT_GE(keepalives_before_data, 3) << all;  // about ten in the second it waited
   EXPECT_THAT(all, HasSubstr(R"("content":"echo:")"));
   EXPECT_THAT(all, HasSubstr(R"("content":" hi")"));

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/proxy_fixture.h"
@@ -78,8 +77,8 @@ TEST_F(ProxySdkTest, TheOfficialAnthropicNodeSdkWorksAgainstTheMessagesApi) {
   ASSERT_THAT(Close("sdk-claude-closed"), IsOk());
 
   ASSERT_NO_FATAL_FAILURE(RunNodeTests("anthropic",
-                                       {"CORRAL_ANTHROPIC_BASE_URL=http://" + proxy_->ready.http, "CORRAL_TOKEN=" + token,
-                                        "CORRAL_CLOSED_TOKEN=" + closed_token},
+                                       {"CORRAL_ANTHROPIC_BASE_URL=http://" + proxy_->ready.http,
+                                        "CORRAL_TOKEN=" + token, "CORRAL_CLOSED_TOKEN=" + closed_token},
                                        9));
   // Recorded as chat calls, as any other: the 7 that reached the model (the refused ones and count_tokens never
   // did), with their token ids, the tool result as a tool message; the server tool left out, and said so.

@@ -248,7 +248,8 @@ TEST_F(ProxyTest, APolicyUpdateMidStreamSplitsTheCallsTokensByVersion) {
     EXPECT_EQ(b.token_versions(i), want) << "token " << i;
   }
   // Versions only move forward; the same version again is a retry.
-  EXPECT_THAT(UpdatePolicy(2), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("below the current version 4")));
+  EXPECT_THAT(UpdatePolicy(2),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("below the current version 4")));
   EXPECT_THAT(UpdatePolicy(-1), StatusIs(absl::StatusCode::kInvalidArgument));
   auto again = UpdatePolicy(4);
   ASSERT_THAT(again, IsOk());

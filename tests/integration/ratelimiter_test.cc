@@ -12,23 +12,23 @@
 #include "corral/v1/ratelimit.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/api/proto_time.h"
 #include "libs/core/testing/status_matchers.h"
 #include "libs/core/token.h"
+#include "libs/http/prometheus_text.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
-#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
-#include "libs/http/prometheus_text.h"
 #include "tests/support/subprocess.h"
 
 namespace corral {
 namespace {
 
-using ::testing::HasSubstr;
 using ratelimiter::ClientOptions;
 using ratelimiter::PermitRequest;
 using ratelimiter::RateLimitClient;
+using ::testing::HasSubstr;
 
 // Clients acquiring, holding for `hold` and releasing one permit of `limit` in a loop, counting how many hold at
 // once (never more than the limit, restarts included) and how many grants came after `restarted` was set.
@@ -79,7 +79,8 @@ class RateLimiterTest : public ::testing::Test {
     token_ = MintClusterToken(*TokenSigner::FromKeyFile(testing::WriteSecretFile(dir_)));
   }
 
-  void Start(const std::string& limits_yaml, std::vector<std::string> extra = {}, const std::string& listen = "127.0.0.1:0") {
+  void Start(const std::string& limits_yaml, std::vector<std::string> extra = {},
+             const std::string& listen = "127.0.0.1:0") {
     std::ofstream(dir_ + "/limiter.yaml") << "limits:\n" << limits_yaml;
     std::vector<std::string> args = {"--config=" + dir_ + "/limiter.yaml", "--secret-file=" + dir_ + "/secret",
                                      "--grpc-listen=" + listen, "--metrics-listen=127.0.0.1:0"};
@@ -139,9 +140,10 @@ class RateLimiterTest : public ::testing::Test {
 };
 
 TEST_F(RateLimiterTest, AdjustCorrectsATokenBucketByRpcAndOnASessionAndRefusesConcurrencyLimits) {
-  Start("  - {name: tpm, kind: rate, rate_per_s: 1, burst: 1000}\n"
-        "  - {name: gpu, kind: concurrency, permits: 2}\n",
-        {"--learning-mode=false"});
+  Start(
+      "  - {name: tpm, kind: rate, rate_per_s: 1, burst: 1000}\n"
+      "  - {name: gpu, kind: concurrency, permits: 2}\n",
+      {"--learning-mode=false"});
   auto adjust = [&](const std::string& limit, int64_t tokens) -> absl::StatusOr<double> {
     grpc::ClientContext context;
     SetDeadline(context, absl::Seconds(10));
@@ -247,13 +249,13 @@ TEST_F(RateLimiterTest, SmallRequestWaitsBehindLargeOneAcrossSessionsAndCancella
 
 TEST_F(RateLimiterTest, SigkilledHolderFreesItsPermitsAsSoonAsItsSessionBreaks) {
   Start("  - {name: code_exec, kind: concurrency, permits: 2}\n", {"--learning-mode=false"});
-  auto holder = testing::Subprocess::Start({CORRAL_CLI, "limiter", "acquire", "--addr", service_->ready.grpc,
-                                            "--secret-file", dir_ + "/secret", "--limit", "code_exec",
-                                            "--permits", "2", "--hold", "600"},
-                                           dir_ + "/holder.log");
+  auto holder =
+      testing::Subprocess::Start({CORRAL_CLI, "limiter", "acquire", "--addr", service_->ready.grpc, "--secret-file",
+                                  dir_ + "/secret", "--limit", "code_exec", "--permits", "2", "--hold", "600"},
+                                 dir_ + "/holder.log");
   ASSERT_THAT(holder, IsOk());
-  ASSERT_TRUE(testing::WaitUntil([&] { return holder->Log().find("granted 2") != std::string::npos; },
-                                 absl::Seconds(30)))
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return holder->Log().find("granted 2") != std::string::npos; }, absl::Seconds(30)))
       << holder->Log();
   EXPECT_EQ(InUse("code_exec"), 2);
   auto client = Client("next");
@@ -332,7 +334,12 @@ TEST_F(RateLimiterTest, KillNineRestartNeverOverGrantsAndEveryClientRecovers) {
   // Without a snapshot (state_path: none) every start learns, the first one too; wait it out before the load.
   const std::vector<std::string> flags = {"--max-lease-ttl=3s", "--default-lease-ttl=1s", "--state-path=none"};
   Start(limits, flags);
-  ASSERT_TRUE(testing::WaitUntil([&] { auto s = Status(); return s.ok() && !s->learning_mode(); }, absl::Seconds(30)));
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        auto s = Status();
+        return s.ok() && !s->learning_mode();
+      },
+      absl::Seconds(30)));
   const std::string address = service_->ready.grpc;
 
   std::vector<std::unique_ptr<RateLimitClient>> clients;
@@ -466,9 +473,9 @@ TEST_F(RateLimiterTest, WithoutASnapshotAWaiterHeldByLearningModeIsToldWhyAndFor
   auto permit = client->Acquire({.limit = "code_exec", .wait_timeout = absl::Milliseconds(300)});
   EXPECT_THAT(permit.status(), StatusIs(absl::StatusCode::kDeadlineExceeded,
                                         HasSubstr("without a lease snapshot (state_path) and is in learning mode")));
-  auto status = testing::Subprocess::Start({CORRAL_CLI, "limiter", "status", "--addr", service_->ready.grpc,
-                                            "--secret-file", dir_ + "/secret"},
-                                           dir_ + "/status.log");
+  auto status = testing::Subprocess::Start(
+      {CORRAL_CLI, "limiter", "status", "--addr", service_->ready.grpc, "--secret-file", dir_ + "/secret"},
+      dir_ + "/status.log");
   ASSERT_THAT(status, IsOk());
   EXPECT_THAT(status->Wait(absl::Seconds(30)), IsOkAndHolds(0));
   EXPECT_THAT(status->Log(), HasSubstr("(in memory only), LEARNING MODE for "));

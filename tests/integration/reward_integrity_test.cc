@@ -17,7 +17,8 @@ using ::testing::Not;
 // The verifier every attack faces unless it says otherwise: the task is "write 5 to /workspace/answer.txt",
 // and only that earns 1 (nobody does it here).
 constexpr char kHonestVerifier[] =
-    "if [ \"$(cat /workspace/answer.txt 2>/dev/null)\" = 5 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n";
+    "if [ \"$(cat /workspace/answer.txt 2>/dev/null)\" = 5 ]; then echo 1; else echo 0; fi > "
+    "/logs/verifier/reward.txt\n";
 
 // An agent that asks the model once (so the episode has data) and then runs `attack` (sh), never solving the
 // task. Its verifier is `tests/test.sh` = `verifier`.
@@ -81,16 +82,18 @@ TEST_F(RewardIntegrityTest, APlantedRewardFileDoesNotCountWhenTheVerifierWritesN
 
 TEST_F(RewardIntegrityTest, APlantedRewardJsonDoesNotCountEither) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 4));
-  ExpectNoReward(RunOne(Attack("planted-json", "mkdir -p /logs/verifier; echo '{\"reward\": 1}' > "
-                                               "/logs/verifier/reward.json",
+  ExpectNoReward(RunOne(Attack("planted-json",
+                               "mkdir -p /logs/verifier; echo '{\"reward\": 1}' > "
+                               "/logs/verifier/reward.json",
                                "exit 3\n")));
 }
 
 TEST_F(RewardIntegrityTest, ASetsidBackgroundWriterIsGoneBeforeTheVerifierRuns) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 4));
-  const v1::EpisodeResult r = RunOne(Attack(
-      "setsid", "setsid sh -c 'while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; done' "
-                "< /dev/null > /dev/null 2>&1 &"));
+  const v1::EpisodeResult r =
+      RunOne(Attack("setsid",
+                    "setsid sh -c 'while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; done' "
+                    "< /dev/null > /dev/null 2>&1 &"));
   EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
   ExpectNoReward(r);
 }
@@ -98,18 +101,20 @@ TEST_F(RewardIntegrityTest, ASetsidBackgroundWriterIsGoneBeforeTheVerifierRuns) 
 TEST_F(RewardIntegrityTest, ADoubleForkedDaemonRacingTheVerifiersUploadIsGoneFirst) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 4));
   // Keeps replacing the verifier's script with one that rewards, from a grandchild re-parented away.
-  const v1::EpisodeResult r = RunOne(Attack(
-      "double-fork", "(setsid sh -c 'while :; do mkdir -p /workspace/tests /logs/verifier; "
-                     "echo \"echo 1 > /logs/verifier/reward.txt\" > /workspace/tests/test.sh; "
-                     "echo 1 > /logs/verifier/reward.txt; done' < /dev/null > /dev/null 2>&1 &) ; sleep 0.2"));
+  const v1::EpisodeResult r =
+      RunOne(Attack("double-fork",
+                    "(setsid sh -c 'while :; do mkdir -p /workspace/tests /logs/verifier; "
+                    "echo \"echo 1 > /logs/verifier/reward.txt\" > /workspace/tests/test.sh; "
+                    "echo 1 > /logs/verifier/reward.txt; done' < /dev/null > /dev/null 2>&1 &) ; sleep 0.2"));
   EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
   ExpectNoReward(r);
 }
 
 TEST_F(RewardIntegrityTest, ARewardDirectoryReplacedByASymlinkIsRemovedNotFollowed) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 4));
-  ExpectNoReward(RunOne(Attack("symlink", "mkdir -p /workspace/fake; echo 1 > /workspace/fake/reward.txt; "
-                                          "rm -rf /logs/verifier; ln -s /workspace/fake /logs/verifier",
+  ExpectNoReward(RunOne(Attack("symlink",
+                               "mkdir -p /workspace/fake; echo 1 > /workspace/fake/reward.txt; "
+                               "rm -rf /logs/verifier; ln -s /workspace/fake /logs/verifier",
                                "exit 1\n")));
 }
 
@@ -152,13 +157,13 @@ TEST_F(RewardIntegrityTest, TheVerifiersInterpreterCannotBeReplacedInAPlainSandb
 TEST_F(RewardIntegrityTest, CodePlantedInTheHomesPythonSiteDoesNotRunInTheVerifier) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 4));
   // usercustomize.py in the user site-packages is imported by every python the uid starts — unless told not to.
-  const v1::EpisodeResult r = RunOne(Attack(
-      "usercustomize",
-      "d=$(python3 -c 'import site; print(site.getusersitepackages())'); mkdir -p \"$d\"; "
-      "printf 'import os\\nos.makedirs(\"/logs/verifier\", exist_ok=True)\\n"
-      "open(\"/logs/verifier/reward.txt\", \"w\").write(\"1\")\\n' > \"$d/usercustomize.py\"; "
-      "python3 -c 'print(open(\"/logs/verifier/reward.txt\").read())' && echo planted-and-imported",
-      "python3 -c 'import sys; sys.exit(1)'\n"));
+  const v1::EpisodeResult r =
+      RunOne(Attack("usercustomize",
+                    "d=$(python3 -c 'import site; print(site.getusersitepackages())'); mkdir -p \"$d\"; "
+                    "printf 'import os\\nos.makedirs(\"/logs/verifier\", exist_ok=True)\\n"
+                    "open(\"/logs/verifier/reward.txt\", \"w\").write(\"1\")\\n' > \"$d/usercustomize.py\"; "
+                    "python3 -c 'print(open(\"/logs/verifier/reward.txt\").read())' && echo planted-and-imported",
+                    "python3 -c 'import sys; sys.exit(1)'\n"));
   EXPECT_THAT(r.agent_output_tail(), HasSubstr("planted-and-imported"));  // it works for the agent itself
   EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
   ExpectNoReward(r);
@@ -175,12 +180,11 @@ TEST_F(RewardIntegrityTest, NoClusterEndpointGivesAnOpenNetworkSandboxTaskDataWi
   ASSERT_THAT(Results("sibling"), IsOk());
   // From inside the sandbox: the inspector's API, the services' metrics and the proxy without a session token.
   std::string probe = "python3 -c \"import urllib.request as u, urllib.error as e\nfor url in [";
-  for (const std::string& url :
-       {absl::StrCat("http://", scheduler_->ready.http, "/api/batches"),
-        absl::StrCat("http://", scheduler_->ready.http, "/api/episode?id=sibling:g0:e0"),
-        absl::StrCat("http://", scheduler_->ready.http, "/api/batch?id=sibling"),
-        absl::StrCat("http://", proxy_->ready.http, "/v1/models"),
-        absl::StrCat("http://", scheduler_->ready.metrics, "/metrics")}) {
+  for (const std::string& url : {absl::StrCat("http://", scheduler_->ready.http, "/api/batches"),
+                                 absl::StrCat("http://", scheduler_->ready.http, "/api/episode?id=sibling:g0:e0"),
+                                 absl::StrCat("http://", scheduler_->ready.http, "/api/batch?id=sibling"),
+                                 absl::StrCat("http://", proxy_->ready.http, "/v1/models"),
+                                 absl::StrCat("http://", scheduler_->ready.metrics, "/metrics")}) {
     absl::StrAppend(&probe, "'", url, "',");
   }
   absl::StrAppend(&probe,

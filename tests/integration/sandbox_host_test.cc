@@ -5,13 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
-#include <thread>
-#include <algorithm>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -20,14 +20,14 @@
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
 #include "libs/core/token.h"
+#include "libs/http/prometheus_text.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status_conversion.h"
-#include "libs/http/prometheus_text.h"
-#include "tests/support/subprocess.h"
-#include "tests/integration/sandbox_host_fixture.h"
-#include "tests/support/uid_range.h"
 #include "services/sandbox_host/process_sweep.h"
+#include "tests/integration/sandbox_host_fixture.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/uid_range.h"
 
 namespace corral {
 namespace {
@@ -74,7 +74,8 @@ TEST_F(SandboxHostApiTest, TokensOpenOnlyTheirOwnSandbox) {
   EXPECT_THAT(Exec(b.sandbox().sandbox_id(), a.capability_token(), "true").status,
               StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(Exec(a.sandbox().sandbox_id(), "", "true").status, StatusIs(absl::StatusCode::kUnauthenticated));
-  EXPECT_THAT(ReadFile(b.sandbox().sandbox_id(), a.capability_token(), "x"), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(ReadFile(b.sandbox().sandbox_id(), a.capability_token(), "x"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
   // A sandbox token cannot create sandboxes or list the host.
   grpc::ClientContext ctx;
   Prepare(ctx, a.capability_token());
@@ -88,7 +89,8 @@ TEST_F(SandboxHostApiTest, FileApiNeverEscapesTheHome) {
   ASSERT_THAT(r, IsOk());
   const std::string id = r->sandboxes(0).sandbox().sandbox_id();
   const std::string other_home = r->sandboxes(1).sandbox().home();
-  ASSERT_THAT(Exec(id, token_, "ln -s /etc/shadow shadow; ln -s " + other_home + " neighbour; mkfifo fifo").status, IsOk());
+  ASSERT_THAT(Exec(id, token_, "ln -s /etc/shadow shadow; ln -s " + other_home + " neighbour; mkfifo fifo").status,
+              IsOk());
   EXPECT_THAT(ReadFile(id, token_, "shadow"), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("symlink")));
   EXPECT_THAT(ReadFile(id, token_, "neighbour/x"), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(ReadFile(id, token_, "fifo"), StatusIs(absl::StatusCode::kFailedPrecondition));
@@ -107,8 +109,9 @@ TEST_F(SandboxHostApiTest, DeleteKillsSetsidEscapeesAndARecycledUidStartsClean) 
   ASSERT_THAT(r, IsOk());
   ASSERT_EQ(r->sandboxes_size(), 4);
   const auto& victim = r->sandboxes(0).sandbox();
-  ASSERT_THAT(Exec(victim.sandbox_id(), token_, "setsid sleep 300 < /dev/null > /dev/null 2>&1 & echo x > secret").status,
-              IsOk());
+  ASSERT_THAT(
+      Exec(victim.sandbox_id(), token_, "setsid sleep 300 < /dev/null > /dev/null 2>&1 & echo x > secret").status,
+      IsOk());
   grpc::ClientContext ctx;
   Prepare(ctx, token_);
   v1::DeleteSandboxRequest del;
@@ -147,7 +150,8 @@ TEST_F(SandboxHostApiTest, ASandboxCannotTouchItsNeighbourOrTheHost) {
         b_pid.clear();
         FILE* ps = popen(absl::StrCat("pgrep -u ", b.uid(), " -x sleep").c_str(), "r");
         char buf[32] = {};
-        if (ps != nullptr && fgets(buf, sizeof(buf), ps) != nullptr) b_pid = std::string(absl::StripAsciiWhitespace(buf));
+        if (ps != nullptr && fgets(buf, sizeof(buf), ps) != nullptr)
+          b_pid = std::string(absl::StripAsciiWhitespace(buf));
         if (ps != nullptr) pclose(ps);
         return !b_pid.empty();
       },
@@ -158,21 +162,25 @@ TEST_F(SandboxHostApiTest, ASandboxCannotTouchItsNeighbourOrTheHost) {
   addr.sun_family = AF_UNIX;
   memcpy(addr.sun_path + 1, abstract_name.data(), abstract_name.size());
   ASSERT_EQ(bind(host_socket, reinterpret_cast<sockaddr*>(&addr),
-                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + abstract_name.size())), 0);
+                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + abstract_name.size())),
+            0);
   listen(host_socket, 1);
-  ExecResult e = Exec(a.sandbox_id(), token_, absl::StrCat(
-      "kill -9 ", b_pid, " 2>/dev/null && echo killed || echo kill-denied; ",
-      "cat /proc/", b_pid, "/environ >/dev/null 2>&1 && echo environ-read || echo environ-hidden; ",
-      "cat /proc/1/environ >/dev/null 2>&1 && echo host-environ-read || echo host-environ-hidden; ",
-      "ls ", b.home(), " >/dev/null 2>&1 && echo home-listed || echo home-denied; ",
-      "echo x > /dev/shm/a 2>/dev/null && echo shm-written || echo shm-denied; ",
-      "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0))' 2>/dev/null && echo bound || echo bind-denied; ",
-      "python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"\\0", abstract_name,
-      "\")' 2>/dev/null && echo abstract-connected || echo abstract-denied"));
+  ExecResult e =
+      Exec(a.sandbox_id(), token_,
+           absl::StrCat("kill -9 ", b_pid, " 2>/dev/null && echo killed || echo kill-denied; ", "cat /proc/", b_pid,
+                        "/environ >/dev/null 2>&1 && echo environ-read || echo environ-hidden; ",
+                        "cat /proc/1/environ >/dev/null 2>&1 && echo host-environ-read || echo host-environ-hidden; ",
+                        "ls ", b.home(), " >/dev/null 2>&1 && echo home-listed || echo home-denied; ",
+                        "echo x > /dev/shm/a 2>/dev/null && echo shm-written || echo shm-denied; ",
+                        "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0))' 2>/dev/null && echo "
+                        "bound || echo bind-denied; ",
+                        "python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"\\0", abstract_name,
+                        "\")' 2>/dev/null && echo abstract-connected || echo abstract-denied"));
   close(host_socket);
   ASSERT_THAT(e.status, IsOk());
-  EXPECT_EQ(e.out, "kill-denied\nenviron-hidden\nhost-environ-hidden\nhome-denied\nshm-denied\nbind-denied\n"
-                   "abstract-denied\n");
+  EXPECT_EQ(e.out,
+            "kill-denied\nenviron-hidden\nhost-environ-hidden\nhome-denied\nshm-denied\nbind-denied\n"
+            "abstract-denied\n");
   b_thread.join();
   EXPECT_EQ(b_result.out, "survived\n");
 }
@@ -188,8 +196,8 @@ TEST_F(SandboxHostApiTest, ResourceAbuseIsContainedAndTheNeighbourStaysResponsiv
   const auto& b = r->sandboxes(1).sandbox();
   // Held in by the memory cgroup where the host has one, by RLIMIT_DATA where it does not (a container).
   const auto& held = a.protections();
-  const bool memory_cgroup = std::find(held.cgroup_controllers().begin(), held.cgroup_controllers().end(),
-                                       "memory") != held.cgroup_controllers().end();
+  const bool memory_cgroup = std::find(held.cgroup_controllers().begin(), held.cgroup_controllers().end(), "memory") !=
+                             held.cgroup_controllers().end();
   EXPECT_EQ(held.memory_rlimit_bytes(), memory_cgroup ? 0u : 64ULL << 20) << held.containment();
   EXPECT_THAT(held.containment(), HasSubstr(memory_cgroup ? "memory 64 MiB (cgroup)" : "memory 64 MiB per process"));
   ExecResult hog = Exec(a.sandbox_id(), token_,
@@ -236,9 +244,9 @@ TEST_F(SandboxHostApiTest, CliCopiesFilesAndDirectoriesInAndOutAndRefusesEscapes
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 31 % 251);
   std::ofstream(local, std::ios::binary) << payload;
   auto cli = [&](const std::string& src, const std::string& dst) {
-    auto p = testing::Subprocess::Start({CORRAL_CLI, "sandbox", "cp", "--host", service_->ready.grpc, "--secret-file",
-                                         dir_ + "/secret", src, dst},
-                                        dir_ + "/cp.log");
+    auto p = testing::Subprocess::Start(
+        {CORRAL_CLI, "sandbox", "cp", "--host", service_->ready.grpc, "--secret-file", dir_ + "/secret", src, dst},
+        dir_ + "/cp.log");
     return p.ok() ? p->Wait(absl::Seconds(60)).value_or(-1) : -1;
   };
   EXPECT_EQ(cli(local, id + ":/workspace/payload"), 0);
@@ -264,12 +272,12 @@ TEST_F(SandboxHostApiTest, CliCopiesFilesAndDirectoriesInAndOutAndRefusesEscapes
 TEST_F(SandboxHostApiTest, HostExitsCleanlyOnceEmptyForItsConfiguredTime) {
   // A second host, started for one job: it exits 0 after holding no sandbox for 1 s.
   testing::UidRange uids(45000, 59999, 4);
-  auto host = testing::StartService(
-      CORRAL_SANDBOX_HOST,
-      {"--insecure", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--root=" + root_ + "-job",
-       "--capacity=2", "--uid-first=" + std::to_string(uids.first()), "--uid-last=" + std::to_string(uids.last()),
-       "--exit-when-empty-for=1s"},
-      dir_, "job-host");
+  auto host =
+      testing::StartService(CORRAL_SANDBOX_HOST,
+                            {"--insecure", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                             "--root=" + root_ + "-job", "--capacity=2", "--uid-first=" + std::to_string(uids.first()),
+                             "--uid-last=" + std::to_string(uids.last()), "--exit-when-empty-for=1s"},
+                            dir_, "job-host");
   ASSERT_THAT(host, IsOk());
   auto stub = v1::SandboxHost::NewStub(*MakeChannel(host->ready.grpc));
   grpc::ClientContext ctx;

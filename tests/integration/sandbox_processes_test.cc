@@ -13,8 +13,8 @@
 #include "gtest/gtest.h"
 #include "libs/core/status_macros.h"
 #include "libs/core/unique_fd.h"
-#include "tests/integration/sandbox_host_fixture.h"
 #include "libs/http/prometheus_text.h"
+#include "tests/integration/sandbox_host_fixture.h"
 
 namespace corral {
 namespace {
@@ -272,8 +272,7 @@ TEST_F(SandboxProcessesTest, TemplatesBuildOnceAndCloneIntoHomesTheSandboxOwns) 
     EXPECT_EQ(t->state(), v1::TEMPLATE_STATE_READY);
     EXPECT_EQ(t->content_digest(), results[0]->content_digest());
   }
-  EXPECT_THAT(MetricValue("corral_sandbox_host_template_build_seconds_count", {{"outcome", "ready"}}),
-              IsOkAndHolds(1));
+  EXPECT_THAT(MetricValue("corral_sandbox_host_template_build_seconds_count", {{"outcome", "ready"}}), IsOkAndHolds(1));
   EXPECT_GT(results[0]->size_bytes(), 0u);
 
   v1::SandboxSpec spec;

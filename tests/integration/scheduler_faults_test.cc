@@ -194,7 +194,8 @@ TEST_F(SchedulerFixture, HostsFoundThroughDnsRunEpisodes) {
   ASSERT_TRUE(scheduler_stub_->ListHosts(&ctx, v1::ListHostsRequest(), &hosts).ok());
   bool healthy_dns_host = false;
   for (const auto& h : hosts.hosts()) {
-    healthy_dns_host |= h.source() == v1::HOST_SOURCE_DNS && h.state() == v1::HOST_STATE_HEALTHY && h.host_id() == "it-0";
+    healthy_dns_host |=
+        h.source() == v1::HOST_SOURCE_DNS && h.state() == v1::HOST_STATE_HEALTHY && h.host_id() == "it-0";
   }
   EXPECT_TRUE(healthy_dns_host);
   EXPECT_TRUE(NothingLeaked());

@@ -65,21 +65,23 @@ inline v1::Task Arithmetic(const std::string& id, int a, int b, v1::Runner runne
             "b,k=os.environ['OPENAI_BASE_URL'],os.environ['OPENAI_API_KEY']\n"
             "p=open(os.environ['CORRAL_INSTRUCTION_FILE']).read()\n"  // absolute, opened from /workspace
             "assert p==os.environ['CORRAL_INSTRUCTION'],'CORRAL_INSTRUCTION differs from the file'\n"
-            "r=urllib.request.Request(b+'/chat/completions',method='POST',data=json.dumps({'model':os.environ['OPENAI_MODEL'],"
-            "'messages':[{'role':'user','content':p}]}).encode(),headers={'Authorization':'Bearer '+k,'Content-Type':'application/json'})\n"
+            "r=urllib.request.Request(b+'/chat/"
+            "completions',method='POST',data=json.dumps({'model':os.environ['OPENAI_MODEL'],"
+            "'messages':[{'role':'user','content':p}]}).encode(),headers={'Authorization':'Bearer "
+            "'+k,'Content-Type':'application/json'})\n"
             "m=json.load(urllib.request.urlopen(r,timeout=60))['choices'][0]['message']['content']\n"
             "open('/workspace/answer.txt','w').write(m.split('####')[-1].strip())\n"}) {
         t.mutable_agent()->mutable_command()->add_argv(arg);
       }
       for (const char* arg : {"sh", "-c",
                               "mkdir -p /logs/verifier; a=$(cat /workspace/answer.txt); "
-                              "e=$(python3 -c \"import json,os;print(json.load(open(os.environ['HOME']+'/.corral/task.json'))['answer'])\"); "
+                              "e=$(python3 -c \"import "
+                              "json,os;print(json.load(open(os.environ['HOME']+'/.corral/task.json'))['answer'])\"); "
                               "if [ \"$a\" = \"$e\" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt"}) {
         t.mutable_verifier()->mutable_command()->add_argv(arg);
       }
       break;
-    default:
-      t.mutable_reward()->set_function(v1::REWARD_FUNCTION_GSM8K);
+    default: t.mutable_reward()->set_function(v1::REWARD_FUNCTION_GSM8K);
   }
   return t;
 }
@@ -131,9 +133,11 @@ class SchedulerFixture : public ::testing::Test {
     ASSERT_THAT(llm, IsOk());
     fake_llm_.emplace(*std::move(llm));
     ASSERT_NO_FATAL_FAILURE(StartProxy("127.0.0.1:0", "127.0.0.1:0"));
-    std::ofstream(dir_ + "/limiter.yaml") << "limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: 8\n"
-                                             "  - name: llm/{model}\n    kind: concurrency\n    permits: 2\n"
-                                             "state_path: " << dir_ << "/limiter.db\n";
+    std::ofstream(dir_ + "/limiter.yaml")
+        << "limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: 8\n"
+           "  - name: llm/{model}\n    kind: concurrency\n    permits: 2\n"
+           "state_path: "
+        << dir_ << "/limiter.db\n";
     ASSERT_NO_FATAL_FAILURE(StartLimiter("127.0.0.1:0"));
     for (int i = 0; i < hosts; ++i) ASSERT_NO_FATAL_FAILURE(StartHost(capacity));
     scheduler_args_ = std::move(scheduler_args);
@@ -189,8 +193,8 @@ class SchedulerFixture : public ::testing::Test {
     const Host& h = hosts_[i];
     // (A killed process whose new parent has not reaped it yet is a zombie: it runs nothing, and is not counted.)
     if (const auto pids = RunningAs(h.uids->first(), h.uids->last()); !pids.empty()) {
-      return ::testing::AssertionFailure() << pids.size() << " process(es) still run as the host's uids, pid "
-                                           << pids.front();
+      return ::testing::AssertionFailure()
+             << pids.size() << " process(es) still run as the host's uids, pid " << pids.front();
     }
     std::error_code ec;
     if (!std::filesystem::is_empty(h.root + "/homes", ec)) {
@@ -337,7 +341,8 @@ class SchedulerFixture : public ::testing::Test {
           left.clear();
           for (size_t i = 0; i < hosts_.size(); ++i) {
             if (!hosts_[i].service) continue;
-            if (const int64_t live = LiveSandboxes(i); live != 0) absl::StrAppend(&left, live, " sandbox(es) on host ", i, "; ");
+            if (const int64_t live = LiveSandboxes(i); live != 0)
+              absl::StrAppend(&left, live, " sandbox(es) on host ", i, "; ");
           }
           if (const int64_t open = OpenSessions(); open != 0) absl::StrAppend(&left, open, " open session(s)");
           return left.empty();

@@ -69,14 +69,16 @@ TEST_F(SchedulerPolicyTest, TheVersionAndPausesReachEveryEpisodeAndOutliveProxyA
   ASSERT_THAT(updated, IsOk());
   EXPECT_EQ(updated->previous_version(), 0);
   EXPECT_EQ(updated->replicas(), 1u);
-  EXPECT_THAT(UpdatePolicy(2), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("below the current version 3")));
+  EXPECT_THAT(UpdatePolicy(2),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("below the current version 3")));
   EXPECT_THAT(Pause(static_cast<v1::PauseMode>(7)), StatusIs(absl::StatusCode::kInvalidArgument));
 
   v1::BatchSpec spec;
   spec.set_batch_id("v3");
   spec.set_group_size(2);
-  ASSERT_THAT(Submit(spec, {Arithmetic("a", 1, 2, v1::RUNNER_SINGLE_TURN), Arithmetic("b", 3, 4, v1::RUNNER_SINGLE_TURN)}),
-              IsOk());
+  ASSERT_THAT(
+      Submit(spec, {Arithmetic("a", 1, 2, v1::RUNNER_SINGLE_TURN), Arithmetic("b", 3, 4, v1::RUNNER_SINGLE_TURN)}),
+      IsOk());
   auto results = Results("v3");
   ASSERT_THAT(results, IsOk());
   ASSERT_EQ(results->size(), 4u);
@@ -117,7 +119,8 @@ TEST_F(SchedulerPolicyTest, TheVersionAndPausesReachEveryEpisodeAndOutliveProxyA
   // The scheduler's state is journaled: after a restart the version is still 4.
   Stop(*scheduler_);
   ASSERT_NO_FATAL_FAILURE(StartScheduler());
-  EXPECT_THAT(UpdatePolicy(3), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("below the current version 4")));
+  EXPECT_THAT(UpdatePolicy(3),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("below the current version 4")));
   // And a proxy restarted from scratch gets version 4 from the restarted scheduler.
   ASSERT_NO_FATAL_FAILURE(RestartProxy());
   EXPECT_TRUE(ProxyMetricBecomes("corral_proxy_policy_version", 4)) << ProxyMetric("corral_proxy_policy_version");
@@ -191,8 +194,9 @@ TEST_F(SchedulerPolicyTest, DynamicSamplingDeliversTheTargetGroupsAndReportsTheF
   EXPECT_LE(batch.groups().started(), batch.groups().passed() + batch.groups().filtered() + batch.groups().surplus());
   EXPECT_LT(batch.groups().started(), 16u);  // over-sampling stopped at the target
   EXPECT_GE(batch.task_stats_size(), static_cast<int>(batch.groups().started()));  // opened ones, surplus too
-  std::map<std::string, bool> verdicts;  // task -> passed, from the results
-  for (const auto& [g, members] : groups) verdicts[members[0].ids().task_id()] = members[0].status() == v1::EPISODE_STATUS_FINISHED;
+  std::map<std::string, bool> verdicts;                                            // task -> passed, from the results
+  for (const auto& [g, members] : groups)
+    verdicts[members[0].ids().task_id()] = members[0].status() == v1::EPISODE_STATUS_FINISHED;
   int judged = 0;
   for (const v1::TaskStats& t : batch.task_stats()) {
     if (!t.has_passed()) continue;  // surplus: no verdict

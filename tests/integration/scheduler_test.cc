@@ -5,8 +5,8 @@
 
 #include "gmock/gmock.h"
 #include "libs/api/proto_time.h"
-#include "tests/integration/scheduler_fixture.h"
 #include "libs/http/prometheus_text.h"
+#include "tests/integration/scheduler_fixture.h"
 
 namespace corral {
 namespace {
@@ -130,7 +130,7 @@ TEST_F(SchedulerFixture, TheSameSeedGivesTheSameTaskAndSeedPerEpisode) {
     ASSERT_EQ(results->size(), 9u);
     for (const auto& r : *results) {
       by_position[run][absl::StrCat(r.ids().group_index(), "/", r.ids().index_in_group())] = {r.ids().task_id(),
-                                                                                             r.ids().seed()};
+                                                                                              r.ids().seed()};
     }
   }
   EXPECT_EQ(by_position[0], by_position[1]);

@@ -61,12 +61,14 @@ TEST_F(SchedulerFixture, PersistentToolsKeepStateAndSurviveATimedOutCall) {
     ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
     ASSERT_GE(r.trajectory().branches_size(), 1);
     const auto& messages = r.trajectory().branches(0).messages();
-    EXPECT_EQ(absl::StripAsciiWhitespace(messages.rbegin()->message().content()), tasks[r.ids().group_index()].answer());
+    EXPECT_EQ(absl::StripAsciiWhitespace(messages.rbegin()->message().content()),
+              tasks[r.ids().group_index()].answer());
     EXPECT_EQ(r.reward(), 1.0);
     if (r.ids().task_id() == "python-state" || r.ids().task_id() == "bash-timeout") {
       bool interrupted = false;
       for (const auto& m : messages) {
-        if (m.message().role() == "tool" && absl::StrContains(m.message().content(), "timed out after 2s and was interrupted")) {
+        if (m.message().role() == "tool" &&
+            absl::StrContains(m.message().content(), "timed out after 2s and was interrupted")) {
           interrupted = true;
         }
       }

@@ -10,8 +10,8 @@
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
-#include "libs/rpc/channel.h"
 #include "libs/http/prometheus_text.h"
+#include "libs/rpc/channel.h"
 #include "tests/support/subprocess.h"
 
 namespace corral {
@@ -75,8 +75,7 @@ TEST_F(ServerRunnerTest, MetricsEndpointParsesAndHasProcessMetrics) {
   EXPECT_THAT(metrics->Value("process_open_fds"), IsOkAndHolds(Gt(2)));
   EXPECT_THAT(metrics->Value("process_threads"), IsOkAndHolds(Gt(1)));
   EXPECT_EQ(metrics->types.at("process_cpu_seconds_total"), "counter");
-  EXPECT_THAT(metrics->Value("corral_build_info", {{"service", "test-server"}, {"version", "0.1.0"}}),
-              IsOkAndHolds(1));
+  EXPECT_THAT(metrics->Value("corral_build_info", {{"service", "test-server"}, {"version", "0.1.0"}}), IsOkAndHolds(1));
 }
 
 TEST_F(ServerRunnerTest, SigtermLetsInFlightCallFinishThenExitsZero) {
@@ -132,7 +131,8 @@ TEST_F(ServerRunnerTest, NewCallsAreRefusedWhileDraining) {
     HealthCheckRequest hreq;
     HealthCheckResponse hresp;
     grpc::Status s = Health::NewStub(*fresh)->Check(&ctx, hreq, &hresp);
-    refused = s.ok() ? absl::OkStatus() : absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    refused =
+        s.ok() ? absl::OkStatus() : absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
     if (s.ok() && hresp.status() != HealthCheckResponse::SERVING) refused = absl::UnavailableError("not serving");
   } while (refused.ok() && absl::Now() < deadline);
   EXPECT_THAT(refused, ::testing::Not(IsOk()));
@@ -152,8 +152,8 @@ TEST(ServerRunnerStartup, RefusesToStartWithoutSecretAndSaysWhichFlag) {
 
 TEST(ServerRunnerStartup, BadFlagExitsTwoWithMessage) {
   std::string dir = testing::MakeTestDir();
-  auto process = testing::Subprocess::Start({CORRAL_TEST_SERVER, "--grpc-listen=nonsense", "--insecure"},
-                                            dir + "/server.log");
+  auto process =
+      testing::Subprocess::Start({CORRAL_TEST_SERVER, "--grpc-listen=nonsense", "--insecure"}, dir + "/server.log");
   ASSERT_THAT(process, IsOk());
   auto status = process->Wait(absl::Seconds(30));
   ASSERT_THAT(status, IsOk());

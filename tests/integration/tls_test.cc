@@ -36,11 +36,12 @@ class TlsTest : public ::testing::Test {
       openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=corral-client &&
       openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 1)";
     ASSERT_EQ(Sh(script, dir_ + "/openssl.log"), 0);
-    auto service = testing::StartService(
-        CORRAL_TEST_SERVER,
-        {"--insecure", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0", "--tls-cert-file=" + dir_ + "/server.pem",
-         "--tls-key-file=" + dir_ + "/server.key", "--tls-ca-file=" + dir_ + "/ca.pem", "--tls-require-client-cert"},
-        dir_, "server");
+    auto service =
+        testing::StartService(CORRAL_TEST_SERVER,
+                              {"--insecure", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                               "--tls-cert-file=" + dir_ + "/server.pem", "--tls-key-file=" + dir_ + "/server.key",
+                               "--tls-ca-file=" + dir_ + "/ca.pem", "--tls-require-client-cert"},
+                              dir_, "server");
     ASSERT_THAT(service, IsOk());
     service_.emplace(*std::move(service));
   }
@@ -69,8 +70,9 @@ TEST_F(TlsTest, MutualTlsServesAVerifiedClient) {
 
 TEST_F(TlsTest, ClientsWithoutACertificateOrTrustingAnotherCaAreRefused) {
   EXPECT_THAT(Check({.ca_file = dir_ + "/ca.pem"}), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(Check({.cert_file = dir_ + "/client.pem", .key_file = dir_ + "/client.key", .ca_file = dir_ + "/other.pem"}),
-              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(
+      Check({.cert_file = dir_ + "/client.pem", .key_file = dir_ + "/client.key", .ca_file = dir_ + "/other.pem"}),
+      StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(Check({}), StatusIs(absl::StatusCode::kUnavailable));  // plaintext against a TLS port
 }
 

@@ -25,6 +25,7 @@ import unittest
 import corral
 import grpc
 from corral.v1 import scheduler_pb2 as s
+from google.protobuf import json_format
 
 ARGS = None
 
@@ -362,12 +363,28 @@ class SdkTest(unittest.TestCase):
         list(batch.results(exclude_trajectories=True))
 
 
-class RetryTest(unittest.TestCase):
+class FakeSchedulerTest(unittest.TestCase):
+    """A test against a scheduler servicer of its own, served by real gRPC on loopback."""
+
+    def serve(self, servicer):
+        from concurrent import futures
+        from corral.v1 import scheduler_pb2_grpc
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(servicer, self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+        self.client = corral.Client(f"127.0.0.1:{port}", timeout=10)
+
+    def tearDown(self):
+        self.client.close()
+        self.server.stop(None)
+
+
+class RetryTest(FakeSchedulerTest):
     """A scheduler that is briefly unreachable (restarting, or a connection the channel has not yet seen die)
     costs an idempotent call a retry, not an error; Submit is never repeated."""
 
     def setUp(self):
-        from concurrent import futures
         from corral.v1 import scheduler_pb2_grpc
         calls = self.calls = {"GetBatch": 0, "Submit": 0}
 
@@ -384,15 +401,7 @@ class RetryTest(unittest.TestCase):
                     pass
                 context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
 
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        scheduler_pb2_grpc.add_SchedulerServicer_to_server(Flaky(), self.server)
-        port = self.server.add_insecure_port("127.0.0.1:0")
-        self.server.start()
-        self.client = corral.Client(f"127.0.0.1:{port}", timeout=10)
-
-    def tearDown(self):
-        self.client.close()
-        self.server.stop(None)
+        self.serve(Flaky())
 
     def test_get_batch_is_retried_while_the_scheduler_is_unavailable(self):
         self.assertEqual(self.client.batch("b-1").id, "b-1")
@@ -403,6 +412,52 @@ class RetryTest(unittest.TestCase):
             self.client.submit([question(1)], batch_id="b-2")
         self.assertIn("UNAVAILABLE", str(raised.exception))
         self.assertEqual(self.calls["Submit"], 1)
+
+
+class ResultStreamTest(FakeSchedulerTest):
+    """results() and aresults() are one loop: a stream that breaks mid-batch is re-opened from the last cursor, and
+    what was delivered before the break is acknowledged before the stream is re-opened (else those results would
+    come again)."""
+
+    def setUp(self):
+        from corral.v1 import common_pb2, scheduler_pb2_grpc
+        events = self.events = []
+
+        def result(k):
+            return s.StreamResultsResponse(result=s.EpisodeResult(
+                ids=common_pb2.EpisodeIds(batch_id="b", episode_id=f"b:g0:e{k}"), cursor=str(k + 1)))
+
+        class Breaking(scheduler_pb2_grpc.SchedulerServicer):
+            def StreamResults(self, request, context):
+                events.append(("stream", request.cursor))
+                if request.cursor == "":
+                    yield result(0)
+                    yield result(1)
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
+                for k in range(int(request.cursor), 3):
+                    yield result(k)
+
+            def Ack(self, request, context):
+                events.append(("ack", list(request.episode_ids)))
+                return s.AckResponse(acked=len(request.episode_ids))
+
+            def GetBatch(self, request, context):
+                return s.Batch(batch_id=request.batch_id)
+
+        self.serve(Breaking())
+
+    EXPECTED = [("stream", ""), ("ack", ["b:g0:e0", "b:g0:e1"]), ("stream", "2"), ("ack", ["b:g0:e2"])]
+
+    def test_results_acknowledge_before_reopening_from_the_cursor(self):
+        ids = [r.ids.episode_id for r in self.client.batch("b").results(reconnect_for_s=5)]
+        self.assertEqual(ids, ["b:g0:e0", "b:g0:e1", "b:g0:e2"])
+        self.assertEqual(self.events, self.EXPECTED)
+
+    def test_aresults_do_exactly_the_same(self):
+        async def consume():
+            return [r.ids.episode_id async for r in self.client.batch("b").aresults(reconnect_for_s=5)]
+        self.assertEqual(asyncio.run(consume()), ["b:g0:e0", "b:g0:e1", "b:g0:e2"])
+        self.assertEqual(self.events, self.EXPECTED)
 
 
 class DatasetTest(unittest.TestCase):
@@ -492,6 +547,88 @@ class DatasetTest(unittest.TestCase):
         self.assertEqual([f.path for f in t.verifier.files], ["/app/tests/test.sh"])  # solution/ is never sent
         self.assertEqual((t.timeouts.agent.seconds, t.timeouts.verifier.seconds), (120, 30))
         self.assertEqual(json.loads(t.metadata_json), {"difficulty": "easy", "image": "python:3.11-slim"})
+
+
+class HarborParityTest(unittest.TestCase):
+    """One rule, two loaders: `corral run` reads Harbor task directories in C++, trainers with the Python SDK. On
+    the same directories — the examples, and one with every task.toml and Dockerfile feature both read — the CLI's
+    --dry-run tasks and the SDK's are the same protos, with and without images, for a command and a harness."""
+
+    def cli_tasks(self, path, agent, use_image):
+        cmd = [os.path.join(ARGS.bin, "corral"), "run", path, "--agent", agent, "--dry-run"]
+        if use_image:
+            cmd.append("--harbor-images")
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return [json_format.Parse(line, s.Task()) for line in done.stdout.splitlines()]
+
+    def sdk_tasks(self, path, agent, use_image):
+        kwargs = {"harness": agent} if agent in ("codex", "claude-code", "opencode") else {"agent": agent}
+        return [t.to_proto() for t in corral.load_harbor_dir(path, use_image=use_image, **kwargs)]
+
+    @staticmethod
+    def strip_empty(msg):
+        """Clears set-but-empty submessages: an empty `llm {}` or a zero timeout means the default, as an absent
+        one does."""
+        for field, value in msg.ListFields():
+            if field.type != field.TYPE_MESSAGE:
+                continue
+            if field.label == field.LABEL_REPEATED:
+                if not field.message_type.GetOptions().map_entry:
+                    for item in value:
+                        HarborParityTest.strip_empty(item)
+            else:
+                HarborParityTest.strip_empty(value)
+                if value.ByteSize() == 0:  # empty, or made only of zero durations and empty parts
+                    msg.ClearField(field.name)
+        return msg
+
+    def assert_same(self, path):
+        for agent in ("python3 .corral/agent/run.py --fast", "codex"):
+            for use_image in (False, True):
+                cli, sdk = self.cli_tasks(path, agent, use_image), self.sdk_tasks(path, agent, use_image)
+                self.assertEqual([t.id for t in cli], [t.id for t in sdk])
+                for a, b in zip(cli, sdk):
+                    # metadata_json is JSON text: equal as JSON, whatever the key order and spacing.
+                    self.assertEqual(json.loads(a.metadata_json or "{}"), json.loads(b.metadata_json or "{}"), a.id)
+                    a.metadata_json = b.metadata_json = ""
+                    self.strip_empty(a)
+                    self.strip_empty(b)
+                    self.assertEqual(a, b, f"{a.id} (agent {agent!r}, images {use_image}):\n--- cli\n{a}\n--- sdk\n{b}")
+
+    def test_the_example_tasks_load_the_same(self):
+        self.assert_same(os.path.join(ARGS.repo, "examples", "tasks"))
+
+    def test_every_feature_both_loaders_read_loads_the_same(self):
+        with tempfile.TemporaryDirectory() as root:
+            task = os.path.join(root, "all-features")
+            for d in ("environment/src/pkg", "tests", "solution"):
+                os.makedirs(os.path.join(task, d))
+            files = {
+                "task.toml": 'version = "1.0"\n[metadata]\ndifficulty = "hard"\ntags = ["a", "b"]\n'
+                             'author.name = "Ada"\n[agent]\ntimeout_sec = 90.5\n[verifier]\ntimeout_sec = 20\n'
+                             '[environment]\nmemory_mb = 1024\nbuild_timeout_sec = 300\n'
+                             'docker_image = "registry.example/all:2"\n',
+                "instruction.md": "Make it pass.\n\nEvery test.\n",
+                "environment/Dockerfile": "FROM python:3.12-slim AS base\nWORKDIR /srv/app\n"
+                                          "ENV A=1 B=two\nENV C 3\nCOPY src/ ./\n"
+                                          "RUN pip --version \\\n && echo ok\n",
+                "environment/src/main.py": "print('hi')\n",
+                "environment/src/pkg/util.py": "X = 1\n",
+                "tests/test.sh": "pytest -q /srv/app/tests\n",
+                "tests/test_main.py": "def test_x():\n    assert True\n",
+                "solution/solve.sh": "true\n",
+            }
+            for path, content in files.items():
+                with open(os.path.join(task, path), "w") as f:
+                    f.write(content)
+            plain = os.path.join(root, "plain")
+            os.makedirs(os.path.join(plain, "environment"))
+            with open(os.path.join(plain, "instruction.md"), "w") as f:
+                f.write("Read data.txt.\n")
+            with open(os.path.join(plain, "environment", "data.txt"), "w") as f:
+                f.write("42\n")
+            self.assert_same(root)
 
 
 class RlTest(unittest.TestCase):

@@ -12,9 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "corral/v1/scheduler.grpc.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "libs/api/proto_time.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
-#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/connect_flags.h"
@@ -69,7 +69,8 @@ void PrintBatch(const v1::Batch& b) {
 
 void PrintTaskStats(const v1::Batch& b) {
   if (b.task_stats().empty()) return;
-  std::cout << absl::StrFormat("  %-32s %8s %8s %8s %9s %s\n", "TASK", "EPISODES", "FINISHED", "REWARD", "PASS", "GROUP");
+  std::cout << absl::StrFormat("  %-32s %8s %8s %8s %9s %s\n", "TASK", "EPISODES", "FINISHED", "REWARD", "PASS",
+                               "GROUP");
   for (const v1::TaskStats& t : b.task_stats()) {
     std::cout << absl::StrFormat("  %-32s %8d %8d %8s %9s %s\n", t.task_id(), t.episodes(), t.finished(),
                                  t.has_mean_reward() ? absl::StrFormat("%.3f", t.mean_reward()) : "-",
@@ -84,8 +85,7 @@ void DrawProgress(const v1::Batch& b, bool tty) {
   const int filled = static_cast<int>(b.progress() * width);
   std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
   const std::string line = absl::StrFormat(
-      "[%s] %d/%d  ok %d  failed %d  timeout %d  cancelled %d  running %d%s", bar,
-      EndedEpisodes(b.counts()),
+      "[%s] %d/%d  ok %d  failed %d  timeout %d  cancelled %d  running %d%s", bar, EndedEpisodes(b.counts()),
       b.counts().total(), b.counts().finished(), b.counts().failed(), b.counts().timeout(), b.counts().cancelled(),
       b.counts().running(), b.has_mean_reward() ? absl::StrFormat("  reward %.3f", b.mean_reward()) : "");
   if (tty) {
@@ -155,7 +155,9 @@ int StreamResults(Scheduler& s, const ResultsFlags& f) {
   if (tty && !f.quiet) std::cerr << "\n";
   if (f.ack && !flush_acks()) return 1;
   if (!st.ok()) return Fail("results", FromGrpcStatus(st));
-  if (!f.quiet) std::cerr << results << " result(s)" << (f.out.empty() ? "" : " written to " + f.out) << (f.ack ? ", acknowledged" : "") << "\n";
+  if (!f.quiet)
+    std::cerr << results << " result(s)" << (f.out.empty() ? "" : " written to " + f.out)
+              << (f.ack ? ", acknowledged" : "") << "\n";
   return 0;
 }
 
@@ -247,7 +249,8 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
     for (const auto& b : resp.batches()) {
       std::cout << absl::StrFormat("%-28s %-9s %6d %9d %7.0f%% %8d %7d %7s\n", b.batch_id(), StateName(b.state()),
                                    b.task_count(), b.counts().total(), 100 * b.progress(), b.counts().running(),
-                                   b.counts().acked(), b.has_mean_reward() ? absl::StrFormat("%.3f", b.mean_reward()) : "-");
+                                   b.counts().acked(),
+                                   b.has_mean_reward() ? absl::StrFormat("%.3f", b.mean_reward()) : "-");
     }
   });
 

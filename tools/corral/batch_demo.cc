@@ -9,9 +9,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "corral/v1/scheduler.grpc.pb.h"
+#include "libs/api/proto_time.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
-#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "tools/corral/demo.h"
 
@@ -84,14 +84,16 @@ v1::Task Arithmetic(const Problem& p, v1::Runner runner) {
 }  // namespace
 
 int RunBatchDemo(const std::string& scheduler, const std::string& token, bool sandboxes) {
-  std::cout << "\ndemo: a batch of GRPO groups through the scheduler (scripted model; one seed in four answers wrong)\n";
+  std::cout
+      << "\ndemo: a batch of GRPO groups through the scheduler (scripted model; one seed in four answers wrong)\n";
   auto channel = MakeChannel(scheduler);
   if (!channel.ok()) return 1;
   auto stub = v1::Scheduler::NewStub(*channel);
 
   std::vector<v1::Task> tasks;
   const Problem problems[] = {{"add", 17, 25, '+'}, {"sub", 91, 37, '-'}, {"mul", 12, 13, '*'}, {"mul2", 23, 19, '*'}};
-  for (const Problem& p : problems) tasks.push_back(Arithmetic(p, sandboxes ? v1::RUNNER_TOOL_LOOP : v1::RUNNER_SINGLE_TURN));
+  for (const Problem& p : problems)
+    tasks.push_back(Arithmetic(p, sandboxes ? v1::RUNNER_TOOL_LOOP : v1::RUNNER_SINGLE_TURN));
   if (sandboxes) tasks.push_back(Arithmetic({"agent-add", 345, 678, '+'}, v1::RUNNER_AGENT));
   tasks.push_back(Arithmetic({"gsm8k-mul", 6, 7, '*'}, v1::RUNNER_SINGLE_TURN));
 
@@ -171,10 +173,12 @@ int RunBatchDemo(const std::string& scheduler, const std::string& token, bool sa
               << absl::StrFormat("%.0f", example->reward()) << "), as the trainer receives it:\n";
     for (const auto& m : example->trajectory().branches(0).messages()) {
       std::string text = m.message().content();
-      for (const auto& tc : m.message().tool_calls()) text += absl::StrCat("[", tc.function_name(), " ", tc.arguments(), "]");
+      for (const auto& tc : m.message().tool_calls())
+        text += absl::StrCat("[", tc.function_name(), " ", tc.arguments(), "]");
       while (!text.empty() && text.back() == '\n') text.pop_back();
       std::cout << absl::StrFormat("    %-9s %-9s %-48s %s\n", m.message().role(), m.generated() ? "generated" : "",
-                                   text.substr(0, 48), m.token_ids().empty() ? "" : absl::StrCat(m.token_ids_size(), " token ids"));
+                                   text.substr(0, 48),
+                                   m.token_ids().empty() ? "" : absl::StrCat(m.token_ids_size(), " token ids"));
     }
   }
   const bool ok = static_cast<uint32_t>(total) == batch.counts().total() && finished == total && with_tokens == total &&

@@ -42,7 +42,8 @@ absl::Status ConnectFlags::ResolveCluster() {
   address = LocalClusterAddress(cluster_dir, cluster_service, "grpc");
   if (address.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("no ", cluster_service, " address given and no local cluster (",
-                                                      cluster_dir, "/cluster.json): pass its HOST:PORT, or start one "
+                                                      cluster_dir,
+                                                      "/cluster.json): pass its HOST:PORT, or start one "
                                                       "with `corral up`"));
   }
   if (secret_file.empty() && token.empty() && std::filesystem::exists(cluster_dir + "/secret")) {
@@ -63,7 +64,8 @@ void AddConnectFlags(CLI::App* cmd, ConnectFlags& flags, const std::string& what
     cmd->add_option("--cluster-dir", flags.cluster_dir, "the local cluster's directory (corral up --dir)")
         ->capture_default_str();
   }
-  cmd->add_option("--secret-file", flags.secret_file, "cluster secret file, to authenticate (not needed for --insecure services)");
+  cmd->add_option("--secret-file", flags.secret_file,
+                  "cluster secret file, to authenticate (not needed for --insecure services)");
   cmd->add_option("--token", flags.token, "bearer token to send instead of minting one from --secret-file");
   cmd->add_option("--rpc-timeout", flags.timeout_s, "seconds to wait for each RPC")->capture_default_str();
   cmd->add_option("--tls-ca", flags.tls.ca_file, "PEM CA bundle to verify the server (enables TLS)");

@@ -64,8 +64,8 @@ absl::StatusOr<v1::Task> TaskFromJsonLine(const std::string& line, int line_numb
   json::value v = json::parse(line, ec);
   if (ec || !v.is_object()) return bad("not a JSON object");
   json::object& o = v.as_object();
-  static const char* const kTaskKeys[] = {"id",       "prompt",    "messages",    "answer",   "runner",
-                                          "llm",      "reward",    "tool_loop",   "agent",    "verifier",
+  static const char* const kTaskKeys[] = {"id",          "prompt",   "messages",     "answer", "runner",
+                                          "llm",         "reward",   "tool_loop",    "agent",  "verifier",
                                           "environment", "timeouts", "metadata_json"};
   json::object task, metadata;
   for (auto& [key, value] : o) {

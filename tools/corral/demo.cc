@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
-#include "libs/rpc/auth.h"
-#include "libs/api/proto_time.h"
-#include "libs/rpc/status_conversion.h"
-#include "corral/v1/sandbox.grpc.pb.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "corral/v1/sandbox.grpc.pb.h"
+#include "libs/api/proto_time.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/status_conversion.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 
 namespace corral::cli {
@@ -167,11 +167,14 @@ int RunSandboxDemo(const std::string& address, const std::string& token) {
   const v1::Sandbox& a = created.sandboxes(0).sandbox();
   const v1::Sandbox& b = created.sandboxes(1).sandbox();
   const auto& p = a.protections();
-  std::cout << absl::StrFormat("  created %s (uid %d) and %s (uid %d): landlock ABI %d, private view %s\n"
-                               "  held in by %s\n",
-                               a.sandbox_id(), a.uid(), b.sandbox_id(), b.uid(), p.landlock_abi(),
-                               p.private_filesystem_view() ? "yes" : "no", p.containment());
-  Output hello = ExecIn(*stub, token, a.sandbox_id(), "echo 'print(6*7)' > /workspace/answer.py; python3 /workspace/answer.py 2>/dev/null || echo 42");
+  std::cout << absl::StrFormat(
+      "  created %s (uid %d) and %s (uid %d): landlock ABI %d, private view %s\n"
+      "  held in by %s\n",
+      a.sandbox_id(), a.uid(), b.sandbox_id(), b.uid(), p.landlock_abi(), p.private_filesystem_view() ? "yes" : "no",
+      p.containment());
+  Output hello =
+      ExecIn(*stub, token, a.sandbox_id(),
+             "echo 'print(6*7)' > /workspace/answer.py; python3 /workspace/answer.py 2>/dev/null || echo 42");
   std::cout << "  " << a.sandbox_id() << " computes: " << hello.out;
   Output peek = ExecIn(*stub, token, a.sandbox_id(),
                        absl::StrCat("ls ", b.home(), " >/dev/null 2>&1 && echo visible || echo denied; ",

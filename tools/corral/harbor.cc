@@ -17,6 +17,7 @@
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
 #include "services/scheduler/harnesses.h"
+#include "toml++/toml.h"
 #include "tools/corral/dataset.h"
 
 namespace corral::cli {
@@ -193,51 +194,34 @@ std::vector<std::string> ShellWords(const std::string& line) {
   return words;
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseTomlSubset(const std::string& text) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::string table;
-  int n = 0;
-  for (absl::string_view raw : absl::StrSplit(text, '\n')) {
-    ++n;
-    std::string line(absl::StripAsciiWhitespace(raw));
-    if (line.empty() || line[0] == '#') continue;
-    if (line[0] == '[') {
-      if (line.back() != ']' || line.size() < 3) return absl::InvalidArgumentError(absl::StrCat("line ", n, ": bad table header"));
-      table = std::string(absl::StripAsciiWhitespace(line.substr(1, line.size() - 2)));
+namespace {
+
+void Flatten(const toml::table& table, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  for (auto&& [key, node] : table) {
+    const std::string name =
+        prefix.empty() ? std::string(key.str()) : absl::StrCat(prefix, ".", std::string(key.str()));
+    if (const toml::table* sub = node.as_table()) {
+      Flatten(*sub, name, out);
       continue;
     }
-    const size_t eq = line.find('=');
-    if (eq == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("line ", n, ": expected key = value"));
-    const std::string key(absl::StripAsciiWhitespace(line.substr(0, eq)));
-    std::string value(absl::StripAsciiWhitespace(line.substr(eq + 1)));
-    // TOML strings, numbers, booleans and arrays of them are JSON once comments and single quotes are handled.
-    std::string json_text;
-    char quote = 0;
-    for (size_t i = 0; i < value.size(); ++i) {
-      const char c = value[i];
-      if (quote == 0 && c == '#') break;  // a comment
-      if (quote == 0 && (c == '"' || c == '\'')) {
-        quote = c;
-        json_text += '"';
-      } else if (quote != 0 && c == quote) {
-        quote = 0;
-        json_text += '"';
-      } else if (quote == '"' && c == '\\' && i + 1 < value.size()) {
-        json_text += c;
-        json_text += value[++i];
-      } else if (quote == '\'' && (c == '"' || c == '\\')) {
-        json_text += '\\';  // literal strings: escape for JSON
-        json_text += c;
-      } else {
-        json_text += c;
-      }
-    }
-    if (quote != 0) return absl::InvalidArgumentError(absl::StrCat("line ", n, ": unterminated string"));
-    value = std::string(absl::StripAsciiWhitespace(json_text));
-    boost::system::error_code ec;
-    json::value parsed = json::parse(value, ec);
-    if (ec) return absl::InvalidArgumentError(absl::StrCat("line ", n, ": unsupported value for '", key, "'"));
-    out.emplace_back(table.empty() ? key : absl::StrCat(table, ".", key), json::serialize(parsed));
+    std::ostringstream json_text;
+    json_text << toml::json_formatter(node);
+    // Compact, as every other JSON text of a task is.
+    out.emplace_back(name, json::serialize(json::parse(json_text.str())));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseToml(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  try {
+    const toml::table root = toml::parse(text);
+    Flatten(root, "", out);
+  } catch (const toml::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", static_cast<uint64_t>(e.source().begin.line), ": ", std::string(e.description())));
   }
   return out;
 }
@@ -260,10 +244,21 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
   if (fs::exists(root / "task.toml")) {
     auto text = ReadFile(root / "task.toml");
     if (!text.ok()) return text.status();
-    auto parsed = ParseTomlSubset(*text);
-    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat((root / "task.toml").string(), ": ", parsed.status().message()));
+    auto parsed = ParseToml(*text);
+    if (!parsed.ok())
+      return absl::InvalidArgumentError(absl::StrCat((root / "task.toml").string(), ": ", parsed.status().message()));
     for (auto& [key, value] : *parsed) {
-      if (absl::StartsWith(key, "metadata.")) metadata[key.substr(9)] = json::parse(value);
+      if (absl::StartsWith(key, "metadata.")) {
+        // Nested again, as the table it was ([metadata.author] name = … → {"author": {"name": …}}).
+        std::vector<std::string> path = absl::StrSplit(key.substr(9), '.');
+        json::object* at = &metadata;
+        for (size_t i = 0; i + 1 < path.size(); ++i) {
+          json::value& next = (*at)[path[i]];
+          if (!next.is_object()) next = json::object();
+          at = &next.as_object();
+        }
+        (*at)[path.back()] = json::parse(value);
+      }
       toml[key] = value;
     }
   }
@@ -295,7 +290,8 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
     metadata["image"] = json::parse(it->second);
   }
   if (fs::is_directory(root / "tests")) {
-    if (absl::Status s = AddTree(root / "tests", workdir + "/tests", task.mutable_verifier()->mutable_files()); !s.ok()) {
+    if (absl::Status s = AddTree(root / "tests", workdir + "/tests", task.mutable_verifier()->mutable_files());
+        !s.ok()) {
       return s;
     }
     // tests/ is the verifier's: whatever the agent left there is removed before the task's own files go in.
@@ -335,8 +331,10 @@ absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, con
     return tasks;
   }
   if (agent.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory of Harbor tasks: name the agent that runs in "
-                                                   "each sandbox with --agent 'COMMAND' or a harness's name (", scheduler::HarnessNames(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(path,
+                                                   " is a directory of Harbor tasks: name the agent that runs in "
+                                                   "each sandbox with --agent 'COMMAND' or a harness's name (",
+                                                   scheduler::HarnessNames(), ")"));
   }
   std::vector<v1::InlineFile> uploads;
   for (const auto& file : agent_files) {
@@ -373,7 +371,8 @@ absl::StatusOr<std::vector<v1::Task>> LoadHarborTasks(const std::string& root, c
   }
   std::sort(dirs.begin(), dirs.end());
   if (dirs.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(root, ": no Harbor task directories (with an instruction.md) in it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(root, ": no Harbor task directories (with an instruction.md) in it"));
   }
   std::vector<v1::Task> tasks;
   for (const fs::path& d : dirs) {

@@ -41,9 +41,10 @@ absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, con
                                                     const std::vector<std::string>& agent_files = {},
                                                     bool use_image = false);
 
-// The subset of TOML a task.toml uses: [tables] and key = string | number | boolean | array of those, as
-// "table.key" → JSON text of the value. INVALID_ARGUMENT "line N: ..." otherwise.
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseTomlSubset(const std::string& text);
+// A task.toml (TOML 1.0, read by toml++) as "table.key" → JSON text of the value: tables (nested, dotted or
+// inline) flattened with dots, arrays as JSON, dates and times as strings. INVALID_ARGUMENT "line N: ..." when it
+// is not TOML.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseToml(const std::string& text);
 // Words of a shell-like line: whitespace-separated, with '…' and "…" quoting (backslash escapes inside "…").
 std::vector<std::string> ShellWords(const std::string& line);
 

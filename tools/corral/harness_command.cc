@@ -2,8 +2,8 @@
 // on a host — once per host, with npm, at the pinned version, under /opt/corral/harnesses where every sandbox may
 // run it.
 #include <fcntl.h>
-#include <string.h>
 #include <spawn.h>
+#include <string.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -93,8 +93,8 @@ int Install(const std::vector<std::string>& names, const std::string& root) {
       std::cerr << "corral harness install: cannot create " << dir << ": " << ec.message() << "\n";
       return 1;
     }
-    std::cout << h->name << " " << h->version << ": npm install " << h->package << "@" << h->version << " into "
-              << dir << "\n"
+    std::cout << h->name << " " << h->version << ": npm install " << h->package << "@" << h->version << " into " << dir
+              << "\n"
               << std::flush;
     // A pinned version never changes: what npm's cache holds is as good as the registry's.
     const int code = Run({"npm", "install", "--prefix", dir, "--no-save", "--no-audit", "--no-fund", "--prefer-offline",

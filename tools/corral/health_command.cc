@@ -27,8 +27,7 @@ struct HealthOptions {
   TlsConfig tls;
 };
 
-grpc::Status Check(Health::Stub& stub, const std::string& service, double timeout_s,
-                   HealthCheckResponse* response) {
+grpc::Status Check(Health::Stub& stub, const std::string& service, double timeout_s, HealthCheckResponse* response) {
   grpc::ClientContext context;
   SetDeadline(context, absl::Seconds(timeout_s));
   HealthCheckRequest request;
@@ -65,8 +64,8 @@ int RunHealth(const HealthOptions& options) {
     }
     ++found;
     all_serving &= response.status() == HealthCheckResponse::SERVING;
-    std::cout << options.address << "  " << name << "  "
-              << HealthCheckResponse::ServingStatus_Name(response.status()) << "\n";
+    std::cout << options.address << "  " << name << "  " << HealthCheckResponse::ServingStatus_Name(response.status())
+              << "\n";
   }
   if (found == 0) {
     // Not a Corral service: report the server as a whole.
@@ -94,9 +93,10 @@ void RegisterVersion(CLI::App& app, int& exit_code) {
 
 void RegisterHealth(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<HealthOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "health", "check a service's gRPC health; prints each Corral service found at ADDR and its status; "
-                "exit 0 only if all are SERVING");
+  CLI::App* cmd =
+      app.add_subcommand("health",
+                         "check a service's gRPC health; prints each Corral service found at ADDR and its status; "
+                         "exit 0 only if all are SERVING");
   cmd->add_option("address", options->address, "HOST:PORT of a Corral service")->required();
   cmd->add_option("--service", options->service, "check only this gRPC service name");
   cmd->add_option("--timeout", options->timeout_s, "seconds to wait for each answer")->capture_default_str();

@@ -54,8 +54,8 @@ int RunImport(const ConnectFlags& cf, const std::string& path, const std::string
   writer->WritesDone();
   grpc::Status s = writer->Finish();
   if (!s.ok()) return Fail("image import", FromGrpcStatus(s));
-  std::cout << image.digest() << " " << absl::StrJoin(image.refs(), ",") << " (" << image.layers_size()
-            << " layers, " << (image.size_bytes() >> 20) << " MiB unpacked)\n";
+  std::cout << image.digest() << " " << absl::StrJoin(image.refs(), ",") << " (" << image.layers_size() << " layers, "
+            << (image.size_bytes() >> 20) << " MiB unpacked)\n";
   return 0;
 }
 
@@ -74,14 +74,14 @@ int RunPull(const ConnectFlags& cf, const std::string& ref) {
     if (progress.has_image()) image = progress.image();
     if (!tty || progress.has_image()) continue;
     const uint64_t total = progress.total_bytes();
-    std::cerr << absl::StrFormat("\r\033[K%-30.30s %6.1f / %.1f MiB", progress.step(), progress.done_bytes() / 1048576.0,
-                                 total / 1048576.0);
+    std::cerr << absl::StrFormat("\r\033[K%-30.30s %6.1f / %.1f MiB", progress.step(),
+                                 progress.done_bytes() / 1048576.0, total / 1048576.0);
   }
   if (tty) std::cerr << "\r\033[K";
   grpc::Status s = reader->Finish();
   if (!s.ok()) return Fail("image pull", FromGrpcStatus(s));
-  std::cout << image.digest() << " " << absl::StrJoin(image.refs(), ",") << " (" << image.layers_size()
-            << " layers, " << (image.size_bytes() >> 20) << " MiB unpacked)\n";
+  std::cout << image.digest() << " " << absl::StrJoin(image.refs(), ",") << " (" << image.layers_size() << " layers, "
+            << (image.size_bytes() >> 20) << " MiB unpacked)\n";
   return 0;
 }
 
@@ -134,7 +134,8 @@ void RegisterImage(CLI::App& app, int& exit_code) {
   auto pull_conn = std::make_shared<ConnectFlags>();
   auto pull_ref = std::make_shared<std::string>();
   CLI::App* p = image->add_subcommand(
-      "pull", "have the host pull an image from a registry (its registry_* settings apply); prints its digest and names");
+      "pull",
+      "have the host pull an image from a registry (its registry_* settings apply); prints its digest and names");
   AddConnectFlags(p, *pull_conn, "sandbox host", "--host");
   p->add_option("ref", *pull_ref, "[registry/]repository[:tag][@sha256:…]")->required();
   p->callback([pull_conn, pull_ref, &exit_code] { exit_code = RunPull(*pull_conn, *pull_ref); });

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "libs/rpc/auth.h"
 #include "libs/api/proto_time.h"
+#include "libs/rpc/auth.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "tools/corral/commands.h"
@@ -47,13 +47,13 @@ int RunStatus(const ConnectFlags& flags, const std::string& limit) {
   }
   std::cout << absl::StrFormat("sessions %d, leases %d (%s)%s\n", status.sessions(), status.leases(),
                                status.durable_leases() ? "kept on disk" : "in memory only", learning);
-  std::cout << absl::StrFormat("%-20s %-12s %-12s %10s %10s %8s %12s\n", "LIMIT", "KEY", "KIND", "CAPACITY",
-                               "IN USE", "WAITERS", "OLDEST WAIT");
+  std::cout << absl::StrFormat("%-20s %-12s %-12s %10s %10s %8s %12s\n", "LIMIT", "KEY", "KIND", "CAPACITY", "IN USE",
+                               "WAITERS", "OLDEST WAIT");
   for (const v1::LimitStatus& l : status.limits()) {
-    std::cout << absl::StrFormat("%-20s %-12s %-12s %10d %10d %8d %12s\n", l.limit(), l.key().empty() ? "-" : l.key(),
-                                 l.kind() == v1::LIMIT_KIND_RATE ? absl::StrCat("rate ", l.rate_per_s(), "/s")
-                                                                 : "concurrency",
-                                 l.capacity(), l.in_use(), l.waiters(), Age(FromProto(l.oldest_waiter_age())));
+    std::cout << absl::StrFormat(
+        "%-20s %-12s %-12s %10d %10d %8d %12s\n", l.limit(), l.key().empty() ? "-" : l.key(),
+        l.kind() == v1::LIMIT_KIND_RATE ? absl::StrCat("rate ", l.rate_per_s(), "/s") : "concurrency", l.capacity(),
+        l.in_use(), l.waiters(), Age(FromProto(l.oldest_waiter_age())));
   }
   return 0;
 }

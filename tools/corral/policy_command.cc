@@ -57,7 +57,9 @@ void RegisterPolicy(CLI::App& app, int& exit_code) {
   });
 
   CLI::App* pause = policy->add_subcommand("pause", "stop sending calls upstream; returns once none is in flight");
-  pause->add_option("--mode", f->mode, "abort: cut the calls in flight, continued after the resume; drain: let them finish")
+  pause
+      ->add_option("--mode", f->mode,
+                   "abort: cut the calls in flight, continued after the resume; drain: let them finish")
       ->check(CLI::IsMember({"abort", "drain"}));
   pause->add_option("--abort-after", f->abort_after_s, "drain: seconds after which what is still in flight is cut");
   pause->callback([f, with_scheduler] {
@@ -85,9 +87,9 @@ void RegisterPolicy(CLI::App& app, int& exit_code) {
       v1::ResumeGenerationResponse resp;
       grpc::Status st = stub.ResumeGeneration(&ctx, req, &resp);
       if (st.ok()) {
-        std::cout << absl::StrFormat("resumed at version %d on %d proxy replica(s) after a pause of %s: %d call(s) released\n",
-                                     resp.version(), resp.replicas(), absl::FormatDuration(FromProto(resp.paused_for())),
-                                     resp.released());
+        std::cout << absl::StrFormat(
+            "resumed at version %d on %d proxy replica(s) after a pause of %s: %d call(s) released\n", resp.version(),
+            resp.replicas(), absl::FormatDuration(FromProto(resp.paused_for())), resp.released());
       }
       return st;
     });

@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
 #include "libs/rpc/status_conversion.h"
-
 #include "tools/corral/commands.h"
 #include "tools/corral/harbor.h"
 #include "tools/corral/output.h"
@@ -32,6 +32,7 @@ struct RunFlags {
   std::string out;
   double progress_every_s = 5;
   bool no_ack = false;
+  bool dry_run = false;  // print the tasks, submit nothing
   // corral eval: the attempts per task are the group size; pass@k for each of `ks` instead of the run summary.
   bool eval = false;
   std::vector<int> ks;
@@ -76,10 +77,25 @@ class Interrupts {
   std::atomic<bool> interrupted_{false};
 };
 
+// --dry-run: each task as one JSON line (proto field names), as it would be submitted.
+int PrintTasks(const std::string& name, const std::vector<v1::Task>& tasks) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  for (const v1::Task& task : tasks) {
+    std::string line;
+    if (auto s = google::protobuf::util::MessageToJsonString(task, &line, options); !s.ok()) {
+      return Fail(name, absl::InternalError(std::string(s.message())));
+    }
+    std::cout << line << "\n";
+  }
+  return 0;
+}
+
 int Run(const RunFlags& f) {
   Interrupts interrupts;
   auto tasks = LoadTaskInput(f.batch.input, f.batch.agent, f.batch.agent_files, f.batch.harbor_images);
   if (!tasks.ok()) return Fail(f.name, tasks.status());
+  if (f.dry_run) return PrintTasks(f.name, *tasks);
   RunFlags flags = f;
   auto s = ConnectScheduler(flags.conn);
   if (!s.ok()) return Fail(f.name, s.status());
@@ -92,8 +108,9 @@ int Run(const RunFlags& f) {
   auto batch = s->Submit(f.batch.Spec(), *tasks);
   if (!batch.ok()) return Fail(f.name, batch.status());
   const std::string id = batch->batch_id();
-  std::cerr << "corral " << f.name << ": batch " << id << ": " << batch->task_count() << " task(s) x " << batch->spec().group_size()
-            << " = " << batch->counts().total() << " episode(s), seed " << batch->spec().seed() << "\n";
+  std::cerr << "corral " << f.name << ": batch " << id << ": " << batch->task_count() << " task(s) x "
+            << batch->spec().group_size() << " = " << batch->counts().total() << " episode(s), seed "
+            << batch->spec().seed() << "\n";
 
   interrupts.Start(f.name, [&] {
     std::cerr << "\ncorral " << f.name << ": cancelling batch " << id << " (Ctrl-C again to quit at once)\n";
@@ -157,7 +174,8 @@ int Run(const RunFlags& f) {
   if (!http.empty()) {
     // The local cluster's secret puts the cluster token in the link, as `corral ui` does.
     std::string secret = f.conn.secret_file;
-    if (secret.empty() && std::filesystem::exists(f.conn.cluster_dir + "/secret")) secret = f.conn.cluster_dir + "/secret";
+    if (secret.empty() && std::filesystem::exists(f.conn.cluster_dir + "/secret"))
+      secret = f.conn.cluster_dir + "/secret";
     if (auto link = InspectorLink("http://" + http, secret, id, ""); link.ok()) {
       (f.json ? std::cerr : std::cout) << "inspect: " << *link << "\n";
     }
@@ -175,6 +193,8 @@ void RegisterRun(CLI::App& app, int& exit_code) {
   AddBatchFlags(run, f->batch);
   run->add_option("--out", f->out, "write every result, with its trajectory, as JSON lines to this file");
   run->add_flag("--no-ack", f->no_ack, "leave results unacknowledged (for another consumer)");
+  run->add_flag("--dry-run", f->dry_run,
+                "print the tasks as they would be submitted, one JSON line each, and submit nothing");
   run->add_option("--progress-every", f->progress_every_s, "seconds between progress lines when not on a terminal")
       ->capture_default_str();
   run->callback([f, &exit_code] { exit_code = Run(*f); });
@@ -183,8 +203,9 @@ void RegisterRun(CLI::App& app, int& exit_code) {
   e->eval = true;
   e->name = "eval";
   CLI::App* eval = app.add_subcommand(
-      "eval", "evaluate an agent: k attempts per task of a dataset or Harbor tasks, then pass@1 and pass@k per task "
-              "and overall (live progress as corral run; Ctrl-C cancels)");
+      "eval",
+      "evaluate an agent: k attempts per task of a dataset or Harbor tasks, then pass@1 and pass@k per task "
+      "and overall (live progress as corral run; Ctrl-C cancels)");
   AddConnectFlags(eval, e->conn, "scheduler", "--scheduler", "scheduler");
   AddBatchFlags(eval, e->batch);
   eval->add_option("-k,--attempts", e->batch.group_size, "attempts per task (the largest k reported)")

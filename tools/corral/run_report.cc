@@ -55,8 +55,8 @@ std::string ShortDuration(absl::Duration d) {
 }
 
 void RunReport::Add(const v1::EpisodeResult& r) {
-  Episode e{r.ids().episode_id(), r.ids().task_id(), r.status(), std::nullopt, FromProto(r.timings().total()),
-            r.failure_message()};
+  Episode e{r.ids().episode_id(),           r.ids().task_id(),  r.status(), std::nullopt,
+            FromProto(r.timings().total()), r.failure_message()};
   if (r.has_reward()) e.reward = r.reward();
   const v1::PhaseTimings& t = r.timings();
   const std::pair<const char*, const google::protobuf::Duration*> phases[] = {
@@ -113,7 +113,8 @@ std::string RunReport::Summary(absl::Time now) const {
   }
   absl::StrAppend(&out, "\n\nstatus     ");
   for (const auto& [name, n] : by_status) absl::StrAppendFormat(&out, "  %s %d", name, n);
-  if (with_sandbox_ > 0) absl::StrAppendFormat(&out, "\nwarm pool    %d of %d sandboxes were warm", warm_, with_sandbox_);
+  if (with_sandbox_ > 0)
+    absl::StrAppendFormat(&out, "\nwarm pool    %d of %d sandboxes were warm", warm_, with_sandbox_);
 
   std::map<std::string, std::vector<double>> rewards_by_task;
   for (const Episode& e : episodes_) {
@@ -125,8 +126,8 @@ std::string RunReport::Summary(absl::Time now) const {
       lo = std::min(lo, *std::min_element(v.begin(), v.end()));
       hi = std::max(hi, *std::max_element(v.begin(), v.end()));
     }
-    absl::StrAppendFormat(&out, "\n\n%-28s %4s %7s %6s %6s  distribution [%g, %g]\n", "task", "n", "mean", "min",
-                          "max", lo, hi);
+    absl::StrAppendFormat(&out, "\n\n%-28s %4s %7s %6s %6s  distribution [%g, %g]\n", "task", "n", "mean", "min", "max",
+                          lo, hi);
     for (const auto& [task, v] : rewards_by_task) {
       double sum = 0;
       for (double x : v) sum += x;

@@ -5,11 +5,11 @@
 #include <iostream>
 
 #include "absl/strings/str_format.h"
-#include "google/protobuf/util/json_util.h"
-#include "libs/rpc/auth.h"
-#include "libs/api/proto_time.h"
-#include "libs/rpc/status_conversion.h"
 #include "corral/v1/sandbox.grpc.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "libs/api/proto_time.h"
+#include "libs/rpc/auth.h"
+#include "libs/rpc/status_conversion.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/connect_flags.h"
 #include "tools/corral/sandbox_client.h"
@@ -154,16 +154,19 @@ void RegisterSandbox(CLI::App& app, int& exit_code) {
   c->add_option("--network", create->network, "open, proxy_only or none (default: the host's)")
       ->check(CLI::IsMember({"open", "proxy_only", "none"}));
   c->add_option("--port", create->ports, "proxy_only: a TCP port connect() may reach (repeatable)");
-  c->add_option("--task-path", create->task_paths, "an absolute path bound into the home, e.g. /workspace (repeatable)");
+  c->add_option("--task-path", create->task_paths,
+                "an absolute path bound into the home, e.g. /workspace (repeatable)");
   c->add_option("--template", create->template_key, "template key to clone the home from");
-  c->add_option("--image", create->image, "an image on the host (corral image ls) to run the sandbox in, by name or digest");
+  c->add_option("--image", create->image,
+                "an image on the host (corral image ls) to run the sandbox in, by name or digest");
   c->callback([create_conn, create, &exit_code] { exit_code = RunCreate(*create_conn, *create); });
 
   auto exec_conn = std::make_shared<ConnectFlags>();
   auto exec_id = std::make_shared<std::string>();
   auto exec_timeout = std::make_shared<double>(0);
   auto exec_argv = std::make_shared<std::vector<std::string>>();
-  CLI::App* e = sandbox->add_subcommand("exec", "run a command in a sandbox, streaming its output; exits with its code");
+  CLI::App* e =
+      sandbox->add_subcommand("exec", "run a command in a sandbox, streaming its output; exits with its code");
   AddConnectFlags(e, *exec_conn, "sandbox host", "--host");
   e->add_option("id", *exec_id, "sandbox id")->required();
   e->add_option("--timeout", *exec_timeout, "seconds before the command is killed (0: none)");
@@ -186,7 +189,8 @@ void RegisterSandbox(CLI::App& app, int& exit_code) {
 
   auto cp_conn = std::make_shared<ConnectFlags>();
   auto cp_args = std::make_shared<std::pair<std::string, std::string>>();
-  CLI::App* cp = sandbox->add_subcommand("cp", "copy a file or directory in or out of a sandbox, docker-cp style (ID:PATH is a sandbox path)");
+  CLI::App* cp = sandbox->add_subcommand(
+      "cp", "copy a file or directory in or out of a sandbox, docker-cp style (ID:PATH is a sandbox path)");
   AddConnectFlags(cp, *cp_conn, "sandbox host", "--host");
   cp->add_option("src", cp_args->first, "source: a local file or directory, or ID:PATH")->required();
   cp->add_option("dst", cp_args->second, "destination: a local path, or ID:PATH")->required();

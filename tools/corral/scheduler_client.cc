@@ -90,9 +90,10 @@ void AddBatchFlags(CLI::App* cmd, BatchFlags& flags) {
   cmd->add_option("--agent-file", flags.agent_files,
                   "Harbor tasks: a local file uploaded into each sandbox as .corral/agent/<name> (the agent program; "
                   "repeatable)");
-  cmd->add_flag("--harbor-images", flags.harbor_images,
-               "Harbor tasks: run each in its image — the Dockerfile's FROM, its RUN/COPY/ENV/WORKDIR a template built "
-               "on it, or task.toml's docker_image as is — pulled by the sandbox hosts (which need image support)");
+  cmd->add_flag(
+      "--harbor-images", flags.harbor_images,
+      "Harbor tasks: run each in its image — the Dockerfile's FROM, its RUN/COPY/ENV/WORKDIR a template built "
+      "on it, or task.toml's docker_image as is — pulled by the sandbox hosts (which need image support)");
   cmd->add_option("--group-size", flags.group_size, "episodes per task (a GRPO group)")->capture_default_str();
   cmd->add_option("--redundancy", flags.redundancy, "extra episodes per group, cancelled once the group is complete");
   cmd->add_option("--runner", flags.runner, "override every task's runner")

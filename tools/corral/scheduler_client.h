@@ -39,7 +39,8 @@ struct BatchFlags {
 
   v1::BatchSpec Spec() const;
 };
-// Adds the positional input and --agent, --agent-file, --harbor-images, --group-size, --redundancy, --runner, --model, --seed, --batch-id,
+// Adds the positional input and --agent, --agent-file, --harbor-images, --group-size, --redundancy, --runner, --model,
+// --seed, --batch-id,
 // --priority and --max-attempts to `cmd`.
 void AddBatchFlags(CLI::App* cmd, BatchFlags& flags);
 

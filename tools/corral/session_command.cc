@@ -107,7 +107,8 @@ void RegisterSession(CLI::App& app, int& exit_code) {
     v1::ListSessionsResponse resp;
     exit_code = Call(*ls, "session ls", &v1::Proxy::Stub::ListSessions, req, &resp);
     if (exit_code != 0) return;
-    std::cout << absl::StrFormat("%-32s %-7s %6s %8s %10s  %s\n", "ENV_ID", "STATE", "CALLS", "INFLIGHT", "TOKENS", "UPSTREAM");
+    std::cout << absl::StrFormat("%-32s %-7s %6s %8s %10s  %s\n", "ENV_ID", "STATE", "CALLS", "INFLIGHT", "TOKENS",
+                                 "UPSTREAM");
     for (const auto& s : resp.sessions()) {
       std::cout << absl::StrFormat("%-32s %-7s %6d %8d %10d  %s\n", s.env_id(),
                                    s.state() == v1::SESSION_STATE_OPEN ? "open" : "closed", s.calls(),

@@ -41,7 +41,7 @@ std::string HostStateName(v1::HostState s) {
 
 // One gauge of the service whose /metrics is at `address`, by the value of its `label`.
 absl::StatusOr<std::map<std::string, double>> GaugeByLabel(const std::string& address, const std::string& name,
-                                                          const std::string& label) {
+                                                           const std::string& label) {
   auto text = http::HttpGet(address, "/metrics");
   if (!text.ok()) return text.status();
   auto metrics = http::ParsePrometheusText(*text);
@@ -118,9 +118,8 @@ class Top {
                           "QUEUED", "FAILED", "REWARD");
     for (const v1::Batch& b : resp.batches()) {
       const v1::EpisodeCounts& c = b.counts();
-      absl::StrAppendFormat(&out, "%-30s %9d %7d %7d %7d %7d %8s\n", b.batch_id(), c.total(),
-                            EndedEpisodes(c), c.running(),
-                            c.queued(), c.failed() + c.timeout(),
+      absl::StrAppendFormat(&out, "%-30s %9d %7d %7d %7d %7d %8s\n", b.batch_id(), c.total(), EndedEpisodes(c),
+                            c.running(), c.queued(), c.failed() + c.timeout(),
                             b.has_mean_reward() ? absl::StrFormat("%.3f", b.mean_reward()) : "-");
     }
     if (resp.batches().empty()) absl::StrAppend(&out, "(none running)\n");
@@ -155,8 +154,8 @@ class Top {
       absl::StrAppend(&out, "ratelimiter: ", FromGrpcStatus(st).ToString(), "\n\n");
       return;
     }
-    absl::StrAppendFormat(&out, "%-30s %10s %8s %8s %12s   ratelimiter %s, %d session(s)%s\n", "LIMIT", "IN USE", "LEASES",
-                          "WAITERS", "OLDEST WAIT", f_.limiter, resp.sessions(),
+    absl::StrAppendFormat(&out, "%-30s %10s %8s %8s %12s   ratelimiter %s, %d session(s)%s\n", "LIMIT", "IN USE",
+                          "LEASES", "WAITERS", "OLDEST WAIT", f_.limiter, resp.sessions(),
                           resp.learning_mode() ? ", learning mode" : "");
     for (const v1::LimitStatus& l : resp.limits()) {
       absl::StrAppendFormat(&out, "%-30s %10s %8d %8d %12s\n",
@@ -218,7 +217,8 @@ int RunTop(TopFlags& f) {
     if (f.limiter.empty()) f.limiter = LocalClusterAddress(f.conn.cluster_dir, "ratelimiter", "grpc");
     if (f.proxy.empty()) f.proxy = LocalClusterAddress(f.conn.cluster_dir, "proxy", "grpc");
     if (f.proxy_metrics.empty()) f.proxy_metrics = LocalClusterAddress(f.conn.cluster_dir, "proxy", "metrics");
-    if (f.scheduler_metrics.empty()) f.scheduler_metrics = LocalClusterAddress(f.conn.cluster_dir, "scheduler", "metrics");
+    if (f.scheduler_metrics.empty())
+      f.scheduler_metrics = LocalClusterAddress(f.conn.cluster_dir, "scheduler", "metrics");
   }
   Top top(f, *std::move(s));
   const bool tty = isatty(STDOUT_FILENO);
@@ -242,8 +242,9 @@ void RegisterTop(CLI::App& app, int& exit_code) {
   top->add_option("--limiter", f->limiter, "HOST:PORT of the ratelimiter (default: the local cluster's)");
   top->add_option("--proxy", f->proxy, "HOST:PORT of the proxy's gRPC (default: the local cluster's)");
   top->add_option("--proxy-metrics", f->proxy_metrics, "HOST:PORT of the proxy's /metrics, for upstream health");
-  top->add_option("--scheduler-metrics", f->scheduler_metrics,
-                  "HOST:PORT of the scheduler's /metrics, for running episodes by phase (default: the local cluster's)");
+  top->add_option(
+      "--scheduler-metrics", f->scheduler_metrics,
+      "HOST:PORT of the scheduler's /metrics, for running episodes by phase (default: the local cluster's)");
   top->add_option("--interval", f->interval_s, "seconds between refreshes")->capture_default_str();
   top->add_flag("--once", f->once, "print one snapshot and exit");
   top->callback([f, &exit_code] { exit_code = RunTop(*f); });

@@ -28,7 +28,8 @@ int RunUi(UiFlags f) {
       return 1;
     }
     f.url = "http://" + http;
-    if (f.secret_file.empty() && std::filesystem::exists(f.cluster_dir + "/secret")) f.secret_file = f.cluster_dir + "/secret";
+    if (f.secret_file.empty() && std::filesystem::exists(f.cluster_dir + "/secret"))
+      f.secret_file = f.cluster_dir + "/secret";
   }
   auto link = InspectorLink(f.url, f.secret_file, f.batch, f.episode);
   if (!link.ok()) return Fail("ui", link.status());
@@ -42,7 +43,8 @@ void RegisterUi(CLI::App& app, int& exit_code) {
   auto f = std::make_shared<UiFlags>();
   CLI::App* ui = app.add_subcommand("ui", "print the rollout inspector's address (a link to open in a browser)");
   ui->add_option("--url", f->url, "the scheduler's inspector, http://HOST:PORT (default: the local cluster's)");
-  ui->add_option("--cluster-dir", f->cluster_dir, "the local cluster's directory (corral up --dir)")->capture_default_str();
+  ui->add_option("--cluster-dir", f->cluster_dir, "the local cluster's directory (corral up --dir)")
+      ->capture_default_str();
   ui->add_option("--secret-file", f->secret_file,
                  "cluster secret, to put the token in the link (needed when the inspector is not on loopback)");
   ui->add_option("--batch", f->batch, "link straight to this batch");

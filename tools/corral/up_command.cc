@@ -19,8 +19,8 @@
 #include "libs/http/openai_json.h"
 #include "libs/http/prometheus_text.h"
 #include "libs/http/url.h"
-#include "libs/rpc/auth.h"
 #include "libs/process/supervise.h"
+#include "libs/rpc/auth.h"
 #include "openssl/rand.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/demo.h"
@@ -76,8 +76,9 @@ absl::StatusOr<std::string> EnsureSecret(const fs::path& dir) {
 // The scheduler's playground configuration: every host, proxy and limiter of this cluster.
 std::string SchedulerYaml(const fs::path& dir, const std::vector<std::pair<ServiceDef, RunningService>>& running,
                           const std::string& default_model) {
-  std::string yaml = absl::StrCat("# corral up: the scheduler's playground configuration.\njournal: ",
-                                  (dir / "scheduler.db").string(), "\nscheduler_id: local\n");
+  std::string yaml =
+      absl::StrCat("# corral up: the scheduler's playground configuration.\njournal: ", (dir / "scheduler.db").string(),
+                   "\nscheduler_id: local\n");
   std::string hosts, proxies;
   for (const auto& [def, service] : running) {
     if (absl::StartsWith(def.name, "sandbox-host")) absl::StrAppend(&hosts, "  - ", service.ready.grpc, "\n");
@@ -145,9 +146,8 @@ int RunUp(const UpFlags& flags) {
       defs.push_back({"sandbox-host" + suffix, bin + "/corral-sandbox-host",
                       absl::StrCat("# corral up: the sandbox host's playground configuration.\nroot: ",
                                    (sandboxes / absl::StrCat("host", i + 1)).string(),
-                                   "\ncapacity: 64\ndefault_network: none\nhost_id: local", suffix,
-                                   "\nuid_first: ", 20000 + i * uids_each, "\nuid_last: ", 20000 + (i + 1) * uids_each - 1,
-                                   "\n"),
+                                   "\ncapacity: 64\ndefault_network: none\nhost_id: local", suffix, "\nuid_first: ",
+                                   20000 + i * uids_each, "\nuid_last: ", 20000 + (i + 1) * uids_each - 1, "\n"),
                       absl::StrCat("127.0.0.1:", 7500 + i), absl::StrCat("127.0.0.1:", 9500 + i)});
     }
   } else {
@@ -178,15 +178,23 @@ int RunUp(const UpFlags& flags) {
     fake_llm.emplace(*std::move(started));
     upstream = "http://" + fake_llm->ready.http;
   }
-  defs.push_back({"proxy", bin + "/corral-proxy",
-                  absl::StrCat("# corral up: the proxy's playground configuration.\njournal: ", (dir / "proxy.db").string(),
-                               "\nupstream: [\"", upstream, "\"]\n",
-                               default_model.empty() ? "" : absl::StrCat("default_model: \"", absl::CEscape(default_model), "\"\n")),
-                  "127.0.0.1:7600", "127.0.0.1:9600",
-                  {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8080")}});
+  defs.push_back(
+      {"proxy",
+       bin + "/corral-proxy",
+       absl::StrCat(
+           "# corral up: the proxy's playground configuration.\njournal: ", (dir / "proxy.db").string(),
+           "\nupstream: [\"", upstream, "\"]\n",
+           default_model.empty() ? "" : absl::StrCat("default_model: \"", absl::CEscape(default_model), "\"\n")),
+       "127.0.0.1:7600",
+       "127.0.0.1:9600",
+       {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8080")}});
   // The scheduler comes last: its configuration names the others' addresses.
   // Its HTTP port serves the rollout inspector.
-  defs.push_back({"scheduler", bin + "/corral-scheduler", "", "127.0.0.1:7700", "127.0.0.1:9700",
+  defs.push_back({"scheduler",
+                  bin + "/corral-scheduler",
+                  "",
+                  "127.0.0.1:7700",
+                  "127.0.0.1:9700",
                   {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "7780")}});
   std::vector<std::pair<ServiceDef, RunningService>> running;
   for (ServiceDef& def : defs) {
@@ -247,9 +255,8 @@ int RunUp(const UpFlags& flags) {
     }
   }
   const std::string hints = absl::StrCat(
-      "  ", cli.string(), " run examples/datasets/word_problems.jsonl --group-size 4\n", inspector,
-      "  ", cli.string(), " hosts ls;  ", cli.string(), " limiter status --addr ", limiter_addr, " --secret-file ",
-      *secret, "\n",
+      "  ", cli.string(), " run examples/datasets/word_problems.jsonl --group-size 4\n", inspector, "  ", cli.string(),
+      " hosts ls;  ", cli.string(), " limiter status --addr ", limiter_addr, " --secret-file ", *secret, "\n",
       "  python3: corral.Client() (clients/python) finds this cluster through ", (dir / "cluster.json").string(), "\n");
   if (!(flags.demo && flags.exit_after_demo)) std::cout << "try, in another terminal:\n" << hints << std::flush;
 
@@ -294,7 +301,8 @@ int RunUp(const UpFlags& flags) {
   std::cout << "corral up: stopped\n";
   if (flags.demo && flags.exit_after_demo && exit_code == 0) {
     std::cout << "To keep a cluster running, start it with `scripts/up --stay` (or `" << cli.string()
-              << " up`), then in another terminal:\n" << hints;
+              << " up`), then in another terminal:\n"
+              << hints;
   }
   return exit_code;
 }
@@ -309,9 +317,12 @@ void RegisterUp(CLI::App& app, int& exit_code) {
   up->add_flag("--any-port", flags->any_port, "let the kernel choose free ports instead of 7400/9400, …");
   up->add_flag("--demo", flags->demo, "once up, run a short demo against the cluster");
   up->add_flag("--exit-after-demo", flags->exit_after_demo, "stop the cluster when the demo is done");
-  up->add_option("--hosts", flags->hosts, "sandbox hosts to start (as root)")->check(CLI::Range(1, 16))->capture_default_str();
-  up->add_option("--upstream", flags->upstream,
-                 "an OpenAI-compatible server (vLLM, SGLang) for the proxy instead of the scripted model, http://HOST:PORT");
+  up->add_option("--hosts", flags->hosts, "sandbox hosts to start (as root)")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  up->add_option(
+      "--upstream", flags->upstream,
+      "an OpenAI-compatible server (vLLM, SGLang) for the proxy instead of the scripted model, http://HOST:PORT");
   up->add_option("--model", flags->model,
                  "with --upstream: the model of tasks that name none (default: the one model the upstream serves)");
   up->callback([flags, &exit_code] { exit_code = RunUp(*flags); });

@@ -17,8 +17,7 @@ struct ModelChoice {
 
 // `served`: the upstream's models, nullopt when it could not be asked (`why`). `requested`: --model, may be
 // empty. INVALID_ARGUMENT when --model names a model the upstream does not serve.
-absl::StatusOr<ModelChoice> ChooseModel(const std::optional<std::vector<std::string>>& served,
-                                        const std::string& why, const std::string& requested,
-                                        const std::string& upstream);
+absl::StatusOr<ModelChoice> ChooseModel(const std::optional<std::vector<std::string>>& served, const std::string& why,
+                                        const std::string& requested, const std::string& upstream);
 
 }  // namespace corral::cli

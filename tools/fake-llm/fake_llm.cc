@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "libs/async/sleep.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +10,7 @@
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
 #include "boost/json.hpp"
+#include "libs/async/sleep.h"
 #include "libs/http/openai_json.h"
 #include "tools/fake-llm/json_text.h"
 #include "tools/fake-llm/native_messages.h"
@@ -44,7 +44,6 @@ bool BoolOr(const json::object& o, const char* key) {
   return v != nullptr && v->is_bool() && v->as_bool();
 }
 
-
 std::string Json(const json::value& v) { return json::serialize(v); }
 
 json::array Ids(const std::vector<std::string>& tokens) {
@@ -54,7 +53,6 @@ json::array Ids(const std::vector<std::string>& tokens) {
 }
 
 double Logprob(size_t i) { return -0.015625 * static_cast<double>(i % 64 + 1); }  // exact in float and double
-
 
 }  // namespace
 
@@ -69,7 +67,8 @@ std::optional<ArithmeticPlan> PlanArithmetic(const std::string& last_user, const
     if (!isdigit(static_cast<unsigned char>(last_user[i]))) continue;
     size_t j = i;
     a = 0;
-    while (j < last_user.size() && isdigit(static_cast<unsigned char>(last_user[j]))) a = a * 10 + (last_user[j++] - '0');
+    while (j < last_user.size() && isdigit(static_cast<unsigned char>(last_user[j])))
+      a = a * 10 + (last_user[j++] - '0');
     while (j < last_user.size() && last_user[j] == ' ') ++j;
     if (j >= last_user.size() || std::string("+-*/").find(last_user[j]) == std::string::npos) {
       i = j;
@@ -79,7 +78,8 @@ std::optional<ArithmeticPlan> PlanArithmetic(const std::string& last_user, const
     while (j < last_user.size() && last_user[j] == ' ') ++j;
     if (j >= last_user.size() || !isdigit(static_cast<unsigned char>(last_user[j]))) continue;
     b = 0;
-    while (j < last_user.size() && isdigit(static_cast<unsigned char>(last_user[j]))) b = b * 10 + (last_user[j++] - '0');
+    while (j < last_user.size() && isdigit(static_cast<unsigned char>(last_user[j])))
+      b = b * 10 + (last_user[j++] - '0');
     found = !(op == '/' && b == 0);
   }
   if (!found) return std::nullopt;
@@ -90,8 +90,10 @@ std::optional<ArithmeticPlan> PlanArithmetic(const std::string& last_user, const
     int64_t value = 0;
     std::string digits;
     for (char c : *tool_output) {
-      if (isdigit(static_cast<unsigned char>(c)) || (c == '-' && digits.empty())) digits += c;
-      else if (!digits.empty()) break;
+      if (isdigit(static_cast<unsigned char>(c)) || (c == '-' && digits.empty()))
+        digits += c;
+      else if (!digits.empty())
+        break;
     }
     if (!absl::SimpleAtoi(digits, &value)) return ArithmeticPlan{false, "", "I could not compute it."};
     plan.reply = absl::StrCat("The answer is ", wrong ? value + 1 : value, ".");
@@ -191,8 +193,10 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
           plan.tool_name = Str(fn->as_object().if_contains("name"));
           plan.tool_call = !plan.tool_name.empty() && last_role != "tool";
           const json::value* params = fn->as_object().if_contains("parameters");
-          const json::value* props = params && params->is_object() ? params->as_object().if_contains("properties") : nullptr;
-          if (props && props->is_object() && !props->as_object().empty()) tool_property = props->as_object().begin()->key();
+          const json::value* props =
+              params && params->is_object() ? params->as_object().if_contains("properties") : nullptr;
+          if (props && props->is_object() && !props->as_object().empty())
+            tool_property = props->as_object().begin()->key();
         }
       }
     }
@@ -416,7 +420,8 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     boost::system::error_code ec;
     json::value v = json::parse(request.body(), ec);
     if (ec || !v.is_object() || !v.as_object().contains("version") || !v.as_object().at("version").is_int64()) {
-      co_await responder.Send(400, "application/json", http::ErrorJson("expected {\"version\": N}", "invalid_request_error"));
+      co_await responder.Send(400, "application/json",
+                              http::ErrorJson("expected {\"version\": N}", "invalid_request_error"));
       co_return;
     }
     version_.store(v.as_object().at("version").as_int64());
@@ -442,8 +447,9 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
   }
   const int64_t n = ++requests_;
   if (std::optional<double> retry_after = OverQuota()) {
-    const http::Fields headers = {{"retry-after", absl::StrCat(static_cast<int64_t>(std::ceil(*retry_after)))},
-                                  {"retry-after-ms", absl::StrCat(static_cast<int64_t>(std::ceil(*retry_after * 1000)))}};
+    const http::Fields headers = {
+        {"retry-after", absl::StrCat(static_cast<int64_t>(std::ceil(*retry_after)))},
+        {"retry-after-ms", absl::StrCat(static_cast<int64_t>(std::ceil(*retry_after * 1000)))}};
     co_await responder.Send(429, "application/json", http::ErrorJson("quota exceeded", "rate_limit_exceeded"), headers);
     co_return;
   }
@@ -458,7 +464,8 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
   boost::system::error_code ec;
   json::value parsed = json::parse(request.body(), ec);
   if (ec || !parsed.is_object()) {
-    co_await responder.Send(400, "application/json", http::ErrorJson("body is not a JSON object", "invalid_request_error"));
+    co_await responder.Send(400, "application/json",
+                            http::ErrorJson("body is not a JSON object", "invalid_request_error"));
     co_return;
   }
   const bool native_stream = native && BoolOr(parsed.as_object(), "stream");

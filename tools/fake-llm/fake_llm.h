@@ -16,17 +16,17 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "libs/core/token_bucket.h"
 #include "libs/http/server.h"
-#include "services/ratelimiter/counters.h"
 
 namespace corral::fakellm {
 
 struct Options {
   std::vector<std::string> models = {"fake-model"};
-  std::string reply;                                 // fixed reply text; empty = "echo: <last user message>"
-  absl::Duration ttft = absl::ZeroDuration();        // before the first token (or the whole reply)
+  std::string reply;                                  // fixed reply text; empty = "echo: <last user message>"
+  absl::Duration ttft = absl::ZeroDuration();         // before the first token (or the whole reply)
   absl::Duration inter_token = absl::ZeroDuration();  // between streamed tokens
-  int64_t fail_first = 0;                            // the first N completion requests get HTTP 500
+  int64_t fail_first = 0;                             // the first N completion requests get HTTP 500
   // Solve "A op B" from the last user message (ArithmeticPlan): a stand-in policy whose rewards vary by seed.
   bool arithmetic = false;
   // Drive an installed agent harness: call its shell tool once with the task's "RUN:" command, then answer with
@@ -74,7 +74,7 @@ class FakeLlm {
   std::optional<double> OverQuota();
 
   struct Quota {
-    std::optional<ratelimiter::TokenBucket> requests;  // the ratelimiter's own bucket arithmetic, created full
+    std::optional<TokenBucket> requests;  // the same bucket arithmetic as the ratelimiter, created full
     int64_t in_flight = 0;
     int64_t max_in_flight = 0;
     int64_t throttled = 0;

@@ -5,9 +5,9 @@
 #include "libs/core/config.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
+#include "libs/process/supervise.h"
 #include "libs/rpc/server_config.h"
 #include "libs/rpc/server_runner.h"
-#include "libs/process/supervise.h"
 #include "spdlog/spdlog.h"
 #include "tools/fake-llm/fake_llm.h"
 
@@ -39,8 +39,9 @@ int main(int argc, char** argv) {
   schema.Bool("native_messages", &options.native_messages,
               "serve POST /v1/messages itself (as some servers do): answered as a chat call, reshaped");
   schema.Double("quota_rps", &options.quota_rps,
-                 "a provider's quota: completion requests per second (token bucket; 0 = none); beyond it HTTP 429 "
-                 "with Retry-After", 0, 1e6);
+                "a provider's quota: completion requests per second (token bucket; 0 = none); beyond it HTTP 429 "
+                "with Retry-After",
+                0, 1e6);
   schema.Int("quota_burst", &options.quota_burst, "the quota's bucket size (requests at once)", 1, 1 << 30);
   schema.Int("quota_concurrency", &options.quota_concurrency,
              "a provider's quota: completions in flight at once (0 = none); beyond it HTTP 429", 0, 1 << 30);
@@ -55,11 +56,10 @@ int main(int argc, char** argv) {
   }
   if (options.models.empty()) options.models = {"fake-model"};
   corral::fakellm::FakeLlm backend(options);
-  corral::http::HttpServer server(corral::http::ServerLimits{},
-                                  [&](corral::http::Request& req, corral::http::Responder& res) {
-                                    return backend.Handle(req, res);
-                                  },
-                                  static_cast<int>(threads));
+  corral::http::HttpServer server(
+      corral::http::ServerLimits{},
+      [&](corral::http::Request& req, corral::http::Responder& res) { return backend.Handle(req, res); },
+      static_cast<int>(threads));
   auto port = server.Listen(listen);
   if (!port.ok()) {
     spdlog::error("cannot start: {}", port.status());

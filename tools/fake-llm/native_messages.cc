@@ -160,9 +160,8 @@ std::vector<std::string> MessageEvents(const json::object& completion) {
   delta["stop_reason"] = whole.at("stop_reason");
   delta["stop_sequence"] = nullptr;
   json::object usage;
-  usage["output_tokens"] = whole.at("usage").as_object().contains("output_tokens")
-                               ? whole.at("usage").at("output_tokens")
-                               : json::value(0);
+  usage["output_tokens"] =
+      whole.at("usage").as_object().contains("output_tokens") ? whole.at("usage").at("output_tokens") : json::value(0);
   json::object message_delta;
   message_delta["delta"] = std::move(delta);
   message_delta["usage"] = std::move(usage);

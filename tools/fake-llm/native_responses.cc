@@ -9,7 +9,6 @@ namespace {
 
 namespace json = boost::json;
 
-
 }  // namespace
 
 json::object ResponsesAsChat(const json::object& request) {

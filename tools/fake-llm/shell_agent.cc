@@ -1,10 +1,10 @@
 #include "tools/fake-llm/shell_agent.h"
 
 #include <array>
-#include "absl/strings/string_view.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "tools/fake-llm/json_text.h"
 
@@ -12,7 +12,6 @@ namespace corral::fakellm {
 namespace {
 
 namespace json = boost::json;
-
 
 // The rest of the line after the first `marker` in `text`, trimmed of spaces and backticks; nullopt without it.
 std::optional<std::string> AfterMarker(absl::string_view text, absl::string_view marker) {
@@ -33,8 +32,8 @@ const json::object* ShellTool(const json::value* tools) {
     const json::value* fn = t.is_object() ? t.as_object().if_contains("function") : nullptr;
     if (fn != nullptr && fn->is_object()) functions.push_back(&fn->as_object());
   }
-  static constexpr std::array<absl::string_view, 6> kKnown = {"bash", "shell", "exec_command", "shell_command",
-                                                             "local_shell", "run_shell_command"};
+  static constexpr std::array<absl::string_view, 6> kKnown = {"bash",          "shell",       "exec_command",
+                                                              "shell_command", "local_shell", "run_shell_command"};
   for (absl::string_view known : kKnown) {
     for (const json::object* fn : functions) {
       if (absl::AsciiStrToLower(Str(fn->if_contains("name"))) == known) return fn;
@@ -69,8 +68,8 @@ std::optional<ShellAgentPlan> PlanShellAgent(const json::object& body) {
   if (shell == nullptr || !command.has_value() || tool_result) return plan;
   // The command's property: "command" or "cmd" (else the schema's first), as a string or as an argv array.
   const json::value* params = shell->if_contains("parameters");
-  const json::value* props = params != nullptr && params->is_object() ? params->as_object().if_contains("properties")
-                                                                       : nullptr;
+  const json::value* props =
+      params != nullptr && params->is_object() ? params->as_object().if_contains("properties") : nullptr;
   std::string property = "command";
   const json::object* schema = nullptr;
   if (props != nullptr && props->is_object() && !props->as_object().empty()) {

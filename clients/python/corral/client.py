@@ -356,6 +356,55 @@ class _Reconnect:
         return wait
 
 
+class _ResultLoop:
+    """The one result-stream loop behind results() and aresults(): what each item of the stream means, when the
+    results delivered are acknowledged, and what a broken stream costs. The two callers only do the I/O, one
+    blocking and one with asyncio, so they cannot drift apart."""
+
+    def __init__(self, batch: "Batch", *, ack: bool, ack_every: int, reconnect_for_s: float, whole_groups: bool,
+                 trajectory_format: str, exclude_trajectories: bool):
+        self.batch = batch
+        self.ack = ack
+        self.ack_every = ack_every
+        self.reconnect = _Reconnect(reconnect_for_s)
+        self.request_args = (whole_groups, trajectory_format, exclude_trajectories)
+        self.pending: List[str] = []
+
+    def request(self) -> scheduler_pb2.StreamResultsRequest:
+        """The request that (re-)opens the stream, from the last delivered result's cursor."""
+        return self.batch._request(*self.request_args)
+
+    def result_of(self, item: scheduler_pb2.StreamResultsResponse) -> Optional[EpisodeResult]:
+        """The result an item carries, or None for a progress update (applied here)."""
+        self.reconnect.succeeded()
+        if item.HasField("progress"):
+            self.batch._progress(item.progress)
+            return None
+        return item.result
+
+    def delivered(self, result: EpisodeResult) -> bool:
+        """The consumer asked for the next result after `result`: it is acknowledged with the next flush.
+        True when a flush is due."""
+        self.batch.cursor = result.cursor
+        if self.ack:
+            self.pending.append(result.ids.episode_id)
+        return len(self.pending) >= self.ack_every
+
+    def to_ack(self) -> List[str]:
+        return list(self.pending)
+
+    def acked(self, ids: List[str]) -> None:
+        del self.pending[:len(ids)]
+
+    def broken(self, e: grpc.RpcError) -> float:
+        """Seconds to wait before re-opening a broken stream (after a flush: acknowledgements first, so the
+        re-opened stream does not send those results again); raises CorralError when it must not be re-opened."""
+        return self.reconnect.delay(e, self.batch.id, self.batch.cursor)
+
+    def unacknowledged(self, e: Exception) -> None:
+        log.warning("corral: could not acknowledge %d results of %s: %s", len(self.pending), self.batch.id, e)
+
+
 class Batch:
     """A submitted batch. `results()` is the way to consume it."""
 
@@ -453,34 +502,31 @@ class Batch:
         network, or the scheduler restarting — is re-opened from the last result's cursor for up to
         `reconnect_for_s` seconds of trying. `whole_groups` holds results until their whole group has ended and
         yields its results consecutively."""
-        pending: List[str] = []
+        loop = _ResultLoop(self, ack=ack, ack_every=ack_every, reconnect_for_s=reconnect_for_s,
+                           whole_groups=whole_groups, trajectory_format=trajectory_format,
+                           exclude_trajectories=exclude_trajectories)
 
         def flush():
-            if ack and pending:
-                self.client.ack(pending)
-                pending.clear()
+            ids = loop.to_ack()
+            if ids:
+                self.client.ack(ids)
+                loop.acked(ids)
 
-        reconnect = _Reconnect(reconnect_for_s)
         try:
             while True:
-                call = self.client._stub.StreamResults(
-                    self._request(whole_groups, trajectory_format, exclude_trajectories),
-                    metadata=self.client._metadata)
+                call = self.client._stub.StreamResults(loop.request(), metadata=self.client._metadata)
                 try:
                     for item in call:
-                        reconnect.succeeded()
-                        if item.HasField("progress"):
-                            self._progress(item.progress)
+                        result = loop.result_of(item)
+                        if result is None:
                             continue
-                        yield item.result
-                        self.cursor = item.result.cursor
-                        pending.append(item.result.ids.episode_id)
-                        if len(pending) >= ack_every:
+                        yield result
+                        if loop.delivered(result):
                             flush()
                     flush()
                     return  # the batch ended and everything was sent
                 except grpc.RpcError as e:
-                    wait = reconnect.delay(e, self.id, self.cursor)
+                    wait = loop.broken(e)
                     try:
                         flush()
                     except CorralError:
@@ -492,7 +538,7 @@ class Batch:
             try:
                 flush()
             except CorralError as e:
-                log.warning("corral: could not acknowledge %d results of %s: %s", len(pending), self.id, e)
+                loop.unacknowledged(e)
 
     def groups(self, **kwargs) -> Iterator[List[EpisodeResult]]:
         """Whole GRPO groups: lists of the group's results (group_size of them), as each group ends."""
@@ -515,42 +561,45 @@ class Batch:
         channel = self.client._aio_channel()
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
         metadata = self.client._metadata
-        pending: List[str] = []
+        loop = _ResultLoop(self, ack=ack, ack_every=ack_every, reconnect_for_s=reconnect_for_s,
+                           whole_groups=whole_groups, trajectory_format=trajectory_format,
+                           exclude_trajectories=exclude_trajectories)
 
         async def flush():
-            if ack and pending:
+            ids = loop.to_ack()
+            if ids:
                 try:
-                    await stub.Ack(scheduler_pb2.AckRequest(episode_ids=list(pending)), metadata=metadata,
+                    await stub.Ack(scheduler_pb2.AckRequest(episode_ids=ids), metadata=metadata,
                                    timeout=self.client.timeout)
                 except grpc.RpcError as e:
                     _raise(e)
-                pending.clear()
+                loop.acked(ids)
 
-        reconnect = _Reconnect(reconnect_for_s)
         try:
             while True:
-                call = stub.StreamResults(self._request(whole_groups, trajectory_format, exclude_trajectories),
-                                          metadata=metadata)
+                call = stub.StreamResults(loop.request(), metadata=metadata)
                 try:
                     async for item in call:
-                        reconnect.succeeded()
-                        if item.HasField("progress"):
-                            self._progress(item.progress)
+                        result = loop.result_of(item)
+                        if result is None:
                             continue
-                        yield item.result
-                        self.cursor = item.result.cursor
-                        pending.append(item.result.ids.episode_id)
-                        if len(pending) >= ack_every:
+                        yield result
+                        if loop.delivered(result):
                             await flush()
                     await flush()
-                    return
+                    return  # the batch ended and everything was sent
                 except grpc.RpcError as e:
-                    await asyncio.sleep(reconnect.delay(e, self.id, self.cursor))
+                    wait = loop.broken(e)
+                    try:
+                        await flush()
+                    except CorralError:
+                        pass  # the scheduler is away: these results come again and are acknowledged then
+                    await asyncio.sleep(wait)
                 finally:
                     call.cancel()
         finally:
             try:
                 await flush()
             except CorralError as e:
-                log.warning("corral: could not acknowledge %d results of %s: %s", len(pending), self.id, e)
+                loop.unacknowledged(e)
             await channel.close()

@@ -18,10 +18,13 @@ TEST(SleepUntilTest, WakesOnlyWhenTheFakeClockReachesTheTime) {
   asio::io_context io;
   bool woke = false;
   const absl::Time when = clock.Now() + absl::Seconds(30);
-  Spawn(io, [&]() -> asio::awaitable<void> {
-    co_await SleepUntil(clock, when);
-    woke = true;
-  }(), "sleeper");
+  Spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await SleepUntil(clock, when);
+        woke = true;
+      }(),
+      "sleeper");
   io.poll();
   clock.Advance(absl::Seconds(29));
   io.poll();
@@ -36,11 +39,14 @@ TEST(SleepUntilTest, APastTimeReturnsAtOnceWithoutATimer) {
   FakeClock clock;
   asio::io_context io;
   bool woke = false;
-  Spawn(io, [&]() -> asio::awaitable<void> {
-    co_await SleepUntil(clock, clock.Now() - absl::Seconds(1));
-    co_await SleepFor(clock, absl::ZeroDuration());
-    woke = true;
-  }(), "sleeper");
+  Spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await SleepUntil(clock, clock.Now() - absl::Seconds(1));
+        co_await SleepFor(clock, absl::ZeroDuration());
+        woke = true;
+      }(),
+      "sleeper");
   io.poll();
   EXPECT_TRUE(woke);
   EXPECT_EQ(clock.pending_timers(), 0u);
@@ -50,10 +56,13 @@ TEST(SleepUntilTest, TheLoserOfARaceIsCancelledAndItsTimerRemoved) {
   FakeClock clock;
   asio::io_context io;
   int winner = -1;
-  Spawn(io, [&]() -> asio::awaitable<void> {
-    auto r = co_await (SleepFor(clock, absl::Hours(1)) || SleepFor(clock, absl::Seconds(5)));
-    winner = static_cast<int>(r.index());
-  }(), "race");
+  Spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto r = co_await (SleepFor(clock, absl::Hours(1)) || SleepFor(clock, absl::Seconds(5)));
+        winner = static_cast<int>(r.index());
+      }(),
+      "race");
   io.poll();
   EXPECT_EQ(clock.pending_timers(), 2u);
   clock.Advance(absl::Seconds(5));
@@ -68,10 +77,13 @@ TEST(SleepUntilTest, KeepsTheContextAliveWhileWaitingOnAnotherThreadsClock) {
   RealClock clock;
   asio::io_context io;
   bool woke = false;
-  Spawn(io, [&]() -> asio::awaitable<void> {
-    co_await SleepFor(clock, absl::Milliseconds(20));
-    woke = true;
-  }(), "sleeper");
+  Spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await SleepFor(clock, absl::Milliseconds(20));
+        woke = true;
+      }(),
+      "sleeper");
   io.run();  // returns only once the sleep completed: the pending wait counts as work
   EXPECT_TRUE(woke);
 }
@@ -80,10 +92,13 @@ TEST(SleepForTest, RealTimerSleepsAtLeastTheDuration) {
   asio::io_context io;
   absl::Time woke;
   const absl::Time start = absl::Now();
-  Spawn(io, [&]() -> asio::awaitable<void> {
-    co_await async::SleepFor(absl::Milliseconds(10));  // qualified: absl::SleepFor is found by ADL
-    woke = absl::Now();
-  }(), "sleeper");
+  Spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await async::SleepFor(absl::Milliseconds(10));  // qualified: absl::SleepFor is found by ADL
+        woke = absl::Now();
+      }(),
+      "sleeper");
   io.run();
   EXPECT_GE(woke - start, absl::Milliseconds(10));
 }

@@ -31,14 +31,20 @@ TEST(SpawnTest, AThrowIsLoggedWithWhatFailedAndTheContextGoesOn) {
   LogCapture log;
   asio::io_context io;
   bool after = false;
-  Spawn(io, []() -> asio::awaitable<void> {
-    throw std::runtime_error("the dispatcher's bug");
-    co_return;
-  }(), "the dispatcher");
-  Spawn(io, [&]() -> asio::awaitable<void> {
-    after = true;
-    co_return;
-  }(), "the next one");
+  Spawn(
+      io,
+      []() -> asio::awaitable<void> {
+        throw std::runtime_error("the dispatcher's bug");
+        co_return;
+      }(),
+      "the dispatcher");
+  Spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        after = true;
+        co_return;
+      }(),
+      "the next one");
   io.run();
   EXPECT_TRUE(after);
   EXPECT_NE(log.text().find("the dispatcher failed: the dispatcher's bug"), std::string::npos) << log.text();
@@ -47,7 +53,8 @@ TEST(SpawnTest, AThrowIsLoggedWithWhatFailedAndTheContextGoesOn) {
 TEST(SpawnTest, ACleanEndLogsNothing) {
   LogCapture log;
   asio::io_context io;
-  Spawn(io, []() -> asio::awaitable<void> { co_return; }(), "quiet");
+  Spawn(
+      io, []() -> asio::awaitable<void> { co_return; }(), "quiet");
   io.run();
   EXPECT_EQ(log.text(), "");
 }

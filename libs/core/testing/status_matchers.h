@@ -35,8 +35,7 @@ MATCHER_P2(StatusIs, code, message_matcher,
                ::testing::DescribeMatcher<std::string>(message_matcher)) {
   const absl::Status& s = ::corral::testing_internal::GetStatus(arg);
   *result_listener << "status is " << s;
-  return s.code() == code &&
-         ::testing::ExplainMatchResult(message_matcher, std::string(s.message()), result_listener);
+  return s.code() == code && ::testing::ExplainMatchResult(message_matcher, std::string(s.message()), result_listener);
 }
 
 MATCHER_P(IsOkAndHolds, matcher,

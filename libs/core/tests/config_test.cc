@@ -85,9 +85,9 @@ TEST_F(ConfigTest, NestedKeyAsFlagAndRepeatedListFlag) {
 
 TEST_F(ConfigTest, UnknownKeyNamesKeyFileAndLine) {
   std::string path = WriteFile("capacity: 4\n\ngrpc_lsten: 0.0.0.0:1\n");
-  EXPECT_THAT(Load({"--config", path}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr(path + ":3:"), HasSubstr("unknown key 'grpc_lsten'"), HasSubstr("grpc_listen"))));
+  EXPECT_THAT(Load({"--config", path}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 AllOf(HasSubstr(path + ":3:"), HasSubstr("unknown key 'grpc_lsten'"),
+                                                       HasSubstr("grpc_listen"))));
 }
 
 TEST_F(ConfigTest, UnknownNestedKeyIsReportedWithItsPath) {
@@ -100,14 +100,13 @@ TEST_F(ConfigTest, UnknownNestedKeyIsReportedWithItsPath) {
 TEST_F(ConfigTest, WrongTypeNamesKeyAndValue) {
   std::string path = WriteFile("grpc_listen: x\ncapacity: lots\n");
   EXPECT_THAT(Load({"--config", path}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr(path + ":2:"), HasSubstr("key 'capacity'"), HasSubstr("expected an integer, got 'lots'"))));
+              StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr(path + ":2:"), HasSubstr("key 'capacity'"),
+                                                                 HasSubstr("expected an integer, got 'lots'"))));
   std::string list = WriteFile("upstream: http://single\n");
-  EXPECT_THAT(Load({"--config", list}),
-              StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("key 'upstream'"), HasSubstr("expected a list"))));
+  EXPECT_THAT(Load({"--config", list}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 AllOf(HasSubstr("key 'upstream'"), HasSubstr("expected a list"))));
   std::string map = WriteFile("capacity: {a: 1}\n");
-  EXPECT_THAT(Load({"--config", map}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got a mapping")));
+  EXPECT_THAT(Load({"--config", map}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got a mapping")));
 }
 
 TEST_F(ConfigTest, OutOfRangeValuesAreRejectedFromFileAndFlag) {
@@ -115,8 +114,8 @@ TEST_F(ConfigTest, OutOfRangeValuesAreRejectedFromFileAndFlag) {
   EXPECT_THAT(Load({"--config", path}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr(path + ":1:"), HasSubstr("0 is out of range; allowed: 1 to 1000"))));
-  EXPECT_THAT(Load({"--ratio=1.5"}),
-              StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("flag --ratio"), HasSubstr("out of range"))));
+  EXPECT_THAT(Load({"--ratio=1.5"}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              AllOf(HasSubstr("flag --ratio"), HasSubstr("out of range"))));
   EXPECT_THAT(Load({"--shutdown-grace=1h"}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("out of range")));
   EXPECT_THAT(Load({"--shutdown-grace=10"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("expected a duration")));
@@ -149,8 +148,8 @@ TEST_F(ConfigTest, CustomParserErrorsAndYamlExceptionsCarryTheLocation) {
 }
 
 TEST_F(ConfigTest, UnknownFlagsMissingValuesAndPositionalsAreRejected) {
-  EXPECT_THAT(Load({"--capacty=4"}),
-              StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("unknown flag --capacty"), HasSubstr("--help"))));
+  EXPECT_THAT(Load({"--capacty=4"}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              AllOf(HasSubstr("unknown flag --capacty"), HasSubstr("--help"))));
   EXPECT_THAT(Load({"--capacity"}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a value")));
   EXPECT_THAT(Load({"stray"}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unexpected argument 'stray'")));
 }

@@ -56,15 +56,14 @@ TEST(TokenSigner, TokenFromAnotherKeyOrPurposeFails) {
 }
 
 TEST(TokenSigner, ShortKeysAreRejected) {
-  EXPECT_THAT(TokenSigner::FromKey("short"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 32")));
+  EXPECT_THAT(TokenSigner::FromKey("short"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 32")));
 }
 
 class KeyFileTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& content, mode_t mode) {
-    std::string path = ::testing::TempDir() + "/token_test_" +
-                       ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::string path =
+        ::testing::TempDir() + "/token_test_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::ofstream(path, std::ios::trunc) << content;
     chmod(path.c_str(), mode);
     return path;
@@ -80,8 +79,7 @@ TEST_F(KeyFileTest, PrivateFileLoadsAndTrailingNewlineIsIgnored) {
 
 TEST_F(KeyFileTest, WorldReadableOrGroupWritableFileIsRefused) {
   std::string path = Write(kKey, 0644);
-  EXPECT_THAT(TokenSigner::FromKeyFile(path),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("chmod 600")));
+  EXPECT_THAT(TokenSigner::FromKeyFile(path), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("chmod 600")));
   EXPECT_THAT(TokenSigner::FromKeyFile(Write(kKey, 0660)), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
@@ -115,8 +113,7 @@ TEST_F(KeyFileTest, MissingShortAndNonRegularFilesAreRefused) {
   EXPECT_THAT(TokenSigner::FromKeyFile("/nonexistent/secret"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(TokenSigner::FromKeyFile(Write("tiny", 0600)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least 32")));
-  EXPECT_THAT(TokenSigner::FromKeyFile(::testing::TempDir()),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(TokenSigner::FromKeyFile(::testing::TempDir()), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(TokenSigner, EphemeralKeysDiffer) {

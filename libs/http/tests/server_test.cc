@@ -10,8 +10,8 @@
 #include "absl/synchronization/notification.h"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/steady_timer.hpp"
-#include "boost/asio/use_future.hpp"
 #include "boost/asio/use_awaitable.hpp"
+#include "boost/asio/use_future.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
@@ -94,8 +94,9 @@ TEST_F(HttpServerTest, SmugglingAndOversizeRequestsGetPreciseErrors) {
   limits.max_body_bytes = 100;
   Start(limits);
   // Content-Length together with chunked, and two different Content-Lengths: refused, never guessed.
-  EXPECT_THAT(RawExchange(port_, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
-                                 "0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n"),
+  EXPECT_THAT(RawExchange(port_,
+                          "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n"),
               StartsWith("HTTP/1.1 400"));
   EXPECT_THAT(RawExchange(port_, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde"),
               StartsWith("HTTP/1.1 400"));
@@ -172,7 +173,8 @@ TEST_F(HttpServerTest, TheClientConnectsByNameAndSaysWhenANameDoesNotResolve) {
         auto unknown = co_await ClientConnection::Connect(executor, "no-such-host.invalid", port_, absl::Seconds(5));
         std::string body;
         auto c = co_await ClientConnection::Connect(executor, "localhost", port_, absl::Seconds(5));
-        if (!c.ok()) co_return std::make_pair(std::string("<connect: ") + std::string(c.status().message()), unknown.status());
+        if (!c.ok())
+          co_return std::make_pair(std::string("<connect: ") + std::string(c.status().message()), unknown.status());
         Request req{beast::http::verb::get, "/", 11};
         req.set(beast::http::field::host, "x");
         if (!(co_await (*c)->Send(req, absl::Seconds(5))).ok()) co_return std::make_pair(body, unknown.status());

@@ -33,7 +33,9 @@ TEST(ParseTargetTest, RefusesGarbage) {
 }
 
 TEST(PercentDecodeTest, DecodesBytes) {
-  EXPECT_THAT(PercentDecode("%00%ff%41", false), IsOkAndHolds(std::string("\0\xff" "A", 3)));
+  EXPECT_THAT(PercentDecode("%00%ff%41", false), IsOkAndHolds(std::string("\0\xff"
+                                                                          "A",
+                                                                          3)));
   EXPECT_THAT(PercentDecode("a+b", false), IsOkAndHolds(std::string("a+b")));
 }
 
@@ -53,9 +55,41 @@ TEST(ParseHttpUrlTest, SplitsHostPortAndPath) {
 
 TEST(ParseHttpUrlTest, RefusesWhatIsNotHttpHostPortNamingIt) {
   for (const char* bad : {"", "https://a:1", "http://a", "http://a:0", "http://a:99999", "http://:80/", "a:80"}) {
-    EXPECT_THAT(ParseHttpUrl(bad, "upstream"), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("upstream")))
+    EXPECT_THAT(ParseHttpUrl(bad, "upstream"),
+                StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("upstream")))
         << bad;
   }
+}
+
+TEST(ParseUrlTest, TakesEitherSchemeWithItsDefaultPortAndKeepsTheQuery) {
+  auto u = ParseUrl("https://auth.docker.io/token?service=registry.docker.io&scope=x#frag");
+  ASSERT_THAT(u, IsOk());
+  EXPECT_TRUE(u->tls);
+  EXPECT_EQ(u->host, "auth.docker.io");
+  EXPECT_EQ(u->port, 443);
+  EXPECT_FALSE(u->explicit_port);
+  EXPECT_EQ(u->target, "/token?service=registry.docker.io&scope=x");
+  EXPECT_EQ(u->ToString(), "https://auth.docker.io:443/token?service=registry.docker.io&scope=x");
+  u = ParseUrl("http://[::1]:5000?q=1");
+  ASSERT_THAT(u, IsOk());
+  EXPECT_FALSE(u->tls);
+  EXPECT_EQ(u->port, 5000);
+  EXPECT_TRUE(u->explicit_port);
+  EXPECT_EQ(u->target, "/?q=1");
+  EXPECT_EQ(u->authority(), "[::1]:5000");
+  EXPECT_EQ(ParseUrl("http://registry.local").value().port, 80);
+}
+
+TEST(ParseUrlTest, RefusesOtherSchemesAndMissingHostsNamingTheText) {
+  for (const char* bad : {"", "ftp://a/b", "registry.local/x", "https://", "http://:80/", "http://a:99999"}) {
+    EXPECT_THAT(ParseUrl(bad), StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
+  }
+  EXPECT_THAT(ParseUrl("ftp://a/b"), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("ftp://a/b")));
+}
+
+TEST(ParseHttpUrlTest, IsParseUrlRestrictedToHttpWithAPortAndNoQuery) {
+  EXPECT_THAT(ParseHttpUrl("http://a:80/v1?x=1"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseHttpUrl("http://a:80/v1"), IsOk());
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"

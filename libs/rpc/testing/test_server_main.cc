@@ -54,8 +54,7 @@ class HoldReactor final : public grpc::ServerWriteReactor<HoldEvent> {
 };
 
 class TestServiceImpl final : public testing::v1::TestService::CallbackService {
-  grpc::ServerWriteReactor<HoldEvent>* Hold(grpc::CallbackServerContext* context,
-                                            const HoldRequest* request) override {
+  grpc::ServerWriteReactor<HoldEvent>* Hold(grpc::CallbackServerContext* context, const HoldRequest* request) override {
     return new HoldReactor(context, request);
   }
 };

@@ -41,8 +41,13 @@ TEST(ServerConfig, CommonFlagsParseAndValidate) {
   ServerConfig config;
   ConfigSchema schema("svc", "test");
   RegisterServerFlags(schema, &config);
-  const char* argv[] = {"svc", "--grpc-listen=0.0.0.0:7100", "--log-format", "json", "--insecure",
-                        "--shutdown-grace=3s", "--tls-require-client-cert=false"};
+  const char* argv[] = {"svc",
+                        "--grpc-listen=0.0.0.0:7100",
+                        "--log-format",
+                        "json",
+                        "--insecure",
+                        "--shutdown-grace=3s",
+                        "--tls-require-client-cert=false"};
   ASSERT_THAT(LoadConfig(schema, 7, argv), IsOk());
   EXPECT_EQ(config.grpc_listen, "0.0.0.0:7100");
   EXPECT_EQ(config.log.format, "json");
@@ -50,14 +55,12 @@ TEST(ServerConfig, CommonFlagsParseAndValidate) {
   EXPECT_EQ(config.shutdown_grace, absl::Seconds(3));
   EXPECT_THAT(ValidateServerConfig(config), IsOk());
   config.metrics_listen = "nowhere";
-  EXPECT_THAT(ValidateServerConfig(config),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("metrics_listen")));
+  EXPECT_THAT(ValidateServerConfig(config), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("metrics_listen")));
 }
 
 TEST(ServerConfig, SecretIsRequiredUnlessInsecure) {
   ServerConfig config;
-  EXPECT_THAT(LoadClusterSecret(config),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("--secret-file")));
+  EXPECT_THAT(LoadClusterSecret(config), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("--secret-file")));
   config.insecure = true;
   EXPECT_THAT(LoadClusterSecret(config), IsOk());
   config.secret_file = "/nonexistent/secret";

@@ -30,8 +30,10 @@ RecordedCall Call(std::vector<v1::ChatMessage> prompt, const std::string& reply,
 // The hash is part of the trajectory a trainer gets (MessageNode.hash): its spelling must not change. Pinned on
 // messages with every field and the characters JSON escapes.
 TEST(TrajectoryStoreTest, ChainHashesAreStable) {
-  EXPECT_EQ(TrajectoryStore::ChainHash("", v1::ChatMessage()), "28a3a18f6cd6406b086e9ffda1f9b8a13dbcf44b0f3f32cb9031a11fd053acf9");  // sha256("\\0{}")
-  EXPECT_EQ(TrajectoryStore::ChainHash("", Msg("user", "hello")), "8ed074c722f2636be2e0939e0c4b2480154c8f29a159dff1473b0fb113b0e6c7");
+  EXPECT_EQ(TrajectoryStore::ChainHash("", v1::ChatMessage()),
+            "28a3a18f6cd6406b086e9ffda1f9b8a13dbcf44b0f3f32cb9031a11fd053acf9");  // sha256("\\0{}")
+  EXPECT_EQ(TrajectoryStore::ChainHash("", Msg("user", "hello")),
+            "8ed074c722f2636be2e0939e0c4b2480154c8f29a159dff1473b0fb113b0e6c7");
   v1::ChatMessage m = Msg("assistant", "quote \" backslash \\ slash / tab \t newline \n nul " + std::string(1, '\0') +
                                            " bell \x07 del \x7f utf-8 \xc3\xa9 \xe2\x82\xac");
   m.set_content_parts_json(R"([{"type":"text","text":"x"}])");
@@ -44,7 +46,8 @@ TEST(TrajectoryStoreTest, ChainHashesAreStable) {
   m.add_tool_calls()->set_id("call_2");  // the other fields empty
   m.set_tool_call_id("t1");
   m.set_name("bob");
-  EXPECT_EQ(TrajectoryStore::ChainHash(TrajectoryStore::ChainHash("", Msg("user", "hello")), m), "456a036d59c255d7b6fa022f137285d494675fe9db94d30a12c24f499e320fad");
+  EXPECT_EQ(TrajectoryStore::ChainHash(TrajectoryStore::ChainHash("", Msg("user", "hello")), m),
+            "456a036d59c255d7b6fa022f137285d494675fe9db94d30a12c24f499e320fad");
 }
 
 TEST(TrajectoryStoreTest, AThirtyTurnToolConversationStoresEachMessageOnce) {
@@ -88,7 +91,7 @@ TEST(TrajectoryStoreTest, ARewrittenHistoryForksFromTheLongestCommonPrefix) {
   ASSERT_EQ(t.branches_size(), 2);
   EXPECT_EQ(t.branches(1).parent_branch(), 0u);
   EXPECT_EQ(t.branches(1).shared_prefix_messages(), 1u);  // the system prompt
-  EXPECT_EQ(t.messages_size(), 7);  // s, u1, a1, u2, a2, summary, a3: nothing duplicated
+  EXPECT_EQ(t.messages_size(), 7);                        // s, u1, a1, u2, a2, summary, a3: nothing duplicated
   EXPECT_EQ(t.calls(2).call_id(), "env-1/2");
   // Continuing the summarised conversation stays on branch 1.
   summarised.push_back(Msg("assistant", "a3"));

@@ -1,6 +1,7 @@
 // One input through every parser on the proxy's request path: the HTTP/1.1 request parser (with the server's
 // limits), the JSON body, the policy rewrite, the message conversion, the Messages and Responses translations
-// (requests, whole answers, stream chunks), the response assembler and the SSE parser. Shared by the libFuzzer target (request_fuzzer.cc, clang) and the replay test that runs in CI.
+// (requests, whole answers, stream chunks), the response assembler and the SSE parser. Shared by the libFuzzer target
+// (request_fuzzer.cc, clang) and the replay test that runs in CI.
 #pragma once
 
 #include <cstddef>

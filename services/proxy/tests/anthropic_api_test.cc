@@ -48,7 +48,8 @@ TEST(AnthropicApiTest, ARequestBecomesAChatBody) {
 }
 
 TEST(AnthropicApiTest, WhatIsMalformedIsRefusedNamingTheField) {
-  EXPECT_THAT(ToChat(Parse(R"({"model": 7, "messages": []})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": 7, "messages": []})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model")));
   EXPECT_THAT(ToChat(Parse(R"({"model": "m"})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages")));
   EXPECT_THAT(ToChat(Parse(R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("messages[0].role")));
@@ -74,7 +75,8 @@ TEST(AnthropicApiTest, AHarnessRequestTranslatesWithWhatHasNoChatFormNotedNotRef
     "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}},
               {"type": "web_search_20250305", "name": "web_search"}],
     "thinking": {"type": "adaptive"}, "context_management": {"edits": []}, "output_config": {"effort": "high"},
-    "metadata": {"user_id": "u"}})"), &notes);
+    "metadata": {"user_id": "u"}})"),
+                     &notes);
   ASSERT_THAT(chat, IsOk());
   const json::array& messages = (*chat)["messages"].as_array();
   ASSERT_EQ(messages.size(), 5u);
@@ -94,7 +96,8 @@ TEST(AnthropicApiTest, AHarnessRequestTranslatesWithWhatHasNoChatFormNotedNotRef
 TEST(AnthropicApiTest, AToolChoiceNamingALeftOutServerToolBecomesAuto) {
   json::object notes;
   auto chat = ToChat(Parse(R"({"model": "m", "messages": [], "tools": [{"type": "web_search_20250305", "name": "w"}],
-                               "tool_choice": {"type": "tool", "name": "w"}})"), &notes);
+                               "tool_choice": {"type": "tool", "name": "w"}})"),
+                     &notes);
   ASSERT_THAT(chat, IsOk());
   EXPECT_EQ((*chat)["tool_choice"], json::value("auto"));
   EXPECT_FALSE(chat->contains("tools"));
@@ -106,8 +109,9 @@ TEST(AnthropicApiTest, CountTokensIsAnEstimateFromTheTranslatedRequestAndModelsH
   const int64_t n = EstimateTokens(*chat);
   EXPECT_GE(n, 5);
   EXPECT_LE(n, 20);
-  EXPECT_EQ(json::parse(ModelList({"a", "b"})),
-            json::parse(R"({"data": [{"type": "model", "id": "a", "display_name": "a", "created_at": "1970-01-01T00:00:00Z"},
+  EXPECT_EQ(
+      json::parse(ModelList({"a", "b"})),
+      json::parse(R"({"data": [{"type": "model", "id": "a", "display_name": "a", "created_at": "1970-01-01T00:00:00Z"},
                                      {"type": "model", "id": "b", "display_name": "b", "created_at": "1970-01-01T00:00:00Z"}],
                             "has_more": false, "first_id": "a", "last_id": "b"})"));
 }
@@ -132,18 +136,24 @@ TEST(AnthropicApiTest, AChatStreamBecomesMessageEvents) {
   StreamTranslator t;
   std::string out = t.Chunk(Parse(R"({"id": "c1", "model": "m", "choices": [{"delta": {"role": "assistant"}}]})"));
   out += t.Chunk(Parse(R"({"choices": [{"delta": {"content": "Hi"}}]})"));
-  out += t.Chunk(Parse(R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "bash", "arguments": ""}}]}}]})"));
-  out += t.Chunk(Parse(R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\":1}"}}]}}]})"));
+  out += t.Chunk(Parse(
+      R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "bash", "arguments": ""}}]}}]})"));
+  out += t.Chunk(
+      Parse(R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\":1}"}}]}}]})"));
   out += t.Chunk(Parse(R"({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})"));
   out += t.Chunk(Parse(R"({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}})"));
   out += t.End();
-  EXPECT_THAT(testing::EventTypes(out), ::testing::ElementsAre("message_start", "content_block_start", "content_block_delta",
-                                             "content_block_stop", "content_block_start", "content_block_delta",
-                                             "content_block_stop", "message_delta", "message_stop"));
+  EXPECT_THAT(testing::EventTypes(out),
+              ::testing::ElementsAre("message_start", "content_block_start", "content_block_delta",
+                                     "content_block_stop", "content_block_start", "content_block_delta",
+                                     "content_block_stop", "message_delta", "message_stop"));
   EXPECT_THAT(out, HasSubstr(R"("delta":{"type":"text_delta","text":"Hi"})"));
   EXPECT_THAT(out, HasSubstr(R"("content_block":{"type":"tool_use","id":"t1","name":"bash","input":{}})"));
   EXPECT_THAT(out, HasSubstr(R"("delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"})"));
-  EXPECT_THAT(out, HasSubstr(R"("delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":5,"output_tokens":2})"));
+  EXPECT_THAT(
+      out,
+      HasSubstr(
+          R"("delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":5,"output_tokens":2})"));
 }
 
 TEST(AnthropicApiTest, AReasoningModelsReasoningBecomesAThinkingBlock) {

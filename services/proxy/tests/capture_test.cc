@@ -17,12 +17,13 @@ TEST(ResponseAssemblerTest, StreamedChunksAssembleToWhatTheWholeResponseSays) {
       "function":{"name":"bash","arguments":"{\"x\": 1}"}}]}}],
       "usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},"prompt_token_ids":[1,2,3]})")
                      .as_object());
-  for (const char* chunk :
-       {R"({"prompt_token_ids":[1,2,3],"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"bash","arguments":""}}]}}]})",
-        R"({"choices":[{"index":0,"token_ids":[5],"logprobs":{"content":[{"token":"a","logprob":-0.25}]},"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"x\":"}}]}}]})",
-        R"({"choices":[{"index":0,"token_ids":[6],"logprobs":{"content":[{"token":"b","logprob":-0.5}]},"delta":{"tool_calls":[{"index":0,"function":{"arguments":" 1}"}}]}}]})",
-        R"({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})",
-        R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}})"}) {
+  for (
+      const char* chunk :
+      {R"({"prompt_token_ids":[1,2,3],"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"bash","arguments":""}}]}}]})",
+       R"({"choices":[{"index":0,"token_ids":[5],"logprobs":{"content":[{"token":"a","logprob":-0.25}]},"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"x\":"}}]}}]})",
+       R"({"choices":[{"index":0,"token_ids":[6],"logprobs":{"content":[{"token":"b","logprob":-0.5}]},"delta":{"tool_calls":[{"index":0,"function":{"arguments":" 1}"}}]}}]})",
+       R"({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})",
+       R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}})"}) {
     streamed.AddChunk(json::parse(chunk).as_object());
   }
   for (const ResponseAssembler* a : {&whole, &streamed}) {
@@ -44,7 +45,8 @@ TEST(StripForAgentTest, RemovesOnlyWhatTheAgentDidNotAskFor) {
   rw.strip_token_ids = true;
   rw.strip_usage_chunk = true;
   json::object chunk = json::parse(R"({"prompt_token_ids":[1],"choices":[{"index":0,"token_ids":[5],
-      "logprobs":{"content":[]},"delta":{"content":"x"}}]})").as_object();
+      "logprobs":{"content":[]},"delta":{"content":"x"}}]})")
+                           .as_object();
   EXPECT_TRUE(StripForAgent(rw, chunk));
   EXPECT_FALSE(chunk.contains("prompt_token_ids"));
   EXPECT_FALSE(chunk["choices"].as_array()[0].as_object().contains("token_ids"));
@@ -55,7 +57,8 @@ TEST(StripForAgentTest, RemovesOnlyWhatTheAgentDidNotAskFor) {
 
 TEST(MessagesFromTest, ContentPartsToolCallsAndGarbageEntries) {
   json::array msgs = json::parse(R"([{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"},
-      {"type":"text","text":"b"}]}, 5, {"role":"tool","tool_call_id":"c1","content":"out"}])").as_array();
+      {"type":"text","text":"b"}]}, 5, {"role":"tool","tool_call_id":"c1","content":"out"}])")
+                         .as_array();
   auto out = MessagesFrom(msgs);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].content(), "ab");

@@ -12,7 +12,8 @@ namespace json = boost::json;
 json::object Obj(const char* text) { return json::parse(text).as_object(); }
 
 TEST(ContinuationTest, AChatStreamContinuesWithItsTextAsTheFinalAssistantMessageAndFewerTokensLeft) {
-  const json::object body = Obj(R"({"model":"m","stream":true,"max_tokens":10,"messages":[{"role":"user","content":"hi"}]})");
+  const json::object body =
+      Obj(R"({"model":"m","stream":true,"max_tokens":10,"messages":[{"role":"user","content":"hi"}]})");
   ResponseAssembler so_far(true);
   so_far.AddChunk(Obj(R"({"id":"c-1","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})"));
   so_far.AddChunk(Obj(R"({"id":"c-1","choices":[{"index":0,"token_ids":[7],"delta":{"content":"Hello"}}]})"));
@@ -40,7 +41,8 @@ TEST(ContinuationTest, AChatStreamContinuesWithItsTextAsTheFinalAssistantMessage
 
 TEST(ContinuationTest, ToolCallsReasoningSeveralChoicesAndEchoAreNotContinuable) {
   ResponseAssembler tools(true);
-  tools.AddChunk(Obj(R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{"}}]}}]})"));
+  tools.AddChunk(
+      Obj(R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{"}}]}}]})"));
   EXPECT_FALSE(Continuable(Obj(R"({"messages":[]})"), true, tools));
   ResponseAssembler thinking(true);
   thinking.AddChunk(Obj(R"({"choices":[{"index":0,"delta":{"reasoning_content":"hmm"}}]})"));
@@ -63,7 +65,8 @@ TEST(ContinuationTest, ATextCompletionContinuesWithItsTextAppendedToThePrompt) {
 }
 
 TEST(ContinuationTest, AContinuationChunkTakesTheOriginalIdAndDropsItsRoleAndPromptIds) {
-  json::object chunk = Obj(R"({"id":"c-2","prompt_token_ids":[1],"choices":[{"index":0,"delta":{"role":"assistant","content":" x"}}]})");
+  json::object chunk =
+      Obj(R"({"id":"c-2","prompt_token_ids":[1],"choices":[{"index":0,"delta":{"role":"assistant","content":" x"}}]})");
   AdaptContinuationChunk("c-1", chunk);
   EXPECT_EQ(json::serialize(chunk), R"({"id":"c-1","choices":[{"index":0,"delta":{"content":" x"}}]})");
 }

@@ -39,8 +39,10 @@ asio::awaitable<void> Backend(http::Request& req, http::Responder& res) {
   }
   if (absl::StrContains(req.body(), R"("stream":true)")) {
     co_await res.StartStream(200, "text/event-stream");
-    co_await res.WriteChunk(R"(data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"fo"}}]})" "\n\n");
-    co_await res.WriteChunk(R"(data: {"choices":[{"index":0,"delta":{"content":"ur"},"finish_reason":"stop"}]})" "\n\n");
+    co_await res.WriteChunk(R"(data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"fo"}}]})"
+                            "\n\n");
+    co_await res.WriteChunk(R"(data: {"choices":[{"index":0,"delta":{"content":"ur"},"finish_reason":"stop"}]})"
+                            "\n\n");
     co_await res.WriteChunk("data: [DONE]\n\n");
     co_await res.EndStream();
     co_return;
@@ -65,9 +67,9 @@ class HttpHandlerTest : public ::testing::Test {
       if (adjust) adjust(specs.back());
     }
     pool_ = std::make_unique<UpstreamPool>(std::move(specs), &clock_);
-    dispatcher_ = std::make_unique<UpstreamDispatcher>(pool_.get(), &metrics_, &clock_,
-                                                       RelayOptions{.connect_timeout = absl::Seconds(1),
-                                                                    .retry_backoff = absl::Milliseconds(1)});
+    dispatcher_ = std::make_unique<UpstreamDispatcher>(
+        pool_.get(), &metrics_, &clock_,
+        RelayOptions{.connect_timeout = absl::Seconds(1), .retry_backoff = absl::Milliseconds(1)});
     handler_ = std::make_unique<HttpHandler>(ledger_.get(), dispatcher_.get(), pool_.get(), &metrics_, &clock_,
                                              &policy_version_, &gate_);
     front_ = std::make_unique<http::HttpServer>(
@@ -248,8 +250,9 @@ TEST_F(HttpHandlerTest, ANativeCallCarriesThePolicysModelTokenCapAndOverridesAnd
                     R"( "store": false, "tools": [{"type": "web_search"}]})");
   ASSERT_EQ(whole.status, 200) << whole.body;
   EXPECT_THAT(whole.body, HasSubstr(R"("output_text")"));  // the upstream's answer, as it came
-  EXPECT_EQ(boost::json::parse(native_body), boost::json::parse(
-      R"({"model": "m", "input": "2+2?", "max_output_tokens": 100, "temperature": 0.5, "store": false,
+  EXPECT_EQ(boost::json::parse(native_body),
+            boost::json::parse(
+                R"({"model": "m", "input": "2+2?", "max_output_tokens": 100, "temperature": 0.5, "store": false,
           "tools": [{"type": "web_search"}]})"));
   const v1::Trajectory t = (*store_->Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS);
   ASSERT_EQ(t.calls_size(), 1);

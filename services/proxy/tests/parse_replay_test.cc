@@ -34,11 +34,16 @@ TEST(ParseReplayTest, SeedsAndTwentyThousandMutationsAreSurvived) {
       for (int e = 0; e < edits && !m.empty(); ++e) {
         const size_t at = rng() % m.size();
         switch (rng() % 10) {
-          case 0: case 1: m[at] = static_cast<char>(rng() % 256); break;             // flip a byte
-          case 2: case 3: m.insert(at, 1, "{}[]\",:\\\r\n\0"[rng() % 12]); break;    // insert structure
-          case 4: case 5: m.erase(at, 1 + rng() % 8); break;                         // drop bytes
-          case 6: case 7: case 8: m.insert(at, m.substr(at, 1 + rng() % 32)); break; // duplicate a run
-          default: m.resize(at); break;                                              // truncate
+          case 0:
+          case 1: m[at] = static_cast<char>(rng() % 256); break;  // flip a byte
+          case 2:
+          case 3: m.insert(at, 1, "{}[]\",:\\\r\n\0"[rng() % 12]); break;  // insert structure
+          case 4:
+          case 5: m.erase(at, 1 + rng() % 8); break;  // drop bytes
+          case 6:
+          case 7:
+          case 8: m.insert(at, m.substr(at, 1 + rng() % 32)); break;  // duplicate a run
+          default: m.resize(at); break;                               // truncate
         }
       }
       const int depth = ParseEverything(reinterpret_cast<const uint8_t*>(m.data()), m.size());
@@ -47,10 +52,14 @@ TEST(ParseReplayTest, SeedsAndTwentyThousandMutationsAreSurvived) {
       ++runs;
     }
   }
-  const std::vector<std::string> hostile_inputs = {std::string(100000, '['), std::string(50000, '{') + std::string(50000, '}'),
-        std::string(R"({"model":"m","messages":[{"role":"user"}],"max_tokens":1e400})"), std::string("{\"model\":\"\0\"}", 14),
-        std::string("{\"model\":\"\xff\xfe\"}"), "POST / HTTP/1.1\r\nX: " + std::string(40000, 'a') + "\r\n\r\n",
-        "data:" + std::string(70000, 'x')};
+  const std::vector<std::string> hostile_inputs = {
+      std::string(100000, '['),
+      std::string(50000, '{') + std::string(50000, '}'),
+      std::string(R"({"model":"m","messages":[{"role":"user"}],"max_tokens":1e400})"),
+      std::string("{\"model\":\"\0\"}", 14),
+      std::string("{\"model\":\"\xff\xfe\"}"),
+      "POST / HTTP/1.1\r\nX: " + std::string(40000, 'a') + "\r\n\r\n",
+      "data:" + std::string(70000, 'x')};
   for (const std::string& hostile : hostile_inputs) {
     ParseEverything(reinterpret_cast<const uint8_t*>(hostile.data()), hostile.size());
     ++runs;

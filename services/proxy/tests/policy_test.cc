@@ -90,11 +90,13 @@ TEST(SessionModelTest, TheRequestedThenTheDefaultThenTheOnlyModelServed) {
 
 TEST(SessionModelTest, AModelNoUpstreamServesIsRefusedNamingWhatIsServedUnlessAnAliasMapsIt) {
   v1::SessionPolicy p;
-  EXPECT_THAT(ResolveSessionModel(p, "gpt-4o", "", Served({"Qwen/Qwen3-8B", "m2"})),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       ::testing::HasSubstr("model 'gpt-4o' is not served by the upstream; it serves: Qwen/Qwen3-8B, m2")));
-  EXPECT_THAT(ResolveSessionModel(p, "gpt-4o", "", std::nullopt), IsOkAndHolds(std::string("gpt-4o")));  // not known yet
-  p.add_allowed_models("Qwen/Qwen3-8B");  // "*" maps what the allow-list leaves out, as at call time
+  EXPECT_THAT(
+      ResolveSessionModel(p, "gpt-4o", "", Served({"Qwen/Qwen3-8B", "m2"})),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               ::testing::HasSubstr("model 'gpt-4o' is not served by the upstream; it serves: Qwen/Qwen3-8B, m2")));
+  EXPECT_THAT(ResolveSessionModel(p, "gpt-4o", "", std::nullopt),
+              IsOkAndHolds(std::string("gpt-4o")));  // not known yet
+  p.add_allowed_models("Qwen/Qwen3-8B");             // "*" maps what the allow-list leaves out, as at call time
   (*p.mutable_model_aliases())["*"] = "Qwen/Qwen3-8B";
   EXPECT_THAT(ResolveSessionModel(p, "gpt-4o", "", Served({"Qwen/Qwen3-8B"})), IsOkAndHolds(std::string("gpt-4o")));
 }

@@ -123,7 +123,8 @@ TEST_F(ProxyJournalTest, EverythingAnsweredIsInTheRecordLogAloneAndReplaysOverAD
       ASSERT_THAT(io_.RunSync(ledger.RecordCall(*a, call)), IsOk());
     }
     absl::Status closed = absl::UnknownError("not answered");
-    ledger.Close("b", v1::CLOSE_REASON_CLOSED, [&](absl::StatusOr<std::shared_ptr<Session>> s) { closed = s.status(); });
+    ledger.Close("b", v1::CLOSE_REASON_CLOSED,
+                 [&](absl::StatusOr<std::shared_ptr<Session>> s) { closed = s.status(); });
     ASSERT_THAT(closed, IsOk());
     ASSERT_THAT(ledger.Ack({"b"}), IsOkAndHolds(1u));
     // The log as it stands, next to a database that has seen none of it.

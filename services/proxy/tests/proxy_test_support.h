@@ -34,8 +34,7 @@ inline std::vector<std::string> EventTypes(const std::string& sse) {
 // A real HTTP server on 127.0.0.1 answering with `handler`.
 class ScriptedUpstream {
  public:
-  explicit ScriptedUpstream(http::Handler handler)
-      : server_(http::ServerLimits{}, std::move(handler), 1) {
+  explicit ScriptedUpstream(http::Handler handler) : server_(http::ServerLimits{}, std::move(handler), 1) {
     auto port = server_.Listen("127.0.0.1:0");
     port_ = port.ok() ? *port : 0;
   }

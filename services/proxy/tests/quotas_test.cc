@@ -48,7 +48,8 @@ upstreams:
   - http://127.0.0.1:8001
 model_quotas:
   teacher: {tokens: teacher_tpm, key: "{model}"}
-)", &c),
+)",
+                   &c),
               IsOk());
   ASSERT_EQ(c.upstreams.size(), 2u);
   EXPECT_EQ(c.upstreams[0].quota.requests, "judge_rpm");
@@ -67,7 +68,8 @@ TEST(QuotaConfigTest, BadQuotasAreClearErrors) {
     const char* error;
   } cases[] = {
       {"upstreams: [{url: http://127.0.0.1:8000, quota: {requests: rpm}}]\n", "ratelimiter must name"},
-      {"ratelimiter: 127.0.0.1:7400\nupstreams: [{url: http://127.0.0.1:8000, quota: {rpm: x}}]\n", "unknown key 'rpm'"},
+      {"ratelimiter: 127.0.0.1:7400\nupstreams: [{url: http://127.0.0.1:8000, quota: {rpm: x}}]\n",
+       "unknown key 'rpm'"},
       {"ratelimiter: 127.0.0.1:7400\nupstreams: [http://127.0.0.1:8000]\nmodel_quotas: {m: {tokens: a/b}}\n",
        "not a limit name"},
       {"ratelimiter: 127.0.0.1:7400\nupstreams: [http://127.0.0.1:8000]\nmodel_quotas: {m: {key: x}}\n",
@@ -95,9 +97,9 @@ TEST(UpstreamConfigTest, DialectsNameTheAgentApisAnUpstreamServesItself) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be refuse or leave_out, not 'drop'")));
   EXPECT_TRUE(c.upstreams[1].dialects.empty());
   Config bad;
-  EXPECT_THAT(Load("upstreams: [{url: http://127.0.0.1:8000, dialects: [chat]}]\n", &bad),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("'chat' is not an agent API (responses, messages)")));
+  EXPECT_THAT(
+      Load("upstreams: [{url: http://127.0.0.1:8000, dialects: [chat]}]\n", &bad),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'chat' is not an agent API (responses, messages)")));
 }
 
 }  // namespace

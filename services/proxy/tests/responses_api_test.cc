@@ -56,12 +56,14 @@ TEST(ResponsesApiTest, ARequestBecomesAChatBody) {
 }
 
 TEST(ResponsesApiTest, WhatIsMalformedOrCannotBeCarriedOutIsRefusedNamingTheField) {
-  EXPECT_THAT(ToChat(Parse(R"({"model": 7, "input": "x"})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model")));
+  EXPECT_THAT(ToChat(Parse(R"({"model": 7, "input": "x"})")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model")));
   EXPECT_THAT(ToChat(Parse(R"({"model": "m"})")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input")));
   EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": "x", "previous_response_id": "resp_1"})")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("previous_response_id")));
-  EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": [{"type": "item_reference", "id": "x"}]})")),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input[0]: a 'item_reference' item refers to state")));
+  EXPECT_THAT(
+      ToChat(Parse(R"({"model": "m", "input": [{"type": "item_reference", "id": "x"}]})")),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input[0]: a 'item_reference' item refers to state")));
   EXPECT_THAT(ToChat(Parse(R"({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"},
                                                                        {"type": "function", "name": "f"}]})")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tools[1]: a second tool named 'f'")));
@@ -106,7 +108,8 @@ TEST(ResponsesApiTest, AHarnessRequestFlattensNamespacesAndLeavesOutBuiltInTools
   // The model calls a namespaced function: the agent sees it under its namespace and name.
   const json::object answer = json::parse(R"({"id": "x", "created": 1, "model": "gpt-x", "choices": [{"index": 0,
       "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "c2",
-      "type": "function", "function": {"name": "agents__wait", "arguments": "{}"}}]}}]})").as_object();
+      "type": "function", "function": {"name": "agents__wait", "arguments": "{}"}}]}}]})")
+                                  .as_object();
   const json::value whole = json::parse(dialect.Whole(answer));
   const json::object& item = whole.at("output").at(0).as_object();
   EXPECT_EQ(item.at("namespace"), json::value("agents"));
@@ -125,7 +128,8 @@ TEST(ResponsesApiTest, AChatCompletionBecomesAResponse) {
      "content": [{"type": "output_text", "text": "Looking.", "annotations": []}]},
     {"type": "function_call", "id": "fc_t1", "call_id": "t1", "name": "bash", "arguments": "{}", "status": "completed"}])"));
   EXPECT_EQ(r.at("usage").at("total_tokens"), 10);
-  const json::object cut = FromChat(Parse(R"({"choices": [{"finish_reason": "length", "message": {"content": "ab"}}]})"));
+  const json::object cut =
+      FromChat(Parse(R"({"choices": [{"finish_reason": "length", "message": {"content": "ab"}}]})"));
   EXPECT_EQ(cut.at("status"), "incomplete");
   EXPECT_EQ(cut.at("incomplete_details").at("reason"), "max_output_tokens");
 }
@@ -142,12 +146,13 @@ TEST(ResponsesApiTest, AReasoningModelsReasoningBecomesAReasoningItem) {
   out += d.Chunk(Parse(R"({"choices": [{"delta": {"reasoning_content": "2"}}]})"));
   out += d.Chunk(Parse(R"({"choices": [{"delta": {"content": "4"}}]})"));
   out += d.End();
-  EXPECT_THAT(testing::EventTypes(out), ::testing::ElementsAre(
-                          "response.created", "response.in_progress", "response.output_item.added",
-                          "response.reasoning_text.delta", "response.reasoning_text.delta",
-                          "response.reasoning_text.done", "response.output_item.done", "response.output_item.added",
-                          "response.content_part.added", "response.output_text.delta", "response.output_text.done",
-                          "response.content_part.done", "response.output_item.done", "response.completed"));
+  EXPECT_THAT(
+      testing::EventTypes(out),
+      ::testing::ElementsAre("response.created", "response.in_progress", "response.output_item.added",
+                             "response.reasoning_text.delta", "response.reasoning_text.delta",
+                             "response.reasoning_text.done", "response.output_item.done", "response.output_item.added",
+                             "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+                             "response.content_part.done", "response.output_item.done", "response.completed"));
   EXPECT_THAT(out, HasSubstr(R"("text":"2 and 2")"));
   const json::object last = json::parse(out.substr(out.rfind("data: ") + 6)).as_object();
   EXPECT_EQ(last.at("response").at("output").at(0).at("type"), "reasoning");
@@ -157,17 +162,20 @@ TEST(ResponsesApiTest, AChatStreamBecomesResponseEvents) {
   ResponsesDialect d;
   std::string out = d.Chunk(Parse(R"({"id": "c1", "model": "m", "choices": [{"delta": {"role": "assistant"}}]})"));
   out += d.Chunk(Parse(R"({"choices": [{"delta": {"content": "Hi"}}]})"));
-  out += d.Chunk(Parse(R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "bash", "arguments": "{\"a\""}}]}}]})"));
-  out += d.Chunk(Parse(R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": ":1}"}}]}}]})"));
+  out += d.Chunk(Parse(
+      R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "bash", "arguments": "{\"a\""}}]}}]})"));
+  out +=
+      d.Chunk(Parse(R"({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": ":1}"}}]}}]})"));
   out += d.Chunk(Parse(R"({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})"));
   out += d.Chunk(Parse(R"({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}})"));
   out += d.End();
-  EXPECT_THAT(testing::EventTypes(out), ::testing::ElementsAre(
-                          "response.created", "response.in_progress", "response.output_item.added",
-                          "response.content_part.added", "response.output_text.delta", "response.output_text.done",
-                          "response.content_part.done", "response.output_item.done", "response.output_item.added",
-                          "response.function_call_arguments.delta", "response.function_call_arguments.delta",
-                          "response.function_call_arguments.done", "response.output_item.done", "response.completed"));
+  EXPECT_THAT(testing::EventTypes(out),
+              ::testing::ElementsAre(
+                  "response.created", "response.in_progress", "response.output_item.added",
+                  "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+                  "response.content_part.done", "response.output_item.done", "response.output_item.added",
+                  "response.function_call_arguments.delta", "response.function_call_arguments.delta",
+                  "response.function_call_arguments.done", "response.output_item.done", "response.completed"));
   http::SseParser sse;
   auto parsed = sse.Feed(out);
   ASSERT_THAT(parsed, IsOk());

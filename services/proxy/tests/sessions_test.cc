@@ -4,9 +4,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/api/proto_time.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
-#include "libs/api/proto_time.h"
 
 namespace corral::proxy {
 namespace {
@@ -46,7 +46,8 @@ TEST_F(SessionStoreTest, AnOpenIsIdempotentForTheSameRequestAndRefusesAnotherPol
   EXPECT_THAT(store_->Open(Request("ep-1", absl::Minutes(3))),
               StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("another policy")));
   EXPECT_THAT(store_->Open(Request("bad id!")), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(store_->Open(Request("ep-2", absl::Hours(100))), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ttl")));
+  EXPECT_THAT(store_->Open(Request("ep-2", absl::Hours(100))),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ttl")));
   EXPECT_EQ(store_->open_sessions(), 1u);
 }
 
@@ -63,7 +64,8 @@ TEST_F(SessionStoreTest, TokensAuthenticateTheirSessionUntilItClosesAndForgeries
   EXPECT_THAT(store_->Authenticate(signer_.Sign(kEnvTokenPurpose, "ep-unknown")),
               StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("no session")));
   ASSERT_THAT(store_->Close("ep-1", v1::CLOSE_REASON_CLOSED), IsOk());
-  EXPECT_THAT(store_->Authenticate(opened->token), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("closed")));
+  EXPECT_THAT(store_->Authenticate(opened->token),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("closed")));
   EXPECT_THAT(store_->Open(Request("ep-1")), StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("new env_id")));
   EXPECT_THAT(store_->Close("ep-9", v1::CLOSE_REASON_CLOSED), StatusIs(absl::StatusCode::kNotFound));
 }
@@ -122,7 +124,7 @@ TEST_F(SessionStoreTest, MaxCallsCountsCallsInFlightAndRecorded) {
   ASSERT_TRUE(s.TryBeginCall());
   ASSERT_TRUE(s.TryBeginCall());
   EXPECT_FALSE(s.TryBeginCall());  // two in flight
-  s.AbandonCall();  // one in flight
+  s.AbandonCall();                 // one in flight
   RecordedCall call;
   call.mutable_call()->set_endpoint("/v1/chat/completions");
   s.EndCall(call);

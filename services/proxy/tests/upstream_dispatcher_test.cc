@@ -5,9 +5,9 @@
 
 #include <atomic>
 
-#include "libs/async/sleep.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/async/sleep.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "prometheus/registry.h"
@@ -90,8 +90,8 @@ TEST_F(DispatcherTest, AFailingStickyUpstreamIsRetriedElsewhereBeforeTheFirstByt
 
 TEST_F(DispatcherTest, WhenNoUpstreamAnswersTheReasonAndTheAttemptsAreReported) {
   testing::ScriptedUpstream broken(Answer(500, "{}"));
-  Build({broken.url(), "http://127.0.0.1:1"}, {.connect_timeout = absl::Seconds(1), .max_attempts = 3,
-                                               .retry_backoff = absl::Milliseconds(1)});
+  Build({broken.url(), "http://127.0.0.1:1"},
+        {.connect_timeout = absl::Seconds(1), .max_attempts = 3, .retry_backoff = absl::Milliseconds(1)});
   Dispatch d = io_.RunSync(dispatcher_->Send(Request("env"), nullptr));
   EXPECT_EQ(d.connection, nullptr);
   EXPECT_EQ(d.http_status, 502);

@@ -4,9 +4,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "libs/api/proto_time.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
-#include "libs/api/proto_time.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::ratelimiter {
@@ -141,10 +141,10 @@ absl::StatusOr<std::unique_ptr<RateLimitClient>> RateLimitClient::Connect(Client
 }
 
 absl::StatusOr<std::unique_ptr<RateLimitClient>> RateLimitClient::ConnectService(const std::string& address,
-                                                                                const std::string& token,
-                                                                                const std::string& client_id,
-                                                                                const ChannelOptions& channel,
-                                                                                bool fail_open) {
+                                                                                 const std::string& token,
+                                                                                 const std::string& client_id,
+                                                                                 const ChannelOptions& channel,
+                                                                                 bool fail_open) {
   if (address.empty()) return std::unique_ptr<RateLimitClient>();
   ClientOptions options;
   options.address = address;
@@ -406,7 +406,8 @@ uint64_t RateLimitClient::StartCallLocked(v1::SessionRequest& request, std::shar
   return id;
 }
 
-void RateLimitClient::Adjust(const std::string& limit, const std::string& key, int64_t tokens, absl::Duration hold_for) {
+void RateLimitClient::Adjust(const std::string& limit, const std::string& key, int64_t tokens,
+                             absl::Duration hold_for) {
   v1::SessionRequest message;
   v1::AdjustRequest* adjust = message.mutable_adjust();
   adjust->set_limit(limit);
@@ -426,7 +427,7 @@ void RateLimitClient::SendReleaseLocked(const std::string& lease_id) {
 void RateLimitClient::SendKeepAliveLocked() {
   if (keepalive_id_ != 0) {
     if (absl::Now() - keepalive_sent_ < kKeepAliveTimeout) return;  // the last one is not answered yet
-    pending_.erase(keepalive_id_);  // never answered: give up on it and send another
+    pending_.erase(keepalive_id_);                                  // never answered: give up on it and send another
   }
   keepalive_sent_ = absl::Now();
   auto pending = std::make_shared<Pending>();
@@ -456,7 +457,7 @@ absl::Duration RateLimitClient::KeepAliveInterval() const {
 }
 
 std::vector<std::shared_ptr<RateLimitClient::Pending>> RateLimitClient::FailPending(const absl::Status& status,
-                                                                                   bool keep_acquires) {
+                                                                                    bool keep_acquires) {
   std::vector<std::shared_ptr<Pending>> callbacks;
   const absl::Time now = absl::Now();
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -495,8 +496,9 @@ absl::StatusOr<v1::SessionResponse> RateLimitClient::Call(v1::SessionRequest req
 
 absl::StatusOr<ScopedPermit> RateLimitClient::DoAcquire(const PermitRequest& request, bool try_only) {
   // The limiter enforces wait_timeout; the local wait only guards against a limiter that stops answering.
-  const absl::Duration local_wait =
-      request.wait_timeout == absl::InfiniteDuration() ? absl::InfiniteDuration() : request.wait_timeout + absl::Seconds(10);
+  const absl::Duration local_wait = request.wait_timeout == absl::InfiniteDuration()
+                                        ? absl::InfiniteDuration()
+                                        : request.wait_timeout + absl::Seconds(10);
   uint64_t id = 0;
   auto reply = Call(AcquireMessage(request, try_only), local_wait, &id);
   if (!reply.ok() && reply.status().code() == absl::StatusCode::kDeadlineExceeded) {
@@ -506,7 +508,9 @@ absl::StatusOr<ScopedPermit> RateLimitClient::DoAcquire(const PermitRequest& req
   return PermitFromReply(reply, request.limit);
 }
 
-absl::StatusOr<ScopedPermit> RateLimitClient::Acquire(const PermitRequest& request) { return DoAcquire(request, false); }
+absl::StatusOr<ScopedPermit> RateLimitClient::Acquire(const PermitRequest& request) {
+  return DoAcquire(request, false);
+}
 
 v1::SessionRequest RateLimitClient::AcquireMessage(const PermitRequest& request, bool try_only) {
   v1::SessionRequest message;

@@ -30,8 +30,8 @@ enum class FailMode {
 };
 
 struct ClientOptions {
-  std::string address;            // HOST:PORT of corral-ratelimiter
-  std::string token;              // cluster bearer token; empty for an --insecure limiter
+  std::string address;  // HOST:PORT of corral-ratelimiter
+  std::string token;    // cluster bearer token; empty for an --insecure limiter
   std::string client_id = "corral-client";
   ChannelOptions channel;
   FailMode fail_mode = FailMode::kClosed;

@@ -1,7 +1,5 @@
 #include "services/ratelimiter/lease_snapshot.h"
 
-#include "services/ratelimiter/config.h"
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "services/ratelimiter/config.h"
 #include "tests/support/subprocess.h"
 
 namespace corral::ratelimiter {

@@ -12,10 +12,10 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 TEST(ParseLimitsYaml, ReadsConcurrencyRateAndTemplates) {
-  auto specs = ParseLimitsYaml(YAML::Load(
-      "- name: code_exec/{language}\n  kind: concurrency\n  permits: 64\n"
-      "- {name: llm_tokens, kind: rate, rate_per_s: 5000, burst: 20000}\n"
-      "- {name: calls, kind: rate, rate_per_s: 2.5}\n"));
+  auto specs =
+      ParseLimitsYaml(YAML::Load("- name: code_exec/{language}\n  kind: concurrency\n  permits: 64\n"
+                                 "- {name: llm_tokens, kind: rate, rate_per_s: 5000, burst: 20000}\n"
+                                 "- {name: calls, kind: rate, rate_per_s: 2.5}\n"));
   ASSERT_THAT(specs, IsOkAndHolds(SizeIs(3)));
   EXPECT_EQ((*specs)[0].name, "code_exec");
   EXPECT_EQ((*specs)[0].key_template, "{language}");
@@ -36,7 +36,8 @@ TEST(ParseLimitsYaml, RejectsBadEntriesNamingTheLine) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("wrong type")));
   EXPECT_THAT(ParseLimitsYaml(YAML::Load("- {name: a, kind: concurrency, permits: 1, colour: red}\n")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown field 'colour'")));
-  EXPECT_THAT(ParseLimitsYaml(YAML::Load("- {name: a, kind: concurrency, permits: 1}\n- {name: a, kind: rate, rate_per_s: 1}\n")),
+  EXPECT_THAT(ParseLimitsYaml(
+                  YAML::Load("- {name: a, kind: concurrency, permits: 1}\n- {name: a, kind: rate, rate_per_s: 1}\n")),
               StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("line 2"), HasSubstr("duplicate"))));
   EXPECT_THAT(ParseLimitsYaml(YAML::Load("- {name: 'bad name', kind: concurrency, permits: 1}\n")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("A-Za-z0-9")));

@@ -151,18 +151,19 @@ TEST_F(DurableLeasesTest, RestoredLeasesNobodyReclaimsExpireOneTtlAfterTheLastHe
   // A snapshot older than any TTL restores nothing; foreign or undeclared leases are dropped too.
   const std::string foreign = LeaseFromBeforeRestart("other", 1, 1);
   limiter_ = Start();
-  EXPECT_EQ(limiter_->Restore({{a->result->lease_id, absl::Seconds(30)}, {foreign, absl::Seconds(30)},
-                               {"forged.AAAA", absl::Seconds(30)}},
-                              clock_.Now() - absl::Hours(1)),
-            0);
+  EXPECT_EQ(
+      limiter_->Restore(
+          {{a->result->lease_id, absl::Seconds(30)}, {foreign, absl::Seconds(30)}, {"forged.AAAA", absl::Seconds(30)}},
+          clock_.Now() - absl::Hours(1)),
+      0);
 }
 
 TEST_F(LearningModeTest, AQueuedRequestThatTimesOutSaysLearningModeHeldItAndForHowLong) {
   ASSERT_THAT(limiter_->CreateLimit(Concurrency("gpu", 1)), IsOk());
   auto waiting = Acquire("gpu", 1, absl::Seconds(10));
   clock_.Advance(absl::Seconds(10));
-  EXPECT_THAT(waiting->result, StatusIs(absl::StatusCode::kDeadlineExceeded,
-                                        HasSubstr("learning mode for 4m50s more")));
+  EXPECT_THAT(waiting->result,
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("learning mode for 4m50s more")));
 }
 
 }  // namespace

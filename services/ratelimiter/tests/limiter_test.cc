@@ -146,9 +146,8 @@ TEST_F(LimiterTest, ClosingASessionReleasesItsLeasesAndCancelsItsWaiters) {
 TEST_F(LimiterTest, LeaseExpiresAfterTtlWithoutKeepAliveAndSessionIsTold) {
   ASSERT_THAT(limiter_->CreateLimit(Concurrency("gpu", 1)), IsOk());
   std::vector<std::pair<std::string, absl::StatusCode>> lost;
-  std::string session = limiter_->OpenSession("w", [&](const std::string& id, const absl::Status& why) {
-    lost.emplace_back(id, why.code());
-  });
+  std::string session = limiter_->OpenSession(
+      "w", [&](const std::string& id, const absl::Status& why) { lost.emplace_back(id, why.code()); });
   AcquireParams p;
   p.limit = "gpu";
   p.lease_ttl = absl::Seconds(10);
@@ -384,10 +383,14 @@ TEST_F(LimiterTest, AdjustRefusesBadRequestsAndChangesNothing) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("concurrency")));
   EXPECT_THAT(limiter_->Adjust({.limit = "per_model", .tokens = 1}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pass a key")));
-  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .key = "x", .tokens = 1}), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .tokens = 2'000'000'000'000}), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .hold_for = absl::Seconds(-1)}), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .hold_for = absl::Hours(2)}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .key = "x", .tokens = 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .tokens = 2'000'000'000'000}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .hold_for = absl::Seconds(-1)}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(limiter_->Adjust({.limit = "tpm", .hold_for = absl::Hours(2)}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(Instance("tpm").in_use, 0);
   // A keyed instance is created by its first adjust.
   EXPECT_THAT(limiter_->Adjust({.limit = "per_model", .key = "judge", .tokens = 30}), IsOkAndHolds(70.0));

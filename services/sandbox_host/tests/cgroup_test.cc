@@ -1,10 +1,11 @@
 // Finding the host's own cgroup from the mount table, on the layouts met in practice: a cgroup-v1 machine, a
 // privileged container sharing that machine's cgroup namespace, a cgroup-v2 machine, and garbage.
+#include "services/sandbox_host/cgroup.h"
+
 #include <filesystem>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/sandbox_host/cgroup.h"
 #include "services/sandbox_host/containment.h"
 #include "tests/support/subprocess.h"
 
@@ -31,10 +32,10 @@ class OwnCgroupDirTest : public ::testing::Test {
 TEST_F(OwnCgroupDirTest, OnACgroupV1MachineOurCgroupIsBelowTheHierarchysRoot) {
   const std::string memory = Dir("/memory");
   Dir("/memory/process_api/abc");
-  const std::string mountinfo = absl::StrCat(
-      "30 22 0:27 / ", root_, " rw,relatime - tmpfs tmpfs rw,mode=755\n",
-      "34 30 0:31 / ", memory, " rw,relatime shared:12 - cgroup cgroup rw,memory\n",
-      "38 30 0:35 / ", Dir("/pids"), " rw,relatime - cgroup cgroup rw,pids\n");
+  const std::string mountinfo =
+      absl::StrCat("30 22 0:27 / ", root_, " rw,relatime - tmpfs tmpfs rw,mode=755\n", "34 30 0:31 / ", memory,
+                   " rw,relatime shared:12 - cgroup cgroup rw,memory\n", "38 30 0:35 / ", Dir("/pids"),
+                   " rw,relatime - cgroup cgroup rw,pids\n");
   const auto mounts = ParseCgroupMounts(mountinfo);
   ASSERT_EQ(mounts.size(), 2u);
   EXPECT_EQ(mounts[0].root, "/");
@@ -51,9 +52,8 @@ TEST_F(OwnCgroupDirTest, OnACgroupV1MachineOurCgroupIsBelowTheHierarchysRoot) {
 TEST_F(OwnCgroupDirTest, InAContainerSharingTheHostsCgroupNamespaceTheMountIsRootedAtOurCgroup) {
   // /proc/self/cgroup names the host's path, which does not exist in the container's view; the mount does.
   const std::string memory = Dir("/memory");
-  const std::string mountinfo =
-      absl::StrCat("87 83 0:31 ", kContainerPath, " ", memory,
-                   " rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory\n");
+  const std::string mountinfo = absl::StrCat("87 83 0:31 ", kContainerPath, " ", memory,
+                                             " rw,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory\n");
   const auto own = ParseOwnCgroups(absl::StrCat("4:memory:", kContainerPath, "\n"));
   EXPECT_EQ(OwnCgroupDir(ParseCgroupMounts(mountinfo), own, "memory"), memory);
   // A mount rooted at a sibling cgroup does not show ours.
@@ -99,7 +99,8 @@ TEST(PlanContainmentTest, ACgroupControllerReplacesItsRlimitAndAPartialCgroupMix
   EXPECT_EQ(full.rlimits.nproc, 100);  // the requested rlimit stays; the cgroup adds its own cap
   EXPECT_EQ(full.memory_rlimit_bytes, 0);
   EXPECT_EQ(full.process_rlimit, 0);
-  EXPECT_EQ(full.summary, "cgroup v1: memory 2 GiB (cgroup), 512 processes (cgroup), cpu weight 50 (cgroup), no disk quota");
+  EXPECT_EQ(full.summary,
+            "cgroup v1: memory 2 GiB (cgroup), 512 processes (cgroup), cpu weight 50 (cgroup), no disk quota");
   Containment memory_only = PlanContainment(CgroupMode::kV1, {"memory"}, cg, rl);
   EXPECT_EQ(memory_only.rlimits.data_bytes, 0);
   EXPECT_EQ(memory_only.process_rlimit, 100);

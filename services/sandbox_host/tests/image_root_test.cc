@@ -1,8 +1,6 @@
 // CreateUserNamespace + CreateImageRoot for real: a process that joins them runs the image's own shell as root
 // inside, its writes land in the upper layer owned by its pool uid outside, and the host's files are out of sight.
 #include "services/sandbox_host/image_root.h"
-#include "services/sandbox_host/layer_unpack.h"
-#include "services/sandbox_host/tests/layer_scratch.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -24,6 +22,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "services/sandbox_host/layer_unpack.h"
+#include "services/sandbox_host/tests/layer_scratch.h"
 #include "tests/support/uid_range.h"
 
 namespace corral::sandbox {
@@ -129,7 +129,7 @@ TEST_F(ImageRootTest, TheSandboxIsRootInItsImageAndItsPoolUidOutside) {
     echo tmp > /tmp/t && echo "tmp ok"
   )");
   EXPECT_EQ(code, 0) << out;
-  EXPECT_THAT(out, HasSubstr("uid 0\n"));  // root inside
+  EXPECT_THAT(out, HasSubstr("uid 0\n"));                  // root inside
   EXPECT_THAT(out, HasSubstr("hello: from the image\n"));  // a root-owned 0600 file of the image is its own
   EXPECT_THAT(out, HasSubstr("motd: top layer\n"));
   EXPECT_THAT(out, HasSubstr("wrote /etc/new\n"));

@@ -18,8 +18,8 @@
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "libs/core/unique_fd.h"
-#include "services/sandbox_host/tests/layer_writer.h"
 #include "services/sandbox_host/tests/layer_scratch.h"
+#include "services/sandbox_host/tests/layer_writer.h"
 
 namespace corral::sandbox {
 namespace {
@@ -112,8 +112,9 @@ class ImageStoreTest : public ::testing::Test {
         R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":)",
         R"("application/vnd.oci.image.config.v1+json","digest":")", config, R"(","size":1},"layers":[)", layer_list,
         "]}"));
-    out.Index(absl::StrCat(R"({"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json",)",
-                           R"("digest":")", manifest, R"(","size":1,"platform":)", platform, index_extra, "}]}"));
+    out.Index(
+        absl::StrCat(R"({"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json",)",
+                     R"("digest":")", manifest, R"(","size":1,"platform":)", platform, index_extra, "}]}"));
     return manifest;
   }
 
@@ -137,8 +138,9 @@ TEST_F(ImageStoreTest, AnArchiveIsImportedWithItsConfigAndEachSharedLayerUnpacke
   std::string app_digest;
   {
     ArchiveWriter out(app_archive);
-    app_digest = WriteImage(out, {base, Layer([](LayerWriter& w) { w.File("etc/.wh.motd", "").File("app.py", "print(1)"); })},
-                            R"(,"annotations":{"org.opencontainers.image.ref.name":"example.com/app:1"})");
+    app_digest =
+        WriteImage(out, {base, Layer([](LayerWriter& w) { w.File("etc/.wh.motd", "").File("app.py", "print(1)"); })},
+                   R"(,"annotations":{"org.opencontainers.image.ref.name":"example.com/app:1"})");
   }
   auto app = Import(app_archive);
   ASSERT_THAT(app, IsOk());
@@ -195,15 +197,16 @@ TEST_F(ImageStoreTest, MissingBlobsWrongPlatformsAndGarbageAreRefusedByName) {
     ArchiveWriter out(missing);
     out.Index(absl::StrCat(R"({"manifests":[{"digest":")", Sha256Digest("absent"), R"("}]})"));
   }
-  EXPECT_THAT(Import(missing), StatusIs(absl::StatusCode::kInvalidArgument,
-                                        HasSubstr("lacks blob " + Sha256Digest("absent"))));
+  EXPECT_THAT(Import(missing),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lacks blob " + Sha256Digest("absent"))));
 
   const std::string arm = (base_ / "arm.tar").string();
   {
     ArchiveWriter out(arm);
     WriteImage(out, {Base()}, "", R"({"os":"linux","architecture":"arm64"})");
   }
-  EXPECT_THAT(Import(arm), StatusIs(absl::StatusCode::kNotFound, HasSubstr("no linux/amd64 manifest (it has: linux/arm64)")));
+  EXPECT_THAT(Import(arm),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no linux/amd64 manifest (it has: linux/arm64)")));
 
   const std::string garbage = (base_ / "garbage.tar").string();
   std::ofstream(garbage) << std::string(3000, 'g');
@@ -272,13 +275,15 @@ TEST(OciImage, DigestsAndDocumentsAreValidated) {
   EXPECT_THAT(ValidateDigest("sha512:abc"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ValidateDigest("sha256:" + std::string(64, 'A')), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ParseIndex("not json"), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(ParseIndex(R"({"manifests":[]})"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no manifests")));
+  EXPECT_THAT(ParseIndex(R"({"manifests":[]})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no manifests")));
   EXPECT_THAT(ParseManifest(R"({"layers":[]})"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no config")));
   EXPECT_THAT(ParseManifest(absl::StrCat(R"({"config":{"digest":")", Sha256Digest("c"),
                                          R"("},"layers":[{"mediaType":"application/vnd.oci.image.config.v1+json",)",
                                          R"("digest":")", Sha256Digest("l"), R"("}]})")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a tar layer")));
-  EXPECT_THAT(ParseImageConfig(R"({"os":"windows"})"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not linux")));
+  EXPECT_THAT(ParseImageConfig(R"({"os":"windows"})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not linux")));
 }
 
 }  // namespace

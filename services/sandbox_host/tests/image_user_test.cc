@@ -1,7 +1,6 @@
 // ResolveImageUser against layers written here: names, numbers, groups, the top layer deciding, whiteouts, and
 // users the image does not define.
 #include "services/sandbox_host/image_user.h"
-#include "services/sandbox_host/layer_unpack.h"
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -13,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "services/sandbox_host/layer_unpack.h"
 
 namespace corral::sandbox {
 namespace {
@@ -66,9 +66,12 @@ TEST_F(ImageUserTest, NamesAndNumbersComeFromPasswdAndGroup) {
 }
 
 TEST_F(ImageUserTest, WhatTheImageDoesNotDefineIsRefusedByName) {
-  EXPECT_THAT(ResolveImageUser(Layers(), "nobody-here"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'nobody-here'")));
-  EXPECT_THAT(ResolveImageUser(Layers(), "app:nogroup"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'nogroup'")));
-  EXPECT_THAT(ResolveImageUser(Layers(), "99999999"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0 to 65535")));
+  EXPECT_THAT(ResolveImageUser(Layers(), "nobody-here"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'nobody-here'")));
+  EXPECT_THAT(ResolveImageUser(Layers(), "app:nogroup"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'nogroup'")));
+  EXPECT_THAT(ResolveImageUser(Layers(), "99999999"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0 to 65535")));
   EXPECT_THAT(ResolveImageUser(Layers(), "12abc"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 

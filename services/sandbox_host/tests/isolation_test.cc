@@ -5,28 +5,27 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
-#include <fstream>
 
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
-#include "services/sandbox_host/tests/test_uid.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
 #include "services/sandbox_host/cgroup.h"
 #include "services/sandbox_host/containment.h"
-#include "services/sandbox_host/process_sweep.h"
 #include "services/sandbox_host/landlock.h"
 #include "services/sandbox_host/namespaces.h"
+#include "services/sandbox_host/process_sweep.h"
 #include "services/sandbox_host/spawn.h"
+#include "services/sandbox_host/tests/test_uid.h"
 
 namespace corral::sandbox {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
@@ -136,8 +135,9 @@ TEST_F(IsolationTest, WithoutAMemoryCgroupRlimitDataStopsAMemoryHog) {
   // The fallback a host without a writable memory cgroup applies (here regardless of what this machine has).
   const Containment held = PlanContainment(CgroupMode::kNone, {}, {.memory_bytes = 64 << 20}, {});
   ASSERT_EQ(held.rlimits.data_bytes, 64 << 20);
-  SpawnSpec spec = Spec("python3 -c 'x = bytearray(512 << 20); print(len(x))' 2>/dev/null; echo hog=$?; "
-                        "python3 -c 'x = bytearray(16 << 20); print(len(x))'");
+  SpawnSpec spec = Spec(
+      "python3 -c 'x = bytearray(512 << 20); print(len(x))' 2>/dev/null; echo hog=$?; "
+      "python3 -c 'x = bytearray(16 << 20); print(len(x))'");
   spec.limits = held.rlimits;
   auto [status, out] = RunToEnd(spec);
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;

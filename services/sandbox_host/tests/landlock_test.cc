@@ -76,27 +76,30 @@ TEST_F(LandlockEnforcement, HomeIsWritableAndANeighboursHomeIsNot) {
   const std::string mine = (root_ / "home" / "mine").string();
   const std::string created = (root_ / "home" / "new").string();
   const std::string theirs = (root_ / "neighbour" / "theirs").string();
-  EXPECT_EQ(RunRestricted(policy_, [&] {
-              if (open(mine.c_str(), O_RDWR) < 0) return 1;
-              if (open(created.c_str(), O_CREAT | O_WRONLY, 0644) < 0) return 2;
-              if (open(theirs.c_str(), O_RDONLY) >= 0 || errno != EACCES) return 3;
-              if (open("/etc/hostname", O_RDONLY) < 0 && open("/etc/passwd", O_RDONLY) < 0) return 4;
-              if (open("/etc/passwd", O_WRONLY) >= 0) return 5;
-              return 0;
-            }),
+  EXPECT_EQ(RunRestricted(policy_,
+                          [&] {
+                            if (open(mine.c_str(), O_RDWR) < 0) return 1;
+                            if (open(created.c_str(), O_CREAT | O_WRONLY, 0644) < 0) return 2;
+                            if (open(theirs.c_str(), O_RDONLY) >= 0 || errno != EACCES) return 3;
+                            if (open("/etc/hostname", O_RDONLY) < 0 && open("/etc/passwd", O_RDONLY) < 0) return 4;
+                            if (open("/etc/passwd", O_WRONLY) >= 0) return 5;
+                            return 0;
+                          }),
             0);
 }
 
 TEST_F(LandlockEnforcement, TcpBindIsDeniedFromAbi4) {
   if (LandlockAbi() < 4) GTEST_SKIP() << "network rules need ABI 4";
-  EXPECT_EQ(RunRestricted(policy_, [] {
-              int s = socket(AF_INET, SOCK_STREAM, 0);
-              sockaddr_in addr{};
-              addr.sin_family = AF_INET;
-              addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-              return bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno == EACCES ? 0 : 1;
-            }),
-            0);
+  EXPECT_EQ(
+      RunRestricted(policy_,
+                    [] {
+                      int s = socket(AF_INET, SOCK_STREAM, 0);
+                      sockaddr_in addr{};
+                      addr.sin_family = AF_INET;
+                      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                      return bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno == EACCES ? 0 : 1;
+                    }),
+      0);
 }
 
 TEST_F(LandlockEnforcement, ProxyOnlyAllowsConnectToTheListedPortOnly) {
@@ -126,10 +129,11 @@ TEST_F(LandlockEnforcement, ProxyOnlyAllowsConnectToTheListedPortOnly) {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     return connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
   };
-  EXPECT_EQ(RunRestricted(policy_, [&] {
-              if (connect_to(allowed) != 0) return 1;
-              return connect_to(other) == EACCES ? 0 : 2;
-            }),
+  EXPECT_EQ(RunRestricted(policy_,
+                          [&] {
+                            if (connect_to(allowed) != 0) return 1;
+                            return connect_to(other) == EACCES ? 0 : 2;
+                          }),
             0);
   close(l1);
   close(l2);

@@ -12,7 +12,8 @@ namespace corral::sandbox {
 
 // `name` made (afresh) below the first root that can hold layers; empty when none can.
 inline std::filesystem::path LayerScratchDir(const std::string& name) {
-  for (const std::filesystem::path& root : {std::filesystem::temp_directory_path(), std::filesystem::path("/var/tmp")}) {
+  for (const std::filesystem::path& root :
+       {std::filesystem::temp_directory_path(), std::filesystem::path("/var/tmp")}) {
     std::error_code ec;
     const std::filesystem::path dir = root / name;
     std::filesystem::remove_all(dir, ec);

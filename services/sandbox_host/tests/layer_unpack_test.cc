@@ -18,8 +18,8 @@
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
 #include "libs/core/unique_fd.h"
-#include "services/sandbox_host/tests/layer_writer.h"
 #include "services/sandbox_host/tests/layer_scratch.h"
+#include "services/sandbox_host/tests/layer_writer.h"
 
 namespace corral::sandbox {
 namespace {
@@ -120,8 +120,8 @@ TEST_F(LayerUnpackTest, AbsolutePathsAndSymlinksStayInsideTheLayer) {
 
 TEST_F(LayerUnpackTest, WritingThroughASymlinkToAMissingDirectoryIsRefused) {
   LayerWriter(LayerPath(), true).Symlink("etc", "/etc.d").File("etc/corral-layer-test-evil", "x");
-  EXPECT_THAT(Unpack(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                 HasSubstr("below 'etc', a symlink to a missing directory")));
+  EXPECT_THAT(Unpack(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("below 'etc', a symlink to a missing directory")));
   EXPECT_FALSE(fs::exists("/etc.d/corral-layer-test-evil"));
 
   // A link to itself (the root's /etc is this very link) is a loop, the layer's fault.

@@ -75,8 +75,9 @@ class LayerWriter {
     return e;
   }
   template <typename Fn = void (*)(archive_entry*)>
-  LayerWriter& Add(const std::string& path, int type, int mode, int uid, const std::string& data = "",
-                   Fn extra = [](archive_entry*) {}) {
+  LayerWriter& Add(
+      const std::string& path, int type, int mode, int uid, const std::string& data = "",
+      Fn extra = [](archive_entry*) {}) {
     archive_entry* e = Entry(path, type, mode, uid, data.size());
     extra(e);
     archive_write_header(a_, e);

@@ -36,7 +36,8 @@ TEST(ParseSandboxPath, RelativeTaskAndTmpPathsMapIntoTheHome) {
 }
 
 TEST(ParseSandboxPath, RejectsEscapes) {
-  EXPECT_THAT(ParseSandboxPath("../other/home", kTaskPaths), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("..")));
+  EXPECT_THAT(ParseSandboxPath("../other/home", kTaskPaths),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("..")));
   EXPECT_THAT(ParseSandboxPath("a/../../b", kTaskPaths), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ParseSandboxPath("/etc/shadow", kTaskPaths),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside the sandbox")));
@@ -160,7 +161,8 @@ TEST_F(WalkerTest, RemoveNeverCrossesSymlinksAndMakeDirIsOwned) {
   fs::create_directories(root_ / "home" / "tree" / "sub");
   std::ofstream(root_ / "home" / "tree" / "sub" / "f") << "x";
   fs::create_directory_symlink(root_ / "outside", root_ / "home" / "tree" / "escape");
-  EXPECT_THAT(RemovePath(home_.get(), P("tree"), false), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not empty")));
+  EXPECT_THAT(RemovePath(home_.get(), P("tree"), false),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not empty")));
   ASSERT_THAT(RemovePath(home_.get(), P("tree"), true), IsOk());
   EXPECT_FALSE(fs::exists(root_ / "home" / "tree"));
   EXPECT_TRUE(fs::exists(root_ / "outside" / "secret"));  // the symlink was removed, not followed

@@ -1,5 +1,4 @@
 #include "services/sandbox_host/spawn.h"
-#include "services/sandbox_host/process_sweep.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -11,17 +10,17 @@
 #include <string>
 
 #include "gmock/gmock.h"
-#include "services/sandbox_host/tests/test_uid.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
 #include "services/sandbox_host/landlock.h"
+#include "services/sandbox_host/process_sweep.h"
+#include "services/sandbox_host/tests/test_uid.h"
 
 namespace corral::sandbox {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
 
 // Reads a pipe until EOF.
 std::string Drain(int fd) {
@@ -143,7 +142,8 @@ TEST_F(SpawnTest, KillAllOfReachesSetsidEscapees) {
 TEST(ValidateRlimits, RejectsNegativeAndAboveCeiling) {
   Rlimits ceiling{.nproc = 256, .address_space_bytes = 1LL << 33, .nofile = 1024};
   EXPECT_THAT(ValidateRlimits({.nproc = 100}, ceiling), IsOk());
-  EXPECT_THAT(ValidateRlimits({.nproc = -1}, ceiling), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nproc")));
+  EXPECT_THAT(ValidateRlimits({.nproc = -1}, ceiling),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nproc")));
   EXPECT_THAT(ValidateRlimits({.address_space_bytes = INT64_MAX}, ceiling),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ceiling")));
 }

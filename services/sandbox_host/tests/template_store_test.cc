@@ -41,8 +41,7 @@ struct Outcomes {
   size_t want ABSL_GUARDED_BY(mu) = 0;
 };
 
-TemplateStore::BuildFn WriteFile(std::string content, std::atomic<int>* builds,
-                                 absl::Notification* release = nullptr) {
+TemplateStore::BuildFn WriteFile(std::string content, std::atomic<int>* builds, absl::Notification* release = nullptr) {
   return [content, builds, release](const std::string& dir, const std::atomic<bool>&) -> absl::StatusOr<CopyStats> {
     ++*builds;
     if (release != nullptr) release->WaitForNotification();
@@ -103,17 +102,18 @@ TEST_F(TemplateStoreTest, AFailedBuildKeepsNothingAndALaterPrepareBuildsAgain) {
   Outcomes failed;
   absl::Notification release;
   std::atomic<bool> waited{false};
-  store.Prepare("k1", "d1",
-                [&](const std::string&, const std::atomic<bool>&) -> absl::StatusOr<CopyStats> {
-                  release.WaitForNotification();
-                  return absl::FailedPreconditionError("setup_commands[0] exited with code 1");
-                },
-                failed.Add());
+  store.Prepare(
+      "k1", "d1",
+      [&](const std::string&, const std::atomic<bool>&) -> absl::StatusOr<CopyStats> {
+        release.WaitForNotification();
+        return absl::FailedPreconditionError("setup_commands[0] exited with code 1");
+      },
+      failed.Add());
   store.WhenReady("k1", [&](auto image) { waited = absl::IsNotFound(image.status()); });
   release.Notify();
   EXPECT_THAT(failed.WaitFor(1)[0], StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(store.List().empty());
-  EXPECT_TRUE(waited);  // creates waiting on the build are told it is not there
+  EXPECT_TRUE(waited);              // creates waiting on the build are told it is not there
   EXPECT_TRUE(fs::is_empty(dir_));  // the half-built directory is gone
   std::atomic<int> builds{0};
   Outcomes retried;
@@ -155,12 +155,13 @@ TEST_F(TemplateStoreTest, DestructionCancelsABuildInProgress) {
   Outcomes outcome;
   {
     TemplateStore store(dir_, {}, &clock_);
-    store.Prepare("k1", "d1",
-                  [](const std::string&, const std::atomic<bool>& cancelled) -> absl::StatusOr<CopyStats> {
-                    while (!cancelled) absl::SleepFor(absl::Milliseconds(5));
-                    return absl::CancelledError("shutting down");
-                  },
-                  outcome.Add());
+    store.Prepare(
+        "k1", "d1",
+        [](const std::string&, const std::atomic<bool>& cancelled) -> absl::StatusOr<CopyStats> {
+          while (!cancelled) absl::SleepFor(absl::Milliseconds(5));
+          return absl::CancelledError("shutting down");
+        },
+        outcome.Add());
   }
   EXPECT_THAT(outcome.WaitFor(1)[0], StatusIs(absl::StatusCode::kCancelled));
 }

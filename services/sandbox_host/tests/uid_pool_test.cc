@@ -25,7 +25,7 @@ TEST(UidPool, FreedUidIsReusedLastAndOnlyWhenClean) {
   uid_t a = *pool.Acquire();
   uid_t b = *pool.Acquire();
   pool.Release(a, /*clean=*/true);
-  pool.Release(b, /*clean=*/false);  // a process survived teardown: quarantined
+  pool.Release(b, /*clean=*/false);             // a process survived teardown: quarantined
   EXPECT_THAT(pool.Acquire(), Optional(102u));  // never-used uids first, then the oldest freed
   EXPECT_THAT(pool.Acquire(), Optional(a));
   EXPECT_EQ(pool.Acquire(), std::nullopt);  // b stays out while quarantined

@@ -26,7 +26,12 @@ asio::awaitable<absl::Status> Hang(Clock& clock, CallOptions options) {
 }
 
 FakeHost::FakeHost(std::string address, Clock* clock, uint32_t capacity)
-    : address_(std::move(address)), clock_(clock), capacity_(capacity) {}
+    : address_(std::move(address)), clock_(clock), capacity_(capacity) {
+  features_.set_mount_namespaces(true);
+  features_.set_network_namespaces(true);
+  features_.set_landlock_abi(5);
+  features_.set_images(true);
+}
 
 void FakeHost::FailCreates(absl::Status status, int n) {
   absl::MutexLock lock(&mu_);
@@ -43,6 +48,10 @@ void FakeHost::FailTemplates(absl::Status status) {
 void FakeHost::SetUnreachable(bool unreachable) {
   absl::MutexLock lock(&mu_);
   unreachable_ = unreachable;
+}
+void FakeHost::SetFeatures(v1::HostFeatures features) {
+  absl::MutexLock lock(&mu_);
+  features_ = std::move(features);
 }
 void FakeHost::HangExecs(bool hang) {
   absl::MutexLock lock(&mu_);
@@ -108,10 +117,7 @@ asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> FakeHost::HostInfo(absl::D
   info.set_host_id(absl::StrCat("id-", address_));
   info.set_capacity(capacity_);
   info.set_live(static_cast<uint32_t>(live_.size()));
-  info.mutable_features()->set_mount_namespaces(true);
-  info.mutable_features()->set_network_namespaces(true);
-  info.mutable_features()->set_landlock_abi(5);
-  info.mutable_features()->set_images(true);
+  *info.mutable_features() = features_;
   co_return info;
 }
 
@@ -162,8 +168,8 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> FakeHost::Exec(v1::ExecRequest requ
   }
   if (hang) {
     // A real host ends the process at the command's own timeout (exit.timed_out); the call ends at its deadline.
-    const absl::Duration timeout = absl::Seconds(request.command().timeout().seconds()) +
-                                   absl::Nanoseconds(request.command().timeout().nanos());
+    const absl::Duration timeout =
+        absl::Seconds(request.command().timeout().seconds()) + absl::Nanoseconds(request.command().timeout().nanos());
     const absl::Time killed_at = timeout > absl::ZeroDuration() ? clock_->Now() + timeout : absl::InfiniteFuture();
     const absl::Time deadline = options.deadline;
     options.deadline = std::min(deadline, killed_at);
@@ -248,11 +254,18 @@ asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> FakeHost::S
   co_return absl::UnimplementedError("the fake host runs no interactive processes");
 }
 
-asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> FakeHost::ListSandboxes(v1::ListSandboxesRequest,
+asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> FakeHost::ListSandboxes(v1::ListSandboxesRequest request,
                                                                                    absl::Duration) {
   absl::MutexLock lock(&mu_);
   v1::ListSandboxesResponse out;
-  for (const auto& [id, sb] : live_) *out.add_sandboxes() = sb;
+  for (const auto& [id, sb] : live_) {
+    bool selected = true;
+    for (const auto& [key, value] : request.label_selector()) {
+      auto it = sb.spec().labels().find(key);
+      selected = selected && it != sb.spec().labels().end() && it->second == value;
+    }
+    if (selected) *out.add_sandboxes() = sb;
+  }
   co_return out;
 }
 

@@ -32,6 +32,8 @@ class FakeHost final : public HostApi {
   void FailTemplates(absl::Status status);
   // HostInfo answers UNAVAILABLE (the host is gone) while set.
   void SetUnreachable(bool unreachable);
+  // What HostInfo reports the host offers (default: everything, Landlock ABI 5).
+  void SetFeatures(v1::HostFeatures features);
   // Exec waits for its deadline or its episode's stop instead of answering.
   void HangExecs(bool hang);
   // Answers an Exec (default: exit 0, no output). May write files with WriteSandboxFile.
@@ -66,8 +68,7 @@ class FakeHost final : public HostApi {
   boost::asio::awaitable<absl::Status> MakeDir(const std::string& sandbox_id, const std::string& path,
                                                CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<std::optional<std::string>>> ReadFile(const std::string& sandbox_id,
-                                                                              const std::string& path,
-                                                                              size_t max_bytes,
+                                                                              const std::string& path, size_t max_bytes,
                                                                               CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
                                                                        CallOptions options) override;
@@ -88,6 +89,7 @@ class FakeHost final : public HostApi {
   absl::Status pull_status_ ABSL_GUARDED_BY(mu_);
   absl::Status template_status_ ABSL_GUARDED_BY(mu_);
   bool unreachable_ ABSL_GUARDED_BY(mu_) = false;
+  v1::HostFeatures features_ ABSL_GUARDED_BY(mu_);
   bool hang_execs_ ABSL_GUARDED_BY(mu_) = false;
   std::function<ExecOutcome(const std::string&, const v1::ExecRequest&)> on_exec_ ABSL_GUARDED_BY(mu_);
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;

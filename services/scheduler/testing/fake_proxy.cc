@@ -79,8 +79,7 @@ int FakeProxy::calls() const {
   return static_cast<int>(bodies_.size());
 }
 
-asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> FakeProxy::Open(v1::OpenSessionRequest request,
-                                                                         CallOptions) {
+asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> FakeProxy::Open(v1::OpenSessionRequest request, CallOptions) {
   absl::MutexLock lock(&mu_);
   opened_.push_back(request);
   if (throw_on_open_) throw std::runtime_error("the fake proxy threw");
@@ -97,7 +96,7 @@ asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> FakeProxy::Open(v1::Ope
 }
 
 asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> FakeProxy::Close(const std::string& env_id,
-                                                                          v1::TrajectoryFormat, absl::Duration) {
+                                                                           v1::TrajectoryFormat, absl::Duration) {
   absl::MutexLock lock(&mu_);
   closed_.push_back(env_id);
   v1::CloseSessionResponse response;
@@ -116,22 +115,20 @@ asio::awaitable<absl::Status> FakeProxy::Ack(const std::string& env_id, absl::Du
   co_return absl::OkStatus();
 }
 
-asio::awaitable<absl::StatusOr<v1::UpdatePolicyResponse>> FakeProxy::UpdatePolicy(v1::UpdatePolicyRequest,
-                                                                                 absl::Time) {
+asio::awaitable<absl::StatusOr<v1::UpdatePolicyResponse>> FakeProxy::UpdatePolicy(v1::UpdatePolicyRequest, absl::Time) {
   co_return v1::UpdatePolicyResponse();
 }
-asio::awaitable<absl::StatusOr<v1::PauseGenerationResponse>> FakeProxy::Pause(v1::PauseGenerationRequest,
-                                                                            absl::Time) {
+asio::awaitable<absl::StatusOr<v1::PauseGenerationResponse>> FakeProxy::Pause(v1::PauseGenerationRequest, absl::Time) {
   co_return v1::PauseGenerationResponse();
 }
 asio::awaitable<absl::StatusOr<v1::ResumeGenerationResponse>> FakeProxy::Resume(v1::ResumeGenerationRequest,
-                                                                              absl::Time) {
+                                                                                absl::Time) {
   co_return v1::ResumeGenerationResponse();
 }
 
 asio::awaitable<absl::StatusOr<LlmReply>> FakeProxy::Post(const BaseUrl&, const std::string& env_token,
-                                                         const std::string&, std::string body,
-                                                         absl::Duration timeout) {
+                                                          const std::string&, std::string body,
+                                                          absl::Duration timeout) {
   LlmReply reply{200, ChatCompletion("ok").body};
   bool hang;
   {

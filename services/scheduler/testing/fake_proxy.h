@@ -46,7 +46,7 @@ class FakeProxy final : public ProxyApi {
 
   // --- ProxyApi
   boost::asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> Open(v1::OpenSessionRequest request,
-                                                                        CallOptions options) override;
+                                                                       CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> Close(const std::string& env_id,
                                                                          v1::TrajectoryFormat format,
                                                                          absl::Duration timeout) override;
@@ -55,9 +55,9 @@ class FakeProxy final : public ProxyApi {
   boost::asio::awaitable<absl::StatusOr<v1::UpdatePolicyResponse>> UpdatePolicy(v1::UpdatePolicyRequest request,
                                                                                 absl::Time deadline) override;
   boost::asio::awaitable<absl::StatusOr<v1::PauseGenerationResponse>> Pause(v1::PauseGenerationRequest request,
-                                                                           absl::Time deadline) override;
+                                                                            absl::Time deadline) override;
   boost::asio::awaitable<absl::StatusOr<v1::ResumeGenerationResponse>> Resume(v1::ResumeGenerationRequest request,
-                                                                             absl::Time deadline) override;
+                                                                              absl::Time deadline) override;
   boost::asio::awaitable<absl::StatusOr<LlmReply>> Post(const BaseUrl& base, const std::string& env_token,
                                                         const std::string& path, std::string body,
                                                         absl::Duration timeout) override;

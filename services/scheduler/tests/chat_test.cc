@@ -111,7 +111,8 @@ TEST(Chat, ToolsJsonIsEmptyWithoutTools) { EXPECT_TRUE(ToolsJson(v1::Task()).emp
 TEST(Chat, ChatBodyMergesParamsAndOmitsEmptyTools) {
   const json::array messages = json::parse(R"([{"role": "user", "content": "hi"}])").as_array();
   const json::value body = json::parse(ChatBody("m", R"({"temperature": 0.2, "model": "ignored"})", messages, {}));
-  EXPECT_EQ(body, json::parse(R"({"temperature": 0.2, "model": "m", "messages": [{"role": "user", "content": "hi"}]})"));
+  EXPECT_EQ(body,
+            json::parse(R"({"temperature": 0.2, "model": "m", "messages": [{"role": "user", "content": "hi"}]})"));
 }
 
 // ----------------------------------------------------------------------------------------- ParseChatReply

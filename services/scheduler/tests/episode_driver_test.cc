@@ -64,7 +64,7 @@ class EpisodeDriverTest : public ::testing::Test {
     ASSERT_EQ(hosts_, nullptr) << "UseHosts is called once, first";
     for (const auto& a : addresses) fakes_[a] = std::make_shared<FakeHost>(a, &clock_, capacity);
     hosts_ = std::make_unique<HostRegistry>(
-        RegistryOptions{}, addresses, &clock_,
+        RegistryOptions{}, addresses, &clock_, HostRegistry::Events{},
         [this](const std::string& address) -> absl::StatusOr<std::shared_ptr<HostApi>> { return fakes_.at(address); });
     Await(hosts_->PollOnce());
     async::Spawn(io_, hosts_->Run(&polling_stopped_), "the host registry's poller");
@@ -76,10 +76,17 @@ class EpisodeDriverTest : public ::testing::Test {
   void MakeDriver(WarmPool* pool = nullptr) {
     RunnerOptions options;
     options.llm_limit = "llm";
-    driver_ = std::make_unique<EpisodeDriver>(io_.get_executor(), &clock_, options, &table_, hosts_.get(),
-                                              std::vector<std::shared_ptr<ProxyApi>>{proxy_}, &limiter_, nullptr,
-                                              pool);
-    driver_->set_pauses(&pauses_);
+    driver_ = std::make_unique<EpisodeDriver>(DriverParts{.executor = io_.get_executor(),
+                                                          .clock = &clock_,
+                                                          .table = &table_,
+                                                          .hosts = hosts_.get(),
+                                                          .proxies = {proxy_},
+                                                          .occupancy = &occupancy_,
+                                                          .limiter = &limiter_,
+                                                          .pool = pool,
+                                                          .pauses = &pauses_,
+                                                          .on_finished = [this] { ++finished_; }},
+                                              options);
   }
   FakeHost& host(const std::string& address = "host-a") {
     EnsureHosts();
@@ -178,6 +185,8 @@ class EpisodeDriverTest : public ::testing::Test {
   std::atomic<bool> polling_stopped_{false};
   std::shared_ptr<FakeProxy> proxy_ = std::make_shared<FakeProxy>("proxy-0", &clock_);
   FakeLimiter limiter_;
+  Occupancy occupancy_;
+  int finished_ = 0;  // on_finished calls
   std::unique_ptr<EpisodeDriver> driver_;
 };
 
@@ -200,6 +209,7 @@ TEST_F(EpisodeDriverTest, SingleTurnIsRewardedFromTheReplyWithoutASandbox) {
   EXPECT_EQ(limiter_.granted("llm"), 1);
   EXPECT_EQ(limiter_.held("llm"), 0);
   EXPECT_EQ(driver_->running(), 0);
+  EXPECT_EQ(finished_, 1);  // the dispatcher was told there is room again
 }
 
 TEST_F(EpisodeDriverTest, AWrongAnswerFinishesWithRewardZero) {

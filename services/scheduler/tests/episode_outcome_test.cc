@@ -29,8 +29,8 @@ TEST(FaultOfTest, EachStepNamesTheErrorsThatAreTheTasksFault) {
 }
 
 TEST(FailureFromStatusTest, ATimeoutPastTheEpisodeDeadlineIsTheAgentsInTheEpisodePhase) {
-  const Failure f = FailureFromStatus(absl::DeadlineExceededError("x"), v1::EPISODE_PHASE_TOOL,
-                                      v1::FAILURE_CLASS_INFRA, "bash", /*episode_deadline_passed=*/true,
+  const Failure f = FailureFromStatus(absl::DeadlineExceededError("x"), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA,
+                                      "bash", /*episode_deadline_passed=*/true,
                                       /*batch_deadline_binds=*/false);
   EXPECT_EQ(f.status, v1::EPISODE_STATUS_TIMEOUT);
   EXPECT_EQ(f.phase, v1::EPISODE_PHASE_EPISODE);
@@ -52,9 +52,8 @@ TEST(FailureFromStatusTest, ATimeoutWhileAcquiringOrSettingUpIsInfra) {
     EXPECT_EQ(f.phase, phase);
     EXPECT_EQ(f.failure_class, v1::FAILURE_CLASS_INFRA);
   }
-  const Failure agent =
-      FailureFromStatus(absl::DeadlineExceededError("x"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_AGENT, "llm",
-                        false, false);
+  const Failure agent = FailureFromStatus(absl::DeadlineExceededError("x"), v1::EPISODE_PHASE_AGENT,
+                                          v1::FAILURE_CLASS_AGENT, "llm", false, false);
   EXPECT_EQ(agent.failure_class, v1::FAILURE_CLASS_AGENT);
 }
 

@@ -118,7 +118,7 @@ TEST_F(EpisodeTableAsyncTest, DynamicSamplingOpensGroupsUntilTheTargetPassesThen
   EXPECT_EQ(Groups("b").filtered(), 1u);
   EXPECT_EQ(table_->QueuedCount(), 2u + 5 * 2u);
   Run(Rewarded(0.0));
-  Run(Rewarded(1.0));  // group 1 passes
+  Run(Rewarded(1.0));                     // group 1 passes
   const EpisodeTicket running = Start();  // group 2, e0: running when the target is reached
   EXPECT_EQ(running.ids.group_index(), 2u);
   Run(Rewarded(0.0));  // group 2, e1 ended
@@ -240,7 +240,7 @@ TEST_F(EpisodeTableAsyncTest, AdmissionStartsAtMostKPlusOneStepsOfGroups) {
   ASSERT_THAT(Submit(spec, 3), IsOk());
   EXPECT_EQ(table_->GetBatch("b")->spec().base_policy_version(), 5);
   EXPECT_EQ(Start().ids.episode_id(), "b:g0:e0");
-  EXPECT_EQ(Start().ids.episode_id(), "b:g0:e1");  // a started group runs whole
+  EXPECT_EQ(Start().ids.episode_id(), "b:g0:e1");   // a started group runs whole
   EXPECT_EQ(table_->StartNext(Any), std::nullopt);  // (0 + 1 + 0) x 1 groups
   table_->SetPolicyVersion(6);
   EXPECT_EQ(Start().ids.episode_id(), "b:g1:e0");
@@ -288,9 +288,15 @@ TEST_F(EpisodeTableAsyncTest, RestoreTakesTheGroupVerdictAgain) {
   Snapshot snap;
   snap.batches.push_back(Row(spec, clock_.Now()));
   // Journaled before the group's rewrite was: both still FINISHED.
-  snap.results.push_back({.seq = 1, .episode_id = "r:g0:e0", .status = v1::EPISODE_STATUS_FINISHED, .reward = 1.0,
+  snap.results.push_back({.seq = 1,
+                          .episode_id = "r:g0:e0",
+                          .status = v1::EPISODE_STATUS_FINISHED,
+                          .reward = 1.0,
                           .result = result("r:g0:e0", 1.0)});
-  snap.results.push_back({.seq = 2, .episode_id = "r:g0:e1", .status = v1::EPISODE_STATUS_FINISHED, .reward = 1.0,
+  snap.results.push_back({.seq = 2,
+                          .episode_id = "r:g0:e1",
+                          .status = v1::EPISODE_STATUS_FINISHED,
+                          .reward = 1.0,
                           .result = result("r:g0:e1", 1.0)});
   table_->Restore(snap);
   log_.Commit();
@@ -317,12 +323,12 @@ TEST_F(EpisodeTableAsyncTest, TheObserverHearsVerdictsRerunsAndStalenessAtDelive
   spec.set_max_staleness(2);
   spec.set_target_groups(1);
   ASSERT_THAT(Submit(spec, 3), IsOk());
-  table_->SetPolicyVersion(3);                 // oldest allowed: 1
+  table_->SetPolicyVersion(3);                                          // oldest allowed: 1
   EXPECT_EQ(End(Start(), Rewarded(1.0, 0)), FinishOutcome::kRequeued);  // too stale: runs again
   Run(Rewarded(1.0, 3));
-  Run(Rewarded(1.0, 2));                       // group 0: {1, 1} filtered
+  Run(Rewarded(1.0, 2));  // group 0: {1, 1} filtered
   Run(Rewarded(0.0, 3));
-  Run(Rewarded(1.0, 1));                       // group 1 passes: target reached
+  Run(Rewarded(1.0, 1));  // group 1 passes: target reached
   EXPECT_EQ(observer.stale_reruns, 1);
   EXPECT_THAT(observer.groups, ElementsAre("filtered", "passed", "surplus"));  // group 2 was opened
   for (const std::string& id : Deliverable("b")) table_->MarkDelivered(id);
@@ -385,7 +391,10 @@ TEST_F(EpisodeTableAsyncTest, ARestoredStreamReopensItsGroupsInFlight) {
   }
   v1::EpisodeResult done = Rewarded(1.0);
   done.mutable_ids()->set_episode_id("s:g0:e0");
-  snap.results.push_back({.seq = 1, .episode_id = "s:g0:e0", .status = v1::EPISODE_STATUS_FINISHED, .reward = 1.0,
+  snap.results.push_back({.seq = 1,
+                          .episode_id = "s:g0:e0",
+                          .status = v1::EPISODE_STATUS_FINISHED,
+                          .reward = 1.0,
                           .result = done.SerializeAsString()});
   table_->Restore(snap);
   EXPECT_EQ(table_->QueuedCount(), 2u);  // groups 1 and 2
@@ -401,11 +410,13 @@ TEST_F(EpisodeTableAsyncTest, ARestoredStreamReopensItsGroupsInFlight) {
 TEST(AsyncSpecTest, BadFieldsAreRefused) {
   v1::BatchSpec s;
   s.set_step_groups(2);
-  EXPECT_THAT(ValidateAsyncSpec(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs spec.max_staleness")));
+  EXPECT_THAT(ValidateAsyncSpec(s),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs spec.max_staleness")));
   s.set_max_staleness(1);
   EXPECT_THAT(ValidateAsyncSpec(s), IsOk());
   s.set_max_groups(4);
-  EXPECT_THAT(ValidateAsyncSpec(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs spec.target_groups")));
+  EXPECT_THAT(ValidateAsyncSpec(s),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs spec.target_groups")));
   s.set_target_groups(5);
   EXPECT_THAT(ValidateAsyncSpec(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least")));
   s.set_max_groups(0);

@@ -57,7 +57,7 @@ class FakeLog final : public EpisodeLog {
   }
 
   std::vector<std::string> batches, results, acked, cancelled, withdrawn, appended;
-  absl::Status append_status;  // what TasksAppended answers
+  absl::Status append_status;                                 // what TasksAppended answers
   std::vector<std::pair<v1::EpisodeResult, bool>> journaled;  // every AddResult: the result, redundant
   std::vector<std::pair<std::string, uint32_t>> started, run_ended;
   std::vector<std::function<void(absl::Status)>> uncommitted;

@@ -32,7 +32,7 @@ TEST_F(EpisodeTableTest, ResubmitWithSameDigestReturnsTheExistingBatch) {
 
 TEST_F(EpisodeTableTest, SubmitBeyondMaxPendingIsResourceExhausted) {
   Reset(5);
-  ASSERT_THAT(Submit(Spec("a", 2), 2), IsOk());  // 4 pending
+  ASSERT_THAT(Submit(Spec("a", 2), 2), IsOk());                                             // 4 pending
   EXPECT_THAT(Submit(Spec("b", 1, 1), 1), StatusIs(absl::StatusCode::kResourceExhausted));  // extras count
   EXPECT_THAT(table_->GetBatch("b"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(Submit(Spec("c", 1), 1), IsOk());  // exactly 5
@@ -275,10 +275,13 @@ TEST_F(EpisodeTableTest, RestoreRequeuesUnendedEpisodesAndKeepsResults) {
   unacked.mutable_ids()->set_episode_id("old:g0:e1");
   Snapshot snap;
   snap.batches.push_back(Row(Spec("old", 3), clock_.Now() - absl::Hours(1)));
-  snap.results.push_back({.seq = 4, .episode_id = "old:g0:e0", .status = v1::EPISODE_STATUS_FINISHED,
-                          .reward = 1.0, .acked = true});
-  snap.results.push_back({.seq = 5, .episode_id = "old:g0:e1", .status = v1::EPISODE_STATUS_FINISHED,
-                          .reward = 0.0, .result = unacked.SerializeAsString()});
+  snap.results.push_back(
+      {.seq = 4, .episode_id = "old:g0:e0", .status = v1::EPISODE_STATUS_FINISHED, .reward = 1.0, .acked = true});
+  snap.results.push_back({.seq = 5,
+                          .episode_id = "old:g0:e1",
+                          .status = v1::EPISODE_STATUS_FINISHED,
+                          .reward = 0.0,
+                          .result = unacked.SerializeAsString()});
   snap.runs.push_back({.episode_id = "old:g0:e2", .attempt = 2, .runs = 3});
   table_->Restore(snap);
 
@@ -306,7 +309,9 @@ TEST_F(EpisodeTableTest, RestoreRequeuesUnendedEpisodesAndKeepsResults) {
 TEST_F(EpisodeTableTest, RestoreOfACancelledBatchStartsNothing) {
   Snapshot snap;
   snap.batches.push_back(Row(Spec("gone", 2), clock_.Now(), /*cancelled=*/true));
-  snap.results.push_back({.seq = 1, .episode_id = "gone:g0:e0", .status = v1::EPISODE_STATUS_CANCELLED,
+  snap.results.push_back({.seq = 1,
+                          .episode_id = "gone:g0:e0",
+                          .status = v1::EPISODE_STATUS_CANCELLED,
                           .result = Result(v1::EPISODE_STATUS_CANCELLED).SerializeAsString()});
   snap.runs.push_back({.episode_id = "gone:g0:e1", .attempt = 1, .runs = 1});
   table_->Restore(snap);
@@ -359,8 +364,8 @@ TEST_F(EpisodeTableTest, ListBatchesNewestFirstWithPaging) {
   ASSERT_THAT(Cancel(CancelBatch("b")), IsOk());
   v1::ListBatchesRequest cancelled;
   cancelled.set_state(v1::BATCH_STATE_CANCELLED);
-  EXPECT_THAT(table_->ListBatches(cancelled), IsOkAndHolds(::testing::Property(
-                                                  &v1::ListBatchesResponse::batches_size, 1)));
+  EXPECT_THAT(table_->ListBatches(cancelled),
+              IsOkAndHolds(::testing::Property(&v1::ListBatchesResponse::batches_size, 1)));
   req.set_page_token("bogus");
   EXPECT_THAT(table_->ListBatches(req), StatusIs(absl::StatusCode::kInvalidArgument));
 }

@@ -61,8 +61,8 @@ class InspectorTest : public ::testing::Test {
     table_.reset();
     journal_ = *SchedulerJournal::Open(dir_ + "/scheduler.db", false, retention);
     table_ = std::make_unique<EpisodeTable>(&clock_, journal_.get(), SubmitLimits{}, 1000);
-    inspector_ = std::make_unique<Inspector>(table_.get(),
-                                             [this](const std::string& id) { return journal_->AckedResult(id); });
+    inspector_ =
+        std::make_unique<Inspector>(table_.get(), [this](const std::string& id) { return journal_->AckedResult(id); });
     // The table says when a result is committed (the journal's writer thread confirms it): taking and releasing
     // the mutex makes Finish's waiter check its condition again.
     table_->set_on_change([this] { absl::MutexLock lock(&changed_mu_); });
@@ -218,12 +218,13 @@ TEST(SchedulerJournalTest, AJournalFromBeforeRetentionIsMigrated) {
   const std::string path = testing::MakeTestDir() + "/old.db";
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db,
-                         "CREATE TABLE results (seq INTEGER PRIMARY KEY, episode_id TEXT NOT NULL UNIQUE, status INTEGER "
-                         "NOT NULL, reward TEXT NOT NULL, redundant INTEGER NOT NULL, acked INTEGER NOT NULL DEFAULT 0, "
-                         "result BLOB); INSERT INTO results VALUES (1, 'b:g0:e0', 1, '1', 0, 0, x'08');",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_exec(db,
+                   "CREATE TABLE results (seq INTEGER PRIMARY KEY, episode_id TEXT NOT NULL UNIQUE, status INTEGER "
+                   "NOT NULL, reward TEXT NOT NULL, redundant INTEGER NOT NULL, acked INTEGER NOT NULL DEFAULT 0, "
+                   "result BLOB); INSERT INTO results VALUES (1, 'b:g0:e0', 1, '1', 0, 0, x'08');",
+                   nullptr, nullptr, nullptr),
+      SQLITE_OK);
   sqlite3_close(db);
   auto journal = SchedulerJournal::Open(path, false, absl::Hours(1));
   ASSERT_THAT(journal, IsOk());

@@ -25,7 +25,7 @@ TEST(RetryDelayTest, JitterSpreadsEpisodesThatFailedTogetherAndIsTheSameForTheSa
     highest = std::max(highest, d);
     EXPECT_EQ(d, RetryDelay(policy, 2, seed));
   }
-  EXPECT_LT(lowest, absl::Milliseconds(1600));   // spread over the range, not bunched
+  EXPECT_LT(lowest, absl::Milliseconds(1600));  // spread over the range, not bunched
   EXPECT_GT(highest, absl::Milliseconds(2400));
 }
 

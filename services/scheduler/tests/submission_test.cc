@@ -6,8 +6,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "libs/core/testing/status_matchers.h"
 #include "libs/api/proto_time.h"
+#include "libs/core/testing/status_matchers.h"
 
 namespace corral::scheduler {
 namespace {

@@ -17,12 +17,13 @@ namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
 
 class HarborTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() / absl::StrCat("corral-harbor-test-", getpid(), "-",
-                                                      ::testing::UnitTest::GetInstance()->random_seed());
+    root_ = fs::temp_directory_path() /
+            absl::StrCat("corral-harbor-test-", getpid(), "-", ::testing::UnitTest::GetInstance()->random_seed());
     fs::create_directories(root_);
   }
   void TearDown() override { fs::remove_all(root_); }
@@ -65,7 +66,7 @@ TEST_F(HarborTest, ATaskDirectoryBecomesAnAgentTaskLikeTheSdkReadsIt) {
   EXPECT_THAT(env.setup_commands(0).argv(), ElementsAre("bash", "-c", "python3 -c 'print(1)'   && true"));
   EXPECT_EQ(env.setup_commands(0).cwd(), "/app");
   EXPECT_EQ(env.limits().memory_bytes(), 512u << 20);
-  ASSERT_EQ(task->verifier().files_size(), 1);  // solution/ is never sent
+  ASSERT_EQ(task->verifier().files_size(), 1);                        // solution/ is never sent
   EXPECT_EQ(task->verifier().files(0).path(), "/app/tests/test.sh");  // where the verifier runs
   // Whatever the agent left in tests/ is removed before the task's own tests go in.
   ASSERT_EQ(task->verifier().replace_paths_size(), 1);
@@ -209,12 +210,25 @@ TEST_F(HarborTest, AgentFilesGoNextToWhereTheAgentRuns) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--agent-file")));
 }
 
-TEST(TomlSubsetTest, ReadsTablesAndScalarsAndNamesTheBadLine) {
-  auto parsed = ParseTomlSubset("a = 1\n# c\n[t]\nb = 'x y'\nc = true\nd = [1, 2]\n");
+TEST(TomlTest, ReadsTablesAndScalarsAndNamesTheBadLine) {
+  auto parsed = ParseToml("a = 1\n# c\n[t]\nb = 'x y'\nc = true\nd = [1, 2]\n");
   ASSERT_THAT(parsed, IsOk());
   EXPECT_THAT(*parsed, ElementsAre(Pair("a", "1"), Pair("t.b", "\"x y\""), Pair("t.c", "true"), Pair("t.d", "[1,2]")));
-  EXPECT_THAT(ParseTomlSubset("[t]\nbroken\n"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("line 2")));
-  EXPECT_THAT(ParseTomlSubset("when = 1979-05-27\n"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'when'")));
+  EXPECT_THAT(ParseToml("[t]\nbroken\n"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("line 2")));
+  EXPECT_THAT(ParseToml("a = 1\na = 2\n"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("line 2")));
+}
+
+TEST(TomlTest, ReadsWhatTaskFilesWriteBeyondFlatTables) {
+  // Nested and dotted tables, inline tables (flattened as the tables they are), multi-line strings and arrays,
+  // dates: all TOML, all read.
+  auto parsed = ParseToml(
+      "[metadata]\nauthor.name = \"Ada\"\ntags = [\n  \"a\",\n  \"b\",\n]\n"
+      "[environment]\nlimits = { cpus = 2 }\nnote = \"\"\"two\nlines\"\"\"\nwhen = 1979-05-27\n");
+  ASSERT_THAT(parsed, IsOk());
+  EXPECT_THAT(*parsed,
+              UnorderedElementsAre(Pair("metadata.author.name", "\"Ada\""), Pair("metadata.tags", "[\"a\",\"b\"]"),
+                                   Pair("environment.limits.cpus", "2"), Pair("environment.note", "\"two\\nlines\""),
+                                   Pair("environment.when", "\"1979-05-27\"")));
 }
 
 TEST(ShellWordsTest, QuotesGroupAndEscapesWork) {

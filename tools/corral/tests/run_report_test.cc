@@ -48,8 +48,9 @@ TEST(RunReportTest, TheLineSaysHowFarHowFastAndWhenItEnds) {
   report.Add(Result("t1", 1, v1::EPISODE_STATUS_FINISHED, 0.0, absl::Seconds(3)));
   report.Progress(Progress(40, 18, 2, 4, 16));
   // 20 ended in 10 s: 2 eps/s, 20 left: ETA 10 s; half the sandboxes were warm.
-  EXPECT_EQ(report.Line(kStart + absl::Seconds(10), 10),
-            "[#####.....] 20/40 ended · 4 running · 16 queued · 2 failed · 2.0 eps/s · reward 0.500 · warm 50% · ETA 10.0s");
+  EXPECT_EQ(
+      report.Line(kStart + absl::Seconds(10), 10),
+      "[#####.....] 20/40 ended · 4 running · 16 queued · 2 failed · 2.0 eps/s · reward 0.500 · warm 50% · ETA 10.0s");
   EXPECT_THAT(report.Line(kStart + absl::Seconds(10), 0), Not(HasSubstr("[")));
 }
 

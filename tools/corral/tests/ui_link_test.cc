@@ -9,7 +9,6 @@
 namespace corral::cli {
 namespace {
 
-
 TEST(InspectorLinkTest, WithoutASecretTheLinkHasNoToken) {
   EXPECT_THAT(InspectorLink("http://127.0.0.1:7780", "", "", ""), IsOkAndHolds(std::string("http://127.0.0.1:7780/")));
   EXPECT_THAT(InspectorLink("http://127.0.0.1:7780/", "", "b1", ""),
