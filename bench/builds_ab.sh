@@ -2,7 +2,8 @@
 # Two builds of the whole tree side by side (not in CI; root, for the sandbox host): did a change cost speed?
 # For each round, each build in turn: the scheduler bench (episodes/s through the whole cluster, its overhead
 # per episode), the sandbox host bench (1,000 sandboxes' lifecycle, exec round trip), and the proxy's A/B runs
-# (requests/s at c=64). Interleaving the builds keeps the VM's drift out of the comparison. Prints each run,
+# (requests/s at c=64). Interleaving the builds, first one then the other, keeps the VM's drift out of the
+# comparison. Prints each run,
 # then the median per build and the ratio NEW/OLD for each figure (higher is better for rates, lower for times).
 #   bench/builds_ab.sh OLD_BUILD_DIR NEW_BUILD_DIR      (AB_ROUNDS=3; the benches' own knobs apply, e.g.
 #                                                       BENCH_EPISODES=2000 BENCH_SANDBOXES=300)
@@ -30,7 +31,9 @@ run() {  # label build script [args...]
 }
 
 for r in $(seq "$rounds"); do
-  for side in old new; do
+  order="old new"
+  ((r % 2 == 0)) && order="new old"  # alternating, so a drift within a round favours neither build
+  for side in $order; do
     build=$old
     [[ $side == new ]] && build=$new
     echo "round $r, $side build ($build)" >&2

@@ -27,4 +27,4 @@ prepare() {
 }
 smoke_or() { if [[ "$smoke" == 1 ]]; then echo "$2"; else echo "$1"; fi; }
 host_uids=()
-[[ "$smoke" == 1 ]] && host_uids=(--uid-first 26000 --uid-last 26999)
+if [[ "$smoke" == 1 ]]; then host_uids=(--uid-first 26000 --uid-last 26999); fi
