@@ -8,7 +8,7 @@ namespace corral::scheduler {
 
 class LimiterClient final : public LimiterApi {
  public:
-  // `client` must not be null (without a ratelimiter the driver gets no LimiterApi at all).
+  // `client` is not null: without a ratelimiter the driver gets no LimiterApi at all.
   explicit LimiterClient(ratelimiter::RateLimitClient* client) : client_(client) {}
   boost::asio::awaitable<absl::StatusOr<Permit>> Acquire(std::string limit, std::string key, absl::Duration wait,
                                                          RunControl* control) override;

@@ -133,7 +133,7 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
                                   .capacity = [this] { doorbell_.Ring(); }}),
       proxies_(std::move(p.proxies)),
       limiter_session_(std::move(p.limiter_session)),
-      limiter_(limiter_session_.get()),
+      limiter_(limiter_session_ != nullptr ? std::make_unique<LimiterClient>(limiter_session_.get()) : nullptr),
       pool_(config_.warm_pool_size > 0
                 ? std::make_unique<WarmPool>(
                       &hosts_, &clock_, config_.warm_pool_size, config_.scheduler_id,
@@ -145,7 +145,7 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
                           .hosts = &hosts_,
                           .proxies = proxies_,
                           .occupancy = &occupancy_,
-                          .limiter = limiter_session_ != nullptr ? &limiter_ : nullptr,  // none configured
+                          .limiter = limiter_.get(),
                           .metrics = &metrics_,
                           .pool = pool_.get(),
                           .pauses = &pauses_,

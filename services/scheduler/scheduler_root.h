@@ -78,7 +78,7 @@ class SchedulerRoot {
   HostRegistry hosts_;
   const std::vector<std::shared_ptr<ProxyApi>> proxies_;
   const std::unique_ptr<ratelimiter::RateLimitClient> limiter_session_;
-  LimiterClient limiter_;
+  const std::unique_ptr<LimiterClient> limiter_;  // null without a ratelimiter: no limits
   PauseLedger pauses_;  // generation pauses (PolicyControl): not counted against episode and agent timeouts
   Occupancy occupancy_;
   const std::unique_ptr<WarmPool> pool_;  // null without warm_pool_size

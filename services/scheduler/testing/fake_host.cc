@@ -8,6 +8,7 @@
 #include "boost/asio/experimental/concurrent_channel.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
+#include "libs/api/proto_time.h"
 #include "libs/async/sleep.h"
 
 namespace corral::scheduler::testing_support {
@@ -168,8 +169,7 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> FakeHost::Exec(v1::ExecRequest requ
   }
   if (hang) {
     // A real host ends the process at the command's own timeout (exit.timed_out); the call ends at its deadline.
-    const absl::Duration timeout =
-        absl::Seconds(request.command().timeout().seconds()) + absl::Nanoseconds(request.command().timeout().nanos());
+    const absl::Duration timeout = FromProto(request.command().timeout());
     const absl::Time killed_at = timeout > absl::ZeroDuration() ? clock_->Now() + timeout : absl::InfiniteFuture();
     const absl::Time deadline = options.deadline;
     options.deadline = std::min(deadline, killed_at);
