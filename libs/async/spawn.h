@@ -26,6 +26,21 @@ inline auto LogExceptions(std::string what) {
   };
 }
 
+// One pass of a loop that must outlive a bad pass (the dispatcher, a tick): runs `pass` and logs what it throws
+// as "<what> failed: <message>; it goes on" instead of ending the loop. False when it threw.
+template <typename Pass>
+bool SurvivePass(const std::string& what, Pass&& pass) {
+  try {
+    std::forward<Pass>(pass)();
+    return true;
+  } catch (const std::exception& x) {
+    spdlog::error("{} failed: {}; it goes on", what, x.what());
+  } catch (...) {
+    spdlog::error("{} failed with an unknown exception; it goes on", what);
+  }
+  return false;
+}
+
 // On an executor or an execution context (an io_context), as co_spawn.
 template <typename ExecutorOrContext, typename Awaitable>
 void Spawn(ExecutorOrContext&& where, Awaitable awaitable, std::string what) {

@@ -9,8 +9,13 @@
 namespace corral::scheduler {
 
 EpisodeTable::EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending,
-                           RetryBackoff retry_backoff)
-    : clock_(clock), log_(log), limits_(limits), max_pending_(max_pending), retry_backoff_(retry_backoff) {}
+                           RetryBackoff retry_backoff, TableHooks hooks)
+    : clock_(clock),
+      log_(log),
+      limits_(limits),
+      max_pending_(max_pending),
+      retry_backoff_(retry_backoff),
+      hooks_(std::move(hooks)) {}
 
 EpisodeTable::Batch* EpisodeTable::FindBatch(const std::string& id) {
   auto it = batches_.find(id);
@@ -22,7 +27,7 @@ const EpisodeTable::Batch* EpisodeTable::FindBatch(const std::string& id) const 
 }
 
 void EpisodeTable::Changed() const {
-  if (on_change_) on_change_();
+  if (hooks_.on_change && !restoring_) hooks_.on_change();
 }
 
 void EpisodeTable::Touch(Batch& b) {
@@ -39,13 +44,13 @@ v1::EpisodeIds EpisodeTable::Ids(const Batch& b, uint32_t g, uint32_t i) const {
   ids.set_group_index(g);
   ids.set_index_in_group(i);
   ids.set_seed(EpisodeSeed(b.spec.seed(), g, i));
-  ids.set_attempt(b.episodes[g * b.per_group + i].attempt);
+  ids.set_attempt(b.at(g, i).attempt);
   return ids;
 }
 
 void EpisodeTable::Enqueue(Batch& b, uint32_t g, uint32_t i) {
   queue_[QueueKey{-static_cast<int64_t>(b.spec.priority()), b.order, g, i}] = b.spec.batch_id();
-  b.episodes[g * b.per_group + i].state = State::kQueued;
+  b.at(g, i).state = State::kQueued;
   ++b.queued;
   if (NeedsSandbox(*b.tasks[g])) ++queued_sandbox_;
 }
@@ -200,7 +205,7 @@ absl::StatusOr<v1::Batch> EpisodeTable::GetBatch(const std::string& batch_id, bo
     double sum = 0;
     uint32_t positive = 0;
     for (uint32_t i = 0; i < b->per_group; ++i) {
-      const Episode& e = b->episodes[g * b->per_group + i];
+      const Episode& e = b->at(g, i);
       if (!e.counted_in_group) continue;
       t->set_episodes(t->episodes() + 1);
       if (!e.reward) continue;  // FINISHED, or FILTERED after finishing
@@ -277,13 +282,13 @@ std::optional<EpisodeTicket> EpisodeTable::StartNext(const std::function<bool(co
     const absl::Time now = clock_->Now();
     for (; it != queue_.end(); ++it) {
       b = FindBatch(it->second);
-      const Episode& e = b->episodes[it->first.group * b->per_group + it->first.index];
+      const Episode& e = b->at(it->first.group, it->first.index);
       if (e.not_before <= now && Admitted(*b, it->first.group) && eligible(*b->tasks[it->first.group])) break;
     }
     if (it == queue_.end()) return std::nullopt;
     const uint32_t g = it->first.group, i = it->first.index;
     Dequeue(*b, g, i);
-    Episode& e = b->episodes[g * b->per_group + i];
+    Episode& e = b->at(g, i);
     e.state = State::kRunning;
     e.control = std::make_shared<RunControl>();
     runs = ++e.runs;
@@ -312,7 +317,7 @@ void EpisodeTable::Placed(const v1::EpisodeIds& ids, const std::string& host, co
     absl::MutexLock lock(&mu_);
     Batch* b = FindBatch(ids.batch_id());
     if (b == nullptr) return;
-    b->episodes[ids.group_index() * b->per_group + ids.index_in_group()].host = host;
+    b->at(ids.group_index(), ids.index_in_group()).host = host;
   }
   log_->RunPlaced(ids.episode_id(), host, sandbox_id, env_id);
 }
@@ -341,50 +346,52 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
     Batch* b = FindBatch(ids.batch_id());
     if (b == nullptr) return FinishOutcome::kDropped;
     const uint32_t g = ids.group_index(), i = ids.index_in_group();
-    Episode& e = b->episodes[g * b->per_group + i];
+    Episode& e = b->at(g, i);
     if (e.state != State::kRunning || e.control != ticket.control) return FinishOutcome::kDropped;
     --b->running;
     e.control.reset();
     e.host.clear();
-    const StopReason reason = ticket.control->reason();
-    const bool infra =
-        result.status() == v1::EPISODE_STATUS_FAILED && result.failure_class() == v1::FAILURE_CLASS_INFRA;
-    // GROUP_FAILURE_POLICY_REPLACE: any failure gets a fresh run (within max_attempts), not only the cluster's.
-    const bool replace =
-        b->spec.group_failure_policy() == v1::GROUP_FAILURE_POLICY_REPLACE &&
-        (result.status() == v1::EPISODE_STATUS_FAILED || result.status() == v1::EPISODE_STATUS_TIMEOUT ||
-         result.status() == v1::EPISODE_STATUS_NO_DATA);
-    const bool stale = reason == StopReason::kNone && !b->cancelled && TooStale(*b, result);
-    // The trainer keeps outpacing this episode: give up rather than run it forever (never delivered stale).
-    if (stale && e.stale_runs + 1 >= kMaxStaleRuns) MarkTooStale(result, b->spec.max_staleness());
-    if (reason == StopReason::kRedundant) {
-      e.state = State::kEnded;
-      e.redundant = true;
-      ++b->redundant_cancelled;
-      --pending_;
-      outcome = FinishOutcome::kDropped;
-    } else if (reason == StopReason::kRequeue && !b->cancelled) {
-      Enqueue(*b, g, i);
-      outcome = FinishOutcome::kRequeued;
-      next_attempt = e.attempt;
-    } else if (stale && e.stale_runs + 1 < kMaxStaleRuns) {
-      ++e.stale_runs;
-      ++b->stale_reruns;
-      if (observer_ != nullptr) observer_->StaleRerun();
-      Enqueue(*b, g, i);
-      outcome = FinishOutcome::kRequeued;
-      next_attempt = e.attempt;
-    } else if ((infra || replace) && e.attempt < ticket.max_attempts && !b->cancelled &&
-               reason != StopReason::kCancelled && reason != StopReason::kDeadline) {
-      ++e.attempt;
-      ++b->retries;
-      // Back off before the retry (doubling, capped, jittered): a restarting service gets time to come back.
-      e.not_before = clock_->Now() + RetryDelay(retry_backoff_, e.attempt, ticket.ids.seed());
-      Enqueue(*b, g, i);
-      outcome = FinishOutcome::kRetried;
-      next_attempt = e.attempt;
-    } else {
-      Record(*b, g, i, std::move(result), &stop);
+    const FinishDecision decision =
+        DecideFinish({.reason = ticket.control->reason(),
+                      .batch_cancelled = b->cancelled,
+                      .replace_failures = b->spec.group_failure_policy() == v1::GROUP_FAILURE_POLICY_REPLACE,
+                      .too_stale = TooStale(*b, result),
+                      .stale_runs = e.stale_runs,
+                      .attempt = e.attempt,
+                      .max_attempts = ticket.max_attempts,
+                      .status = result.status(),
+                      .failure_class = result.failure_class()});
+    switch (decision.step) {
+      case FinishStep::kDropRedundant:
+        e.state = State::kEnded;
+        e.redundant = true;
+        ++b->redundant_cancelled;
+        --pending_;
+        outcome = FinishOutcome::kDropped;
+        break;
+      case FinishStep::kStaleRerun:
+        ++e.stale_runs;
+        ++b->stale_reruns;
+        if (observer() != nullptr) observer()->StaleRerun();
+        [[fallthrough]];
+      case FinishStep::kRequeue:
+        Enqueue(*b, g, i);
+        outcome = FinishOutcome::kRequeued;
+        next_attempt = e.attempt;
+        break;
+      case FinishStep::kRetry:
+        ++e.attempt;
+        ++b->retries;
+        // Back off before the retry (doubling, capped, jittered): a restarting service gets time to come back.
+        e.not_before = clock_->Now() + RetryDelay(retry_backoff_, e.attempt, ticket.ids.seed());
+        Enqueue(*b, g, i);
+        outcome = FinishOutcome::kRetried;
+        next_attempt = e.attempt;
+        break;
+      case FinishStep::kRecord:
+        if (decision.give_up_stale) MarkTooStale(result, b->spec.max_staleness());
+        Record(*b, g, i, std::move(result), &stop);
+        break;
     }
     if (b->terminal() && b->end_time == absl::InfinitePast()) b->end_time = clock_->Now();
     Touch(*b);
@@ -399,7 +406,7 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
 
 void EpisodeTable::Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result,
                           std::vector<std::shared_ptr<RunControl>>* stop) {
-  Episode& e = b.episodes[g * b.per_group + i];
+  Episode& e = b.at(g, i);
   Group& group = b.groups[g];
   e.state = State::kEnded;
   --pending_;
@@ -430,7 +437,7 @@ void EpisodeTable::Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult re
 }
 
 void EpisodeTable::Journal(Batch& b, uint32_t g, uint32_t i, const v1::EpisodeResult& result, bool redundant) {
-  Episode& e = b.episodes[g * b.per_group + i];
+  Episode& e = b.at(g, i);
   ++e.writing;
   e.committed = false;
   const std::string batch_id = b.spec.batch_id();
@@ -447,7 +454,7 @@ void EpisodeTable::Committed(const std::string& batch_id, uint32_t g, uint32_t i
     absl::MutexLock lock(&mu_);
     Batch* b = FindBatch(batch_id);
     if (b == nullptr) return;
-    Episode& e = b->episodes[g * b->per_group + i];
+    Episode& e = b->at(g, i);
     if (e.seq != seq || e.writing == 0 || --e.writing > 0) return;
     e.committed = true;
     if (!e.acked && e.counted_in_group) unacked_[seq] = Where{batch_id, g, i};
@@ -509,7 +516,7 @@ absl::StatusOr<uint32_t> EpisodeTable::Cancel(const v1::CancelRequest& request) 
     for (uint32_t g = g0; g < g1; ++g) {
       const uint32_t i0 = index.value_or(0), i1 = index ? *index + 1 : b->per_group;
       for (uint32_t i = i0; i < i1; ++i) {
-        Episode& e = b->episodes[g * b->per_group + i];
+        Episode& e = b->at(g, i);
         if (e.state == State::kQueued) {
           Dequeue(*b, g, i);
           ++cancelled;
@@ -542,7 +549,7 @@ void EpisodeTable::ExpireDeadlines() {
       b.closed = true;  // a dynamic batch opens no more groups
       for (uint32_t g = 0; g < b.tasks.size(); ++g) {
         for (uint32_t i = 0; i < b.per_group; ++i) {
-          Episode& e = b.episodes[g * b.per_group + i];
+          Episode& e = b.at(g, i);
           if (e.state == State::kQueued) {
             Dequeue(b, g, i);
             Record(b, g, i,

@@ -3,6 +3,7 @@
 // a stream may send it (results become visible when the log confirms the write). Thread-safe (one mutex).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -17,6 +18,7 @@
 #include "absl/time/time.h"
 #include "corral/v1/scheduler.pb.h"
 #include "libs/core/clock.h"
+#include "services/scheduler/batch_state.h"
 #include "services/scheduler/retry_backoff.h"
 #include "services/scheduler/run_control.h"
 #include "services/scheduler/submission.h"
@@ -108,18 +110,27 @@ class TableObserver {
   virtual void Delivered(int64_t staleness) = 0;
 };
 
+// Who hears of the table's changes. Neither hears what Restore replays.
+struct TableHooks {
+  // Called outside the lock after results become deliverable or batches end: wakes the result streams.
+  std::function<void()> on_change;
+  // Metrics; called under the lock.
+  TableObserver* observer = nullptr;
+};
+
 // What Finish decided.
 enum class FinishOutcome { kRecorded, kRetried, kRequeued, kDropped };
 
 class EpisodeTable {
  public:
   // Infra failures are retried after RetryDelay(`retry_backoff`, …): doubling per attempt, capped, jittered.
-  EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending,
-               RetryBackoff retry_backoff = {});
+  EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending, RetryBackoff retry_backoff = {},
+               TableHooks hooks = {});
 
   // Restores state from a journal snapshot: ended episodes keep their results, everything else is queued
-  // (episodes that were running go back to the queue with their attempt number).
-  void Restore(const Snapshot& snapshot);
+  // (episodes that were running go back to the queue with their attempt number); then applies the journaled
+  // `policy_version` (SetPolicyVersion). Quiet: the hooks hear nothing of what it replays.
+  void Restore(const Snapshot& snapshot, int64_t policy_version = 0);
 
   // Submit: the batch as validated (spec with defaults, effective tasks). Returns the existing batch when the
   // digest matches (idempotent), ALREADY_EXISTS when it does not, RESOURCE_EXHAUSTED beyond max_pending.
@@ -226,84 +237,16 @@ class EpisodeTable {
   // keeps acknowledged results for result_retention).
   absl::StatusOr<std::string> UnackedResult(const std::string& episode_id) const;
 
-  // Called (outside the lock) after results become deliverable or batches end: wakes the result streams.
-  void set_on_change(std::function<void()> fn) { on_change_ = std::move(fn); }
   // Wakes the result streams without a change (their periodic progress messages).
   void Poke() const { Changed(); }
-  // Set once, after Restore (a restart's replayed decisions are not reported) and before serving.
-  void set_observer(TableObserver* observer) { observer_ = observer; }
   // Committed results not yet acknowledged.
   size_t AwaitingAck() const;
 
  private:
-  enum class State : uint8_t { kUnopened, kQueued, kRunning, kEnded };
-  struct Episode {
-    State state = State::kUnopened;
-    bool counted_in_group = false;  // one of the first group_size to end: delivered
-    bool redundant = false;         // ended without counting (an extra dropped once the group completed)
-    bool committed = false, delivered = false, acked = false;
-    uint8_t writing = 0;  // journal writes of its result in flight (committed once none)
-    uint32_t attempt = 1;
-    uint32_t runs = 0;
-    uint32_t stale_runs = 0;                       // runs whose result was too stale (max_staleness)
-    uint64_t seq = 0;                              // result position, 0 = none
-    absl::Time not_before = absl::InfinitePast();  // a retry waits out its back-off
-    v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
-    std::optional<double> reward;
-    std::optional<int64_t> first_version;  // the result's first_policy_version
-    int64_t order_version = 0;             // delivery order: first_version, else the version when it ended
-    std::string result;                    // serialized, until acked
-    std::string host;
-    std::shared_ptr<RunControl> control;
-  };
-  // A group (one task's group_size episodes, plus redundant extras). Groups open in task order: all at once, or
-  // as dynamic sampling needs them (target_groups); an opened group is decided once group_size have ended.
-  enum class GroupState : uint8_t { kUnopened, kOpen, kPassed, kFiltered, kDropped, kSurplus };
-  struct Group {
-    GroupState state = GroupState::kUnopened;
-    bool started = false;       // an episode of it started (staleness admission counts groups)
-    uint32_t counted = 0;       // ended episodes that count (up to group_size)
-    uint64_t complete_at = 0;   // position at which it was decided (whole-group delivery), 0 = not yet
-    int64_t order_version = 0;  // the oldest order_version of its results
-  };
-  struct Batch {
-    uint64_t order = 0;
-    v1::BatchSpec spec;
-    std::string digest;
-    absl::Time create_time, start_time = absl::InfinitePast(), end_time = absl::InfinitePast();
-    std::vector<std::shared_ptr<const v1::Task>> tasks;
-    uint32_t per_group = 1;
-    std::vector<Episode> episodes;  // [group * per_group + index]
-    std::vector<Group> groups;
-    bool cancelled = false;
-    bool closed = false;  // cancelled or past its deadline: opens no more groups
-    uint32_t queued = 0, running = 0, ended = 0, retries = 0, redundant_cancelled = 0, delivered = 0, acked = 0;
-    uint32_t expected = 0;  // results that will count: group_size per opened group (a surplus group: what ended)
-    uint32_t opened = 0, started_groups = 0, undecided = 0;
-    uint32_t rejected_started = 0;  // started groups then filtered, dropped or surplus: admission frees them
-    uint32_t passed = 0, filtered_groups = 0, dropped = 0, surplus = 0, stale_reruns = 0;
-    std::map<v1::EpisodeStatus, uint32_t> by_status;
-    double reward_sum = 0;
-    uint32_t reward_n = 0;
-    uint64_t version = 0;
-    bool input_closed = false;  // a stream's input was closed (AppendTasks close_input)
-    bool dynamic() const { return spec.target_groups() > 0; }
-    bool stream() const { return spec.groups_in_flight() > 0; }
-    // Groups open as they are needed, not all at submission.
-    bool incremental() const { return dynamic() || stream(); }
-    // Results wait for their group's decision.
-    bool holds() const;
-    // Groups that may be opened: every task, or the generation budget of a dynamic batch.
-    uint32_t budget() const;
-    bool wants_groups() const {
-      if (closed) return false;
-      if (dynamic()) return passed < spec.target_groups() && opened < budget();
-      return stream() && opened < tasks.size();
-    }
-    bool terminal() const {
-      return queued == 0 && running == 0 && undecided == 0 && !wants_groups() && (!stream() || input_closed || closed);
-    }
-  };
+  using Batch = BatchState;
+  using Episode = BatchState::Episode;
+  using Group = BatchState::Group;
+  using State = EpisodeState;
   struct QueueKey {
     int64_t neg_priority;
     uint64_t order;
@@ -311,6 +254,7 @@ class EpisodeTable {
     auto operator<=>(const QueueKey&) const = default;
   };
 
+  void RestoreLocked(const Snapshot& snapshot);
   Batch* FindBatch(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Batch* FindBatch(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -345,7 +289,6 @@ class EpisodeTable {
   // The verdict on a group with group_size results: passed, FILTERED (results rewritten), or dropped.
   void Judge(Batch& b, uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static std::optional<v1::EpisodeResult> Parsed(const Episode& e);
-  static const char* GroupOutcome(GroupState s);
   // Takes back an undelivered, too stale result: uncounted, journal row deleted, the episode queued again.
   void Withdraw(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A FINISHED result whose first policy version is older than max_staleness allows now.
@@ -364,14 +307,16 @@ class EpisodeTable {
   void Journal(Batch& b, uint32_t g, uint32_t i, const v1::EpisodeResult& result, bool redundant)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Changed() const;
+  // The observer, or null while Restore replays.
+  TableObserver* observer() const { return restoring_ ? nullptr : hooks_.observer; }
 
   Clock* const clock_;
   EpisodeLog* const log_;
   const SubmitLimits limits_;
   const int64_t max_pending_;
   const RetryBackoff retry_backoff_;
-  std::function<void()> on_change_;
-  TableObserver* observer_ = nullptr;
+  const TableHooks hooks_;
+  std::atomic<bool> restoring_{false};  // Restore runs: the hooks are quiet
 
   mutable absl::Mutex mu_;
   std::map<std::string, Batch> batches_ ABSL_GUARDED_BY(mu_);
@@ -393,10 +338,5 @@ class EpisodeTable {
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t policy_version_ ABSL_GUARDED_BY(mu_) = 0;
 };
-
-// Runs of one episode whose result was too stale before it is given up (FAILED, infra).
-inline constexpr uint32_t kMaxStaleRuns = 3;
-// Makes `result` the FAILED result of an episode given up for staleness.
-void MarkTooStale(v1::EpisodeResult& result, uint32_t max_staleness);
 
 }  // namespace corral::scheduler

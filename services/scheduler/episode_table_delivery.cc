@@ -36,7 +36,7 @@ absl::StatusOr<uint32_t> EpisodeTable::Ack(const std::vector<std::string>& episo
       if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) {
         return absl::NotFoundError(absl::StrCat("unknown episode '", id, "'"));
       }
-      Episode& e = b->episodes[ref->group_index * b->per_group + ref->index_in_group];
+      Episode& e = b->at(ref->group_index, ref->index_in_group);
       if (e.seq == 0 || !e.committed) {
         return absl::FailedPreconditionError(absl::StrCat("episode '", id, "' has no result yet"));
       }
@@ -93,7 +93,7 @@ EpisodeTable::DeliveryPage EpisodeTable::Deliverable(const std::string& batch_id
     if (whole_groups) {
       bool ready = true, any = false;
       for (uint32_t i = 0; i < b->per_group; ++i) {
-        const Episode& e = b->episodes[g * b->per_group + i];
+        const Episode& e = b->at(g, i);
         if (!e.counted_in_group || e.acked) continue;
         any = true;
         ready &= e.committed;
@@ -105,7 +105,7 @@ EpisodeTable::DeliveryPage EpisodeTable::Deliverable(const std::string& batch_id
       }
       candidates.push_back({b->groups[g].order_version, it->first, b, g, 0});
     } else {
-      const Episode& e = b->episodes[g * b->per_group + it->second.index];
+      const Episode& e = b->at(g, it->second.index);
       if (!e.committed || (b->holds() && b->groups[g].complete_at == 0)) {
         page.blocked_at = std::min(page.blocked_at, it->first);
         continue;
@@ -123,12 +123,12 @@ EpisodeTable::DeliveryPage EpisodeTable::Deliverable(const std::string& batch_id
     }
     const std::string& id = c.batch->spec.batch_id();
     if (!whole_groups) {
-      const Episode& e = c.batch->episodes[c.group * c.batch->per_group + c.index];
+      const Episode& e = c.batch->at(c.group, c.index);
       page.items.push_back(Delivery{c.position, e.result, EpisodeId(id, c.group, c.index)});
       continue;
     }
     for (uint32_t i = 0; i < c.batch->per_group; ++i) {
-      const Episode& e = c.batch->episodes[c.group * c.batch->per_group + i];
+      const Episode& e = c.batch->at(c.group, i);
       if (e.counted_in_group && !e.acked)
         page.items.push_back(Delivery{c.position, e.result, EpisodeId(id, c.group, i)});
     }
@@ -142,12 +142,12 @@ void EpisodeTable::MarkDelivered(const std::string& episode_id) {
   absl::MutexLock lock(&mu_);
   Batch* b = FindBatch(ref->batch_id);
   if (b == nullptr) return;
-  Episode& e = b->episodes[ref->group_index * b->per_group + ref->index_in_group];
+  Episode& e = b->at(ref->group_index, ref->index_in_group);
   if (e.delivered) return;
   e.delivered = true;
   ++b->delivered;
-  if (observer_ != nullptr && e.first_version)
-    observer_->Delivered(std::max<int64_t>(0, policy_version_ - *e.first_version));
+  if (observer() != nullptr && e.first_version)
+    observer()->Delivered(std::max<int64_t>(0, policy_version_ - *e.first_version));
   Touch(*b);
 }
 
@@ -162,7 +162,7 @@ bool EpisodeTable::StreamComplete(const std::string& batch_id, uint64_t sent_upt
   if (b == nullptr || !b->terminal()) return false;
   for (uint32_t g = 0; g < b->tasks.size(); ++g) {
     for (uint32_t i = 0; i < b->per_group; ++i) {
-      const Episode& e = b->episodes[g * b->per_group + i];
+      const Episode& e = b->at(g, i);
       if (!e.counted_in_group || e.acked) continue;
       if (!e.committed) return false;
       const uint64_t position = whole_groups ? b->groups[g].complete_at : e.seq;

@@ -24,25 +24,6 @@ const char* StatusWord(v1::EpisodeStatus s) {
 
 }  // namespace
 
-const char* EpisodeTable::GroupOutcome(GroupState s) {
-  switch (s) {
-    case GroupState::kPassed: return "passed";
-    case GroupState::kFiltered: return "filtered";
-    case GroupState::kDropped: return "dropped";
-    case GroupState::kSurplus: return "surplus";
-    default: return "undecided";
-  }
-}
-
-bool EpisodeTable::Batch::holds() const {
-  return dynamic() || HasBounds(spec.group_filter()) || spec.group_failure_policy() == v1::GROUP_FAILURE_POLICY_DROP;
-}
-
-uint32_t EpisodeTable::Batch::budget() const {
-  const auto tasks_n = static_cast<uint32_t>(tasks.size());
-  return spec.max_groups() == 0 ? tasks_n : std::min(spec.max_groups(), tasks_n);
-}
-
 void EpisodeTable::Open(Batch& b, uint32_t g) {
   b.groups[g].state = GroupState::kOpen;
   ++b.opened;
@@ -73,7 +54,7 @@ void EpisodeTable::Decide(Batch& b, uint32_t g, uint64_t position, std::vector<s
   // The extras still queued are dropped; the running ones are stopped.
   for (uint32_t j = 0; j < b.per_group; ++j) Unwant(b, g, j, stop);
   Judge(b, g);
-  if (observer_ != nullptr) observer_->GroupDecided(GroupOutcome(group.state));
+  if (observer() != nullptr) observer()->GroupDecided(GroupOutcome(group.state));
   group.complete_at = position;
   group_completions_[position] = Where{b.spec.batch_id(), g, 0};
   if (b.dynamic() && b.passed >= b.spec.target_groups()) {
@@ -84,7 +65,7 @@ void EpisodeTable::Decide(Batch& b, uint32_t g, uint64_t position, std::vector<s
 }
 
 bool EpisodeTable::Unwant(Batch& b, uint32_t g, uint32_t i, std::vector<std::shared_ptr<RunControl>>* stop) {
-  Episode& e = b.episodes[g * b.per_group + i];
+  Episode& e = b.at(g, i);
   if (e.state == State::kQueued) {
     Dequeue(b, g, i);
     e.state = State::kEnded;
@@ -174,12 +155,12 @@ void EpisodeTable::CancelSurplus(Batch& b, std::vector<std::shared_ptr<RunContro
     if (group.state != GroupState::kOpen) continue;
     group.state = GroupState::kSurplus;
     if (group.started) ++b.rejected_started;
-    if (observer_ != nullptr) observer_->GroupDecided(GroupOutcome(group.state));
+    if (observer() != nullptr) observer()->GroupDecided(GroupOutcome(group.state));
     --b.undecided;
     ++b.surplus;
     b.expected -= b.spec.group_size();
     for (uint32_t i = 0; i < b.per_group; ++i) {
-      Episode& e = b.episodes[g * b.per_group + i];
+      Episode& e = b.at(g, i);
       if (Unwant(b, g, i, stop)) continue;
       if (std::optional<v1::EpisodeResult> r = e.counted_in_group ? Parsed(e) : std::nullopt) {
         // Held until the group's decision, so never sent: it becomes an extra, like redundancy's.
@@ -191,7 +172,7 @@ void EpisodeTable::CancelSurplus(Batch& b, std::vector<std::shared_ptr<RunContro
 }
 
 void EpisodeTable::Rewrite(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result, bool redundant) {
-  Episode& e = b.episodes[g * b.per_group + i];
+  Episode& e = b.at(g, i);
   --b.by_status[e.status];
   if (e.reward && e.status == v1::EPISODE_STATUS_FINISHED) {
     b.reward_sum -= *e.reward;
@@ -238,11 +219,11 @@ void EpisodeTable::SetPolicyVersion(int64_t version) {
       const int64_t oldest = version - static_cast<int64_t>(b.spec.max_staleness());
       for (uint32_t g = 0; g < b.tasks.size(); ++g) {
         bool any_sent = false;
-        for (uint32_t i = 0; i < b.per_group; ++i) any_sent |= b.episodes[g * b.per_group + i].delivered;
+        for (uint32_t i = 0; i < b.per_group; ++i) any_sent |= b.at(g, i).delivered;
         // A decided group already (partly) sent keeps its results: a group is delivered whole or not at all.
         if (b.groups[g].complete_at != 0 && any_sent) continue;
         for (uint32_t i = 0; i < b.per_group; ++i) {
-          const Episode& e = b.episodes[g * b.per_group + i];
+          const Episode& e = b.at(g, i);
           if (!e.counted_in_group || e.delivered || e.status != v1::EPISODE_STATUS_FINISHED || !e.first_version ||
               *e.first_version >= oldest) {
             continue;
@@ -263,7 +244,7 @@ void EpisodeTable::SetPolicyVersion(int64_t version) {
 }
 
 void EpisodeTable::Withdraw(Batch& b, uint32_t g, uint32_t i) {
-  Episode& e = b.episodes[g * b.per_group + i];
+  Episode& e = b.at(g, i);
   Group& group = b.groups[g];
   if (group.complete_at != 0) {  // only a passed group can hold a FINISHED result
     group_completions_.erase(group.complete_at);
@@ -291,7 +272,7 @@ void EpisodeTable::Withdraw(Batch& b, uint32_t g, uint32_t i) {
   std::string().swap(e.result);
   ++e.stale_runs;
   ++b.stale_reruns;
-  if (observer_ != nullptr) observer_->StaleRerun();
+  if (observer() != nullptr) observer()->StaleRerun();
   Enqueue(b, g, i);
   ++pending_;
 }
@@ -303,7 +284,7 @@ void EpisodeTable::Judge(Batch& b, uint32_t g) {
   std::string why;
   group.order_version = INT64_MAX;
   for (uint32_t i = 0; i < b.per_group; ++i) {
-    const Episode& e = b.episodes[g * b.per_group + i];
+    const Episode& e = b.at(g, i);
     if (!e.counted_in_group) continue;
     group.order_version = std::min(group.order_version, e.order_version);
     const bool finished = e.status == v1::EPISODE_STATUS_FINISHED || e.status == v1::EPISODE_STATUS_FILTERED;
@@ -327,7 +308,7 @@ void EpisodeTable::Judge(Batch& b, uint32_t g) {
   if (group.state == GroupState::kPassed) return;
   if (group.started) ++b.rejected_started;
   for (uint32_t i = 0; i < b.per_group; ++i) {
-    const Episode& e = b.episodes[g * b.per_group + i];
+    const Episode& e = b.at(g, i);
     if (!e.counted_in_group || e.status != v1::EPISODE_STATUS_FINISHED) continue;
     std::optional<v1::EpisodeResult> r = Parsed(e);
     if (!r) continue;
@@ -347,16 +328,6 @@ std::optional<v1::EpisodeResult> EpisodeTable::Parsed(const Episode& e) {
   v1::EpisodeResult r;
   if (e.result.empty() || !r.ParseFromString(e.result)) return std::nullopt;
   return r;
-}
-
-void MarkTooStale(v1::EpisodeResult& result, uint32_t max_staleness) {
-  result.clear_reward();
-  result.clear_trajectory();
-  result.set_status(v1::EPISODE_STATUS_FAILED);
-  result.set_failure_class(v1::FAILURE_CLASS_INFRA);
-  result.set_failed_phase(v1::EPISODE_PHASE_EPISODE);
-  result.set_failure_message(absl::StrCat("each of ", kMaxStaleRuns, " runs ended up more than max_staleness (",
-                                          max_staleness, ") policy versions behind; given up"));
 }
 
 }  // namespace corral::scheduler

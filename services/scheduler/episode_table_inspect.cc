@@ -12,7 +12,7 @@ absl::StatusOr<std::vector<EpisodeTable::EpisodeRow>> EpisodeTable::Episodes(con
   rows.reserve(b->episodes.size());
   for (uint32_t g = 0; g < b->tasks.size(); ++g) {
     for (uint32_t i = 0; i < b->per_group; ++i) {
-      const Episode& e = b->episodes[g * b->per_group + i];
+      const Episode& e = b->at(g, i);
       EpisodeRow row;
       row.episode_id = EpisodeId(batch_id, g, i);
       row.task = b->tasks[g];
@@ -42,7 +42,7 @@ absl::StatusOr<std::string> EpisodeTable::UnackedResult(const std::string& episo
   if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) {
     return absl::NotFoundError(absl::StrCat("unknown episode '", episode_id, "'"));
   }
-  const Episode& e = b->episodes[ref->group_index * b->per_group + ref->index_in_group];
+  const Episode& e = b->at(ref->group_index, ref->index_in_group);
   if (e.acked) return absl::OutOfRangeError(absl::StrCat("episode '", episode_id, "' was acknowledged"));
   if (e.seq == 0 || !e.committed || e.result.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("episode '", episode_id, "' has no result yet"));

@@ -4,7 +4,14 @@
 
 namespace corral::scheduler {
 
-void EpisodeTable::Restore(const Snapshot& snapshot) {
+void EpisodeTable::Restore(const Snapshot& snapshot, int64_t policy_version) {
+  restoring_ = true;
+  RestoreLocked(snapshot);
+  SetPolicyVersion(policy_version);
+  restoring_ = false;
+}
+
+void EpisodeTable::RestoreLocked(const Snapshot& snapshot) {
   absl::MutexLock lock(&mu_);
   for (const auto& row : snapshot.batches) {
     Batch& b = batches_[row.spec.batch_id()];
@@ -36,7 +43,7 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
   for (const auto& run : snapshot.runs) {
     auto [b, ref] = touch(run.episode_id);
     if (b == nullptr) continue;
-    Episode& e = b->episodes[ref.group_index * b->per_group + ref.index_in_group];
+    Episode& e = b->at(ref.group_index, ref.index_in_group);
     e.attempt = run.attempt;
     e.runs = run.runs;
     if (run.runs > 0 && !b->groups[ref.group_index].started) {
@@ -65,7 +72,7 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
       b->groups[g].started = true;
       ++b->started_groups;
     }
-    Episode& e = b->episodes[g * b->per_group + i];
+    Episode& e = b->at(g, i);
     e.state = State::kEnded;
     e.seq = r.seq;
     e.status = r.status;
@@ -107,7 +114,7 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
     for (uint32_t g = 0; g < b.tasks.size(); ++g) {
       if (b.groups[g].state == GroupState::kUnopened || b.groups[g].state == GroupState::kSurplus) continue;
       for (uint32_t i = 0; i < b.per_group; ++i) {
-        Episode& e = b.episodes[g * b.per_group + i];
+        Episode& e = b.at(g, i);
         if (e.state == State::kEnded) continue;
         if (b.groups[g].complete_at != 0) {  // an extra of a completed group: dropped
           e.state = State::kEnded;
@@ -126,7 +133,7 @@ void EpisodeTable::Restore(const Snapshot& snapshot) {
     if (!b.cancelled) continue;
     for (uint32_t g = 0; g < b.tasks.size(); ++g) {
       for (uint32_t i = 0; i < b.per_group; ++i) {
-        if (b.episodes[g * b.per_group + i].state != State::kQueued) continue;
+        if (b.at(g, i).state != State::kQueued) continue;
         Dequeue(b, g, i);
         Record(b, g, i,
                QueuedResult(b, g, i, v1::EPISODE_STATUS_CANCELLED, v1::EPISODE_PHASE_QUEUE,

@@ -59,41 +59,47 @@ void Scheduler::Stop() {
 asio::awaitable<void> Scheduler::Dispatch() {
   while (!stopping_) {
     doorbell_->Clear();
-    if (!draining_) {
-      // Sandbox slots free now, minus those the attempts already started but not yet placed count on.
-      // Warm sandboxes hold slots but each can serve an episode.
-      int64_t budget = hosts_->FreeSlots() - driver_->placing() + (pool_ != nullptr ? pool_->ready() : 0);
-      while (driver_->running() < options_.max_concurrent_episodes) {
-        auto ticket = table_->StartNext([&](const v1::Task& task) { return budget > 0 || !NeedsSandbox(task); });
-        if (!ticket) break;
-        if (NeedsSandbox(*ticket->task)) --budget;
-        driver_->Start(*std::move(ticket));
-      }
-    }
+    // A pass that throws is logged; the next ring tries again (one bad ticket must not stop all dispatching).
+    if (!draining_) async::SurvivePass("a dispatch pass", [this] { DispatchPass(); });
     co_await doorbell_->Wait(absl::Milliseconds(500));
+  }
+}
+
+void Scheduler::DispatchPass() {
+  // Sandbox slots free now, minus those the attempts already started but not yet placed count on.
+  // Warm sandboxes hold slots but each can serve an episode.
+  int64_t budget = hosts_->FreeSlots() - driver_->placing() + (pool_ != nullptr ? pool_->ready() : 0);
+  while (driver_->running() < options_.max_concurrent_episodes) {
+    auto ticket = table_->StartNext([&](const v1::Task& task) { return budget > 0 || !NeedsSandbox(task); });
+    if (!ticket) break;
+    if (NeedsSandbox(*ticket->task)) --budget;
+    driver_->Start(*std::move(ticket));
   }
 }
 
 asio::awaitable<void> Scheduler::Tick() {
   while (!stopping_) {
-    table_->ExpireDeadlines();
-    table_->Poke();
-    if (metrics_ != nullptr) {
-      const v1::Batch all = table_->Progress("", nullptr);
-      metrics_->SetQueue(all.counts().queued(), all.counts().running(), static_cast<double>(table_->AwaitingAck()));
-      std::map<v1::HostState, int> by_state;
-      for (const v1::Host& h : hosts_->List([](const std::string&) { return 0u; })) ++by_state[h.state()];
-      metrics_->SetHosts(by_state);
-      std::array<int, std::size(kRunPhases)> by_phase{};
-      for (const auto& run : table_->Running("")) {
-        if (run) ++by_phase[static_cast<size_t>(run->phase())];
-      }
-      metrics_->SetRunningPhases(by_phase);
-      if (pool_ != nullptr) metrics_->SetWarmPool(pool_->ready(), pool_->hits(), pool_->misses());
-    }
+    async::SurvivePass("the scheduler's tick", [this] { TickPass(); });
     doorbell_->Ring();
     co_await async::SleepFor(*clock_, absl::Seconds(1));
   }
+}
+
+void Scheduler::TickPass() {
+  table_->ExpireDeadlines();
+  table_->Poke();
+  if (metrics_ == nullptr) return;
+  const v1::Batch all = table_->Progress("", nullptr);
+  metrics_->SetQueue(all.counts().queued(), all.counts().running(), static_cast<double>(table_->AwaitingAck()));
+  std::map<v1::HostState, int> by_state;
+  for (const v1::Host& h : hosts_->List([](const std::string&) { return 0u; })) ++by_state[h.state()];
+  metrics_->SetHosts(by_state);
+  std::array<int, std::size(kRunPhases)> by_phase{};
+  for (const auto& run : table_->Running("")) {
+    if (run) ++by_phase[static_cast<size_t>(run->phase())];
+  }
+  metrics_->SetRunningPhases(by_phase);
+  if (pool_ != nullptr) metrics_->SetWarmPool(pool_->ready(), pool_->hits(), pool_->misses());
 }
 
 void Scheduler::Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks,

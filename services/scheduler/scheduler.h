@@ -58,8 +58,12 @@ class Scheduler {
   // The tasks as they run (overrides applied, each checked against its runner); ids must be unique.
   absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Effective(const std::vector<v1::Task>& tasks,
                                                                          const v1::TaskOverrides& overrides) const;
+  // Starts queued episodes while there is room, at each ring of the doorbell (at least every 500 ms).
   boost::asio::awaitable<void> Dispatch();
+  void DispatchPass();
+  // Once a second: deadlines, progress messages, gauges.
   boost::asio::awaitable<void> Tick();
+  void TickPass();
   boost::asio::awaitable<void> RunDrain(std::string address, absl::Duration grace,
                                         std::function<void(absl::StatusOr<v1::DrainResponse>)> done);
 

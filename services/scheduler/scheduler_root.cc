@@ -127,7 +127,8 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
       journal_(std::move(p.journal)),
       work_(asio::make_work_guard(io_)),
       doorbell_(io_),
-      table_(&clock_, journal_.get(), LimitsOf(config_), config_.max_pending_episodes, config_.retry),
+      table_(&clock_, journal_.get(), LimitsOf(config_), config_.max_pending_episodes, config_.retry,
+             TableHooks{.on_change = [this] { hub_.NotifyAll(); }, .observer = &metrics_}),
       hosts_(RegistryOptionsOf(config_, peer_token_), config_.hosts, &clock_,
              HostRegistry::Events{.lost = [this](const std::string& address) { StopRunsOnLostHost(table_, address); },
                                   .capacity = [this] { doorbell_.Ring(); }}),
@@ -161,16 +162,12 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
       service_(&scheduler_, &table_, &hosts_, &hub_, &auth_, &policy_),
       inspector_(&table_, [this](const std::string& id) { return journal_->AckedResult(id); }) {
   journal_->journal()->OnWriteFailed([this](const absl::Status&) { metrics_.JournalWriteFailed(); });
-  table_.Restore(p.snapshot);
+  table_.Restore(p.snapshot, p.policy.version);
   spdlog::info("journal {}: {} batch(es), {} result(s), {} episode(s) queued, read in {}", config_.journal,
                p.snapshot.batches.size(), p.snapshot.results.size(), table_.QueuedCount(),
                absl::FormatDuration(p.load_time));
   CloseLeftoverSessions(p.snapshot);
   journal_->ForgetRuns();
-  // The table's hooks attach once it holds the restored state: what the restore replayed is not reported.
-  table_.set_on_change([this] { hub_.NotifyAll(); });
-  table_.SetPolicyVersion(p.policy.version);
-  table_.set_observer(&metrics_);
   if (p.policy.sequence > 0) {
     spdlog::info("policy version {}{} (from the journal)", p.policy.version,
                  p.policy.paused ? ", generation paused" : "");
@@ -259,7 +256,6 @@ void SchedulerRoot::Shutdown() {
   io_.stop();
   for (auto& t : io_threads_) t.join();
   io_threads_.clear();
-  table_.set_on_change(nullptr);
   retention_stop_.Notify();
   if (retention_.joinable()) retention_.join();
   // The journal flushes what is queued now, while the table its callbacks reach is still alive.

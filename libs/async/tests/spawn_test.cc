@@ -50,6 +50,20 @@ TEST(SpawnTest, AThrowIsLoggedWithWhatFailedAndTheContextGoesOn) {
   EXPECT_NE(log.text().find("the dispatcher failed: the dispatcher's bug"), std::string::npos) << log.text();
 }
 
+TEST(SurvivePassTest, AThrowingPassIsLoggedAndTheLoopGoesOn) {
+  LogCapture log;
+  int passes = 0;
+  for (int k = 0; k < 3; ++k) {
+    const bool ok = SurvivePass("the dispatcher's pass", [&] {
+      ++passes;
+      if (k == 1) throw std::runtime_error("a bad ticket");
+    });
+    EXPECT_EQ(ok, k != 1);
+  }
+  EXPECT_EQ(passes, 3);
+  EXPECT_NE(log.text().find("the dispatcher's pass failed: a bad ticket; it goes on"), std::string::npos) << log.text();
+}
+
 TEST(SpawnTest, ACleanEndLogsNothing) {
   LogCapture log;
   asio::io_context io;

@@ -11,7 +11,9 @@ namespace corral::scheduler {
 namespace {
 
 using namespace testing_support;  // NOLINT: the fixture's helpers
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
 v1::EpisodeResult Rewarded(double reward, std::optional<int64_t> version = std::nullopt) {
@@ -318,7 +320,7 @@ struct RecordingObserver : TableObserver {
 
 TEST_F(EpisodeTableAsyncTest, TheObserverHearsVerdictsRerunsAndStalenessAtDelivery) {
   RecordingObserver observer;
-  table_->set_observer(&observer);
+  Reset(1000, TableHooks{.observer = &observer});
   v1::BatchSpec spec = DropEqual(Spec("b", 2));
   spec.set_max_staleness(2);
   spec.set_target_groups(1);
@@ -334,7 +336,41 @@ TEST_F(EpisodeTableAsyncTest, TheObserverHearsVerdictsRerunsAndStalenessAtDelive
   for (const std::string& id : Deliverable("b")) table_->MarkDelivered(id);
   table_->MarkDelivered("b:g1:e1");  // again: observed once
   EXPECT_THAT(observer.staleness, UnorderedElementsAre(0, 1, 0, 2));
-  table_->set_observer(nullptr);
+  table_.reset();
+}
+
+TEST_F(EpisodeTableAsyncTest, TheHooksHearNothingOfWhatRestoreReplaysThenHearWhatHappens) {
+  RecordingObserver observer;
+  int changes = 0;
+  Reset(1000, TableHooks{.on_change = [&] { ++changes; }, .observer = &observer});
+  v1::BatchSpec spec = DropEqual(Spec("r", 2));
+  spec.set_max_staleness(0);
+  Snapshot snap;
+  snap.batches.push_back(Row(spec, clock_.Now()));
+  auto task = std::make_shared<v1::Task>();
+  task->set_id("t1");
+  snap.batches[0].tasks.push_back(task);
+  for (uint32_t i = 0; i < 2; ++i) {  // group 0 decided before the restart: filtered
+    const std::string id = "r:g0:e" + std::to_string(i);
+    v1::EpisodeResult r = Rewarded(1.0, 1);
+    r.mutable_ids()->set_episode_id(id);
+    snap.results.push_back({.seq = i + 1ULL,
+                            .episode_id = id,
+                            .status = v1::EPISODE_STATUS_FINISHED,
+                            .reward = 1.0,
+                            .result = r.SerializeAsString()});
+  }
+  table_->Restore(snap, 1);
+  EXPECT_EQ(changes, 0);
+  log_.Commit();  // the verdict's rewrites become durable after the restore: the streams hear of that
+  EXPECT_EQ(Groups("r").filtered(), 1u);
+  EXPECT_THAT(observer.groups, IsEmpty());
+  changes = 0;
+  Run(Rewarded(1.0, 1));
+  Run(Rewarded(0.0, 1));  // group 1 passes, live
+  EXPECT_THAT(observer.groups, ElementsAre("passed"));
+  EXPECT_GT(changes, 0);
+  table_.reset();
 }
 
 TEST_F(EpisodeTableAsyncTest, AStreamKeepsKGroupsInFlightTakesAppendedTasksAndEndsOnceItsInputIsClosed) {

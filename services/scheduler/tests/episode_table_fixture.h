@@ -101,8 +101,9 @@ inline Snapshot::BatchRow Row(const v1::BatchSpec& spec, absl::Time create_time,
 class EpisodeTableTest : public ::testing::Test {
  protected:
   EpisodeTableTest() { Reset(1000); }
-  void Reset(int64_t max_pending) {
-    table_ = std::make_unique<EpisodeTable>(&clock_, &log_, SubmitLimits{}, max_pending);
+  void Reset(int64_t max_pending, TableHooks hooks = {}) {
+    table_ =
+        std::make_unique<EpisodeTable>(&clock_, &log_, SubmitLimits{}, max_pending, RetryBackoff{}, std::move(hooks));
   }
 
   absl::StatusOr<v1::Batch> Submit(const v1::BatchSpec& spec, int tasks, const std::string& digest = "digest") {

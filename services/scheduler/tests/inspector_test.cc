@@ -60,12 +60,12 @@ class InspectorTest : public ::testing::Test {
     inspector_.reset();
     table_.reset();
     journal_ = *SchedulerJournal::Open(dir_ + "/scheduler.db", false, retention);
-    table_ = std::make_unique<EpisodeTable>(&clock_, journal_.get(), SubmitLimits{}, 1000);
-    inspector_ =
-        std::make_unique<Inspector>(table_.get(), [this](const std::string& id) { return journal_->AckedResult(id); });
     // The table says when a result is committed (the journal's writer thread confirms it): taking and releasing
     // the mutex makes Finish's waiter check its condition again.
-    table_->set_on_change([this] { absl::MutexLock lock(&changed_mu_); });
+    table_ = std::make_unique<EpisodeTable>(&clock_, journal_.get(), SubmitLimits{}, 1000, RetryBackoff{},
+                                            TableHooks{.on_change = [this] { absl::MutexLock lock(&changed_mu_); }});
+    inspector_ =
+        std::make_unique<Inspector>(table_.get(), [this](const std::string& id) { return journal_->AckedResult(id); });
   }
 
   // A batch of `tasks` tasks × `group_size`, submitted and durable.
