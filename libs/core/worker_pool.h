@@ -18,23 +18,37 @@ class WorkerPool {
   explicit WorkerPool(int threads) {
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
   }
-  ~WorkerPool() {
+  ~WorkerPool() { Stop(); }
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // After Stop, the job runs at once on the caller's thread.
+  void Post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stopping_) {
+        jobs_.push_back(std::move(job));
+        job = nullptr;
+      }
+    }
+    if (job) {
+      job();
+      return;
+    }
+    cv_.notify_one();
+  }
+
+  // Runs what is queued, then joins the threads (a composition root stops the pool before the parts its jobs
+  // reach go). Idempotent; the destructor calls it.
+  void Stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  WorkerPool(const WorkerPool&) = delete;
-  WorkerPool& operator=(const WorkerPool&) = delete;
-
-  void Post(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      jobs_.push_back(std::move(job));
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
     }
-    cv_.notify_one();
   }
 
  private:

@@ -110,7 +110,7 @@ asio::awaitable<absl::StatusOr<QuotaHold>> Quotas::Acquire(const std::vector<con
   QuotaHold hold;
   hold.client_ = client_;
   hold.charged_tokens_ = tokens;
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   const absl::Time deadline = start + budget;
   // Concurrency first (a lease is given back if the rest cannot be had), then requests, then tokens.
   struct Step {
@@ -133,7 +133,7 @@ asio::awaitable<absl::StatusOr<QuotaHold>> Quotas::Acquire(const std::vector<con
     request.key = step.key;
     request.permits = step.permits;
     request.allow_debt = step.per_token;
-    request.wait_timeout = std::max(absl::ZeroDuration(), deadline - absl::Now());
+    request.wait_timeout = std::max(absl::ZeroDuration(), deadline - clock_->Now());
     absl::StatusOr<ratelimiter::ScopedPermit> permit = co_await Wait(std::move(request), tick, on_wait);
     if (!permit.ok()) {
       hold.Refund();
@@ -154,7 +154,7 @@ asio::awaitable<absl::StatusOr<QuotaHold>> Quotas::Acquire(const std::vector<con
       hold.charges_.push_back({*step.limit, step.key, step.permits, step.per_token});
     }
   }
-  metrics_->quota_wait.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  metrics_->quota_wait.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
   co_return hold;
 }
 

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
 #include "boost/json/object.hpp"
+#include "libs/core/clock.h"
 #include "libs/http/client.h"
 #include "services/proxy/metrics.h"
 #include "services/proxy/upstreams.h"
@@ -65,8 +66,8 @@ class QuotaHold {
 class Quotas {
  public:
   Quotas(ratelimiter::RateLimitClient* client, QuotaOptions options, std::map<std::string, QuotaSpec> by_model,
-         ProxyMetrics* metrics)
-      : client_(client), options_(options), by_model_(std::move(by_model)), metrics_(metrics) {}
+         ProxyMetrics* metrics, Clock* clock)
+      : client_(client), options_(options), by_model_(std::move(by_model)), metrics_(metrics), clock_(clock) {}
 
   // The quotas of a call of `model` on `upstream`: the upstream's, then the model's; empty when none applies.
   std::vector<const QuotaSpec*> For(const Upstream& upstream, const std::string& model) const;
@@ -96,6 +97,7 @@ class Quotas {
   const QuotaOptions options_;
   const std::map<std::string, QuotaSpec> by_model_;
   ProxyMetrics* const metrics_;
+  Clock* const clock_;
 };
 
 // The tokens a call may cost, charged before it runs: its body's bytes / 4 for the prompt, plus max_tokens (or

@@ -130,7 +130,7 @@ void ToProto(const ExitInfo& x, v1::ExitStatus* out) {
   out->set_stdout_bytes(x.stdout_bytes);
   out->set_stderr_bytes(x.stderr_bytes);
   out->set_dropped_output_bytes(x.dropped_bytes);
-  ToProto(absl::Now(), out->mutable_end_time());
+  ToProto(x.end_time, out->mutable_end_time());
 }
 
 void ToProto(const struct stat& st, const std::string& path, const std::string& name, const std::string& link_target,

@@ -25,7 +25,8 @@ uint64_t Tag(uint64_t key, Stream stream) { return key << 2 | static_cast<uint64
 
 }  // namespace
 
-ExecManager::ExecManager(Clock* clock, SandboxHostMetrics* metrics) : clock_(clock), metrics_(metrics) {
+ExecManager::ExecManager(Clock* clock, SandboxHostMetrics* metrics, WorkerPool* workers)
+    : clock_(clock), metrics_(metrics), workers_(workers) {
   epoll_.Reset(epoll_create1(EPOLL_CLOEXEC));
   wake_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   epoll_event ev{EPOLLIN, {.u64 = 0}};

@@ -29,12 +29,10 @@ namespace corral::sandbox {
 // Thread-safe. Owns the epoll thread.
 class ExecManager : public FdWatcher {
  public:
-  // `metrics` may be null (tests).
-  explicit ExecManager(Clock* clock, SandboxHostMetrics* metrics = nullptr);
+  // `metrics` may be null (tests). `workers`: where timed-out executions are killed (the sweep can take seconds;
+  // null: on the clock's thread).
+  explicit ExecManager(Clock* clock, SandboxHostMetrics* metrics = nullptr, WorkerPool* workers = nullptr);
   ~ExecManager() override;  // kills whatever still runs
-  // Where timed-out executions are killed (the sweep can take seconds; unset: on the clock's thread). Call
-  // before serving.
-  void SetWorkers(WorkerPool* workers) { workers_ = workers; }
 
   // Starts `options.argv` in the sandbox. A command that cannot be executed still starts and exits 127/126
   // with the reason on stderr. INVALID_ARGUMENT for an empty argv or reserved env names; INTERNAL when the
@@ -63,7 +61,7 @@ class ExecManager : public FdWatcher {
 
   Clock* const clock_;
   SandboxHostMetrics* const metrics_;
-  WorkerPool* workers_ = nullptr;
+  WorkerPool* const workers_;
   UniqueFd epoll_;
   UniqueFd wake_;  // eventfd: stop
   std::thread thread_;

@@ -292,6 +292,7 @@ ExitInfo Execution::OnExited(absl::Time now) {
     }
     x.timed_out = x.reason == ExitReason::kTimedOut;
     x.duration = now - start_;
+    x.end_time = now;
     x.stdout_bytes = stdout_bytes_;
     x.stderr_bytes = stderr_bytes_;
     x.dropped_bytes = dropped_bytes_;

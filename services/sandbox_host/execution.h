@@ -35,6 +35,7 @@ struct ExitInfo {
   int signal = 0;
   bool timed_out = false;
   absl::Duration duration;
+  absl::Time end_time;  // when the exit was seen, on the host's clock
   ExitReason reason = ExitReason::kExited;
   uint64_t stdout_bytes = 0;
   uint64_t stderr_bytes = 0;

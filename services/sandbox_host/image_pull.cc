@@ -42,7 +42,6 @@ std::string MediaType(const std::string& body, const std::string& content_type) 
 absl::StatusOr<Image> ImagePuller::Pull(const std::string& text,
                                         const std::function<void(const PullProgress&)>& progress) {
   CORRAL_ASSIGN_OR_RETURN(ImageReference ref, ParseImageReference(text));
-  const absl::Time asked = absl::Now();
   std::shared_ptr<Name> name;
   {
     absl::MutexLock lock(&mu_);
@@ -50,12 +49,13 @@ absl::StatusOr<Image> ImagePuller::Pull(const std::string& text,
     if (slot == nullptr) slot = std::make_shared<Name>();
     name = slot;
   }
+  const uint64_t successes_asked = name->successes.load();
   absl::MutexLock pulling(&name->pulling);
-  if (name->succeeded > asked) {  // pulled while this call waited for that pull
+  if (name->successes.load() > successes_asked) {  // pulled while this call waited for that pull
     if (auto image = store_->Find(ref.ToString()); image.ok()) return image;
   }
   auto image = PullLocked(ref, progress);
-  if (image.ok()) name->succeeded = absl::Now();
+  if (image.ok()) ++name->successes;
   return image;
 }
 

@@ -4,6 +4,7 @@
 // pins the content: a registry answering anything else is refused. Blocking (an image worker). Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -43,8 +44,8 @@ class ImagePuller {
   RegistryClient client_;
   absl::Mutex mu_;
   struct Name {
-    absl::Mutex pulling;   // held for the pull
-    absl::Time succeeded;  // the last successful pull ended
+    absl::Mutex pulling;              // held for the pull
+    std::atomic<uint64_t> successes;  // successful pulls so far
   };
   std::map<std::string, std::shared_ptr<Name>> names_ ABSL_GUARDED_BY(mu_);  // normalized name
 };

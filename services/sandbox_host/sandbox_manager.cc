@@ -126,12 +126,15 @@ absl::flat_hash_set<uid_t> ReservedUids(const absl::flat_hash_set<uid_t>& busy) 
 }  // namespace
 
 SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock* clock, const TokenSigner* signer,
-                               SandboxHostMetrics* metrics)
+                               SandboxManagerParts parts)
     : options_(std::move(options)),
       features_(features),
       clock_(clock),
       signer_(signer),
-      metrics_(metrics),
+      metrics_(parts.metrics),
+      workers_(parts.workers),
+      templates_(parts.templates),
+      images_(parts.images),
       uids_(options_.uid_first, options_.uid_last, ReservedUids(options_.busy_uids)) {
   std::error_code ec;
   fs::create_directories(fs::path(options_.root) / "homes", ec);

@@ -148,12 +148,19 @@ struct Sandbox {
 // container's 0750 state directory), checked at start-up rather than failing every exec with EACCES.
 absl::Status CheckSandboxesCanReach(const std::string& root);
 
+// What a SandboxManager works with beyond the host itself; each may be null (tests).
+struct SandboxManagerParts {
+  SandboxHostMetrics* metrics = nullptr;
+  TemplateStore* templates = nullptr;  // where CreateSandboxes finds templates (null: none)
+  ImageStore* images = nullptr;        // where CreateSandboxes finds images (null: none)
+  WorkerPool* workers = nullptr;       // where idle evictions are torn down (null: on the clock's thread)
+};
+
 // Thread-safe.
 class SandboxManager {
  public:
-  // `metrics` may be null (tests).
   SandboxManager(HostOptions options, HostFeatures features, Clock* clock, const TokenSigner* signer,
-                 SandboxHostMetrics* metrics = nullptr);
+                 SandboxManagerParts parts = {});
   ~SandboxManager();  // deletes every sandbox
 
   struct Created {
@@ -165,12 +172,6 @@ class SandboxManager {
     int64_t rejected = 0;
     std::string rejected_reason;
   };
-  // Where CreateSandboxes finds templates (unset: none). Call before serving.
-  void SetTemplates(TemplateStore* templates) { templates_ = templates; }
-  // Where CreateSandboxes finds images (unset: none). Call before serving.
-  void SetImages(ImageStore* images) { images_ = images; }
-  // Where idle evictions are torn down (unset: on the clock's thread). Call before serving.
-  void SetWorkers(WorkerPool* workers) { workers_ = workers; }
 
   // INVALID_ARGUMENT for a bad spec or count; FAILED_PRECONDITION when the host cannot enforce what the spec
   // requires; NOT_FOUND for an unknown (or still building) template. Capacity and uids are reserved atomically: what
@@ -218,9 +219,9 @@ class SandboxManager {
   Clock* const clock_;
   const TokenSigner* const signer_;
   SandboxHostMetrics* const metrics_;
-  WorkerPool* workers_ = nullptr;
-  TemplateStore* templates_ = nullptr;
-  ImageStore* images_ = nullptr;
+  WorkerPool* const workers_;
+  TemplateStore* const templates_;
+  ImageStore* const images_;
   UidPool uids_;
 
   mutable absl::Mutex mu_;

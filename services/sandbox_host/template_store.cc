@@ -24,7 +24,9 @@ TemplateStore::TemplateStore(std::string dir, TemplateLimits limits, Clock* cloc
   fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace, ec);
 }
 
-TemplateStore::~TemplateStore() {
+TemplateStore::~TemplateStore() { Stop(); }
+
+void TemplateStore::Stop() {
   cancelled_ = true;
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(

@@ -57,7 +57,9 @@ class TemplateStore {
  public:
   // `dir` is emptied: templates do not survive a restart (nor do sandboxes). `metrics` may be null.
   TemplateStore(std::string dir, TemplateLimits limits, Clock* clock, SandboxHostMetrics* metrics = nullptr);
-  ~TemplateStore();
+  ~TemplateStore();  // Stop()
+  // Cancels the builds in progress (their setup commands killed) and waits for them to end. Idempotent.
+  void Stop();
 
   // Fills the (new, empty) directory it is given and says what it copied; kept when it returns OK. Should
   // return soon (CANCELLED) once `cancelled` turns true: the store is shutting down.

@@ -1,6 +1,7 @@
 #include "libs/core/worker_pool.h"
 
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -31,6 +32,19 @@ TEST(WorkerPoolTest, RunOnWithoutAPoolRunsRightHere) {
     for (int i = 0; i < 100; ++i) RunOn(&pool, [&] { ++count; });
   }
   EXPECT_EQ(count.load(), 100);
+}
+
+TEST(WorkerPoolTest, StopFinishesWhatIsQueuedAndAJobPostedAfterwardsRunsOnTheCaller) {
+  WorkerPool pool(2);
+  std::atomic<int> count = 0;
+  for (int i = 0; i < 10; ++i) pool.Post([&] { ++count; });
+  pool.Stop();
+  EXPECT_EQ(count.load(), 10);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  pool.Post([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, caller);
+  pool.Stop();  // again: nothing to join
 }
 
 }  // namespace
