@@ -44,7 +44,13 @@ ProxyRoot::ProxyRoot(Config config, Prepared p)
       dispatcher_(&upstreams_, &metrics_, &clock_, config_.relay, &quotas_),
       health_(&upstreams_, &metrics_),
       gate_(&policy_version_, &metrics_, &clock_),
-      handler_(&ledger_, &dispatcher_, &upstreams_, &metrics_, &clock_, &policy_version_, &gate_),
+      handler_(CallParts{.ledger = &ledger_,
+                         .dispatcher = &dispatcher_,
+                         .metrics = &metrics_,
+                         .clock = &clock_,
+                         .policy_version = &policy_version_,
+                         .gate = &gate_},
+               &upstreams_),
       http_(
           config_.http_limits, [this](http::Request& req, http::Responder& res) { return handler_.Handle(req, res); },
           static_cast<int>(config_.http_threads)) {

@@ -70,8 +70,13 @@ class HttpHandlerTest : public ::testing::Test {
     dispatcher_ = std::make_unique<UpstreamDispatcher>(
         pool_.get(), &metrics_, &clock_,
         RelayOptions{.connect_timeout = absl::Seconds(1), .retry_backoff = absl::Milliseconds(1)});
-    handler_ = std::make_unique<HttpHandler>(ledger_.get(), dispatcher_.get(), pool_.get(), &metrics_, &clock_,
-                                             &policy_version_, &gate_);
+    handler_ = std::make_unique<HttpHandler>(CallParts{.ledger = ledger_.get(),
+                                                       .dispatcher = dispatcher_.get(),
+                                                       .metrics = &metrics_,
+                                                       .clock = &clock_,
+                                                       .policy_version = &policy_version_,
+                                                       .gate = &gate_},
+                                             pool_.get());
     front_ = std::make_unique<http::HttpServer>(
         http::ServerLimits{}, [this](http::Request& q, http::Responder& r) { return handler_->Handle(q, r); }, 1);
     port_ = *front_->Listen("127.0.0.1:0");
