@@ -1,8 +1,5 @@
 #include "services/sandbox_host/registry_client.h"
 
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-
 #include <algorithm>
 #include <fstream>
 #include <optional>
@@ -16,30 +13,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "boost/asio/as_tuple.hpp"
-#include "boost/asio/co_spawn.hpp"
-#include "boost/asio/io_context.hpp"
-#include "boost/asio/ip/address.hpp"
-#include "boost/asio/ip/tcp.hpp"
-#include "boost/asio/ssl.hpp"
-#include "boost/asio/use_awaitable.hpp"
-#include "boost/beast/core.hpp"
-#include "boost/beast/http.hpp"
-#include "boost/beast/ssl.hpp"
 #include "boost/json.hpp"
-#include "libs/core/host_port.h"
 #include "libs/core/status_macros.h"
 #include "services/sandbox_host/oci_image.h"
 
 namespace corral::sandbox {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = beast::http;
 namespace json = boost::json;
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
-constexpr size_t kMaxErrorBody = 64 << 10;
 constexpr char kDockerHub[] = "docker.io";
 
 bool ValidTag(absl::string_view tag) {
@@ -131,54 +112,6 @@ absl::Status HttpError(int status, const std::string& what, const std::string& b
   if (status == 404) return absl::NotFoundError(message);
   if (status == 429 || status >= 500) return absl::UnavailableError(message);
   return absl::FailedPreconditionError(message);
-}
-
-// One HTTP/1.1 exchange over `stream` (plain or TLS, connected). The body of a 2xx reply goes to `sink`, any
-// other reply's into `error_body`.
-template <typename Stream>
-asio::awaitable<absl::Status> Talk(Stream& stream, beast::tcp_stream& tcp, absl::Duration timeout,
-                                   bhttp::request<bhttp::empty_body>& request, int* status,
-                                   std::map<std::string, std::string>* headers,
-                                   const std::function<absl::Status(absl::string_view)>& sink, uint64_t max_bytes,
-                                   std::string* error_body, const std::string& what) {
-  tcp.expires_after(absl::ToChronoNanoseconds(timeout));
-  auto [wec, wn] = co_await bhttp::async_write(stream, request, kUseTuple);
-  if (wec) co_return absl::UnavailableError(absl::StrCat(what, ": sending: ", wec.message()));
-  beast::flat_buffer buffer;
-  bhttp::response_parser<bhttp::buffer_body> parser;
-  parser.body_limit(boost::none);
-  tcp.expires_after(absl::ToChronoNanoseconds(timeout));
-  auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, kUseTuple);
-  if (hec == beast::error::timeout) co_return absl::DeadlineExceededError(absl::StrCat(what, ": no answer in time"));
-  if (hec) co_return absl::UnavailableError(absl::StrCat(what, ": reading: ", hec.message()));
-  *status = static_cast<int>(parser.get().result_int());
-  for (const auto& field : parser.get()) {
-    (*headers)[absl::AsciiStrToLower(std::string(field.name_string()))] = std::string(field.value());
-  }
-  const bool ok = *status >= 200 && *status < 300;
-  uint64_t received = 0;
-  std::string piece(64 << 10, '\0');
-  while (!parser.is_done()) {
-    parser.get().body().data = piece.data();
-    parser.get().body().size = piece.size();
-    tcp.expires_after(absl::ToChronoNanoseconds(timeout));
-    auto [rec, rn] = co_await bhttp::async_read_some(stream, buffer, parser, kUseTuple);
-    if (rec == bhttp::error::need_buffer) rec = {};
-    if (rec == beast::error::timeout) co_return absl::DeadlineExceededError(absl::StrCat(what, ": stalled"));
-    if (rec) co_return absl::UnavailableError(absl::StrCat(what, ": the connection broke mid-body: ", rec.message()));
-    const size_t n = piece.size() - parser.get().body().size;
-    received += n;
-    if (!ok) {
-      error_body->append(piece.data(), std::min(n, kMaxErrorBody - std::min(kMaxErrorBody, error_body->size())));
-      if (received > kMaxErrorBody) break;  // the error is what matters, not all of its page
-      continue;
-    }
-    if (received > max_bytes)
-      co_return absl::ResourceExhaustedError(absl::StrCat(what, ": over ", max_bytes, " bytes"));
-    if (n == 0) continue;
-    if (absl::Status s = sink(absl::string_view(piece.data(), n)); !s.ok()) co_return s;
-  }
-  co_return absl::OkStatus();
 }
 
 }  // namespace
@@ -284,81 +217,15 @@ absl::StatusOr<RegistryClient::Url> RegistryClient::ParseUrl(absl::string_view t
   return url;
 }
 
-absl::StatusOr<RegistryClient::Reply> RegistryClient::Exchange(
+absl::StatusOr<http::FetchReply> RegistryClient::Exchange(
     const Url& url, const std::vector<std::pair<std::string, std::string>>& headers,
-    const std::function<absl::Status(absl::string_view)>& sink, uint64_t max_bytes, std::string* error_body) const {
-  const std::string what = absl::StrCat("GET ", url.ToString());
-  asio::io_context io;
-  asio::ssl::context tls(asio::ssl::context::tls_client);
-  if (url.tls) {
-    boost::system::error_code ec;
-    tls.set_default_verify_paths(ec);
-    if (!options_.ca_file.empty()) {
-      tls.load_verify_file(options_.ca_file, ec);
-      if (ec)
-        return absl::FailedPreconditionError(absl::StrCat("registry_ca_file ", options_.ca_file, ": ", ec.message()));
-    }
-    tls.set_verify_mode(asio::ssl::verify_peer);
-  }
-  bhttp::request<bhttp::empty_body> request(bhttp::verb::get, url.target, 11);
-  const bool default_port = url.port == (url.tls ? 443 : 80);
-  std::string authority = url.authority();
-  if (default_port) authority.erase(authority.rfind(':'));  // "host", "[v6]"
-  request.set(bhttp::field::host, authority);
-  request.set(bhttp::field::user_agent, "corral-sandbox-host");
-  for (const auto& [name, value] : headers) request.set(name, value);
-
-  Reply reply;
-  absl::Status result;
-  auto run = [&]() -> asio::awaitable<void> {
-    asio::ip::tcp::resolver resolver(io);
-    auto [rec, endpoints] = co_await resolver.async_resolve(url.host, std::to_string(url.port), kUseTuple);
-    if (rec) {
-      result = absl::UnavailableError(absl::StrCat(what, ": cannot resolve ", url.host, ": ", rec.message()));
-      co_return;
-    }
-    beast::tcp_stream tcp(io);
-    tcp.expires_after(absl::ToChronoNanoseconds(options_.timeout));
-    auto [cec, connected] = co_await tcp.async_connect(endpoints, kUseTuple);
-    if (cec) {
-      result = absl::UnavailableError(absl::StrCat(what, ": cannot connect: ", cec.message()));
-      co_return;
-    }
-    if (!url.tls) {
-      result = co_await Talk(tcp, tcp, options_.timeout, request, &reply.status, &reply.headers, sink, max_bytes,
-                             error_body, what);
-      co_return;
-    }
-    beast::ssl_stream<beast::tcp_stream> stream(std::move(tcp), tls);
-    SSL* ssl = stream.native_handle();
-    boost::system::error_code aec;
-    asio::ip::make_address(url.host, aec);
-    if (!aec) {
-      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), url.host.c_str());
-    } else {
-      SSL_set_tlsext_host_name(ssl, url.host.c_str());
-      SSL_set1_host(ssl, url.host.c_str());
-    }
-    beast::get_lowest_layer(stream).expires_after(absl::ToChronoNanoseconds(options_.timeout));
-    auto [hec] = co_await stream.async_handshake(asio::ssl::stream_base::client, kUseTuple);
-    if (hec) {
-      const long verify = SSL_get_verify_result(ssl);
-      result = absl::UnavailableError(absl::StrCat(
-          what, ": TLS handshake failed: ", hec.message(),
-          verify != X509_V_OK
-              ? absl::StrCat(" (", X509_verify_cert_error_string(verify), "; a private CA goes in registry_ca_file)")
-              : ""));
-      co_return;
-    }
-    result = co_await Talk(stream, beast::get_lowest_layer(stream), options_.timeout, request, &reply.status,
-                           &reply.headers, sink, max_bytes, error_body, what);
-  };
-  asio::co_spawn(io, run(), [&](std::exception_ptr e) {
-    if (e) result = absl::InternalError(absl::StrCat(what, ": unexpected failure"));
-  });
-  io.run();
-  if (!result.ok()) return result;
-  return reply;
+    const std::function<absl::Status(absl::string_view)>& sink, uint64_t max_bytes) const {
+  const http::FetchOptions options{.ca_file = options_.ca_file,
+                                   .ca_hint = "a private CA goes in registry_ca_file",
+                                   .timeout = options_.timeout,
+                                   .user_agent = "corral-sandbox-host",
+                                   .max_bytes = max_bytes};
+  return http::Fetch(url, headers, options, sink);
 }
 
 absl::StatusOr<std::string> RegistryClient::FetchToken(const std::string& registry,
@@ -378,14 +245,14 @@ absl::StatusOr<std::string> RegistryClient::FetchToken(const std::string& regist
   if (credentials != options_.credentials.end()) {
     headers.emplace_back("Authorization", absl::StrCat("Basic ", absl::Base64Escape(credentials->second)));
   }
-  std::string body, error_body;
-  CORRAL_ASSIGN_OR_RETURN(Reply reply, Exchange(
-                                           url, headers,
-                                           [&](absl::string_view piece) {
-                                             body.append(piece.data(), piece.size());
-                                             return absl::OkStatus();
-                                           },
-                                           1 << 20, &error_body));
+  std::string body;
+  CORRAL_ASSIGN_OR_RETURN(http::FetchReply reply, Exchange(
+                                                      url, headers,
+                                                      [&](absl::string_view piece) {
+                                                        body.append(piece.data(), piece.size());
+                                                        return absl::OkStatus();
+                                                      },
+                                                      1 << 20));
   if (reply.status == 401 || reply.status == 403) {
     return absl::UnauthenticatedError(absl::StrCat(
         "the token service of ", registry, " refused ",
@@ -394,7 +261,7 @@ absl::StatusOr<std::string> RegistryClient::FetchToken(const std::string& regist
         " for ", scope));
   }
   if (reply.status != 200)
-    return HttpError(reply.status, absl::StrCat("token for ", scope, " from ", url.ToString()), error_body);
+    return HttpError(reply.status, absl::StrCat("token for ", scope, " from ", url.ToString()), reply.error_body);
   boost::system::error_code ec;
   json::value v = json::parse(body, ec);
   const json::object* o = ec ? nullptr : v.if_object();
@@ -440,8 +307,7 @@ absl::StatusOr<RegistryResponse> RegistryClient::Get(const ImageReference& ref, 
     // Credentials go to the registry only, never to where it redirects (a storage bucket signs its own URLs).
     const bool at_registry = url.authority() == registry_authority;
     if (auth && at_registry) headers.emplace_back("Authorization", *auth);
-    std::string error_body;
-    CORRAL_ASSIGN_OR_RETURN(Reply reply, Exchange(url, headers, sink, max_bytes, &error_body));
+    CORRAL_ASSIGN_OR_RETURN(http::FetchReply reply, Exchange(url, headers, sink, max_bytes));
     const std::string what = absl::StrCat(ref.ToString(), ": GET ", url.ToString());
     if (reply.status >= 200 && reply.status < 300) {
       RegistryResponse out;
@@ -488,7 +354,7 @@ absl::StatusOr<RegistryResponse> RegistryClient::Get(const ImageReference& ref, 
       CORRAL_ASSIGN_OR_RETURN(url, ParseUrl(location));
       continue;
     }
-    return HttpError(reply.status, what, error_body);
+    return HttpError(reply.status, what, reply.error_body);
   }
 }
 

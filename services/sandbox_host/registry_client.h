@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "libs/http/fetch.h"
 #include "libs/http/url.h"
 
 namespace corral::sandbox {
@@ -65,16 +66,13 @@ class RegistryClient {
 
  private:
   using Url = http::Url;
-  struct Reply {
-    int status = 0;
-    std::map<std::string, std::string> headers;  // lowercase names
-  };
   // http::ParseUrl, and plain HTTP only to the insecure registries.
   absl::StatusOr<Url> ParseUrl(absl::string_view url) const;
-  // One exchange on a fresh connection. Bodies of non-2xx replies are read into `error_body` (bounded).
-  absl::StatusOr<Reply> Exchange(const Url& url, const std::vector<std::pair<std::string, std::string>>& headers,
-                                 const std::function<absl::Status(absl::string_view)>& sink, uint64_t max_bytes,
-                                 std::string* error_body) const;
+  // One GET on a fresh connection (http::Fetch) with the registry options' CA and timeout.
+  absl::StatusOr<http::FetchReply> Exchange(const Url& url,
+                                            const std::vector<std::pair<std::string, std::string>>& headers,
+                                            const std::function<absl::Status(absl::string_view)>& sink,
+                                            uint64_t max_bytes) const;
   // A token for `scope` from the challenge's realm. UNAUTHENTICATED when the realm refuses.
   absl::StatusOr<std::string> FetchToken(const std::string& registry,
                                          const std::map<std::string, std::string>& challenge, const std::string& scope);
