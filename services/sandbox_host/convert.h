@@ -5,8 +5,8 @@
 
 #include "corral/v1/sandbox.pb.h"
 #include "libs/api/proto_time.h"
-#include "services/sandbox_host/exec_manager.h"
-#include "services/sandbox_host/image_store.h"
+#include "services/sandbox_host/exec/exec_manager.h"
+#include "services/sandbox_host/images/image_store.h"
 #include "services/sandbox_host/sandbox_manager.h"
 
 namespace corral::sandbox {

@@ -5,8 +5,8 @@
 #include "libs/core/status_macros.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/sandbox_host/convert.h"
+#include "services/sandbox_host/linux/sandbox_path.h"
 #include "services/sandbox_host/sandbox_ops.h"
-#include "services/sandbox_host/sandbox_path.h"
 
 namespace corral::sandbox {
 

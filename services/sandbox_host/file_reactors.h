@@ -7,8 +7,8 @@
 
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "libs/rpc/auth.h"
+#include "services/sandbox_host/linux/sandbox_path.h"
 #include "services/sandbox_host/sandbox_manager.h"
-#include "services/sandbox_host/sandbox_path.h"
 
 namespace corral::sandbox {
 

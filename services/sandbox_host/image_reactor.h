@@ -11,8 +11,8 @@
 #include "libs/core/unique_fd.h"
 #include "libs/core/worker_pool.h"
 #include "libs/rpc/auth.h"
-#include "services/sandbox_host/image_pull.h"
-#include "services/sandbox_host/image_store.h"
+#include "services/sandbox_host/images/image_pull.h"
+#include "services/sandbox_host/images/image_store.h"
 
 namespace corral::sandbox {
 

@@ -15,7 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "services/sandbox_host/process_sweep.h"
+#include "services/sandbox_host/linux/process_sweep.h"
 
 namespace corral::sandbox {
 namespace {

@@ -18,10 +18,10 @@
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
 #include "openssl/rand.h"
-#include "services/sandbox_host/containment.h"
-#include "services/sandbox_host/image_root.h"
-#include "services/sandbox_host/image_user.h"
-#include "services/sandbox_host/process_sweep.h"
+#include "services/sandbox_host/images/image_root.h"
+#include "services/sandbox_host/images/image_user.h"
+#include "services/sandbox_host/linux/containment.h"
+#include "services/sandbox_host/linux/process_sweep.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::sandbox {

@@ -19,15 +19,15 @@
 #include "libs/core/token.h"
 #include "libs/core/unique_fd.h"
 #include "libs/core/worker_pool.h"
-#include "services/sandbox_host/cgroup.h"
-#include "services/sandbox_host/image_store.h"
-#include "services/sandbox_host/landlock.h"
+#include "services/sandbox_host/images/image_store.h"
+#include "services/sandbox_host/linux/cgroup.h"
+#include "services/sandbox_host/linux/landlock.h"
+#include "services/sandbox_host/linux/namespaces.h"
+#include "services/sandbox_host/linux/sandbox_path.h"
+#include "services/sandbox_host/linux/spawn.h"
+#include "services/sandbox_host/linux/uid_pool.h"
 #include "services/sandbox_host/metrics.h"
-#include "services/sandbox_host/namespaces.h"
-#include "services/sandbox_host/sandbox_path.h"
-#include "services/sandbox_host/spawn.h"
 #include "services/sandbox_host/template_store.h"
-#include "services/sandbox_host/uid_pool.h"
 
 namespace corral::sandbox {
 

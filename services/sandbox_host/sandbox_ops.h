@@ -15,9 +15,9 @@
 #include "corral/v1/sandbox.pb.h"
 #include "grpcpp/server_context.h"
 #include "libs/rpc/auth.h"
-#include "services/sandbox_host/exec_manager.h"
+#include "services/sandbox_host/exec/exec_manager.h"
+#include "services/sandbox_host/linux/sandbox_path.h"
 #include "services/sandbox_host/sandbox_manager.h"
-#include "services/sandbox_host/sandbox_path.h"
 
 namespace corral::sandbox {
 

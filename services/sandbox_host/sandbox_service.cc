@@ -14,13 +14,13 @@
 #include "libs/core/version.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
-#include "services/sandbox_host/containment.h"
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/exec_reactor.h"
 #include "services/sandbox_host/file_reactors.h"
 #include "services/sandbox_host/image_reactor.h"
+#include "services/sandbox_host/linux/containment.h"
+#include "services/sandbox_host/linux/sandbox_path.h"
 #include "services/sandbox_host/sandbox_ops.h"
-#include "services/sandbox_host/sandbox_path.h"
 #include "services/sandbox_host/template_builder.h"
 
 namespace corral::sandbox {

@@ -6,9 +6,9 @@
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "libs/core/clock.h"
 #include "libs/rpc/auth.h"
-#include "services/sandbox_host/exec_manager.h"
-#include "services/sandbox_host/image_pull.h"
-#include "services/sandbox_host/image_store.h"
+#include "services/sandbox_host/exec/exec_manager.h"
+#include "services/sandbox_host/images/image_pull.h"
+#include "services/sandbox_host/images/image_store.h"
 #include "services/sandbox_host/sandbox_manager.h"
 
 namespace corral::sandbox {

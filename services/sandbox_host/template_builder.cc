@@ -8,9 +8,9 @@
 #include "libs/api/proto_digest.h"
 #include "libs/core/status_macros.h"
 #include "services/sandbox_host/convert.h"
-#include "services/sandbox_host/layer_unpack.h"
+#include "services/sandbox_host/images/layer_unpack.h"
+#include "services/sandbox_host/linux/sandbox_path.h"
 #include "services/sandbox_host/sandbox_ops.h"
-#include "services/sandbox_host/sandbox_path.h"
 
 namespace corral::sandbox {
 namespace {

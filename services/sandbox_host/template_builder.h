@@ -9,9 +9,9 @@
 #include "absl/status/statusor.h"
 #include "corral/v1/sandbox.pb.h"
 #include "libs/core/clock.h"
-#include "services/sandbox_host/exec_manager.h"
+#include "services/sandbox_host/exec/exec_manager.h"
+#include "services/sandbox_host/linux/tree_copy.h"
 #include "services/sandbox_host/sandbox_manager.h"
-#include "services/sandbox_host/tree_copy.h"
 
 namespace corral::sandbox {
 

@@ -15,8 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/core/clock.h"
+#include "services/sandbox_host/linux/tree_copy.h"
 #include "services/sandbox_host/metrics.h"
-#include "services/sandbox_host/tree_copy.h"
 
 namespace corral::sandbox {
 

@@ -8,19 +8,10 @@
 
 #include "libs/core/config.h"
 #include "libs/rpc/server_config.h"
-#include "services/scheduler/retry_backoff.h"
+#include "services/scheduler/episode/runner_options.h"
+#include "services/scheduler/table/retry_backoff.h"
 
 namespace corral::scheduler {
-
-// Per-phase timeouts a task falls back to (PhaseTimeouts in the proto).
-struct DefaultTimeouts {
-  absl::Duration acquire = absl::Minutes(5);
-  absl::Duration setup = absl::Minutes(30);
-  absl::Duration agent = absl::Minutes(30);
-  absl::Duration tool = absl::Minutes(2);
-  absl::Duration verifier = absl::Minutes(10);
-  absl::Duration episode = absl::Hours(2);
-};
 
 struct Config {
   ServerConfig server;

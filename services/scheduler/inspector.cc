@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
 #include "google/protobuf/util/json_util.h"
-#include "services/scheduler/submission.h"
+#include "services/scheduler/table/submission.h"
 #include "services/scheduler/trajectory_forms.h"
 
 namespace corral::scheduler {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "services/scheduler/episode_table.h"
+#include "services/scheduler/table/episode_table.h"
 
 namespace corral::scheduler {
 

@@ -2,7 +2,7 @@
 
 #include "absl/strings/ascii.h"
 #include "libs/api/proto_time.h"
-#include "services/scheduler/submission.h"
+#include "services/scheduler/table/submission.h"
 
 namespace corral::scheduler {
 namespace {

@@ -15,19 +15,20 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "services/scheduler/episode_table.h"
-#include "services/scheduler/run_control.h"
+#include "services/scheduler/episode/episode_driver.h"
+#include "services/scheduler/table/episode_table.h"
+#include "services/scheduler/table/run_control.h"
 
 namespace corral::scheduler {
 
 // Thread-safe.
-class SchedulerMetrics : public TableObserver {
+class SchedulerMetrics : public TableObserver, public EpisodeObserver {
  public:
   explicit SchedulerMetrics(prometheus::Registry& r);
 
   // An attempt ended (every attempt, retried ones included): counts, phase latencies, reward.
-  void EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result);
-  void Retried() { retries_.Increment(); }
+  void EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result) override;
+  void Retried() override { retries_.Increment(); }
   void JournalWriteFailed() { journal_errors_.Increment(); }
   // Sampled periodically.
   void SetQueue(double queued, double running, double awaiting_ack) {

@@ -15,8 +15,8 @@
 #include "boost/asio/any_io_executor.hpp"
 #include "boost/asio/awaitable.hpp"
 #include "libs/core/clock.h"
-#include "services/scheduler/pause_ledger.h"
-#include "services/scheduler/proxy_api.h"
+#include "services/scheduler/episode/pause_ledger.h"
+#include "services/scheduler/remote/proxy_api.h"
 #include "services/scheduler/scheduler_journal.h"
 
 namespace corral::scheduler {

@@ -11,7 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "corral/v1/scheduler.grpc.pb.h"
-#include "services/scheduler/episode_table.h"
+#include "services/scheduler/table/episode_table.h"
 
 namespace corral::scheduler {
 

@@ -12,7 +12,7 @@
 #include "libs/async/spawn.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
-#include "services/scheduler/submission.h"
+#include "services/scheduler/table/submission.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {

@@ -15,11 +15,11 @@
 #include "boost/asio/steady_timer.hpp"
 #include "corral/v1/scheduler.pb.h"
 #include "services/scheduler/doorbell.h"
-#include "services/scheduler/episode_driver.h"
-#include "services/scheduler/episode_table.h"
-#include "services/scheduler/host_registry.h"
+#include "services/scheduler/episode/episode_driver.h"
 #include "services/scheduler/metrics.h"
-#include "services/scheduler/warm_pool.h"
+#include "services/scheduler/remote/host_registry.h"
+#include "services/scheduler/remote/warm_pool.h"
+#include "services/scheduler/table/episode_table.h"
 
 namespace corral::scheduler {
 

@@ -9,7 +9,7 @@
 
 #include "corral/v1/common.pb.h"
 #include "libs/journal/journal.h"
-#include "services/scheduler/episode_table.h"
+#include "services/scheduler/table/episode_table.h"
 
 namespace corral::scheduler {
 

@@ -10,8 +10,8 @@
 #include "libs/core/host_port.h"
 #include "libs/rpc/channel.h"
 #include "services/scheduler/inspector_http.h"
-#include "services/scheduler/proxy_client.h"
-#include "services/scheduler/submission.h"
+#include "services/scheduler/remote/proxy_client.h"
+#include "services/scheduler/table/submission.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {

@@ -14,7 +14,7 @@
 #include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/scheduler/harnesses.h"
+#include "services/scheduler/table/harnesses.h"
 #include "tests/integration/proxy_fixture.h"
 
 namespace corral {

@@ -24,7 +24,7 @@
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status_conversion.h"
-#include "services/sandbox_host/process_sweep.h"
+#include "services/sandbox_host/linux/process_sweep.h"
 #include "tests/integration/sandbox_host_fixture.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/uid_range.h"

@@ -25,7 +25,7 @@
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status_conversion.h"
-#include "services/sandbox_host/process_sweep.h"
+#include "services/sandbox_host/linux/process_sweep.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/uid_range.h"
 #include "tools/fake-llm/fake_llm.h"

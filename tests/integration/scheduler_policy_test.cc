@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "libs/http/prometheus_text.h"
-#include "services/scheduler/submission.h"
+#include "services/scheduler/table/submission.h"
 #include "tests/integration/scheduler_fixture.h"
 
 namespace corral {

@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
-#include "services/scheduler/harnesses.h"
+#include "services/scheduler/table/harnesses.h"
 #include "toml++/toml.h"
 #include "tools/corral/dataset.h"
 

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "libs/core/unique_fd.h"
-#include "services/scheduler/harnesses.h"
+#include "services/scheduler/table/harnesses.h"
 #include "tools/corral/commands.h"
 
 extern char** environ;

@@ -1,12 +1,12 @@
 // Finding the host's own cgroup from the mount table, on the layouts met in practice: a cgroup-v1 machine, a
 // privileged container sharing that machine's cgroup namespace, a cgroup-v2 machine, and garbage.
-#include "services/sandbox_host/cgroup.h"
+#include "services/sandbox_host/linux/cgroup.h"
 
 #include <filesystem>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/sandbox_host/containment.h"
+#include "services/sandbox_host/linux/containment.h"
 #include "tests/support/subprocess.h"
 
 namespace corral::sandbox {

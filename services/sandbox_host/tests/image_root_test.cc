@@ -1,6 +1,6 @@
 // CreateUserNamespace + CreateImageRoot for real: a process that joins them runs the image's own shell as root
 // inside, its writes land in the upper layer owned by its pool uid outside, and the host's files are out of sight.
-#include "services/sandbox_host/image_root.h"
+#include "services/sandbox_host/images/image_root.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -22,7 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
-#include "services/sandbox_host/layer_unpack.h"
+#include "services/sandbox_host/images/layer_unpack.h"
 #include "services/sandbox_host/tests/layer_scratch.h"
 #include "tests/support/uid_range.h"
 

@@ -1,7 +1,7 @@
 // ImageStore against oci-archives written here: layers shared between images unpacked once, blobs verified
 // against their digests, platforms chosen from an index, images kept across a restart and removed with their
 // unshared layers.
-#include "services/sandbox_host/image_store.h"
+#include "services/sandbox_host/images/image_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // ResolveImageUser against layers written here: names, numbers, groups, the top layer deciding, whiteouts, and
 // users the image does not define.
-#include "services/sandbox_host/image_user.h"
+#include "services/sandbox_host/images/image_user.h"
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
-#include "services/sandbox_host/layer_unpack.h"
+#include "services/sandbox_host/images/layer_unpack.h"
 
 namespace corral::sandbox {
 namespace {

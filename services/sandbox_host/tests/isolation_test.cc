@@ -13,12 +13,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
-#include "services/sandbox_host/cgroup.h"
-#include "services/sandbox_host/containment.h"
-#include "services/sandbox_host/landlock.h"
-#include "services/sandbox_host/namespaces.h"
-#include "services/sandbox_host/process_sweep.h"
-#include "services/sandbox_host/spawn.h"
+#include "services/sandbox_host/linux/cgroup.h"
+#include "services/sandbox_host/linux/containment.h"
+#include "services/sandbox_host/linux/landlock.h"
+#include "services/sandbox_host/linux/namespaces.h"
+#include "services/sandbox_host/linux/process_sweep.h"
+#include "services/sandbox_host/linux/spawn.h"
 #include "services/sandbox_host/tests/test_uid.h"
 
 namespace corral::sandbox {

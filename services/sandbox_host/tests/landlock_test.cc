@@ -1,4 +1,4 @@
-#include "services/sandbox_host/landlock.h"
+#include "services/sandbox_host/linux/landlock.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>

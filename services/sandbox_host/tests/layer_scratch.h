@@ -6,7 +6,7 @@
 #include <string>
 #include <system_error>
 
-#include "services/sandbox_host/layer_unpack.h"
+#include "services/sandbox_host/images/layer_unpack.h"
 
 namespace corral::sandbox {
 

@@ -1,7 +1,7 @@
 // UnpackLayer against layers written here with libarchive: what a registry serves (gzip), overlay whiteouts, and
 // the attacks a hostile layer carries (absolute paths, "..", symlink and hard-link escapes, a decompression bomb);
 // a sandbox's upper directory adopted as a layer.
-#include "services/sandbox_host/layer_unpack.h"
+#include "services/sandbox_host/images/layer_unpack.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

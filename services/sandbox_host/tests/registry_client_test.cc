@@ -1,6 +1,6 @@
 // Image references parsed as Docker reads them, and registry credentials read from docker/podman auth files. (The
 // client's exchanges with a real registry are tested by tests/images/pull_test.py.)
-#include "services/sandbox_host/registry_client.h"
+#include "services/sandbox_host/images/registry_client.h"
 
 #include <unistd.h>
 

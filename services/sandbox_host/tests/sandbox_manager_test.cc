@@ -11,8 +11,8 @@
 #include "gtest/gtest.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
-#include "services/sandbox_host/exec_manager.h"
-#include "services/sandbox_host/process_sweep.h"
+#include "services/sandbox_host/exec/exec_manager.h"
+#include "services/sandbox_host/linux/process_sweep.h"
 #include "tests/support/uid_range.h"
 
 namespace corral::sandbox {

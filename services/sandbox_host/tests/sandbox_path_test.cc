@@ -1,4 +1,4 @@
-#include "services/sandbox_host/sandbox_path.h"
+#include "services/sandbox_host/linux/sandbox_path.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "services/sandbox_host/spawn.h"
+#include "services/sandbox_host/linux/spawn.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -12,8 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
-#include "services/sandbox_host/landlock.h"
-#include "services/sandbox_host/process_sweep.h"
+#include "services/sandbox_host/linux/landlock.h"
+#include "services/sandbox_host/linux/process_sweep.h"
 #include "services/sandbox_host/tests/test_uid.h"
 
 namespace corral::sandbox {

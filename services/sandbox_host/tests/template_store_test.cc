@@ -13,7 +13,7 @@
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "libs/core/unique_fd.h"
-#include "services/sandbox_host/tree_copy.h"
+#include "services/sandbox_host/linux/tree_copy.h"
 #include "tests/support/subprocess.h"
 
 namespace corral::sandbox {

@@ -1,4 +1,4 @@
-#include "services/sandbox_host/uid_pool.h"
+#include "services/sandbox_host/linux/uid_pool.h"
 
 #include <fstream>
 

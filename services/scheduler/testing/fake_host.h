@@ -12,7 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "libs/core/clock.h"
-#include "services/scheduler/host_api.h"
+#include "services/scheduler/remote/host_api.h"
 
 namespace corral::scheduler::testing_support {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
-#include "services/scheduler/limiter_api.h"
+#include "services/scheduler/remote/limiter_api.h"
 
 namespace corral::scheduler::testing_support {
 

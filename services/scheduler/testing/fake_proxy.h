@@ -11,7 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "libs/core/clock.h"
-#include "services/scheduler/proxy_api.h"
+#include "services/scheduler/remote/proxy_api.h"
 
 namespace corral::scheduler::testing_support {
 

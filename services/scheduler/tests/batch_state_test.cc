@@ -1,4 +1,4 @@
-#include "services/scheduler/batch_state.h"
+#include "services/scheduler/table/batch_state.h"
 
 #include "gtest/gtest.h"
 

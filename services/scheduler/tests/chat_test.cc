@@ -1,4 +1,4 @@
-#include "services/scheduler/chat.h"
+#include "services/scheduler/episode/chat.h"
 
 #include <string>
 

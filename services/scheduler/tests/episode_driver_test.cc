@@ -1,6 +1,6 @@
 // The episode path (driver, runners, verifier) against in-memory hosts, proxy and limiter on a FakeClock: every
 // decision the driver makes on the way from a ticket to a result, in milliseconds.
-#include "services/scheduler/episode_driver.h"
+#include "services/scheduler/episode/episode_driver.h"
 
 #include <future>
 #include <map>
@@ -9,12 +9,12 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/use_future.hpp"
 #include "libs/async/spawn.h"
-#include "services/scheduler/submission.h"
+#include "services/scheduler/remote/warm_pool.h"
+#include "services/scheduler/table/submission.h"
 #include "services/scheduler/testing/fake_host.h"
 #include "services/scheduler/testing/fake_limiter.h"
 #include "services/scheduler/testing/fake_proxy.h"
 #include "services/scheduler/tests/episode_table_fixture.h"
-#include "services/scheduler/warm_pool.h"
 
 namespace corral::scheduler {
 namespace {

@@ -1,4 +1,4 @@
-#include "services/scheduler/episode_outcome.h"
+#include "services/scheduler/episode/episode_outcome.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

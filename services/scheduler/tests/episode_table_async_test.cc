@@ -3,8 +3,8 @@
 #include <cmath>
 #include <set>
 
-#include "services/scheduler/episode_table.h"
-#include "services/scheduler/group_filter.h"
+#include "services/scheduler/table/episode_table.h"
+#include "services/scheduler/table/group_filter.h"
 #include "services/scheduler/tests/episode_table_fixture.h"
 
 namespace corral::scheduler {

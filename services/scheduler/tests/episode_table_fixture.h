@@ -13,7 +13,7 @@
 #include "libs/api/proto_time.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
-#include "services/scheduler/episode_table.h"
+#include "services/scheduler/table/episode_table.h"
 
 namespace corral::scheduler::testing_support {
 

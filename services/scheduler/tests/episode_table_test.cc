@@ -1,4 +1,4 @@
-#include "services/scheduler/episode_table.h"
+#include "services/scheduler/table/episode_table.h"
 
 #include "services/scheduler/tests/episode_table_fixture.h"
 

@@ -1,6 +1,6 @@
 // The host registry's decisions against in-memory hosts: when a host is lost and when it is back, what its sweep
 // removes, and where a sandbox goes.
-#include "services/scheduler/host_registry.h"
+#include "services/scheduler/remote/host_registry.h"
 
 #include <future>
 #include <map>

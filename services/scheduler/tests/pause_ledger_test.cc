@@ -1,4 +1,4 @@
-#include "services/scheduler/pause_ledger.h"
+#include "services/scheduler/episode/pause_ledger.h"
 
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "services/scheduler/placement.h"
+#include "services/scheduler/remote/placement.h"
 
 #include <optional>
 #include <string>

@@ -1,4 +1,4 @@
-#include "services/scheduler/retry_backoff.h"
+#include "services/scheduler/table/retry_backoff.h"
 
 #include "gtest/gtest.h"
 

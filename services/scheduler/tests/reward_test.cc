@@ -1,4 +1,4 @@
-#include "services/scheduler/reward.h"
+#include "services/scheduler/episode/reward.h"
 
 #include <optional>
 #include <string>

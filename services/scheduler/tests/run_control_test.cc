@@ -1,4 +1,4 @@
-#include "services/scheduler/run_control.h"
+#include "services/scheduler/table/run_control.h"
 
 #include <atomic>
 #include <thread>

@@ -1,9 +1,9 @@
-#include "services/scheduler/sandbox_request.h"
+#include "services/scheduler/episode/sandbox_request.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/api/proto_time.h"
-#include "services/scheduler/submission.h"
+#include "services/scheduler/table/submission.h"
 
 namespace corral::scheduler {
 namespace {

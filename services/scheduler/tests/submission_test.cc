@@ -1,4 +1,4 @@
-#include "services/scheduler/submission.h"
+#include "services/scheduler/table/submission.h"
 
 #include <functional>
 #include <string>

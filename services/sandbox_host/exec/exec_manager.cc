@@ -1,0 +1,232 @@
+#include "services/sandbox_host/exec/exec_manager.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "services/sandbox_host/linux/process_sweep.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::sandbox {
+namespace {
+
+constexpr absl::Duration kDrainAfterExit = absl::Milliseconds(200);  // background children may hold the pipes
+constexpr absl::Duration kReapEvery = absl::Seconds(1);
+
+// Epoll tags: the execution's key and which of its descriptors; 0 is the wake-up eventfd.
+uint64_t Tag(uint64_t key, Stream stream) { return key << 2 | static_cast<uint64_t>(stream); }
+
+}  // namespace
+
+ExecManager::ExecManager(Clock* clock, SandboxHostMetrics* metrics, WorkerPool* workers)
+    : clock_(clock), metrics_(metrics), workers_(workers) {
+  epoll_.Reset(epoll_create1(EPOLL_CLOEXEC));
+  wake_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  epoll_event ev{EPOLLIN, {.u64 = 0}};
+  if (!epoll_.valid() || !wake_.valid() || epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0) {
+    // Nothing could be watched: every Start fails (Watch reports it), rather than processes going unnoticed.
+    spdlog::error("exec manager: cannot set up epoll: {}", strerror(errno));
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+ExecManager::~ExecManager() {
+  std::vector<std::shared_ptr<Execution>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, e] : executions_) all.push_back(e);
+  }
+  for (auto& e : all) {
+    clock_->Cancel(e->timeout_timer);
+    e->Kill(ExitReason::kKilled);
+  }
+  uint64_t one = 1;
+  ssize_t ignored = write(wake_.get(), &one, sizeof(one));
+  (void)ignored;
+  thread_.join();
+}
+
+size_t ExecManager::running() const {
+  absl::MutexLock lock(&mu_);
+  return executions_.size();
+}
+
+bool ExecManager::Watch(uint64_t key, Stream stream, int fd, uint32_t events) {
+  epoll_event ev{events, {.u64 = Tag(key, stream)}};
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) == 0) return true;
+  spdlog::error("exec manager: cannot watch descriptor {} of process p-{}: {}", fd, key, strerror(errno));
+  return false;
+}
+
+void ExecManager::Unwatch(int fd) {
+  if (fd >= 0) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+}
+
+absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<const Sandbox> sandbox,
+                                                              ExecOptions options) {
+  if (options.argv.empty() || options.argv[0].empty()) return absl::InvalidArgumentError("argv must not be empty");
+  for (const auto& [k, v] : options.env) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
+        v.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("env name '", k, "' is invalid"));
+    }
+    if (k == "HOME" || k == "USER" || k == "CORRAL_SANDBOX_ID") {
+      return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
+    }
+  }
+  SpawnSpec spec = sandbox->SpawnFor(options.argv, options.env, options.cwd);
+  spec.pipe_stdin = true;
+  auto spawned = Spawn(spec);
+  if (!spawned.ok()) return spawned.status();
+
+  sandbox->running++;  // a running process keeps the sandbox from idle eviction
+  const absl::Duration timeout = options.timeout;
+  std::shared_ptr<Execution> e;
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t key = next_key_++;
+    e = std::make_shared<Execution>(this, key, spawned->pid, sandbox, std::move(options), clock_->Now());
+    executions_.emplace(key, e);  // before its descriptors are watched: their events find it
+  }
+  if (absl::Status attached = e->Attach(std::move(*spawned)); !attached.ok()) {
+    sandbox->running--;
+    absl::MutexLock lock(&mu_);
+    executions_.erase(e->key());
+    return attached;
+  }
+  if (timeout > absl::ZeroDuration()) {
+    std::weak_ptr<Execution> weak = e;
+    // The kill sweep can take seconds: on a worker, not on the clock's thread that runs every other timer.
+    e->timeout_timer = clock_->RunAfter(timeout, [weak, workers = workers_] {
+      RunOn(workers, [weak] {
+        if (auto strong = weak.lock()) strong->Kill(ExitReason::kTimedOut);
+      });
+    });
+  }
+  return e;
+}
+
+void ExecManager::Loop() {
+  // Stdin writes to a process that closed its end must fail with EPIPE here, not kill the host.
+  sigset_t pipe_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
+  epoll_event events[64];
+  absl::Time next_reap = clock_->Now();
+  while (true) {
+    const int n = epoll_wait(epoll_.get(), events, 64, static_cast<int>(absl::ToInt64Milliseconds(kReapEvery)));
+    for (int i = 0; i < n; ++i) {
+      const uint64_t tag = events[i].data.u64;
+      if (tag == 0) return;  // woken to stop
+      std::shared_ptr<Execution> e = Find(tag >> 2);
+      if (e == nullptr) continue;
+      switch (static_cast<Stream>(tag & 3)) {
+        case Stream::kExit: OnProcessExit(e); break;
+        case Stream::kStdin: e->OnWritable(); break;
+        case Stream::kStdout: e->OnReadable(Stream::kStdout); break;
+        case Stream::kStderr: e->OnReadable(Stream::kStderr); break;
+      }
+    }
+    if (clock_->Now() >= next_reap) {
+      ReapUntracked();
+      {
+        absl::MutexLock lock(&mu_);
+        PruneHistory();
+      }
+      next_reap = clock_->Now() + kReapEvery;
+    }
+  }
+}
+
+std::shared_ptr<Execution> ExecManager::Find(uint64_t key) {
+  absl::MutexLock lock(&mu_);
+  auto it = executions_.find(key);
+  return it == executions_.end() ? nullptr : it->second;
+}
+
+void ExecManager::OnProcessExit(const std::shared_ptr<Execution>& e) {
+  clock_->Cancel(e->timeout_timer);
+  const ExitInfo exit = e->OnExited(clock_->Now());
+  e->sandbox()->Touch(clock_->Now());
+  e->sandbox()->running--;
+  if (metrics_) metrics_->Exec(ExitReasonName(exit.reason)).Observe(absl::ToDoubleSeconds(exit.duration));
+  {
+    absl::MutexLock lock(&mu_);
+    History& h = history_[e->sandbox()->id];
+    h.sandbox = e->sandbox();
+    h.exited.push_back(e->Info());
+    if (h.exited.size() > kMaxExitedKept) h.exited.pop_front();
+  }
+  e->Notify();
+  // Output still in the pipes comes through; a background child holding them open gets a short grace.
+  std::weak_ptr<Execution> weak = e;
+  clock_->RunAfter(kDrainAfterExit, [this, weak, key = e->key()] {
+    if (auto strong = weak.lock()) strong->CloseOutputs();
+    absl::MutexLock lock(&mu_);
+    executions_.erase(key);
+  });
+}
+
+std::vector<ProcessInfo> ExecManager::List(const std::string& sandbox_id, bool include_exited) const {
+  std::vector<ProcessInfo> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, e] : executions_) {
+    if (e->sandbox()->id != sandbox_id) continue;
+    ProcessInfo info = e->Info();
+    if (!info.exit) out.push_back(std::move(info));  // exited ones come from the history
+  }
+  if (auto it = history_.find(sandbox_id); include_exited && it != history_.end()) {
+    out.insert(out.end(), it->second.exited.begin(), it->second.exited.end());
+  }
+  std::sort(out.begin(), out.end(), [](const ProcessInfo& a, const ProcessInfo& b) {
+    return std::pair(a.start_time, a.pid) < std::pair(b.start_time, b.pid);
+  });
+  return out;
+}
+
+absl::StatusOr<ProcessInfo> ExecManager::Signal(const std::string& sandbox_id, const std::string& process_id, int sig) {
+  std::shared_ptr<Execution> target;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, e] : executions_) {
+      if (e->sandbox()->id == sandbox_id && e->id() == process_id) target = e;
+    }
+    if (target == nullptr) {
+      if (auto it = history_.find(sandbox_id); it != history_.end()) {
+        for (const ProcessInfo& p : it->second.exited) {
+          if (p.id == process_id) return p;  // already exited: unchanged
+        }
+      }
+      return absl::NotFoundError(absl::StrCat("process '", process_id, "' not found in sandbox '", sandbox_id, "'"));
+    }
+  }
+  target->Signal(sig);
+  if (sig == SIGKILL) target->WaitExited(absl::Seconds(2));  // the sweep is done; the exit follows at once
+  return target->Info();
+}
+
+void ExecManager::PruneHistory() {
+  absl::erase_if(history_, [](const auto& entry) {
+    auto sandbox = entry.second.sandbox.lock();
+    return sandbox == nullptr || sandbox->deleted;
+  });
+}
+
+void ExecManager::ReapUntracked() {
+  absl::flat_hash_set<pid_t> tracked;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, e] : executions_) tracked.insert(e->pid());
+  }
+  ReapOrphans(tracked);
+}
+
+}  // namespace corral::sandbox

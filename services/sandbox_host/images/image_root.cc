@@ -1,0 +1,227 @@
+#include "services/sandbox_host/images/image_root.h"
+
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "services/sandbox_host/linux/namespaces.h"
+
+namespace corral::sandbox {
+namespace {
+
+constexpr size_t kStack = 64 * 1024;
+
+// Steps the helper reports when one fails.
+enum Step : int { kUnshare = 1, kPrivate, kUpper, kIdmap, kOverlay, kProc, kDev, kTmp, kPivot, kLoopback, kOpen };
+
+const char* StepName(int step) {
+  switch (step) {
+    case kUnshare: return "unshare";
+    case kPrivate: return "making mounts private";
+    case kUpper: return "making the upper layer";
+    case kIdmap: return "idmapping a layer";
+    case kOverlay: return "mounting the overlay";
+    case kProc: return "mounting /proc";
+    case kDev: return "making /dev";
+    case kTmp: return "mounting /tmp";
+    case kPivot: return "pivot_root";
+    case kLoopback: return "bringing up loopback";
+    case kOpen: return "opening the namespace";
+    default: return "setup";
+  }
+}
+
+struct Device {
+  const char* name;
+  unsigned major, minor;
+};
+constexpr Device kDevices[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 7},
+                               {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
+
+// Everything the helper needs, prepared before the clone (it runs system calls only, no allocation); it writes
+// its outcome back (it shares the caller's memory and descriptor table).
+struct HelperArgs {
+  const ImageRootSpec* spec;
+  std::vector<std::string> staged;  // where each idmapped layer is attached, top first
+  std::string root, overlay_options, proc, dev, tmp, tmp_options, shm, upper, work, rw_options;
+  std::vector<std::string> device_paths;
+  int step = -1;
+  int err = 0;
+  int mnt_fd = -1, net_fd = -1, root_fd = -1;
+};
+
+int HelperMain(void* raw) {
+  auto* a = static_cast<HelperArgs*>(raw);
+  auto fail = [a](int step) {
+    a->step = step;
+    a->err = errno;
+    return 1;
+  };
+  if (unshare(CLONE_NEWNS | (a->spec->private_network ? CLONE_NEWNET : 0)) != 0) return fail(kUnshare);
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return fail(kPrivate);
+  const ImageRootSpec& spec = *a->spec;
+  if (spec.rw_tmpfs_bytes > 0 &&
+      mount("tmpfs", spec.rw_dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->rw_options.c_str()) != 0) {
+    return fail(kUpper);
+  }
+  if ((mkdir(a->upper.c_str(), 0755) != 0 && errno != EEXIST) || chmod(a->upper.c_str(), 0755) != 0 ||
+      (spec.root_owned_by_sandbox && chown(a->upper.c_str(), spec.uid, spec.gid) != 0) ||
+      (mkdir(a->work.c_str(), 0700) != 0 && errno != EEXIST)) {
+    return fail(kUpper);
+  }
+  for (size_t i = 0; i < a->staged.size(); ++i) {
+    const int tree = static_cast<int>(
+        syscall(SYS_open_tree, AT_FDCWD, a->spec->lower_dirs[i].c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+    if (tree < 0) return fail(kIdmap);
+    struct mount_attr attr {};
+    attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    attr.userns_fd = static_cast<uint64_t>(a->spec->userns_fd);
+    const bool ok = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0 &&
+                    syscall(SYS_move_mount, tree, "", AT_FDCWD, a->staged[i].c_str(), MOVE_MOUNT_F_EMPTY_PATH) == 0;
+    close(tree);
+    if (!ok) return fail(kIdmap);
+  }
+  if (mount("overlay", a->root.c_str(), "overlay", MS_NOSUID | MS_NODEV, a->overlay_options.c_str()) != 0) {
+    return fail(kOverlay);
+  }
+  mkdir(a->proc.c_str(), 0555);  // an image without them still gets them (in its upper layer)
+  mkdir(a->dev.c_str(), 0755);
+  mkdir(a->tmp.c_str(), 01777);
+  if (mount("proc", a->proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible") != 0) {
+    return fail(kProc);
+  }
+  // A minimal /dev of its own: the character devices every program expects, a private shm.
+  if (mount("tmpfs", a->dev.c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=1m") != 0) return fail(kDev);
+  for (size_t i = 0; i < a->device_paths.size(); ++i) {
+    if (mknod(a->device_paths[i].c_str(), S_IFCHR | 0666, makedev(kDevices[i].major, kDevices[i].minor)) != 0 ||
+        chmod(a->device_paths[i].c_str(), 0666) != 0) {
+      return fail(kDev);
+    }
+  }
+  if (mkdir(a->shm.c_str(), 01777) != 0 ||
+      mount("tmpfs", a->shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->tmp_options.c_str()) != 0) {
+    return fail(kDev);
+  }
+  if (mount("tmpfs", a->tmp.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->tmp_options.c_str()) != 0) return fail(kTmp);
+  if (chdir(a->root.c_str()) != 0 || syscall(SYS_pivot_root, ".", ".") != 0 || umount2(".", MNT_DETACH) != 0 ||
+      chdir("/") != 0) {
+    return fail(kPivot);
+  }
+  if (a->spec->private_network) {
+    if (!BringUpLoopback()) return fail(kLoopback);
+    if ((a->net_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) return fail(kOpen);
+  }
+  if ((a->mnt_fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)) < 0) return fail(kOpen);
+  if ((a->root_fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) return fail(kOpen);
+  a->step = 0;
+  return 0;
+}
+
+int HoldUserNamespace(void* raw) {
+  char c;
+  (void)!read(*static_cast<int*>(raw), &c, 1);  // until the maps are written and the namespace opened
+  return 0;
+}
+
+bool WriteProcFile(pid_t pid, const char* name, const std::string& content) {
+  const std::string path = absl::StrCat("/proc/", pid, "/", name);
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  const bool ok = fd >= 0 && write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+}  // namespace
+
+absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_uid, gid_t inside_gid) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+  UniqueFd read_end(pipefd[0]), write_end(pipefd[1]);
+  std::unique_ptr<char[]> stack(new char[kStack]);
+  int fd_to_wait_on = read_end.get();
+  const pid_t pid = clone(HoldUserNamespace, stack.get() + kStack, CLONE_NEWUSER | CLONE_VM | SIGCHLD, &fd_to_wait_on);
+  if (pid < 0) return absl::InternalError(absl::StrCat("clone(CLONE_NEWUSER): ", strerror(errno)));
+  const bool mapped = WriteProcFile(pid, "uid_map", absl::StrCat(inside_uid, " ", uid, " 1\n")) &&
+                      WriteProcFile(pid, "setgroups", "deny") &&
+                      WriteProcFile(pid, "gid_map", absl::StrCat(inside_gid, " ", gid, " 1\n"));
+  const int saved = errno;
+  UniqueFd ns(open(absl::StrCat("/proc/", pid, "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+  // The holder's read returns and it exits (closing our end would not do: it holds a copy of it).
+  if (write(write_end.get(), "x", 1) != 1) kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  if (!mapped) return absl::InternalError(absl::StrCat("writing the user namespace's id maps: ", strerror(saved)));
+  if (ns.get() < 0) return absl::InternalError(absl::StrCat("opening the user namespace: ", strerror(errno)));
+  return ns;
+}
+
+bool CanUseImages(const std::string& dir) {
+  auto userns = CreateUserNamespace(65534, 65534);
+  if (!userns.ok()) return false;
+  const int tree = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (tree < 0) return false;
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_IDMAP;
+  attr.userns_fd = static_cast<uint64_t>(userns->get());
+  const bool ok = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0;
+  close(tree);  // a detached mount: gone with its descriptor
+  return ok;
+}
+
+absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec) {
+  if (spec.lower_dirs.empty()) return absl::InvalidArgumentError("an image root needs at least one layer");
+  HelperArgs args;
+  args.spec = &spec;
+  for (size_t i = 0; i < spec.lower_dirs.size(); ++i) {
+    args.staged.push_back(absl::StrCat(spec.mount_point, "/l", i));
+    if (mkdir(args.staged.back().c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::InternalError(absl::StrCat("mkdir ", args.staged.back(), ": ", strerror(errno)));
+    }
+  }
+  args.root = spec.mount_point + "/root";
+  if (mkdir(args.root.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("mkdir ", args.root, ": ", strerror(errno)));
+  }
+  args.upper = spec.rw_dir + "/upper";
+  args.work = spec.rw_dir + "/work";
+  args.rw_options = absl::StrCat("mode=0700,size=", spec.rw_tmpfs_bytes);
+  args.overlay_options = absl::StrCat("lowerdir=", absl::StrJoin(args.staged, ":"), ",upperdir=", args.upper,
+                                      ",workdir=", args.work, ",volatile");
+  if (args.overlay_options.size() >= 4000) {
+    return absl::InvalidArgumentError(absl::StrCat("the image has too many layers (", spec.lower_dirs.size(), ")"));
+  }
+  args.proc = args.root + "/proc";
+  args.dev = args.root + "/dev";
+  args.tmp = args.root + "/tmp";
+  args.shm = args.dev + "/shm";
+  args.tmp_options = absl::StrCat("mode=1777,uid=", spec.uid, ",gid=", spec.gid);
+  if (spec.rw_tmpfs_bytes > 0) absl::StrAppend(&args.tmp_options, ",size=", spec.rw_tmpfs_bytes);
+  for (const Device& d : kDevices) args.device_paths.push_back(absl::StrCat(args.dev, "/", d.name));
+  std::unique_ptr<char[]> stack(new char[kStack]);
+  const pid_t pid = clone(HelperMain, stack.get() + kStack, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);
+  if (pid < 0) return absl::InternalError(absl::StrCat("clone: ", strerror(errno)));
+  waitpid(pid, nullptr, 0);
+  ImageRoot out;
+  out.mnt.Reset(args.mnt_fd);
+  out.net.Reset(args.net_fd);
+  out.root.Reset(args.root_fd);
+  if (args.step != 0) {
+    return absl::InternalError(
+        absl::StrCat("creating the image root failed at ", StepName(args.step), ": ", strerror(args.err)));
+  }
+  return out;
+}
+
+}  // namespace corral::sandbox

@@ -1,0 +1,196 @@
+#include "services/sandbox_host/linux/cgroup.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace corral::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool WriteFile(const std::string& path, const std::string& value) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = write(fd, value.data(), value.size()) == static_cast<ssize_t>(value.size());
+  close(fd);
+  return ok;
+}
+
+bool Writable(const std::string& dir) { return access(dir.c_str(), W_OK) == 0; }
+
+std::string ReadAll(const char* path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool Contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
+
+std::vector<CgroupMount> ParseCgroupMounts(const std::string& mountinfo) {
+  // "36 25 0:31 /root /mount/point rw,relatime shared:1 - cgroup cgroup rw,memory": optional fields end at "-".
+  std::vector<CgroupMount> mounts;
+  for (absl::string_view line : absl::StrSplit(mountinfo, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    auto dash = std::find(f.begin(), f.end(), "-");
+    if (f.size() < 5 || dash == f.end() || f.end() - dash < 4) continue;  // garbage: skip the line
+    const absl::string_view fstype = *(dash + 1);
+    if (fstype != "cgroup" && fstype != "cgroup2") continue;
+    CgroupMount m{std::string(f[3]), std::string(f[4]), std::string(fstype), {}};
+    for (absl::string_view o : absl::StrSplit(*(dash + 3), ',')) m.options.emplace_back(o);
+    mounts.push_back(std::move(m));
+  }
+  return mounts;
+}
+
+std::vector<OwnCgroup> ParseOwnCgroups(const std::string& proc_self_cgroup) {
+  // "4:memory:/path", "1:cpu,cpuacct:/path", "0::/path" (v2).
+  std::vector<OwnCgroup> own;
+  for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (f.size() != 3 || f[2].empty() || f[2][0] != '/') continue;
+    OwnCgroup c{f[0], absl::StrSplit(f[1], ',', absl::SkipEmpty()), f[2]};
+    own.push_back(std::move(c));
+  }
+  return own;
+}
+
+std::string OwnCgroupDir(const std::vector<CgroupMount>& mounts, const std::vector<OwnCgroup>& own,
+                         const std::string& controller) {
+  const bool v2 = controller.empty();
+  auto line = std::find_if(own.begin(), own.end(), [&](const OwnCgroup& c) {
+    return v2 ? c.hierarchy == "0" : Contains(c.controllers, controller);
+  });
+  if (line == own.end()) return "";
+  for (const CgroupMount& m : mounts) {
+    if (v2 ? m.fstype != "cgroup2" : (m.fstype != "cgroup" || !Contains(m.options, controller))) continue;
+    // The mount shows the cgroup `m.root` at its mount point; ours must be that one or below it.
+    const std::string& root = m.root;
+    absl::string_view below = line->path;
+    if (root != "/") {
+      if (!absl::ConsumePrefix(&below, root) || (!below.empty() && below[0] != '/')) continue;
+    }
+    const std::string dir = absl::StrCat(m.mount_point, below == "/" ? "" : below);
+    if (fs::is_directory(dir)) return dir;
+  }
+  return "";
+}
+
+std::vector<int> SandboxCgroup::procs_fds() const {
+  std::vector<int> fds;
+  for (const auto& fd : procs_) fds.push_back(fd.get());
+  return fds;
+}
+
+absl::Status SandboxCgroup::Remove() {
+  procs_.clear();
+  for (const auto& dir : dirs_) {
+    if (rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot remove cgroup ", dir, ": ", strerror(errno)));
+    }
+  }
+  dirs_.clear();
+  return absl::OkStatus();
+}
+
+CgroupManager CgroupManager::Detect(const std::string& name) {
+  CgroupManager m;
+  const auto mounts = ParseCgroupMounts(ReadAll("/proc/self/mountinfo"));
+  const auto own = ParseOwnCgroups(ReadAll("/proc/self/cgroup"));
+  // cgroup v2: our own cgroup in the unified hierarchy is writable (delegated to us).
+  if (const std::string own_dir = OwnCgroupDir(mounts, own, ""); !own_dir.empty() && Writable(own_dir)) {
+    // No process may live in a cgroup whose controllers are delegated: move the host into a leaf first.
+    const std::string host_leaf = own_dir + "/" + name + "-host";
+    const std::string parent = own_dir + "/" + name;
+    mkdir(host_leaf.c_str(), 0755);
+    if (WriteFile(host_leaf + "/cgroup.procs", std::to_string(getpid()))) {
+      mkdir(parent.c_str(), 0755);
+      std::vector<std::string> enabled;
+      for (const char* c : {"memory", "pids", "cpu"}) {
+        if (WriteFile(own_dir + "/cgroup.subtree_control", absl::StrCat("+", c)) &&
+            WriteFile(parent + "/cgroup.subtree_control", absl::StrCat("+", c))) {
+          enabled.push_back(c);
+        }
+      }
+      if (!enabled.empty()) {
+        m.mode_ = CgroupMode::kV2;
+        m.controllers_ = enabled;
+        m.parents_ = {parent};
+        return m;
+      }
+    }
+  }
+  // cgroup v1: one hierarchy per controller; create beneath our own cgroup in each where that is writable.
+  for (const char* controller : {"memory", "pids", "cpu"}) {
+    const std::string own_dir = OwnCgroupDir(mounts, own, controller);
+    if (own_dir.empty()) continue;
+    const std::string parent = own_dir + "/" + name;
+    mkdir(parent.c_str(), 0755);
+    if (Writable(parent)) {
+      m.controllers_.push_back(controller);
+      m.parents_.push_back(parent);
+    }
+  }
+  if (!m.controllers_.empty()) m.mode_ = CgroupMode::kV1;
+  return m;
+}
+
+std::string CgroupManager::Describe() const {
+  if (mode_ == CgroupMode::kNone) return "none (rlimits only)";
+  return absl::StrCat(mode_ == CgroupMode::kV2 ? "v2" : "v1", " ", absl::StrJoin(controllers_, ","), " beneath ",
+                      absl::StrJoin(parents_, ", "));
+}
+
+absl::StatusOr<SandboxCgroup> CgroupManager::Create(const std::string& sandbox_id, const CgroupLimits& limits) const {
+  SandboxCgroup cg;
+  if (mode_ == CgroupMode::kNone) return cg;
+  auto fail = [&](const std::string& what) -> absl::Status {
+    absl::Status s = absl::FailedPreconditionError(absl::StrCat("cgroup: cannot ", what, ": ", strerror(errno)));
+    (void)cg.Remove();
+    return s;
+  };
+  for (size_t i = 0; i < parents_.size(); ++i) {
+    const std::string dir = parents_[i] + "/" + sandbox_id;
+    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return fail("create " + dir);
+    cg.dirs_.push_back(dir);
+    const std::vector<std::string> controllers =
+        mode_ == CgroupMode::kV2 ? controllers_ : std::vector<std::string>{controllers_[i]};
+    for (const std::string& c : controllers) {
+      std::string file, value;
+      if (c == "memory" && limits.memory_bytes > 0) {
+        file = mode_ == CgroupMode::kV2 ? "memory.max" : "memory.limit_in_bytes";
+        value = std::to_string(limits.memory_bytes);
+      } else if (c == "pids" && limits.max_pids > 0) {
+        file = "pids.max";
+        value = std::to_string(limits.max_pids);
+      } else if (c == "cpu" && limits.cpu_weight > 0) {
+        file = mode_ == CgroupMode::kV2 ? "cpu.weight" : "cpu.shares";
+        value =
+            std::to_string(mode_ == CgroupMode::kV2 ? limits.cpu_weight
+                                                    : std::max<uint64_t>(2, uint64_t{limits.cpu_weight} * 1024 / 100));
+      }
+      if (!file.empty() && !WriteFile(dir + "/" + file, value)) return fail("write " + dir + "/" + file);
+    }
+    int fd = open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return fail("open " + dir + "/cgroup.procs");
+    cg.procs_.emplace_back(fd);
+  }
+  return cg;
+}
+
+}  // namespace corral::sandbox

@@ -1,0 +1,144 @@
+#include "services/sandbox_host/linux/namespaces.h"
+
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace corral::sandbox {
+namespace {
+
+// Steps the helper reports when one fails.
+enum Step : int { kUnshare = 1, kPrivate, kProc, kTmp, kTaskPath, kLoopback, kOpen };
+
+const char* StepName(int step) {
+  switch (step) {
+    case kUnshare: return "unshare";
+    case kPrivate: return "making mounts private";
+    case kProc: return "mounting /proc";
+    case kTmp: return "binding /tmp";
+    case kTaskPath: return "binding a task path";
+    case kLoopback: return "bringing up loopback";
+    case kOpen: return "opening the namespaces";
+    default: return "setup";
+  }
+}
+
+// Everything the helper needs, prepared before the clone; the helper writes its outcome back into it.
+struct HelperArgs {
+  const char* tmp_source;
+  std::vector<std::pair<std::string, std::string>>* binds;  // source in home → mount point
+  bool private_network;
+  // Outcome (the helper shares the host's memory and descriptor table).
+  int step = -1;  // 0 = ready
+  int err = 0;
+  int hidepid = 0;
+  int mnt_fd = -1, net_fd = -1, proc_fd = -1;
+};
+
+// Runs in a clone(CLONE_VM | CLONE_VFORK | CLONE_FILES) child: system calls only, no allocation. The
+// descriptors it opens land in the host's table and keep the namespaces alive after it exits.
+int HelperMain(void* raw) {
+  auto* a = static_cast<HelperArgs*>(raw);
+  auto fail = [a](int step) {
+    a->step = step;
+    a->err = errno;
+    return 1;
+  };
+  if (unshare(CLONE_NEWNS | (a->private_network ? CLONE_NEWNET : 0)) != 0) return fail(kUnshare);
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return fail(kPrivate);
+  a->hidepid = 1;
+  const unsigned long proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+  if (mount("proc", "/proc", "proc", proc_flags, "hidepid=invisible") != 0 &&
+      mount("proc", "/proc", "proc", proc_flags, "hidepid=2") != 0) {
+    a->hidepid = 0;
+    if (mount("proc", "/proc", "proc", proc_flags, nullptr) != 0) return fail(kProc);
+  }
+  for (const auto& [source, target] : *a->binds) {
+    if (mount(source.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) return fail(kTaskPath);
+  }
+  // Last: a home below /tmp would be hidden by this bind (the host refuses such a root).
+  if (mount(a->tmp_source, "/tmp", nullptr, MS_BIND | MS_REC, nullptr) != 0) return fail(kTmp);
+  if (a->private_network) {
+    if (!BringUpLoopback()) return fail(kLoopback);
+    if ((a->net_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0) return fail(kOpen);
+  }
+  if ((a->mnt_fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)) < 0) return fail(kOpen);
+  // The sandbox's own /proc (its inodes differ from the host's), for Landlock rules.
+  if ((a->proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) return fail(kOpen);
+  a->step = 0;
+  return 0;
+}
+
+}  // namespace
+
+bool BringUpLoopback() {
+  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return false;
+  ifreq ifr{};
+  strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  bool ok = ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
+  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+  ok = ok && ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
+  close(s);
+  return ok;
+}
+
+bool CanUseMountNamespaces() {
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Create one, then join one (back into the original): setns into a mount namespace also needs
+    // CAP_SYS_CHROOT, which a container may lack while it has CAP_SYS_ADMIN — every exec would then fail.
+    const int original = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+    _exit(original >= 0 && unshare(CLONE_NEWNS) == 0 && setns(original, CLONE_NEWNS) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, const std::vector<std::string>& task_paths,
+                                                   bool private_network) {
+  // Everything the helper needs is prepared before the clone.
+  const std::string tmp_source = home + "/.tmp";
+  std::vector<std::pair<std::string, std::string>> binds;
+  for (const std::string& p : task_paths) {
+    std::error_code ec;
+    std::filesystem::create_directories(p, ec);  // an empty mount point on the host (not a mount)
+    binds.emplace_back(home + p, p);
+  }
+  HelperArgs args{.tmp_source = tmp_source.c_str(), .binds = &binds, .private_network = private_network};
+  // Sharing memory and descriptors, the helper costs no copy of the host's address space (a fork of a large,
+  // multi-threaded host took most of a create), and the host is suspended until it exits.
+  constexpr size_t kStack = 64 * 1024;
+  std::unique_ptr<char[]> stack(new char[kStack]);
+  pid_t pid = clone(HelperMain, stack.get() + kStack, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);
+  if (pid < 0) return absl::InternalError(absl::StrCat("clone: ", strerror(errno)));
+  waitpid(pid, nullptr, 0);
+  SandboxNamespaces ns;
+  ns.mnt.Reset(args.mnt_fd);
+  ns.net.Reset(args.net_fd);
+  ns.proc_root.Reset(args.proc_fd);
+  if (args.step != 0) {
+    return absl::InternalError(
+        absl::StrCat("creating the sandbox's namespaces failed at ", StepName(args.step), ": ", strerror(args.err)));
+  }
+  ns.hidepid = args.hidepid != 0;
+  return ns;
+}
+
+}  // namespace corral::sandbox

@@ -1,0 +1,107 @@
+#include "services/sandbox_host/linux/tree_copy.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
+#include "libs/core/unique_fd.h"
+
+namespace corral::sandbox {
+namespace {
+
+absl::Status Failed(absl::string_view what, absl::string_view name) {
+  return absl::InternalError(absl::StrCat("cannot ", what, " '", name, "': ", strerror(errno)));
+}
+
+struct Copier {
+  uid_t uid;
+  gid_t gid;
+  int max_depth;
+  CopyStats stats;
+  uint64_t copied_files = 0;
+  uint64_t reflinked_files = 0;
+
+  absl::Status CopyFile(int src_dir, int dst_dir, const char* name, mode_t mode, off_t size) {
+    UniqueFd in(openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!in.valid()) return Failed("open", name);
+    UniqueFd out(openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+    if (!out.valid()) return Failed("create", name);
+    ++copied_files;
+    if (ioctl(out.get(), FICLONE, in.get()) == 0) {
+      ++reflinked_files;
+    } else {
+      off_t left = size;
+      while (left > 0) {
+        ssize_t n = copy_file_range(in.get(), nullptr, out.get(), nullptr, static_cast<size_t>(left), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return Failed("copy", name);
+        if (n == 0) break;  // the source shrank
+        left -= n;
+      }
+    }
+    stats.bytes += static_cast<uint64_t>(size);
+    if (fchown(out.get(), uid, gid) != 0 || fchmod(out.get(), mode) != 0) return Failed("chown", name);
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyDir(int src_dir, int dst_dir, const std::vector<std::string>& skip, int depth) {
+    if (depth > max_depth) return absl::FailedPreconditionError("the template tree is nested too deeply");
+    DIR* d = fdopendir(fcntl(src_dir, F_DUPFD_CLOEXEC, 0));
+    if (d == nullptr) return Failed("list", ".");
+    std::vector<std::string> names;
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != ".." && std::find(skip.begin(), skip.end(), name) == skip.end()) {
+        names.push_back(std::move(name));
+      }
+    }
+    closedir(d);
+    for (const std::string& name : names) {
+      struct stat st {};
+      if (fstatat(src_dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Failed("stat", name);
+      const mode_t mode = st.st_mode & 0777;
+      if (S_ISREG(st.st_mode)) {
+        CORRAL_RETURN_IF_ERROR(CopyFile(src_dir, dst_dir, name.c_str(), mode, st.st_size));
+      } else if (S_ISDIR(st.st_mode)) {
+        if (mkdirat(dst_dir, name.c_str(), mode | 0700) != 0 && errno != EEXIST) return Failed("create", name);
+        UniqueFd src(openat(src_dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        UniqueFd dst(openat(dst_dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!src.valid() || !dst.valid()) return Failed("open", name);
+        CORRAL_RETURN_IF_ERROR(CopyDir(src.get(), dst.get(), {}, depth + 1));
+        if (fchown(dst.get(), uid, gid) != 0 || fchmod(dst.get(), mode | 0700) != 0) return Failed("chown", name);
+      } else if (S_ISLNK(st.st_mode)) {
+        char target[4096];
+        ssize_t n = readlinkat(src_dir, name.c_str(), target, sizeof(target) - 1);
+        if (n < 0) return Failed("read link", name);
+        target[n] = '\0';
+        if (symlinkat(target, dst_dir, name.c_str()) != 0) return Failed("create link", name);
+        if (fchownat(dst_dir, name.c_str(), uid, gid, AT_SYMLINK_NOFOLLOW) != 0) return Failed("chown", name);
+      } else {
+        continue;  // FIFOs, sockets, devices: not part of a template
+      }
+      ++stats.files;
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<CopyStats> CopyTree(int src_dir, int dst_dir, uid_t uid, gid_t gid, const std::vector<std::string>& skip,
+                                   int max_depth) {
+  Copier copier{.uid = uid, .gid = gid, .max_depth = max_depth};
+  CORRAL_RETURN_IF_ERROR(copier.CopyDir(src_dir, dst_dir, skip, 0));
+  copier.stats.reflinked = copier.copied_files > 0 && copier.reflinked_files == copier.copied_files;
+  return copier.stats;
+}
+
+}  // namespace corral::sandbox

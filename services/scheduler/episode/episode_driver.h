@@ -1,0 +1,84 @@
+// Runs one episode attempt from dequeue to result, as a coroutine: opens the proxy session (on the replica chosen
+// by rendezvous hashing of the env id), acquires a sandbox when the runner needs one (placement, template build
+// once per host and key, create, uploads), runs the runner, closes the session (taking the trajectory), and
+// hands the result to the EpisodeTable. Every phase runs under its deadline; a stop (cancel, drain, lost host,
+// batch deadline) interrupts whatever the attempt waits on. The sandbox is deleted in the background once the
+// result is in. Thread-safe (attempts run concurrently on the event loop's threads).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "boost/asio/any_io_executor.hpp"
+#include "boost/asio/awaitable.hpp"
+#include "services/scheduler/episode/attempt.h"
+
+namespace corral::scheduler {
+
+// What the driver reports as attempts end, for metrics (SchedulerMetrics).
+class EpisodeObserver {
+ public:
+  virtual ~EpisodeObserver() = default;
+  // An attempt ended (every attempt, retried ones included).
+  virtual void EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result) = 0;
+  // An attempt's infrastructure failure sent its episode back to the queue for another attempt.
+  virtual void Retried() = 0;
+};
+class WarmPool;
+
+// Attempts in flight, as the dispatcher and the warm pool count them: started and not ended (running), and among
+// them those still waiting for a sandbox slot (placing). The driver keeps them; others read. Thread-safe.
+struct Occupancy {
+  std::atomic<int64_t> running{0};
+  std::atomic<int64_t> placing{0};
+};
+
+// What the driver works with. The pointers outlive the driver; those marked optional may be null.
+struct DriverParts {
+  boost::asio::any_io_executor executor;
+  Clock* clock = nullptr;
+  EpisodeTable* table = nullptr;
+  HostRegistry* hosts = nullptr;
+  std::vector<std::shared_ptr<ProxyApi>> proxies;  // at least one
+  Occupancy* occupancy = nullptr;
+  LimiterApi* limiter = nullptr;        // optional: no limits
+  EpisodeObserver* metrics = nullptr;   // optional
+  WarmPool* pool = nullptr;             // optional: every sandbox is created inline
+  const PauseLedger* pauses = nullptr;  // optional: generation pauses, not counted against timeouts
+  std::function<void()> on_finished;    // optional: an attempt ended (room for the next: the dispatcher's wake-up)
+};
+
+class EpisodeDriver {
+ public:
+  EpisodeDriver(DriverParts parts, RunnerOptions options);
+
+  // Spawns the attempt on the executor (counted in running() and, when it needs a sandbox, in placing() until
+  // its sandbox slot is reserved).
+  void Start(EpisodeTicket ticket);
+  int64_t running() const { return parts_.occupancy->running.load(); }
+  int64_t placing() const { return parts_.occupancy->placing.load(); }
+  // The proxy replica that serves `env_id` (rendezvous hashing: stable while the replica set is).
+  const std::shared_ptr<ProxyApi>& ProxyFor(const std::string& env_id) const;
+
+ private:
+  boost::asio::awaitable<void> Run(EpisodeTicket ticket);
+  // The session, the sandbox and the runner, in turn; what failed, or nullopt.
+  boost::asio::awaitable<std::optional<Failure>> RunPhases(Attempt& a);
+  boost::asio::awaitable<std::optional<Failure>> OpenSession(Attempt& a);
+  boost::asio::awaitable<std::optional<Failure>> AcquireSandbox(Attempt& a);
+  boost::asio::awaitable<void> Conclude(Attempt& a, std::optional<Failure> failure);
+  boost::asio::awaitable<void> Cleanup(std::optional<Slot> slot, std::string sandbox_id);
+  // Retries closing a session whose proxy did not answer (for up to two minutes).
+  boost::asio::awaitable<void> CloseLater(std::shared_ptr<ProxyApi> proxy, std::string env_id);
+
+  const DriverParts parts_;
+  const RunnerOptions options_;
+  Clock* const clock_;
+  EpisodeTable* const table_;
+  HostRegistry* const hosts_;
+  WarmPool* const pool_;
+};
+
+}  // namespace corral::scheduler

@@ -1,0 +1,449 @@
+// The runners. Coroutines here compute every co_await argument into a local first: GCC 12 double-destroys
+// conditional temporaries in co_await expressions. JSON is built in chat.cc (plain functions) for the same reason.
+#include "services/scheduler/episode/runners.h"
+
+#include <algorithm>
+#include <atomic>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "boost/asio/as_tuple.hpp"
+#include "boost/asio/async_result.hpp"
+#include "boost/asio/experimental/awaitable_operators.hpp"
+#include "boost/asio/experimental/concurrent_channel.hpp"
+#include "boost/asio/post.hpp"
+#include "boost/asio/this_coro.hpp"
+#include "boost/asio/use_awaitable.hpp"
+#include "libs/api/proto_time.h"
+#include "libs/async/sleep.h"
+#include "services/scheduler/episode/chat.h"
+#include "services/scheduler/episode/persistent_tools.h"
+#include "services/scheduler/episode/reward.h"
+#include "services/scheduler/table/harnesses.h"
+
+namespace corral::scheduler {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+// CORRAL_INSTRUCTION carries the instruction's text up to this size (one argument may hold 128 KiB on Linux).
+constexpr size_t kInstructionInEnvMax = 32 * 1024;
+using StopChannel = asio::experimental::concurrent_channel<void(boost::system::error_code)>;
+
+std::string ModelOf(const Attempt& a) {
+  if (!a.model.empty()) return a.model;
+  return !a.task().llm().model().empty() ? a.task().llm().model() : a.options->default_model;
+}
+
+// One chat call through the proxy with the session's token. A failure names what the proxy said.
+struct ChatOutcome {
+  std::optional<ChatReply> reply;
+  bool budget_exhausted = false;
+  std::optional<Failure> failure;
+};
+
+// A permit of `limit` (the tool limit for one execution, the LLM limit for one call), or an empty one when there
+// is no limiter or no such limit is configured. A stop withdraws the request.
+asio::awaitable<absl::StatusOr<Permit>> TakePermit(Attempt& a, const std::string& limit, const std::string& key,
+                                                   absl::Duration wait) {
+  if (a.limiter == nullptr || limit.empty()) co_return Permit();
+  co_return co_await a.limiter->Acquire(limit, key, wait, a.control());
+}
+
+// The HTTP exchange of a call whose time limit the scheduler keeps itself (in generation time) only gets this
+// bound on stalls: a pause may hold the call that long.
+constexpr absl::Duration kPauseSlack = absl::Hours(24);
+
+// Returns once `deadline()` has passed while generation is not paused. The deadline may move later meanwhile
+// (it counts generation time only); it is read again at each wake-up.
+asio::awaitable<void> UntilGenerationDeadline(const Attempt& a, std::function<absl::Time()> deadline) {
+  while (true) {
+    const absl::Time now = a.clock->Now();
+    const absl::Time end = deadline();
+    if (now >= end && !a.Paused()) co_return;
+    // At least 100 ms (the deadline stands still while paused), at most a minute (a far or infinite deadline).
+    co_await async::SleepFor(*a.clock, std::clamp(end - now, absl::Milliseconds(100), absl::Minutes(1)));
+  }
+}
+
+// Stops the run (kTimeout) once the agent phase's deadline has passed in generation time. The stop cancels
+// whatever the run waits on, so a race against it ends promptly.
+asio::awaitable<void> StopAtAgentDeadline(const Attempt& a) {
+  co_await UntilGenerationDeadline(a, [&a] { return a.AgentDeadline(); });
+  a.control()->Stop(StopReason::kTimeout, "");
+}
+
+asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const json::array& tools) {
+  ChatOutcome out;
+  const std::string body = ChatBody(ModelOf(a), a.task().llm().params_json(), messages, tools);
+  const absl::Time started = a.clock->Now();
+  const absl::Duration timeout = std::min(a.options->llm_call_timeout, a.AgentDeadline() - started);
+  const std::string token = a.session.env_token();
+  // A stop abandons the call at once: the request is cancelled (its connection closed). The channel is
+  // thread-safe, and holds the stop if it comes before the wait starts.
+  auto executor = co_await asio::this_coro::executor;
+  auto stopped = std::make_shared<StopChannel>(executor, 1);
+  ScopedInterrupt interrupt(a.control(), [stopped] { stopped->try_send(boost::system::error_code()); });
+  // The LLM limit's permit is held for exactly the call (queueing for it counts against the call's timeout).
+  const std::string model = ModelOf(a).empty() ? "default" : ModelOf(a);  // no model: the proxy's alias decides
+  auto permit = co_await TakePermit(a, a.options->llm_limit, model, timeout);
+  if (!permit.ok()) {
+    const bool waited_out = permit.status().code() == absl::StatusCode::kDeadlineExceeded;
+    out.failure = a.FromStatus(permit.status(), v1::EPISODE_PHASE_AGENT,
+                               waited_out ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA,
+                               absl::StrCat("permit ", a.options->llm_limit, "/", model));
+    co_return out;
+  }
+  // The call's time limit counts generation time: a call the proxies hold during a pause waits it out. The
+  // HTTP exchange itself only gets a stall bound far beyond it.
+  using namespace asio::experimental::awaitable_operators;
+  auto call_deadline = [&a, started, timeout] {
+    return std::min(started + timeout + a.PausedSince(started), a.AgentDeadline());
+  };
+  auto raced = co_await (a.proxy->Post(a.base, token, "/chat/completions", body, timeout + kPauseSlack) ||
+                         stopped->async_receive(asio::as_tuple(asio::use_awaitable)) ||
+                         UntilGenerationDeadline(a, call_deadline));
+  permit->Release();
+  if (raced.index() == 1) {
+    out.failure =
+        a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA, "LLM call");
+    co_return out;
+  }
+  if (raced.index() == 2) {
+    out.failure = a.FromStatus(absl::DeadlineExceededError("no answer in time"), v1::EPISODE_PHASE_AGENT,
+                               v1::FAILURE_CLASS_AGENT, "LLM call");
+    co_return out;
+  }
+  auto reply = std::get<0>(std::move(raced));
+  a.result.set_llm_calls(a.result.llm_calls() + 1);
+  if (!reply.ok()) {
+    const bool timed_out =
+        a.clock->Now() >= a.AgentDeadline() || reply.status().code() == absl::StatusCode::kDeadlineExceeded;
+    out.failure = timed_out
+                      ? a.FromStatus(absl::DeadlineExceededError(reply.status().message()), v1::EPISODE_PHASE_AGENT,
+                                     v1::FAILURE_CLASS_AGENT, "LLM call")
+                      : a.FromStatus(reply.status(), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA, "LLM call");
+    co_return out;
+  }
+  if (IsBudgetExhausted(reply->status, reply->body)) {
+    out.budget_exhausted = true;
+    co_return out;
+  }
+  if (reply->status != 200) {
+    Failure f;
+    f.phase = v1::EPISODE_PHASE_AGENT;
+    f.failure_class = reply->status >= 500 || reply->status == 410 ? v1::FAILURE_CLASS_INFRA : v1::FAILURE_CLASS_AGENT;
+    f.message = absl::StrCat("LLM call: HTTP ", reply->status, ": ", ErrorMessage(reply->body));
+    out.failure = f;
+    co_return out;
+  }
+  auto parsed = ParseChatReply(reply->body);
+  if (!parsed.ok()) {
+    out.failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
+                          absl::StrCat("LLM call: ", parsed.status().message())};
+    co_return out;
+  }
+  out.reply = *std::move(parsed);
+  co_return out;
+}
+
+// The reward of a finished conversation: the built-in function, or the verifier.
+asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
+  if (a.task().reward().function() == v1::REWARD_FUNCTION_VERIFIER) {
+    a.control()->set_phase(RunPhase::kVerifier);
+    v1::InlineFile final_message;
+    final_message.set_path(".corral/final_message.txt");
+    final_message.set_content(a.final_message);
+    std::vector<v1::InlineFile> files = {final_message};
+    const absl::Time deadline = a.Deadline(a.task().timeouts().verifier(), a.options->timeouts.verifier);
+    if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
+    co_return co_await RunVerifier(a);
+  }
+  a.control()->set_phase(RunPhase::kReward);
+  SetReward(a, ComputeReward(a.task().reward(), a.task().answer(), a.final_message));
+  co_return std::nullopt;
+}
+
+std::vector<std::string> Interpreter(const std::string& language) {
+  if (language.empty() || language == "python" || language == "python3") return {"python3", "-c"};
+  if (language == "node" || language == "javascript" || language == "js") return {"node", "-e"};
+  if (language == "ruby" || language == "perl") return {language, "-e"};
+  return {language, "-c"};
+}
+
+std::string ExitNote(const ExecOutcome& out, absl::Duration timeout) {
+  if (out.exit.timed_out()) {
+    return absl::StrCat("\n[the command timed out after ", absl::FormatDuration(timeout), " and was killed]");
+  }
+  if (out.exit.signal() != 0) return absl::StrCat("\n[killed by signal ", out.exit.signal(), "]");
+  if (out.exit.exit_code() != 0) return absl::StrCat("\n[exit code ", out.exit.exit_code(), "]");
+  return "";
+}
+
+// Executes one tool call; what it returns is the tool message's content (errors included: they are for the
+// model). An infra failure (the sandbox is gone, the limiter refuses) ends the episode instead.
+asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1::ToolSpec& spec,
+                                                            const std::string& arguments) {
+  using Out = std::variant<std::string, Failure>;
+  const PhaseScope phase(a.control(), RunPhase::kTool);
+  auto args = ParseArguments(arguments);
+  if (!args.ok()) co_return Out(absl::StrCat("error: ", args.status().message(), ": ", arguments.substr(0, 200)));
+  const absl::Duration timeout = a.Timeout(a.task().timeouts().tool(), a.options->timeouts.tool);
+  const size_t limit =
+      a.task().tool_loop().max_tool_output_bytes() == 0 ? 16 * 1024 : a.task().tool_loop().max_tool_output_bytes();
+  const std::string language = spec.kind() == v1::TOOL_KIND_CODE_INTERPRETER
+                                   ? (spec.language().empty() ? "python" : spec.language())
+                                   : (spec.kind() == v1::TOOL_KIND_BASH ? "bash" : "");
+  v1::Command command;
+  std::string stdin_data;
+  switch (spec.kind()) {
+    case v1::TOOL_KIND_CODE_INTERPRETER:
+    case v1::TOOL_KIND_BASH: {
+      const char* field = spec.kind() == v1::TOOL_KIND_BASH ? "command" : "code";
+      const std::string code = StringArg(*args, field);
+      if (code.empty()) co_return Out(absl::StrCat("error: the argument '", field, "' is required"));
+      if (spec.persistent()) {
+        auto permit = co_await TakePermit(a, a.options->tool_limit, language, timeout);
+        if (!permit.ok() && permit.status().code() == absl::StatusCode::kDeadlineExceeded) {
+          co_return Out(absl::StrCat("error: no execution slot became free within ", absl::FormatDuration(timeout)));
+        }
+        if (!permit.ok()) {
+          co_return Out(a.FromStatus(permit.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA,
+                                     absl::StrCat("permit ", a.options->tool_limit, "/", language)));
+        }
+        const absl::Time started = a.clock->Now();
+        auto result = co_await RunPersistent(a, spec, code, timeout, limit);
+        permit->Release();
+        a.tools_time += a.clock->Now() - started;
+        co_return result;
+      }
+      std::vector<std::string> argv = Interpreter(language);
+      for (const auto& arg : argv) command.add_argv(arg);
+      command.add_argv(code);
+      break;
+    }
+    case v1::TOOL_KIND_COMMAND:
+      command = spec.command();
+      stdin_data = arguments;
+      break;
+    case v1::TOOL_KIND_READ_FILE: {
+      const std::string path = StringArg(*args, "path");
+      if (path.empty()) co_return Out(std::string("error: the argument 'path' is required"));
+      const absl::Time deadline = std::min(a.clock->Now() + timeout, a.EpisodeDeadline());
+      auto data = co_await a.slot->client->ReadFile(a.sandbox_id, path, limit * 4, a.Call(deadline));
+      if (!data.ok()) {
+        if (data.status().code() == absl::StatusCode::kUnavailable) {
+          co_return Out(a.FromStatus(data.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "read_file"));
+        }
+        co_return Out(absl::StrCat("error: ", data.status().message()));
+      }
+      if (!data->has_value()) co_return Out(absl::StrCat("error: no such file: ", path));
+      OutputTail text(limit);
+      text.Append(**data);
+      co_return Out(text.Text());
+    }
+    case v1::TOOL_KIND_WRITE_FILE: {
+      v1::InlineFile file;
+      file.set_path(StringArg(*args, "path"));
+      file.set_content(StringArg(*args, "content"));
+      if (file.path().empty()) co_return Out(std::string("error: the argument 'path' is required"));
+      const absl::Time deadline = std::min(a.clock->Now() + timeout, a.EpisodeDeadline());
+      absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, file, a.Call(deadline));
+      if (s.code() == absl::StatusCode::kUnavailable) {
+        co_return Out(a.FromStatus(s, v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "write_file"));
+      }
+      co_return Out(s.ok() ? absl::StrCat("wrote ", file.content().size(), " bytes to ", file.path())
+                           : absl::StrCat("error: ", s.message()));
+    }
+    default: co_return Out(std::string("error: unknown tool kind"));
+  }
+  const std::string key = spec.kind() == v1::TOOL_KIND_COMMAND ? "command" : language;
+  auto permit = co_await TakePermit(a, a.options->tool_limit, key, timeout);
+  if (!permit.ok()) {
+    if (permit.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      co_return Out(absl::StrCat("error: no execution slot became free within ", absl::FormatDuration(timeout)));
+    }
+    co_return Out(a.FromStatus(permit.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA,
+                               absl::StrCat("permit ", a.options->tool_limit, "/", key)));
+  }
+  const absl::Time started = a.clock->Now();
+  auto out = co_await Exec(a, std::move(command), std::move(stdin_data), timeout, limit);
+  permit->Release();  // held for exactly the execution
+  a.tools_time += a.clock->Now() - started;
+  if (!out.ok()) {
+    if (out.status().code() == absl::StatusCode::kInvalidArgument ||
+        (out.status().code() == absl::StatusCode::kNotFound && !a.control()->stopped())) {
+      co_return Out(absl::StrCat("error: ", out.status().message()));
+    }
+    co_return Out(a.FromStatus(out.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, spec.name()));
+  }
+  a.output.Append(out->tail);
+  co_return Out(out->output + ExitNote(*out, timeout));
+}
+
+}  // namespace
+
+void SetReward(Attempt& a, const RewardOutcome& r) {
+  a.result.set_reward(r.reward);
+  a.result.clear_step_rewards();
+  for (double s : r.step_rewards) a.result.add_step_rewards(s);
+  a.result.set_reward_details_json(r.details_json);
+}
+
+asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command command, std::string stdin_data,
+                                                  absl::Duration timeout, size_t output_limit, bool host_keeps_time) {
+  v1::ExecRequest request;
+  request.set_sandbox_id(a.sandbox_id);
+  *request.mutable_command() = std::move(command);
+  if (request.command().cwd().empty()) request.mutable_command()->set_cwd(a.workdir);
+  ToProto(host_keeps_time ? timeout : std::max(timeout, a.slot->max_exec_timeout),
+          request.mutable_command()->mutable_timeout());
+  request.set_stdin(std::move(stdin_data));
+  // The host kills the process at `timeout`; the call's own deadline leaves it time to report that.
+  const absl::Time deadline = host_keeps_time
+                                  ? std::min(a.clock->Now() + timeout + absl::Seconds(10), a.EpisodeDeadline())
+                                  : absl::InfiniteFuture();
+  co_return co_await a.slot->client->Exec(std::move(request), output_limit, a.Call(deadline));
+}
+
+asio::awaitable<std::optional<Failure>> Upload(Attempt& a, const std::vector<v1::InlineFile>& files,
+                                               absl::Time deadline, v1::EpisodePhase phase) {
+  for (const auto& f : files) {
+    absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, f, a.Call(deadline));
+    if (!s.ok()) co_return a.FromStatus(s, phase, v1::FAILURE_CLASS_INFRA, absl::StrCat("uploading ", f.path()));
+  }
+  co_return std::nullopt;
+}
+
+asio::awaitable<std::optional<Failure>> RunSingleTurn(Attempt& a) {
+  const json::array messages = InitialMessages(a.task());
+  const json::array no_tools;
+  ChatOutcome out = co_await Chat(a, messages, no_tools);
+  if (out.failure) co_return out.failure;
+  if (out.reply) a.final_message = out.reply->content;
+  co_return co_await Reward(a);
+}
+
+asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
+  json::array messages = InitialMessages(a.task());
+  const json::array tools = ToolsJson(a.task());
+  const int64_t max_turns =
+      a.task().tool_loop().max_turns() == 0 ? a.options->default_max_turns : a.task().tool_loop().max_turns();
+  for (int64_t turn = 0; turn < max_turns; ++turn) {
+    ChatOutcome out = co_await Chat(a, messages, tools);
+    if (out.failure) co_return out.failure;
+    if (out.budget_exhausted) break;
+    messages.push_back(out.reply->message);
+    a.final_message = out.reply->content;
+    if (out.reply->tool_calls.empty()) break;
+    for (const ToolCallRequest& call : out.reply->tool_calls) {
+      const v1::ToolSpec* spec = nullptr;
+      for (const auto& t : a.task().tool_loop().tools()) {
+        if (t.name() == call.name) spec = &t;
+      }
+      std::string content;
+      if (spec == nullptr) {
+        content = absl::StrCat("error: there is no tool named '", call.name, "'");
+      } else {
+        a.result.set_tool_calls(a.result.tool_calls() + 1);
+        auto ran = co_await RunTool(a, *spec, call.arguments);
+        if (auto* f = std::get_if<Failure>(&ran)) co_return *f;
+        content = std::get<std::string>(std::move(ran));
+      }
+      messages.push_back(ToolMessage(call.id, content));
+    }
+    if (a.clock->Now() >= a.AgentDeadline()) {
+      co_return a.FromStatus(absl::DeadlineExceededError("the conversation ran past its timeout"),
+                             v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_AGENT, "conversation");
+    }
+  }
+  co_return co_await Reward(a);
+}
+
+std::string TaskJson(const v1::Task& task, const v1::EpisodeIds& ids, bool for_verifier) {
+  json::object o;
+  o["id"] = task.id();
+  o["episode_id"] = ids.episode_id();
+  o["seed"] = ids.seed();
+  if (for_verifier) {
+    o["answer"] = task.answer();
+    boost::system::error_code ec;
+    json::value metadata =
+        task.metadata_json().empty() ? json::value(json::object()) : json::parse(task.metadata_json(), ec);
+    o["metadata"] = ec ? json::value(json::object()) : metadata;
+  }
+  return json::serialize(o);
+}
+
+std::string InstructionPath(const v1::Task& task) {
+  return task.agent().instruction_path().empty() ? ".corral/instruction.md" : task.agent().instruction_path();
+}
+
+asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
+  const v1::Task& task = a.task();
+  const absl::Duration timeout = a.Timeout(task.timeouts().agent(), a.options->timeouts.agent);
+  v1::Command command = task.agent().command();
+  command.clear_timeout();
+  if (const Harness* harness = FindHarness(task.agent().harness()); harness != nullptr) {
+    for (std::string& arg : HarnessArgv(*harness)) command.add_argv(std::move(arg));
+  }
+  auto& env = *command.mutable_env();
+  env["OPENAI_BASE_URL"] = a.session.base_url();
+  env["OPENAI_API_KEY"] = a.session.env_token();
+  env["OPENAI_MODEL"] = ModelOf(a);
+  env["CORRAL_SEED"] = absl::StrCat(a.ticket.ids.seed());
+  env["CORRAL_TASK_ID"] = task.id();
+  // Absolute: the agent's working directory is /workspace (or the image's), not the home the path is under.
+  env["CORRAL_INSTRUCTION_FILE"] = a.InSandbox(InstructionPath(task));
+  // Most harnesses take the prompt on their command line: the text itself too, when an argument can hold it.
+  if (task.prompt().size() <= kInstructionInEnvMax && task.prompt().find('\0') == std::string::npos) {
+    env["CORRAL_INSTRUCTION"] = task.prompt();
+  }
+  const absl::Time started = a.clock->Now();
+  absl::StatusOr<ExecOutcome> out;
+  if (a.pauses == nullptr) {
+    out = co_await Exec(a, std::move(command), "", timeout, 4096);
+  } else {
+    // Paused time does not count: the scheduler keeps the agent's time and stops it once the agent phase's
+    // deadline (later by every pause) has passed; stopping cancels the exec, and the host kills the process.
+    using namespace asio::experimental::awaitable_operators;
+    auto raced =
+        co_await (Exec(a, std::move(command), "", a.AgentDeadline() - started, 4096, false) || StopAtAgentDeadline(a));
+    if (raced.index() == 1) {
+      const absl::Duration paused = a.PausedSince(started);
+      const bool episode = a.AgentDeadline() >= a.EpisodeDeadline();
+      ToProto(a.clock->Now() - started, a.result.mutable_timings()->mutable_agent());
+      co_return Failure{
+          v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT,
+          episode ? v1::EPISODE_PHASE_EPISODE : v1::EPISODE_PHASE_AGENT,
+          absl::StrCat("the agent ran past its ", episode ? "episode timeout" : "timeout", " (",
+                       absl::FormatDuration(episode ? a.EpisodeDeadline() - a.start - a.PausedSince(a.start) : timeout),
+                       paused > absl::ZeroDuration()
+                           ? absl::StrCat(", not counting ", absl::FormatDuration(paused), " paused")
+                           : "",
+                       ") and was killed")};
+    }
+    out = std::get<0>(std::move(raced));
+  }
+  ToProto(a.clock->Now() - started, a.result.mutable_timings()->mutable_agent());
+  if (!out.ok()) {
+    const bool start_failed = out.status().code() == absl::StatusCode::kNotFound ||
+                              out.status().code() == absl::StatusCode::kInvalidArgument ||
+                              out.status().code() == absl::StatusCode::kFailedPrecondition;
+    co_return a.FromStatus(out.status(), v1::EPISODE_PHASE_AGENT,
+                           start_failed ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA, "agent");
+  }
+  a.result.set_agent_output_tail(out->tail);
+  if (out->exit.timed_out()) {
+    co_return Failure{
+        v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
+        absl::StrCat("the agent ran past its timeout (", absl::FormatDuration(timeout), ") and was killed")};
+  }
+  if (out->exit.signal() == 0) a.result.set_agent_exit_code(out->exit.exit_code());
+  // The verifier decides, whatever the agent's exit code.
+  co_return co_await RunVerifier(a);
+}
+
+}  // namespace corral::scheduler

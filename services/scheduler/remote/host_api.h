@@ -1,0 +1,97 @@
+// A sandbox host as the scheduler's coroutines see it: the seam between the episode path and the cluster.
+// HostClient (host_client.h) implements it over gRPC; tests use FakeHost (testing/fake_host.h). Implementations
+// are thread-safe; every call ends by its deadline, and early when its episode is stopped (CallOptions.control).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "boost/asio/awaitable.hpp"
+#include "corral/v1/sandbox.pb.h"
+#include "services/scheduler/table/run_control.h"
+
+namespace corral::scheduler {
+
+// Where a call belongs: the episode that may stop it and the deadline it must finish by.
+struct CallOptions {
+  RunControl* control = nullptr;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct ExecOutcome {
+  v1::ExitStatus exit;
+  std::string output;       // stdout and stderr interleaved as they arrived, middle-elided at the limit
+  std::string tail;         // the last KiB
+  std::string stdout_tail;  // the last 4 KiB of stdout alone
+  bool exited = false;
+};
+
+// A process in a sandbox that outlives one tool call (ExecInteractive kept open): stdin written as calls come,
+// output read up to a marker the process prints after each call. The persistent bash and python tools.
+class InteractiveProcess {
+ public:
+  virtual ~InteractiveProcess() = default;
+  // Queues `data` for stdin.
+  virtual void Write(std::string data) = 0;
+  // Sends `signal` to the process group.
+  virtual void Signal(int signal) = 0;
+  // Ends the process.
+  virtual void Stop() = 0;
+
+  struct Output {
+    std::string text;     // everything before the marker (or everything read, when it did not come)
+    bool marked = false;  // the marker came
+    bool ended = false;   // the process exited or the stream broke
+  };
+  // Waits until `marker` appears in the output (consumed with everything before it), the process ends, or
+  // `deadline` passes.
+  virtual boost::asio::awaitable<Output> ReadUntil(const std::string& marker, absl::Time deadline) = 0;
+};
+
+class HostApi {
+ public:
+  virtual ~HostApi() = default;
+  virtual const std::string& address() const = 0;
+
+  virtual boost::asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostInfo(absl::Duration timeout) = 0;
+  // One sandbox; RESOURCE_EXHAUSTED naming the reason when the host rejected it (full).
+  virtual boost::asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> Create(const v1::SandboxSpec& spec,
+                                                                            CallOptions options) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> Get(const std::string& sandbox_id,
+                                                                  absl::Duration timeout) = 0;
+  virtual boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) = 0;
+  // Runs to the process's exit; the host enforces command.timeout (exit.timed_out). Output kept head + tail
+  // within `output_limit`.
+  virtual boost::asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(v1::ExecRequest request, size_t output_limit,
+                                                                   CallOptions options) = 0;
+  virtual boost::asio::awaitable<absl::Status> WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,
+                                                         CallOptions options) = 0;
+  // Kills every process of the sandbox (KillAllProcesses): how many ran.
+  virtual boost::asio::awaitable<absl::StatusOr<uint32_t>> KillAllProcesses(const std::string& sandbox_id,
+                                                                            CallOptions options) = 0;
+  // Removes `path` (a whole tree with `recursive`); OK when it did not exist.
+  virtual boost::asio::awaitable<absl::Status> Remove(const std::string& sandbox_id, const std::string& path,
+                                                      bool recursive, CallOptions options) = 0;
+  // A directory and its missing parents (an existing one is fine).
+  virtual boost::asio::awaitable<absl::Status> MakeDir(const std::string& sandbox_id, const std::string& path,
+                                                       CallOptions options) = 0;
+  // The file's first `max_bytes`; nullopt when it does not exist.
+  virtual boost::asio::awaitable<absl::StatusOr<std::optional<std::string>>> ReadFile(const std::string& sandbox_id,
+                                                                                      const std::string& path,
+                                                                                      size_t max_bytes,
+                                                                                      CallOptions options) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
+                                                                               CallOptions options) = 0;
+  // Has the host pull `ref` from its registry (PullImage); the image pulled.
+  virtual boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
+      v1::ExecRequest start) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(
+      v1::ListSandboxesRequest request, absl::Duration timeout) = 0;
+};
+
+}  // namespace corral::scheduler

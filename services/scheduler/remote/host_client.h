@@ -1,0 +1,53 @@
+// HostApi over gRPC: each call an awaitable over gRPC's callback API. Thread-safe (the stub is).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "boost/asio/awaitable.hpp"
+#include "corral/v1/sandbox.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "services/scheduler/remote/host_api.h"
+
+namespace corral::scheduler {
+
+class HostClient final : public HostApi {
+ public:
+  HostClient(std::string address, std::shared_ptr<grpc::Channel> channel, std::string token);
+  const std::string& address() const override { return address_; }
+
+  boost::asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostInfo(absl::Duration timeout) override;
+  boost::asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> Create(const v1::SandboxSpec& spec,
+                                                                    CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> Get(const std::string& sandbox_id,
+                                                          absl::Duration timeout) override;
+  boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) override;
+  boost::asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(v1::ExecRequest request, size_t output_limit,
+                                                           CallOptions options) override;
+  boost::asio::awaitable<absl::Status> WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,
+                                                 CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<uint32_t>> KillAllProcesses(const std::string& sandbox_id,
+                                                                    CallOptions options) override;
+  boost::asio::awaitable<absl::Status> Remove(const std::string& sandbox_id, const std::string& path, bool recursive,
+                                              CallOptions options) override;
+  boost::asio::awaitable<absl::Status> MakeDir(const std::string& sandbox_id, const std::string& path,
+                                               CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<std::optional<std::string>>> ReadFile(const std::string& sandbox_id,
+                                                                              const std::string& path, size_t max_bytes,
+                                                                              CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
+                                                                       CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
+      v1::ExecRequest start) override;
+  boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(v1::ListSandboxesRequest request,
+                                                                                  absl::Duration timeout) override;
+
+ private:
+  const std::string address_;
+  std::unique_ptr<v1::SandboxHost::Stub> stub_;
+  const std::string token_;
+};
+
+}  // namespace corral::scheduler

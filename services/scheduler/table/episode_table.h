@@ -1,0 +1,342 @@
+// The scheduler's state: batches, their episodes, the queue, and results until acknowledged. Plain C++ (no
+// gRPC, no I/O): it decides, and tells its EpisodeLog what must become durable. Every result is journaled before
+// a stream may send it (results become visible when the log confirms the write). Thread-safe (one mutex).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "corral/v1/scheduler.pb.h"
+#include "libs/core/clock.h"
+#include "services/scheduler/table/batch_state.h"
+#include "services/scheduler/table/retry_backoff.h"
+#include "services/scheduler/table/run_control.h"
+#include "services/scheduler/table/submission.h"
+
+namespace corral::scheduler {
+
+// What must become durable, in order. Implemented over SQLite (SchedulerJournal) and in memory in tests.
+// The table calls it while holding its lock: a `done` callback must run later (on the journal's writer thread),
+// never inside the call.
+class EpisodeLog {
+ public:
+  virtual ~EpisodeLog() = default;
+  // `done` runs once the batch (spec and tasks) is durable, or failed to be.
+  virtual void AddBatch(const v1::BatchSpec& spec, const std::string& digest, absl::Time create_time,
+                        const std::vector<std::shared_ptr<const v1::Task>>& tasks,
+                        std::function<void(absl::Status)> done) = 0;
+  // An attempt started (or was placed): what a restarted scheduler must clean up.
+  virtual void RunStarted(const std::string& episode_id, uint32_t attempt, uint32_t runs) = 0;
+  virtual void RunPlaced(const std::string& episode_id, const std::string& host, const std::string& sandbox_id,
+                         const std::string& env_id) = 0;
+  // The episode went back to the queue without a result (drain, retry).
+  virtual void RunEnded(const std::string& episode_id, uint32_t next_attempt) = 0;
+  // A final result; `done` once durable. The same seq again replaces the result (a group decision rewrites its
+  // results FILTERED, or redundant for a surplus group).
+  virtual void AddResult(uint64_t seq, const v1::EpisodeResult& result, bool redundant,
+                         std::function<void(absl::Status)> done) = 0;
+  // An undelivered result was withdrawn (too stale): the episode is queued again, at `attempt` after `runs` runs.
+  virtual void ResultWithdrawn(uint64_t seq, const std::string& episode_id, uint32_t attempt, uint32_t runs) = 0;
+  // Acknowledgements; `done` once durable (Ack replies only then: an acknowledged result never comes back).
+  virtual void Acked(const std::vector<std::string>& episode_ids, std::function<void(absl::Status)> done) = 0;
+  virtual void BatchCancelled(const std::string& batch_id) = 0;
+  // A stream's tasks from group index `first` on, and/or its input closed; `done` once durable.
+  virtual void TasksAppended(const std::string& batch_id, uint32_t first,
+                             const std::vector<std::shared_ptr<const v1::Task>>& tasks, bool close_input,
+                             std::function<void(absl::Status)> done) = 0;
+};
+
+// What a restarted scheduler reads back from its journal.
+struct Snapshot {
+  struct BatchRow {
+    v1::BatchSpec spec;
+    std::string digest;
+    absl::Time create_time;
+    bool cancelled = false;
+    bool input_closed = false;  // a stream's input was closed
+    std::vector<std::shared_ptr<const v1::Task>> tasks;
+  };
+  struct ResultRow {
+    uint64_t seq = 0;
+    std::string episode_id;
+    v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
+    std::optional<double> reward;
+    bool redundant = false;
+    bool acked = false;
+    std::string result;  // serialized EpisodeResult; empty once acked
+  };
+  struct RunRow {
+    std::string episode_id;
+    uint32_t attempt = 1;
+    uint32_t runs = 0;
+    bool running = false;  // the attempt was running when the journal last heard of it
+    std::string host, sandbox_id, env_id;
+  };
+  std::vector<BatchRow> batches;  // in submission order
+  std::vector<ResultRow> results;
+  std::vector<RunRow> runs;
+};
+
+// One episode ready to run, handed to the driver.
+struct EpisodeTicket {
+  v1::EpisodeIds ids;  // attempt set
+  std::shared_ptr<const v1::Task> task;
+  std::shared_ptr<RunControl> control;
+  std::string env_id;  // "<episode_id>:r<runs>": unique per run
+  absl::Time queued_since;
+  std::optional<absl::Time> batch_deadline;
+  uint32_t max_attempts = 1;
+};
+
+// What the table reports as it happens, for metrics. Called under the table's lock: must not call back into it.
+class TableObserver {
+ public:
+  virtual ~TableObserver() = default;
+  // A group was decided: "passed", "filtered", "dropped" or "surplus" (a group re-run for staleness counts again).
+  virtual void GroupDecided(const char* outcome) = 0;
+  // An episode runs again because its result was too stale.
+  virtual void StaleRerun() = 0;
+  // A result was first sent to a trainer, `staleness` policy versions behind the current one (its first version).
+  virtual void Delivered(int64_t staleness) = 0;
+};
+
+// Who hears of the table's changes. Neither hears what Restore replays.
+struct TableHooks {
+  // Called outside the lock after results become deliverable or batches end: wakes the result streams.
+  std::function<void()> on_change;
+  // Metrics; called under the lock.
+  TableObserver* observer = nullptr;
+};
+
+// What Finish decided.
+enum class FinishOutcome { kRecorded, kRetried, kRequeued, kDropped };
+
+class EpisodeTable {
+ public:
+  // Infra failures are retried after RetryDelay(`retry_backoff`, …): doubling per attempt, capped, jittered.
+  EpisodeTable(Clock* clock, EpisodeLog* log, SubmitLimits limits, int64_t max_pending, RetryBackoff retry_backoff = {},
+               TableHooks hooks = {});
+
+  // Restores state from a journal snapshot: ended episodes keep their results, everything else is queued
+  // (episodes that were running go back to the queue with their attempt number); then applies the journaled
+  // `policy_version` (SetPolicyVersion). Quiet: the hooks hear nothing of what it replays.
+  void Restore(const Snapshot& snapshot, int64_t policy_version = 0);
+
+  // Submit: the batch as validated (spec with defaults, effective tasks). Returns the existing batch when the
+  // digest matches (idempotent), ALREADY_EXISTS when it does not, RESOURCE_EXHAUSTED beyond max_pending.
+  // `done` is called once the batch is durable (or with the journal's error; then it was not added).
+  void Submit(v1::BatchSpec spec, const std::string& digest, std::vector<std::shared_ptr<const v1::Task>> tasks,
+              std::function<void(absl::StatusOr<v1::Batch>)> done);
+
+  // Streaming mode: appends `tasks` (effective, checked) to a stream's task list and/or closes its input. `done`
+  // once the journal has them (then they may open), with the batch; errors change nothing (FAILED_PRECONDITION
+  // when not a stream, closed, cancelled or an append is in flight; ALREADY_EXISTS for a task id it has;
+  // RESOURCE_EXHAUSTED beyond max_batch_tasks).
+  void Append(const std::string& batch_id, std::vector<std::shared_ptr<const v1::Task>> tasks, bool close_input,
+              std::function<void(absl::StatusOr<v1::Batch>)> done);
+
+  // With `task_stats`, Batch.task_stats too.
+  absl::StatusOr<v1::Batch> GetBatch(const std::string& batch_id, bool task_stats = false) const;
+  // Newest first.
+  absl::StatusOr<v1::ListBatchesResponse> ListBatches(const v1::ListBatchesRequest& request) const;
+
+  // The next queued episode to run (priority, then submission order), among those `eligible` accepts (the
+  // dispatcher passes what it can place now). Marks it running and journals the start.
+  std::optional<EpisodeTicket> StartNext(const std::function<bool(const v1::Task&)>& eligible);
+  bool HasQueued() const;
+  // The running episode was placed on `host` (sandbox_id may be empty for single_turn).
+  void Placed(const v1::EpisodeIds& ids, const std::string& host, const std::string& sandbox_id,
+              const std::string& env_id);
+  // The running attempt ended with `result` (status set). Infra failures with attempts left go back to the
+  // queue (kRetried); a run stopped for requeue goes back without an attempt (kRequeued); a redundant extra is
+  // dropped; anything else is recorded and delivered. Returns runs to stop (redundant extras of a completed
+  // group) through `stop`.
+  FinishOutcome Finish(const EpisodeTicket& ticket, v1::EpisodeResult result);
+
+  // Cancel by episode, group or batch id. Queued episodes end CANCELLED at once; running ones are stopped (their
+  // driver reports the CANCELLED result). Returns how many were queued or running.
+  absl::StatusOr<uint32_t> Cancel(const v1::CancelRequest& request);
+  // Ends queued episodes whose batch deadline passed (TIMEOUT, phase DEADLINE) and stops running ones.
+  void ExpireDeadlines();
+
+  // ---- asynchronous RL ----
+  // The policy version the inference servers now serve (UpdatePolicy; the journaled one at start). Opens
+  // admission (BatchSpec.step_groups) and withdraws undelivered results that became too stale (max_staleness):
+  // those episodes run again.
+  void SetPolicyVersion(int64_t version);
+
+  // Ack: all or nothing. NOT_FOUND for an unknown id, FAILED_PRECONDITION for an episode without a result.
+  // Applied at once (no stream sends them again); `durable` runs once the journal holds the acknowledgement
+  // (at once when nothing was newly acknowledged), with the count; never when the Ack is refused.
+  absl::StatusOr<uint32_t> Ack(const std::vector<std::string>& episode_ids,
+                               std::function<void(absl::Status, uint32_t)> durable = nullptr);
+
+  // Drain support: the running episodes (optionally only on `host`), to stop for requeue.
+  std::vector<std::shared_ptr<RunControl>> Running(const std::string& host) const;
+  size_t RunningCount(const std::string& host) const;
+  size_t QueuedCount() const;
+  // Queued episodes that will need a sandbox (what the warm pool must not take capacity from).
+  size_t QueuedNeedingSandbox() const;
+
+  // ---- result streams ----
+  // Committed, unacknowledged results at positions > after and not in `sent` (of `batch_id`, or all when empty),
+  // oldest policy version first, then by position; about `limit` (whole groups are not split). A result's
+  // position is its seq; with whole_groups, the position where its group was decided (results come group by
+  // group). Results of a batch that holds them (BatchSpec.group_filter, target_groups, GROUP_FAILURE_POLICY_DROP)
+  // wait for their group's decision.
+  struct Delivery {
+    uint64_t position = 0;
+    std::string result;  // serialized EpisodeResult
+    std::string episode_id;
+  };
+  struct DeliveryPage {
+    std::vector<Delivery> items;  // in delivery order
+    // The lowest position > after, not in `sent` and not among `items`, that has or may get a result to send
+    // (held, uncommitted, or left for the next page); UINT64_MAX when none. Every position below it is sent
+    // once `items` are.
+    uint64_t blocked_at = UINT64_MAX;
+  };
+  DeliveryPage Deliverable(const std::string& batch_id, uint64_t after, const std::set<uint64_t>& sent,
+                           bool whole_groups, size_t limit) const;
+  void MarkDelivered(const std::string& episode_id);
+  // True once `batch_id` has ended and every result with position <= `sent_upto` covers all its results.
+  bool StreamComplete(const std::string& batch_id, uint64_t sent_upto, bool whole_groups) const;
+  bool BatchExists(const std::string& batch_id) const;
+  // The highest position issued so far (cursors above it were not issued by this scheduler).
+  uint64_t LastPosition() const;
+  // Counts of one batch, or of every batch combined (batch_id ""), for progress messages; `version` changes
+  // whenever anything that would show in them does.
+  v1::Batch Progress(const std::string& batch_id, uint64_t* version) const;
+
+  // ---- the rollout inspector (read-only) ----
+  struct EpisodeRow {
+    std::string episode_id;
+    std::shared_ptr<const v1::Task> task;
+    uint32_t group_index = 0, index_in_group = 0, attempt = 1;
+    const char* state = "queued";  // "queued", "running", "ended", "unstarted" (a group target_groups left)
+    v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
+    std::optional<double> reward;
+    bool redundant = false;  // ended after its group completed: never delivered
+    bool acked = false;
+    std::string host;
+  };
+  // Every episode of the batch, group by group; NOT_FOUND for an unknown batch.
+  absl::StatusOr<std::vector<EpisodeRow>> Episodes(const std::string& batch_id) const;
+  // The serialized result of an episode whose result is committed and not yet acknowledged; NOT_FOUND for an
+  // unknown episode, FAILED_PRECONDITION while it has none, OUT_OF_RANGE once it was acknowledged (the journal
+  // keeps acknowledged results for result_retention).
+  absl::StatusOr<std::string> UnackedResult(const std::string& episode_id) const;
+
+  // Wakes the result streams without a change (their periodic progress messages).
+  void Poke() const { Changed(); }
+  // Committed results not yet acknowledged.
+  size_t AwaitingAck() const;
+
+ private:
+  using Batch = BatchState;
+  using Episode = BatchState::Episode;
+  using Group = BatchState::Group;
+  using State = EpisodeState;
+  struct QueueKey {
+    int64_t neg_priority;
+    uint64_t order;
+    uint32_t group, index;
+    auto operator<=>(const QueueKey&) const = default;
+  };
+
+  void RestoreLocked(const Snapshot& snapshot);
+  Batch* FindBatch(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Batch* FindBatch(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Enqueue(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Dequeue(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::EpisodeIds Ids(const Batch& b, uint32_t g, uint32_t i) const;
+  // Ends the episode with `result`: group accounting, redundancy, journal. Runs to stop are appended to `stop`.
+  void Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result,
+              std::vector<std::shared_ptr<RunControl>>* stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ---- groups (episode_table_groups.cc) ----
+  // Opens group g: its episodes are queued.
+  void Open(Batch& b, uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Extends the batch's task list (a stream's AppendTasks, or its restore): the new groups are unopened.
+  void AppendTasks(Batch& b, std::vector<std::shared_ptr<const v1::Task>> tasks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Dynamic sampling: opens groups until enough are in flight for target_groups at the pass rate seen so far; a
+  // stream: until groups_in_flight are.
+  void OpenMore(Batch& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Group g has group_size results (the last at `position`): drops its extras, applies the failure policy and
+  // the filter (results FILTERED), makes it deliverable; a dynamic batch then opens more groups or cancels the
+  // surplus.
+  void Decide(Batch& b, uint32_t g, uint64_t position, std::vector<std::shared_ptr<RunControl>>* stop)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An episode no longer wanted: dropped if queued (redundant, never delivered), stopped if running. False when
+  // it was neither (it has ended, or never opened).
+  bool Unwant(Batch& b, uint32_t g, uint32_t i, std::vector<std::shared_ptr<RunControl>>* stop)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // target_groups passed: the open groups are surplus, their ended results redundant and their runs stopped.
+  void CancelSurplus(Batch& b, std::vector<std::shared_ptr<RunControl>>* stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces an ended result (another status, or redundant: no longer counted) and journals it again under the
+  // same seq.
+  void Rewrite(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result, bool redundant)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The verdict on a group with group_size results: passed, FILTERED (results rewritten), or dropped.
+  void Judge(Batch& b, uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static std::optional<v1::EpisodeResult> Parsed(const Episode& e);
+  // Takes back an undelivered, too stale result: uncounted, journal row deleted, the episode queued again.
+  void Withdraw(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A FINISHED result whose first policy version is older than max_staleness allows now.
+  bool TooStale(const Batch& b, const v1::EpisodeResult& result) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Staleness admission: group g may start (already started, or (k + 1 + version - base) x step_groups allow).
+  bool Admitted(const Batch& b, uint32_t g) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A group's state after a restart, from its results' statuses.
+  void RestoreDecision(Batch& b, uint32_t g, uint64_t position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A result for an episode that never ran (cancelled or expired while queued).
+  v1::EpisodeResult QueuedResult(const Batch& b, uint32_t g, uint32_t i, v1::EpisodeStatus status,
+                                 v1::EpisodePhase phase, const std::string& message) const;
+  void Touch(Batch& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Batch Describe(const Batch& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Committed(const std::string& batch_id, uint32_t g, uint32_t i, uint64_t seq);
+  // Journals the episode's current result (AddResult), counting the write in flight.
+  void Journal(Batch& b, uint32_t g, uint32_t i, const v1::EpisodeResult& result, bool redundant)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Changed() const;
+  // The observer, or null while Restore replays.
+  TableObserver* observer() const { return restoring_ ? nullptr : hooks_.observer; }
+
+  Clock* const clock_;
+  EpisodeLog* const log_;
+  const SubmitLimits limits_;
+  const int64_t max_pending_;
+  const RetryBackoff retry_backoff_;
+  const TableHooks hooks_;
+  std::atomic<bool> restoring_{false};  // Restore runs: the hooks are quiet
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Batch> batches_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> submitting_ ABSL_GUARDED_BY(mu_);  // batch ids whose journal write is in flight
+  std::set<std::string> appending_ ABSL_GUARDED_BY(mu_);   // streams whose AppendTasks write is in flight
+  uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // queued + running episodes
+  size_t queued_sandbox_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<QueueKey, std::string> queue_ ABSL_GUARDED_BY(mu_);  // -> batch id
+  // Committed, unacknowledged results by position (the group-completion position for whole-group readers is
+  // kept per batch): seq -> (batch id, group, index).
+  struct Where {
+    std::string batch_id;
+    uint32_t group, index;
+  };
+  std::map<uint64_t, Where> unacked_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Where> group_completions_ ABSL_GUARDED_BY(mu_);  // position -> the group that completed there
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t policy_version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace corral::scheduler

@@ -1,0 +1,83 @@
+#include "services/scheduler/table/harnesses.h"
+
+#include <array>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace corral::scheduler {
+namespace {
+
+// The instruction as one argument: the variable, or the file when the text was too large for it.
+#define CORRAL_INSTRUCTION_ARG "\"${CORRAL_INSTRUCTION:-$(cat \"$CORRAL_INSTRUCTION_FILE\")}\""
+
+constexpr std::array<Harness, 3> kHarnesses = {{
+    {"claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude", "Anthropic Messages",
+     // The base URL without /v1 (the SDK adds it); the env token as the API key (sent as x-api-key); every model
+     // alias (its "small fast" model too) the session's model. IS_SANDBOX lets it skip permissions as root.
+     "export ANTHROPIC_BASE_URL=\"${OPENAI_BASE_URL%/v1}\" ANTHROPIC_API_KEY=\"$OPENAI_API_KEY\"\n"
+     "export ANTHROPIC_MODEL=\"$OPENAI_MODEL\" ANTHROPIC_DEFAULT_HAIKU_MODEL=\"$OPENAI_MODEL\"\n"
+     "export ANTHROPIC_DEFAULT_SONNET_MODEL=\"$OPENAI_MODEL\" ANTHROPIC_DEFAULT_OPUS_MODEL=\"$OPENAI_MODEL\"\n"
+     "export IS_SANDBOX=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1\n"
+     "export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n"
+     "exec claude -p " CORRAL_INSTRUCTION_ARG " --dangerously-skip-permissions --output-format text\n"},
+    {"codex", "@openai/codex", "0.169.0", "codex", "OpenAI Responses",
+     // A model provider of its own (Codex speaks only the Responses API to custom providers), its approvals and
+     // its own sandbox off (the episode's sandbox is the boundary).
+     "export CODEX_HOME=\"${CODEX_HOME:-$HOME/.codex}\"\n"
+     "mkdir -p \"$CODEX_HOME\"\n"
+     "cat > \"$CODEX_HOME/config.toml\" <<CORRAL_EOF\n"
+     "model = \"$OPENAI_MODEL\"\n"
+     "model_provider = \"corral\"\n"
+     "[model_providers.corral]\n"
+     "name = \"corral\"\n"
+     "base_url = \"$OPENAI_BASE_URL\"\n"
+     "env_key = \"OPENAI_API_KEY\"\n"
+     "wire_api = \"responses\"\n"
+     "CORRAL_EOF\n"
+     "exec codex exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox " CORRAL_INSTRUCTION_ARG "\n"},
+    {"opencode", "opencode-ai", "1.18.33", "opencode", "OpenAI chat completions",
+     // An OpenAI-compatible provider (bundled with OpenCode) at the proxy; no updates, no sharing.
+     "mkdir -p \"$HOME/.config/opencode\"\n"
+     "cat > \"$HOME/.config/opencode/opencode.json\" <<CORRAL_EOF\n"
+     "{\"autoupdate\": false, \"share\": \"disabled\", \"model\": \"corral/$OPENAI_MODEL\",\n"
+     " \"provider\": {\"corral\": {\"npm\": \"@ai-sdk/openai-compatible\", \"name\": \"Corral\",\n"
+     "   \"options\": {\"baseURL\": \"$OPENAI_BASE_URL\", \"apiKey\": \"{env:OPENAI_API_KEY}\"},\n"
+     "   \"models\": {\"$OPENAI_MODEL\": {}}}}}\n"
+     "CORRAL_EOF\n"
+     "export OPENCODE_DISABLE_AUTOUPDATE=1\n"
+     "exec opencode run " CORRAL_INSTRUCTION_ARG "\n"},
+}};
+
+#undef CORRAL_INSTRUCTION_ARG
+
+}  // namespace
+
+std::span<const Harness> Harnesses() { return kHarnesses; }
+
+const Harness* FindHarness(absl::string_view name) {
+  std::pair<absl::string_view, absl::string_view> nv = absl::StrSplit(name, absl::MaxSplits('@', 1));
+  for (const Harness& h : kHarnesses) {
+    if (h.name == nv.first && (nv.second.empty() || nv.second == h.version)) return &h;
+  }
+  return nullptr;
+}
+
+std::string HarnessNames() {
+  return absl::StrJoin(kHarnesses, ", ", [](std::string* out, const Harness& h) { absl::StrAppend(out, h.name); });
+}
+
+std::vector<std::string> HarnessArgv(const Harness& h) {
+  const std::string dir =
+      absl::StrCat("${CORRAL_HARNESS_ROOT:-", kHarnessRoot, "}/", h.name, "@", h.version, "/node_modules/.bin");
+  std::string script =
+      absl::StrCat("if [ -d \"", dir, "\" ]; then export PATH=\"", dir, ":$PATH\"; fi\n", "if ! command -v ", h.program,
+                   " >/dev/null; then\n", "  echo \"corral: the harness ", h.name, " ", h.version,
+                   " is not installed here: run 'corral harness install ", h.name,
+                   "' on the host, or use an image or template with ", h.program, " on its PATH\" >&2\n",
+                   "  exit 127\n", "fi\n", h.launch);
+  return {"bash", "-c", std::move(script)};
+}
+
+}  // namespace corral::scheduler

@@ -1,0 +1,459 @@
+#include "services/scheduler/table/submission.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "boost/json.hpp"
+#include "libs/api/ids.h"
+#include "libs/api/proto_digest.h"
+#include "libs/api/proto_time.h"
+#include "re2/re2.h"
+#include "services/scheduler/table/harnesses.h"
+
+namespace corral::scheduler {
+namespace {
+
+namespace pb = google::protobuf;
+
+absl::Status Bad(const v1::Task& task, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("task '", task.id(), "': ", what));
+}
+
+bool IsJsonObject(const std::string& text) {
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(text, ec);
+  return !ec && v.is_object();
+}
+
+bool IsFunctionName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// Batch overrides onto a task: set scalars replace, messages merge field by field, non-empty repeated and map
+// fields replace the task's. Fields are matched by name (TaskOverrides mirrors Task's names).
+void OverrideMerge(const pb::Message& from, pb::Message* to) {
+  const pb::Reflection* fr = from.GetReflection();
+  const pb::Reflection* tr = to->GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  fr->ListFields(from, &fields);
+  for (const pb::FieldDescriptor* f : fields) {
+    const pb::FieldDescriptor* t = to->GetDescriptor()->FindFieldByName(f->name());
+    if (t == nullptr) continue;
+    if (f->is_repeated()) {
+      tr->ClearField(to, t);
+      for (int i = 0; i < fr->FieldSize(from, f); ++i) {
+        if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+          tr->AddMessage(to, t)->CopyFrom(fr->GetRepeatedMessage(from, f, i));
+        } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING) {
+          tr->AddString(to, t, fr->GetRepeatedString(from, f, i));
+        } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT32) {
+          tr->AddUInt32(to, t, fr->GetRepeatedUInt32(from, f, i));
+        } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE) {
+          tr->AddDouble(to, t, fr->GetRepeatedDouble(from, f, i));
+        }
+      }
+    } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      const pb::Message& sub = fr->GetMessage(from, f);
+      // Well-known leaf messages (Duration, Timestamp) are values: replace them whole.
+      if (sub.GetDescriptor()->file()->package() == "google.protobuf") {
+        tr->MutableMessage(to, t)->CopyFrom(sub);
+      } else {
+        OverrideMerge(sub, tr->MutableMessage(to, t));
+      }
+    } else {
+      switch (f->cpp_type()) {
+        case pb::FieldDescriptor::CPPTYPE_INT32: tr->SetInt32(to, t, fr->GetInt32(from, f)); break;
+        case pb::FieldDescriptor::CPPTYPE_INT64: tr->SetInt64(to, t, fr->GetInt64(from, f)); break;
+        case pb::FieldDescriptor::CPPTYPE_UINT32: tr->SetUInt32(to, t, fr->GetUInt32(from, f)); break;
+        case pb::FieldDescriptor::CPPTYPE_UINT64: tr->SetUInt64(to, t, fr->GetUInt64(from, f)); break;
+        case pb::FieldDescriptor::CPPTYPE_DOUBLE: tr->SetDouble(to, t, fr->GetDouble(from, f)); break;
+        case pb::FieldDescriptor::CPPTYPE_FLOAT: tr->SetFloat(to, t, fr->GetFloat(from, f)); break;
+        case pb::FieldDescriptor::CPPTYPE_BOOL: tr->SetBool(to, t, fr->GetBool(from, f)); break;
+        case pb::FieldDescriptor::CPPTYPE_ENUM: tr->SetEnumValue(to, t, fr->GetEnumValue(from, f)); break;
+        case pb::FieldDescriptor::CPPTYPE_STRING: tr->SetString(to, t, fr->GetString(from, f)); break;
+        default: break;
+      }
+    }
+  }
+}
+
+absl::Status CheckCommand(const v1::Task& task, const std::string& field, const v1::Command& c) {
+  if (c.argv().empty() || c.argv(0).empty()) return Bad(task, absl::StrCat(field, ".argv must not be empty"));
+  for (const auto& [k, v] : c.env()) {
+    if (!IsValidEnvName(k)) return Bad(task, absl::StrCat(field, ".env: '", k, "' is not a variable name"));
+  }
+  if (c.has_timeout() && FromProto(c.timeout()) <= absl::ZeroDuration()) {
+    return Bad(task, absl::StrCat(field, ".timeout must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+// The agent: a command, or an installed harness by name (whose command.env still applies).
+absl::Status CheckAgent(const v1::Task& task) {
+  const v1::AgentSpec& agent = task.agent();
+  if (agent.harness().empty()) {
+    if (agent.command().argv().empty()) {
+      return Bad(task, "the agent runner needs agent.command.argv or agent.harness");
+    }
+    return CheckCommand(task, "agent.command", agent.command());
+  }
+  if (FindHarness(agent.harness()) == nullptr) {
+    return Bad(task, absl::StrCat("agent.harness '", agent.harness(), "' is not a known harness (", HarnessNames(),
+                                  ", optionally @ their pinned version)"));
+  }
+  if (!agent.command().argv().empty()) {
+    return Bad(task, "agent.harness and agent.command.argv exclude each other (command.env may go with a harness)");
+  }
+  for (const auto& [k, v] : agent.command().env()) {
+    if (!IsValidEnvName(k)) return Bad(task, absl::StrCat("agent.command.env: '", k, "' is not a variable name"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFiles(const v1::Task& task, const std::string& field,
+                        const pb::RepeatedPtrField<v1::InlineFile>& files) {
+  for (int i = 0; i < files.size(); ++i) {
+    const std::string& p = files[i].path();
+    if (p.empty() || absl::StrContains(p, '\0') || p.size() > 4096) {
+      return Bad(task, absl::StrCat(field, "[", i, "].path must be a sandbox path"));
+    }
+    for (absl::string_view part : absl::StrSplit(p, '/')) {
+      if (part == "..") return Bad(task, absl::StrCat(field, "[", i, "].path must not contain '..'"));
+    }
+    if (files[i].permissions() > 07777) return Bad(task, absl::StrCat(field, "[", i, "].permissions above 07777"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTools(const v1::Task& task) {
+  const auto& tools = task.tool_loop().tools();
+  if (tools.empty()) return Bad(task, "tool_loop.tools must not be empty for the tool_loop runner");
+  std::set<std::string> names;
+  for (int i = 0; i < tools.size(); ++i) {
+    const v1::ToolSpec& t = tools[i];
+    const std::string field = absl::StrCat("tool_loop.tools[", i, "]");
+    if (!IsFunctionName(t.name()))
+      return Bad(task, absl::StrCat(field, ".name must be 1-64 characters of [A-Za-z0-9_-]"));
+    if (!names.insert(t.name()).second) return Bad(task, absl::StrCat(field, ".name '", t.name(), "' is used twice"));
+    if (t.kind() == v1::TOOL_KIND_UNSPECIFIED || !v1::ToolKind_IsValid(t.kind())) {
+      return Bad(task, absl::StrCat(field, ".kind is required"));
+    }
+    if (!t.parameters_json().empty() && !IsJsonObject(t.parameters_json())) {
+      return Bad(task, absl::StrCat(field, ".parameters_json must be a JSON object (a JSON Schema)"));
+    }
+    if (t.kind() == v1::TOOL_KIND_COMMAND) {
+      if (!t.has_command()) return Bad(task, absl::StrCat(field, ".command is required for kind COMMAND"));
+      if (absl::Status s = CheckCommand(task, field + ".command", t.command()); !s.ok()) return s;
+      if (t.description().empty() || t.parameters_json().empty()) {
+        return Bad(task, absl::StrCat(field, ": kind COMMAND needs description and parameters_json"));
+      }
+    }
+    if (t.persistent() && t.kind() != v1::TOOL_KIND_BASH &&
+        !(t.kind() == v1::TOOL_KIND_CODE_INTERPRETER &&
+          (t.language().empty() || t.language() == "python" || t.language() == "python3"))) {
+      return Bad(task, absl::StrCat(field, ".persistent is for bash and python code_interpreter tools"));
+    }
+    if (!t.language().empty() && !IsFunctionName(t.language())) {
+      return Bad(task, absl::StrCat(field, ".language must be an interpreter name like python"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckReward(const v1::Task& task) {
+  const v1::RewardSpec& r = task.reward();
+  switch (r.function()) {
+    case v1::REWARD_FUNCTION_VERIFIER:
+      if (!task.has_verifier()) return Bad(task, "verifier is required for the VERIFIER reward");
+      return absl::OkStatus();
+    case v1::REWARD_FUNCTION_REGEX: {
+      if (r.pattern().empty()) return Bad(task, "reward.pattern is required for the REGEX reward");
+      RE2 re(r.pattern(), RE2::Quiet);
+      if (!re.ok()) return Bad(task, absl::StrCat("reward.pattern does not compile: ", re.error()));
+      break;
+    }
+    case v1::REWARD_FUNCTION_NUMERIC:
+    case v1::REWARD_FUNCTION_GSM8K: {
+      double x;
+      std::string answer(absl::StripAsciiWhitespace(task.answer()));
+      answer.erase(std::remove_if(answer.begin(), answer.end(), [](char c) { return c == ',' || c == '$'; }),
+                   answer.end());
+      if (!absl::SimpleAtod(answer, &x)) return Bad(task, "answer must be a number for the NUMERIC and GSM8K rewards");
+      break;
+    }
+    default: break;
+  }
+  if (r.tolerance() < 0) return Bad(task, "reward.tolerance must not be negative");
+  return absl::OkStatus();
+}
+
+absl::Status CheckTimeouts(const v1::Task& task) {
+  const v1::PhaseTimeouts& t = task.timeouts();
+  const std::pair<const char*, const pb::Duration*> all[] = {{"acquire", &t.acquire()},   {"setup", &t.setup()},
+                                                             {"agent", &t.agent()},       {"tool", &t.tool()},
+                                                             {"verifier", &t.verifier()}, {"episode", &t.episode()}};
+  for (const auto& [name, d] : all) {
+    if (FromProto(*d) < absl::ZeroDuration())
+      return Bad(task, absl::StrCat("timeouts.", name, " must not be negative"));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+absl::Status ValidateSpec(const v1::BatchSpec& spec, absl::Time now, const SubmitLimits& limits) {
+  if (!spec.batch_id().empty()) {
+    if (!IsValidId(spec.batch_id()) || spec.batch_id().size() > kMaxBatchIdLength) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.batch_id must be 1-", kMaxBatchIdLength, " characters of [A-Za-z0-9_:-]"));
+    }
+  }
+  const int64_t group = std::max<uint32_t>(spec.group_size(), 1);
+  if (group + spec.redundancy() > limits.max_group_size) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.group_size + spec.redundancy is ", group + spec.redundancy(),
+                                                   "; at most ", limits.max_group_size, " (max_group_size)"));
+  }
+  if (spec.max_attempts() > 100) return absl::InvalidArgumentError("spec.max_attempts must be at most 100");
+  for (const auto& [k, v] : spec.labels()) {
+    if (!IsValidLabelKey(k))
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.labels: key '", k, "' must be 1-63 characters of [a-z0-9_./-]"));
+    if (v.size() > 256) return absl::InvalidArgumentError(absl::StrCat("spec.labels['", k, "'] is longer than 256"));
+  }
+  if (spec.has_deadline() && FromProto(spec.deadline()) <= now) {
+    return absl::InvalidArgumentError("spec.deadline is in the past");
+  }
+  return ValidateAsyncSpec(spec);
+}
+
+absl::Status ValidateAsyncSpec(const v1::BatchSpec& spec) {
+  if (spec.has_max_staleness() && spec.max_staleness() > 1'000'000) {
+    return absl::InvalidArgumentError("spec.max_staleness must be at most 1000000");
+  }
+  if (spec.step_groups() > 0 && !spec.has_max_staleness()) {
+    return absl::InvalidArgumentError("spec.step_groups needs spec.max_staleness (it is the staleness admission rule)");
+  }
+  if (spec.max_groups() > 0 && spec.target_groups() == 0) {
+    return absl::InvalidArgumentError("spec.max_groups needs spec.target_groups (it is dynamic sampling's budget)");
+  }
+  if (spec.max_groups() > 0 && spec.max_groups() < spec.target_groups()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.max_groups (", spec.max_groups(), ") must be at least spec.target_groups (", spec.target_groups(), ")"));
+  }
+  if (spec.groups_in_flight() > 0 && spec.target_groups() > 0) {
+    return absl::InvalidArgumentError("spec.groups_in_flight (a stream) and spec.target_groups cannot be combined");
+  }
+  if (!v1::GroupFailurePolicy_IsValid(spec.group_failure_policy())) {
+    return absl::InvalidArgumentError("spec.group_failure_policy is not a known policy");
+  }
+  const v1::GroupFilter& f = spec.group_filter();
+  for (const auto& [name, set, value] :
+       {std::tuple("min_reward_std", f.has_min_reward_std(), f.min_reward_std()),
+        std::tuple("max_reward_std", f.has_max_reward_std(), f.max_reward_std()),
+        std::tuple("min_mean_reward", f.has_min_mean_reward(), f.min_mean_reward()),
+        std::tuple("max_mean_reward", f.has_max_mean_reward(), f.max_mean_reward()),
+        std::tuple("min_reward_range", f.has_min_reward_range(), f.min_reward_range())}) {
+    if (set && !std::isfinite(value)) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.group_filter.", name, " must be a finite number"));
+    }
+  }
+  if (f.has_min_reward_std() && f.has_max_reward_std() && f.min_reward_std() > f.max_reward_std()) {
+    return absl::InvalidArgumentError("spec.group_filter: min_reward_std is above max_reward_std");
+  }
+  if (f.has_min_mean_reward() && f.has_max_mean_reward() && f.min_mean_reward() > f.max_mean_reward()) {
+    return absl::InvalidArgumentError("spec.group_filter: min_mean_reward is above max_mean_reward");
+  }
+  return absl::OkStatus();
+}
+
+v1::BatchSpec WithDefaults(v1::BatchSpec spec, const SubmitLimits& limits, uint64_t random_seed) {
+  if (spec.group_size() == 0) spec.set_group_size(1);
+  if (spec.max_attempts() == 0) spec.set_max_attempts(static_cast<uint32_t>(limits.default_max_attempts));
+  if (!spec.has_seed()) spec.set_seed(random_seed);
+  return spec;
+}
+
+absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::TaskOverrides& overrides,
+                                       v1::Runner default_runner) {
+  v1::Task task = submitted;
+  OverrideMerge(overrides, &task);
+  if (!IsValidId(task.id())) return Bad(task, "id must be 1-128 characters of [A-Za-z0-9_:-]");
+  if (task.prompt().empty() == task.messages().empty()) {
+    return Bad(task, "exactly one of prompt and messages is required");
+  }
+  for (int i = 0; i < task.messages_size(); ++i) {
+    const std::string& role = task.messages(i).role();
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool") {
+      return Bad(task, absl::StrCat("messages[", i, "].role must be system, developer, user, assistant or tool"));
+    }
+  }
+  if (task.runner() == v1::RUNNER_UNSPECIFIED) task.set_runner(default_runner);
+  if (!v1::Runner_IsValid(task.runner())) return Bad(task, "runner is not a known runner");
+  if (!task.llm().params_json().empty()) {
+    if (!IsJsonObject(task.llm().params_json())) return Bad(task, "llm.params_json must be a JSON object");
+    boost::json::object params = boost::json::parse(task.llm().params_json()).as_object();
+    for (const char* reserved : {"messages", "prompt", "tools", "stream"}) {
+      if (params.contains(reserved))
+        return Bad(task, absl::StrCat("llm.params_json must not set '", reserved, "' (the runner does)"));
+    }
+  }
+  if (!task.metadata_json().empty() && !IsJsonObject(task.metadata_json())) {
+    return Bad(task, "metadata_json must be a JSON object");
+  }
+  if (absl::Status s = CheckTimeouts(task); !s.ok()) return s;
+  const v1::EnvironmentSpec& env = task.environment();
+  if (absl::Status s = CheckFiles(task, "environment.setup_files", env.setup_files()); !s.ok()) return s;
+  if (absl::Status s = CheckFiles(task, "environment.files", env.files()); !s.ok()) return s;
+  if (absl::Status s = CheckFiles(task, "verifier.files", task.verifier().files()); !s.ok()) return s;
+  for (int i = 0; i < env.setup_commands_size(); ++i) {
+    if (absl::Status s = CheckCommand(task, absl::StrCat("environment.setup_commands[", i, "]"), env.setup_commands(i));
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (const auto& [k, v] : env.env()) {
+    if (!IsValidEnvName(k)) return Bad(task, absl::StrCat("environment.env: '", k, "' is not a variable name"));
+  }
+  for (const auto& p : env.task_paths()) {
+    if (p.empty() || p[0] != '/' || p == "/") return Bad(task, "environment.task_paths must be absolute paths below /");
+  }
+  if (!env.image().empty()) {
+    if (env.image().size() > 512 || absl::c_any_of(env.image(), [](char c) { return c <= ' ' || c == 0x7f; })) {
+      return Bad(task, "environment.image must be an image name or digest (no spaces, at most 512 characters)");
+    }
+  }
+  switch (task.runner()) {
+    case v1::RUNNER_SINGLE_TURN:
+      if (absl::Status s = CheckReward(task); !s.ok()) return s;
+      break;
+    case v1::RUNNER_TOOL_LOOP:
+      if (absl::Status s = CheckTools(task); !s.ok()) return s;
+      if (absl::Status s = CheckReward(task); !s.ok()) return s;
+      break;
+    case v1::RUNNER_AGENT:
+      if (absl::Status s = CheckAgent(task); !s.ok()) return s;
+      if (!task.has_verifier()) return Bad(task, "verifier is required for the agent runner");
+      break;
+    default: return Bad(task, "runner is not a known runner");
+  }
+  if (task.has_verifier() && !task.verifier().command().argv().empty()) {
+    if (absl::Status s = CheckCommand(task, "verifier.command", task.verifier().command()); !s.ok()) return s;
+  }
+  return task;
+}
+
+std::string BatchDigest(const v1::BatchSpec& submitted, const std::vector<v1::Task>& tasks) {
+  // Length-prefixed messages, so no two different batches serialize to the same bytes.
+  std::string bytes;
+  auto add = [&](const std::string& m) {
+    absl::StrAppend(&bytes, m.size(), ":");
+    bytes += m;
+  };
+  add(DeterministicBytes(submitted));
+  for (const auto& t : tasks) add(DeterministicBytes(t));
+  return Sha256Hex(bytes);
+}
+
+uint64_t EpisodeSeed(uint64_t batch_seed, uint32_t group_index, uint32_t index_in_group) {
+  return Mix(Mix(batch_seed) ^ ((static_cast<uint64_t>(group_index) << 32) | index_in_group));
+}
+
+std::string GroupId(const std::string& batch_id, uint32_t group_index) {
+  return absl::StrCat(batch_id, ":g", group_index);
+}
+
+std::string EnvId(const std::string& episode_id, uint32_t run) { return absl::StrCat(episode_id, ":r", run); }
+
+std::string EpisodeId(const std::string& batch_id, uint32_t group_index, uint32_t index_in_group) {
+  return absl::StrCat(batch_id, ":g", group_index, ":e", index_in_group);
+}
+
+namespace {
+// Splits off the last ":<prefix><number>" of `id`.
+bool SplitSuffix(absl::string_view& id, char prefix, uint32_t* n) {
+  const size_t colon = id.rfind(':');
+  if (colon == absl::string_view::npos || colon + 2 > id.size() || id[colon + 1] != prefix) return false;
+  // Canonical decimal only ("e1", never "e01", "e+1" or "e 1"): one episode has one id.
+  const absl::string_view digits = id.substr(colon + 2);
+  if (digits.size() > 9 || (digits.size() > 1 && digits[0] == '0')) return false;
+  for (char c : digits) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  if (!absl::SimpleAtoi(digits, n)) return false;
+  id = id.substr(0, colon);
+  return !id.empty();
+}
+}  // namespace
+
+absl::StatusOr<EpisodeRef> ParseEpisodeId(const std::string& id, const char* field) {
+  absl::string_view rest = id;
+  EpisodeRef ref;
+  if (!SplitSuffix(rest, 'e', &ref.index_in_group) || !SplitSuffix(rest, 'g', &ref.group_index)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " '", id, "' is not an episode id (<batch_id>:g<N>:e<M>)"));
+  }
+  ref.batch_id = std::string(rest);
+  return ref;
+}
+
+absl::StatusOr<EpisodeRef> ParseGroupId(const std::string& id, const char* field) {
+  absl::string_view rest = id;
+  EpisodeRef ref;
+  if (!SplitSuffix(rest, 'g', &ref.group_index)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " '", id, "' is not a group id (<batch_id>:g<N>)"));
+  }
+  ref.batch_id = std::string(rest);
+  return ref;
+}
+
+std::string TemplateKey(const v1::EnvironmentSpec& environment) {
+  if (environment.setup_files().empty() && environment.setup_commands().empty()) return "";
+  v1::EnvironmentSpec setup;
+  *setup.mutable_setup_files() = environment.setup_files();
+  *setup.mutable_setup_commands() = environment.setup_commands();
+  setup.set_setup_network_policy(environment.setup_network_policy());
+  setup.set_image(environment.image());  // a template on an image is a layer over that image
+  return absl::StrCat("sha256-", Sha256Hex(DeterministicBytes(setup), 20));
+}
+
+const char* RunnerName(v1::Runner runner) {
+  switch (runner) {
+    case v1::RUNNER_SINGLE_TURN: return "single_turn";
+    case v1::RUNNER_TOOL_LOOP: return "tool_loop";
+    case v1::RUNNER_AGENT: return "agent";
+    default: return "unspecified";
+  }
+}
+
+v1::Runner ParseRunner(const std::string& name) {
+  if (name == "single_turn") return v1::RUNNER_SINGLE_TURN;
+  if (name == "tool_loop") return v1::RUNNER_TOOL_LOOP;
+  if (name == "agent") return v1::RUNNER_AGENT;
+  return v1::RUNNER_UNSPECIFIED;
+}
+
+bool NeedsSandbox(const v1::Task& task) {
+  return task.runner() != v1::RUNNER_SINGLE_TURN || task.reward().function() == v1::REWARD_FUNCTION_VERIFIER;
+}
+
+}  // namespace corral::scheduler
