@@ -1,60 +1,47 @@
 #include "libs/http/url.h"
 
+#include <string_view>
+
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "boost/url/parse.hpp"
+#include "boost/url/pct_string_view.hpp"
+#include "boost/url/url_view.hpp"
 #include "libs/core/host_port.h"
 
 namespace corral::http {
 namespace {
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
+namespace urls = boost::urls;
+
+std::string_view View(absl::string_view s) { return std::string_view(s.data(), s.size()); }
+absl::string_view AbslView(urls::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 }  // namespace
 
 absl::StatusOr<std::string> PercentDecode(absl::string_view s, bool plus_is_space) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%') {
-      const int hi = i + 2 < s.size() ? HexValue(s[i + 1]) : -1;
-      const int lo = i + 2 < s.size() ? HexValue(s[i + 2]) : -1;
-      if (hi < 0 || lo < 0) return absl::InvalidArgumentError(absl::StrCat("malformed %-escape at offset ", i));
-      out.push_back(static_cast<char>(hi * 16 + lo));
-      i += 2;
-    } else if (s[i] == '+' && plus_is_space) {
-      out.push_back(' ');
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
+  urls::result<urls::pct_string_view> pct = urls::make_pct_string_view(View(s));
+  if (!pct) return absl::InvalidArgumentError(absl::StrCat("malformed %-escape in '", s, "'"));
+  urls::encoding_opts options;
+  options.space_as_plus = plus_is_space;
+  return pct->decode(options);
 }
 
 absl::StatusOr<Target> ParseTarget(absl::string_view target) {
-  if (target.empty() || target[0] != '/') return absl::InvalidArgumentError("the request target must start with '/'");
-  const size_t hash = target.find('#');
-  if (hash != absl::string_view::npos) target = target.substr(0, hash);
-  const size_t q = target.find('?');
+  target = target.substr(0, target.find('#'));  // a fragment is not the server's
+  urls::result<urls::url_view> parsed = urls::parse_origin_form(View(target));
+  if (!parsed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request target '", target, "' is not /path[?query]: ", parsed.error().message()));
+  }
   Target out;
-  auto path = PercentDecode(target.substr(0, q), /*plus_is_space=*/false);
-  if (!path.ok()) return path.status();
-  out.path = *std::move(path);
-  if (q == absl::string_view::npos) return out;
-  for (absl::string_view pair : absl::StrSplit(target.substr(q + 1), '&', absl::SkipEmpty())) {
-    const size_t eq = pair.find('=');
-    auto key = PercentDecode(pair.substr(0, eq), true);
-    if (!key.ok()) return key.status();
-    auto value =
-        eq == absl::string_view::npos ? absl::StatusOr<std::string>("") : PercentDecode(pair.substr(eq + 1), true);
-    if (!value.ok()) return value.status();
-    out.query[*std::move(key)] = *std::move(value);
+  out.path = parsed->path();
+  urls::encoding_opts options;
+  options.space_as_plus = true;
+  for (const urls::param& p : parsed->params(options)) {
+    if (p.key.empty() && !p.has_value) continue;  // "a&&b"
+    out.query[p.key] = p.value;
   }
   return out;
 }
@@ -66,28 +53,29 @@ std::string Url::authority() const { return JoinHostPort(host, port); }
 std::string Url::ToString() const { return absl::StrCat(tls ? "https://" : "http://", authority(), target); }
 
 absl::StatusOr<Url> ParseUrl(absl::string_view text) {
-  Url url;
-  absl::string_view rest = text;
-  if (absl::ConsumePrefix(&rest, "https://")) {
-    url.tls = true;
-  } else if (!absl::ConsumePrefix(&rest, "http://")) {
+  urls::result<urls::url_view> parsed = urls::parse_uri(View(text));
+  if (!parsed || (parsed->scheme_id() != urls::scheme::http && parsed->scheme_id() != urls::scheme::https)) {
     return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not an http(s) URL"));
   }
-  const size_t path = rest.find_first_of("/?#");
-  const std::string authority(rest.substr(0, path));
-  absl::string_view target = path == absl::string_view::npos ? "" : rest.substr(path);
-  target = target.substr(0, target.find('#'));  // a fragment is not sent
-  url.target = absl::StartsWith(target, "/") ? std::string(target) : absl::StrCat("/", target);
-  // host:port, [v6]:port, or a host alone (the scheme's port).
-  // A port is named when a ':' follows the host (after the brackets of an IPv6 address).
-  const size_t v6_end = authority.rfind(']');
-  url.explicit_port = authority.find(':', v6_end == std::string::npos ? 0 : v6_end) != std::string::npos;
-  auto split = SplitHostPort(url.explicit_port ? authority : absl::StrCat(authority, ":", url.tls ? 443 : 80));
-  if (!split.ok() || split->first.empty() || split->second < 1) {
+  Url url;
+  url.tls = parsed->scheme_id() == urls::scheme::https;
+  url.host = parsed->host_type() == urls::host_type::ipv6 ? parsed->host_ipv6_address().to_string()
+                                                          : std::string(parsed->host_address());
+  url.explicit_port = parsed->has_port();
+  url.port = url.tls ? 443 : 80;
+  // (Boost.URL's port_number() wraps a port past 65535: its digits are checked here.)
+  if (url.explicit_port && !absl::SimpleAtoi(AbslView(parsed->port()), &url.port)) url.port = 0;
+  if (url.host.empty() || url.port < 1 || url.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("'", text, "' has no usable host and port"));
   }
-  url.host = split->first;
-  url.port = split->second;
+  // After an authority the path is empty or starts with '/' (RFC 3986 3.3; Boost 1.81 lets "http://a:8x/" through
+  // as port 8 and path "x/").
+  const absl::string_view path = AbslView(parsed->encoded_path());
+  if (!path.empty() && path[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' has no usable host and port"));
+  }
+  url.target = std::string(parsed->encoded_target());  // a fragment is not sent
+  if (!absl::StartsWith(url.target, "/")) url.target.insert(url.target.begin(), '/');
   return url;
 }
 

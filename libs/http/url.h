@@ -25,8 +25,8 @@ struct Url {
   std::string authority() const;  // "host:port" ("[v6]:port")
   std::string ToString() const;
 };
-// INVALID_ARGUMENT naming the text for another scheme, or no usable host and port. The one URL parser: the
-// others below are restrictions of it.
+// INVALID_ARGUMENT naming the text for another scheme, or no usable host and port. The one URL parser (RFC 3986,
+// by Boost.URL): the others below are restrictions of it.
 absl::StatusOr<Url> ParseUrl(absl::string_view text);
 
 // An "http://HOST:PORT[/path]" address, as upstreams and base URLs are given.

@@ -87,6 +87,27 @@ TEST(ParseUrlTest, RefusesOtherSchemesAndMissingHostsNamingTheText) {
   EXPECT_THAT(ParseUrl("ftp://a/b"), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("ftp://a/b")));
 }
 
+TEST(ParseUrlTest, ReadsWhatRfc3986AllowsUserinfoAndPercentEscapedHosts) {
+  auto u = ParseUrl("http://user:secret@registry.local:5000/v2/");
+  ASSERT_THAT(u, IsOk());
+  EXPECT_EQ(u->host, "registry.local");
+  EXPECT_EQ(u->port, 5000);
+  EXPECT_EQ(u->target, "/v2/");
+  u = ParseUrl("https://reg%2dlocal/");
+  ASSERT_THAT(u, IsOk());
+  EXPECT_EQ(u->host, "reg-local");
+  EXPECT_THAT(ParseUrl("http://a b/"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseUrl("http://a:8x/"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ParseTargetTest, RefusesWhatAnOriginFormTargetMayNotHold) {
+  EXPECT_THAT(ParseTarget("/a b"), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("/a b")));
+  EXPECT_THAT(ParseTarget("//host/path"), IsOk());  // a path that starts with two slashes is still a path
+  auto t = ParseTarget("/a?&&k=v&");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_THAT(t->query, ElementsAre(Pair("k", "v")));
+}
+
 TEST(ParseHttpUrlTest, IsParseUrlRestrictedToHttpWithAPortAndNoQuery) {
   EXPECT_THAT(ParseHttpUrl("http://a:80/v1?x=1"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ParseHttpUrl("http://a:80/v1"), IsOk());
