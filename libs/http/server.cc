@@ -172,6 +172,12 @@ void HttpServer::Stop() {
   for (auto& ioc : contexts_) ioc->stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
+  // The close posted above may not have run before its context stopped; with the threads gone, nothing else
+  // touches the acceptors: close them here, so the port refuses connections from now on.
+  for (auto& a : acceptors_) {
+    beast::error_code ec;
+    a->close(ec);
+  }
 }
 
 asio::awaitable<void> HttpServer::Accept(asio::ip::tcp::acceptor& acceptor) {

@@ -88,6 +88,12 @@ TEST_F(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   EXPECT_THAT(out, HasSubstr("echo:you"));
 }
 
+TEST_F(HttpServerTest, AfterStopThePortRefusesConnections) {
+  Start();
+  server_->Stop();
+  EXPECT_EQ(RawExchange(port_, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n", absl::Seconds(2)), "<connect failed>");
+}
+
 TEST_F(HttpServerTest, SmugglingAndOversizeRequestsGetPreciseErrors) {
   ServerLimits limits;
   limits.max_header_bytes = 1024;
