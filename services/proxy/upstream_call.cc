@@ -91,20 +91,25 @@ asio::awaitable<bool> UpstreamCall::Admit(AgentLink& agent) {
   co_return true;
 }
 
-asio::awaitable<void> UpstreamCall::Send(AgentLink& agent, const std::string& body) {
-  DispatchRequest request{
-      request_.session->env_id(), request_.rewrite.model, upstream_route(), body, request_.rewrite.stream, gate_.get()};
+DispatchRequest UpstreamCall::Request(std::string body) const {
+  DispatchRequest request{request_.session->env_id(), request_.rewrite.model,
+                          upstream_route(),           std::move(body),
+                          request_.rewrite.stream,    gate_.get()};
   request.estimated_tokens = parts_.dispatcher->EstimateTokens(request_.body, request.body.size());
+  return request;
+}
+
+asio::awaitable<void> UpstreamCall::Send(AgentLink& agent, const DispatchRequest& request) {
   dispatch_ = co_await parts_.dispatcher->Send(request, Keepalive(agent));
   upstream_wait_ += dispatch_.waited;
   upstream_ = std::move(dispatch_.connection);
 }
 
 asio::awaitable<UpstreamCall::Opened> UpstreamCall::Open(AgentLink& agent) {
-  const std::string body = json::serialize(request_.native ? request_.native_body : request_.body);
+  const DispatchRequest request = Request(json::serialize(request_.native ? request_.native_body : request_.body));
   while (true) {
     if (!co_await Admit(agent)) co_return Opened::kFailed;
-    co_await Send(agent, body);
+    co_await Send(agent, request);
     if (gate_->aborted) continue;  // cut before it answered: sent again after the resume
     if (upstream_ == nullptr) {
       CallError error{.kind = dispatch_.http_status == 429 ? ApiError::kRateLimited : ApiError::kUpstream,
@@ -229,8 +234,9 @@ asio::awaitable<bool> UpstreamCall::Continue(AgentLink& agent) {
   while (true) {
     if (!co_await Admit(agent)) co_return false;  // the call failed there (recorded)
     assembler_.BeginContinuation();
-    const std::string body = json::serialize(ContinuationBody(request_.body, request_.chat, assembler_));
-    co_await Send(agent, body);
+    const DispatchRequest request =
+        Request(json::serialize(ContinuationBody(request_.body, request_.chat, assembler_)));
+    co_await Send(agent, request);
     dispatch_.first_byte = first_byte;
     dispatch_.attempts += attempts;
     if (gate_->aborted) continue;  // paused again before it answered

@@ -138,9 +138,11 @@ class UpstreamCall {
 
  private:
   boost::asio::awaitable<bool> Admit(AgentLink& agent);
-  // Sends `body` (the request, or a continuation's) once admitted: upstream_ is the answer, null when no upstream
-  // answered or a pause cut it (gate_->aborted).
-  boost::asio::awaitable<void> Send(AgentLink& agent, const std::string& body);
+  // The request upstream with `body` (the call's, or a continuation's).
+  DispatchRequest Request(std::string body) const;
+  // Sends `request` once admitted: upstream_ is the answer, null when no upstream answered or a pause cut it
+  // (gate_->aborted).
+  boost::asio::awaitable<void> Send(AgentLink& agent, const DispatchRequest& request);
   // After a cut mid-stream: waits for the resume, then sends the continuation. False when it failed (error()).
   boost::asio::awaitable<bool> Continue(AgentLink& agent);
   // Notes a policy update since the call's version was last read: from the next completion token on, the

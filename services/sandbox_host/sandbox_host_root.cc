@@ -37,6 +37,12 @@ void ReportLeftovers(const Leftovers& leftovers) {
   }
 }
 
+// What the host offers, with the root's cgroup manager (Build detected it before the root, its owner, existed).
+HostFeatures WithCgroups(HostFeatures features, const CgroupManager* cgroups) {
+  features.cgroups = cgroups;
+  return features;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SandboxHostRoot>> SandboxHostRoot::Build(Config config) {
@@ -113,12 +119,7 @@ SandboxHostRoot::SandboxHostRoot(Config config, Prepared p)
       metrics_(*runner_.registry()),
       templates_(p.host.root + "/templates", p.host.templates, &clock_, &metrics_),
       images_(p.host.root + "/images", LayerLimits{}, &clock_, static_cast<uint64_t>(config_.max_image_bytes)),
-      sandboxes_(p.host,
-                 HostFeatures{.landlock_abi = p.features.landlock_abi,
-                              .mount_namespaces = p.features.mount_namespaces,
-                              .images = p.features.images,
-                              .cgroups = &cgroups_},
-                 &clock_, &secret_,
+      sandboxes_(p.host, WithCgroups(p.features, &cgroups_), &clock_, &secret_,
                  SandboxManagerParts{
                      .metrics = &metrics_, .templates = &templates_, .images = &images_, .workers = &workers_}),
       execs_(&clock_, &metrics_, &workers_),

@@ -350,12 +350,14 @@ TEST_F(EpisodeTableAsyncTest, TheHooksHearNothingOfWhatRestoreReplaysThenHearWha
   auto task = std::make_shared<v1::Task>();
   task->set_id("t1");
   snap.batches[0].tasks.push_back(task);
-  for (uint32_t i = 0; i < 2; ++i) {  // group 0 decided before the restart: filtered
-    const std::string id = "r:g0:e" + std::to_string(i);
-    v1::EpisodeResult r = Rewarded(1.0, 1);
-    r.mutable_ids()->set_episode_id(id);
-    snap.results.push_back({.seq = i + 1ULL,
-                            .episode_id = id,
+  // Group 0 was decided before the restart (filtered); group 1 has one result from policy version 0, which
+  // the restored version 1 makes too stale: the restore withdraws it (a stale re-run, not reported).
+  const std::vector<std::pair<std::string, int64_t>> journaled = {{"r:g0:e0", 1}, {"r:g0:e1", 1}, {"r:g1:e0", 0}};
+  for (size_t k = 0; k < journaled.size(); ++k) {
+    v1::EpisodeResult r = Rewarded(1.0, journaled[k].second);
+    r.mutable_ids()->set_episode_id(journaled[k].first);
+    snap.results.push_back({.seq = k + 1,
+                            .episode_id = journaled[k].first,
                             .status = v1::EPISODE_STATUS_FINISHED,
                             .reward = 1.0,
                             .result = r.SerializeAsString()});
@@ -364,6 +366,8 @@ TEST_F(EpisodeTableAsyncTest, TheHooksHearNothingOfWhatRestoreReplaysThenHearWha
   EXPECT_EQ(changes, 0);
   log_.Commit();  // the verdict's rewrites become durable after the restore: the streams hear of that
   EXPECT_EQ(Groups("r").filtered(), 1u);
+  EXPECT_EQ(table_->QueuedCount(), 2u);  // both of group 1: the stale one again
+  EXPECT_EQ(observer.stale_reruns, 0);
   EXPECT_THAT(observer.groups, IsEmpty());
   changes = 0;
   Run(Rewarded(1.0, 1));
