@@ -1,6 +1,7 @@
 // corral-sandbox-host's process and template API through a real host: interactive exec with streamed stdin and
 // signals, background processes (list, kill, output file), templates (build once, clone, conflicts, failures),
 // a stalled reader of 64 MiB, and the proxy_only network policy.
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -385,6 +386,28 @@ TEST_F(SandboxProcessesTest, ProxyOnlyAllowsConnectsToItsPortsAndNothingElse) {
   v1::SandboxSpec no_ports;
   no_ports.set_network_policy(v1::NETWORK_POLICY_PROXY_ONLY);
   EXPECT_THAT(Create(1, no_ports), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(SandboxProcessesTest, NoneGivesALoopbackOfItsOwnWhereTheSandboxMayListen) {
+  Listener host = Listen();  // on the host's loopback
+  ASSERT_NE(host.port, 0);
+  v1::SandboxSpec spec;
+  spec.set_network_policy(v1::NETWORK_POLICY_NONE);
+  auto r = Create(1, spec);
+  ASSERT_THAT(r, IsOk());
+  const auto& sb = r->sandboxes(0);
+  EXPECT_TRUE(sb.sandbox().protections().network_namespace());
+  EXPECT_FALSE(sb.sandbox().protections().tcp_bind_denied());
+  // A server in the sandbox listens on the host's port number and answers the sandbox's own client; the host's
+  // listener on that port is not reachable from inside.
+  ExecResult e = Exec(sb.sandbox().sandbox_id(), sb.capability_token(),
+                      absl::StrCat("python3 -c '\nimport socket\ns=socket.socket(); s.bind((\"127.0.0.1\", ", host.port,
+                                   ")); s.listen(1)\nc=socket.create_connection((\"127.0.0.1\", ", host.port,
+                                   "))\na,_=s.accept(); a.sendall(b\"own\"); print(c.recv(3).decode())'"));
+  ASSERT_THAT(e.status, IsOk());
+  EXPECT_EQ(e.out, "own\n") << e.err;
+  fcntl(host.fd.get(), F_SETFL, O_NONBLOCK);
+  EXPECT_EQ(accept(host.fd.get(), nullptr, nullptr), -1) << "the sandbox reached the host's loopback";
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ def iter_jsonl(path: str) -> Iterator[scheduler_pb2.Task]:
             if not line.strip():
                 continue
             try:
-                yield task_from_dict(json.loads(line))
+                yield task_from_dict(json.loads(line), os.path.dirname(os.path.abspath(path)))
             except (ValueError, json.JSONDecodeError) as e:
                 raise ValueError(f"{path}: line {n}: {e}") from None
 

@@ -3,7 +3,8 @@
 Every builder has `to_proto()` returning a `corral.v1.scheduler_pb2.Task`; `Client.submit` accepts builders,
 Task messages and dataset dicts alike. A dataset dict is the Task message as JSON with the conveniences of the
 CLI's datasets: enum values by short name ("runner": "tool_loop", "function": "numeric", "kind": "bash",
-"network_policy": "proxy_only"), file contents as text ("content"; "content_base64" for binary), a numeric
+"network_policy": "proxy_only"), "*_json" fields as JSON values, file contents as text ("content"; "content_base64" for binary; "content_file"
+for a file's path, relative to the dataset), a numeric
 "answer", and any other key kept as the task's metadata.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from google.protobuf import json_format
@@ -18,15 +20,17 @@ from google.protobuf import json_format
 from corral.v1 import common_pb2, scheduler_pb2
 
 _TASK_KEYS = {"id", "prompt", "messages", "answer", "runner", "llm", "reward", "tool_loop", "agent", "verifier",
-              "environment", "timeouts", "metadata_json"}
+              "environment", "timeouts", "metadata_json", "env_server", "mcp_servers"}
 _ENUM_PREFIX = {"runner": "RUNNER_", "function": "REWARD_FUNCTION_", "kind": "TOOL_KIND_",
-                "network_policy": "NETWORK_POLICY_", "setup_network_policy": "NETWORK_POLICY_"}
+                "network_policy": "NETWORK_POLICY_", "setup_network_policy": "NETWORK_POLICY_",
+                "observation_format": "OBSERVATION_FORMAT_", "action_format": "ACTION_FORMAT_",
+                "reward_mode": "ENV_REWARD_MODE_"}
 
 
-def _normalize(value: Any) -> Any:
-    """The dataset conveniences rewritten into proto JSON."""
+def _normalize(value: Any, base_dir: Optional[str] = None) -> Any:
+    """The dataset conveniences rewritten into proto JSON ("content_file" read relative to base_dir)."""
     if isinstance(value, list):
-        return [_normalize(v) for v in value]
+        return [_normalize(v, base_dir) for v in value]
     if not isinstance(value, dict):
         return value
     out = {}
@@ -34,6 +38,9 @@ def _normalize(value: Any) -> Any:
         prefix = _ENUM_PREFIX.get(key)
         if prefix is not None and isinstance(v, str):
             out[key] = v if v.startswith(prefix) else prefix + v.upper()
+            continue
+        if key.endswith("_json") and not isinstance(v, str):  # params_json, reset_json, ... may hold the JSON
+            out[key] = json.dumps(v)
             continue
         if key in ("files", "setup_files") and isinstance(v, list):
             files = []
@@ -44,15 +51,23 @@ def _normalize(value: Any) -> Any:
                         f["content"] = base64.b64encode(f["content"].encode()).decode()
                     if "content_base64" in f:
                         f["content"] = f.pop("content_base64")
+                    if isinstance(f.get("content_file"), str):
+                        path = os.path.join(base_dir or ".", f.pop("content_file"))
+                        try:
+                            with open(path, "rb") as data:
+                                f["content"] = base64.b64encode(data.read()).decode()
+                        except OSError as e:
+                            raise ValueError(f"content_file: cannot read {path}: {e.strerror}") from None
                 files.append(f)
             out[key] = files
             continue
-        out[key] = _normalize(v)
+        out[key] = _normalize(v, base_dir)
     return out
 
 
-def task_from_dict(d: Mapping[str, Any]) -> scheduler_pb2.Task:
-    """A dataset dict (one JSONL line) as a Task; ValueError saying what is wrong otherwise."""
+def task_from_dict(d: Mapping[str, Any], base_dir: Optional[str] = None) -> scheduler_pb2.Task:
+    """A dataset dict (one JSONL line) as a Task; ValueError saying what is wrong otherwise. Relative
+    "content_file" paths are under base_dir (the dataset's directory; default: the working directory)."""
     if not isinstance(d, Mapping):
         raise ValueError("a task must be a JSON object")
     task: Dict[str, Any] = {}
@@ -66,7 +81,7 @@ def task_from_dict(d: Mapping[str, Any]) -> scheduler_pb2.Task:
     if metadata and "metadata_json" not in task:
         task["metadata_json"] = json.dumps(metadata)
     try:
-        return json_format.ParseDict(_normalize(task), scheduler_pb2.Task())
+        return json_format.ParseDict(_normalize(task, base_dir), scheduler_pb2.Task())
     except json_format.ParseError as e:
         raise ValueError(str(e)) from None
 

@@ -71,8 +71,10 @@ RulesetPlan PlanRuleset(int abi, const LandlockPolicy& policy) {
   if (abi >= 3) plan.handled_fs |= kTruncate;
   if (abi >= 5) plan.handled_fs |= kIoctlDev;
   if (abi >= 4) {
-    plan.handled_net = kNetBindTcp;  // no sandbox may listen on TCP
-    if (policy.network != NetworkPolicy::kOpen) plan.handled_net |= kNetConnectTcp;
+    // No sandbox may listen on TCP in the host's network. With NONE it has a network namespace of its own with
+    // only loopback, which no one else reaches: there it may listen and connect (a task's environment server).
+    if (policy.network == NetworkPolicy::kOpen) plan.handled_net = kNetBindTcp;
+    if (policy.network == NetworkPolicy::kProxyOnly) plan.handled_net = kNetBindTcp | kNetConnectTcp;
     plan.network_enforced = true;
   }
   if (abi >= 6) plan.scoped = kScopeAbstractUnix | kScopeSignal;

@@ -39,6 +39,10 @@ TEST(PlanRuleset, HandlesEveryRightEachAbiKnows) {
   LandlockPolicy proxy_only{.network = NetworkPolicy::kProxyOnly, .connect_ports = {8080}};
   EXPECT_EQ(PlanRuleset(4, proxy_only).handled_net, kNetBindTcp | kNetConnectTcp);
   EXPECT_EQ(PlanRuleset(7, proxy_only).handled_net, kNetBindTcp | kNetConnectTcp);
+  // none: its own network namespace with only loopback, where it may listen and connect (an environment server).
+  LandlockPolicy none{.network = NetworkPolicy::kNone};
+  EXPECT_EQ(PlanRuleset(4, none).handled_net, 0u);
+  EXPECT_TRUE(PlanRuleset(4, none).network_enforced);
 }
 
 // Runs `body` in a forked child restricted by `policy`; returns the child's exit code.

@@ -65,7 +65,15 @@ struct Attempt {
     std::shared_ptr<InteractiveProcess> process;
     std::string marker;  // printed by the process after each call; random per process
   };
+  // Also the environment relay ("env:relay") and the MCP servers ("mcp:<name>"), which no tool name can be.
   std::map<std::string, ToolProcess> tool_processes;
+  // MCP tools offered to the model, by offered name ("<server>__<tool>"): the server and its name for the tool.
+  struct McpTool {
+    std::string server;
+    std::string tool;
+  };
+  std::map<std::string, McpTool> mcp_tools;
+  int64_t mcp_next_id = 1;  // JSON-RPC ids of the attempt's MCP requests
 
   std::string final_message;  // the last assistant message's text (single_turn, tool_loop)
   OutputTail output{4096};    // agent output, or the tool outputs (tool_loop)

@@ -84,6 +84,7 @@ const char* PhaseName(v1::EpisodePhase phase) {
     case v1::EPISODE_PHASE_REWARD: return "reward";
     case v1::EPISODE_PHASE_EPISODE: return "episode";
     case v1::EPISODE_PHASE_DEADLINE: return "deadline";
+    case v1::EPISODE_PHASE_ENVIRONMENT: return "environment";
     default: return "unspecified";
   }
 }
@@ -171,6 +172,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::RunPhases(Attempt& a) {
     case v1::RUNNER_SINGLE_TURN: co_return co_await RunSingleTurn(a);
     case v1::RUNNER_TOOL_LOOP: co_return co_await RunToolLoop(a);
     case v1::RUNNER_AGENT: co_return co_await RunAgent(a);
+    case v1::RUNNER_ENVIRONMENT: co_return co_await RunEnvironment(a);
     default:
       co_return Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT, "unknown runner"};
   }

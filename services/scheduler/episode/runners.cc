@@ -17,6 +17,7 @@
 #include "libs/api/proto_time.h"
 #include "libs/async/sleep.h"
 #include "services/scheduler/episode/chat.h"
+#include "services/scheduler/episode/mcp_tools.h"
 #include "services/scheduler/episode/persistent_tools.h"
 #include "services/scheduler/episode/reward.h"
 #include "services/scheduler/table/harnesses.h"
@@ -35,21 +36,6 @@ using StopChannel = asio::experimental::concurrent_channel<void(boost::system::e
 std::string ModelOf(const Attempt& a) {
   if (!a.model.empty()) return a.model;
   return !a.task().llm().model().empty() ? a.task().llm().model() : a.options->default_model;
-}
-
-// One chat call through the proxy with the session's token. A failure names what the proxy said.
-struct ChatOutcome {
-  std::optional<ChatReply> reply;
-  bool budget_exhausted = false;
-  std::optional<Failure> failure;
-};
-
-// A permit of `limit` (the tool limit for one execution, the LLM limit for one call), or an empty one when there
-// is no limiter or no such limit is configured. A stop withdraws the request.
-asio::awaitable<absl::StatusOr<Permit>> TakePermit(Attempt& a, const std::string& limit, const std::string& key,
-                                                   absl::Duration wait) {
-  if (a.limiter == nullptr || limit.empty()) co_return Permit();
-  co_return co_await a.limiter->Acquire(limit, key, wait, a.control());
 }
 
 // The HTTP exchange of a call whose time limit the scheduler keeps itself (in generation time) only gets this
@@ -73,6 +59,14 @@ asio::awaitable<void> UntilGenerationDeadline(const Attempt& a, std::function<ab
 asio::awaitable<void> StopAtAgentDeadline(const Attempt& a) {
   co_await UntilGenerationDeadline(a, [&a] { return a.AgentDeadline(); });
   a.control()->Stop(StopReason::kTimeout, "");
+}
+
+}  // namespace
+
+asio::awaitable<absl::StatusOr<Permit>> TakePermit(Attempt& a, const std::string& limit, const std::string& key,
+                                                   absl::Duration wait) {
+  if (a.limiter == nullptr || limit.empty()) co_return Permit();
+  co_return co_await a.limiter->Acquire(limit, key, wait, a.control());
 }
 
 asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const json::array& tools) {
@@ -149,7 +143,6 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   co_return out;
 }
 
-// The reward of a finished conversation: the built-in function, or the verifier.
 asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
   if (a.task().reward().function() == v1::REWARD_FUNCTION_VERIFIER) {
     a.control()->set_phase(RunPhase::kVerifier);
@@ -165,6 +158,8 @@ asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
   SetReward(a, ComputeReward(a.task().reward(), a.task().answer(), a.final_message));
   co_return std::nullopt;
 }
+
+namespace {
 
 std::vector<std::string> Interpreter(const std::string& language) {
   if (language.empty() || language == "python" || language == "python3") return {"python3", "-c"};
@@ -328,7 +323,10 @@ asio::awaitable<std::optional<Failure>> RunSingleTurn(Attempt& a) {
 
 asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
   json::array messages = InitialMessages(a.task());
-  const json::array tools = ToolsJson(a.task());
+  json::array tools = ToolsJson(a.task());
+  if (!a.task().mcp_servers().empty()) {
+    if (auto f = co_await StartMcpServers(a, tools)) co_return f;
+  }
   const int64_t max_turns =
       a.task().tool_loop().max_turns() == 0 ? a.options->default_max_turns : a.task().tool_loop().max_turns();
   for (int64_t turn = 0; turn < max_turns; ++turn) {
@@ -344,13 +342,18 @@ asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
         if (t.name() == call.name) spec = &t;
       }
       std::string content;
-      if (spec == nullptr) {
-        content = absl::StrCat("error: there is no tool named '", call.name, "'");
-      } else {
+      if (spec != nullptr) {
         a.result.set_tool_calls(a.result.tool_calls() + 1);
         auto ran = co_await RunTool(a, *spec, call.arguments);
         if (auto* f = std::get_if<Failure>(&ran)) co_return *f;
         content = std::get<std::string>(std::move(ran));
+      } else if (a.mcp_tools.contains(call.name)) {
+        a.result.set_tool_calls(a.result.tool_calls() + 1);
+        auto ran = co_await CallMcpTool(a, call.name, call.arguments);
+        if (auto* f = std::get_if<Failure>(&ran)) co_return *f;
+        content = std::get<std::string>(std::move(ran));
+      } else {
+        content = absl::StrCat("error: there is no tool named '", call.name, "'");
       }
       messages.push_back(ToolMessage(call.id, content));
     }
@@ -400,6 +403,14 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
   // Most harnesses take the prompt on their command line: the text itself too, when an argument can hold it.
   if (task.prompt().size() <= kInstructionInEnvMax && task.prompt().find('\0') == std::string::npos) {
     env["CORRAL_INSTRUCTION"] = task.prompt();
+  }
+  if (!task.mcp_servers().empty()) {  // the agent starts them itself, from the configuration it is pointed at
+    std::vector<v1::InlineFile> config(1);
+    config[0].set_path(".corral/mcp.json");
+    config[0].set_content(McpConfigJson(task));
+    const absl::Time deadline = a.Deadline(task.timeouts().setup(), a.options->timeouts.setup);
+    if (auto f = co_await Upload(a, config, deadline, v1::EPISODE_PHASE_SETUP)) co_return f;
+    env["CORRAL_MCP_CONFIG"] = a.InSandbox(".corral/mcp.json");
   }
   const absl::Time started = a.clock->Now();
   absl::StatusOr<ExecOutcome> out;

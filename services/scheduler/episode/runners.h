@@ -1,4 +1,4 @@
-// The three runners (single_turn, tool_loop, agent) and the verifier, as coroutines over an Attempt whose
+// The runners (single_turn, tool_loop, agent, environment) and the verifier, as coroutines over an Attempt whose
 // session (and, when needed, sandbox) the driver has set up. Each returns nullopt when the episode ran to its
 // reward (set in attempt.result), or why it ended early.
 #pragma once
@@ -7,6 +7,7 @@
 
 #include "boost/asio/awaitable.hpp"
 #include "services/scheduler/episode/attempt.h"
+#include "services/scheduler/episode/chat.h"
 #include "services/scheduler/episode/reward.h"
 
 namespace corral::scheduler {
@@ -14,6 +15,24 @@ namespace corral::scheduler {
 boost::asio::awaitable<std::optional<Failure>> RunSingleTurn(Attempt& a);
 boost::asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a);
 boost::asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a);
+// In env_runner.cc.
+boost::asio::awaitable<std::optional<Failure>> RunEnvironment(Attempt& a);
+
+// One chat call through the proxy with the session's token (under the LLM limit, in generation time, ended by a
+// stop). A failure names what the proxy said.
+struct ChatOutcome {
+  std::optional<ChatReply> reply;
+  bool budget_exhausted = false;
+  std::optional<Failure> failure;
+};
+boost::asio::awaitable<ChatOutcome> Chat(Attempt& a, const boost::json::array& messages,
+                                         const boost::json::array& tools);
+// The reward of a finished conversation: the task's built-in function on the final message, or its verifier.
+boost::asio::awaitable<std::optional<Failure>> Reward(Attempt& a);
+// A permit of `limit` (the tool limit for one execution, the LLM limit for one call), or an empty one when there
+// is no limiter or no such limit is configured. A stop withdraws the request.
+boost::asio::awaitable<absl::StatusOr<Permit>> TakePermit(Attempt& a, const std::string& limit, const std::string& key,
+                                                          absl::Duration wait);
 // Ends every process of the agent phase, clears the reward location and the task's replace_paths, uploads the
 // verifier's files, runs it and reads the reward from what it wrote (VERIFIER rewards and the agent runner).
 // In verifier.cc.

@@ -141,7 +141,9 @@ absl::Status CheckFiles(const v1::Task& task, const std::string& field,
 
 absl::Status CheckTools(const v1::Task& task) {
   const auto& tools = task.tool_loop().tools();
-  if (tools.empty()) return Bad(task, "tool_loop.tools must not be empty for the tool_loop runner");
+  if (tools.empty() && task.mcp_servers().empty()) {
+    return Bad(task, "tool_loop.tools (or mcp_servers) must not be empty for the tool_loop runner");
+  }
   std::set<std::string> names;
   for (int i = 0; i < tools.size(); ++i) {
     const v1::ToolSpec& t = tools[i];
@@ -169,6 +171,72 @@ absl::Status CheckTools(const v1::Task& task) {
     }
     if (!t.language().empty() && !IsFunctionName(t.language())) {
       return Bad(task, absl::StrCat(field, ".language must be an interpreter name like python"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The environment server's spec: what is wrong, named by field, or OK.
+absl::Status CheckEnvServerSpec(const v1::EnvServerSpec& spec, v1::NetworkPolicy network) {
+  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("env_server.", what)); };
+  if (spec.command().argv().empty()) return bad("command.argv is required: the command that starts the server");
+  if ((spec.port() == 0) == spec.unix_socket().empty()) {
+    return bad("port or unix_socket: exactly one is required (where the server listens)");
+  }
+  if (spec.port() > 65535) return bad("port must be 1-65535");
+  if (spec.port() != 0 && network != v1::NETWORK_POLICY_NONE) {
+    return bad(
+        "port needs environment.network_policy NONE (the sandbox's own network, where a server may listen); "
+        "use unix_socket with other policies");
+  }
+  if (spec.unix_socket().size() > 100 || absl::StrContains(spec.unix_socket(), '\0')) {
+    return bad("unix_socket must be a path of at most 100 bytes");
+  }
+  if (!spec.health_path().empty() && spec.health_path()[0] != '/') return bad("health_path must begin with '/'");
+  boost::system::error_code ec;
+  if (!spec.action_template().empty()) {
+    boost::json::parse(spec.action_template(), ec);
+    if (ec) return bad("action_template must be JSON (a value with \"{{text}}\", \"{{tool}}\" or \"{{arguments}}\")");
+  }
+  if (!spec.tools_json().empty()) {
+    boost::json::value tools = boost::json::parse(spec.tools_json(), ec);
+    if (ec || !tools.is_array()) return bad("tools_json must be a JSON array of OpenAI tool definitions");
+  }
+  if (spec.action_format() == v1::ACTION_FORMAT_TOOL_CALL && spec.tools_json().empty()) {
+    return bad("tools_json is required with action_format TOOL_CALL (the actions the model may call)");
+  }
+  if (!spec.reset_json().empty()) {
+    boost::json::value extra = boost::json::parse(spec.reset_json(), ec);
+    if (ec || !extra.is_object()) return bad("reset_json must be a JSON object");
+  }
+  if (!v1::ObservationFormat_IsValid(spec.observation_format()) || !v1::ActionFormat_IsValid(spec.action_format()) ||
+      !v1::EnvRewardMode_IsValid(spec.reward_mode())) {
+    return bad("observation_format, action_format or reward_mode is not a known value");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMcpServers(const v1::Task& task) {
+  const auto& servers = task.mcp_servers();
+  if (servers.empty()) return absl::OkStatus();
+  if (task.runner() != v1::RUNNER_TOOL_LOOP && task.runner() != v1::RUNNER_AGENT) {
+    return Bad(task, "mcp_servers are for the tool_loop and agent runners");
+  }
+  if (servers.size() > 8) return Bad(task, "mcp_servers: at most 8");
+  std::set<std::string> names;
+  for (int i = 0; i < servers.size(); ++i) {
+    const v1::McpServerSpec& m = servers[i];
+    const std::string field = absl::StrCat("mcp_servers[", i, "]");
+    if (m.name().empty() || m.name().size() > 24 || !IsFunctionName(m.name())) {
+      return Bad(task, absl::StrCat(field, ".name must be 1-24 characters of [A-Za-z0-9_-]"));
+    }
+    if (!names.insert(m.name()).second) return Bad(task, absl::StrCat(field, ".name '", m.name(), "' is used twice"));
+    if (m.command().argv().empty()) return Bad(task, absl::StrCat(field, ".command.argv is required"));
+    if (absl::Status s = CheckCommand(task, field + ".command", m.command()); !s.ok()) return s;
+    for (int j = 0; j < m.tools_size(); ++j) {
+      if (m.tools(j).empty() || m.tools(j).size() > 128) {
+        return Bad(task, absl::StrCat(field, ".tools[", j, "] must be a tool name"));
+      }
     }
   }
   return absl::OkStatus();
@@ -299,8 +367,12 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
   v1::Task task = submitted;
   OverrideMerge(overrides, &task);
   if (!IsValidId(task.id())) return Bad(task, "id must be 1-128 characters of [A-Za-z0-9_:-]");
-  if (task.prompt().empty() == task.messages().empty()) {
-    return Bad(task, "exactly one of prompt and messages is required");
+  if (task.runner() == v1::RUNNER_UNSPECIFIED) task.set_runner(default_runner);
+  if (!task.prompt().empty() && !task.messages().empty())
+    return Bad(task, "exactly one of prompt and messages is required (the environment runner: at most one)");
+  // An environment's first observation may be the whole prompt.
+  if (task.prompt().empty() && task.messages().empty() && task.runner() != v1::RUNNER_ENVIRONMENT) {
+    return Bad(task, "exactly one of prompt and messages is required (the environment runner: at most one)");
   }
   for (int i = 0; i < task.messages_size(); ++i) {
     const std::string& role = task.messages(i).role();
@@ -308,7 +380,6 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
       return Bad(task, absl::StrCat("messages[", i, "].role must be system, developer, user, assistant or tool"));
     }
   }
-  if (task.runner() == v1::RUNNER_UNSPECIFIED) task.set_runner(default_runner);
   if (!v1::Runner_IsValid(task.runner())) return Bad(task, "runner is not a known runner");
   if (!task.llm().params_json().empty()) {
     if (!IsJsonObject(task.llm().params_json())) return Bad(task, "llm.params_json must be a JSON object");
@@ -355,8 +426,20 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
       if (absl::Status s = CheckAgent(task); !s.ok()) return s;
       if (!task.has_verifier()) return Bad(task, "verifier is required for the agent runner");
       break;
+    case v1::RUNNER_ENVIRONMENT: {
+      if (!task.has_env_server()) return Bad(task, "env_server is required for the environment runner");
+      const v1::NetworkPolicy network =
+          env.network_policy() == v1::NETWORK_POLICY_UNSPECIFIED ? v1::NETWORK_POLICY_NONE : env.network_policy();
+      if (absl::Status s = CheckEnvServerSpec(task.env_server(), network); !s.ok()) return Bad(task, s.message());
+      if (absl::Status s = CheckCommand(task, "env_server.command", task.env_server().command()); !s.ok()) return s;
+      if (task.reward().function() != v1::REWARD_FUNCTION_UNSPECIFIED) {
+        if (absl::Status s = CheckReward(task); !s.ok()) return s;
+      }
+      break;
+    }
     default: return Bad(task, "runner is not a known runner");
   }
+  if (absl::Status s = CheckMcpServers(task); !s.ok()) return s;
   if (task.has_verifier() && !task.verifier().command().argv().empty()) {
     if (absl::Status s = CheckCommand(task, "verifier.command", task.verifier().command()); !s.ok()) return s;
   }
@@ -441,6 +524,7 @@ const char* RunnerName(v1::Runner runner) {
     case v1::RUNNER_SINGLE_TURN: return "single_turn";
     case v1::RUNNER_TOOL_LOOP: return "tool_loop";
     case v1::RUNNER_AGENT: return "agent";
+    case v1::RUNNER_ENVIRONMENT: return "environment";
     default: return "unspecified";
   }
 }
@@ -449,6 +533,7 @@ v1::Runner ParseRunner(const std::string& name) {
   if (name == "single_turn") return v1::RUNNER_SINGLE_TURN;
   if (name == "tool_loop") return v1::RUNNER_TOOL_LOOP;
   if (name == "agent") return v1::RUNNER_AGENT;
+  if (name == "environment") return v1::RUNNER_ENVIRONMENT;
   return v1::RUNNER_UNSPECIFIED;
 }
 

@@ -187,7 +187,53 @@ TEST(EffectiveTask, ErrorsNameTheTaskAndTheField) {
        },
        "exactly one of prompt and messages"},
       {"tool_loop without tools", [](v1::Task& t) { t.set_runner(v1::RUNNER_TOOL_LOOP); },
-       "tool_loop.tools must not be empty"},
+       "tool_loop.tools (or mcp_servers) must not be empty"},
+      {"environment without env_server", [](v1::Task& t) { t.set_runner(v1::RUNNER_ENVIRONMENT); },
+       "env_server is required for the environment runner"},
+      {"env_server without a listener",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_ENVIRONMENT);
+         t.mutable_env_server()->mutable_command()->add_argv("serve");
+       },
+       "env_server.port or unix_socket: exactly one is required"},
+      {"env_server port outside its own network",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_ENVIRONMENT);
+         t.mutable_env_server()->mutable_command()->add_argv("serve");
+         t.mutable_env_server()->set_port(8000);
+         t.mutable_environment()->set_network_policy(v1::NETWORK_POLICY_OPEN);
+       },
+       "env_server.port needs environment.network_policy NONE"},
+      {"env_server tool calls without tools",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_ENVIRONMENT);
+         t.mutable_env_server()->mutable_command()->add_argv("serve");
+         t.mutable_env_server()->set_unix_socket("env.sock");
+         t.mutable_env_server()->set_action_format(v1::ACTION_FORMAT_TOOL_CALL);
+       },
+       "env_server.tools_json is required with action_format TOOL_CALL"},
+      {"env_server action template not JSON",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_ENVIRONMENT);
+         t.mutable_env_server()->mutable_command()->add_argv("serve");
+         t.mutable_env_server()->set_unix_socket("env.sock");
+         t.mutable_env_server()->set_action_template("{text}");
+       },
+       "env_server.action_template must be JSON"},
+      {"mcp server on single_turn", [](v1::Task& t) { t.add_mcp_servers()->set_name("fs"); },
+       "mcp_servers are for the tool_loop and agent runners"},
+      {"mcp server without a command",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_TOOL_LOOP);
+         t.add_mcp_servers()->set_name("fs");
+       },
+       "mcp_servers[0].command.argv is required"},
+      {"mcp server name with a dot",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_TOOL_LOOP);
+         t.add_mcp_servers()->set_name("f.s");
+       },
+       "mcp_servers[0].name must be 1-24 characters"},
       {"duplicate tool names",
        [](v1::Task& t) {
          t.set_runner(v1::RUNNER_TOOL_LOOP);
