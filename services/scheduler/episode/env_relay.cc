@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
-#include "openssl/rand.h"
+#include "services/scheduler/episode/persistent_tools.h"
 
 namespace corral::scheduler {
 namespace {
@@ -100,18 +100,6 @@ if server:
     server.kill()
 )py";
 
-std::string Marker() {
-  unsigned char raw[12];
-  RAND_bytes(raw, sizeof raw);
-  std::string hex;
-  for (unsigned char c : raw) absl::StrAppend(&hex, absl::Hex(c, absl::kZeroPad2));
-  return absl::StrCat("__CORRAL_ENV_", hex, "__");
-}
-
-Failure EnvFailure(v1::FailureClass failure_class, std::string message) {
-  return Failure{v1::EPISODE_STATUS_FAILED, failure_class, v1::EPISODE_PHASE_ENVIRONMENT, std::move(message)};
-}
-
 void StopRelay(Attempt& a) {
   auto it = a.tool_processes.find(kRelayKey);
   if (it == a.tool_processes.end()) return;
@@ -125,7 +113,8 @@ asio::awaitable<std::variant<json::object, Failure>> Exchange(Attempt& a, const 
   using Out = std::variant<json::object, Failure>;
   auto it = a.tool_processes.find(kRelayKey);
   if (it == a.tool_processes.end()) {
-    co_return Out(EnvFailure(v1::FAILURE_CLASS_INFRA, absl::StrCat(what, ": the environment server is not running")));
+    co_return Out(
+        EnvironmentFailure(v1::FAILURE_CLASS_INFRA, absl::StrCat(what, ": the environment server is not running")));
   }
   std::shared_ptr<InteractiveProcess> relay = it->second.process;
   const std::string marker = it->second.marker;
@@ -141,23 +130,23 @@ asio::awaitable<std::variant<json::object, Failure>> Exchange(Attempt& a, const 
   if (!out.marked) {
     StopRelay(a);
     if (out.ended) {
-      co_return Out(EnvFailure(v1::FAILURE_CLASS_INFRA,
-                               absl::StrCat(what, ": the environment relay ended: ", out.text.substr(0, 500))));
+      co_return Out(EnvironmentFailure(v1::FAILURE_CLASS_INFRA,
+                                       absl::StrCat(what, ": the environment relay ended: ", out.text.substr(0, 500))));
     }
     if (a.clock->Now() >= a.EpisodeDeadline()) {
       co_return Out(a.FromStatus(absl::DeadlineExceededError("the episode's time ran out"),
                                  v1::EPISODE_PHASE_ENVIRONMENT, v1::FAILURE_CLASS_INFRA, what));
     }
-    co_return Out(
-        EnvFailure(v1::FAILURE_CLASS_INFRA, absl::StrCat(what, ": the environment server did not answer within ",
-                                                         absl::FormatDuration(timeout), "; it was stopped")));
+    co_return Out(EnvironmentFailure(v1::FAILURE_CLASS_INFRA,
+                                     absl::StrCat(what, ": the environment server did not answer within ",
+                                                  absl::FormatDuration(timeout), "; it was stopped")));
   }
   boost::system::error_code ec;
   json::value answer = json::parse(out.text, ec);
   if (ec || !answer.is_object()) {
     StopRelay(a);
-    co_return Out(EnvFailure(v1::FAILURE_CLASS_INFRA,
-                             absl::StrCat(what, ": the environment relay answered ", out.text.substr(0, 300))));
+    co_return Out(EnvironmentFailure(v1::FAILURE_CLASS_INFRA,
+                                     absl::StrCat(what, ": the environment relay answered ", out.text.substr(0, 300))));
   }
   co_return Out(std::move(answer.as_object()));
 }
@@ -179,10 +168,14 @@ Failure RelayError(Attempt& a, const json::object& answer, const std::string& wh
     absl::StrAppend(&message,
                     "; its log (.corral/env-server.log) ends: ", log.size() > 600 ? log.substr(log.size() - 600) : log);
   }
-  return EnvFailure(v1::FAILURE_CLASS_INFRA, message);
+  return EnvironmentFailure(v1::FAILURE_CLASS_INFRA, message);
 }
 
 }  // namespace
+
+Failure EnvironmentFailure(v1::FailureClass failure_class, std::string message) {
+  return Failure{v1::EPISODE_STATUS_FAILED, failure_class, v1::EPISODE_PHASE_ENVIRONMENT, std::move(message)};
+}
 
 asio::awaitable<std::optional<Failure>> StartEnvServer(Attempt& a, const v1::EnvServerSpec& spec) {
   const absl::Time deadline = a.EpisodeDeadline();
@@ -200,7 +193,7 @@ asio::awaitable<std::optional<Failure>> StartEnvServer(Attempt& a, const v1::Env
   cfg["port"] = spec.port();
   cfg["socket"] = spec.unix_socket().empty() ? "" : a.InSandbox(spec.unix_socket());
   cfg["log"] = a.InSandbox(".corral/env-server.log");
-  const std::string marker = Marker();
+  const std::string marker = RandomMarker("__CORRAL_ENV_");
   cfg["mark"] = marker;
 
   v1::ExecRequest start;
@@ -215,7 +208,7 @@ asio::awaitable<std::optional<Failure>> StartEnvServer(Attempt& a, const v1::Env
   if (!started.ok()) {
     const absl::StatusCode code = started.status().code();
     if (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument) {
-      co_return EnvFailure(
+      co_return EnvironmentFailure(
           v1::FAILURE_CLASS_ENVIRONMENT,
           absl::StrCat("the environment relay needs python3 in the sandbox: ", started.status().message()));
     }

@@ -17,11 +17,6 @@ namespace {
 namespace asio = boost::asio;
 namespace json = boost::json;
 
-Failure Malformed(const absl::Status& s) {
-  return Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_ENVIRONMENT, v1::EPISODE_PHASE_ENVIRONMENT,
-                 std::string(s.message())};
-}
-
 json::object UserMessage(const std::string& text) {
   json::object m;
   m["role"] = "user";
@@ -41,12 +36,13 @@ asio::awaitable<std::variant<EnvAnswer, Failure>> Post(Attempt& a, const std::st
   const EnvHttpReply& http = std::get<EnvHttpReply>(reply);
   const std::string call = absl::StrCat("POST ", path);
   if (http.status != 200) {
-    co_return Out(Failure{
-        v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_ENVIRONMENT, v1::EPISODE_PHASE_ENVIRONMENT,
-        absl::StrCat("the environment answered ", call, " with HTTP ", http.status, ": ", http.body.substr(0, 300))});
+    co_return Out(EnvironmentFailure(
+        v1::FAILURE_CLASS_ENVIRONMENT,
+        absl::StrCat("the environment answered ", call, " with HTTP ", http.status, ": ", http.body.substr(0, 300))));
   }
   auto answer = ParseEnvAnswer(call, http.body);
-  if (!answer.ok()) co_return Out(Malformed(answer.status()));
+  if (!answer.ok())
+    co_return Out(EnvironmentFailure(v1::FAILURE_CLASS_ENVIRONMENT, std::string(answer.status().message())));
   a.output.Append(absl::StrCat(call, " -> reward ", answer->reward ? absl::StrCat(*answer->reward) : "null",
                                answer->done ? ", done\n" : "\n"));
   co_return Out(*std::move(answer));

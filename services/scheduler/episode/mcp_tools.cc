@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/api/proto_time.h"
 #include "services/scheduler/episode/chat.h"
+#include "services/scheduler/episode/env_relay.h"
 #include "services/scheduler/episode/runners.h"
 
 namespace corral::scheduler {
@@ -25,11 +26,6 @@ const v1::McpServerSpec* SpecOf(const Attempt& a, const std::string& server) {
     if (m.name() == server) return &m;
   }
   return nullptr;
-}
-
-Failure EnvFailure(std::string message) {
-  return Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_ENVIRONMENT, v1::EPISODE_PHASE_ENVIRONMENT,
-                 std::move(message)};
 }
 
 // The answer to request `id`: its "result" or "error" object, nullopt when the server ended or `deadline`
@@ -126,7 +122,8 @@ asio::awaitable<std::variant<std::shared_ptr<InteractiveProcess>, Failure>> Star
   if (!started.ok()) {
     const absl::StatusCode code = started.status().code();
     if (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument) {
-      co_return Out(EnvFailure(absl::StrCat(what, " could not start: ", started.status().message())));
+      co_return Out(EnvironmentFailure(v1::FAILURE_CLASS_ENVIRONMENT,
+                                       absl::StrCat(what, " could not start: ", started.status().message())));
     }
     co_return Out(a.FromStatus(started.status(), v1::EPISODE_PHASE_ENVIRONMENT, v1::FAILURE_CLASS_INFRA,
                                absl::StrCat("starting ", what)));
@@ -148,8 +145,9 @@ asio::awaitable<std::variant<std::shared_ptr<InteractiveProcess>, Failure>> Star
                       : init.ended
                           ? "it exited during initialize"
                           : absl::StrCat("no answer to initialize within ", absl::FormatDuration(kStartTimeout));
-    co_return Out(EnvFailure(absl::StrCat(what, ": ", why, init.noise.empty() ? "" : "; it wrote: ", init.noise,
-                                          " (its stderr is in ", log, ")")));
+    co_return Out(EnvironmentFailure(v1::FAILURE_CLASS_ENVIRONMENT,
+                                     absl::StrCat(what, ": ", why, init.noise.empty() ? "" : "; it wrote: ", init.noise,
+                                                  " (its stderr is in ", log, ")")));
   }
   json::object initialized;
   initialized["jsonrpc"] = "2.0";
@@ -182,17 +180,21 @@ asio::awaitable<std::optional<Failure>> StartMcpServers(Attempt& a, json::array&
       if (!cursor.empty()) params["cursor"] = cursor;
       RpcAnswer listed = co_await Request(a, *p, "tools/list", std::move(params), deadline);
       if (!listed.message)
-        co_return EnvFailure(absl::StrCat(what, ": ", listed.ended ? "the server exited" : "no answer"));
+        co_return EnvironmentFailure(v1::FAILURE_CLASS_ENVIRONMENT,
+                                     absl::StrCat(what, ": ", listed.ended ? "the server exited" : "no answer"));
       const json::value* result = listed.message->if_contains("result");
       const json::value* list = result && result->is_object() ? result->as_object().if_contains("tools") : nullptr;
       if (list == nullptr || !list->is_array()) {
-        co_return EnvFailure(
+        co_return EnvironmentFailure(
+            v1::FAILURE_CLASS_ENVIRONMENT,
             absl::StrCat(what, ": the answer has no result.tools array: ", ErrorText(*listed.message)));
       }
       for (const json::value& t : list->as_array()) {
         const json::value* name = t.is_object() ? t.as_object().if_contains("name") : nullptr;
         if (name == nullptr || !name->is_string() || name->as_string().empty()) {
-          co_return EnvFailure(absl::StrCat(what, ": a tool without a name: ", json::serialize(t).substr(0, 200)));
+          co_return EnvironmentFailure(
+              v1::FAILURE_CLASS_ENVIRONMENT,
+              absl::StrCat(what, ": a tool without a name: ", json::serialize(t).substr(0, 200)));
         }
         const std::string tool(name->as_string());
         if (!spec.tools().empty() && std::find(spec.tools().begin(), spec.tools().end(), tool) == spec.tools().end()) {

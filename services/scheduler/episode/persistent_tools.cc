@@ -60,15 +60,15 @@ while True:
     sys.stdout.flush()
 )py";
 
-std::string Marker() {
+}  // namespace
+
+std::string RandomMarker(const std::string& prefix) {
   unsigned char raw[12];
   RAND_bytes(raw, sizeof raw);
   std::string hex;
   for (unsigned char c : raw) absl::StrAppend(&hex, absl::Hex(c, absl::kZeroPad2));
-  return absl::StrCat("__CORRAL_DONE_", hex, "__");
+  return absl::StrCat(prefix, hex, "__");
 }
-
-}  // namespace
 
 void StopPersistent(Attempt& a) {
   for (auto& [name, p] : a.tool_processes) p.process->Stop();
@@ -91,7 +91,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, co
       for (const char* arg : {"python3", "-u", "-c", kPythonDriver}) command.add_argv(arg);
     }
     command.set_cwd(a.workdir);
-    const std::string marker = Marker();
+    const std::string marker = RandomMarker("__CORRAL_DONE_");
     (*command.mutable_env())["__CORRAL_MARK"] = marker;
     const absl::Duration life = std::min(a.EpisodeDeadline() - a.clock->Now(), a.slot->max_exec_timeout);
     ToProto(std::max(life, absl::Seconds(1)), command.mutable_timeout());
