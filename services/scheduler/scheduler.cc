@@ -12,6 +12,7 @@
 #include "libs/async/spawn.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
+#include "services/scheduler/table/open_environment.h"
 #include "services/scheduler/table/submission.h"
 #include "spdlog/spdlog.h"
 
@@ -21,7 +22,7 @@ namespace asio = boost::asio;
 
 Scheduler::Scheduler(asio::io_context& io, Clock* clock, SchedulerOptions options, EpisodeTable* table,
                      HostRegistry* hosts, EpisodeDriver* driver, Doorbell* doorbell, SchedulerMetrics* metrics,
-                     WarmPool* pool)
+                     WarmPool* pool, EnvBoard* envs)
     : io_(io),
       clock_(clock),
       options_(options),
@@ -30,6 +31,7 @@ Scheduler::Scheduler(asio::io_context& io, Clock* clock, SchedulerOptions option
       driver_(driver),
       metrics_(metrics),
       pool_(pool),
+      envs_(envs),
       doorbell_(doorbell) {}
 
 int64_t WarmRoom(const HostRegistry& hosts, const Occupancy& occupancy, const EpisodeTable& table) {
@@ -104,6 +106,47 @@ void Scheduler::TickPass() {
 
 void Scheduler::Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks,
                        std::function<void(absl::StatusOr<v1::Batch>)> done) {
+  SubmitBatch(std::move(spec), std::move(tasks), /*trainer_driven=*/false, std::move(done));
+}
+
+std::string Scheduler::OpenEnvironment(const v1::OpenEnvironmentRequest& request, EnvBoard::OpenDone opened) {
+  if (envs_ == nullptr) {
+    opened(absl::UnimplementedError("this scheduler does not open trainer-driven environments"));
+    return "";
+  }
+  auto batch = TrainerDrivenBatchOf(request);
+  if (!batch.ok()) {
+    opened(batch.status());
+    return "";
+  }
+  // The id is chosen here: the trainer's wait is on the board before the episode can start.
+  if (batch->spec.batch_id().empty()) {
+    batch->spec.set_batch_id(absl::StrCat("env-", absl::ToUnixMillis(clock_->Now()), "-", next_batch_++));
+  }
+  const std::string episode_id = EpisodeId(batch->spec.batch_id(), 0, 0);
+  auto once = std::make_shared<EnvBoard::OpenDone>(std::move(opened));
+  auto forward = [once](absl::StatusOr<v1::OpenEnvironmentResponse> out) { (*once)(std::move(out)); };
+  if (absl::Status s = envs_->Expect(episode_id, batch->idle_timeout, forward); !s.ok()) {
+    (*once)(s);
+    return "";
+  }
+  std::vector<v1::Task> tasks = {std::move(batch->task)};
+  SubmitBatch(std::move(batch->spec), std::move(tasks), /*trainer_driven=*/true,
+              [this, episode_id, once](absl::StatusOr<v1::Batch> submitted) {
+                absl::Status s = submitted.status();
+                if (s.ok() && submitted->counts().queued() + submitted->counts().running() == 0) {
+                  s = absl::FailedPreconditionError(
+                      absl::StrCat("batch '", submitted->spec().batch_id(),
+                                   "' exists and its episode has ended: open with another batch_id"));
+                }
+                // Refused: the trainer hears it here, unless the episode already answered (it ended first).
+                if (!s.ok() && envs_->Forget(episode_id)) (*once)(s);
+              });
+  return episode_id;
+}
+
+void Scheduler::SubmitBatch(v1::BatchSpec spec, std::vector<v1::Task> tasks, bool trainer_driven,
+                            std::function<void(absl::StatusOr<v1::Batch>)> done) {
   if (draining_) {
     done(absl::FailedPreconditionError("the scheduler is draining: Submit is refused until Drain(resume)"));
     return;
@@ -119,7 +162,7 @@ void Scheduler::Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks,
                                                         " but the batch has only ", tasks.size(), " tasks (groups)")));
   }
   const std::string digest = BatchDigest(spec, tasks);
-  auto effective = Effective(tasks, spec.overrides());
+  auto effective = Effective(tasks, spec.overrides(), trainer_driven);
   if (!effective.ok()) return done(effective.status());
   std::random_device rd;
   const uint64_t random_seed = (static_cast<uint64_t>(rd()) << 32) | rd();
@@ -135,7 +178,7 @@ void Scheduler::Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks,
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Scheduler::Effective(
-    const std::vector<v1::Task>& tasks, const v1::TaskOverrides& overrides) const {
+    const std::vector<v1::Task>& tasks, const v1::TaskOverrides& overrides, bool trainer_driven) const {
   std::vector<std::shared_ptr<const v1::Task>> effective;
   effective.reserve(tasks.size());
   std::set<std::string> ids;
@@ -145,6 +188,11 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Scheduler::Effectiv
     }
     auto t = EffectiveTask(task, overrides, options_.limits.default_runner);
     if (!t.ok()) return t.status();
+    if (t->env_server().trainer_driven() && !trainer_driven) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "task '", task.id(), "': env_server.trainer_driven is for OpenEnvironment (the trainer sends the actions); "
+          "a submitted environment task is driven by the scheduler"));
+    }
     effective.push_back(std::make_shared<const v1::Task>(*std::move(t)));
   }
   return effective;

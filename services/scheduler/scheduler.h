@@ -15,6 +15,7 @@
 #include "boost/asio/steady_timer.hpp"
 #include "corral/v1/scheduler.pb.h"
 #include "services/scheduler/doorbell.h"
+#include "services/scheduler/episode/env_board.h"
 #include "services/scheduler/episode/episode_driver.h"
 #include "services/scheduler/metrics.h"
 #include "services/scheduler/remote/host_registry.h"
@@ -37,9 +38,10 @@ void StopRunsOnLostHost(EpisodeTable& table, const std::string& address);
 class Scheduler {
  public:
   // The dispatcher waits on `doorbell` (rung by whatever makes room: see doorbell.h).
+  // Trainer-driven environment episodes open through `envs` (none can without).
   Scheduler(boost::asio::io_context& io, Clock* clock, SchedulerOptions options, EpisodeTable* table,
             HostRegistry* hosts, EpisodeDriver* driver, Doorbell* doorbell, SchedulerMetrics* metrics,
-            WarmPool* pool = nullptr);
+            WarmPool* pool = nullptr, EnvBoard* envs = nullptr);
 
   // Starts the dispatcher, the ticker and the host registry's polling on the io_context.
   void Start();
@@ -50,14 +52,24 @@ class Scheduler {
   void Submit(v1::BatchSpec spec, std::vector<v1::Task> tasks, std::function<void(absl::StatusOr<v1::Batch>)> done);
   // Streaming mode: the tasks checked as Submit checks them (the stream's overrides applied), then appended.
   void AppendTasks(const v1::AppendTasksRequest& request, std::function<void(absl::StatusOr<v1::Batch>)> done);
+  // OpenEnvironment: a batch of one trainer-driven environment episode (TrainerDrivenBatchOf), submitted as
+  // Submit submits. `opened` runs exactly once — with the response once the episode's environment is reset, or
+  // with the error that refused or ended it first — unless the caller withdraws it (EnvBoard::Forget returns
+  // true; then the caller cancels the episode). Returns the episode's id, or "" when refused at once.
+  std::string OpenEnvironment(const v1::OpenEnvironmentRequest& request, EnvBoard::OpenDone opened);
   // Drain the scheduler (empty host) or one host; `done` runs once nothing runs in scope.
   void Drain(const v1::DrainRequest& request, std::function<void(absl::StatusOr<v1::DrainResponse>)> done);
   bool draining() const { return draining_.load(); }
 
  private:
-  // The tasks as they run (overrides applied, each checked against its runner); ids must be unique.
+  // Submit's checks and journaling; only OpenEnvironment's batch may hold a trainer-driven task.
+  void SubmitBatch(v1::BatchSpec spec, std::vector<v1::Task> tasks, bool trainer_driven,
+                   std::function<void(absl::StatusOr<v1::Batch>)> done);
+  // The tasks as they run (overrides applied, each checked against its runner); ids must be unique. A
+  // trainer-driven environment task is refused unless `trainer_driven` (OpenEnvironment's).
   absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Effective(const std::vector<v1::Task>& tasks,
-                                                                         const v1::TaskOverrides& overrides) const;
+                                                                         const v1::TaskOverrides& overrides,
+                                                                         bool trainer_driven = false) const;
   // Starts queued episodes while there is room, at each ring of the doorbell (at least every 500 ms).
   boost::asio::awaitable<void> Dispatch();
   void DispatchPass();
@@ -75,6 +87,7 @@ class Scheduler {
   EpisodeDriver* const driver_;
   SchedulerMetrics* const metrics_;
   WarmPool* const pool_;
+  EnvBoard* const envs_;
   Doorbell* const doorbell_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};

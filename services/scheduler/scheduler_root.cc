@@ -135,6 +135,7 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
       proxies_(std::move(p.proxies)),
       limiter_session_(std::move(p.limiter_session)),
       limiter_(limiter_session_ != nullptr ? std::make_unique<LimiterClient>(limiter_session_.get()) : nullptr),
+      envs_(&clock_),
       pool_(config_.warm_pool_size > 0
                 ? std::make_unique<WarmPool>(
                       &hosts_, &clock_, config_.warm_pool_size, config_.scheduler_id,
@@ -150,16 +151,17 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
                           .metrics = &metrics_,
                           .pool = pool_.get(),
                           .pauses = &pauses_,
+                          .envs = &envs_,
                           .on_finished = [this] { doorbell_.Ring(); }},
               RunnerOptionsOf(config_)),
       scheduler_(io_, &clock_, SchedulerOptionsOf(config_), &table_, &hosts_, &driver_, &doorbell_, &metrics_,
-                 pool_.get()),
+                 pool_.get(), &envs_),
       policy_(io_.get_executor(), &clock_, journal_.get(), proxies_, p.policy, &pauses_,
               [this](int64_t version) {
                 table_.SetPolicyVersion(version);  // may admit more groups (max_staleness) or re-queue stale results
                 doorbell_.Ring();
               }),
-      service_(&scheduler_, &table_, &hosts_, &hub_, &auth_, &policy_),
+      service_(&scheduler_, &table_, &hosts_, &hub_, &auth_, &policy_, &envs_),
       inspector_(&table_, [this](const std::string& id) { return journal_->AckedResult(id); }) {
   journal_->journal()->OnWriteFailed([this](const absl::Status&) { metrics_.JournalWriteFailed(); });
   table_.Restore(p.snapshot, p.policy.version);

@@ -80,6 +80,7 @@ class SchedulerRoot {
   const std::unique_ptr<ratelimiter::RateLimitClient> limiter_session_;
   const std::unique_ptr<LimiterClient> limiter_;  // null without a ratelimiter: no limits
   PauseLedger pauses_;  // generation pauses (PolicyControl): not counted against episode and agent timeouts
+  EnvBoard envs_;       // trainer-driven environment episodes (OpenEnvironment, StepEnvironment, CloseEnvironment)
   Occupancy occupancy_;
   const std::unique_ptr<WarmPool> pool_;  // null without warm_pool_size
   EpisodeDriver driver_;

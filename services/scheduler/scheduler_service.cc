@@ -6,6 +6,7 @@
 #include "libs/api/pagination.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
+#include "services/scheduler/trajectory_forms.h"
 
 namespace corral::scheduler {
 namespace {
@@ -101,6 +102,55 @@ class DrainReactor final : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 };
 
+// OpenEnvironment answers once the episode's environment is reset. A call that goes away before then (cancelled,
+// past its deadline) cancels the episode: nobody would drive it.
+class OpenEnvironmentReactor final : public grpc::ServerUnaryReactor {
+ public:
+  OpenEnvironmentReactor(Scheduler* scheduler, EpisodeTable* table, EnvBoard* envs,
+                         const v1::OpenEnvironmentRequest& request, v1::OpenEnvironmentResponse* response)
+      : table_(table), envs_(envs), reply_(std::make_shared<Reply>(this, response)) {
+    episode_id_ = scheduler->OpenEnvironment(
+        request, [reply = reply_](absl::StatusOr<v1::OpenEnvironmentResponse> out) { reply->Finish(std::move(out)); });
+  }
+  void OnCancel() override {
+    if (!reply_->Finish(absl::CancelledError("the call was cancelled")) || episode_id_.empty()) return;
+    envs_->Forget(episode_id_);
+    v1::CancelRequest cancel;
+    cancel.set_episode_id(episode_id_);
+    cancel.set_reason("the trainer's OpenEnvironment call went away before the environment was reset");
+    (void)table_->Cancel(cancel);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  // Finishes the call once; outlives the reactor in the board's callback (which may come after OnDone).
+  class Reply {
+   public:
+    Reply(grpc::ServerUnaryReactor* reactor, v1::OpenEnvironmentResponse* response)
+        : reactor_(reactor), response_(response) {}
+    // False when the call was finished already.
+    bool Finish(absl::StatusOr<v1::OpenEnvironmentResponse> out) {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return false;
+      finished_ = true;
+      if (out.ok()) *response_ = *std::move(out);
+      reactor_->Finish(ToGrpcStatus(out.status()));
+      return true;
+    }
+
+   private:
+    absl::Mutex mu_;
+    bool finished_ ABSL_GUARDED_BY(mu_) = false;
+    grpc::ServerUnaryReactor* const reactor_;
+    v1::OpenEnvironmentResponse* const response_;
+  };
+
+  EpisodeTable* const table_;
+  EnvBoard* const envs_;
+  const std::shared_ptr<Reply> reply_;
+  std::string episode_id_;
+};
+
 // The trainer's deadline for a policy call, bounded (the replicas' calls carry it).
 absl::Time PolicyDeadline(const grpc::CallbackServerContext& context) {
   const absl::Time bound = absl::Now() + absl::Minutes(30);
@@ -128,8 +178,8 @@ grpc::ServerUnaryReactor* PolicyCall(grpc::CallbackServerContext* context, const
 }  // namespace
 
 SchedulerService::SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
-                                   const CallAuthenticator* auth, PolicyControl* policy)
-    : scheduler_(scheduler), table_(table), hosts_(hosts), hub_(hub), auth_(auth), policy_(policy) {}
+                                   const CallAuthenticator* auth, PolicyControl* policy, EnvBoard* envs)
+    : scheduler_(scheduler), table_(table), hosts_(hosts), hub_(hub), auth_(auth), policy_(policy), envs_(envs) {}
 
 grpc::ServerUnaryReactor* SchedulerService::UpdatePolicy(grpc::CallbackServerContext* context,
                                                          const v1::UpdatePolicyRequest* request,
@@ -247,6 +297,52 @@ grpc::ServerUnaryReactor* SchedulerService::ListHosts(grpc::CallbackServerContex
       hosts, request->page_token(), *page_size, [](const v1::Host& h) { return h.address(); },
       [](const v1::Host&) { return true; }, [&](const v1::Host& h) { *response->add_hosts() = h; }));
   return FinishUnary(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* SchedulerService::OpenEnvironment(grpc::CallbackServerContext* context,
+                                                            const v1::OpenEnvironmentRequest* request,
+                                                            v1::OpenEnvironmentResponse* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  return new OpenEnvironmentReactor(scheduler_, table_, envs_, *request, response);
+}
+
+grpc::ServerUnaryReactor* SchedulerService::StepEnvironment(grpc::CallbackServerContext* context,
+                                                            const v1::StepEnvironmentRequest* request,
+                                                            v1::StepEnvironmentResponse* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  if (request->episode_id().empty()) return FinishUnary(context, absl::InvalidArgumentError("episode_id is required"));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The step happens even if the call goes away meanwhile; the board answers it exactly once either way.
+  absl::Status accepted = envs_->Step(request->episode_id(), request->action_json(),
+                                      [reactor, response](absl::StatusOr<v1::EnvironmentStep> out) {
+                                        if (out.ok()) *response->mutable_step() = *std::move(out);
+                                        reactor->Finish(ToGrpcStatus(out.status()));
+                                      });
+  if (!accepted.ok()) reactor->Finish(ToGrpcStatus(accepted));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SchedulerService::CloseEnvironment(grpc::CallbackServerContext* context,
+                                                             const v1::CloseEnvironmentRequest* request,
+                                                             v1::EpisodeResult* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  if (request->episode_id().empty()) return FinishUnary(context, absl::InvalidArgumentError("episode_id is required"));
+  if (!v1::TrajectoryFormat_IsValid(request->trajectory_format())) {
+    return FinishUnary(context, absl::InvalidArgumentError("trajectory_format is not a known format"));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const v1::TrajectoryFormat format = request->trajectory_format();
+  absl::Status accepted = envs_->Close(request->episode_id(), request->final_message(),
+                                       [reactor, response, format](absl::StatusOr<v1::EpisodeResult> out) {
+                                         if (out.ok()) {
+                                           *response = *std::move(out);
+                                           *response->mutable_trajectory() =
+                                               ConvertTrajectory(response->trajectory(), format);
+                                         }
+                                         reactor->Finish(ToGrpcStatus(out.status()));
+                                       });
+  if (!accepted.ok()) reactor->Finish(ToGrpcStatus(accepted));
+  return reactor;
 }
 
 }  // namespace corral::scheduler

@@ -14,7 +14,7 @@ namespace corral::scheduler {
 class SchedulerService final : public v1::Scheduler::CallbackService {
  public:
   SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
-                   const CallAuthenticator* auth, PolicyControl* policy);
+                   const CallAuthenticator* auth, PolicyControl* policy, EnvBoard* envs);
 
   grpc::ServerReadReactor<v1::SubmitRequest>* Submit(grpc::CallbackServerContext* context,
                                                      v1::Batch* response) override;
@@ -42,6 +42,15 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   grpc::ServerUnaryReactor* ResumeGeneration(grpc::CallbackServerContext* context,
                                              const v1::ResumeGenerationRequest* request,
                                              v1::ResumeGenerationResponse* response) override;
+  grpc::ServerUnaryReactor* OpenEnvironment(grpc::CallbackServerContext* context,
+                                            const v1::OpenEnvironmentRequest* request,
+                                            v1::OpenEnvironmentResponse* response) override;
+  grpc::ServerUnaryReactor* StepEnvironment(grpc::CallbackServerContext* context,
+                                            const v1::StepEnvironmentRequest* request,
+                                            v1::StepEnvironmentResponse* response) override;
+  grpc::ServerUnaryReactor* CloseEnvironment(grpc::CallbackServerContext* context,
+                                             const v1::CloseEnvironmentRequest* request,
+                                             v1::EpisodeResult* response) override;
 
  private:
   Scheduler* const scheduler_;
@@ -50,6 +59,7 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   ResultHub* const hub_;
   const CallAuthenticator* const auth_;
   PolicyControl* const policy_;
+  EnvBoard* const envs_;
 };
 
 }  // namespace corral::scheduler

@@ -24,6 +24,8 @@
 
 namespace corral::scheduler {
 
+class EnvBoard;
+
 struct Attempt {
   EpisodeTicket ticket;
   const v1::Task& task() const { return *ticket.task; }
@@ -34,6 +36,8 @@ struct Attempt {
 
   // Generation pauses (PauseGeneration): not counted against the episode and agent timeouts. Null: none.
   const PauseLedger* pauses = nullptr;
+  // Trainer-driven environment episodes meet their trainer's calls here. Null: none can open.
+  EnvBoard* envs = nullptr;
 
   v1::EpisodeResult result;
   absl::Time start;

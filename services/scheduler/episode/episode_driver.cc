@@ -12,6 +12,7 @@
 #include "libs/async/spawn.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
+#include "services/scheduler/episode/env_board.h"
 #include "services/scheduler/episode/persistent_tools.h"
 #include "services/scheduler/episode/runners.h"
 #include "services/scheduler/episode/sandbox_request.h"
@@ -133,6 +134,7 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
   a.options = &options_;
   a.limiter = parts_.limiter;
   a.pauses = parts_.pauses;
+  a.envs = parts_.envs;
   a.clock = clock_;
   a.start = clock_->Now();
   const absl::Duration episode_timeout = a.Timeout(a.task().timeouts().episode(), options_.timeouts.episode);
@@ -403,7 +405,14 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     async::Spawn(executor, Cleanup(a.slot, a.sandbox_id), "a sandbox's cleanup");
   }
   const std::string env_id = a.ticket.env_id;
+  // A trainer-driven environment episode's trainer hears of its end (unless it goes back to the queue: an
+  // infra failure before the reset is retried while the trainer's Open waits).
+  std::optional<v1::EpisodeResult> for_trainer;
+  if (parts_.envs != nullptr && a.task().env_server().trainer_driven()) for_trainer = r;
   const FinishOutcome outcome = table_->Finish(a.ticket, std::move(r));
+  if (for_trainer && outcome != FinishOutcome::kRetried && outcome != FinishOutcome::kRequeued) {
+    parts_.envs->Ended(*for_trainer);
+  }
   if (parts_.metrics != nullptr && outcome == FinishOutcome::kRetried) parts_.metrics->Retried();
   if (a.session_requested) (void)co_await a.proxy->Ack(env_id, absl::Seconds(10));
 }

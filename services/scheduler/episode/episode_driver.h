@@ -47,6 +47,7 @@ struct DriverParts {
   EpisodeObserver* metrics = nullptr;   // optional
   WarmPool* pool = nullptr;             // optional: every sandbox is created inline
   const PauseLedger* pauses = nullptr;  // optional: generation pauses, not counted against timeouts
+  EnvBoard* envs = nullptr;             // optional: trainer-driven environment episodes (none can open without)
   std::function<void()> on_finished;    // optional: an attempt ended (room for the next: the dispatcher's wake-up)
 };
 

@@ -38,6 +38,7 @@ bool BatchState::terminal() const {
 
 FinishDecision DecideFinish(const FinishFacts& f) {
   if (f.reason == StopReason::kRedundant) return {.step = FinishStep::kDropRedundant};
+  if (f.final_run) return {.step = FinishStep::kRecord};
   if (f.reason == StopReason::kRequeue && !f.batch_cancelled) return {.step = FinishStep::kRequeue};
   // A stale result runs again unless the run was stopped or its batch cancelled; an episode too stale
   // kMaxStaleRuns times is given up rather than run forever (the trainer keeps outpacing it).

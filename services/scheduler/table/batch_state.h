@@ -94,6 +94,7 @@ struct BatchState {
 // What becomes of a run that ended, given the facts the table holds (FinishDecision decides, the table applies).
 struct FinishFacts {
   StopReason reason = StopReason::kNone;
+  bool final_run = false;  // RunControl::final(): recorded however it ended
   bool batch_cancelled = false;
   bool replace_failures = false;  // GROUP_FAILURE_POLICY_REPLACE
   bool too_stale = false;         // a FINISHED result older than max_staleness allows now

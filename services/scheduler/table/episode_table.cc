@@ -353,6 +353,7 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
     e.host.clear();
     const FinishDecision decision =
         DecideFinish({.reason = ticket.control->reason(),
+                      .final_run = ticket.control->final(),
                       .batch_cancelled = b->cancelled,
                       .replace_failures = b->spec.group_failure_policy() == v1::GROUP_FAILURE_POLICY_REPLACE,
                       .too_stale = TooStale(*b, result),

@@ -45,6 +45,10 @@ class RunControl {
  public:
   RunPhase phase() const { return phase_.load(std::memory_order_relaxed); }
   void set_phase(RunPhase p) { phase_.store(p, std::memory_order_relaxed); }
+  // The run's state now lives outside the scheduler too (a trainer drives its environment): however it ends,
+  // its result is final — no retry, re-queue or stale re-run could take the trainer back to where it was.
+  void set_final() { final_.store(true); }
+  bool final() const { return final_.load(); }
 
   // Marks the run stopped (the first reason wins) and interrupts whatever it waits on. Returns false when it
   // was already stopped. The hooks run outside the lock; until they have all run, Unregister waits (a hook
@@ -100,6 +104,7 @@ class RunControl {
 
  private:
   std::atomic<RunPhase> phase_{RunPhase::kAcquire};
+  std::atomic<bool> final_{false};
   mutable absl::Mutex mu_;
   StopReason reason_ ABSL_GUARDED_BY(mu_) = StopReason::kNone;
   std::string message_ ABSL_GUARDED_BY(mu_);

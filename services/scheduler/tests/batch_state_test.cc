@@ -37,6 +37,22 @@ TEST(DecideFinishTest, ACancelOrADeadlineIsNeverRetried) {
   EXPECT_EQ(DecideFinish(f).step, FinishStep::kRecord);
 }
 
+TEST(DecideFinishTest, AFinalRunIsRecordedHoweverItEnded) {
+  // A trainer-driven environment episode: an infra failure, a drain's requeue or staleness cannot run it again.
+  FinishFacts f = Failed(v1::FAILURE_CLASS_INFRA, 1, 3);
+  f.final_run = true;
+  EXPECT_EQ(DecideFinish(f).step, FinishStep::kRecord);
+  f.reason = StopReason::kRequeue;
+  EXPECT_EQ(DecideFinish(f).step, FinishStep::kRecord);
+  f.reason = StopReason::kNone;
+  f.status = v1::EPISODE_STATUS_FINISHED;
+  f.too_stale = true;
+  EXPECT_EQ(DecideFinish(f).step, FinishStep::kRecord);
+  EXPECT_FALSE(DecideFinish(f).give_up_stale);
+  f.reason = StopReason::kRedundant;  // an extra of a completed group is still dropped
+  EXPECT_EQ(DecideFinish(f).step, FinishStep::kDropRedundant);
+}
+
 TEST(DecideFinishTest, ARequeueGoesBackWithoutAnAttemptUnlessTheBatchWasCancelled) {
   FinishFacts f = Failed(v1::FAILURE_CLASS_INFRA, 3, 3);
   f.reason = StopReason::kRequeue;
