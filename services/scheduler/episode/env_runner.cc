@@ -120,10 +120,9 @@ asio::awaitable<std::variant<EnvCommand, Failure>> NextCommand(Attempt& a, EnvBo
     }
     const absl::Time now = a.clock->Now();
     if (now >= idle_end) {
-      co_return Out(a.FromStatus(absl::DeadlineExceededError(absl::StrCat("no step or close from the trainer for ",
-                                                                          absl::FormatDuration(idle),
-                                                                          " (idle_timeout)")),
-                                 v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_AGENT, "waiting for the trainer"));
+      co_return Out(Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
+                            absl::StrCat("no step or close from the trainer for ", absl::FormatDuration(idle),
+                                         " (idle_timeout)")});
     }
     if (now >= a.AgentDeadline()) {
       co_return Out(a.FromStatus(absl::DeadlineExceededError("the agent timeout passed"), v1::EPISODE_PHASE_AGENT,
