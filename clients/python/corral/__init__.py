@@ -7,16 +7,18 @@
         advantages = corral.rl.group_advantages(group)
         samples = [corral.rl.to_training_sample(r) for r in group]
 """
-from corral import rl
+from corral import gym, rl
 from corral._version import __version__
 from corral.auth import Tls, cluster_token, local_cluster
 from corral.client import Batch, Client, CorralError, EpisodeResult, Progress
 from corral.datasets import iter_jsonl, load_harbor, load_harbor_dir, load_jsonl
+from corral.envs import AsyncEnvEpisode, EnvEpisode, Step
 from corral.tasks import (AgentTask, Command, Environment, File, SingleTurnTask, Timeouts, Tool, ToolLoopTask,
                           Verifier, task_from_dict, to_task)
 
 __all__ = [
-    "AgentTask", "Batch", "Client", "Command", "CorralError", "Environment", "EpisodeResult", "File", "Progress",
-    "SingleTurnTask", "Timeouts", "Tls", "Tool", "ToolLoopTask", "Verifier", "__version__", "cluster_token",
-    "iter_jsonl", "load_harbor", "load_harbor_dir", "load_jsonl", "local_cluster", "rl", "task_from_dict", "to_task",
+    "AgentTask", "AsyncEnvEpisode", "Batch", "Client", "Command", "CorralError", "EnvEpisode", "Environment",
+    "EpisodeResult", "File", "Progress", "SingleTurnTask", "Step", "Timeouts", "Tls", "Tool", "ToolLoopTask",
+    "Verifier", "__version__", "cluster_token", "gym", "iter_jsonl", "load_harbor", "load_harbor_dir", "load_jsonl",
+    "local_cluster", "rl", "task_from_dict", "to_task",
 ]

@@ -262,6 +262,20 @@ class Client:
                 return
             request.page_token = page.next_page_token
 
+    # ---- trainer-driven environments (corral.envs)
+
+    def environment(self, task: TaskLike, **kwargs) -> "EnvEpisode":
+        """A trainer-driven environment episode of `task` (one with env_server): reset() opens it, step(action)
+        sends an action, close() returns its result. kwargs: batch_id, priority, max_attempts, labels,
+        idle_timeout_s, open_timeout_s, trajectory_format, ack."""
+        from corral.envs import EnvEpisode
+        return EnvEpisode(self, task, **kwargs)
+
+    def aenvironment(self, task: TaskLike, **kwargs) -> "AsyncEnvEpisode":
+        """environment() for asyncio."""
+        from corral.envs import AsyncEnvEpisode
+        return AsyncEnvEpisode(self, task, **kwargs)
+
     def hosts(self) -> List[scheduler_pb2.Host]:
         """The sandbox hosts the scheduler knows, with health and load."""
         out, token = [], ""

@@ -1,7 +1,8 @@
 // Trainer-driven environment episodes (OpenEnvironment, StepEnvironment, CloseEnvironment): where the trainer's
 // RPCs meet the episode's runner. The RPC side posts and is answered through callbacks (gRPC reactors never
-// block); the runner waits for the trainer's commands as a coroutine. One entry per episode, from the Open until
-// the trainer has taken the result (or 10 minutes after the episode ended). Thread-safe.
+// block); the runner waits for the trainer's commands as a coroutine, and the episode's journaled result comes
+// from the EpisodeTable (TableHooks::on_driven_result). One entry per episode, from the Open until the trainer
+// has taken the result (or 10 minutes after the episode ended). Thread-safe.
 #pragma once
 
 #include <functional>
@@ -66,8 +67,8 @@ class EnvBoard {
                                   const boost::asio::any_io_executor& executor);
   // Answers the step under way.
   void Answer(const std::string& episode_id, absl::StatusOr<v1::EnvironmentStep> step);
-  // The episode's final result: answers whoever waits (an Open or a step with EndedStatus, a close with the
-  // result) and keeps the result for a later Close.
+  // The episode's final result, journaled: answers whoever waits (an Open or a step with EndedStatus, a close
+  // with the result) and keeps the result for a later Close.
   void Ended(const v1::EpisodeResult& result);
 
   size_t size() const;
@@ -86,8 +87,8 @@ class EnvBoard {
   };
   // Drops ended entries nobody closed within 10 minutes.
   void Prune() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The entry for a trainer's call: NOT_FOUND, or FAILED_PRECONDITION when not open or busy. Its end when it
-  // ended (as `ended`).
+  // The entry for a trainer's Step or Close (`what`): NOT_FOUND, or FAILED_PRECONDITION when it is not open yet
+  // or a step or close is under way.
   absl::StatusOr<Entry*> Ready(const std::string& episode_id, const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;

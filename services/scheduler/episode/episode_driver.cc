@@ -12,7 +12,6 @@
 #include "libs/async/spawn.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
-#include "services/scheduler/episode/env_board.h"
 #include "services/scheduler/episode/persistent_tools.h"
 #include "services/scheduler/episode/runners.h"
 #include "services/scheduler/episode/sandbox_request.h"
@@ -405,14 +404,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     async::Spawn(executor, Cleanup(a.slot, a.sandbox_id), "a sandbox's cleanup");
   }
   const std::string env_id = a.ticket.env_id;
-  // A trainer-driven environment episode's trainer hears of its end (unless it goes back to the queue: an
-  // infra failure before the reset is retried while the trainer's Open waits).
-  std::optional<v1::EpisodeResult> for_trainer;
-  if (parts_.envs != nullptr && a.task().env_server().trainer_driven()) for_trainer = r;
   const FinishOutcome outcome = table_->Finish(a.ticket, std::move(r));
-  if (for_trainer && outcome != FinishOutcome::kRetried && outcome != FinishOutcome::kRequeued) {
-    parts_.envs->Ended(*for_trainer);
-  }
   if (parts_.metrics != nullptr && outcome == FinishOutcome::kRetried) parts_.metrics->Retried();
   if (a.session_requested) (void)co_await a.proxy->Ack(env_id, absl::Seconds(10));
 }

@@ -451,6 +451,7 @@ void EpisodeTable::Journal(Batch& b, uint32_t g, uint32_t i, const v1::EpisodeRe
 }
 
 void EpisodeTable::Committed(const std::string& batch_id, uint32_t g, uint32_t i, uint64_t seq) {
+  std::optional<std::string> driven;  // a trainer-driven environment episode's result, for its trainer
   {
     absl::MutexLock lock(&mu_);
     Batch* b = FindBatch(batch_id);
@@ -459,9 +460,12 @@ void EpisodeTable::Committed(const std::string& batch_id, uint32_t g, uint32_t i
     if (e.seq != seq || e.writing == 0 || --e.writing > 0) return;
     e.committed = true;
     if (!e.acked && e.counted_in_group) unacked_[seq] = Where{batch_id, g, i};
+    if (hooks_.on_driven_result && b->tasks[g]->env_server().trainer_driven() && !restoring_) driven = e.result;
     Touch(*b);
   }
   Changed();
+  v1::EpisodeResult result;
+  if (driven && result.ParseFromString(*driven)) hooks_.on_driven_result(result);
 }
 
 v1::EpisodeResult EpisodeTable::QueuedResult(const Batch& b, uint32_t g, uint32_t i, v1::EpisodeStatus status,

@@ -116,6 +116,10 @@ struct TableHooks {
   std::function<void()> on_change;
   // Metrics; called under the lock.
   TableObserver* observer = nullptr;
+  // A trainer-driven environment episode's result (EnvServerSpec.trainer_driven) is journaled: its trainer may
+  // take it (CloseEnvironment). Called outside the lock, once per result, however the episode ended (a run, a
+  // cancel while queued, the batch deadline).
+  std::function<void(const v1::EpisodeResult&)> on_driven_result;
 };
 
 // What Finish decided.

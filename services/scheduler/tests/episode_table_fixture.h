@@ -106,12 +106,15 @@ class EpisodeTableTest : public ::testing::Test {
         std::make_unique<EpisodeTable>(&clock_, &log_, SubmitLimits{}, max_pending, RetryBackoff{}, std::move(hooks));
   }
 
-  absl::StatusOr<v1::Batch> Submit(const v1::BatchSpec& spec, int tasks, const std::string& digest = "digest") {
+  // `shape`, when given, changes each task before it is submitted.
+  absl::StatusOr<v1::Batch> Submit(const v1::BatchSpec& spec, int tasks, const std::string& digest = "digest",
+                                   const std::function<void(v1::Task&)>& shape = nullptr) {
     std::vector<std::shared_ptr<const v1::Task>> list;
     for (int k = 0; k < tasks; ++k) {
       auto t = std::make_shared<v1::Task>();
       t->set_id("t" + std::to_string(k));
       t->set_prompt("p");
+      if (shape) shape(*t);
       list.push_back(std::move(t));
     }
     absl::StatusOr<v1::Batch> out = absl::UnknownError("done was not called");

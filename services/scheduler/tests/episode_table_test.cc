@@ -252,6 +252,36 @@ TEST_F(EpisodeTableTest, ResultsBecomeVisibleOnlyOnceCommitted) {
   EXPECT_THAT(Deliverable("b", 0, true), ElementsAre("b:g0:e0"));
 }
 
+TEST_F(EpisodeTableTest, ATrainerDrivenEpisodesResultReachesItsTrainerOnceJournaled) {
+  std::vector<v1::EpisodeResult> heard;
+  Reset(1000, TableHooks{.on_driven_result = [&](const v1::EpisodeResult& r) { heard.push_back(r); }});
+  auto driven = [](v1::Task& t) { t.mutable_env_server()->set_trainer_driven(true); };
+  hold_commits_ = true;
+  ASSERT_THAT(Submit(Spec("plain", 1), 1), IsOk());
+  v1::BatchSpec retried = Spec("driven", 1);
+  retried.set_max_attempts(2);
+  ASSERT_THAT(Submit(retried, 1, "digest", driven), IsOk());
+  End(Start(), Finished());
+  EXPECT_EQ(End(Start(), InfraFailure()), FinishOutcome::kRetried);
+  log_.Commit();
+  EXPECT_TRUE(heard.empty()) << "a plain episode's result, and a retry, are not for a trainer";
+  clock_.Advance(absl::Seconds(5));
+  End(Start(), Finished());
+  EXPECT_TRUE(heard.empty()) << "not before the journal has it";
+  log_.Commit();
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].ids().episode_id(), "driven:g0:e0");
+  EXPECT_EQ(heard[0].ids().attempt(), 2u);
+  EXPECT_FALSE(heard[0].cursor().empty());
+  // An episode cancelled while queued ends without a run: its trainer hears it all the same.
+  hold_commits_ = false;
+  ASSERT_THAT(Submit(Spec("queued", 1), 1, "digest", driven), IsOk());
+  ASSERT_THAT(Cancel(CancelBatch("queued")), IsOkAndHolds(1u));
+  ASSERT_EQ(heard.size(), 2u);
+  EXPECT_EQ(heard[1].ids().episode_id(), "queued:g0:e0");
+  EXPECT_EQ(heard[1].status(), v1::EPISODE_STATUS_CANCELLED);
+}
+
 TEST_F(EpisodeTableTest, StreamCompleteOnceTerminalAndEverythingSent) {
   ASSERT_THAT(Submit(Spec("b", 2), 1), IsOk());
   const EpisodeTicket e0 = Start(), e1 = Start();
