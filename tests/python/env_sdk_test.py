@@ -77,10 +77,12 @@ class TrainerDrivenEnvironments(unittest.TestCase):
         observation = env.reset(seed=11)
         self.assertIn("Question 1 of 3", observation["prompt"])
         self.assertTrue(env.api_key and env.base_url.startswith("http://"))
-        rewards, expected = [], []
-        while True:
-            reply = env.chat([{"role": "user", "content": observation["prompt"]}])
+        rewards, expected, conversation = [], [], []
+        while True:  # one conversation: each observation is the next user message
+            conversation.append({"role": "user", "content": observation["prompt"]})
+            reply = env.chat(conversation)
             text = reply["choices"][0]["message"]["content"]
+            conversation.append({"role": "assistant", "content": text})
             numbers = re.findall(r"-?\d+", text)
             expected.append(1.0 if numbers and int(numbers[-1]) == asked(observation) else 0.0)
             step = env.step({"message": text})
@@ -98,7 +100,9 @@ class TrainerDrivenEnvironments(unittest.TestCase):
         self.assertEqual(result.reward, sum(expected))
         self.assertEqual(list(result.step_rewards), expected)
         self.assertIs(env.close(), result, "closing again returns the same result")
-        # The trainer's three model calls are the episode's trajectory, with token ids.
+        # The trainer's three model calls are the episode's trajectory (one branch: each call extends the last),
+        # with token ids.
+        self.assertEqual(len(result.trajectory.branches), 1)
         messages = [m.message for m in result.trajectory.branches[0].messages]
         self.assertEqual(sum(1 for m in messages if m.role == "assistant"), 3)
         self.assertIn("Question 3 of 3", " ".join(m.content for m in messages))
