@@ -177,8 +177,9 @@ void Scheduler::SubmitBatch(v1::BatchSpec spec, std::vector<v1::Task> tasks, boo
                  });
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Scheduler::Effective(
-    const std::vector<v1::Task>& tasks, const v1::TaskOverrides& overrides, bool trainer_driven) const {
+absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Scheduler::Effective(const std::vector<v1::Task>& tasks,
+                                                                                  const v1::TaskOverrides& overrides,
+                                                                                  bool trainer_driven) const {
   std::vector<std::shared_ptr<const v1::Task>> effective;
   effective.reserve(tasks.size());
   std::set<std::string> ids;
@@ -189,9 +190,10 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Scheduler::Effectiv
     auto t = EffectiveTask(task, overrides, options_.limits.default_runner);
     if (!t.ok()) return t.status();
     if (t->env_server().trainer_driven() && !trainer_driven) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "task '", task.id(), "': env_server.trainer_driven is for OpenEnvironment (the trainer sends the actions); "
-          "a submitted environment task is driven by the scheduler"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("task '", task.id(),
+                       "': env_server.trainer_driven is for OpenEnvironment (the trainer sends the actions); "
+                       "a submitted environment task is driven by the scheduler"));
     }
     effective.push_back(std::make_shared<const v1::Task>(*std::move(t)));
   }

@@ -2,7 +2,9 @@
 // OpenEnv-shaped server (examples/environments/arithmetic_drill) in real sandboxes — by port and by unix socket —
 // with per-step rewards and token ids; the server's crash, hang and malformed answers each end the episode with
 // the failure class they deserve; and a tool_loop episode calls a real MCP server (the MCP project's filesystem
-// server from npm, pinned by tests/mcp's lock file) running in its sandbox.
+// server from npm, pinned by tests/mcp's lock file) running in its sandbox. And trainer-driven episodes over gRPC
+// (OpenEnvironment, StepEnvironment, CloseEnvironment): the trainer's steps and rewards, bad calls refused, a
+// crash heard by the step and never retried, the idle timeout, an Open that goes away, a scheduler killed meanwhile.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -198,7 +200,6 @@ TEST_F(SchedulerFixture, ToolLoopCallsARealMcpServerInItsSandbox) {
   EXPECT_TRUE(NothingLeaked());
 }
 
-
 // ---- trainer-driven: the trainer sends the actions (OpenEnvironment, StepEnvironment, CloseEnvironment)
 
 class TrainerDrivenTest : public SchedulerFixture {
@@ -373,6 +374,26 @@ TEST_F(TrainerDrivenTest, FailuresEndTheEpisodeOnceAndTheTrainerHearsWhy) {
   ASSERT_THAT(gone_results, IsOk());
   ASSERT_EQ(gone_results->size(), 1u);
   EXPECT_EQ(gone_results->front().status(), v1::EPISODE_STATUS_CANCELLED);
+  EXPECT_TRUE(NothingLeaked());
+}
+
+TEST_F(TrainerDrivenTest, AnEpisodeOpenWhenTheSchedulerIsKilledEndsOnceAndLeavesNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  auto opened = Open(Request("orphan"));
+  ASSERT_THAT(opened, IsOk());
+  ASSERT_THAT(Step("orphan:g0:e0", Say(0)), IsOk());
+  scheduler_->process.Signal(SIGKILL);
+  ASSERT_THAT(scheduler_->process.Wait(absl::Seconds(10)), IsOk());
+  scheduler_.reset();
+  ASSERT_NO_FATAL_FAILURE(StartScheduler());
+  // The journal had it running: its re-run finds no trainer and ends at once, recorded, never run again.
+  auto results = Results("orphan");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), 1u);
+  EXPECT_EQ(results->front().status(), v1::EPISODE_STATUS_FAILED);
+  EXPECT_EQ(results->front().failure_class(), v1::FAILURE_CLASS_INFRA);
+  EXPECT_THAT(results->front().failure_message(), HasSubstr("no trainer holds this environment episode"));
+  EXPECT_EQ(Step("orphan:g0:e0", Say(0)).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(NothingLeaked());
 }
 

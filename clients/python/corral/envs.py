@@ -22,10 +22,9 @@ from typing import Any, Dict, List, Optional
 
 import grpc
 
+from corral.client import _TRAJECTORY_FORMATS, _raise
 from corral.tasks import TaskLike, to_task
-from corral.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-
-_TRAJECTORY_FORMATS = {"trajectory": common_pb2.TRAJECTORY_FORMAT_TRAJECTORY, "calls": common_pb2.TRAJECTORY_FORMAT_CALLS}
+from corral.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 
 @dataclasses.dataclass
@@ -183,7 +182,6 @@ class AsyncEnvEpisode(_Episode):
         self._stub = None
 
     async def _call(self, method: str, request, timeout: Optional[float] = None):
-        from corral.client import _raise
         if self._stub is None:
             self._channel = self._client._aio_channel()
             self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)

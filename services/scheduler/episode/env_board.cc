@@ -13,9 +13,8 @@ constexpr size_t kMaxActionBytes = 1 << 20;
 }  // namespace
 
 absl::Status EndedStatus(const v1::EpisodeResult& result) {
-  const std::string message =
-      absl::StrCat("the episode ended ", v1::EpisodeStatus_Name(result.status()),
-                   result.failure_message().empty() ? "" : ": ", result.failure_message());
+  const std::string message = absl::StrCat("the episode ended ", v1::EpisodeStatus_Name(result.status()),
+                                           result.failure_message().empty() ? "" : ": ", result.failure_message());
   switch (result.status()) {
     case v1::EPISODE_STATUS_TIMEOUT: return absl::DeadlineExceededError(message);
     case v1::EPISODE_STATUS_CANCELLED: return absl::CancelledError(message);

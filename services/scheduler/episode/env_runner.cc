@@ -6,12 +6,12 @@
 #include <variant>
 
 #include "absl/strings/str_cat.h"
-#include "boost/json.hpp"
-#include "libs/api/proto_time.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/experimental/awaitable_operators.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
+#include "boost/json.hpp"
+#include "libs/api/proto_time.h"
 #include "libs/async/sleep.h"
 #include "services/scheduler/episode/env_board.h"
 #include "services/scheduler/episode/env_protocol.h"
@@ -102,14 +102,14 @@ v1::EnvironmentStep StepOf(const EnvAnswer& answer, int64_t turn, int64_t max_tu
 // The trainer's next command, or why none came: its idle timeout, the agent timeout (later by generation
 // pauses, so it is read again at each wake-up), or a stop (which closes the channel).
 asio::awaitable<std::variant<EnvCommand, Failure>> NextCommand(Attempt& a, EnvBoard::Channel& commands,
-                                                              absl::Duration idle) {
+                                                               absl::Duration idle) {
   using Out = std::variant<EnvCommand, Failure>;
   using namespace asio::experimental::awaitable_operators;
   const absl::Time idle_end = a.clock->Now() + idle;
   while (true) {
     const absl::Time until = std::min(idle_end, a.AgentDeadline());
-    auto raced = co_await (commands.async_receive(asio::as_tuple(asio::use_awaitable)) ||
-                           async::SleepUntil(*a.clock, until));
+    auto raced =
+        co_await (commands.async_receive(asio::as_tuple(asio::use_awaitable)) || async::SleepUntil(*a.clock, until));
     if (raced.index() == 0) {
       auto [ec, command] = std::get<0>(std::move(raced));
       if (ec) {
@@ -120,9 +120,9 @@ asio::awaitable<std::variant<EnvCommand, Failure>> NextCommand(Attempt& a, EnvBo
     }
     const absl::Time now = a.clock->Now();
     if (now >= idle_end) {
-      co_return Out(Failure{v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
-                            absl::StrCat("no step or close from the trainer for ", absl::FormatDuration(idle),
-                                         " (idle_timeout)")});
+      co_return Out(Failure{
+          v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
+          absl::StrCat("no step or close from the trainer for ", absl::FormatDuration(idle), " (idle_timeout)")});
     }
     if (now >= a.AgentDeadline()) {
       co_return Out(a.FromStatus(absl::DeadlineExceededError("the agent timeout passed"), v1::EPISODE_PHASE_AGENT,
@@ -165,10 +165,10 @@ asio::awaitable<std::optional<Failure>> DriveForTrainer(Attempt& a, const v1::En
       break;
     }
     if (answer.done || turn >= max_turns) {
-      a.envs->Answer(id, absl::FailedPreconditionError(
-                             answer.done ? "the environment is done: close the episode"
-                                         : absl::StrCat("the episode took its max_turns (", max_turns,
-                                                        ") steps: close the episode")));
+      a.envs->Answer(
+          id, absl::FailedPreconditionError(answer.done ? "the environment is done: close the episode"
+                                                        : absl::StrCat("the episode took its max_turns (", max_turns,
+                                                                       ") steps: close the episode")));
       continue;
     }
     boost::system::error_code ec;

@@ -183,9 +183,7 @@ TEST_F(EnvBoardTest, AnEndedResultNobodyClosesIsDroppedAfterTenMinutes) {
 }
 
 TEST(EndedStatusTest, EachWayAnEpisodeEndsHasItsCode) {
-  auto code = [](v1::EpisodeStatus s, v1::FailureClass c) {
-    return EndedStatus(Result("e", s, c, "why")).code();
-  };
+  auto code = [](v1::EpisodeStatus s, v1::FailureClass c) { return EndedStatus(Result("e", s, c, "why")).code(); };
   EXPECT_EQ(code(v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_INFRA), absl::StatusCode::kUnavailable);
   EXPECT_EQ(code(v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_ENVIRONMENT), absl::StatusCode::kAborted);
   EXPECT_EQ(code(v1::EPISODE_STATUS_TIMEOUT, v1::FAILURE_CLASS_AGENT), absl::StatusCode::kDeadlineExceeded);
