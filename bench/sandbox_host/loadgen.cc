@@ -4,7 +4,11 @@
 //   --mode=exec --n=500         exec `true` n times in one warm sandbox; prints p50/p99 ms
 //   --mode=spawn --n=500        posix_spawn /bin/true n times; prints p50/p99 ms
 //   --mode=bwrap --n=500        posix_spawn bwrap (isolation comparable to a sandbox) n times; p50/p99 ms
-//   --image=REF                 lifecycle and exec: sandboxes made from this image on the host
+//   --mode=first-command --n=100 --pattern=sequential|staggered|burst
+//                               create-to-first-command latency as the public sandbox leaderboards measure it: a
+//                               create then a first command (`echo ready`), timed per sandbox (median, p95, p99);
+//                               one at a time, one started every --stagger-ms (default 100), or all n at once
+//   --image=REF                 lifecycle, exec and first-command: sandboxes made from this image on the host
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -26,9 +30,10 @@ extern char** environ;
 namespace {
 
 struct Flags {
-  std::string mode, addr, image;
+  std::string mode, addr, image, pattern = "sequential";
   int n = 500;
   int threads = 8;
+  int stagger_ms = 100;
 };
 
 double Pct(std::vector<double> v, double p) {
@@ -41,12 +46,12 @@ void PrintLatency(const std::vector<double>& ms, int errors) {
   std::printf("n=%zu p50_ms=%.3f p99_ms=%.3f errors=%d\n", ms.size(), Pct(ms, 0.5), Pct(ms, 0.99), errors);
 }
 
-bool ExecTrue(corral::v1::SandboxHost::Stub& stub, const std::string& id) {
+bool ExecTrue(corral::v1::SandboxHost::Stub& stub, const std::string& id, const std::vector<std::string>& argv = {"true"}) {
   grpc::ClientContext ctx;
   corral::SetDeadline(ctx, absl::Seconds(30));
   corral::v1::ExecRequest req;
   req.set_sandbox_id(id);
-  req.mutable_command()->add_argv("true");
+  for (const auto& a : argv) req.mutable_command()->add_argv(a);
   auto reader = stub.Exec(&ctx, req);
   corral::v1::ExecEvent ev;
   int code = -1;
@@ -83,6 +88,56 @@ int RunSpawn(const Flags& f, const std::vector<std::string>& argv) {
   return errors == 0 ? 0 : 1;
 }
 
+// One sample of create-to-first-command: CreateSandboxes (one), then Exec `echo ready` to its exit; the sandbox is
+// deleted afterwards, untimed. Milliseconds, or -1 on an error.
+double FirstCommandMs(corral::v1::SandboxHost::Stub& stub, const std::string& image) {
+  const absl::Time start = absl::Now();
+  grpc::ClientContext ctx;
+  corral::SetDeadline(ctx, absl::Seconds(120));
+  corral::v1::CreateSandboxesRequest req;
+  req.set_count(1);
+  req.mutable_spec()->set_image(image);
+  corral::v1::CreateSandboxesResponse resp;
+  if (!stub.CreateSandboxes(&ctx, req, &resp).ok() || resp.sandboxes_size() != 1) return -1;
+  const std::string id = resp.sandboxes(0).sandbox().sandbox_id();
+  const bool ran = ExecTrue(stub, id, {"echo", "ready"});
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  grpc::ClientContext del_ctx;
+  corral::SetDeadline(del_ctx, absl::Seconds(60));
+  corral::v1::DeleteSandboxRequest del;
+  del.set_sandbox_id(id);
+  corral::v1::DeleteSandboxResponse deleted;
+  const bool gone = stub.DeleteSandbox(&del_ctx, del, &deleted).ok();
+  return ran && gone ? ms : -1;
+}
+
+int RunFirstCommand(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
+  std::vector<double> ms(static_cast<size_t>(f.n), -1);
+  if (f.pattern == "sequential") {
+    for (int i = 0; i < f.n; ++i) ms[static_cast<size_t>(i)] = FirstCommandMs(stub, f.image);
+  } else if (f.pattern == "staggered" || f.pattern == "burst") {
+    // Each sample on its own thread: staggered starts one every stagger_ms, burst starts them all at once.
+    std::vector<std::thread> ts;
+    const absl::Time t0 = absl::Now();
+    for (int i = 0; i < f.n; ++i) {
+      if (f.pattern == "staggered") absl::SleepFor(t0 + absl::Milliseconds(i * f.stagger_ms) - absl::Now());
+      ts.emplace_back([&, i] { ms[static_cast<size_t>(i)] = FirstCommandMs(stub, f.image); });
+    }
+    for (auto& t : ts) t.join();
+  } else {
+    std::cerr << "unknown --pattern (sequential, staggered, burst)\n";
+    return 2;
+  }
+  std::vector<double> ok;
+  for (double m : ms) {
+    if (m >= 0) ok.push_back(m);
+  }
+  const int errors = f.n - static_cast<int>(ok.size());
+  std::printf("n=%zu p50_ms=%.1f p95_ms=%.1f p99_ms=%.1f errors=%d\n", ok.size(), Pct(ok, 0.5), Pct(ok, 0.95),
+              Pct(ok, 0.99), errors);
+  return errors == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,9 +154,13 @@ int main(int argc, char** argv) {
       f.threads = std::stoi(a.substr(10));
     else if (a.rfind("--image=", 0) == 0)
       f.image = a.substr(8);
+    else if (a.rfind("--pattern=", 0) == 0)
+      f.pattern = a.substr(10);
+    else if (a.rfind("--stagger-ms=", 0) == 0)
+      f.stagger_ms = std::stoi(a.substr(13));
     else {
-      std::cerr << "usage: corral-bench-sandbox --mode=lifecycle|exec|spawn|bwrap [--addr=HOST:PORT] [--n=N] "
-                   "[--image=REF]\n";
+      std::cerr << "usage: corral-bench-sandbox --mode=lifecycle|exec|first-command|spawn|bwrap [--addr=HOST:PORT] "
+                   "[--n=N] [--image=REF] [--pattern=sequential|staggered|burst] [--stagger-ms=MS]\n";
       return a == "--help" ? 0 : 2;
     }
   }
@@ -118,6 +177,7 @@ int main(int argc, char** argv) {
                         "/bin/true"});
   }
   auto stub = corral::v1::SandboxHost::NewStub(*corral::MakeChannel(f.addr));
+  if (f.mode == "first-command") return RunFirstCommand(f, *stub);
   if (f.mode == "exec") {
     grpc::ClientContext ctx;
     corral::SetDeadline(ctx, absl::Seconds(60));
