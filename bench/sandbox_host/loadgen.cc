@@ -46,7 +46,8 @@ void PrintLatency(const std::vector<double>& ms, int errors) {
   std::printf("n=%zu p50_ms=%.3f p99_ms=%.3f errors=%d\n", ms.size(), Pct(ms, 0.5), Pct(ms, 0.99), errors);
 }
 
-bool ExecTrue(corral::v1::SandboxHost::Stub& stub, const std::string& id, const std::vector<std::string>& argv = {"true"}) {
+bool ExecTrue(corral::v1::SandboxHost::Stub& stub, const std::string& id,
+              const std::vector<std::string>& argv = {"true"}) {
   grpc::ClientContext ctx;
   corral::SetDeadline(ctx, absl::Seconds(30));
   corral::v1::ExecRequest req;
