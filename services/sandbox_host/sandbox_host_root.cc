@@ -77,10 +77,14 @@ absl::StatusOr<std::unique_ptr<SandboxHostRoot>> SandboxHostRoot::Build(Config c
   ReportLeftovers(leftovers);
   host.busy_uids = leftovers.busy_uids;
   std::filesystem::create_directories(host.root + "/images");
+  std::filesystem::create_directories(host.root + "/homes");
   features.images = features.mount_namespaces && CanUseImages(host.root + "/images");
-  spdlog::info("isolation: landlock ABI {}, mount namespaces {}, images {}", features.landlock_abi,
+  // Forks mount their layers idmapped, as images do; the homes must be where layers can be idmapped too.
+  features.forks = features.images && CanUseImages(host.root + "/homes");
+  spdlog::info("isolation: landlock ABI {}, mount namespaces {}, images {}, forks {}", features.landlock_abi,
                features.mount_namespaces ? "yes" : "no (TMPDIR in the home; no private view)",
-               features.images ? "yes" : "no (needs user namespaces and idmapped mounts)");
+               features.images ? "yes" : "no (needs user namespaces and idmapped mounts)",
+               features.forks ? "yes" : "no");
   spdlog::info("containment: {}", DescribeHostContainment(cgroups));
   if (absl::Status reach = CheckSandboxesCanReach(host.root); !reach.ok()) return reach;
 
@@ -119,9 +123,13 @@ SandboxHostRoot::SandboxHostRoot(Config config, Prepared p)
       metrics_(*runner_.registry()),
       templates_(p.host.root + "/templates", p.host.templates, &clock_, &metrics_),
       images_(p.host.root + "/images", LayerLimits{}, &clock_, static_cast<uint64_t>(config_.max_image_bytes)),
+      layers_(p.host.root),
       sandboxes_(p.host, WithCgroups(p.features, &cgroups_), &clock_, &secret_,
-                 SandboxManagerParts{
-                     .metrics = &metrics_, .templates = &templates_, .images = &images_, .workers = &workers_}),
+                 SandboxManagerParts{.metrics = &metrics_,
+                                     .layers = &layers_,
+                                     .templates = &templates_,
+                                     .images = &images_,
+                                     .workers = &workers_}),
       execs_(&clock_, &metrics_, &workers_),
       puller_(&images_, std::move(p.registry)),
       service_(&sandboxes_, &execs_, &templates_, &images_, &puller_, &auth_, &clock_, &workers_, &image_workers_,

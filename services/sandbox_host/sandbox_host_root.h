@@ -67,6 +67,7 @@ class SandboxHostRoot {
   SandboxHostMetrics metrics_;
   TemplateStore templates_;
   ImageStore images_;  // kept across restarts under the sandbox root (a volume in containers)
+  ForkLayers layers_;  // forked sandboxes' shared layers (<root>/forks, wiped at start)
   // Creates, deletes, evictions and kill sweeps run here, never on a gRPC or the clock's thread; they mostly wait
   // on the kernel (sweeps, wipes, copies), so a few threads beyond the cores.
   WorkerPool workers_{4};

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -51,6 +52,16 @@ absl::Status ValidateTaskPath(const std::string& p) {
     if (p == dir || absl::StartsWith(p, absl::StrCat(dir, "/"))) {
       return absl::InvalidArgumentError(absl::StrCat("task path '", p, "' is a system directory"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLabels(const std::map<std::string, std::string>& labels) {
+  for (const auto& [k, v] : labels) {
+    if (k.empty() || k.size() > 63 || v.size() > 256)
+      return absl::InvalidArgumentError("label keys are 1-63 characters, values at most 256");
+    if (!IsValidLabelKey(k))
+      return absl::InvalidArgumentError(absl::StrCat("label key '", k, "' must be [a-z0-9_./-]"));
   }
   return absl::OkStatus();
 }
@@ -135,6 +146,7 @@ SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock
       workers_(parts.workers),
       templates_(parts.templates),
       images_(parts.images),
+      layers_(parts.layers),
       uids_(options_.uid_first, options_.uid_last, ReservedUids(options_.busy_uids)) {
   std::error_code ec;
   fs::create_directories(fs::path(options_.root) / "homes", ec);
@@ -229,30 +241,26 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
     return absl::InvalidArgumentError(
         absl::StrCat("idle_timeout must be at most ", absl::FormatDuration(options_.max_idle_timeout)));
   }
-  for (const auto& [k, v] : spec.labels) {
-    if (k.empty() || k.size() > 63 || v.size() > 256)
-      return absl::InvalidArgumentError("label keys are 1-63 characters, values at most 256");
-    if (!IsValidLabelKey(k))
-      return absl::InvalidArgumentError(absl::StrCat("label key '", k, "' must be [a-z0-9_./-]"));
-  }
-  return absl::OkStatus();
+  return ValidateLabels(spec.labels);
 }
 
 absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec& spec,
                                                                const std::shared_ptr<const TemplateImage>& tmpl,
-                                                               const Image* oci_image) {
-  std::optional<uid_t> uid = uids_.Acquire();
+                                                               const Image* oci_image, const Layering* layering) {
+  Sandbox* const parent = layering != nullptr ? layering->parent : nullptr;
+  std::optional<uid_t> uid = parent != nullptr ? std::optional<uid_t>(parent->uid) : uids_.Acquire();
   if (!uid) return absl::ResourceExhaustedError("the uid pool is exhausted");
   auto sb = std::make_shared<Sandbox>();
-  sb->id = NewSandboxId();
+  sb->id = parent != nullptr ? parent->id : NewSandboxId();
   sb->uid = *uid;
   sb->spec = spec;
   sb->dir = (fs::path(options_.root) / "homes" / sb->id).string();
   sb->home = sb->dir;
-  sb->create_time = clock_->Now();
-  sb->Touch(sb->create_time);
+  sb->create_time = parent != nullptr ? parent->create_time : clock_->Now();
+  sb->Touch(clock_->Now());
   auto fail = [&](absl::Status s) {
-    (void)Teardown(*sb);
+    // The parent's new generation owns nothing yet (its uid, cgroup and directory stay the parent's).
+    if (parent == nullptr) (void)Teardown(*sb);
     return s;
   };
   Protections& p = sb->protections;
@@ -260,6 +268,8 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   std::vector<std::string> dirs;  // what Landlock lets the sandbox write (by path; an image root by descriptor)
   if (oci_image != nullptr) {
     if (absl::Status s = BuildImageRoot(*sb, *oci_image, tmpl); !s.ok()) return fail(s);
+  } else if (layering != nullptr) {
+    if (absl::Status s = BuildLayeredHome(*sb, *layering); !s.ok()) return fail(s);
   } else {
     dirs = {sb->home, sb->home + "/.tmp"};
     for (const auto& dir : dirs) {
@@ -280,7 +290,7 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     if (metrics_) metrics_->clone_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
   }
   // Task paths: created empty unless the template has them (as real directories, never links).
-  for (const auto& path : sb->in_image() ? std::vector<std::string>{} : spec.task_paths) {
+  for (const auto& path : sb->in_image() || layering != nullptr ? std::vector<std::string>{} : spec.task_paths) {
     const std::string dir = sb->home + path;
     dirs.push_back(dir);
     struct stat st {};
@@ -289,7 +299,7 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
       return fail(absl::InternalError(absl::StrCat("cannot create task path ", path, ": ", strerror(errno))));
     }
   }
-  if (features_.mount_namespaces && !sb->in_image()) {
+  if (features_.mount_namespaces && !sb->in_image() && layering == nullptr) {
     auto ns = CreateNamespaces(sb->home, spec.task_paths, *spec.network == NetworkPolicy::kNone);
     if (!ns.ok()) return fail(ns.status());
     sb->namespaces = *std::move(ns);
@@ -299,9 +309,11 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   }
   std::vector<std::string> controllers;
   if (features_.cgroups != nullptr && features_.cgroups->mode() != CgroupMode::kNone) {
-    auto cg = features_.cgroups->Create(sb->id, spec.cgroup);
-    if (!cg.ok()) return fail(cg.status());
-    sb->cgroup = *std::move(cg);
+    if (parent == nullptr) {  // the parent's new generation takes the parent's cgroup once it is built
+      auto cg = features_.cgroups->Create(sb->id, spec.cgroup);
+      if (!cg.ok()) return fail(cg.status());
+      sb->cgroup = *std::move(cg);
+    }
     controllers = features_.cgroups->controllers();
   }
   // What no cgroup controller holds, an rlimit does (memory per process, processes per uid).
@@ -318,6 +330,8 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     LandlockPolicy policy;
     policy.read_write = dirs;
     if (sb->namespaces.proc_root.valid()) policy.read_only_fds = {sb->namespaces.proc_root.get()};
+    // A layered home's directories are the overlay's, as its processes see them: by descriptor.
+    for (const UniqueFd& fd : sb->namespaces.write_roots) policy.read_write_fds.push_back(fd.get());
     if (sb->in_image()) {  // the image root is all it sees, and all of it is the sandbox's
       policy.read_write_fds = {sb->home_fd.get()};
       policy.read_exec.clear();
@@ -350,6 +364,179 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     sb->base_env.push_back(kv);
   }
   return sb;
+}
+
+absl::Status SandboxManager::BuildLayeredHome(Sandbox& sb, const Layering& layering) {
+  const std::string rw = sb.dir + "/rw", staging = sb.dir + "/layers";
+  if (layering.parent == nullptr) {  // a child: its own directory, upper layer and an empty /tmp
+    if (mkdir(sb.dir.c_str(), 0700) != 0) {
+      return absl::InternalError(absl::StrCat("cannot create ", sb.dir, ": ", strerror(errno)));
+    }
+    CORRAL_RETURN_IF_ERROR(MakeUpper(rw, sb.uid));
+    // An opaque directory hides the layers' .tmp: the parent's temporary files are not inherited.
+    const std::string tmp = rw + "/upper/.tmp";
+    if (mkdir(tmp.c_str(), 0700) != 0 || chown(tmp.c_str(), sb.uid, sb.uid) != 0 ||
+        setxattr(tmp.c_str(), "trusted.overlay.opaque", "y", 1, 0) != 0) {
+      return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", strerror(errno)));
+    }
+  }  // the parent: the freeze left an empty upper layer in its directory
+  if (mkdir(staging.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create ", staging, ": ", strerror(errno)));
+  }
+  LayeredHome home;
+  home.upper = rw + "/upper";
+  home.work = rw + "/work";
+  home.staging = staging;
+  std::map<uid_t, UniqueFd> userns;  // one per owner of layers other than this sandbox's uid
+  for (const ForkLayer* layer : LayersOf(layering.layers)) {
+    int fd = -1;
+    if (layer->owner != sb.uid) {
+      UniqueFd& ns = userns[layer->owner];
+      if (!ns.valid()) {
+        CORRAL_ASSIGN_OR_RETURN(ns, CreateUserNamespace(sb.uid, sb.uid, layer->owner, layer->owner));
+      }
+      fd = ns.get();
+    }
+    home.layers.push_back({layer->dir, fd});
+  }
+  auto ns = CreateNamespaces(sb.home, sb.spec.task_paths, *sb.spec.network == NetworkPolicy::kNone, &home);
+  if (!ns.ok()) return ns.status();
+  sb.namespaces = *std::move(ns);
+  sb.home_fd = std::move(sb.namespaces.home);
+  sb.layers = layering.layers;
+  Protections& p = sb.protections;
+  p.mount_namespace = true;
+  p.hidepid = sb.namespaces.hidepid;
+  p.network_namespace = sb.namespaces.net.valid();
+  return absl::OkStatus();
+}
+
+int64_t SandboxManager::Reserve(int64_t count) {
+  absl::MutexLock lock(&mu_);
+  const int64_t free = options_.capacity - static_cast<int64_t>(sandboxes_.size()) - reserved_;
+  const int64_t granted = std::max<int64_t>(0, std::min(count, free));
+  reserved_ += granted;
+  return granted;
+}
+
+absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::string& id, int64_t count,
+                                                                  const std::map<std::string, std::string>& labels) {
+  if (count < 1 || count > options_.max_create_count) {
+    return absl::InvalidArgumentError(absl::StrCat("count must be 1-", options_.max_create_count));
+  }
+  if (!features_.forks || layers_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this host cannot fork sandboxes (it needs mount namespaces and idmapped mounts: Linux 5.19+, "
+        "CAP_SYS_ADMIN, its root on ext4/xfs/btrfs)");
+  }
+  CORRAL_RETURN_IF_ERROR(ValidateLabels(labels));
+  std::shared_ptr<Sandbox> parent;
+  // Any reference but the map's is a call under way (an exec, a file stream) that could still write into what is
+  // about to be frozen. One that just ended may hold on for a moment: it gets 500 ms to let go.
+  const absl::Time give_up = clock_->Now() + absl::Milliseconds(500);
+  for (;; absl::SleepFor(absl::Milliseconds(5))) {
+    absl::MutexLock lock(&mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
+    const std::shared_ptr<Sandbox>& sb = it->second;
+    if (sb->in_image()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sandbox '", id, "' is made from an image: forking those is not supported yet"));
+    }
+    if (sb->forking) return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' is being forked"));
+    if (sb->running > 0 || sb.use_count() > 1) {
+      if (clock_->Now() < give_up) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox '", id, "' has a process or a call under way; a fork carries no process: end them first"));
+    }
+    parent = sb;
+    parent->forking = true;
+    break;
+  }
+  const int64_t granted = Reserve(count);
+  auto finish = [&](absl::Status s) {
+    parent->forking = false;
+    absl::MutexLock lock(&mu_);
+    reserved_ -= granted;
+    return s;
+  };
+  {
+    absl::MutexLock uid_lock(&parent->uid_mu);
+    if (const size_t n = ProcessesOf(parent->uid).size(); n > 0) {
+      return finish(absl::FailedPreconditionError(
+          absl::StrCat("sandbox '", id, "' has ", n, " process(es) running (background ones included); a fork ",
+                       "carries no process: end them first")));
+    }
+  }
+  const absl::Time start = clock_->Now();
+  // Freeze what the parent wrote since its last fork (all of its home the first time) into a layer; nothing
+  // written since then: its layers are shared as they are, and the parent is left as it is.
+  const bool was_home = parent->layers == nullptr;
+  std::error_code ec;
+  const bool unchanged = !was_home && fs::is_empty(parent->dir + "/rw/upper", ec) && !ec;
+  LayerStack layer = parent->layers;
+  std::shared_ptr<Sandbox> next;  // the parent's new generation
+  if (!unchanged) {
+    auto frozen = was_home ? layers_->FreezeHome(parent->home, parent->uid)
+                           : layers_->FreezeUpper(parent->dir + "/rw", parent->uid, parent->layers);
+    if (!frozen.ok()) return finish(frozen.status());
+    layer = *std::move(frozen);
+    Layering layering{layer, parent.get()};
+    auto built = Build(parent->spec, nullptr, nullptr, &layering);
+    if (!built.ok()) {
+      if (absl::Status s = layers_->Thaw(was_home ? parent->home : parent->dir + "/rw", was_home, layer); !s.ok()) {
+        spdlog::error("sandbox {}: a failed fork could not put its files back: {}", id, s);
+      }
+      return finish(built.status());
+    }
+    next = *std::move(built);
+    next->cgroup = std::move(parent->cgroup);
+    next->template_image = parent->template_image;
+    next->forked_from = parent->forked_from;
+  }
+  SandboxSpec child_spec = parent->spec;
+  for (const auto& [k, v] : labels) child_spec.labels[k] = v;
+  CreateResult result;
+  result.rejected = count - granted;
+  if (result.rejected > 0) result.rejected_reason = "host capacity";
+  std::vector<std::shared_ptr<Sandbox>> children;
+  absl::Status error;
+  for (int64_t i = 0; i < granted && error.ok(); ++i) {
+    Layering layering{layer, nullptr};
+    auto child = Build(child_spec, nullptr, nullptr, &layering);
+    if (child.ok()) {
+      (*child)->forked_from = id;
+      children.push_back(*std::move(child));
+    } else if (absl::IsResourceExhausted(child.status())) {
+      result.rejected += granted - i;
+      result.rejected_reason = "uid pool exhausted";
+      break;
+    } else {
+      error = child.status();
+    }
+  }
+  if (!error.ok()) {
+    for (auto& c : children) (void)Teardown(*c);
+    children.clear();
+  }
+  // The parent's new generation takes its place even when no child could be made: its files are in the layer.
+  absl::MutexLock lock(&mu_);
+  reserved_ -= granted;
+  auto it = sandboxes_.find(id);
+  if (next != nullptr && it != sandboxes_.end() && it->second == parent) it->second = next;
+  parent->forking = false;
+  if (!error.ok()) return error;
+  for (auto& c : children) {
+    sandboxes_.emplace(c->id, c);
+    result.created.push_back({c, signer_->Sign(kTokenPurpose, c->id)});
+  }
+  if (metrics_) {
+    metrics_->created.Increment(static_cast<double>(children.size()));
+    metrics_->live.Set(static_cast<double>(sandboxes_.size()));
+  }
+  spdlog::info("sandbox {}: forked into {} in {}{}", id, children.size(), absl::FormatDuration(clock_->Now() - start),
+               unchanged ? " (nothing written since its last fork)" : "");
+  return result;
 }
 
 absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image,
@@ -434,13 +621,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
                                         oci_image ? absl::StrCat(", not ", oci_image->digest) : ", name it"));
   }
   CreateResult result;
-  int64_t granted = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    const int64_t free = options_.capacity - static_cast<int64_t>(sandboxes_.size()) - reserved_;
-    granted = std::max<int64_t>(0, std::min(count, free));
-    reserved_ += granted;
-  }
+  const int64_t granted = Reserve(count);
   result.rejected = count - granted;
   if (result.rejected > 0) result.rejected_reason = "host capacity";
   std::vector<std::shared_ptr<Sandbox>> built;
@@ -481,6 +662,9 @@ absl::StatusOr<std::shared_ptr<const Sandbox>> SandboxManager::Find(const std::s
   absl::MutexLock lock(&mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
+  if (it->second->forking) {
+    return absl::UnavailableError(absl::StrCat("sandbox '", id, "' is being forked; try again in a moment"));
+  }
   it->second->Touch(clock_->Now());
   return std::shared_ptr<const Sandbox>(it->second);
 }
@@ -493,7 +677,9 @@ int SandboxManager::EvictIdle() {
     if (stopping_) return 0;
     for (const auto& [id, sb] : sandboxes_) {
       // Never while a process runs: a long silent command keeps its sandbox.
-      if (sb->running == 0 && now - absl::FromUnixNanos(sb->last_active_ns) > sb->spec.idle_timeout) idle.push_back(id);
+      if (sb->running == 0 && !sb->forking && now - absl::FromUnixNanos(sb->last_active_ns) > sb->spec.idle_timeout) {
+        idle.push_back(id);
+      }
     }
   }
   // A teardown (process sweep, home wipe) may take long: never on the clock's thread, which runs every timer.
@@ -523,16 +709,19 @@ bool SandboxManager::Delete(const std::string& id) {
 
 absl::Status SandboxManager::DeleteKeepingUpper(const std::string& id, const std::string& dest) {
   std::shared_ptr<Sandbox> sb;
-  {
+  // A fork takes milliseconds: the delete waits for it, and deletes the generation it leaves.
+  for (;; absl::SleepFor(absl::Milliseconds(2))) {
     absl::MutexLock lock(&mu_);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
+    if (it->second->forking) continue;
     if (!dest.empty() && !it->second->in_image()) {
       return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' has no image layer to keep"));
     }
     sb = std::move(it->second);
     sandboxes_.erase(it);
     if (metrics_) metrics_->live.Set(static_cast<double>(sandboxes_.size()));
+    break;
   }
   absl::Status kept = Teardown(*sb, dest);
   if (metrics_) {
@@ -571,6 +760,7 @@ absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper
   if (sb.template_image) sb.template_image->sandboxes--;
   sb.template_image.reset();
   if (sb.in_image()) images_->Unpin(sb.image_digest);
+  sb.layers.reset();  // the last user of a layer removes it
   absl::Status kept;
   if (!keep_upper.empty() && (!clean || rename((sb.dir + "/rw/upper").c_str(), keep_upper.c_str()) != 0)) {
     kept = absl::InternalError(clean ? absl::StrCat("keeping the sandbox's layer: ", strerror(errno))

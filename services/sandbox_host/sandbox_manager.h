@@ -19,6 +19,7 @@
 #include "libs/core/token.h"
 #include "libs/core/unique_fd.h"
 #include "libs/core/worker_pool.h"
+#include "services/sandbox_host/fork_layers.h"
 #include "services/sandbox_host/images/image_store.h"
 #include "services/sandbox_host/linux/cgroup.h"
 #include "services/sandbox_host/linux/landlock.h"
@@ -64,6 +65,8 @@ struct HostFeatures {
   int landlock_abi = 0;
   bool mount_namespaces = false;
   bool images = false;  // user namespaces and idmapped overlay layers (CanUseImages)
+  // ForkSandbox of plain sandboxes: mount namespaces, idmapped layers (as images) and a ForkLayers store.
+  bool forks = false;
   const CgroupManager* cgroups = nullptr;
 };
 
@@ -124,7 +127,13 @@ struct Sandbox {
   gid_t inside_gid = 0;
   std::string workdir;
   dev_t root_dev = 0;  // the overlay's device: nothing of the host's is on it
+  // A plain sandbox that was forked, or is a fork: its home is an overlay of these layers (top first) under
+  // `dir`/rw/upper, mounted over `dir` in its own mount namespace. Null: a plain directory.
+  LayerStack layers;
+  std::string forked_from;  // a child: its parent's id
   mutable std::atomic<bool> deleted{false};
+  // A fork is under way: calls get UNAVAILABLE until the parent's new generation takes its place.
+  mutable std::atomic<bool> forking{false};
   // Held by whatever kills by this sandbox's uid (an execution's kill sweep, the teardown), so that no sweep
   // runs once the teardown is done and the uid may already be another sandbox's.
   mutable absl::Mutex uid_mu;
@@ -151,6 +160,7 @@ absl::Status CheckSandboxesCanReach(const std::string& root);
 // What a SandboxManager works with beyond the host itself; each may be null (tests).
 struct SandboxManagerParts {
   SandboxHostMetrics* metrics = nullptr;
+  ForkLayers* layers = nullptr;        // where forks keep their layers (null: no ForkSandbox)
   TemplateStore* templates = nullptr;  // where CreateSandboxes finds templates (null: none)
   ImageStore* images = nullptr;        // where CreateSandboxes finds images (null: none)
   WorkerPool* workers = nullptr;       // where idle evictions are torn down (null: on the clock's thread)
@@ -188,6 +198,14 @@ class SandboxManager {
   // Delete, but a sandbox made from an image leaves its writable layer at `dest` (a template build keeps it).
   // NOT_FOUND for an unknown sandbox; FAILED_PRECONDITION for one not made from an image.
   absl::Status DeleteKeepingUpper(const std::string& id, const std::string& dest);
+  // ForkSandbox: `count` children of a live plain sandbox, each seeing the parent's files as they are now
+  // (home and task paths; /tmp starts empty) as its own, under its own uid, cgroup, namespaces, Landlock and
+  // token, with nothing copied; `labels` are added to the parent's. The parent keeps its id, uid, token, cgroup,
+  // files and /tmp, with a new mount namespace. Capacity as Create: what does not fit is `rejected`.
+  // FAILED_PRECONDITION while a process of the parent runs or a call on it is under way, for an image sandbox,
+  // or without HostFeatures.forks; NOT_FOUND for an unknown sandbox. Blocks (a worker's job).
+  absl::StatusOr<CreateResult> Fork(const std::string& id, int64_t count,
+                                    const std::map<std::string, std::string>& labels = {});
   // Kills every process of the sandbox (its uid swept until none is left) and keeps the sandbox: the count of
   // processes that ran. NOT_FOUND for an unknown or deleted sandbox; INTERNAL when one survives the sweep.
   // Blocks while it sweeps (a worker's job).
@@ -205,10 +223,21 @@ class SandboxManager {
 
  private:
   absl::Status Normalize(SandboxSpec& spec) const;
+  // A forked sandbox's home: `layers` under a fresh upper layer. A child's /tmp starts empty; the parent's new
+  // generation (`parent`) keeps its id, uid, cgroup, create time and /tmp.
+  struct Layering {
+    LayerStack layers;
+    Sandbox* parent = nullptr;
+  };
   // `tmpl`: the template (a home to copy, or a layer above `oci_image`), or null.
   absl::StatusOr<std::shared_ptr<Sandbox>> Build(const SandboxSpec& spec,
                                                  const std::shared_ptr<const TemplateImage>& tmpl,
-                                                 const Image* oci_image);
+                                                 const Image* oci_image, const Layering* layering = nullptr);
+  // The layered home of `sb` (its upper layer made, its mount namespace with the overlay), filling `landlock_fds`
+  // with what its processes may write.
+  absl::Status BuildLayeredHome(Sandbox& sb, const Layering& layering);
+  // Takes capacity for up to `count` sandboxes: what was granted.
+  int64_t Reserve(int64_t count);
   // The image root, user namespace and user of a sandbox made from `image`.
   absl::Status BuildImageRoot(Sandbox& sb, const Image& image, const std::shared_ptr<const TemplateImage>& layer);
   // With `keep_upper`, an image sandbox's writable layer is moved there rather than wiped.
@@ -222,6 +251,7 @@ class SandboxManager {
   WorkerPool* const workers_;
   TemplateStore* const templates_;
   ImageStore* const images_;
+  ForkLayers* const layers_;
   UidPool uids_;
 
   mutable absl::Mutex mu_;

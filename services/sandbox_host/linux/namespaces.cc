@@ -1,6 +1,7 @@
 #include "services/sandbox_host/linux/namespaces.h"
 
 #include <fcntl.h>
+#include <linux/mount.h>
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
@@ -19,17 +20,20 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace corral::sandbox {
 namespace {
 
 // Steps the helper reports when one fails.
-enum Step : int { kUnshare = 1, kPrivate, kProc, kTmp, kTaskPath, kLoopback, kOpen };
+enum Step : int { kUnshare = 1, kPrivate, kLayer, kOverlay, kProc, kTmp, kTaskPath, kLoopback, kOpen };
 
 const char* StepName(int step) {
   switch (step) {
     case kUnshare: return "unshare";
     case kPrivate: return "making mounts private";
+    case kLayer: return "attaching a layer";
+    case kOverlay: return "mounting the layered home";
     case kProc: return "mounting /proc";
     case kTmp: return "binding /tmp";
     case kTaskPath: return "binding a task path";
@@ -44,12 +48,34 @@ struct HelperArgs {
   const char* tmp_source;
   std::vector<std::pair<std::string, std::string>>* binds;  // source in home → mount point
   bool private_network;
+  // A layered home: each layer and where it is attached, the overlay's options, and the directories to open.
+  const LayeredHome* layered = nullptr;
+  std::vector<std::string> staged;
+  std::string home, overlay_options;
+  std::vector<std::string> write_roots;  // with `layered`: home, .tmp, task paths
   // Outcome (the helper shares the host's memory and descriptor table).
   int step = -1;  // 0 = ready
   int err = 0;
   int hidepid = 0;
-  int mnt_fd = -1, net_fd = -1, proc_fd = -1;
+  int mnt_fd = -1, net_fd = -1, proc_fd = -1, home_fd = -1;
+  std::vector<int> write_fds;  // sized like write_roots before the clone
 };
+
+// Attaches `dir` read-only at `target`, idmapped through `userns_fd` when it is not -1. System calls only.
+bool AttachLayer(const char* dir, int userns_fd, const char* target) {
+  const int tree = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (tree < 0) return false;
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  if (userns_fd >= 0) {
+    attr.attr_set |= MOUNT_ATTR_IDMAP;
+    attr.userns_fd = static_cast<uint64_t>(userns_fd);
+  }
+  const bool ok = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0 &&
+                  syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) == 0;
+  close(tree);
+  return ok;
+}
 
 // Runs in a clone(CLONE_VM | CLONE_VFORK | CLONE_FILES) child: system calls only, no allocation. The
 // descriptors it opens land in the host's table and keep the namespaces alive after it exits.
@@ -62,6 +88,17 @@ int HelperMain(void* raw) {
   };
   if (unshare(CLONE_NEWNS | (a->private_network ? CLONE_NEWNET : 0)) != 0) return fail(kUnshare);
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return fail(kPrivate);
+  if (a->layered != nullptr) {
+    for (size_t i = 0; i < a->staged.size(); ++i) {
+      const LayeredHome::Layer& layer = a->layered->layers[i];
+      if (!AttachLayer(layer.dir.c_str(), layer.userns_fd, a->staged[i].c_str())) return fail(kLayer);
+    }
+    // Over the directory that holds the upper layer: inside, the home is the overlay; the host still reaches
+    // the upper layer by its path.
+    if (mount("overlay", a->home.c_str(), "overlay", MS_NOSUID | MS_NODEV, a->overlay_options.c_str()) != 0) {
+      return fail(kOverlay);
+    }
+  }
   a->hidepid = 1;
   const unsigned long proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
   if (mount("proc", "/proc", "proc", proc_flags, "hidepid=invisible") != 0 &&
@@ -81,6 +118,12 @@ int HelperMain(void* raw) {
   if ((a->mnt_fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)) < 0) return fail(kOpen);
   // The sandbox's own /proc (its inodes differ from the host's), for Landlock rules.
   if ((a->proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) return fail(kOpen);
+  if (a->layered != nullptr) {
+    if ((a->home_fd = open(a->home.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) return fail(kOpen);
+    for (size_t i = 0; i < a->write_roots.size(); ++i) {
+      if ((a->write_fds[i] = open(a->write_roots[i].c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) return fail(kOpen);
+    }
+  }
   a->step = 0;
   return 0;
 }
@@ -112,7 +155,7 @@ bool CanUseMountNamespaces() {
 }
 
 absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, const std::vector<std::string>& task_paths,
-                                                   bool private_network) {
+                                                   bool private_network, const LayeredHome* layered) {
   // Everything the helper needs is prepared before the clone.
   const std::string tmp_source = home + "/.tmp";
   std::vector<std::pair<std::string, std::string>> binds;
@@ -122,6 +165,28 @@ absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, cons
     binds.emplace_back(home + p, p);
   }
   HelperArgs args{.tmp_source = tmp_source.c_str(), .binds = &binds, .private_network = private_network};
+  if (layered != nullptr) {
+    args.layered = layered;
+    args.home = home;
+    std::vector<std::string> lowers;
+    for (size_t i = 0; i < layered->layers.size(); ++i) {
+      args.staged.push_back(absl::StrCat(layered->staging, "/l", i));
+      if (mkdir(args.staged.back().c_str(), 0700) != 0 && errno != EEXIST) {
+        return absl::InternalError(absl::StrCat("mkdir ", args.staged.back(), ": ", strerror(errno)));
+      }
+    }
+    // redirect_dir: an inherited directory can be renamed (without it, rename(2) fails with EXDEV). volatile: the
+    // upper layer is never synced (it is frozen as a layer or wiped, never mounted again).
+    args.overlay_options = absl::StrCat("lowerdir=", absl::StrJoin(args.staged, ":"), ",upperdir=", layered->upper,
+                                        ",workdir=", layered->work, ",redirect_dir=on,volatile");
+    if (args.overlay_options.size() >= 4000) {
+      return absl::FailedPreconditionError(absl::StrCat("too many layers (", layered->layers.size(), ")"));
+    }
+    args.write_roots.push_back(home);
+    args.write_roots.push_back(tmp_source);
+    for (const std::string& p : task_paths) args.write_roots.push_back(home + p);
+    args.write_fds.assign(args.write_roots.size(), -1);
+  }
   // Sharing memory and descriptors, the helper costs no copy of the host's address space (a fork of a large,
   // multi-threaded host took most of a create), and the host is suspended until it exits.
   constexpr size_t kStack = 64 * 1024;
@@ -133,6 +198,8 @@ absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, cons
   ns.mnt.Reset(args.mnt_fd);
   ns.net.Reset(args.net_fd);
   ns.proc_root.Reset(args.proc_fd);
+  ns.home.Reset(args.home_fd);
+  for (int fd : args.write_fds) ns.write_roots.emplace_back(fd);
   if (args.step != 0) {
     return absl::InternalError(
         absl::StrCat("creating the sandbox's namespaces failed at ", StepName(args.step), ": ", strerror(args.err)));

@@ -18,6 +18,23 @@ struct SandboxNamespaces {
   UniqueFd net;        // the network namespace, when a private one was asked for
   UniqueFd proc_root;  // O_PATH of the sandbox's own /proc, for Landlock rules (its inodes differ from the host's)
   bool hidepid = false;
+  // A layered home only: the overlay's root (O_RDONLY: how the host reaches the files), and the directories the
+  // sandbox may write as its processes see them (O_PATH: the home, .tmp and the task paths), for Landlock.
+  UniqueFd home;
+  std::vector<UniqueFd> write_roots;
+};
+
+// A home made of layers (a forked sandbox's): read-only layers, top first, under a writable upper directory, as
+// an overlay mounted on the home inside the sandbox's mount namespace only. Each layer's files are shown as the
+// sandbox's own through an idmapped mount when another uid wrote them.
+struct LayeredHome {
+  struct Layer {
+    std::string dir;
+    int userns_fd = -1;  // maps the layer's owner to the sandbox's uid (CreateUserNamespace); -1: its own files
+  };
+  std::vector<Layer> layers;
+  std::string upper, work;  // empty directories on one filesystem; the upper's root is the home's root
+  std::string staging;      // an empty directory where the layers are attached before the overlay takes them
 };
 
 // True when this process may create mount namespaces and join them (CAP_SYS_ADMIN, CAP_SYS_CHROOT, and no
@@ -28,9 +45,10 @@ bool CanUseMountNamespaces();
 // (async-signal-safe): for helpers between clone and exit.
 bool BringUpLoopback();
 
-// `home` must contain `.tmp` and one directory per task path; task path mount points are created (empty,
-// root-owned) on the host if missing. INTERNAL naming the step that failed.
+// `home` must contain `.tmp` and one directory per task path (with `layered`: the overlay must); task path mount
+// points are created (empty, root-owned) on the host if missing. With `layered`, the overlay is mounted on
+// `home` first. INTERNAL naming the step that failed.
 absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, const std::vector<std::string>& task_paths,
-                                                   bool private_network);
+                                                   bool private_network, const LayeredHome* layered = nullptr);
 
 }  // namespace corral::sandbox

@@ -1,0 +1,116 @@
+#include "services/sandbox_host/fork_layers.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::sandbox {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+absl::Status Errno(const std::string& what) { return absl::InternalError(absl::StrCat(what, ": ", strerror(errno))); }
+
+std::atomic<uint64_t> next_layer{0};
+
+}  // namespace
+
+ForkLayer::~ForkLayer() {
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // never follows symlinks
+  if (ec) spdlog::warn("removing layer {}: {}", dir, ec.message());
+}
+
+std::vector<const ForkLayer*> LayersOf(const LayerStack& top) {
+  std::vector<const ForkLayer*> out;
+  for (const ForkLayer* l = top.get(); l != nullptr; l = l->below.get()) out.push_back(l);
+  return out;
+}
+
+absl::Status MakeUpper(const std::string& rw_dir, uid_t owner) {
+  if (mkdir(rw_dir.c_str(), 0700) != 0 && errno != EEXIST) return Errno("mkdir " + rw_dir);
+  const std::string upper = rw_dir + "/upper", work = rw_dir + "/work";
+  if (mkdir(upper.c_str(), 0700) != 0 || chown(upper.c_str(), owner, owner) != 0) return Errno("mkdir " + upper);
+  if (mkdir(work.c_str(), 0700) != 0) return Errno("mkdir " + work);
+  return absl::OkStatus();
+}
+
+ForkLayers::ForkLayers(std::string root) : dir_(std::move(root) + "/forks") {
+  std::error_code ec;
+  const bool leftovers = fs::exists(dir_, ec) && !fs::is_empty(dir_, ec);
+  fs::remove_all(dir_, ec);
+  if (leftovers) spdlog::info("removed the fork layers a previous run left in {}", dir_);
+  fs::create_directories(dir_, ec);
+  chmod(dir_.c_str(), 0700);
+}
+
+std::string ForkLayers::NewDir() { return absl::StrCat(dir_, "/l", getpid(), "-", next_layer++); }
+
+absl::StatusOr<LayerStack> ForkLayers::FreezeHome(const std::string& home, uid_t owner) {
+  const std::string dir = NewDir();
+  if (mkdir(dir.c_str(), 0700) != 0) return Errno("mkdir " + dir);
+  if (absl::Status s = MakeUpper(dir + "/rw", owner); !s.ok()) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return s;
+  }
+  // The fresh directory takes the home's place; the home becomes the layer, at `dir`.
+  if (renameat2(AT_FDCWD, home.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
+    absl::Status s = Errno("exchanging " + home);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return s;
+  }
+  auto layer = std::make_shared<ForkLayer>();
+  layer->dir = dir;
+  layer->owner = owner;
+  return LayerStack(std::move(layer));
+}
+
+absl::StatusOr<LayerStack> ForkLayers::FreezeUpper(const std::string& rw_dir, uid_t owner, LayerStack below) {
+  const std::string dir = NewDir();
+  if (rename((rw_dir + "/upper").c_str(), dir.c_str()) != 0) return Errno("freezing " + rw_dir + "/upper");
+  auto layer = std::make_shared<ForkLayer>();
+  layer->dir = dir;
+  layer->owner = owner;
+  layer->depth = below != nullptr ? below->depth + 1 : 1;
+  layer->below = std::move(below);
+  LayerStack out(std::move(layer));
+  std::error_code ec;
+  fs::remove_all(rw_dir + "/work", ec);
+  if (ec) return absl::InternalError(absl::StrCat("clearing ", rw_dir, "/work: ", ec.message()));
+  if (absl::Status s = MakeUpper(rw_dir, owner); !s.ok()) {
+    (void)Thaw(rw_dir, false, out);
+    return s;
+  }
+  return out;
+}
+
+absl::Status ForkLayers::Thaw(const std::string& home_or_rw_dir, bool was_home, LayerStack layer) {
+  // The layer's directory must outlive this: it is moved back, not removed (its destructor then finds nothing).
+  const std::string dir = layer->dir;
+  if (was_home) {
+    if (renameat2(AT_FDCWD, home_or_rw_dir.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
+      return Errno("putting back " + home_or_rw_dir);
+    }
+    return absl::OkStatus();  // the layer's directory now holds the empty rw tree, removed with the layer
+  }
+  std::error_code ec;
+  fs::remove_all(home_or_rw_dir + "/upper", ec);
+  if (rename(dir.c_str(), (home_or_rw_dir + "/upper").c_str()) != 0) return Errno("putting back " + dir);
+  fs::remove_all(home_or_rw_dir + "/work", ec);
+  if (mkdir((home_or_rw_dir + "/work").c_str(), 0700) != 0 && errno != EEXIST) return Errno("mkdir work");
+  return absl::OkStatus();
+}
+
+}  // namespace corral::sandbox

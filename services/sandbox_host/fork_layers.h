@@ -1,0 +1,56 @@
+// The read-only layers forked sandboxes share. A fork freezes the parent's writes — its whole home the first
+// time (one rename), its upper layer after that — into a layer under <root>/forks, which the parent and each
+// child then mount below a fresh upper layer of their own: nothing is copied, whatever the home's size. A layer
+// lists the layer it was written over, and is removed when the last sandbox using it (directly or below
+// another) is gone. Layers live only as long as the host process: a restarted host wipes <root>/forks (no
+// sandbox survives a restart). Thread-safe (a layer is immutable; shared_ptr counts its users).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace corral::sandbox {
+
+struct ForkLayer {
+  std::string dir;  // <root>/forks/<id>
+  uid_t owner = 0;  // the pool uid its files belong to
+  std::shared_ptr<const ForkLayer> below;
+  int depth = 1;  // layers in the stack, this one included
+  ~ForkLayer();   // removes `dir` (the last user is gone)
+};
+using LayerStack = std::shared_ptr<const ForkLayer>;
+
+// The layers of `top`, top first.
+std::vector<const ForkLayer*> LayersOf(const LayerStack& top);
+
+// Where layers live: <root>/forks, wiped at construction (what a killed host left). The count is for metrics.
+class ForkLayers {
+ public:
+  explicit ForkLayers(std::string root);
+  const std::string& dir() const { return dir_; }
+
+  // The first fork of a plain sandbox: its home directory becomes the layer, and an empty directory takes its
+  // place at the same path, holding `rw/upper` (mode 0700, owned by `owner`) and `rw/work`. One atomic exchange:
+  // the home's path always exists.
+  absl::StatusOr<LayerStack> FreezeHome(const std::string& home, uid_t owner);
+  // A later fork: `rw_dir`/upper (the writes since the last fork, over `below`) becomes the layer, and `rw_dir`
+  // gets an empty upper and work directory.
+  absl::StatusOr<LayerStack> FreezeUpper(const std::string& rw_dir, uid_t owner, LayerStack below);
+  // Undoes a freeze whose sandbox could not be rebuilt: the layer goes back where it came from.
+  absl::Status Thaw(const std::string& home_or_rw_dir, bool was_home, LayerStack layer);
+
+ private:
+  std::string NewDir();
+
+  const std::string dir_;
+};
+
+// Makes `rw_dir`/upper (0700, owned by `owner`) and `rw_dir`/work (0700, root's), creating `rw_dir` if missing.
+absl::Status MakeUpper(const std::string& rw_dir, uid_t owner);
+
+}  // namespace corral::sandbox

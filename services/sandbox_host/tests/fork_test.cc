@@ -1,0 +1,191 @@
+// ForkSandbox for real (root): children see the parent's files as of the fork, as their own, and nothing written
+// after it by the parent or a sibling; the parent keeps its identity, files and /tmp; a fork is refused while a
+// process runs; layers are shared, removed with their last user, and nothing is left once all are deleted.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "services/sandbox_host/fork_layers.h"
+#include "services/sandbox_host/images/image_root.h"
+#include "services/sandbox_host/linux/process_sweep.h"
+#include "services/sandbox_host/tests/manager_fixture.h"
+
+namespace corral::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class ForkTest : public SandboxHostTest {
+ protected:
+  void SetUp() override {
+    SandboxHostTest::SetUp();
+    if (IsSkipped()) return;
+    manager_.reset();
+    fs::create_directories(options_.root + "/homes");
+    features_.forks = features_.mount_namespaces && CanUseImages(options_.root + "/homes");
+    if (!features_.forks) GTEST_SKIP() << "no idmapped mounts here";
+    layers_ = std::make_unique<ForkLayers>(options_.root);
+    options_.capacity = 16;
+    manager_ = std::make_unique<SandboxManager>(options_, features_, &clock_, &signer_,
+                                                SandboxManagerParts{.layers = layers_.get()});
+  }
+  void TearDown() override {
+    SandboxHostTest::TearDown();
+    layers_.reset();
+  }
+
+  std::string Sh(const std::shared_ptr<const Sandbox>& sb, const std::string& script) {
+    Collected c = Run(sb, {"sh", "-c", script});
+    EXPECT_EQ(c.exit.exit_code, 0) << script << ": " << c.err;
+    return c.out;
+  }
+  std::shared_ptr<const Sandbox> Current(const std::string& id) {
+    auto sb = manager_->Find(id);
+    EXPECT_THAT(sb, IsOk());
+    return sb.ok() ? *sb : nullptr;
+  }
+  std::vector<std::shared_ptr<const Sandbox>> Fork(const std::string& id, int n) {
+    auto r = manager_->Fork(id, n);
+    EXPECT_THAT(r, IsOk());
+    std::vector<std::shared_ptr<const Sandbox>> out;
+    if (r.ok()) {
+      for (auto& c : r->created) out.push_back(c.sandbox);
+    }
+    return out;
+  }
+  size_t LayersOnDisk() const {
+    std::error_code ec;
+    size_t n = 0;
+    for (auto it = fs::directory_iterator(layers_->dir(), ec); !ec && it != fs::directory_iterator(); ++it) ++n;
+    return n;
+  }
+
+  std::unique_ptr<ForkLayers> layers_;
+};
+
+TEST_F(ForkTest, ChildrenSeeTheParentAsOfTheForkAsTheirOwnAndNoLaterWrites) {
+  SandboxSpec spec;
+  spec.task_paths = {"/workspace"};
+  auto parent = NewSandbox(spec);
+  ASSERT_NE(parent, nullptr);
+  Sh(parent,
+     "echo v1 > note && mkdir -p d/e && echo deep > d/e/f && echo secret > keep && chmod 600 keep && "
+     "echo ws > /workspace/w && echo scratch > /tmp/t");
+  const std::string id = parent->id;
+  const uid_t parent_uid = parent->uid;
+  parent.reset();
+  auto children = Fork(id, 2);
+  ASSERT_EQ(children.size(), 2u);
+  auto after = Current(id);
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->uid, parent_uid);
+  // Later writes: the parent's and a sibling's.
+  Sh(after, "echo v2 > note && rm keep && echo later > later");
+  Sh(children[0], "echo mine > sibling && echo changed > d/e/f");
+
+  for (const auto& child : children) EXPECT_NE(child->uid, parent_uid);
+  const std::string seen = Sh(children[1],
+                              "id -u; cat note d/e/f keep /workspace/w; stat -c %u keep; ls /tmp | wc -l; "
+                              "test ! -e later && test ! -e sibling && echo alone");
+  EXPECT_EQ(seen, absl::StrCat(children[1]->uid, "\nv1\ndeep\nsecret\nws\n", children[1]->uid, "\n0\nalone\n"));
+  // Its own: it may change, append to and remove what it inherited, rename inherited directories.
+  Sh(children[1], "echo more >> note && chmod 644 keep && rm d/e/f && mv d moved && echo new > /workspace/w2");
+  EXPECT_EQ(Sh(children[1], "cat note; ls moved/e | wc -l"), "v1\nmore\n0\n");
+  // The parent kept its files (as it changed them) and its /tmp; the first child saw its own change only.
+  EXPECT_EQ(Sh(after, "cat note /tmp/t; test ! -e keep && echo gone; cat d/e/f"), "v2\nscratch\ngone\ndeep\n");
+  EXPECT_EQ(Sh(children[0], "cat d/e/f note"), "changed\nv1\n");
+  // Nothing of the others is reachable: not the parent's home, not a sibling's, not the layers on the host.
+  Collected reach =
+      Run(children[1], {"sh", "-c",
+                        absl::StrCat("cat ", after->home, "/note; cat ", children[0]->home, "/sibling; ls ",
+                                     layers_->dir(), "; echo v3 > ", after->home, "/note")});
+  EXPECT_EQ(reach.out, "");
+  EXPECT_THAT(reach.err, HasSubstr("Permission denied"));
+  EXPECT_EQ(Sh(after, "cat note"), "v2\n");
+}
+
+TEST_F(ForkTest, AForkIsRefusedWhileAProcessRunsAndCallsWaitForIt) {
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  Collected c = Run(parent, {"sh", "-c", "setsid sleep 30 > /dev/null 2>&1 < /dev/null & echo started"});
+  ASSERT_EQ(c.out, "started\n");
+  const std::string id = parent->id;
+  parent.reset();
+  auto refused = manager_->Fork(id, 1);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("process(es) running"));
+  EXPECT_EQ(manager_->live(), 1) << "nothing was made";
+  EXPECT_EQ(LayersOnDisk(), 0u) << "nothing was frozen";
+  ASSERT_THAT(manager_->KillAllProcesses(id), IsOk());
+  EXPECT_EQ(Fork(id, 1).size(), 1u);
+  // A reference held elsewhere (a call under way) refuses it too.
+  auto held = Current(id);
+  EXPECT_EQ(manager_->Fork(id, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ForkTest, LayersAreSharedAndGoWithTheirLastUserAndNothingIsLeft) {
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  Sh(parent, "head -c 1048576 /dev/urandom > blob && echo a > a");
+  const std::string id = parent->id;
+  parent.reset();
+  auto first = Fork(id, 3);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(LayersOnDisk(), 1u) << "the home became one layer: nothing copied";
+  // Nothing written since: the next fork shares the layers as they are.
+  auto again = Fork(id, 1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(LayersOnDisk(), 1u);
+  // A write, then a fork: one layer more, over the first. A child's fork stacks on its own layers.
+  Sh(Current(id), "echo b > b");
+  auto second = Fork(id, 1);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(Sh(second[0], "cat a b; cmp -s blob blob && echo same"), "a\nb\nsame\n");
+  Sh(first[0], "echo c > c");
+  const std::string child = first[0]->id;
+  first[0].reset();  // a reference held is a call under way: the fork would wait for it, then refuse
+  auto grandchildren = Fork(child, 2);
+  ASSERT_EQ(grandchildren.size(), 2u);
+  EXPECT_EQ(Sh(grandchildren[1], "cat a c; test ! -e b && echo no-b"), "a\nc\nno-b\n");
+  EXPECT_EQ(LayersOnDisk(), 3u);
+
+  // The parent goes first: its children stay whole.
+  second.clear();
+  again.clear();
+  ASSERT_TRUE(manager_->Delete(id));
+  EXPECT_EQ(Sh(grandchildren[0], "cat a c"), "a\nc\n");
+  EXPECT_EQ(Sh(first[2], "cat a"), "a\n");
+  // Then every other: no layer, home, uid or process is left.
+  std::vector<std::string> ids;
+  for (const auto& sb : manager_->List()) ids.push_back(sb->id);
+  first.clear();
+  grandchildren.clear();
+  for (const auto& other : ids) EXPECT_TRUE(manager_->Delete(other));
+  EXPECT_EQ(manager_->live(), 0);
+  EXPECT_EQ(LayersOnDisk(), 0u);
+  EXPECT_TRUE(fs::is_empty(options_.root + "/homes"));
+  EXPECT_EQ(manager_->uids().in_use(), 0u);
+  for (uid_t uid = options_.uid_first; uid <= options_.uid_last; ++uid) EXPECT_TRUE(ProcessesOf(uid).empty()) << uid;
+}
+
+TEST_F(ForkTest, BadForksAreRefusedAndChangeNothing) {
+  EXPECT_EQ(manager_->Fork("sb-nobody", 1).status().code(), absl::StatusCode::kNotFound);
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  const std::string id = parent->id;
+  parent.reset();
+  EXPECT_EQ(manager_->Fork(id, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(manager_->Fork(id, 1, {{"Bad Key", "x"}}).status().code(), absl::StatusCode::kInvalidArgument);
+  // Beyond capacity: what does not fit is rejected, never over-committed.
+  auto r = manager_->Fork(id, 40);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->created.size(), 15u);
+  EXPECT_EQ(r->rejected, 25);
+  EXPECT_EQ(r->rejected_reason, "host capacity");
+}
+
+}  // namespace
+}  // namespace corral::sandbox
