@@ -24,8 +24,7 @@
 #include "services/sandbox_host/template_builder.h"
 
 namespace corral::sandbox {
-absl::Status SandboxService::CreateInto(int64_t count, SandboxSpec spec, v1::CreateSandboxesResponse* resp) {
-  CORRAL_ASSIGN_OR_RETURN(SandboxManager::CreateResult result, sandboxes_->Create(count, std::move(spec)));
+void SandboxService::Fill(const SandboxManager::CreateResult& result, v1::CreateSandboxesResponse* resp) {
   for (const auto& created : result.created) {
     v1::CreatedSandbox* out = resp->add_sandboxes();
     ToProto(*created.sandbox, 0, out->mutable_sandbox());
@@ -33,6 +32,11 @@ absl::Status SandboxService::CreateInto(int64_t count, SandboxSpec spec, v1::Cre
   }
   resp->set_rejected(static_cast<uint32_t>(result.rejected));
   resp->set_rejected_reason(result.rejected_reason);
+}
+
+absl::Status SandboxService::CreateInto(int64_t count, SandboxSpec spec, v1::CreateSandboxesResponse* resp) {
+  CORRAL_ASSIGN_OR_RETURN(SandboxManager::CreateResult result, sandboxes_->Create(count, std::move(spec)));
+  Fill(result, resp);
   return absl::OkStatus();
 }
 
@@ -55,6 +59,23 @@ grpc::ServerUnaryReactor* SandboxService::CreateSandboxes(grpc::CallbackServerCo
   const std::string key = spec->template_key;
   templates_->WhenReady(key, [this, reactor, resp, count, spec = *std::move(spec)](auto image) mutable {
     reactor->Finish(ToGrpcStatus(image.ok() ? CreateInto(count, std::move(spec), resp) : image.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SandboxService::ForkSandbox(grpc::CallbackServerContext* ctx,
+                                                      const v1::ForkSandboxRequest* req,
+                                                      v1::CreateSandboxesResponse* resp) {
+  if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  if (req->sandbox_id().empty()) return FinishUnary(ctx, absl::InvalidArgumentError("sandbox_id is required"));
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const int64_t count = req->count() == 0 ? 1 : req->count();
+  std::map<std::string, std::string> labels(req->labels().begin(), req->labels().end());
+  // A fork waits on the kernel (renames, mounts, namespaces): a worker's job.
+  RunOn(workers_, [this, reactor, resp, count, id = req->sandbox_id(), labels = std::move(labels)] {
+    auto forked = sandboxes_->Fork(id, count, labels);
+    if (forked.ok()) Fill(*forked, resp);
+    reactor->Finish(ToGrpcStatus(forked.status()));
   });
   return reactor;
 }
@@ -329,6 +350,7 @@ grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* 
   pf->set_network_namespaces(f.mount_namespaces);
   pf->set_hidepid(f.mount_namespaces);
   pf->set_images(f.images);
+  pf->set_forks(f.forks);
   for (const Image& image : images_->List()) {
     resp->add_images(image.digest);
     (*resp->mutable_image_digests())[image.digest] = image.digest;

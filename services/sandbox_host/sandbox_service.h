@@ -37,6 +37,8 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
 
   grpc::ServerUnaryReactor* CreateSandboxes(grpc::CallbackServerContext* ctx, const v1::CreateSandboxesRequest* req,
                                             v1::CreateSandboxesResponse* resp) override;
+  grpc::ServerUnaryReactor* ForkSandbox(grpc::CallbackServerContext* ctx, const v1::ForkSandboxRequest* req,
+                                        v1::CreateSandboxesResponse* resp) override;
   grpc::ServerUnaryReactor* GetSandbox(grpc::CallbackServerContext* ctx, const v1::GetSandboxRequest* req,
                                        v1::Sandbox* resp) override;
   grpc::ServerUnaryReactor* ListSandboxes(grpc::CallbackServerContext* ctx, const v1::ListSandboxesRequest* req,
@@ -84,6 +86,7 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
 
  private:
   absl::Status CreateInto(int64_t count, SandboxSpec spec, v1::CreateSandboxesResponse* resp);
+  static void Fill(const SandboxManager::CreateResult& result, v1::CreateSandboxesResponse* resp);
 
   SandboxManager* const sandboxes_;
   ExecManager* const execs_;

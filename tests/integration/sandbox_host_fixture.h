@@ -80,6 +80,18 @@ class SandboxHostApiTest : public ::testing::Test {
     return resp;
   }
 
+  absl::StatusOr<v1::CreateSandboxesResponse> Fork(const std::string& id, int count, const std::string& token) {
+    grpc::ClientContext ctx;
+    Prepare(ctx, token);
+    v1::ForkSandboxRequest req;
+    req.set_sandbox_id(id);
+    req.set_count(static_cast<uint32_t>(count));
+    v1::CreateSandboxesResponse resp;
+    grpc::Status s = stub_->ForkSandbox(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return resp;
+  }
+
   ExecResult Exec(const std::string& id, const std::string& token, const std::string& script) {
     grpc::ClientContext ctx;
     Prepare(ctx, token);

@@ -357,6 +357,86 @@ TEST_F(SandboxHostApiTest, AHostKilledWithLiveSandboxesLeavesNothingOnceRestarte
   EXPECT_EQ(again->sandboxes_size(), 4);
 }
 
+TEST_F(SandboxHostApiTest, ForkedChildrenAreIsolatedFromEachOtherAndFromTheirParent) {
+  auto r = Create(1);  // network none: each sandbox has a loopback of its own
+  ASSERT_THAT(r, IsOk());
+  const v1::CreatedSandbox parent = r->sandboxes(0);
+  const std::string pid = parent.sandbox().sandbox_id();
+  ASSERT_THAT(Exec(pid, parent.capability_token(), "echo mine > note").status, IsOk());
+  // Only the host token forks.
+  EXPECT_THAT(Fork(pid, 1, parent.capability_token()), StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(Fork("sb-nobody", 1, token_), StatusIs(absl::StatusCode::kNotFound));
+  auto forked = Fork(pid, 2, token_);
+  ASSERT_THAT(forked, IsOk());
+  ASSERT_EQ(forked->sandboxes_size(), 2);
+  const v1::CreatedSandbox& a = forked->sandboxes(0);
+  const v1::CreatedSandbox& b = forked->sandboxes(1);
+  EXPECT_EQ(a.sandbox().forked_from(), pid);
+  EXPECT_EQ(a.sandbox().fork_layers(), 1u);
+  EXPECT_NE(a.sandbox().uid(), parent.sandbox().uid());
+  // Each child's token opens that child only; the parent's still opens the parent.
+  EXPECT_THAT(Exec(pid, a.capability_token(), "true").status, StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(Exec(pid, parent.capability_token(), "cat note").out, "mine\n");
+  // A listens on 127.0.0.1:8000; B, on its own loopback, finds nobody there, and reaches no home but its own.
+  ASSERT_THAT(Exec(a.sandbox().sandbox_id(), a.capability_token(),
+                   "setsid python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\", 8000)); "
+                   "s.listen(); time.sleep(60)' < /dev/null > /dev/null 2>&1 &")
+                  .status,
+              IsOk());
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        return Exec(a.sandbox().sandbox_id(), a.capability_token(),
+                    "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000))' && echo up")
+                   .out == "up\n";
+      },
+      absl::Seconds(10)));
+  ExecResult e =
+      Exec(b.sandbox().sandbox_id(), b.capability_token(),
+           absl::StrCat("cat note; python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000))' "
+                        "2>/dev/null && echo reached || echo refused; ls ",
+                        a.sandbox().home(), " >/dev/null 2>&1 && echo a-listed || echo a-denied; ls ",
+                        parent.sandbox().home(), " >/dev/null 2>&1 && echo parent-listed || echo parent-denied; ",
+                        "ls ", root_, "/forks >/dev/null 2>&1 && echo layers-listed || echo layers-denied"));
+  ASSERT_THAT(e.status, IsOk());
+  EXPECT_EQ(e.out, "mine\nrefused\na-denied\nparent-denied\nlayers-denied\n");
+}
+
+TEST_F(SandboxHostApiTest, AHostKilledWhileForkingLeavesNothingOnceRestarted) {
+  auto r = Create(1);
+  ASSERT_THAT(r, IsOk());
+  const std::string pid = r->sandboxes(0).sandbox().sandbox_id();
+  ASSERT_THAT(Exec(pid, r->sandboxes(0).capability_token(), "head -c 100000000 /dev/zero > big").status, IsOk());
+  // The host dies as soon as the parent's home has become a layer: while its children are being made.
+  std::thread forking([&] { (void)Fork(pid, 3, token_); });
+  std::error_code ec;
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while ((!fs::exists(root_ + "/forks", ec) || fs::is_empty(root_ + "/forks", ec)) && absl::Now() < until) {
+  }
+  ASSERT_FALSE(fs::is_empty(root_ + "/forks", ec)) << "the fork never began";
+  ASSERT_TRUE(service_->process.Signal(SIGKILL));
+  ASSERT_THAT(service_->process.Wait(absl::Seconds(10)), IsOk());
+  forking.join();
+
+  const size_t homes_left = std::distance(fs::directory_iterator(root_ + "/homes"), fs::directory_iterator());
+  EXPECT_GE(homes_left, 1u) << "the killed host left the parent's home (and the children it had begun)";
+
+  StartHost();
+  for (uid_t u = uids_->first(); u <= uids_->last(); ++u) {
+    EXPECT_THAT(sandbox::ProcessesOf(u), ::testing::IsEmpty()) << "uid " << u;
+  }
+  EXPECT_TRUE(fs::is_empty(root_ + "/homes", ec)) << ec.message();
+  EXPECT_TRUE(fs::is_empty(root_ + "/forks", ec)) << ec.message();
+  for (const fs::path& parent : DirsNamed("/sys/fs/cgroup", "corral-it")) {
+    EXPECT_FALSE(fs::exists(parent / pid)) << (parent / pid);
+  }
+  // The restarted host forks again.
+  auto again = Create(1);
+  ASSERT_THAT(again, IsOk());
+  auto forked = Fork(again->sandboxes(0).sandbox().sandbox_id(), 3, token_);
+  ASSERT_THAT(forked, IsOk());
+  EXPECT_EQ(forked->sandboxes_size(), 3);
+}
+
 TEST_F(SandboxHostApiTest, ASecondHostOnTheSameRootRefusesToStart) {
   auto second = testing::Subprocess::Start(
       {CORRAL_SANDBOX_HOST, "--secret-file=" + dir_ + "/secret", "--grpc-listen=127.0.0.1:0",
