@@ -8,6 +8,11 @@
 //                               create-to-first-command latency as the public sandbox leaderboards measure it: a
 //                               create then a first command (`echo ready`), timed per sandbox (median, p95, p99);
 //                               one at a time, one started every --stagger-ms (default 100), or all n at once
+//   --mode=fork --home-mib=100  ForkSandbox of 1, 8 and 64 children from a sandbox with a home of that size, against
+//                               creating as many fresh sandboxes and against copying the home as many times (cp -a);
+//                               prints milliseconds per count
+//   --mode=fork-many --n=1000   n children of one sandbox, then waits for a line on stdin (the caller measures the
+//                               host's memory and disk), then deletes them
 //   --image=REF                 lifecycle, exec and first-command: sandboxes made from this image on the host
 #include <spawn.h>
 #include <sys/wait.h>
@@ -15,7 +20,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -34,6 +41,7 @@ struct Flags {
   int n = 500;
   int threads = 8;
   int stagger_ms = 100;
+  int home_mib = 100;
 };
 
 double Pct(std::vector<double> v, double p) {
@@ -112,6 +120,112 @@ double FirstCommandMs(corral::v1::SandboxHost::Stub& stub, const std::string& im
   return ran && gone ? ms : -1;
 }
 
+using Created = corral::v1::CreateSandboxesResponse;
+
+std::optional<Created> CreateMany(corral::v1::SandboxHost::Stub& stub, int count) {
+  grpc::ClientContext ctx;
+  corral::SetDeadline(ctx, absl::Seconds(300));
+  corral::v1::CreateSandboxesRequest req;
+  req.set_count(static_cast<uint32_t>(count));
+  Created resp;
+  if (!stub.CreateSandboxes(&ctx, req, &resp).ok() || resp.sandboxes_size() != count) return std::nullopt;
+  return resp;
+}
+
+std::optional<Created> ForkMany(corral::v1::SandboxHost::Stub& stub, const std::string& id, int count) {
+  grpc::ClientContext ctx;
+  corral::SetDeadline(ctx, absl::Seconds(300));
+  corral::v1::ForkSandboxRequest req;
+  req.set_sandbox_id(id);
+  req.set_count(static_cast<uint32_t>(count));
+  Created resp;
+  grpc::Status s = stub.ForkSandbox(&ctx, req, &resp);
+  if (!s.ok()) std::cerr << "ForkSandbox: " << s.error_message() << "\n";
+  if (!s.ok() || resp.sandboxes_size() != count) return std::nullopt;
+  return resp;
+}
+
+void DeleteAll(corral::v1::SandboxHost::Stub& stub, const Created& created) {
+  for (const auto& c : created.sandboxes()) {
+    grpc::ClientContext ctx;
+    corral::SetDeadline(ctx, absl::Seconds(60));
+    corral::v1::DeleteSandboxRequest req;
+    req.set_sandbox_id(c.sandbox().sandbox_id());
+    corral::v1::DeleteSandboxResponse resp;
+    (void)stub.DeleteSandbox(&ctx, req, &resp);
+  }
+}
+
+// A sandbox whose home holds `mib` MiB (one random file), or nullopt.
+std::optional<Created> SandboxWithHome(corral::v1::SandboxHost::Stub& stub, int mib) {
+  auto made = CreateMany(stub, 1);
+  if (!made) return std::nullopt;
+  const std::string fill = absl::StrCat("head -c ", mib, "M /dev/urandom > data");
+  if (!ExecTrue(stub, made->sandboxes(0).sandbox().sandbox_id(), {"sh", "-c", fill})) return std::nullopt;
+  return made;
+}
+
+double Ms(absl::Time since) { return absl::ToDoubleMilliseconds(absl::Now() - since); }
+
+int RunFork(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
+  int errors = 0;
+  for (int k : {1, 8, 64}) {
+    // Each count on a parent of its own, so every fork freezes a home (the first fork's whole cost).
+    auto parent = SandboxWithHome(stub, f.home_mib);
+    if (!parent) return 1;
+    const std::string home = parent->sandboxes(0).sandbox().home();
+    // Copying the home k times, as a snapshot without layers would (each copy removed before the next); before
+    // the fork, which moves the home's files into a layer.
+    double copy_ms = 0;
+    for (int i = 0; i < k; ++i) {
+      const std::string dest = absl::StrCat(home, ".copy");
+      const std::string cp = absl::StrCat("cp -a --reflink=never ", home, " ", dest);
+      const absl::Time c = absl::Now();
+      if (std::system(cp.c_str()) != 0) ++errors;
+      copy_ms += Ms(c);
+      (void)std::system(absl::StrCat("rm -rf ", dest).c_str());
+    }
+    // The host keeps a finished exec for 200 ms (its output drains) and a fork waits for that: fork an idle parent.
+    absl::SleepFor(absl::Milliseconds(300));
+    absl::Time t = absl::Now();
+    auto forked = ForkMany(stub, parent->sandboxes(0).sandbox().sandbox_id(), k);
+    const double fork_ms = Ms(t);
+    if (!forked) ++errors;
+    // The first command in a child: the fork's promise is a usable sandbox that has the parent's files.
+    t = absl::Now();
+    const bool ran = forked && ExecTrue(stub, forked->sandboxes(0).sandbox().sandbox_id(), {"test", "-s", "data"});
+    const double first_ms = Ms(t);
+    if (!ran) ++errors;
+    if (forked) DeleteAll(stub, *forked);
+    t = absl::Now();
+    auto fresh = CreateMany(stub, k);
+    const double create_ms = Ms(t);
+    if (!fresh) ++errors;
+    if (fresh) DeleteAll(stub, *fresh);
+    DeleteAll(stub, *parent);
+    std::printf("children=%d fork_ms=%.1f first_command_ms=%.1f create_ms=%.1f copy_ms=%.1f\n", k, fork_ms, first_ms,
+                create_ms, copy_ms);
+  }
+  std::printf("errors=%d\n", errors);
+  return errors == 0 ? 0 : 1;
+}
+
+int RunForkMany(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
+  auto parent = SandboxWithHome(stub, f.home_mib);
+  if (!parent) return 1;
+  absl::SleepFor(absl::Milliseconds(300));  // an idle parent (see RunFork)
+  const absl::Time t = absl::Now();
+  auto forked = ForkMany(stub, parent->sandboxes(0).sandbox().sandbox_id(), f.n);
+  if (!forked) return 1;
+  std::printf("forked=%d fork_ms=%.1f\n", f.n, Ms(t));
+  std::fflush(stdout);
+  std::string line;
+  std::getline(std::cin, line);  // the caller measures the host now
+  DeleteAll(stub, *forked);
+  DeleteAll(stub, *parent);
+  return 0;
+}
+
 int RunFirstCommand(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
   std::vector<double> ms(static_cast<size_t>(f.n), -1);
   if (f.pattern == "sequential") {
@@ -159,6 +273,8 @@ int main(int argc, char** argv) {
       f.pattern = a.substr(10);
     else if (a.rfind("--stagger-ms=", 0) == 0)
       f.stagger_ms = std::stoi(a.substr(13));
+    else if (a.rfind("--home-mib=", 0) == 0)
+      f.home_mib = std::stoi(a.substr(11));
     else {
       std::cerr << "usage: corral-bench-sandbox --mode=lifecycle|exec|first-command|spawn|bwrap [--addr=HOST:PORT] "
                    "[--n=N] [--image=REF] [--pattern=sequential|staggered|burst] [--stagger-ms=MS]\n";
@@ -179,6 +295,8 @@ int main(int argc, char** argv) {
   }
   auto stub = corral::v1::SandboxHost::NewStub(*corral::MakeChannel(f.addr));
   if (f.mode == "first-command") return RunFirstCommand(f, *stub);
+  if (f.mode == "fork") return RunFork(f, *stub);
+  if (f.mode == "fork-many") return RunForkMany(f, *stub);
   if (f.mode == "exec") {
     grpc::ClientContext ctx;
     corral::SetDeadline(ctx, absl::Seconds(60));

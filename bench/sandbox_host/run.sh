@@ -3,14 +3,18 @@
 # API on loopback; exec round trip on a warm sandbox; the host's RSS with 1,000 live sandboxes; and, timed by
 # the same program, the peers: raw posix_spawn of `true` (the physical floor) and bubblewrap with comparable
 # isolation. Then create-to-first-command latency the way the public sandbox leaderboards measure it (one at a
-# time, staggered, a burst), printed beside the hosted vendors' published medians.
-#   bench/sandbox_host/run.sh        (BENCH_SANDBOXES=1000, BENCH_EXECS=500, BENCH_FIRST_COMMANDS=100)
+# time, staggered, a burst), printed beside the hosted vendors' published medians. Then ForkSandbox: 1, 8 and 64
+# children of a sandbox with a 100 MiB home against as many fresh creates and as many copies of the home, and
+# the host's memory and disk with 1,000 forks alive.
+#   bench/sandbox_host/run.sh        (BENCH_SANDBOXES=1000, BENCH_EXECS=500, BENCH_FIRST_COMMANDS=100, BENCH_FORKS=1000)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/prepare.sh
 n=${BENCH_SANDBOXES:-$(smoke_or 1000 20)}
 execs=${BENCH_EXECS:-$(smoke_or 500 20)}
 first=${BENCH_FIRST_COMMANDS:-$(smoke_or 100 10)}
+forks=${BENCH_FORKS:-$(smoke_or 1000 20)}
+fork_mib=$(smoke_or 100 1)
 [[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 77; }
 prepare "bubblewrap libhiredis-dev" corral-sandbox-host corral-bench-sandbox
 
@@ -19,7 +23,7 @@ root=/var/tmp/corral-bench-$$
 host_pid=
 cleanup() { [[ -n "$host_pid" ]] && kill "$host_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work" "$root"; }
 trap cleanup EXIT
-$bin/corral-sandbox-host --insecure --root "$root" --capacity $((n + 10)) --log-level warn \
+$bin/corral-sandbox-host --insecure --root "$root" --capacity $(( (n > forks ? n : forks) + 80 )) --log-level warn \
   --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${host_uids[@]}" --ready-file "$work/ready.json" > "$work/host.log" 2>&1 &
 host_pid=$!
 for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
@@ -47,6 +51,21 @@ first_out() { "$gen" --mode=first-command --addr="$addr" --n="$first" --pattern=
 seq_out=$(first_out sequential); echo "  first command, one at a time: $seq_out" >&2
 stag_out=$(first_out staggered); echo "  first command, staggered 50 ms: $stag_out" >&2
 burst_out=$(first_out burst); echo "  first command, burst: $burst_out" >&2
+fork_out=$("$gen" --mode=fork --addr="$addr" --home-mib="$fork_mib"); echo "  fork: $fork_out" >&2
+# With $forks children of one sandbox alive: the host's RSS and the root's disk use, against before.
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$host_pid/status"; }
+disk_kib() { du -sxk "$root" | cut -f1; }
+rss0=$(rss_kib) disk0=$(disk_kib)
+mkfifo "$work/go2"
+"$gen" --mode=fork-many --addr="$addr" --n="$forks" --home-mib="$fork_mib" < "$work/go2" > "$work/forks.out" &
+many_pid=$!
+exec 4> "$work/go2"
+for _ in $(seq 1200); do grep -q forked "$work/forks.out" 2>/dev/null && break; sleep 0.1; done
+rss1=$(rss_kib) disk1=$(disk_kib)
+echo go >&4
+exec 4>&-
+wait "$many_pid"
+many=$(cat "$work/forks.out"); echo "  fork-many: $many" >&2
 
 ratio=$(awk -v a="$(field p50_ms "$exec_out")" -v b="$(field p50_ms "$spawn_out")" 'BEGIN {printf "%.1f", a/b}')
 printf '\n%-34s %10s\n' "phase ($n sandboxes)" "seconds"
@@ -68,5 +87,15 @@ seq_p50=$(field p50_ms "$seq_out")
 printf '%-40s %9s\n' "Daytona (published median)" "$daytona" "E2B (published median)" "$e2b" "Modal (published median)" "$modal"
 awk -v c="$seq_p50" -v d=$daytona -v e=$e2b -v m=$modal 'BEGIN {
   printf "corral one at a time / published median: Daytona %.3fx, E2B %.3fx, Modal %.4fx (loopback, no WAN)\n", c/d, c/e, c/m }'
+printf '\n%-30s %9s %12s %12s %12s %10s\n' "fork, home of $fork_mib MiB" "fork ms" "1st cmd ms" "create ms" "copy ms" "copy/fork"
+while read -r line; do
+  [[ $line == children=* ]] || continue
+  k=$(field children "$line") fk=$(field fork_ms "$line") cr=$(field create_ms "$line") cp=$(field copy_ms "$line")
+  printf '%-30s %9s %12s %12s %12s %10s\n' "$k children" "$fk" "$(field first_command_ms "$line")" "$cr" "$cp" \
+    "$(awk -v a="$cp" -v b="$fk" 'BEGIN {printf "%.1fx", a/b}')"
+done <<< "$fork_out"
+awk -v n="$forks" -v r0="$rss0" -v r1="$rss1" -v d0="$disk0" -v d1="$disk1" -v mib="$fork_mib" -v line="$many" 'BEGIN {
+  printf "%d forks alive: host RSS +%.1f MiB (%.1f KiB per fork); disk +%.1f MiB beyond the %d MiB home (%.1f KiB per fork); %s\n",
+    n, (r1 - r0) / 1024, (r1 - r0) / n, (d1 - d0) / 1024 - mib, mib, ((d1 - d0) - mib * 1024) / n, line }'
 printf 'targets: 1,000 create+exec+delete <= 3 s; exec p50 <= 2 ms; within 3x of posix_spawn; RSS <= 100 MiB\n'
-echo "RESULT sandbox_host sandboxes=$n total_s=$(field total_s "$life") exec_p50_ms=$(field p50_ms "$exec_out") spawn_p50_ms=$(field p50_ms "$spawn_out") bwrap_p50_ms=$(field p50_ms "$bwrap_out") rss_mib=$rss_mib first_p50_ms=$seq_p50 first_p99_ms=$(field p99_ms "$seq_out") burst_p50_ms=$(field p50_ms "$burst_out") burst_p99_ms=$(field p99_ms "$burst_out")"
+echo "RESULT sandbox_host sandboxes=$n total_s=$(field total_s "$life") exec_p50_ms=$(field p50_ms "$exec_out") spawn_p50_ms=$(field p50_ms "$spawn_out") bwrap_p50_ms=$(field p50_ms "$bwrap_out") rss_mib=$rss_mib first_p50_ms=$seq_p50 first_p99_ms=$(field p99_ms "$seq_out") burst_p50_ms=$(field p50_ms "$burst_out") burst_p99_ms=$(field p99_ms "$burst_out") fork64_ms=$(sed -n 's/^children=64 fork_ms=\([0-9.]*\).*/\1/p' <<< "$fork_out") fork_rss_kib_per_fork=$(( (rss1 - rss0) / forks ))"
