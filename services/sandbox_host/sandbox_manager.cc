@@ -420,7 +420,8 @@ int64_t SandboxManager::Reserve(int64_t count) {
 }
 
 absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::string& id, int64_t count,
-                                                                  const std::map<std::string, std::string>& labels) {
+                                                                  const std::map<std::string, std::string>& labels,
+                                                                  absl::Duration wait) {
   if (count < 1 || count > options_.max_create_count) {
     return absl::InvalidArgumentError(absl::StrCat("count must be 1-", options_.max_create_count));
   }
@@ -431,27 +432,17 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   }
   CORRAL_RETURN_IF_ERROR(ValidateLabels(labels));
   std::shared_ptr<Sandbox> parent;
-  // Any reference but the map's is a call under way (an exec, a file stream) that could still write into what is
-  // about to be frozen. One that just ended may hold on for a moment: it gets 500 ms to let go.
-  const absl::Time give_up = clock_->Now() + absl::Milliseconds(500);
-  for (;; absl::SleepFor(absl::Milliseconds(5))) {
+  {
     absl::MutexLock lock(&mu_);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
-    const std::shared_ptr<Sandbox>& sb = it->second;
-    if (sb->in_image()) {
+    if (it->second->in_image()) {
       return absl::FailedPreconditionError(
           absl::StrCat("sandbox '", id, "' is made from an image: forking those is not supported yet"));
     }
-    if (sb->forking) return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' is being forked"));
-    if (sb->running > 0 || sb.use_count() > 1) {
-      if (clock_->Now() < give_up) continue;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "sandbox '", id, "' has a process or a call under way; a fork carries no process: end them first"));
-    }
-    parent = sb;
-    parent->forking = true;
-    break;
+    if (it->second->forking) return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' is being forked"));
+    parent = it->second;
+    parent->forking = true;  // from here, new calls on it get UNAVAILABLE
   }
   const int64_t granted = Reserve(count);
   auto finish = [&](absl::Status s) {
@@ -460,13 +451,23 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
     reserved_ -= granted;
     return s;
   };
-  {
-    absl::MutexLock uid_lock(&parent->uid_mu);
-    if (const size_t n = ProcessesOf(parent->uid).size(); n > 0) {
-      return finish(absl::FailedPreconditionError(
-          absl::StrCat("sandbox '", id, "' has ", n, " process(es) running (background ones included); a fork ",
-                       "carries no process: end them first")));
+  // Nothing may still write into what is about to be frozen: no process of its uid (background and escaped ones
+  // included), no call holding it (any reference but the map's and ours: an exec, a file stream). With `wait`,
+  // they get that long to end; without, 500 ms (a finished exec is held a moment while its output drains).
+  const absl::Time give_up = clock_->Now() + std::max(wait, absl::Milliseconds(500));
+  for (;; absl::SleepFor(absl::Milliseconds(5))) {
+    size_t processes = 0;
+    {
+      absl::MutexLock uid_lock(&parent->uid_mu);
+      processes = ProcessesOf(parent->uid).size();
     }
+    if (processes == 0 && parent->running == 0 && parent.use_count() <= 2) break;
+    if (clock_->Now() < give_up) continue;
+    return finish(absl::FailedPreconditionError(
+        processes > 0 ? absl::StrCat("sandbox '", id, "' has ", processes,
+                                     " process(es) running (background ones included); a fork carries no process: "
+                                     "end them first, or fork with a wait")
+                      : absl::StrCat("sandbox '", id, "' has a call under way; a fork waits for none unless asked")));
   }
   const absl::Time start = clock_->Now();
   // Freeze what the parent wrote since its last fork (all of its home the first time) into a layer; nothing

@@ -202,10 +202,12 @@ class SandboxManager {
   // (home and task paths; /tmp starts empty) as its own, under its own uid, cgroup, namespaces, Landlock and
   // token, with nothing copied; `labels` are added to the parent's. The parent keeps its id, uid, token, cgroup,
   // files and /tmp, with a new mount namespace. Capacity as Create: what does not fit is `rejected`.
-  // FAILED_PRECONDITION while a process of the parent runs or a call on it is under way, for an image sandbox,
-  // or without HostFeatures.forks; NOT_FOUND for an unknown sandbox. Blocks (a worker's job).
+  // A fork waits up to `wait` (at least 500 ms) for the parent's processes and calls to end; new calls get
+  // UNAVAILABLE meanwhile. FAILED_PRECONDITION when they have not by then, for an image sandbox, or without
+  // HostFeatures.forks; NOT_FOUND for an unknown sandbox. Blocks (a worker's job).
   absl::StatusOr<CreateResult> Fork(const std::string& id, int64_t count,
-                                    const std::map<std::string, std::string>& labels = {});
+                                    const std::map<std::string, std::string>& labels = {},
+                                    absl::Duration wait = absl::ZeroDuration());
   // Kills every process of the sandbox (its uid swept until none is left) and keeps the sandbox: the count of
   // processes that ran. NOT_FOUND for an unknown or deleted sandbox; INTERNAL when one survives the sweep.
   // Blocks while it sweeps (a worker's job).

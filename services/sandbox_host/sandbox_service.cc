@@ -71,9 +71,13 @@ grpc::ServerUnaryReactor* SandboxService::ForkSandbox(grpc::CallbackServerContex
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   const int64_t count = req->count() == 0 ? 1 : req->count();
   std::map<std::string, std::string> labels(req->labels().begin(), req->labels().end());
-  // A fork waits on the kernel (renames, mounts, namespaces): a worker's job.
-  RunOn(workers_, [this, reactor, resp, count, id = req->sandbox_id(), labels = std::move(labels)] {
-    auto forked = sandboxes_->Fork(id, count, labels);
+  const absl::Duration wait = FromProto(req->wait_timeout());
+  if (wait < absl::ZeroDuration() || wait > absl::Hours(1)) {
+    return FinishUnary(ctx, absl::InvalidArgumentError("wait_timeout must be between 0 and 1h"));
+  }
+  // A fork waits on the kernel (renames, mounts, namespaces) and maybe for processes: a worker's job.
+  RunOn(workers_, [this, reactor, resp, count, wait, id = req->sandbox_id(), labels = std::move(labels)] {
+    auto forked = sandboxes_->Fork(id, count, labels, wait);
     if (forked.ok()) Fill(*forked, resp);
     reactor->Finish(ToGrpcStatus(forked.status()));
   });

@@ -5,8 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "services/sandbox_host/fork_layers.h"
 #include "services/sandbox_host/images/image_root.h"
 #include "services/sandbox_host/linux/process_sweep.h"
@@ -122,8 +124,24 @@ TEST_F(ForkTest, AForkIsRefusedWhileAProcessRunsAndCallsWaitForIt) {
   ASSERT_THAT(manager_->KillAllProcesses(id), IsOk());
   EXPECT_EQ(Fork(id, 1).size(), 1u);
   // A reference held elsewhere (a call under way) refuses it too.
-  auto held = Current(id);
-  EXPECT_EQ(manager_->Fork(id, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  {
+    auto held = Current(id);
+    EXPECT_EQ(manager_->Fork(id, 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  // With a wait, the fork waits for the process to end, and a call meanwhile is told to come back.
+  ASSERT_EQ(Run(Current(id), {"sh", "-c", "setsid sleep 1 > /dev/null 2>&1 < /dev/null &"}).exit.exit_code, 0);
+  absl::Notification forked;
+  std::optional<absl::StatusOr<SandboxManager::CreateResult>> waited;
+  std::thread forking([&] {
+    waited = manager_->Fork(id, 1, {}, absl::Seconds(10));
+    forked.Notify();
+  });
+  absl::Status during = absl::OkStatus();
+  while (!forked.HasBeenNotified() && during.ok()) during = manager_->Find(id).status();
+  forking.join();
+  ASSERT_THAT(*waited, IsOk());
+  EXPECT_EQ((*waited)->created.size(), 1u);
+  EXPECT_EQ(during.code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(ForkTest, LayersAreSharedAndGoWithTheirLastUserAndNothingIsLeft) {
