@@ -86,14 +86,24 @@ absl::StatusOr<LayerStack> ForkLayers::FreezeUpper(const std::string& rw_dir, ui
   layer->depth = below != nullptr ? below->depth + 1 : 1;
   layer->below = std::move(below);
   LayerStack out(std::move(layer));
-  std::error_code ec;
-  fs::remove_all(rw_dir + "/work", ec);
-  if (ec) return absl::InternalError(absl::StrCat("clearing ", rw_dir, "/work: ", ec.message()));
+  // The old overlay (the parent's previous generation) still names the work directory: it is set aside, not
+  // removed, until the new generation has taken over (ClearFrozenWork), or put back by a Thaw.
+  if (rename((rw_dir + "/work").c_str(), (rw_dir + "/work.frozen").c_str()) != 0) {
+    absl::Status s = Errno("setting aside " + rw_dir + "/work");
+    (void)Thaw(rw_dir, false, out);
+    return s;
+  }
   if (absl::Status s = MakeUpper(rw_dir, owner); !s.ok()) {
     (void)Thaw(rw_dir, false, out);
     return s;
   }
   return out;
+}
+
+void ForkLayers::ClearFrozenWork(const std::string& rw_dir) {
+  std::error_code ec;
+  fs::remove_all(rw_dir + "/work.frozen", ec);
+  if (ec) spdlog::warn("clearing {}/work.frozen: {}", rw_dir, ec.message());
 }
 
 absl::Status ForkLayers::Thaw(const std::string& home_or_rw_dir, bool was_home, LayerStack layer) {
@@ -108,8 +118,13 @@ absl::Status ForkLayers::Thaw(const std::string& home_or_rw_dir, bool was_home, 
   std::error_code ec;
   fs::remove_all(home_or_rw_dir + "/upper", ec);
   if (rename(dir.c_str(), (home_or_rw_dir + "/upper").c_str()) != 0) return Errno("putting back " + dir);
-  fs::remove_all(home_or_rw_dir + "/work", ec);
-  if (mkdir((home_or_rw_dir + "/work").c_str(), 0700) != 0 && errno != EEXIST) return Errno("mkdir work");
+  // The work directory the parent's overlay still uses, when it was set aside.
+  if (fs::exists(home_or_rw_dir + "/work.frozen", ec)) {
+    fs::remove_all(home_or_rw_dir + "/work", ec);
+    if (rename((home_or_rw_dir + "/work.frozen").c_str(), (home_or_rw_dir + "/work").c_str()) != 0) {
+      return Errno("putting back " + home_or_rw_dir + "/work");
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -39,8 +39,10 @@ class ForkLayers {
   // the home's path always exists.
   absl::StatusOr<LayerStack> FreezeHome(const std::string& home, uid_t owner);
   // A later fork: `rw_dir`/upper (the writes since the last fork, over `below`) becomes the layer, and `rw_dir`
-  // gets an empty upper and work directory.
+  // gets an empty upper and work directory (the old work directory is set aside until ClearFrozenWork).
   absl::StatusOr<LayerStack> FreezeUpper(const std::string& rw_dir, uid_t owner, LayerStack below);
+  // After FreezeUpper, once the sandbox's new generation has taken over: the old work directory goes.
+  static void ClearFrozenWork(const std::string& rw_dir);
   // Undoes a freeze whose sandbox could not be rebuilt: the layer goes back where it came from.
   absl::Status Thaw(const std::string& home_or_rw_dir, bool was_home, LayerStack layer);
 

@@ -491,6 +491,9 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
       return finish(built.status());
     }
     next = *std::move(built);
+    // The new generation takes over whatever happens next: the old overlay's work directory is not needed (no
+    // process or call can reach the old generation while it is forking).
+    if (!was_home) ForkLayers::ClearFrozenWork(parent->dir + "/rw");
     next->cgroup = std::move(parent->cgroup);
     next->template_image = parent->template_image;
     next->forked_from = parent->forked_from;
