@@ -462,6 +462,9 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
       processes = ProcessesOf(parent->uid).size();
     }
     if (processes == 0 && parent->running == 0 && parent.use_count() <= 2) break;
+    if (parent->delete_requested) {
+      return finish(absl::AbortedError(absl::StrCat("sandbox '", id, "' is being deleted; the fork was given up")));
+    }
     if (clock_->Now() < give_up) continue;
     return finish(absl::FailedPreconditionError(
         processes > 0 ? absl::StrCat("sandbox '", id, "' has ", processes,
@@ -718,7 +721,10 @@ absl::Status SandboxManager::DeleteKeepingUpper(const std::string& id, const std
     absl::MutexLock lock(&mu_);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
-    if (it->second->forking) continue;
+    if (it->second->forking) {
+      it->second->delete_requested = true;  // a fork still waiting for processes gives up
+      continue;
+    }
     if (!dest.empty() && !it->second->in_image()) {
       return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' has no image layer to keep"));
     }

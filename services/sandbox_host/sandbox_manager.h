@@ -134,6 +134,8 @@ struct Sandbox {
   mutable std::atomic<bool> deleted{false};
   // A fork is under way: calls get UNAVAILABLE until the parent's new generation takes its place.
   mutable std::atomic<bool> forking{false};
+  // A delete waits for the fork; a fork still waiting for the sandbox's processes gives up.
+  mutable std::atomic<bool> delete_requested{false};
   // Held by whatever kills by this sandbox's uid (an execution's kill sweep, the teardown), so that no sweep
   // runs once the teardown is done and the uid may already be another sandbox's.
   mutable absl::Mutex uid_mu;
@@ -204,7 +206,8 @@ class SandboxManager {
   // files and /tmp, with a new mount namespace. Capacity as Create: what does not fit is `rejected`.
   // A fork waits up to `wait` (at least 500 ms) for the parent's processes and calls to end; new calls get
   // UNAVAILABLE meanwhile. FAILED_PRECONDITION when they have not by then, for an image sandbox, or without
-  // HostFeatures.forks; NOT_FOUND for an unknown sandbox. Blocks (a worker's job).
+  // HostFeatures.forks; ABORTED when a delete of the parent comes while it waits; NOT_FOUND for an unknown
+  // sandbox. Blocks (a worker's job).
   absl::StatusOr<CreateResult> Fork(const std::string& id, int64_t count,
                                     const std::map<std::string, std::string>& labels = {},
                                     absl::Duration wait = absl::ZeroDuration());

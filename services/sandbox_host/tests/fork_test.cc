@@ -142,6 +142,16 @@ TEST_F(ForkTest, AForkIsRefusedWhileAProcessRunsAndCallsWaitForIt) {
   ASSERT_THAT(*waited, IsOk());
   EXPECT_EQ((*waited)->created.size(), 1u);
   EXPECT_EQ(during.code(), absl::StatusCode::kUnavailable);
+  // A delete while a fork waits: the fork gives up, the delete goes through.
+  ASSERT_EQ(Run(Current(id), {"sh", "-c", "setsid sleep 30 > /dev/null 2>&1 < /dev/null &"}).exit.exit_code, 0);
+  std::optional<absl::StatusOr<SandboxManager::CreateResult>> abandoned;
+  std::thread forking_again([&] { abandoned = manager_->Fork(id, 1, {}, absl::Seconds(60)); });
+  while (manager_->Find(id).ok()) {
+  }
+  EXPECT_TRUE(manager_->Delete(id));
+  forking_again.join();
+  EXPECT_EQ(abandoned->status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(manager_->Find(id).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(ForkTest, LayersAreSharedAndGoWithTheirLastUserAndNothingIsLeft) {
