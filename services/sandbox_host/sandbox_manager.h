@@ -154,6 +154,11 @@ struct Sandbox {
   Owner FileOwner() const { return Owner{uid, uid, root_dev}; }
 };
 
+// What capability tokens of sandboxes are signed for.
+inline constexpr char kSandboxTokenPurpose[] = "sandbox";
+// INVALID_ARGUMENT unless every key is 1-63 characters of [a-z0-9_./-] and every value at most 256.
+absl::Status ValidateLabels(const std::map<std::string, std::string>& labels);
+
 // OK when every directory from / down to `root` may be searched by any uid (mode o+x), so that a sandbox's uid
 // reaches its home below it; otherwise FAILED_PRECONDITION naming the first directory that blocks (e.g. a
 // container's 0750 state directory), checked at start-up rather than failing every exec with EACCES.
