@@ -7,7 +7,7 @@
 #include "boost/json.hpp"
 #include "google/protobuf/util/json_util.h"
 #include "services/scheduler/table/submission.h"
-#include "services/scheduler/trajectory_forms.h"
+#include "services/scheduler/episode/trajectory_forms.h"
 
 namespace corral::scheduler {
 namespace {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "services/scheduler/trajectory_forms.h"
+#include "services/scheduler/episode/trajectory_forms.h"
 
 namespace corral::scheduler {
 

@@ -12,6 +12,7 @@
 #include "libs/async/spawn.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
+#include "services/scheduler/table/branch_plan.h"
 #include "services/scheduler/table/open_environment.h"
 #include "services/scheduler/table/submission.h"
 #include "spdlog/spdlog.h"
@@ -170,6 +171,9 @@ void Scheduler::SubmitBatch(v1::BatchSpec spec, std::vector<v1::Task> tasks, boo
     spec.set_batch_id(absl::StrCat("b-", absl::ToUnixMillis(clock_->Now()), "-", next_batch_++));
   }
   v1::BatchSpec full = WithDefaults(std::move(spec), options_.limits, random_seed);
+  for (const auto& task : *effective) {
+    if (absl::Status s = CheckBranching(*task, full.group_size(), full.redundancy()); !s.ok()) return done(s);
+  }
   table_->Submit(std::move(full), digest, *std::move(effective),
                  [this, done = std::move(done)](absl::StatusOr<v1::Batch> batch) {
                    if (batch.ok()) doorbell_->Ring();
@@ -211,6 +215,11 @@ void Scheduler::AppendTasks(const v1::AppendTasksRequest& request,
   const std::vector<v1::Task> tasks(request.tasks().begin(), request.tasks().end());
   auto effective = Effective(tasks, batch->spec().overrides());
   if (!effective.ok()) return done(effective.status());
+  for (const auto& task : *effective) {
+    if (absl::Status s = CheckBranching(*task, batch->spec().group_size(), batch->spec().redundancy()); !s.ok()) {
+      return done(s);
+    }
+  }
   table_->Append(request.batch_id(), *std::move(effective), request.close_input(),
                  [this, done = std::move(done)](absl::StatusOr<v1::Batch> out) {
                    if (out.ok()) doorbell_->Ring();

@@ -6,7 +6,7 @@
 #include "libs/api/pagination.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
-#include "services/scheduler/trajectory_forms.h"
+#include "services/scheduler/episode/trajectory_forms.h"
 
 namespace corral::scheduler {
 namespace {

@@ -86,7 +86,7 @@ absl::StatusOr<v1::Task> TaskFromJsonLine(const std::string& line, int line_numb
   json::object& o = v.as_object();
   static const char* const kTaskKeys[] = {"id",          "prompt",   "messages",      "answer",     "runner",
                                           "llm",         "reward",   "tool_loop",     "agent",      "verifier",
-                                          "environment", "timeouts", "metadata_json", "env_server", "mcp_servers"};
+                                          "environment", "timeouts", "metadata_json", "env_server", "mcp_servers", "branch"};
   json::object task, metadata;
   for (auto& [key, value] : o) {
     bool known = false;

@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from corral.v1 import common_pb2, scheduler_pb2
 
 _TASK_KEYS = {"id", "prompt", "messages", "answer", "runner", "llm", "reward", "tool_loop", "agent", "verifier",
-              "environment", "timeouts", "metadata_json", "env_server", "mcp_servers"}
+              "environment", "timeouts", "metadata_json", "env_server", "mcp_servers", "branch"}
 _ENUM_PREFIX = {"runner": "RUNNER_", "function": "REWARD_FUNCTION_", "kind": "TOOL_KIND_",
                 "network_policy": "NETWORK_POLICY_", "setup_network_policy": "NETWORK_POLICY_",
                 "observation_format": "OBSERVATION_FORMAT_", "action_format": "ACTION_FORMAT_",

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "boost/json/array.hpp"
 #include "corral/v1/scheduler.pb.h"
 #include "libs/core/clock.h"
 #include "services/scheduler/episode/episode_outcome.h"
@@ -25,6 +26,22 @@
 namespace corral::scheduler {
 
 class EnvBoard;
+class EpisodeDriver;
+
+// Branching (Task.branch): what a child takes over from its parent at the split.
+struct BranchStart {
+  boost::json::array messages;               // the conversation before the turn the child samples anew
+  int64_t turn = 0;                          // that turn
+  v1::Trajectory prefix;                     // its ancestors' calls (CALLS form)
+  v1::BranchInfo info;                       // its place in the tree, with the turns of the splits so far
+  uint32_t llm_calls = 0, tool_calls = 0;    // made by its ancestors
+  absl::Time episode_deadline, agent_start;  // the parent's: the line's time runs on
+  // Where it runs: its fork, on the parent's host; or why it has none (it ends with that failure).
+  std::optional<Slot> slot;
+  v1::Sandbox sandbox;
+  std::string workdir;
+  std::optional<Failure> failure;
+};
 
 struct Attempt {
   EpisodeTicket ticket;
@@ -38,6 +55,13 @@ struct Attempt {
   const PauseLedger* pauses = nullptr;
   // Trainer-driven environment episodes meet their trainer's calls here. Null: none can open.
   EnvBoard* envs = nullptr;
+
+  // Branching tasks (ticket.branch_plan): this episode's place in the tree, the next level it splits at, and
+  // where it started (a child; null for the group's root). `driver` starts the children.
+  v1::BranchInfo branch;
+  size_t next_level = 0;
+  std::shared_ptr<const BranchStart> resume;
+  EpisodeDriver* driver = nullptr;
 
   v1::EpisodeResult result;
   absl::Time start;

@@ -12,9 +12,11 @@
 #include "libs/async/spawn.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
+#include "services/scheduler/episode/branching.h"
 #include "services/scheduler/episode/persistent_tools.h"
 #include "services/scheduler/episode/runners.h"
 #include "services/scheduler/episode/sandbox_request.h"
+#include "services/scheduler/episode/trajectory_forms.h"
 #include "services/scheduler/remote/warm_pool.h"
 #include "services/scheduler/table/submission.h"
 #include "spdlog/spdlog.h"
@@ -119,13 +121,30 @@ void EpisodeDriver::Start(EpisodeTicket ticket) {
   // Each attempt on its own strand. With several io threads, the two branches of a `||` race (an LLM call against
   // a stop) would otherwise run on two threads at once, and asio's cancellation signals are not thread-safe: a
   // stop could be lost and the attempt wait out the call it was meant to abandon.
-  async::Spawn(asio::make_strand(parts_.executor), Run(std::move(ticket)), "an episode's attempt");
+  async::Spawn(asio::make_strand(parts_.executor), Run(std::move(ticket), nullptr), "an episode's attempt");
 }
 
-asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
+std::vector<EpisodeTicket> EpisodeDriver::Branch(const EpisodeTicket& parent, size_t level) {
+  return table_->Branch(parent, level);
+}
+
+void EpisodeDriver::StartChild(EpisodeTicket ticket, std::shared_ptr<const BranchStart> start) {
+  ++parts_.occupancy->running;
+  if (start->slot) {
+    const std::string address = start->slot->client->address();
+    hosts_->Hold(address);  // released by its cleanup, as a reserved slot is
+    hosts_->Own(address, start->sandbox.sandbox_id());
+  }
+  async::Spawn(asio::make_strand(parts_.executor), Run(std::move(ticket), std::move(start)), "a branch's attempt");
+}
+
+asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket, std::shared_ptr<const BranchStart> resume) {
   Attempt a{std::move(ticket)};
-  // Counted in placing from Start until a sandbox slot is reserved or the attempt gives up on one.
-  bool placing = NeedsSandbox(a.task());
+  a.resume = std::move(resume);
+  a.driver = this;
+  // Counted in placing from Start until a sandbox slot is reserved or the attempt gives up on one (a branch has
+  // its fork already).
+  bool placing = NeedsSandbox(a.task()) && a.resume == nullptr;
   a.on_reserved = [this, &placing] {
     if (placing) --parts_.occupancy->placing;
     placing = false;
@@ -141,6 +160,16 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
   if (a.ticket.batch_deadline && *a.ticket.batch_deadline < a.episode_deadline) {
     a.episode_deadline = *a.ticket.batch_deadline;
     a.batch_deadline_binds = true;
+  }
+  if (a.resume) {  // a branch's time runs on from its parent's
+    a.episode_deadline = std::min(a.episode_deadline, a.resume->episode_deadline);
+    a.batch_deadline_binds = a.batch_deadline_binds && a.episode_deadline == *a.ticket.batch_deadline;
+  }
+  if (const auto& plan = a.ticket.branch_plan) {
+    const uint32_t index = a.ticket.ids.index_in_group();
+    a.branch =
+        a.resume ? a.resume->info : BranchInfoOf(*plan, a.ticket.ids.batch_id(), a.ticket.ids.group_index(), index);
+    a.next_level = plan->FirstOwnLevel(index);
   }
   *a.result.mutable_ids() = a.ticket.ids;
   a.result.set_env_id(a.ticket.env_id);
@@ -164,11 +193,20 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket) {
 }
 
 asio::awaitable<std::optional<Failure>> EpisodeDriver::RunPhases(Attempt& a) {
+  if (a.resume && a.resume->failure) {
+    // Its sandbox was never made: it ends with why, and the fork's slot was never held.
+    co_return a.resume->failure;
+  }
   std::optional<Failure> failure = co_await OpenSession(a);
-  if (!failure && NeedsSandbox(a.task())) failure = co_await AcquireSandbox(a);
+  if (!failure && a.resume) {
+    failure = co_await TakeFork(a);
+  } else if (!failure && NeedsSandbox(a.task())) {
+    failure = co_await AcquireSandbox(a);
+  }
   if (failure || a.control()->stopped()) co_return failure;
   a.control()->set_phase(RunPhase::kAgent);
   a.StartAgentPhase();
+  if (a.resume) a.agent_start = std::min(a.agent_start, a.resume->agent_start);
   switch (a.task().runner()) {
     case v1::RUNNER_SINGLE_TURN: co_return co_await RunSingleTurn(a);
     case v1::RUNNER_TOOL_LOOP: co_return co_await RunToolLoop(a);
@@ -356,6 +394,27 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
   co_return std::nullopt;
 }
 
+asio::awaitable<std::optional<Failure>> EpisodeDriver::TakeFork(Attempt& a) {
+  const BranchStart& start = *a.resume;
+  a.slot = start.slot;
+  a.sandbox_id = start.sandbox.sandbox_id();
+  a.home = start.sandbox.home();
+  a.workdir = start.workdir;
+  const std::string address = a.slot->client->address();
+  a.result.set_host_address(address);
+  a.result.set_host_id(a.slot->host_id);
+  a.result.set_sandbox_id(a.sandbox_id);
+  *a.result.mutable_protections() = start.sandbox.protections();
+  a.result.set_llm_calls(start.llm_calls);
+  a.result.set_tool_calls(start.tool_calls);
+  table_->Placed(a.ticket.ids, address, a.sandbox_id, a.ticket.env_id);
+  a.control()->set_phase(RunPhase::kSetup);
+  // The parent's .corral/task.json names the parent: the child's names itself (its id and seed).
+  std::vector<v1::InlineFile> files = {File(kTaskJsonPath, TaskJson(a.task(), a.ticket.ids, /*for_verifier=*/false))};
+  const absl::Time deadline = a.Deadline(a.task().timeouts().setup(), options_.timeouts.setup);
+  co_return co_await Upload(a, files, deadline, v1::EPISODE_PHASE_SETUP);
+}
+
 asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure> failure) {
   a.control()->set_phase(RunPhase::kReward);
   v1::EpisodeResult& r = a.result;
@@ -365,7 +424,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     auto closed = co_await a.proxy->Close(a.ticket.env_id, v1::TRAJECTORY_FORMAT_CALLS, absl::Seconds(30));
     const bool never_opened = a.session.env_token().empty() && closed.status().code() == absl::StatusCode::kNotFound;
     if (closed.ok()) {
-      *r.mutable_trajectory() = closed->trajectory();
+      *r.mutable_trajectory() = a.resume ? JoinCalls(a.resume->prefix, closed->trajectory()) : closed->trajectory();
       if (r.trajectory().has_first_policy_version()) r.set_first_policy_version(r.trajectory().first_policy_version());
       if (r.trajectory().has_last_policy_version()) r.set_last_policy_version(r.trajectory().last_policy_version());
     } else if (closed.status().code() != absl::StatusCode::kNotFound) {
@@ -380,6 +439,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     }
   }
   SetOutcome(failure, a.task().runner(), r);
+  SetBranchInfo(a, r);
   if (a.task().runner() == v1::RUNNER_TOOL_LOOP && r.agent_output_tail().empty()) {
     r.set_agent_output_tail(a.output.Last(1024));
   }

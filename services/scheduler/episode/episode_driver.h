@@ -60,15 +60,21 @@ class EpisodeDriver {
   void Start(EpisodeTicket ticket);
   int64_t running() const { return parts_.occupancy->running.load(); }
   int64_t placing() const { return parts_.occupancy->placing.load(); }
+  // Branching (episode/branching.cc): the children of `parent` at `level`, from the table.
+  std::vector<EpisodeTicket> Branch(const EpisodeTicket& parent, size_t level);
+  // Starts a child with what its parent handed over: its fork (owned from now on) or why it has none.
+  void StartChild(EpisodeTicket ticket, std::shared_ptr<const BranchStart> start);
   // The proxy replica that serves `env_id` (rendezvous hashing: stable while the replica set is).
   const std::shared_ptr<ProxyApi>& ProxyFor(const std::string& env_id) const;
 
  private:
-  boost::asio::awaitable<void> Run(EpisodeTicket ticket);
+  boost::asio::awaitable<void> Run(EpisodeTicket ticket, std::shared_ptr<const BranchStart> resume);
   // The session, the sandbox and the runner, in turn; what failed, or nullopt.
   boost::asio::awaitable<std::optional<Failure>> RunPhases(Attempt& a);
   boost::asio::awaitable<std::optional<Failure>> OpenSession(Attempt& a);
   boost::asio::awaitable<std::optional<Failure>> AcquireSandbox(Attempt& a);
+  // A child's sandbox is its fork: taken over, with its own .corral/task.json.
+  boost::asio::awaitable<std::optional<Failure>> TakeFork(Attempt& a);
   boost::asio::awaitable<void> Conclude(Attempt& a, std::optional<Failure> failure);
   boost::asio::awaitable<void> Cleanup(std::optional<Slot> slot, std::string sandbox_id);
   // Retries closing a session whose proxy did not answer (for up to two minutes).

@@ -16,6 +16,7 @@
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/api/proto_time.h"
 #include "libs/async/sleep.h"
+#include "services/scheduler/episode/branching.h"
 #include "services/scheduler/episode/chat.h"
 #include "services/scheduler/episode/mcp_tools.h"
 #include "services/scheduler/episode/persistent_tools.h"
@@ -322,17 +323,22 @@ asio::awaitable<std::optional<Failure>> RunSingleTurn(Attempt& a) {
 }
 
 asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
-  json::array messages = InitialMessages(a.task());
+  // A branch (Task.branch) takes up its parent's conversation at the turn it samples anew.
+  json::array messages = a.resume ? a.resume->messages : InitialMessages(a.task());
   json::array tools = ToolsJson(a.task());
   if (!a.task().mcp_servers().empty()) {
     if (auto f = co_await StartMcpServers(a, tools)) co_return f;
   }
   const int64_t max_turns =
       a.task().tool_loop().max_turns() == 0 ? a.options->default_max_turns : a.task().tool_loop().max_turns();
-  for (int64_t turn = 0; turn < max_turns; ++turn) {
+  for (int64_t turn = a.resume ? a.resume->turn : 0; turn < max_turns; ++turn) {
     ChatOutcome out = co_await Chat(a, messages, tools);
     if (out.failure) co_return out.failure;
     if (out.budget_exhausted) break;
+    if (a.ticket.branch_plan) {
+      const bool last = out.reply->tool_calls.empty() || turn + 1 >= max_turns;
+      co_await SplitIfDue(a, messages, turn, last);
+    }
     messages.push_back(out.reply->message);
     a.final_message = out.reply->content;
     if (out.reply->tool_calls.empty()) break;

@@ -61,6 +61,9 @@ class HostApi {
   // One sandbox; RESOURCE_EXHAUSTED naming the reason when the host rejected it (full).
   virtual boost::asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> Create(const v1::SandboxSpec& spec,
                                                                             CallOptions options) = 0;
+  // ForkSandbox: `request.count` children of a live sandbox; those that did not fit are `rejected`.
+  virtual boost::asio::awaitable<absl::StatusOr<v1::CreateSandboxesResponse>> Fork(v1::ForkSandboxRequest request,
+                                                                                   CallOptions options) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> Get(const std::string& sandbox_id,
                                                                   absl::Duration timeout) = 0;
   virtual boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) = 0;

@@ -44,6 +44,16 @@ asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> HostClient::Create(const v1:
   co_return response.sandboxes(0);
 }
 
+asio::awaitable<absl::StatusOr<v1::CreateSandboxesResponse>> HostClient::Fork(v1::ForkSandboxRequest request,
+                                                                              CallOptions options) {
+  CallScope scope(options.control, options.deadline, token_);
+  v1::CreateSandboxesResponse response;
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->ForkSandbox(scope.context(), &request, &response, std::move(done)); });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
 asio::awaitable<absl::StatusOr<v1::Sandbox>> HostClient::Get(const std::string& sandbox_id, absl::Duration timeout) {
   CallScope scope(nullptr, After(timeout), token_);
   v1::GetSandboxRequest request;

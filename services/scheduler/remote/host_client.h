@@ -20,6 +20,8 @@ class HostClient final : public HostApi {
   boost::asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostInfo(absl::Duration timeout) override;
   boost::asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> Create(const v1::SandboxSpec& spec,
                                                                     CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<v1::CreateSandboxesResponse>> Fork(v1::ForkSandboxRequest request,
+                                                                           CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> Get(const std::string& sandbox_id,
                                                           absl::Duration timeout) override;
   boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) override;

@@ -260,6 +260,11 @@ void HostRegistry::Release(const std::string& address) {
   if (events_.capacity) events_.capacity();
 }
 
+void HostRegistry::Hold(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = hosts_.find(address); it != hosts_.end()) ++it->second.in_use;
+}
+
 uint32_t HostRegistry::InUse(const std::string& address) const {
   absl::MutexLock lock(&mu_);
   uint32_t n = 0;

@@ -65,6 +65,8 @@ class HostRegistry {
   // FAILED_PRECONDITION when no known host offers what is needed, UNAVAILABLE when all that do are full.
   absl::StatusOr<Slot> Reserve(const Requirements& needs, const std::string& template_key);
   void Release(const std::string& address);
+  // A sandbox this scheduler got on `address` without Reserve (a fork): counted in use until Release.
+  void Hold(const std::string& address);
   // Sandboxes this scheduler holds (or is creating or deleting) on `address`, or on every host when empty.
   uint32_t InUse(const std::string& address) const;
   // The host answered "full": no more placements there until its next HostInfo.

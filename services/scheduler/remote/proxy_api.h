@@ -39,6 +39,10 @@ class ProxyApi {
   virtual boost::asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> Close(const std::string& env_id,
                                                                                  v1::TrajectoryFormat format,
                                                                                  absl::Duration timeout) = 0;
+  // The session's trajectory so far (GetTrajectory), the session left open.
+  virtual boost::asio::awaitable<absl::StatusOr<v1::Trajectory>> Trajectory(const std::string& env_id,
+                                                                            v1::TrajectoryFormat format,
+                                                                            absl::Duration timeout) = 0;
   // Fire and forget (used from interrupts: a closed session ends the calls in flight on it).
   virtual void CloseAsync(const std::string& env_id) = 0;
   virtual boost::asio::awaitable<absl::Status> Ack(const std::string& env_id, absl::Duration timeout) = 0;

@@ -53,6 +53,20 @@ asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> ProxyClient::Close(con
   co_return response;
 }
 
+asio::awaitable<absl::StatusOr<v1::Trajectory>> ProxyClient::Trajectory(const std::string& env_id,
+                                                                        v1::TrajectoryFormat format,
+                                                                        absl::Duration timeout) {
+  CallScope scope(nullptr, absl::Now() + timeout, token_);
+  v1::GetTrajectoryRequest request;
+  request.set_env_id(env_id);
+  request.set_format(format);
+  v1::Trajectory response;
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->GetTrajectory(scope.context(), &request, &response, std::move(done)); });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
 void ProxyClient::CloseAsync(const std::string& env_id) {
   struct Call {
     CallScope scope{nullptr, absl::Now() + absl::Seconds(10), ""};

@@ -31,6 +31,7 @@ struct BatchState {
     bool counted_in_group = false;  // one of the first group_size to end: delivered
     bool redundant = false;         // ended without counting (an extra dropped once the group completed)
     bool committed = false, delivered = false, acked = false;
+    bool parked = false;  // queued, but waiting for its parent's branch (Task.branch), not in the queue
     uint8_t writing = 0;  // journal writes of its result in flight (committed once none)
     uint32_t attempt = 1;
     uint32_t runs = 0;

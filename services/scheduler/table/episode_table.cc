@@ -56,6 +56,11 @@ void EpisodeTable::Enqueue(Batch& b, uint32_t g, uint32_t i) {
 }
 
 void EpisodeTable::Dequeue(Batch& b, uint32_t g, uint32_t i) {
+  if (Episode& e = b.at(g, i); e.parked) {  // never in the queue
+    e.parked = false;
+    --b.queued;
+    return;
+  }
   queue_.erase(QueueKey{-static_cast<int64_t>(b.spec.priority()), b.order, g, i});
   --b.queued;
   if (NeedsSandbox(*b.tasks[g])) --queued_sandbox_;
@@ -306,6 +311,7 @@ std::optional<EpisodeTicket> EpisodeTable::StartNext(const std::function<bool(co
     ticket.queued_since = b->create_time;
     if (b->spec.has_deadline()) ticket.batch_deadline = FromProto(b->spec.deadline());
     ticket.max_attempts = b->spec.max_attempts();
+    ticket.branch_plan = PlanOf(*ticket.task, b->spec.group_size());
   }
   log_->RunStarted(ticket.ids.episode_id(), ticket.ids.attempt(), runs);
   return ticket;
@@ -434,6 +440,7 @@ void EpisodeTable::Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult re
   e.result = result.SerializeAsString();
   Journal(b, g, i, result, false);
   if (++group.counted == b.spec.group_size()) Decide(b, g, seq, stop);
+  if (b.tasks[g]->has_branch()) EndOrphans(b, g, stop);
   if (b.terminal()) b.end_time = clock_->Now();
 }
 

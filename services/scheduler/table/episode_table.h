@@ -19,6 +19,7 @@
 #include "corral/v1/scheduler.pb.h"
 #include "libs/core/clock.h"
 #include "services/scheduler/table/batch_state.h"
+#include "services/scheduler/table/branch_plan.h"
 #include "services/scheduler/table/retry_backoff.h"
 #include "services/scheduler/table/run_control.h"
 #include "services/scheduler/table/submission.h"
@@ -96,6 +97,7 @@ struct EpisodeTicket {
   absl::Time queued_since;
   std::optional<absl::Time> batch_deadline;
   uint32_t max_attempts = 1;
+  std::optional<BranchPlan> branch_plan;  // Task.branch: the group's tree
 };
 
 // What the table reports as it happens, for metrics. Called under the table's lock: must not call back into it.
@@ -185,6 +187,13 @@ class EpisodeTable {
   absl::StatusOr<uint32_t> Ack(const std::vector<std::string>& episode_ids,
                                std::function<void(absl::Status, uint32_t)> durable = nullptr);
 
+  // ---- branching (Task.branch; episode_table_branches.cc) ----
+  // The running episode `parent` splits at branch `level`: its children, parked since their group opened, start
+  // now (marked running, journaled) as final runs, and so does the parent's run from here on (a retry could not
+  // rebuild their shared state). Returns the children's tickets, in sibling order; those already ended (cancelled,
+  // the batch's deadline) are left out. Empty when `parent` is not running that run.
+  std::vector<EpisodeTicket> Branch(const EpisodeTicket& parent, size_t level);
+
   // Drain support: the running episodes (optionally only on `host`), to stop for requeue.
   std::vector<std::shared_ptr<RunControl>> Running(const std::string& host) const;
   size_t RunningCount(const std::string& host) const;
@@ -264,6 +273,19 @@ class EpisodeTable {
   void Enqueue(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Dequeue(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::EpisodeIds Ids(const Batch& b, uint32_t g, uint32_t i) const;
+  // ---- branching (episode_table_branches.cc) ----
+  // Episode i of group g waits for its parent's branch: queued (counted, cancellable) but not in the queue.
+  void Park(Batch& b, uint32_t g, uint32_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues a branching group's root and parks the rest (Open, Restore).
+  void OpenBranching(Batch& b, uint32_t g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parked episodes whose parent has ended without splitting for them end too, as their parent did.
+  void EndOrphans(Batch& b, uint32_t g, std::vector<std::shared_ptr<RunControl>>* stop)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a restart: a branching group that had split cannot run its branches again (their sandboxes are gone):
+  // what had not ended ends FAILED (infra). One that had not split starts again from its root. True when it
+  // handled group g.
+  bool RestoreBranching(Batch& b, uint32_t g, std::vector<std::shared_ptr<RunControl>>* stop)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the episode with `result`: group accounting, redundancy, journal. Runs to stop are appended to `stop`.
   void Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result,
               std::vector<std::shared_ptr<RunControl>>* stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

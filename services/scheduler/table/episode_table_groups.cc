@@ -29,7 +29,11 @@ void EpisodeTable::Open(Batch& b, uint32_t g) {
   ++b.opened;
   ++b.undecided;
   b.expected += b.spec.group_size();
-  for (uint32_t i = 0; i < b.per_group; ++i) Enqueue(b, g, i);
+  if (b.tasks[g]->has_branch()) {
+    OpenBranching(b, g);
+  } else {
+    for (uint32_t i = 0; i < b.per_group; ++i) Enqueue(b, g, i);
+  }
   pending_ += b.per_group;
 }
 

@@ -113,6 +113,7 @@ void EpisodeTable::RestoreLocked(const Snapshot& snapshot) {
     if (b.dynamic() && b.passed >= b.spec.target_groups()) CancelSurplus(b, &none);
     for (uint32_t g = 0; g < b.tasks.size(); ++g) {
       if (b.groups[g].state == GroupState::kUnopened || b.groups[g].state == GroupState::kSurplus) continue;
+      if (b.groups[g].complete_at == 0 && RestoreBranching(b, g, &none)) continue;
       for (uint32_t i = 0; i < b.per_group; ++i) {
         Episode& e = b.at(g, i);
         if (e.state == State::kEnded) continue;

@@ -75,6 +75,10 @@ int FakeHost::create_calls() const {
   absl::MutexLock lock(&mu_);
   return create_calls_;
 }
+int FakeHost::fork_calls() const {
+  absl::MutexLock lock(&mu_);
+  return fork_calls_;
+}
 std::set<std::string> FakeHost::live() const {
   absl::MutexLock lock(&mu_);
   std::set<std::string> out;
@@ -142,6 +146,31 @@ asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> FakeHost::Create(const v1::S
   live_[id] = sb;
   created_.push_back(spec);
   co_return created;
+}
+
+asio::awaitable<absl::StatusOr<v1::CreateSandboxesResponse>> FakeHost::Fork(v1::ForkSandboxRequest request,
+                                                                            CallOptions) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = Known(request.sandbox_id()); !s.ok()) co_return s;
+  ++fork_calls_;
+  v1::CreateSandboxesResponse out;
+  const uint32_t count = std::max<uint32_t>(request.count(), 1);
+  for (uint32_t k = 0; k < count; ++k) {
+    if (live_.size() >= capacity_) {
+      out.set_rejected(count - k);
+      out.set_rejected_reason("the host is full");
+      break;
+    }
+    const std::string id = absl::StrCat(address_, "-sb", ++next_id_);
+    v1::Sandbox sb = live_.at(request.sandbox_id());
+    sb.set_sandbox_id(id);
+    sb.set_home(absl::StrCat("/home/", id));
+    sb.set_forked_from(request.sandbox_id());
+    live_[id] = sb;
+    files_[id] = files_[request.sandbox_id()];  // the parent's files as of the fork
+    *out.add_sandboxes()->mutable_sandbox() = sb;
+  }
+  co_return out;
 }
 
 asio::awaitable<absl::StatusOr<v1::Sandbox>> FakeHost::Get(const std::string& sandbox_id, absl::Duration) {

@@ -43,6 +43,7 @@ class FakeHost final : public HostApi {
   // --- what the test observes
   std::vector<v1::SandboxSpec> created() const;  // every successful create's spec, in order
   int create_calls() const;
+  int fork_calls() const;
   std::set<std::string> live() const;  // sandboxes created and not deleted
   std::vector<std::string> deleted() const;
   std::vector<std::string> templates() const;  // template keys built
@@ -54,6 +55,8 @@ class FakeHost final : public HostApi {
   boost::asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostInfo(absl::Duration timeout) override;
   boost::asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> Create(const v1::SandboxSpec& spec,
                                                                     CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<v1::CreateSandboxesResponse>> Fork(v1::ForkSandboxRequest request,
+                                                                           CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> Get(const std::string& sandbox_id,
                                                           absl::Duration timeout) override;
   boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) override;
@@ -96,6 +99,7 @@ class FakeHost final : public HostApi {
   int create_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::SandboxSpec> created_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::Sandbox> live_ ABSL_GUARDED_BY(mu_);
+  int fork_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::map<std::string, std::string>> files_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> deleted_, templates_, pulls_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ExecRequest> execs_ ABSL_GUARDED_BY(mu_);

@@ -104,6 +104,15 @@ asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> FakeProxy::Close(const
   co_return response;
 }
 
+asio::awaitable<absl::StatusOr<v1::Trajectory>> FakeProxy::Trajectory(const std::string& env_id, v1::TrajectoryFormat,
+                                                                      absl::Duration) {
+  absl::MutexLock lock(&mu_);
+  v1::Trajectory t;
+  t.set_env_id(env_id);
+  t.set_call_count(calls_by_token_[absl::StrCat("token-", env_id)]);
+  co_return t;
+}
+
 void FakeProxy::CloseAsync(const std::string& env_id) {
   absl::MutexLock lock(&mu_);
   closed_.push_back(env_id);

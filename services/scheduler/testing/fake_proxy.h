@@ -50,6 +50,9 @@ class FakeProxy final : public ProxyApi {
   boost::asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> Close(const std::string& env_id,
                                                                          v1::TrajectoryFormat format,
                                                                          absl::Duration timeout) override;
+  boost::asio::awaitable<absl::StatusOr<v1::Trajectory>> Trajectory(const std::string& env_id,
+                                                                    v1::TrajectoryFormat format,
+                                                                    absl::Duration timeout) override;
   void CloseAsync(const std::string& env_id) override;
   boost::asio::awaitable<absl::Status> Ack(const std::string& env_id, absl::Duration timeout) override;
   boost::asio::awaitable<absl::StatusOr<v1::UpdatePolicyResponse>> UpdatePolicy(v1::UpdatePolicyRequest request,
