@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
 #include "google/protobuf/util/json_util.h"
-#include "services/scheduler/table/submission.h"
 #include "services/scheduler/episode/trajectory_forms.h"
+#include "services/scheduler/table/submission.h"
 
 namespace corral::scheduler {
 namespace {

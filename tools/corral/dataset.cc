@@ -84,9 +84,9 @@ absl::StatusOr<v1::Task> TaskFromJsonLine(const std::string& line, int line_numb
   json::value v = json::parse(line, ec);
   if (ec || !v.is_object()) return bad("not a JSON object");
   json::object& o = v.as_object();
-  static const char* const kTaskKeys[] = {"id",          "prompt",   "messages",      "answer",     "runner",
-                                          "llm",         "reward",   "tool_loop",     "agent",      "verifier",
-                                          "environment", "timeouts", "metadata_json", "env_server", "mcp_servers", "branch"};
+  static const char* const kTaskKeys[] = {
+      "id",    "prompt",   "messages",    "answer",   "runner",        "llm",        "reward",      "tool_loop",
+      "agent", "verifier", "environment", "timeouts", "metadata_json", "env_server", "mcp_servers", "branch"};
   json::object task, metadata;
   for (auto& [key, value] : o) {
     bool known = false;
