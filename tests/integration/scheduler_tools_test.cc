@@ -124,3 +124,73 @@ TEST_F(SchedulerFixture, WarmSandboxesServeTheNextBatchOfTheSameSpec) {
 
 }  // namespace
 }  // namespace corral
+
+namespace corral {
+namespace {
+
+// Branching (Task.branch) on the real cluster: the root writes a file at turn 0, splits 4 ways at turn 1 (forks
+// of its sandbox), and each branch reads the file, appends to it and names itself from its own task.json.
+TEST_F(SchedulerFixture, ABranchingTaskSplitsIntoForksThatShareTheSandboxAndTheConversationPrefix) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  v1::Task task = Scripted("tree", v1::TOOL_KIND_BASH, false,
+                           {"echo root > note.txt",
+                            "echo $(cat note.txt) $(echo x >> note.txt; wc -l < note.txt) "
+                            "$(tr -d '\\\\n ' < $HOME/.corral/task.json | grep -o 'g0:e[0-9]*')"},
+                           "root 2 g0:e0");
+  v1::BranchPoint* at = task.mutable_branch()->add_at();
+  at->set_turn(1);
+  v1::BatchSpec spec;
+  spec.set_batch_id("tree");
+  spec.set_group_size(4);
+  ASSERT_THAT(Submit(spec, {task}), IsOk());
+  auto results = Results("tree");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), 4u);
+  std::set<std::string> sandboxes;
+  for (const auto& r : *results) {
+    const uint32_t i = r.ids().index_in_group();
+    SCOPED_TRACE(absl::StrCat(r.ids().episode_id(), ": ", r.failure_message()));
+    ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
+    sandboxes.insert(r.sandbox_id());
+    // The file the root wrote before the split, appended to by this branch alone, and its own task.json.
+    ASSERT_GE(r.trajectory().branches_size(), 1);
+    const auto& messages = r.trajectory().branches(0).messages();
+    EXPECT_EQ(absl::StripAsciiWhitespace(messages.rbegin()->message().content()), absl::StrCat("done: root 2 g0:e", i));
+    EXPECT_EQ(r.reward(), i == 0 ? 1.0 : 0.0);
+    // The tree.
+    EXPECT_EQ(r.branch().root_episode_id(), "tree:g0:e0");
+    EXPECT_THAT(r.branch().path(), ::testing::ElementsAre(i));
+    EXPECT_THAT(r.branch().turns(), ::testing::ElementsAre(1u));
+    EXPECT_EQ(r.branch().parent_episode_id(), i == 0 ? "" : "tree:g0:e0");
+    EXPECT_EQ(r.branch().sibling_index(), i);
+    EXPECT_EQ(r.branch().prefix_calls(), i == 0 ? 0u : 1u);
+    EXPECT_EQ(r.llm_calls(), 3u);
+    // The conversation: the root's turn 0 (its call, with its token ids), then this branch's own turns.
+    ASSERT_EQ(messages.size(), 6);  // user, call, tool, call, tool, answer
+    EXPECT_TRUE(messages[1].generated());
+    EXPECT_FALSE(messages[1].token_ids().empty());
+    EXPECT_TRUE(absl::StartsWith(messages[1].call_id(), "tree:g0:e0:r1/")) << messages[1].call_id();
+    EXPECT_TRUE(absl::StartsWith(messages[3].call_id(), absl::StrCat("tree:g0:e", i, ":r1/"))) << messages[3].call_id();
+    EXPECT_FALSE(r.trajectory().branches(0).token_ids().empty());
+  }
+  EXPECT_EQ(sandboxes.size(), 4u);
+  EXPECT_TRUE(NothingLeaked());
+}
+
+TEST_F(SchedulerFixture, SubmitRefusesABranchThatDoesNotFitTheGroup) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  v1::Task task = Scripted("tree", v1::TOOL_KIND_BASH, false, {"true"}, "");
+  v1::BranchPoint* at = task.mutable_branch()->add_at();
+  at->set_turn(1);
+  at->set_count(3);
+  v1::BatchSpec spec;
+  spec.set_group_size(4);
+  auto submitted = Submit(spec, {task});
+  EXPECT_EQ(submitted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      submitted.status().message(),
+      ::testing::HasSubstr("task 'tree': branch.at: the counts (3) must multiply to the batch's group_size (4)"));
+}
+
+}  // namespace
+}  // namespace corral
