@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Trainer-driven environments from Python, as a trainer whose own loop calls env.step drives them: the example
-arithmetic drill (examples/environments/arithmetic_drill) runs in a sandbox of a real `corral up` cluster, and the
-test plays it step by step through the SDK's EnvEpisode (its model calls going through the episode's proxy
-session), through the asyncio twin (two episodes at once), and through the Gymnasium-compatible adapter.
+"""The SDK against a whole `corral up` cluster (sandboxes included). Trainer-driven environments, as a trainer
+whose own loop calls env.step drives them: the example arithmetic drill (examples/environments/arithmetic_drill)
+runs in a sandbox, and the test plays it step by step through the SDK's EnvEpisode (its model calls going through
+the episode's proxy session), through the asyncio twin (two episodes at once), and through the Gymnasium-compatible
+adapter. Branching rollouts: a dataset whose tasks branch runs through `corral run` and the example trainer that
+computes advantages per branch point.
 
 Needs the sandbox host (`corral up` runs one only as root); skipped without it.
 
@@ -38,7 +40,9 @@ def say(n):
     return {"message": f"The answer is {n}."}
 
 
-class TrainerDrivenEnvironments(unittest.TestCase):
+class UpCluster(unittest.TestCase):
+    """A `corral up --any-port` cluster for the class's tests (its sandbox host needs root)."""
+
     @classmethod
     def setUpClass(cls):
         if os.geteuid() != 0:
@@ -52,9 +56,8 @@ class TrainerDrivenEnvironments(unittest.TestCase):
             if cls.up.poll() is not None or time.time() > deadline:
                 raise RuntimeError("corral up did not come up:\n" + cls.log())
             time.sleep(0.1)
-        cls.client = corral.Client(cluster_dir=os.path.join(cls.dir, ".corral"))
-        dataset = os.path.join(ARGS.repo, "examples", "environments", "arithmetic_drill", "dataset.jsonl")
-        cls.task = corral.load_jsonl(dataset)[0]  # three questions, by port, max_turns 5
+        cls.cluster_dir = os.path.join(cls.dir, ".corral")
+        cls.client = corral.Client(cluster_dir=cls.cluster_dir)
 
     @classmethod
     def tearDownClass(cls):
@@ -71,6 +74,15 @@ class TrainerDrivenEnvironments(unittest.TestCase):
         cls.up_log.flush()
         with open(cls.up_log.name) as f:
             return f.read()
+
+
+
+class TrainerDrivenEnvironments(UpCluster):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        dataset = os.path.join(ARGS.repo, "examples", "environments", "arithmetic_drill", "dataset.jsonl")
+        cls.task = corral.load_jsonl(dataset)[0]  # three questions, by port, max_turns 5
 
     def test_a_trainer_plays_the_drill_with_its_model_through_the_episodes_session(self):
         env = self.client.environment(self.task, batch_id="py-sync", labels={"trainer": "sdk-test"})
@@ -170,6 +182,39 @@ class TrainerDrivenEnvironments(unittest.TestCase):
         self.assertIn("task.env_server is required", e.exception.message)
         with self.assertRaises(ValueError):
             self.client.environment(self.task, trajectory_format="pictures")
+
+
+
+class BranchingRollouts(UpCluster):
+    """Task.branch through `corral run` and the example trainer (docs/branching.md)."""
+
+    def test_a_branching_dataset_runs_through_corral_run_and_the_trainer_example(self):
+        out_file = os.path.join(self.dir, "branching.jsonl")
+        run = subprocess.run([os.path.join(ARGS.bin, "corral"), "run",
+                              os.path.join(ARGS.repo, "examples/datasets/branching.jsonl"), "--group-size", "4",
+                              "--out", out_file, "--progress-every", "0"], cwd=self.dir,
+                             capture_output=True, text=True, timeout=180)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("4 task(s) x 4 = 16 episode(s)", run.stderr)
+        with open(out_file) as f:
+            results = [json.loads(line) for line in f]
+        self.assertEqual(len(results), 16)
+        trees = {}
+        for r in results:
+            self.assertEqual(r["status"], "EPISODE_STATUS_FINISHED", r.get("failure_message", r))
+            trees.setdefault(r["ids"]["group_id"], []).append(r["branch"])
+        for group, leaves in trees.items():
+            paths = sorted(tuple(b.get("path", [])) for b in leaves)
+            self.assertEqual(paths, [(0, 0), (0, 1), (1, 0), (1, 1)], group)
+            for b in leaves:
+                self.assertEqual(b["root_episode_id"], group + ":e0")
+                self.assertEqual(b["turns"], [0, 1])
+        example = os.path.join(ARGS.repo, "examples", "trainers", "branching_advantages.py")
+        trainer = subprocess.run([sys.executable, example], cwd=self.dir, capture_output=True, text=True,
+                                 timeout=180)
+        self.assertEqual(trainer.returncode, 0, trainer.stderr)
+        self.assertRegex(trainer.stdout, r"step 0: 4 trees, 16 leaves from batch \S+, trained tokens [1-9]\d*, loss")
+        self.assertRegex(trainer.stdout, r"leaf 1/1  split at turns \[0, 1\]  reward [01]\.0  advantages [-+]")
 
 
 if __name__ == "__main__":

@@ -683,6 +683,36 @@ class RlTest(unittest.TestCase):
         adv = corral.rl.group_advantages(results, normalize_std=False)
         self.assertEqual(adv, {"b:g0:e0": 0.5, "b:g0:e1": -0.5})
 
+    def test_branch_advantages_compare_each_branch_with_its_siblings_at_each_point(self):
+        # A 2 x 2 tree: leaves 0/0 and 0/1 under the first branch, 1/0 and 1/1 under the second; 1/1 failed.
+        results = []
+        for i, (path, status, reward) in enumerate([((0, 0), s.EPISODE_STATUS_FINISHED, 1.0),
+                                                    ((0, 1), s.EPISODE_STATUS_FINISHED, 0.0),
+                                                    ((1, 0), s.EPISODE_STATUS_FINISHED, 1.0),
+                                                    ((1, 1), s.EPISODE_STATUS_FAILED, None)]):
+            r = s.EpisodeResult(status=status)
+            if reward is not None:
+                r.reward = reward
+            r.ids.episode_id, r.ids.group_id = f"b:g0:e{i}", "b:g0"
+            r.branch.path.extend(path)
+            r.branch.turns.extend([0, 1])
+            results.append(r)
+        adv = corral.rl.branch_advantages(results)
+        # V() = 2/3; V(0) = 1/2, V(1) = 1; V(0,0) = 1, V(0,1) = 0, V(1,0) = 1.
+        self.assertEqual(set(adv), {"b:g0:e0", "b:g0:e1", "b:g0:e2"})
+        for got, want in [(adv["b:g0:e0"], [0.5 - 2 / 3, 0.5]), (adv["b:g0:e1"], [0.5 - 2 / 3, -0.5]),
+                          (adv["b:g0:e2"], [1 - 2 / 3, 0.0])]:
+            self.assertEqual(len(got), 2)
+            for g, w in zip(got, want):
+                self.assertAlmostEqual(g, w)
+        # Tokens: turn 0's completion gets point 0's advantage, turn 1's point 1's, the rest 0.
+        sample = corral.rl.TrainingSample(
+            episode_id="b:g0:e1", group_id="b:g0", task_id="t", branch_id=0, prompt_ids=[1], response_ids=[2] * 6,
+            loss_mask=[1, 1, 0, 0, 1, 1], logprobs=[0.0] * 6, reward=0.0, step_rewards=[], status="finished",
+            tokens_consistent=True)
+        tokens = corral.rl.branch_token_advantages(results[1], sample, adv["b:g0:e1"])
+        self.assertEqual([round(t, 4) for t in tokens], [-0.1667, -0.1667, 0.0, 0.0, -0.5, -0.5])
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

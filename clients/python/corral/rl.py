@@ -107,3 +107,52 @@ def group_advantages(results: Sequence[scheduler_pb2.EpisodeResult], *, normaliz
         for m, a in zip(members, grpo_advantages(rewards, normalize_std=normalize_std)):
             out[m.ids.episode_id] = a
     return out
+
+
+def branch_advantages(results: Sequence[scheduler_pb2.EpisodeResult]) -> Dict[str, List[float]]:
+    """Per-branch-point advantages of branching groups (Task.branch; docs/branching.md), per episode id: one value
+    per branch point, V(path[:l+1]) - V(path[:l]), where V(prefix) is the mean reward of the finished leaves whose
+    path starts with `prefix`. Entry l says how much better this episode's branch at point l did than its
+    siblings there on average: the credit for what was sampled between split l and the next (TreeRL's and SPO's
+    segment advantages). Episodes that did not finish are left out of the means and get none."""
+    groups: Dict[str, List[scheduler_pb2.EpisodeResult]] = {}
+    for r in results:
+        if r.status == _FINISHED and r.HasField("branch"):
+            groups.setdefault(r.ids.group_id, []).append(r)
+    out: Dict[str, List[float]] = {}
+    for members in groups.values():
+        sums: Dict[tuple, List[float]] = {}
+        for m in members:
+            path = tuple(m.branch.path)
+            reward = m.reward if m.HasField("reward") else 0.0
+            for l in range(len(path) + 1):
+                acc = sums.setdefault(path[:l], [0.0, 0])
+                acc[0] += reward
+                acc[1] += 1
+
+        def value(prefix):
+            total, n = sums[prefix]
+            return total / n
+
+        for m in members:
+            path = tuple(m.branch.path)
+            out[m.ids.episode_id] = [value(path[:l + 1]) - value(path[:l]) for l in range(len(path))]
+    return out
+
+
+def branch_token_advantages(result: scheduler_pb2.EpisodeResult, sample: TrainingSample,
+                            advantages: Sequence[float]) -> List[float]:
+    """Per response token of `sample` (one of the result's training samples): the advantage of the branch point
+    whose segment generated it — a token of turn t gets point l's entry, l the last point that split at or before
+    t (BranchInfo.turns) — and 0.0 for tokens not generated or generated before the first split (every leaf of the
+    group shares those). `advantages` is the episode's entry of branch_advantages."""
+    turns = list(result.branch.turns)
+    out: List[float] = []
+    turn, in_run = -1, False
+    for m in sample.loss_mask:
+        if m and not in_run:
+            turn += 1  # each generated run is one call's completion: one turn
+        in_run = bool(m)
+        level = max((l for l, t in enumerate(turns) if t <= turn), default=-1) if m else -1
+        out.append(advantages[level] if 0 <= level < len(advantages) else 0.0)
+    return out
