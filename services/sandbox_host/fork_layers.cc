@@ -1,14 +1,22 @@
 #include "services/sandbox_host/fork_layers.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -23,9 +31,70 @@ absl::Status Errno(const std::string& what) { return absl::InternalError(absl::S
 
 std::atomic<uint64_t> next_layer{0};
 
+constexpr size_t kStack = 64 * 1024;
+
+// A short helper in the holder mount namespace (CLONE_VM | CLONE_VFORK: it runs system calls only).
+struct HolderArgs {
+  int holder = -1;
+  const char* path = nullptr;
+  int attach = -1;      // a detached mount to attach at `path`
+  bool umount = false;  // or: unmount `path`
+  int clone = -1;       // or: a detached clone of the mount at `path` (out)
+  int err = 0;
+};
+
+int HolderMain(void* raw) {
+  auto* a = static_cast<HolderArgs*>(raw);
+  bool ok = setns(a->holder, CLONE_NEWNS) == 0;
+  if (ok && a->attach >= 0) {
+    ok = syscall(SYS_move_mount, a->attach, "", AT_FDCWD, a->path, MOVE_MOUNT_F_EMPTY_PATH) == 0;
+  } else if (ok && a->umount) {
+    ok = umount2(a->path, MNT_DETACH) == 0;
+  } else if (ok) {
+    a->clone = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, a->path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+    ok = a->clone >= 0;
+  }
+  a->err = ok ? 0 : errno;
+  return ok ? 0 : 1;
+}
+
+int MakeHolder(void* raw) {
+  int* out = static_cast<int*>(raw);
+  if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 1;
+  *out = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  return *out >= 0 ? 0 : 1;
+}
+
+// Runs `fn(arg)` in a vfork-style helper that shares our memory and descriptors; false when it could not run.
+bool RunHelper(int (*fn)(void*), void* arg) {
+  std::unique_ptr<char[]> stack(new char[kStack]);
+  const pid_t pid = clone(fn, stack.get() + kStack, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, arg);
+  if (pid < 0) return false;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 }  // namespace
 
+bool IsEmptyDirAt(int dirfd, const char* path) {
+  const int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  DIR* d = fdopendir(fd);
+  if (d == nullptr) {
+    close(fd);
+    return false;
+  }
+  bool empty = true;
+  for (const dirent* e = readdir(d); e != nullptr && empty; e = readdir(d)) {
+    empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+  }
+  closedir(d);
+  return empty;
+}
+
 ForkLayer::~ForkLayer() {
+  if (held_by != nullptr) held_by->Unmount(dir);
   std::error_code ec;
   fs::remove_all(dir, ec);  // never follows symlinks
   if (ec) spdlog::warn("removing layer {}: {}", dir, ec.message());
@@ -52,6 +121,41 @@ ForkLayers::ForkLayers(std::string root) : dir_(std::move(root) + "/forks") {
   if (leftovers) spdlog::info("removed the fork layers a previous run left in {}", dir_);
   fs::create_directories(dir_, ec);
   chmod(dir_.c_str(), 0700);
+  // The holder: a mount namespace no process lives in, where image sandboxes' frozen layers are mounted.
+  host_.Reset(open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC));
+  int holder = -1;
+  if (host_.valid() && RunHelper(MakeHolder, &holder)) holder_.Reset(holder);
+}
+
+void ForkLayers::Unmount(const std::string& dir) const {
+  HolderArgs args{.holder = holder_.get(), .path = dir.c_str(), .umount = true};
+  if (!RunHelper(HolderMain, &args)) spdlog::warn("unmounting layer {}: {}", dir, strerror(args.err));
+}
+
+absl::StatusOr<LayerStack> ForkLayers::FreezeTree(UniqueFd rw_tree, uid_t owner, LayerStack below) {
+  if (!holder_.valid()) return absl::FailedPreconditionError("this host has no holder mount namespace for forks");
+  const std::string dir = NewDir();
+  if (mkdir(dir.c_str(), 0700) != 0) return Errno("mkdir " + dir);
+  HolderArgs args{.holder = holder_.get(), .path = dir.c_str(), .attach = rw_tree.get()};
+  if (!RunHelper(HolderMain, &args)) {
+    rmdir(dir.c_str());
+    return absl::InternalError(absl::StrCat("attaching the upper layer in the holder: ", strerror(args.err)));
+  }
+  auto layer = std::make_shared<ForkLayer>();
+  layer->dir = dir;
+  layer->owner = owner;
+  layer->depth = below != nullptr ? below->depth + 1 : 1;
+  layer->below = std::move(below);
+  layer->held_by = this;
+  return LayerStack(std::move(layer));
+}
+
+absl::StatusOr<UniqueFd> ForkLayers::ThawTree(const ForkLayer& layer) const {
+  HolderArgs args{.holder = holder_.get(), .path = layer.dir.c_str()};
+  if (!RunHelper(HolderMain, &args)) {
+    return absl::InternalError(absl::StrCat("taking back ", layer.dir, ": ", strerror(args.err)));
+  }
+  return UniqueFd(args.clone);
 }
 
 std::string ForkLayers::NewDir() { return absl::StrCat(dir_, "/l", getpid(), "-", next_layer++); }

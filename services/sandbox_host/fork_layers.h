@@ -13,15 +13,21 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "libs/core/unique_fd.h"
 
 namespace corral::sandbox {
+
+class ForkLayers;
 
 struct ForkLayer {
   std::string dir;  // <root>/forks/<id>
   uid_t owner = 0;  // the pool uid its files belong to
   std::shared_ptr<const ForkLayer> below;
   int depth = 1;  // layers in the stack, this one included
-  ~ForkLayer();   // removes `dir` (the last user is gone)
+  // An image sandbox's layer: its former tmpfs upper, mounted at `dir` in the holder mount namespace (the files
+  // are in `dir`/upper there); null for a directory on disk.
+  const ForkLayers* held_by = nullptr;
+  ~ForkLayer();  // removes `dir` (the last user is gone); a held layer is unmounted first
 };
 using LayerStack = std::shared_ptr<const ForkLayer>;
 
@@ -46,11 +52,27 @@ class ForkLayers {
   // Undoes a freeze whose sandbox could not be rebuilt: the layer goes back where it came from.
   absl::Status Thaw(const std::string& home_or_rw_dir, bool was_home, LayerStack layer);
 
+  // Image sandboxes, whose upper layer is a tmpfs no host path reaches: `rw_tree` (a detached mount of it, see
+  // ImageRoot) is attached in the holder mount namespace, where the sandboxes built on it clone it from
+  // (ImageRootSpec.held_layers). The host's own mounts never change. FAILED_PRECONDITION without a holder.
+  absl::StatusOr<LayerStack> FreezeTree(UniqueFd rw_tree, uid_t owner, LayerStack below);
+  // Undoes FreezeTree: a detached mount of the layer's tmpfs again (the layer is then dropped).
+  absl::StatusOr<UniqueFd> ThawTree(const ForkLayer& layer) const;
+  // The holder mount namespace (made at construction; -1 when mount namespaces are unavailable) and the host's.
+  int holder_ns() const { return holder_.get(); }
+  int host_ns() const { return host_.get(); }
+  // Unmounts a held layer (its destructor's work).
+  void Unmount(const std::string& dir) const;
+
  private:
   std::string NewDir();
 
   const std::string dir_;
+  UniqueFd host_, holder_;
 };
+
+// True when the directory `path` below `dirfd` has no entries (false when it cannot be read).
+bool IsEmptyDirAt(int dirfd, const char* path);
 
 // Makes `rw_dir`/upper (0700, owned by `owner`) and `rw_dir`/work (0700, root's), creating `rw_dir` if missing.
 absl::Status MakeUpper(const std::string& rw_dir, uid_t owner);

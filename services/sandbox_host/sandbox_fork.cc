@@ -6,11 +6,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
 #include "services/sandbox_host/images/image_root.h"
+#include "services/sandbox_host/images/image_store.h"
 #include "services/sandbox_host/linux/process_sweep.h"
 #include "services/sandbox_host/sandbox_manager.h"
 #include "spdlog/spdlog.h"
@@ -40,17 +42,9 @@ absl::Status SandboxManager::BuildLayeredHome(Sandbox& sb, const Layering& layer
   home.upper = rw + "/upper";
   home.work = rw + "/work";
   home.staging = staging;
-  std::map<uid_t, UniqueFd> userns;  // one per owner of layers other than this sandbox's uid
+  CORRAL_ASSIGN_OR_RETURN(auto userns, LayerUserNamespaces(layering.layers, sb.uid));
   for (const ForkLayer* layer : LayersOf(layering.layers)) {
-    int fd = -1;
-    if (layer->owner != sb.uid) {
-      UniqueFd& ns = userns[layer->owner];
-      if (!ns.valid()) {
-        CORRAL_ASSIGN_OR_RETURN(ns, CreateUserNamespace(sb.uid, sb.uid, layer->owner, layer->owner));
-      }
-      fd = ns.get();
-    }
-    home.layers.push_back({layer->dir, fd});
+    home.layers.push_back({layer->dir, layer->owner != sb.uid ? userns.at(layer->owner).get() : -1});
   }
   auto ns = CreateNamespaces(sb.home, sb.spec.task_paths, *sb.spec.network == NetworkPolicy::kNone, &home);
   if (!ns.ok()) return ns.status();
@@ -62,6 +56,15 @@ absl::Status SandboxManager::BuildLayeredHome(Sandbox& sb, const Layering& layer
   p.hidepid = sb.namespaces.hidepid;
   p.network_namespace = sb.namespaces.net.valid();
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<uid_t, UniqueFd>> SandboxManager::LayerUserNamespaces(const LayerStack& layers, uid_t uid) {
+  std::map<uid_t, UniqueFd> userns;  // one per owner of layers other than `uid`
+  for (const ForkLayer* layer : LayersOf(layers)) {
+    if (layer->owner == uid || userns.contains(layer->owner)) continue;
+    CORRAL_ASSIGN_OR_RETURN(userns[layer->owner], CreateUserNamespace(uid, uid, layer->owner, layer->owner));
+  }
+  return userns;
 }
 
 absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::string& id, int64_t count,
@@ -81,9 +84,8 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
     absl::MutexLock lock(&mu_);
     auto it = sandboxes_.find(id);
     if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
-    if (it->second->in_image()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("sandbox '", id, "' is made from an image: forking those is not supported yet"));
+    if (it->second->spec.upper_on_disk) {
+      return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' builds a template: it cannot be forked"));
     }
     if (it->second->forking) return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' is being forked"));
     parent = it->second;
@@ -118,22 +120,38 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
                       : absl::StrCat("sandbox '", id, "' has a call under way; a fork waits for none unless asked")));
   }
   const absl::Time start = clock_->Now();
-  // Freeze what the parent wrote since its last fork (all of its home the first time) into a layer; nothing
-  // written since then: its layers are shared as they are, and the parent is left as it is.
-  const bool was_home = parent->layers == nullptr;
+  // An image sandbox's children are made from its image (and template), with its layers above them.
+  std::optional<Image> image;
+  if (parent->in_image()) {
+    auto found = images_->Find(parent->image_digest);
+    if (!found.ok()) return finish(found.status());
+    image = *std::move(found);
+  }
+  const Image* oci_image = image ? &*image : nullptr;
+  // Freeze what the parent wrote since its last fork (all of its home the first time; an image sandbox's tmpfs
+  // upper) into a layer; nothing written since then: its layers are shared as they are, and the parent is left
+  // as it is.
+  const bool in_image = oci_image != nullptr;
+  const bool was_home = !in_image && parent->layers == nullptr;
   std::error_code ec;
-  const bool unchanged = !was_home && fs::is_empty(parent->dir + "/rw/upper", ec) && !ec;
+  const bool unchanged = in_image ? IsEmptyDirAt(parent->rw_tree.get(), "upper")
+                                  : !was_home && fs::is_empty(parent->dir + "/rw/upper", ec) && !ec;
   LayerStack layer = parent->layers;
   std::shared_ptr<Sandbox> next;  // the parent's new generation
   if (!unchanged) {
-    auto frozen = was_home ? layers_->FreezeHome(parent->home, parent->uid)
-                           : layers_->FreezeUpper(parent->dir + "/rw", parent->uid, parent->layers);
+    auto frozen = in_image   ? layers_->FreezeTree(std::move(parent->rw_tree), parent->uid, parent->layers)
+                  : was_home ? layers_->FreezeHome(parent->home, parent->uid)
+                             : layers_->FreezeUpper(parent->dir + "/rw", parent->uid, parent->layers);
     if (!frozen.ok()) return finish(frozen.status());
     layer = *std::move(frozen);
     Layering layering{layer, parent.get()};
-    auto built = Build(parent->spec, nullptr, nullptr, &layering);
+    auto built = Build(parent->spec, in_image ? parent->template_image : nullptr, oci_image, &layering);
     if (!built.ok()) {
-      if (absl::Status s = layers_->Thaw(was_home ? parent->home : parent->dir + "/rw", was_home, layer); !s.ok()) {
+      if (in_image) {  // its tmpfs is still its upper, in its own namespace: only the handle comes back
+        auto tree = layers_->ThawTree(*layer);
+        if (tree.ok()) parent->rw_tree = *std::move(tree);
+      } else if (absl::Status s = layers_->Thaw(was_home ? parent->home : parent->dir + "/rw", was_home, layer);
+                 !s.ok()) {
         spdlog::error("sandbox {}: a failed fork could not put its files back: {}", id, s);
       }
       return finish(built.status());
@@ -141,7 +159,11 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
     next = *std::move(built);
     // The new generation takes over whatever happens next: the old overlay's work directory is not needed (no
     // process or call can reach the old generation while it is forking).
-    if (!was_home) ForkLayers::ClearFrozenWork(parent->dir + "/rw");
+    if (!was_home && !in_image) ForkLayers::ClearFrozenWork(parent->dir + "/rw");
+    if (in_image) {  // the new generation pinned the image and counted the template again: the old one lets go
+      images_->Unpin(parent->image_digest);
+      if (parent->template_image) parent->template_image->sandboxes--;
+    }
     next->cgroup = std::move(parent->cgroup);
     next->template_image = parent->template_image;
     next->forked_from = parent->forked_from;
@@ -155,7 +177,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   absl::Status error;
   for (int64_t i = 0; i < granted && error.ok(); ++i) {
     Layering layering{layer, nullptr};
-    auto child = Build(child_spec, nullptr, nullptr, &layering);
+    auto child = Build(child_spec, in_image ? parent->template_image : nullptr, oci_image, &layering);
     if (child.ok()) {
       (*child)->forked_from = id;
       children.push_back(*std::move(child));

@@ -258,15 +258,21 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   sb->create_time = parent != nullptr ? parent->create_time : clock_->Now();
   sb->Touch(clock_->Now());
   auto fail = [&](absl::Status s) {
-    // The parent's new generation owns nothing yet (its uid, cgroup and directory stay the parent's).
-    if (parent == nullptr) (void)Teardown(*sb);
+    // The parent's new generation owns nothing yet (its uid, cgroup and directory stay the parent's) but what
+    // its image root took.
+    if (parent == nullptr) {
+      (void)Teardown(*sb);
+    } else {
+      if (sb->in_image()) images_->Unpin(sb->image_digest);
+      if (sb->template_image) sb->template_image->sandboxes--;
+    }
     return s;
   };
   Protections& p = sb->protections;
   p.network = *spec.network;
   std::vector<std::string> dirs;  // what Landlock lets the sandbox write (by path; an image root by descriptor)
   if (oci_image != nullptr) {
-    if (absl::Status s = BuildImageRoot(*sb, *oci_image, tmpl); !s.ok()) return fail(s);
+    if (absl::Status s = BuildImageRoot(*sb, *oci_image, tmpl, layering); !s.ok()) return fail(s);
   } else if (layering != nullptr) {
     if (absl::Status s = BuildLayeredHome(*sb, *layering); !s.ok()) return fail(s);
   } else {
@@ -374,10 +380,13 @@ int64_t SandboxManager::Reserve(int64_t count) {
 }
 
 absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image,
-                                            const std::shared_ptr<const TemplateImage>& layer) {
+                                            const std::shared_ptr<const TemplateImage>& layer,
+                                            const Layering* layering) {
   const std::string rw = sb.dir + "/rw", mnt = sb.dir + "/mnt";
+  // A parent's new generation reuses its directories (its new tmpfs and mounts are in a new namespace).
+  const Sandbox* previous = layering != nullptr ? layering->parent : nullptr;
   for (const std::string& d : {sb.dir, rw, mnt}) {
-    if (mkdir(d.c_str(), 0700) != 0)
+    if (mkdir(d.c_str(), 0700) != 0 && (previous == nullptr || errno != EEXIST))
       return absl::InternalError(absl::StrCat("cannot create ", d, ": ", strerror(errno)));
   }
   CORRAL_RETURN_IF_ERROR(images_->Pin(image.digest));
@@ -394,17 +403,31 @@ absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image,
   sb.home = user.home;
   sb.workdir = image.config.working_dir.empty() ? user.home : image.config.working_dir;
   CORRAL_ASSIGN_OR_RETURN(sb.userns, CreateUserNamespace(sb.uid, sb.uid, user.uid, user.gid));
-  const ImageRootSpec root_spec{.lower_dirs = lower,
-                                .rw_dir = rw,
-                                .rw_tmpfs_bytes = sb.spec.upper_on_disk ? 0 : sb.spec.disk_bytes,
-                                .mount_point = mnt,
-                                // "/" is the upper directory: the sandbox's when it runs as root, as the image's is
-                                .root_owned_by_sandbox = user.uid == 0,
-                                .userns_fd = sb.userns.get(),
-                                .uid = sb.uid,
-                                .gid = sb.uid,
-                                .private_network = *sb.spec.network == NetworkPolicy::kNone};
+  ImageRootSpec root_spec{.lower_dirs = lower,
+                          .rw_dir = rw,
+                          .rw_tmpfs_bytes = sb.spec.upper_on_disk ? 0 : sb.spec.disk_bytes,
+                          .mount_point = mnt,
+                          // "/" is the upper directory: the sandbox's when it runs as root, as the image's is
+                          .root_owned_by_sandbox = user.uid == 0,
+                          .userns_fd = sb.userns.get(),
+                          .uid = sb.uid,
+                          .gid = sb.uid,
+                          .private_network = *sb.spec.network == NetworkPolicy::kNone};
+  std::map<uid_t, UniqueFd> layer_userns;
+  if (layering != nullptr && layering->layers != nullptr) {
+    CORRAL_ASSIGN_OR_RETURN(layer_userns, LayerUserNamespaces(layering->layers, sb.uid));
+    for (const ForkLayer* l : LayersOf(layering->layers)) {
+      root_spec.held_layers.push_back({l->dir, l->owner != sb.uid ? layer_userns.at(l->owner).get() : -1});
+    }
+  }
+  if (layers_ != nullptr) {
+    root_spec.holder_ns_fd = layers_->holder_ns();
+    root_spec.host_ns_fd = layers_->host_ns();
+  }
+  if (previous != nullptr) root_spec.carry_ns_fd = previous->namespaces.mnt.get();
   CORRAL_ASSIGN_OR_RETURN(ImageRoot root, CreateImageRoot(root_spec));
+  sb.rw_tree = std::move(root.rw_tree);
+  if (layering != nullptr) sb.layers = layering->layers;
   sb.namespaces.mnt = std::move(root.mnt);
   sb.namespaces.net = std::move(root.net);
   sb.namespaces.hidepid = true;

@@ -127,8 +127,11 @@ struct Sandbox {
   gid_t inside_gid = 0;
   std::string workdir;
   dev_t root_dev = 0;  // the overlay's device: nothing of the host's is on it
-  // A plain sandbox that was forked, or is a fork: its home is an overlay of these layers (top first) under
-  // `dir`/rw/upper, mounted over `dir` in its own mount namespace. Null: a plain directory.
+  // An image sandbox with a tmpfs upper: a detached mount of that tmpfs, what a fork freezes (ForkLayers).
+  UniqueFd rw_tree;
+  // A sandbox that was forked, or is a fork: a plain one's home is an overlay of these layers (top first) under
+  // `dir`/rw/upper, mounted over `dir` in its own mount namespace (null: a plain directory); an image one's root
+  // has them above the image's layers.
   LayerStack layers;
   std::string forked_from;  // a child: its parent's id
   mutable std::atomic<bool> deleted{false};
@@ -249,7 +252,12 @@ class SandboxManager {
   // Takes capacity for up to `count` sandboxes: what was granted.
   int64_t Reserve(int64_t count);
   // The image root, user namespace and user of a sandbox made from `image`.
-  absl::Status BuildImageRoot(Sandbox& sb, const Image& image, const std::shared_ptr<const TemplateImage>& layer);
+  // With `layering`, a fork's: its layers above the image's (and, for the parent's new generation, /tmp and
+  // /dev/shm carried over).
+  absl::Status BuildImageRoot(Sandbox& sb, const Image& image, const std::shared_ptr<const TemplateImage>& layer,
+                              const Layering* layering = nullptr);
+  // User namespaces mapping each owner of `layers` other than `uid` to `uid` (for idmapped layers), by owner.
+  absl::StatusOr<std::map<uid_t, UniqueFd>> LayerUserNamespaces(const LayerStack& layers, uid_t uid);
   // With `keep_upper`, an image sandbox's writable layer is moved there rather than wiped.
   absl::Status Teardown(Sandbox& sandbox, const std::string& keep_upper = "");
 

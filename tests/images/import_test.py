@@ -180,6 +180,47 @@ class ImageImport(ClusterTestCase):
         again = self.sandbox("create", "--image", "localhost/debian:bookworm", "--network", "none").stdout.split()[0]
         self.sandbox("rm", again)
 
+    def test_2d_an_image_sandbox_forks_into_children_that_keep_the_images_view(self):
+        parent = self.sandbox("create", "--image", "localhost/debian:bookworm", "--network", "none").stdout.split()[0]
+
+        def sh(sandbox_id, script):
+            return self.sandbox("exec", sandbox_id, "--", "sh", "-c", script).stdout
+
+        sh(parent, "echo parent > /etc/forked; rm /etc/issue; echo t > /tmp/ptmp; mkdir -p /srv/data; "
+                   "head -c 1048576 /dev/urandom > /srv/data/blob; chmod 600 /srv/data/blob")
+        parent_uid = json.loads(self.sandbox("info", parent).stdout)["uid"]
+        start = time.time()
+        children = [line.split()[0] for line in self.sandbox("fork", parent, "--count", "2").stdout.splitlines()]
+        ds.log(f"2 children of an image sandbox forked in {time.time() - start:.2f}s")
+        self.assertEqual(len(children), 2)
+        blob = sh(parent, "md5sum < /srv/data/blob | cut -c1-32").split()[0]
+        for child in children:
+            info = json.loads(self.sandbox("info", child).stdout)
+            self.assertEqual(info["forkedFrom"], parent)
+            self.assertEqual(info["imageDigest"], self.digest)
+            self.assertNotEqual(info["uid"], parent_uid)
+            # The image's files and the parent's writes (a removal included), root inside, its own pool uid
+            # outside; /tmp empty; the 0600 file is its own.
+            self.assertEqual(sh(child, "cat /etc/forked; cat /etc/debian_version | cut -c1-3; "
+                                       "test -e /etc/issue || echo no-issue; test -e /tmp/ptmp || echo tmp-empty; "
+                                       "id -u; md5sum < /srv/data/blob | cut -c1-32").split(),
+                             ["parent", "12.", "no-issue", "tmp-empty", "0", blob])
+            sh(child, f"echo {child} >> /etc/forked; echo mine > /srv/data/{child}")
+        # Neither sees the other's writes, nor the parent theirs; the parent keeps its /tmp.
+        self.assertEqual(sh(children[0], "cat /etc/forked; ls /srv/data").split(), ["parent", children[0], "blob",
+                                                                                     children[0]])
+        self.assertEqual(sh(parent, "cat /etc/forked; cat /tmp/ptmp; ls /srv/data").split(), ["parent", "t", "blob"])
+        self.assertEqual(len(os.listdir(os.path.join(self.root, "forks"))), 1)
+        # The parent goes first; the children stay whole; the layer goes with the last of them.
+        self.sandbox("rm", parent)
+        self.assertEqual(sh(children[1], "cat /etc/forked").split(), ["parent", children[1]])
+        for child in children:
+            self.sandbox("rm", child)
+        self.assertEqual(os.listdir(os.path.join(self.root, "forks")), [])
+        self.assertEqual(os.listdir(os.path.join(self.root, "homes")), [])
+        with open("/proc/self/mountinfo") as f:
+            self.assertNotIn(self.root, f.read())
+
     def test_3_removing_the_image_removes_its_layers(self):
         self.corral("rm", "localhost/debian:bookworm")  # by either name: the image goes
         self.assertNotIn(self.digest[:19], self.corral("ls").stdout)

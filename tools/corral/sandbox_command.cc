@@ -1,4 +1,4 @@
-// `corral sandbox create|exec|ls|rm|info|cp`: create and use sandboxes on a corral-sandbox-host from the shell.
+// `corral sandbox create|fork|exec|ls|rm|info|cp`: create and use sandboxes on a corral-sandbox-host from the shell.
 #include <unistd.h>
 
 #include <cstdio>
@@ -51,6 +51,29 @@ int RunCreate(const ConnectFlags& cf, const CreateFlags& f) {
   v1::CreateSandboxesResponse resp;
   grpc::Status s = client->stub->CreateSandboxes(&ctx, req, &resp);
   if (!s.ok()) return Fail("create", FromGrpcStatus(s));
+  for (const auto& c : resp.sandboxes()) std::cout << c.sandbox().sandbox_id() << " " << c.capability_token() << "\n";
+  if (resp.rejected() > 0) std::cerr << "rejected " << resp.rejected() << " (" << resp.rejected_reason() << ")\n";
+  return resp.sandboxes().empty() ? 1 : 0;
+}
+
+struct ForkFlags {
+  std::string id;
+  int count = 1;
+  double wait_s = 0;
+};
+
+int RunFork(const ConnectFlags& cf, const ForkFlags& f) {
+  auto client = Connect(cf);
+  if (!client.ok()) return Fail("fork", client.status());
+  v1::ForkSandboxRequest req;
+  req.set_sandbox_id(f.id);
+  req.set_count(static_cast<uint32_t>(f.count));
+  if (f.wait_s > 0) ToProto(absl::Seconds(f.wait_s), req.mutable_wait_timeout());
+  grpc::ClientContext ctx;
+  client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 60.0 + f.wait_s)));
+  v1::CreateSandboxesResponse resp;
+  grpc::Status s = client->stub->ForkSandbox(&ctx, req, &resp);
+  if (!s.ok()) return Fail("fork", FromGrpcStatus(s));
   for (const auto& c : resp.sandboxes()) std::cout << c.sandbox().sandbox_id() << " " << c.capability_token() << "\n";
   if (resp.rejected() > 0) std::cerr << "rejected " << resp.rejected() << " (" << resp.rejected_reason() << ")\n";
   return resp.sandboxes().empty() ? 1 : 0;
@@ -160,6 +183,16 @@ void RegisterSandbox(CLI::App& app, int& exit_code) {
   c->add_option("--image", create->image,
                 "an image on the host (corral image ls) to run the sandbox in, by name or digest");
   c->callback([create_conn, create, &exit_code] { exit_code = RunCreate(*create_conn, *create); });
+
+  auto fork_conn = std::make_shared<ConnectFlags>();
+  auto fork = std::make_shared<ForkFlags>();
+  CLI::App* f = sandbox->add_subcommand(
+      "fork", "make children of a live sandbox with its files as they are (no process is carried); 'ID TOKEN' each");
+  AddConnectFlags(f, *fork_conn, "sandbox host", "--host");
+  f->add_option("id", fork->id, "the parent's id")->required();
+  f->add_option("--count", fork->count, "how many children")->capture_default_str();
+  f->add_option("--wait", fork->wait_s, "seconds to wait for the parent's processes to end (0: refuse at once)");
+  f->callback([fork_conn, fork, &exit_code] { exit_code = RunFork(*fork_conn, *fork); });
 
   auto exec_conn = std::make_shared<ConnectFlags>();
   auto exec_id = std::make_shared<std::string>();

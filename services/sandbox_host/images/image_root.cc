@@ -25,7 +25,21 @@ namespace {
 constexpr size_t kStack = 64 * 1024;
 
 // Steps the helper reports when one fails.
-enum Step : int { kUnshare = 1, kPrivate, kUpper, kIdmap, kOverlay, kProc, kDev, kTmp, kPivot, kLoopback, kOpen };
+enum Step : int {
+  kUnshare = 1,
+  kPrivate,
+  kUpper,
+  kIdmap,
+  kOverlay,
+  kProc,
+  kDev,
+  kTmp,
+  kPivot,
+  kLoopback,
+  kOpen,
+  kHeld,
+  kCarry
+};
 
 const char* StepName(int step) {
   switch (step) {
@@ -40,6 +54,8 @@ const char* StepName(int step) {
     case kPivot: return "pivot_root";
     case kLoopback: return "bringing up loopback";
     case kOpen: return "opening the namespace";
+    case kHeld: return "taking a fork layer from the holder namespace";
+    case kCarry: return "carrying /tmp over from the previous generation";
     default: return "setup";
   }
 }
@@ -55,13 +71,42 @@ constexpr Device kDevices[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 
 // its outcome back (it shares the caller's memory and descriptor table).
 struct HelperArgs {
   const ImageRootSpec* spec;
-  std::vector<std::string> staged;  // where each idmapped layer is attached, top first
+  std::vector<std::string> staged;        // where each idmapped layer is attached, top first
+  std::vector<std::string> held_sources;  // each held fork layer's files (dir/upper), in the holder namespace
+  std::vector<std::string> held_staged;   // where each is attached, top first
+  std::vector<int> held_trees;            // their clones, taken in the holder namespace
+  int tmp_tree = -1, shm_tree = -1;       // /tmp and /dev/shm carried over
   std::string root, overlay_options, proc, dev, tmp, tmp_options, shm, upper, work, rw_options;
   std::vector<std::string> device_paths;
   int step = -1;
   int err = 0;
-  int mnt_fd = -1, net_fd = -1, root_fd = -1;
+  int mnt_fd = -1, net_fd = -1, root_fd = -1, rw_tree_fd = -1;
 };
+
+// Attaches the detached mount `tree` at `path`, read-only, idmapped through `userns_fd` when >= 0. Closes `tree`.
+bool AttachClone(int tree, int userns_fd, const char* path) {
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  if (userns_fd >= 0) {
+    attr.attr_set |= MOUNT_ATTR_IDMAP;
+    attr.userns_fd = static_cast<uint64_t>(userns_fd);
+  }
+  const bool ok = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0 &&
+                  syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) == 0;
+  close(tree);
+  return ok;
+}
+
+// Moves the detached mount `tree` (as it is: writable) onto `path`. Closes `tree`.
+bool MoveClone(int tree, const char* path) {
+  const bool ok = syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) == 0;
+  close(tree);
+  return ok;
+}
+
+int CloneTree(const char* path) {
+  return static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+}
 
 int HelperMain(void* raw) {
   auto* a = static_cast<HelperArgs*>(raw);
@@ -70,9 +115,26 @@ int HelperMain(void* raw) {
     a->err = errno;
     return 1;
   };
+  // Mounts of other namespaces can only be cloned from inside them: the held layers from the holder's, /tmp and
+  // /dev/shm from the previous generation's. Back in the host's namespace before the unshare, so the new
+  // namespace copies the host's mounts and nothing of theirs.
+  const ImageRootSpec& spec = *a->spec;
+  if (!spec.held_layers.empty()) {
+    if (setns(spec.holder_ns_fd, CLONE_NEWNS) != 0) return fail(kHeld);
+    for (size_t i = 0; i < spec.held_layers.size(); ++i) {
+      if ((a->held_trees[i] = CloneTree(a->held_sources[i].c_str())) < 0) return fail(kHeld);
+    }
+  }
+  if (spec.carry_ns_fd >= 0) {
+    if (setns(spec.carry_ns_fd, CLONE_NEWNS) != 0 || (a->tmp_tree = CloneTree("/tmp")) < 0 ||
+        (a->shm_tree = CloneTree("/dev/shm")) < 0) {
+      return fail(kCarry);
+    }
+  }
+  if ((!spec.held_layers.empty() || spec.carry_ns_fd >= 0) && setns(spec.host_ns_fd, CLONE_NEWNS) != 0)
+    return fail(kHeld);
   if (unshare(CLONE_NEWNS | (a->spec->private_network ? CLONE_NEWNET : 0)) != 0) return fail(kUnshare);
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return fail(kPrivate);
-  const ImageRootSpec& spec = *a->spec;
   if (spec.rw_tmpfs_bytes > 0 &&
       mount("tmpfs", spec.rw_dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->rw_options.c_str()) != 0) {
     return fail(kUpper);
@@ -81,6 +143,12 @@ int HelperMain(void* raw) {
       (spec.root_owned_by_sandbox && chown(a->upper.c_str(), spec.uid, spec.gid) != 0) ||
       (mkdir(a->work.c_str(), 0700) != 0 && errno != EEXIST)) {
     return fail(kUpper);
+  }
+  if (spec.rw_tmpfs_bytes > 0 && (a->rw_tree_fd = CloneTree(spec.rw_dir.c_str())) < 0) return fail(kUpper);
+  for (size_t i = 0; i < a->held_staged.size(); ++i) {
+    const int tree = a->held_trees[i];
+    a->held_trees[i] = -1;
+    if (!AttachClone(tree, spec.held_layers[i].userns_fd, a->held_staged[i].c_str())) return fail(kHeld);
   }
   for (size_t i = 0; i < a->staged.size(); ++i) {
     const int tree = static_cast<int>(
@@ -111,11 +179,21 @@ int HelperMain(void* raw) {
       return fail(kDev);
     }
   }
-  if (mkdir(a->shm.c_str(), 01777) != 0 ||
-      mount("tmpfs", a->shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->tmp_options.c_str()) != 0) {
+  if (mkdir(a->shm.c_str(), 01777) != 0) return fail(kDev);
+  if (a->shm_tree >= 0) {
+    const int tree = a->shm_tree;
+    a->shm_tree = -1;
+    if (!MoveClone(tree, a->shm.c_str())) return fail(kCarry);
+  } else if (mount("tmpfs", a->shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->tmp_options.c_str()) != 0) {
     return fail(kDev);
   }
-  if (mount("tmpfs", a->tmp.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->tmp_options.c_str()) != 0) return fail(kTmp);
+  if (a->tmp_tree >= 0) {
+    const int tree = a->tmp_tree;
+    a->tmp_tree = -1;
+    if (!MoveClone(tree, a->tmp.c_str())) return fail(kCarry);
+  } else if (mount("tmpfs", a->tmp.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->tmp_options.c_str()) != 0) {
+    return fail(kTmp);
+  }
   if (chdir(a->root.c_str()) != 0 || syscall(SYS_pivot_root, ".", ".") != 0 || umount2(".", MNT_DETACH) != 0 ||
       chdir("/") != 0) {
     return fail(kPivot);
@@ -190,6 +268,16 @@ absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec) {
       return absl::InternalError(absl::StrCat("mkdir ", args.staged.back(), ": ", strerror(errno)));
     }
   }
+  for (size_t i = 0; i < spec.held_layers.size(); ++i) {
+    // The layer's upper directory itself is cloned: its tmpfs's root (root's, 0700) is never walked through an
+    // idmapped mount, where root's own files are unmapped.
+    args.held_sources.push_back(spec.held_layers[i].dir + "/upper");
+    args.held_staged.push_back(absl::StrCat(spec.mount_point, "/h", i));
+    if (mkdir(args.held_staged.back().c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::InternalError(absl::StrCat("mkdir ", args.held_staged.back(), ": ", strerror(errno)));
+    }
+  }
+  args.held_trees.assign(spec.held_layers.size(), -1);
   args.root = spec.mount_point + "/root";
   if (mkdir(args.root.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InternalError(absl::StrCat("mkdir ", args.root, ": ", strerror(errno)));
@@ -197,7 +285,9 @@ absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec) {
   args.upper = spec.rw_dir + "/upper";
   args.work = spec.rw_dir + "/work";
   args.rw_options = absl::StrCat("mode=0700,size=", spec.rw_tmpfs_bytes);
-  args.overlay_options = absl::StrCat("lowerdir=", absl::StrJoin(args.staged, ":"), ",upperdir=", args.upper,
+  std::vector<std::string> lowers = args.held_staged;
+  lowers.insert(lowers.end(), args.staged.begin(), args.staged.end());
+  args.overlay_options = absl::StrCat("lowerdir=", absl::StrJoin(lowers, ":"), ",upperdir=", args.upper,
                                       ",workdir=", args.work, ",volatile");
   if (args.overlay_options.size() >= 4000) {
     return absl::InvalidArgumentError(absl::StrCat("the image has too many layers (", spec.lower_dirs.size(), ")"));
@@ -213,10 +303,17 @@ absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec) {
   const pid_t pid = clone(HelperMain, stack.get() + kStack, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);
   if (pid < 0) return absl::InternalError(absl::StrCat("clone: ", strerror(errno)));
   waitpid(pid, nullptr, 0);
+  // Clones a failed helper did not attach.
+  for (int fd : args.held_trees) {
+    if (fd >= 0) close(fd);
+  }
+  if (args.tmp_tree >= 0) close(args.tmp_tree);
+  if (args.shm_tree >= 0) close(args.shm_tree);
   ImageRoot out;
   out.mnt.Reset(args.mnt_fd);
   out.net.Reset(args.net_fd);
   out.root.Reset(args.root_fd);
+  out.rw_tree.Reset(args.rw_tree_fd);
   if (args.step != 0) {
     return absl::InternalError(
         absl::StrCat("creating the image root failed at ", StepName(args.step), ": ", strerror(args.err)));

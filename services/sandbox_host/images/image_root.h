@@ -36,12 +36,28 @@ struct ImageRootSpec {
   uid_t uid = 0;                        // the sandbox's pool uid/gid (owner of /tmp, /dev/shm)
   gid_t gid = 0;
   bool private_network = false;  // a network namespace of its own, with loopback up (network policy none)
+
+  // A fork's layers (ForkLayers): frozen upper layers attached in the holder mount namespace, top first, above
+  // `lower_dirs`. Each is `dir`/upper there, idmapped through `userns_fd` (-1: the sandbox's own files, not
+  // idmapped).
+  struct HeldLayer {
+    std::string dir;
+    int userns_fd = -1;
+  };
+  std::vector<HeldLayer> held_layers;
+  int holder_ns_fd = -1;  // with held_layers or carry_ns_fd: the holder's mount namespace, and the host's own
+  int host_ns_fd = -1;
+  // The parent's new generation at a fork: /tmp and /dev/shm are carried over from this mount namespace (the
+  // previous generation's) instead of made empty.
+  int carry_ns_fd = -1;
 };
 
 struct ImageRoot {
   UniqueFd mnt;   // the mount namespace
   UniqueFd net;   // the network namespace, when a private one was asked for
   UniqueFd root;  // the overlay root ("/" inside), O_RDONLY: how the host reaches the sandbox's files
+  // With a tmpfs upper: a detached mount of that tmpfs (upper/ and work/ in it), what a fork freezes.
+  UniqueFd rw_tree;
 };
 
 // The mount namespace of a sandbox in an image: the overlay as "/" (nosuid, nodev, volatile: its upper layer dies

@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "services/sandbox_host/fork_layers.h"
 #include "services/sandbox_host/images/layer_unpack.h"
 #include "services/sandbox_host/tests/layer_scratch.h"
 #include "tests/support/uid_range.h"
@@ -31,6 +32,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Copies `binary` and the libraries it loads (ldd) into `layer` at the same paths.
 void CopyWithLibraries(const std::string& binary, const fs::path& layer) {
@@ -50,7 +52,8 @@ void CopyWithLibraries(const std::string& binary, const fs::path& layer) {
     fs::copy_file(f, layer / fs::path(f).relative_path(), fs::copy_options::overwrite_existing);
   }
   fs::create_directories(layer / "bin");
-  fs::create_symlink(files[0], layer / "bin/sh");
+  const fs::path link = layer / "bin" / fs::path(binary).filename();
+  if (!fs::exists(link)) fs::create_symlink(files[0], link);
 }
 
 class ImageRootTest : public ::testing::Test {
@@ -61,8 +64,10 @@ class ImageRootTest : public ::testing::Test {
     uid_ = static_cast<uid_t>(uids_->first());
     base_ = LayerScratchDir("corral-imageroot-" + std::to_string(getpid()));
     if (base_.empty()) GTEST_SKIP() << "neither the temp directory nor /var/tmp can hold layers (overlayfs)";
-    for (const char* d : {"base", "top", "sb/rw", "sb/mnt"}) fs::create_directories(base_ / d);
-    CopyWithLibraries("/bin/sh", base_ / "base");
+    for (const char* d : {"base", "top", "sb/rw", "sb/mnt", "child/rw", "child/mnt"}) {
+      fs::create_directories(base_ / d);
+    }
+    for (const char* tool : {"/bin/sh", "/bin/cat", "/bin/rm"}) CopyWithLibraries(tool, base_ / "base");
     fs::create_directories(base_ / "base/etc");
     std::ofstream(base_ / "base/etc/hello") << "from the image\n";
     fs::create_directories(base_ / "top/etc");
@@ -179,6 +184,83 @@ TEST_F(ImageRootTest, ATmpfsUpperLayerCapsWhatTheSandboxWritesAndLeavesNothingOn
   EXPECT_THAT(out, HasSubstr("root full\n"));
   // The writes are in the sandbox's mount namespace only: the host's directory holds nothing.
   EXPECT_TRUE(fs::is_empty(base_ / "sb/rw"));
+}
+
+// A fork of an image sandbox (ForkLayers::FreezeTree): the parent's tmpfs upper, frozen in the holder mount
+// namespace, under a child of another uid (idmapped) and under the parent's own next generation.
+TEST_F(ImageRootTest, AFrozenTmpfsUpperIsTheChildsOwnAndTheParentKeepsItsFilesAndTmp) {
+  const uid_t parent_uid = uid_, child_uid = uids_->last();
+  ASSERT_NE(parent_uid, child_uid);
+  ForkLayers layers((base_ / "state").string());
+  ASSERT_GE(layers.holder_ns(), 0);
+  auto parent_ns = CreateUserNamespace(parent_uid, parent_uid);
+  ASSERT_THAT(parent_ns, IsOk());
+  auto parent = CreateImageRoot(Spec({"top", "base"}, parent_ns->get(), 1 << 20));
+  ASSERT_THAT(parent, IsOk());
+  ASSERT_TRUE(parent->rw_tree.valid());
+  auto [code, out] = RunInside(parent->mnt.get(), parent_ns->get(), R"(
+    echo parent > /etc/parent && rm /etc/motd && echo t > /tmp/ptmp && echo ok
+  )");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_FALSE(IsEmptyDirAt(parent->rw_tree.get(), "upper"));
+  auto layer = layers.FreezeTree(std::move(parent->rw_tree), parent_uid, nullptr);
+  ASSERT_THAT(layer, IsOk());
+
+  // The child: root inside a namespace of its own uid; the parent's files (idmapped) are its own, the image's
+  // too; the parent's removal holds; /tmp is empty; its writes stay in its own upper layer.
+  auto child_ns = CreateUserNamespace(child_uid, child_uid);
+  auto layer_ns = CreateUserNamespace(child_uid, child_uid, parent_uid, parent_uid);
+  ASSERT_THAT(child_ns, IsOk());
+  ASSERT_THAT(layer_ns, IsOk());
+  ImageRootSpec child_spec = Spec({"top", "base"}, child_ns->get(), 1 << 20);
+  child_spec.rw_dir = (base_ / "child/rw").string();
+  child_spec.mount_point = (base_ / "child/mnt").string();
+  child_spec.uid = child_spec.gid = child_uid;
+  child_spec.held_layers = {{(*layer)->dir, layer_ns->get()}};
+  child_spec.holder_ns_fd = layers.holder_ns();
+  child_spec.host_ns_fd = layers.host_ns();
+  auto child = CreateImageRoot(child_spec);
+  ASSERT_THAT(child, IsOk());
+  std::tie(code, out) = RunInside(child->mnt.get(), child_ns->get(), R"(
+    read line < /etc/parent && echo "parent: $line"
+    read line < /etc/hello && echo "hello: $line"
+    [ -e /etc/motd ] || echo "motd removed"
+    [ -e /tmp/ptmp ] || echo "tmp empty"
+    echo child >> /etc/parent && echo mine > /etc/child && echo "wrote"
+  )");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("parent: parent\n"));
+  EXPECT_THAT(out, HasSubstr("hello: from the image\n"));
+  EXPECT_THAT(out, HasSubstr("motd removed\n"));
+  EXPECT_THAT(out, HasSubstr("tmp empty\n"));
+  EXPECT_THAT(out, HasSubstr("wrote\n"));
+
+  // The parent's next generation: the same files (not the child's writes) and its /tmp, carried over.
+  ImageRootSpec next_spec = Spec({"top", "base"}, parent_ns->get(), 1 << 20);
+  next_spec.held_layers = {{(*layer)->dir, -1}};
+  next_spec.holder_ns_fd = layers.holder_ns();
+  next_spec.host_ns_fd = layers.host_ns();
+  next_spec.carry_ns_fd = parent->mnt.get();
+  auto next = CreateImageRoot(next_spec);
+  ASSERT_THAT(next, IsOk());
+  std::tie(code, out) = RunInside(next->mnt.get(), parent_ns->get(), R"(
+    cat /etc/parent; read line < /tmp/ptmp && echo "tmp: $line"
+    [ -e /etc/child ] || echo "no child file"
+    [ -e /etc/motd ] || echo "motd removed"
+    echo again >> /etc/parent && echo "appended"
+  )");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("parent\ntmp: t\n"));  // without the child's line
+  EXPECT_THAT(out, HasSubstr("no child file\nmotd removed\nappended\n"));
+
+  // The layer is gone from the holder with its last user, and the host's mounts never held it.
+  const std::string dir = (*layer)->dir;
+  EXPECT_TRUE(fs::exists(dir));
+  layer->reset();
+  EXPECT_FALSE(fs::exists(dir));
+  std::ifstream mounts("/proc/self/mountinfo");
+  std::string all((std::istreambuf_iterator<char>(mounts)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(all, Not(HasSubstr((base_ / "state").string())));
 }
 
 TEST_F(ImageRootTest, TheProbeFindsIdmappedMountsWhereTheStoreLives) { EXPECT_TRUE(CanUseImages(base_.string())); }
