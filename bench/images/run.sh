@@ -25,7 +25,7 @@ host_pid=
 cleanup() { [[ -n "$host_pid" ]] && kill "$host_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work" "$root"; }
 trap cleanup EXIT
 mkdir -p "$root" && chmod 0711 "$root"
-$bin/corral-sandbox-host --insecure --root "$root/sandboxes" --capacity $((n + 10)) --log-level warn \
+$bin/corral-sandbox-host --insecure --root "$root/sandboxes" --capacity $((n > 140 ? n + 10 : 150)) --log-level warn \
   --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${host_uids[@]}" --ready-file "$work/ready.json" > "$work/host.log" 2>&1 &
 host_pid=$!
 for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
@@ -75,4 +75,17 @@ printf '\nimage sandboxes vs podman (throughput): %sx   image vs plain sandboxes
 printf 'disk with %s live image sandboxes: their own directories %s MiB, the image once %s MiB; host RSS %s MiB\n' \
   "$n" "$((image_homes_kib / 1024))" "$((image_kib / 1024))" "$image_rss"
 printf 'targets: >= 20x podman; within 2x of plain sandboxes; disk ~ one image + upper layers\n'
+
+# Forks of an image sandbox whose working directory holds 100 MiB (in its tmpfs upper layer), against as many fresh
+# sandboxes from the image (a copy is not timed: no host path reaches a tmpfs upper).
+forks=$("$gen" --mode=fork --addr="$addr" --home-mib="$(smoke_or 100 4)" --image=bench/debian)
+printf '\n%-44s %10s %10s %10s %10s\n' "fork of an image sandbox, 100 MiB written" "fork ms" "1st cmd ms" "create ms" \
+  "create/fork"
+while read -r line; do
+  [[ "$line" == children=* ]] || continue
+  k=$(field children "$line")
+  printf '%-44s %10s %10s %10s %9sx\n' "$k children" "$(field fork_ms "$line")" "$(field first_command_ms "$line")" \
+    "$(field create_ms "$line")" \
+    "$(awk -v c="$(field create_ms "$line")" -v f="$(field fork_ms "$line")" 'BEGIN {printf "%.1f", c / f}')"
+done <<< "$forks"
 echo "RESULT images sandboxes=$n image_ms_per_sandbox=$(per "$images") plain_ms_per_sandbox=$(per "$plain") podman_s_per_run=$podman_s vs_podman=$vs_podman vs_plain=$vs_plain"

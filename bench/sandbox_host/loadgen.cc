@@ -13,7 +13,7 @@
 //                               prints milliseconds per count
 //   --mode=fork-many --n=1000   n children of one sandbox, then waits for a line on stdin (the caller measures the
 //                               host's memory and disk), then deletes them
-//   --image=REF                 lifecycle, exec and first-command: sandboxes made from this image on the host
+//   --image=REF                 lifecycle, exec, first-command and fork: sandboxes made from this image on the host
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -122,11 +122,12 @@ double FirstCommandMs(corral::v1::SandboxHost::Stub& stub, const std::string& im
 
 using Created = corral::v1::CreateSandboxesResponse;
 
-std::optional<Created> CreateMany(corral::v1::SandboxHost::Stub& stub, int count) {
+std::optional<Created> CreateMany(corral::v1::SandboxHost::Stub& stub, int count, const std::string& image = "") {
   grpc::ClientContext ctx;
   corral::SetDeadline(ctx, absl::Seconds(300));
   corral::v1::CreateSandboxesRequest req;
   req.set_count(static_cast<uint32_t>(count));
+  req.mutable_spec()->set_image(image);
   Created resp;
   if (!stub.CreateSandboxes(&ctx, req, &resp).ok() || resp.sandboxes_size() != count) return std::nullopt;
   return resp;
@@ -156,9 +157,10 @@ void DeleteAll(corral::v1::SandboxHost::Stub& stub, const Created& created) {
   }
 }
 
-// A sandbox whose home holds `mib` MiB (one random file), or nullopt.
-std::optional<Created> SandboxWithHome(corral::v1::SandboxHost::Stub& stub, int mib) {
-  auto made = CreateMany(stub, 1);
+// A sandbox whose home (in an image sandbox: its working directory, in its upper layer) holds `mib` MiB (one
+// random file), or nullopt.
+std::optional<Created> SandboxWithHome(corral::v1::SandboxHost::Stub& stub, int mib, const std::string& image) {
+  auto made = CreateMany(stub, 1, image);
   if (!made) return std::nullopt;
   const std::string fill = absl::StrCat("head -c ", mib, "M /dev/urandom > data");
   if (!ExecTrue(stub, made->sandboxes(0).sandbox().sandbox_id(), {"sh", "-c", fill})) return std::nullopt;
@@ -171,13 +173,14 @@ int RunFork(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
   int errors = 0;
   for (int k : {1, 8, 64}) {
     // Each count on a parent of its own, so every fork freezes a home (the first fork's whole cost).
-    auto parent = SandboxWithHome(stub, f.home_mib);
+    auto parent = SandboxWithHome(stub, f.home_mib, f.image);
     if (!parent) return 1;
     const std::string home = parent->sandboxes(0).sandbox().home();
     // Copying the home k times, as a snapshot without layers would (each copy removed before the next); before
-    // the fork, which moves the home's files into a layer.
+    // the fork, which moves the home's files into a layer. (An image sandbox's upper layer is a tmpfs no host
+    // path reaches: no copy is timed.)
     double copy_ms = 0;
-    for (int i = 0; i < k; ++i) {
+    for (int i = 0; i < k && f.image.empty(); ++i) {
       const std::string dest = absl::StrCat(home, ".copy");
       const std::string cp = absl::StrCat("cp -a --reflink=never ", home, " ", dest);
       const absl::Time c = absl::Now();
@@ -198,7 +201,7 @@ int RunFork(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
     if (!ran) ++errors;
     if (forked) DeleteAll(stub, *forked);
     t = absl::Now();
-    auto fresh = CreateMany(stub, k);
+    auto fresh = CreateMany(stub, k, f.image);
     const double create_ms = Ms(t);
     if (!fresh) ++errors;
     if (fresh) DeleteAll(stub, *fresh);
@@ -211,7 +214,7 @@ int RunFork(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
 }
 
 int RunForkMany(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
-  auto parent = SandboxWithHome(stub, f.home_mib);
+  auto parent = SandboxWithHome(stub, f.home_mib, f.image);
   if (!parent) return 1;
   absl::SleepFor(absl::Milliseconds(300));  // an idle parent (see RunFork)
   const absl::Time t = absl::Now();
