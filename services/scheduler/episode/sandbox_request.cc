@@ -33,6 +33,7 @@ SandboxRequest SandboxRequestFor(const v1::Task& task, const v1::EpisodeIds& ids
   r.needs.network_namespace = network == v1::NETWORK_POLICY_NONE;
   r.needs.landlock_net = network == v1::NETWORK_POLICY_PROXY_ONLY;
   r.needs.image = env.image();
+  r.needs.forks = task.has_branch();
   r.workdir = env.workdir();
   if (r.workdir.empty()) {
     for (const auto& p : spec.task_paths()) {

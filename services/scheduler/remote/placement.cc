@@ -8,6 +8,7 @@ bool Fits(const HostSnapshot& h, const Requirements& needs) {
   if (needs.network_namespace && !h.features.network_namespaces()) return false;
   if (needs.landlock_net && h.features.landlock_abi() < 4) return false;
   if (!needs.image.empty() && !h.features.images()) return false;  // one lacking the image pulls it
+  if (needs.forks && !h.features.forks()) return false;
   return true;
 }
 

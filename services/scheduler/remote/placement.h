@@ -35,6 +35,7 @@ struct Requirements {
   bool network_namespace = false;  // NETWORK_POLICY_NONE
   bool landlock_net = false;       // PROXY_ONLY needs Landlock ABI >= 4
   std::string image;               // EnvironmentSpec.image: a host that runs images (it pulls what it lacks)
+  bool forks = false;              // Task.branch: a host that forks sandboxes (HostFeatures.forks)
 };
 
 // True when `host` can take one more sandbox with `needs` now.

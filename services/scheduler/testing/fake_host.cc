@@ -32,6 +32,7 @@ FakeHost::FakeHost(std::string address, Clock* clock, uint32_t capacity)
   features_.set_network_namespaces(true);
   features_.set_landlock_abi(5);
   features_.set_images(true);
+  features_.set_forks(true);
 }
 
 void FakeHost::FailCreates(absl::Status status, int n) {

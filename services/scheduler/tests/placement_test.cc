@@ -46,12 +46,16 @@ TEST(Placement, SkipsHostsLackingRequiredFeatures) {
   landlock3.features.set_landlock_abi(3);
   HostSnapshot landlock4 = Host("landlock4", 5, 10);
   landlock4.features.set_landlock_abi(4);
-  const std::vector<HostSnapshot> hosts = {plain, mounts, netns, landlock3, landlock4};
+  HostSnapshot forks = Host("forks", 7, 10);
+  forks.features.set_forks(true);
+  const std::vector<HostSnapshot> hosts = {plain, mounts, netns, landlock3, landlock4, forks};
 
   EXPECT_EQ(ChooseHost(hosts, {.private_view = true}), std::optional<size_t>(1));
   EXPECT_EQ(ChooseHost(hosts, {.network_namespace = true}), std::optional<size_t>(2));
   EXPECT_EQ(ChooseHost(hosts, {.landlock_net = true}), std::optional<size_t>(4));
   EXPECT_FALSE(Fits(landlock3, {.landlock_net = true}));
+  EXPECT_EQ(ChooseHost(hosts, {.forks = true}), std::optional<size_t>(5));  // a branching task's host forks
+  EXPECT_FALSE(Fits(plain, {.forks = true}));
   EXPECT_EQ(ChooseHost(hosts, {.private_view = true, .network_namespace = true}), std::nullopt);
 }
 
