@@ -118,9 +118,6 @@ absl::Status CheckBranching(const v1::Task& task, uint32_t group_size, uint32_t 
   if (!task.mcp_servers().empty()) {
     return bad("branch cannot be combined with mcp_servers (a fork carries no process, so their state would be lost)");
   }
-  if (!task.environment().image().empty()) {
-    return bad("branch needs a sandbox without environment.image (forks of image sandboxes are not supported yet)");
-  }
   auto plan = PlanBranches(task.branch(), std::max<uint32_t>(group_size, 1));
   if (!plan.ok()) return bad(std::string(plan.status().message()));
   return absl::OkStatus();

@@ -48,8 +48,7 @@ std::optional<BranchPlan> PlanOf(const v1::Task& task, uint32_t group_size);
 v1::BranchInfo BranchInfoOf(const BranchPlan& plan, const std::string& batch_id, uint32_t group, uint32_t i);
 
 // What a branching task must also be: tool_loop, no redundancy, no MCP servers (their processes are not carried
-// over), no image (forks of image sandboxes are not supported yet). `group_size` and `redundancy` are the
-// batch's. INVALID_ARGUMENT "task '<id>': branch...".
+// over). `group_size` and `redundancy` are the batch's. INVALID_ARGUMENT "task '<id>': branch...".
 absl::Status CheckBranching(const v1::Task& task, uint32_t group_size, uint32_t redundancy);
 
 }  // namespace corral::scheduler
