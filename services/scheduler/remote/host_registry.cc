@@ -240,8 +240,7 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
           needs.network_namespace ? "network namespaces for NETWORK_POLICY_NONE, " : "",
           needs.landlock_net ? "Landlock ABI >= 4 for PROXY_ONLY, " : "",
           needs.image.empty() ? "" : "image sandboxes (user namespaces and idmapped mounts), ",
-          needs.forks ? "forks for Task.branch, " : "",
-          "see `corral hosts ls`)"));
+          needs.forks ? "forks for Task.branch, " : "", "see `corral hosts ls`)"));
     }
     return absl::UnavailableError("every sandbox host is full, draining or unreachable");
   }
