@@ -221,6 +221,34 @@ class ImageImport(ClusterTestCase):
         with open("/proc/self/mountinfo") as f:
             self.assertNotIn(self.root, f.read())
 
+    def test_2e_a_host_killed_with_forked_image_sandboxes_leaves_nothing_once_restarted(self):
+        parent = self.sandbox("create", "--image", "localhost/debian:bookworm", "--network", "none").stdout.split()[0]
+        self.sandbox("exec", parent, "--", "sh", "-c", "echo x > /etc/frozen")
+        children = [line.split()[0] for line in self.sandbox("fork", parent, "--count", "3").stdout.splitlines()]
+        self.assertEqual(len(children), 3)
+        uids = [str(json.loads(self.sandbox("info", sb).stdout)["uid"]) for sb in [parent] + children]
+        self.sandbox("exec", children[0], "--", "sh", "-c", "setsid sleep 300 </dev/null >/dev/null 2>&1 &")
+        self.assertEqual(len(os.listdir(os.path.join(self.root, "forks"))), 1)
+        self.services.kill("sandbox-host")  # the holder namespace dies with it
+        self.start_host()
+        for uid in uids:
+            self.assertEqual(self.running_as(uid), [], uid)
+        self.assertEqual(os.listdir(os.path.join(self.root, "forks")), [])
+        self.assertEqual(os.listdir(os.path.join(self.root, "homes")), [])
+        for pid in os.listdir("/proc"):  # no namespace left holds a mount of the host's root
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/mountinfo") as f:
+                    self.assertNotIn(os.path.join(self.root, "forks"), f.read(), pid)
+            except OSError:  # gone, or going, meanwhile
+                pass
+        # It forks again.
+        again = self.sandbox("create", "--image", "localhost/debian:bookworm", "--network", "none").stdout.split()[0]
+        child = self.sandbox("fork", again).stdout.split()[0]
+        for sb in (child, again):
+            self.sandbox("rm", sb)
+
     def test_3_removing_the_image_removes_its_layers(self):
         self.corral("rm", "localhost/debian:bookworm")  # by either name: the image goes
         self.assertNotIn(self.digest[:19], self.corral("ls").stdout)

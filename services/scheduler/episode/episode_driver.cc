@@ -197,9 +197,10 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::RunPhases(Attempt& a) {
     // Its sandbox was never made: it ends with why, and the fork's slot was never held.
     co_return a.resume->failure;
   }
+  if (a.resume) AdoptFork(a);  // first: whatever happens next, the fork is deleted with the attempt
   std::optional<Failure> failure = co_await OpenSession(a);
   if (!failure && a.resume) {
-    failure = co_await TakeFork(a);
+    failure = co_await SetUpFork(a);
   } else if (!failure && NeedsSandbox(a.task())) {
     failure = co_await AcquireSandbox(a);
   }
@@ -394,7 +395,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
   co_return std::nullopt;
 }
 
-asio::awaitable<std::optional<Failure>> EpisodeDriver::TakeFork(Attempt& a) {
+void EpisodeDriver::AdoptFork(Attempt& a) {
   const BranchStart& start = *a.resume;
   a.slot = start.slot;
   a.sandbox_id = start.sandbox.sandbox_id();
@@ -408,6 +409,9 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::TakeFork(Attempt& a) {
   a.result.set_llm_calls(start.llm_calls);
   a.result.set_tool_calls(start.tool_calls);
   table_->Placed(a.ticket.ids, address, a.sandbox_id, a.ticket.env_id);
+}
+
+asio::awaitable<std::optional<Failure>> EpisodeDriver::SetUpFork(Attempt& a) {
   a.control()->set_phase(RunPhase::kSetup);
   // The parent's .corral/task.json names the parent: the child's names itself (its id and seed).
   std::vector<v1::InlineFile> files = {File(kTaskJsonPath, TaskJson(a.task(), a.ticket.ids, /*for_verifier=*/false))};

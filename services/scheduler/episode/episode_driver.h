@@ -73,8 +73,10 @@ class EpisodeDriver {
   boost::asio::awaitable<std::optional<Failure>> RunPhases(Attempt& a);
   boost::asio::awaitable<std::optional<Failure>> OpenSession(Attempt& a);
   boost::asio::awaitable<std::optional<Failure>> AcquireSandbox(Attempt& a);
-  // A child's sandbox is its fork: taken over, with its own .corral/task.json.
-  boost::asio::awaitable<std::optional<Failure>> TakeFork(Attempt& a);
+  // A child's sandbox is its fork: taken over (deleted with the attempt, whatever happens), then given its own
+  // .corral/task.json once the session is open.
+  void AdoptFork(Attempt& a);
+  boost::asio::awaitable<std::optional<Failure>> SetUpFork(Attempt& a);
   boost::asio::awaitable<void> Conclude(Attempt& a, std::optional<Failure> failure);
   boost::asio::awaitable<void> Cleanup(std::optional<Slot> slot, std::string sandbox_id);
   // Retries closing a session whose proxy did not answer (for up to two minutes).

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
 #include "services/scheduler/testing/fake_host.h"
@@ -41,6 +42,10 @@ FakeProxy::FakeProxy(std::string address, Clock* clock) : address_(std::move(add
 void FakeProxy::FailOpens(absl::Status status, int n) {
   absl::MutexLock lock(&mu_);
   for (int i = 0; i < n; ++i) open_failures_.push_back(status);
+}
+void FakeProxy::FailOpensOf(const std::string& prefix, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  open_failures_of_[prefix] = std::move(status);
 }
 void FakeProxy::ThrowOnOpen(bool on) {
   absl::MutexLock lock(&mu_);
@@ -83,6 +88,9 @@ asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> FakeProxy::Open(v1::Ope
   absl::MutexLock lock(&mu_);
   opened_.push_back(request);
   if (throw_on_open_) throw std::runtime_error("the fake proxy threw");
+  for (const auto& [prefix, status] : open_failures_of_) {
+    if (absl::StartsWith(request.env_id(), prefix)) co_return status;
+  }
   if (!open_failures_.empty()) {
     absl::Status s = open_failures_.front();
     open_failures_.pop_front();

@@ -28,6 +28,8 @@ class FakeProxy final : public ProxyApi {
   // --- what the test scripts
   // The next `n` opens fail with `status`.
   void FailOpens(absl::Status status, int n = 1);
+  // Opens of sessions whose env id starts with `prefix` fail with `status` (every time).
+  void FailOpensOf(const std::string& prefix, absl::Status status);
   // Opening throws (a bug on the scheduler's side of the seam, as the driver must survive it).
   void ThrowOnOpen(bool on);
   // LLM calls answer these in order; when none is left, the last one again (default: "ok").
@@ -70,6 +72,7 @@ class FakeProxy final : public ProxyApi {
   Clock* const clock_;
   mutable absl::Mutex mu_;
   std::deque<absl::Status> open_failures_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Status> open_failures_of_ ABSL_GUARDED_BY(mu_);
   bool throw_on_open_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<LlmReply> replies_ ABSL_GUARDED_BY(mu_);
   bool hang_ ABSL_GUARDED_BY(mu_) = false;

@@ -597,5 +597,21 @@ TEST_F(BranchingDriverTest, AForkTheHostRefusesEndsTheChildrenAsInfraAndTheParen
   EXPECT_EQ(hosts_->InUse(""), 0u);
 }
 
+TEST_F(BranchingDriverTest, AChildWhoseSessionCannotOpenEndsAndItsForkIsDeleted) {
+  proxy_->Reply(ToolCallCompletion("bash", R"({"command": "true"})"));
+  proxy_->FailOpensOf("b:g0:e2", absl::InvalidArgumentError("model 'x' is not served"));
+  StartGroup(Branching());
+  RunToEnd();
+  auto results = ResultsByIndex();
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(results[0].status(), v1::EPISODE_STATUS_FINISHED);
+  EXPECT_EQ(results[1].status(), v1::EPISODE_STATUS_FINISHED);
+  EXPECT_EQ(results[2].status(), v1::EPISODE_STATUS_FAILED);
+  EXPECT_THAT(results[2].failure_message(), HasSubstr("not served"));
+  EXPECT_EQ(host().fork_calls(), 1);
+  EXPECT_THAT(host().live(), IsEmpty());  // its fork went with it
+  EXPECT_EQ(hosts_->InUse(""), 0u);
+}
+
 }  // namespace
 }  // namespace corral::scheduler
