@@ -56,7 +56,18 @@ struct SandboxHostMetrics {
                           .Help("Time to clone a template into a new sandbox home.")
                           .Register(registry)
                           .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                                           0.05, 0.1, 0.25, 0.5, 1, 2.5, 5})) {}
+                                                                           0.05, 0.1, 0.25, 0.5, 1, 2.5, 5})),
+        forks(prometheus::BuildCounter()
+                  .Name("corral_sandbox_host_forks_total")
+                  .Help("ForkSandbox calls on a live sandbox, by outcome: forked, refused (processes or calls still "
+                        "running, or a delete came) or failed.")
+                  .Register(registry)),
+        fork_seconds(prometheus::BuildHistogram()
+                         .Name("corral_sandbox_host_fork_seconds")
+                         .Help("Time to fork a sandbox, its freeze and all its children included.")
+                         .Register(registry)
+                         .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                                          0.25, 0.5, 1, 2.5, 5})) {}
 
   prometheus::Histogram& Exec(const char* outcome) {
     static const prometheus::Histogram::BucketBoundaries kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -80,6 +91,8 @@ struct SandboxHostMetrics {
   prometheus::Counter& evictions;
   prometheus::Family<prometheus::Histogram>& template_builds;
   prometheus::Histogram& clone_seconds;
+  prometheus::Family<prometheus::Counter>& forks;
+  prometheus::Histogram& fork_seconds;
 };
 
 }  // namespace corral::sandbox

@@ -94,8 +94,12 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   const int64_t granted = Reserve(count);
   auto finish = [&](absl::Status s) {
     parent->forking = false;
-    absl::MutexLock lock(&mu_);
-    reserved_ -= granted;
+    {
+      absl::MutexLock lock(&mu_);
+      reserved_ -= granted;
+    }
+    const bool refused = absl::IsFailedPrecondition(s) || absl::IsAborted(s);
+    if (metrics_) metrics_->forks.Add({{"outcome", refused ? "refused" : "failed"}}).Increment();
     return s;
   };
   // Nothing may still write into what is about to be frozen: no process of its uid (background and escaped ones
@@ -199,7 +203,10 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   auto it = sandboxes_.find(id);
   if (next != nullptr && it != sandboxes_.end() && it->second == parent) it->second = next;
   parent->forking = false;
-  if (!error.ok()) return error;
+  if (!error.ok()) {
+    if (metrics_) metrics_->forks.Add({{"outcome", "failed"}}).Increment();
+    return error;
+  }
   for (auto& c : children) {
     sandboxes_.emplace(c->id, c);
     result.created.push_back({c, signer_->Sign(kSandboxTokenPurpose, c->id)});
@@ -207,6 +214,8 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   if (metrics_) {
     metrics_->created.Increment(static_cast<double>(children.size()));
     metrics_->live.Set(static_cast<double>(sandboxes_.size()));
+    metrics_->forks.Add({{"outcome", "forked"}}).Increment();
+    metrics_->fork_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
   }
   spdlog::info("sandbox {}: forked into {} in {}{}", id, children.size(), absl::FormatDuration(clock_->Now() - start),
                unchanged ? " (nothing written since its last fork)" : "");

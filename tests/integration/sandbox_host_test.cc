@@ -399,6 +399,14 @@ TEST_F(SandboxHostApiTest, ForkedChildrenAreIsolatedFromEachOtherAndFromTheirPar
                         "ls ", root_, "/forks >/dev/null 2>&1 && echo layers-listed || echo layers-denied"));
   ASSERT_THAT(e.status, IsOk());
   EXPECT_EQ(e.out, "mine\nrefused\na-denied\nparent-denied\nlayers-denied\n");
+  // A's listener still runs: a fork of A is refused, naming it. Both calls are counted.
+  EXPECT_THAT(Fork(a.sandbox().sandbox_id(), 1, token_),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("process(es) running")));
+  auto metrics = http::ParsePrometheusText(*http::HttpGet(service_->ready.metrics, "/metrics"));
+  ASSERT_THAT(metrics, IsOk());
+  EXPECT_THAT(metrics->Value("corral_sandbox_host_forks_total", {{"outcome", "forked"}}), IsOkAndHolds(1));
+  EXPECT_THAT(metrics->Value("corral_sandbox_host_forks_total", {{"outcome", "refused"}}), IsOkAndHolds(1));
+  EXPECT_THAT(metrics->Value("corral_sandbox_host_fork_seconds_count"), IsOkAndHolds(1));
 }
 
 TEST_F(SandboxHostApiTest, AHostKilledWhileForkingLeavesNothingOnceRestarted) {
