@@ -2,23 +2,19 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/mount.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "services/sandbox_host/linux/namespaces.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::sandbox {
@@ -31,48 +27,44 @@ absl::Status Errno(const std::string& what) { return absl::InternalError(absl::S
 
 std::atomic<uint64_t> next_layer{0};
 
-constexpr size_t kStack = 64 * 1024;
-
-// A short helper in the holder mount namespace (CLONE_VM | CLONE_VFORK: it runs system calls only).
+// A short helper in the holder mount namespace (RunVforkHelper: system calls only).
 struct HolderArgs {
   int holder = -1;
   const char* path = nullptr;
-  int attach = -1;      // a detached mount to attach at `path`
+  int attach = -1;      // a detached mount to attach at `path` (the helper closes it)
   bool umount = false;  // or: unmount `path`
   int clone = -1;       // or: a detached clone of the mount at `path` (out)
+  bool ok = false;
   int err = 0;
 };
 
 int HolderMain(void* raw) {
   auto* a = static_cast<HolderArgs*>(raw);
-  bool ok = setns(a->holder, CLONE_NEWNS) == 0;
-  if (ok && a->attach >= 0) {
-    ok = syscall(SYS_move_mount, a->attach, "", AT_FDCWD, a->path, MOVE_MOUNT_F_EMPTY_PATH) == 0;
-  } else if (ok && a->umount) {
-    ok = umount2(a->path, MNT_DETACH) == 0;
-  } else if (ok) {
-    a->clone = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, a->path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
-    ok = a->clone >= 0;
+  a->ok = setns(a->holder, CLONE_NEWNS) == 0;
+  if (!a->ok && a->attach >= 0) close(a->attach);
+  if (a->ok && a->attach >= 0) {
+    a->ok = MoveTree(a->attach, a->path);
+  } else if (a->ok && a->umount) {
+    a->ok = umount2(a->path, MNT_DETACH) == 0;
+  } else if (a->ok) {
+    a->ok = (a->clone = CloneTree(a->path)) >= 0;
   }
-  a->err = ok ? 0 : errno;
-  return ok ? 0 : 1;
+  a->err = a->ok ? 0 : errno;
+  return 0;
+}
+
+bool RunInHolder(HolderArgs& args) {
+  if (RunVforkHelper(HolderMain, &args).ok()) return args.ok;
+  args.err = errno;
+  if (args.attach >= 0) close(args.attach);  // the helper never ran
+  return false;
 }
 
 int MakeHolder(void* raw) {
   int* out = static_cast<int*>(raw);
   if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 1;
   *out = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
-  return *out >= 0 ? 0 : 1;
-}
-
-// Runs `fn(arg)` in a vfork-style helper that shares our memory and descriptors; false when it could not run.
-bool RunHelper(int (*fn)(void*), void* arg) {
-  std::unique_ptr<char[]> stack(new char[kStack]);
-  const pid_t pid = clone(fn, stack.get() + kStack, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, arg);
-  if (pid < 0) return false;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return 0;
 }
 
 }  // namespace
@@ -124,20 +116,25 @@ ForkLayers::ForkLayers(std::string root) : dir_(std::move(root) + "/forks") {
   // The holder: a mount namespace no process lives in, where image sandboxes' frozen layers are mounted.
   host_.Reset(open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC));
   int holder = -1;
-  if (host_.valid() && RunHelper(MakeHolder, &holder)) holder_.Reset(holder);
+  if (host_.valid() && RunVforkHelper(MakeHolder, &holder).ok()) holder_.Reset(holder);
 }
 
 void ForkLayers::Unmount(const std::string& dir) const {
   HolderArgs args{.holder = holder_.get(), .path = dir.c_str(), .umount = true};
-  if (!RunHelper(HolderMain, &args)) spdlog::warn("unmounting layer {}: {}", dir, strerror(args.err));
+  if (!RunInHolder(args)) spdlog::warn("unmounting layer {}: {}", dir, strerror(args.err));
 }
 
-absl::StatusOr<LayerStack> ForkLayers::FreezeTree(UniqueFd rw_tree, uid_t owner, LayerStack below) {
+absl::StatusOr<LayerStack> ForkLayers::FreezeTree(const UniqueFd& rw_tree, uid_t owner, LayerStack below) {
   if (!holder_.valid()) return absl::FailedPreconditionError("this host has no holder mount namespace for forks");
   const std::string dir = NewDir();
   if (mkdir(dir.c_str(), 0700) != 0) return Errno("mkdir " + dir);
-  HolderArgs args{.holder = holder_.get(), .path = dir.c_str(), .attach = rw_tree.get()};
-  if (!RunHelper(HolderMain, &args)) {
+  const int attach = fcntl(rw_tree.get(), F_DUPFD_CLOEXEC, 0);  // consumed by the helper
+  if (attach < 0) {
+    rmdir(dir.c_str());
+    return Errno("duplicating the upper layer's mount");
+  }
+  HolderArgs args{.holder = holder_.get(), .path = dir.c_str(), .attach = attach};
+  if (!RunInHolder(args)) {
     rmdir(dir.c_str());
     return absl::InternalError(absl::StrCat("attaching the upper layer in the holder: ", strerror(args.err)));
   }
@@ -152,7 +149,7 @@ absl::StatusOr<LayerStack> ForkLayers::FreezeTree(UniqueFd rw_tree, uid_t owner,
 
 absl::StatusOr<UniqueFd> ForkLayers::ThawTree(const ForkLayer& layer) const {
   HolderArgs args{.holder = holder_.get(), .path = layer.dir.c_str()};
-  if (!RunHelper(HolderMain, &args)) {
+  if (!RunInHolder(args)) {
     return absl::InternalError(absl::StrCat("taking back ", layer.dir, ": ", strerror(args.err)));
   }
   return UniqueFd(args.clone);

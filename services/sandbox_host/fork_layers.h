@@ -55,7 +55,8 @@ class ForkLayers {
   // Image sandboxes, whose upper layer is a tmpfs no host path reaches: `rw_tree` (a detached mount of it, see
   // ImageRoot) is attached in the holder mount namespace, where the sandboxes built on it clone it from
   // (ImageRootSpec.held_layers). The host's own mounts never change. FAILED_PRECONDITION without a holder.
-  absl::StatusOr<LayerStack> FreezeTree(UniqueFd rw_tree, uid_t owner, LayerStack below);
+  // `rw_tree` is left as it is when the freeze fails (the caller drops it once it succeeds).
+  absl::StatusOr<LayerStack> FreezeTree(const UniqueFd& rw_tree, uid_t owner, LayerStack below);
   // Undoes FreezeTree: a detached mount of the layer's tmpfs again (the layer is then dropped).
   absl::StatusOr<UniqueFd> ThawTree(const ForkLayer& layer) const;
   // The holder mount namespace (made at construction; -1 when mount namespaces are unavailable) and the host's.

@@ -143,10 +143,11 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   LayerStack layer = parent->layers;
   std::shared_ptr<Sandbox> next;  // the parent's new generation
   if (!unchanged) {
-    auto frozen = in_image   ? layers_->FreezeTree(std::move(parent->rw_tree), parent->uid, parent->layers)
+    auto frozen = in_image   ? layers_->FreezeTree(parent->rw_tree, parent->uid, parent->layers)
                   : was_home ? layers_->FreezeHome(parent->home, parent->uid)
                              : layers_->FreezeUpper(parent->dir + "/rw", parent->uid, parent->layers);
     if (!frozen.ok()) return finish(frozen.status());
+    if (in_image) parent->rw_tree.Reset();  // the layer holds its tmpfs now
     layer = *std::move(frozen);
     Layering layering{layer, parent.get()};
     auto built = Build(parent->spec, in_image ? parent->template_image : nullptr, oci_image, &layering);

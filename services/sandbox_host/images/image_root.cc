@@ -83,31 +83,6 @@ struct HelperArgs {
   int mnt_fd = -1, net_fd = -1, root_fd = -1, rw_tree_fd = -1;
 };
 
-// Attaches the detached mount `tree` at `path`, read-only, idmapped through `userns_fd` when >= 0. Closes `tree`.
-bool AttachClone(int tree, int userns_fd, const char* path) {
-  struct mount_attr attr {};
-  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-  if (userns_fd >= 0) {
-    attr.attr_set |= MOUNT_ATTR_IDMAP;
-    attr.userns_fd = static_cast<uint64_t>(userns_fd);
-  }
-  const bool ok = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0 &&
-                  syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) == 0;
-  close(tree);
-  return ok;
-}
-
-// Moves the detached mount `tree` (as it is: writable) onto `path`. Closes `tree`.
-bool MoveClone(int tree, const char* path) {
-  const bool ok = syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) == 0;
-  close(tree);
-  return ok;
-}
-
-int CloneTree(const char* path) {
-  return static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
-}
-
 int HelperMain(void* raw) {
   auto* a = static_cast<HelperArgs*>(raw);
   auto fail = [a](int step) {
@@ -148,19 +123,11 @@ int HelperMain(void* raw) {
   for (size_t i = 0; i < a->held_staged.size(); ++i) {
     const int tree = a->held_trees[i];
     a->held_trees[i] = -1;
-    if (!AttachClone(tree, spec.held_layers[i].userns_fd, a->held_staged[i].c_str())) return fail(kHeld);
+    if (!AttachTree(tree, spec.held_layers[i].userns_fd, a->held_staged[i].c_str())) return fail(kHeld);
   }
   for (size_t i = 0; i < a->staged.size(); ++i) {
-    const int tree = static_cast<int>(
-        syscall(SYS_open_tree, AT_FDCWD, a->spec->lower_dirs[i].c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
-    if (tree < 0) return fail(kIdmap);
-    struct mount_attr attr {};
-    attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-    attr.userns_fd = static_cast<uint64_t>(a->spec->userns_fd);
-    const bool ok = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0 &&
-                    syscall(SYS_move_mount, tree, "", AT_FDCWD, a->staged[i].c_str(), MOVE_MOUNT_F_EMPTY_PATH) == 0;
-    close(tree);
-    if (!ok) return fail(kIdmap);
+    const int tree = CloneTree(a->spec->lower_dirs[i].c_str());
+    if (!AttachTree(tree, a->spec->userns_fd, a->staged[i].c_str())) return fail(kIdmap);
   }
   if (mount("overlay", a->root.c_str(), "overlay", MS_NOSUID | MS_NODEV, a->overlay_options.c_str()) != 0) {
     return fail(kOverlay);
@@ -183,14 +150,14 @@ int HelperMain(void* raw) {
   if (a->shm_tree >= 0) {
     const int tree = a->shm_tree;
     a->shm_tree = -1;
-    if (!MoveClone(tree, a->shm.c_str())) return fail(kCarry);
+    if (!MoveTree(tree, a->shm.c_str())) return fail(kCarry);
   } else if (mount("tmpfs", a->shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->tmp_options.c_str()) != 0) {
     return fail(kDev);
   }
   if (a->tmp_tree >= 0) {
     const int tree = a->tmp_tree;
     a->tmp_tree = -1;
-    if (!MoveClone(tree, a->tmp.c_str())) return fail(kCarry);
+    if (!MoveTree(tree, a->tmp.c_str())) return fail(kCarry);
   } else if (mount("tmpfs", a->tmp.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, a->tmp_options.c_str()) != 0) {
     return fail(kTmp);
   }
@@ -299,10 +266,7 @@ absl::StatusOr<ImageRoot> CreateImageRoot(const ImageRootSpec& spec) {
   args.tmp_options = absl::StrCat("mode=1777,uid=", spec.uid, ",gid=", spec.gid);
   if (spec.rw_tmpfs_bytes > 0) absl::StrAppend(&args.tmp_options, ",size=", spec.rw_tmpfs_bytes);
   for (const Device& d : kDevices) args.device_paths.push_back(absl::StrCat(args.dev, "/", d.name));
-  std::unique_ptr<char[]> stack(new char[kStack]);
-  const pid_t pid = clone(HelperMain, stack.get() + kStack, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);
-  if (pid < 0) return absl::InternalError(absl::StrCat("clone: ", strerror(errno)));
-  waitpid(pid, nullptr, 0);
+  if (absl::Status s = RunVforkHelper(HelperMain, &args); !s.ok()) return s;
   // Clones a failed helper did not attach.
   for (int fd : args.held_trees) {
     if (fd >= 0) close(fd);

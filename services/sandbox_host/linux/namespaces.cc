@@ -61,22 +61,6 @@ struct HelperArgs {
   std::vector<int> write_fds;  // sized like write_roots before the clone
 };
 
-// Attaches `dir` read-only at `target`, idmapped through `userns_fd` when it is not -1. System calls only.
-bool AttachLayer(const char* dir, int userns_fd, const char* target) {
-  const int tree = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
-  if (tree < 0) return false;
-  struct mount_attr attr {};
-  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-  if (userns_fd >= 0) {
-    attr.attr_set |= MOUNT_ATTR_IDMAP;
-    attr.userns_fd = static_cast<uint64_t>(userns_fd);
-  }
-  const bool ok = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0 &&
-                  syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) == 0;
-  close(tree);
-  return ok;
-}
-
 // Runs in a clone(CLONE_VM | CLONE_VFORK | CLONE_FILES) child: system calls only, no allocation. The
 // descriptors it opens land in the host's table and keep the namespaces alive after it exits.
 int HelperMain(void* raw) {
@@ -91,7 +75,7 @@ int HelperMain(void* raw) {
   if (a->layered != nullptr) {
     for (size_t i = 0; i < a->staged.size(); ++i) {
       const LayeredHome::Layer& layer = a->layered->layers[i];
-      if (!AttachLayer(layer.dir.c_str(), layer.userns_fd, a->staged[i].c_str())) return fail(kLayer);
+      if (!AttachTree(CloneTree(layer.dir.c_str()), layer.userns_fd, a->staged[i].c_str())) return fail(kLayer);
     }
     // Over the directory that holds the upper layer: inside, the home is the overlay; the host still reaches
     // the upper layer by its path.
@@ -154,6 +138,42 @@ bool CanUseMountNamespaces() {
   return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+absl::Status RunVforkHelper(int (*fn)(void*), void* arg) {
+  // Sharing memory and descriptors, the helper costs no copy of the host's address space (a fork of a large,
+  // multi-threaded host took most of a create).
+  constexpr size_t kStack = 64 * 1024;
+  std::unique_ptr<char[]> stack(new char[kStack]);
+  const pid_t pid = clone(fn, stack.get() + kStack, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, arg);
+  if (pid < 0) return absl::InternalError(absl::StrCat("clone: ", strerror(errno)));
+  waitpid(pid, nullptr, 0);
+  return absl::OkStatus();
+}
+
+int CloneTree(const char* path) {
+  return static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+}
+
+bool AttachTree(int tree, int userns_fd, const char* target) {
+  if (tree < 0) return false;
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  if (userns_fd >= 0) {
+    attr.attr_set |= MOUNT_ATTR_IDMAP;
+    attr.userns_fd = static_cast<uint64_t>(userns_fd);
+  }
+  const bool ok = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0 &&
+                  syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) == 0;
+  close(tree);
+  return ok;
+}
+
+bool MoveTree(int tree, const char* target) {
+  if (tree < 0) return false;
+  const bool ok = syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) == 0;
+  close(tree);
+  return ok;
+}
+
 absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, const std::vector<std::string>& task_paths,
                                                    bool private_network, const LayeredHome* layered) {
   // Everything the helper needs is prepared before the clone.
@@ -187,13 +207,7 @@ absl::StatusOr<SandboxNamespaces> CreateNamespaces(const std::string& home, cons
     for (const std::string& p : task_paths) args.write_roots.push_back(home + p);
     args.write_fds.assign(args.write_roots.size(), -1);
   }
-  // Sharing memory and descriptors, the helper costs no copy of the host's address space (a fork of a large,
-  // multi-threaded host took most of a create), and the host is suspended until it exits.
-  constexpr size_t kStack = 64 * 1024;
-  std::unique_ptr<char[]> stack(new char[kStack]);
-  pid_t pid = clone(HelperMain, stack.get() + kStack, CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &args);
-  if (pid < 0) return absl::InternalError(absl::StrCat("clone: ", strerror(errno)));
-  waitpid(pid, nullptr, 0);
+  if (absl::Status s = RunVforkHelper(HelperMain, &args); !s.ok()) return s;
   SandboxNamespaces ns;
   ns.mnt.Reset(args.mnt_fd);
   ns.net.Reset(args.net_fd);

@@ -37,6 +37,20 @@ struct LayeredHome {
   std::string staging;      // an empty directory where the layers are attached before the overlay takes them
 };
 
+// Runs `fn(arg)` in a helper that shares this process's memory and descriptor table (clone CLONE_VM |
+// CLONE_VFORK | CLONE_FILES, the caller suspended until it exits) and waits for it. `fn` may make system calls
+// only (no allocation) and reports through `arg`. INTERNAL when the helper cannot start.
+absl::Status RunVforkHelper(int (*fn)(void*), void* arg);
+
+// Mount trees, for such helpers (system calls only):
+// a detached clone of the mount tree at `path` (of the caller's mount namespace), or -1;
+int CloneTree(const char* path);
+// attaches detached `tree` at `target` read-only, nosuid and nodev, idmapped through `userns_fd` when it is not
+// -1; closes `tree` (false when it is -1 or a step fails);
+bool AttachTree(int tree, int userns_fd, const char* target);
+// attaches detached `tree` at `target` as it is (writable); closes `tree`.
+bool MoveTree(int tree, const char* target);
+
 // True when this process may create mount namespaces and join them (CAP_SYS_ADMIN, CAP_SYS_CHROOT, and no
 // seccomp/LSM denial).
 bool CanUseMountNamespaces();

@@ -203,7 +203,7 @@ TEST_F(ImageRootTest, AFrozenTmpfsUpperIsTheChildsOwnAndTheParentKeepsItsFilesAn
   )");
   ASSERT_EQ(code, 0) << out;
   EXPECT_FALSE(IsEmptyDirAt(parent->rw_tree.get(), "upper"));
-  auto layer = layers.FreezeTree(std::move(parent->rw_tree), parent_uid, nullptr);
+  auto layer = layers.FreezeTree(parent->rw_tree, parent_uid, nullptr);
   ASSERT_THAT(layer, IsOk());
 
   // The child: root inside a namespace of its own uid; the parent's files (idmapped) are its own, the image's
