@@ -163,7 +163,7 @@ void Scheduler::SubmitBatch(v1::BatchSpec spec, std::vector<v1::Task> tasks, boo
                                                         " but the batch has only ", tasks.size(), " tasks (groups)")));
   }
   const std::string digest = BatchDigest(spec, tasks);
-  auto effective = Effective(tasks, spec.overrides(), trainer_driven);
+  auto effective = Effective(tasks, spec, trainer_driven);
   if (!effective.ok()) return done(effective.status());
   std::random_device rd;
   const uint64_t random_seed = (static_cast<uint64_t>(rd()) << 32) | rd();
@@ -171,9 +171,6 @@ void Scheduler::SubmitBatch(v1::BatchSpec spec, std::vector<v1::Task> tasks, boo
     spec.set_batch_id(absl::StrCat("b-", absl::ToUnixMillis(clock_->Now()), "-", next_batch_++));
   }
   v1::BatchSpec full = WithDefaults(std::move(spec), options_.limits, random_seed);
-  for (const auto& task : *effective) {
-    if (absl::Status s = CheckBranching(*task, full.group_size(), full.redundancy()); !s.ok()) return done(s);
-  }
   table_->Submit(std::move(full), digest, *std::move(effective),
                  [this, done = std::move(done)](absl::StatusOr<v1::Batch> batch) {
                    if (batch.ok()) doorbell_->Ring();
@@ -182,7 +179,7 @@ void Scheduler::SubmitBatch(v1::BatchSpec spec, std::vector<v1::Task> tasks, boo
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Scheduler::Effective(const std::vector<v1::Task>& tasks,
-                                                                                  const v1::TaskOverrides& overrides,
+                                                                                  const v1::BatchSpec& spec,
                                                                                   bool trainer_driven) const {
   std::vector<std::shared_ptr<const v1::Task>> effective;
   effective.reserve(tasks.size());
@@ -191,8 +188,9 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Scheduler::Effectiv
     if (!ids.insert(task.id()).second) {
       return absl::InvalidArgumentError(absl::StrCat("task '", task.id(), "': id is used twice in the batch"));
     }
-    auto t = EffectiveTask(task, overrides, options_.limits.default_runner);
+    auto t = EffectiveTask(task, spec.overrides(), options_.limits.default_runner);
     if (!t.ok()) return t.status();
+    if (absl::Status s = CheckBranching(*t, spec.group_size(), spec.redundancy()); !s.ok()) return s;
     if (t->env_server().trainer_driven() && !trainer_driven) {
       return absl::InvalidArgumentError(
           absl::StrCat("task '", task.id(),
@@ -213,13 +211,8 @@ void Scheduler::AppendTasks(const v1::AppendTasksRequest& request,
   auto batch = table_->GetBatch(request.batch_id());
   if (!batch.ok()) return done(batch.status());
   const std::vector<v1::Task> tasks(request.tasks().begin(), request.tasks().end());
-  auto effective = Effective(tasks, batch->spec().overrides());
+  auto effective = Effective(tasks, batch->spec());
   if (!effective.ok()) return done(effective.status());
-  for (const auto& task : *effective) {
-    if (absl::Status s = CheckBranching(*task, batch->spec().group_size(), batch->spec().redundancy()); !s.ok()) {
-      return done(s);
-    }
-  }
   table_->Append(request.batch_id(), *std::move(effective), request.close_input(),
                  [this, done = std::move(done)](absl::StatusOr<v1::Batch> out) {
                    if (out.ok()) doorbell_->Ring();

@@ -65,10 +65,11 @@ class Scheduler {
   // Submit's checks and journaling; only OpenEnvironment's batch may hold a trainer-driven task.
   void SubmitBatch(v1::BatchSpec spec, std::vector<v1::Task> tasks, bool trainer_driven,
                    std::function<void(absl::StatusOr<v1::Batch>)> done);
-  // The tasks as they run (overrides applied, each checked against its runner); ids must be unique. A
-  // trainer-driven environment task is refused unless `trainer_driven` (OpenEnvironment's).
+  // The tasks as they run (the spec's overrides applied, each checked against its runner, and a branching one
+  // against the spec's group_size and redundancy); ids must be unique. A trainer-driven environment task is
+  // refused unless `trainer_driven` (OpenEnvironment's).
   absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Effective(const std::vector<v1::Task>& tasks,
-                                                                         const v1::TaskOverrides& overrides,
+                                                                         const v1::BatchSpec& spec,
                                                                          bool trainer_driven = false) const;
   // Starts queued episodes while there is room, at each ring of the doorbell (at least every 500 ms).
   boost::asio::awaitable<void> Dispatch();
