@@ -21,12 +21,9 @@ std::string MintLeaseId(const TokenSigner& signer, const LeaseClaim& claim) {
                    claim.permits, ":", claim.limit, ":", claim.key));
 }
 
-absl::StatusOr<LeaseClaim> ParseLeaseId(const TokenSigner& signer, const std::string& lease_id) {
-  auto payload = signer.Verify(kPurpose, lease_id);
-  if (!payload.ok()) {
-    return absl::PermissionDeniedError(absl::StrCat("lease id does not verify: ", payload.status().message()));
-  }
-  std::vector<std::string> parts = absl::StrSplit(*payload, absl::MaxSplits(':', 3));
+namespace {
+absl::StatusOr<LeaseClaim> ParsePayload(absl::string_view payload) {
+  std::vector<std::string> parts = absl::StrSplit(payload, absl::MaxSplits(':', 3));
   LeaseClaim claim;
   if (parts.size() != 4 || !absl::SimpleAtoi(parts[1], &claim.permits) || claim.permits < 1) {
     return absl::PermissionDeniedError("lease id is malformed");
@@ -34,6 +31,21 @@ absl::StatusOr<LeaseClaim> ParseLeaseId(const TokenSigner& signer, const std::st
   claim.limit = parts[2];
   claim.key = parts[3];
   return claim;
+}
+}  // namespace
+
+absl::StatusOr<LeaseClaim> ParseLeaseId(const TokenSigner& signer, const std::string& lease_id) {
+  auto payload = signer.Verify(kPurpose, lease_id);
+  if (!payload.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("lease id does not verify: ", payload.status().message()));
+  }
+  return ParsePayload(*payload);
+}
+
+absl::StatusOr<LeaseClaim> ReadStoredLeaseId(const std::string& lease_id) {
+  const size_t dot = lease_id.rfind('.');
+  if (dot == std::string::npos) return absl::PermissionDeniedError("lease id is malformed");
+  return ParsePayload(absl::string_view(lease_id).substr(0, dot));
 }
 
 }  // namespace corral::ratelimiter

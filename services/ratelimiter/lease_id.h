@@ -21,5 +21,9 @@ struct LeaseClaim {
 std::string MintLeaseId(const TokenSigner& signer, const LeaseClaim& claim);
 // The claim inside a lease id; PERMISSION_DENIED when the signature does not verify or the id is malformed.
 absl::StatusOr<LeaseClaim> ParseLeaseId(const TokenSigner& signer, const std::string& lease_id);
+// The claim inside a lease id whose signature is not checked: only for ids read back from the limiter's own
+// lease snapshot, which may have been signed by a key that died with the previous process (--insecure).
+// PERMISSION_DENIED when the id is malformed.
+absl::StatusOr<LeaseClaim> ReadStoredLeaseId(const std::string& lease_id);
 
 }  // namespace corral::ratelimiter

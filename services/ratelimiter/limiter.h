@@ -34,6 +34,8 @@ struct LimiterOptions {
 };
 
 // A held concurrency lease as a LeaseStore keeps it: the signed id carries limit, key and permits.
+struct LeaseClaim;
+
 struct StoredLease {
   std::string id;
   absl::Duration ttl;
@@ -220,12 +222,15 @@ class Limiter {
   void SweepIdleInstances();
   // The one re-claim path, for leases this limiter does not hold (Reclaim and KeepAlive in learning mode,
   // Restore): where a validly signed lease id counts — PERMISSION_DENIED for a bad signature, NOT_FOUND when
-  // its limit is gone — then the lease granted again under its own id.
+  // its limit is gone — then the lease granted again under its own id. Restore reads its ids from the
+  // limiter's own snapshot and trusts them whatever key signed them (TargetOf), so that a restart never
+  // forgets a held lease because the key changed (--insecure draws a new one every start).
   struct ReclaimTarget {
     Instance* instance = nullptr;
     int64_t permits = 0;
   };
   absl::StatusOr<ReclaimTarget> FindReclaimTarget(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<ReclaimTarget> TargetOf(const LeaseClaim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Grant ReclaimLease(const ReclaimTarget& target, const std::string& lease_id, const std::string& session_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts `inst` again in its limit's in_use and waiters gauges (O(1)).

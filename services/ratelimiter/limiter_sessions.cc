@@ -133,6 +133,10 @@ absl::StatusOr<std::vector<Grant>> Limiter::KeepAlive(const std::vector<std::str
 
 absl::StatusOr<Limiter::ReclaimTarget> Limiter::FindReclaimTarget(const std::string& lease_id) {
   CORRAL_ASSIGN_OR_RETURN(LeaseClaim claim, ParseLeaseId(signer_, lease_id));
+  return TargetOf(claim);
+}
+
+absl::StatusOr<Limiter::ReclaimTarget> Limiter::TargetOf(const LeaseClaim& claim) {
   auto inst = ResolveInstance(claim.limit, claim.key, /*create=*/true);
   if (!inst.ok() || (*inst)->limit->spec.kind != LimitKind::kConcurrency) {
     return absl::NotFoundError(absl::StrCat("limit '", claim.limit, "' of this lease no longer exists"));
@@ -179,12 +183,9 @@ std::vector<ReclaimOutcome> Limiter::Reclaim(const std::string& session_id, cons
         r.result = absl::AlreadyExistsError("lease listed twice in one re-claim");
         continue;
       }
-      auto claim = ParseLeaseId(signer_, id);
-      if (!claim.ok()) {
-        r.result = claim.status();
-        continue;
-      }
       const absl::Time now = clock_->Now();
+      // A live lease is matched by its whole id (a bearer credential this limiter issued or restored from its
+      // snapshot), so a lease restored after a key change is re-claimed by its holder like any other.
       if (Lease* held = leases_->Find(id); held != nullptr) {
         Lease& lease = *held;
         if (!lease.session_id.empty() && lease.session_id != session_id && sessions_.contains(lease.session_id)) {
@@ -198,8 +199,15 @@ std::vector<ReclaimOutcome> Limiter::Reclaim(const std::string& session_id, cons
         sessions_.at(session_id)->leases.insert(id);
         lease.expire_time = now + lease.ttl;
         ArmLeaseTimer(lease);
-        r.result = Grant{lease.id,          claim->limit, claim->key,           lease.permits, lease.grant_time,
-                         lease.expire_time, lease.ttl,    absl::ZeroDuration(), session_id};
+        r.result = Grant{lease.id,
+                         lease.instance->limit->spec.name,
+                         lease.instance->key,
+                         lease.permits,
+                         lease.grant_time,
+                         lease.expire_time,
+                         lease.ttl,
+                         absl::ZeroDuration(),
+                         session_id};
         continue;
       }
       if (!learning_mode()) {
@@ -264,7 +272,8 @@ int Limiter::Restore(const std::vector<StoredLease>& stored, absl::Time last_ali
       last_alive == absl::InfinitePast() ? now : std::min(now, last_alive + 2 * internal::kSweepEvery);
   int restored = 0;
   for (const StoredLease& s : stored) {
-    auto target = FindReclaimTarget(s.id);
+    auto claim = ReadStoredLeaseId(s.id);
+    auto target = claim.ok() ? TargetOf(*claim) : absl::StatusOr<ReclaimTarget>(claim.status());
     const absl::Time expire = counted_from + s.ttl;
     if (!target.ok() || expire <= now || leases_->contains(s.id) || s.ttl <= absl::ZeroDuration()) {
       if (store_ != nullptr) store_->Ended(s.id);

@@ -82,7 +82,8 @@ class RateLimiterTest : public ::testing::Test {
   void Start(const std::string& limits_yaml, std::vector<std::string> extra = {},
              const std::string& listen = "127.0.0.1:0") {
     std::ofstream(dir_ + "/limiter.yaml") << "limits:\n" << limits_yaml;
-    std::vector<std::string> args = {"--config=" + dir_ + "/limiter.yaml", "--secret-file=" + dir_ + "/secret",
+    std::vector<std::string> args = {"--config=" + dir_ + "/limiter.yaml",
+                                     insecure_ ? "--insecure" : "--secret-file=" + dir_ + "/secret",
                                      "--grpc-listen=" + listen, "--metrics-listen=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto service = testing::StartService(CORRAL_RATELIMITER, args, dir_, "ratelimiter");
@@ -135,6 +136,7 @@ class RateLimiterTest : public ::testing::Test {
 
   std::string dir_;
   std::string token_;
+  bool insecure_ = false;  // --insecure (a new random signing key every start) instead of --secret-file
   std::optional<testing::RunningService> service_;
   std::unique_ptr<v1::RateLimiter::Stub> stub_;
 };
@@ -409,6 +411,42 @@ TEST_F(RateLimiterTest, AConfigWithoutStatePathGrantsAtOnceAndAKillNineRestartNe
       << InUse("code_exec") << " permits still in use";
 }
 
+// A lease held across a kill -9 stays held after the restart, whichever key signed it: the holder re-claims it
+// and a newcomer waits. With --insecure the restarted limiter signs with a new random key; it once dropped the
+// snapshot's leases for not verifying and granted the newcomer at once — two holders of one permit.
+class RateLimiterRestartTest : public RateLimiterTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(RateLimiterRestartTest, AKillNineUnderAHeldLeaseNeverLetsANewcomerIn) {
+  insecure_ = GetParam();
+  const std::string limits = "  - {name: one, kind: concurrency, permits: 1}\n";
+  Start(limits);  // no state_path: the snapshot beside the config
+  const std::string address = service_->ready.grpc;
+  auto holder = Client("holder");
+  auto held = holder->Acquire({.limit = "one", .wait_timeout = absl::Seconds(5)});
+  ASSERT_THAT(held, IsOk());
+  ASSERT_TRUE(service_->process.Signal(SIGKILL));
+  ASSERT_THAT(service_->process.Wait(absl::Seconds(10)), IsOk());
+  Start(limits, {}, address);
+  EXPECT_THAT(service_->process.Log(), HasSubstr("1 lease(s) still held from before this start"));
+  ASSERT_TRUE(testing::WaitUntil([&] { return holder->connections() >= 2; }, absl::Seconds(10)));
+  EXPECT_EQ(InUse("one"), 1);
+
+  auto newcomer = Client("newcomer");
+  auto refused = newcomer->Acquire({.limit = "one", .wait_timeout = absl::Seconds(1)});
+  EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  // The holder still holds (its re-claim was accepted), and its release lets the newcomer in.
+  EXPECT_TRUE(held->valid());
+  ASSERT_THAT(held->Release(), IsOk());
+  auto granted = newcomer->Acquire({.limit = "one", .wait_timeout = absl::Seconds(5)});
+  EXPECT_THAT(granted, IsOk());
+  EXPECT_EQ(InUse("one"), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(EachMode, RateLimiterRestartTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& mode) {
+                           return mode.param ? "Insecure" : "SecretFile";
+                         });
+
 TEST_F(RateLimiterTest, AnAcquireMadeWhileTheLimiterRestartsWaitsForItInsteadOfFailing) {
   const std::string limits = "  - {name: code_exec, kind: concurrency, permits: 3}\n";
   Start(limits);  // its lease snapshot beside the config: the restart grants at once
@@ -479,6 +517,24 @@ TEST_F(RateLimiterTest, WithoutASnapshotAWaiterHeldByLearningModeIsToldWhyAndFor
   ASSERT_THAT(status, IsOk());
   EXPECT_THAT(status->Wait(absl::Seconds(30)), IsOkAndHolds(0));
   EXPECT_THAT(status->Log(), HasSubstr("(in memory only), LEARNING MODE for "));
+}
+
+TEST_F(RateLimiterTest, ACliCallWithoutCredentialsSaysWhichFlagGivesThem) {
+  Start("  - {name: code_exec, kind: concurrency, permits: 2}\n");
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"status"}, std::vector<std::string>{"acquire", "--limit", "code_exec"}}) {
+    std::vector<std::string> argv = {CORRAL_CLI, "limiter"};
+    argv.insert(argv.end(), command.begin(), command.end());
+    argv.insert(argv.end(), {"--addr", service_->ready.grpc});
+    const std::string log = dir_ + "/cli-" + command[0] + ".log";
+    auto cli = testing::Subprocess::Start(argv, log);
+    ASSERT_THAT(cli, IsOk());
+    EXPECT_THAT(cli->Wait(absl::Seconds(30)), IsOkAndHolds(::testing::Ne(0)));
+    EXPECT_THAT(cli->Log(), HasSubstr("UNAUTHENTICATED"));
+    EXPECT_THAT(cli->Log(), HasSubstr("--secret-file FILE"));
+    EXPECT_THAT(cli->Log(), HasSubstr("--cluster-dir DIR"));
+    EXPECT_THAT(cli->Log(), HasSubstr("--token TOKEN"));
+  }
 }
 
 }  // namespace

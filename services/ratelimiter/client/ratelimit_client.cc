@@ -7,6 +7,7 @@
 #include "libs/api/proto_time.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
+#include "libs/rpc/status_conversion.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::ratelimiter {
@@ -135,9 +136,18 @@ absl::StatusOr<std::unique_ptr<RateLimitClient>> RateLimitClient::Connect(Client
   client->thread_ = std::thread([c = client.get()] { c->Run(); });
   client->first_attempt_done_.WaitForNotificationWithTimeout(client->options_.connect_timeout);
   if (!client->connected() && client->options_.fail_mode == FailMode::kClosed) {
-    return absl::UnavailableError(absl::StrCat("cannot reach the ratelimiter at ", client->options_.address));
+    // A limiter that answered and refused the credentials is not unreachable: say so, as it did.
+    const absl::Status why = client->FirstFailure();
+    if (absl::IsUnauthenticated(why) || absl::IsPermissionDenied(why)) return why;
+    return absl::UnavailableError(absl::StrCat("cannot reach the ratelimiter at ", client->options_.address,
+                                               why.ok() ? "" : ": ", why.message()));
   }
   return client;
+}
+
+absl::Status RateLimitClient::FirstFailure() const {
+  absl::MutexLock lock(&mu_);
+  return first_failure_;
 }
 
 absl::StatusOr<std::unique_ptr<RateLimitClient>> RateLimitClient::ConnectService(const std::string& address,
@@ -208,7 +218,8 @@ void RateLimitClient::Run() {
       auto settled = [this, s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return connected_ || s->broken_ || closing_; };
       mu_.Await(absl::Condition(&settled));
       was_connected = connected_;
-      if (!first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
+      // A first attempt that failed is settled once its status is known (below), for Connect to report it.
+      if (was_connected && !first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
       if (was_connected) backoff = absl::Milliseconds(50);
       // Connected: keep the held leases alive until the stream breaks or the client closes.
       auto over = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !connected_ || closing_; };
@@ -222,6 +233,7 @@ void RateLimitClient::Run() {
       mu_.Await(absl::Condition(&done));
       stream_ = nullptr;
       status = stream->status_;
+      if (!was_connected && first_failure_.ok()) first_failure_ = FromGrpcStatus(status);
     }
     stream.reset();
     if (!first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();

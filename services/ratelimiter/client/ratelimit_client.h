@@ -127,6 +127,8 @@ class RateLimitClient {
   class Stream;
 
   explicit RateLimitClient(ClientOptions options);
+  // Why the first session attempt failed (OK while none did).
+  absl::Status FirstFailure() const;
   absl::StatusOr<ScopedPermit> DoAcquire(const PermitRequest& request, bool try_only);
   absl::Status ReleaseLease(const std::string& lease_id);
   bool Holds(const std::string& lease_id) const;
@@ -183,6 +185,7 @@ class RateLimitClient {
   // lease snapshot (bounded; beyond it, such leases end by their TTL).
   static constexpr size_t kMaxReleasedOffline = 10000;
   std::vector<std::string> released_offline_ ABSL_GUARDED_BY(mu_);
+  absl::Status first_failure_ ABSL_GUARDED_BY(mu_);  // why the first session that failed did (Connect says)
   absl::Notification first_attempt_done_;
   std::thread thread_;
 };
