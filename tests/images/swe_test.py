@@ -7,7 +7,6 @@ corral-sandbox-host holding the image (imported with `corral image import`); the
 
     python3 swe_test.py --bin BUILD/bin --repo REPO
 """
-import base64
 import json
 import os
 import sys
@@ -121,7 +120,7 @@ class SweTask(ClusterTestCase):
         self.assertEqual([r.get("reward", 0) for r in by_task["wrong-patch"]], [0, 0])
         self.assertEqual([r.get("reward", 0) for r in by_task["no-python-here"]], [0, 0])  # the test still fails
         for r in by_task["wrong-patch"]:
-            self.assertIn(b"1 failed: add 2 3 = 6", base64.b64decode(r.get("verifier_output_tail", "")))
+            self.assertIn("1 failed: add 2 3 = 6", r.get("verifier_output_tail", ""))
 
         def tool_outputs(task_id):
             return [m["message"]["content"] for r in by_task[task_id] for b in r["trajectory"]["branches"]
@@ -165,7 +164,7 @@ class SweTask(ClusterTestCase):
                          [("EPISODE_STATUS_FINISHED", 1)] * 2, results)
         for r in results:
             self.assertTrue(r["protections"]["user_namespace"], r["protections"])
-            agent_output = base64.b64decode(r.get("agent_output_tail", "")).decode()
+            agent_output = r.get("agent_output_tail", "")
             self.assertEqual(agent_output, "llm: HTTP/1.1 200 OK\nbuilt from the Dockerfile\nno-python3\n", r)
             self.assertEqual(r["trajectory"]["call_count"], 1, r["trajectory"])
 

@@ -13,6 +13,7 @@
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/connect_flags.h"
+#include "tools/corral/output.h"
 
 namespace corral::cli {
 namespace {
@@ -24,10 +25,7 @@ std::string Age(absl::Duration d) {
 int RunStatus(const ConnectFlags& flags, const std::string& limit) {
   auto token = flags.BearerToken();
   auto channel = MakeChannel(flags.address, flags.Channel());
-  if (!token.ok() || !channel.ok()) {
-    std::cerr << "corral limiter status: " << (token.ok() ? channel.status() : token.status()).message() << "\n";
-    return 1;
-  }
+  if (!token.ok() || !channel.ok()) return Fail("limiter status", token.ok() ? channel.status() : token.status());
   grpc::ClientContext context;
   SetDeadline(context, absl::Seconds(flags.timeout_s));
   AttachBearer(context, *token);
@@ -35,10 +33,7 @@ int RunStatus(const ConnectFlags& flags, const std::string& limit) {
   request.set_limit(limit);
   v1::GetStatusResponse status;
   grpc::Status rpc = v1::RateLimiter::NewStub(*channel)->GetStatus(&context, request, &status);
-  if (!rpc.ok()) {
-    std::cerr << "corral limiter status: " << FromGrpcStatus(rpc) << "\n";
-    return 1;
-  }
+  if (!rpc.ok()) return Fail("limiter status", FromGrpcStatus(rpc));
   std::string learning;
   if (status.learning_mode()) {
     const absl::Duration left = absl::Trunc(FromProto(status.learning_mode_end()) - absl::Now(), absl::Seconds(1));
@@ -68,10 +63,7 @@ struct AcquireFlags {
 
 int RunAcquire(const ConnectFlags& flags, const AcquireFlags& a) {
   auto token = flags.BearerToken();
-  if (!token.ok()) {
-    std::cerr << "corral limiter acquire: " << token.status().message() << "\n";
-    return 1;
-  }
+  if (!token.ok()) return Fail("limiter acquire", token.status());
   ratelimiter::ClientOptions options;
   options.address = flags.address;
   options.token = *token;
@@ -79,18 +71,12 @@ int RunAcquire(const ConnectFlags& flags, const AcquireFlags& a) {
   options.client_id = absl::StrCat("corral-cli pid ", getpid());
   options.connect_timeout = absl::Seconds(flags.timeout_s);
   auto client = ratelimiter::RateLimitClient::Connect(options);
-  if (!client.ok()) {
-    std::cerr << "corral limiter acquire: " << client.status().message() << "\n";
-    return 1;
-  }
+  if (!client.ok()) return Fail("limiter acquire", client.status());
   ratelimiter::PermitRequest request{a.limit, a.key, a.permits,
                                      a.wait_s > 0 ? absl::Seconds(a.wait_s) : absl::InfiniteDuration(),
                                      absl::Seconds(a.ttl_s)};
   auto permit = (*client)->Acquire(request);
-  if (!permit.ok()) {
-    std::cerr << "corral limiter acquire: no permit: " << permit.status() << "\n";
-    return 1;
-  }
+  if (!permit.ok()) return Fail("limiter acquire: no permit", permit.status());
   const v1::Lease& lease = permit->lease();
   std::cout << absl::StrFormat("granted %d permit(s) of %s%s lease=%s expires=%s\n", a.permits, a.limit,
                                a.key.empty() ? "" : "/" + a.key, lease.lease_id().empty() ? "-" : lease.lease_id(),

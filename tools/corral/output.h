@@ -6,13 +6,23 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace corral::cli {
 
+// `s`, with what to do about it when a service refused the call's credentials.
+inline absl::Status WithCredentialHint(const absl::Status& s) {
+  if (s.code() != absl::StatusCode::kUnauthenticated) return s;
+  return absl::Status(s.code(), absl::StrCat(s.message(),
+                                             "; give the cluster's credentials: --secret-file FILE (the secret the "
+                                             "services were started with), --cluster-dir DIR (a `corral up` "
+                                             "cluster, whose secret is DIR/secret; default .corral) or --token TOKEN"));
+}
+
 inline int Fail(const std::string& what, const absl::Status& s) {
-  std::cerr << "corral " << what << ": " << s << "\n";
+  std::cerr << "corral " << what << ": " << WithCredentialHint(s) << "\n";
   return 1;
 }
 

@@ -137,7 +137,7 @@ int Run(const RunFlags& f) {
     } else {
       report.Add(msg.result());
       tally.Add(msg.result());
-      if (out.is_open()) out << ToJson(msg.result(), false) << "\n";
+      if (out.is_open()) out << ResultJson(msg.result()) << "\n";
       if (!f.no_ack) to_ack.push_back(msg.result().ids().episode_id());
       if (to_ack.size() >= 64) {
         out.flush();  // written before acknowledged

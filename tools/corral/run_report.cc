@@ -5,7 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "boost/json.hpp"
 #include "libs/api/proto_time.h"
+#include "libs/core/utf8.h"
+#include "tools/corral/output.h"
 
 namespace corral::cli {
 namespace {
@@ -55,8 +58,11 @@ std::string ShortDuration(absl::Duration d) {
 }
 
 void RunReport::Add(const v1::EpisodeResult& r) {
-  Episode e{r.ids().episode_id(),           r.ids().task_id(),  r.status(), std::nullopt,
-            FromProto(r.timings().total()), r.failure_message()};
+  Episode e{r.ids().episode_id(),           r.ids().task_id(),   r.status(), std::nullopt,
+            FromProto(r.timings().total()), r.failure_message(), ""};
+  for (const std::string* tail : {&r.verifier_output_tail(), &r.agent_output_tail()}) {
+    if (e.output.empty()) e.output = LastLine(ToValidUtf8(*tail), 100);
+  }
   if (r.has_reward()) e.reward = r.reward();
   const v1::PhaseTimings& t = r.timings();
   const std::pair<const char*, const google::protobuf::Duration*> phases[] = {
@@ -160,7 +166,36 @@ std::string RunReport::Summary(absl::Time now) const {
                             e->reward ? absl::StrFormat("reward %.3f", *e->reward) : e->failure.substr(0, 60));
     }
   }
+  // Why episodes failed, with the end of what they printed: what a person debugging the batch reads first.
+  std::vector<const Episode*> failed;
+  for (const Episode& e : episodes_) {
+    if (e.status != v1::EPISODE_STATUS_FINISHED && e.status != v1::EPISODE_STATUS_FILTERED) failed.push_back(&e);
+  }
+  if (!failed.empty()) {
+    absl::StrAppendFormat(&out, "\nepisodes that did not finish (%d%s)\n", failed.size(),
+                          failed.size() > 5 ? ", the first 5" : "");
+    if (failed.size() > 5) failed.resize(5);
+    for (const Episode* e : failed) {
+      absl::StrAppendFormat(&out, "  %-36s %-9s %s\n", e->id, StatusName(e->status), e->failure.substr(0, 120));
+      if (!e->output.empty()) absl::StrAppend(&out, "    output: ", e->output, "\n");
+    }
+  }
   return out;
+}
+
+std::string ResultJson(const v1::EpisodeResult& result) {
+  v1::EpisodeResult bare = result;
+  bare.clear_agent_output_tail();
+  bare.clear_verifier_output_tail();
+  boost::system::error_code ec;
+  boost::json::value json = boost::json::parse(ToJson(bare, false), ec);
+  if (ec || !json.is_object()) return ToJson(result, false);  // not expected: the printer writes an object
+  boost::json::object& o = json.as_object();
+  if (!result.agent_output_tail().empty()) o["agent_output_tail"] = ToValidUtf8(result.agent_output_tail());
+  if (!result.verifier_output_tail().empty()) {
+    o["verifier_output_tail"] = ToValidUtf8(result.verifier_output_tail());
+  }
+  return boost::json::serialize(json);
 }
 
 }  // namespace corral::cli

@@ -33,6 +33,7 @@ class RunReport {
     std::optional<double> reward;
     absl::Duration total;
     std::string failure;
+    std::string output;  // the last line of the verifier's output, else of the agent's
   };
   double EndedPerSecond(absl::Time now) const;
 
@@ -47,6 +48,10 @@ class RunReport {
 inline uint32_t EndedEpisodes(const v1::EpisodeCounts& c) {
   return c.finished() + c.failed() + c.timeout() + c.cancelled() + c.no_data() + c.filtered();
 }
+
+// One result as a JSON line (proto field names) for `--out` files: the agent's and the verifier's output tails as
+// text (invalid UTF-8 replaced), not the base64 that proto JSON gives bytes, since people read them.
+std::string ResultJson(const v1::EpisodeResult& result);
 
 // "1m05s", "3.2s", "120ms": durations as a person reads them in a table.
 std::string ShortDuration(absl::Duration d);

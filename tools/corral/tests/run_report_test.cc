@@ -82,3 +82,37 @@ TEST(RunReportTest, DurationsReadLikeAPersonWritesThem) {
 
 }  // namespace
 }  // namespace corral::cli
+
+namespace corral::cli {
+namespace {
+
+TEST(RunReportTest, TheSummaryListsEpisodesThatDidNotFinishWithTheEndOfTheirOutput) {
+  RunReport report(kStart);
+  report.Add(Result("ok", 0, v1::EPISODE_STATUS_FINISHED, 1.0, absl::Seconds(1)));
+  v1::EpisodeResult failed = Result("broken", 1, v1::EPISODE_STATUS_FAILED, std::nullopt, absl::Seconds(2));
+  failed.set_agent_output_tail("starting\nthe harness codex 0.169.0 is not installed here\n\n");
+  report.Add(failed);
+  const std::string summary = report.Summary(kStart + absl::Seconds(3));
+  EXPECT_THAT(summary, HasSubstr("episodes that did not finish (1)\n  b:broken:e1"));
+  EXPECT_THAT(summary, HasSubstr("    output: the harness codex 0.169.0 is not installed here\n"));
+  EXPECT_THAT(summary, Not(HasSubstr("b:ok:e0                              finished")));
+}
+
+TEST(RunReportTest, ResultLinesCarryOutputTailsAsTextNotBase64) {
+  v1::EpisodeResult r = Result("t", 0, v1::EPISODE_STATUS_FAILED, std::nullopt, absl::Seconds(1));
+  r.set_agent_output_tail("line one\n\"quoted\" \xFF end\n");
+  r.set_verifier_output_tail("1 failed: add 2 3 = 6\n");
+  const std::string line = ResultJson(r);
+  EXPECT_THAT(line, HasSubstr(R"("agent_output_tail":"line one\n\"quoted\" )"
+                              "\xEF\xBF\xBD"
+                              R"( end\n")"));
+  EXPECT_THAT(line, HasSubstr(R"("verifier_output_tail":"1 failed: add 2 3 = 6\n")"));
+  EXPECT_THAT(line, HasSubstr(R"("failure_message":"verifier crashed")"));
+  EXPECT_EQ(line.find('\n'), std::string::npos);  // one line
+  // No tails: no fields, as proto JSON omits empty ones.
+  EXPECT_THAT(ResultJson(Result("t", 1, v1::EPISODE_STATUS_FINISHED, 1.0, absl::Seconds(1))),
+              Not(HasSubstr("output_tail")));
+}
+
+}  // namespace
+}  // namespace corral::cli
