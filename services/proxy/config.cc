@@ -158,6 +158,10 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
              10);
   schema.Duration("health_interval", &c->health_interval, "active upstream health checks (GET /health)",
                   absl::Milliseconds(100), absl::Minutes(10));
+  schema.Int("upstream_panic_threshold", &c->breaker.panic_threshold_percent,
+             "percent of the upstreams serving a model that must be healthy for health checks to decide; below it "
+             "calls go to all of them (with one upstream: whenever it is unhealthy); 0 never",
+             0, 100);
 }
 
 absl::Status ValidateConfig(Config& c) {

@@ -34,6 +34,7 @@ struct Config {
   RelayOptions relay;
   int64_t max_attempts = 3;
   absl::Duration health_interval = absl::Seconds(5);
+  BreakerOptions breaker;  // circuit breaking and the panic threshold (upstream_panic_threshold)
   // Quotas (upstreams' `quota:` and model_quotas) through corral-ratelimiter.
   std::string ratelimiter;  // HOST:PORT; required when a quota is configured
   bool limiter_fail_open = false;

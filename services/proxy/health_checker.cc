@@ -1,5 +1,6 @@
 #include "services/proxy/health_checker.h"
 
+#include "absl/strings/str_cat.h"
 #include "boost/asio/this_coro.hpp"
 #include "libs/async/sleep.h"
 #include "libs/http/client.h"
@@ -15,7 +16,8 @@ namespace bhttp = boost::beast::http;
 
 }  // namespace
 
-HealthChecker::HealthChecker(UpstreamPool* upstreams, ProxyMetrics* metrics) : upstreams_(upstreams) {
+HealthChecker::HealthChecker(UpstreamPool* upstreams, ProxyMetrics* metrics, absl::Duration timeout)
+    : upstreams_(upstreams), timeout_(timeout) {
   for (Upstream* u : upstreams_->all())
     healthy_.push_back(&metrics->upstream_healthy.Add({{"upstream", u->spec.name}}));
 }
@@ -26,15 +28,19 @@ asio::awaitable<void> HealthChecker::CheckAll() {
   for (size_t i = 0; i < all.size(); ++i) {
     Upstream* u = all[i];
     http::Request req{bhttp::verb::get, "/health", 11};
-    auto r = co_await http::Fetch(executor, u->spec.host, u->spec.port, req, absl::Seconds(2));
+    auto r = co_await http::Fetch(executor, u->spec.host, u->spec.port, req, timeout_);
     const bool healthy = r.ok() && r->status == 200;
+    const std::string why = !r.ok()            ? absl::StrCat("GET /health: ", r.status().message())
+                            : r->status != 200 ? absl::StrCat("GET /health answered HTTP ", r->status)
+                                               : "";
     if (healthy != u->healthy.load()) {
-      spdlog::info("upstream {} is now {}", u->spec.name, healthy ? "healthy" : "unhealthy");
+      spdlog::info("upstream {} is now {}{}", u->spec.name, healthy ? "healthy" : "unhealthy",
+                   healthy ? "" : " (" + why + ")");
     }
-    u->healthy = healthy;
+    u->SetHealth(healthy, why);
     if (healthy) {
       http::Request list{bhttp::verb::get, "/v1/models", 11};
-      auto models = co_await http::Fetch(executor, u->spec.host, u->spec.port, list, absl::Seconds(2));
+      auto models = co_await http::Fetch(executor, u->spec.host, u->spec.port, list, timeout_);
       if (models.ok() && models->status == 200) u->SetDiscovered(http::ModelIds(models->body));
     }
     healthy_[i]->Set(upstreams_->Available(*u) ? 1 : 0);

@@ -14,13 +14,15 @@ namespace corral::proxy {
 
 class HealthChecker {
  public:
-  HealthChecker(UpstreamPool* upstreams, ProxyMetrics* metrics);
+  // `timeout`: how long GET /health may take before the upstream counts as unhealthy.
+  HealthChecker(UpstreamPool* upstreams, ProxyMetrics* metrics, absl::Duration timeout = absl::Seconds(2));
   // Checks every upstream once (tests), or forever every `interval` (spawn on an executor).
   boost::asio::awaitable<void> CheckAll();
   boost::asio::awaitable<void> Run(absl::Duration interval);
 
  private:
   UpstreamPool* const upstreams_;
+  const absl::Duration timeout_;
   std::vector<prometheus::Gauge*> healthy_;  // per upstream, as UpstreamPool::all() orders them
 };
 

@@ -37,7 +37,7 @@ ProxyRoot::ProxyRoot(Config config, Prepared p)
       metrics_(*runner_.registry()),
       journal_(std::move(p.journal)),
       sessions_(config_.sessions, &secret_, &clock_),
-      upstreams_(config_.upstreams, &clock_),
+      upstreams_(config_.upstreams, &clock_, config_.breaker),
       ledger_(&sessions_, journal_.get(), &metrics_, &clock_, &upstreams_, config_.default_model),
       limiter_(std::move(p.limiter)),
       quotas_(limiter_.get(), config_.quota, config_.model_quotas, &metrics_, &clock_),

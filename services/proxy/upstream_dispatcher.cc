@@ -41,7 +41,9 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
   Dispatch d;
   std::vector<Upstream*> tried;
   absl::Duration backoff = options_.retry_backoff;
-  std::string last_error = "no upstream serves this model";
+  std::string last_error = upstreams_->Serves(request.model)
+                               ? absl::StrCat("no upstream serving model '", request.model, "' is available")
+                               : absl::StrCat("no upstream serves model '", request.model, "'");
   int last_status = 503;
   thread_local std::mt19937 rng{std::random_device{}()};
   const absl::Time quota_deadline =
@@ -92,7 +94,7 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
       d.quota.Refund();  // (a timed-out call may have run: its estimate is given back all the same)
       upstreams_->Failed(u);
       metrics_->UpstreamFailed(u->index);
-      last_error = std::string(sent.status().message());
+      last_error = absl::StrCat(u->spec.name, ": ", sent.status().message());
       last_status = absl::IsDeadlineExceeded(sent.status()) ? 504 : 502;
       continue;
     }
@@ -138,6 +140,9 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
   }
   d.http_status = last_status;
   d.error = absl::StrCat("no upstream answered (", d.attempts, " attempts): ", last_error);
+  if (const std::string skipped = upstreams_->Skipped(request.model, tried); !skipped.empty()) {
+    absl::StrAppend(&d.error, "; not tried: ", skipped);
+  }
   co_return d;
 }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "libs/core/host_port.h"
 #include "libs/http/url.h"
 
@@ -44,6 +45,17 @@ std::vector<std::string> Upstream::discovered() const {
   return discovered_;
 }
 
+void Upstream::SetHealth(bool ok, std::string why) {
+  absl::MutexLock lock(&mu_);
+  healthy = ok;
+  health_error_ = ok ? "" : std::move(why);
+}
+
+std::string Upstream::health_error() const {
+  absl::MutexLock lock(&mu_);
+  return health_error_;
+}
+
 UpstreamPool::UpstreamPool(std::vector<UpstreamSpec> specs, Clock* clock, BreakerOptions breaker)
     : clock_(clock), breaker_(breaker) {
   for (auto& spec : specs) {
@@ -64,9 +76,25 @@ bool UpstreamPool::Available(const Upstream& u) const {
   return u.healthy.load() && absl::ToUnixNanos(clock_->Now()) >= u.open_until_ns.load();
 }
 
+bool UpstreamPool::Serves(const std::string& model) const {
+  return std::any_of(raw_.begin(), raw_.end(), [&](const Upstream* u) { return u->Serves(model); });
+}
+
+bool UpstreamPool::Panicking(const std::string& model) const {
+  size_t serving = 0, available = 0;
+  for (const Upstream* u : raw_) {
+    if (!u->Serves(model)) continue;
+    ++serving;
+    available += Available(*u) ? 1 : 0;
+  }
+  return serving > 0 &&
+         available * 100 < static_cast<size_t>(std::max<int64_t>(0, breaker_.panic_threshold_percent)) * serving;
+}
+
 Upstream* UpstreamPool::Pick(const std::string& env_id, const std::string& model, const std::vector<Upstream*>& tried) {
+  const bool panic = Panicking(model);
   auto usable = [&](Upstream* u) {
-    return u->Serves(model) && Available(*u) && std::find(tried.begin(), tried.end(), u) == tried.end();
+    return u->Serves(model) && (panic || Available(*u)) && std::find(tried.begin(), tried.end(), u) == tried.end();
   };
   // Sticky: the first upstream serving the model clockwise from the session's point on the ring.
   if (!ring_.empty()) {
@@ -87,7 +115,29 @@ Upstream* UpstreamPool::Pick(const std::string& env_id, const std::string& model
   return best;
 }
 
-void UpstreamPool::Succeeded(Upstream* u) { u->consecutive_failures = 0; }
+void UpstreamPool::Succeeded(Upstream* u) {
+  u->consecutive_failures = 0;
+  u->open_until_ns = 0;
+  if (!u->healthy.load()) u->SetHealth(true, "");
+}
+
+std::string UpstreamPool::Skipped(const std::string& model, const std::vector<Upstream*>& tried) const {
+  if (Panicking(model)) return "";
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> skipped;
+  for (const Upstream* u : raw_) {
+    if (!u->Serves(model) || Available(*u) || std::find(tried.begin(), tried.end(), u) != tried.end()) continue;
+    if (!u->healthy.load()) {
+      skipped.push_back(absl::StrCat(u->spec.name, " (unhealthy: ", u->health_error(), ")"));
+    } else {
+      const absl::Duration left = absl::FromUnixNanos(u->open_until_ns.load()) - now;
+      skipped.push_back(absl::StrCat(u->spec.name, " (circuit open for ",
+                                     absl::FormatDuration(absl::Ceil(left, absl::Seconds(1))), " more after ",
+                                     breaker_.failures_to_open, " consecutive failures)"));
+    }
+  }
+  return absl::StrJoin(skipped, ", ");
+}
 
 void UpstreamPool::Failed(Upstream* u) {
   if (++u->consecutive_failures >= breaker_.failures_to_open) {

@@ -1,7 +1,10 @@
 // The inference backends behind the proxy and how a call picks one: session-sticky by consistent hashing on
 // env_id (weighted virtual nodes, so a multi-turn episode keeps hitting the same KV prefix cache), and when the
 // sticky backend is unavailable — unhealthy by active checks, circuit open after consecutive failures, or
-// already tried by this call — the least-outstanding available backend serving the model. Plain C++.
+// already tried by this call — the least-outstanding available backend serving the model. When too few of the
+// backends serving a model are available (Envoy's panic threshold; with one backend: none), every one of them is
+// tried regardless: a saturated vLLM answers /health late exactly when it is busiest, and refusing every call
+// untried would turn a slow health check into an outage. Plain C++.
 #pragma once
 
 #include <atomic>
@@ -54,8 +57,11 @@ struct Upstream {
   std::atomic<int64_t> outstanding{0};
   std::atomic<int> consecutive_failures{0};
   std::atomic<int64_t> open_until_ns{0};  // circuit open (refused) until then
-  std::atomic<bool> healthy{true};        // last active health check
+  std::atomic<bool> healthy{true};        // last active health check, or a call that got through since
   bool Serves(const std::string& model) const;
+  // The last health check's verdict, with why it failed ("" when healthy).
+  void SetHealth(bool ok, std::string why);
+  std::string health_error() const;
   // Model ids the upstream lists at GET /v1/models (learned by the health checks).
   void SetDiscovered(std::vector<std::string> models);
   std::vector<std::string> discovered() const;
@@ -63,11 +69,15 @@ struct Upstream {
  private:
   mutable absl::Mutex mu_;
   std::vector<std::string> discovered_ ABSL_GUARDED_BY(mu_);
+  std::string health_error_ ABSL_GUARDED_BY(mu_);
 };
 
 struct BreakerOptions {
   int failures_to_open = 3;
   absl::Duration open_for = absl::Seconds(10);
+  // Below this share (percent) of available upstreams among those serving a model, calls go to all of them
+  // (healthy or not, circuit open or not). 0: never; health and circuits always decide.
+  int64_t panic_threshold_percent = 50;
 };
 
 // Thread-safe.
@@ -75,12 +85,18 @@ class UpstreamPool {
  public:
   UpstreamPool(std::vector<UpstreamSpec> specs, Clock* clock, BreakerOptions breaker = {});
 
-  // nullptr when no available upstream serves `model` (excluding `tried`).
+  // nullptr when no available upstream serves `model` (excluding `tried`); in panic (see above) unavailable
+  // upstreams count as available.
   Upstream* Pick(const std::string& env_id, const std::string& model, const std::vector<Upstream*>& tried);
-  // Outcome of an attempt: failures before the first response byte count toward the circuit breaker.
+  // Outcome of an attempt: failures before the first response byte count toward the circuit breaker; a success
+  // marks the upstream healthy and closes its circuit (it answered, whatever its last health check said).
   void Succeeded(Upstream* u);
   void Failed(Upstream* u);
   bool Available(const Upstream& u) const;
+  bool Serves(const std::string& model) const;
+  // Why Pick passes over the upstreams serving `model` that are not in `tried`: "NAME (unhealthy: WHY), NAME
+  // (circuit open for 4s more)"; "" when it passes over none (in panic it passes over none).
+  std::string Skipped(const std::string& model, const std::vector<Upstream*>& tried) const;
 
   const std::vector<Upstream*>& all() const { return raw_; }
   // Every model some upstream declares or lists (GET /v1/models when a session's policy allows any).
@@ -100,6 +116,9 @@ class UpstreamPool {
   std::vector<std::unique_ptr<Upstream>> upstreams_;
   std::vector<Upstream*> raw_;
   std::vector<std::pair<uint64_t, size_t>> ring_;  // virtual node hash → upstream index, sorted
+
+  // Whether too few of the upstreams serving `model` are available (see BreakerOptions).
+  bool Panicking(const std::string& model) const;
 };
 
 uint64_t Hash64(const std::string& s);

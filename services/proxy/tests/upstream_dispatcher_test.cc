@@ -146,5 +146,49 @@ TEST_F(DispatcherTest, HealthChecksMarkADeadUpstreamAndLearnTheModelsOfALiveOne)
   EXPECT_EQ(pool_->Pick("any", "served-model", {}), pool_->all()[0]);
 }
 
+TEST_F(DispatcherTest, AnUpstreamWhoseHealthCheckHangsStillAnswersEveryCall) {
+  // A saturated backend: /health never answers in time, completions do.
+  std::atomic<int> calls = 0;
+  testing::ScriptedUpstream busy([&](http::Request& req, http::Responder& res) -> asio::awaitable<void> {
+    if (req.target() == "/health") co_await async::SleepFor(absl::Seconds(5));
+    if (req.target() != "/health") ++calls;
+    co_await res.Send(200, "application/json", "{}");
+  });
+  Build({busy.url()});
+  HealthChecker health(pool_.get(), &metrics_, absl::Milliseconds(100));
+  io_.RunSync(health.CheckAll());
+  ASSERT_FALSE(pool_->all()[0]->healthy.load());
+  for (int i = 0; i < 5; ++i) {
+    Dispatch d = io_.RunSync(dispatcher_->Send(Request("env-" + std::to_string(i)), nullptr));
+    EXPECT_NE(d.connection, nullptr) << d.error;
+  }
+  EXPECT_EQ(calls.load(), 5);
+  EXPECT_TRUE(pool_->all()[0]->healthy.load());  // the calls that got through count as health
+}
+
+TEST_F(DispatcherTest, AnUpstreamThatRefusesEverythingIsNamedInTheError) {
+  testing::ScriptedUpstream refusing(Answer(503, "{}"));
+  Build({refusing.url()}, {.max_attempts = 3, .retry_backoff = absl::Milliseconds(1)});
+  HealthChecker health(pool_.get(), &metrics_, absl::Milliseconds(500));
+  io_.RunSync(health.CheckAll());
+  ASSERT_FALSE(pool_->all()[0]->healthy.load());
+  Dispatch d = io_.RunSync(dispatcher_->Send(Request("env"), nullptr));
+  EXPECT_EQ(d.connection, nullptr);
+  EXPECT_EQ(d.attempts, 1);  // tried, unhealthy as it is: it is the only one
+  EXPECT_THAT(d.error, HasSubstr(pool_->all()[0]->spec.name + " answered HTTP 503"));
+  // Where another upstream is healthy, the unhealthy one is passed over, and the error says so and why.
+  testing::ScriptedUpstream healthy_but_failing([](http::Request& req, http::Responder& res) -> asio::awaitable<void> {
+    co_await res.Send(req.target() == "/health" ? 200 : 500, "application/json", "{}");
+  });
+  Build({refusing.url(), healthy_but_failing.url()}, {.max_attempts = 3, .retry_backoff = absl::Milliseconds(1)});
+  HealthChecker both(pool_.get(), &metrics_, absl::Milliseconds(500));
+  io_.RunSync(both.CheckAll());
+  d = io_.RunSync(dispatcher_->Send(Request("env"), nullptr));
+  EXPECT_EQ(d.attempts, 1);
+  EXPECT_THAT(d.error, HasSubstr(pool_->all()[1]->spec.name + " answered HTTP 500"));
+  EXPECT_THAT(d.error,
+              HasSubstr("not tried: " + pool_->all()[0]->spec.name + " (unhealthy: GET /health answered HTTP 503)"));
+}
+
 }  // namespace
 }  // namespace corral::proxy

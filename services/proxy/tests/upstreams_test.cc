@@ -1,6 +1,7 @@
 #include "services/proxy/upstreams.h"
 
 #include <map>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -46,6 +47,45 @@ TEST(UpstreamPoolTest, AnOpenCircuitOrAFailedHealthCheckMovesTheSessionToTheLeas
   // Excluding what a call already tried, until none is left.
   std::vector<Upstream*> tried = pool.all();
   EXPECT_EQ(pool.Pick("env", "m", tried), nullptr);
+}
+
+TEST(UpstreamPoolTest, WhenTooFewUpstreamsOfAModelAreHealthyCallsGoToAllOfThem) {
+  FakeClock clock;
+  UpstreamPool pool(Three(), &clock);
+  // One of three down: the two others take its calls, and the error would say why it was passed over.
+  pool.all()[0]->SetHealth(false, "GET /health: timed out");
+  for (int s = 0; s < 50; ++s) EXPECT_NE(pool.Pick("env-" + std::to_string(s), "m", {}), pool.all()[0]);
+  EXPECT_EQ(pool.Skipped("m", {}), "127.0.0.1:8000 (unhealthy: GET /health: timed out)");
+  // Two of three down (33% < 50%): panic, every upstream is tried again, and none is passed over.
+  pool.all()[1]->SetHealth(false, "GET /health answered HTTP 503");
+  std::set<Upstream*> picked;
+  for (int s = 0; s < 50; ++s) picked.insert(pool.Pick("env-" + std::to_string(s), "m", {}));
+  EXPECT_EQ(picked.size(), 3u);
+  EXPECT_EQ(pool.Skipped("m", {}), "");
+  // A call that gets through is a sign of health: out of panic again.
+  pool.Succeeded(pool.all()[1]);
+  EXPECT_TRUE(pool.all()[1]->healthy.load());
+  EXPECT_EQ(pool.all()[1]->health_error(), "");
+  EXPECT_NE(pool.Skipped("m", {}), "");
+}
+
+TEST(UpstreamPoolTest, TheOnlyUpstreamOfAModelIsTriedWhenUnhealthyUnlessPanicIsOff) {
+  FakeClock clock;
+  auto one = [] { return std::vector<UpstreamSpec>{*ParseUpstreamUrl("http://127.0.0.1:8000")}; };
+  UpstreamPool pool(one(), &clock);
+  pool.all()[0]->SetHealth(false, "GET /health: timed out");
+  EXPECT_EQ(pool.Pick("env", "m", {}), pool.all()[0]);
+  for (int i = 0; i < 3; ++i) pool.Failed(pool.all()[0]);  // circuit open too: still the only one
+  EXPECT_EQ(pool.Pick("env", "m", {}), pool.all()[0]);
+  EXPECT_EQ(pool.Pick("env", "m", pool.all()), nullptr);  // but never twice in one call
+
+  UpstreamPool strict(one(), &clock, BreakerOptions{.panic_threshold_percent = 0});
+  strict.all()[0]->SetHealth(false, "GET /health: timed out");
+  EXPECT_EQ(strict.Pick("env", "m", {}), nullptr);
+  EXPECT_EQ(strict.Skipped("m", {}), "127.0.0.1:8000 (unhealthy: GET /health: timed out)");
+  strict.all()[0]->SetHealth(true, "");
+  for (int i = 0; i < 3; ++i) strict.Failed(strict.all()[0]);
+  EXPECT_EQ(strict.Skipped("m", {}), "127.0.0.1:8000 (circuit open for 10s more after 3 consecutive failures)");
 }
 
 TEST(UpstreamPoolTest, ModelsRestrictWhichUpstreamsServeACall) {

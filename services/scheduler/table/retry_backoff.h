@@ -10,9 +10,11 @@
 namespace corral::scheduler {
 
 struct RetryBackoff {
-  absl::Duration base = absl::Seconds(2);  // before the second attempt
-  absl::Duration max = absl::Minutes(1);   // no delay is longer
-  double jitter = 0.25;                    // each delay is spread over [1 - jitter, 1 + jitter] of its value
+  // Before the second attempt. With the default three attempts the retries span at least 6.75 s (jitter
+  // included): a service's restart, and one of the proxy's health intervals (5 s by default).
+  absl::Duration base = absl::Seconds(3);
+  absl::Duration max = absl::Minutes(1);  // no delay is longer
+  double jitter = 0.25;                   // each delay is spread over [1 - jitter, 1 + jitter] of its value
 };
 
 // Within one attempt, a call to a service that is restarting (UNAVAILABLE) is made again after these waits, for

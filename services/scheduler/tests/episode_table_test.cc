@@ -117,11 +117,11 @@ TEST_F(EpisodeTableTest, InfraFailureWithAttemptsLeftIsRequeued) {
   EXPECT_EQ(Counts("b").retries(), 1u);
   EXPECT_EQ(Counts("b").queued(), 1u);
   EXPECT_TRUE(Deliverable().empty());
-  // The retry waits out its back-off (2 s by default, jittered by a quarter) before it may start.
+  // The retry waits out its back-off (3 s by default, jittered by a quarter) before it may start.
   EXPECT_FALSE(table_->StartNext(Any).has_value());
-  clock_.Advance(absl::Milliseconds(1400));
+  clock_.Advance(absl::Milliseconds(2200));
   EXPECT_FALSE(table_->StartNext(Any).has_value());
-  clock_.Advance(absl::Milliseconds(1200));
+  clock_.Advance(absl::Milliseconds(1600));
 
   const EpisodeTicket second = Start();
   EXPECT_EQ(second.ids.attempt(), 2u);
