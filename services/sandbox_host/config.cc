@@ -47,6 +47,9 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
   schema.Int("max_disk_bytes", &config->host.max_disk_bytes, "largest disk_bytes a sandbox may ask for", 1 << 20,
              int64_t{1} << 46);
   schema.String("host_id", &config->host_id, "this host's name in HostInfo (default: the machine's hostname)");
+  schema.String("harness_root", &config->harness_root,
+                "where `corral harness install` puts agent harnesses: HostInfo lists the ones installed there, and "
+                "the scheduler places a task naming a harness only on hosts that have it");
   schema.String("registry_ca_file", &config->registry_ca_file,
                 "PEM certificates trusted for image registries besides the system's (a private registry's CA)");
   schema.String("registry_auth_file", &config->registry_auth_file,

@@ -20,6 +20,7 @@ struct Config {
   int64_t max_template_bytes = int64_t{20} << 30;
   int64_t max_image_bytes = int64_t{100} << 30;  // 0: no budget
   std::string host_id;
+  std::string harness_root = "/opt/corral/harnesses";  // what HostInfo.harnesses lists
   std::string registry_ca_file;
   std::string registry_auth_file;
   std::vector<std::string> insecure_registries;

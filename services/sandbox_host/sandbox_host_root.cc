@@ -133,7 +133,7 @@ SandboxHostRoot::SandboxHostRoot(Config config, Prepared p)
       execs_(&clock_, &metrics_, &workers_),
       puller_(&images_, std::move(p.registry)),
       service_(&sandboxes_, &execs_, &templates_, &images_, &puller_, &auth_, &clock_, &workers_, &image_workers_,
-               host_id_),
+               host_id_, config_.harness_root),
       empty_since_(clock_.Now()) {
   runner_.AddService(&service_, "corral.v1.SandboxHost");
 }

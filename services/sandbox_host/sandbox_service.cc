@@ -17,6 +17,7 @@
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/exec_reactor.h"
 #include "services/sandbox_host/file_reactors.h"
+#include "services/sandbox_host/harness_inventory.h"
 #include "services/sandbox_host/image_reactor.h"
 #include "services/sandbox_host/linux/containment.h"
 #include "services/sandbox_host/linux/sandbox_path.h"
@@ -363,6 +364,7 @@ grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* 
       (*resp->mutable_image_digests())[ref] = image.digest;
     }
   }
+  for (std::string& harness : InstalledHarnesses(harness_root_)) resp->add_harnesses(std::move(harness));
   utsname u{};
   uname(&u);
   pf->set_kernel_release(u.release);

@@ -22,7 +22,7 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
   // null (PullImage then answers FAILED_PRECONDITION).
   SandboxService(SandboxManager* sandboxes, ExecManager* execs, TemplateStore* templates, ImageStore* images,
                  ImagePuller* puller, const CallAuthenticator* auth, Clock* clock, WorkerPool* workers,
-                 WorkerPool* image_workers, std::string host_id)
+                 WorkerPool* image_workers, std::string host_id, std::string harness_root)
       : sandboxes_(sandboxes),
         execs_(execs),
         templates_(templates),
@@ -33,6 +33,7 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
         workers_(workers),
         image_workers_(image_workers),
         host_id_(std::move(host_id)),
+        harness_root_(std::move(harness_root)),
         start_time_(clock->Now()) {}
 
   grpc::ServerUnaryReactor* CreateSandboxes(grpc::CallbackServerContext* ctx, const v1::CreateSandboxesRequest* req,
@@ -98,6 +99,7 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
   WorkerPool* const workers_;
   WorkerPool* const image_workers_;
   const std::string host_id_;
+  const std::string harness_root_;  // where `corral harness install` puts harnesses (HostInfo.harnesses)
   const absl::Time start_time_;
 };
 

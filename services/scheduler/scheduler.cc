@@ -13,6 +13,7 @@
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
 #include "services/scheduler/table/branch_plan.h"
+#include "services/scheduler/table/harnesses.h"
 #include "services/scheduler/table/open_environment.h"
 #include "services/scheduler/table/submission.h"
 #include "spdlog/spdlog.h"
@@ -197,9 +198,22 @@ absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Scheduler::Effectiv
                        "': env_server.trainer_driven is for OpenEnvironment (the trainer sends the actions); "
                        "a submitted environment task is driven by the scheduler"));
     }
+    if (absl::Status s = CheckHarnessInstalled(*t); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("task '", task.id(), "': ", s.message()));
+    }
     effective.push_back(std::make_shared<const v1::Task>(*std::move(t)));
   }
   return effective;
+}
+
+absl::Status Scheduler::CheckHarnessInstalled(const v1::Task& task) const {
+  // In an image the harness comes from the image's PATH, which no host reports.
+  if (task.runner() != v1::RUNNER_AGENT || task.agent().harness().empty() || !task.environment().image().empty()) {
+    return absl::OkStatus();
+  }
+  auto harness = ResolveHarness(task.agent().harness());
+  if (!harness.ok()) return harness.status();  // (EffectiveTask refused it already)
+  return hosts_->CheckHarness(harness->id(), harness->install());
 }
 
 void Scheduler::AppendTasks(const v1::AppendTasksRequest& request,

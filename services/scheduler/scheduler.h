@@ -71,6 +71,8 @@ class Scheduler {
   absl::StatusOr<std::vector<std::shared_ptr<const v1::Task>>> Effective(const std::vector<v1::Task>& tasks,
                                                                          const v1::BatchSpec& spec,
                                                                          bool trainer_driven = false) const;
+  // FAILED_PRECONDITION when `task` names an agent harness that no sandbox host that answered has installed.
+  absl::Status CheckHarnessInstalled(const v1::Task& task) const;
   // Starts queued episodes while there is room, at each ring of the doorbell (at least every 500 ms).
   boost::asio::awaitable<void> Dispatch();
   void DispatchPass();

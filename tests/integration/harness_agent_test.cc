@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/scheduler/table/harnesses.h"
 #include "tests/integration/scheduler_fixture.h"
 
 namespace corral {
@@ -32,6 +33,7 @@ class HarnessAgentTest : public SchedulerFixture {
     ASSERT_THAT(status, IsOk());
     ASSERT_EQ(*status, 0) << install->Log();
     fake_llm_args_ = {"--shell-agent"};
+    harness_root_ = kHarnessRoot;  // the hosts report what is installed there, and get the harness tasks
     ASSERT_NO_FATAL_FAILURE(StartCluster(/*hosts=*/1, /*capacity=*/8));
   }
 
@@ -67,6 +69,7 @@ class HarnessAgentTest : public SchedulerFixture {
       SCOPED_TRACE(absl::StrCat(r.ids().task_id(), ": ", r.failure_message(), "\n", r.agent_output_tail()));
       ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
       EXPECT_EQ(r.agent_exit_code(), 0);
+      EXPECT_EQ(r.harness(), scheduler::ResolveHarness(harness)->id());  // the version that ran
       EXPECT_THAT(r.agent_output_tail(), ::testing::HasSubstr("The proof file is written."));
       EXPECT_EQ(r.protections().network_policy(), v1::NETWORK_POLICY_PROXY_ONLY);
       const bool worked = r.ids().task_id() == harness + "-works";
@@ -84,6 +87,19 @@ TEST_F(HarnessAgentTest, ClaudeCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) { 
 TEST_F(HarnessAgentTest, CodexDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("codex"); }
 
 TEST_F(HarnessAgentTest, OpenCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("opencode"); }
+
+TEST_F(HarnessAgentTest, AVersionNoHostHasIsRefusedAtSubmitWithTheCommandThatInstallsIt) {
+  v1::BatchSpec spec;
+  spec.set_batch_id("harness-missing");
+  spec.set_group_size(1);
+  EXPECT_THAT(Submit(spec, {HarnessTask("codex@0.0.1", true)}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::HasSubstr("the harness codex@0.0.1 is installed on no sandbox host: run 'corral "
+                                            "harness install codex@0.0.1' on each host")));
+  // The pinned version is there: the same task with the bare name is accepted.
+  spec.set_batch_id("harness-pinned");
+  EXPECT_THAT(Submit(spec, {HarnessTask("codex", false)}), IsOk());
+}
 
 }  // namespace
 }  // namespace corral

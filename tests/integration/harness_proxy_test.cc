@@ -39,9 +39,9 @@ class HarnessProxyTest : public ProxyFixture {
   std::string RunHarness(const std::string& name) {
     const std::string bin = std::string(CORRAL_SOURCE_DIR) + "/tests/harness/node_modules/.bin";
     EXPECT_TRUE(fs::exists(bin)) << "run `npm ci --prefix tests/harness` (scripts/test does)";
-    const scheduler::Harness* harness = scheduler::FindHarness(name);
-    EXPECT_NE(harness, nullptr);
-    if (harness == nullptr) return "";
+    auto harness = scheduler::ResolveHarness(name);
+    EXPECT_THAT(harness, IsOk());
+    if (!harness.ok()) return "";
     if (!proxy_) StartProxy({StartBackend({"--shell-agent"})});
     v1::SessionPolicy policy;
     (*policy.mutable_model_aliases())["*"] = "fake-model";
@@ -151,10 +151,18 @@ TEST_F(HarnessProxyTest, OpenCodeRunsItsBashToolThroughChatCompletions) {
 }
 
 TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
-  const scheduler::Harness* harness = scheduler::FindHarness("codex@0.169.0");
-  ASSERT_NE(harness, nullptr);
-  EXPECT_EQ(scheduler::FindHarness("codex@0.1.0"), nullptr);
-  EXPECT_EQ(scheduler::FindHarness("aider"), nullptr);
+  auto harness = scheduler::ResolveHarness("codex");
+  ASSERT_THAT(harness, IsOk());
+  EXPECT_EQ(harness->id(), "codex@0.169.0");  // the pinned version by default
+  EXPECT_THAT(scheduler::ResolveHarness("codex@0.171.0"), IsOk());
+  EXPECT_THAT(scheduler::ResolveHarness("codex@0.1 ; rm -rf /").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("npm version")));
+  EXPECT_THAT(scheduler::ResolveHarness("aider").status(),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("claude-code, codex, opencode")));
+  // Another version's missing install says how to install that version.
+  std::vector<std::string> other = scheduler::HarnessArgv(*scheduler::ResolveHarness("codex@0.171.0"));
+  EXPECT_THAT(other.back(), ::testing::HasSubstr("/codex@0.171.0/node_modules/.bin"));
+  EXPECT_THAT(other.back(), ::testing::HasSubstr("run 'corral harness install codex@0.171.0'"));
   std::vector<std::string> argv = scheduler::HarnessArgv(*harness);
   argv.insert(argv.begin(), {"/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "CORRAL_HARNESS_ROOT=" + dir_});
   auto run = testing::Subprocess::Start(argv, dir_ + "/missing.log");

@@ -183,7 +183,8 @@ class SchedulerFixture : public ::testing::Test {
         CORRAL_SANDBOX_HOST,
         {"--secret-file=" + secret_, "--grpc-listen=" + grpc, "--metrics-listen=127.0.0.1:0", "--root=" + h.root,
          absl::StrCat("--capacity=", h.capacity), absl::StrCat("--uid-first=", h.uids->first()),
-         absl::StrCat("--uid-last=", h.uids->last()), absl::StrCat("--host-id=it-", i)},
+         absl::StrCat("--uid-last=", h.uids->last()), absl::StrCat("--host-id=it-", i),
+         "--harness-root=" + harness_root_},
         dir_, absl::StrCat("sandbox-host-", i, "-", ++h.starts));
     ASSERT_THAT(s, IsOk());
     h.service.emplace(*std::move(s));
@@ -365,6 +366,8 @@ class SchedulerFixture : public ::testing::Test {
   std::optional<testing::RunningService> fake_llm_, proxy_, limiter_, scheduler_;
   std::vector<Host> hosts_;
   std::vector<std::string> scheduler_args_;
+  // The hosts' --harness-root: none installed unless a test installs some there.
+  std::string harness_root_ = "/nonexistent/corral-harnesses";
   int scheduler_starts_ = 0, proxy_starts_ = 0, limiter_starts_ = 0;
   bool use_dns_ = false;  // find the (first) host through hosts_dns instead of --host
   std::unique_ptr<v1::Scheduler::Stub> scheduler_stub_;

@@ -144,7 +144,7 @@ int StreamResults(Scheduler& s, const ResultsFlags& f) {
       continue;
     }
     ++results;
-    if (!f.out.empty() || !f.quiet) out << ToJson(msg.result(), false) << "\n";
+    if (!f.out.empty() || !f.quiet) out << ResultJson(msg.result()) << "\n";
     if (f.ack) {
       out.flush();  // written before acknowledged
       to_ack.push_back(msg.result().ids().episode_id());
@@ -379,12 +379,13 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
       return;
     }
     std::cout << absl::StrFormat("%-22s %-12s %-11s %8s %5s %5s %8s  %s\n", "ADDRESS", "HOST_ID", "STATE", "CAPACITY",
-                                 "LIVE", "FREE", "RUNNING", "LAST_ERROR");
+                                 "LIVE", "FREE", "RUNNING", "HARNESSES / LAST_ERROR");
     for (const auto& h : resp.hosts()) {
       std::string state = v1::HostState_Name(h.state()).substr(std::string("HOST_STATE_").size());
-      std::cout << absl::StrFormat("%-22s %-12s %-11s %8d %5d %5d %8d  %s\n", h.address(), h.host_id(),
+      const std::string harnesses = h.harnesses().empty() ? "-" : absl::StrJoin(h.harnesses(), ",");
+      std::cout << absl::StrFormat("%-22s %-12s %-11s %8d %5d %5d %8d  %s%s\n", h.address(), h.host_id(),
                                    absl::AsciiStrToLower(state), h.capacity(), h.live(), h.free(), h.running_episodes(),
-                                   h.last_error());
+                                   harnesses, h.last_error().empty() ? "" : "  " + h.last_error());
     }
   });
 

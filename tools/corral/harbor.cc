@@ -305,7 +305,8 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
 }
 
 void SetAgent(const std::string& agent, v1::AgentSpec* spec) {
-  if (scheduler::FindHarness(agent) != nullptr) {
+  // A known harness, even with a malformed version: Submit then says what a version may hold.
+  if (auto harness = scheduler::ResolveHarness(agent); harness.ok() || absl::IsInvalidArgument(harness.status())) {
     spec->set_harness(agent);
     return;
   }

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "libs/core/unique_fd.h"
 #include "services/scheduler/table/harnesses.h"
 #include "tools/corral/commands.h"
@@ -26,13 +27,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using scheduler::Harness;
+using scheduler::HarnessChoice;
 
 // The directory a harness is installed in under `root`, and its program there.
-std::string InstallDir(const std::string& root, const Harness& h) {
-  return absl::StrCat(root, "/", h.name, "@", h.version);
-}
-std::string ProgramPath(const std::string& root, const Harness& h) {
-  return absl::StrCat(InstallDir(root, h), "/node_modules/.bin/", h.program);
+std::string InstallDir(const std::string& root, const HarnessChoice& c) { return absl::StrCat(root, "/", c.id()); }
+std::string ProgramPath(const std::string& root, const HarnessChoice& c) {
+  return absl::StrCat(InstallDir(root, c), "/node_modules/.bin/", c.harness->program);
 }
 
 // Runs argv (stdout and stderr are the CLI's); its exit code, or -1 when it could not start.
@@ -48,29 +48,40 @@ int Run(const std::vector<std::string>& argv) {
 }
 
 int List(const std::string& root) {
-  absl::PrintF("%-12s %-10s %-28s %-24s %s\n", "HARNESS", "VERSION", "PACKAGE", "API", "INSTALLED");
+  absl::PrintF("%-12s %-10s %-28s %-24s %s\n", "HARNESS", "PINNED", "PACKAGE", "API", "INSTALLED HERE");
   for (const Harness& h : scheduler::Harnesses()) {
-    const std::string path = ProgramPath(root, h);
+    // Every version installed under the root, the pinned one first.
+    std::vector<std::string> installed;
+    std::error_code ec;
+    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string dir = it->path().filename().string();
+      auto choice = scheduler::ResolveHarness(dir);
+      if (!choice.ok() || choice->harness != &h || dir.find('@') == std::string::npos) continue;
+      if (access(ProgramPath(root, *choice).c_str(), X_OK) != 0) continue;
+      installed.insert(choice->version == h.version ? installed.begin() : installed.end(), choice->version);
+    }
     absl::PrintF("%-12s %-10s %-28s %-24s %s\n", h.name, h.version, h.package, h.api,
-                 access(path.c_str(), X_OK) == 0 ? path : "no");
+                 installed.empty() ? "no" : absl::StrJoin(installed, ", "));
   }
+  absl::PrintF("\n(under %s; `corral harness install NAME[@VERSION]` adds one)\n", root);
   return 0;
 }
 
 int Install(const std::vector<std::string>& names, const std::string& root) {
-  std::vector<const Harness*> chosen;
-  for (const std::string& name : names) {
+  std::vector<HarnessChoice> chosen;
+  // No names: the pinned set, every harness at the version Corral is tested with.
+  const std::vector<std::string> wanted = names.empty() ? std::vector<std::string>{"all"} : names;
+  for (const std::string& name : wanted) {
     if (name == "all") {
-      for (const Harness& h : scheduler::Harnesses()) chosen.push_back(&h);
+      for (const Harness& h : scheduler::Harnesses()) chosen.push_back(*scheduler::ResolveHarness(h.name));
       continue;
     }
-    const Harness* h = scheduler::FindHarness(name);
-    if (h == nullptr) {
-      std::cerr << "corral harness install: '" << name << "' is not a known harness (" << scheduler::HarnessNames()
-                << ", or all)\n";
+    auto choice = scheduler::ResolveHarness(name);
+    if (!choice.ok()) {
+      std::cerr << "corral harness install: " << choice.status().message() << " (or all)\n";
       return 2;
     }
-    chosen.push_back(h);
+    chosen.push_back(*choice);
   }
   std::error_code mkdir_error;
   fs::create_directories(root, mkdir_error);
@@ -80,11 +91,12 @@ int Install(const std::vector<std::string>& names, const std::string& root) {
     std::cerr << "corral harness install: cannot lock " << root << "/.install.lock: " << strerror(errno) << "\n";
     return 1;
   }
-  for (const Harness* h : chosen) {
-    const std::string dir = InstallDir(root, *h);
-    const std::string program = ProgramPath(root, *h);
+  for (const HarnessChoice& c : chosen) {
+    const Harness& h = *c.harness;
+    const std::string dir = InstallDir(root, c);
+    const std::string program = ProgramPath(root, c);
     if (access(program.c_str(), X_OK) == 0) {
-      std::cout << h->name << " " << h->version << ": already installed at " << program << "\n";
+      std::cout << h.name << " " << c.version << ": already installed at " << program << "\n";
       continue;
     }
     std::error_code ec;
@@ -93,15 +105,15 @@ int Install(const std::vector<std::string>& names, const std::string& root) {
       std::cerr << "corral harness install: cannot create " << dir << ": " << ec.message() << "\n";
       return 1;
     }
-    std::cout << h->name << " " << h->version << ": npm install " << h->package << "@" << h->version << " into " << dir
+    std::cout << h.name << " " << c.version << ": npm install " << h.package << "@" << c.version << " into " << dir
               << "\n"
               << std::flush;
     // A pinned version never changes: what npm's cache holds is as good as the registry's.
     const int code = Run({"npm", "install", "--prefix", dir, "--no-save", "--no-audit", "--no-fund", "--prefer-offline",
-                          "--loglevel=error", absl::StrCat(h->package, "@", h->version)});
+                          "--loglevel=error", absl::StrCat(h.package, "@", c.version)});
     if (code != 0) {
       std::cerr << "corral harness install: npm exited with " << code
-                << (code < 0 ? " (is npm installed? apt-get install npm)" : "") << "; " << h->name
+                << (code < 0 ? " (is npm installed? apt-get install npm)" : "") << "; " << h.name << " " << c.version
                 << " is not installed\n";
       return 1;
     }
@@ -110,7 +122,8 @@ int Install(const std::vector<std::string>& names, const std::string& root) {
       std::cerr << "corral harness install: npm finished but " << program << " is not there\n";
       return 1;
     }
-    std::cout << h->name << " " << h->version << ": installed at " << program << "\n";
+    std::cout << h.name << " " << c.version << ": installed at " << program
+              << (c.version == h.version ? "" : " (not the pinned version: untested with this Corral)") << "\n";
   }
   return 0;
 }
@@ -128,8 +141,10 @@ void RegisterHarness(CLI::App& app, int& exit_code) {
 
   static std::vector<std::string> names;
   auto* install = cmd->add_subcommand(
-      "install", "install harnesses on this host with npm, at their pinned versions (once per host; idempotent)");
-  install->add_option("names", names, "harness names, or all")->required();
+      "install",
+      "install harnesses on this host with npm (once per host; idempotent): NAME for the pinned version, "
+      "NAME@VERSION for another; no name installs every harness at its pinned version");
+  install->add_option("names", names, "NAME, NAME@VERSION or all (default: all, pinned)");
   install->callback([&exit_code] { exit_code = Install(names, root); });
 }
 

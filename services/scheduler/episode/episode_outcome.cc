@@ -1,6 +1,7 @@
 #include "services/scheduler/episode/episode_outcome.h"
 
 #include "absl/strings/str_cat.h"
+#include "libs/core/utf8.h"
 
 namespace corral::scheduler {
 
@@ -67,6 +68,17 @@ void SetOutcome(const std::optional<Failure>& failure, v1::Runner runner, v1::Ep
                                                                         : failure->failure_class);
     r.set_failed_phase(failure->phase);
     r.set_failure_message(failure->message);
+    r.clear_reward();
+  } else if (r.trajectory().call_count() == 0 && runner == v1::RUNNER_AGENT && r.has_agent_exit_code() &&
+             (r.agent_exit_code() == 126 || r.agent_exit_code() == 127)) {
+    // The shell's "cannot execute" and "not found": the agent never started, which is not the policy's doing
+    // (a missing harness or program, a bad path). Its own words say why.
+    r.set_status(v1::EPISODE_STATUS_FAILED);
+    r.set_failure_class(v1::FAILURE_CLASS_AGENT);
+    r.set_failed_phase(v1::EPISODE_PHASE_AGENT);
+    const std::string said = LastLine(ToValidUtf8(r.agent_output_tail()), 300);
+    r.set_failure_message(absl::StrCat("the agent command could not start (exit ", r.agent_exit_code(), ")",
+                                       said.empty() ? "" : ": ", said));
     r.clear_reward();
   } else if (r.trajectory().call_count() == 0 && runner == v1::RUNNER_AGENT) {
     r.set_status(v1::EPISODE_STATUS_NO_DATA);

@@ -395,8 +395,9 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
   const absl::Duration timeout = a.Timeout(task.timeouts().agent(), a.options->timeouts.agent);
   v1::Command command = task.agent().command();
   command.clear_timeout();
-  if (const Harness* harness = FindHarness(task.agent().harness()); harness != nullptr) {
+  if (auto harness = ResolveHarness(task.agent().harness()); !task.agent().harness().empty() && harness.ok()) {
     for (std::string& arg : HarnessArgv(*harness)) command.add_argv(std::move(arg));
+    a.result.set_harness(harness->id());
   }
   auto& env = *command.mutable_env();
   env["OPENAI_BASE_URL"] = a.session.base_url();

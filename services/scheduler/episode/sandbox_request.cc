@@ -1,6 +1,7 @@
 #include "services/scheduler/episode/sandbox_request.h"
 
 #include "libs/api/proto_time.h"
+#include "services/scheduler/table/harnesses.h"
 #include "services/scheduler/table/submission.h"
 
 namespace corral::scheduler {
@@ -34,6 +35,10 @@ SandboxRequest SandboxRequestFor(const v1::Task& task, const v1::EpisodeIds& ids
   r.needs.landlock_net = network == v1::NETWORK_POLICY_PROXY_ONLY;
   r.needs.image = env.image();
   r.needs.forks = task.has_branch();
+  // A harness comes from the host's install, or from the image's PATH (which placement cannot see).
+  if (task.runner() == v1::RUNNER_AGENT && !task.agent().harness().empty() && env.image().empty()) {
+    if (auto harness = ResolveHarness(task.agent().harness()); harness.ok()) r.needs.harness = harness->id();
+  }
   r.workdir = env.workdir();
   if (r.workdir.empty()) {
     for (const auto& p : spec.task_paths()) {

@@ -1,6 +1,8 @@
 #include "services/scheduler/remote/host_registry.h"
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/ip/tcp.hpp"
@@ -222,6 +224,7 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
     s.has_template = !template_key.empty() && e.templates.count(template_key);
     s.features = e.info.features();
     s.has_image = needs.image.empty() || e.info.image_digests().contains(needs.image) || e.pulled.contains(needs.image);
+    s.has_harness = needs.harness.empty() || absl::c_linear_search(e.info.harnesses(), needs.harness);
     HostSnapshot unlimited = s;  // what the host would offer when free and answering again
     unlimited.in_use = 0;
     unlimited.rejected = false;
@@ -240,7 +243,11 @@ absl::StatusOr<Slot> HostRegistry::Reserve(const Requirements& needs, const std:
           needs.network_namespace ? "network namespaces for NETWORK_POLICY_NONE, " : "",
           needs.landlock_net ? "Landlock ABI >= 4 for PROXY_ONLY, " : "",
           needs.image.empty() ? "" : "image sandboxes (user namespaces and idmapped mounts), ",
-          needs.forks ? "forks for Task.branch, " : "", "see `corral hosts ls`)"));
+          needs.forks ? "forks for Task.branch, " : "",
+          needs.harness.empty() ? ""
+                                : absl::StrCat("the harness ", needs.harness, " installed (corral harness install ",
+                                               needs.harness, "), "),
+          "see `corral hosts ls`)"));
     }
     return absl::UnavailableError("every sandbox host is full, draining or unreachable");
   }
@@ -338,6 +345,23 @@ absl::StatusOr<std::string> HostRegistry::SetDraining(const std::string& host, b
   return address;
 }
 
+absl::Status HostRegistry::CheckHarness(const std::string& id, const std::string& install) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> others;
+  bool any_known = false;
+  for (const auto& [a, e] : hosts_) {
+    if (e.info.host_id().empty()) continue;  // never answered: nothing known of it yet
+    any_known = true;
+    if (absl::c_linear_search(e.info.harnesses(), id)) return absl::OkStatus();
+    for (const std::string& h : e.info.harnesses()) others.push_back(absl::StrCat(e.info.host_id(), ": ", h));
+  }
+  if (!any_known) return absl::OkStatus();  // no host answered yet: the episodes wait for one, and placement checks
+  return absl::FailedPreconditionError(
+      absl::StrCat("the harness ", id, " is installed on no sandbox host: run 'corral harness install ", install,
+                   "' on each host (as root; `corral harness list` shows what a host has)",
+                   others.empty() ? "" : absl::StrCat("; installed now: ", absl::StrJoin(others, ", "))));
+}
+
 std::vector<v1::Host> HostRegistry::List(const std::function<uint32_t(const std::string&)>& running) const {
   std::vector<v1::Host> out;
   absl::MutexLock lock(&mu_);
@@ -359,6 +383,7 @@ std::vector<v1::Host> HostRegistry::List(const std::function<uint32_t(const std:
     h.set_last_error(e.last_error);
     h.mutable_image_digests()->insert(e.info.image_digests().begin(), e.info.image_digests().end());
     for (const auto& [image, digest] : e.pulled) (*h.mutable_image_digests())[image] = digest;
+    *h.mutable_harnesses() = e.info.harnesses();
     out.push_back(std::move(h));
   }
   return out;

@@ -83,6 +83,10 @@ class HostRegistry {
   // The digest `image` names on the host now; empty when unknown.
   std::string ImageDigest(const std::string& address, const std::string& image) const;
 
+  // OK when some host that answered lists the harness `id` (NAME@VERSION) as installed, or when no host has
+  // answered yet; FAILED_PRECONDITION saying what to run (`install`: the `corral harness install` argument).
+  absl::Status CheckHarness(const std::string& id, const std::string& install) const;
+
   // Drain one host (by address or host_id); NOT_FOUND if unknown. Returns the address.
   absl::StatusOr<std::string> SetDraining(const std::string& host, bool draining);
   // Hosts ordered by address, with the scheduler's counts; `running` gives running episodes per address.

@@ -9,6 +9,7 @@ bool Fits(const HostSnapshot& h, const Requirements& needs) {
   if (needs.landlock_net && h.features.landlock_abi() < 4) return false;
   if (!needs.image.empty() && !h.features.images()) return false;  // one lacking the image pulls it
   if (needs.forks && !h.features.forks()) return false;
+  if (!h.has_harness) return false;  // a host that lacks the harness cannot run it, unlike an image it can pull
   return true;
 }
 

@@ -27,6 +27,7 @@ struct HostSnapshot {
   uint32_t in_use = 0;        // sandboxes this scheduler holds or is creating there
   bool has_template = false;  // the episode's template is already built there
   bool has_image = false;     // the episode's image is there (always true for an episode without one)
+  bool has_harness = true;    // the episode's agent harness is installed there (always true without one)
   v1::HostFeatures features;
 };
 
@@ -36,6 +37,7 @@ struct Requirements {
   bool landlock_net = false;       // PROXY_ONLY needs Landlock ABI >= 4
   std::string image;               // EnvironmentSpec.image: a host that runs images (it pulls what it lacks)
   bool forks = false;              // Task.branch: a host that forks sandboxes (HostFeatures.forks)
+  std::string harness;             // AgentSpec.harness as NAME@VERSION: a host that has it installed
 };
 
 // True when `host` can take one more sandbox with `needs` now.

@@ -1,5 +1,6 @@
 #include "services/scheduler/remote/warm_pool.h"
 
+#include "absl/strings/str_cat.h"
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "libs/api/proto_digest.h"
@@ -43,7 +44,8 @@ int64_t WarmPool::misses() const {
 }
 
 asio::awaitable<std::optional<WarmSandbox>> WarmPool::Take(const v1::SandboxSpec& spec, const Requirements& needs) {
-  const std::string key = Key(spec);
+  // Sandboxes for a harness are made on hosts that have it: a pool of their own.
+  const std::string key = needs.harness.empty() ? Key(spec) : absl::StrCat(Key(spec), "\nharness=", needs.harness);
   while (true) {
     std::optional<WarmSandbox> candidate;
     {

@@ -1,7 +1,9 @@
 #include "services/scheduler/table/harnesses.h"
 
+#include <algorithm>
 #include <array>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -56,25 +58,42 @@ constexpr std::array<Harness, 3> kHarnesses = {{
 
 std::span<const Harness> Harnesses() { return kHarnesses; }
 
-const Harness* FindHarness(absl::string_view name) {
+std::string HarnessChoice::id() const { return absl::StrCat(harness->name, "@", version); }
+
+std::string HarnessChoice::install() const { return version == harness->version ? std::string(harness->name) : id(); }
+
+absl::StatusOr<HarnessChoice> ResolveHarness(absl::string_view name) {
   std::pair<absl::string_view, absl::string_view> nv = absl::StrSplit(name, absl::MaxSplits('@', 1));
   for (const Harness& h : kHarnesses) {
-    if (h.name == nv.first && (nv.second.empty() || nv.second == h.version)) return &h;
+    if (h.name != nv.first) continue;
+    if (name.find('@') == absl::string_view::npos) return HarnessChoice{&h, std::string(h.version)};
+    const bool valid =
+        !nv.second.empty() && nv.second.size() <= 64 && std::all_of(nv.second.begin(), nv.second.end(), [](char c) {
+          return absl::ascii_isalnum(c) || c == '.' || c == '-' || c == '+' || c == '_';
+        });
+    if (!valid) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name,
+                                                     "': a version is an npm version or dist-tag (letters, digits, "
+                                                     ". - + _), e.g. ",
+                                                     h.name, "@", h.version));
+    }
+    return HarnessChoice{&h, std::string(nv.second)};
   }
-  return nullptr;
+  return absl::NotFoundError(
+      absl::StrCat("'", name, "' is not a known harness (", HarnessNames(), "; each optionally NAME@VERSION)"));
 }
 
 std::string HarnessNames() {
   return absl::StrJoin(kHarnesses, ", ", [](std::string* out, const Harness& h) { absl::StrAppend(out, h.name); });
 }
 
-std::vector<std::string> HarnessArgv(const Harness& h) {
-  const std::string dir =
-      absl::StrCat("${CORRAL_HARNESS_ROOT:-", kHarnessRoot, "}/", h.name, "@", h.version, "/node_modules/.bin");
+std::vector<std::string> HarnessArgv(const HarnessChoice& c) {
+  const Harness& h = *c.harness;
+  const std::string dir = absl::StrCat("${CORRAL_HARNESS_ROOT:-", kHarnessRoot, "}/", c.id(), "/node_modules/.bin");
   std::string script =
       absl::StrCat("if [ -d \"", dir, "\" ]; then export PATH=\"", dir, ":$PATH\"; fi\n", "if ! command -v ", h.program,
-                   " >/dev/null; then\n", "  echo \"corral: the harness ", h.name, " ", h.version,
-                   " is not installed here: run 'corral harness install ", h.name,
+                   " >/dev/null; then\n", "  echo \"corral: the harness ", h.name, " ", c.version,
+                   " is not installed here: run 'corral harness install ", c.install(),
                    "' on the host, or use an image or template with ", h.program, " on its PATH\" >&2\n",
                    "  exit 127\n", "fi\n", h.launch);
   return {"bash", "-c", std::move(script)};

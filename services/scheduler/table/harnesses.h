@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace corral::scheduler {
@@ -27,13 +28,24 @@ struct Harness {
   absl::string_view launch;   // bash lines: configure from the agent's variables, then exec the program
 };
 
+// A harness as a task names it: the table's entry and the version to run (these programs release weekly; the
+// pinned version is the tested default, any other may be installed and named).
+struct HarnessChoice {
+  const Harness* harness = nullptr;
+  std::string version;
+  std::string id() const;       // "codex@0.171.0": what hosts list and results record
+  std::string install() const;  // what to pass to `corral harness install`: "codex", or "codex@0.171.0"
+};
+
 std::span<const Harness> Harnesses();
-// "claude-code" or "claude-code@2.1.332" (a version must be the pinned one); nullptr when unknown.
-const Harness* FindHarness(absl::string_view name);
+// "claude-code" (the pinned version) or "claude-code@2.1.340" (any npm version or dist-tag: letters, digits and
+// . - + _). NOT_FOUND naming the known harnesses when the name is not one; INVALID_ARGUMENT for a bad version.
+absl::StatusOr<HarnessChoice> ResolveHarness(absl::string_view name);
 // The names, for error messages and --help: "claude-code, codex, opencode".
 std::string HarnessNames();
 // The agent command of a harness: bash -c with the lines that find the program (on PATH — an image or template
-// that carries it — else under the harness root) and the harness's launch lines.
-std::vector<std::string> HarnessArgv(const Harness& harness);
+// that carries it — else under the harness root) and the harness's launch lines. When the program is nowhere it
+// exits 127 saying which command installs it.
+std::vector<std::string> HarnessArgv(const HarnessChoice& choice);
 
 }  // namespace corral::scheduler

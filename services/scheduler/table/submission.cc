@@ -111,9 +111,8 @@ absl::Status CheckAgent(const v1::Task& task) {
     }
     return CheckCommand(task, "agent.command", agent.command());
   }
-  if (FindHarness(agent.harness()) == nullptr) {
-    return Bad(task, absl::StrCat("agent.harness '", agent.harness(), "' is not a known harness (", HarnessNames(),
-                                  ", optionally @ their pinned version)"));
+  if (auto harness = ResolveHarness(agent.harness()); !harness.ok()) {
+    return Bad(task, absl::StrCat("agent.harness ", harness.status().message()));
   }
   if (!agent.command().argv().empty()) {
     return Bad(task, "agent.harness and agent.command.argv exclude each other (command.env may go with a harness)");

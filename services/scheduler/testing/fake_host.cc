@@ -55,6 +55,10 @@ void FakeHost::SetFeatures(v1::HostFeatures features) {
   absl::MutexLock lock(&mu_);
   features_ = std::move(features);
 }
+void FakeHost::SetHarnesses(std::vector<std::string> harnesses) {
+  absl::MutexLock lock(&mu_);
+  harnesses_ = std::move(harnesses);
+}
 void FakeHost::HangExecs(bool hang) {
   absl::MutexLock lock(&mu_);
   hang_execs_ = hang;
@@ -124,6 +128,7 @@ asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> FakeHost::HostInfo(absl::D
   info.set_capacity(capacity_);
   info.set_live(static_cast<uint32_t>(live_.size()));
   *info.mutable_features() = features_;
+  for (const std::string& h : harnesses_) info.add_harnesses(h);
   co_return info;
 }
 

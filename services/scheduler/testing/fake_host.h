@@ -34,6 +34,8 @@ class FakeHost final : public HostApi {
   void SetUnreachable(bool unreachable);
   // What HostInfo reports the host offers (default: everything, Landlock ABI 5).
   void SetFeatures(v1::HostFeatures features);
+  // The agent harnesses HostInfo lists as installed (NAME@VERSION; default none).
+  void SetHarnesses(std::vector<std::string> harnesses);
   // Exec waits for its deadline or its episode's stop instead of answering.
   void HangExecs(bool hang);
   // Answers an Exec (default: exit 0, no output). May write files with WriteSandboxFile.
@@ -93,6 +95,7 @@ class FakeHost final : public HostApi {
   absl::Status template_status_ ABSL_GUARDED_BY(mu_);
   bool unreachable_ ABSL_GUARDED_BY(mu_) = false;
   v1::HostFeatures features_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> harnesses_ ABSL_GUARDED_BY(mu_);
   bool hang_execs_ ABSL_GUARDED_BY(mu_) = false;
   std::function<ExecOutcome(const std::string&, const v1::ExecRequest&)> on_exec_ ABSL_GUARDED_BY(mu_);
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,5 +1,6 @@
 #include "services/scheduler/episode/episode_outcome.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -118,6 +119,30 @@ TEST(SetOutcomeTest, AnAgentThatNeverCalledTheModelIsNoDataOtherRunnersFinish) {
   v1::EpisodeResult single;
   SetOutcome(std::nullopt, v1::RUNNER_SINGLE_TURN, single);
   EXPECT_EQ(single.status(), v1::EPISODE_STATUS_FINISHED);
+}
+
+TEST(SetOutcomeTest, AnAgentCommandThatCouldNotStartFailsWithItsOwnWordsNotNoData) {
+  for (int code : {126, 127}) {
+    v1::EpisodeResult r;
+    r.set_agent_exit_code(code);
+    r.set_agent_output_tail(
+        "corral: the harness codex 0.171.0 is not installed here: run 'corral harness install codex@0.171.0' on "
+        "the host\n");
+    r.set_reward(0);
+    SetOutcome(std::nullopt, v1::RUNNER_AGENT, r);
+    EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FAILED);
+    EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_AGENT);
+    EXPECT_EQ(r.failed_phase(), v1::EPISODE_PHASE_AGENT);
+    EXPECT_EQ(r.failure_message(), absl::StrCat("the agent command could not start (exit ", code,
+                                                "): corral: the harness codex 0.171.0 is not installed here: run "
+                                                "'corral harness install codex@0.171.0' on the host"));
+    EXPECT_FALSE(r.has_reward());
+  }
+  // Any other exit without a call is still NO_DATA: the agent ran and chose not to call the model.
+  v1::EpisodeResult quiet;
+  quiet.set_agent_exit_code(1);
+  SetOutcome(std::nullopt, v1::RUNNER_AGENT, quiet);
+  EXPECT_EQ(quiet.status(), v1::EPISODE_STATUS_NO_DATA);
 }
 
 }  // namespace

@@ -132,5 +132,34 @@ TEST_F(HostRegistryTest, AFullOrRefusingHostIsUnavailableAndWhatNoHostOffersIsAP
   EXPECT_EQ(registry_->FreeSlots(), 1);
 }
 
+TEST_F(HostRegistryTest, AHarnessGoesOnlyWhereItIsInstalledAndSubmitKnowsWhenNoHostHasIt) {
+  Make({"a", "b"});
+  // Before any host answered nothing is known: the episodes may wait for one.
+  EXPECT_THAT(registry_->CheckHarness("codex@0.171.0", "codex@0.171.0"), IsOk());
+  fakes_["b"]->SetHarnesses({"codex@0.169.0", "codex@0.171.0"});
+  fakes_["a"]->SetHarnesses({"claude-code@2.1.332"});
+  Poll();
+  Requirements codex;
+  codex.harness = "codex@0.171.0";
+  for (int i = 0; i < 3; ++i) {  // a is the less loaded, and is never chosen
+    auto slot = registry_->Reserve(codex, "");
+    ASSERT_THAT(slot, IsOk());
+    EXPECT_EQ(slot->client->address(), "b");
+  }
+  EXPECT_THAT(registry_->CheckHarness("codex@0.171.0", "codex@0.171.0"), IsOk());
+  Requirements opencode;
+  opencode.harness = "opencode@1.18.33";
+  EXPECT_THAT(registry_->Reserve(opencode, ""),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::HasSubstr("the harness opencode@1.18.33 installed (corral harness install")));
+  EXPECT_THAT(registry_->CheckHarness("opencode@1.18.33", "opencode"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::AllOf(::testing::HasSubstr("run 'corral harness install opencode' on each host"),
+                                        ::testing::HasSubstr("id-a: claude-code@2.1.332"))));
+  auto listed = registry_->List([](const std::string&) { return 0u; });
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_THAT(listed[1].harnesses(), ElementsAre("codex@0.169.0", "codex@0.171.0"));
+}
+
 }  // namespace
 }  // namespace corral::scheduler

@@ -36,6 +36,13 @@ TEST(Placement, SkipsUnhealthyDrainingRejectedAndFullHosts) {
   EXPECT_EQ(ChooseHost(hosts, {}), std::optional<size_t>(6));
 }
 
+TEST(Placement, AHostWithoutTheHarnessNeverFits) {
+  std::vector<HostSnapshot> hosts = {Host("idle-without", 0, 10), Host("busy-with", 9, 10)};
+  hosts[0].has_harness = false;
+  EXPECT_FALSE(Fits(hosts[0], {}));
+  EXPECT_EQ(ChooseHost(hosts, {}), std::optional<size_t>(1));
+}
+
 TEST(Placement, SkipsHostsLackingRequiredFeatures) {
   HostSnapshot plain = Host("plain", 0, 10);
   HostSnapshot mounts = Host("mounts", 5, 10);

@@ -275,13 +275,13 @@ TEST(EffectiveTask, ErrorsNameTheTaskAndTheField) {
          t.mutable_verifier();
        },
        "agent.harness 'aider' is not a known harness (claude-code, codex, opencode"},
-      {"agent naming a harness at another version",
+      {"agent naming a harness at a malformed version",
        [](v1::Task& t) {
          t.set_runner(v1::RUNNER_AGENT);
-         t.mutable_agent()->set_harness("codex@0.1.0");
+         t.mutable_agent()->set_harness("codex@0.1; rm -rf /");
          t.mutable_verifier();
        },
-       "agent.harness 'codex@0.1.0' is not a known harness"},
+       "agent.harness 'codex@0.1; rm -rf /': a version is an npm version or dist-tag"},
       {"agent with both a harness and a command",
        [](v1::Task& t) {
          t.set_runner(v1::RUNNER_AGENT);
