@@ -92,7 +92,9 @@ TEST_F(HarnessAgentTest, AVersionNoHostHasIsRefusedAtSubmitWithTheCommandThatIns
   v1::BatchSpec spec;
   spec.set_batch_id("harness-missing");
   spec.set_group_size(1);
-  EXPECT_THAT(Submit(spec, {HarnessTask("codex@0.0.1", true)}),
+  v1::Task missing = HarnessTask("codex@0.0.1", true);
+  missing.set_id("codex-missing");  // ('@' and '.' are not for ids)
+  EXPECT_THAT(Submit(spec, {missing}),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        ::testing::HasSubstr("the harness codex@0.0.1 is installed on no sandbox host: run 'corral "
                                             "harness install codex@0.0.1' on each host")));
