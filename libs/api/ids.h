@@ -35,6 +35,24 @@ inline bool IsValidLabelKey(absl::string_view key) {
   return true;
 }
 
+// Labels (batch, session and sandbox labels): keys as IsValidLabelKey, values at most 256 bytes. INVALID_ARGUMENT
+// naming `field` and the key for anything else. `Map` is any map of strings (std::map, a proto map).
+inline constexpr size_t kMaxLabelValue = 256;
+template <typename Map>
+absl::Status ValidateLabels(absl::string_view field, const Map& labels) {
+  for (const auto& [key, value] : labels) {
+    if (!IsValidLabelKey(key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": key '", key, "' must be 1-63 characters of [a-z0-9_./-]"));
+    }
+    if (value.size() > kMaxLabelValue) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "['", key, "'] is ", value.size(), " bytes; at most ", kMaxLabelValue));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Environment variable names: [A-Za-z_][A-Za-z0-9_]*.
 inline bool IsValidEnvName(absl::string_view name) {
   if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;

@@ -154,11 +154,7 @@ absl::StatusOr<SessionStore::Opened> SessionStore::Open(v1::OpenSessionRequest r
         absl::StrCat("policy.ttl must be above 0 and at most ", absl::FormatDuration(limits_.max_ttl)));
   }
   if (retention < absl::ZeroDuration()) return absl::InvalidArgumentError("policy.retention must not be negative");
-  for (const auto& [k, v] : request.labels()) {
-    if (!IsValidLabelKey(k)) {
-      return absl::InvalidArgumentError(absl::StrCat("label key '", k, "' must be 1-63 characters of [a-z0-9_./-]"));
-    }
-  }
+  CORRAL_RETURN_IF_ERROR(ValidateLabels("labels", request.labels()));
   absl::MutexLock lock(&mu_);
   if (auto it = sessions_.find(request.env_id()); it != sessions_.end()) {
     const Session& existing = *it->second;

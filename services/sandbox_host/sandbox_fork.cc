@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "libs/api/ids.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
 #include "services/sandbox_host/images/image_root.h"
@@ -78,7 +79,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
         "this host cannot fork sandboxes (it needs mount namespaces and idmapped mounts: Linux 5.19+, "
         "CAP_SYS_ADMIN, its root on ext4/xfs/btrfs)");
   }
-  CORRAL_RETURN_IF_ERROR(ValidateLabels(labels));
+  CORRAL_RETURN_IF_ERROR(ValidateLabels("labels", labels));
   std::shared_ptr<Sandbox> parent;
   {
     absl::MutexLock lock(&mu_);

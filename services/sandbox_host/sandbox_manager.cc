@@ -64,16 +64,6 @@ absl::Status Within(const char* name, uint64_t value, uint64_t ceiling) {
 
 }  // namespace
 
-absl::Status ValidateLabels(const std::map<std::string, std::string>& labels) {
-  for (const auto& [k, v] : labels) {
-    if (k.empty() || k.size() > 63 || v.size() > 256)
-      return absl::InvalidArgumentError("label keys are 1-63 characters, values at most 256");
-    if (!IsValidLabelKey(k))
-      return absl::InvalidArgumentError(absl::StrCat("label key '", k, "' must be [a-z0-9_./-]"));
-  }
-  return absl::OkStatus();
-}
-
 SpawnSpec Sandbox::SpawnFor(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
                             const std::string& cwd) const {
   SpawnSpec s;
@@ -240,7 +230,7 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
     return absl::InvalidArgumentError(
         absl::StrCat("idle_timeout must be at most ", absl::FormatDuration(options_.max_idle_timeout)));
   }
-  return ValidateLabels(spec.labels);
+  return ValidateLabels("labels", spec.labels);
 }
 
 absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec& spec,

@@ -159,8 +159,6 @@ struct Sandbox {
 
 // What capability tokens of sandboxes are signed for.
 inline constexpr char kSandboxTokenPurpose[] = "sandbox";
-// INVALID_ARGUMENT unless every key is 1-63 characters of [a-z0-9_./-] and every value at most 256.
-absl::Status ValidateLabels(const std::map<std::string, std::string>& labels);
 
 // OK when every directory from / down to `root` may be searched by any uid (mode o+x), so that a sandbox's uid
 // reaches its home below it; otherwise FAILED_PRECONDITION naming the first directory that blocks (e.g. a
@@ -208,14 +206,14 @@ class SandboxManager {
   // Delete, but a sandbox made from an image leaves its writable layer at `dest` (a template build keeps it).
   // NOT_FOUND for an unknown sandbox; FAILED_PRECONDITION for one not made from an image.
   absl::Status DeleteKeepingUpper(const std::string& id, const std::string& dest);
-  // ForkSandbox: `count` children of a live plain sandbox, each seeing the parent's files as they are now
-  // (home and task paths; /tmp starts empty) as its own, under its own uid, cgroup, namespaces, Landlock and
-  // token, with nothing copied; `labels` are added to the parent's. The parent keeps its id, uid, token, cgroup,
-  // files and /tmp, with a new mount namespace. Capacity as Create: what does not fit is `rejected`.
-  // A fork waits up to `wait` (at least 500 ms) for the parent's processes and calls to end; new calls get
-  // UNAVAILABLE meanwhile. FAILED_PRECONDITION when they have not by then, for an image sandbox, or without
-  // HostFeatures.forks; ABORTED when a delete of the parent comes while it waits; NOT_FOUND for an unknown
-  // sandbox. Blocks (a worker's job).
+  // ForkSandbox: `count` children of a live sandbox, plain or from an image, each seeing the parent's files as
+  // they are now (home and task paths, or the image root's writable layer; /tmp starts empty) as its own, under
+  // its own uid, cgroup, namespaces, Landlock and token, with nothing copied; `labels` are added to the parent's.
+  // The parent keeps its id, uid, token, cgroup, files and /tmp, with a new mount namespace. Capacity as Create:
+  // what does not fit is `rejected`. A fork waits up to `wait` (at least 500 ms) for the parent's processes and
+  // calls to end; new calls get UNAVAILABLE meanwhile. FAILED_PRECONDITION when they have not by then, or
+  // without HostFeatures.forks; ABORTED when a delete of the parent comes while it waits; NOT_FOUND for an
+  // unknown sandbox. Blocks (a worker's job).
   absl::StatusOr<CreateResult> Fork(const std::string& id, int64_t count,
                                     const std::map<std::string, std::string>& labels = {},
                                     absl::Duration wait = absl::ZeroDuration());

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/scheduler/table/harnesses.h"
+#include "libs/harness/harnesses.h"
 #include "tests/integration/scheduler_fixture.h"
 
 namespace corral {
@@ -69,7 +69,7 @@ class HarnessAgentTest : public SchedulerFixture {
       SCOPED_TRACE(absl::StrCat(r.ids().task_id(), ": ", r.failure_message(), "\n", r.agent_output_tail()));
       ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
       EXPECT_EQ(r.agent_exit_code(), 0);
-      EXPECT_EQ(r.harness(), scheduler::ResolveHarness(harness)->id());  // the version that ran
+      EXPECT_EQ(r.harness(), ResolveHarness(harness)->id());  // the version that ran
       EXPECT_THAT(r.agent_output_tail(), ::testing::HasSubstr("The proof file is written."));
       EXPECT_EQ(r.protections().network_policy(), v1::NETWORK_POLICY_PROXY_ONLY);
       const bool worked = r.ids().task_id() == harness + "-works";

@@ -14,7 +14,7 @@
 #include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/scheduler/table/harnesses.h"
+#include "libs/harness/harnesses.h"
 #include "tests/integration/proxy_fixture.h"
 
 namespace corral {
@@ -39,7 +39,7 @@ class HarnessProxyTest : public ProxyFixture {
   std::string RunHarness(const std::string& name) {
     const std::string bin = std::string(CORRAL_SOURCE_DIR) + "/tests/harness/node_modules/.bin";
     EXPECT_TRUE(fs::exists(bin)) << "run `npm ci --prefix tests/harness` (scripts/test does)";
-    auto harness = scheduler::ResolveHarness(name);
+    auto harness = ResolveHarness(name);
     EXPECT_THAT(harness, IsOk());
     if (!harness.ok()) return "";
     if (!proxy_) StartProxy({StartBackend({"--shell-agent"})});
@@ -52,7 +52,7 @@ class HarnessProxyTest : public ProxyFixture {
     const std::string home = dir_ + "/home-" + name;
     fs::create_directories(work_);
     fs::create_directories(home);
-    std::vector<std::string> argv = scheduler::HarnessArgv(*harness);
+    std::vector<std::string> argv = HarnessArgv(*harness);
     argv.back() = absl::StrCat("cd '", work_, "' || exit 1\n", argv.back());
     argv.insert(argv.begin(), {"/usr/bin/env", "-i", "PATH=" + bin + ":/usr/local/bin:/usr/bin:/bin", "HOME=" + home,
                                "LANG=C.UTF-8", "CORRAL_HARNESS_ROOT=" + dir_ + "/no-harness-root",
@@ -151,19 +151,19 @@ TEST_F(HarnessProxyTest, OpenCodeRunsItsBashToolThroughChatCompletions) {
 }
 
 TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
-  auto harness = scheduler::ResolveHarness("codex");
+  auto harness = ResolveHarness("codex");
   ASSERT_THAT(harness, IsOk());
   EXPECT_EQ(harness->id(), "codex@0.169.0");  // the pinned version by default
-  EXPECT_THAT(scheduler::ResolveHarness("codex@0.171.0"), IsOk());
-  EXPECT_THAT(scheduler::ResolveHarness("codex@0.1 ; rm -rf /").status(),
+  EXPECT_THAT(ResolveHarness("codex@0.171.0"), IsOk());
+  EXPECT_THAT(ResolveHarness("codex@0.1 ; rm -rf /").status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("npm version")));
-  EXPECT_THAT(scheduler::ResolveHarness("aider").status(),
+  EXPECT_THAT(ResolveHarness("aider").status(),
               StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("claude-code, codex, opencode")));
   // Another version's missing install says how to install that version.
-  std::vector<std::string> other = scheduler::HarnessArgv(*scheduler::ResolveHarness("codex@0.171.0"));
+  std::vector<std::string> other = HarnessArgv(*ResolveHarness("codex@0.171.0"));
   EXPECT_THAT(other.back(), ::testing::HasSubstr("/codex@0.171.0/node_modules/.bin"));
   EXPECT_THAT(other.back(), ::testing::HasSubstr("run 'corral harness install codex@0.171.0'"));
-  std::vector<std::string> argv = scheduler::HarnessArgv(*harness);
+  std::vector<std::string> argv = HarnessArgv(*harness);
   argv.insert(argv.begin(), {"/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "CORRAL_HARNESS_ROOT=" + dir_});
   auto run = testing::Subprocess::Start(argv, dir_ + "/missing.log");
   ASSERT_THAT(run, IsOk());

@@ -161,12 +161,8 @@ int StreamResults(Scheduler& s, const ResultsFlags& f) {
   return 0;
 }
 
-}  // namespace
-
-void RegisterBatch(CLI::App& app, int& exit_code) {
-  CLI::App* batch = app.add_subcommand("batch", "submit, list, show and cancel batches of episodes");
-  batch->require_subcommand(1);
-
+// `corral batch submit`: a dataset or Harbor tasks as a batch (and, with --follow, its results).
+void AddSubmit(CLI::App* batch, int& exit_code) {
   struct SubmitFlags {
     ConnectFlags conn;
     BatchFlags batch;
@@ -216,7 +212,10 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
     if (exit_code != 0) return;
     if (auto final_batch = s->GetBatch(batch_out.batch_id()); final_batch.ok()) PrintBatch(*final_batch);
   });
+}
 
+// `corral batch ls`.
+void AddList(CLI::App* batch, int& exit_code) {
   struct LsFlags {
     ConnectFlags conn;
     bool json = false;
@@ -253,7 +252,10 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
                                    b.has_mean_reward() ? absl::StrFormat("%.3f", b.mean_reward()) : "-");
     }
   });
+}
 
+// `corral batch get`.
+void AddGet(CLI::App* batch, int& exit_code) {
   struct GetFlags {
     ConnectFlags conn;
     std::string batch;
@@ -288,7 +290,10 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
       PrintTaskStats(b);
     }
   });
+}
 
+// `corral batch cancel`: a batch, a group or an episode.
+void AddCancel(CLI::App* batch, int& exit_code) {
   struct CancelFlags {
     ConnectFlags conn;
     std::string batch, group, episode, reason;
@@ -327,7 +332,10 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
     }
     std::cout << resp.cancelled() << " episode(s) cancelled\n";
   });
+}
 
+// `corral results`: a batch's results as JSON lines.
+void AddResults(CLI::App& app, int& exit_code) {
   auto rf = std::make_shared<ResultsFlags>();
   CLI::App* results = app.add_subcommand("results", "stream a batch's results as JSON lines (at least once)");
   AddConnectFlags(results, rf->conn, "scheduler", "--scheduler", "scheduler");
@@ -348,7 +356,10 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
     }
     exit_code = StreamResults(*s, *rf);
   });
+}
 
+// `corral hosts ls`.
+void AddHosts(CLI::App& app, int& exit_code) {
   struct HostsFlags {
     ConnectFlags conn;
     bool json = false;
@@ -388,7 +399,10 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
                                    harnesses, h.last_error().empty() ? "" : "  " + h.last_error());
     }
   });
+}
 
+// `corral drain`.
+void AddDrain(CLI::App& app, int& exit_code) {
   struct DrainFlags {
     ConnectFlags conn;
     std::string host;
@@ -421,6 +435,21 @@ void RegisterBatch(CLI::App& app, int& exit_code) {
     std::cout << (df->resume ? "resumed" : "drained") << ": " << resp.finished() << " finished, " << resp.requeued()
               << " re-queued, " << resp.queued() << " queued\n";
   });
+}
+
+}  // namespace
+
+void RegisterBatch(CLI::App& app, int& exit_code) {
+  CLI::App* batch = app.add_subcommand("batch", "submit, list, show and cancel batches of episodes");
+  batch->require_subcommand(1);
+
+  AddSubmit(batch, exit_code);
+  AddList(batch, exit_code);
+  AddGet(batch, exit_code);
+  AddCancel(batch, exit_code);
+  AddResults(app, exit_code);
+  AddHosts(app, exit_code);
+  AddDrain(app, exit_code);
 }
 
 }  // namespace corral::cli

@@ -17,7 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "libs/core/unique_fd.h"
-#include "services/scheduler/table/harnesses.h"
+#include "libs/harness/harnesses.h"
 #include "tools/corral/commands.h"
 
 extern char** environ;
@@ -26,8 +26,6 @@ namespace corral::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using scheduler::Harness;
-using scheduler::HarnessChoice;
 
 // The directory a harness is installed in under `root`, and its program there.
 std::string InstallDir(const std::string& root, const HarnessChoice& c) { return absl::StrCat(root, "/", c.id()); }
@@ -49,13 +47,13 @@ int Run(const std::vector<std::string>& argv) {
 
 int List(const std::string& root) {
   absl::PrintF("%-12s %-10s %-28s %-24s %s\n", "HARNESS", "PINNED", "PACKAGE", "API", "INSTALLED HERE");
-  for (const Harness& h : scheduler::Harnesses()) {
+  for (const Harness& h : Harnesses()) {
     // Every version installed under the root, the pinned one first.
     std::vector<std::string> installed;
     std::error_code ec;
     for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string dir = it->path().filename().string();
-      auto choice = scheduler::ResolveHarness(dir);
+      auto choice = ResolveHarness(dir);
       if (!choice.ok() || choice->harness != &h || dir.find('@') == std::string::npos) continue;
       if (access(ProgramPath(root, *choice).c_str(), X_OK) != 0) continue;
       installed.insert(choice->version == h.version ? installed.begin() : installed.end(), choice->version);
@@ -73,10 +71,10 @@ int Install(const std::vector<std::string>& names, const std::string& root) {
   const std::vector<std::string> wanted = names.empty() ? std::vector<std::string>{"all"} : names;
   for (const std::string& name : wanted) {
     if (name == "all") {
-      for (const Harness& h : scheduler::Harnesses()) chosen.push_back(*scheduler::ResolveHarness(h.name));
+      for (const Harness& h : Harnesses()) chosen.push_back(*ResolveHarness(h.name));
       continue;
     }
-    auto choice = scheduler::ResolveHarness(name);
+    auto choice = ResolveHarness(name);
     if (!choice.ok()) {
       std::cerr << "corral harness install: " << choice.status().message() << " (or all)\n";
       return 2;
@@ -133,7 +131,7 @@ int Install(const std::vector<std::string>& names, const std::string& root) {
 void RegisterHarness(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("harness", "agent harnesses a task can name (agent.harness, corral run --agent NAME)");
   cmd->require_subcommand(1);
-  static std::string root(scheduler::kHarnessRoot);
+  static std::string root(kHarnessRoot);
   cmd->add_option("--root", root, "where harnesses are installed (sandboxes find them here)")->capture_default_str();
 
   auto* list = cmd->add_subcommand("list", "the known harnesses, their pinned versions, and whether installed here");

@@ -109,6 +109,195 @@ std::string SelfDir() {
   return ec ? "." : exe.parent_path().string();
 }
 
+// The services corral up starts before the proxy: the ratelimiter, and as root the sandbox hosts (their homes
+// under `scratch_root` when `dir` is below /tmp, which a sandbox's view hides).
+std::vector<ServiceDef> BaseServices(const UpFlags& flags, const fs::path& dir, const std::string& bin,
+                                     fs::path* scratch_root) {
+  std::vector<ServiceDef> defs = {
+      // The lease snapshot lets a restarted limiter grant again at once (no learning mode).
+      {"ratelimiter", bin + "/corral-ratelimiter",
+       absl::StrCat(kRateLimiterYaml, "state_path: ", (dir / "ratelimiter.db").string(), "\n"), "127.0.0.1:7400",
+       "127.0.0.1:9400"},
+  };
+  // The sandbox host switches uids, so it needs root; without it the cluster runs without sandboxes.
+  if (geteuid() != 0) {
+    std::cout << "corral up: not root, so no sandbox host (it switches to each sandbox's uid)\n";
+    return defs;
+  }
+  // Inside a sandbox's view /tmp is its own, so homes cannot live below /tmp.
+  fs::path sandboxes = dir / "sandboxes";
+  if (absl::StartsWith(sandboxes.string(), "/tmp/")) {
+    sandboxes = fs::path("/var/tmp") / absl::StrCat("corral-up-", getpid(), "-sandboxes");
+    *scratch_root = sandboxes;
+  }
+  // Hosts on one machine must not share sandbox uids (RLIMIT_NPROC, cgroups and sweeps count per uid).
+  const int uids_each = 45000 / flags.hosts;
+  for (int i = 0; i < flags.hosts; ++i) {
+    const std::string suffix = i == 0 ? "" : absl::StrCat("-", i + 1);
+    defs.push_back({"sandbox-host" + suffix, bin + "/corral-sandbox-host",
+                    absl::StrCat("# corral up: the sandbox host's playground configuration.\nroot: ",
+                                 (sandboxes / absl::StrCat("host", i + 1)).string(),
+                                 "\ncapacity: 64\ndefault_network: none\nhost_id: local", suffix, "\nuid_first: ",
+                                 20000 + i * uids_each, "\nuid_last: ", 20000 + (i + 1) * uids_each - 1, "\n"),
+                    absl::StrCat("127.0.0.1:", 7500 + i), absl::StrCat("127.0.0.1:", 9500 + i)});
+  }
+  return defs;
+}
+
+// The model behind the proxy: --upstream (its model chosen from what it serves), or a scripted model started
+// here as a stand-in for vLLM/SGLang (a demo aid).
+struct Upstream {
+  std::string url;
+  std::string default_model;
+  std::optional<RunningService> fake_llm;
+};
+absl::StatusOr<Upstream> StartUpstream(const UpFlags& flags, const fs::path& dir, const std::string& bin) {
+  Upstream out{flags.upstream, "fake-model", std::nullopt};
+  if (!out.url.empty()) {
+    auto choice = UpstreamModel(out.url, flags.model);
+    if (!choice.ok()) return choice.status();
+    out.default_model = choice->model;
+    std::cout << "corral up: model " << choice->note << "\n";
+    return out;
+  }
+  auto started = StartService(bin + "/corral-fake-llm",
+                              {"--listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8000"), "--arithmetic"},
+                              dir.string(), "fake-llm");
+  if (!started.ok()) {
+    return absl::Status(started.status().code(), absl::StrCat("cannot start fake-llm: ", started.status().message()));
+  }
+  out.fake_llm.emplace(*std::move(started));
+  out.url = "http://" + out.fake_llm->ready.http;
+  return out;
+}
+
+using Running = std::vector<std::pair<ServiceDef, RunningService>>;
+
+// Starts `defs` in order (the scheduler's configuration names the others' addresses, so it comes last); stops
+// at the first that fails (the caller's destructors stop the rest).
+absl::Status StartAll(const UpFlags& flags, const fs::path& dir, const std::string& secret,
+                      const std::string& default_model, std::vector<ServiceDef> defs, Running& running) {
+  for (ServiceDef& def : defs) {
+    if (def.name == "scheduler") def.config_yaml = SchedulerYaml(dir, running, default_model);
+    const std::string config = (dir / (def.name + ".yaml")).string();
+    std::ofstream(config, std::ios::trunc) << def.config_yaml;
+    std::vector<std::string> args = {"--config=" + config, "--secret-file=" + secret,
+                                     "--grpc-listen=" + (flags.any_port ? "127.0.0.1:0" : def.grpc_listen),
+                                     "--metrics-listen=" + (flags.any_port ? "127.0.0.1:0" : def.metrics_listen)};
+    args.insert(args.end(), def.extra_args.begin(), def.extra_args.end());
+    auto service = StartService(def.binary, args, dir.string(), def.name);
+    if (!service.ok()) {
+      return absl::Status(service.status().code(),
+                          absl::StrCat("cannot start ", def.name, ": ", service.status().message(),
+                                       "\n  (log: ", (dir / (def.name + ".log")).string(), ")"));
+    }
+    running.emplace_back(def, *std::move(service));
+  }
+  return absl::OkStatus();
+}
+
+// <dir>/cluster.json: where every service listens, for the CLI and the SDK to find the cluster.
+void WriteClusterJson(const fs::path& dir, const std::string& secret, const Running& running,
+                      const std::optional<RunningService>& fake_llm) {
+  std::ofstream cluster(dir / "cluster.json", std::ios::trunc);
+  cluster << "{\"secret_file\":\"" << secret << "\"";
+  for (auto& [def, service] : running) {
+    cluster << ",\"" << def.name << "\":{\"grpc\":\"" << service.ready.grpc << "\",\"metrics\":\""
+            << service.ready.metrics << "\",\"pid\":" << service.ready.pid
+            << (service.ready.http.empty() ? "" : ",\"http\":\"" + service.ready.http + "\"") << "}";
+  }
+  if (fake_llm) {
+    cluster << ",\"fake-llm\":{\"http\":\"" << fake_llm->ready.http << "\",\"pid\":" << fake_llm->ready.pid << "}";
+  }
+  cluster << "}\n";
+}
+
+void PrintCluster(const fs::path& dir, const Running& running, const Upstream& upstream) {
+  std::cout << "corral up: cluster running (state and logs in " << dir.string() << ")\n";
+  for (auto& [def, service] : running) {
+    std::string http;
+    if (!service.ready.http.empty()) {
+      http = def.name == "scheduler" ? "  inspector http://" + service.ready.http + "/"
+                                     : "  http://" + service.ready.http + "/v1";
+    }
+    std::cout << absl::StrFormat("  %-12s grpc %-18s metrics http://%s/metrics  pid %d%s\n", def.name,
+                                 service.ready.grpc, service.ready.metrics, service.ready.pid, http);
+  }
+  if (upstream.fake_llm) {
+    std::cout << absl::StrFormat("  %-12s http://%s/v1 (scripted model)  pid %d\n", "fake-llm",
+                                 upstream.fake_llm->ready.http, upstream.fake_llm->ready.pid);
+  } else {
+    std::cout << "  upstream     " << upstream.url
+              << (upstream.default_model.empty() ? "" : "  model " + upstream.default_model) << "\n";
+  }
+}
+
+// The CLI as a command to paste: by the path it was started with.
+fs::path CliPath(const std::string& bin) {
+  std::error_code rel_ec;
+  fs::path cli = fs::relative(fs::path(bin) / "corral", fs::current_path(), rel_ec);
+  return rel_ec || cli.empty() ? fs::path(bin) / "corral" : cli;
+}
+
+// Hints that work when pasted while the cluster still runs.
+std::string Hints(const fs::path& dir, const std::string& bin, const std::string& secret, const Running& running) {
+  const fs::path cli = CliPath(bin);
+  std::string inspector;
+  for (auto& [def, service] : running) {
+    if (def.name == "scheduler" && !service.ready.http.empty()) {
+      inspector = absl::StrCat("  open http://", service.ready.http, "/ in a browser: the rollout inspector\n");
+    }
+  }
+  return absl::StrCat("  ", cli.string(), " run examples/datasets/word_problems.jsonl --group-size 4\n", inspector,
+                      "  ", cli.string(), " hosts ls;  ", cli.string(), " limiter status --addr ",
+                      running.front().second.ready.grpc, " --secret-file ", secret, "\n",
+                      "  python3: corral.Client() (clients/python) finds this cluster through ",
+                      (dir / "cluster.json").string(), "\n");
+}
+
+// The demo: the limiter's, the sandboxes' (when a host runs) and a batch of GRPO groups. Its exit code.
+int RunDemos(const std::string& secret, const Running& running) {
+  const std::string token = MintClusterToken(*TokenSigner::FromKeyFile(secret));
+  int exit_code = RunRateLimiterDemo(running.front().second.ready.grpc, token);
+  std::string sandbox_host;
+  for (auto& [def, service] : running) {
+    if (def.name == "sandbox-host") sandbox_host = service.ready.grpc;
+  }
+  if (exit_code == 0 && !sandbox_host.empty()) exit_code = RunSandboxDemo(sandbox_host, token);
+  for (auto& [def, service] : running) {
+    if (def.name == "scheduler" && exit_code == 0) {
+      exit_code = RunBatchDemo(service.ready.grpc, token, /*sandboxes=*/!sandbox_host.empty());
+    }
+  }
+  return exit_code;
+}
+
+// Waits for Ctrl-C (or SIGTERM), or for a service to exit on its own (then 1, with its log).
+int WaitForStop(const sigset_t& signals, Running& running) {
+  std::cout << "Ctrl-C stops the cluster.\n" << std::flush;
+  while (true) {
+    const timespec tick{0, 200'000'000};
+    int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) return 0;
+    for (auto& [def, service] : running) {
+      if (service.process.Wait(absl::ZeroDuration()).ok()) {
+        std::cerr << "corral up: " << def.name << " exited unexpectedly; its log:\n" << service.process.Log();
+        return 1;
+      }
+    }
+  }
+}
+
+// SIGTERM to each service, the scheduler first, each given 15 s.
+void StopAll(Running& running) {
+  std::cout << "corral up: stopping\n" << std::flush;
+  for (auto it = running.rbegin(); it != running.rend(); ++it) {
+    it->second.process.Signal(SIGTERM);
+    auto status = it->second.process.Wait(absl::Seconds(15));
+    if (!status.ok()) std::cerr << "corral up: " << it->first.name << " did not stop in 15 s; killing it\n";
+  }
+}
+
 int RunUp(const UpFlags& flags) {
   sigset_t signals;
   sigemptyset(&signals);
@@ -125,182 +314,48 @@ int RunUp(const UpFlags& flags) {
   }
   const std::string bin = SelfDir();
   fs::path scratch_root;  // sandbox homes outside `dir`, removed when the cluster stops
-  std::vector<ServiceDef> defs = {
-      // The lease snapshot lets a restarted limiter grant again at once (no learning mode).
-      {"ratelimiter", bin + "/corral-ratelimiter",
-       absl::StrCat(kRateLimiterYaml, "state_path: ", (dir / "ratelimiter.db").string(), "\n"), "127.0.0.1:7400",
-       "127.0.0.1:9400"},
-  };
-  // The sandbox host switches uids, so it needs root; without it the cluster runs without sandboxes.
-  if (geteuid() == 0) {
-    // Inside a sandbox's view /tmp is its own, so homes cannot live below /tmp.
-    fs::path sandboxes = dir / "sandboxes";
-    if (absl::StartsWith(sandboxes.string(), "/tmp/")) {
-      sandboxes = fs::path("/var/tmp") / absl::StrCat("corral-up-", getpid(), "-sandboxes");
-      scratch_root = sandboxes;
-    }
-    // Hosts on one machine must not share sandbox uids (RLIMIT_NPROC, cgroups and sweeps count per uid).
-    const int uids_each = 45000 / flags.hosts;
-    for (int i = 0; i < flags.hosts; ++i) {
-      const std::string suffix = i == 0 ? "" : absl::StrCat("-", i + 1);
-      defs.push_back({"sandbox-host" + suffix, bin + "/corral-sandbox-host",
-                      absl::StrCat("# corral up: the sandbox host's playground configuration.\nroot: ",
-                                   (sandboxes / absl::StrCat("host", i + 1)).string(),
-                                   "\ncapacity: 64\ndefault_network: none\nhost_id: local", suffix, "\nuid_first: ",
-                                   20000 + i * uids_each, "\nuid_last: ", 20000 + (i + 1) * uids_each - 1, "\n"),
-                      absl::StrCat("127.0.0.1:", 7500 + i), absl::StrCat("127.0.0.1:", 9500 + i)});
-    }
-  } else {
-    std::cout << "corral up: not root, so no sandbox host (it switches to each sandbox's uid)\n";
+  std::vector<ServiceDef> defs = BaseServices(flags, dir, bin, &scratch_root);
+  auto upstream = StartUpstream(flags, dir, bin);
+  if (!upstream.ok()) {
+    std::cerr << "corral up: " << upstream.status().message() << "\n";
+    return flags.upstream.empty() ? 1 : 2;  // (2: the --upstream given is not one to use)
   }
-
-  // A scripted model stands in for vLLM/SGLang in the playground (a demo aid); --upstream points the proxy at a
-  // real OpenAI-compatible server instead.
-  std::optional<RunningService> fake_llm;
-  std::string upstream = flags.upstream;
-  std::string default_model = "fake-model";
-  if (!upstream.empty()) {
-    auto choice = UpstreamModel(upstream, flags.model);
-    if (!choice.ok()) {
-      std::cerr << "corral up: " << choice.status().message() << "\n";
-      return 2;
-    }
-    default_model = choice->model;
-    std::cout << "corral up: model " << choice->note << "\n";
-  } else {
-    auto started = StartService(bin + "/corral-fake-llm",
-                                {"--listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8000"), "--arithmetic"},
-                                dir.string(), "fake-llm");
-    if (!started.ok()) {
-      std::cerr << "corral up: cannot start fake-llm: " << started.status().message() << "\n";
-      return 1;
-    }
-    fake_llm.emplace(*std::move(started));
-    upstream = "http://" + fake_llm->ready.http;
-  }
-  defs.push_back(
-      {"proxy",
-       bin + "/corral-proxy",
-       absl::StrCat(
-           "# corral up: the proxy's playground configuration.\njournal: ", (dir / "proxy.db").string(),
-           "\nupstream: [\"", upstream, "\"]\n",
-           default_model.empty() ? "" : absl::StrCat("default_model: \"", absl::CEscape(default_model), "\"\n")),
-       "127.0.0.1:7600",
-       "127.0.0.1:9600",
-       {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8080")}});
-  // The scheduler comes last: its configuration names the others' addresses.
-  // Its HTTP port serves the rollout inspector.
+  defs.push_back({"proxy",
+                  bin + "/corral-proxy",
+                  absl::StrCat("# corral up: the proxy's playground configuration.\njournal: ",
+                               (dir / "proxy.db").string(), "\nupstream: [\"", upstream->url, "\"]\n",
+                               upstream->default_model.empty()
+                                   ? ""
+                                   : absl::StrCat("default_model: \"", absl::CEscape(upstream->default_model), "\"\n")),
+                  "127.0.0.1:7600",
+                  "127.0.0.1:9600",
+                  {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8080")}});
+  // The scheduler comes last: its configuration names the others' addresses. Its HTTP port serves the inspector.
   defs.push_back({"scheduler",
                   bin + "/corral-scheduler",
                   "",
                   "127.0.0.1:7700",
                   "127.0.0.1:9700",
                   {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "7780")}});
-  std::vector<std::pair<ServiceDef, RunningService>> running;
-  for (ServiceDef& def : defs) {
-    if (def.name == "scheduler") def.config_yaml = SchedulerYaml(dir, running, default_model);
-    const std::string config = (dir / (def.name + ".yaml")).string();
-    std::ofstream(config, std::ios::trunc) << def.config_yaml;
-    std::vector<std::string> args = {"--config=" + config, "--secret-file=" + *secret,
-                                     "--grpc-listen=" + (flags.any_port ? "127.0.0.1:0" : def.grpc_listen),
-                                     "--metrics-listen=" + (flags.any_port ? "127.0.0.1:0" : def.metrics_listen)};
-    args.insert(args.end(), def.extra_args.begin(), def.extra_args.end());
-    auto service = StartService(def.binary, args, dir.string(), def.name);
-    if (!service.ok()) {
-      std::cerr << "corral up: cannot start " << def.name << ": " << service.status().message()
-                << "\n  (log: " << (dir / (def.name + ".log")).string() << ")\n";
-      return 1;  // the destructors stop whatever already started
-    }
-    running.emplace_back(def, *std::move(service));
+  Running running;
+  if (absl::Status s = StartAll(flags, dir, *secret, upstream->default_model, std::move(defs), running); !s.ok()) {
+    std::cerr << "corral up: " << s.message() << "\n";
+    return 1;  // the destructors stop whatever already started
   }
+  WriteClusterJson(dir, *secret, running, upstream->fake_llm);
+  PrintCluster(dir, running, *upstream);
+  const std::string hints = Hints(dir, bin, *secret, running);
+  const bool stop_after_demo = flags.demo && flags.exit_after_demo;
+  if (!stop_after_demo) std::cout << "try, in another terminal:\n" << hints << std::flush;
 
-  std::ofstream cluster(dir / "cluster.json", std::ios::trunc);
-  cluster << "{\"secret_file\":\"" << *secret << "\"";
-  for (auto& [def, service] : running) {
-    cluster << ",\"" << def.name << "\":{\"grpc\":\"" << service.ready.grpc << "\",\"metrics\":\""
-            << service.ready.metrics << "\",\"pid\":" << service.ready.pid
-            << (service.ready.http.empty() ? "" : ",\"http\":\"" + service.ready.http + "\"") << "}";
-  }
-  if (fake_llm) {
-    cluster << ",\"fake-llm\":{\"http\":\"" << fake_llm->ready.http << "\",\"pid\":" << fake_llm->ready.pid << "}";
-  }
-  cluster << "}\n";
-  cluster.close();
-
-  std::cout << "corral up: cluster running (state and logs in " << dir.string() << ")\n";
-  for (auto& [def, service] : running) {
-    std::string http;
-    if (!service.ready.http.empty()) {
-      http = def.name == "scheduler" ? "  inspector http://" + service.ready.http + "/"
-                                     : "  http://" + service.ready.http + "/v1";
-    }
-    std::cout << absl::StrFormat("  %-12s grpc %-18s metrics http://%s/metrics  pid %d%s\n", def.name,
-                                 service.ready.grpc, service.ready.metrics, service.ready.pid, http);
-  }
-  if (fake_llm) {
-    std::cout << absl::StrFormat("  %-12s http://%s/v1 (scripted model)  pid %d\n", "fake-llm", fake_llm->ready.http,
-                                 fake_llm->ready.pid);
-  } else {
-    std::cout << "  upstream     " << upstream << (default_model.empty() ? "" : "  model " + default_model) << "\n";
-  }
-  const std::string& limiter_addr = running.front().second.ready.grpc;
-  // Hints that work when pasted: the CLI by the path it was started with, while the cluster still runs.
-  std::error_code rel_ec;
-  fs::path cli = fs::relative(fs::path(bin) / "corral", fs::current_path(), rel_ec);
-  if (rel_ec || cli.empty()) cli = fs::path(bin) / "corral";
-  std::string inspector;
-  for (auto& [def, service] : running) {
-    if (def.name == "scheduler" && !service.ready.http.empty()) {
-      inspector = absl::StrCat("  open http://", service.ready.http, "/ in a browser: the rollout inspector\n");
-    }
-  }
-  const std::string hints = absl::StrCat(
-      "  ", cli.string(), " run examples/datasets/word_problems.jsonl --group-size 4\n", inspector, "  ", cli.string(),
-      " hosts ls;  ", cli.string(), " limiter status --addr ", limiter_addr, " --secret-file ", *secret, "\n",
-      "  python3: corral.Client() (clients/python) finds this cluster through ", (dir / "cluster.json").string(), "\n");
-  if (!(flags.demo && flags.exit_after_demo)) std::cout << "try, in another terminal:\n" << hints << std::flush;
-
-  int exit_code = 0;
-  bool stop = false;
-  if (flags.demo) {
-    const std::string token = MintClusterToken(*TokenSigner::FromKeyFile(*secret));
-    exit_code = RunRateLimiterDemo(limiter_addr, token);
-    std::string sandbox_host;
-    for (auto& [def, service] : running) {
-      if (def.name == "sandbox-host") sandbox_host = service.ready.grpc;
-    }
-    if (exit_code == 0 && !sandbox_host.empty()) exit_code = RunSandboxDemo(sandbox_host, token);
-    for (auto& [def, service] : running) {
-      if (def.name == "scheduler" && exit_code == 0) {
-        exit_code = RunBatchDemo(service.ready.grpc, token, /*sandboxes=*/!sandbox_host.empty());
-      }
-    }
-    stop = flags.exit_after_demo;
-  }
-  if (!stop) std::cout << "Ctrl-C stops the cluster.\n" << std::flush;
-  while (!stop) {
-    const timespec tick{0, 200'000'000};
-    int sig = sigtimedwait(&signals, nullptr, &tick);
-    if (sig == SIGINT || sig == SIGTERM) break;
-    for (auto& [def, service] : running) {
-      if (service.process.Wait(absl::ZeroDuration()).ok()) {
-        std::cerr << "corral up: " << def.name << " exited unexpectedly; its log:\n" << service.process.Log();
-        exit_code = 1;
-        stop = true;
-      }
-    }
-  }
-  std::cout << "corral up: stopping\n" << std::flush;
-  for (auto it = running.rbegin(); it != running.rend(); ++it) {
-    it->second.process.Signal(SIGTERM);
-    auto status = it->second.process.Wait(absl::Seconds(15));
-    if (!status.ok()) std::cerr << "corral up: " << it->first.name << " did not stop in 15 s; killing it\n";
-  }
+  int exit_code = flags.demo ? RunDemos(*secret, running) : 0;
+  if (!stop_after_demo) exit_code = std::max(exit_code, WaitForStop(signals, running));
+  StopAll(running);
   std::error_code ec;
   if (!scratch_root.empty()) fs::remove_all(scratch_root, ec);
   std::cout << "corral up: stopped\n";
-  if (flags.demo && flags.exit_after_demo && exit_code == 0) {
-    std::cout << "To keep a cluster running, start it with `scripts/up --stay` (or `" << cli.string()
+  if (stop_after_demo && exit_code == 0) {
+    std::cout << "To keep a cluster running, start it with `scripts/up --stay` (or `" << CliPath(bin).string()
               << " up`), then in another terminal:\n"
               << hints;
   }

@@ -13,8 +13,11 @@
 #include "boost/json/array.hpp"
 #include "corral/v1/scheduler.pb.h"
 #include "libs/core/clock.h"
+#include "services/scheduler/episode/branch_state.h"
 #include "services/scheduler/episode/episode_outcome.h"
+#include "services/scheduler/episode/mcp_state.h"
 #include "services/scheduler/episode/pause_ledger.h"
+#include "services/scheduler/episode/resident_registry.h"
 #include "services/scheduler/episode/runner_options.h"
 #include "services/scheduler/remote/host_api.h"
 #include "services/scheduler/remote/host_registry.h"
@@ -26,22 +29,6 @@
 namespace corral::scheduler {
 
 class EnvBoard;
-class EpisodeDriver;
-
-// Branching (Task.branch): what a child takes over from its parent at the split.
-struct BranchStart {
-  boost::json::array messages;               // the conversation before the turn the child samples anew
-  int64_t turn = 0;                          // that turn
-  v1::Trajectory prefix;                     // its ancestors' calls (CALLS form)
-  v1::BranchInfo info;                       // its place in the tree, with the turns of the splits so far
-  uint32_t llm_calls = 0, tool_calls = 0;    // made by its ancestors
-  absl::Time episode_deadline, agent_start;  // the parent's: the line's time runs on
-  // Where it runs: its fork, on the parent's host; or why it has none (it ends with that failure).
-  std::optional<Slot> slot;
-  v1::Sandbox sandbox;
-  std::string workdir;
-  std::optional<Failure> failure;
-};
 
 struct Attempt {
   EpisodeTicket ticket;
@@ -56,12 +43,8 @@ struct Attempt {
   // Trainer-driven environment episodes meet their trainer's calls here. Null: none can open.
   EnvBoard* envs = nullptr;
 
-  // Branching tasks (ticket.branch_plan): this episode's place in the tree, the next level it splits at, and
-  // where it started (a child; null for the group's root). `driver` starts the children.
-  v1::BranchInfo branch;
-  size_t next_level = 0;
-  std::shared_ptr<const BranchStart> resume;
-  EpisodeDriver* driver = nullptr;
+  // Branching tasks (ticket.branch_plan).
+  BranchState branching;
 
   v1::EpisodeResult result;
   absl::Time start;
@@ -88,20 +71,11 @@ struct Attempt {
   // `path` as the sandbox's processes see it: an absolute path as it is, a relative one under the home.
   std::string InSandbox(const std::string& path) const;
 
-  // Persistent tools' processes, by tool name (started on first use, stopped when the attempt ends).
-  struct ToolProcess {
-    std::shared_ptr<InteractiveProcess> process;
-    std::string marker;  // printed by the process after each call; random per process
-  };
-  // Also the environment relay ("env:relay") and the MCP servers ("mcp:<name>"), which no tool name can be.
-  std::map<std::string, ToolProcess> tool_processes;
-  // MCP tools offered to the model, by offered name ("<server>__<tool>"): the server and its name for the tool.
-  struct McpTool {
-    std::string server;
-    std::string tool;
-  };
-  std::map<std::string, McpTool> mcp_tools;
-  int64_t mcp_next_id = 1;  // JSON-RPC ids of the attempt's MCP requests
+  // Processes kept open in the sandbox (persistent tools, MCP servers, the environment relay): stopped when
+  // the attempt ends.
+  ResidentProcesses residents;
+  // MCP tool servers (Task.mcp_servers).
+  McpState mcp;
 
   std::string final_message;  // the last assistant message's text (single_turn, tool_loop)
   OutputTail output{4096};    // agent output, or the tool outputs (tool_loop)

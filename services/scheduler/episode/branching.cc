@@ -5,8 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/api/proto_time.h"
-#include "services/scheduler/episode/episode_driver.h"
-#include "services/scheduler/episode/persistent_tools.h"
 #include "services/scheduler/episode/trajectory_forms.h"
 
 namespace corral::scheduler {
@@ -26,9 +24,9 @@ Failure NoFork(const std::string& why) {
 // The children of one split, started with their forks (or with why they have none).
 asio::awaitable<void> Split(Attempt& a, size_t level, const boost::json::array& before_reply, int64_t turn) {
   const BranchPlan& plan = *a.ticket.branch_plan;
-  std::vector<EpisodeTicket> children = a.driver->Branch(a.ticket, level);
+  std::vector<EpisodeTicket> children = a.branching.children->Branch(a.ticket, level);
   if (children.empty()) co_return;  // ended already (cancelled, the batch's deadline)
-  StopPersistent(a);                // no process is carried over; they start again on their next call, here and there
+  a.residents.StopAll();            // no process is carried over; they start again on their next call, here and there
 
   std::optional<Failure> failure;
   v1::CreateSandboxesResponse forked;
@@ -54,7 +52,7 @@ asio::awaitable<void> Split(Attempt& a, size_t level, const boost::json::array& 
     if (own.ok()) {
       const v1::Trajectory empty;
       const size_t keep = own->calls_size() > 0 ? static_cast<size_t>(own->calls_size() - 1) : 0;
-      prefix = JoinCalls(a.resume ? a.resume->prefix : empty, *own, keep);
+      prefix = JoinCalls(a.branching.resume ? a.branching.resume->prefix : empty, *own, keep);
     } else {
       failure = NoFork(
           absl::StrCat("taking the shared prefix from proxy ", a.proxy->address(), ": ", own.status().message()));
@@ -66,7 +64,7 @@ asio::awaitable<void> Split(Attempt& a, size_t level, const boost::json::array& 
     start->messages = before_reply;
     start->turn = turn;
     start->info = BranchInfoOf(plan, a.ticket.ids.batch_id(), a.ticket.ids.group_index(), index);
-    *start->info.mutable_turns() = a.branch.turns();
+    *start->info.mutable_turns() = a.branching.info.turns();
     start->info.set_turn(static_cast<uint32_t>(turn));
     start->info.set_prefix_calls(static_cast<uint32_t>(prefix.calls_size()));
     start->prefix = prefix;
@@ -84,27 +82,27 @@ asio::awaitable<void> Split(Attempt& a, size_t level, const boost::json::array& 
       start->slot = a.slot;
       start->sandbox = forked.sandboxes(static_cast<int>(k)).sandbox();
     }
-    a.driver->StartChild(std::move(children[k]), std::move(start));
+    a.branching.children->StartChild(std::move(children[k]), std::move(start));
   }
 }
 
 }  // namespace
 
 asio::awaitable<void> SplitIfDue(Attempt& a, const boost::json::array& before_reply, int64_t turn, bool last) {
-  if (!a.ticket.branch_plan || a.driver == nullptr) co_return;
+  if (!a.ticket.branch_plan || a.branching.children == nullptr) co_return;
   const BranchPlan& plan = *a.ticket.branch_plan;
-  while (a.next_level < plan.levels()) {
-    const size_t level = a.next_level;
+  while (a.branching.next_level < plan.levels()) {
+    const size_t level = a.branching.next_level;
     if (turn < static_cast<int64_t>(plan.turns[level]) && !last) co_return;
-    ++a.next_level;
-    a.branch.add_turns(static_cast<uint32_t>(turn));
+    ++a.branching.next_level;
+    a.branching.info.add_turns(static_cast<uint32_t>(turn));
     co_await Split(a, level, before_reply, turn);
   }
 }
 
 void SetBranchInfo(const Attempt& a, v1::EpisodeResult& result) {
   if (!a.ticket.branch_plan) return;
-  *result.mutable_branch() = a.branch;
+  *result.mutable_branch() = a.branching.info;
 }
 
 }  // namespace corral::scheduler

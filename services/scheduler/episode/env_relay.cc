@@ -4,7 +4,8 @@
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
-#include "services/scheduler/episode/persistent_tools.h"
+#include "services/scheduler/episode/episode_calls.h"
+#include "services/scheduler/episode/resident_process.h"
 
 namespace corral::scheduler {
 namespace {
@@ -15,117 +16,26 @@ namespace json = boost::json;
 // The relay's key among the attempt's long-lived processes (tool names cannot hold ':').
 constexpr char kRelayKey[] = "env:relay";
 
-// One JSON request per stdin line; one JSON answer per request, followed by the marker line. The server is the
-// relay's child (in its process group), so ending the relay's call ends both.
-constexpr char kRelay[] = R"py(
-import http.client, json, os, socket, subprocess, sys, time
-cfg = json.loads(os.environ.pop("__CORRAL_ENV"))
-mark = cfg["mark"]
-log = open(cfg["log"], "ab", buffering=0)
-env = dict(os.environ)
-env.update(cfg["env"])
-try:
-    server = subprocess.Popen(cfg["argv"], cwd=cfg["cwd"] or None, env=env, stdin=subprocess.DEVNULL,
-                              stdout=log, stderr=log)
-    start_error = None
-except OSError as e:
-    server, start_error = None, str(e)
-
-class Unix(http.client.HTTPConnection):
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(cfg["socket"])
-        self.sock = s
-
-def tail():
-    try:
-        with open(cfg["log"], "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 2048))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-def gone():
-    if server is None:
-        return {"error": "the server could not be started: " + start_error, "exited": True}
-    code = server.poll()
-    if code is None:
-        return None
-    how = "signal %d" % -code if code < 0 else "code %d" % code
-    return {"error": "the server exited with " + how, "exited": True, "log": tail()}
-
-def call(req):
-    dead = gone()
-    if dead:
-        return dead
-    timeout = max(0.05, req.get("timeout", 30))
-    c = Unix("localhost", timeout=timeout) if cfg["socket"] else \
-        http.client.HTTPConnection("127.0.0.1", cfg["port"], timeout=timeout)
-    try:
-        body = req.get("body")
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        c.request(req["method"], req["path"], body=None if body is None else body.encode(), headers=headers)
-        r = c.getresponse()
-        return {"status": r.status, "body": r.read().decode("utf-8", "replace")}
-    except socket.timeout:
-        return {"error": "no answer in time", "timed_out": True}
-    except (OSError, http.client.HTTPException) as e:
-        time.sleep(0.05)  # a crashing server: let it be reaped, so the answer says it exited
-        return gone() or {"error": "%s %s: %s" % (req["method"], req["path"], e), "unreachable": True}
-    finally:
-        c.close()
-
-def wait(req):
-    end = time.monotonic() + req["timeout"]
-    last = None
-    while time.monotonic() < end:
-        r = call({"method": "GET", "path": req["path"], "timeout": min(5, max(0.1, end - time.monotonic()))})
-        if r.get("status") == 200 or r.get("exited"):
-            return r
-        last = r
-        time.sleep(0.05)
-    return {"error": "not ready: the last try got %s" % json.dumps(last), "timed_out": True, "log": tail()}
-
-for line in sys.stdin:
-    try:
-        req = json.loads(line)
-        out = wait(req) if req.get("wait") else call(req)
-    except Exception as e:
-        out = {"error": "relay: %r" % e}
-    sys.stdout.write(json.dumps(out) + "\n" + mark + "\n")
-    sys.stdout.flush()
-if server:
-    server.kill()
-)py";
-
-void StopRelay(Attempt& a) {
-  auto it = a.tool_processes.find(kRelayKey);
-  if (it == a.tool_processes.end()) return;
-  it->second.process->Stop();
-  a.tool_processes.erase(it);
-}
+void StopRelay(Attempt& a) { a.residents.Stop(kRelayKey); }
 
 // Writes `request` to the relay and reads its answer: the parsed JSON object, or an infra failure.
 asio::awaitable<std::variant<json::object, Failure>> Exchange(Attempt& a, const json::object& request,
                                                               absl::Duration timeout, const std::string& what) {
   using Out = std::variant<json::object, Failure>;
-  auto it = a.tool_processes.find(kRelayKey);
-  if (it == a.tool_processes.end()) {
+  const ResidentProcesses::Entry* found = a.residents.Find(kRelayKey);
+  if (found == nullptr) {
     co_return Out(
         EnvironmentFailure(v1::FAILURE_CLASS_INFRA, absl::StrCat(what, ": the environment server is not running")));
   }
-  std::shared_ptr<InteractiveProcess> relay = it->second.process;
-  const std::string marker = it->second.marker;
+  std::shared_ptr<InteractiveProcess> relay = found->process;
+  const std::string marker = found->marker;
   ScopedInterrupt interrupt(a.control(), [relay] { relay->Stop(); });
   relay->Write(json::serialize(request) + "\n");
   // The relay gives up at `timeout` itself; the slack lets it say so.
   const absl::Time deadline = std::min(a.clock->Now() + timeout + absl::Seconds(5), a.EpisodeDeadline());
   InteractiveProcess::Output out = co_await relay->ReadUntil(marker, deadline);
   if (a.control()->stopped()) {
-    co_return Out(
-        a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_ENVIRONMENT, v1::FAILURE_CLASS_INFRA, what));
+    co_return Out(StoppedFailure(a, v1::EPISODE_PHASE_ENVIRONMENT, what));
   }
   if (!out.marked) {
     StopRelay(a);
@@ -173,10 +83,6 @@ Failure RelayError(Attempt& a, const json::object& answer, const std::string& wh
 
 }  // namespace
 
-Failure EnvironmentFailure(v1::FailureClass failure_class, std::string message) {
-  return Failure{v1::EPISODE_STATUS_FAILED, failure_class, v1::EPISODE_PHASE_ENVIRONMENT, std::move(message)};
-}
-
 asio::awaitable<std::optional<Failure>> StartEnvServer(Attempt& a, const v1::EnvServerSpec& spec) {
   const absl::Time deadline = a.EpisodeDeadline();
   if (absl::Status s = co_await a.slot->client->MakeDir(a.sandbox_id, ".corral", a.Call(deadline)); !s.ok()) {
@@ -196,26 +102,17 @@ asio::awaitable<std::optional<Failure>> StartEnvServer(Attempt& a, const v1::Env
   const std::string marker = RandomMarker("__CORRAL_ENV_");
   cfg["mark"] = marker;
 
-  v1::ExecRequest start;
-  start.set_sandbox_id(a.sandbox_id);
-  v1::Command& command = *start.mutable_command();
-  for (const char* arg : {"python3", "-u", "-c", kRelay}) command.add_argv(arg);
-  command.set_cwd(a.workdir);
-  (*command.mutable_env())["__CORRAL_ENV"] = json::serialize(cfg);
-  const absl::Duration life = std::min(deadline - a.clock->Now(), a.slot->max_exec_timeout);
-  ToProto(std::max(life, absl::Seconds(1)), command.mutable_timeout());
-  auto started = co_await a.slot->client->StartInteractive(std::move(start));
-  if (!started.ok()) {
-    const absl::StatusCode code = started.status().code();
-    if (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument) {
-      co_return EnvironmentFailure(
-          v1::FAILURE_CLASS_ENVIRONMENT,
-          absl::StrCat("the environment relay needs python3 in the sandbox: ", started.status().message()));
-    }
-    co_return a.FromStatus(started.status(), v1::EPISODE_PHASE_ENVIRONMENT, v1::FAILURE_CLASS_INFRA,
-                           "starting the environment server");
-  }
-  a.tool_processes[kRelayKey] = Attempt::ToolProcess{*std::move(started), marker};
+  ResidentSpec start;
+  start.key = kRelayKey;
+  for (const char* arg : {"python3", "-u", "-c"}) start.command.add_argv(arg);
+  start.command.add_argv(EpisodeScript("env_relay.py"));
+  (*start.command.mutable_env())["__CORRAL_ENV"] = json::serialize(cfg);
+  start.marker = marker;
+  start.phase = v1::EPISODE_PHASE_ENVIRONMENT;
+  start.what = "the environment server";
+  start.cannot_start = "the environment relay needs python3 in the sandbox: ";
+  auto started = co_await StartResident(a, start);
+  if (auto* f = std::get_if<Failure>(&started)) co_return *f;
 
   const absl::Duration ready = spec.has_ready_timeout() ? FromProto(spec.ready_timeout()) : absl::Seconds(60);
   const std::string health = spec.health_path().empty() ? "/health" : spec.health_path();

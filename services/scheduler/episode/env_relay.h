@@ -20,9 +20,6 @@ struct EnvHttpReply {
   std::string body;
 };
 
-// A FAILED result in phase ENVIRONMENT (the environment runner's and the MCP tools' failures).
-Failure EnvironmentFailure(v1::FailureClass failure_class, std::string message);
-
 // Starts the relay and, through it, the server of `spec`; returns once the server's health check answered 200.
 // Failure: INFRA when the server exits, is not ready within spec.ready_timeout or the sandbox is gone;
 // ENVIRONMENT when the sandbox has no python3 to run the relay.

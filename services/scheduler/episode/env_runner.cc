@@ -16,7 +16,8 @@
 #include "services/scheduler/episode/env_board.h"
 #include "services/scheduler/episode/env_protocol.h"
 #include "services/scheduler/episode/env_relay.h"
-#include "services/scheduler/episode/runners.h"
+#include "services/scheduler/episode/episode_calls.h"
+#include "services/scheduler/episode/verifier.h"
 
 namespace corral::scheduler {
 namespace {
@@ -113,8 +114,7 @@ asio::awaitable<std::variant<EnvCommand, Failure>> NextCommand(Attempt& a, EnvBo
     if (raced.index() == 0) {
       auto [ec, command] = std::get<0>(std::move(raced));
       if (ec) {
-        co_return Out(a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA,
-                                   "waiting for the trainer"));
+        co_return Out(StoppedFailure(a, v1::EPISODE_PHASE_AGENT, "waiting for the trainer"));
       }
       co_return Out(std::move(command));
     }

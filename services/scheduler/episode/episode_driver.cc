@@ -13,7 +13,8 @@
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
 #include "services/scheduler/episode/branching.h"
-#include "services/scheduler/episode/persistent_tools.h"
+#include "services/scheduler/episode/env_runner.h"
+#include "services/scheduler/episode/episode_calls.h"
 #include "services/scheduler/episode/runners.h"
 #include "services/scheduler/episode/sandbox_request.h"
 #include "services/scheduler/episode/trajectory_forms.h"
@@ -140,11 +141,11 @@ void EpisodeDriver::StartChild(EpisodeTicket ticket, std::shared_ptr<const Branc
 
 asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket, std::shared_ptr<const BranchStart> resume) {
   Attempt a{std::move(ticket)};
-  a.resume = std::move(resume);
-  a.driver = this;
+  a.branching.resume = std::move(resume);
+  a.branching.children = this;
   // Counted in placing from Start until a sandbox slot is reserved or the attempt gives up on one (a branch has
   // its fork already).
-  bool placing = NeedsSandbox(a.task()) && a.resume == nullptr;
+  bool placing = NeedsSandbox(a.task()) && a.branching.resume == nullptr;
   a.on_reserved = [this, &placing] {
     if (placing) --parts_.occupancy->placing;
     placing = false;
@@ -161,15 +162,16 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket, std::shared_ptr<c
     a.episode_deadline = *a.ticket.batch_deadline;
     a.batch_deadline_binds = true;
   }
-  if (a.resume) {  // a branch's time runs on from its parent's
-    a.episode_deadline = std::min(a.episode_deadline, a.resume->episode_deadline);
+  if (a.branching.resume) {  // a branch's time runs on from its parent's
+    a.episode_deadline = std::min(a.episode_deadline, a.branching.resume->episode_deadline);
     a.batch_deadline_binds = a.batch_deadline_binds && a.episode_deadline == *a.ticket.batch_deadline;
   }
   if (const auto& plan = a.ticket.branch_plan) {
     const uint32_t index = a.ticket.ids.index_in_group();
-    a.branch =
-        a.resume ? a.resume->info : BranchInfoOf(*plan, a.ticket.ids.batch_id(), a.ticket.ids.group_index(), index);
-    a.next_level = plan->FirstOwnLevel(index);
+    a.branching.info = a.branching.resume
+                           ? a.branching.resume->info
+                           : BranchInfoOf(*plan, a.ticket.ids.batch_id(), a.ticket.ids.group_index(), index);
+    a.branching.next_level = plan->FirstOwnLevel(index);
   }
   *a.result.mutable_ids() = a.ticket.ids;
   a.result.set_env_id(a.ticket.env_id);
@@ -193,13 +195,13 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket, std::shared_ptr<c
 }
 
 asio::awaitable<std::optional<Failure>> EpisodeDriver::RunPhases(Attempt& a) {
-  if (a.resume && a.resume->failure) {
+  if (a.branching.resume && a.branching.resume->failure) {
     // Its sandbox was never made: it ends with why, and the fork's slot was never held.
-    co_return a.resume->failure;
+    co_return a.branching.resume->failure;
   }
-  if (a.resume) AdoptFork(a);  // first: whatever happens next, the fork is deleted with the attempt
+  if (a.branching.resume) AdoptFork(a);  // first: whatever happens next, the fork is deleted with the attempt
   std::optional<Failure> failure = co_await OpenSession(a);
-  if (!failure && a.resume) {
+  if (!failure && a.branching.resume) {
     failure = co_await SetUpFork(a);
   } else if (!failure && NeedsSandbox(a.task())) {
     failure = co_await AcquireSandbox(a);
@@ -207,7 +209,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::RunPhases(Attempt& a) {
   if (failure || a.control()->stopped()) co_return failure;
   a.control()->set_phase(RunPhase::kAgent);
   a.StartAgentPhase();
-  if (a.resume) a.agent_start = std::min(a.agent_start, a.resume->agent_start);
+  if (a.branching.resume) a.agent_start = std::min(a.agent_start, a.branching.resume->agent_start);
   switch (a.task().runner()) {
     case v1::RUNNER_SINGLE_TURN: co_return co_await RunSingleTurn(a);
     case v1::RUNNER_TOOL_LOOP: co_return co_await RunToolLoop(a);
@@ -303,9 +305,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
     }
   }
   while (!placed) {
-    if (a.control()->stopped())
-      co_return a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_ACQUIRE, v1::FAILURE_CLASS_INFRA,
-                             "acquire");
+    if (a.control()->stopped()) co_return StoppedFailure(a, v1::EPISODE_PHASE_ACQUIRE, "acquire");
     auto slot = hosts_->Reserve(needs, spec.template_key());
     if (slot.ok()) a.on_reserved();
     if (!slot.ok()) {
@@ -396,7 +396,7 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
 }
 
 void EpisodeDriver::AdoptFork(Attempt& a) {
-  const BranchStart& start = *a.resume;
+  const BranchStart& start = *a.branching.resume;
   a.slot = start.slot;
   a.sandbox_id = start.sandbox.sandbox_id();
   a.home = start.sandbox.home();
@@ -428,7 +428,8 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     auto closed = co_await a.proxy->Close(a.ticket.env_id, v1::TRAJECTORY_FORMAT_CALLS, absl::Seconds(30));
     const bool never_opened = a.session.env_token().empty() && closed.status().code() == absl::StatusCode::kNotFound;
     if (closed.ok()) {
-      *r.mutable_trajectory() = a.resume ? JoinCalls(a.resume->prefix, closed->trajectory()) : closed->trajectory();
+      *r.mutable_trajectory() =
+          a.branching.resume ? JoinCalls(a.branching.resume->prefix, closed->trajectory()) : closed->trajectory();
       if (r.trajectory().has_first_policy_version()) r.set_first_policy_version(r.trajectory().first_policy_version());
       if (r.trajectory().has_last_policy_version()) r.set_last_policy_version(r.trajectory().last_policy_version());
     } else if (closed.status().code() != absl::StatusCode::kNotFound) {
@@ -461,7 +462,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
                  v1::EpisodeStatus_Name(r.status()), PhaseName(failure->phase), failure->message);
   }
   if (parts_.metrics != nullptr) parts_.metrics->EpisodeEnded(a.task().runner(), r);
-  StopPersistent(a);
+  a.residents.StopAll();
   // The sandbox goes in the background: the result does not wait for teardown.
   if (a.slot) {
     auto executor = co_await asio::this_coro::executor;

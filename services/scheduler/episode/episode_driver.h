@@ -51,7 +51,7 @@ struct DriverParts {
   std::function<void()> on_finished;    // optional: an attempt ended (room for the next: the dispatcher's wake-up)
 };
 
-class EpisodeDriver {
+class EpisodeDriver : public ChildStarter {
  public:
   EpisodeDriver(DriverParts parts, RunnerOptions options);
 
@@ -60,10 +60,9 @@ class EpisodeDriver {
   void Start(EpisodeTicket ticket);
   int64_t running() const { return parts_.occupancy->running.load(); }
   int64_t placing() const { return parts_.occupancy->placing.load(); }
-  // Branching (episode/branching.cc): the children of `parent` at `level`, from the table.
-  std::vector<EpisodeTicket> Branch(const EpisodeTicket& parent, size_t level);
-  // Starts a child with what its parent handed over: its fork (owned from now on) or why it has none.
-  void StartChild(EpisodeTicket ticket, std::shared_ptr<const BranchStart> start);
+  // Branching (episode/branching.cc splits through these).
+  std::vector<EpisodeTicket> Branch(const EpisodeTicket& parent, size_t level) override;
+  void StartChild(EpisodeTicket ticket, std::shared_ptr<const BranchStart> start) override;
   // The proxy replica that serves `env_id` (rendezvous hashing: stable while the replica set is).
   const std::shared_ptr<ProxyApi>& ProxyFor(const std::string& env_id) const;
 

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "libs/api/proto_time.h"
 #include "services/scheduler/episode/chat.h"
-#include "services/scheduler/episode/env_relay.h"
-#include "services/scheduler/episode/runners.h"
+#include "services/scheduler/episode/episode_calls.h"
+#include "services/scheduler/episode/resident_process.h"
 
 namespace corral::scheduler {
 namespace {
@@ -77,7 +77,7 @@ asio::awaitable<RpcAnswer> ReadAnswer(InteractiveProcess& p, int64_t id, absl::T
 // Sends request `method` and waits for its answer.
 asio::awaitable<RpcAnswer> Request(Attempt& a, InteractiveProcess& p, const std::string& method, json::object params,
                                    absl::Time deadline) {
-  const int64_t id = a.mcp_next_id++;
+  const int64_t id = a.mcp.next_id++;
   json::object request;
   request["jsonrpc"] = "2.0";
   request["id"] = id;
@@ -104,31 +104,19 @@ asio::awaitable<std::variant<std::shared_ptr<InteractiveProcess>, Failure>> Star
   using Out = std::variant<std::shared_ptr<InteractiveProcess>, Failure>;
   const std::string what = absl::StrCat("MCP server '", spec.name(), "'");
   const absl::Time deadline = std::min(a.clock->Now() + kStartTimeout, a.EpisodeDeadline());
-  if (absl::Status s = co_await a.slot->client->MakeDir(a.sandbox_id, ".corral", a.Call(deadline)); !s.ok()) {
-    co_return Out(a.FromStatus(s, v1::EPISODE_PHASE_ENVIRONMENT, v1::FAILURE_CLASS_INFRA, "making .corral"));
-  }
-  v1::ExecRequest start;
-  start.set_sandbox_id(a.sandbox_id);
-  v1::Command& command = *start.mutable_command();
+  ResidentSpec start;
+  start.key = Key(spec.name());
+  start.command = spec.command();
+  start.marker = "\n";  // newline-delimited JSON-RPC
   // stdout is the protocol's alone: stderr goes to the log.
-  const std::string log = a.InSandbox(absl::StrCat(".corral/mcp-", spec.name(), ".log"));
-  for (const char* arg : {"sh", "-c", "exec \"$@\" 2>>\"$0\"", log.c_str()}) command.add_argv(arg);
-  for (const auto& arg : spec.command().argv()) command.add_argv(arg);
-  *command.mutable_env() = spec.command().env();
-  command.set_cwd(spec.command().cwd().empty() ? a.workdir : spec.command().cwd());
-  const absl::Duration life = std::min(a.EpisodeDeadline() - a.clock->Now(), a.slot->max_exec_timeout);
-  ToProto(std::max(life, absl::Seconds(1)), command.mutable_timeout());
-  auto started = co_await a.slot->client->StartInteractive(std::move(start));
-  if (!started.ok()) {
-    const absl::StatusCode code = started.status().code();
-    if (code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument) {
-      co_return Out(EnvironmentFailure(v1::FAILURE_CLASS_ENVIRONMENT,
-                                       absl::StrCat(what, " could not start: ", started.status().message())));
-    }
-    co_return Out(a.FromStatus(started.status(), v1::EPISODE_PHASE_ENVIRONMENT, v1::FAILURE_CLASS_INFRA,
-                               absl::StrCat("starting ", what)));
-  }
-  std::shared_ptr<InteractiveProcess> p = *std::move(started);
+  start.stderr_log = absl::StrCat(".corral/mcp-", spec.name(), ".log");
+  start.phase = v1::EPISODE_PHASE_ENVIRONMENT;
+  start.what = what;
+  start.cannot_start = absl::StrCat(what, " could not start: ");
+  const std::string log = a.InSandbox(start.stderr_log);
+  auto started = co_await StartResident(a, start);
+  if (auto* f = std::get_if<Failure>(&started)) co_return Out(*f);
+  std::shared_ptr<InteractiveProcess> p = std::get<ResidentProcesses::Entry>(std::move(started)).process;
   ScopedInterrupt interrupt(a.control(), [p] { p->Stop(); });
   json::object params;
   params["protocolVersion"] = kProtocolVersion;
@@ -136,10 +124,9 @@ asio::awaitable<std::variant<std::shared_ptr<InteractiveProcess>, Failure>> Star
   params["clientInfo"] = json::object{{"name", "corral"}, {"version", "1"}};
   RpcAnswer init = co_await Request(a, *p, "initialize", std::move(params), deadline);
   if (!init.message || init.message->contains("error")) {
-    p->Stop();
+    a.residents.Stop(Key(spec.name()));
     if (a.control()->stopped()) {
-      co_return Out(
-          a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_ENVIRONMENT, v1::FAILURE_CLASS_INFRA, what));
+      co_return Out(StoppedFailure(a, v1::EPISODE_PHASE_ENVIRONMENT, what));
     }
     std::string why = init.message ? absl::StrCat("initialize failed: ", ErrorText(*init.message))
                       : init.ended
@@ -153,7 +140,6 @@ asio::awaitable<std::variant<std::shared_ptr<InteractiveProcess>, Failure>> Star
   initialized["jsonrpc"] = "2.0";
   initialized["method"] = "notifications/initialized";
   p->Write(json::serialize(initialized) + "\n");
-  a.tool_processes[Key(spec.name())] = Attempt::ToolProcess{p, "\n"};
   co_return Out(p);
 }
 
@@ -201,7 +187,7 @@ asio::awaitable<std::optional<Failure>> StartMcpServers(Attempt& a, json::array&
           continue;
         }
         const std::string offered = McpToolName(spec.name(), tool);
-        a.mcp_tools[offered] = Attempt::McpTool{spec.name(), tool};
+        a.mcp.tools[offered] = McpState::Tool{spec.name(), tool};
         json::object function;
         function["name"] = offered;
         const json::value* description = t.as_object().if_contains("description");
@@ -224,7 +210,7 @@ asio::awaitable<std::variant<std::string, Failure>> CallMcpTool(Attempt& a, cons
                                                                 const std::string& arguments) {
   using Out = std::variant<std::string, Failure>;
   const PhaseScope phase(a.control(), RunPhase::kTool);
-  const Attempt::McpTool target = a.mcp_tools.at(name);
+  const McpState::Tool target = a.mcp.tools.at(name);
   auto args = ParseArguments(arguments);
   if (!args.ok()) co_return Out(absl::StrCat("error: ", args.status().message(), ": ", arguments.substr(0, 200)));
   const absl::Duration timeout = a.Timeout(a.task().timeouts().tool(), a.options->timeouts.tool);
@@ -239,8 +225,8 @@ asio::awaitable<std::variant<std::string, Failure>> CallMcpTool(Attempt& a, cons
   }
   const absl::Time started = a.clock->Now();
   std::shared_ptr<InteractiveProcess> p;
-  if (auto it = a.tool_processes.find(Key(target.server)); it != a.tool_processes.end()) {
-    p = it->second.process;
+  if (const ResidentProcesses::Entry* found = a.residents.Find(Key(target.server)); found != nullptr) {
+    p = found->process;
   } else {  // it exited after an earlier call: a new one
     auto restarted = co_await StartServer(a, *SpecOf(a, target.server));
     if (auto* f = std::get_if<Failure>(&restarted)) {
@@ -250,7 +236,7 @@ asio::awaitable<std::variant<std::string, Failure>> CallMcpTool(Attempt& a, cons
     p = std::get<0>(std::move(restarted));
   }
   ScopedInterrupt interrupt(a.control(), [p] { p->Stop(); });
-  const int64_t id = a.mcp_next_id;
+  const int64_t id = a.mcp.next_id;
   json::object params;
   params["name"] = target.tool;
   params["arguments"] = *std::move(args);
@@ -259,11 +245,11 @@ asio::awaitable<std::variant<std::string, Failure>> CallMcpTool(Attempt& a, cons
   permit->Release();
   a.tools_time += a.clock->Now() - started;
   if (a.control()->stopped()) {
-    co_return Out(a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, name));
+    co_return Out(StoppedFailure(a, v1::EPISODE_PHASE_TOOL, name));
   }
   if (!answer.message) {
     if (answer.ended) {
-      a.tool_processes.erase(Key(target.server));
+      a.residents.Forget(Key(target.server));
       co_return Out(absl::StrCat("error: the MCP server '", target.server, "' exited; the next call starts it again"));
     }
     json::object cancel;

@@ -16,7 +16,7 @@
 namespace corral::scheduler {
 
 // Starts the task's MCP servers, lists their tools and appends them to `tools` as OpenAI tools named
-// "<server>__<tool>" (recorded in a.mcp_tools). Failure: ENVIRONMENT when a server cannot start or answers
+// "<server>__<tool>" (recorded in a.mcp.tools). Failure: ENVIRONMENT when a server cannot start or answers
 // outside the protocol, INFRA when the sandbox is gone.
 boost::asio::awaitable<std::optional<Failure>> StartMcpServers(Attempt& a, boost::json::array& tools);
 

@@ -18,9 +18,5 @@ namespace corral::scheduler {
 boost::asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, const v1::ToolSpec& spec,
                                                                          const std::string& code,
                                                                          absl::Duration timeout, size_t limit);
-// A marker a process prints after each call's output: `prefix`, 24 random hex digits, "__".
-std::string RandomMarker(const std::string& prefix);
-// Stops the attempt's persistent processes (the sandbox's deletion would kill them too).
-void StopPersistent(Attempt& a);
 
 }  // namespace corral::scheduler

@@ -16,12 +16,13 @@
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/api/proto_time.h"
 #include "libs/async/sleep.h"
+#include "libs/harness/harnesses.h"
 #include "services/scheduler/episode/branching.h"
 #include "services/scheduler/episode/chat.h"
+#include "services/scheduler/episode/episode_calls.h"
 #include "services/scheduler/episode/mcp_tools.h"
 #include "services/scheduler/episode/persistent_tools.h"
-#include "services/scheduler/episode/reward.h"
-#include "services/scheduler/table/harnesses.h"
+#include "services/scheduler/episode/verifier.h"
 
 namespace corral::scheduler {
 
@@ -32,133 +33,8 @@ namespace {
 
 // CORRAL_INSTRUCTION carries the instruction's text up to this size (one argument may hold 128 KiB on Linux).
 constexpr size_t kInstructionInEnvMax = 32 * 1024;
-using StopChannel = asio::experimental::concurrent_channel<void(boost::system::error_code)>;
-
-std::string ModelOf(const Attempt& a) {
-  if (!a.model.empty()) return a.model;
-  return !a.task().llm().model().empty() ? a.task().llm().model() : a.options->default_model;
-}
-
-// The HTTP exchange of a call whose time limit the scheduler keeps itself (in generation time) only gets this
-// bound on stalls: a pause may hold the call that long.
-constexpr absl::Duration kPauseSlack = absl::Hours(24);
-
-// Returns once `deadline()` has passed while generation is not paused. The deadline may move later meanwhile
-// (it counts generation time only); it is read again at each wake-up.
-asio::awaitable<void> UntilGenerationDeadline(const Attempt& a, std::function<absl::Time()> deadline) {
-  while (true) {
-    const absl::Time now = a.clock->Now();
-    const absl::Time end = deadline();
-    if (now >= end && !a.Paused()) co_return;
-    // At least 100 ms (the deadline stands still while paused), at most a minute (a far or infinite deadline).
-    co_await async::SleepFor(*a.clock, std::clamp(end - now, absl::Milliseconds(100), absl::Minutes(1)));
-  }
-}
-
-// Stops the run (kTimeout) once the agent phase's deadline has passed in generation time. The stop cancels
-// whatever the run waits on, so a race against it ends promptly.
-asio::awaitable<void> StopAtAgentDeadline(const Attempt& a) {
-  co_await UntilGenerationDeadline(a, [&a] { return a.AgentDeadline(); });
-  a.control()->Stop(StopReason::kTimeout, "");
-}
 
 }  // namespace
-
-asio::awaitable<absl::StatusOr<Permit>> TakePermit(Attempt& a, const std::string& limit, const std::string& key,
-                                                   absl::Duration wait) {
-  if (a.limiter == nullptr || limit.empty()) co_return Permit();
-  co_return co_await a.limiter->Acquire(limit, key, wait, a.control());
-}
-
-asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const json::array& tools) {
-  ChatOutcome out;
-  const std::string body = ChatBody(ModelOf(a), a.task().llm().params_json(), messages, tools);
-  const absl::Time started = a.clock->Now();
-  const absl::Duration timeout = std::min(a.options->llm_call_timeout, a.AgentDeadline() - started);
-  const std::string token = a.session.env_token();
-  // A stop abandons the call at once: the request is cancelled (its connection closed). The channel is
-  // thread-safe, and holds the stop if it comes before the wait starts.
-  auto executor = co_await asio::this_coro::executor;
-  auto stopped = std::make_shared<StopChannel>(executor, 1);
-  ScopedInterrupt interrupt(a.control(), [stopped] { stopped->try_send(boost::system::error_code()); });
-  // The LLM limit's permit is held for exactly the call (queueing for it counts against the call's timeout).
-  const std::string model = ModelOf(a).empty() ? "default" : ModelOf(a);  // no model: the proxy's alias decides
-  auto permit = co_await TakePermit(a, a.options->llm_limit, model, timeout);
-  if (!permit.ok()) {
-    const bool waited_out = permit.status().code() == absl::StatusCode::kDeadlineExceeded;
-    out.failure = a.FromStatus(permit.status(), v1::EPISODE_PHASE_AGENT,
-                               waited_out ? v1::FAILURE_CLASS_AGENT : v1::FAILURE_CLASS_INFRA,
-                               absl::StrCat("permit ", a.options->llm_limit, "/", model));
-    co_return out;
-  }
-  // The call's time limit counts generation time: a call the proxies hold during a pause waits it out. The
-  // HTTP exchange itself only gets a stall bound far beyond it.
-  using namespace asio::experimental::awaitable_operators;
-  auto call_deadline = [&a, started, timeout] {
-    return std::min(started + timeout + a.PausedSince(started), a.AgentDeadline());
-  };
-  auto raced = co_await (a.proxy->Post(a.base, token, "/chat/completions", body, timeout + kPauseSlack) ||
-                         stopped->async_receive(asio::as_tuple(asio::use_awaitable)) ||
-                         UntilGenerationDeadline(a, call_deadline));
-  permit->Release();
-  if (raced.index() == 1) {
-    out.failure =
-        a.FromStatus(absl::CancelledError("stopped"), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA, "LLM call");
-    co_return out;
-  }
-  if (raced.index() == 2) {
-    out.failure = a.FromStatus(absl::DeadlineExceededError("no answer in time"), v1::EPISODE_PHASE_AGENT,
-                               v1::FAILURE_CLASS_AGENT, "LLM call");
-    co_return out;
-  }
-  auto reply = std::get<0>(std::move(raced));
-  a.result.set_llm_calls(a.result.llm_calls() + 1);
-  if (!reply.ok()) {
-    const bool timed_out =
-        a.clock->Now() >= a.AgentDeadline() || reply.status().code() == absl::StatusCode::kDeadlineExceeded;
-    out.failure = timed_out
-                      ? a.FromStatus(absl::DeadlineExceededError(reply.status().message()), v1::EPISODE_PHASE_AGENT,
-                                     v1::FAILURE_CLASS_AGENT, "LLM call")
-                      : a.FromStatus(reply.status(), v1::EPISODE_PHASE_AGENT, v1::FAILURE_CLASS_INFRA, "LLM call");
-    co_return out;
-  }
-  if (IsBudgetExhausted(reply->status, reply->body)) {
-    out.budget_exhausted = true;
-    co_return out;
-  }
-  if (reply->status != 200) {
-    Failure f;
-    f.phase = v1::EPISODE_PHASE_AGENT;
-    f.failure_class = reply->status >= 500 || reply->status == 410 ? v1::FAILURE_CLASS_INFRA : v1::FAILURE_CLASS_AGENT;
-    f.message = absl::StrCat("LLM call: HTTP ", reply->status, ": ", ErrorMessage(reply->body));
-    out.failure = f;
-    co_return out;
-  }
-  auto parsed = ParseChatReply(reply->body);
-  if (!parsed.ok()) {
-    out.failure = Failure{v1::EPISODE_STATUS_FAILED, v1::FAILURE_CLASS_AGENT, v1::EPISODE_PHASE_AGENT,
-                          absl::StrCat("LLM call: ", parsed.status().message())};
-    co_return out;
-  }
-  out.reply = *std::move(parsed);
-  co_return out;
-}
-
-asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
-  if (a.task().reward().function() == v1::REWARD_FUNCTION_VERIFIER) {
-    a.control()->set_phase(RunPhase::kVerifier);
-    v1::InlineFile final_message;
-    final_message.set_path(".corral/final_message.txt");
-    final_message.set_content(a.final_message);
-    std::vector<v1::InlineFile> files = {final_message};
-    const absl::Time deadline = a.Deadline(a.task().timeouts().verifier(), a.options->timeouts.verifier);
-    if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
-    co_return co_await RunVerifier(a);
-  }
-  a.control()->set_phase(RunPhase::kReward);
-  SetReward(a, ComputeReward(a.task().reward(), a.task().answer(), a.final_message));
-  co_return std::nullopt;
-}
 
 namespace {
 
@@ -281,38 +157,6 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
 
 }  // namespace
 
-void SetReward(Attempt& a, const RewardOutcome& r) {
-  a.result.set_reward(r.reward);
-  a.result.clear_step_rewards();
-  for (double s : r.step_rewards) a.result.add_step_rewards(s);
-  a.result.set_reward_details_json(r.details_json);
-}
-
-asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command command, std::string stdin_data,
-                                                  absl::Duration timeout, size_t output_limit, bool host_keeps_time) {
-  v1::ExecRequest request;
-  request.set_sandbox_id(a.sandbox_id);
-  *request.mutable_command() = std::move(command);
-  if (request.command().cwd().empty()) request.mutable_command()->set_cwd(a.workdir);
-  ToProto(host_keeps_time ? timeout : std::max(timeout, a.slot->max_exec_timeout),
-          request.mutable_command()->mutable_timeout());
-  request.set_stdin(std::move(stdin_data));
-  // The host kills the process at `timeout`; the call's own deadline leaves it time to report that.
-  const absl::Time deadline = host_keeps_time
-                                  ? std::min(a.clock->Now() + timeout + absl::Seconds(10), a.EpisodeDeadline())
-                                  : absl::InfiniteFuture();
-  co_return co_await a.slot->client->Exec(std::move(request), output_limit, a.Call(deadline));
-}
-
-asio::awaitable<std::optional<Failure>> Upload(Attempt& a, const std::vector<v1::InlineFile>& files,
-                                               absl::Time deadline, v1::EpisodePhase phase) {
-  for (const auto& f : files) {
-    absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, f, a.Call(deadline));
-    if (!s.ok()) co_return a.FromStatus(s, phase, v1::FAILURE_CLASS_INFRA, absl::StrCat("uploading ", f.path()));
-  }
-  co_return std::nullopt;
-}
-
 asio::awaitable<std::optional<Failure>> RunSingleTurn(Attempt& a) {
   const json::array messages = InitialMessages(a.task());
   const json::array no_tools;
@@ -324,14 +168,14 @@ asio::awaitable<std::optional<Failure>> RunSingleTurn(Attempt& a) {
 
 asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
   // A branch (Task.branch) takes up its parent's conversation at the turn it samples anew.
-  json::array messages = a.resume ? a.resume->messages : InitialMessages(a.task());
+  json::array messages = a.branching.resume ? a.branching.resume->messages : InitialMessages(a.task());
   json::array tools = ToolsJson(a.task());
   if (!a.task().mcp_servers().empty()) {
     if (auto f = co_await StartMcpServers(a, tools)) co_return f;
   }
   const int64_t max_turns =
       a.task().tool_loop().max_turns() == 0 ? a.options->default_max_turns : a.task().tool_loop().max_turns();
-  for (int64_t turn = a.resume ? a.resume->turn : 0; turn < max_turns; ++turn) {
+  for (int64_t turn = a.branching.resume ? a.branching.resume->turn : 0; turn < max_turns; ++turn) {
     ChatOutcome out = co_await Chat(a, messages, tools);
     if (out.failure) co_return out.failure;
     if (out.budget_exhausted) break;
@@ -353,7 +197,7 @@ asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
         auto ran = co_await RunTool(a, *spec, call.arguments);
         if (auto* f = std::get_if<Failure>(&ran)) co_return *f;
         content = std::get<std::string>(std::move(ran));
-      } else if (a.mcp_tools.contains(call.name)) {
+      } else if (a.mcp.tools.contains(call.name)) {
         a.result.set_tool_calls(a.result.tool_calls() + 1);
         auto ran = co_await CallMcpTool(a, call.name, call.arguments);
         if (auto* f = std::get_if<Failure>(&ran)) co_return *f;
@@ -369,25 +213,6 @@ asio::awaitable<std::optional<Failure>> RunToolLoop(Attempt& a) {
     }
   }
   co_return co_await Reward(a);
-}
-
-std::string TaskJson(const v1::Task& task, const v1::EpisodeIds& ids, bool for_verifier) {
-  json::object o;
-  o["id"] = task.id();
-  o["episode_id"] = ids.episode_id();
-  o["seed"] = ids.seed();
-  if (for_verifier) {
-    o["answer"] = task.answer();
-    boost::system::error_code ec;
-    json::value metadata =
-        task.metadata_json().empty() ? json::value(json::object()) : json::parse(task.metadata_json(), ec);
-    o["metadata"] = ec ? json::value(json::object()) : metadata;
-  }
-  return json::serialize(o);
-}
-
-std::string InstructionPath(const v1::Task& task) {
-  return task.agent().instruction_path().empty() ? ".corral/instruction.md" : task.agent().instruction_path();
 }
 
 asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {

@@ -1,7 +1,7 @@
 #include "services/scheduler/episode/sandbox_request.h"
 
 #include "libs/api/proto_time.h"
-#include "services/scheduler/table/harnesses.h"
+#include "libs/harness/harnesses.h"
 #include "services/scheduler/table/submission.h"
 
 namespace corral::scheduler {

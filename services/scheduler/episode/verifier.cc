@@ -4,10 +4,11 @@
 // and made anew, and the task's replace_paths are removed; the verifier's files are then written fresh and the
 // reward read only from what the verifier wrote (or printed, or its exit code). docs/reward-integrity.md.
 // Coroutines here compute every co_await argument into a local first (GCC 12, see runners.cc).
+#include "services/scheduler/episode/verifier.h"
+
 #include "absl/strings/str_cat.h"
 #include "libs/api/proto_time.h"
-#include "services/scheduler/episode/persistent_tools.h"
-#include "services/scheduler/episode/runners.h"
+#include "services/scheduler/episode/episode_calls.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {
@@ -27,7 +28,7 @@ bool AgentShaped(const absl::Status& s) {
 // Everything the agent phase left running is gone and nothing it wrote can pose as the verifier's.
 asio::awaitable<std::optional<Failure>> CleanSlate(Attempt& a, absl::Time deadline) {
   const v1::Task& task = a.task();
-  StopPersistent(a);  // the tools' interpreters are the agent phase's too
+  a.residents.StopAll();  // the tools' interpreters are the agent phase's too
   auto killed = co_await a.slot->client->KillAllProcesses(a.sandbox_id, a.Call(deadline));
   if (!killed.ok()) {
     co_return a.FromStatus(killed.status(), v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_INFRA,
@@ -141,6 +142,22 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
                       absl::StrCat(reward.status().message(), ended, "; output: ", out->tail.substr(0, 512))};
   }
   SetReward(a, *reward);
+  co_return std::nullopt;
+}
+
+asio::awaitable<std::optional<Failure>> Reward(Attempt& a) {
+  if (a.task().reward().function() == v1::REWARD_FUNCTION_VERIFIER) {
+    a.control()->set_phase(RunPhase::kVerifier);
+    v1::InlineFile final_message;
+    final_message.set_path(".corral/final_message.txt");
+    final_message.set_content(a.final_message);
+    std::vector<v1::InlineFile> files = {final_message};
+    const absl::Time deadline = a.Deadline(a.task().timeouts().verifier(), a.options->timeouts.verifier);
+    if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
+    co_return co_await RunVerifier(a);
+  }
+  a.control()->set_phase(RunPhase::kReward);
+  SetReward(a, ComputeReward(a.task().reward(), a.task().answer(), a.final_message));
   co_return std::nullopt;
 }
 

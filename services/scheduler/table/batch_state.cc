@@ -67,4 +67,39 @@ void MarkTooStale(v1::EpisodeResult& result, uint32_t max_staleness) {
                                           max_staleness, ") policy versions behind; given up"));
 }
 
+bool BatchState::CountEnded(uint32_t g, uint32_t i, v1::EpisodeStatus status, std::optional<double> reward) {
+  Episode& e = at(g, i);
+  e.counted_in_group = true;
+  ++ended;
+  ++by_status[status];
+  if (reward && status == v1::EPISODE_STATUS_FINISHED) {
+    reward_sum += *reward;
+    ++reward_n;
+  }
+  return ++groups[g].counted == spec.group_size();
+}
+
+void BatchState::UncountEnded(uint32_t g, uint32_t i) {
+  Episode& e = at(g, i);
+  e.counted_in_group = false;
+  --groups[g].counted;
+  --ended;
+  --by_status[e.status];
+  if (e.reward && e.status == v1::EPISODE_STATUS_FINISHED) {
+    reward_sum -= *e.reward;
+    --reward_n;
+  }
+}
+
+void BatchState::MarkRedundant(uint32_t g, uint32_t i) {
+  at(g, i).redundant = true;
+  ++redundant_cancelled;
+}
+
+void BatchState::StartGroup(uint32_t g) {
+  if (groups[g].started) return;
+  groups[g].started = true;
+  ++started_groups;
+}
+
 }  // namespace corral::scheduler

@@ -90,6 +90,18 @@ struct BatchState {
   bool wants_groups() const;
   // Nothing queued, running or undecided, and nothing more will open.
   bool terminal() const;
+
+  // The batch's rules for its counters, one method each, used as results come in and again when a restart
+  // replays the journal (so the two cannot count differently).
+  // Episode (g, i) ended with `status` (and `reward`, when FINISHED) and counts among its group's results:
+  // counted, ended, by status, in the mean reward. True when it completes the group (group_size counted).
+  bool CountEnded(uint32_t g, uint32_t i, v1::EpisodeStatus status, std::optional<double> reward);
+  // Undoes CountEnded for an episode whose result is withdrawn (a stale rerun) or turned into an extra.
+  void UncountEnded(uint32_t g, uint32_t i);
+  // Episode (g, i) ended without counting: an extra its group did not need.
+  void MarkRedundant(uint32_t g, uint32_t i);
+  // An episode of group g started (admission counts started groups).
+  void StartGroup(uint32_t g);
 };
 
 // What becomes of a run that ended, given the facts the table holds (FinishDecision decides, the table applies).

@@ -298,10 +298,7 @@ std::optional<EpisodeTicket> EpisodeTable::StartNext(const std::function<bool(co
     e.control = std::make_shared<RunControl>();
     runs = ++e.runs;
     ++b->running;
-    if (!b->groups[g].started) {
-      b->groups[g].started = true;
-      ++b->started_groups;
-    }
+    b->StartGroup(g);
     if (b->start_time == absl::InfinitePast()) b->start_time = clock_->Now();
     Touch(*b);
     ticket.ids = Ids(*b, g, i);
@@ -371,8 +368,7 @@ FinishOutcome EpisodeTable::Finish(const EpisodeTicket& ticket, v1::EpisodeResul
     switch (decision.step) {
       case FinishStep::kDropRedundant:
         e.state = State::kEnded;
-        e.redundant = true;
-        ++b->redundant_cancelled;
+        b->MarkRedundant(g, i);
         --pending_;
         outcome = FinishOutcome::kDropped;
         break;
@@ -419,27 +415,20 @@ void EpisodeTable::Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult re
   --pending_;
   if (group.complete_at != 0 || group.state == GroupState::kSurplus || group.counted >= b.spec.group_size()) {
     // The group already has its group_size results (or is surplus): this one is an extra, never delivered.
-    e.redundant = true;
-    ++b.redundant_cancelled;
+    b.MarkRedundant(g, i);
     return;
   }
   const uint64_t seq = next_seq_++;
   e.seq = seq;
   e.status = result.status();
-  if (result.has_reward() && result.status() == v1::EPISODE_STATUS_FINISHED) {
-    e.reward = result.reward();
-    b.reward_sum += result.reward();
-    ++b.reward_n;
-  }
+  if (result.has_reward() && result.status() == v1::EPISODE_STATUS_FINISHED) e.reward = result.reward();
   if (result.has_first_policy_version()) e.first_version = result.first_policy_version();
   e.order_version = e.first_version.value_or(policy_version_);
-  e.counted_in_group = true;
-  ++b.ended;
-  ++b.by_status[result.status()];
+  const bool completes = b.CountEnded(g, i, result.status(), e.reward);
   result.set_cursor(absl::StrCat(seq));
   e.result = result.SerializeAsString();
   Journal(b, g, i, result, false);
-  if (++group.counted == b.spec.group_size()) Decide(b, g, seq, stop);
+  if (completes) Decide(b, g, seq, stop);
   if (b.tasks[g]->has_branch()) EndOrphans(b, g, stop);
   if (b.terminal()) b.end_time = clock_->Now();
 }

@@ -73,8 +73,7 @@ bool EpisodeTable::Unwant(Batch& b, uint32_t g, uint32_t i, std::vector<std::sha
   if (e.state == State::kQueued) {
     Dequeue(b, g, i);
     e.state = State::kEnded;
-    e.redundant = true;
-    ++b.redundant_cancelled;
+    b.MarkRedundant(g, i);
     --pending_;
     return true;
   }
@@ -169,7 +168,6 @@ void EpisodeTable::CancelSurplus(Batch& b, std::vector<std::shared_ptr<RunContro
       if (std::optional<v1::EpisodeResult> r = e.counted_in_group ? Parsed(e) : std::nullopt) {
         // Held until the group's decision, so never sent: it becomes an extra, like redundancy's.
         Rewrite(b, g, i, std::move(*r), true);
-        --group.counted;
       }
     }
   }
@@ -177,21 +175,14 @@ void EpisodeTable::CancelSurplus(Batch& b, std::vector<std::shared_ptr<RunContro
 
 void EpisodeTable::Rewrite(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult result, bool redundant) {
   Episode& e = b.at(g, i);
-  --b.by_status[e.status];
-  if (e.reward && e.status == v1::EPISODE_STATUS_FINISHED) {
-    b.reward_sum -= *e.reward;
-    --b.reward_n;
-  }
+  b.UncountEnded(g, i);
   if (redundant) {
-    e.counted_in_group = false;
-    e.redundant = true;
-    --b.ended;
-    ++b.redundant_cancelled;
+    b.MarkRedundant(g, i);
     unacked_.erase(e.seq);
-  } else {
+  } else {  // counted again as what it now says
     e.status = result.status();
-    ++b.by_status[e.status];
     if (!result.has_reward()) e.reward.reset();
+    (void)b.CountEnded(g, i, e.status, e.reward);  // (the group was complete, and stays so)
   }
   e.result = result.SerializeAsString();
   Journal(b, g, i, result, redundant);
@@ -257,14 +248,7 @@ void EpisodeTable::Withdraw(Batch& b, uint32_t g, uint32_t i) {
     group.state = GroupState::kOpen;
     ++b.undecided;
   }
-  --group.counted;
-  e.counted_in_group = false;
-  --b.ended;
-  --b.by_status[e.status];
-  if (e.reward) {
-    b.reward_sum -= *e.reward;
-    --b.reward_n;
-  }
+  b.UncountEnded(g, i);
   unacked_.erase(e.seq);
   log_->ResultWithdrawn(e.seq, EpisodeId(b.spec.batch_id(), g, i), e.attempt, e.runs);
   e.seq = 0;

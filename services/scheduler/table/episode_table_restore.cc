@@ -46,10 +46,7 @@ void EpisodeTable::RestoreLocked(const Snapshot& snapshot) {
     Episode& e = b->at(ref.group_index, ref.index_in_group);
     e.attempt = run.attempt;
     e.runs = run.runs;
-    if (run.runs > 0 && !b->groups[ref.group_index].started) {
-      b->groups[ref.group_index].started = true;
-      ++b->started_groups;
-    }
+    if (run.runs > 0) b->StartGroup(ref.group_index);
   }
   for (const auto& r : snapshot.results) touch(r.episode_id);
   for (auto& [id, b] : batches_) {
@@ -68,10 +65,7 @@ void EpisodeTable::RestoreLocked(const Snapshot& snapshot) {
     Batch* b = FindBatch(ref->batch_id);
     if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) continue;
     const uint32_t g = ref->group_index, i = ref->index_in_group;
-    if (!b->groups[g].started) {  // its runs may have been forgotten
-      b->groups[g].started = true;
-      ++b->started_groups;
-    }
+    b->StartGroup(g);  // (its runs may have been forgotten)
     Episode& e = b->at(g, i);
     e.state = State::kEnded;
     e.seq = r.seq;
@@ -82,8 +76,7 @@ void EpisodeTable::RestoreLocked(const Snapshot& snapshot) {
     e.result = r.result;
     next_seq_ = std::max(next_seq_, r.seq + 1);
     if (r.redundant) {
-      e.redundant = true;
-      ++b->redundant_cancelled;
+      b->MarkRedundant(g, i);
       continue;
     }
     if (!e.result.empty()) {
@@ -93,20 +86,14 @@ void EpisodeTable::RestoreLocked(const Snapshot& snapshot) {
         e.order_version = *e.first_version;
       }
     }
-    e.counted_in_group = true;
-    ++b->ended;
-    ++b->by_status[r.status];
-    if (r.reward && r.status == v1::EPISODE_STATUS_FINISHED) {
-      b->reward_sum += *r.reward;
-      ++b->reward_n;
-    }
+    const bool completes = b->CountEnded(g, i, r.status, r.reward);
     if (r.acked) {
       ++b->acked;
       ++b->delivered;
     } else {
       unacked_[r.seq] = Where{b->spec.batch_id(), g, i};
     }
-    if (++b->groups[g].counted == b->spec.group_size()) RestoreDecision(*b, g, r.seq);
+    if (completes) RestoreDecision(*b, g, r.seq);
   }
   std::vector<std::shared_ptr<RunControl>> none;
   for (auto& [id, b] : batches_) {
@@ -119,8 +106,7 @@ void EpisodeTable::RestoreLocked(const Snapshot& snapshot) {
         if (e.state == State::kEnded) continue;
         if (b.groups[g].complete_at != 0) {  // an extra of a completed group: dropped
           e.state = State::kEnded;
-          e.redundant = true;
-          ++b.redundant_cancelled;
+          b.MarkRedundant(g, i);
           continue;
         }
         Enqueue(b, g, i);

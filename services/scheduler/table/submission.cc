@@ -17,8 +17,9 @@
 #include "libs/api/ids.h"
 #include "libs/api/proto_digest.h"
 #include "libs/api/proto_time.h"
+#include "libs/core/status_macros.h"
+#include "libs/harness/harnesses.h"
 #include "re2/re2.h"
-#include "services/scheduler/table/harnesses.h"
 
 namespace corral::scheduler {
 namespace {
@@ -302,12 +303,7 @@ absl::Status ValidateSpec(const v1::BatchSpec& spec, absl::Time now, const Submi
                                                    "; at most ", limits.max_group_size, " (max_group_size)"));
   }
   if (spec.max_attempts() > 100) return absl::InvalidArgumentError("spec.max_attempts must be at most 100");
-  for (const auto& [k, v] : spec.labels()) {
-    if (!IsValidLabelKey(k))
-      return absl::InvalidArgumentError(
-          absl::StrCat("spec.labels: key '", k, "' must be 1-63 characters of [a-z0-9_./-]"));
-    if (v.size() > 256) return absl::InvalidArgumentError(absl::StrCat("spec.labels['", k, "'] is longer than 256"));
-  }
+  CORRAL_RETURN_IF_ERROR(ValidateLabels("spec.labels", spec.labels()));
   if (spec.has_deadline() && FromProto(spec.deadline()) <= now) {
     return absl::InvalidArgumentError("spec.deadline is in the past");
   }

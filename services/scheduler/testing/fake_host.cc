@@ -1,6 +1,7 @@
 #include "services/scheduler/testing/fake_host.h"
 
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
@@ -191,6 +192,10 @@ asio::awaitable<absl::Status> FakeHost::Delete(const std::string& sandbox_id, ab
   live_.erase(sandbox_id);
   files_.erase(sandbox_id);
   deleted_.push_back(sandbox_id);
+  // Its processes go with it.
+  for (const auto& p : interactive_) {
+    if (p->start().sandbox_id() == sandbox_id) p->Exit();
+  }
   co_return absl::OkStatus();
 }
 
@@ -285,8 +290,29 @@ asio::awaitable<absl::StatusOr<v1::Image>> FakeHost::PullImage(const std::string
   co_return image;
 }
 
-asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> FakeHost::StartInteractive(v1::ExecRequest) {
-  co_return absl::UnimplementedError("the fake host runs no interactive processes");
+void FakeHost::OnInteractive(std::function<FakeInteractive::Script(const v1::ExecRequest&)> script_for) {
+  absl::MutexLock lock(&mu_);
+  script_for_ = std::move(script_for);
+}
+
+void FakeHost::FailInteractive(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  interactive_status_ = std::move(status);
+}
+
+std::vector<std::shared_ptr<FakeInteractive>> FakeHost::interactive() const {
+  absl::MutexLock lock(&mu_);
+  return interactive_;
+}
+
+asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> FakeHost::StartInteractive(v1::ExecRequest start) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = Known(start.sandbox_id()); !s.ok()) co_return s;
+  if (!interactive_status_.ok()) co_return std::exchange(interactive_status_, absl::OkStatus());
+  FakeInteractive::Script script = script_for_ ? script_for_(start) : FakeInteractive::Script{};
+  auto process = std::make_shared<FakeInteractive>(clock_, std::move(start), std::move(script));
+  interactive_.push_back(process);
+  co_return std::shared_ptr<InteractiveProcess>(process);
 }
 
 asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> FakeHost::ListSandboxes(v1::ListSandboxesRequest request,

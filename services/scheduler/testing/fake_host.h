@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "libs/core/clock.h"
 #include "services/scheduler/remote/host_api.h"
+#include "services/scheduler/testing/fake_interactive.h"
 
 namespace corral::scheduler::testing_support {
 
@@ -41,6 +42,11 @@ class FakeHost final : public HostApi {
   // Answers an Exec (default: exit 0, no output). May write files with WriteSandboxFile.
   void OnExec(std::function<ExecOutcome(const std::string& sandbox_id, const v1::ExecRequest&)> fn);
   void WriteSandboxFile(const std::string& sandbox_id, const std::string& path, std::string content);
+  // What each interactive process does (StartInteractive), chosen by how it was started; default: it answers
+  // nothing.
+  void OnInteractive(std::function<FakeInteractive::Script(const v1::ExecRequest&)> script_for);
+  // The next StartInteractive fails with `status` (NOT_FOUND: no such program, UNAVAILABLE: the host is gone).
+  void FailInteractive(absl::Status status);
 
   // --- what the test observes
   std::vector<v1::SandboxSpec> created() const;  // every successful create's spec, in order
@@ -52,6 +58,8 @@ class FakeHost final : public HostApi {
   std::vector<std::string> pulls() const;
   std::vector<v1::ExecRequest> execs() const;
   std::optional<std::string> SandboxFile(const std::string& sandbox_id, const std::string& path) const;
+  // Every interactive process started, in order (ended ones too).
+  std::vector<std::shared_ptr<FakeInteractive>> interactive() const;
 
   // --- HostApi
   boost::asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostInfo(absl::Duration timeout) override;
@@ -106,6 +114,9 @@ class FakeHost final : public HostApi {
   std::map<std::string, std::map<std::string, std::string>> files_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> deleted_, templates_, pulls_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ExecRequest> execs_ ABSL_GUARDED_BY(mu_);
+  std::function<FakeInteractive::Script(const v1::ExecRequest&)> script_for_ ABSL_GUARDED_BY(mu_);
+  absl::Status interactive_status_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<FakeInteractive>> interactive_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace corral::scheduler::testing_support

@@ -1,4 +1,4 @@
-#include "services/scheduler/table/harnesses.h"
+#include "libs/harness/harnesses.h"
 
 #include <algorithm>
 #include <array>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
-namespace corral::scheduler {
+namespace corral {
 namespace {
 
 // The instruction as one argument: the variable, or the file when the text was too large for it.
@@ -99,4 +99,4 @@ std::vector<std::string> HarnessArgv(const HarnessChoice& c) {
   return {"bash", "-c", std::move(script)};
 }
 
-}  // namespace corral::scheduler
+}  // namespace corral

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace corral::scheduler {
+namespace corral {
 
 // Where `corral harness install` puts harnesses on a host: <root>/<name>@<version>/node_modules/.bin. Under /opt,
 // which every plain sandbox may read and execute; CORRAL_HARNESS_ROOT overrides it for the agent.
@@ -48,4 +48,4 @@ std::string HarnessNames();
 // exits 127 saying which command installs it.
 std::vector<std::string> HarnessArgv(const HarnessChoice& choice);
 
-}  // namespace corral::scheduler
+}  // namespace corral
