@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -16,7 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
-#include "services/scheduler/table/harnesses.h"
+#include "libs/harness/harnesses.h"
 #include "toml++/toml.h"
 #include "tools/corral/dataset.h"
 
@@ -154,11 +156,13 @@ absl::Status ReadDockerfile(const fs::path& env_dir, v1::EnvironmentSpec* env, j
   return absl::OkStatus();
 }
 
-void SetSeconds(const std::map<std::string, std::string>& toml, const std::string& key, google::protobuf::Duration* d) {
+// `key`'s positive number of seconds, or nullopt (absent, not a number, not positive: the default applies).
+std::optional<absl::Duration> Seconds(const std::map<std::string, std::string>& toml, const std::string& key) {
   double seconds = 0;
   if (auto it = toml.find(key); it != toml.end() && absl::SimpleAtod(it->second, &seconds) && seconds > 0) {
-    ToProto(absl::Seconds(seconds), d);
+    return absl::Seconds(seconds);
   }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -297,16 +301,16 @@ absl::StatusOr<v1::Task> LoadHarborTask(const std::string& dir, const std::strin
     // tests/ is the verifier's: whatever the agent left there is removed before the task's own files go in.
     task.mutable_verifier()->add_replace_paths(workdir + "/tests");
   }
-  SetSeconds(toml, "agent.timeout_sec", task.mutable_timeouts()->mutable_agent());
-  SetSeconds(toml, "verifier.timeout_sec", task.mutable_timeouts()->mutable_verifier());
-  SetSeconds(toml, "environment.build_timeout_sec", task.mutable_timeouts()->mutable_setup());
+  if (auto d = Seconds(toml, "agent.timeout_sec")) ToProto(*d, task.mutable_timeouts()->mutable_agent());
+  if (auto d = Seconds(toml, "verifier.timeout_sec")) ToProto(*d, task.mutable_timeouts()->mutable_verifier());
+  if (auto d = Seconds(toml, "environment.build_timeout_sec")) ToProto(*d, task.mutable_timeouts()->mutable_setup());
   if (!metadata.empty()) task.set_metadata_json(json::serialize(metadata));
   return task;
 }
 
 void SetAgent(const std::string& agent, v1::AgentSpec* spec) {
   // A known harness, even with a malformed version: Submit then says what a version may hold.
-  if (auto harness = scheduler::ResolveHarness(agent); harness.ok() || absl::IsInvalidArgument(harness.status())) {
+  if (auto harness = ResolveHarness(agent); harness.ok() || absl::IsInvalidArgument(harness.status())) {
     spec->set_harness(agent);
     return;
   }
@@ -335,7 +339,7 @@ absl::StatusOr<std::vector<v1::Task>> LoadTaskInput(const std::string& path, con
     return absl::InvalidArgumentError(absl::StrCat(path,
                                                    " is a directory of Harbor tasks: name the agent that runs in "
                                                    "each sandbox with --agent 'COMMAND' or a harness's name (",
-                                                   scheduler::HarnessNames(), ")"));
+                                                   HarnessNames(), ")"));
   }
   std::vector<v1::InlineFile> uploads;
   for (const auto& file : agent_files) {

@@ -15,6 +15,7 @@ import grpc
 from google.protobuf import json_format
 
 from corral import auth
+from corral._rpc import TRAJECTORY_FORMATS, CorralError, raise_rpc_error  # noqa: F401 (CorralError: re-exported)
 from corral.tasks import TaskLike, _normalize, to_task
 from corral.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
@@ -40,20 +41,8 @@ _PAUSE_MODES = {"drain": common_pb2.PAUSE_MODE_DRAIN, "abort": common_pb2.PAUSE_
 _GROUP_FAILURE_POLICIES = {"deliver": scheduler_pb2.GROUP_FAILURE_POLICY_DELIVER,
                            "drop": scheduler_pb2.GROUP_FAILURE_POLICY_DROP,
                            "replace": scheduler_pb2.GROUP_FAILURE_POLICY_REPLACE}
-_TRAJECTORY_FORMATS = {"trajectory": common_pb2.TRAJECTORY_FORMAT_TRAJECTORY, "calls": common_pb2.TRAJECTORY_FORMAT_CALLS}
-
-
-class CorralError(Exception):
-    """An RPC the scheduler refused: `code` (grpc.StatusCode) and the scheduler's message."""
-
-    def __init__(self, code: grpc.StatusCode, message: str):
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
-
-
-def _raise(e: grpc.RpcError) -> None:
-    raise CorralError(e.code(), e.details() or "") from None
+_TRAJECTORY_FORMATS = TRAJECTORY_FORMATS
+_raise = raise_rpc_error
 
 
 @dataclasses.dataclass

@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Optional
 
 import grpc
 
-from corral.client import _TRAJECTORY_FORMATS, _raise
+from corral._rpc import TRAJECTORY_FORMATS as _TRAJECTORY_FORMATS
+from corral._rpc import raise_rpc_error as _raise
 from corral.tasks import TaskLike, to_task
 from corral.v1 import scheduler_pb2, scheduler_pb2_grpc
 
