@@ -60,7 +60,6 @@ class StreamTranslator final : public ChatStreamWalker {
 // The Messages API as a Dialect.
 class MessagesDialect final : public Dialect {
  public:
-  absl::string_view api() const override { return "messages"; }
   absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request) override {
     notes_.clear();
     return anthropic::ToChat(request, &notes_);

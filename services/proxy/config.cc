@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/status_macros.h"
+#include "services/proxy/api_registry.h"
 #include "yaml-cpp/yaml.h"
 
 namespace corral::proxy {
@@ -100,9 +101,9 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
             if (item["dialects"]) {
               spec.dialects = item["dialects"].as<std::vector<std::string>>();
               for (const std::string& d : spec.dialects) {
-                if (absl::c_find(kNativeDialects, d) == std::end(kNativeDialects)) {
-                  return absl::InvalidArgumentError(
-                      absl::StrCat("dialects of ", spec.name, ": '", d, "' is not an agent API (responses, messages)"));
+                if (FindNativeApi(d) == nullptr) {
+                  return absl::InvalidArgumentError(absl::StrCat("dialects of ", spec.name, ": '", d,
+                                                                 "' is not an agent API (", NativeApiNames(), ")"));
                 }
               }
             }

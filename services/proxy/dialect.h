@@ -21,8 +21,6 @@ namespace corral::proxy {
 class Dialect {
  public:
   virtual ~Dialect() = default;
-  // The API's name as an upstream that serves it itself lists it (UpstreamSpec.dialects): "messages", "responses".
-  virtual absl::string_view api() const = 0;
   // The chat-completions body; INVALID_ARGUMENT naming the field for what cannot be carried out. What has no
   // meaning for a chat upstream (a server tool, a thinking setting, an unknown field) is left out and noted.
   virtual absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request) = 0;

@@ -19,7 +19,6 @@ namespace {
 namespace asio = boost::asio;
 namespace json = boost::json;
 namespace bhttp = boost::beast::http;
-using Route = ProxyMetrics::Route;
 
 }  // namespace
 
@@ -34,13 +33,13 @@ std::string TranslationRecord(const Dialect& dialect, bool native) {
 
 // The body an upstream serving the dialect itself gets: the agent's, with what the session's policy set on the
 // chat body it was translated to — the model, and its sampling keys (the token cap as the dialect's own field).
-json::object NativeBody(json::object native, const json::object& chat, const Rewrite& rewrite, absl::string_view api) {
+json::object NativeBody(json::object native, const json::object& chat, const Rewrite& rewrite, const NativeApi& api) {
   native["model"] = rewrite.model;
   for (const std::string& key : rewrite.set_keys) {
     const json::value* v = chat.if_contains(key);
     if (v == nullptr) continue;
     const bool cap = key == "max_tokens" || key == "max_completion_tokens";
-    native[cap ? (api == "responses" ? "max_output_tokens" : "max_tokens") : key] = *v;
+    native[cap ? std::string(api.token_cap) : key] = *v;
   }
   return native;
 }
@@ -65,12 +64,8 @@ std::string AsCame(const http::SseEvent& ev) {
   return absl::StrCat("event: ", ev.event, "\ndata: ", ev.data, "\n\n");
 }
 
-// The translation a route needs (null: it is chat or completions itself).
-std::unique_ptr<Dialect> DialectOf(Route route) {
-  if (route == Route::kMessages || route == Route::kCountTokens) return std::make_unique<anthropic::MessagesDialect>();
-  if (route == Route::kResponses) return std::make_unique<responses::ResponsesDialect>();
-  return nullptr;
-}
+// The translation an API needs (null: it is chat or completions itself).
+std::unique_ptr<Dialect> DialectOf(const ApiSpec& api) { return api.dialect != nullptr ? api.dialect() : nullptr; }
 
 // An error answered in the API's own shape.
 std::string ErrorFor(const Dialect* dialect, ApiError error, absl::string_view message, bool chat = true,
@@ -87,7 +82,7 @@ std::string ErrorEventFor(const Dialect* dialect, ApiError error, absl::string_v
 // tools and every other parameter, and a dialect call's translation.
 void DescribeForTheRecord(CallRequest& c) {
   v1::LlmCall& record = *c.recorded.mutable_call();
-  record.set_endpoint(ProxyMetrics::RouteName(c.route));  // as the agent called it
+  record.set_endpoint(std::string(c.api->path));  // as the agent called it
   record.set_requested_model(c.rewrite.requested_model);
   record.set_model(c.rewrite.model);
   record.set_stream(c.rewrite.stream);
@@ -133,38 +128,33 @@ class ResponderLink : public AgentLink {
 
 }  // namespace
 
-asio::awaitable<void> HttpHandler::Refuse(http::Responder& responder, Route route, ApiError error,
+asio::awaitable<void> HttpHandler::Refuse(http::Responder& responder, const ApiSpec& api, ApiError error,
                                           const std::string& message, bool chat) {
   const ApiErrorShape shape = ShapeOf(error);
-  parts_.metrics->Request(route, shape.http_status, -1).Increment();
-  const std::string body = ErrorFor(DialectOf(route).get(), error, message, chat);
+  parts_.metrics->Request(api, shape.http_status, -1).Increment();
+  const std::string body = ErrorFor(DialectOf(api).get(), error, message, chat);
   co_await responder.Send(shape.http_status, "application/json", body);
 }
 
 asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responder& responder) {
   std::string target(request.target());
   target = target.substr(0, target.find('?'));
-  if (target == "/health") {
+  const ApiSpec* api = FindApi(target);
+  if (api != nullptr && api->kind == ApiKind::kHealth) {
     co_await responder.Send(200, "application/json", "{\"status\":\"ok\"}");
     co_return;
   }
-  const bool messages = target == ProxyMetrics::RouteName(Route::kMessages);
-  const bool responses = target == ProxyMetrics::RouteName(Route::kResponses);
-  const bool count_tokens = target == ProxyMetrics::RouteName(Route::kCountTokens);
-  const bool chat = target == ProxyMetrics::RouteName(Route::kChat) || messages || responses;
-  const bool models = target == ProxyMetrics::RouteName(Route::kModels);
   // Refusals of the route itself come in the shape of the API the path belongs to (Anthropic's under /v1/messages).
-  const std::unique_ptr<Dialect> path_shape =
-      absl::StartsWith(target, ProxyMetrics::RouteName(Route::kMessages)) ? DialectOf(Route::kMessages) : nullptr;
-  if (!chat && !models && !count_tokens && target != ProxyMetrics::RouteName(Route::kCompletions)) {
-    const std::string body =
-        ErrorFor(path_shape.get(), ApiError::kUnknownRoute, absl::StrCat("unknown route ", target));
+  if (api == nullptr) {
+    const std::unique_ptr<Dialect> shape = RefusalShapeFor(target);
+    const std::string body = ErrorFor(shape.get(), ApiError::kUnknownRoute, absl::StrCat("unknown route ", target));
     co_await responder.Send(404, "application/json", body);
     co_return;
   }
-  if ((models && request.method() != bhttp::verb::get) || (!models && request.method() != bhttp::verb::post)) {
+  if (api->method.has_value() && request.method() != *api->method) {
+    const std::unique_ptr<Dialect> shape = RefusalShapeFor(target);
     const std::string message = absl::StrCat(target, " does not accept ", std::string(request.method_string()));
-    const std::string body = ErrorFor(path_shape.get(), ApiError::kMethodNotAllowed, message);
+    const std::string body = ErrorFor(shape.get(), ApiError::kMethodNotAllowed, message);
     co_await responder.Send(405, "application/json", body);
     co_return;
   }
@@ -174,31 +164,23 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
   absl::StatusOr<std::shared_ptr<Session>> session =
       absl::StartsWith(auth, "Bearer ") ? parts_.ledger->store().Authenticate(auth.substr(7))
                                         : absl::UnauthenticatedError("missing Authorization: Bearer <env token>");
-  const Route route = messages       ? Route::kMessages
-                      : responses    ? Route::kResponses
-                      : chat         ? Route::kChat
-                      : models       ? Route::kModels
-                      : count_tokens ? Route::kCountTokens
-                                     : Route::kCompletions;
   if (!session.ok()) {
     const ApiError error =
         absl::IsFailedPrecondition(session.status()) ? ApiError::kSessionClosed : ApiError::kUnauthenticated;
-    co_await Refuse(responder, route, error, std::string(session.status().message()));
+    co_await Refuse(responder, *api, error, std::string(session.status().message()));
     co_return;
   }
-  if (models) {
-    // Anthropic's clients (anthropic-version header) get the list in Anthropic's shape.
-    co_await Models(responder, **session, request.count("anthropic-version") > 0);
-    co_return;
+  switch (api->kind) {
+    case ApiKind::kModels:
+      // Anthropic's clients (anthropic-version header) get the list in Anthropic's shape.
+      co_await Models(responder, **session, request.count("anthropic-version") > 0, *api);
+      break;
+    case ApiKind::kCountTokens: co_await CountTokens(request, responder, *api); break;
+    default: co_await Completion(request, responder, *std::move(session), *api);
   }
-  if (count_tokens) {
-    co_await CountTokens(request, responder);
-    co_return;
-  }
-  co_await Completion(request, responder, *std::move(session), route);
 }
 
-asio::awaitable<void> HttpHandler::CountTokens(http::Request& request, http::Responder& responder) {
+asio::awaitable<void> HttpHandler::CountTokens(http::Request& request, http::Responder& responder, const ApiSpec& api) {
   boost::system::error_code ec;
   json::value parsed = json::parse(request.body(), ec);
   absl::StatusOr<json::object> chat =
@@ -207,33 +189,34 @@ asio::awaitable<void> HttpHandler::CountTokens(http::Request& request, http::Res
           : anthropic::ToChat(parsed.as_object());
   if (!chat.ok()) {
     const std::string message(chat.status().message());
-    co_await Refuse(responder, Route::kCountTokens, ApiError::kBadRequest, message);
+    co_await Refuse(responder, api, ApiError::kBadRequest, message);
     co_return;
   }
-  parts_.metrics->Request(Route::kCountTokens, 200, -1).Increment();
+  parts_.metrics->Request(api, 200, -1).Increment();
   const std::string body = json::serialize(json::object{{"input_tokens", anthropic::EstimateTokens(*chat)}});
   co_await responder.Send(200, "application/json", body);
 }
 
-asio::awaitable<void> HttpHandler::Models(http::Responder& responder, const Session& session, bool anthropic_shape) {
+asio::awaitable<void> HttpHandler::Models(http::Responder& responder, const Session& session, bool anthropic_shape,
+                                          const ApiSpec& api) {
   std::vector<std::string> names(session.policy().allowed_models().begin(), session.policy().allowed_models().end());
   if (names.empty()) names = upstreams_->models();
   for (const auto& [alias, target] : session.policy().model_aliases()) {
     if (alias != "*") names.push_back(alias);
   }
-  parts_.metrics->Request(Route::kModels, 200, -1).Increment();
+  parts_.metrics->Request(api, 200, -1).Increment();
   const std::string body = anthropic_shape ? anthropic::ModelList(names) : http::ModelListJson(names, "corral");
   co_await responder.Send(200, "application/json", body);
 }
 
 asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Responder& responder,
-                                              std::shared_ptr<Session> session, Route api) {
+                                              std::shared_ptr<Session> session, const ApiSpec& api) {
   CallRequest c;
   c.session = std::move(session);
   c.dialect = DialectOf(api);
-  const bool chat = api != Route::kCompletions;
+  const bool chat = api.chat;
   c.chat = chat;
-  c.route = api;
+  c.api = &api;
   c.received = parts_.clock->Now();
   boost::system::error_code ec;
   json::value parsed = json::parse(request.body(), ec);
@@ -242,7 +225,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     // conditional inside a co_await expression.)
     const std::string message =
         ec ? absl::StrCat("malformed JSON body: ", ec.message()) : std::string("the body must be a JSON object");
-    co_await Refuse(responder, c.route, ApiError::kBadRequest, message);
+    co_await Refuse(responder, *c.api, ApiError::kBadRequest, message);
     co_return;
   }
   c.body = std::move(parsed.as_object());
@@ -251,7 +234,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     absl::StatusOr<json::object> translated = c.dialect->ToChat(c.body);
     if (!translated.ok()) {
       const std::string message(translated.status().message());
-      co_await Refuse(responder, c.route, ApiError::kBadRequest, message);
+      co_await Refuse(responder, *c.api, ApiError::kBadRequest, message);
       co_return;
     }
     original = std::move(c.body);  // moved, not copied: kept only if the call goes native (below)
@@ -269,25 +252,25 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     const ApiError error = policy.refusal == Refusal::kModelNotAllowed   ? ApiError::kModelNotAllowed
                            : policy.refusal == Refusal::kBudgetExhausted ? ApiError::kBudgetExhausted
                                                                          : ApiError::kBadRequest;
-    co_await Refuse(responder, c.route, error, policy.message, chat);
+    co_await Refuse(responder, *c.api, error, policy.message, chat);
     co_return;
   }
   c.rewrite = policy.rewrite;
-  if (c.dialect != nullptr && upstreams_->ServesNatively(c.rewrite.model, c.dialect->api())) {
+  if (api.native != nullptr && upstreams_->ServesNatively(c.rewrite.model, api.native->name)) {
     c.native = true;
-    c.native_body = NativeBody(std::move(original), c.body, c.rewrite, c.dialect->api());
+    c.native_body = NativeBody(std::move(original), c.body, c.rewrite, *api.native);
   }
   original = json::object();  // a translated call does not hold the agent's body as well while it runs
   if (c.dialect != nullptr && !c.native && upstreams_->RefusesUnrunnableTools(c.rewrite.model)) {
     if (const std::string left_out = LeftOutTool(c.dialect->notes()); !left_out.empty()) {
-      co_await Refuse(responder, c.route, ApiError::kBadRequest, left_out, chat);
+      co_await Refuse(responder, *c.api, ApiError::kBadRequest, left_out, chat);
       co_return;
     }
   }
   DescribeForTheRecord(c);
   if (!c.session->TryBeginCall()) {  // max_calls, checked and counted atomically with the calls in flight
     const std::string message = absl::StrCat("budget exhausted: max_calls=", c.session->policy().budget().max_calls());
-    co_await Refuse(responder, c.route, ApiError::kBudgetExhausted, message, chat);
+    co_await Refuse(responder, *c.api, ApiError::kBudgetExhausted, message, chat);
     co_return;
   }
   UpstreamCall call(parts_, std::move(c), co_await asio::this_coro::executor);

@@ -32,11 +32,12 @@ class HttpHandler {
   // then an UpstreamCall whose answer is relayed in the agent's API. Refusals before the call exists are counted
   // and answered here; nothing is recorded for them.
   boost::asio::awaitable<void> Completion(http::Request& request, http::Responder& responder,
-                                          std::shared_ptr<Session> session, ProxyMetrics::Route api);
+                                          std::shared_ptr<Session> session, const ApiSpec& api);
   // The session's models, in OpenAI's list shape or Anthropic's.
-  boost::asio::awaitable<void> Models(http::Responder& responder, const Session& session, bool anthropic_shape);
+  boost::asio::awaitable<void> Models(http::Responder& responder, const Session& session, bool anthropic_shape,
+                                      const ApiSpec& api);
   // POST /v1/messages/count_tokens: an estimate of the request's input tokens (docs/proxy.md says how).
-  boost::asio::awaitable<void> CountTokens(http::Request& request, http::Responder& responder);
+  boost::asio::awaitable<void> CountTokens(http::Request& request, http::Responder& responder, const ApiSpec& api);
   // An unstreamed answer: recorded, then sent whole (translated, or stripped of what the agent did not ask for).
   boost::asio::awaitable<void> RelayWhole(UpstreamCall& call, AgentLink& agent, http::Responder& responder);
   // A streamed answer, event by event with a flush per piece, recorded before its last event ([DONE]).
@@ -46,7 +47,7 @@ class HttpHandler {
   // The upstream's refusal, as it came (in the dialect's error shape for a dialect call).
   boost::asio::awaitable<void> TellRefusal(const UpstreamCall& call, http::Responder& responder);
   // Refuses a request before any call exists (counted; nothing recorded).
-  boost::asio::awaitable<void> Refuse(http::Responder& responder, ProxyMetrics::Route route, ApiError error,
+  boost::asio::awaitable<void> Refuse(http::Responder& responder, const ApiSpec& api, ApiError error,
                                       const std::string& message, bool chat = true);
 
   const CallParts parts_;

@@ -11,6 +11,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "services/proxy/api_registry.h"
 
 namespace corral::proxy {
 
@@ -122,20 +123,9 @@ struct ProxyMetrics {
   static prometheus::Histogram::BucketBoundaries LatencyBuckets() {
     return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
   }
-  // The counter of requests to `route` answered `status` by upstream number `upstream` (-1: none), created on
-  // first use and kept (no label-map lookup per request). Call SetUpstreams first.
-  enum class Route { kChat, kCompletions, kModels, kMessages, kResponses, kCountTokens };
-  static const char* RouteName(Route r) {
-    switch (r) {
-      case Route::kChat: return "/v1/chat/completions";
-      case Route::kCompletions: return "/v1/completions";
-      case Route::kModels: return "/v1/models";
-      case Route::kMessages: return "/v1/messages";                  // Anthropic's Messages API, translated to chat
-      case Route::kResponses: return "/v1/responses";                // OpenAI's Responses API, translated to chat
-      case Route::kCountTokens: return "/v1/messages/count_tokens";  // an estimate, nothing goes upstream
-    }
-    return "";
-  }
+  // The counter of requests to `api` (its path is the `route` label) answered `status` by upstream number
+  // `upstream` (-1: none), created on first use and kept (no label-map lookup per request). Call SetUpstreams
+  // first.
   // Also creates each upstream's error counter at zero, so a dashboard or an alert sees it before any error.
   void SetUpstreams(std::vector<std::string> names) {
     upstream_names_ = std::move(names);
@@ -148,8 +138,8 @@ struct ProxyMetrics {
       upstream_error_counters_[static_cast<size_t>(upstream)]->Increment();
     }
   }
-  prometheus::Counter& Request(Route route, int status, int upstream) {
-    const int64_t key = (static_cast<int64_t>(route) << 40) | (static_cast<int64_t>(status & 0xffff) << 24) |
+  prometheus::Counter& Request(const ApiSpec& api, int status, int upstream) {
+    const int64_t key = (static_cast<int64_t>(api.index) << 40) | (static_cast<int64_t>(status & 0xffff) << 24) |
                         static_cast<int64_t>(upstream + 1);
     absl::MutexLock lock(&request_mu_);
     prometheus::Counter*& counter = request_counters_[key];
@@ -157,7 +147,8 @@ struct ProxyMetrics {
       const std::string name = upstream >= 0 && upstream < static_cast<int>(upstream_names_.size())
                                    ? upstream_names_[static_cast<size_t>(upstream)]
                                    : "";
-      counter = &requests.Add({{"route", RouteName(route)}, {"status", std::to_string(status)}, {"upstream", name}});
+      counter =
+          &requests.Add({{"route", std::string(api.path)}, {"status", std::to_string(status)}, {"upstream", name}});
     }
     return *counter;
   }

@@ -68,6 +68,8 @@ json::object Completion(const json::object& answer, std::string text, json::arra
   return out;
 }
 
+}  // namespace
+
 std::optional<json::object> ResponseToChat(const json::object& response) {
   const json::array* output = Array(response, "output");
   if (output == nullptr) return std::nullopt;
@@ -115,14 +117,6 @@ std::optional<json::object> MessageToChat(const json::object& message) {
                     usage ? Int(*usage, "output_tokens") : 0);
 }
 
-}  // namespace
-
-std::optional<json::object> NativeAnswerToChat(absl::string_view api, const json::object& answer) {
-  if (api == "responses") return ResponseToChat(answer);
-  if (api == "messages") return MessageToChat(answer);
-  return std::nullopt;
-}
-
 void NativeStream::Add(const json::object& data) {
   const std::string type = Str(data, "type");
   if (type == "error") {
@@ -131,7 +125,7 @@ void NativeStream::Add(const json::object& data) {
     if (error_.empty()) error_ = json::serialize(data);
     return;
   }
-  if (api_ == "responses") {
+  if (shape_ == Shape::kResponses) {
     if (type == "response.completed" || type == "response.incomplete" || type == "response.failed") {
       if (const json::object* r = Object(data, "response")) answer_ = *r;
       if (type == "response.failed") error_ = "the upstream's response failed";

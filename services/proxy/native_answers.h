@@ -12,16 +12,18 @@
 
 namespace corral::proxy {
 
-// A whole answer of `api` ("responses": a Response object; "messages": an Anthropic message) as a chat completion
-// (message text, tool calls, finish reason, usage); nullopt when it is not of that shape.
-std::optional<boost::json::object> NativeAnswerToChat(absl::string_view api, const boost::json::object& answer);
+// A whole answer as a chat completion (message text, tool calls, finish reason, usage); nullopt when it is not of
+// the API's shape. A Responses API Response object; an Anthropic message.
+std::optional<boost::json::object> ResponseToChat(const boost::json::object& response);
+std::optional<boost::json::object> MessageToChat(const boost::json::object& message);
 
 // A native stream's events, gathered into the whole answer: Responses' response.completed (or .incomplete /
 // .failed) carries it; a Messages stream is assembled from message_start, its content blocks and deltas, and
 // message_delta, and is whole at message_stop.
 class NativeStream {
  public:
-  explicit NativeStream(std::string api) : api_(std::move(api)) {}
+  enum class Shape { kResponses, kMessages };
+  explicit NativeStream(Shape shape) : shape_(shape) {}
   // One event's data.
   void Add(const boost::json::object& data);
   // The whole answer once the stream carried it.
@@ -30,7 +32,7 @@ class NativeStream {
   const std::string& error() const { return error_; }
 
  private:
-  std::string api_;
+  Shape shape_;
   std::optional<boost::json::object> answer_;
   std::string error_;
   boost::json::object message_;       // messages: the message being assembled

@@ -29,7 +29,6 @@ boost::json::object FromChat(const boost::json::object& completion, const Namesp
 
 class ResponsesDialect final : public Dialect, private ChatStreamWalker {
  public:
-  absl::string_view api() const override { return "responses"; }
   absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request) override {
     notes_.clear();
     names_.clear();

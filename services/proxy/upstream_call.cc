@@ -13,7 +13,6 @@ namespace {
 
 namespace asio = boost::asio;
 namespace json = boost::json;
-using Route = ProxyMetrics::Route;
 constexpr size_t kMaxUpstreamBody = 64 << 20;
 constexpr size_t kMaxRefusalBody = 1 << 20;
 
@@ -28,7 +27,7 @@ UpstreamCall::UpstreamCall(CallParts parts, CallRequest request, asio::any_io_ex
   request_.recorded.mutable_call()->set_policy_version(version_);
   if (request_.native) {  // never cut by a pause: a native stream cannot be continued
     gate_->continuable = false;
-    native_stream_.emplace(std::string(request_.dialect->api()));
+    native_stream_.emplace(request_.api->native->stream);
   }
 }
 
@@ -39,15 +38,12 @@ UpstreamCall::~UpstreamCall() {
   parts_.gate->Unregister(gate_);
   if (upstream_ != nullptr) parts_.dispatcher->Return(std::move(upstream_));
   const int status = journal_failed_ ? 500 : error_ ? error_->http_status : 200;
-  parts_.metrics->Request(request_.route, status, upstream_index()).Increment();
+  parts_.metrics->Request(*request_.api, status, upstream_index()).Increment();
 }
 
 int UpstreamCall::upstream_index() const { return dispatch_.lease ? dispatch_.lease.get()->index : -1; }
 
-std::string UpstreamCall::upstream_route() const {
-  if (request_.native) return ProxyMetrics::RouteName(request_.route);
-  return ProxyMetrics::RouteName(request_.chat ? Route::kChat : Route::kCompletions);
-}
+std::string UpstreamCall::upstream_route() const { return std::string(request_.api->UpstreamPath(request_.native)); }
 
 UpstreamDispatcher::OnWait UpstreamCall::Keepalive(AgentLink& agent) {
   return [&agent]() -> asio::awaitable<void> {
@@ -164,8 +160,9 @@ asio::awaitable<std::optional<UpstreamCall::WholeAnswer>> UpstreamCall::Whole(Ag
     } else if (!request_.session->open()) {
       error = CallError{.kind = ApiError::kSessionClosed, .http_status = 410, .message = "session closed"};
     } else if (request_.native &&
-               !(native_chat = NativeAnswerToChat(request_.dialect->api(), parsed.as_object())).has_value()) {
-      error = CallError{.message = absl::StrCat("the upstream's answer is not a ", request_.dialect->api(), " answer")};
+               !(native_chat = request_.api->native->answer_to_chat(parsed.as_object())).has_value()) {
+      error =
+          CallError{.message = absl::StrCat("the upstream's answer is not a ", request_.api->native->name, " answer")};
     }
     if (error.has_value()) {
       co_await Fail(*std::move(error));
@@ -206,11 +203,11 @@ asio::awaitable<std::optional<std::vector<http::SseEvent>>> UpstreamCall::NextEv
         // A native stream's whole answer, for the record (an error when it never came).
         const std::optional<json::object>& answer = native_stream_->answer();
         std::optional<json::object> chat =
-            answer.has_value() ? NativeAnswerToChat(request_.dialect->api(), *answer) : std::nullopt;
+            answer.has_value() ? request_.api->native->answer_to_chat(*answer) : std::nullopt;
         if (!chat.has_value()) {
           SetError({.kind = ApiError::kUpstream,
                     .http_status = 502,
-                    .message = absl::StrCat("the upstream's ", request_.dialect->api(),
+                    .message = absl::StrCat("the upstream's ", request_.api->native->name,
                                             " stream ended without its whole answer")});
           co_return std::nullopt;
         }

@@ -60,9 +60,9 @@ struct CallParts {
 // What the handler made of the agent's request, the session's call slot already taken (Session::TryBeginCall).
 struct CallRequest {
   std::shared_ptr<Session> session;
-  ProxyMetrics::Route route = ProxyMetrics::Route::kChat;  // as the agent called it
-  bool chat = true;                                        // chat (the Messages and Responses APIs too) or completions
-  boost::json::object body;                                // chat or completions, as the policy rewrote it
+  const ApiSpec* api = &ChatApi();  // as the agent called it
+  bool chat = true;                 // chat (the Messages and Responses APIs too) or completions
+  boost::json::object body;         // chat or completions, as the policy rewrote it
   Rewrite rewrite;
   // The Messages or Responses API: the body was translated to chat and answers go back translated. Null for chat
   // and completions.

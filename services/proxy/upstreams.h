@@ -45,9 +45,6 @@ struct UpstreamSpec {
   bool refuse_unrunnable_tools = false;
 };
 
-// The agent APIs an upstream may serve itself (UpstreamSpec.dialects).
-inline constexpr const char* kNativeDialects[] = {"responses", "messages"};
-
 // "http://HOST:PORT[/...]" (HOST an IP address). INVALID_ARGUMENT otherwise. The name is "HOST:PORT".
 absl::StatusOr<UpstreamSpec> ParseUpstreamUrl(const std::string& url);
 

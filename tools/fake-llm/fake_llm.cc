@@ -146,9 +146,8 @@ struct Reply {
   int64_t continued_from = -1;      // a continuation of a final assistant message: the tokens it already had
 };
 
-Reply BuildReply(const Options& options, int64_t n, bool chat, const json::object& body) {
-  Reply r;
-  Plan& plan = r.plan;
+// The plan's timing and failures: the options', then what the request's {"fake": {...}} asks.
+void ApplyFakeOverrides(const Options& options, int64_t n, const json::object& body, Plan& plan) {
   plan.ttft = options.ttft;
   plan.inter_token = options.inter_token;
   plan.reply = options.reply;
@@ -162,51 +161,58 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
     plan.disconnect_after_chunks = IntOr(fo, "disconnect_after_chunks", -1);
     if (auto reply = Str(fo.if_contains("reply")); !reply.empty()) plan.reply = reply;
   }
-  if (plan.status != 200) return r;
-  const std::string model = body.contains("model") ? Str(body.if_contains("model")) : options.models.front();
-  r.stream = BoolOr(body, "stream");
-  const bool want_ids = BoolOr(body, "return_token_ids");
-  const bool want_logprobs = chat ? BoolOr(body, "logprobs") : body.contains("logprobs");
-  bool include_usage = false;
-  if (auto* so = body.if_contains("stream_options"); so != nullptr && so->is_object()) {
-    include_usage = BoolOr(so->as_object(), "include_usage");
-  }
+}
 
-  // The prompt, as words: every message's role and text (chat) or the prompt string (completions).
-  std::string prompt_text, last_user, last_role, last_content, tool_property;
-  if (chat) {
-    if (auto* msgs = body.if_contains("messages"); msgs != nullptr && msgs->is_array()) {
-      for (const auto& m : msgs->as_array()) {
-        if (!m.is_object()) continue;
-        const std::string role = Str(m.as_object().if_contains("role"));
-        const std::string text = ContentText(m.as_object().if_contains("content"));
-        absl::StrAppend(&prompt_text, role, ": ", text, "\n");
-        last_role = role;
-        last_content = text;
-        if (role == "user") last_user = text;
-      }
-    }
-    if (auto* tools = body.if_contains("tools"); tools != nullptr && tools->is_array() && !tools->as_array().empty()) {
-      const json::value& t = tools->as_array().front();
-      if (t.is_object()) {
-        if (auto* fn = t.as_object().if_contains("function"); fn != nullptr && fn->is_object()) {
-          plan.tool_name = Str(fn->as_object().if_contains("name"));
-          plan.tool_call = !plan.tool_name.empty() && last_role != "tool";
-          const json::value* params = fn->as_object().if_contains("parameters");
-          const json::value* props =
-              params && params->is_object() ? params->as_object().if_contains("properties") : nullptr;
-          if (props && props->is_object() && !props->as_object().empty())
-            tool_property = props->as_object().begin()->key();
-        }
-      }
-    }
-  } else {
-    prompt_text = Str(body.if_contains("prompt"));
-    last_user = prompt_text;
+// What the request says, as the reply is chosen from it.
+struct Prompt {
+  std::string text;  // every message's role and text (chat) or the prompt string (completions)
+  std::string last_user, last_role, last_content;
+  std::string tool_property;  // the first offered tool's first schema property
+};
+
+// The prompt, and (chat) the first offered tool, which the plan calls unless the last message is its answer.
+Prompt ReadPrompt(bool chat, const json::object& body, Plan& plan) {
+  Prompt p;
+  if (!chat) {
+    p.text = Str(body.if_contains("prompt"));
+    p.last_user = p.text;
+    return p;
   }
+  if (auto* msgs = body.if_contains("messages"); msgs != nullptr && msgs->is_array()) {
+    for (const auto& m : msgs->as_array()) {
+      if (!m.is_object()) continue;
+      const std::string role = Str(m.as_object().if_contains("role"));
+      const std::string text = ContentText(m.as_object().if_contains("content"));
+      absl::StrAppend(&p.text, role, ": ", text, "\n");
+      p.last_role = role;
+      p.last_content = text;
+      if (role == "user") p.last_user = text;
+    }
+  }
+  if (auto* tools = body.if_contains("tools"); tools != nullptr && tools->is_array() && !tools->as_array().empty()) {
+    const json::value& t = tools->as_array().front();
+    if (t.is_object()) {
+      if (auto* fn = t.as_object().if_contains("function"); fn != nullptr && fn->is_object()) {
+        plan.tool_name = Str(fn->as_object().if_contains("name"));
+        plan.tool_call = !plan.tool_name.empty() && p.last_role != "tool";
+        const json::value* params = fn->as_object().if_contains("parameters");
+        const json::value* props =
+            params && params->is_object() ? params->as_object().if_contains("properties") : nullptr;
+        if (props && props->is_object() && !props->as_object().empty())
+          p.tool_property = props->as_object().begin()->key();
+      }
+    }
+  }
+  return p;
+}
+
+// What the model does: a scripted agent's next step ({"fake": {"tool_script": [...]}}), the shell agent, the
+// arithmetic player, else an echo. Returns the tool call's arguments (when it calls one).
+std::string ChooseAction(const Options& options, int64_t n, bool chat, const json::object& body, const Prompt& p,
+                         Plan& plan) {
   std::string arguments = absl::StrCat("{\"step\": ", n, "}");
-  // A scripted agent (tests): {"fake": {"tool_script": ["cmd1", "cmd2"]}} calls the first offered tool with each
-  // entry in turn (as its first schema property), then answers "done: <the last tool output>".
+  // {"fake": {"tool_script": ["cmd1", "cmd2"]}} calls the first offered tool with each entry in turn (as its first
+  // schema property), then answers "done: <the last tool output>".
   if (auto* f = body.if_contains("fake"); chat && f != nullptr && f->is_object() && plan.tool_name.size() > 0) {
     if (auto* script = f->as_object().if_contains("tool_script"); script != nullptr && script->is_array()) {
       size_t tool_results = 0;
@@ -223,7 +229,7 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
       if (tool_results < steps.size() && steps[tool_results].is_string()) {
         plan.tool_call = true;
         json::object args;
-        args[tool_property.empty() ? "command" : tool_property] = steps[tool_results].as_string();
+        args[p.tool_property.empty() ? "command" : p.tool_property] = steps[tool_results].as_string();
         arguments = json::serialize(args);
       } else {
         plan.tool_call = false;
@@ -244,8 +250,8 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
   }
   if (options.arithmetic && chat) {
     const int64_t seed = IntOr(body, "seed", n);
-    const std::string* tool_output = last_role == "tool" ? &last_content : nullptr;
-    if (auto a = PlanArithmetic(last_user, plan.tool_call ? tool_property : "", tool_output, seed)) {
+    const std::string* tool_output = p.last_role == "tool" ? &p.last_content : nullptr;
+    if (auto a = PlanArithmetic(p.last_user, plan.tool_call ? p.tool_property : "", tool_output, seed)) {
       plan.tool_call = a->tool_call;
       if (a->tool_call) {
         arguments = a->arguments;
@@ -254,36 +260,109 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
       }
     }
   }
-  if (plan.reply.empty()) plan.reply = "echo: " + last_user;
-  std::vector<std::string> tokens = SplitTokens(plan.tool_call ? arguments : plan.reply);
-  // vLLM's continue_final_message: the reply goes on after the assistant text it was given (when that text is
-  // how the reply begins), and only the rest is generated.
-  size_t offset = 0;
-  if (chat && !plan.tool_call && last_role == "assistant" && BoolOr(body, "continue_final_message")) {
-    const std::vector<std::string> given = SplitTokens(last_content);
-    if (given.size() <= tokens.size() && std::equal(given.begin(), given.end(), tokens.begin())) offset = given.size();
-    tokens.erase(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(offset));
-    plan.reply = absl::StrJoin(tokens, "");
-    r.continued_from = static_cast<int64_t>(offset);
+  if (plan.reply.empty()) plan.reply = "echo: " + p.last_user;
+  return arguments;
+}
+
+// The answer's JSON, whole or as stream chunks, in the shape OpenAI's chat or completions API gives.
+class AnswerWriter {
+ public:
+  AnswerWriter(const Plan& plan, bool chat, bool stream, std::string model, int64_t n, std::vector<std::string> tokens,
+               size_t offset, const std::vector<std::string>& prompt_tokens)
+      : plan_(plan),
+        chat_(chat),
+        model_(std::move(model)),
+        tokens_(std::move(tokens)),
+        offset_(offset),
+        id_(absl::StrCat(chat ? "chatcmpl-" : "cmpl-", n)),
+        call_id_(absl::StrCat("call_", n)),
+        created_(absl::ToUnixSeconds(absl::Now())),
+        object_(chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion") {
+    usage_["prompt_tokens"] = prompt_tokens.size();
+    usage_["completion_tokens"] = tokens_.size();
+    usage_["total_tokens"] = prompt_tokens.size() + tokens_.size();
   }
-  const std::vector<std::string> prompt_tokens = SplitTokens(prompt_text);
-  const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", n);
-  const std::string call_id = absl::StrCat("call_", n);
-  const int64_t created = absl::ToUnixSeconds(absl::Now());
-  const std::string finish = plan.tool_call ? "tool_calls" : "stop";
-  const char* object = chat ? (r.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-  json::object usage;
-  usage["prompt_tokens"] = prompt_tokens.size();
-  usage["completion_tokens"] = tokens.size();
-  usage["total_tokens"] = prompt_tokens.size() + tokens.size();
-  auto logprobs_of = [&](size_t from, size_t to) {
+
+  std::string Whole(const std::string& arguments, bool want_logprobs, const std::vector<std::string>& prompt_tokens,
+                    bool want_ids) const {
+    json::object choice;
+    choice["index"] = 0;
+    choice["finish_reason"] = finish();
+    if (chat_) {
+      json::object message;
+      message["role"] = "assistant";
+      if (plan_.tool_call) {
+        message["content"] = nullptr;
+        json::array calls = ToolCall(true, arguments);
+        calls[0].as_object().erase("index");
+        message["tool_calls"] = std::move(calls);
+      } else {
+        message["content"] = plan_.reply;
+      }
+      choice["message"] = std::move(message);
+    } else {
+      choice["text"] = plan_.reply;
+    }
+    if (want_logprobs) choice["logprobs"] = Logprobs(0, tokens_.size());
+    if (want_ids) choice["token_ids"] = Ids(tokens_);
+    json::object out = Envelope(std::move(choice));
+    out["usage"] = usage_;
+    if (want_ids) out["prompt_token_ids"] = Ids(prompt_tokens);
+    return Json(out);
+  }
+
+  std::vector<std::string> Events(bool want_logprobs, const std::vector<std::string>& prompt_tokens, bool want_ids,
+                                  bool include_usage) const {
+    std::vector<std::string> events;
+    auto event = [&](const json::object& o) { events.push_back(absl::StrCat("data: ", Json(o), "\n\n")); };
+    // First chunk: the role (chat), and the prompt's token ids when asked.
+    json::object delta;
+    if (chat_) {
+      delta["role"] = "assistant";
+      if (plan_.tool_call) {
+        delta["content"] = nullptr;
+        delta["tool_calls"] = ToolCall(true, "");
+      } else {
+        delta["content"] = "";
+      }
+    }
+    json::object first = Chunk(std::move(delta), nullptr);
+    if (want_ids) first["prompt_token_ids"] = Ids(prompt_tokens);
+    event(first);
+    for (size_t i = 0; i < tokens_.size(); ++i) {
+      json::object d;
+      if (plan_.tool_call) {
+        d["tool_calls"] = ToolCall(false, tokens_[i]);
+      } else {
+        d["content"] = tokens_[i];
+      }
+      json::object c = Chunk(std::move(d), nullptr);
+      json::object& choice = c["choices"].as_array()[0].as_object();
+      if (want_logprobs) choice["logprobs"] = Logprobs(i, i + 1);
+      if (want_ids) choice["token_ids"] = json::array{TokenId(tokens_[i])};
+      event(c);
+    }
+    event(Chunk(json::object(), json::string(finish())));
+    if (include_usage) {
+      json::object u = Envelope(json::object());
+      u["choices"] = json::array();
+      u["usage"] = usage_;
+      event(u);
+    }
+    return events;
+  }
+
+ private:
+  const char* finish() const { return plan_.tool_call ? "tool_calls" : "stop"; }
+
+  json::object Logprobs(size_t from, size_t to) const {
     json::object lp;
-    if (chat) {
+    if (chat_) {
       json::array content;
       for (size_t i = from; i < to; ++i) {
         json::object e;
-        e["token"] = tokens[i];
-        e["logprob"] = Logprob(i + offset);
+        e["token"] = tokens_[i];
+        e["logprob"] = Logprob(i + offset_);
         e["bytes"] = json::array();
         e["top_logprobs"] = json::array();
         content.push_back(std::move(e));
@@ -292,109 +371,94 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
     } else {
       json::array toks, lps;
       for (size_t i = from; i < to; ++i) {
-        toks.push_back(json::string(tokens[i]));
-        lps.push_back(Logprob(i + offset));
+        toks.push_back(json::string(tokens_[i]));
+        lps.push_back(Logprob(i + offset_));
       }
       lp["tokens"] = std::move(toks);
       lp["token_logprobs"] = std::move(lps);
     }
     return lp;
-  };
-  auto tool_call = [&](bool with_header, const std::string& args) {
+  }
+
+  json::array ToolCall(bool with_header, const std::string& args) const {
     json::object fn;
-    if (with_header) fn["name"] = plan.tool_name;
+    if (with_header) fn["name"] = plan_.tool_name;
     fn["arguments"] = args;
     json::object call;
     call["index"] = 0;
     if (with_header) {
-      call["id"] = call_id;
+      call["id"] = call_id_;
       call["type"] = "function";
     }
     call["function"] = std::move(fn);
     return json::array{std::move(call)};
-  };
-  auto envelope = [&](json::object choice) {
+  }
+
+  json::object Envelope(json::object choice) const {
     json::object out;
-    out["id"] = id;
-    out["object"] = object;
-    out["created"] = created;
-    out["model"] = model;
+    out["id"] = id_;
+    out["object"] = object_;
+    out["created"] = created_;
+    out["model"] = model_;
     out["choices"] = json::array{std::move(choice)};
     return out;
-  };
-
-  if (!r.stream) {
-    json::object choice;
-    choice["index"] = 0;
-    choice["finish_reason"] = finish;
-    if (chat) {
-      json::object message;
-      message["role"] = "assistant";
-      if (plan.tool_call) {
-        message["content"] = nullptr;
-        json::array calls = tool_call(true, arguments);
-        calls[0].as_object().erase("index");
-        message["tool_calls"] = std::move(calls);
-      } else {
-        message["content"] = plan.reply;
-      }
-      choice["message"] = std::move(message);
-    } else {
-      choice["text"] = plan.reply;
-    }
-    if (want_logprobs) choice["logprobs"] = logprobs_of(0, tokens.size());
-    if (want_ids) choice["token_ids"] = Ids(tokens);
-    json::object out = envelope(std::move(choice));
-    out["usage"] = usage;
-    if (want_ids) out["prompt_token_ids"] = Ids(prompt_tokens);
-    r.whole = Json(out);
-    return r;
   }
-  auto event = [&](const json::object& o) { r.events.push_back(absl::StrCat("data: ", Json(o), "\n\n")); };
-  auto chunk = [&](json::object delta, json::value finish_reason) {
+
+  json::object Chunk(json::object delta, json::value finish_reason) const {
     json::object choice;
     choice["index"] = 0;
-    if (chat) {
+    if (chat_) {
       choice["delta"] = std::move(delta);
     } else {
       choice["text"] = delta.contains("content") ? delta["content"] : json::value("");
     }
     choice["finish_reason"] = std::move(finish_reason);
-    return envelope(std::move(choice));
-  };
-  // First chunk: the role (chat), and the prompt's token ids when asked.
-  json::object delta;
-  if (chat) {
-    delta["role"] = "assistant";
-    if (plan.tool_call) {
-      delta["content"] = nullptr;
-      delta["tool_calls"] = tool_call(true, "");
-    } else {
-      delta["content"] = "";
-    }
+    return Envelope(std::move(choice));
   }
-  json::object first = chunk(std::move(delta), nullptr);
-  if (want_ids) first["prompt_token_ids"] = Ids(prompt_tokens);
-  event(first);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    json::object d;
-    if (plan.tool_call) {
-      d["tool_calls"] = tool_call(false, tokens[i]);
-    } else {
-      d["content"] = tokens[i];
-    }
-    json::object c = chunk(std::move(d), nullptr);
-    json::object& choice = c["choices"].as_array()[0].as_object();
-    if (want_logprobs) choice["logprobs"] = logprobs_of(i, i + 1);
-    if (want_ids) choice["token_ids"] = json::array{TokenId(tokens[i])};
-    event(c);
+
+  const Plan& plan_;
+  const bool chat_;
+  const std::string model_;
+  const std::vector<std::string> tokens_;
+  const size_t offset_;  // tokens the reply already had (a continuation): logprobs are counted from there
+  const std::string id_, call_id_;
+  const int64_t created_;
+  const char* const object_;
+  json::object usage_;
+};
+
+Reply BuildReply(const Options& options, int64_t n, bool chat, const json::object& body) {
+  Reply r;
+  Plan& plan = r.plan;
+  ApplyFakeOverrides(options, n, body, plan);
+  if (plan.status != 200) return r;
+  const std::string model = body.contains("model") ? Str(body.if_contains("model")) : options.models.front();
+  r.stream = BoolOr(body, "stream");
+  const bool want_ids = BoolOr(body, "return_token_ids");
+  const bool want_logprobs = chat ? BoolOr(body, "logprobs") : body.contains("logprobs");
+  bool include_usage = false;
+  if (auto* so = body.if_contains("stream_options"); so != nullptr && so->is_object()) {
+    include_usage = BoolOr(so->as_object(), "include_usage");
   }
-  event(chunk(json::object(), json::string(finish)));
-  if (include_usage) {
-    json::object u = envelope(json::object());
-    u["choices"] = json::array();
-    u["usage"] = usage;
-    event(u);
+  const Prompt prompt = ReadPrompt(chat, body, plan);
+  const std::string arguments = ChooseAction(options, n, chat, body, prompt, plan);
+  std::vector<std::string> tokens = SplitTokens(plan.tool_call ? arguments : plan.reply);
+  // vLLM's continue_final_message: the reply goes on after the assistant text it was given (when that text is
+  // how the reply begins), and only the rest is generated.
+  size_t offset = 0;
+  if (chat && !plan.tool_call && prompt.last_role == "assistant" && BoolOr(body, "continue_final_message")) {
+    const std::vector<std::string> given = SplitTokens(prompt.last_content);
+    if (given.size() <= tokens.size() && std::equal(given.begin(), given.end(), tokens.begin())) offset = given.size();
+    tokens.erase(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(offset));
+    plan.reply = absl::StrJoin(tokens, "");
+    r.continued_from = static_cast<int64_t>(offset);
+  }
+  const std::vector<std::string> prompt_tokens = SplitTokens(prompt.text);
+  const AnswerWriter writer(plan, chat, r.stream, model, n, std::move(tokens), offset, prompt_tokens);
+  if (r.stream) {
+    r.events = writer.Events(want_logprobs, prompt_tokens, want_ids, include_usage);
+  } else {
+    r.whole = writer.Whole(arguments, want_logprobs, prompt_tokens, want_ids);
   }
   return r;
 }

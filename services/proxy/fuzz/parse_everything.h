@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "boost/beast/core/flat_buffer.hpp"
@@ -14,6 +15,7 @@
 #include "boost/json.hpp"
 #include "libs/http/sse.h"
 #include "services/proxy/anthropic_api.h"
+#include "services/proxy/api_registry.h"
 #include "services/proxy/capture.h"
 #include "services/proxy/policy.h"
 #include "services/proxy/responses_api.h"
@@ -57,10 +59,10 @@ inline int ParseEverything(const uint8_t* data, size_t size) {
       boost::json::object strip = v.as_object();
       (void)StripForAgent(out.rewrite, strip);
     }
-    // As a Messages or Responses request, and as a chat answer or chunk to translate back.
-    anthropic::MessagesDialect messages;
-    responses::ResponsesDialect responses;
-    for (Dialect* d : {static_cast<Dialect*>(&messages), static_cast<Dialect*>(&responses)}) {
+    // As a request of every API with a dialect, and as a chat answer or chunk to translate back.
+    for (const ApiSpec& api : Apis()) {
+      if (api.dialect == nullptr) continue;
+      std::unique_ptr<Dialect> d = api.dialect();
       (void)d->ToChat(v.as_object());
       (void)d->Whole(v.as_object());
       (void)d->Chunk(v.as_object());

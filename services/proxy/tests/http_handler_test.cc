@@ -156,7 +156,7 @@ TEST_F(HttpHandlerTest, EveryRefusalHasItsStatusAndOpenAiShape) {
   EXPECT_EQ(r.status, 410);
   EXPECT_THAT(r.body, HasSubstr(R"("code":"session_closed")"));
   EXPECT_EQ((*store_->Find("ep"))->Snapshot().calls(), 0u);  // nothing refused is recorded
-  EXPECT_EQ(metrics_.Request(ProxyMetrics::Route::kChat, 401, -1).Value(), 2);
+  EXPECT_EQ(metrics_.Request(ChatApi(), 401, -1).Value(), 2);
 }
 
 TEST_F(HttpHandlerTest, AWholeAndAStreamedCallAreRelayedRecordedAndJournaled) {
@@ -179,8 +179,8 @@ TEST_F(HttpHandlerTest, AWholeAndAStreamedCallAreRelayedRecordedAndJournaled) {
   ASSERT_THAT(journal_->Load(reloaded), IsOkAndHolds(1));
   EXPECT_EQ((*reloaded.Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS).calls_size(), 2);
   // Counted once the handler is done, which can be just after the agent has read the stream's end.
-  EXPECT_TRUE(corral::testing::WaitUntil(
-      [&] { return metrics_.Request(ProxyMetrics::Route::kChat, 200, 0).Value() == 2; }, absl::Seconds(5)));
+  EXPECT_TRUE(
+      corral::testing::WaitUntil([&] { return metrics_.Request(ChatApi(), 200, 0).Value() == 2; }, absl::Seconds(5)));
 }
 
 TEST_F(HttpHandlerTest, TheCallBudgetEndsWithAChoiceAnAgentStopsOn) {

@@ -14,8 +14,8 @@ const json::object& Message(const json::object& completion) {
   return completion.at("choices").as_array()[0].as_object().at("message").as_object();
 }
 
-TEST(NativeAnswerToChat, AResponseBecomesTextToolCallsAndUsage) {
-  auto chat = NativeAnswerToChat("responses", Parse(R"({"id": "resp_1", "object": "response", "status": "completed",
+TEST(NativeAnswers, AResponseBecomesTextToolCallsAndUsage) {
+  auto chat = ResponseToChat(Parse(R"({"id": "resp_1", "object": "response", "status": "completed",
     "model": "m", "output": [
       {"type": "reasoning", "id": "rs_1", "summary": []},
       {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me look."}]},
@@ -31,38 +31,37 @@ TEST(NativeAnswerToChat, AResponseBecomesTextToolCallsAndUsage) {
   EXPECT_EQ(chat->at("choices").as_array()[0].as_object().at("finish_reason").as_string(), "tool_calls");
   EXPECT_EQ(chat->at("usage").as_object().at("prompt_tokens").as_int64(), 12);
   EXPECT_EQ(chat->at("usage").as_object().at("completion_tokens").as_int64(), 5);
-  EXPECT_FALSE(NativeAnswerToChat("responses", Parse(R"({"choices": []})")).has_value());
+  EXPECT_FALSE(ResponseToChat(Parse(R"({"choices": []})")).has_value());
 }
 
-TEST(NativeAnswerToChat, AMessagesAnswerBecomesTextToolCallsAndUsage) {
-  auto chat = NativeAnswerToChat("messages", Parse(R"({"id": "msg_1", "type": "message", "role": "assistant",
+TEST(NativeAnswers, AMessagesAnswerBecomesTextToolCallsAndUsage) {
+  auto chat = MessageToChat(Parse(R"({"id": "msg_1", "type": "message", "role": "assistant",
     "model": "m", "stop_reason": "max_tokens", "content": [
       {"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "Done"}],
     "usage": {"input_tokens": 3, "output_tokens": 2}})"));
   ASSERT_TRUE(chat.has_value());
   EXPECT_EQ(Message(*chat).at("content").as_string(), "Done");
   EXPECT_EQ(chat->at("choices").as_array()[0].as_object().at("finish_reason").as_string(), "length");
-  EXPECT_FALSE(NativeAnswerToChat("messages", Parse(R"({"type": "error"})")).has_value());
-  EXPECT_FALSE(NativeAnswerToChat("chat", Parse(R"({})")).has_value());
+  EXPECT_FALSE(MessageToChat(Parse(R"({"type": "error"})")).has_value());
 }
 
 TEST(NativeStream, AResponsesStreamIsWholeAtResponseCompleted) {
-  NativeStream stream("responses");
+  NativeStream stream(NativeStream::Shape::kResponses);
   stream.Add(Parse(R"({"type": "response.created", "response": {"output": []}})"));
   stream.Add(Parse(R"({"type": "response.output_text.delta", "delta": "Hi"})"));
   EXPECT_FALSE(stream.answer().has_value());
   stream.Add(Parse(R"({"type": "response.completed", "response": {"id": "r", "output": [
     {"type": "message", "content": [{"type": "output_text", "text": "Hi"}]}]}})"));
   ASSERT_TRUE(stream.answer().has_value());
-  EXPECT_EQ(Message(*NativeAnswerToChat("responses", *stream.answer())).at("content").as_string(), "Hi");
+  EXPECT_EQ(Message(*ResponseToChat(*stream.answer())).at("content").as_string(), "Hi");
   EXPECT_EQ(stream.error(), "");
-  NativeStream failed("responses");
+  NativeStream failed(NativeStream::Shape::kResponses);
   failed.Add(Parse(R"({"type": "error", "message": "overloaded"})"));
   EXPECT_EQ(failed.error(), "overloaded");
 }
 
 TEST(NativeStream, AMessagesStreamIsAssembledFromItsBlocksAndDeltas) {
-  NativeStream stream("messages");
+  NativeStream stream(NativeStream::Shape::kMessages);
   for (const char* event : {
            R"({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
                "content": [], "usage": {"input_tokens": 7, "output_tokens": 1}}})",
@@ -84,7 +83,7 @@ TEST(NativeStream, AMessagesStreamIsAssembledFromItsBlocksAndDeltas) {
   EXPECT_FALSE(stream.answer().has_value());
   stream.Add(Parse(R"({"type": "message_stop"})"));
   ASSERT_TRUE(stream.answer().has_value());
-  auto chat = NativeAnswerToChat("messages", *stream.answer());
+  auto chat = MessageToChat(*stream.answer());
   ASSERT_TRUE(chat.has_value());
   EXPECT_EQ(Message(*chat).at("content").as_string(), "Running");
   const json::object& fn = Message(*chat).at("tool_calls").as_array()[0].as_object().at("function").as_object();

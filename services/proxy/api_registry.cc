@@ -1,0 +1,88 @@
+#include "services/proxy/api_registry.h"
+
+#include <array>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "services/proxy/anthropic_api.h"
+#include "services/proxy/responses_api.h"
+
+namespace corral::proxy {
+namespace {
+
+namespace bhttp = boost::beast::http;
+
+std::unique_ptr<Dialect> Messages() { return std::make_unique<anthropic::MessagesDialect>(); }
+std::unique_ptr<Dialect> Responses() { return std::make_unique<responses::ResponsesDialect>(); }
+
+// In the order UpstreamSpec.dialects' messages name them.
+constexpr std::array<NativeApi, 2> kNative = {{
+    {"responses", "max_output_tokens", &ResponseToChat, NativeStream::Shape::kResponses},
+    {"messages", "max_tokens", &MessageToChat, NativeStream::Shape::kMessages},
+}};
+
+const std::array<ApiSpec, 7> kApis = {{
+    {.path = "/health", .method = std::nullopt, .kind = ApiKind::kHealth, .chat = false, .index = 0},
+    {.path = "/v1/chat/completions", .method = bhttp::verb::post, .kind = ApiKind::kGenerate, .index = 1},
+    {.path = "/v1/completions", .method = bhttp::verb::post, .kind = ApiKind::kGenerate, .chat = false, .index = 2},
+    {.path = "/v1/models", .method = bhttp::verb::get, .kind = ApiKind::kModels, .chat = false, .index = 3},
+    // Anthropic's Messages API and OpenAI's Responses API, translated to chat (or passed through).
+    {.path = "/v1/messages",
+     .method = bhttp::verb::post,
+     .kind = ApiKind::kGenerate,
+     .dialect = &Messages,
+     .shapes_subpaths = true,
+     .native = &kNative[1],
+     .index = 4},
+    {.path = "/v1/responses",
+     .method = bhttp::verb::post,
+     .kind = ApiKind::kGenerate,
+     .dialect = &Responses,
+     .native = &kNative[0],
+     .index = 5},
+    {.path = "/v1/messages/count_tokens",
+     .method = bhttp::verb::post,
+     .kind = ApiKind::kCountTokens,
+     .dialect = &Messages,
+     .index = 6},
+}};
+
+}  // namespace
+
+absl::string_view ApiSpec::UpstreamPath(bool native_call) const {
+  if (native_call || dialect == nullptr) return path;
+  return chat ? ChatApi().path : CompletionsApi().path;
+}
+
+std::span<const ApiSpec> Apis() { return kApis; }
+
+const ApiSpec* FindApi(absl::string_view path) {
+  for (const ApiSpec& api : kApis) {
+    if (api.path == path) return &api;
+  }
+  return nullptr;
+}
+
+const ApiSpec& ChatApi() { return kApis[1]; }
+const ApiSpec& CompletionsApi() { return kApis[2]; }
+
+std::unique_ptr<Dialect> RefusalShapeFor(absl::string_view target) {
+  for (const ApiSpec& api : kApis) {
+    if (api.shapes_subpaths && api.dialect != nullptr && absl::StartsWith(target, api.path)) return api.dialect();
+  }
+  return nullptr;
+}
+
+const NativeApi* FindNativeApi(absl::string_view name) {
+  for (const NativeApi& n : kNative) {
+    if (n.name == name) return &n;
+  }
+  return nullptr;
+}
+
+std::string NativeApiNames() {
+  return absl::StrJoin(kNative, ", ", [](std::string* out, const NativeApi& n) { absl::StrAppend(out, n.name); });
+}
+
+}  // namespace corral::proxy

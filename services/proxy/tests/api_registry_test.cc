@@ -1,0 +1,75 @@
+// The proxy's table of APIs: one entry per path, the metrics' route labels as dashboards know them, and what each
+// entry decides (method, kind, dialect, native pass-through, where a translated call goes, refusals' shape).
+#include "services/proxy/api_registry.h"
+
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/proxy/dialect.h"
+
+namespace corral::proxy {
+namespace {
+
+namespace bhttp = boost::beast::http;
+
+TEST(ApiRegistry, EveryPathOnceAndTheRouteLabelsDashboardsUse) {
+  std::set<std::string> paths;
+  for (const ApiSpec& api : Apis()) {
+    EXPECT_TRUE(paths.insert(std::string(api.path)).second) << api.path;
+    EXPECT_EQ(&Apis()[static_cast<size_t>(api.index)], &api) << api.path;
+  }
+  // The `route` label values of corral_proxy_requests_total (dashboards and alerts name them) and /health.
+  EXPECT_THAT(paths, ::testing::UnorderedElementsAre("/health", "/v1/chat/completions", "/v1/completions", "/v1/models",
+                                                     "/v1/messages", "/v1/responses", "/v1/messages/count_tokens"));
+}
+
+TEST(ApiRegistry, EachEntrySaysHowItsCallsAreServed) {
+  const ApiSpec* chat = FindApi("/v1/chat/completions");
+  ASSERT_NE(chat, nullptr);
+  EXPECT_EQ(chat, &ChatApi());
+  EXPECT_EQ(chat->method, bhttp::verb::post);
+  EXPECT_EQ(chat->dialect, nullptr);
+  EXPECT_EQ(chat->UpstreamPath(false), "/v1/chat/completions");
+  EXPECT_FALSE(CompletionsApi().chat);
+  EXPECT_EQ(FindApi("/v1/models")->method, bhttp::verb::get);
+  EXPECT_FALSE(FindApi("/health")->method.has_value());  // any method
+  EXPECT_EQ(FindApi("/v1/chat/completions/"), nullptr);  // exact paths only
+
+  const ApiSpec* messages = FindApi("/v1/messages");
+  ASSERT_NE(messages, nullptr);
+  ASSERT_NE(messages->dialect, nullptr);
+  ASSERT_NE(messages->native, nullptr);
+  EXPECT_EQ(messages->native->name, "messages");
+  EXPECT_EQ(messages->native->token_cap, "max_tokens");
+  EXPECT_EQ(messages->UpstreamPath(false), "/v1/chat/completions");  // translated
+  EXPECT_EQ(messages->UpstreamPath(true), "/v1/messages");           // passed through
+  const ApiSpec* responses = FindApi("/v1/responses");
+  ASSERT_NE(responses->native, nullptr);
+  EXPECT_EQ(responses->native->token_cap, "max_output_tokens");
+  EXPECT_EQ(FindApi("/v1/messages/count_tokens")->kind, ApiKind::kCountTokens);
+  EXPECT_EQ(FindApi("/v1/messages/count_tokens")->native, nullptr);  // nothing goes upstream
+}
+
+TEST(ApiRegistry, RefusalsTakeTheShapeOfTheApiThePathIsUnder) {
+  EXPECT_NE(RefusalShapeFor("/v1/messages/batches"), nullptr);  // Anthropic's
+  EXPECT_EQ(RefusalShapeFor("/v1/responses/input_items"), nullptr);
+  EXPECT_EQ(RefusalShapeFor("/v1/embeddings"), nullptr);  // OpenAI's
+}
+
+TEST(ApiRegistry, NativeApisAreTheOnesUpstreamsMayList) {
+  EXPECT_EQ(NativeApiNames(), "responses, messages");
+  EXPECT_NE(FindNativeApi("responses"), nullptr);
+  EXPECT_EQ(FindNativeApi("chat"), nullptr);
+  const NativeApi* messages = FindNativeApi("messages");
+  ASSERT_NE(messages, nullptr);
+  auto chat = messages->answer_to_chat(boost::json::parse(R"({"id": "msg_1", "type": "message", "role": "assistant",
+      "content": [{"type": "text", "text": "Hi"}], "stop_reason": "end_turn",
+      "usage": {"input_tokens": 3, "output_tokens": 1}})")
+                                           .as_object());
+  ASSERT_TRUE(chat.has_value());
+  EXPECT_EQ(chat->at("object"), "chat.completion");
+}
+
+}  // namespace
+}  // namespace corral::proxy
