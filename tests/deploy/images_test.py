@@ -69,8 +69,8 @@ def from_source():
 
 def image_source():
     """The build arguments and context of the images: the binaries this run built, or the tree to compile."""
-    if from_source():
-        return [*ccache_volume()], ARGS.repo
+    if from_source():  # (podman's builder needs BINARIES spelled out to build the stage a FROM names by it)
+        return ["--build-arg", "BINARIES=build", *ccache_volume()], ARGS.repo
     context = os.path.join(ARGS.logs, "prebuilt-context")
     ds.run([os.path.join(ARGS.repo, "deploy", "docker", "prebuilt-context"), ARGS.build_dir, context], timeout=300)
     return ["--build-arg", "BINARIES=prebuilt"], context
