@@ -1,7 +1,10 @@
 #include "libs/harness/harnesses.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -85,6 +88,25 @@ absl::StatusOr<HarnessChoice> ResolveHarness(absl::string_view name) {
 
 std::string HarnessNames() {
   return absl::StrJoin(kHarnesses, ", ", [](std::string* out, const Harness& h) { absl::StrAppend(out, h.name); });
+}
+
+std::string InstallDir(const std::string& root, const HarnessChoice& c) { return absl::StrCat(root, "/", c.id()); }
+
+std::string ProgramPath(const std::string& root, const HarnessChoice& c) {
+  return absl::StrCat(InstallDir(root, c), "/node_modules/.bin/", c.harness->program);
+}
+
+std::vector<HarnessChoice> InstalledHarnesses(const std::string& root) {
+  std::vector<HarnessChoice> found;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string dir = it->path().filename().string();
+    if (dir.find('@') == std::string::npos) continue;  // a bare name is not an install
+    auto choice = ResolveHarness(dir);
+    if (choice.ok() && access(ProgramPath(root, *choice).c_str(), X_OK) == 0) found.push_back(*std::move(choice));
+  }
+  std::sort(found.begin(), found.end(), [](const HarnessChoice& a, const HarnessChoice& b) { return a.id() < b.id(); });
+  return found;
 }
 
 std::vector<std::string> HarnessArgv(const HarnessChoice& c) {

@@ -43,6 +43,13 @@ std::span<const Harness> Harnesses();
 absl::StatusOr<HarnessChoice> ResolveHarness(absl::string_view name);
 // The names, for error messages and --help: "claude-code, codex, opencode".
 std::string HarnessNames();
+// Where `corral harness install` puts `choice` under `root` (<root>/<name>@<version>), and its program there.
+std::string InstallDir(const std::string& root, const HarnessChoice& choice);
+std::string ProgramPath(const std::string& root, const HarnessChoice& choice);
+// The harnesses installed under `root`: each <name>@<version> directory of a known harness whose program is
+// there and executable, sorted by id. Empty when `root` is missing. (What a sandbox host reports, and what
+// `corral harness list` shows.)
+std::vector<HarnessChoice> InstalledHarnesses(const std::string& root);
 // The agent command of a harness: bash -c with the lines that find the program (on PATH — an image or template
 // that carries it — else under the harness root) and the harness's launch lines. When the program is nowhere it
 // exits 127 saying which command installs it.

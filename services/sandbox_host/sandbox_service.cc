@@ -12,12 +12,12 @@
 #include "libs/api/pagination.h"
 #include "libs/core/status_macros.h"
 #include "libs/core/version.h"
+#include "libs/harness/harnesses.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
 #include "services/sandbox_host/convert.h"
 #include "services/sandbox_host/exec_reactor.h"
 #include "services/sandbox_host/file_reactors.h"
-#include "services/sandbox_host/harness_inventory.h"
 #include "services/sandbox_host/image_reactor.h"
 #include "services/sandbox_host/linux/containment.h"
 #include "services/sandbox_host/linux/sandbox_path.h"
@@ -364,7 +364,7 @@ grpc::ServerUnaryReactor* SandboxService::HostInfo(grpc::CallbackServerContext* 
       (*resp->mutable_image_digests())[ref] = image.digest;
     }
   }
-  for (std::string& harness : InstalledHarnesses(harness_root_)) resp->add_harnesses(std::move(harness));
+  for (const HarnessChoice& harness : InstalledHarnesses(harness_root_)) resp->add_harnesses(harness.id());
   utsname u{};
   uname(&u);
   pf->set_kernel_release(u.release);

@@ -27,12 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The directory a harness is installed in under `root`, and its program there.
-std::string InstallDir(const std::string& root, const HarnessChoice& c) { return absl::StrCat(root, "/", c.id()); }
-std::string ProgramPath(const std::string& root, const HarnessChoice& c) {
-  return absl::StrCat(InstallDir(root, c), "/node_modules/.bin/", c.harness->program);
-}
-
 // Runs argv (stdout and stderr are the CLI's); its exit code, or -1 when it could not start.
 int Run(const std::vector<std::string>& argv) {
   std::vector<char*> args;
@@ -50,13 +44,9 @@ int List(const std::string& root) {
   for (const Harness& h : Harnesses()) {
     // Every version installed under the root, the pinned one first.
     std::vector<std::string> installed;
-    std::error_code ec;
-    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string dir = it->path().filename().string();
-      auto choice = ResolveHarness(dir);
-      if (!choice.ok() || choice->harness != &h || dir.find('@') == std::string::npos) continue;
-      if (access(ProgramPath(root, *choice).c_str(), X_OK) != 0) continue;
-      installed.insert(choice->version == h.version ? installed.begin() : installed.end(), choice->version);
+    for (const HarnessChoice& c : InstalledHarnesses(root)) {
+      if (c.harness != &h) continue;
+      installed.insert(c.version == h.version ? installed.begin() : installed.end(), c.version);
     }
     absl::PrintF("%-12s %-10s %-28s %-24s %s\n", h.name, h.version, h.package, h.api,
                  installed.empty() ? "no" : absl::StrJoin(installed, ", "));

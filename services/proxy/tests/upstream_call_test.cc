@@ -120,9 +120,8 @@ class UpstreamCallTest : public ::testing::Test {
   FakeAgent agent_;
 };
 
-http::Handler Whole(int status, std::string body, absl::Duration delay = absl::ZeroDuration()) {
+http::Handler Whole(int status, std::string body) {
   return [=](http::Request&, http::Responder& res) -> asio::awaitable<void> {
-    if (delay > absl::ZeroDuration()) co_await async::SleepFor(delay);
     co_await res.Send(status, "application/json", body);
   };
 }
