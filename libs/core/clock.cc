@@ -1,5 +1,7 @@
 #include "libs/core/clock.h"
 
+#include <algorithm>
+
 namespace corral {
 
 Clock::TimerId TimerQueue::Add(absl::Time when, absl::AnyInvocable<void()> fn) {
@@ -73,6 +75,39 @@ void RealClock::Loop() {
     fn = nullptr;  // captured state is destroyed before the lock is taken again
     mu_.Lock();
   }
+}
+
+bool WakeableSleep::SleepFor(Clock& clock, absl::Duration d) {
+  std::shared_ptr<State> st = state_;
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&st->mu);
+    if (st->woken) return true;
+    ticket = ++st->issued;
+  }
+  const Clock::TimerId timer = clock.RunAfter(d, [st, ticket] {
+    absl::MutexLock lock(&st->mu);
+    st->rung = std::max(st->rung, ticket);
+  });
+  bool woken = false;
+  {
+    absl::MutexLock lock(&st->mu);
+    Waiting waiting{st.get(), ticket};
+    st->mu.Await(absl::Condition(&Waiting::Over, &waiting));
+    woken = st->woken;
+  }
+  clock.Cancel(timer);
+  return woken;
+}
+
+void WakeableSleep::Wake() {
+  absl::MutexLock lock(&state_->mu);
+  state_->woken = true;
+}
+
+bool WakeableSleep::woken() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->woken;
 }
 
 }  // namespace corral

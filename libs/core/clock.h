@@ -74,4 +74,31 @@ class RealClock final : public Clock {
   std::thread thread_;
 };
 
+// A blocking sleep on a Clock (a FakeClock's Advance ends it in tests) that another thread may cut short. Wake is
+// sticky: every sleep after it returns at once. Thread-safe.
+class WakeableSleep {
+ public:
+  // Blocks until `d` has passed on `clock`, or until Wake(). True when woken.
+  bool SleepFor(Clock& clock, absl::Duration d);
+  void Wake();
+  bool woken() const;
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    bool woken ABSL_GUARDED_BY(mu) = false;
+    uint64_t issued ABSL_GUARDED_BY(mu) = 0;  // sleeps started
+    uint64_t rung ABSL_GUARDED_BY(mu) = 0;    // the latest sleep whose time has passed
+  };
+  struct Waiting {
+    State* state;
+    uint64_t ticket;
+    static bool Over(Waiting* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->state->mu) {
+      return w->state->woken || w->state->rung >= w->ticket;
+    }
+  };
+  // Shared with the timers, which may fire after the sleep that set them has returned.
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
 }  // namespace corral

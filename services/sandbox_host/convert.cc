@@ -87,7 +87,7 @@ void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
   out->set_state(sb.deleted ? v1::SANDBOX_STATE_DELETING : v1::SANDBOX_STATE_READY);
   ToProto(sb.spec, out->mutable_spec());
   out->set_home(sb.home);
-  out->set_image_digest(sb.image_digest);
+  out->set_image_digest(sb.image_digest());
   out->set_forked_from(sb.forked_from);
   out->set_fork_layers(sb.layers != nullptr ? static_cast<uint32_t>(sb.layers->depth) : 0);
   out->set_uid(sb.uid);

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,8 +18,6 @@
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
 #include "openssl/rand.h"
-#include "services/sandbox_host/images/image_root.h"
-#include "services/sandbox_host/images/image_user.h"
 #include "services/sandbox_host/linux/containment.h"
 #include "services/sandbox_host/linux/process_sweep.h"
 #include "spdlog/spdlog.h"
@@ -64,38 +61,6 @@ absl::Status Within(const char* name, uint64_t value, uint64_t ceiling) {
 
 }  // namespace
 
-SpawnSpec Sandbox::SpawnFor(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
-                            const std::string& cwd) const {
-  SpawnSpec s;
-  s.argv = std::move(argv);
-  // The exec's own values first, then the sandbox's; each name once (programs disagree on which duplicate wins).
-  absl::flat_hash_set<absl::string_view> seen;
-  auto add = [&](const std::string& kv) {
-    if (seen.insert(absl::string_view(kv).substr(0, kv.find('='))).second) s.env.push_back(kv);
-  };
-  std::vector<std::string> own;
-  for (const auto& [k, v] : env) own.push_back(absl::StrCat(k, "=", v));
-  for (const auto& kv : own) add(kv);
-  for (const auto& kv : base_env) add(kv);
-  s.cwd = !cwd.empty() ? cwd : in_image() ? workdir : home;
-  s.uid = in_image() ? inside_uid : uid;
-  s.gid = in_image() ? inside_gid : uid;
-  s.limits = spec.rlimits;
-  s.landlock_fd = landlock.valid() ? landlock.get() : -1;
-  s.mountns_fd = namespaces.mnt.valid() ? namespaces.mnt.get() : -1;
-  s.netns_fd = namespaces.net.valid() ? namespaces.net.get() : -1;
-  s.userns_fd = userns.valid() ? userns.get() : -1;
-  s.root_fd = in_image() ? home_fd.get() : -1;
-  s.cgroup_procs_fds = cgroup.procs_fds();
-  return s;
-}
-
-absl::StatusOr<SandboxPath> Sandbox::ParsePath(absl::string_view path, bool allow_home) const {
-  if (!in_image()) return ParseSandboxPath(path, spec.task_paths, allow_home);
-  std::vector<std::string> base = absl::StrSplit(home, '/', absl::SkipEmpty());
-  return ParseImagePath(path, base, allow_home);
-}
-
 absl::Status CheckSandboxesCanReach(const std::string& root) {
   fs::path dir;
   for (const fs::path& part : fs::absolute(root)) {
@@ -137,6 +102,14 @@ SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock
       images_(parts.images),
       layers_(parts.layers),
       uids_(options_.uid_first, options_.uid_last, ReservedUids(options_.busy_uids)) {
+  const StorageParts storage{.mount_namespaces = features_.mount_namespaces,
+                             .images = images_,
+                             .layers = layers_,
+                             .metrics = metrics_,
+                             .clock = clock_};
+  storage_[static_cast<int>(StorageKind::kHome)] = NewHomeStorage(storage);
+  storage_[static_cast<int>(StorageKind::kLayeredHome)] = NewLayeredHomeStorage(storage);
+  storage_[static_cast<int>(StorageKind::kImageRoot)] = NewImageRootStorage(storage);
   std::error_code ec;
   fs::create_directories(fs::path(options_.root) / "homes", ec);
   fs::permissions(options_.root, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec,
@@ -233,78 +206,40 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
   return ValidateLabels("labels", spec.labels);
 }
 
-absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec& spec,
-                                                               const std::shared_ptr<const TemplateImage>& tmpl,
-                                                               const Image* oci_image, const Layering* layering) {
-  Sandbox* const parent = layering != nullptr ? layering->parent : nullptr;
-  std::optional<uid_t> uid = parent != nullptr ? std::optional<uid_t>(parent->uid) : uids_.Acquire();
+absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec& spec, const Origin& origin) {
+  const Sandbox* const previous = origin.previous;
+  std::optional<uid_t> uid = previous != nullptr ? std::optional<uid_t>(previous->uid) : uids_.Acquire();
   if (!uid) return absl::ResourceExhaustedError("the uid pool is exhausted");
   auto sb = std::make_shared<Sandbox>();
-  sb->id = parent != nullptr ? parent->id : NewSandboxId();
+  sb->id = previous != nullptr ? previous->id : NewSandboxId();
   sb->uid = *uid;
   sb->spec = spec;
   sb->dir = (fs::path(options_.root) / "homes" / sb->id).string();
   sb->home = sb->dir;
-  sb->create_time = parent != nullptr ? parent->create_time : clock_->Now();
+  sb->create_time = previous != nullptr ? previous->create_time : clock_->Now();
+  sb->storage = origin.kind();
+  sb->forked_from = previous != nullptr ? previous->forked_from : origin.forked_from;
   sb->Touch(clock_->Now());
   auto fail = [&](absl::Status s) {
     // The parent's new generation owns nothing yet (its uid, cgroup and directory stay the parent's) but what
-    // its image root took.
-    if (parent == nullptr) {
+    // its files took.
+    if (previous == nullptr) {
       (void)Teardown(*sb);
     } else {
-      if (sb->in_image()) images_->Unpin(sb->image_digest);
-      if (sb->template_image) sb->template_image->sandboxes--;
+      ReleaseFiles(*sb);
     }
     return s;
   };
   Protections& p = sb->protections;
   p.network = *spec.network;
-  std::vector<std::string> dirs;  // what Landlock lets the sandbox write (by path; an image root by descriptor)
-  if (oci_image != nullptr) {
-    if (absl::Status s = BuildImageRoot(*sb, *oci_image, tmpl, layering); !s.ok()) return fail(s);
-  } else if (layering != nullptr) {
-    if (absl::Status s = BuildLayeredHome(*sb, *layering); !s.ok()) return fail(s);
-  } else {
-    dirs = {sb->home, sb->home + "/.tmp"};
-    for (const auto& dir : dirs) {
-      if (mkdir(dir.c_str(), 0700) != 0 || chown(dir.c_str(), sb->uid, sb->uid) != 0) {
-        return fail(absl::InternalError(absl::StrCat("cannot create ", dir, ": ", strerror(errno))));
-      }
-    }
-    sb->home_fd.Reset(open(sb->home.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  }
-  if (tmpl != nullptr && oci_image == nullptr) {  // a home template is copied; one on an image is a layer
-    const absl::Time start = clock_->Now();
-    UniqueFd src(open(tmpl->dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!src.valid()) return fail(absl::InternalError(absl::StrCat("cannot open template ", tmpl->key)));
-    auto copied = CopyTree(src.get(), sb->home_fd.get(), sb->uid, sb->uid, {".tmp"});
-    if (!copied.ok()) return fail(copied.status());
-    sb->template_image = tmpl;
-    tmpl->sandboxes++;
-    if (metrics_) metrics_->clone_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
-  }
-  // Task paths: created empty unless the template has them (as real directories, never links).
-  for (const auto& path : sb->in_image() || layering != nullptr ? std::vector<std::string>{} : spec.task_paths) {
-    const std::string dir = sb->home + path;
-    dirs.push_back(dir);
-    struct stat st {};
-    if (lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
-    if (mkdir(dir.c_str(), 0700) != 0 || chown(dir.c_str(), sb->uid, sb->uid) != 0) {
-      return fail(absl::InternalError(absl::StrCat("cannot create task path ", path, ": ", strerror(errno))));
-    }
-  }
-  if (features_.mount_namespaces && !sb->in_image() && layering == nullptr) {
-    auto ns = CreateNamespaces(sb->home, spec.task_paths, *spec.network == NetworkPolicy::kNone);
-    if (!ns.ok()) return fail(ns.status());
-    sb->namespaces = *std::move(ns);
-    p.mount_namespace = true;
-    p.hidepid = sb->namespaces.hidepid;
-    p.network_namespace = sb->namespaces.net.valid();
-  }
+  // The spec's values first: they win over the defaults (SpawnFor keeps a name's first value).
+  for (const auto& [k, v] : spec.env) sb->base_env.push_back(absl::StrCat(k, "=", v));
+  sb->base_env.push_back("CORRAL_SANDBOX_ID=" + sb->id);
+  Storage& files = StorageOf(sb->storage);
+  if (absl::Status s = files.Build(*sb, origin); !s.ok()) return fail(s);
   std::vector<std::string> controllers;
   if (features_.cgroups != nullptr && features_.cgroups->mode() != CgroupMode::kNone) {
-    if (parent == nullptr) {  // the parent's new generation takes the parent's cgroup once it is built
+    if (previous == nullptr) {  // the parent's new generation takes the parent's cgroup once it is built
       auto cg = features_.cgroups->Create(sb->id, spec.cgroup);
       if (!cg.ok()) return fail(cg.status());
       sb->cgroup = *std::move(cg);
@@ -323,16 +258,7 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   p.containment = held.summary;
   if (features_.landlock_abi > 0) {
     LandlockPolicy policy;
-    policy.read_write = dirs;
-    if (sb->namespaces.proc_root.valid()) policy.read_only_fds = {sb->namespaces.proc_root.get()};
-    // A layered home's directories are the overlay's, as its processes see them: by descriptor.
-    for (const UniqueFd& fd : sb->namespaces.write_roots) policy.read_write_fds.push_back(fd.get());
-    if (sb->in_image()) {  // the image root is all it sees, and all of it is the sandbox's
-      policy.read_write_fds = {sb->home_fd.get()};
-      policy.read_exec.clear();
-      policy.read_only.clear();
-      policy.devices.clear();
-    }
+    files.Confine(*sb, policy);
     policy.network = *spec.network;
     policy.connect_ports = spec.allowed_ports;
     RulesetPlan plan = PlanRuleset(features_.landlock_abi, policy);
@@ -343,21 +269,6 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
     p.tcp_bind_denied = (plan.handled_net & landlock::kNetBindTcp) != 0;
     p.scoped = plan.scoped != 0;
   }
-  // The spec's values first: they win over the defaults (SpawnFor keeps a name's first value).
-  for (const auto& [k, v] : spec.env) sb->base_env.push_back(absl::StrCat(k, "=", v));
-  sb->base_env.push_back("CORRAL_SANDBOX_ID=" + sb->id);
-  if (sb->in_image()) {  // as Docker does: the image's Env, then HOME from its /etc/passwd and a default PATH
-    sb->base_env.insert(sb->base_env.end(), oci_image->config.env.begin(), oci_image->config.env.end());
-    sb->base_env.push_back("HOME=" + sb->home);
-    sb->base_env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-    sb->base_env.push_back("TMPDIR=/tmp");
-    return sb;
-  }
-  for (const std::string& kv : {std::string("PATH=/usr/local/bin:/usr/bin:/bin"), "HOME=" + sb->home,
-                                "TMPDIR=" + (p.mount_namespace ? std::string("/tmp") : sb->home + "/.tmp"),
-                                absl::StrCat("USER=sandbox-", sb->uid), std::string("LANG=C.UTF-8")}) {
-    sb->base_env.push_back(kv);
-  }
   return sb;
 }
 
@@ -367,83 +278,6 @@ int64_t SandboxManager::Reserve(int64_t count) {
   const int64_t granted = std::max<int64_t>(0, std::min(count, free));
   reserved_ += granted;
   return granted;
-}
-
-absl::Status SandboxManager::BuildImageRoot(Sandbox& sb, const Image& image,
-                                            const std::shared_ptr<const TemplateImage>& layer,
-                                            const Layering* layering) {
-  const std::string rw = sb.dir + "/rw", mnt = sb.dir + "/mnt";
-  // A parent's new generation reuses its directories (its new tmpfs and mounts are in a new namespace).
-  const Sandbox* previous = layering != nullptr ? layering->parent : nullptr;
-  for (const std::string& d : {sb.dir, rw, mnt}) {
-    if (mkdir(d.c_str(), 0700) != 0 && (previous == nullptr || errno != EEXIST))
-      return absl::InternalError(absl::StrCat("cannot create ", d, ": ", strerror(errno)));
-  }
-  CORRAL_RETURN_IF_ERROR(images_->Pin(image.digest));
-  sb.image_digest = image.digest;
-  CORRAL_ASSIGN_OR_RETURN(std::vector<std::string> lower, images_->LowerDirs(image.digest));
-  if (layer != nullptr) {  // a template built on the image: its layer above the image's
-    lower.insert(lower.begin(), layer->dir);
-    sb.template_image = layer;
-    layer->sandboxes++;
-  }
-  CORRAL_ASSIGN_OR_RETURN(ImageUser user, ResolveImageUser(lower, image.config.user));
-  sb.inside_uid = user.uid;
-  sb.inside_gid = user.gid;
-  sb.home = user.home;
-  sb.workdir = image.config.working_dir.empty() ? user.home : image.config.working_dir;
-  CORRAL_ASSIGN_OR_RETURN(sb.userns, CreateUserNamespace(sb.uid, sb.uid, user.uid, user.gid));
-  ImageRootSpec root_spec{.lower_dirs = lower,
-                          .rw_dir = rw,
-                          .rw_tmpfs_bytes = sb.spec.upper_on_disk ? 0 : sb.spec.disk_bytes,
-                          .mount_point = mnt,
-                          // "/" is the upper directory: the sandbox's when it runs as root, as the image's is
-                          .root_owned_by_sandbox = user.uid == 0,
-                          .userns_fd = sb.userns.get(),
-                          .uid = sb.uid,
-                          .gid = sb.uid,
-                          .private_network = *sb.spec.network == NetworkPolicy::kNone};
-  std::map<uid_t, UniqueFd> layer_userns;
-  if (layering != nullptr && layering->layers != nullptr) {
-    CORRAL_ASSIGN_OR_RETURN(layer_userns, LayerUserNamespaces(layering->layers, sb.uid));
-    for (const ForkLayer* l : LayersOf(layering->layers)) {
-      root_spec.held_layers.push_back({l->dir, l->owner != sb.uid ? layer_userns.at(l->owner).get() : -1});
-    }
-  }
-  if (layers_ != nullptr) {
-    root_spec.holder_ns_fd = layers_->holder_ns();
-    root_spec.host_ns_fd = layers_->host_ns();
-  }
-  if (previous != nullptr) root_spec.carry_ns_fd = previous->namespaces.mnt.get();
-  CORRAL_ASSIGN_OR_RETURN(ImageRoot root, CreateImageRoot(root_spec));
-  sb.rw_tree = std::move(root.rw_tree);
-  if (layering != nullptr) sb.layers = layering->layers;
-  sb.namespaces.mnt = std::move(root.mnt);
-  sb.namespaces.net = std::move(root.net);
-  sb.namespaces.hidepid = true;
-  sb.home_fd = std::move(root.root);
-  struct stat st {};
-  if (fstat(sb.home_fd.get(), &st) != 0)
-    return absl::InternalError(absl::StrCat("stat of the image root: ", strerror(errno)));
-  sb.root_dev = st.st_dev;
-  Protections& p = sb.protections;
-  p.mount_namespace = p.hidepid = p.user_namespace = true;
-  p.network_namespace = sb.namespaces.net.valid();
-  p.disk_quota_bytes = root_spec.rw_tmpfs_bytes;
-  // Task paths, the working directory and the home exist in the root (made, the sandbox's, where the image
-  // lacks them).
-  std::vector<std::string> made = sb.spec.task_paths;
-  made.push_back(sb.workdir);
-  made.push_back(sb.home);
-  for (const std::string& path : made) {
-    if (path == "/") continue;
-    CORRAL_ASSIGN_OR_RETURN(SandboxPath parsed, ParseImagePath(path, {}));
-    absl::Status s = MakeDirectory(sb.home_fd.get(), parsed, /*make_parents=*/true, 0755, sb.FileOwner());
-    if (!s.ok() && !absl::IsAlreadyExists(s)) {
-      return absl::Status(s.code(), absl::StrCat("directory ", path, " in the image: ", s.message()));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t count, SandboxSpec spec) {
@@ -467,14 +301,26 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
                          : absl::StrCat("template '", spec.template_key, "' was built on image ", built_on,
                                         oci_image ? absl::StrCat(", not ", oci_image->digest) : ", name it"));
   }
-  CreateResult result;
+  const Origin origin{.tmpl = tmpl, .image = std::move(oci_image)};
   const int64_t granted = Reserve(count);
+  CreateResult result;
+  auto built = BuildMany(spec, origin, count, granted, result);
+  absl::MutexLock lock(&mu_);
+  reserved_ -= granted;
+  if (!built.ok()) return built.status();
+  Admit(*built, result);
+  if (metrics_) metrics_->rejected.Increment(static_cast<double>(result.rejected));
+  return result;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<Sandbox>>> SandboxManager::BuildMany(const SandboxSpec& spec,
+                                                                                const Origin& origin, int64_t count,
+                                                                                int64_t granted, CreateResult& result) {
   result.rejected = count - granted;
   if (result.rejected > 0) result.rejected_reason = "host capacity";
   std::vector<std::shared_ptr<Sandbox>> built;
-  absl::Status error;
-  for (int64_t i = 0; i < granted && error.ok(); ++i) {
-    auto sb = Build(spec, tmpl, oci_image ? &*oci_image : nullptr);
+  for (int64_t i = 0; i < granted; ++i) {
+    auto sb = Build(spec, origin);
     if (sb.ok()) {
       built.push_back(*std::move(sb));
     } else if (absl::IsResourceExhausted(sb.status())) {
@@ -482,27 +328,22 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Create(int64_t coun
       result.rejected_reason = "uid pool exhausted";
       break;
     } else {
-      error = sb.status();
+      for (auto& b : built) (void)Teardown(*b);
+      return sb.status();
     }
   }
-  if (!error.ok()) {
-    for (auto& sb : built) (void)Teardown(*sb);
-    absl::MutexLock lock(&mu_);
-    reserved_ -= granted;
-    return error;
-  }
-  absl::MutexLock lock(&mu_);
-  reserved_ -= granted;
-  for (auto& sb : built) {
+  return built;
+}
+
+void SandboxManager::Admit(const std::vector<std::shared_ptr<Sandbox>>& built, CreateResult& result) {
+  for (const auto& sb : built) {
     sandboxes_.emplace(sb->id, sb);
     result.created.push_back({sb, signer_->Sign(kSandboxTokenPurpose, sb->id)});
   }
   if (metrics_) {
     metrics_->created.Increment(static_cast<double>(built.size()));
-    metrics_->rejected.Increment(static_cast<double>(result.rejected));
     metrics_->live.Set(static_cast<double>(sandboxes_.size()));
   }
-  return result;
 }
 
 absl::StatusOr<std::shared_ptr<const Sandbox>> SandboxManager::Find(const std::string& id) const {
@@ -556,22 +397,22 @@ bool SandboxManager::Delete(const std::string& id) {
 
 absl::Status SandboxManager::DeleteKeepingUpper(const std::string& id, const std::string& dest) {
   std::shared_ptr<Sandbox> sb;
-  // A fork takes milliseconds: the delete waits for it, and deletes the generation it leaves.
-  for (;; absl::SleepFor(absl::Milliseconds(2))) {
+  {
     absl::MutexLock lock(&mu_);
+    // A fork takes milliseconds: the delete waits for it, and deletes the generation it leaves.
     auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
-    if (it->second->forking) {
-      it->second->delete_requested = true;  // a fork still waiting for processes gives up
-      continue;
+    while (it != sandboxes_.end() && it->second->forking) {
+      it->second->delete_requested.Wake();  // a fork still waiting for processes gives up
+      fork_ended_.Wait(&mu_);
+      it = sandboxes_.find(id);
     }
+    if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
     if (!dest.empty() && !it->second->in_image()) {
       return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' has no image layer to keep"));
     }
     sb = std::move(it->second);
     sandboxes_.erase(it);
     if (metrics_) metrics_->live.Set(static_cast<double>(sandboxes_.size()));
-    break;
   }
   absl::Status kept = Teardown(*sb, dest);
   if (metrics_) {
@@ -606,10 +447,7 @@ absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper
   sb.namespaces = SandboxNamespaces{};
   if (absl::Status s = sb.cgroup.Remove(); !s.ok()) spdlog::warn("sandbox {}: {}", sb.id, s);
   sb.home_fd.Reset();  // an image root: its overlay goes with the last reference to its mount namespace
-  sb.userns.Reset();
-  if (sb.template_image) sb.template_image->sandboxes--;
-  sb.template_image.reset();
-  if (sb.in_image()) images_->Unpin(sb.image_digest);
+  ReleaseFiles(sb);
   sb.layers.reset();  // the last user of a layer removes it
   absl::Status kept;
   if (!keep_upper.empty() && (!clean || rename((sb.dir + "/rw/upper").c_str(), keep_upper.c_str()) != 0)) {
@@ -622,6 +460,12 @@ absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper
   if (!clean) spdlog::warn("sandbox {}: uid {} still has processes; quarantined", sb.id, sb.uid);
   uids_.Release(sb.uid, clean);
   return kept;
+}
+
+void SandboxManager::ReleaseFiles(Sandbox& sb) {
+  StorageOf(sb.storage).Teardown(sb);
+  if (sb.template_image) sb.template_image->sandboxes--;
+  sb.template_image.reset();
 }
 
 absl::Status SandboxManager::CheckSandboxToken(const std::string& id, const std::string& token) const {

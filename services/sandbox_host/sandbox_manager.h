@@ -1,7 +1,7 @@
-// The sandboxes of this host: capacity reserved atomically, a uid and a private 0700 home each, the isolation
-// every process of the sandbox runs under (cgroup, namespaces, Landlock ruleset, rlimits, scrubbed
-// environment), capability tokens, and teardown that kills every process of the uid before anything is freed.
-// Plain C++: no gRPC.
+// The sandboxes of this host: capacity reserved atomically, a uid each and files of their own (a storage kind:
+// storage/storage.h), the isolation every process of the sandbox runs under (cgroup, namespaces, Landlock
+// ruleset, rlimits, scrubbed environment), capability tokens, forks (fork/sandbox_fork.cc), and teardown that
+// kills every process of the uid before anything is freed. Plain C++: no gRPC.
 #pragma once
 
 #include <atomic>
@@ -19,15 +19,14 @@
 #include "libs/core/token.h"
 #include "libs/core/unique_fd.h"
 #include "libs/core/worker_pool.h"
-#include "services/sandbox_host/fork_layers.h"
+#include "services/sandbox_host/fork/fork_layers.h"
 #include "services/sandbox_host/images/image_store.h"
 #include "services/sandbox_host/linux/cgroup.h"
 #include "services/sandbox_host/linux/landlock.h"
-#include "services/sandbox_host/linux/namespaces.h"
-#include "services/sandbox_host/linux/sandbox_path.h"
-#include "services/sandbox_host/linux/spawn.h"
 #include "services/sandbox_host/linux/uid_pool.h"
 #include "services/sandbox_host/metrics.h"
+#include "services/sandbox_host/sandbox.h"
+#include "services/sandbox_host/storage/storage.h"
 #include "services/sandbox_host/template_store.h"
 
 namespace corral::sandbox {
@@ -65,96 +64,9 @@ struct HostFeatures {
   int landlock_abi = 0;
   bool mount_namespaces = false;
   bool images = false;  // user namespaces and idmapped overlay layers (CanUseImages)
-  // ForkSandbox of plain sandboxes: mount namespaces, idmapped layers (as images) and a ForkLayers store.
+  // ForkSandbox (plain and image sandboxes): mount namespaces, idmapped layers and a ForkLayers store.
   bool forks = false;
   const CgroupManager* cgroups = nullptr;
-};
-
-struct SandboxSpec {
-  std::optional<NetworkPolicy> network;  // unset: the host's default
-  std::vector<uint16_t> allowed_ports;   // kProxyOnly only
-  CgroupLimits cgroup;                   // zero fields: host defaults
-  Rlimits rlimits;                       // zero fields: host defaults
-  std::map<std::string, std::string> env;
-  std::vector<std::string> task_paths;
-  absl::Duration idle_timeout = absl::ZeroDuration();
-  bool require_private_view = false;
-  std::map<std::string, std::string> labels;
-  std::string template_key;
-  std::string image;           // name or digest of an image in the host's store; empty: the host's filesystem
-  int64_t disk_bytes = 0;      // an image sandbox's upper layer, /tmp and /dev/shm: tmpfs of this size; 0: default
-  bool upper_on_disk = false;  // a template's setup: its upper layer on disk, to be kept as a layer (no quota)
-};
-
-struct Protections {
-  int landlock_abi = 0;
-  CgroupMode cgroup = CgroupMode::kNone;
-  std::vector<std::string> cgroup_controllers;
-  bool mount_namespace = false;
-  bool hidepid = false;
-  bool network_namespace = false;
-  NetworkPolicy network = NetworkPolicy::kNone;
-  bool tcp_bind_denied = false;
-  bool scoped = false;              // abstract unix sockets and signals (Landlock ABI >= 6)
-  int64_t memory_rlimit_bytes = 0;  // no memory cgroup: RLIMIT_DATA per process instead
-  int64_t process_rlimit = 0;       // no pids cgroup: RLIMIT_NPROC of the sandbox's uid instead
-  bool user_namespace = false;      // an image sandbox: its processes are the image's user in a user namespace
-  int64_t disk_quota_bytes = 0;     // an image sandbox: the size of its upper layer's tmpfs (0: on disk, no quota)
-  std::string containment;          // in words (containment.h)
-};
-
-// One live sandbox. Immutable after creation except where noted; shared by the calls using it.
-struct Sandbox {
-  std::string id;
-  uid_t uid = 0;
-  std::string dir;   // the host directory holding its state: its home, or an image sandbox's layers
-  std::string home;  // $HOME as its processes see it
-  UniqueFd home_fd;  // what API paths resolve from: the home, or an image sandbox's root
-  SandboxSpec spec;  // with defaults filled in
-  Protections protections;
-  std::vector<std::string> base_env;  // "K=V": the scrubbed base plus the spec's env
-  SandboxNamespaces namespaces;
-  SandboxCgroup cgroup;
-  UniqueFd landlock;
-  absl::Time create_time;
-  std::shared_ptr<const TemplateImage> template_image;  // what the home was cloned from
-  // A sandbox made from an image: the image, the user namespace its processes join, who they are inside it, and
-  // where they start (the image's WorkingDir, else the user's home); API paths are then absolute in the image,
-  // or relative to the home, as in any sandbox.
-  std::string image_digest;
-  UniqueFd userns;
-  uid_t inside_uid = 0;
-  gid_t inside_gid = 0;
-  std::string workdir;
-  dev_t root_dev = 0;  // the overlay's device: nothing of the host's is on it
-  // An image sandbox with a tmpfs upper: a detached mount of that tmpfs, what a fork freezes (ForkLayers).
-  UniqueFd rw_tree;
-  // A sandbox that was forked, or is a fork: a plain one's home is an overlay of these layers (top first) under
-  // `dir`/rw/upper, mounted over `dir` in its own mount namespace (null: a plain directory); an image one's root
-  // has them above the image's layers.
-  LayerStack layers;
-  std::string forked_from;  // a child: its parent's id
-  mutable std::atomic<bool> deleted{false};
-  // A fork is under way: calls get UNAVAILABLE until the parent's new generation takes its place.
-  mutable std::atomic<bool> forking{false};
-  // A delete waits for the fork; a fork still waiting for the sandbox's processes gives up.
-  mutable std::atomic<bool> delete_requested{false};
-  // Held by whatever kills by this sandbox's uid (an execution's kill sweep, the teardown), so that no sweep
-  // runs once the teardown is done and the uid may already be another sandbox's.
-  mutable absl::Mutex uid_mu;
-  // Idle eviction: nanoseconds (Unix) of the last API call or process exit, and processes still running.
-  mutable std::atomic<int64_t> last_active_ns{0};
-  mutable std::atomic<int> running{0};
-  void Touch(absl::Time now) const { last_active_ns = absl::ToUnixNanos(now); }
-
-  bool in_image() const { return !image_digest.empty(); }
-  // `env` first, then the sandbox's; a name given twice keeps its first value.
-  SpawnSpec SpawnFor(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
-                     const std::string& cwd) const;
-  // An API path (sandbox_path.h; in an image sandbox, absolute in the image or relative to its home).
-  absl::StatusOr<SandboxPath> ParsePath(absl::string_view path, bool allow_home = false) const;
-  // Who files the API creates belong to, and which existing files it may read.
-  Owner FileOwner() const { return Owner{uid, uid, root_dev}; }
 };
 
 // What capability tokens of sandboxes are signed for.
@@ -234,28 +146,25 @@ class SandboxManager {
 
  private:
   absl::Status Normalize(SandboxSpec& spec) const;
-  // A forked sandbox's home: `layers` under a fresh upper layer. A child's /tmp starts empty; the parent's new
-  // generation (`parent`) keeps its id, uid, cgroup, create time and /tmp.
-  struct Layering {
-    LayerStack layers;
-    Sandbox* parent = nullptr;
-  };
-  // `tmpl`: the template (a home to copy, or a layer above `oci_image`), or null.
-  absl::StatusOr<std::shared_ptr<Sandbox>> Build(const SandboxSpec& spec,
-                                                 const std::shared_ptr<const TemplateImage>& tmpl,
-                                                 const Image* oci_image, const Layering* layering = nullptr);
-  // The layered home of `sb` (its upper layer made, its mount namespace with the overlay), filling `landlock_fds`
-  // with what its processes may write.
-  absl::Status BuildLayeredHome(Sandbox& sb, const Layering& layering);
+  // A sandbox of `spec` with files from `origin` (a parent's new generation at a fork: `origin.previous`'s id,
+  // uid, cgroup and create time).
+  absl::StatusOr<std::shared_ptr<Sandbox>> Build(const SandboxSpec& spec, const Origin& origin);
   // Takes capacity for up to `count` sandboxes: what was granted.
   int64_t Reserve(int64_t count);
-  // The image root, user namespace and user of a sandbox made from `image`.
-  // With `layering`, a fork's: its layers above the image's (and, for the parent's new generation, /tmp and
-  // /dev/shm carried over).
-  absl::Status BuildImageRoot(Sandbox& sb, const Image& image, const std::shared_ptr<const TemplateImage>& layer,
-                              const Layering* layering = nullptr);
-  // User namespaces mapping each owner of `layers` other than `uid` to `uid` (for idmapped layers), by owner.
-  absl::StatusOr<std::map<uid_t, UniqueFd>> LayerUserNamespaces(const LayerStack& layers, uid_t uid);
+  // Builds the `granted` of `count` sandboxes (the rest: `result.rejected`, as are those no uid is left for).
+  // On any other failure, none: those built are torn down.
+  absl::StatusOr<std::vector<std::shared_ptr<Sandbox>>> BuildMany(const SandboxSpec& spec, const Origin& origin,
+                                                                  int64_t count, int64_t granted, CreateResult& result);
+  // Puts `built` in the map, each with its token in `result`.
+  void Admit(const std::vector<std::shared_ptr<Sandbox>>& built, CreateResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Storage& StorageOf(StorageKind kind) const { return *storage_[static_cast<int>(kind)]; }
+  // Gives back what the files of `sb` took (a pin, a template's count); the caller removes its directory.
+  void ReleaseFiles(Sandbox& sb);
+  // A fork's wait until nothing may still write into the parent: no process of its uid, no call holding it.
+  absl::Status Quiesce(const std::shared_ptr<Sandbox>& parent, absl::Duration wait);
+  // Ends a fork of `sb`: calls reach it (or its new generation) again, and a delete waiting for it goes on.
+  void EndFork(Sandbox& sb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With `keep_upper`, an image sandbox's writable layer is moved there rather than wiped.
   absl::Status Teardown(Sandbox& sandbox, const std::string& keep_upper = "");
 
@@ -269,12 +178,14 @@ class SandboxManager {
   ImageStore* const images_;
   ForkLayers* const layers_;
   UidPool uids_;
+  std::unique_ptr<Storage> storage_[3];  // by StorageKind
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_ ABSL_GUARDED_BY(mu_);
   int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;  // capacity held by creates in progress
   Clock::TimerId evict_timer_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar fork_ended_;  // a sandbox's `forking` was cleared
 };
 
 }  // namespace corral::sandbox

@@ -153,7 +153,7 @@ absl::StatusOr<CopyStats> BuildTemplate(SandboxManager& sandboxes, ExecManager& 
   if (sb->in_image()) {  // what the setup changed, kept as a layer above the image's
     CORRAL_RETURN_IF_ERROR(sandboxes.DeleteKeepingUpper(sb->id, out_dir));
     CORRAL_ASSIGN_OR_RETURN(LayerStats layer,
-                            AdoptUpperAsLayer(out_dir, sb->uid, sb->uid, sb->inside_uid, sb->inside_gid));
+                            AdoptUpperAsLayer(out_dir, sb->uid, sb->uid, sb->image->inside_uid, sb->image->inside_gid));
     return CopyStats{.bytes = layer.bytes, .files = layer.entries};
   }
   UniqueFd out(open(out_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));

@@ -1,5 +1,7 @@
 #include "libs/core/clock.h"
 
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -104,6 +106,31 @@ TEST(RealClock, EarlierTimerAddedLaterStillRunsFirst) {
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   absl::MutexLock l(&mu);
   EXPECT_THAT(order, ElementsAre(1, 2));
+}
+
+// A sleep ends when the injected clock passes its time (a fake clock's Advance, not real time), or at Wake;
+// a Wake is sticky; and nothing of a sleep is left behind on the clock.
+TEST(WakeableSleep, EndsOnTheInjectedClockOrAtWakeAndWakeIsSticky) {
+  FakeClock clock;
+  WakeableSleep sleep;
+  std::optional<bool> woken;
+  std::thread sleeper([&] { woken = sleep.SleepFor(clock, absl::Hours(1)); });
+  while (clock.pending_timers() == 0) absl::SleepFor(absl::Milliseconds(1));  // the sleep's timer is set
+  clock.Advance(absl::Minutes(59));
+  EXPECT_EQ(clock.pending_timers(), 1u) << "not due yet";
+  clock.Advance(absl::Minutes(1));
+  sleeper.join();
+  EXPECT_EQ(woken, false) << "its time passed";
+
+  std::thread woken_early([&] { woken = sleep.SleepFor(clock, absl::Hours(1)); });
+  while (clock.pending_timers() == 0) absl::SleepFor(absl::Milliseconds(1));
+  sleep.Wake();
+  woken_early.join();
+  EXPECT_EQ(woken, true);
+  EXPECT_EQ(clock.pending_timers(), 0u) << "a woken sleep cancels its timer";
+  EXPECT_TRUE(sleep.woken());
+  EXPECT_TRUE(sleep.SleepFor(clock, absl::Hours(1))) << "after a Wake, a sleep returns at once";
+  EXPECT_EQ(clock.pending_timers(), 0u);
 }
 
 }  // namespace

@@ -9,7 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "services/sandbox_host/fork_layers.h"
+#include "libs/core/testing/fake_clock.h"
+#include "services/sandbox_host/fork/fork_layers.h"
 #include "services/sandbox_host/images/image_root.h"
 #include "services/sandbox_host/linux/process_sweep.h"
 #include "services/sandbox_host/tests/manager_fixture.h"
@@ -66,6 +67,7 @@ class ForkTest : public SandboxHostTest {
   }
 
   std::unique_ptr<ForkLayers> layers_;
+  FakeClock fake_clock_;  // for a manager of a test's own (the fixture's runs on real time)
 };
 
 TEST_F(ForkTest, ChildrenSeeTheParentAsOfTheForkAsTheirOwnAndNoLaterWrites) {
@@ -152,6 +154,47 @@ TEST_F(ForkTest, AForkIsRefusedWhileAProcessRunsAndCallsWaitForIt) {
   forking_again.join();
   EXPECT_EQ(abandoned->status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(manager_->Find(id).status().code(), absl::StatusCode::kNotFound);
+}
+
+// The wait for the parent's processes runs on the manager's clock (a fake one here: no real hour passes), and a
+// delete cuts it short whatever the clock says.
+TEST_F(ForkTest, AForkWaitsOnTheManagersClockAndADeleteCutsTheWaitShort) {
+  manager_.reset();
+  options_.default_idle_timeout = absl::Hours(24);  // the fake hours below evict nothing
+  manager_ = std::make_unique<SandboxManager>(options_, features_, &fake_clock_, &signer_,
+                                              SandboxManagerParts{.layers = layers_.get()});
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  ASSERT_EQ(Run(parent, {"sh", "-c", "setsid sleep 60 > /dev/null 2>&1 < /dev/null &"}).exit.exit_code, 0);
+  const std::string id = parent->id;
+  parent.reset();
+  auto fork_in_background = [&](absl::Notification& done, absl::Status& status) {
+    return std::thread([&] {
+      status = manager_->Fork(id, 1, {}, absl::Hours(1)).status();
+      done.Notify();
+    });
+  };
+  const absl::Time start = fake_clock_.Now();
+  absl::Notification gave_up;
+  absl::Status waited;
+  std::thread waiting = fork_in_background(gave_up, waited);
+  while (!gave_up.WaitForNotificationWithTimeout(absl::Milliseconds(5))) fake_clock_.Advance(absl::Minutes(1));
+  waiting.join();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kFailedPrecondition) << waited;
+  EXPECT_THAT(waited.message(), HasSubstr("1 process(es) running"));
+  EXPECT_GE(fake_clock_.Now() - start, absl::Hours(1)) << "it gave up only when the manager's clock said so";
+  EXPECT_THAT(manager_->Find(id), IsOk()) << "the parent is as it was";
+
+  absl::Notification aborted;
+  absl::Status abandoned;
+  std::thread abandoning = fork_in_background(aborted, abandoned);
+  while (manager_->Find(id).ok()) {
+  }
+  EXPECT_TRUE(manager_->Delete(id)) << "the delete waits for the fork, which gives up at once";
+  abandoning.join();
+  EXPECT_EQ(abandoned.code(), absl::StatusCode::kAborted) << abandoned;
+  EXPECT_EQ(manager_->live(), 0);
+  EXPECT_EQ(LayersOnDisk(), 0u);
 }
 
 TEST_F(ForkTest, LayersAreSharedAndGoWithTheirLastUserAndNothingIsLeft) {

@@ -22,7 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
-#include "services/sandbox_host/fork_layers.h"
+#include "services/sandbox_host/fork/fork_layers.h"
 #include "services/sandbox_host/images/layer_unpack.h"
 #include "services/sandbox_host/tests/layer_scratch.h"
 #include "tests/support/uid_range.h"

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,15 @@ using LayerStack = std::shared_ptr<const ForkLayer>;
 
 // The layers of `top`, top first.
 std::vector<const ForkLayer*> LayersOf(const LayerStack& top);
+
+// The layers of `top`, top first, as the sandbox of `uid` mounts them: each with the user namespace that shows
+// its owner's files as `uid`'s (-1: `uid`'s own files), kept open in `userns` (one per owner) until mounted.
+struct LayerMount {
+  std::string dir;
+  int userns_fd = -1;
+};
+absl::StatusOr<std::vector<LayerMount>> LayerMounts(const LayerStack& top, uid_t uid,
+                                                    std::map<uid_t, UniqueFd>& userns);
 
 // Where layers live: <root>/forks, wiped at construction (what a killed host left). The count is for metrics.
 class ForkLayers {

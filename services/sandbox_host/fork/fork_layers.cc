@@ -1,4 +1,4 @@
-#include "services/sandbox_host/fork_layers.h"
+#include "services/sandbox_host/fork/fork_layers.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "services/sandbox_host/images/image_root.h"
 #include "services/sandbox_host/linux/namespaces.h"
 #include "spdlog/spdlog.h"
 
@@ -95,6 +96,20 @@ ForkLayer::~ForkLayer() {
 std::vector<const ForkLayer*> LayersOf(const LayerStack& top) {
   std::vector<const ForkLayer*> out;
   for (const ForkLayer* l = top.get(); l != nullptr; l = l->below.get()) out.push_back(l);
+  return out;
+}
+
+absl::StatusOr<std::vector<LayerMount>> LayerMounts(const LayerStack& top, uid_t uid,
+                                                    std::map<uid_t, UniqueFd>& userns) {
+  std::vector<LayerMount> out;
+  for (const ForkLayer* layer : LayersOf(top)) {
+    if (layer->owner != uid && !userns.contains(layer->owner)) {
+      auto ns = CreateUserNamespace(uid, uid, layer->owner, layer->owner);
+      if (!ns.ok()) return ns.status();
+      userns[layer->owner] = *std::move(ns);
+    }
+    out.push_back({layer->dir, layer->owner != uid ? userns.at(layer->owner).get() : -1});
+  }
   return out;
 }
 

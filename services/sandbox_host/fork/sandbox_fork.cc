@@ -1,0 +1,131 @@
+// SandboxManager::Fork (ForkSandbox): wait until nothing runs in the parent, freeze what it wrote into a layer
+// (its storage kind knows how: storage/storage.h), give the parent a new generation on that layer, and build the
+// children on it. fork_layers.h has the layer model.
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "libs/api/ids.h"
+#include "libs/core/logging.h"
+#include "libs/core/status_macros.h"
+#include "services/sandbox_host/linux/process_sweep.h"
+#include "services/sandbox_host/sandbox_manager.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::sandbox {
+
+absl::Status SandboxManager::Quiesce(const std::shared_ptr<Sandbox>& parent, absl::Duration wait) {
+  // Nothing may still write into what is about to be frozen: no process of its uid (background and escaped ones
+  // included), no call holding it (any reference but the map's and ours: an exec, a file stream). With `wait`,
+  // they get that long to end; without, 500 ms (a finished exec is held a moment while its output drains). The
+  // wait is on the manager's clock, and a delete of the parent cuts it short.
+  const absl::Time give_up = clock_->Now() + std::max(wait, absl::Milliseconds(500));
+  for (;;) {
+    size_t processes = 0;
+    {
+      absl::MutexLock uid_lock(&parent->uid_mu);
+      processes = ProcessesOf(parent->uid).size();
+    }
+    if (processes == 0 && parent->running == 0 && parent.use_count() <= 2) return absl::OkStatus();
+    if (parent->delete_requested.woken()) {
+      return absl::AbortedError(absl::StrCat("sandbox '", parent->id, "' is being deleted; the fork was given up"));
+    }
+    if (clock_->Now() >= give_up) {
+      return absl::FailedPreconditionError(
+          processes > 0
+              ? absl::StrCat("sandbox '", parent->id, "' has ", processes,
+                             " process(es) running (background ones included); a fork carries no process: end "
+                             "them first, or fork with a wait")
+              : absl::StrCat("sandbox '", parent->id, "' has a call under way; a fork waits for none unless asked"));
+    }
+    parent->delete_requested.SleepFor(*clock_, absl::Milliseconds(5));
+  }
+}
+
+void SandboxManager::EndFork(Sandbox& sb) {
+  sb.forking = false;
+  fork_ended_.SignalAll();
+}
+
+absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::string& id, int64_t count,
+                                                                  const std::map<std::string, std::string>& labels,
+                                                                  absl::Duration wait) {
+  if (count < 1 || count > options_.max_create_count) {
+    return absl::InvalidArgumentError(absl::StrCat("count must be 1-", options_.max_create_count));
+  }
+  if (!features_.forks || layers_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this host cannot fork sandboxes (it needs mount namespaces and idmapped mounts: Linux 5.19+, "
+        "CAP_SYS_ADMIN, its root on ext4/xfs/btrfs)");
+  }
+  CORRAL_RETURN_IF_ERROR(ValidateLabels("labels", labels));
+  std::shared_ptr<Sandbox> parent;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
+    if (it->second->spec.upper_on_disk) {
+      return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' builds a template: it cannot be forked"));
+    }
+    if (it->second->forking) return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' is being forked"));
+    parent = it->second;
+    parent->forking = true;  // from here, new calls on it get UNAVAILABLE
+  }
+  const int64_t granted = Reserve(count);
+  auto finish = [&](absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    reserved_ -= granted;
+    EndFork(*parent);
+    const bool refused = absl::IsFailedPrecondition(s) || absl::IsAborted(s);
+    if (metrics_) metrics_->forks.Add({{"outcome", refused ? "refused" : "failed"}}).Increment();
+    return s;
+  };
+  if (absl::Status s = Quiesce(parent, wait); !s.ok()) return finish(s);
+  const absl::Time start = clock_->Now();
+  Storage& files = StorageOf(parent->storage);
+  absl::StatusOr<Origin> origin = files.ForkOrigin(*parent);
+  if (!origin.ok()) return finish(origin.status());
+  // Freeze what the parent wrote since its last fork into a layer, on which its new generation is built; when it
+  // wrote nothing, its layers are shared as they are, and the parent is left as it is.
+  absl::StatusOr<Frozen> frozen = files.Freeze(*parent);
+  if (!frozen.ok()) return finish(frozen.status());
+  origin->layers = frozen->layers;
+  origin->forked_from = id;
+  std::shared_ptr<Sandbox> next;  // the parent's new generation
+  if (frozen->changed) {
+    Origin own = *origin;
+    own.previous = parent.get();
+    auto built = Build(parent->spec, own);
+    if (!built.ok()) {
+      files.Thaw(*parent, frozen->layers);
+      return finish(built.status());
+    }
+    next = *std::move(built);
+    next->cgroup = std::move(parent->cgroup);
+    next->template_image = parent->template_image;
+    files.Retire(*parent);
+  }
+  SandboxSpec child_spec = parent->spec;
+  for (const auto& [k, v] : labels) child_spec.labels[k] = v;
+  CreateResult result;
+  auto children = BuildMany(child_spec, *origin, count, granted, result);
+  // The parent's new generation takes its place even when no child could be made: its files are in the layer.
+  absl::MutexLock lock(&mu_);
+  reserved_ -= granted;
+  auto it = sandboxes_.find(id);
+  if (next != nullptr && it != sandboxes_.end() && it->second == parent) it->second = next;
+  EndFork(*parent);
+  if (!children.ok()) {
+    if (metrics_) metrics_->forks.Add({{"outcome", "failed"}}).Increment();
+    return children.status();
+  }
+  Admit(*children, result);
+  if (metrics_) {
+    metrics_->forks.Add({{"outcome", "forked"}}).Increment();
+    metrics_->fork_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
+  }
+  spdlog::info("sandbox {}: forked into {} in {}{}", id, children->size(), absl::FormatDuration(clock_->Now() - start),
+               frozen->changed ? "" : " (nothing written since its last fork)");
+  return result;
+}
+
+}  // namespace corral::sandbox

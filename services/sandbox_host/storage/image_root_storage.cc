@@ -1,0 +1,167 @@
+// A sandbox made from an image: the image's layers (a template's above them, then a fork's) under its own upper
+// layer, as "/" in its own mount and user namespaces (images/image_root.h). Its processes are the image's user
+// inside, its pool uid outside.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "libs/core/logging.h"
+#include "libs/core/status_macros.h"
+#include "services/sandbox_host/images/image_root.h"
+#include "services/sandbox_host/images/image_user.h"
+#include "services/sandbox_host/storage/storage.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::sandbox {
+namespace {
+
+class ImageRootStorage final : public Storage {
+ public:
+  explicit ImageRootStorage(const StorageParts& parts) : parts_(parts) {}
+
+  absl::Status Build(Sandbox& sb, const Origin& origin) override {
+    const Image& image = *origin.image;
+    const std::string rw = sb.dir + "/rw", mnt = sb.dir + "/mnt";
+    // A parent's new generation reuses its directories (its new tmpfs and mounts are in a new namespace).
+    for (const std::string& d : {sb.dir, rw, mnt}) {
+      if (mkdir(d.c_str(), 0700) != 0 && (origin.previous == nullptr || errno != EEXIST)) {
+        return absl::InternalError(absl::StrCat("cannot create ", d, ": ", strerror(errno)));
+      }
+    }
+    CORRAL_RETURN_IF_ERROR(parts_.images->Pin(image.digest));
+    ImageParts& parts = sb.image.emplace();
+    parts.digest = image.digest;
+    CORRAL_ASSIGN_OR_RETURN(std::vector<std::string> lower, parts_.images->LowerDirs(image.digest));
+    if (origin.tmpl != nullptr) {  // a template built on the image: its layer above the image's
+      lower.insert(lower.begin(), origin.tmpl->dir);
+      sb.template_image = origin.tmpl;
+      origin.tmpl->sandboxes++;
+    }
+    CORRAL_ASSIGN_OR_RETURN(ImageUser user, ResolveImageUser(lower, image.config.user));
+    parts.inside_uid = user.uid;
+    parts.inside_gid = user.gid;
+    sb.home = user.home;
+    parts.workdir = image.config.working_dir.empty() ? user.home : image.config.working_dir;
+    CORRAL_ASSIGN_OR_RETURN(parts.userns, CreateUserNamespace(sb.uid, sb.uid, user.uid, user.gid));
+    ImageRootSpec root_spec{.lower_dirs = lower,
+                            .rw_dir = rw,
+                            .rw_tmpfs_bytes = sb.spec.upper_on_disk ? 0 : sb.spec.disk_bytes,
+                            .mount_point = mnt,
+                            // "/" is the upper directory: the sandbox's when it runs as root, as the image's is
+                            .root_owned_by_sandbox = user.uid == 0,
+                            .userns_fd = parts.userns.get(),
+                            .uid = sb.uid,
+                            .gid = sb.uid,
+                            .private_network = *sb.spec.network == NetworkPolicy::kNone};
+    std::map<uid_t, UniqueFd> layer_userns;
+    CORRAL_ASSIGN_OR_RETURN(std::vector<LayerMount> mounts, LayerMounts(origin.layers, sb.uid, layer_userns));
+    for (const LayerMount& m : mounts) root_spec.held_layers.push_back({m.dir, m.userns_fd});
+    if (parts_.layers != nullptr) {
+      root_spec.holder_ns_fd = parts_.layers->holder_ns();
+      root_spec.host_ns_fd = parts_.layers->host_ns();
+    }
+    if (origin.previous != nullptr) root_spec.carry_ns_fd = origin.previous->namespaces.mnt.get();
+    CORRAL_ASSIGN_OR_RETURN(ImageRoot root, CreateImageRoot(root_spec));
+    parts.rw_tree = std::move(root.rw_tree);
+    sb.layers = origin.layers;
+    sb.namespaces.mnt = std::move(root.mnt);
+    sb.namespaces.net = std::move(root.net);
+    sb.namespaces.hidepid = true;
+    sb.home_fd = std::move(root.root);
+    struct stat st {};
+    if (fstat(sb.home_fd.get(), &st) != 0) {
+      return absl::InternalError(absl::StrCat("stat of the image root: ", strerror(errno)));
+    }
+    parts.root_dev = st.st_dev;
+    Protections& p = sb.protections;
+    p.mount_namespace = p.hidepid = p.user_namespace = true;
+    p.network_namespace = sb.namespaces.net.valid();
+    p.disk_quota_bytes = root_spec.rw_tmpfs_bytes;
+    CORRAL_RETURN_IF_ERROR(MakeDirectories(sb));
+    // As Docker does: the image's Env, then HOME from its /etc/passwd and a default PATH.
+    sb.base_env.insert(sb.base_env.end(), image.config.env.begin(), image.config.env.end());
+    for (std::string kv :
+         {"HOME=" + sb.home, std::string("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+          std::string("TMPDIR=/tmp")}) {
+      sb.base_env.push_back(std::move(kv));
+    }
+    return absl::OkStatus();
+  }
+
+  // The image root is all it sees, and all of it is the sandbox's.
+  void Confine(const Sandbox& sb, LandlockPolicy& policy) const override {
+    policy.read_write_fds = {sb.home_fd.get()};
+    policy.read_write.clear();
+    policy.read_exec.clear();
+    policy.read_only.clear();
+    policy.devices.clear();
+  }
+
+  // Its children are made from its image and template, with its layers above them.
+  absl::StatusOr<Origin> ForkOrigin(const Sandbox& sb) const override {
+    CORRAL_ASSIGN_OR_RETURN(Image image, parts_.images->Find(sb.image->digest));
+    return Origin{.tmpl = sb.template_image, .image = std::move(image)};
+  }
+
+  // Its tmpfs upper becomes the layer, held in the holder mount namespace.
+  absl::StatusOr<Frozen> Freeze(Sandbox& sb) override {
+    if (IsEmptyDirAt(sb.image->rw_tree.get(), "upper")) return Frozen{sb.layers, false};
+    CORRAL_ASSIGN_OR_RETURN(LayerStack layer, parts_.layers->FreezeTree(sb.image->rw_tree, sb.uid, sb.layers));
+    sb.image->rw_tree.Reset();  // the layer holds its tmpfs now
+    return Frozen{std::move(layer), true};
+  }
+
+  // Its tmpfs is still its upper, in its own namespace: only the handle comes back.
+  void Thaw(Sandbox& sb, const LayerStack& frozen) override {
+    auto tree = parts_.layers->ThawTree(*frozen);
+    if (tree.ok()) {
+      sb.image->rw_tree = *std::move(tree);
+    } else {
+      spdlog::error("sandbox {}: a failed fork could not take back its upper layer: {}", sb.id, tree.status());
+    }
+  }
+
+  // The new generation pinned the image and counted the template again: the old one lets go.
+  void Retire(Sandbox& sb) override {
+    Teardown(sb);
+    if (sb.template_image) sb.template_image->sandboxes--;
+    sb.template_image.reset();
+  }
+
+  // Once per sandbox: its parts stay (calls still holding it may read them), the image's pin goes.
+  void Teardown(Sandbox& sb) override {
+    if (!sb.image) return;  // the pin failed
+    sb.image->userns.Reset();
+    parts_.images->Unpin(sb.image->digest);
+  }
+
+ private:
+  // Task paths, the working directory and the home exist in the root (made, the sandbox's, where the image
+  // lacks them).
+  static absl::Status MakeDirectories(const Sandbox& sb) {
+    std::vector<std::string> made = sb.spec.task_paths;
+    made.push_back(sb.image->workdir);
+    made.push_back(sb.home);
+    for (const std::string& path : made) {
+      if (path == "/") continue;
+      CORRAL_ASSIGN_OR_RETURN(SandboxPath parsed, ParseImagePath(path, {}));
+      absl::Status s = MakeDirectory(sb.home_fd.get(), parsed, /*make_parents=*/true, 0755, sb.FileOwner());
+      if (!s.ok() && !absl::IsAlreadyExists(s)) {
+        return absl::Status(s.code(), absl::StrCat("directory ", path, " in the image: ", s.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const StorageParts parts_;
+};
+
+}  // namespace
+
+std::unique_ptr<Storage> NewImageRootStorage(const StorageParts& parts) {
+  return std::make_unique<ImageRootStorage>(parts);
+}
+
+}  // namespace corral::sandbox
