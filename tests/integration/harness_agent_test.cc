@@ -94,6 +94,8 @@ TEST_F(HarnessAgentTest, AVersionNoHostHasIsRefusedAtSubmitWithTheCommandThatIns
   spec.set_group_size(1);
   v1::Task missing = HarnessTask("codex@0.0.1", true);
   missing.set_id("codex-missing");  // ('@' and '.' are not for ids)
+  // Submit judges by what the hosts have said (before any has answered, the episodes would wait for one).
+  ASSERT_TRUE(testing::WaitUntil([&] { return KnownHosts() == 1; }, absl::Seconds(30)));
   EXPECT_THAT(Submit(spec, {missing}),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        ::testing::HasSubstr("the harness codex@0.0.1 is installed on no sandbox host: run 'corral "

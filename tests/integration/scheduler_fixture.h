@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "corral/v1/proxy.grpc.pb.h"
 #include "corral/v1/sandbox.grpc.pb.h"
@@ -309,6 +310,15 @@ class SchedulerFixture : public ::testing::Test {
     v1::ListSandboxesResponse resp;
     if (!stub->ListSandboxes(&ctx, req, &resp).ok()) return -1;
     return resp.sandboxes_size();
+  }
+  // Hosts that have answered the scheduler's HostInfo (what it knows of them: harnesses, capacity), -1 when it
+  // cannot say.
+  int KnownHosts() {
+    grpc::ClientContext ctx;
+    Prepare(ctx);
+    v1::ListHostsResponse resp;
+    if (!scheduler_stub_->ListHosts(&ctx, v1::ListHostsRequest(), &resp).ok()) return -1;
+    return static_cast<int>(absl::c_count_if(resp.hosts(), [](const v1::Host& h) { return !h.host_id().empty(); }));
   }
   // Episodes the scheduler has running on the host with `host_id` (-1 when it cannot say).
   int RunningOn(const std::string& host_id) {
