@@ -21,9 +21,7 @@ root=/var/tmp/corral-bench-sched-$$
 scratch=$root
 source bench/scheduler/cluster.sh
 
-start llm $bin/corral-fake-llm --listen 127.0.0.1:0 --arithmetic --log-level warn
-start proxy $bin/corral-proxy --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
-  --journal "$work/proxy.db" --upstream "http://$(addr llm http)" --log-level warn --max-sessions 1000000
+start_model_and_proxy --max-sessions 1000000
 printf 'limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: 256\nstate_path: none\nlearning_mode: false\n' > "$work/limiter.yaml"
 start limiter $bin/corral-ratelimiter --insecure --config "$work/limiter.yaml" --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn
 start host $bin/corral-sandbox-host --insecure --root "$root" --capacity 256 --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn "${host_uids[@]}"

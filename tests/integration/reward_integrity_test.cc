@@ -3,8 +3,11 @@
 // the cluster's own endpoints. Real binaries (scheduler, proxy, limiter, sandbox host, scripted model), the agent
 // runner as users run it. Every attack must end with reward 0 or with a failure that carries no reward.
 #include <fstream>
+#include <map>
+#include <vector>
 
 #include "gmock/gmock.h"
+#include "libs/api/proto_digest.h"
 #include "libs/http/prometheus_text.h"
 #include "tests/integration/scheduler_fixture.h"
 
@@ -58,6 +61,49 @@ class RewardIntegrityTest : public SchedulerFixture {
     EXPECT_THAT(results, IsOk());
     if (!results.ok() || results->size() != 1) return {};
     return results->front();
+  }
+  // Runs `tasks` (one episode each) in one batch: their results by task id.
+  std::map<std::string, v1::EpisodeResult> RunEach(const std::string& batch, const std::vector<v1::Task>& tasks) {
+    v1::BatchSpec spec;
+    spec.set_batch_id(batch);
+    spec.set_group_size(1);
+    EXPECT_THAT(Submit(spec, tasks), IsOk());
+    auto results = Results(spec.batch_id());
+    EXPECT_THAT(results, IsOk());
+    std::map<std::string, v1::EpisodeResult> out;
+    for (const v1::EpisodeResult& r : results.ok() ? *results : std::vector<v1::EpisodeResult>{}) {
+      out[r.ids().task_id()] = r;
+    }
+    EXPECT_EQ(out.size(), tasks.size());
+    return out;
+  }
+  // An attack run three times: against the default verifier (a fork of the sandbox, as another uid, in a clean
+  // environment) and a CLEAN_ENV one (the agent's sandbox) it earns nothing; against a SHARED verifier (the
+  // behaviour before either) the same attack is rewarded, so the test would see the defence go.
+  void ExpectOnlyTheSharedVerifierIsFooled(const v1::Task& attack) {
+    auto variant = [&](const std::string& suffix, v1::VerifierIsolation isolation) {
+      v1::Task t = attack;
+      t.set_id(attack.id() + suffix);
+      t.mutable_verifier()->set_isolation(isolation);
+      return t;
+    };
+    const v1::Task clean = variant("-clean", v1::VERIFIER_ISOLATION_CLEAN_ENV);
+    const v1::Task shared = variant("-shared", v1::VERIFIER_ISOLATION_SHARED);
+    auto r = RunEach("attack-" + attack.id(), {attack, clean, shared});
+    ASSERT_EQ(r.size(), 3u);
+    for (const auto& [id, isolation] : {std::pair(attack.id(), v1::VERIFIER_ISOLATION_SEPARATE_UID),
+                                        std::pair(clean.id(), v1::VERIFIER_ISOLATION_CLEAN_ENV)}) {
+      SCOPED_TRACE(id);
+      EXPECT_EQ(r[id].status(), v1::EPISODE_STATUS_FINISHED) << r[id].failure_message();
+      ExpectNoReward(r[id]);
+      EXPECT_EQ(r[id].verifier_evidence().isolation(), isolation);
+    }
+    const v1::EpisodeResult& fooled = r[shared.id()];
+    EXPECT_EQ(fooled.status(), v1::EPISODE_STATUS_FINISHED)
+        << fooled.failure_message() << "\nverifier: " << fooled.verifier_output_tail();
+    EXPECT_EQ(fooled.reward(), 1.0) << "the attack should win against a shared verifier: "
+                                    << fooled.verifier_output_tail();
+    EXPECT_EQ(fooled.verifier_evidence().isolation(), v1::VERIFIER_ISOLATION_SHARED);
   }
   static void ExpectNoReward(const v1::EpisodeResult& r) {
     SCOPED_TRACE(r.ids().episode_id() + ": " + r.failure_message() + "\nagent: " + r.agent_output_tail() +
@@ -167,6 +213,89 @@ TEST_F(RewardIntegrityTest, CodePlantedInTheHomesPythonSiteDoesNotRunInTheVerifi
   EXPECT_THAT(r.agent_output_tail(), HasSubstr("planted-and-imported"));  // it works for the agent itself
   EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
   ExpectNoReward(r);
+}
+
+// A verifier that runs the task's failing pytest test and rewards its success, as SWE-style verifiers do.
+v1::Task PytestAttack(const std::string& id, const std::string& attack) {
+  v1::Task t =
+      Attack(id, attack,
+             "cd /workspace && if python3 -m pytest -q -p no:cacheprovider tests/test_answer.py >&2; then echo 1; "
+             "else echo 0; fi > /logs/verifier/reward.txt\n");
+  v1::InlineFile* test = t.mutable_verifier()->add_files();
+  test->set_path("/workspace/tests/test_answer.py");
+  test->set_content("def test_answer():\n    assert open('/workspace/answer.txt').read().strip() == '5'\n");
+  return t;
+}
+
+TEST_F(RewardIntegrityTest, APytestModuleInTheWorkingDirectoryDoesNotShadowTheRealOne) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  ExpectOnlyTheSharedVerifierIsFooled(
+      PytestAttack("pytest-shadow", "printf 'import sys\\nsys.exit(0)\\n' > /workspace/pytest.py"));
+}
+
+TEST_F(RewardIntegrityTest, AConftestInTheWorkingDirectoryIsNotLoadedForTheVerifiersTests) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  // Every test reported as passed, whatever it asserted.
+  ExpectOnlyTheSharedVerifierIsFooled(PytestAttack(
+      "conftest-cwd",
+      "printf 'import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport(item, call):\\n"
+      "    o = yield\\n    o.get_result().outcome = \"passed\"\\n' > /workspace/conftest.py"));
+}
+
+TEST_F(RewardIntegrityTest, AGitFsmonitorHookLeavesNoWriterBehindTheVerifier) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  // The hook git runs on `git status` starts a writer that keeps putting 1 where the reward is read; the verifier
+  // writes 0 and goes on with its work a moment.
+  ExpectOnlyTheSharedVerifierIsFooled(
+      Attack("git-fsmonitor",
+             "cd /workspace && git init -q . && printf '#!/bin/sh\\n(while :; do mkdir -p /logs/verifier; echo 1 > "
+             "/logs/verifier/r.tmp && mv -f /logs/verifier/r.tmp /logs/verifier/reward.txt; sleep 0.05; done) "
+             "< /dev/null > /dev/null 2>&1 &\\n' > .git/fsm.sh && chmod +x .git/fsm.sh && git config core.fsmonitor "
+             "/workspace/.git/fsm.sh && echo hooked",
+             "cd /workspace && git status > /dev/null 2>&1; echo 0 > /logs/verifier/reward.txt; sleep 1\n"));
+}
+
+TEST_F(RewardIntegrityTest, TheAgentsDotfilesDoNotRunInTheVerifiersShell) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  // A login shell reads ~/.bash_profile first: the agent's writes the reward and ends the shell there.
+  v1::Task t = Attack("dotfiles",
+                      "printf 'mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; exit 0\\n' | tee "
+                      "$HOME/.bash_profile > $HOME/.profile");
+  t.mutable_verifier()->mutable_command()->Clear();
+  for (const char* arg : {"bash", "-l", "tests/test.sh"}) t.mutable_verifier()->mutable_command()->add_argv(arg);
+  ExpectOnlyTheSharedVerifierIsFooled(t);
+}
+
+// A verifier that cannot start is the task's failure, not a reward of 0; and a relative verifier file is where
+// the default command looks for it.
+TEST_F(RewardIntegrityTest, AVerifierThatCannotStartFailsTheEpisodeAndNoRewardIsRecorded) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 4));
+  auto with_command = [](v1::Task t, const std::string& id, std::vector<std::string> argv) {
+    t.set_id(id);
+    t.mutable_verifier()->mutable_command()->Clear();
+    for (const std::string& arg : argv) t.mutable_verifier()->mutable_command()->add_argv(arg);
+    return t;
+  };
+  const v1::Task base = Attack("base", "true", "echo 1 > /logs/verifier/reward.txt\n");
+  v1::Task relative = with_command(base, "relative-default", {});
+  relative.mutable_verifier()->mutable_files(0)->set_path("tests/test.sh");
+  auto r = RunEach("cannot-start", {with_command(base, "missing-script", {"bash", "tests/missing.sh"}),
+                                    with_command(base, "missing-interpreter", {"python9", "tests/test.py"}),
+                                    with_command(base, "not-executable", {"./tests/test.sh"}), relative});
+  for (const char* id : {"missing-script", "missing-interpreter", "not-executable"}) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(r[id].status(), v1::EPISODE_STATUS_FAILED) << r[id].verifier_output_tail();
+    EXPECT_EQ(r[id].failure_class(), v1::FAILURE_CLASS_VERIFIER);
+    EXPECT_FALSE(r[id].has_reward());
+    EXPECT_THAT(r[id].failure_message(), HasSubstr("the verifier could not run"));
+  }
+  EXPECT_THAT(r["missing-script"].failure_message(), HasSubstr("exit 127"));
+  EXPECT_THAT(r["not-executable"].failure_message(), HasSubstr("exit 126"));
+  // The control: an honest verifier that writes 1 gets exactly 1, found where its relative path says.
+  EXPECT_EQ(r["relative-default"].status(), v1::EPISODE_STATUS_FINISHED) << r["relative-default"].failure_message();
+  EXPECT_EQ(r["relative-default"].reward(), 1.0);
+  EXPECT_EQ(r["relative-default"].verifier_evidence().reward_source(), "reward.txt");
+  EXPECT_EQ(r["relative-default"].verifier_evidence().reward_file_sha256(), Sha256Hex("1\n"));
 }
 
 TEST_F(RewardIntegrityTest, NoClusterEndpointGivesAnOpenNetworkSandboxTaskDataWithoutTheToken) {

@@ -300,11 +300,14 @@ class Verifier:
     `files` (the tests) uploaded only then. Every process of the agent phase is killed first and
     /logs/verifier made anew; `replace_paths` (e.g. the tests/ directory) are removed before `files` go in, so
     nothing the agent planted beside them counts. `reward_source`: "file" (reward.txt, reward.json, then the exit
-    code), "stdout" (the last line the verifier prints) or "exit_code"."""
+    code), "stdout" (the last line the verifier prints) or "exit_code". `isolation` (docs/reward-integrity.md):
+    "default" (a fork of the sandbox as another uid where the host can fork, else "clean_env"), "separate_uid",
+    "clean_env" (the agent's sandbox, a clean environment) or "shared" (as the agent left it)."""
     command: Optional[Union[str, Sequence[str], Command]] = None
     files: List[File] = dataclasses.field(default_factory=list)
     replace_paths: List[str] = dataclasses.field(default_factory=list)
     reward_source: str = "file"
+    isolation: str = "default"
 
     def to_proto(self) -> scheduler_pb2.VerifierSpec:
         v = scheduler_pb2.VerifierSpec()
@@ -317,6 +320,13 @@ class Verifier:
         if self.reward_source not in sources:
             raise ValueError(f"reward_source must be one of {', '.join(sources)}, not {self.reward_source!r}")
         v.reward_source = sources[self.reward_source]
+        isolations = {"default": scheduler_pb2.VERIFIER_ISOLATION_UNSPECIFIED,
+                      "separate_uid": scheduler_pb2.VERIFIER_ISOLATION_SEPARATE_UID,
+                      "clean_env": scheduler_pb2.VERIFIER_ISOLATION_CLEAN_ENV,
+                      "shared": scheduler_pb2.VERIFIER_ISOLATION_SHARED}
+        if self.isolation not in isolations:
+            raise ValueError(f"isolation must be one of {', '.join(isolations)}, not {self.isolation!r}")
+        v.isolation = isolations[self.isolation]
         return v
 
 

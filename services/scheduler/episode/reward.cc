@@ -104,7 +104,7 @@ absl::StatusOr<RewardOutcome> VerifierReward(const std::optional<std::string>& r
       return absl::InvalidArgumentError(
           absl::StrCat("/logs/verifier/reward.txt holds no number: '", reward_txt->substr(0, 64), "'"));
     }
-    return RewardOutcome{*x, {}, ""};
+    return RewardOutcome{*x, {}, "", "reward.txt"};
   }
   if (reward_json) {
     boost::system::error_code ec;
@@ -114,7 +114,7 @@ absl::StatusOr<RewardOutcome> VerifierReward(const std::optional<std::string>& r
     if (r == nullptr || !r->is_number()) {
       return absl::InvalidArgumentError("/logs/verifier/reward.json is not {\"reward\": <number>, ...}");
     }
-    RewardOutcome out{r->to_number<double>(), {}, *reward_json};
+    RewardOutcome out{r->to_number<double>(), {}, *reward_json, "reward.json"};
     if (const json::value* steps = o->if_contains("step_rewards"); steps != nullptr && steps->is_array()) {
       for (const auto& s : steps->as_array()) {
         if (!s.is_number()) return absl::InvalidArgumentError("reward.json: step_rewards must be numbers");
@@ -123,7 +123,7 @@ absl::StatusOr<RewardOutcome> VerifierReward(const std::optional<std::string>& r
     }
     return out;
   }
-  if (exit_code) return RewardOutcome{*exit_code == 0 ? 1.0 : 0.0, {}, ""};
+  if (exit_code) return RewardOutcome{*exit_code == 0 ? 1.0 : 0.0, {}, "", "exit_code"};
   return absl::NotFoundError("the verifier left no reward (no reward.txt, reward.json or exit code)");
 }
 
@@ -133,17 +133,18 @@ absl::StatusOr<RewardOutcome> StdoutReward(const std::string& stdout_tail, std::
     if (!absl::StripAsciiWhitespace(line).empty()) last = absl::StripAsciiWhitespace(line);
   }
   if (!last.empty()) {
-    if (auto x = Number(std::string(last))) return RewardOutcome{*x, {}, ""};
+    if (auto x = Number(std::string(last))) return RewardOutcome{*x, {}, "", "stdout"};
     if (last.front() == '{') {
       auto from_json = VerifierReward(std::nullopt, std::string(last), std::nullopt);
       if (!from_json.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "the verifier's last line of stdout is not {\"reward\": <number>, ...}: '", last.substr(0, 64), "'"));
       }
+      from_json->source = "stdout";
       return from_json;
     }
   }
-  if (exit_code) return RewardOutcome{*exit_code == 0 ? 1.0 : 0.0, {}, ""};
+  if (exit_code) return RewardOutcome{*exit_code == 0 ? 1.0 : 0.0, {}, "", "exit_code"};
   return absl::NotFoundError("the verifier printed no reward and has no exit code");
 }
 

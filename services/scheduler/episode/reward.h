@@ -16,6 +16,8 @@ struct RewardOutcome {
   double reward = 0;
   std::vector<double> step_rewards;
   std::string details_json;  // what was compared, for a person
+  // A verifier's: what decided it ("reward.txt", "reward.json", "stdout", "exit_code"); empty for the others.
+  std::string source;
 };
 
 // EXACT (the default), NUMERIC, REGEX or GSM8K on `final_message`. Never fails: no match is reward 0.

@@ -34,6 +34,14 @@ inline v1::Task SingleTurn(const std::string& answer) {
   return t;
 }
 
+// The program an exec runs: its argv[0], or the one the verifier's clean-environment shell execs
+// (`sh -c '…exec "$@"' verifier PROGRAM ARGS…`).
+inline std::string Program(const v1::ExecRequest& r) {
+  const auto& argv = r.command().argv();
+  if (argv.size() > 4 && argv[0] == "sh" && argv[3] == "verifier") return argv[4];
+  return argv.empty() ? "" : argv[0];
+}
+
 // An agent task: `run-agent` in a sandbox, then `verify`, whose reward the fake host writes when asked.
 inline v1::Task Agent(absl::Duration agent_timeout = absl::Seconds(60)) {
   v1::Task t;
@@ -167,10 +175,10 @@ class EpisodeDriverTest : public ::testing::Test {
     for (auto& [address, fake] : fakes_) {
       FakeHost* h = fake.get();
       h->OnExec([h, reward](const std::string& sandbox, const v1::ExecRequest& r) {
-        if (r.command().argv(0) == "verify") h->WriteSandboxFile(sandbox, "/logs/verifier/reward.txt", reward);
+        if (Program(r) == "verify") h->WriteSandboxFile(sandbox, "/logs/verifier/reward.txt", reward);
         ExecOutcome out;
         out.exited = true;
-        out.tail = r.command().argv(0) + " done";
+        out.tail = Program(r) + " done";
         return out;
       });
     }

@@ -1,5 +1,6 @@
 // The episode path (driver, runners, verifier) against in-memory hosts, proxy and limiter on a FakeClock: every
 // decision the driver makes on the way from a ticket to a result, in milliseconds.
+#include "libs/api/proto_digest.h"
 #include "services/scheduler/tests/episode_driver_fixture.h"
 
 namespace corral::scheduler {
@@ -57,9 +58,9 @@ TEST_F(EpisodeDriverTest, AgentRunsInASandboxThenTheVerifierDecidesAndTheSandbox
   ASSERT_THAT(host().execs(), SizeIs(2));
   EXPECT_EQ(host().execs()[0].command().argv(0), "run-agent");
   EXPECT_EQ(host().execs()[0].command().env().at("OPENAI_BASE_URL"), "http://127.0.0.1:4000/v1");
-  EXPECT_EQ(host().execs()[1].command().argv(0), "verify");
+  EXPECT_EQ(Program(host().execs()[1]), "verify");
   EXPECT_THAT(host().live(), IsEmpty());
-  EXPECT_THAT(host().deleted(), SizeIs(1));
+  EXPECT_THAT(host().deleted(), SizeIs(2)) << "the agent's sandbox and the verifier's fork of it";
   EXPECT_EQ(hosts_->InUse(""), 0u);
 }
 
@@ -69,7 +70,7 @@ TEST_F(EpisodeDriverTest, AgentThatCalledTheModelGetsTheVerifiersReward) {
   host().OnExec([&, proxy](const std::string& sandbox, const v1::ExecRequest& r) {
     // The agent's own call through the proxy, as a harness makes it, with the key it was given.
     if (r.command().argv(0) == "run-agent") proxy->AgentCalled(r.command().env().at("OPENAI_API_KEY"));
-    if (r.command().argv(0) == "verify") host().WriteSandboxFile(sandbox, "/logs/verifier/reward.txt", "0.75");
+    if (Program(r) == "verify") host().WriteSandboxFile(sandbox, "/logs/verifier/reward.txt", "0.75");
     ExecOutcome out;
     out.exited = true;
     return out;
@@ -80,6 +81,125 @@ TEST_F(EpisodeDriverTest, AgentThatCalledTheModelGetsTheVerifiersReward) {
   EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
   EXPECT_EQ(r.reward(), 0.75);
   EXPECT_EQ(r.agent_exit_code(), 0);
+}
+
+// The agent calls the model; the verifier (`verify`) exits with `exit_code`, writing `reward` unless it is empty.
+void ScriptAgentAndVerifier(FakeHost& host, FakeProxy* proxy, int exit_code, const std::string& reward) {
+  host.OnExec([&host, proxy, exit_code, reward](const std::string& sandbox, const v1::ExecRequest& r) {
+    ExecOutcome out;
+    out.exited = true;
+    if (r.command().argv(0) == "run-agent") proxy->AgentCalled(r.command().env().at("OPENAI_API_KEY"));
+    if (Program(r) != "verify") return out;
+    if (!reward.empty()) host.WriteSandboxFile(sandbox, "/logs/verifier/reward.txt", reward);
+    out.exit.set_exit_code(exit_code);
+    out.tail = exit_code == 127 ? "bash: tests/test.sh: No such file or directory" : "ok";
+    return out;
+  });
+}
+
+// The default: the verifier runs in a fork of the agent's sandbox (another uid), made once the agent phase has
+// ended and deleted after, in a shell that gives it a fresh HOME with Python, pytest and git kept from what the
+// agent left; the result says how the reward was decided.
+TEST_F(EpisodeDriverTest, TheVerifierRunsInAForkInACleanEnvironmentAndTheResultSaysHowItsRewardWasDecided) {
+  ScriptAgentAndVerifier(host(), proxy_.get(), 0, "0.75");
+  v1::Task task = Agent();
+  task.mutable_verifier()->mutable_command()->set_cwd("/workspace");
+  task.mutable_verifier()->add_files()->set_path("tests/test.sh");
+  task.mutable_verifier()->add_files()->set_path("tests/data/input.txt");
+  Start(task);
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
+  EXPECT_EQ(r.reward(), 0.75);
+  const std::vector<v1::ExecRequest> execs = host().execs();
+  ASSERT_THAT(execs, SizeIs(2));
+  const v1::ExecRequest& agent = execs.front();
+  const v1::ExecRequest& verifier = execs.back();
+  EXPECT_EQ(host().fork_calls(), 1);
+  EXPECT_NE(verifier.sandbox_id(), agent.sandbox_id()) << "the verifier runs in the fork";
+  EXPECT_THAT(host().deleted(), UnorderedElementsAre(agent.sandbox_id(), verifier.sandbox_id()));
+  ASSERT_EQ(Program(verifier), "verify");
+  EXPECT_EQ(verifier.command().argv(0), "sh");
+  EXPECT_THAT(verifier.command().argv(2), HasSubstr("HOME=\"${CORRAL_VERIFIER_HOME:-$HOME/.corral/verifier-home}\""));
+  const auto& env = verifier.command().env();
+  EXPECT_EQ(env.at("PYTHONSAFEPATH"), "1");
+  EXPECT_EQ(env.at("PYTHONNOUSERSITE"), "1");
+  EXPECT_EQ(env.at("PYTEST_ADDOPTS"), "--confcutdir=/workspace/tests") << "where all its files are, in its cwd";
+  EXPECT_EQ(env.at("GIT_CONFIG_KEY_0"), "core.fsmonitor");
+  EXPECT_EQ(env.at("GIT_CONFIG_VALUE_1"), "/dev/null");
+  EXPECT_EQ(r.verifier_evidence().isolation(), v1::VERIFIER_ISOLATION_SEPARATE_UID);
+  EXPECT_EQ(r.verifier_evidence().reward_source(), "reward.txt");
+  EXPECT_EQ(r.verifier_evidence().reward_file_sha256(), Sha256Hex("0.75"));
+}
+
+// A host with no room for the fork: the default falls back to the agent's sandbox, in a clean environment, and
+// says so; a task that insists on a separate uid fails as infra there.
+TEST_F(EpisodeDriverTest, WithoutRoomForAForkTheVerifierRunsInTheAgentsSandboxInACleanEnvironment) {
+  UseHosts({"host-a"}, /*capacity=*/1);
+  ScriptAgentAndVerifier(host(), proxy_.get(), 0, "1");
+  Start(Agent());
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
+  EXPECT_EQ(r.reward(), 1.0);
+  EXPECT_EQ(host().fork_calls(), 1);
+  EXPECT_EQ(host().execs().back().sandbox_id(), host().execs().front().sandbox_id());
+  EXPECT_EQ(host().execs().back().command().env().at("PYTHONSAFEPATH"), "1");
+  EXPECT_EQ(r.verifier_evidence().isolation(), v1::VERIFIER_ISOLATION_CLEAN_ENV);
+}
+
+TEST_F(EpisodeDriverTest, AVerifierThatMustHaveItsOwnUidFailsAsInfraWhereNoForkFits) {
+  UseHosts({"host-a"}, /*capacity=*/1);
+  ScriptAgentAndVerifier(host(), proxy_.get(), 0, "1");
+  v1::Task task = Agent();
+  task.mutable_verifier()->set_isolation(v1::VERIFIER_ISOLATION_SEPARATE_UID);
+  Start(task, "b", /*max_attempts=*/1);
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_INFRA) << r.failure_message();
+  EXPECT_FALSE(r.has_reward());
+  EXPECT_THAT(r.failure_message(), HasSubstr("forking the sandbox for the verifier"));
+  EXPECT_THAT(host().execs(), SizeIs(1)) << "no verifier ran";
+}
+
+TEST_F(EpisodeDriverTest, ASharedVerifierRunsAsTheTaskSaysAndTheResultSaysSo) {
+  ScriptAgentAndVerifier(host(), proxy_.get(), 1, "");
+  v1::Task task = Agent();
+  task.mutable_verifier()->set_isolation(v1::VERIFIER_ISOLATION_SHARED);
+  Start(task);
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
+  EXPECT_EQ(r.reward(), 0.0);
+  const v1::ExecRequest verifier = host().execs().back();
+  EXPECT_EQ(verifier.command().argv(0), "verify");
+  EXPECT_FALSE(verifier.command().env().contains("PYTHONSAFEPATH"));
+  EXPECT_EQ(host().fork_calls(), 0);
+  EXPECT_EQ(r.verifier_evidence().isolation(), v1::VERIFIER_ISOLATION_SHARED);
+  EXPECT_EQ(r.verifier_evidence().reward_source(), "exit_code");
+  EXPECT_EQ(r.verifier_evidence().reward_file_sha256(), "");
+}
+
+// Exit 127 with nothing written: the verifier never ran, and that is a broken task, not a reward of 0.
+TEST_F(EpisodeDriverTest, AVerifierThatCouldNotRunFailsTheEpisodeInsteadOfRewardingZero) {
+  ScriptAgentAndVerifier(host(), proxy_.get(), 127, "");
+  Start(Agent(), "b", /*max_attempts=*/1);
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FAILED);
+  EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_VERIFIER);
+  EXPECT_FALSE(r.has_reward());
+  EXPECT_THAT(r.failure_message(), HasSubstr("the verifier could not run (exit 127"));
+  EXPECT_THAT(r.failure_message(), HasSubstr("No such file or directory"));
+}
+
+TEST_F(EpisodeDriverTest, AVerifierThatExits127AfterWritingItsRewardIsTakenAtItsWord) {
+  ScriptAgentAndVerifier(host(), proxy_.get(), 127, "1");
+  Start(Agent());
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
+  EXPECT_EQ(r.reward(), 1.0);
 }
 
 TEST_F(EpisodeDriverTest, AFullHostIsSkippedAndTheSandboxCreatedOnAnother) {
