@@ -175,6 +175,47 @@ class Walkthrough(unittest.TestCase):
                             "--agent-file", "examples/agents/shell_agent.py")
         self.assertRegex(table, r"overall \(1 task\)\s+2\s+0\s+0\s+0\.000\s+0\.000")
 
+    def test_6c_audit_finds_the_exploitable_task_and_nothing_in_the_examples(self):
+        self.needs_sandboxes()
+        out = self.corral("audit", "examples/tasks", timeout=300)
+        for task in TASKS:
+            self.assertIn(f"{task}: ok (do-nothing agent: 0; no exploit earned more)", out)
+        self.assertIn("3 task(s) audited with 8 exploits: 0 flagged", out)
+        self.assertIn("no agent task to audit", self.corral("audit", "examples/datasets/arithmetic.jsonl"))
+        # One task whose verifier runs shared (the behaviour before its isolation), one that rewards anything, one
+        # honest; the same pytest check of an answer nobody writes.
+        check = ("cd /workspace && if python3 -m pytest -q -p no:cacheprovider tests/test_answer.py >&2; "
+                 "then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+        test = "def test_answer():\n    assert open('/workspace/answer.txt').read().strip() == '5'\n"
+
+        def task(task_id, script=check, **verifier):
+            return {"id": task_id, "prompt": "Write 2 + 3 to /workspace/answer.txt.", "runner": "agent",
+                    "agent": {"command": {"argv": ["true"]}},
+                    "verifier": {"files": [{"path": "tests/test.sh", "content": script},
+                                           {"path": "tests/test_answer.py", "content": test}], **verifier}}
+
+        with open(os.path.join(self.dir, "planted.jsonl"), "w") as f:
+            for t in [task("honest"), task("exploitable", isolation="VERIFIER_ISOLATION_SHARED"),
+                      task("lazy", script="echo 1 > /logs/verifier/reward.txt\n")]:
+                f.write(json.dumps(t) + "\n")
+        done = subprocess.run([self.cli, "audit", "planted.jsonl", "--quarantine", "quarantine.txt"], cwd=self.dir,
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        self.assertIn("honest: ok (do-nothing agent: 0; no exploit earned more)", done.stdout)
+        self.assertIn("exploitable: EXPLOITABLE (do-nothing agent: 0)", done.stdout)
+        self.assertIn("shadowed-modules earned 1", done.stdout)
+        self.assertIn("lazy: BROKEN VERIFIER (do-nothing agent: 1)", done.stdout)
+        self.assertIn("3 task(s) audited with 8 exploits: 2 flagged", done.stdout)
+        with open(os.path.join(self.dir, "quarantine.txt")) as f:
+            self.assertEqual(sorted(line.strip() for line in f if not line.startswith("#")), ["exploitable", "lazy"])
+        # corral run --skip and the SDK leave the quarantined tasks out.
+        dry = self.corral("run", "planted.jsonl", "--skip", "quarantine.txt", "--dry-run")
+        self.assertEqual([json.loads(line)["id"] for line in dry.splitlines() if line.startswith("{")], ["honest"])
+        import corral
+        kept = corral.skip_listed(corral.load_jsonl(os.path.join(self.dir, "planted.jsonl")),
+                                  os.path.join(self.dir, "quarantine.txt"))
+        self.assertEqual([t.id for t in kept], ["honest"])
+
     def test_7_train_py_from_the_readme(self):
         with open(os.path.join(ARGS.repo, "README.md")) as f:
             readme = f.read()

@@ -179,7 +179,7 @@ void AddSubmit(CLI::App* batch, int& exit_code) {
   submit->add_flag("--ack", sf->ack, "with --follow: acknowledge results once written");
   submit->add_flag("--json", sf->json, "print the batch as JSON");
   submit->callback([sf, &exit_code] {
-    auto tasks = LoadTaskInput(sf->batch.input, sf->batch.agent, sf->batch.agent_files, sf->batch.harbor_images);
+    auto tasks = LoadBatchTasks(sf->batch);
     if (!tasks.ok()) {
       exit_code = Fail("batch submit", tasks.status());
       return;

@@ -25,5 +25,7 @@ void RegisterPolicy(CLI::App& app, int& exit_code);
 void RegisterUi(CLI::App& app, int& exit_code);
 // harness list|install: installed agent harnesses.
 void RegisterHarness(CLI::App& app, int& exit_code);
+// audit DATASET|TASK_DIR: exploits against every agent task's verifier.
+void RegisterAudit(CLI::App& app, int& exit_code);
 
 }  // namespace corral::cli

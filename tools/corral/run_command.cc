@@ -93,7 +93,7 @@ int PrintTasks(const std::string& name, const std::vector<v1::Task>& tasks) {
 
 int Run(const RunFlags& f) {
   Interrupts interrupts;
-  auto tasks = LoadTaskInput(f.batch.input, f.batch.agent, f.batch.agent_files, f.batch.harbor_images);
+  auto tasks = LoadBatchTasks(f.batch);
   if (!tasks.ok()) return Fail(f.name, tasks.status());
   if (f.dry_run) return PrintTasks(f.name, *tasks);
   RunFlags flags = f;

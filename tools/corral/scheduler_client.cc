@@ -1,10 +1,16 @@
 #include "tools/corral/scheduler_client.h"
 
 #include <algorithm>
+#include <fstream>
+#include <iostream>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
 #include "libs/rpc/status_conversion.h"
+#include "tools/corral/harbor.h"
 
 namespace corral::cli {
 
@@ -94,6 +100,9 @@ void AddBatchFlags(CLI::App* cmd, BatchFlags& flags) {
       "--harbor-images", flags.harbor_images,
       "Harbor tasks: run each in its image — the Dockerfile's FROM, its RUN/COPY/ENV/WORKDIR a template built "
       "on it, or task.toml's docker_image as is — pulled by the sandbox hosts (which need image support)");
+  cmd->add_option("--skip", flags.skip_file,
+                  "leave out the task ids listed in this file, one per line ('#' starts a comment): e.g. the "
+                  "quarantine corral audit wrote");
   cmd->add_option("--group-size", flags.group_size, "episodes per task (a GRPO group)")->capture_default_str();
   cmd->add_option("--redundancy", flags.redundancy, "extra episodes per group, cancelled once the group is complete");
   cmd->add_option("--runner", flags.runner, "override every task's runner")
@@ -103,6 +112,24 @@ void AddBatchFlags(CLI::App* cmd, BatchFlags& flags) {
   cmd->add_option("--batch-id", flags.batch_id, "client-chosen batch id: resubmitting it is idempotent");
   cmd->add_option("--priority", flags.priority, "higher runs first");
   cmd->add_option("--max-attempts", flags.max_attempts, "attempts per episode for infra failures");
+}
+
+absl::StatusOr<std::vector<v1::Task>> LoadBatchTasks(const BatchFlags& flags) {
+  auto tasks = LoadTaskInput(flags.input, flags.agent, flags.agent_files, flags.harbor_images);
+  if (!tasks.ok() || flags.skip_file.empty()) return tasks;
+  std::ifstream in(flags.skip_file);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the skip file ", flags.skip_file));
+  absl::flat_hash_set<std::string> skip;
+  for (std::string line; std::getline(in, line);) {
+    const std::string id(absl::StripAsciiWhitespace(line.substr(0, line.find('#'))));
+    if (!id.empty()) skip.insert(id);
+  }
+  const size_t before = tasks->size();
+  std::erase_if(*tasks, [&](const v1::Task& t) { return skip.contains(t.id()); });
+  if (tasks->size() < before) {
+    std::cerr << "skipping " << before - tasks->size() << " task(s) listed in " << flags.skip_file << "\n";
+  }
+  return tasks;
 }
 
 absl::StatusOr<Scheduler> ConnectScheduler(ConnectFlags& flags) {

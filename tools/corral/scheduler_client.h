@@ -31,6 +31,7 @@ struct Scheduler {
 // directories, with the agent those need) and the BatchSpec fields a person sets from the shell.
 struct BatchFlags {
   std::string input, agent, runner, model, batch_id;
+  std::string skip_file;  // task ids left out, one per line (corral audit --quarantine writes one)
   std::vector<std::string> agent_files;
   bool harbor_images = false;  // Harbor tasks run in their Dockerfile's FROM image (or task.toml's docker_image)
   uint32_t group_size = 1, redundancy = 0, max_attempts = 0;
@@ -39,10 +40,11 @@ struct BatchFlags {
 
   v1::BatchSpec Spec() const;
 };
-// Adds the positional input and --agent, --agent-file, --harbor-images, --group-size, --redundancy, --runner, --model,
-// --seed, --batch-id,
-// --priority and --max-attempts to `cmd`.
+// Adds the positional input and --agent, --agent-file, --harbor-images, --skip, --group-size, --redundancy, --runner,
+// --model, --seed, --batch-id, --priority and --max-attempts to `cmd`.
 void AddBatchFlags(CLI::App* cmd, BatchFlags& flags);
+// The tasks `flags` name (LoadTaskInput), less those listed in the skip file (NOT_FOUND when it cannot be read).
+absl::StatusOr<std::vector<v1::Task>> LoadBatchTasks(const BatchFlags& flags);
 
 // The scheduler named by `flags` (or the local `corral up` cluster's).
 absl::StatusOr<Scheduler> ConnectScheduler(ConnectFlags& flags);

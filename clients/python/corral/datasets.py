@@ -33,6 +33,14 @@ def load_jsonl(path: str) -> List[scheduler_pb2.Task]:
     return list(iter_jsonl(path))
 
 
+def skip_listed(tasks, path: str) -> list:
+    """`tasks` (Task messages or builders with an `id`) less those whose id is listed in `path`: one id per line,
+    '#' starting a comment — what `corral audit --quarantine FILE` writes, as `corral run --skip FILE` reads it."""
+    with open(path) as f:
+        skip = {line.split("#", 1)[0].strip() for line in f} - {""}
+    return [t for t in tasks if t.id not in skip]
+
+
 def _read_tree(root: str, prefix: str) -> List[File]:
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
