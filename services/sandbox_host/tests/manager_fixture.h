@@ -87,6 +87,7 @@ class SandboxHostTest : public ::testing::Test {
     exec_ = std::make_unique<ExecManager>(&clock_);
   }
   void TearDown() override {
+    clock_.Stop();  // first: a timer of the ExecManager's (an exit's cleanup) must not run once it is gone
     exec_.reset();
     manager_.reset();
     std::filesystem::remove_all(options_.root);
