@@ -28,7 +28,8 @@ std::string ReadSource(const std::string& relative) {
 
 // The drill: three questions from the episode's seed, answered by the fake model (right unless its sampling
 // seed makes it wrong). `fault`: the drill's fault injection (a JSON object), or empty.
-v1::Task Drill(const std::string& id, bool unix_socket, const std::string& fault = "") {
+v1::Task Drill(const std::string& id, bool unix_socket, const std::string& fault = "",
+               const std::string& sessions = "http") {
   v1::Task t;
   t.set_id(id);
   t.set_runner(v1::RUNNER_ENVIRONMENT);
@@ -49,6 +50,7 @@ v1::Task Drill(const std::string& id, bool unix_socket, const std::string& fault
     env.set_port(8000);
   }
   if (!fault.empty()) env.set_reset_json(absl::StrCat("{\"fault\": ", fault, "}"));
+  for (const std::string& arg : {std::string("--sessions"), sessions}) env.mutable_command()->add_argv(arg);
   return t;
 }
 
@@ -79,6 +81,73 @@ TEST_F(SchedulerFixture, EnvironmentRunnerPlaysAnOpenEnvServerWithStepRewards) {
     for (const auto& m : branch.messages()) absl::StrAppend(&conversation, m.message().content(), "\n");
     EXPECT_THAT(conversation, HasSubstr("Question 1 of 3: What is "));
     EXPECT_THAT(conversation, HasSubstr("Question 3 of 3: What is "));
+  }
+  EXPECT_TRUE(NothingLeaked());
+}
+
+// A stock OpenEnv server keeps an episode only in a WebSocket session on /ws; its HTTP /reset and /step each act
+// on a fresh environment. With no transport named the runner finds the session and the episode earns the full
+// reward; forced to plain HTTP (what the runner did before sessions) the same play earns nothing, which is what
+// this test would see if the default went back. A server that keeps its episode by a session cookie earns it too.
+TEST_F(SchedulerFixture, AStockOpenEnvServerIsPlayedInItsWebSocketSessionAndACookieServerByItsCookie) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  v1::Task http_only = Drill("openenv-http", false, "", "openenv");
+  http_only.mutable_env_server()->set_transport(v1::ENV_TRANSPORT_HTTP);
+  v1::BatchSpec spec;
+  spec.set_batch_id("sessions");
+  spec.set_seed(11);
+  ASSERT_THAT(Submit(spec, {Drill("openenv", false, "", "openenv"), Drill("openenv-socket", true, "", "openenv"),
+                            http_only, Drill("cookie", false, "", "cookie")}),
+              IsOk());
+  auto results = Results("sessions");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), 4u);
+  for (const auto& r : *results) {
+    SCOPED_TRACE(r.ids().task_id() + ": " + r.failure_message() + "\n" + r.agent_output_tail());
+    ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
+    const bool ws = absl::StartsWith(r.ids().task_id(), "openenv") && r.ids().task_id() != "openenv-http";
+    EXPECT_THAT(r.agent_output_tail(),
+                HasSubstr(ws ? "environment transport: websocket session on /ws" : "environment transport: http"));
+    if (r.ids().task_id() == "openenv-http") {
+      EXPECT_EQ(r.reward(), 0.0) << "every step acted on a drill that was never reset";
+    } else {
+      EXPECT_EQ(r.reward(), ModelIsWrong(r.ids().seed()) ? 0.0 : 3.0);
+    }
+  }
+  EXPECT_TRUE(NothingLeaked());
+}
+
+// In a session, an error frame is the environment's failure, with its message; a dropped connection or a step that
+// never answers is infra.
+TEST_F(SchedulerFixture, AnErrorFrameIsTheEnvironmentsFailureAndADroppedOrHungSessionIsInfra) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  v1::BatchSpec spec;
+  spec.set_batch_id("session-faults");
+  spec.set_max_attempts(1);
+  v1::Task hung = Drill("hung", false, R"({"hang_at_step": 1})", "openenv");
+  hung.mutable_env_server()->mutable_step_timeout()->set_seconds(2);
+  ASSERT_THAT(Submit(spec, {Drill("error-frame", false, R"({"error_at_step": 2})", "openenv"),
+                            Drill("dropped", true, R"({"drop_at_step": 1})", "openenv"), hung}),
+              IsOk());
+  auto results = Results("session-faults");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), 3u);
+  for (const auto& r : *results) {
+    SCOPED_TRACE(r.ids().task_id() + ": " + r.failure_message());
+    EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FAILED);
+    EXPECT_FALSE(r.has_reward());
+    if (r.ids().task_id() == "error-frame") {
+      EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_ENVIRONMENT);
+      EXPECT_THAT(r.failure_message(), HasSubstr("the environment answered step over the WebSocket session with an "
+                                                 "error [EXECUTION_ERROR]: the drill broke at step 2"));
+    } else if (r.ids().task_id() == "dropped") {
+      EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_INFRA);
+      EXPECT_THAT(r.failure_message(), HasSubstr("step over the WebSocket session: the server closed the connection"));
+    } else {
+      EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_INFRA);
+      EXPECT_THAT(r.failure_message(),
+                  HasSubstr("step over the WebSocket session: the environment server did not answer within 2s"));
+    }
   }
   EXPECT_TRUE(NothingLeaked());
 }

@@ -126,6 +126,27 @@ class TrainerDrivenEnvironments(UpCluster):
             env.step(say(1))
         self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
 
+    def test_a_stock_openenv_server_is_driven_in_its_websocket_session_with_no_transport_named(self):
+        # The drill as a stock OpenEnv server: its state lives only in /ws sessions (its HTTP /step acts on a
+        # fresh drill, which would earn nothing). The task names no transport: the session is found.
+        task = s.Task()
+        task.CopyFrom(self.task)
+        task.env_server.command.argv.extend(["--sessions", "openenv"])
+        self.assertEqual(task.env_server.transport, s.ENV_TRANSPORT_UNSPECIFIED)
+        env = self.client.environment(task, batch_id="py-openenv")
+        observation = env.reset(seed=5)
+        rewards = []
+        while True:
+            step = env.step(say(asked(observation)))
+            rewards.append(step.reward)
+            observation = step.observation
+            if step.done:
+                break
+        self.assertEqual(rewards, [1.0, 1.0, 1.0])
+        result = env.close()
+        self.assertEqual(result.status, s.EPISODE_STATUS_FINISHED, result.failure_message)
+        self.assertEqual(result.reward, 3.0)
+
     def test_the_asyncio_twin_drives_two_episodes_at_once(self):
         async def play(seed):
             async with self.client.aenvironment(self.task) as env:

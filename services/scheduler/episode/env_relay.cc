@@ -123,30 +123,50 @@ asio::awaitable<std::optional<Failure>> StartEnvServer(Attempt& a, const v1::Env
   const std::string what = absl::StrCat("starting the environment server (GET ", health, ")");
   auto answer = co_await Exchange(a, wait, ready, what);
   if (auto* f = std::get_if<Failure>(&answer)) co_return *f;
-  const json::object& o = std::get<json::object>(answer);
-  if (o.contains("error")) co_return RelayError(a, o, what, ready);
+  if (const json::object& o = std::get<json::object>(answer); o.contains("error")) {
+    co_return RelayError(a, o, what, ready);
+  }
+
+  json::object open;
+  open["open"] = spec.transport() == v1::ENV_TRANSPORT_HTTP        ? "http"
+                 : spec.transport() == v1::ENV_TRANSPORT_WEBSOCKET ? "websocket"
+                                                                   : "auto";
+  open["ws_path"] = spec.ws_path().empty() ? "/ws" : spec.ws_path();
+  open["timeout"] = absl::ToDoubleSeconds(ready);
+  const std::string opening = absl::StrCat("opening the environment's session (GET ", Str(open, "ws_path"), ")");
+  auto opened = co_await Exchange(a, open, ready, opening);
+  if (auto* f = std::get_if<Failure>(&opened)) co_return *f;
+  const json::object& o = std::get<json::object>(opened);
+  if (o.contains("error")) co_return RelayError(a, o, opening, ready);
+  if (o.contains("env_error")) {
+    StopRelay(a);
+    co_return EnvironmentFailure(v1::FAILURE_CLASS_ENVIRONMENT, Str(o, "env_error"));
+  }
+  a.output.Append(
+      absl::StrCat("environment transport: ", Str(o, "transport"),
+                   Str(o, "transport") == "websocket" ? absl::StrCat(" session on ", Str(o, "ws_path")) : "", "\n"));
   co_return std::nullopt;
 }
 
-asio::awaitable<std::variant<EnvHttpReply, Failure>> EnvRequest(Attempt& a, const std::string& method,
-                                                                const std::string& path, const std::string& body,
-                                                                absl::Duration timeout) {
+asio::awaitable<std::variant<EnvHttpReply, Failure>> EnvCall(Attempt& a, const std::string& kind,
+                                                             const std::string& body, absl::Duration timeout) {
   using Out = std::variant<EnvHttpReply, Failure>;
   json::object request;
-  request["method"] = method;
-  request["path"] = path;
+  request["env"] = kind;
   request["body"] = body;
   request["timeout"] = absl::ToDoubleSeconds(timeout);
-  const std::string what = absl::StrCat(method, " ", path);
-  auto answer = co_await Exchange(a, request, timeout, what);
+  auto answer = co_await Exchange(a, request, timeout, kind);
   if (auto* f = std::get_if<Failure>(&answer)) co_return Out(*f);
   const json::object& o = std::get<json::object>(answer);
-  if (o.contains("error")) co_return Out(RelayError(a, o, what, timeout));
+  const std::string call = Str(o, "call").empty() ? absl::StrCat("POST /", kind) : Str(o, "call");
+  if (o.contains("error")) co_return Out(RelayError(a, o, call, timeout));
+  if (o.contains("env_error")) co_return Out(EnvironmentFailure(v1::FAILURE_CLASS_ENVIRONMENT, Str(o, "env_error")));
   EnvHttpReply reply;
   if (const json::value* status = o.if_contains("status"); status != nullptr && status->is_int64()) {
     reply.status = static_cast<int>(status->as_int64());
   }
   reply.body = Str(o, "body");
+  reply.call = call;
   co_return Out(std::move(reply));
 }
 

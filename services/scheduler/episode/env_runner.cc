@@ -32,17 +32,18 @@ json::object UserMessage(const std::string& text) {
   return m;
 }
 
-// Posts `body` to `path` and checks the answer; the time it took counts as tool time.
-asio::awaitable<std::variant<EnvAnswer, Failure>> Post(Attempt& a, const std::string& path, const std::string& body,
+// A reset or step (`kind`) with `body`, over the episode's transport, and its answer checked; the time it took
+// counts as tool time.
+asio::awaitable<std::variant<EnvAnswer, Failure>> Post(Attempt& a, const std::string& kind, const std::string& body,
                                                        absl::Duration timeout) {
   using Out = std::variant<EnvAnswer, Failure>;
   const PhaseScope phase(a.control(), RunPhase::kTool);
   const absl::Time started = a.clock->Now();
-  auto reply = co_await EnvRequest(a, "POST", path, body, timeout);
+  auto reply = co_await EnvCall(a, kind, body, timeout);
   a.tools_time += a.clock->Now() - started;
   if (auto* f = std::get_if<Failure>(&reply)) co_return Out(*f);
   const EnvHttpReply& http = std::get<EnvHttpReply>(reply);
-  const std::string call = absl::StrCat("POST ", path);
+  const std::string& call = http.call;
   if (http.status != 200) {
     co_return Out(EnvironmentFailure(
         v1::FAILURE_CLASS_ENVIRONMENT,
@@ -174,7 +175,7 @@ asio::awaitable<std::optional<Failure>> DriveForTrainer(Attempt& a, const v1::En
     boost::system::error_code ec;
     const json::value action = json::parse(command.action_json, ec);  // checked by the board
     const std::string body = StepBody(action);
-    auto step = co_await Post(a, "/step", body, step_timeout);
+    auto step = co_await Post(a, "step", body, step_timeout);
     if (auto* f = std::get_if<Failure>(&step)) co_return *f;
     answer = std::get<EnvAnswer>(std::move(step));
     ++turn;
@@ -204,7 +205,7 @@ asio::awaitable<std::optional<Failure>> RunEnvironment(Attempt& a) {
                                           : a.Timeout(a.task().timeouts().tool(), a.options->timeouts.tool);
 
   const std::string reset_body = ResetBody(a.ticket.ids.seed(), a.ticket.ids.episode_id(), spec.reset_json());
-  auto reset = co_await Post(a, "/reset", reset_body, step_timeout);
+  auto reset = co_await Post(a, "reset", reset_body, step_timeout);
   if (auto* f = std::get_if<Failure>(&reset)) co_return *f;
   EnvAnswer answer = std::get<EnvAnswer>(std::move(reset));
   if (idle) co_return co_await DriveForTrainer(a, spec, step_timeout, *idle, std::move(answer));
@@ -231,7 +232,7 @@ asio::awaitable<std::optional<Failure>> RunEnvironment(Attempt& a) {
     }
     if (!reply.tool_calls.empty()) a.result.set_tool_calls(a.result.tool_calls() + 1);
     const std::string step_body = StepBody(*action);
-    auto step = co_await Post(a, "/step", step_body, step_timeout);
+    auto step = co_await Post(a, "step", step_body, step_timeout);
     if (auto* f = std::get_if<Failure>(&step)) co_return *f;
     answer = std::get<EnvAnswer>(std::move(step));
     step_rewards.push_back(answer.reward.value_or(0));

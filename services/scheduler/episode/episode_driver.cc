@@ -445,7 +445,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   }
   SetOutcome(failure, a.task().runner(), r);
   SetBranchInfo(a, r);
-  if (a.task().runner() == v1::RUNNER_TOOL_LOOP && r.agent_output_tail().empty()) {
+  if ((a.task().runner() == v1::RUNNER_TOOL_LOOP || a.task().has_env_server()) && r.agent_output_tail().empty()) {
     r.set_agent_output_tail(a.output.Last(1024));
   }
   const absl::Time end = clock_->Now();

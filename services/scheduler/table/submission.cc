@@ -192,7 +192,18 @@ absl::Status CheckEnvServerSpec(const v1::EnvServerSpec& spec, v1::NetworkPolicy
   if (spec.unix_socket().size() > 100 || absl::StrContains(spec.unix_socket(), '\0')) {
     return bad("unix_socket must be a path of at most 100 bytes");
   }
-  if (!spec.health_path().empty() && spec.health_path()[0] != '/') return bad("health_path must begin with '/'");
+  // Paths the relay writes into a request line: '/' then printable ASCII, no space.
+  auto request_path = [](const std::string& p) {
+    return p.size() <= 256 && !p.empty() && p[0] == '/' &&
+           absl::c_all_of(p, [](char c) { return c > ' ' && c < 0x7f; });
+  };
+  if (!spec.health_path().empty() && !request_path(spec.health_path())) {
+    return bad("health_path must begin with '/' and hold printable ASCII without spaces (at most 256 bytes)");
+  }
+  if (!spec.ws_path().empty() && !request_path(spec.ws_path())) {
+    return bad("ws_path must begin with '/' and hold printable ASCII without spaces (at most 256 bytes)");
+  }
+  if (!v1::EnvTransport_IsValid(spec.transport())) return bad("transport is not a known value");
   boost::system::error_code ec;
   if (!spec.action_template().empty()) {
     boost::json::parse(spec.action_template(), ec);

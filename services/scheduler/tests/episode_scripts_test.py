@@ -9,6 +9,7 @@ carries requests, reports a server that exited with its log).
 import argparse
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import time
 import unittest
 
 SCRIPTS = None
+DRILL = None
 
 
 def script(name):
@@ -174,13 +176,88 @@ class EnvRelay(unittest.TestCase):
         self.assertEqual(self.ask({"wait": True, "path": "/health", "timeout": 20})["status"], 200)
 
 
+class EnvSessions(unittest.TestCase):
+    """The relay's transports against the example drill (examples/environments/arithmetic_drill/server.py): an
+    OpenEnv session on /ws, plain HTTP, and cookie sessions."""
+
+    def start(self, sessions):
+        self.mark = "__CORRAL_ENV_test__"
+        port = free_port()
+        directory = tempfile.mkdtemp(prefix="corral-sessions-")
+        cfg = {"argv": [sys.executable, DRILL, "--port", str(port), "--sessions", sessions], "env": {},
+               "cwd": directory, "port": port, "socket": "", "log": os.path.join(directory, "env-server.log"),
+               "mark": self.mark}
+        self.relay = Resident([sys.executable, "-u", "-c", script("env_relay.py")], {"__CORRAL_ENV": json.dumps(cfg)})
+        self.addCleanup(self.relay.close)
+        self.assertEqual(self.ask({"wait": True, "path": "/health", "timeout": 20})["status"], 200)
+
+    ask = EnvRelay.ask
+
+    def env(self, kind, body, timeout=5):
+        return self.ask({"env": kind, "body": json.dumps(body), "timeout": timeout})
+
+    def play(self, fault=None):
+        """Reset with seed 7 and answer the first question right: the step's answer."""
+        reset = self.env("reset", {"seed": 7, "episode_id": "e", "questions": 2, **({"fault": fault} if fault else {})})
+        self.assertEqual(reset.get("status"), 200, reset)
+        a, b = map(int, re.search(r"(\d+) \+ (\d+)", json.loads(reset["body"])["observation"]["prompt"]).groups())
+        return self.env("step", {"action": {"message": "The answer is %d." % (a + b)}})
+
+    def test_auto_opens_the_openenv_session_and_the_episode_is_rewarded(self):
+        self.start("openenv")
+        self.assertEqual(self.ask({"open": "auto", "ws_path": "/ws", "timeout": 5}),
+                         {"transport": "websocket", "ws_path": "/ws"})
+        step = self.play()
+        self.assertEqual(step["call"], "step over the WebSocket session")
+        self.assertEqual(json.loads(step["body"])["reward"], 1.0)
+        self.assertEqual(json.loads(step["body"])["observation"]["question"], 2)  # the same drill, its state kept
+
+    def test_plain_http_on_a_stock_openenv_server_steps_a_drill_never_reset(self):
+        # What the relay did before sessions: each HTTP call acts on a fresh drill, so the right answer earns 0.
+        self.start("openenv")
+        self.assertEqual(self.ask({"open": "http", "timeout": 5}), {"transport": "http"})
+        step = self.play()
+        self.assertEqual(step["call"], "POST /step")
+        self.assertEqual(json.loads(step["body"])["reward"], 0.0)
+
+    def test_an_error_frame_is_the_environments_and_quotes_it(self):
+        self.start("openenv")
+        self.ask({"open": "auto", "timeout": 5})
+        step = self.play({"error_at_step": 1})
+        self.assertEqual(step, {"env_error": "the environment answered step over the WebSocket session with an "
+                                             "error [EXECUTION_ERROR]: the drill broke at step 1",
+                                "call": "step over the WebSocket session"})
+
+    def test_a_dropped_session_is_reported_unreachable(self):
+        self.start("openenv")
+        self.ask({"open": "auto", "timeout": 5})
+        step = self.play({"drop_at_step": 1})
+        self.assertTrue(step.get("unreachable"), step)
+        self.assertIn("step over the WebSocket session: the server closed the connection", step["error"])
+
+    def test_a_server_without_ws_gets_http_and_its_cookie_back(self):
+        self.start("cookie")
+        opened = self.ask({"open": "auto", "timeout": 5})
+        self.assertEqual(opened, {"transport": "http", "upgrade_status": 404})
+        self.assertEqual(json.loads(self.play()["body"])["reward"], 1.0)  # the step found the reset's drill
+
+    def test_websocket_asked_of_a_server_without_it_is_the_environments_error(self):
+        self.start("http")
+        self.assertEqual(self.ask({"open": "websocket", "ws_path": "/ws", "timeout": 5}),
+                         {"env_error": "the server refused the WebSocket upgrade at /ws (HTTP 404)"})
+
+
 def main():
     global SCRIPTS
     parser = argparse.ArgumentParser()
     parser.add_argument("--scripts", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                                           "episode", "scripts"))
+    parser.add_argument("--drill", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                                        "examples", "environments", "arithmetic_drill", "server.py"))
     args, rest = parser.parse_known_args()
     SCRIPTS = args.scripts
+    global DRILL
+    DRILL = args.drill
     unittest.main(argv=[sys.argv[0], "-v"] + rest)
 
 

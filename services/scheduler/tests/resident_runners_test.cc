@@ -308,8 +308,10 @@ FakeInteractive::Script Relay(StepAnswer step, std::vector<std::string>* paths) 
     std::optional<json::object> answer;
     if (request.contains("wait")) {
       answer = json::object{{"status", 200}, {"body", "ok"}};
+    } else if (request.contains("open")) {
+      answer = json::object{{"transport", "http"}};
     } else {
-      const std::string path(request.at("path").as_string());
+      const std::string path = absl::StrCat("/", std::string(request.at("env").as_string()));
       paths->push_back(path);
       if (path == "/reset") {
         answer = json::object{{"status", 200}, {"body", R"({"observation": {"text": "start"}, "done": false})"}};
@@ -393,7 +395,7 @@ TEST_F(ResidentRunnersTest, AStepThatNeverAnswersEndsAsInfraAfterItsTimeout) {
   RunToEnd(absl::Seconds(1));
   const v1::EpisodeResult r = Journaled();
   EXPECT_EQ(r.failure_class(), v1::FAILURE_CLASS_INFRA);
-  EXPECT_THAT(r.failure_message(), HasSubstr("POST /step: the environment server did not answer within 10s"));
+  EXPECT_THAT(r.failure_message(), HasSubstr("step: the environment server did not answer within 10s"));
   EXPECT_TRUE(host().interactive()[0]->stopped());
 }
 

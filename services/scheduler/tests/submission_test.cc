@@ -220,6 +220,22 @@ TEST(EffectiveTask, ErrorsNameTheTaskAndTheField) {
          t.mutable_env_server()->set_action_template("{text}");
        },
        "env_server.action_template must be JSON"},
+      {"env_server ws_path that would inject a header",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_ENVIRONMENT);
+         t.mutable_env_server()->mutable_command()->add_argv("serve");
+         t.mutable_env_server()->set_unix_socket("env.sock");
+         t.mutable_env_server()->set_ws_path("/ws HTTP/1.1\r\nX-Evil: 1");
+       },
+       "env_server.ws_path must begin with '/' and hold printable ASCII without spaces"},
+      {"env_server transport unknown",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_ENVIRONMENT);
+         t.mutable_env_server()->mutable_command()->add_argv("serve");
+         t.mutable_env_server()->set_unix_socket("env.sock");
+         t.mutable_env_server()->set_transport(static_cast<v1::EnvTransport>(9));
+       },
+       "env_server.transport is not a known value"},
       {"mcp server on single_turn", [](v1::Task& t) { t.add_mcp_servers()->set_name("fs"); },
        "mcp_servers are for the tool_loop and agent runners"},
       {"mcp server without a command",
