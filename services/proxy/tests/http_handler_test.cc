@@ -15,6 +15,7 @@
 #include "libs/core/testing/status_matchers.h"
 #include "libs/http/client.h"
 #include "prometheus/registry.h"
+#include "services/proxy/tests/proxy_core.h"
 #include "services/proxy/tests/proxy_test_support.h"
 #include "tests/support/subprocess.h"
 
@@ -25,7 +26,6 @@ namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
 using ::testing::HasSubstr;
 
-constexpr char kKey[] = "0123456789abcdef0123456789abcdef";
 constexpr char kWhole[] =
     R"({"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant",)"
     R"("content":"4"},"finish_reason":"stop","token_ids":[52]}],"usage":{"prompt_tokens":5,"completion_tokens":1,)"
@@ -50,33 +50,20 @@ asio::awaitable<void> Backend(http::Request& req, http::Responder& res) {
   co_await res.Send(200, "application/json", kWhole);
 }
 
-class HttpHandlerTest : public ::testing::Test {
+class HttpHandlerTest : public ::testing::Test, protected testing::ProxyCore {
  protected:
-  testing::IoThread io_;  // first: destroyed last, after everything bound to its context
-
   void SetUp() override { Start({upstream_.url()}); }
 
   void Start(std::vector<std::string> upstream_urls, const std::function<void(UpstreamSpec&)>& adjust = {}) {
     front_.reset();
-    journal_ = *ProxyJournal::Open(corral::testing::MakeTestDir() + "/proxy.db", false);
-    store_ = std::make_unique<SessionStore>(SessionLimits{}, &signer_, &clock_);
-    ledger_ = std::make_unique<SessionLedger>(store_.get(), journal_.get(), &metrics_, &clock_);
     std::vector<UpstreamSpec> specs;
     for (const auto& u : upstream_urls) {
       specs.push_back(*ParseUpstreamUrl(u));
       if (adjust) adjust(specs.back());
     }
-    pool_ = std::make_unique<UpstreamPool>(std::move(specs), &clock_);
-    dispatcher_ = std::make_unique<UpstreamDispatcher>(
-        pool_.get(), &metrics_, &clock_,
-        RelayOptions{.connect_timeout = absl::Seconds(1), .retry_backoff = absl::Milliseconds(1)});
-    handler_ = std::make_unique<HttpHandler>(CallParts{.ledger = ledger_.get(),
-                                                       .dispatcher = dispatcher_.get(),
-                                                       .metrics = &metrics_,
-                                                       .clock = &clock_,
-                                                       .policy_version = &policy_version_,
-                                                       .gate = &gate_},
-                                             pool_.get());
+    BuildCore(std::move(specs),
+              RelayOptions{.connect_timeout = absl::Seconds(1), .retry_backoff = absl::Milliseconds(1)});
+    handler_ = std::make_unique<HttpHandler>(Parts(), pool_.get());
     front_ = std::make_unique<http::HttpServer>(
         http::ServerLimits{}, [this](http::Request& q, http::Responder& r) { return handler_->Handle(q, r); }, 1);
     port_ = *front_->Listen("127.0.0.1:0");
@@ -115,17 +102,6 @@ class HttpHandlerTest : public ::testing::Test {
   }
 
   testing::ScriptedUpstream upstream_{Backend};
-  FakeClock clock_;
-  TokenSigner signer_ = *TokenSigner::FromKey(kKey);
-  prometheus::Registry registry_;
-  ProxyMetrics metrics_{registry_};
-  std::unique_ptr<ProxyJournal> journal_;
-  std::unique_ptr<SessionStore> store_;
-  std::unique_ptr<SessionLedger> ledger_;
-  std::unique_ptr<UpstreamPool> pool_;
-  std::unique_ptr<UpstreamDispatcher> dispatcher_;
-  PolicyVersion policy_version_;
-  GenerationGate gate_{&policy_version_, &metrics_, &clock_};
   std::unique_ptr<HttpHandler> handler_;
   std::unique_ptr<http::HttpServer> front_;
   uint16_t port_ = 0;

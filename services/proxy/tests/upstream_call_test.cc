@@ -16,6 +16,7 @@
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "prometheus/registry.h"
+#include "services/proxy/tests/proxy_core.h"
 #include "services/proxy/tests/proxy_test_support.h"
 #include "tests/support/subprocess.h"
 
@@ -26,7 +27,6 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using ::testing::HasSubstr;
 
-constexpr char kKey[] = "0123456789abcdef0123456789abcdef";
 constexpr char kWhole[] =
     R"({"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant",)"
     R"("content":"4"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}})";
@@ -42,10 +42,8 @@ class FakeAgent final : public AgentLink {
   std::atomic<bool> stays = true;
 };
 
-class UpstreamCallTest : public ::testing::Test {
+class UpstreamCallTest : public ::testing::Test, protected testing::ProxyCore {
  protected:
-  testing::IoThread io_;  // first: destroyed last
-
   // The upstream: each request is counted, then answered by `answer` (which may wait).
   void Start(http::Handler answer) {
     upstream_ = std::make_unique<testing::ScriptedUpstream>(
@@ -53,15 +51,10 @@ class UpstreamCallTest : public ::testing::Test {
           if (req.target() != "/health") ++requests_;
           co_await answer(req, res);
         });
-    journal_ = *ProxyJournal::Open(corral::testing::MakeTestDir() + "/proxy.db", false);
-    store_ = std::make_unique<SessionStore>(SessionLimits{}, &signer_, &clock_);
-    ledger_ = std::make_unique<SessionLedger>(store_.get(), journal_.get(), &metrics_, &clock_);
-    pool_ = std::make_unique<UpstreamPool>(std::vector<UpstreamSpec>{*ParseUpstreamUrl(upstream_->url())}, &clock_);
+    BuildCore({*ParseUpstreamUrl(upstream_->url())}, RelayOptions{.connect_timeout = absl::Seconds(1),
+                                                                  .keepalive_interval = absl::Milliseconds(20),
+                                                                  .retry_backoff = absl::Milliseconds(1)});
     metrics_.SetUpstreams({pool_->all()[0]->spec.name});
-    dispatcher_ = std::make_unique<UpstreamDispatcher>(pool_.get(), &metrics_, &clock_,
-                                                       RelayOptions{.connect_timeout = absl::Seconds(1),
-                                                                    .keepalive_interval = absl::Milliseconds(20),
-                                                                    .retry_backoff = absl::Milliseconds(1)});
     v1::OpenSessionRequest open;
     open.set_env_id("ep");
     std::promise<std::string> token;
@@ -72,14 +65,6 @@ class UpstreamCallTest : public ::testing::Test {
     if (dispatcher_ != nullptr) dispatcher_->Shutdown();
   }
 
-  CallParts Parts() {
-    return CallParts{.ledger = ledger_.get(),
-                     .dispatcher = dispatcher_.get(),
-                     .metrics = &metrics_,
-                     .clock = &clock_,
-                     .policy_version = &policy_version_,
-                     .gate = &gate_};
-  }
   // A chat call of the session, its slot taken, as the handler makes it.
   CallRequest Request(bool stream) {
     CallRequest c;
@@ -105,17 +90,6 @@ class UpstreamCallTest : public ::testing::Test {
 
   std::atomic<int> requests_ = 0;
   std::unique_ptr<testing::ScriptedUpstream> upstream_;
-  FakeClock clock_;
-  TokenSigner signer_ = *TokenSigner::FromKey(kKey);
-  prometheus::Registry registry_;
-  ProxyMetrics metrics_{registry_};
-  std::unique_ptr<ProxyJournal> journal_;
-  std::unique_ptr<SessionStore> store_;
-  std::unique_ptr<SessionLedger> ledger_;
-  std::unique_ptr<UpstreamPool> pool_;
-  std::unique_ptr<UpstreamDispatcher> dispatcher_;
-  PolicyVersion policy_version_;
-  GenerationGate gate_{&policy_version_, &metrics_, &clock_};
   std::shared_ptr<Session> session_;
   FakeAgent agent_;
 };

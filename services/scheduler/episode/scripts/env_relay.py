@@ -30,12 +30,18 @@ ws = None  # the WebSocket session: [socket, bytes read past the last frame]
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 MAX_FRAME = 16 << 20
 
+def connect(timeout):
+    """A connection to the server: its unix socket, else its port."""
+    if cfg["socket"]:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(cfg["socket"])
+        return s
+    return socket.create_connection(("127.0.0.1", cfg["port"]), timeout=timeout)
+
 class Unix(http.client.HTTPConnection):
     def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(cfg["socket"])
-        self.sock = s
+        self.sock = connect(self.timeout)
 
 def tail():
     try:
@@ -92,14 +98,6 @@ def wait(req):
         last = r
         time.sleep(0.05)
     return {"error": "not ready: the last try got %s" % json.dumps(last), "timed_out": True, "log": tail()}
-
-def connect(timeout):
-    if cfg["socket"]:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(timeout)
-        s.connect(cfg["socket"])
-        return s
-    return socket.create_connection(("127.0.0.1", cfg["port"]), timeout=timeout)
 
 def ws_upgrade(path, timeout):
     """Opens the session: the server's HTTP status (101 when it accepted)."""
