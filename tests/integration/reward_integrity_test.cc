@@ -53,14 +53,9 @@ class RewardIntegrityTest : public SchedulerFixture {
  protected:
   // Runs `task` once and returns its result.
   v1::EpisodeResult RunOne(const v1::Task& task) {
-    v1::BatchSpec spec;
-    spec.set_batch_id("attack-" + task.id());
-    spec.set_group_size(1);
-    EXPECT_THAT(Submit(spec, {task}), IsOk());
-    auto results = Results(spec.batch_id());
-    EXPECT_THAT(results, IsOk());
-    if (!results.ok() || results->size() != 1) return {};
-    return results->front();
+    auto result = SchedulerFixture::RunOne(task);
+    EXPECT_THAT(result, IsOk());
+    return result.ok() ? *result : v1::EpisodeResult();
   }
   // Runs `tasks` (one episode each) in one batch: their results by task id.
   std::map<std::string, v1::EpisodeResult> RunEach(const std::string& batch, const std::vector<v1::Task>& tasks) {

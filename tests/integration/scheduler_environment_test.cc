@@ -17,6 +17,7 @@
 namespace corral {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::string ReadSource(const std::string& relative) {
@@ -219,15 +220,35 @@ TEST_F(SchedulerFixture, MalformedEnvironmentAnswersAreTheTasksFaultAndNamed) {
 // Kept between runs, outside the checkout, under /opt where sandboxes may run programs (as the harnesses are).
 constexpr char kMcpRoot[] = "/opt/corral-tests/mcp";
 
-TEST_F(SchedulerFixture, ToolLoopCallsARealMcpServerInItsSandbox) {
+// The entry point of the MCP project's server `name` (tests/mcp, pinned), copied where sandboxes may run it.
+std::string McpServer(const std::string& name) {
   const std::string modules = std::string(CORRAL_SOURCE_DIR) + "/tests/mcp/node_modules";
-  const std::string server =
-      std::string(kMcpRoot) + "/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js";
-  ASSERT_TRUE(std::filesystem::exists(modules)) << "run scripts/test (npm ci --prefix tests/mcp) first";
+  const std::string server = absl::StrCat(kMcpRoot, "/node_modules/@modelcontextprotocol/", name, "/dist/index.js");
+  EXPECT_TRUE(std::filesystem::exists(modules)) << "run scripts/test (npm ci --prefix tests/mcp) first";
   std::filesystem::create_directories(kMcpRoot);
   std::filesystem::copy(modules, std::string(kMcpRoot) + "/node_modules",
                         std::filesystem::copy_options::recursive | std::filesystem::copy_options::update_existing);
-  ASSERT_TRUE(std::filesystem::exists(server));
+  EXPECT_TRUE(std::filesystem::exists(server)) << server;
+  return server;
+}
+
+// What one episode of a tool_loop task did with its tools: the functions the model called and the tool messages.
+struct ToolUse {
+  std::vector<std::string> called, answers;
+};
+ToolUse ToolUseOf(const v1::EpisodeResult& r) {
+  ToolUse out;
+  if (r.trajectory().branches_size() == 0) return out;
+  for (const auto& m : r.trajectory().branches(0).messages()) {
+    for (const auto& call : m.message().tool_calls()) out.called.push_back(call.function_name());
+    if (m.message().role() == "tool") out.answers.push_back(m.message().content());
+  }
+  return out;
+}
+
+TEST_F(SchedulerFixture, ToolLoopCallsARealMcpServerInItsSandbox) {
+  const std::string server = McpServer("server-filesystem");
+  ASSERT_FALSE(HasFailure());
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
 
   v1::Task t;
@@ -246,26 +267,44 @@ TEST_F(SchedulerFixture, ToolLoopCallsARealMcpServerInItsSandbox) {
     fs->mutable_command()->add_argv(arg);
   }
   fs->add_tools("read_text_file");
-  v1::BatchSpec spec;
-  spec.set_batch_id("mcp");
-  spec.set_max_attempts(1);
-  ASSERT_THAT(Submit(spec, {t}), IsOk());
-  auto results = Results("mcp");
-  ASSERT_THAT(results, IsOk());
-  ASSERT_EQ(results->size(), 1u);
-  const auto& r = results->front();
-  ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
-  EXPECT_EQ(r.reward(), 1.0);
-  EXPECT_EQ(r.tool_calls(), 1u);
-  ASSERT_GE(r.trajectory().branches_size(), 1);
-  bool offered = false, answered = false;
-  for (const auto& m : r.trajectory().branches(0).messages()) {
-    for (const auto& call : m.message().tool_calls()) offered = offered || call.function_name() == "fs__read_text_file";
-    answered =
-        answered || (m.message().role() == "tool" && m.message().content() == "written by the task, read through MCP");
+  auto r = RunOne(t, /*max_attempts=*/1);
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->status(), v1::EPISODE_STATUS_FINISHED) << r->failure_message();
+  EXPECT_EQ(r->reward(), 1.0);
+  EXPECT_EQ(r->tool_calls(), 1u);
+  EXPECT_THAT(ToolUseOf(*r).called, ElementsAre("fs__read_text_file")) << "called by its offered name";
+  EXPECT_THAT(ToolUseOf(*r).answers, ElementsAre("written by the task, read through MCP")) << "its text content";
+  EXPECT_TRUE(NothingLeaked());
+}
+
+// The MCP project's "everything" server in its streamable HTTP mode (sessions, SSE answers), listening on a port
+// of the sandbox's own network: the relay speaks HTTP to it and the episode calls its tools as a stdio server's.
+TEST_F(SchedulerFixture, ToolLoopCallsARealMcpServerOverStreamableHttp) {
+  const std::string server = McpServer("server-everything");
+  ASSERT_FALSE(HasFailure());
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+
+  v1::Task t;
+  t.set_id("mcp-http");
+  t.set_runner(v1::RUNNER_TOOL_LOOP);
+  t.set_prompt("Echo a greeting with the everything server's tool.");
+  t.set_answer("done: Echo: hello over streamable HTTP");
+  t.mutable_llm()->set_params_json(R"({"fake": {"tool_script": ["hello over streamable HTTP"]}})");
+  v1::McpServerSpec* everything = t.add_mcp_servers();
+  everything->set_name("everything");
+  for (const std::string& arg : {std::string("node"), server, std::string("streamableHttp")}) {
+    everything->mutable_command()->add_argv(arg);
   }
-  EXPECT_TRUE(offered) << "the model called the MCP tool by its offered name";
-  EXPECT_TRUE(answered) << "the tool message is the server's text content";
+  (*everything->mutable_command()->mutable_env())["PORT"] = "3001";
+  everything->set_port(3001);  // on the sandbox's own network (policy NONE, the tool_loop runner's default)
+  everything->add_tools("echo");
+  auto r = RunOne(t, /*max_attempts=*/1);
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->status(), v1::EPISODE_STATUS_FINISHED) << r->failure_message();
+  EXPECT_EQ(r->reward(), 1.0);
+  EXPECT_EQ(r->tool_calls(), 1u);
+  EXPECT_THAT(ToolUseOf(*r).called, ElementsAre("everything__echo")) << "the listed tool, by its prefixed name";
+  EXPECT_THAT(ToolUseOf(*r).answers, ElementsAre("Echo: hello over streamable HTTP")) << "its answer, over SSE";
   EXPECT_TRUE(NothingLeaked());
 }
 

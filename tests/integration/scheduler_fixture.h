@@ -257,6 +257,20 @@ class SchedulerFixture : public ::testing::Test {
     return batch;
   }
 
+  // Runs `task` as the one episode of a batch of its own ("one-<task id>"; `max_attempts` 0: the default): its
+  // result.
+  absl::StatusOr<v1::EpisodeResult> RunOne(const v1::Task& task, uint32_t max_attempts = 0) {
+    v1::BatchSpec spec;
+    spec.set_batch_id("one-" + task.id());
+    spec.set_group_size(1);
+    spec.set_max_attempts(max_attempts);
+    if (auto submitted = Submit(spec, {task}); !submitted.ok()) return submitted.status();
+    auto results = Results(spec.batch_id());
+    if (!results.ok()) return results.status();
+    if (results->size() != 1) return absl::InternalError(absl::StrCat(results->size(), " results, not 1"));
+    return results->front();
+  }
+
   // Streams the batch's results to the end (the stream ends once the batch is done), or only the first `limit`.
   absl::StatusOr<std::vector<v1::EpisodeResult>> Results(const std::string& batch_id, bool whole_groups = false,
                                                          absl::Duration timeout = absl::Minutes(3),

@@ -88,25 +88,11 @@ asio::awaitable<std::optional<Failure>> StartEnvServer(Attempt& a, const v1::Env
   if (absl::Status s = co_await a.slot->client->MakeDir(a.sandbox_id, ".corral", a.Call(deadline)); !s.ok()) {
     co_return a.FromStatus(s, v1::EPISODE_PHASE_ENVIRONMENT, v1::FAILURE_CLASS_INFRA, "making .corral");
   }
-  json::object cfg;
-  json::array argv;
-  for (const auto& arg : spec.command().argv()) argv.emplace_back(arg);
-  cfg["argv"] = std::move(argv);
-  json::object env;
-  for (const auto& [k, v] : spec.command().env()) env[k] = v;
-  cfg["env"] = std::move(env);
-  cfg["cwd"] = spec.command().cwd();
-  cfg["port"] = spec.port();
-  cfg["socket"] = spec.unix_socket().empty() ? "" : a.InSandbox(spec.unix_socket());
-  cfg["log"] = a.InSandbox(".corral/env-server.log");
   const std::string marker = RandomMarker("__CORRAL_ENV_");
-  cfg["mark"] = marker;
-
   ResidentSpec start;
   start.key = kRelayKey;
-  for (const char* arg : {"python3", "-u", "-c"}) start.command.add_argv(arg);
-  start.command.add_argv(EpisodeScript("env_relay.py"));
-  (*start.command.mutable_env())["__CORRAL_ENV"] = json::serialize(cfg);
+  start.command = RelayCommand("env_relay.py", spec.command(), spec.port(), a.InSandbox(spec.unix_socket()),
+                               a.InSandbox(".corral/env-server.log"), json::object{{"mark", marker}});
   start.marker = marker;
   start.phase = v1::EPISODE_PHASE_ENVIRONMENT;
   start.what = "the environment server";

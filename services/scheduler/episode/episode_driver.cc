@@ -15,6 +15,7 @@
 #include "services/scheduler/episode/branching.h"
 #include "services/scheduler/episode/env_runner.h"
 #include "services/scheduler/episode/episode_calls.h"
+#include "services/scheduler/episode/resident_process.h"
 #include "services/scheduler/episode/runners.h"
 #include "services/scheduler/episode/sandbox_request.h"
 #include "services/scheduler/episode/trajectory_forms.h"
@@ -41,10 +42,7 @@ absl::Duration Attempt::PausedSince(absl::Time from) const {
   return pauses == nullptr ? absl::ZeroDuration() : pauses->Between(from, clock->Now());
 }
 
-std::string Attempt::InSandbox(const std::string& path) const {
-  if (path.empty() || path.front() == '/' || home.empty()) return path;
-  return absl::StrCat(absl::StripSuffix(home, "/"), "/", path);
-}
+std::string Attempt::InSandbox(const std::string& path) const { return UnderHome(home, path); }
 
 absl::Time Attempt::EpisodeDeadline() const {
   return batch_deadline_binds ? episode_deadline : episode_deadline + PausedSince(start);

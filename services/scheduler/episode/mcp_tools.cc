@@ -21,6 +21,19 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 
 std::string Key(const std::string& server) { return absl::StrCat("mcp:", server); }
 
+std::string LogOf(const v1::McpServerSpec& spec) { return absl::StrCat(".corral/mcp-", spec.name(), ".log"); }
+
+bool OverHttp(const v1::McpServerSpec& spec) { return spec.port() != 0 || !spec.unix_socket().empty(); }
+
+// What runs for a server over HTTP: the relay (scripts/mcp_http.py) that starts it and speaks streamable HTTP
+// to it, to the scheduler as a stdio server would.
+v1::Command HttpRelay(const v1::McpServerSpec& spec, const std::string& home) {
+  return RelayCommand("mcp_http.py", spec.command(), spec.port(), UnderHome(home, spec.unix_socket()),
+                      UnderHome(home, LogOf(spec)),
+                      json::object{{"path", spec.path().empty() ? "/mcp" : spec.path()},
+                                   {"ready_timeout", absl::ToInt64Seconds(kStartTimeout)}});
+}
+
 const v1::McpServerSpec* SpecOf(const Attempt& a, const std::string& server) {
   for (const auto& m : a.task().mcp_servers()) {
     if (m.name() == server) return &m;
@@ -106,13 +119,16 @@ asio::awaitable<std::variant<std::shared_ptr<InteractiveProcess>, Failure>> Star
   const absl::Time deadline = std::min(a.clock->Now() + kStartTimeout, a.EpisodeDeadline());
   ResidentSpec start;
   start.key = Key(spec.name());
-  start.command = spec.command();
+  start.command = OverHttp(spec) ? HttpRelay(spec, a.home) : spec.command();
   start.marker = "\n";  // newline-delimited JSON-RPC
   // stdout is the protocol's alone: stderr goes to the log.
-  start.stderr_log = absl::StrCat(".corral/mcp-", spec.name(), ".log");
+  start.stderr_log = LogOf(spec);
   start.phase = v1::EPISODE_PHASE_ENVIRONMENT;
   start.what = what;
-  start.cannot_start = absl::StrCat(what, " could not start: ");
+  start.cannot_start = OverHttp(spec) ? absl::StrCat(what,
+                                                     " is reached over HTTP by a relay that needs python3 in "
+                                                     "the sandbox: ")
+                                      : absl::StrCat(what, " could not start: ");
   const std::string log = a.InSandbox(start.stderr_log);
   auto started = co_await StartResident(a, start);
   if (auto* f = std::get_if<Failure>(&started)) co_return Out(*f);
@@ -292,18 +308,20 @@ asio::awaitable<std::variant<std::string, Failure>> CallMcpTool(Attempt& a, cons
   co_return Out(is_error ? absl::StrCat("error: ", tail.Text()) : tail.Text());
 }
 
-std::string McpConfigJson(const v1::Task& task) {
+std::string McpConfigJson(const v1::Task& task, const std::string& home) {
   json::object servers;
   for (const auto& m : task.mcp_servers()) {
+    // A server over HTTP is given as its relay, a stdio server: every agent speaks stdio, and the relay starts it.
+    const v1::Command command = OverHttp(m) ? HttpRelay(m, home) : m.command();
     json::object s;
-    s["command"] = m.command().argv(0);
+    s["command"] = command.argv(0);
     json::array args;
-    for (int i = 1; i < m.command().argv_size(); ++i) args.emplace_back(m.command().argv(i));
+    for (int i = 1; i < command.argv_size(); ++i) args.emplace_back(command.argv(i));
     s["args"] = std::move(args);
     json::object env;
-    for (const auto& [k, v] : m.command().env()) env[k] = v;
+    for (const auto& [k, v] : command.env()) env[k] = v;
     s["env"] = std::move(env);
-    if (!m.command().cwd().empty()) s["cwd"] = m.command().cwd();
+    if (!command.cwd().empty()) s["cwd"] = command.cwd();
     servers[m.name()] = std::move(s);
   }
   json::object config;

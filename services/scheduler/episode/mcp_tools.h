@@ -1,8 +1,9 @@
 // MCP tool servers (Task.mcp_servers) in the episode's sandbox: each runs over stdio (newline-delimited JSON-RPC
-// on an ExecInteractive kept open, its stderr to .corral/mcp-<name>.log), is initialized and its tools listed
-// once, and each tool call is a tools/call under the tool limit with a timeout that acts (the model is told, the
-// request cancelled, the server kept). A server that exits is started again on its next call. The agent runner
-// gets the same servers as an MCP configuration file instead. Used by one coroutine at a time.
+// on an ExecInteractive kept open, its stderr to .corral/mcp-<name>.log) or, when it listens, behind a relay
+// that speaks MCP's streamable HTTP to it and stdio to the scheduler (scripts/mcp_http.py). Each is initialized
+// and its tools listed once, and each tool call is a tools/call under the tool limit with a timeout that acts (the
+// model is told, the request cancelled, the server kept). A server that exits is started again on its next call. The
+// agent runner gets the same servers as an MCP configuration file instead. Used by one coroutine at a time.
 #pragma once
 
 #include <optional>
@@ -26,8 +27,9 @@ boost::asio::awaitable<std::variant<std::string, Failure>> CallMcpTool(Attempt& 
                                                                        const std::string& arguments);
 
 // The agent runner's MCP configuration ({"mcpServers": {name: {"command", "args", "env"}}}), the shape Claude
-// Code, Cursor and most MCP clients read.
-std::string McpConfigJson(const v1::Task& task);
+// Code, Cursor and most MCP clients read; a server over HTTP appears as its relay (a stdio server). `home`: the
+// sandbox's home, under which relative paths are.
+std::string McpConfigJson(const v1::Task& task, const std::string& home);
 
 // The OpenAI function name for `tool` of `server`: "<server>__<tool>", other characters than [A-Za-z0-9_-] as
 // '_', at most 64 characters.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "libs/api/proto_time.h"
 #include "libs/http/embedded_files.h"
 #include "openssl/rand.h"
@@ -64,6 +65,33 @@ std::string RandomMarker(const std::string& prefix) {
 std::string EpisodeScript(const std::string& name) {
   const http::EmbeddedFile* file = http::FindEmbedded(kEpisodeScripts, name);
   return file == nullptr ? "" : std::string(file->data);
+}
+
+v1::Command RelayCommand(const std::string& script, const v1::Command& server, uint32_t port,
+                         const std::string& unix_socket, const std::string& log, boost::json::object extra) {
+  namespace json = boost::json;
+  json::object cfg = std::move(extra);
+  json::array argv;
+  for (const auto& arg : server.argv()) argv.emplace_back(arg);
+  cfg["argv"] = std::move(argv);
+  json::object env;
+  for (const auto& [k, v] : server.env()) env[k] = v;
+  cfg["env"] = std::move(env);
+  cfg["cwd"] = server.cwd();
+  cfg["port"] = port;
+  cfg["socket"] = port != 0 ? "" : unix_socket;
+  cfg["log"] = log;
+  v1::Command relay;
+  for (const char* arg : {"python3", "-u", "-c"}) relay.add_argv(arg);
+  relay.add_argv(absl::StrCat(EpisodeScript("sandbox_server.py"), "\n", EpisodeScript(script)));
+  (*relay.mutable_env())["__CORRAL_RELAY"] = json::serialize(cfg);
+  relay.set_cwd(server.cwd());
+  return relay;
+}
+
+std::string UnderHome(const std::string& home, const std::string& path) {
+  if (path.empty() || path.front() == '/' || home.empty()) return path;
+  return absl::StrCat(absl::StripSuffix(home, "/"), "/", path);
 }
 
 }  // namespace corral::scheduler

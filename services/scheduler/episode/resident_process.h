@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "boost/asio/awaitable.hpp"
+#include "boost/json.hpp"
 #include "corral/v1/scheduler.pb.h"
 #include "services/scheduler/episode/attempt.h"
 
@@ -38,5 +39,14 @@ std::string RandomMarker(const std::string& prefix);
 
 // The embedded program `name` (episode/scripts/: persistent_bash.sh, persistent_python.py, env_relay.py).
 std::string EpisodeScript(const std::string& name);
+
+// A relay run in the sandbox (scripts/sandbox_server.py, then `script`: env_relay.py, mcp_http.py) that starts
+// `server` as its child, its output appended to `log`, and reaches it on `port` or else `unix_socket` (paths as
+// the sandbox sees them): python3 with the relay's configuration, `extra` merged into it.
+v1::Command RelayCommand(const std::string& script, const v1::Command& server, uint32_t port,
+                         const std::string& unix_socket, const std::string& log, boost::json::object extra);
+
+// `path` under the sandbox's home `home` when relative (Attempt::InSandbox).
+std::string UnderHome(const std::string& home, const std::string& path);
 
 }  // namespace corral::scheduler

@@ -239,7 +239,7 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
   if (!task.mcp_servers().empty()) {  // the agent starts them itself, from the configuration it is pointed at
     std::vector<v1::InlineFile> config(1);
     config[0].set_path(".corral/mcp.json");
-    config[0].set_content(McpConfigJson(task));
+    config[0].set_content(McpConfigJson(task, a.home));
     const absl::Time deadline = a.Deadline(task.timeouts().setup(), a.options->timeouts.setup);
     if (auto f = co_await Upload(a, config, deadline, v1::EPISODE_PHASE_SETUP)) co_return f;
     env["CORRAL_MCP_CONFIG"] = a.InSandbox(".corral/mcp.json");

@@ -12,10 +12,7 @@ SandboxRequest SandboxRequestFor(const v1::Task& task, const v1::EpisodeIds& ids
   SandboxRequest r;
   v1::SandboxSpec& spec = r.spec;
   spec.set_template_key(TemplateKey(env));
-  v1::NetworkPolicy network = env.network_policy();
-  if (network == v1::NETWORK_POLICY_UNSPECIFIED) {
-    network = task.runner() == v1::RUNNER_AGENT ? v1::NETWORK_POLICY_PROXY_ONLY : v1::NETWORK_POLICY_NONE;
-  }
+  const v1::NetworkPolicy network = NetworkOf(task);
   spec.set_network_policy(network);
   if (network == v1::NETWORK_POLICY_PROXY_ONLY) spec.add_allowed_ports(proxy_port);
   *spec.mutable_limits() = env.limits();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <set>
 #include <tuple>
@@ -176,33 +177,45 @@ absl::Status CheckTools(const v1::Task& task) {
   return absl::OkStatus();
 }
 
-// The environment server's spec: what is wrong, named by field, or OK.
-absl::Status CheckEnvServerSpec(const v1::EnvServerSpec& spec, v1::NetworkPolicy network) {
-  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("env_server.", what)); };
-  if (spec.command().argv().empty()) return bad("command.argv is required: the command that starts the server");
-  if ((spec.port() == 0) == spec.unix_socket().empty()) {
+// Where a server in the sandbox listens (an environment server, an MCP server over HTTP): what is wrong, as
+// `bad` says it, or OK. `required`: one of the two must be given.
+absl::Status CheckListener(uint32_t port, const std::string& unix_socket, v1::NetworkPolicy network, bool required,
+                           const std::function<absl::Status(const std::string&)>& bad) {
+  if (port != 0 && !unix_socket.empty()) return bad("port or unix_socket: not both (where the server listens)");
+  if (required && port == 0 && unix_socket.empty()) {
     return bad("port or unix_socket: exactly one is required (where the server listens)");
   }
-  if (spec.port() > 65535) return bad("port must be 1-65535");
-  if (spec.port() != 0 && network != v1::NETWORK_POLICY_NONE) {
+  if (port > 65535) return bad("port must be 1-65535");
+  if (port != 0 && network != v1::NETWORK_POLICY_NONE) {
     return bad(
         "port needs environment.network_policy NONE (the sandbox's own network, where a server may listen); "
         "use unix_socket with other policies");
   }
-  if (spec.unix_socket().size() > 100 || absl::StrContains(spec.unix_socket(), '\0')) {
+  if (unix_socket.size() > 100 || absl::StrContains(unix_socket, '\0')) {
     return bad("unix_socket must be a path of at most 100 bytes");
   }
-  // Paths the relay writes into a request line: '/' then printable ASCII, no space.
-  auto request_path = [](const std::string& p) {
-    return p.size() <= 256 && !p.empty() && p[0] == '/' &&
-           absl::c_all_of(p, [](char c) { return c > ' ' && c < 0x7f; });
-  };
-  if (!spec.health_path().empty() && !request_path(spec.health_path())) {
-    return bad("health_path must begin with '/' and hold printable ASCII without spaces (at most 256 bytes)");
+  return absl::OkStatus();
+}
+
+// A path a relay writes into a request line: empty (the default), or '/' then printable ASCII, no space.
+absl::Status CheckRequestPath(const std::string& name, const std::string& path,
+                              const std::function<absl::Status(const std::string&)>& bad) {
+  if (path.empty()) return absl::OkStatus();
+  if (path.size() <= 256 && path[0] == '/' && absl::c_all_of(path, [](char c) { return c > ' ' && c < 0x7f; })) {
+    return absl::OkStatus();
   }
-  if (!spec.ws_path().empty() && !request_path(spec.ws_path())) {
-    return bad("ws_path must begin with '/' and hold printable ASCII without spaces (at most 256 bytes)");
+  return bad(absl::StrCat(name, " must begin with '/' and hold printable ASCII without spaces (at most 256 bytes)"));
+}
+
+// The environment server's spec: what is wrong, named by field, or OK.
+absl::Status CheckEnvServerSpec(const v1::EnvServerSpec& spec, v1::NetworkPolicy network) {
+  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("env_server.", what)); };
+  if (spec.command().argv().empty()) return bad("command.argv is required: the command that starts the server");
+  if (absl::Status s = CheckListener(spec.port(), spec.unix_socket(), network, /*required=*/true, bad); !s.ok()) {
+    return s;
   }
+  if (absl::Status s = CheckRequestPath("health_path", spec.health_path(), bad); !s.ok()) return s;
+  if (absl::Status s = CheckRequestPath("ws_path", spec.ws_path(), bad); !s.ok()) return s;
   if (!v1::EnvTransport_IsValid(spec.transport())) return bad("transport is not a known value");
   boost::system::error_code ec;
   if (!spec.action_template().empty()) {
@@ -244,6 +257,14 @@ absl::Status CheckMcpServers(const v1::Task& task) {
     if (!names.insert(m.name()).second) return Bad(task, absl::StrCat(field, ".name '", m.name(), "' is used twice"));
     if (m.command().argv().empty()) return Bad(task, absl::StrCat(field, ".command.argv is required"));
     if (absl::Status s = CheckCommand(task, field + ".command", m.command()); !s.ok()) return s;
+    auto bad = [&](const std::string& what) { return Bad(task, absl::StrCat(field, ".", what)); };
+    if (absl::Status s = CheckListener(m.port(), m.unix_socket(), NetworkOf(task), /*required=*/false, bad); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckRequestPath("path", m.path(), bad); !s.ok()) return s;
+    if (!m.path().empty() && m.port() == 0 && m.unix_socket().empty()) {
+      return bad("path is the endpoint of a server over HTTP: give its port or unix_socket");
+    }
     for (int j = 0; j < m.tools_size(); ++j) {
       if (m.tools(j).empty() || m.tools(j).size() > 128) {
         return Bad(task, absl::StrCat(field, ".tools[", j, "] must be a tool name"));
@@ -434,9 +455,9 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
       break;
     case v1::RUNNER_ENVIRONMENT: {
       if (!task.has_env_server()) return Bad(task, "env_server is required for the environment runner");
-      const v1::NetworkPolicy network =
-          env.network_policy() == v1::NETWORK_POLICY_UNSPECIFIED ? v1::NETWORK_POLICY_NONE : env.network_policy();
-      if (absl::Status s = CheckEnvServerSpec(task.env_server(), network); !s.ok()) return Bad(task, s.message());
+      if (absl::Status s = CheckEnvServerSpec(task.env_server(), NetworkOf(task)); !s.ok()) {
+        return Bad(task, s.message());
+      }
       if (absl::Status s = CheckCommand(task, "env_server.command", task.env_server().command()); !s.ok()) return s;
       if (task.reward().function() != v1::REWARD_FUNCTION_UNSPECIFIED) {
         if (absl::Status s = CheckReward(task); !s.ok()) return s;
@@ -541,6 +562,12 @@ v1::Runner ParseRunner(const std::string& name) {
   if (name == "agent") return v1::RUNNER_AGENT;
   if (name == "environment") return v1::RUNNER_ENVIRONMENT;
   return v1::RUNNER_UNSPECIFIED;
+}
+
+v1::NetworkPolicy NetworkOf(const v1::Task& task) {
+  const v1::NetworkPolicy set = task.environment().network_policy();
+  if (set != v1::NETWORK_POLICY_UNSPECIFIED) return set;
+  return task.runner() == v1::RUNNER_AGENT ? v1::NETWORK_POLICY_PROXY_ONLY : v1::NETWORK_POLICY_NONE;
 }
 
 bool NeedsSandbox(const v1::Task& task) {

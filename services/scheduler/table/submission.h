@@ -68,4 +68,8 @@ v1::Runner ParseRunner(const std::string& name);
 // True when episodes of `task` need a sandbox (tool_loop, agent, VERIFIER rewards).
 bool NeedsSandbox(const v1::Task& task);
 
+// The network policy of `task`'s sandbox: its environment's, else PROXY_ONLY for the agent runner and NONE for
+// the others.
+v1::NetworkPolicy NetworkOf(const v1::Task& task);
+
 }  // namespace corral::scheduler

@@ -122,8 +122,31 @@ TEST(McpConfigJson, IsTheMcpServersShapeAgentsRead) {
   m->set_name("fs");
   for (const char* arg : {"node", "server.js", "/workspace"}) m->mutable_command()->add_argv(arg);
   (*m->mutable_command()->mutable_env())["DEBUG"] = "1";
-  EXPECT_EQ(McpConfigJson(t),
+  EXPECT_EQ(McpConfigJson(t, "/h"),
             R"({"mcpServers":{"fs":{"command":"node","args":["server.js","/workspace"],"env":{"DEBUG":"1"}}}})");
+}
+
+TEST(McpConfigJson, GivesAServerOverHttpAsItsRelayAStdioServerThatStartsIt) {
+  v1::Task t;
+  v1::McpServerSpec* m = t.add_mcp_servers();
+  m->set_name("web");
+  for (const char* arg : {"node", "server.js", "streamableHttp"}) m->mutable_command()->add_argv(arg);
+  (*m->mutable_command()->mutable_env())["PORT"] = "3001";
+  m->set_unix_socket("run/mcp.sock");
+  const boost::json::value config = boost::json::parse(McpConfigJson(t, "/h"));
+  const boost::json::object& web = config.at("mcpServers").at("web").as_object();
+  EXPECT_EQ(web.at("command"), "python3");
+  ASSERT_EQ(web.at("args").as_array().size(), 3u);
+  EXPECT_EQ(web.at("args").as_array()[1], "-c");
+  EXPECT_NE(std::string(web.at("args").as_array()[2].as_string()).find("server/discover"), std::string::npos)
+      << "the relay program speaks MCP over HTTP";
+  const boost::json::value relay = boost::json::parse(std::string(web.at("env").at("__CORRAL_RELAY").as_string()));
+  EXPECT_EQ(relay.at("argv"), boost::json::parse(R"(["node", "server.js", "streamableHttp"])"));
+  EXPECT_EQ(relay.at("env").at("PORT"), "3001");
+  EXPECT_EQ(relay.at("socket"), "/h/run/mcp.sock");
+  EXPECT_EQ(relay.at("port"), 0);
+  EXPECT_EQ(relay.at("path"), "/mcp");
+  EXPECT_EQ(relay.at("log"), "/h/.corral/mcp-web.log");
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The programs the scheduler runs in sandboxes (services/scheduler/episode/scripts/), run on their own exactly as
 the scheduler starts them: the persistent bash and python tools' drivers (state kept between calls, the marker
-after each, exit status, errors and interrupts) and the environment relay (waits for the server's health check,
-carries requests, reports a server that exited with its log).
+after each, exit status, errors and interrupts), the environment relay (waits for the server's health check,
+carries requests, reports a server that exited with its log, sessions) and the MCP relay (streamable HTTP, both
+eras of the protocol).
 
     python3 episode_scripts_test.py --scripts DIR
 """
@@ -25,6 +26,12 @@ DRILL = None
 def script(name):
     with open(os.path.join(SCRIPTS, name)) as f:
         return f.read()
+
+
+def relay(name, cfg):
+    """A relay (sandbox_server.py, then `name`) as RelayCommand starts it."""
+    return Resident([sys.executable, "-u", "-c", script("sandbox_server.py") + "\n" + script(name)],
+                    {"__CORRAL_RELAY": json.dumps(cfg)})
 
 
 class Resident:
@@ -146,7 +153,7 @@ class EnvRelay(unittest.TestCase):
         port = free_port()
         cfg = {"argv": [sys.executable, "server.py", str(port)], "env": {}, "cwd": self.dir, "port": port,
                "socket": "", "log": os.path.join(self.dir, "env-server.log"), "mark": self.mark}
-        self.relay = Resident([sys.executable, "-u", "-c", script("env_relay.py")], {"__CORRAL_ENV": json.dumps(cfg)})
+        self.relay = relay("env_relay.py", cfg)
         self.addCleanup(self.relay.close)
 
     def ask(self, request):
@@ -187,7 +194,7 @@ class EnvSessions(unittest.TestCase):
         cfg = {"argv": [sys.executable, DRILL, "--port", str(port), "--sessions", sessions], "env": {},
                "cwd": directory, "port": port, "socket": "", "log": os.path.join(directory, "env-server.log"),
                "mark": self.mark}
-        self.relay = Resident([sys.executable, "-u", "-c", script("env_relay.py")], {"__CORRAL_ENV": json.dumps(cfg)})
+        self.relay = relay("env_relay.py", cfg)
         self.addCleanup(self.relay.close)
         self.assertEqual(self.ask({"wait": True, "path": "/health", "timeout": 20})["status"], 200)
 
@@ -245,6 +252,262 @@ class EnvSessions(unittest.TestCase):
         self.start("http")
         self.assertEqual(self.ask({"open": "websocket", "ws_path": "/ws", "timeout": 5}),
                          {"env_error": "the server refused the WebSocket upgrade at /ws (HTTP 404)"})
+
+
+MCP_SERVER = r"""
+# An MCP server over streamable HTTP on a unix socket, as the tests want it: "legacy" (initialize, sessions, SSE
+# answers), "modern" (2026-07-28: server/discover, per-request _meta and headers, JSON answers) or "openenv" (an
+# OpenEnv server's /mcp: no initialize, openenv/session/create|close, JSON answers). Its tools:
+# echo, headers (what the last request's headers were), ask (pings the client on the stream first), forget
+# (ends every session), slow (until its connection closes: says so in the log), boom (HTTP 500), exit.
+import http.server, json, os, select, socketserver, sys, threading, time, uuid
+era, path = sys.argv[1], sys.argv[2]
+time.sleep(0.3)  # not listening at once: the relay waits
+sessions, pending = set(), {}
+lock = threading.Lock()
+def note(what):  # to the log, where the tests read what the server saw: one write per line
+    with lock: sys.stdout.write("seen: " + what + "\n"); sys.stdout.flush()
+MODERN = "2026-07-28"
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def address_string(self): return "unix"
+    def reply(self, status, body, kind="application/json", headers=()):
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", kind); self.send_header("Content-Length", str(len(data)))
+        for k, v in headers: self.send_header(k, v)
+        self.end_headers(); self.wfile.write(data)
+    def sse(self, messages, headers=()):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream"); self.send_header("Connection", "close")
+        for k, v in headers: self.send_header(k, v)
+        self.end_headers()
+        for m in messages:
+            if callable(m): m = m()
+            self.wfile.write(("event: message\nid: %s\ndata: %s\n\n" % (uuid.uuid4(), json.dumps(m))).encode())
+            self.wfile.flush()
+        self.close_connection = True
+    def do_DELETE(self):
+        note("DELETE " + str(self.headers.get("Mcp-Session-Id")))
+        self.reply(200, "{}")
+    def do_POST(self):
+        msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        h = {k.lower(): v for k, v in self.headers.items()}
+        note(msg.get("method") or "response")
+        if "method" not in msg:  # the client's answer to our request
+            pending[msg["id"]] = msg; return self.reply(202, "")
+        if "text/event-stream" not in h.get("accept", "") or "application/json" not in h.get("accept", ""):
+            return self.reply(406, '{"error": "Accept"}')
+        ok = lambda result: {"jsonrpc": "2.0", "id": msg.get("id"), "result": result}
+        method = msg["method"]
+        if era == "openenv":
+            params = msg.get("params") or {}
+            if method == "openenv/session/create":
+                sid = str(uuid.uuid4()); sessions.add(sid)
+                return self.reply(200, json.dumps(ok({"session_id": sid})))
+            if method == "openenv/session/close":
+                sessions.discard(params.get("session_id"))
+                note("closed " + str(params.get("session_id") in sessions))
+                return self.reply(200, json.dumps(ok({})))
+            if method not in ("tools/list", "tools/call"):
+                return self.reply(200, json.dumps({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32601, "message": "Method not found: " + method}}))
+            if params.get("session_id") not in sessions or h.get("x-openenv-session-id") != params.get("session_id"):
+                return self.reply(200, json.dumps({"jsonrpc": "2.0", "id": msg.get("id"), "error": {"code": -32602, "message": "no session"}}))
+            return self.tool(msg, ok, h, lambda m: self.reply(200, json.dumps(m)))
+        if era == "modern":
+            meta = (msg.get("params") or {}).get("_meta") or {}
+            if method.startswith("notifications/"): return self.reply(202, "")
+            if method == "initialize":
+                return self.reply(200, json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "no initialize in 2026-07-28"}}))
+            if meta.get("io.modelcontextprotocol/protocolVersion") != MODERN or h.get("mcp-protocol-version") != MODERN or h.get("mcp-method") != method:
+                return self.reply(400, json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32004, "message": "version or headers missing: %r %r" % (meta, h)}}))
+            if method == "server/discover":
+                return self.reply(200, json.dumps(ok({"supportedVersions": [MODERN], "capabilities": {"tools": {}}, "serverInfo": {"name": "modern-fixture", "version": "1"}})))
+            return self.tool(msg, ok, h, lambda m: self.reply(200, json.dumps(m)))
+        sid = h.get("mcp-session-id")
+        if method == "initialize":
+            sid = str(uuid.uuid4()); sessions.add(sid)
+            return self.sse([ok({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "legacy-fixture", "version": "1"}})], [("Mcp-Session-Id", sid)])
+        if sid not in sessions:
+            return self.reply(404 if sid else 400, json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": "Session not found"}}))
+        if h.get("mcp-protocol-version") != "2025-11-25":
+            return self.reply(400, '{"error": "MCP-Protocol-Version"}')
+        if method.startswith("notifications/"): return self.reply(202, "")
+        return self.tool(msg, ok, h, lambda m: self.sse([m]))
+    def tool(self, msg, ok, h, send):
+        if msg["method"] == "tools/list":
+            return send(ok({"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("echo", "headers", "ask", "forget", "slow", "boom", "exit")]}))
+        name = msg["params"]["name"]
+        args = msg["params"].get("arguments") or {}
+        text = lambda t: ok({"content": [{"type": "text", "text": t}]})
+        if name == "echo": return send(text("echo: " + args.get("message", "")))
+        if name == "headers": return send(text(json.dumps({k: h.get(k) for k in ("mcp-method", "mcp-name", "mcp-protocol-version")})))
+        if name == "forget": sessions.clear(); return send(text("forgotten"))
+        if name == "boom": return self.reply(500, "it broke", "text/plain")
+        if name == "exit": print("exiting on purpose", flush=True); os._exit(3)
+        if name == "slow":
+            while True:
+                r, _, _ = select.select([self.connection], [], [], 0.05)
+                if r and not self.connection.recv(1):
+                    print("slow: the client closed the connection", flush=True); return
+        if name == "ask":  # a request of ours on the stream, answered by a separate POST, then the result
+            def answer():
+                for _ in range(200):
+                    if "ping-1" in pending: return text("pinged")
+                    time.sleep(0.02)
+                return text("no pong")
+            return self.sse([{"jsonrpc": "2.0", "id": "ping-1", "method": "ping"}, answer])
+        send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32602, "message": "no tool " + name}})
+    def do_GET(self):
+        self.reply(405, "")
+
+if os.path.exists(path): os.unlink(path)
+Server(path, H).serve_forever()
+"""
+
+
+class McpHttp(unittest.TestCase):
+    """The MCP relay (mcp_http.py) against a server of both eras on a unix socket, spoken to as the scheduler
+    speaks to a stdio server: one JSON-RPC message per line."""
+
+    def start(self, era):
+        self.dir = tempfile.mkdtemp(prefix="corral-mcp-")
+        with open(os.path.join(self.dir, "server.py"), "w") as f:
+            f.write(MCP_SERVER)
+        self.sock = os.path.join(self.dir, "mcp.sock")
+        self.log = os.path.join(self.dir, "mcp.log")
+        cfg = {"argv": [sys.executable, "server.py", era, self.sock], "env": {}, "cwd": self.dir, "port": 0,
+               "socket": self.sock, "log": self.log, "path": "/mcp", "ready_timeout": 20}
+        self.relay = relay("mcp_http.py", cfg)
+        self.addCleanup(self.relay.close)
+        self.next_id = 0
+
+    def send(self, message):
+        self.relay.write((json.dumps(message) + "\n").encode())
+
+    def read(self, timeout=15):
+        return json.loads(self.relay.read_until("\n", timeout=timeout))
+
+    def request(self, method, params=None):
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params or {}})
+        return self.read()
+
+    def call(self, tool, **arguments):
+        return self.request("tools/call", {"name": tool, "arguments": arguments})
+
+    def initialize(self):
+        answer = self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                             "clientInfo": {"name": "corral", "version": "1"}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return answer
+
+    def seen(self):
+        """What the server saw, in order (from its log)."""
+        with open(self.log) as f:
+            return [line[6:].rstrip("\n") for line in f if line.startswith("seen: ")]
+
+    def text(self, answer):
+        return answer["result"]["content"][0]["text"]
+
+    def test_a_legacy_server_gets_a_session_and_its_sse_answers_come_back_as_lines(self):
+        self.start("legacy")
+        init = self.initialize()
+        self.assertEqual(init["result"]["serverInfo"]["name"], "legacy-fixture")
+        self.assertEqual(init["result"]["protocolVersion"], "2025-11-25")
+        tools = self.request("tools/list")["result"]["tools"]
+        self.assertIn("echo", [t["name"] for t in tools])
+        self.assertEqual(self.text(self.call("echo", message="hi")), "echo: hi")
+        # The server refuses requests without its session id or the negotiated version: these carried both.
+        headers = json.loads(self.text(self.call("headers")))
+        self.assertEqual(headers["mcp-protocol-version"], "2025-11-25")
+        # The modern probe came first and was refused; then the handshake.
+        self.assertEqual(self.seen()[:3], ["server/discover", "initialize", "notifications/initialized"])
+
+    def test_a_servers_request_on_an_open_stream_is_answered_before_its_result(self):
+        self.start("legacy")
+        self.initialize()
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {"name": "ask"}})
+        ping = self.read()
+        self.assertEqual((ping["method"], ping["id"]), ("ping", "ping-1"))
+        self.send({"jsonrpc": "2.0", "id": "ping-1", "result": {}})  # as mcp_tools.cc answers a ping
+        self.assertEqual(self.text(self.read()), "pinged")
+
+    def test_an_expired_session_is_opened_again_and_the_request_sent_once_more(self):
+        self.start("legacy")
+        self.initialize()
+        self.assertEqual(self.text(self.call("forget")), "forgotten")
+        self.assertEqual(self.text(self.call("echo", message="again")), "echo: again")
+        self.assertEqual(self.seen().count("initialize"), 2)
+
+    def test_a_modern_server_is_spoken_to_statelessly_with_the_version_on_every_request(self):
+        self.start("modern")
+        init = self.initialize()
+        self.assertEqual(init["result"]["protocolVersion"], "2026-07-28")
+        self.assertEqual(init["result"]["serverInfo"]["name"], "modern-fixture")
+        self.assertEqual(self.text(self.call("echo", message="hi")), "echo: hi")
+        headers = json.loads(self.text(self.call("headers")))
+        self.assertEqual(headers, {"mcp-method": "tools/call", "mcp-name": "headers", "mcp-protocol-version": "2026-07-28"})
+        seen = self.seen()
+        self.assertNotIn("initialize", seen)
+        self.assertNotIn("notifications/initialized", seen)
+
+    def test_an_openenv_mcp_endpoint_gets_its_own_session_without_a_handshake(self):
+        self.start("openenv")
+        init = self.initialize()
+        self.assertEqual(init["result"]["serverInfo"]["name"], "openenv")
+        self.assertEqual(init["result"]["protocolVersion"], "2025-06-18")
+        self.assertEqual(self.text(self.call("echo", message="hi")), "echo: hi")  # refused without the session
+        self.relay.p.stdin.close()
+        self.relay.p.wait(timeout=10)
+        seen = self.seen()
+        self.assertEqual(seen[:4], ["server/discover", "initialize", "openenv/session/create", "tools/call"])
+        self.assertEqual(seen[-2:], ["openenv/session/close", "closed False"])
+
+    def test_a_cancelled_modern_request_has_its_connection_closed(self):
+        self.start("modern")
+        self.initialize()
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {"name": "slow"}})
+        time.sleep(0.3)
+        self.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": self.next_id, "reason": "timed out"}})
+        def log():
+            with open(self.log) as f:
+                return f.read()
+        end = time.monotonic() + 10
+        while time.monotonic() < end and "the client closed the connection" not in log():
+            time.sleep(0.05)
+        self.assertIn("slow: the client closed the connection", log())
+        self.assertEqual(self.text(self.call("echo", message="still")), "echo: still")
+
+    def test_an_http_error_is_the_requests_error_and_a_server_that_exits_ends_the_relay(self):
+        self.start("legacy")
+        self.initialize()
+        boom = self.call("boom")
+        self.assertEqual(boom["id"], self.next_id)
+        self.assertIn("HTTP 500", boom["error"]["message"])
+        self.assertIn("it broke", boom["error"]["message"])
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {"name": "exit"}})
+        last = self.relay.read_until("\n", timeout=15)
+        self.assertIn("the server exited with code 3", last)
+        self.assertIn("exiting on purpose", last)
+        self.assertIsNotNone(self.relay.p.wait(timeout=10))
+
+    def test_a_server_that_never_listens_is_reported(self):
+        self.dir = tempfile.mkdtemp(prefix="corral-mcp-")
+        cfg = {"argv": ["sleep", "30"], "env": {}, "cwd": self.dir, "port": 0, "socket": os.path.join(self.dir, "x"),
+               "log": os.path.join(self.dir, "mcp.log"), "path": "/mcp", "ready_timeout": 1}
+        self.relay = relay("mcp_http.py", cfg)
+        self.addCleanup(self.relay.close)
+        self.assertIn("nothing listens on", self.relay.read_until("\n", timeout=15))
 
 
 def main():

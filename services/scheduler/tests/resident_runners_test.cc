@@ -303,7 +303,7 @@ using StepAnswer = std::function<std::optional<json::object>(int step)>;
 FakeInteractive::Script Relay(StepAnswer step, std::vector<std::string>* paths) {
   auto steps = std::make_shared<int>(0);
   return FakeInteractive::Script{.on_write = [step, paths, steps](FakeInteractive& p, const std::string& written) {
-    const std::string mark(json::parse(p.env("__CORRAL_ENV")).at("mark").as_string());
+    const std::string mark(json::parse(p.env("__CORRAL_RELAY")).at("mark").as_string());
     json::object request = json::parse(written).as_object();
     std::optional<json::object> answer;
     if (request.contains("wait")) {

@@ -250,6 +250,46 @@ TEST(EffectiveTask, ErrorsNameTheTaskAndTheField) {
          t.add_mcp_servers()->set_name("f.s");
        },
        "mcp_servers[0].name must be 1-24 characters"},
+      {"mcp server on a port and a socket",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_TOOL_LOOP);
+         v1::McpServerSpec* m = t.add_mcp_servers();
+         m->set_name("web");
+         m->mutable_command()->add_argv("serve");
+         m->set_port(3001);
+         m->set_unix_socket("mcp.sock");
+       },
+       "mcp_servers[0].port or unix_socket: not both"},
+      {"mcp server on a port of the agent's default network",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_AGENT);
+         t.mutable_agent()->mutable_command()->add_argv("agent");
+         t.mutable_verifier();
+         v1::McpServerSpec* m = t.add_mcp_servers();
+         m->set_name("web");
+         m->mutable_command()->add_argv("serve");
+         m->set_port(3001);
+       },
+       "mcp_servers[0].port needs environment.network_policy NONE"},
+      {"mcp endpoint path that would inject a header",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_TOOL_LOOP);
+         v1::McpServerSpec* m = t.add_mcp_servers();
+         m->set_name("web");
+         m->mutable_command()->add_argv("serve");
+         m->set_unix_socket("mcp.sock");
+         m->set_path("/mcp HTTP/1.1\r\nX-Evil: 1");
+       },
+       "mcp_servers[0].path must begin with '/'"},
+      {"mcp endpoint path of a stdio server",
+       [](v1::Task& t) {
+         t.set_runner(v1::RUNNER_TOOL_LOOP);
+         v1::McpServerSpec* m = t.add_mcp_servers();
+         m->set_name("web");
+         m->mutable_command()->add_argv("serve");
+         m->set_path("/mcp");
+       },
+       "mcp_servers[0].path is the endpoint of a server over HTTP"},
       {"duplicate tool names",
        [](v1::Task& t) {
          t.set_runner(v1::RUNNER_TOOL_LOOP);

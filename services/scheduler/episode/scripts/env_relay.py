@@ -1,7 +1,7 @@
-# The environment relay (env_relay.cc), run in the episode's sandbox: starts the task's environment server, waits
-# for its health check, and carries each request the scheduler writes on stdin (one JSON object per line) to the
-# server's port or unix socket, from inside the sandbox. One JSON answer per request, followed by the marker line.
-# The server is the relay's child (in its process group), so ending the relay's call ends both.
+# The environment relay (env_relay.cc), run in the episode's sandbox after sandbox_server.py (which starts the
+# task's environment server): waits for its health check, and carries each request the scheduler writes on stdin
+# (one JSON object per line) to the server. One JSON answer per request, followed by the marker line
+# (cfg["mark"]).
 #   {"wait": true, "path", "timeout"}            GET path until 200 (the health check)
 #   {"method", "path", "body", "timeout"}         one HTTP request
 #   {"open": "auto"|"http"|"websocket", "ws_path", "timeout"}
@@ -12,62 +12,18 @@
 #                                                 over the session ({"type": "reset"|"step", "data": ...} frames,
 #                                                 answered by an "observation" or an "error" frame) or by POST
 # Cookies the server sets are sent back on every later request: one relay per episode, so never shared.
-import base64, hashlib, http.client, json, os, socket, subprocess, sys, time
-cfg = json.loads(os.environ.pop("__CORRAL_ENV"))
-mark = cfg["mark"]
-log = open(cfg["log"], "ab", buffering=0)
-env = dict(os.environ)
-env.update(cfg["env"])
-try:
-    server = subprocess.Popen(cfg["argv"], cwd=cfg["cwd"] or None, env=env, stdin=subprocess.DEVNULL,
-                              stdout=log, stderr=log)
-    start_error = None
-except OSError as e:
-    server, start_error = None, str(e)
 
 jar = {}  # cookies the server set, by name
 ws = None  # the WebSocket session: [socket, bytes read past the last frame]
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 MAX_FRAME = 16 << 20
 
-def connect(timeout):
-    """A connection to the server: its unix socket, else its port."""
-    if cfg["socket"]:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(timeout)
-        s.connect(cfg["socket"])
-        return s
-    return socket.create_connection(("127.0.0.1", cfg["port"]), timeout=timeout)
-
-class Unix(http.client.HTTPConnection):
-    def connect(self):
-        self.sock = connect(self.timeout)
-
-def tail():
-    try:
-        with open(cfg["log"], "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 2048))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-def gone():
-    if server is None:
-        return {"error": "the server could not be started: " + start_error, "exited": True}
-    code = server.poll()
-    if code is None:
-        return None
-    how = "signal %d" % -code if code < 0 else "code %d" % code
-    return {"error": "the server exited with " + how, "exited": True, "log": tail()}
-
 def call(req):
     dead = gone()
     if dead:
         return dead
     timeout = max(0.05, req.get("timeout", 30))
-    c = Unix("localhost", timeout=timeout) if cfg["socket"] else \
-        http.client.HTTPConnection("127.0.0.1", cfg["port"], timeout=timeout)
+    c = Connection(timeout)
     try:
         body = req.get("body")
         headers = {"Content-Type": "application/json"} if body is not None else {}
@@ -250,7 +206,7 @@ for line in sys.stdin:
             out = call(req)
     except Exception as e:
         out = {"error": "relay: %r" % e}
-    sys.stdout.write(json.dumps(out) + "\n" + mark + "\n")
+    sys.stdout.write(json.dumps(out) + "\n" + cfg["mark"] + "\n")
     sys.stdout.flush()
 ws_end()
 if server:
