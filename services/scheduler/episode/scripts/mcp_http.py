@@ -64,11 +64,11 @@ def wait_ready():
             time.sleep(0.05)
 
 
-def headers_for(msg):
+def headers_for(msg, era):
     h = {"Content-Type": "application/json", "Accept": ACCEPT}
     if state["session"]:
         h["Mcp-Session-Id"] = state["session"]
-    if state["era"] == "modern":
+    if era == "modern":
         h["MCP-Protocol-Version"] = MODERN
         if "method" in msg:
             h["Mcp-Method"] = msg["method"]
@@ -83,12 +83,12 @@ def headers_for(msg):
     return h
 
 
-def for_era(msg):
-    """msg as the era wants it: requests with the modern era's metadata, or the OpenEnv session's id."""
-    if "method" not in msg or "id" not in msg or state["era"] not in ("modern", "openenv"):
+def for_era(msg, era):
+    """msg as `era` wants it: requests with the modern era's metadata, or the OpenEnv session's id."""
+    if "method" not in msg or "id" not in msg or era not in ("modern", "openenv"):
         return msg
     params = dict(msg.get("params") or {})
-    if state["era"] == "modern":
+    if era == "modern":
         params["_meta"] = {**(params.get("_meta") or {}), **META}
     elif state["openenv"]:
         params["session_id"] = state["openenv"]
@@ -126,15 +126,17 @@ def parsed(body):
     return [m for m in batch if isinstance(m, dict)]
 
 
-def exchange(msg, era_msg=None):
-    """POSTs msg (as era_msg when given) and yields what comes back: ("status", code, headers), then messages."""
-    sent = era_msg or msg
+def exchange(msg, era=None):
+    """POSTs msg as `era` (default: the server's) wants it and yields what comes back: ("status", code, headers),
+    then the messages (or ("body", text) for an error that is not JSON)."""
+    era = era or state["era"]
+    sent = for_era(msg, era)
     c = Connection(None)
     key = json.dumps(msg.get("id")) if "id" in msg and "method" in msg else None
     if key:
         inflight[key] = c
     try:
-        c.request("POST", cfg["path"], body=json.dumps(sent).encode(), headers=headers_for(sent))
+        c.request("POST", cfg["path"], body=json.dumps(sent).encode(), headers=headers_for(sent, era))
         r = c.getresponse()
         yield ("status", r.status, r.msg)
         kind = (r.getheader("Content-Type") or "").split(";")[0].strip().lower()
@@ -158,7 +160,7 @@ def post(msg, again=True):
     want = msg.get("id") if "method" in msg else None
     answered, status, body = False, 0, ""
     try:
-        for item in exchange(msg, for_era(msg)):
+        for item in exchange(msg):
             if isinstance(item, tuple):
                 if item[0] == "status":
                     status = item[1]
@@ -207,9 +209,8 @@ def emit_initialized():
 def discover():
     """The server's discovery when it speaks the modern era, else None."""
     probe = {"jsonrpc": "2.0", "id": "corral-discover", "method": "server/discover"}
-    state["era"] = "modern"
     try:
-        for item in exchange(probe, for_era(probe)):
+        for item in exchange(probe, "modern"):
             if isinstance(item, tuple):
                 if item[0] == "status" and item[1] >= 300:
                     break
@@ -220,8 +221,6 @@ def discover():
                 return result
     except (OSError, http.client.HTTPException, ValueError):
         pass
-    finally:
-        state["era"] = None
     return None
 
 
@@ -302,7 +301,7 @@ def end():
     if state["session"]:
         try:
             c = Connection(2)
-            c.request("DELETE", cfg["path"], headers=headers_for({}))
+            c.request("DELETE", cfg["path"], headers=headers_for({}, state["era"]))
             c.getresponse().read()
             c.close()
         except (OSError, http.client.HTTPException):
