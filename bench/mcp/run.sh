@@ -10,9 +10,10 @@ cd "$(dirname "$0")/../.."
 source bench/prepare.sh
 calls=${BENCH_CALLS:-$(smoke_or 500 5)}
 rounds=${BENCH_ROUNDS:-$(smoke_or 4 1)}
-server=tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js
+server=tests/mcp/everything.mjs  # server-everything, on Debian's Node 18 too
 command -v node > /dev/null || { echo "no node on this machine" >&2; exit 77; }
-[[ -f $server ]] || { echo "no $server (scripts/test installs it: npm ci --prefix tests/mcp)" >&2; exit 77; }
+[[ -f tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js ]] ||
+  { echo "no server-everything in tests/mcp (scripts/test installs it: npm ci --prefix tests/mcp)" >&2; exit 77; }
 
 echo "MCP transport benchmark: $rounds rounds of $calls echo calls per transport, $(nproc) cores" >&2
 python3 - "$server" "$calls" "$rounds" services/scheduler/episode/scripts <<'PY'

@@ -220,14 +220,17 @@ TEST_F(SchedulerFixture, MalformedEnvironmentAnswersAreTheTasksFaultAndNamed) {
 // Kept between runs, outside the checkout, under /opt where sandboxes may run programs (as the harnesses are).
 constexpr char kMcpRoot[] = "/opt/corral-tests/mcp";
 
-// The entry point of the MCP project's server `name` (tests/mcp, pinned), copied where sandboxes may run it.
-std::string McpServer(const std::string& name) {
-  const std::string modules = std::string(CORRAL_SOURCE_DIR) + "/tests/mcp/node_modules";
-  const std::string server = absl::StrCat(kMcpRoot, "/node_modules/@modelcontextprotocol/", name, "/dist/index.js");
-  EXPECT_TRUE(std::filesystem::exists(modules)) << "run scripts/test (npm ci --prefix tests/mcp) first";
+// The MCP project's servers (tests/mcp, pinned) copied where sandboxes may run them: the path of `entry` (under
+// tests/mcp) there.
+std::string McpServer(const std::string& entry) {
+  const std::string mcp = std::string(CORRAL_SOURCE_DIR) + "/tests/mcp";
+  EXPECT_TRUE(std::filesystem::exists(mcp + "/node_modules")) << "run scripts/test (npm ci --prefix tests/mcp) first";
   std::filesystem::create_directories(kMcpRoot);
-  std::filesystem::copy(modules, std::string(kMcpRoot) + "/node_modules",
+  std::filesystem::copy(mcp + "/node_modules", std::string(kMcpRoot) + "/node_modules",
                         std::filesystem::copy_options::recursive | std::filesystem::copy_options::update_existing);
+  std::filesystem::copy(mcp + "/everything.mjs", std::string(kMcpRoot) + "/everything.mjs",
+                        std::filesystem::copy_options::overwrite_existing);
+  const std::string server = absl::StrCat(kMcpRoot, "/", entry);
   EXPECT_TRUE(std::filesystem::exists(server)) << server;
   return server;
 }
@@ -247,7 +250,7 @@ ToolUse ToolUseOf(const v1::EpisodeResult& r) {
 }
 
 TEST_F(SchedulerFixture, ToolLoopCallsARealMcpServerInItsSandbox) {
-  const std::string server = McpServer("server-filesystem");
+  const std::string server = McpServer("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
   ASSERT_FALSE(HasFailure());
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
 
@@ -280,7 +283,7 @@ TEST_F(SchedulerFixture, ToolLoopCallsARealMcpServerInItsSandbox) {
 // The MCP project's "everything" server in its streamable HTTP mode (sessions, SSE answers), listening on a port
 // of the sandbox's own network: the relay speaks HTTP to it and the episode calls its tools as a stdio server's.
 TEST_F(SchedulerFixture, ToolLoopCallsARealMcpServerOverStreamableHttp) {
-  const std::string server = McpServer("server-everything");
+  const std::string server = McpServer("everything.mjs");  // server-everything, on Debian's Node 18 too
   ASSERT_FALSE(HasFailure());
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
 

@@ -341,7 +341,7 @@ class H(http.server.BaseHTTPRequestHandler):
         return self.tool(msg, ok, h, lambda m: self.sse([m]))
     def tool(self, msg, ok, h, send):
         if msg["method"] == "tools/list":
-            return send(ok({"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("echo", "headers", "ask", "forget", "slow", "boom", "exit")]}))
+            return send(ok({"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("echo", "headers", "ask", "forget", "slow", "boom", "unparsed", "exit")]}))
         name = msg["params"]["name"]
         args = msg["params"].get("arguments") or {}
         text = lambda t: ok({"content": [{"type": "text", "text": t}]})
@@ -349,6 +349,8 @@ class H(http.server.BaseHTTPRequestHandler):
         if name == "headers": return send(text(json.dumps({k: h.get(k) for k in ("mcp-method", "mcp-name", "mcp-protocol-version")})))
         if name == "forget": sessions.clear(); return send(text("forgotten"))
         if name == "boom": return self.reply(500, "it broke", "text/plain")
+        if name == "unparsed":  # what the TypeScript SDK answers when it fails before reading the request's id
+            return self.reply(400, json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error", "data": "ReferenceError: crypto is not defined"}}))
         if name == "exit": print("exiting on purpose", flush=True); os._exit(3)
         if name == "slow":
             while True:
@@ -494,6 +496,8 @@ class McpHttp(unittest.TestCase):
         self.assertEqual(boom["id"], self.next_id)
         self.assertIn("HTTP 500", boom["error"]["message"])
         self.assertIn("it broke", boom["error"]["message"])
+        unparsed = self.call("unparsed")  # an error without an id answers the request it came for
+        self.assertEqual((unparsed["id"], unparsed["error"]["message"]), (self.next_id, "Parse error"))
         self.next_id += 1
         self.send({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {"name": "exit"}})
         last = self.relay.read_until("\n", timeout=15)

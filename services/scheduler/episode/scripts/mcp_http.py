@@ -167,6 +167,8 @@ def post(msg, again=True):
                 else:
                     body = item[1]
                 continue
+            if want is not None and "method" not in item and item.get("id") is None and "error" in item:
+                item = {**item, "id": want}  # an error the server could not tie to the request (a parse error)
             if want is not None and "method" not in item and item.get("id") == want:
                 answered = True
                 result = item.get("result")
@@ -243,8 +245,9 @@ def initialize(msg, quiet=False):
                 if item[0] == "status":
                     state["session"] = item[2].get("Mcp-Session-Id") or None
                 continue
-            if item.get("id") == msg.get("id") and "method" not in item:
-                answer = item
+            if "method" not in item and (item.get("id") == msg.get("id") or
+                                         (item.get("id") is None and "error" in item)):
+                answer = {**item, "id": msg.get("id")}
     except (OSError, http.client.HTTPException, ValueError) as e:
         answer = error_for(msg, "POST %s: %s" % (cfg["path"], e))
     error = answer.get("error") if answer else None
