@@ -5,6 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
+#include "libs/trajectory/resent.h"
 #include "openssl/sha.h"
 
 namespace corral {
@@ -79,8 +80,12 @@ std::string TrajectoryStore::ChainHash(const std::string& parent_hash, const v1:
 uint32_t TrajectoryStore::Node(std::optional<uint32_t> parent, const v1::ChatMessage& message, bool generated,
                                const std::string& call_id) {
   const std::string hash = ChainHash(parent ? nodes_[*parent].hash() : "", message);
+  const int64_t below = parent ? static_cast<int64_t>(*parent) : -1;
   if (auto it = by_hash_.find(hash); it != by_hash_.end()) {
-    if (generated) nodes_[it->second].set_generated(true);
+    if (generated && !nodes_[it->second].generated()) {
+      nodes_[it->second].set_generated(true);
+      generated_below_[below].push_back(it->second);
+    }
     return it->second;
   }
   v1::MessageNode node;
@@ -92,8 +97,49 @@ uint32_t TrajectoryStore::Node(std::optional<uint32_t> parent, const v1::ChatMes
   node.set_call_id(call_id);
   depth_.push_back(parent ? depth_[*parent] + 1 : 1);
   by_hash_.emplace(hash, node.index());
+  if (generated) generated_below_[below].push_back(node.index());
   nodes_.push_back(std::move(node));
   return nodes_.back().index();
+}
+
+std::vector<v1::RestoredMessage> TrajectoryStore::Restore(std::vector<v1::ChatMessage>& prompt) const {
+  std::vector<v1::RestoredMessage> restored;
+  std::optional<uint32_t> at;  // the stored node the prompt has matched so far; nullopt at the root
+  bool known = true;           // every message so far is stored (else the rest is new history)
+  absl::flat_hash_map<std::string, std::string> ids;  // tool-call ids the agent renamed → the model's
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    v1::ChatMessage& m = prompt[i];
+    std::vector<std::string> changes;
+    if (auto it = ids.find(m.tool_call_id()); it != ids.end() && !m.tool_call_id().empty()) {
+      m.set_tool_call_id(it->second);
+      changes.push_back("tool_call_id");
+    }
+    if (known) {
+      const std::string hash = ChainHash(at ? nodes_[*at].hash() : "", m);
+      if (auto it = by_hash_.find(hash); it != by_hash_.end()) {
+        at = it->second;
+      } else {
+        known = false;
+        auto below = generated_below_.find(at ? static_cast<int64_t>(*at) : -1);
+        if (m.role() == "assistant" && below != generated_below_.end()) {
+          for (uint32_t candidate : below->second) {
+            if (IsResent(nodes_[candidate].message(), m, &changes, &ids)) {
+              m = nodes_[candidate].message();
+              at = candidate;
+              known = true;
+              break;
+            }
+          }
+        }
+      }
+    }
+    if (!changes.empty()) {
+      v1::RestoredMessage& r = restored.emplace_back();
+      r.set_index(static_cast<uint32_t>(i));
+      for (std::string& c : changes) r.add_changes(std::move(c));
+    }
+  }
+  return restored;
 }
 
 std::vector<uint32_t> TrajectoryStore::Chain(std::optional<uint32_t> last) const {

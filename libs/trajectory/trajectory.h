@@ -32,6 +32,12 @@ class TrajectoryStore {
   // Marks a recorded call failed (e.g. it could not be journaled).
   void MarkFailed(uint32_t seq, const std::string& error, int http_status);
 
+  // A new call's prompt as the model wrote it: an assistant message the agent sent back re-serialized
+  // (resent.h) where the store holds the model's own at that point of the conversation becomes the model's, and
+  // a tool result naming a renamed tool-call id gets the model's id. What was restored, by prompt index (empty:
+  // the prompt stands as sent). A genuine edit of the history is left as it is (it starts a branch).
+  std::vector<v1::RestoredMessage> Restore(std::vector<v1::ChatMessage>& prompt) const;
+
   // Fills the calls, messages and branches of `out` in `format` (TRAJECTORY when unspecified), and totals.
   void Export(v1::TrajectoryFormat format, v1::Trajectory* out) const;
 
@@ -60,6 +66,8 @@ class TrajectoryStore {
   std::vector<uint32_t> owner_;                               // the branch that first stored each node
   absl::flat_hash_map<uint32_t, uint32_t> branch_ending_at_;  // a branch's last message → that branch
   absl::flat_hash_map<std::string, uint32_t> by_hash_;
+  // The generated nodes below each node (-1: at the root), for Restore.
+  absl::flat_hash_map<int64_t, std::vector<uint32_t>> generated_below_;
   std::vector<v1::LlmCall> calls_;
   uint32_t next_seq_ = 0;
   std::vector<v1::Branch> branches_;  // structure only (ids, parent, shared prefix, call ids, last message)

@@ -4,6 +4,7 @@
 
 #include "boost/json/serialize.hpp"
 #include "libs/http/openai_json.h"
+#include "libs/trajectory/resent.h"
 
 namespace corral::proxy {
 namespace {
@@ -75,6 +76,23 @@ std::vector<v1::ChatMessage> MessagesFrom(const json::array& messages) {
     if (m.is_object()) out.push_back(MessageFrom(m.as_object()));
   }
   return out;
+}
+
+void WriteRestored(const std::vector<v1::ChatMessage>& prompt, const std::vector<v1::RestoredMessage>& restored,
+                   json::array& messages) {
+  for (const v1::RestoredMessage& r : restored) {
+    if (r.index() >= messages.size() || r.index() >= prompt.size() || !messages[r.index()].is_object()) continue;
+    json::object& sent = messages[r.index()].as_object();
+    const v1::ChatMessage& own = prompt[r.index()];
+    if (own.role() != "assistant") {
+      sent["tool_call_id"] = own.tool_call_id();
+      continue;
+    }
+    json::object model = OpenAiMessage(own);
+    // No content: the agent's null or "" stands (the model sent none either way).
+    if (own.content().empty() && own.content_parts_json().empty()) model.erase("content");
+    for (auto& [key, value] : model) sent[key] = std::move(value);
+  }
 }
 
 void ResponseAssembler::Common(const json::object& o) {

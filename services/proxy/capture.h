@@ -18,6 +18,12 @@ namespace corral::proxy {
 // Request side. Content arrays keep their JSON in content_parts_json and their text parts in content.
 std::vector<v1::ChatMessage> MessagesFrom(const boost::json::array& messages);
 v1::ChatMessage MessageFrom(const boost::json::object& message);
+// Writes the `restored` messages of `prompt` (TrajectoryStore::Restore) back into the request's `messages`, so
+// the upstream gets the model's own: an assistant message's content, reasoning and tool calls, a tool result's
+// tool_call_id. Fields the agent added that the record does not hold are kept. `messages` and `prompt` are
+// index for index.
+void WriteRestored(const std::vector<v1::ChatMessage>& prompt, const std::vector<v1::RestoredMessage>& restored,
+                   boost::json::array& messages);
 
 // Assembles one call's outcome from a whole response or from its stream chunks (choice 0).
 class ResponseAssembler {

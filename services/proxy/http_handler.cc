@@ -78,7 +78,8 @@ std::string ErrorEventFor(const Dialect* dialect, ApiError error, absl::string_v
   return dialect->ErrorEvent(ShapeOf(error).http_status, message);
 }
 
-// What the request says, in the call's record: the endpoint as the agent called it, the models, the prompt, the
+// What the request says, in the call's record: the endpoint as the agent called it, the models, the prompt (with
+// the model's own messages restored where the agent re-serialized them: in the request sent upstream too), the
 // tools and every other parameter, and a dialect call's translation.
 void DescribeForTheRecord(CallRequest& c) {
   v1::LlmCall& record = *c.recorded.mutable_call();
@@ -87,7 +88,14 @@ void DescribeForTheRecord(CallRequest& c) {
   record.set_model(c.rewrite.model);
   record.set_stream(c.rewrite.stream);
   if (c.chat) {
-    for (v1::ChatMessage& m : MessagesFrom(c.body["messages"].as_array())) *c.recorded.add_prompt() = std::move(m);
+    json::array& messages = c.body["messages"].as_array();
+    std::vector<v1::ChatMessage> prompt = MessagesFrom(messages);
+    if (prompt.size() == messages.size()) {  // the model's own messages where the agent re-serialized them
+      std::vector<v1::RestoredMessage> restored = c.session->Restore(prompt);
+      WriteRestored(prompt, restored, messages);
+      for (v1::RestoredMessage& r : restored) *record.add_restored() = std::move(r);
+    }
+    for (v1::ChatMessage& m : prompt) *c.recorded.add_prompt() = std::move(m);
   } else {
     record.set_prompt_text(std::string(c.body["prompt"].as_string()));
   }

@@ -78,6 +78,11 @@ void Session::Replay(RecordedCall call) {
   trajectory_.Record(std::move(call));
 }
 
+std::vector<v1::RestoredMessage> Session::Restore(std::vector<v1::ChatMessage>& prompt) const {
+  absl::MutexLock lock(&mu_);
+  return trajectory_.Restore(prompt);
+}
+
 void Session::SetUpstream(const std::string& name) {
   absl::MutexLock lock(&mu_);
   upstream_ = name;

@@ -57,6 +57,8 @@ class Session {
   void FailCall(uint32_t seq, const std::string& error, int http_status);
   // Replays a journaled call (after a restart).
   void Replay(RecordedCall call);
+  // A new call's prompt as the model wrote it (TrajectoryStore::Restore): what was restored.
+  std::vector<v1::RestoredMessage> Restore(std::vector<v1::ChatMessage>& prompt) const;
   void SetUpstream(const std::string& name);
   std::string upstream() const;
 

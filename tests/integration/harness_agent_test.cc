@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -78,6 +79,22 @@ class HarnessAgentTest : public SchedulerFixture {
       EXPECT_GE(r.trajectory().call_count(), worked ? 2u : 1u);
       ASSERT_GE(r.trajectory().branches_size(), 1);
       for (const v1::Branch& b : r.trajectory().branches()) EXPECT_FALSE(b.token_ids().empty());
+      if (worked) {
+        // The agent's tool call and its answer after the tool ran are one conversation: the harness sends the call
+        // back in its own spelling, and the proxy restores the model's, so the turns share a branch in which both
+        // are the model's own.
+        bool one_lineage = false;
+        for (const v1::Branch& b : r.trajectory().branches()) {
+          bool called = false, answered = false;
+          for (const v1::TrajectoryMessage& m : b.messages()) {
+            called = called || (m.generated() && m.message().tool_calls_size() > 0);
+            answered = answered || (called && m.generated() &&
+                                    absl::StrContains(m.message().content(), "The proof file is written."));
+          }
+          one_lineage = one_lineage || answered;
+        }
+        EXPECT_TRUE(one_lineage) << r.trajectory().branches_size() << " branches";
+      }
     }
   }
 };

@@ -46,6 +46,29 @@ const json::object* ShellTool(const json::value* tools) {
   return nullptr;
 }
 
+// `v` as Python's json.dumps writes it (", " and ": " between items): how vLLM's tool-call parsers spell the
+// arguments they return, so that harnesses that send them back re-encoded are seen doing it.
+std::string DumpsStyle(const json::value& v) {
+  std::string out;
+  if (v.is_object()) {
+    out = "{";
+    for (const auto& [key, value] : v.as_object()) {
+      if (out.size() > 1) out += ", ";
+      out += json::serialize(json::string(key)) + ": " + DumpsStyle(value);
+    }
+    return out + "}";
+  }
+  if (v.is_array()) {
+    out = "[";
+    for (const auto& item : v.as_array()) {
+      if (out.size() > 1) out += ", ";
+      out += DumpsStyle(item);
+    }
+    return out + "]";
+  }
+  return json::serialize(v);
+}
+
 }  // namespace
 
 std::optional<ShellAgentPlan> PlanShellAgent(const json::object& body) {
@@ -85,7 +108,7 @@ std::optional<ShellAgentPlan> PlanShellAgent(const json::object& body) {
   }
   plan.tool_call = true;
   plan.tool_name = Str(shell->if_contains("name"));
-  plan.arguments = json::serialize(args);
+  plan.arguments = DumpsStyle(args);
   return plan;
 }
 

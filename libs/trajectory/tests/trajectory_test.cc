@@ -170,5 +170,89 @@ TEST(TrajectoryStoreTest, FailedCallsCountAndKeepTheirPrompt) {
   EXPECT_EQ(t.messages_size(), 1);
 }
 
+// The model's tool call as a backend answers it, and as a harness sends it back on the next turn.
+v1::ChatMessage ToolCallMessage(const std::string& id, const std::string& arguments, const std::string& content = "") {
+  v1::ChatMessage m = Msg("assistant", content);
+  v1::ToolCall* tc = m.add_tool_calls();
+  tc->set_id(id);
+  tc->set_type("function");
+  tc->set_function_name("bash");
+  tc->set_arguments(arguments);
+  return m;
+}
+v1::ChatMessage ToolResult(const std::string& id, const std::string& content) {
+  v1::ChatMessage m = Msg("tool", content);
+  m.set_tool_call_id(id);
+  return m;
+}
+RecordedCall CallReplying(std::vector<v1::ChatMessage> prompt, v1::ChatMessage reply) {
+  RecordedCall c;
+  for (v1::ChatMessage& m : prompt) *c.add_prompt() = std::move(m);
+  *c.mutable_response() = std::move(reply);
+  return c;
+}
+
+TEST(TrajectoryStoreRestoreTest, ReEncodedArgumentsAndRenamedIdsAreTheModelsMessageAndTheBranchContinues) {
+  TrajectoryStore store("env-1");
+  const v1::ChatMessage sampled = ToolCallMessage("call_1", R"({"command": "echo hi"})");
+  store.Record(CallReplying({Msg("user", "say hi")}, sampled));
+  // The harness sends the call back re-encoded, under its own id, and the tool result under that id.
+  std::vector<v1::ChatMessage> prompt = {Msg("user", "say hi"), ToolCallMessage("toolu_9", R"({"command":"echo hi"})"),
+                                         ToolResult("toolu_9", "hi")};
+  const std::vector<v1::RestoredMessage> restored = store.Restore(prompt);
+  ASSERT_EQ(restored.size(), 2u);
+  EXPECT_EQ(restored[0].index(), 1u);
+  EXPECT_THAT(restored[0].changes(), ::testing::ElementsAre("arguments re-encoded", "tool-call ids"));
+  EXPECT_EQ(restored[1].index(), 2u);
+  EXPECT_THAT(restored[1].changes(), ::testing::ElementsAre("tool_call_id"));
+  EXPECT_EQ(prompt[1].SerializeAsString(), sampled.SerializeAsString());
+  EXPECT_EQ(prompt[2].tool_call_id(), "call_1");
+  // Recorded as restored, the second turn continues the first one's branch.
+  store.Record(CallReplying(prompt, Msg("assistant", "done")));
+  v1::Trajectory t;
+  store.Export(v1::TRAJECTORY_FORMAT_TRAJECTORY, &t);
+  ASSERT_EQ(t.branches_size(), 1);
+  EXPECT_EQ(t.branches(0).call_ids_size(), 2);
+  EXPECT_EQ(t.branches(0).messages_size(), 4);
+  // The third turn: the earlier tool result, sent under the harness's id again, is found as stored.
+  std::vector<v1::ChatMessage> third = {Msg("user", "say hi"), ToolCallMessage("toolu_9", R"({"command":"echo hi"})"),
+                                        ToolResult("toolu_9", "hi"), Msg("assistant", "done"), Msg("user", "again")};
+  EXPECT_EQ(store.Restore(third).size(), 2u);
+  EXPECT_EQ(third[2].tool_call_id(), "call_1");
+}
+
+TEST(TrajectoryStoreRestoreTest, TrimmedContentAndLeftOutReasoningAreTheModelsMessage) {
+  TrajectoryStore store("env-1");
+  v1::ChatMessage sampled = Msg("assistant", "The answer is 4.\n");
+  sampled.set_reasoning_content("2 + 2 = 4");
+  store.Record(CallReplying({Msg("user", "2+2?")}, sampled));
+  std::vector<v1::ChatMessage> prompt = {Msg("user", "2+2?"), Msg("assistant", "The answer is 4."), Msg("user", "x2?")};
+  const std::vector<v1::RestoredMessage> restored = store.Restore(prompt);
+  ASSERT_EQ(restored.size(), 1u);
+  EXPECT_THAT(restored[0].changes(), ::testing::ElementsAre("content whitespace", "reasoning left out"));
+  EXPECT_EQ(prompt[1].reasoning_content(), "2 + 2 = 4");
+  EXPECT_EQ(prompt[1].content(), "The answer is 4.\n");
+}
+
+TEST(TrajectoryStoreRestoreTest, AGenuineEditStaysAsSentAndStartsABranch) {
+  TrajectoryStore store("env-1");
+  store.Record(CallReplying({Msg("user", "say hi")}, ToolCallMessage("call_1", R"({"command": "echo hi"})")));
+  for (const v1::ChatMessage& edited :
+       {ToolCallMessage("call_1", R"({"command": "echo bye"})"),
+        ToolCallMessage("call_1", R"({"command": "echo hi"})", "I will"), Msg("assistant", "no tool after all")}) {
+    std::vector<v1::ChatMessage> prompt = {Msg("user", "say hi"), edited, ToolResult("call_1", "bye")};
+    EXPECT_TRUE(store.Restore(prompt).empty()) << edited.ShortDebugString();
+    EXPECT_EQ(prompt[1].SerializeAsString(), edited.SerializeAsString());
+  }
+  v1::ChatMessage other_tool = ToolCallMessage("call_1", R"({"command": "echo hi"})");
+  other_tool.mutable_tool_calls(0)->set_function_name("python");
+  std::vector<v1::ChatMessage> prompt = {Msg("user", "say hi"), other_tool};
+  EXPECT_TRUE(store.Restore(prompt).empty());
+  store.Record(CallReplying(prompt, Msg("assistant", "ok")));
+  v1::Trajectory t;
+  store.Export(v1::TRAJECTORY_FORMAT_CALLS, &t);
+  EXPECT_EQ(t.branches_size(), 2) << "an edited history is a branch of its own";
+}
+
 }  // namespace
 }  // namespace corral

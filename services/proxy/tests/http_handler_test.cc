@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <future>
+#include <mutex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -157,6 +158,54 @@ TEST_F(HttpHandlerTest, AWholeAndAStreamedCallAreRelayedRecordedAndJournaled) {
   // Counted once the handler is done, which can be just after the agent has read the stream's end.
   EXPECT_TRUE(
       corral::testing::WaitUntil([&] { return metrics_.Request(ChatApi(), 200, 0).Value() == 2; }, absl::Seconds(5)));
+}
+
+// A harness sends the model's tool call back re-encoded and under its own id (as Claude Code and OpenCode do):
+// the upstream gets the model's own bytes, the record says what was restored, and both turns are one branch.
+TEST_F(HttpHandlerTest, AToolCallSentBackReEncodedReachesTheUpstreamAsTheModelWroteItAndContinuesTheBranch) {
+  std::mutex mu;
+  std::vector<std::string> bodies;
+  testing::ScriptedUpstream backend([&](http::Request& req, http::Responder& res) -> asio::awaitable<void> {
+    if (req.target() == "/health") {
+      co_await res.Send(200, "application/json", "{}");
+      co_return;
+    }
+    size_t n;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      bodies.push_back(req.body());
+      n = bodies.size();
+    }
+    co_await res.Send(200, "application/json",
+                      n == 1 ? R"({"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[)"
+                               R"({"id":"call_1","type":"function","function":{"name":"bash","arguments":)"
+                               R"("{\"command\": \"echo hi\"}"}}]},"finish_reason":"tool_calls"}]})"
+                             : kWhole);
+  });
+  Start({backend.url()});
+  const std::string token = Open("ep");
+  EXPECT_EQ(Call(bhttp::verb::post, "/v1/chat/completions", token,
+                 R"({"model":"m","messages":[{"role":"user","content":"say hi"}]})")
+                .status,
+            200);
+  const std::string second = R"({"model":"m","messages":[{"role":"user","content":"say hi"},)"
+                             R"({"role":"assistant","content":"","tool_calls":[{"id":"toolu_9","type":"function",)"
+                             R"("function":{"name":"bash","arguments":"{\"command\":\"echo hi\"}"}}]},)"
+                             R"({"role":"tool","tool_call_id":"toolu_9","content":"hi"}]})";
+  EXPECT_EQ(Call(bhttp::verb::post, "/v1/chat/completions", token, second).status, 200);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(bodies.size(), 2u);
+  EXPECT_THAT(bodies[1], HasSubstr(R"("arguments":"{\"command\": \"echo hi\"}")")) << "the model's bytes";
+  EXPECT_THAT(bodies[1], HasSubstr(R"("tool_call_id":"call_1")"));
+  EXPECT_THAT(bodies[1], ::testing::Not(HasSubstr("toolu_9")));
+  const v1::Trajectory t = (*store_->Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS);
+  ASSERT_EQ(t.calls_size(), 2);
+  ASSERT_EQ(t.calls(1).restored_size(), 2);
+  EXPECT_EQ(t.calls(1).restored(0).index(), 1u);
+  EXPECT_THAT(t.calls(1).restored(0).changes(), ::testing::ElementsAre("arguments re-encoded", "tool-call ids"));
+  EXPECT_EQ(t.calls(1).restored(1).index(), 2u);
+  ASSERT_EQ(t.branches_size(), 1) << "the second turn continues the first";
+  EXPECT_EQ(t.branches(0).call_ids_size(), 2);
 }
 
 TEST_F(HttpHandlerTest, TheCallBudgetEndsWithAChoiceAnAgentStopsOn) {

@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/http/openai_json.h"
+#include "libs/trajectory/resent.h"
 
 namespace corral::scheduler {
 namespace {
@@ -45,32 +46,7 @@ json::array InitialMessages(const v1::Task& task) {
     out.push_back(std::move(m));
     return out;
   }
-  for (const auto& msg : task.messages()) {
-    json::object m;
-    m["role"] = msg.role();
-    if (!msg.content_parts_json().empty()) {
-      m["content"] = ParseOr(msg.content_parts_json(), json::string(msg.content()));
-    } else {
-      m["content"] = msg.content();
-    }
-    if (!msg.name().empty()) m["name"] = msg.name();
-    if (!msg.tool_call_id().empty()) m["tool_call_id"] = msg.tool_call_id();
-    if (!msg.tool_calls().empty()) {
-      json::array calls;
-      for (const auto& tc : msg.tool_calls()) {
-        json::object fn;
-        fn["name"] = tc.function_name();
-        fn["arguments"] = tc.arguments();
-        json::object c;
-        c["id"] = tc.id();
-        c["type"] = tc.type().empty() ? "function" : tc.type();
-        c["function"] = std::move(fn);
-        calls.push_back(std::move(c));
-      }
-      m["tool_calls"] = std::move(calls);
-    }
-    out.push_back(std::move(m));
-  }
+  for (const auto& msg : task.messages()) out.push_back(OpenAiMessage(msg));
   return out;
 }
 
