@@ -507,11 +507,15 @@ class McpHttp(unittest.TestCase):
 
     def test_a_server_that_never_listens_is_reported(self):
         self.dir = tempfile.mkdtemp(prefix="corral-mcp-")
-        cfg = {"argv": ["sleep", "30"], "env": {}, "cwd": self.dir, "port": 0, "socket": os.path.join(self.dir, "x"),
-               "log": os.path.join(self.dir, "mcp.log"), "path": "/mcp", "ready_timeout": 1}
+        cfg = {"argv": ["sleep", "31.25"], "env": {}, "cwd": self.dir, "port": 0,
+               "socket": os.path.join(self.dir, "x"), "log": os.path.join(self.dir, "mcp.log"), "path": "/mcp",
+               "ready_timeout": 1}
         self.relay = relay("mcp_http.py", cfg)
         self.addCleanup(self.relay.close)
         self.assertIn("nothing listens on", self.relay.read_until("\n", timeout=15))
+        self.relay.p.wait(timeout=10)
+        left = subprocess.run(["pgrep", "-f", "sleep 31.25"], capture_output=True, text=True).stdout
+        self.assertEqual(left, "", "the server is ended with the relay")
 
 
 def main():

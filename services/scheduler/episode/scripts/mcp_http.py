@@ -36,10 +36,13 @@ def emit(message):
 
 
 def die(why):
-    """The server is gone: say so (the scheduler shows it when initialize fails) and end."""
+    """The server is gone or never listened: say so (the scheduler shows it when initialize fails) and end, the
+    server too (an agent's MCP client that started this relay does not stop its process group)."""
     with out_lock:
         sys.stdout.write(why.replace("\n", " ") + "\n")
         sys.stdout.flush()
+    if server and server.poll() is None:
+        server.kill()
     os._exit(0)
 
 
