@@ -476,8 +476,11 @@ class McpHttp(unittest.TestCase):
         self.start("modern")
         self.initialize()
         self.next_id += 1
+        calls = self.seen().count("tools/call")
         self.send({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {"name": "slow"}})
-        time.sleep(0.3)
+        end = time.monotonic() + 10  # until the server has the call (cancelling it before would test nothing)
+        while time.monotonic() < end and self.seen().count("tools/call") == calls:
+            time.sleep(0.02)
         self.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
                    "params": {"requestId": self.next_id, "reason": "timed out"}})
         def log():

@@ -39,8 +39,7 @@ def call(req):
     except socket.timeout:
         return {"error": "no answer in time", "timed_out": True}
     except (OSError, http.client.HTTPException) as e:
-        time.sleep(0.05)  # a crashing server: let it be reaped, so the answer says it exited
-        return gone() or {"error": "%s %s: %s" % (req["method"], req["path"], e), "unreachable": True}
+        return gone_after_error() or {"error": "%s %s: %s" % (req["method"], req["path"], e), "unreachable": True}
     finally:
         c.close()
 
@@ -178,8 +177,7 @@ def session_call(kind, req, name):
         return {"error": "no answer in time", "timed_out": True}
     except (OSError, ConnectionError) as e:
         ws_end()
-        time.sleep(0.05)  # a crashing server: let it be reaped, so the answer says it exited
-        return gone() or {"error": "%s: %s" % (name, e), "unreachable": True}
+        return gone_after_error() or {"error": "%s: %s" % (name, e), "unreachable": True}
     try:
         msg = json.loads(text)
     except ValueError:

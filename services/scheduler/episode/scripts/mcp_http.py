@@ -35,6 +35,10 @@ def emit(message):
         sys.stdout.flush()
 
 
+def die_gone(dead):
+    die("%s; its log ends: %s" % (dead["error"], dead.get("log", "")[-600:]))
+
+
 def die(why):
     """The server is gone or never listened: say so (the scheduler shows it when initialize fails) and end, the
     server too (an agent's MCP client that started this relay does not stop its process group)."""
@@ -56,7 +60,7 @@ def wait_ready():
     while True:
         dead = gone()
         if dead:
-            die("%s; its log ends: %s" % (dead["error"], dead.get("log", "")[-600:]))
+            die_gone(dead)
         try:
             connect(1.0).close()
             return
@@ -186,10 +190,9 @@ def post(msg, again=True):
             if answered:
                 return
     except (OSError, http.client.HTTPException, ValueError) as e:
-        time.sleep(0.05)  # a crashing server: let it be reaped, so its exit is what is said
-        dead = gone()
+        dead = gone_after_error()
         if dead:
-            die("%s; its log ends: %s" % (dead["error"], dead.get("log", "")[-600:]))
+            die_gone(dead)
         if want is not None and json.dumps(want) not in cancelled:
             emit(error_for(msg, "POST %s: %s" % (cfg["path"], e)))
         return

@@ -50,6 +50,17 @@ def tail():
         return ""
 
 
+def gone_after_error():
+    """gone() after a connection failed: a server that is crashing gets a moment to exit, so that its exit, not
+    the failed connection, is what is said."""
+    if server is not None:
+        try:
+            server.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+    return gone()
+
+
 def gone():
     """None while the server runs, else why it does not (with its log)."""
     if server is None:
