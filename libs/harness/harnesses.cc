@@ -17,6 +17,22 @@ namespace {
 // The instruction as one argument: the variable, or the file when the text was too large for it.
 #define CORRAL_INSTRUCTION_ARG "\"${CORRAL_INSTRUCTION:-$(cat \"$CORRAL_INSTRUCTION_FILE\")}\""
 
+// Each harness's side calls and compaction, found in its pinned package's own prompts (the text it sends).
+constexpr RoleRule kClaudeCodeRoles[] = {
+    {false, "summary request (claude-code)", "", "Your task is to create a detailed summary of"},
+    {true, "continued from a summary (claude-code)", "",
+     "This session is being continued from a previous conversation that ran out of context"},
+};
+constexpr RoleRule kCodexRoles[] = {
+    {false, "summary request (codex)", "", "You are performing a CONTEXT CHECKPOINT COMPACTION"},
+    {true, "continued from a summary (codex)", "",
+     "Another language model started to solve this problem and produced a summary"},
+};
+constexpr RoleRule kOpenCodeRoles[] = {
+    {false, "title generator (opencode)", "You are a title generator", ""},
+    {true, "continued from a summary (opencode)", "", "What did we do so far?"},
+};
+
 constexpr std::array<Harness, 3> kHarnesses = {{
     {"claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude", "Anthropic Messages",
      // The base URL without /v1 (the SDK adds it); the env token as the API key (sent as x-api-key); every model
@@ -26,7 +42,8 @@ constexpr std::array<Harness, 3> kHarnesses = {{
      "export ANTHROPIC_DEFAULT_SONNET_MODEL=\"$OPENAI_MODEL\" ANTHROPIC_DEFAULT_OPUS_MODEL=\"$OPENAI_MODEL\"\n"
      "export IS_SANDBOX=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1\n"
      "export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n"
-     "exec claude -p " CORRAL_INSTRUCTION_ARG " --dangerously-skip-permissions --output-format text\n"},
+     "exec claude -p " CORRAL_INSTRUCTION_ARG " --dangerously-skip-permissions --output-format text\n",
+     kClaudeCodeRoles},
     {"codex", "@openai/codex", "0.169.0", "codex", "OpenAI Responses",
      // A model provider of its own (Codex speaks only the Responses API to custom providers), its approvals and
      // its own sandbox off (the episode's sandbox is the boundary).
@@ -41,7 +58,8 @@ constexpr std::array<Harness, 3> kHarnesses = {{
      "env_key = \"OPENAI_API_KEY\"\n"
      "wire_api = \"responses\"\n"
      "CORRAL_EOF\n"
-     "exec codex exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox " CORRAL_INSTRUCTION_ARG "\n"},
+     "exec codex exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox " CORRAL_INSTRUCTION_ARG "\n",
+     kCodexRoles},
     {"opencode", "opencode-ai", "1.18.33", "opencode", "OpenAI chat completions",
      // An OpenAI-compatible provider (bundled with OpenCode) at the proxy; no updates, no sharing.
      "mkdir -p \"$HOME/.config/opencode\"\n"
@@ -52,7 +70,8 @@ constexpr std::array<Harness, 3> kHarnesses = {{
      "   \"models\": {\"$OPENAI_MODEL\": {}}}}}\n"
      "CORRAL_EOF\n"
      "export OPENCODE_DISABLE_AUTOUPDATE=1\n"
-     "exec opencode run " CORRAL_INSTRUCTION_ARG "\n"},
+     "exec opencode run " CORRAL_INSTRUCTION_ARG "\n",
+     kOpenCodeRoles},
 }};
 
 #undef CORRAL_INSTRUCTION_ARG
@@ -60,6 +79,16 @@ constexpr std::array<Harness, 3> kHarnesses = {{
 }  // namespace
 
 std::span<const Harness> Harnesses() { return kHarnesses; }
+
+void AddRoleRules(const Harness& harness, v1::SessionPolicy& policy) {
+  for (const RoleRule& r : harness.roles) {
+    v1::CallRoleRule& rule = *policy.add_role_rules();
+    rule.set_role(r.compaction ? v1::CALL_ROLE_COMPACTION : v1::CALL_ROLE_AUXILIARY);
+    rule.set_reason(std::string(r.reason));
+    rule.set_system_prefix(std::string(r.system_prefix));
+    rule.set_user_contains(std::string(r.user_contains));
+  }
+}
 
 std::string HarnessChoice::id() const { return absl::StrCat(harness->name, "@", version); }
 

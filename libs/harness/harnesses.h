@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "corral/v1/common.pb.h"
 
 namespace corral {
 
@@ -19,13 +20,23 @@ namespace corral {
 // which every plain sandbox may read and execute; CORRAL_HARNESS_ROOT overrides it for the agent.
 inline constexpr absl::string_view kHarnessRoot = "/opt/corral/harnesses";
 
+// A call a harness makes through the session that is not its agent's conversation, or one that continues it
+// from a summary: what its request looks like (SessionPolicy.role_rules; every set condition must hold).
+struct RoleRule {
+  bool compaction;                  // false: an auxiliary (side) call; true: a conversation continued from a summary
+  absl::string_view reason;         // recorded with the call's role
+  absl::string_view system_prefix;  // the request's system prompt starts with this
+  absl::string_view user_contains;  // a user message of the request contains this
+};
+
 struct Harness {
-  absl::string_view name;     // what a task names: "claude-code"
-  absl::string_view package;  // the npm package: "@anthropic-ai/claude-code"
-  absl::string_view version;  // pinned: "2.1.332"
-  absl::string_view program;  // the executable it installs: "claude"
-  absl::string_view api;      // the API it speaks to the proxy (for docs and logs)
-  absl::string_view launch;   // bash lines: configure from the agent's variables, then exec the program
+  absl::string_view name;           // what a task names: "claude-code"
+  absl::string_view package;        // the npm package: "@anthropic-ai/claude-code"
+  absl::string_view version;        // pinned: "2.1.332"
+  absl::string_view program;        // the executable it installs: "claude"
+  absl::string_view api;            // the API it speaks to the proxy (for docs and logs)
+  absl::string_view launch;         // bash lines: configure from the agent's variables, then exec the program
+  std::span<const RoleRule> roles;  // its side calls and compaction, as its pinned version sends them
 };
 
 // A harness as a task names it: the table's entry and the version to run (these programs release weekly; the
@@ -38,6 +49,8 @@ struct HarnessChoice {
 };
 
 std::span<const Harness> Harnesses();
+// The harness's role rules as a session policy takes them (appended to `policy`'s own).
+void AddRoleRules(const Harness& harness, v1::SessionPolicy& policy);
 // "claude-code" (the pinned version) or "claude-code@2.1.340" (any npm version or dist-tag: letters, digits and
 // . - + _). NOT_FOUND naming the known harnesses when the name is not one; INVALID_ARGUMENT for a bad version.
 absl::StatusOr<HarnessChoice> ResolveHarness(absl::string_view name);

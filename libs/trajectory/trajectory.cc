@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
 #include "libs/trajectory/resent.h"
@@ -159,30 +160,144 @@ void TrajectoryStore::SetLast(uint32_t branch, uint32_t node) {
   branch_ending_at_[node] = branch;
 }
 
-uint32_t TrajectoryStore::Assign(std::optional<uint32_t> prompt_last, size_t new_nodes, const std::string& call_id) {
-  // Walk up the prompt's chain (O(prompt length)): the first node that ends a branch means the prompt
-  // continues that branch's conversation…
-  std::optional<uint32_t> first_old;  // the deepest prompt node stored before this call
+namespace {
+
+bool Offers(const v1::LlmCall& call) { return !call.tools_json().empty() && call.tools_json() != "[]"; }
+
+}  // namespace
+
+std::optional<RoleVerdict> TrajectoryStore::Verdict(const RecordedCall& recorded) const {
+  const v1::LlmCall& call = recorded.call();
+  if (call.role() == v1::CALL_ROLE_AUXILIARY ||
+      (call.role() == v1::CALL_ROLE_COMPACTION && !call.linked_call_id().empty())) {
+    return RoleVerdict{call.role(), call.role_reason()};
+  }
+  if (auto ruled = MatchRoleRule(rules_, recorded)) return ruled;
+  if (lineage_tools_ && !Offers(call) && call.role() != v1::CALL_ROLE_AGENT) {
+    return RoleVerdict{v1::CALL_ROLE_AUXILIARY, "no tools, while the agent's calls offer them"};
+  }
+  return std::nullopt;
+}
+
+std::optional<uint32_t> TrajectoryStore::Continued(std::optional<uint32_t> prompt_last, size_t new_nodes,
+                                                   bool auxiliary) const {
+  // Walk up the prompt's chain (O(prompt length)): the first node that ends a branch of the call's kind means
+  // the prompt continues that branch's conversation.
   size_t seen = 0;
   for (std::optional<uint32_t> n = prompt_last; n;
        n = nodes_[*n].has_parent() ? std::optional(nodes_[*n].parent()) : std::nullopt, ++seen) {
     if (seen < new_nodes) continue;
-    if (!first_old) first_old = *n;
-    if (auto it = branch_ending_at_.find(*n); it != branch_ending_at_.end()) {
-      branches_[it->second].add_call_ids(call_id);
+    auto it = branch_ending_at_.find(*n);
+    if (it != branch_ending_at_.end() && (branches_[it->second].role() == v1::CALL_ROLE_AUXILIARY) == auxiliary) {
       return it->second;
     }
   }
-  // …otherwise it starts a branch, forked from the one that stored the longest shared prefix.
+  return std::nullopt;
+}
+
+// How far back a new conversation's summary or starting tool call is looked for: they come soon before it, and
+// an agent that starts a new conversation on every call must not cost a scan of the whole session each time.
+constexpr size_t kLinkWindow = 256;
+
+std::optional<std::pair<size_t, std::string>> TrajectoryStore::Summarized(const RecordedCall& recorded,
+                                                                          bool assistants) const {
+  for (size_t k = calls_.size(); k-- > 0 && calls_.size() - k <= kLinkWindow;) {
+    const v1::LlmCall& c = calls_[k];
+    if (!c.has_response_message() || !c.error().empty()) continue;
+    const std::string& answer = nodes_[c.response_message()].message().content();
+    for (const v1::ChatMessage& m : recorded.prompt()) {
+      if ((assistants || m.role() != "assistant") && m.role() != "tool" && CarriesAnswer(m.content(), answer)) {
+        return std::pair(k, absl::StrCat("continues from the answer of ", c.call_id()));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::pair<size_t, std::string>> TrajectoryStore::Started(const RecordedCall& recorded) const {
+  const v1::ChatMessage* user = nullptr;
+  for (const v1::ChatMessage& m : recorded.prompt()) {
+    if (m.role() == "user") {
+      user = &m;
+      break;
+    }
+  }
+  if (user == nullptr) return std::nullopt;
+  for (size_t k = calls_.size(); k-- > 0 && calls_.size() - k <= kLinkWindow;) {
+    const v1::LlmCall& c = calls_[k];
+    if (!c.has_response_message() || !IsLineage(c.role())) continue;
+    for (const v1::ToolCall& tc : nodes_[c.response_message()].message().tool_calls()) {
+      for (const std::string& arg : StringArguments(tc.arguments())) {
+        if (absl::StrContains(user->content(), arg)) {
+          return std::pair(
+              k, absl::StrCat("its first message is an argument of ", tc.function_name(), " in ", c.call_id()));
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+uint32_t TrajectoryStore::Open(RecordedCall& recorded, std::optional<uint32_t> prompt_last, size_t new_nodes,
+                               const std::optional<RoleVerdict>& verdict, bool opens) {
+  v1::LlmCall& call = *recorded.mutable_call();
   v1::Branch fork;
   fork.set_branch_id(static_cast<uint32_t>(branches_.size()));
+  // The deepest prompt node stored before this call: the fork point.
+  std::optional<uint32_t> first_old = prompt_last;
+  for (size_t i = 0; i < new_nodes && first_old; ++i) {
+    first_old = nodes_[*first_old].has_parent() ? std::optional(nodes_[*first_old].parent()) : std::nullopt;
+  }
   if (first_old) {
     fork.set_parent_branch(owner_[*first_old]);
     fork.set_shared_prefix_messages(depth_[*first_old]);
   } else if (!branches_.empty()) {
     fork.set_parent_branch(0);
   }
-  fork.add_call_ids(call_id);
+  // Its role: the request's own, else a link the session shows, else its parent lineage's.
+  auto link = [&](const std::pair<size_t, std::string>& found) {
+    const v1::LlmCall& from = calls_[found.first];
+    call.set_linked_call_id(from.call_id());
+    const v1::Branch& b = branches_[from.branch()];
+    fork.set_linked_branch(b.role() == v1::CALL_ROLE_AUXILIARY && b.has_parent_branch() ? b.parent_branch()
+                                                                                        : b.branch_id());
+    return found.second;
+  };
+  std::optional<std::pair<size_t, std::string>> found;
+  if (verdict) {
+    fork.set_role(verdict->role);
+    fork.set_role_reason(verdict->reason);
+    if (verdict->role == v1::CALL_ROLE_COMPACTION) {
+      if (call.linked_call_id().empty()) {
+        // The summary it carries, else the agent's latest call (a harness may rephrase the summary it resends).
+        std::optional<std::pair<size_t, std::string>> summary = Summarized(recorded, /*assistants=*/true);
+        for (size_t k = calls_.size(); !summary && k-- > 0;) {
+          if (calls_[k].role() == v1::CALL_ROLE_AGENT) summary = std::pair(k, std::string());
+        }
+        if (summary) link(*summary);
+      } else {
+        for (size_t k = 0; k < calls_.size(); ++k) {
+          if (calls_[k].call_id() == call.linked_call_id()) link({k, ""});
+        }
+      }
+    }
+  } else if (opens && (found = Summarized(recorded, /*assistants=*/false))) {
+    fork.set_role(v1::CALL_ROLE_COMPACTION);
+    fork.set_role_reason(link(*found));
+  } else if (opens && (found = Started(recorded))) {
+    fork.set_role(v1::CALL_ROLE_SUBAGENT);
+    fork.set_role_reason(link(*found));
+  } else if (fork.has_parent_branch() && fork.shared_prefix_messages() > 0 &&
+             IsLineage(branches_[fork.parent_branch()].role())) {
+    const v1::Branch& parent = branches_[fork.parent_branch()];
+    fork.set_role(parent.role());
+    fork.set_role_reason(absl::StrCat("a fork of branch ", parent.branch_id()));
+    if (parent.has_linked_branch()) fork.set_linked_branch(parent.linked_branch());
+  } else {
+    fork.set_role(v1::CALL_ROLE_AGENT);
+    fork.set_role_reason(branches_.empty() ? "the first conversation" : "a new conversation");
+  }
+  fork.add_call_ids(call.call_id());
   branches_.push_back(std::move(fork));
   return branches_.back().branch_id();
 }
@@ -207,20 +322,45 @@ void TrajectoryStore::Place(RecordedCall& recorded) {
   next_seq_ = std::max(next_seq_, call.seq() + 1);
   const size_t before = nodes_.size();
   std::optional<uint32_t> last;
-  for (const v1::ChatMessage& m : recorded.prompt()) last = Node(last, m, /*generated=*/false, call.call_id());
+  bool opens = false;  // the first message after the system prompt is new
+  bool past_system = false;
+  for (const v1::ChatMessage& m : recorded.prompt()) {
+    last = Node(last, m, /*generated=*/false, call.call_id());
+    if (!past_system && m.role() != "system" && m.role() != "developer") {
+      past_system = true;
+      opens = *last >= before;
+    }
+  }
   if (last) call.set_prompt_last_message(*last);
   const bool chat = !recorded.prompt().empty() || recorded.has_response();
-  if (chat) {
-    const uint32_t branch = Assign(last, nodes_.size() - before, call.call_id());
-    call.set_branch(branch);
-    std::optional<uint32_t> end = last;
-    if (recorded.has_response()) {
-      end = Node(last, recorded.response(), /*generated=*/true, call.call_id());
-      call.set_response_message(*end);
-    }
-    owner_.resize(nodes_.size(), branch);  // nodes this call added belong to its branch
-    if (end) SetLast(branch, *end);
+  if (!chat) {
+    call.set_role(v1::CALL_ROLE_AGENT);
+    call.set_role_reason("a text completion");
+    return;
   }
+  const size_t added = nodes_.size() - before;
+  const std::optional<RoleVerdict> verdict = Verdict(recorded);
+  const bool auxiliary = verdict && verdict->role == v1::CALL_ROLE_AUXILIARY;
+  uint32_t branch = 0;
+  if (std::optional<uint32_t> continued = Continued(last, added, auxiliary)) {
+    branch = *continued;
+    branches_[branch].add_call_ids(call.call_id());
+    call.set_role(auxiliary ? verdict->role : branches_[branch].role());
+    call.set_role_reason(auxiliary ? verdict->reason : branches_[branch].role_reason());
+  } else {
+    branch = Open(recorded, last, added, verdict, opens);
+    call.set_role(branches_[branch].role());
+    call.set_role_reason(branches_[branch].role_reason());
+  }
+  call.set_branch(branch);
+  if (IsLineage(call.role()) && Offers(call)) lineage_tools_ = true;
+  std::optional<uint32_t> end = last;
+  if (recorded.has_response()) {
+    end = Node(last, recorded.response(), /*generated=*/true, call.call_id());
+    call.set_response_message(*end);
+  }
+  owner_.resize(nodes_.size(), branch);  // nodes this call added belong to its branch
+  if (end) SetLast(branch, *end);
 }
 
 void TrajectoryStore::MarkFailed(uint32_t seq, const std::string& error, int http_status) {
@@ -246,6 +386,66 @@ int64_t TokenVersion(const v1::LlmCall& call, int completion_token) {
 }
 
 }  // namespace
+
+TrajectoryStore::Settled TrajectoryStore::Settle() const {
+  Settled s;
+  for (const v1::LlmCall& c : calls_) s.calls.push_back({c.role(), c.role_reason()});
+  for (const v1::Branch& b : branches_) s.branches.push_back({b.role(), b.role_reason()});
+  // A lineage branch none of whose calls offers tools, beside lineage calls that do (e.g. a title call made
+  // before the agent's first), is a side call's.
+  std::vector<bool> offers(branches_.size(), false);
+  bool any = false;
+  for (const v1::LlmCall& c : calls_) {
+    if (c.branch() < offers.size() && Offers(c) && IsLineage(c.role())) offers[c.branch()] = any = true;
+  }
+  for (size_t k = 0; k < calls_.size(); ++k) {
+    const uint32_t b = calls_[k].branch();
+    if (any && calls_[k].has_prompt_last_message() && !offers[b] && s.branches[b].role == v1::CALL_ROLE_AGENT) {
+      s.calls[k] = s.branches[b] = {v1::CALL_ROLE_AUXILIARY, "no tools, while the agent's calls offer them"};
+    }
+  }
+  // The same prompt answered more than once: the answer the conversation went on from is kept (the first such,
+  // else the latest answer); the others are retries.
+  std::vector<bool> continued(nodes_.size(), false);
+  for (const v1::MessageNode& n : nodes_) {
+    if (n.has_parent()) continued[n.parent()] = true;
+  }
+  absl::flat_hash_map<uint32_t, std::vector<size_t>> by_prompt;
+  for (size_t k = 0; k < calls_.size(); ++k) {
+    const v1::LlmCall& c = calls_[k];
+    if (c.has_prompt_last_message() && c.has_response_message() && IsLineage(s.calls[k].role)) {
+      by_prompt[c.prompt_last_message()].push_back(k);
+    }
+  }
+  for (const auto& [prompt, ks] : by_prompt) {
+    if (ks.size() < 2) continue;
+    size_t kept = ks.back();
+    for (size_t k : ks) {
+      if (continued[calls_[k].response_message()]) {
+        kept = k;
+        break;
+      }
+    }
+    for (size_t k : ks) {
+      if (k == kept) continue;
+      s.calls[k] = {
+          v1::CALL_ROLE_RETRY,
+          absl::StrCat("the same prompt as ", calls_[kept].call_id(), ", whose answer ",
+                       continued[calls_[kept].response_message()] ? "the conversation went on from" : "came later")};
+    }
+  }
+  // A branch that ends in a retry is the retry's.
+  absl::flat_hash_map<std::string_view, size_t> index;
+  for (size_t k = 0; k < calls_.size(); ++k) index[calls_[k].call_id()] = k;
+  for (size_t b = 0; b < branches_.size(); ++b) {
+    const auto& ids = branches_[b].call_ids();
+    if (ids.empty()) continue;
+    if (auto it = index.find(*ids.rbegin()); it != index.end() && s.calls[it->second].role == v1::CALL_ROLE_RETRY) {
+      s.branches[b] = s.calls[it->second];
+    }
+  }
+  return s;
+}
 
 void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) const {
   if (format == v1::TRAJECTORY_FORMAT_UNSPECIFIED) format = v1::TRAJECTORY_FORMAT_TRAJECTORY;
@@ -274,10 +474,28 @@ void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) c
     usage->set_cached_prompt_tokens(usage->cached_prompt_tokens() + c.usage().cached_prompt_tokens());
   }
   out->set_failed_call_count(failed);
+  const Settled settled = Settle();
+  v1::RoleCounts* counts = out->mutable_calls_by_role();
+  for (const RoleVerdict& v : settled.calls) {
+    switch (v.role) {
+      case v1::CALL_ROLE_AGENT: counts->set_agent(counts->agent() + 1); break;
+      case v1::CALL_ROLE_AUXILIARY: counts->set_auxiliary(counts->auxiliary() + 1); break;
+      case v1::CALL_ROLE_RETRY: counts->set_retry(counts->retry() + 1); break;
+      case v1::CALL_ROLE_COMPACTION: counts->set_compaction(counts->compaction() + 1); break;
+      case v1::CALL_ROLE_SUBAGENT: counts->set_subagent(counts->subagent() + 1); break;
+      default: break;
+    }
+  }
+  auto settle = [](const RoleVerdict& v, auto* into) {
+    into->set_role(v.role);
+    into->set_role_reason(v.reason);
+  };
   if (format == v1::TRAJECTORY_FORMAT_CALLS) {
     for (const auto& n : nodes_) *out->add_messages() = n;
-    for (const auto& c : calls_) *out->add_calls() = c;
-    for (const auto& b : branches_) *out->add_branches() = b;
+    for (size_t k = 0; k < calls_.size(); ++k) settle(settled.calls[k], &(*out->add_calls() = calls_[k]));
+    for (size_t b = 0; b < branches_.size(); ++b) {
+      settle(settled.branches[b], &(*out->add_branches() = branches_[b]));
+    }
     return;
   }
   // TRAJECTORY form: each branch as one conversation, with the generated mask and token views.
@@ -289,6 +507,11 @@ void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) c
     if (b.has_parent_branch()) ob->set_parent_branch(b.parent_branch());
     ob->set_shared_prefix_messages(b.shared_prefix_messages());
     *ob->mutable_call_ids() = b.call_ids();
+    settle(settled.branches[b.branch_id()], ob);
+    if (b.has_linked_branch()) ob->set_linked_branch(b.linked_branch());
+    // The calls whose answers the conversation holds, in order: a fork's first answers came from its parent's
+    // calls (a retry's sibling, an edited history), and its token view needs them.
+    std::vector<const v1::LlmCall*> answered;
     for (uint32_t index : Chain(b.has_last_message() ? std::optional(b.last_message()) : std::nullopt)) {
       const v1::MessageNode& n = nodes_[index];
       v1::TrajectoryMessage* m = ob->add_messages();
@@ -296,16 +519,22 @@ void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) c
       m->set_generated(n.generated());
       m->set_call_id(n.call_id());
       auto it = call_by_id.find(n.call_id());
+      if (n.generated() && it != call_by_id.end()) m->set_role(settled.calls[it->second - calls_.data()].role);
       if (n.generated() && it != call_by_id.end() && it->second->response_message() == index) {
         *m->mutable_token_ids() = it->second->completion_token_ids();
         *m->mutable_logprobs() = it->second->completion_logprobs();
+        answered.push_back(it->second);
       }
     }
+    if (!b.call_ids().empty()) {  // a last call that failed has no answer, and still counts
+      const v1::LlmCall* last = call_by_id.at(*b.call_ids().rbegin());
+      if (!last->has_response_message()) answered.push_back(last);
+    }
     // Flat token view: first prompt, then each completion and the next prompt's new tokens.
-    bool consistent = b.call_ids_size() > 0;
+    bool consistent = !answered.empty();
     std::vector<int32_t> context;  // previous prompt + completion
-    for (const std::string& id : b.call_ids()) {
-      const v1::LlmCall& c = *call_by_id.at(id);
+    for (const v1::LlmCall* answer : answered) {
+      const v1::LlmCall& c = *answer;
       if (c.prompt_token_ids().empty() || (c.completion_token_ids().empty() && c.error().empty())) {
         consistent = false;
         continue;

@@ -3,7 +3,9 @@
 // canonical JSON, so a call stores only the messages not already stored. A call whose prompt extends a branch's
 // last message continues that branch; any other (a rewritten history) starts a new branch from the branch it
 // shares the longest prefix with. Exports the CALLS form (the store) and the TRAJECTORY form (one linear
-// conversation per branch with a generated mask and token views). Not thread-safe (the session locks it).
+// conversation per branch with a generated mask and token views). Every call and branch gets a role (roles.h):
+// a side call never continues the agent's branch, nor the agent's a side call's. Not thread-safe (the session
+// locks it).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "corral/v1/common.pb.h"
+#include "libs/trajectory/roles.h"
 
 namespace corral {
 
@@ -21,7 +24,11 @@ using RecordedCall = v1::RecordedCall;
 
 class TrajectoryStore {
  public:
-  explicit TrajectoryStore(std::string env_id) : env_id_(std::move(env_id)) {}
+  // `rules`: the session's role rules (SessionPolicy.role_rules), tried before the built-in ones. A call that
+  // already has a role (one replayed from a journal or an exported trajectory) keeps it when it is AUXILIARY, or
+  // a COMPACTION that starts a conversation; other roles are found again.
+  explicit TrajectoryStore(std::string env_id, RoleRules rules = {})
+      : env_id_(std::move(env_id)), rules_(std::move(rules)) {}
 
   // Adds the call; returns it as stored (ids and node indices set). A call that already has a call_id (one
   // replayed from the journal) keeps its seq; new calls continue after the highest seq seen.
@@ -38,7 +45,9 @@ class TrajectoryStore {
   // the prompt stands as sent). A genuine edit of the history is left as it is (it starts a branch).
   std::vector<v1::RestoredMessage> Restore(std::vector<v1::ChatMessage>& prompt) const;
 
-  // Fills the calls, messages and branches of `out` in `format` (TRAJECTORY when unspecified), and totals.
+  // Fills the calls, messages and branches of `out` in `format` (TRAJECTORY when unspecified), and totals. Roles
+  // that only later calls decide are settled here: a prompt sampled again is a RETRY unless the conversation went
+  // on from its answer, and a branch without tools beside agent branches with tools is AUXILIARY.
   void Export(v1::TrajectoryFormat format, v1::Trajectory* out) const;
 
   size_t calls() const { return calls_.size(); }
@@ -56,11 +65,34 @@ class TrajectoryStore {
   uint32_t Node(std::optional<uint32_t> parent, const v1::ChatMessage& message, bool generated,
                 const std::string& call_id);
   std::vector<uint32_t> Chain(std::optional<uint32_t> last) const;  // root first
-  // The branch a call belongs to, given its prompt's last node and how many of the prompt's nodes are new.
-  uint32_t Assign(std::optional<uint32_t> prompt_last, size_t new_nodes, const std::string& call_id);
+  // The role a call's request alone gives it: a preset role it keeps, a rule's, or AUXILIARY for a call without
+  // tools while the agent's carry them.
+  std::optional<RoleVerdict> Verdict(const RecordedCall& recorded) const;
+  // The branch whose conversation the prompt continues (a side call only a side call's, any other call only a
+  // lineage's), given its prompt's last node and how many of the prompt's nodes are new; nullopt: a new branch.
+  std::optional<uint32_t> Continued(std::optional<uint32_t> prompt_last, size_t new_nodes, bool auxiliary) const;
+  // Starts a branch for `recorded` with its role (from `verdict`, else what the session shows), forked from the
+  // branch that stored the longest shared prefix; `opens`: the prompt's first message after the system prompt is
+  // new (the call starts a conversation).
+  uint32_t Open(RecordedCall& recorded, std::optional<uint32_t> prompt_last, size_t new_nodes,
+                const std::optional<RoleVerdict>& verdict, bool opens);
+  // The latest call whose answer `recorded`'s new conversation carries in a user or system message (or, with
+  // `assistants`, as an assistant message too: a summary it continues from), and the
+  // latest lineage call one of whose tool calls has an argument that is its first user message (a subagent's
+  // task): the call's index in calls_, and what to record as the reason.
+  std::optional<std::pair<size_t, std::string>> Summarized(const RecordedCall& recorded, bool assistants) const;
+  std::optional<std::pair<size_t, std::string>> Started(const RecordedCall& recorded) const;
+  // Roles as the whole session settles them (Export): per call and per branch, with reasons.
+  struct Settled {
+    std::vector<RoleVerdict> calls;
+    std::vector<RoleVerdict> branches;
+  };
+  Settled Settle() const;
   void SetLast(uint32_t branch, uint32_t node);
 
   const std::string env_id_;
+  const RoleRules rules_;
+  bool lineage_tools_ = false;  // a lineage call offered tools
   std::vector<v1::MessageNode> nodes_;
   std::vector<uint32_t> depth_;                               // 1 for a root message
   std::vector<uint32_t> owner_;                               // the branch that first stored each node

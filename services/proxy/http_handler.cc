@@ -35,6 +35,7 @@ std::string TranslationRecord(const Dialect& dialect, bool native) {
 // chat body it was translated to — the model, and its sampling keys (the token cap as the dialect's own field).
 json::object NativeBody(json::object native, const json::object& chat, const Rewrite& rewrite, const NativeApi& api) {
   native["model"] = rewrite.model;
+  for (const std::string& key : rewrite.removed_keys) native.erase(key);
   for (const std::string& key : rewrite.set_keys) {
     const json::value* v = chat.if_contains(key);
     if (v == nullptr) continue;
@@ -87,6 +88,7 @@ void DescribeForTheRecord(CallRequest& c) {
   record.set_requested_model(c.rewrite.requested_model);
   record.set_model(c.rewrite.model);
   record.set_stream(c.rewrite.stream);
+  record.set_neutralized_json(c.rewrite.neutralized_json);
   if (c.chat) {
     json::array& messages = c.body["messages"].as_array();
     std::vector<v1::ChatMessage> prompt = MessagesFrom(messages);

@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "boost/json/parse.hpp"
+#include "boost/json/serialize.hpp"
+#include "libs/trajectory/roles.h"
 
 namespace corral::proxy {
 namespace {
@@ -60,7 +62,7 @@ absl::Status ValidatePolicy(const v1::SessionPolicy& p) {
   if (p.sampling_caps().has_max_top_logprobs() && p.sampling_caps().max_top_logprobs() < 0) {
     return absl::InvalidArgumentError("sampling_caps.max_top_logprobs must not be negative");
   }
-  return absl::OkStatus();
+  return ValidateRoleRules(p.role_rules());
 }
 
 absl::StatusOr<std::string> ResolveSessionModel(const v1::SessionPolicy& policy, const std::string& requested,
@@ -148,6 +150,20 @@ PolicyOutcome ApplyPolicy(const v1::SessionPolicy& p, const BudgetUse& used, boo
       body["max_tokens"] = cap;
       rw.set_keys.emplace_back("max_tokens");
     }
+  }
+
+  // The agent's narrowing knobs go (the recorded logprobs are then the policy's); the session's overrides below
+  // still set theirs.
+  if (p.has_neutralize_sampling() ? p.neutralize_sampling() : p.capture_token_ids()) {
+    json::object removed;
+    for (const char* key : kNarrowingKnobs) {
+      auto it = body.find(key);
+      if (it == body.end()) continue;
+      if (!it->value().is_null()) removed[key] = it->value();
+      rw.removed_keys.emplace_back(key);
+      body.erase(it);
+    }
+    if (!removed.empty()) rw.neutralized_json = json::serialize(removed);
   }
 
   // Overrides replace whatever the agent sent.

@@ -24,7 +24,16 @@ struct Rewrite {
   // The sampling keys the policy set on the body (its token cap, its overrides): what a call that goes to its
   // upstream untranslated must carry too.
   std::vector<std::string> set_keys;
+  // The sampling knobs of the agent's that SessionPolicy.neutralize_sampling removed (a native body loses them
+  // too), and their values as a JSON object for the record ("" when none).
+  std::vector<std::string> removed_keys;
+  std::string neutralized_json;
 };
+
+// The knobs SessionPolicy.neutralize_sampling removes: those that reshape the distribution tokens are drawn from.
+inline constexpr const char* kNarrowingKnobs[] = {
+    "top_p",     "top_k", "min_p", "typical_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+    "logit_bias"};
 
 // Why a request is refused before it reaches an upstream; mapped to HTTP by the handler.
 enum class Refusal { kNone, kBadRequest, kModelNotAllowed, kBudgetExhausted };
@@ -42,7 +51,7 @@ struct BudgetUse {
 };
 
 // Validates the policy itself (OpenSession): INVALID_ARGUMENT for an alias to a model outside allowed_models,
-// extra_body_json that is not a JSON object, negative caps.
+// extra_body_json that is not a JSON object, negative caps, a role rule without a condition (roles.h).
 absl::Status ValidatePolicy(const v1::SessionPolicy& policy);
 
 // The model a session's calls use when they name none, chosen at OpenSession: `requested`, else

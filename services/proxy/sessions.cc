@@ -28,7 +28,7 @@ Session::Session(v1::OpenSessionRequest request, absl::Time now, absl::Duration 
       retention_(retention),
       open_time_(now),
       expire_time_(now + ttl),
-      trajectory_(request_.env_id()) {}
+      trajectory_(request_.env_id(), request_.policy().role_rules()) {}
 
 bool Session::open() const {
   absl::MutexLock lock(&mu_);

@@ -94,6 +94,19 @@ class HarnessAgentTest : public SchedulerFixture {
           one_lineage = one_lineage || answered;
         }
         EXPECT_TRUE(one_lineage) << r.trajectory().branches_size() << " branches";
+        // That conversation is the one agent branch, every other call a side call; and it is the SDK's sample.
+        int agent_branches = 0;
+        for (const v1::Branch& b : r.trajectory().branches()) {
+          EXPECT_THAT(b.role(), ::testing::AnyOf(v1::CALL_ROLE_AGENT, v1::CALL_ROLE_AUXILIARY));
+          agent_branches += b.role() == v1::CALL_ROLE_AGENT ? 1 : 0;
+        }
+        EXPECT_EQ(agent_branches, 1);
+        const v1::RoleCounts& roles = r.trajectory().calls_by_role();
+        EXPECT_GE(roles.agent(), 2u);
+        EXPECT_EQ(roles.agent() + roles.auxiliary(), r.trajectory().call_count());
+        if (harness == "opencode") {
+          EXPECT_GE(roles.auxiliary(), 1u) << "its title call";
+        }
       }
     }
   }

@@ -4,6 +4,7 @@
 // the model (--shell-agent): it finds the harness's own shell tool in the request, calls it once with the task's
 // command, then answers. Each harness must really run the command, exit 0 with the answer, and leave a
 // trajectory with the upstream's token ids on every call, recorded under the API the harness speaks.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -42,10 +43,11 @@ class HarnessProxyTest : public ProxyFixture {
     auto harness = ResolveHarness(name);
     EXPECT_THAT(harness, IsOk());
     if (!harness.ok()) return "";
-    if (!proxy_) StartProxy({StartBackend({"--shell-agent"})});
+    if (!proxy_) StartProxy({StartBackend(Recording(name, {"--shell-agent"}))});
     v1::SessionPolicy policy;
     (*policy.mutable_model_aliases())["*"] = "fake-model";
     policy.set_capture_token_ids(true);
+    AddRoleRules(*harness->harness, policy);  // as the scheduler opens a harness's session
     const std::string env_id = "harness-" + name;
     const std::string token = Open(env_id, policy);
     work_ = dir_ + "/work-" + name;
@@ -66,6 +68,17 @@ class HarnessProxyTest : public ProxyFixture {
     log_ = run->Log();
     EXPECT_EQ(status.value_or(-1), 0) << log_;
     return env_id;
+  }
+
+  // The backend's arguments, recording the requests it gets into tests/harness/fixtures/<name>.jsonl when
+  // CORRAL_RECORD_HARNESS_REQUESTS is set (how those fixtures were made: see tests/harness/fixtures/README.md).
+  static std::vector<std::string> Recording(const std::string& name, std::vector<std::string> args) {
+    if (std::getenv("CORRAL_RECORD_HARNESS_REQUESTS") != nullptr) {
+      const std::string log = std::string(CORRAL_SOURCE_DIR) + "/tests/harness/fixtures/" + name + ".jsonl";
+      fs::remove(log);
+      args.push_back("--request-log=" + log);
+    }
+    return args;
   }
 
   // What every harness must have done: run the command, print the answer, and left on each call the path it
@@ -90,7 +103,19 @@ class HarnessProxyTest : public ProxyFixture {
       }
     }
     EXPECT_GE(on_endpoint, 2) << t->ShortDebugString();
+    // One agent conversation: every agent call in one branch, anything else a side call.
+    int agent_branches = 0;
+    for (const v1::Branch& b : t->branches()) {
+      EXPECT_THAT(b.role(), ::testing::AnyOf(v1::CALL_ROLE_AGENT, v1::CALL_ROLE_AUXILIARY)) << b.ShortDebugString();
+      agent_branches += b.role() == v1::CALL_ROLE_AGENT ? 1 : 0;
+    }
+    EXPECT_EQ(agent_branches, 1) << t->ShortDebugString();
+    EXPECT_GE(t->calls_by_role().agent(), 2u);
+    EXPECT_EQ(t->calls_by_role().agent() + t->calls_by_role().auxiliary(), t->call_count());
+    roles_ = *t;
   }
+
+  v1::Trajectory roles_;  // the last run's trajectory, for a harness's own checks
 
   std::string work_, log_;
 };
@@ -108,7 +133,7 @@ TEST_F(HarnessProxyTest, CodexRunsItsShellToolThroughTheResponsesApi) {
 // An upstream that serves /v1/responses itself (as vLLM and SGLang do), declared so: Codex's requests go to it
 // untranslated, streamed back as they came, and are recorded from its answers.
 TEST_F(HarnessProxyTest, CodexThroughAnUpstreamThatServesResponsesItselfGoesNative) {
-  const std::string backend = StartBackend({"--shell-agent", "--native-responses"});
+  const std::string backend = StartBackend(Recording("codex", {"--shell-agent", "--native-responses"}));
   std::ofstream(dir_ + "/proxy.yaml") << "upstreams:\n  - {url: http://" << backend << ", dialects: [responses]}\n";
   StartProxy({}, {"--config=" + dir_ + "/proxy.yaml"});
   const std::string env_id = RunHarness("codex");
@@ -136,7 +161,7 @@ TEST_F(HarnessProxyTest, CodexThroughAnUpstreamThatServesResponsesItselfGoesNati
 
 // The same with an upstream serving /v1/messages itself: Claude Code's calls pass through untranslated.
 TEST_F(HarnessProxyTest, ClaudeCodeThroughAnUpstreamThatServesMessagesItselfGoesNative) {
-  const std::string backend = StartBackend({"--shell-agent", "--native-messages"});
+  const std::string backend = StartBackend(Recording("claude-code", {"--shell-agent", "--native-messages"}));
   std::ofstream(dir_ + "/proxy.yaml") << "upstreams:\n  - {url: http://" << backend << ", dialects: [messages]}\n";
   StartProxy({}, {"--config=" + dir_ + "/proxy.yaml"});
   const std::string env_id = RunHarness("claude-code");
@@ -148,6 +173,11 @@ TEST_F(HarnessProxyTest, ClaudeCodeThroughAnUpstreamThatServesMessagesItselfGoes
 TEST_F(HarnessProxyTest, OpenCodeRunsItsBashToolThroughChatCompletions) {
   const std::string env_id = RunHarness("opencode");
   ExpectTheTaskDone(env_id, "/v1/chat/completions");
+  // Its title call is a side call, named so.
+  EXPECT_GE(roles_.calls_by_role().auxiliary(), 1u) << roles_.ShortDebugString();
+  bool titled = false;
+  for (const v1::LlmCall& c : roles_.calls()) titled |= c.role_reason() == "title generator (opencode)";
+  EXPECT_TRUE(titled) << roles_.ShortDebugString();
 }
 
 TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {

@@ -115,6 +115,10 @@ TEST_F(SchedulerFixture, TheInspectorRendersBatchesGroupsAndTrajectoriesInChromi
   EXPECT_THAT(dom, HasSubstr("done: pears"));         // its final answer
   EXPECT_THAT(dom, HasSubstr("acknowledged by the trainer"));
   EXPECT_THAT(dom, HasSubstr("id=\"timeline\""));
+  // Each call's role: the agent's conversation, the tool loop's two calls.
+  EXPECT_THAT(dom, HasSubstr("role: agent"));
+  EXPECT_THAT(dom, HasSubstr("generated · agent"));
+  EXPECT_THAT(dom, HasSubstr(">2 agent<"));
   EXPECT_EQ(Count(dom, "class=\"tok gen\""), generated);
   EXPECT_EQ(Count(dom, "class=\"tok\""),
             static_cast<size_t>(shown->trajectory().branches(0).token_ids_size()) - generated);

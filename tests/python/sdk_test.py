@@ -668,6 +668,38 @@ class RlTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "capture_token_ids"):
             corral.rl.to_training_sample(r)
 
+    def test_samples_honour_roles_and_the_single_sample_is_the_agents_last_lineage(self):
+        from corral.v1 import common_pb2 as c
+        r = s.EpisodeResult(status=s.EPISODE_STATUS_FINISHED, reward=1.0, llm_calls=6)
+        r.ids.episode_id = "b:g0:e0"
+        counts = r.trajectory.calls_by_role
+        counts.agent, counts.auxiliary, counts.retry, counts.compaction, counts.subagent = 2, 1, 1, 1, 1
+        for i, role in enumerate([c.CALL_ROLE_AGENT, c.CALL_ROLE_AUXILIARY, c.CALL_ROLE_RETRY, c.CALL_ROLE_SUBAGENT,
+                                  c.CALL_ROLE_COMPACTION, c.CALL_ROLE_AUXILIARY]):
+            b = r.trajectory.branches.add(branch_id=i, role=role, tokens_consistent=True)
+            if role in (c.CALL_ROLE_SUBAGENT, c.CALL_ROLE_COMPACTION):
+                b.linked_branch = 0
+            b.token_ids.extend([1, 100 + i])
+            b.token_generated.extend([False, True])
+        samples = corral.rl.to_training_samples(r)
+        self.assertEqual([(x.branch_id, x.role) for x in samples], [(0, "agent"), (3, "subagent"), (4, "compaction")])
+        self.assertEqual(samples[2].linked_branch, 0)
+        self.assertIsNone(samples[0].linked_branch)
+        self.assertEqual(samples[0].role_counts,
+                         {"agent": 2, "auxiliary": 1, "retry": 1, "compaction": 1, "subagent": 1})
+        every = corral.rl.to_training_samples(r, include=corral.rl.ROLES)
+        self.assertEqual(len(every), 6)
+        self.assertEqual([x.branch_id for x in corral.rl.to_training_samples(r, include=["auxiliary"])], [1, 5])
+        # The agent's final conversation: its compaction continuation, not the side call recorded after it.
+        self.assertEqual(corral.rl.to_training_sample(r).branch_id, 4)
+        self.assertEqual(corral.rl.to_training_sample(r, branch=5).role, "auxiliary")
+        with self.assertRaisesRegex(ValueError, "include takes roles"):
+            corral.rl.to_training_samples(r, include=["titles"])
+        # A trajectory of side calls only has no agent sample, and says nothing is wrong with its token ids.
+        del r.trajectory.branches[0]
+        del r.trajectory.branches[2:]
+        self.assertIsNone(corral.rl.to_training_sample(r))
+
     def test_grpo_advantages_are_group_relative_and_skip_what_did_not_finish(self):
         self.assertEqual(corral.rl.grpo_advantages([1, 0, 1, 0], normalize_std=False), [0.5, -0.5, 0.5, -0.5])
         a = corral.rl.grpo_advantages([1, 0, 1, 0])

@@ -76,6 +76,12 @@ void RunReport::Add(const v1::EpisodeResult& r) {
     ++with_sandbox_;
     warm_ += r.warm_sandbox() ? 1 : 0;
   }
+  const v1::RoleCounts& roles = r.trajectory().calls_by_role();
+  roles_.set_agent(roles_.agent() + roles.agent());
+  roles_.set_auxiliary(roles_.auxiliary() + roles.auxiliary());
+  roles_.set_retry(roles_.retry() + roles.retry());
+  roles_.set_compaction(roles_.compaction() + roles.compaction());
+  roles_.set_subagent(roles_.subagent() + roles.subagent());
   episodes_.push_back(std::move(e));
 }
 
@@ -121,6 +127,18 @@ std::string RunReport::Summary(absl::Time now) const {
   for (const auto& [name, n] : by_status) absl::StrAppendFormat(&out, "  %s %d", name, n);
   if (with_sandbox_ > 0)
     absl::StrAppendFormat(&out, "\nwarm pool    %d of %d sandboxes were warm", warm_, with_sandbox_);
+  // The calls a trainer's samples leave out (a harness's side calls, retries), when there were any.
+  if (roles_.auxiliary() + roles_.retry() + roles_.compaction() + roles_.subagent() > 0) {
+    absl::StrAppend(&out, "\nllm calls   ");
+    const std::pair<const char*, uint32_t> by_role[] = {{"agent", roles_.agent()},
+                                                        {"auxiliary", roles_.auxiliary()},
+                                                        {"retry", roles_.retry()},
+                                                        {"compaction", roles_.compaction()},
+                                                        {"subagent", roles_.subagent()}};
+    for (const auto& [name, n] : by_role) {
+      if (n > 0) absl::StrAppendFormat(&out, "  %s %d", name, n);
+    }
+  }
 
   std::map<std::string, std::vector<double>> rewards_by_task;
   for (const Episode& e : episodes_) {

@@ -42,6 +42,7 @@ class RunReport {
   std::vector<Episode> episodes_;
   std::map<std::string, std::vector<absl::Duration>> phases_;  // by phase name
   int with_sandbox_ = 0, warm_ = 0;
+  v1::RoleCounts roles_;  // the episodes' LLM calls by role (Trajectory.calls_by_role), summed
 };
 
 // Episodes that ended, whatever their status.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -495,6 +496,15 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
   if (target == "/admin/stats") {
     co_await responder.Send(200, "application/json", Stats());
     co_return;
+  }
+  if (!options_.request_log.empty() && request.method() == boost::beast::http::verb::post) {
+    boost::system::error_code ec;
+    json::value body = json::parse(request.body(), ec);
+    if (!ec) {
+      absl::MutexLock lock(&log_mu_);
+      std::ofstream(options_.request_log, std::ios::app)
+          << json::serialize(json::object{{"path", target}, {"body", body}}) << "\n";
+    }
   }
   if (target == "/v1/models") {
     co_await responder.Send(200, "application/json", http::ModelListJson(options_.models, "corral-fake-llm"));

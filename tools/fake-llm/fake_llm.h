@@ -41,6 +41,9 @@ struct Options {
   double quota_rps = 0;
   int64_t quota_burst = 1;
   int64_t quota_concurrency = 0;
+  // Append each POST it is sent, as {"path", "body"} on one line, to this file ("" = none): how the harness
+  // request fixtures (tests/harness/fixtures) were recorded.
+  std::string request_log;
 };
 
 // What the arithmetic mode does with one request: a tool call (`arguments` set) or a text reply.
@@ -88,6 +91,7 @@ class FakeLlm {
   std::atomic<int64_t> native_messages_{0};   // and to its own /v1/messages
   mutable absl::Mutex mu_;
   std::vector<std::pair<int64_t, int64_t>> continuations_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex log_mu_;  // request_log lines are whole
   Quota quota_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   schema.Int("quota_concurrency", &options.quota_concurrency,
              "a provider's quota: completions in flight at once (0 = none); beyond it HTTP 429", 0, 1 << 30);
   schema.Int("fail_first", &options.fail_first, "answer the first N completion requests with HTTP 500", 0, 1 << 30);
+  schema.String("request_log", &options.request_log,
+                "append each POST as {\"path\", \"body\"} on one line to this file (recording fixtures)");
   schema.Int("threads", &threads, "I/O threads", 1, 64);
   schema.String("ready_file", &ready_file, "write {\"pid\",\"http\"} here once serving (for supervisors and tests)");
   schema.String("log_level", &log.level, "trace, debug, info, warn, error, critical or off");

@@ -1,6 +1,11 @@
 """Trainer glue: episode results as training samples (token ids, loss mask, per-token logprobs, rewards) and
 GRPO group advantages — the part every RL loop otherwise writes by hand.
 
+Every branch of a trajectory has a role (docs/proxy.md, "Roles"): "agent" (the agent's conversation),
+"auxiliary" (a harness's side call: a title, a summary request), "retry" (a prompt sampled again whose answer the
+conversation did not go on from), "compaction" (a conversation continued from a summary) and "subagent" (one the
+agent started). Samples are made of the agent's, compaction and subagent branches unless `include` says otherwise.
+
 A result's trajectory (TRAJECTORY form) has one flat token view per branch: the first call's prompt tokens, then
 each call's completion tokens and the next call's new prompt tokens (tool outputs, user turns), with a mask that
 is true exactly for the tokens the model generated. That is what verl's agent loop calls prompt_ids +
@@ -15,6 +20,21 @@ from typing import Dict, List, Optional, Sequence
 from corral.v1 import scheduler_pb2
 
 _FINISHED = scheduler_pb2.EPISODE_STATUS_FINISHED
+
+ROLES = ("agent", "auxiliary", "retry", "compaction", "subagent")
+# What to_training_samples trains on by default: the lineages that carry the task.
+TRAINED_ROLES = ("agent", "compaction", "subagent")
+
+
+def role_of(branch) -> str:
+    """A branch's (or a trajectory message's) role as a name; "agent" for trajectories recorded before roles."""
+    return ROLES[branch.role - 1] if 1 <= branch.role <= len(ROLES) else "agent"
+
+
+def role_counts(result: scheduler_pb2.EpisodeResult) -> Dict[str, int]:
+    """How many of the episode's LLM calls had each role."""
+    counts = result.trajectory.calls_by_role
+    return {role: getattr(counts, role) for role in ROLES}
 
 
 @dataclasses.dataclass
@@ -35,6 +55,11 @@ class TrainingSample:
     # Asynchronous RL: per response token, the policy version that generated it (-1 where not generated); empty
     # when the trajectory predates policy versions.
     versions: List[int] = dataclasses.field(default_factory=list)
+    role: str = "agent"       # the branch's role (ROLES)
+    # COMPACTION and SUBAGENT: the agent branch it continues or was started from; else None.
+    linked_branch: Optional[int] = None
+    # The episode's LLM calls per role (role_counts): what was trained on and what was left out.
+    role_counts: Dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def input_ids(self) -> List[int]:
@@ -45,14 +70,25 @@ def _status(result: scheduler_pb2.EpisodeResult) -> str:
     return scheduler_pb2.EpisodeStatus.Name(result.status)[len("EPISODE_STATUS_"):].lower()
 
 
-def to_training_samples(result: scheduler_pb2.EpisodeResult) -> List[TrainingSample]:
-    """Every branch of the result's trajectory as a sample (most episodes have one). ValueError when the
-    trajectory carries no token ids: the scheduler's capture_token_ids (default on) must be set and the backend
-    must return them (vLLM and SGLang do)."""
+def to_training_samples(result: scheduler_pb2.EpisodeResult,
+                        include: Sequence[str] = TRAINED_ROLES) -> List[TrainingSample]:
+    """The branches of the result's trajectory whose role is in `include` as samples: by default the agent's
+    conversation (most episodes have one), compaction continuations and subagents — never a harness's side call or
+    a discarded retry. ValueError for a role not in ROLES, or when the trajectory carries no token ids: the
+    scheduler's capture_token_ids (default on) must be set and the backend must return them (vLLM and SGLang
+    do)."""
+    unknown = [r for r in include if r not in ROLES]
+    if unknown or isinstance(include, str):
+        raise ValueError(f"include takes roles from {ROLES}, got {include!r}")
     samples = []
     reward = result.reward if result.status == _FINISHED and result.HasField("reward") else 0.0
+    counts = role_counts(result)
+    any_tokens = False
     for branch in result.trajectory.branches:
         if not branch.token_ids:
+            continue
+        any_tokens = True
+        if role_of(branch) not in include:
             continue
         ids = list(branch.token_ids)
         generated = list(branch.token_generated)
@@ -63,19 +99,25 @@ def to_training_samples(result: scheduler_pb2.EpisodeResult) -> List[TrainingSam
             branch_id=branch.branch_id, prompt_ids=ids[:start], response_ids=ids[start:],
             loss_mask=[1 if g else 0 for g in generated[start:]], logprobs=logprobs[start:], reward=reward,
             step_rewards=list(result.step_rewards), status=_status(result),
-            tokens_consistent=branch.tokens_consistent, versions=list(branch.token_versions)[start:]))
-    if not samples and result.llm_calls > 0:
+            tokens_consistent=branch.tokens_consistent, versions=list(branch.token_versions)[start:],
+            role=role_of(branch),
+            linked_branch=branch.linked_branch if branch.HasField("linked_branch") else None,
+            role_counts=counts))
+    if not any_tokens and result.llm_calls > 0:
         raise ValueError(f"episode {result.ids.episode_id} has no token ids in its trajectory: enable "
                          "capture_token_ids in the scheduler (or the session policy) and use a backend that "
                          "returns token ids, or stream results with trajectory_format='trajectory'")
     return samples
 
 
-def to_training_sample(result: scheduler_pb2.EpisodeResult, branch: int = -1) -> Optional[TrainingSample]:
-    """One branch of the result as a sample (by default the last, the conversation as it ended); None when the
-    episode made no LLM call."""
-    samples = to_training_samples(result)
-    return samples[branch] if samples else None
+def to_training_sample(result: scheduler_pb2.EpisodeResult,
+                       branch: Optional[int] = None) -> Optional[TrainingSample]:
+    """The agent's final conversation as a sample: its last agent or compaction branch (never a side call, a retry
+    or a subagent), or the branch whose id is `branch`; None when there is none (no LLM call was made)."""
+    if branch is not None:
+        return next((s for s in to_training_samples(result, include=ROLES) if s.branch_id == branch), None)
+    samples = to_training_samples(result, include=("agent", "compaction"))
+    return samples[-1] if samples else None
 
 
 def grpo_advantages(rewards: Sequence[float], *, normalize_std: bool = True, eps: float = 1e-6) -> List[float]:

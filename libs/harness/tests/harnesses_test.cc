@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "libs/trajectory/roles.h"
 #include "tests/support/subprocess.h"
 
 namespace corral {
@@ -47,6 +48,33 @@ TEST(InstalledHarnesses, ListsTheVersionsWhoseProgramIsInstalled) {
   for (const HarnessChoice& c : InstalledHarnesses(root)) ids.push_back(c.id());
   EXPECT_THAT(ids, ::testing::ElementsAre("codex@0.169.0", "codex@0.171.0"));
   EXPECT_THAT(InstalledHarnesses(root + "/missing"), ::testing::IsEmpty());
+}
+
+// Each harness's role rules reach a session policy valid, in order, and match the side calls they describe.
+TEST(HarnessRoles, EveryHarnessHasValidRulesAndOpenCodesTitleCallMatches) {
+  for (const Harness& h : Harnesses()) {
+    v1::SessionPolicy policy;
+    policy.add_role_rules()->set_reason("the task's own, first");
+    AddRoleRules(h, policy);
+    ASSERT_EQ(policy.role_rules_size(), 1 + static_cast<int>(h.roles.size())) << h.name;
+    EXPECT_EQ(policy.role_rules(0).reason(), "the task's own, first");
+    policy.mutable_role_rules()->DeleteSubrange(0, 1);
+    EXPECT_THAT(ValidateRoleRules(policy.role_rules()), IsOk()) << h.name;
+    EXPECT_FALSE(h.roles.empty()) << h.name;
+  }
+  v1::SessionPolicy policy;
+  AddRoleRules(*ResolveHarness("opencode")->harness, policy);
+  v1::RecordedCall title;
+  title.add_prompt()->set_role("system");
+  title.mutable_prompt(0)->set_content("You are a title generator. You output ONLY a thread title. Nothing else.");
+  title.add_prompt()->set_role("user");
+  title.mutable_prompt(1)->set_content("fix the bug");
+  const auto verdict = MatchRoleRule(policy.role_rules(), title);
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_EQ(verdict->role, v1::CALL_ROLE_AUXILIARY);
+  EXPECT_EQ(verdict->reason, "title generator (opencode)");
+  title.mutable_prompt(0)->set_content("You are opencode, an interactive CLI tool");
+  EXPECT_FALSE(MatchRoleRule(policy.role_rules(), title).has_value());
 }
 
 }  // namespace

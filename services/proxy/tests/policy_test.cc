@@ -67,6 +67,42 @@ TEST(PolicyTest, MalformedRequestsAndDisallowedModelsAreRefused) {
   EXPECT_EQ(ApplyPolicy(p, {}, false, completion).refusal, Refusal::kBadRequest);
 }
 
+TEST(PolicyTest, CapturingTokenIdsNeutralisesTheAgentsNarrowingKnobsAndSaysWhichUnlessTheTaskKeepsThem) {
+  const std::string sent = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.7,
+      "top_p":0.95,"top_k":20,"min_p":0.05,"presence_penalty":1.5,"repetition_penalty":1.05,"logit_bias":null})";
+  v1::SessionPolicy p;
+  p.set_capture_token_ids(true);
+  json::object body = Body(sent);
+  PolicyOutcome out = ApplyPolicy(p, {}, /*chat=*/true, body);
+  ASSERT_EQ(out.refusal, Refusal::kNone) << out.message;
+  for (const char* knob : kNarrowingKnobs) EXPECT_FALSE(body.contains(knob)) << knob;
+  EXPECT_EQ(body["temperature"].as_double(), 0.7) << "the temperature is the agent's";
+  EXPECT_EQ(json::parse(out.rewrite.neutralized_json),
+            json::parse(R"({"top_p":0.95,"top_k":20,"min_p":0.05,"presence_penalty":1.5,"repetition_penalty":1.05})"));
+  EXPECT_THAT(out.rewrite.removed_keys, ::testing::Contains("logit_bias"));
+  // The trainer's own override still applies.
+  p.mutable_sampling_overrides()->set_top_p(0.9);
+  body = Body(sent);
+  ApplyPolicy(p, {}, /*chat=*/true, body);
+  EXPECT_EQ(body["top_p"].as_double(), 0.9);
+  EXPECT_FALSE(body.contains("top_k"));
+  // A task that needs the agent's sampling keeps it; without token capture nothing changes by default.
+  p.clear_sampling_overrides();
+  p.set_neutralize_sampling(false);
+  body = Body(sent);
+  out = ApplyPolicy(p, {}, /*chat=*/true, body);
+  EXPECT_EQ(body["top_k"].as_int64(), 20);
+  EXPECT_TRUE(out.rewrite.neutralized_json.empty());
+  v1::SessionPolicy plain;
+  body = Body(sent);
+  ApplyPolicy(plain, {}, /*chat=*/true, body);
+  EXPECT_EQ(body["top_p"].as_double(), 0.95);
+  plain.set_neutralize_sampling(true);
+  body = Body(sent);
+  ApplyPolicy(plain, {}, /*chat=*/true, body);
+  EXPECT_FALSE(body.contains("top_p"));
+}
+
 TEST(PolicyTest, APolicyThatContradictsItselfIsInvalid) {
   v1::SessionPolicy p;
   p.add_allowed_models("m");
@@ -75,6 +111,9 @@ TEST(PolicyTest, APolicyThatContradictsItselfIsInvalid) {
   v1::SessionPolicy q;
   q.mutable_sampling_overrides()->set_extra_body_json("[1,2]");
   EXPECT_THAT(ValidatePolicy(q), StatusIs(absl::StatusCode::kInvalidArgument));
+  v1::SessionPolicy r;
+  r.add_role_rules()->set_role(v1::CALL_ROLE_AUXILIARY);
+  EXPECT_THAT(ValidatePolicy(r), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("role_rules[0]")));
 }
 
 using Served = std::optional<std::vector<std::string>>;

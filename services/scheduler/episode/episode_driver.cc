@@ -11,6 +11,7 @@
 #include "libs/async/sleep.h"
 #include "libs/async/spawn.h"
 #include "libs/core/logging.h"
+#include "libs/harness/harnesses.h"
 #include "libs/http/server.h"
 #include "services/scheduler/episode/branching.h"
 #include "services/scheduler/episode/env_runner.h"
@@ -228,6 +229,12 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::OpenSession(Attempt& a) {
   if (options_.capture_token_ids) {
     policy.set_capture_token_ids(true);
     policy.set_capture_logprobs(true);
+  }
+  // The scheduler's own runners send the task's llm.params_json: the trainer's sampling, kept, not an agent's.
+  if (task.runner() != v1::RUNNER_AGENT && !policy.has_neutralize_sampling()) policy.set_neutralize_sampling(false);
+  // A harness's side calls and compaction get their roles from its entry's rules, after the task's own.
+  if (task.runner() == v1::RUNNER_AGENT && !task.agent().harness().empty()) {
+    if (auto harness = ResolveHarness(task.agent().harness()); harness.ok()) AddRoleRules(*harness->harness, policy);
   }
   if (task.llm().seed_sampling()) {
     policy.mutable_sampling_overrides()->set_seed(static_cast<int64_t>(a.ticket.ids.seed() & 0x7fffffffffffffffULL));

@@ -188,7 +188,8 @@
     return h('div', { class: 'msg' + (m.generated ? ' generated' : ''), 'data-role': msg.role },
       h('div', { class: 'role' }, msg.role + (msg.name ? ' · ' + msg.name : '') +
         (msg.tool_call_id ? ' · ' + msg.tool_call_id : ''),
-        m.generated ? pill('generated' + (tokens ? ', ' + tokens + ' tokens' : ''), 'FINISHED') : null),
+        m.generated ? pill('generated · ' + roleName(m.role) + (tokens ? ', ' + tokens + ' tokens' : ''), 'FINISHED')
+                    : null),
       body);
   }
 
@@ -209,6 +210,13 @@
         (ids.length > kMaxTokens ? ' · first ' + kMaxTokens + ' shown' : '')),
       h('div', { class: 'tokens', id: 'tokens' }, shown),
     ];
+  }
+
+  // A CallRole as the trainer reads it: "agent", "auxiliary", ... (older trajectories have none: "agent").
+  function roleName(role) {
+    if (role === undefined || role === null || role === 0 || role === 'CALL_ROLE_UNSPECIFIED') return 'agent';
+    if (typeof role === 'number') return ['agent', 'agent', 'auxiliary', 'retry', 'compaction', 'subagent'][role] || 'agent';
+    return String(role).replace('CALL_ROLE_', '').toLowerCase();
   }
 
   async function episodeView(id, branchArg) {
@@ -246,14 +254,22 @@
       try { details = JSON.stringify(JSON.parse(details), null, 2); } catch (e) { /* shown as is */ }
       out.push(h('h2', {}, 'Reward details'), h('pre', { class: 'out' }, details));
     }
+    const roles = trajectory.calls_by_role || {};
+    const counts = ['agent', 'auxiliary', 'retry', 'compaction', 'subagent'].filter((k) => roles[k])
+      .map((k) => roles[k] + ' ' + k).join(', ');
+    if (counts) out.splice(2, 0, kv([['calls by role', h('span', { id: 'role-counts' }, counts)]]));
     if (branches.length > 1) {
       out.push(h('h2', {}, 'Branches'), h('div', { class: 'branches' }, branches.map((b, i) =>
-        h('a', { href: '#/episode/' + enc(id) + '/b' + i, class: i === bi ? 'current' : null },
-          'branch ' + b.branch_id + ' (' + (b.messages || []).length + ' messages' +
-          (b.parent_branch !== undefined ? ', from ' + b.parent_branch : '') + ')'))));
+        h('a', { href: '#/episode/' + enc(id) + '/b' + i, class: i === bi ? 'current' : null,
+                 title: b.role_reason || null },
+          'branch ' + b.branch_id + ' · ' + roleName(b.role) + ' (' + (b.messages || []).length + ' messages' +
+          (b.parent_branch !== undefined ? ', from ' + b.parent_branch : '') +
+          (b.linked_branch !== undefined ? ', continues ' + b.linked_branch : '') + ')'))));
     }
     if (branch) {
       out.push(h('h2', {}, 'Conversation' + (branches.length > 1 ? ' (branch ' + branch.branch_id + ')' : '')),
+               h('p', { class: 'muted', id: 'branch-role' }, 'role: ' + roleName(branch.role) +
+                 (branch.role_reason ? ' — ' + branch.role_reason : '')),
                h('div', { class: 'conversation', id: 'conversation' }, (branch.messages || []).map(message)),
                h('h2', {}, 'Tokens as the loss mask sees them'), tokenView(branch));
     } else {

@@ -26,6 +26,9 @@ TEST_F(EpisodeDriverTest, SingleTurnIsRewardedFromTheReplyWithoutASandbox) {
   ASSERT_THAT(proxy_->opened(), SizeIs(1));
   EXPECT_EQ(proxy_->opened()[0].env_id(), ticket.env_id);
   EXPECT_TRUE(proxy_->opened()[0].policy().capture_token_ids());
+  // The scheduler's own calls carry the task's sampling: not neutralised.
+  ASSERT_TRUE(proxy_->opened()[0].policy().has_neutralize_sampling());
+  EXPECT_FALSE(proxy_->opened()[0].policy().neutralize_sampling());
   EXPECT_THAT(proxy_->closed(), ::testing::ElementsAre(ticket.env_id));
   EXPECT_THAT(proxy_->acked(), ::testing::ElementsAre(ticket.env_id));
   EXPECT_EQ(limiter_.granted("llm"), 1);
@@ -55,6 +58,10 @@ TEST_F(EpisodeDriverTest, AgentRunsInASandboxThenTheVerifierDecidesAndTheSandbox
   const v1::SandboxSpec& spec = created[0];
   EXPECT_EQ(spec.network_policy(), v1::NETWORK_POLICY_PROXY_ONLY);
   EXPECT_THAT(spec.allowed_ports(), ::testing::ElementsAre(4000));  // the session's base URL
+  // An agent program's session: its sampling knobs are neutralised by the proxy's default, no rules of a harness.
+  ASSERT_THAT(proxy_->opened(), SizeIs(1));
+  EXPECT_FALSE(proxy_->opened()[0].policy().has_neutralize_sampling());
+  EXPECT_THAT(proxy_->opened()[0].policy().role_rules(), IsEmpty());
   ASSERT_THAT(host().execs(), SizeIs(2));
   EXPECT_EQ(host().execs()[0].command().argv(0), "run-agent");
   EXPECT_EQ(host().execs()[0].command().env().at("OPENAI_BASE_URL"), "http://127.0.0.1:4000/v1");

@@ -71,6 +71,14 @@ TEST(RunReportTest, TheSummaryHasTheStatusMixRewardsPerTaskPhasesAndTheSlowest) 
   EXPECT_LT(s.find("b:hard:e1"), s.find("b:hard:e0"));
   EXPECT_THAT(s, HasSubstr("verifier crashed"));
   EXPECT_THAT(s, HasSubstr("0 of 4 sandboxes were warm"));
+  EXPECT_THAT(s, ::testing::Not(HasSubstr("llm calls"))) << "only the agent's calls: nothing to say";
+  // A harness's side calls and a retry are counted: what the trainer's samples leave out.
+  v1::EpisodeResult harness = Result("agentic", 0, v1::EPISODE_STATUS_FINISHED, 1.0, absl::Seconds(3));
+  harness.mutable_trajectory()->mutable_calls_by_role()->set_agent(5);
+  harness.mutable_trajectory()->mutable_calls_by_role()->set_auxiliary(2);
+  harness.mutable_trajectory()->mutable_calls_by_role()->set_retry(1);
+  report.Add(harness);
+  EXPECT_THAT(report.Summary(kStart + absl::Seconds(40)), HasSubstr("llm calls     agent 5  auxiliary 2  retry 1"));
 }
 
 TEST(RunReportTest, DurationsReadLikeAPersonWritesThem) {
