@@ -65,6 +65,25 @@ void AppendCanonicalJson(std::string& out, const v1::ChatMessage& m) {
   out.append(first ? "{}" : "}");
 }
 
+// The same identity as the canonical JSON (every field compared; an empty one is absent there too), without
+// building it: how a prompt is matched against the messages stored below the one before it.
+bool SameMessage(const v1::ChatMessage& a, const v1::ChatMessage& b) {
+  if (a.role() != b.role() || a.content() != b.content() || a.content_parts_json() != b.content_parts_json() ||
+      a.reasoning_content() != b.reasoning_content() || a.tool_call_id() != b.tool_call_id() || a.name() != b.name() ||
+      a.tool_calls_size() != b.tool_calls_size()) {
+    return false;
+  }
+  for (int i = 0; i < a.tool_calls_size(); ++i) {
+    const v1::ToolCall& x = a.tool_calls(i);
+    const v1::ToolCall& y = b.tool_calls(i);
+    if (x.id() != y.id() || x.type() != y.type() || x.function_name() != y.function_name() ||
+        x.arguments() != y.arguments()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string TrajectoryStore::ChainHash(const std::string& parent_hash, const v1::ChatMessage& message) {
@@ -99,12 +118,15 @@ uint32_t TrajectoryStore::Node(std::optional<uint32_t> parent, const v1::ChatMes
   depth_.push_back(parent ? depth_[*parent] + 1 : 1);
   by_hash_.emplace(hash, node.index());
   if (generated) generated_below_[below].push_back(node.index());
+  children_[below].push_back(node.index());
   nodes_.push_back(std::move(node));
   return nodes_.back().index();
 }
 
-std::vector<v1::RestoredMessage> TrajectoryStore::Restore(std::vector<v1::ChatMessage>& prompt) const {
+std::vector<v1::RestoredMessage> TrajectoryStore::Restore(std::vector<v1::ChatMessage>& prompt,
+                                                          std::vector<uint32_t>* matched) const {
   std::vector<v1::RestoredMessage> restored;
+  if (matched != nullptr) matched->clear();
   std::optional<uint32_t> at;  // the stored node the prompt has matched so far; nullopt at the root
   bool known = true;           // every message so far is stored (else the rest is new history)
   absl::flat_hash_map<std::string, std::string> ids;  // tool-call ids the agent renamed → the model's
@@ -116,9 +138,17 @@ std::vector<v1::RestoredMessage> TrajectoryStore::Restore(std::vector<v1::ChatMe
       changes.push_back("tool_call_id");
     }
     if (known) {
-      const std::string hash = ChainHash(at ? nodes_[*at].hash() : "", m);
-      if (auto it = by_hash_.find(hash); it != by_hash_.end()) {
-        at = it->second;
+      std::optional<uint32_t> stored;  // the node below `at` that is this message (compared, not hashed)
+      if (auto kids = children_.find(at ? static_cast<int64_t>(*at) : -1); kids != children_.end()) {
+        for (uint32_t kid : kids->second) {
+          if (SameMessage(nodes_[kid].message(), m)) {
+            stored = kid;
+            break;
+          }
+        }
+      }
+      if (stored) {
+        at = stored;
       } else {
         known = false;
         auto below = generated_below_.find(at ? static_cast<int64_t>(*at) : -1);
@@ -134,6 +164,7 @@ std::vector<v1::RestoredMessage> TrajectoryStore::Restore(std::vector<v1::ChatMe
         }
       }
     }
+    if (known && matched != nullptr) matched->push_back(*at);
     if (!changes.empty()) {
       v1::RestoredMessage& r = restored.emplace_back();
       r.set_index(static_cast<uint32_t>(i));
@@ -308,12 +339,12 @@ const v1::LlmCall& TrajectoryStore::Record(RecordedCall recorded) {
   return calls_.back();
 }
 
-void TrajectoryStore::RecordKeeping(RecordedCall& recorded) {
-  Place(recorded);
+void TrajectoryStore::RecordKeeping(RecordedCall& recorded, std::span<const uint32_t> matched) {
+  Place(recorded, matched);
   calls_.push_back(recorded.call());
 }
 
-void TrajectoryStore::Place(RecordedCall& recorded) {
+void TrajectoryStore::Place(RecordedCall& recorded, std::span<const uint32_t> matched) {
   v1::LlmCall& call = *recorded.mutable_call();
   if (call.call_id().empty()) {
     call.set_seq(next_seq_);
@@ -324,8 +355,15 @@ void TrajectoryStore::Place(RecordedCall& recorded) {
   std::optional<uint32_t> last;
   bool opens = false;  // the first message after the system prompt is new
   bool past_system = false;
-  for (const v1::ChatMessage& m : recorded.prompt()) {
-    last = Node(last, m, /*generated=*/false, call.call_id());
+  for (int i = 0; i < recorded.prompt_size(); ++i) {
+    const v1::ChatMessage& m = recorded.prompt(i);
+    // A message Restore matched is that node (nodes never change), unless it is not below the one before.
+    const size_t k = static_cast<size_t>(i);
+    const bool below =
+        k < matched.size() && matched[k] < nodes_.size() && nodes_[matched[k]].has_parent() == last.has_value() &&
+        (!last || nodes_[matched[k]].parent() == *last) && nodes_[matched[k]].message().role() == m.role() &&
+        nodes_[matched[k]].message().content().size() == m.content().size();
+    last = below ? matched[k] : Node(last, m, /*generated=*/false, call.call_id());
     if (!past_system && m.role() != "system" && m.role() != "developer") {
       past_system = true;
       opens = *last >= before;

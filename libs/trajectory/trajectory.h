@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,9 @@ class TrajectoryStore {
   // replayed from the journal) keeps its seq; new calls continue after the highest seq seen.
   const v1::LlmCall& Record(RecordedCall recorded);
   // The same, keeping `recorded` whole: its call is set to the call as stored, and the store keeps a copy of
-  // that call (the proxy journals the whole record next, without copying its messages).
-  void RecordKeeping(RecordedCall& recorded);
+  // that call (the proxy journals the whole record next, without copying its messages). `matched`: the nodes
+  // Restore matched the prompt's first messages to, which are then not hashed again.
+  void RecordKeeping(RecordedCall& recorded, std::span<const uint32_t> matched = {});
   // Marks a recorded call failed (e.g. it could not be journaled).
   void MarkFailed(uint32_t seq, const std::string& error, int http_status);
 
@@ -43,7 +45,9 @@ class TrajectoryStore {
   // (resent.h) where the store holds the model's own at that point of the conversation becomes the model's, and
   // a tool result naming a renamed tool-call id gets the model's id. What was restored, by prompt index (empty:
   // the prompt stands as sent). A genuine edit of the history is left as it is (it starts a branch).
-  std::vector<v1::RestoredMessage> Restore(std::vector<v1::ChatMessage>& prompt) const;
+  // `matched`, when given, gets the stored node of each of the prompt's first messages that the store holds.
+  std::vector<v1::RestoredMessage> Restore(std::vector<v1::ChatMessage>& prompt,
+                                           std::vector<uint32_t>* matched = nullptr) const;
 
   // Fills the calls, messages and branches of `out` in `format` (TRAJECTORY when unspecified), and totals. Roles
   // that only later calls decide are settled here: a prompt sampled again is a RETRY unless the conversation went
@@ -60,7 +64,7 @@ class TrajectoryStore {
 
  private:
   // Sets the call's ids and node indices, adding its messages to the tree (Record's work but keeping the call).
-  void Place(RecordedCall& recorded);
+  void Place(RecordedCall& recorded, std::span<const uint32_t> matched = {});
   // Appends `message` below `parent` (or finds the identical node there); returns its index.
   uint32_t Node(std::optional<uint32_t> parent, const v1::ChatMessage& message, bool generated,
                 const std::string& call_id);
@@ -98,7 +102,8 @@ class TrajectoryStore {
   std::vector<uint32_t> owner_;                               // the branch that first stored each node
   absl::flat_hash_map<uint32_t, uint32_t> branch_ending_at_;  // a branch's last message → that branch
   absl::flat_hash_map<std::string, uint32_t> by_hash_;
-  // The generated nodes below each node (-1: at the root), for Restore.
+  // The nodes, and the generated nodes, below each node (-1: at the root), for Restore.
+  absl::flat_hash_map<int64_t, std::vector<uint32_t>> children_;
   absl::flat_hash_map<int64_t, std::vector<uint32_t>> generated_below_;
   std::vector<v1::LlmCall> calls_;
   uint32_t next_seq_ = 0;

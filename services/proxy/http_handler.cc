@@ -93,7 +93,7 @@ void DescribeForTheRecord(CallRequest& c) {
     json::array& messages = c.body["messages"].as_array();
     std::vector<v1::ChatMessage> prompt = MessagesFrom(messages);
     if (prompt.size() == messages.size()) {  // the model's own messages where the agent re-serialized them
-      std::vector<v1::RestoredMessage> restored = c.session->Restore(prompt);
+      std::vector<v1::RestoredMessage> restored = c.session->Restore(prompt, &c.prompt_nodes);
       WriteRestored(prompt, restored, messages);
       for (v1::RestoredMessage& r : restored) *record.add_restored() = std::move(r);
     }

@@ -86,8 +86,9 @@ void SessionLedger::Expire() {
   UpdateGauge();
 }
 
-boost::asio::awaitable<absl::Status> SessionLedger::RecordCall(Session& session, RecordedCall& call) {
-  session.EndCall(call);  // journaled as stored: ids and node indices included
+boost::asio::awaitable<absl::Status> SessionLedger::RecordCall(Session& session, RecordedCall& call,
+                                                               std::vector<uint32_t> matched) {
+  session.EndCall(call, matched);  // journaled as stored: ids and node indices included
   const uint32_t seq = call.call().seq();
   const absl::Time commit_start = clock_->Now();
   absl::Status journaled = co_await journal_->AppendCall(session.env_id(), call);

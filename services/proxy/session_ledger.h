@@ -49,7 +49,8 @@ class SessionLedger {
   // Records a finished call in its session and makes it durable; resumes on the caller's executor. `call` (the
   // caller's, kept alive until then) is set to the call as stored. A call that cannot be journaled is marked
   // failed in the trajectory (INTERNAL).
-  boost::asio::awaitable<absl::Status> RecordCall(Session& session, RecordedCall& call);
+  boost::asio::awaitable<absl::Status> RecordCall(Session& session, RecordedCall& call,
+                                                  std::vector<uint32_t> matched = {});
 
   SessionStore& store() { return *store_; }
 

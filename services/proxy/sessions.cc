@@ -65,11 +65,11 @@ void Session::AddUsage(const v1::Usage& u) {
   usage_.set_total_tokens(usage_.total_tokens() + u.total_tokens());
 }
 
-void Session::EndCall(RecordedCall& call) {
+void Session::EndCall(RecordedCall& call, std::span<const uint32_t> matched) {
   absl::MutexLock lock(&mu_);
   if (inflight_ > 0) --inflight_;
   AddUsage(call.call().usage());
-  trajectory_.RecordKeeping(call);
+  trajectory_.RecordKeeping(call, matched);
 }
 
 void Session::Replay(RecordedCall call) {
@@ -78,9 +78,10 @@ void Session::Replay(RecordedCall call) {
   trajectory_.Record(std::move(call));
 }
 
-std::vector<v1::RestoredMessage> Session::Restore(std::vector<v1::ChatMessage>& prompt) const {
+std::vector<v1::RestoredMessage> Session::Restore(std::vector<v1::ChatMessage>& prompt,
+                                                  std::vector<uint32_t>* matched) const {
   absl::MutexLock lock(&mu_);
-  return trajectory_.Restore(prompt);
+  return trajectory_.Restore(prompt, matched);
 }
 
 void Session::SetUpstream(const std::string& name) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,15 +51,17 @@ class Session {
   // (EndCall, setting it to the call as stored), or is abandoned without a record (AbandonCall, on an internal
   // error).
   bool TryBeginCall();
-  // Records `call` and sets its call to the call as stored (seq, ids and node indices).
-  void EndCall(RecordedCall& call);
+  // Records `call` and sets its call to the call as stored (seq, ids and node indices); `matched` as Restore
+  // gave it for the call's prompt.
+  void EndCall(RecordedCall& call, std::span<const uint32_t> matched = {});
   void AbandonCall();
   // The recorded call `seq` failed after all (its journaling did): the trajectory must not show it succeeded.
   void FailCall(uint32_t seq, const std::string& error, int http_status);
   // Replays a journaled call (after a restart).
   void Replay(RecordedCall call);
   // A new call's prompt as the model wrote it (TrajectoryStore::Restore): what was restored.
-  std::vector<v1::RestoredMessage> Restore(std::vector<v1::ChatMessage>& prompt) const;
+  std::vector<v1::RestoredMessage> Restore(std::vector<v1::ChatMessage>& prompt,
+                                           std::vector<uint32_t>* matched = nullptr) const;
   void SetUpstream(const std::string& name);
   std::string upstream() const;
 

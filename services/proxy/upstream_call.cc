@@ -312,7 +312,8 @@ asio::awaitable<absl::Status> UpstreamCall::Record() {
   call.set_http_status(ok ? 200 : error_->http_status);
   call.set_error(ok ? "" : error_->message);
   recorded_ = true;  // the ledger records it before its first suspension
-  absl::Status stored = co_await parts_.ledger->RecordCall(*request_.session, request_.recorded);
+  std::vector<uint32_t> prompt_nodes = std::move(request_.prompt_nodes);
+  absl::Status stored = co_await parts_.ledger->RecordCall(*request_.session, request_.recorded, prompt_nodes);
   journal_failed_ = !stored.ok();
   const v1::Usage& usage = call.usage();
   // The token quotas were charged an estimate: now the reported usage (none reported: the estimate stands for a

@@ -72,7 +72,8 @@ struct CallRequest {
   bool native = false;
   boost::json::object native_body;
   absl::Time received;
-  RecordedCall recorded;  // what the request says (prompt, params, tools, model)
+  RecordedCall recorded;               // what the request says (prompt, params, tools, model)
+  std::vector<uint32_t> prompt_nodes;  // the stored nodes its prompt's first messages are (Session::Restore)
 };
 
 class UpstreamCall {

@@ -221,6 +221,27 @@ TEST(TrajectoryStoreRestoreTest, ReEncodedArgumentsAndRenamedIdsAreTheModelsMess
   EXPECT_EQ(third[2].tool_call_id(), "call_1");
 }
 
+TEST(TrajectoryStoreRestoreTest, TheNodesRestoreMatchedAreRecordedWithoutHashingAndABadHintIsIgnored) {
+  TrajectoryStore store("env-1");
+  store.Record(CallReplying({Msg("system", "s"), Msg("user", "u")}, Msg("assistant", "a")));
+  std::vector<v1::ChatMessage> prompt = {Msg("system", "s"), Msg("user", "u"), Msg("assistant", "a"),
+                                         Msg("user", "next")};
+  std::vector<uint32_t> matched;
+  store.Restore(prompt, &matched);
+  EXPECT_THAT(matched, ::testing::ElementsAre(0u, 1u, 2u)) << "the stored prefix, not the new message";
+  RecordedCall call = CallReplying(prompt, Msg("assistant", "b"));
+  store.RecordKeeping(call, matched);
+  EXPECT_EQ(call.call().prompt_last_message(), 3u);
+  EXPECT_EQ(store.nodes(), 5u);
+  EXPECT_EQ(store.branches(), 1u);
+  // A hint that does not fit (another parent, out of range) is hashed instead: the same nodes.
+  RecordedCall again = CallReplying(prompt, Msg("assistant", "c"));
+  const std::vector<uint32_t> bad = {1, 99, 0};
+  store.RecordKeeping(again, bad);
+  EXPECT_EQ(again.call().prompt_last_message(), 3u);
+  EXPECT_EQ(store.nodes(), 6u);
+}
+
 TEST(TrajectoryStoreRestoreTest, TrimmedContentAndLeftOutReasoningAreTheModelsMessage) {
   TrajectoryStore store("env-1");
   v1::ChatMessage sampled = Msg("assistant", "The answer is 4.\n");
