@@ -1,0 +1,25 @@
+// Runs one /run_code request (run_code.h) in a sandbox it is handed: the code and files written to a directory of
+// their own, the language's programs looked up first, the compile and run commands run under their timeouts (and
+// memory_limit_MB as the address-space limit), stdout and stderr kept apart and read back up to 1 MiB each (as
+// SandboxFusion reads them), and the files asked for read back. Talks to the sandbox's host through HostApi, the
+// scheduler's client of the sandbox-host API; it does not choose, create or delete the sandbox.
+#pragma once
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "boost/asio/awaitable.hpp"
+#include "services/sandbox_api/run_code.h"
+#include "services/scheduler/remote/host_api.h"
+
+namespace corral::sandbox_api {
+
+inline constexpr size_t kMaxStreamBytes = 1 << 20;    // stdout and stderr each, as SandboxFusion reads them
+inline constexpr size_t kMaxFetchedBytes = 16 << 20;  // one fetched file
+
+// The answer body (always a 200 answer: a failure to run is a SandboxError in it). `executor` is reported as
+// executor_pod_name. Every call made to the host ends by `deadline`.
+boost::asio::awaitable<std::string> RunCode(scheduler::HostApi& host, std::string sandbox_id, RunCodeRequest request,
+                                            absl::Time deadline, std::string executor = "");
+
+}  // namespace corral::sandbox_api
