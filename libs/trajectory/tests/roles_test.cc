@@ -158,6 +158,31 @@ TEST(CallRolesTest, WithoutRulesACallWithoutToolsBesideAnAgentWithToolsIsAuxilia
   EXPECT_THAT(CallRoles(Calls(plain)), ElementsAre(v1::CALL_ROLE_AGENT));
 }
 
+TEST(CallRolesTest, AnAgentRuleKeepsAToollessLastTurnInTheAgentsConversation) {
+  RoleRules rules;
+  v1::CallRoleRule& r = *rules.Add();
+  r.set_role(v1::CALL_ROLE_AGENT);
+  r.set_reason("final answer turn");
+  r.set_user_contains("Now give your final answer");
+  r.set_tools(v1::CallRoleRule::TOOLS_NONE);
+  for (const bool with_rule : {false, true}) {
+    TrajectoryStore store("env", with_rule ? rules : RoleRules());
+    std::vector<v1::ChatMessage> agent = {Msg("user", "count the files")};
+    store.Record(Call(agent, ToolCall("bash", R"({"command":"ls | wc -l"})")));
+    agent.push_back(ToolCall("bash", R"({"command":"ls | wc -l"})"));
+    agent.push_back(Msg("tool", "3"));
+    agent.push_back(Msg("user", "Now give your final answer."));
+    store.Record(Call(agent, Msg("assistant", "3 files"), /*tools=*/false));
+    const v1::Trajectory t = Calls(store);
+    if (with_rule) {
+      EXPECT_THAT(CallRoles(t), ElementsAre(v1::CALL_ROLE_AGENT, v1::CALL_ROLE_AGENT));
+      EXPECT_EQ(t.branches_size(), 1);
+    } else {
+      EXPECT_THAT(CallRoles(t), ElementsAre(v1::CALL_ROLE_AGENT, v1::CALL_ROLE_AUXILIARY)) << "the documented limit";
+    }
+  }
+}
+
 TEST(CallRolesTest, APromptSampledAgainIsARetryUnlessTheConversationWentOnFromIt) {
   TrajectoryStore store("env");
   std::vector<v1::ChatMessage> prompt = {Msg("user", "pick a tool")};
