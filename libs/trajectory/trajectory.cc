@@ -442,11 +442,17 @@ TrajectoryStore::Settled TrajectoryStore::Settle() const {
       s.calls[k] = s.branches[b] = {v1::CALL_ROLE_AUXILIARY, "no tools, while the agent's calls offer them"};
     }
   }
+  absl::flat_hash_map<std::string_view, size_t> index;
+  for (size_t k = 0; k < calls_.size(); ++k) index[calls_[k].call_id()] = k;
   // The same prompt answered more than once: the answer the conversation went on from is kept (the first such,
-  // else the latest answer); the others are retries.
+  // else the latest answer); the others are retries. Only the conversation's own calls go on from an answer (a
+  // side call appended to it does not).
   std::vector<bool> continued(nodes_.size(), false);
   for (const v1::MessageNode& n : nodes_) {
-    if (n.has_parent()) continued[n.parent()] = true;
+    auto creator = index.find(n.call_id());
+    if (n.has_parent() && creator != index.end() && IsLineage(s.calls[creator->second].role)) {
+      continued[n.parent()] = true;
+    }
   }
   absl::flat_hash_map<uint32_t, std::vector<size_t>> by_prompt;
   for (size_t k = 0; k < calls_.size(); ++k) {
@@ -473,8 +479,6 @@ TrajectoryStore::Settled TrajectoryStore::Settle() const {
     }
   }
   // A branch that ends in a retry is the retry's.
-  absl::flat_hash_map<std::string_view, size_t> index;
-  for (size_t k = 0; k < calls_.size(); ++k) index[calls_[k].call_id()] = k;
   for (size_t b = 0; b < branches_.size(); ++b) {
     const auto& ids = branches_[b].call_ids();
     if (ids.empty()) continue;

@@ -202,6 +202,17 @@ TEST(CallRolesTest, APromptSampledAgainIsARetryUnlessTheConversationWentOnFromIt
   EXPECT_EQ(t.branches(2).shared_prefix_messages(), 3u) << "the kept answer's branch holds the whole conversation";
   EXPECT_EQ(t.calls_by_role().retry(), 2u);
   EXPECT_EQ(CallRoles(Replayed(t)), CallRoles(t));
+
+  // A side call appended to an answer does not make the conversation go on from it.
+  TrajectoryStore side("env");
+  std::vector<v1::ChatMessage> p = {Msg("user", "pick a tool")};
+  side.Record(Call(p, ToolCall("bash", R"({"command":"first"})")));
+  std::vector<v1::ChatMessage> title = p;
+  title.push_back(ToolCall("bash", R"({"command":"first"})"));
+  title.push_back(Msg("user", "Name this conversation."));
+  side.Record(Call(title, Msg("assistant", "Tools"), /*tools=*/false));
+  side.Record(Call(p, ToolCall("bash", R"({"command":"second"})")));
+  EXPECT_THAT(CallRoles(Calls(side)), ElementsAre(v1::CALL_ROLE_RETRY, v1::CALL_ROLE_AUXILIARY, v1::CALL_ROLE_AGENT));
 }
 
 TEST(CallRolesTest, ANewConversationCarryingASummaryIsCompactionLinkedToTheAgent) {
