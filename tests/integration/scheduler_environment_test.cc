@@ -5,6 +5,12 @@
 // server from npm, pinned by tests/mcp's lock file) running in its sandbox. And trainer-driven episodes over gRPC
 // (OpenEnvironment, StepEnvironment, CloseEnvironment): the trainer's steps and rewards, bad calls refused, a
 // crash heard by the step and never retried, the idle timeout, an Open that goes away, a scheduler killed meanwhile.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -222,14 +228,20 @@ constexpr char kMcpRoot[] = "/opt/corral-tests/mcp";
 
 // The MCP project's servers (tests/mcp, pinned) copied where sandboxes may run them: the path of `entry` (under
 // tests/mcp) there.
+// Tests running at once copy under a lock: a copy that finds a directory another one has just made returns
+// without filling it (std::filesystem::copy), and the server would not be there yet.
 std::string McpServer(const std::string& entry) {
   const std::string mcp = std::string(CORRAL_SOURCE_DIR) + "/tests/mcp";
   EXPECT_TRUE(std::filesystem::exists(mcp + "/node_modules")) << "run scripts/test (npm ci --prefix tests/mcp) first";
   std::filesystem::create_directories(kMcpRoot);
+  const int lock = open((std::string(kMcpRoot) + "/.copy.lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  EXPECT_GE(lock, 0) << strerror(errno);
+  EXPECT_EQ(flock(lock, LOCK_EX), 0) << strerror(errno);
   std::filesystem::copy(mcp + "/node_modules", std::string(kMcpRoot) + "/node_modules",
                         std::filesystem::copy_options::recursive | std::filesystem::copy_options::update_existing);
   std::filesystem::copy(mcp + "/everything.mjs", std::string(kMcpRoot) + "/everything.mjs",
                         std::filesystem::copy_options::overwrite_existing);
+  close(lock);  // and with it the lock
   const std::string server = absl::StrCat(kMcpRoot, "/", entry);
   EXPECT_TRUE(std::filesystem::exists(server)) << server;
   return server;
