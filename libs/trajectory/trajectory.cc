@@ -442,7 +442,7 @@ TrajectoryStore::Settled TrajectoryStore::Settle() const {
       s.calls[k] = s.branches[b] = {v1::CALL_ROLE_AUXILIARY, "no tools, while the agent's calls offer them"};
     }
   }
-  absl::flat_hash_map<std::string_view, size_t> index;
+  absl::flat_hash_map<std::string_view, size_t>& index = s.by_id;
   for (size_t k = 0; k < calls_.size(); ++k) index[calls_[k].call_id()] = k;
   // The same prompt answered more than once: the answer the conversation went on from is kept (the first such,
   // else the latest answer); the others are retries. Only the conversation's own calls go on from an answer (a
@@ -541,8 +541,6 @@ void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) c
     return;
   }
   // TRAJECTORY form: each branch as one conversation, with the generated mask and token views.
-  absl::flat_hash_map<std::string, const v1::LlmCall*> call_by_id;
-  for (const auto& c : calls_) call_by_id[c.call_id()] = &c;
   for (const v1::Branch& b : branches_) {
     v1::Branch* ob = out->add_branches();
     ob->set_branch_id(b.branch_id());
@@ -560,16 +558,18 @@ void TrajectoryStore::Export(v1::TrajectoryFormat format, v1::Trajectory* out) c
       *m->mutable_message() = n.message();
       m->set_generated(n.generated());
       m->set_call_id(n.call_id());
-      auto it = call_by_id.find(n.call_id());
-      if (n.generated() && it != call_by_id.end()) m->set_role(settled.calls[it->second - calls_.data()].role);
-      if (n.generated() && it != call_by_id.end() && it->second->response_message() == index) {
-        *m->mutable_token_ids() = it->second->completion_token_ids();
-        *m->mutable_logprobs() = it->second->completion_logprobs();
-        answered.push_back(it->second);
+      auto it = settled.by_id.find(n.call_id());
+      if (!n.generated() || it == settled.by_id.end()) continue;
+      const v1::LlmCall& producer = calls_[it->second];
+      m->set_role(settled.calls[it->second].role);
+      if (producer.response_message() == index) {
+        *m->mutable_token_ids() = producer.completion_token_ids();
+        *m->mutable_logprobs() = producer.completion_logprobs();
+        answered.push_back(&producer);
       }
     }
     if (!b.call_ids().empty()) {  // a last call that failed has no answer, and still counts
-      const v1::LlmCall* last = call_by_id.at(*b.call_ids().rbegin());
+      const v1::LlmCall* last = &calls_[settled.by_id.at(*b.call_ids().rbegin())];
       if (!last->has_response_message()) answered.push_back(last);
     }
     // Flat token view: first prompt, then each completion and the next prompt's new tokens.

@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -90,6 +91,7 @@ class TrajectoryStore {
   struct Settled {
     std::vector<RoleVerdict> calls;
     std::vector<RoleVerdict> branches;
+    absl::flat_hash_map<std::string_view, size_t> by_id;  // call id → index in calls_
   };
   Settled Settle() const;
   void SetLast(uint32_t branch, uint32_t node);

@@ -3,8 +3,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "libs/api/proto_time.h"
+#include "libs/core/utf8.h"
 
 namespace corral::sandbox_api {
 namespace {
@@ -17,11 +17,18 @@ constexpr char kDir[] = "code";  // the code's directory, under the sandbox's ho
 constexpr char kOut[] = ".corral-stdout";
 constexpr char kErr[] = ".corral-stderr";
 
-// Single-quoted for sh.
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
+// `sh -c script` with `args` as its positional parameters ("$@"), so that no argument is ever quoted into the
+// script.
+v1::ExecRequest Shell(const std::string& sandbox_id, const std::string& script, const std::vector<std::string>& args,
+                      absl::Duration timeout) {
+  v1::ExecRequest r;
+  r.set_sandbox_id(sandbox_id);
+  for (const char* a : {"/bin/sh", "-c"}) r.mutable_command()->add_argv(a);
+  r.mutable_command()->add_argv(script);
+  r.mutable_command()->add_argv("sh");  // $0
+  for (const std::string& a : args) r.mutable_command()->add_argv(a);
+  ToProto(timeout, r.mutable_command()->mutable_timeout());
+  return r;
 }
 
 // A command of the toolchain, run in the code's directory with its output in two files, under the request's
@@ -30,16 +37,9 @@ v1::ExecRequest Command(const std::string& sandbox_id, const std::vector<std::st
                         int64_t memory_mb, const std::optional<std::string>& stdin_text) {
   std::string script;
   if (memory_mb > 0) absl::StrAppend(&script, "ulimit -v ", memory_mb * 1024, " || exit 125; ");
-  absl::StrAppend(
-      &script, "exec ",
-      absl::StrJoin(argv, " ", [](std::string* out, const std::string& a) { absl::StrAppend(out, Quote(a)); }), " >",
-      kOut, " 2>", kErr);
-  v1::ExecRequest r;
-  r.set_sandbox_id(sandbox_id);
-  for (const char* a : {"/bin/sh", "-c"}) r.mutable_command()->add_argv(a);
-  r.mutable_command()->add_argv(script);
+  absl::StrAppend(&script, "exec \"$@\" >", kOut, " 2>", kErr);
+  v1::ExecRequest r = Shell(sandbox_id, script, argv, absl::Seconds(timeout_s));
   r.mutable_command()->set_cwd(kDir);
-  ToProto(absl::Seconds(timeout_s), r.mutable_command()->mutable_timeout());
   if (stdin_text) r.set_stdin(*stdin_text);
   return r;
 }
@@ -49,26 +49,6 @@ CommandResult Error(std::string why) {
   r.status = CommandResult::Status::kError;
   r.stderr_text = std::move(why);
   return r;
-}
-
-// Replaces what is not UTF-8 (SandboxFusion decodes the streams as UTF-8).
-std::string Utf8(std::string s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = n > 0 && i + n <= s.size();
-    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
-    if (ok) {
-      out.append(s, i, n);
-      i += n;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
 }
 
 // Runs one command of the toolchain: Finished (with its code), TimeLimitExceeded, or Error (it could not run).
@@ -89,8 +69,8 @@ asio::awaitable<CommandResult> Run(HostApi& host, std::string sandbox_id, std::v
   if (!out.ok()) co_return Error(absl::StrCat("reading the output of ", argv[0], ": ", out.status().ToString()));
   auto err = co_await host.ReadFile(sandbox_id, absl::StrCat(kDir, "/", kErr), kMaxStreamBytes, options);
   if (!err.ok()) co_return Error(absl::StrCat("reading the output of ", argv[0], ": ", err.status().ToString()));
-  r.stdout_text = Utf8(out->value_or(""));
-  r.stderr_text = Utf8(err->value_or(""));
+  r.stdout_text = ToValidUtf8(out->value_or(""));  // SandboxFusion decodes the streams as UTF-8
+  r.stderr_text = ToValidUtf8(err->value_or(""));
   if (outcome->exit.timed_out()) {
     r.status = CommandResult::Status::kTimeLimitExceeded;
   } else {
@@ -123,14 +103,8 @@ asio::awaitable<std::string> RunCode(HostApi& host, std::string sandbox_id, RunC
     }
   }
   // Its programs, looked up before anything runs: a missing one is the sandbox's lack, not the code's failure.
-  v1::ExecRequest look;
-  look.set_sandbox_id(sandbox_id);
-  std::string script = "for p in";
-  for (const std::string& p : toolchain->programs) absl::StrAppend(&script, " ", Quote(p));
-  absl::StrAppend(&script, "; do command -v \"$p\" >/dev/null 2>&1 || exit 127; done");
-  for (const char* a : {"/bin/sh", "-c"}) look.mutable_command()->add_argv(a);
-  look.mutable_command()->add_argv(script);
-  ToProto(absl::Seconds(30), look.mutable_command()->mutable_timeout());
+  const v1::ExecRequest look = Shell(sandbox_id, "for p; do command -v \"$p\" >/dev/null 2>&1 || exit 127; done",
+                                     toolchain->programs, absl::Seconds(30));
   auto found = co_await host.Exec(look, 4096, options);
   if (!found.ok()) co_return SandboxErrorAnswer(absl::StrCat("the sandbox: ", found.status().ToString()), executor);
   if (found->exit.exit_code() != 0)

@@ -212,11 +212,10 @@
     ];
   }
 
-  // A CallRole as the trainer reads it: "agent", "auxiliary", ... (older trajectories have none: "agent").
+  // A CallRole (its enum name in the API's JSON) as the trainer reads it: "agent", "auxiliary", ...; trajectories
+  // recorded before roles have none: "agent".
   function roleName(role) {
-    if (role === undefined || role === null || role === 0 || role === 'CALL_ROLE_UNSPECIFIED') return 'agent';
-    if (typeof role === 'number') return ['agent', 'agent', 'auxiliary', 'retry', 'compaction', 'subagent'][role] || 'agent';
-    return String(role).replace('CALL_ROLE_', '').toLowerCase();
+    return role ? role.replace('CALL_ROLE_', '').toLowerCase() : 'agent';
   }
 
   async function episodeView(id, branchArg) {
