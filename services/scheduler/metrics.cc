@@ -62,6 +62,16 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& r)
                       .Help("Warm sandboxes ready to be taken.")
                       .Register(r)
                       .Add({})),
+      leased_(prometheus::BuildGauge()
+                  .Name("corral_scheduler_leased_sandboxes")
+                  .Help("Sandboxes leased now (LeaseSandbox, ForkLease).")
+                  .Register(r)
+                  .Add({})),
+      leases_expired_(prometheus::BuildCounter()
+                          .Name("corral_scheduler_leases_expired_total")
+                          .Help("Leases that expired unreleased; their sandboxes were deleted.")
+                          .Register(r)
+                          .Add({})),
       warm_hits_(prometheus::BuildCounter()
                      .Name("corral_scheduler_warm_pool_hits_total")
                      .Help("Episodes that took a warm sandbox.")
@@ -106,6 +116,12 @@ void SchedulerMetrics::SetWarmPool(int64_t ready, int64_t hits, int64_t misses) 
   // The pool keeps totals; the counters follow them.
   if (hits > warm_hits_.Value()) warm_hits_.Increment(static_cast<double>(hits) - warm_hits_.Value());
   if (misses > warm_misses_.Value()) warm_misses_.Increment(static_cast<double>(misses) - warm_misses_.Value());
+}
+
+void SchedulerMetrics::SetLeases(size_t leased, int64_t expired) {
+  leased_.Set(static_cast<double>(leased));
+  if (expired > leases_expired_.Value())
+    leases_expired_.Increment(static_cast<double>(expired) - leases_expired_.Value());
 }
 
 void SchedulerMetrics::EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result) {

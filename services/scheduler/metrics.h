@@ -41,6 +41,8 @@ class SchedulerMetrics : public TableObserver, public EpisodeObserver {
   void SetRunningPhases(const std::array<int, std::size(kRunPhases)>& counts);
   // Ready warm sandboxes, and the pool's hit and miss totals so far.
   void SetWarmPool(int64_t ready, int64_t hits, int64_t misses);
+  // Sandboxes leased now, and leases that expired (their sandboxes deleted) since start.
+  void SetLeases(size_t leased, int64_t expired);
   // Asynchronous RL (TableObserver): group verdicts, stale re-runs, staleness at delivery.
   void GroupDecided(const char* outcome) override;
   void StaleRerun() override { stale_reruns_.Increment(); }
@@ -58,6 +60,8 @@ class SchedulerMetrics : public TableObserver, public EpisodeObserver {
   std::array<prometheus::Gauge*, std::size(kRunPhases)> running_by_phase_;
   prometheus::Family<prometheus::Gauge>& hosts_;
   prometheus::Gauge& warm_ready_;
+  prometheus::Gauge& leased_;
+  prometheus::Counter& leases_expired_;
   prometheus::Counter& warm_hits_;
   prometheus::Counter& warm_misses_;
   prometheus::Family<prometheus::Counter>& groups_;

@@ -44,6 +44,10 @@ CREATE TABLE IF NOT EXISTS results (
   result BLOB,
   acked_ns INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS leases (
+  lease_id TEXT PRIMARY KEY,
+  lease BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS policy (
   id INTEGER PRIMARY KEY CHECK (id = 0),
   version INTEGER NOT NULL,
@@ -365,6 +369,40 @@ absl::StatusOr<std::string> SchedulerJournal::AckedResult(const std::string& epi
         "episode '", episode_id, "' has no retained result (acknowledged longer ago than result_retention)"));
   }
   return bytes;
+}
+
+void SchedulerJournal::SaveLease(const v1::SandboxLease& lease, std::function<void(absl::Status)> done) {
+  journal_->Submit(
+      [id = lease.lease_id(), bytes = lease.SerializeAsString()](sqlite3* db) {
+        return CachedStatement(db, "INSERT OR REPLACE INTO leases (lease_id, lease) VALUES (?, ?)")
+            .Bind(1, id)
+            .BindBlob(2, bytes)
+            .Run();
+      },
+      std::move(done));
+}
+
+void SchedulerJournal::DropLease(const std::string& lease_id) {
+  journal_->Submit(
+      [lease_id](sqlite3* db) {
+        return CachedStatement(db, "DELETE FROM leases WHERE lease_id = ?").Bind(1, lease_id).Run();
+      },
+      [](absl::Status s) { Log(s, "lease removal"); });
+}
+
+absl::StatusOr<std::vector<v1::SandboxLease>> SchedulerJournal::LoadLeases() {
+  std::vector<v1::SandboxLease> leases;
+  CORRAL_RETURN_IF_ERROR(journal_->Read([&](sqlite3* db) -> absl::Status {
+    Statement rows(db, "SELECT lease FROM leases ORDER BY lease_id");
+    for (;;) {
+      CORRAL_ASSIGN_OR_RETURN(bool found, rows.Step());
+      if (!found) return absl::OkStatus();
+      if (!leases.emplace_back().ParseFromString(rows.Text(0))) {
+        return absl::DataLossError("a journaled sandbox lease is corrupt");
+      }
+    }
+  }));
+  return leases;
 }
 
 void SchedulerJournal::ForgetRuns() {

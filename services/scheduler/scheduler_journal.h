@@ -1,7 +1,7 @@
 // The scheduler's journal over SQLite (libs/journal, WAL, group commit): batches with their tasks, the attempts
-// running (so a restarted scheduler can clean up their sandboxes and sessions), and results. An acknowledged
-// result keeps its row (so it is never delivered again and counts stay right) and, for `result_retention`, its
-// payload too, which only the rollout inspector reads (a restart does not load it into memory). Thread-safe.
+// running (so a restarted scheduler can clean up their sandboxes and sessions), results, and sandbox leases. An
+// acknowledged result keeps its row (so it is never delivered again and counts stay right) and, for `result_retention`,
+// its payload too, which only the rollout inspector reads (a restart does not load it into memory). Thread-safe.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 
 #include "corral/v1/common.pb.h"
 #include "libs/journal/journal.h"
+#include "services/scheduler/lease/sandbox_leases.h"
 #include "services/scheduler/table/episode_table.h"
 
 namespace corral::scheduler {
@@ -22,7 +23,7 @@ struct PolicyState {
   uint64_t sequence = 0;
 };
 
-class SchedulerJournal final : public EpisodeLog {
+class SchedulerJournal final : public EpisodeLog, public LeaseLog {
  public:
   // result_retention zero: an acknowledged result's payload is dropped with the acknowledgement.
   static absl::StatusOr<std::unique_ptr<SchedulerJournal>> Open(const std::string& path, bool fsync,
@@ -54,6 +55,11 @@ class SchedulerJournal final : public EpisodeLog {
 
   void SavePolicy(const PolicyState& state, std::function<void(absl::Status)> done);
   absl::StatusOr<PolicyState> LoadPolicy();
+
+  void SaveLease(const v1::SandboxLease& lease, std::function<void(absl::Status)> done) override;
+  void DropLease(const std::string& lease_id) override;
+  // The leases journaled (SandboxLeases::Restore), ordered by id. DATA_LOSS when a row cannot be parsed.
+  absl::StatusOr<std::vector<v1::SandboxLease>> LoadLeases();
 
   // Forgets the run rows of episodes a restart has cleaned up.
   void ForgetRuns();

@@ -54,6 +54,14 @@ RunnerOptions RunnerOptionsOf(const Config& config) {
   return options;
 }
 
+LeaseOptions LeaseOptionsOf(const Config& config) {
+  LeaseOptions options;
+  options.scheduler_id = config.scheduler_id;
+  options.default_wait = config.timeouts.acquire;
+  options.setup_timeout = config.timeouts.setup;
+  return options;
+}
+
 SchedulerOptions SchedulerOptionsOf(const Config& config) {
   SchedulerOptions options;
   options.max_concurrent_episodes = config.max_concurrent_episodes;
@@ -71,6 +79,7 @@ struct SchedulerRoot::Prepared {
   Snapshot snapshot;
   absl::Duration load_time;
   PolicyState policy;
+  std::vector<v1::SandboxLease> leases;
   std::vector<std::shared_ptr<ProxyApi>> proxies;
   std::unique_ptr<ratelimiter::RateLimitClient> limiter_session;
 };
@@ -105,6 +114,12 @@ absl::StatusOr<std::unique_ptr<SchedulerRoot>> SchedulerRoot::Build(Config confi
                         absl::StrCat("the journal's policy state cannot be read: ", policy.status().message()));
   }
   p.policy = *policy;
+  auto leases = p.journal->LoadLeases();
+  if (!leases.ok()) {
+    return absl::Status(leases.status().code(),
+                        absl::StrCat("the journal's sandbox leases cannot be read: ", leases.status().message()));
+  }
+  p.leases = *std::move(leases);
 
   for (const auto& address : config.proxies) {
     auto ch = MakeChannel(address, channel);
@@ -143,6 +158,9 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
                       &hosts_, &clock_, config_.warm_pool_size, config_.scheduler_id,
                       [this] { return WarmRoom(hosts_, occupancy_, table_); }, config_.warm_pool_idle)
                 : nullptr),
+      placer_(&hosts_, pool_.get(), &clock_),
+      leases_(&hosts_, &placer_, &clock_, journal_.get(), LeaseOptionsOf(config_),
+              [this](size_t leased, int64_t expired) { metrics_.SetLeases(leased, expired); }),
       driver_(DriverParts{.executor = io_.get_executor(),
                           .clock = &clock_,
                           .table = &table_,
@@ -163,13 +181,14 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
                 table_.SetPolicyVersion(version);  // may admit more groups (max_staleness) or re-queue stale results
                 doorbell_.Ring();
               }),
-      service_(&scheduler_, &table_, &hosts_, &hub_, &auth_, &policy_, &envs_),
+      service_(&scheduler_, &table_, &hosts_, &hub_, &auth_, &policy_, &envs_, &leases_, io_.get_executor()),
       inspector_(&table_, [this](const std::string& id) { return journal_->AckedResult(id); }) {
   journal_->journal()->OnWriteFailed([this](const absl::Status&) { metrics_.JournalWriteFailed(); });
   table_.Restore(p.snapshot, p.policy.version);
   spdlog::info("journal {}: {} batch(es), {} result(s), {} episode(s) queued, read in {}", config_.journal,
                p.snapshot.batches.size(), p.snapshot.results.size(), table_.QueuedCount(),
                absl::FormatDuration(p.load_time));
+  leases_.Restore(p.leases);
   CloseLeftoverSessions(p.snapshot);
   journal_->ForgetRuns();
   if (p.policy.sequence > 0) {
@@ -235,6 +254,7 @@ int SchedulerRoot::Run() {
   }
   scheduler_.Start();
   async::Spawn(io_, policy_.Run(&policy_stopping_, config_.policy_sync_interval), "pushing the policy state");
+  async::Spawn(io_, leases_.Run(&policy_stopping_), "expiring sandbox leases");
   runner_.Wait();
 
   // Shutdown: stop starting episodes; running ones go back to the queue (journaled) and are re-run by the next

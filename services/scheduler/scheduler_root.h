@@ -1,8 +1,8 @@
 // corral-scheduler's composition root: every part of the service, as members declared in the order they depend
 // on each other — journal (read back) → event loop → episode table (restored) → host registry, proxy and
-// limiter clients → warm pool → episode driver → scheduler (dispatcher, drains) → policy control → gRPC adapter
-// → the inspector. Cycles are broken by what is made first, never by setters: whatever makes room rings the
-// Doorbell the dispatcher waits on; what is in flight is counted in an Occupancy the driver keeps.
+// limiter clients → warm pool → sandbox leases → episode driver → scheduler (dispatcher, drains) → policy control →
+// gRPC adapter → the inspector. Cycles are broken by what is made first, never by setters: whatever makes room rings
+// the Doorbell the dispatcher waits on; what is in flight is counted in an Occupancy the driver keeps.
 //
 // Threads: gRPC's callback threads (adapters only: nothing blocks on them), `io_threads` event-loop threads
 // (every episode is a coroutine there; host polling, the dispatcher and the ticker too), the clock's timer
@@ -83,6 +83,8 @@ class SchedulerRoot {
   EnvBoard envs_;       // trainer-driven environment episodes (OpenEnvironment, StepEnvironment, CloseEnvironment)
   Occupancy occupancy_;
   const std::unique_ptr<WarmPool> pool_;  // null without warm_pool_size
+  SandboxPlacer placer_;                  // for leases (the driver has its own: the same rules)
+  SandboxLeases leases_;
   EpisodeDriver driver_;
   Scheduler scheduler_;
   PolicyControl policy_;
@@ -92,7 +94,7 @@ class SchedulerRoot {
   absl::Notification retention_stop_;
   std::thread retention_;
   std::vector<std::thread> io_threads_;
-  std::atomic<bool> policy_stopping_{false};
+  std::atomic<bool> policy_stopping_{false};  // the policy push and the lease expiry loops
 };
 
 }  // namespace corral::scheduler

@@ -178,8 +178,17 @@ grpc::ServerUnaryReactor* PolicyCall(grpc::CallbackServerContext* context, const
 }  // namespace
 
 SchedulerService::SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
-                                   const CallAuthenticator* auth, PolicyControl* policy, EnvBoard* envs)
-    : scheduler_(scheduler), table_(table), hosts_(hosts), hub_(hub), auth_(auth), policy_(policy), envs_(envs) {}
+                                   const CallAuthenticator* auth, PolicyControl* policy, EnvBoard* envs,
+                                   SandboxLeases* leases, boost::asio::any_io_executor executor)
+    : scheduler_(scheduler),
+      table_(table),
+      hosts_(hosts),
+      hub_(hub),
+      auth_(auth),
+      policy_(policy),
+      envs_(envs),
+      leases_(leases),
+      executor_(std::move(executor)) {}
 
 grpc::ServerUnaryReactor* SchedulerService::UpdatePolicy(grpc::CallbackServerContext* context,
                                                          const v1::UpdatePolicyRequest* request,
@@ -291,8 +300,9 @@ grpc::ServerUnaryReactor* SchedulerService::ListHosts(grpc::CallbackServerContex
   if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
   auto page_size = PageSize(request->page_size());
   if (!page_size.ok()) return FinishUnary(context, page_size.status());
-  const std::vector<v1::Host> hosts =
+  std::vector<v1::Host> hosts =
       hosts_->List([this](const std::string& address) { return static_cast<uint32_t>(table_->RunningCount(address)); });
+  for (v1::Host& host : hosts) host.set_leased_sandboxes(leases_->OnHost(host.address()));
   response->set_next_page_token(FillPage(
       hosts, request->page_token(), *page_size, [](const v1::Host& h) { return h.address(); },
       [](const v1::Host&) { return true; }, [&](const v1::Host& h) { *response->add_hosts() = h; }));

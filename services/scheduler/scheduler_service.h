@@ -3,8 +3,10 @@
 // in result_stream.h). Nothing here blocks a gRPC thread.
 #pragma once
 
+#include "boost/asio/any_io_executor.hpp"
 #include "corral/v1/scheduler.grpc.pb.h"
 #include "libs/rpc/auth.h"
+#include "services/scheduler/lease/sandbox_leases.h"
 #include "services/scheduler/policy_control.h"
 #include "services/scheduler/result_stream.h"
 #include "services/scheduler/scheduler.h"
@@ -13,8 +15,10 @@ namespace corral::scheduler {
 
 class SchedulerService final : public v1::Scheduler::CallbackService {
  public:
+  // The lease calls run as coroutines on `executor`.
   SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
-                   const CallAuthenticator* auth, PolicyControl* policy, EnvBoard* envs);
+                   const CallAuthenticator* auth, PolicyControl* policy, EnvBoard* envs, SandboxLeases* leases,
+                   boost::asio::any_io_executor executor);
 
   grpc::ServerReadReactor<v1::SubmitRequest>* Submit(grpc::CallbackServerContext* context,
                                                      v1::Batch* response) override;
@@ -52,6 +56,20 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
                                              const v1::CloseEnvironmentRequest* request,
                                              v1::EpisodeResult* response) override;
 
+  // Leased sandboxes (scheduler_service_leases.cc).
+  grpc::ServerUnaryReactor* LeaseSandbox(grpc::CallbackServerContext* context, const v1::LeaseSandboxRequest* request,
+                                         v1::SandboxLease* response) override;
+  grpc::ServerUnaryReactor* RenewLease(grpc::CallbackServerContext* context, const v1::RenewLeaseRequest* request,
+                                       v1::SandboxLease* response) override;
+  grpc::ServerUnaryReactor* GetLease(grpc::CallbackServerContext* context, const v1::GetLeaseRequest* request,
+                                     v1::SandboxLease* response) override;
+  grpc::ServerUnaryReactor* ListLeases(grpc::CallbackServerContext* context, const v1::ListLeasesRequest* request,
+                                       v1::ListLeasesResponse* response) override;
+  grpc::ServerUnaryReactor* ReleaseLease(grpc::CallbackServerContext* context, const v1::ReleaseLeaseRequest* request,
+                                         v1::ReleaseLeaseResponse* response) override;
+  grpc::ServerUnaryReactor* ForkLease(grpc::CallbackServerContext* context, const v1::ForkLeaseRequest* request,
+                                      v1::ForkLeaseResponse* response) override;
+
  private:
   Scheduler* const scheduler_;
   EpisodeTable* const table_;
@@ -60,6 +78,8 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   const CallAuthenticator* const auth_;
   PolicyControl* const policy_;
   EnvBoard* const envs_;
+  SandboxLeases* const leases_;
+  const boost::asio::any_io_executor executor_;
 };
 
 }  // namespace corral::scheduler

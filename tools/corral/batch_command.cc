@@ -389,14 +389,15 @@ void AddHosts(CLI::App& app, int& exit_code) {
       std::cout << ToJson(resp, true);
       return;
     }
-    std::cout << absl::StrFormat("%-22s %-12s %-11s %8s %5s %5s %8s  %s\n", "ADDRESS", "HOST_ID", "STATE", "CAPACITY",
-                                 "LIVE", "FREE", "RUNNING", "HARNESSES / LAST_ERROR");
+    std::cout << absl::StrFormat("%-22s %-12s %-11s %8s %5s %5s %8s %6s  %s\n", "ADDRESS", "HOST_ID", "STATE",
+                                 "CAPACITY", "LIVE", "FREE", "RUNNING", "LEASED", "HARNESSES / LAST_ERROR");
     for (const auto& h : resp.hosts()) {
       std::string state = v1::HostState_Name(h.state()).substr(std::string("HOST_STATE_").size());
       const std::string harnesses = h.harnesses().empty() ? "-" : absl::StrJoin(h.harnesses(), ",");
-      std::cout << absl::StrFormat("%-22s %-12s %-11s %8d %5d %5d %8d  %s%s\n", h.address(), h.host_id(),
+      std::cout << absl::StrFormat("%-22s %-12s %-11s %8d %5d %5d %8d %6d  %s%s\n", h.address(), h.host_id(),
                                    absl::AsciiStrToLower(state), h.capacity(), h.live(), h.free(), h.running_episodes(),
-                                   harnesses, h.last_error().empty() ? "" : "  " + h.last_error());
+                                   h.leased_sandboxes(), harnesses,
+                                   h.last_error().empty() ? "" : "  " + h.last_error());
     }
   });
 }

@@ -87,20 +87,21 @@ class Top {
       absl::StrAppend(&out, "hosts: ", FromGrpcStatus(st).ToString(), "\n\n");
       return;
     }
-    absl::StrAppendFormat(&out, "%-16s %-22s %-9s %8s %6s %6s %8s %6s  %s\n", "HOST", "ADDRESS", "STATE", "CAPACITY",
-                          "LIVE", "FREE", "RUNNING", "WARM", "LAST ERROR");
-    uint32_t capacity = 0, live = 0, running = 0;
+    absl::StrAppendFormat(&out, "%-16s %-22s %-9s %8s %6s %6s %8s %6s %6s  %s\n", "HOST", "ADDRESS", "STATE",
+                          "CAPACITY", "LIVE", "FREE", "RUNNING", "WARM", "LEASED", "LAST ERROR");
+    uint32_t capacity = 0, live = 0, running = 0, leased = 0;
     for (const v1::Host& h : resp.hosts()) {
-      absl::StrAppendFormat(&out, "%-16s %-22s %-9s %8d %6d %6d %8d %6d  %s\n", h.host_id(), h.address(),
+      absl::StrAppendFormat(&out, "%-16s %-22s %-9s %8d %6d %6d %8d %6d %6d  %s\n", h.host_id(), h.address(),
                             HostStateName(h.state()), h.capacity(), h.live(), h.free(), h.running_episodes(),
-                            h.warm_sandboxes(), h.last_error().substr(0, 40));
+                            h.warm_sandboxes(), h.leased_sandboxes(), h.last_error().substr(0, 40));
       capacity += h.capacity();
       live += h.live();
       running += h.running_episodes();
+      leased += h.leased_sandboxes();
     }
     if (resp.hosts().empty()) absl::StrAppend(&out, "(no sandbox hosts: single_turn episodes only)\n");
-    absl::StrAppendFormat(&out, "%d host(s): %d of %d sandboxes live, %d episodes running on them\n\n",
-                          resp.hosts_size(), live, capacity, running);
+    absl::StrAppendFormat(&out, "%d host(s): %d of %d sandboxes live, %d episodes running on them, %d leased\n\n",
+                          resp.hosts_size(), live, capacity, running, leased);
   }
 
   void Batches(std::string& out) const {

@@ -99,7 +99,7 @@ EpisodeDriver::EpisodeDriver(DriverParts parts, RunnerOptions options)
       clock_(parts_.clock),
       table_(parts_.table),
       hosts_(parts_.hosts),
-      pool_(parts_.pool) {}
+      placer_(parts_.hosts, parts_.pool, clock_) {}
 
 const std::shared_ptr<ProxyApi>& EpisodeDriver::ProxyFor(const std::string& env_id) const {
   size_t best = 0;
@@ -284,105 +284,28 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::AcquireSandbox(Attempt& a
   const absl::Duration setup_timeout = a.Timeout(task.timeouts().setup(), options_.timeouts.setup);
 
   SandboxRequest request = SandboxRequestFor(task, a.ticket.ids, a.base.port, options_.scheduler_id);
-  const v1::SandboxSpec& spec = request.spec;
-  const Requirements& needs = request.needs;
   a.workdir = request.workdir;
 
-  absl::Duration setup_time;
-  int attempts = 0;
-  // A warm sandbox of this spec, when the pool has one ready: a pop and a liveness check instead of a create.
-  bool placed = false;
-  if (pool_ != nullptr) {
-    std::optional<WarmSandbox> warm = co_await pool_->Take(spec, needs);
-    if (warm) {
-      a.on_reserved();
-      const std::string address = warm->slot.client->address();
-      a.slot = std::move(warm->slot);
-      a.sandbox_id = warm->created.sandbox().sandbox_id();
-      a.home = warm->created.sandbox().home();
-      a.result.set_host_address(address);
-      a.result.set_host_id(a.slot->host_id);
-      a.result.set_sandbox_id(a.sandbox_id);
-      a.result.set_warm_sandbox(true);
-      *a.result.mutable_protections() = warm->created.sandbox().protections();
-      table_->Placed(a.ticket.ids, address, a.sandbox_id, a.ticket.env_id);
-      placed = true;
-    }
+  // (Built apart from the co_await: GCC 12 mishandles a temporary with a destructor in a co_await's arguments.)
+  PlaceRequest place{std::move(request),  env,         acquire_deadline, setup_timeout,
+                     a.EpisodeDeadline(), a.control(), a.on_reserved};
+  std::variant<Placement, PlaceFailure> placed = co_await placer_.Place(std::move(place));
+  if (auto* failed = std::get_if<PlaceFailure>(&placed)) {
+    if (failed->stopped) co_return StoppedFailure(a, failed->phase, "acquire");
+    co_return a.FromStatus(failed->status, failed->phase, failed->failure_class, failed->what);
   }
-  while (!placed) {
-    if (a.control()->stopped()) co_return StoppedFailure(a, v1::EPISODE_PHASE_ACQUIRE, "acquire");
-    auto slot = hosts_->Reserve(needs, spec.template_key());
-    if (slot.ok()) a.on_reserved();
-    if (!slot.ok()) {
-      if (slot.status().code() == absl::StatusCode::kFailedPrecondition || clock_->Now() >= acquire_deadline) {
-        const absl::Status s = slot.status().code() == absl::StatusCode::kFailedPrecondition
-                                   ? slot.status()
-                                   : absl::DeadlineExceededError(slot.status().message());
-        co_return a.FromStatus(s, v1::EPISODE_PHASE_ACQUIRE, v1::FAILURE_CLASS_INFRA, "placing the sandbox");
-      }
-      co_await async::SleepFor(*clock_, absl::Milliseconds(50));
-      continue;
-    }
-    const std::string address = slot->client->address();
-    if (!env.image().empty() && !hosts_->HasImage(address, env.image())) {
-      // The host pulls the image from its registry (a host pulls one name once at a time; later episodes wait
-      // for that pull). The time counts as setup, not against the acquire deadline.
-      const absl::Time started = clock_->Now();
-      auto pulled = co_await slot->client->PullImage(
-          env.image(), a.Call(std::min(started + setup_timeout + absl::Seconds(10), a.EpisodeDeadline())));
-      setup_time += clock_->Now() - started;
-      if (!pulled.ok()) {
-        hosts_->Release(address);
-        co_return a.FromStatus(pulled.status(), v1::EPISODE_PHASE_ACQUIRE,
-                               FaultOf(Step::kPullImage, pulled.status().code()),
-                               absl::StrCat("pulling image ", env.image(), " on ", address));
-      }
-      hosts_->MarkImage(address, env.image(), pulled->digest());
-    }
-    if (!spec.template_key().empty() && !hosts_->HasTemplate(address, spec.template_key())) {
-      v1::PrepareTemplateRequest prepare = TemplateRequestFor(env, spec, setup_timeout);
-      const absl::Time started = clock_->Now();
-      const absl::Time deadline = std::min(started + setup_timeout + absl::Seconds(10), a.EpisodeDeadline());
-      auto built = co_await slot->client->PrepareTemplate(std::move(prepare), a.Call(deadline));
-      setup_time += clock_->Now() - started;
-      if (!built.ok()) {
-        hosts_->Release(address);
-        co_return a.FromStatus(built.status(), v1::EPISODE_PHASE_SETUP,
-                               FaultOf(Step::kBuildTemplate, built.status().code()),
-                               absl::StrCat("building template ", prepare.key(), " on ", address));
-      }
-      hosts_->MarkTemplate(address, spec.template_key());
-    }
-    // Not cut by a stop (cancel, timeout): a create the host carried out would leave a sandbox nobody knows.
-    // Created, it is the attempt's, and a stop then deletes it like any other (bounded by the deadline).
-    auto created = co_await slot->client->Create(spec, CallOptions{nullptr, acquire_deadline + setup_time});
-    if (created.ok()) {
-      a.slot = *std::move(slot);
-      a.sandbox_id = created->sandbox().sandbox_id();
-      a.home = created->sandbox().home();
-      hosts_->Own(address, a.sandbox_id);
-      a.result.set_host_address(address);
-      a.result.set_host_id(a.slot->host_id);
-      a.result.set_sandbox_id(a.sandbox_id);
-      *a.result.mutable_protections() = created->sandbox().protections();
-      table_->Placed(a.ticket.ids, address, a.sandbox_id, a.ticket.env_id);
-      break;
-    }
-    hosts_->Release(address);
-    if (created.status().code() == absl::StatusCode::kResourceExhausted ||
-        created.status().code() == absl::StatusCode::kUnavailable) {
-      // Full (authoritative) or not answering: nothing more goes there until its next HostInfo says otherwise.
-      hosts_->MarkRejected(address);
-    }
-    if (created.status().code() == absl::StatusCode::kResourceExhausted) continue;
-    if (created.status().code() == absl::StatusCode::kUnavailable && ++attempts < 3 &&
-        clock_->Now() < acquire_deadline) {
-      continue;
-    }
-    co_return a.FromStatus(created.status(), v1::EPISODE_PHASE_ACQUIRE,
-                           FaultOf(Step::kCreateSandbox, created.status().code()),
-                           absl::StrCat("creating the sandbox on ", address));
-  }
+  Placement& placement = std::get<Placement>(placed);
+  const absl::Duration setup_time = placement.setup_time;
+  const std::string address = placement.slot.client->address();
+  a.slot = std::move(placement.slot);
+  a.sandbox_id = placement.created.sandbox().sandbox_id();
+  a.home = placement.created.sandbox().home();
+  a.result.set_host_address(address);
+  a.result.set_host_id(a.slot->host_id);
+  a.result.set_sandbox_id(a.sandbox_id);
+  a.result.set_warm_sandbox(placement.warm);
+  *a.result.mutable_protections() = placement.created.sandbox().protections();
+  table_->Placed(a.ticket.ids, address, a.sandbox_id, a.ticket.env_id);
   ToProto(clock_->Now() - acquire_started - setup_time, a.result.mutable_timings()->mutable_sandbox_acquire());
 
   // Setup: the task's files, the instruction (agent) and .corral/task.json without what would give the answer away

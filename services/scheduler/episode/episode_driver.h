@@ -14,6 +14,7 @@
 #include "boost/asio/any_io_executor.hpp"
 #include "boost/asio/awaitable.hpp"
 #include "services/scheduler/episode/attempt.h"
+#include "services/scheduler/episode/sandbox_placer.h"
 
 namespace corral::scheduler {
 
@@ -86,7 +87,7 @@ class EpisodeDriver : public ChildStarter {
   Clock* const clock_;
   EpisodeTable* const table_;
   HostRegistry* const hosts_;
-  WarmPool* const pool_;
+  SandboxPlacer placer_;
 };
 
 }  // namespace corral::scheduler

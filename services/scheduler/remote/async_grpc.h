@@ -18,6 +18,7 @@
 #include "boost/asio/use_awaitable.hpp"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/client_callback.h"
+#include "libs/async/callback.h"
 #include "libs/rpc/auth.h"
 #include "services/scheduler/table/run_control.h"
 
@@ -45,16 +46,7 @@ class CallScope {
 // coroutine on its own executor with that status.
 template <class Start>
 asio::awaitable<grpc::Status> AwaitGrpc(Start start) {
-  return asio::async_initiate<decltype(asio::use_awaitable), void(grpc::Status)>(
-      [start = std::move(start)](auto handler) mutable {
-        using Handler = decltype(handler);
-        auto h = std::make_shared<Handler>(std::move(handler));
-        start([h](grpc::Status status) {
-          auto executor = asio::get_associated_executor(*h);
-          asio::post(executor, [h, status = std::move(status)]() mutable { (*h)(std::move(status)); });
-        });
-      },
-      asio::use_awaitable);
+  return async::AwaitCallback<grpc::Status>(std::move(start));
 }
 
 // Reads a server stream to its end, handing each message to `on_message` (on a gRPC thread: keep it short).

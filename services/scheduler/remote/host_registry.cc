@@ -44,6 +44,10 @@ void HostRegistry::Add(const std::string& address, v1::HostSource source) {
   Entry& e = hosts_[address];
   e.client = *std::move(client);
   e.source = source;
+  if (auto adopted = adopted_.extract(address)) {
+    e.in_use = adopted.mapped().in_use;
+    e.owned = std::move(adopted.mapped().owned);
+  }
   spdlog::info("host {} added ({})", address, source == v1::HOST_SOURCE_DNS ? "dns" : "static");
 }
 
@@ -261,7 +265,11 @@ void HostRegistry::Release(const std::string& address) {
   {
     absl::MutexLock lock(&mu_);
     auto it = hosts_.find(address);
-    if (it == hosts_.end() || it->second.in_use == 0) return;
+    if (it == hosts_.end()) {
+      if (auto a = adopted_.find(address); a != adopted_.end() && a->second.in_use > 0) --a->second.in_use;
+      return;
+    }
+    if (it->second.in_use == 0) return;
     --it->second.in_use;
   }
   if (events_.capacity) events_.capacity();
@@ -269,7 +277,11 @@ void HostRegistry::Release(const std::string& address) {
 
 void HostRegistry::Hold(const std::string& address) {
   absl::MutexLock lock(&mu_);
-  if (auto it = hosts_.find(address); it != hosts_.end()) ++it->second.in_use;
+  if (auto it = hosts_.find(address); it != hosts_.end()) {
+    ++it->second.in_use;
+  } else {
+    ++adopted_[address].in_use;
+  }
 }
 
 uint32_t HostRegistry::InUse(const std::string& address) const {
@@ -288,12 +300,23 @@ void HostRegistry::MarkRejected(const std::string& address) {
 
 void HostRegistry::Own(const std::string& address, const std::string& sandbox_id) {
   absl::MutexLock lock(&mu_);
-  if (auto it = hosts_.find(address); it != hosts_.end()) it->second.owned.insert(sandbox_id);
+  if (auto it = hosts_.find(address); it != hosts_.end()) {
+    it->second.owned.insert(sandbox_id);
+  } else {
+    adopted_[address].owned.insert(sandbox_id);
+  }
+}
+
+std::shared_ptr<HostApi> HostRegistry::Client(const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  auto it = hosts_.find(address);
+  return it == hosts_.end() ? nullptr : it->second.client;
 }
 
 void HostRegistry::Disown(const std::string& address, const std::string& sandbox_id) {
   absl::MutexLock lock(&mu_);
   if (auto it = hosts_.find(address); it != hosts_.end()) it->second.owned.erase(sandbox_id);
+  if (auto it = adopted_.find(address); it != adopted_.end()) it->second.owned.erase(sandbox_id);
 }
 
 bool HostRegistry::HasTemplate(const std::string& address, const std::string& key) const {

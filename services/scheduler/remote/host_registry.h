@@ -65,15 +65,18 @@ class HostRegistry {
   // FAILED_PRECONDITION when no known host offers what is needed, UNAVAILABLE when all that do are full.
   absl::StatusOr<Slot> Reserve(const Requirements& needs, const std::string& template_key);
   void Release(const std::string& address);
-  // A sandbox this scheduler got on `address` without Reserve (a fork): counted in use until Release.
+  // A sandbox this scheduler got on `address` without Reserve (a fork, a lease restored at start): counted in use
+  // until Release. On an address not known yet (a DNS host not resolved yet), it counts once the host is added.
   void Hold(const std::string& address);
   // Sandboxes this scheduler holds (or is creating or deleting) on `address`, or on every host when empty.
   uint32_t InUse(const std::string& address) const;
   // The host answered "full": no more placements there until its next HostInfo.
   void MarkRejected(const std::string& address);
-  // Sandboxes this scheduler owns, so the sweep spares them.
+  // Sandboxes this scheduler owns, so the sweep spares them (on an address not known yet, once it is added).
   void Own(const std::string& address, const std::string& sandbox_id);
   void Disown(const std::string& address, const std::string& sandbox_id);
+  // The client of a known host; null when `address` is not known (yet).
+  std::shared_ptr<HostApi> Client(const std::string& address) const;
   bool HasTemplate(const std::string& address, const std::string& key) const;
   void MarkTemplate(const std::string& address, const std::string& key);
   // Whether the host holds `image` (its last HostInfo listed it, or this scheduler had it pulled there since).
@@ -124,6 +127,12 @@ class HostRegistry {
   const Events events_;
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> hosts_ ABSL_GUARDED_BY(mu_);
+  // Hold and Own on addresses not known yet, applied when they are added.
+  struct Adopted {
+    uint32_t in_use = 0;
+    std::set<std::string> owned;
+  };
+  std::map<std::string, Adopted> adopted_ ABSL_GUARDED_BY(mu_);
   absl::Time next_dns_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 

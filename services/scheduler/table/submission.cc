@@ -27,9 +27,12 @@ namespace {
 
 namespace pb = google::protobuf;
 
-absl::Status Bad(const v1::Task& task, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("task '", task.id(), "': ", what));
+// INVALID_ARGUMENT "<who><what>": `who` is "task '<id>': ", or empty for an environment on its own.
+absl::Status Bad(absl::string_view who, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(who, what));
 }
+std::string Who(const v1::Task& task) { return absl::StrCat("task '", task.id(), "': "); }
+absl::Status Bad(const v1::Task& task, absl::string_view what) { return Bad(Who(task), what); }
 
 bool IsJsonObject(const std::string& text) {
   boost::system::error_code ec;
@@ -93,13 +96,13 @@ void OverrideMerge(const pb::Message& from, pb::Message* to) {
   }
 }
 
-absl::Status CheckCommand(const v1::Task& task, const std::string& field, const v1::Command& c) {
-  if (c.argv().empty() || c.argv(0).empty()) return Bad(task, absl::StrCat(field, ".argv must not be empty"));
+absl::Status CheckCommand(absl::string_view who, const std::string& field, const v1::Command& c) {
+  if (c.argv().empty() || c.argv(0).empty()) return Bad(who, absl::StrCat(field, ".argv must not be empty"));
   for (const auto& [k, v] : c.env()) {
-    if (!IsValidEnvName(k)) return Bad(task, absl::StrCat(field, ".env: '", k, "' is not a variable name"));
+    if (!IsValidEnvName(k)) return Bad(who, absl::StrCat(field, ".env: '", k, "' is not a variable name"));
   }
   if (c.has_timeout() && FromProto(c.timeout()) <= absl::ZeroDuration()) {
-    return Bad(task, absl::StrCat(field, ".timeout must be positive"));
+    return Bad(who, absl::StrCat(field, ".timeout must be positive"));
   }
   return absl::OkStatus();
 }
@@ -111,7 +114,7 @@ absl::Status CheckAgent(const v1::Task& task) {
     if (agent.command().argv().empty()) {
       return Bad(task, "the agent runner needs agent.command.argv or agent.harness");
     }
-    return CheckCommand(task, "agent.command", agent.command());
+    return CheckCommand(Who(task), "agent.command", agent.command());
   }
   if (auto harness = ResolveHarness(agent.harness()); !harness.ok()) {
     return Bad(task, absl::StrCat("agent.harness ", harness.status().message()));
@@ -125,17 +128,17 @@ absl::Status CheckAgent(const v1::Task& task) {
   return absl::OkStatus();
 }
 
-absl::Status CheckFiles(const v1::Task& task, const std::string& field,
+absl::Status CheckFiles(absl::string_view who, const std::string& field,
                         const pb::RepeatedPtrField<v1::InlineFile>& files) {
   for (int i = 0; i < files.size(); ++i) {
     const std::string& p = files[i].path();
     if (p.empty() || absl::StrContains(p, '\0') || p.size() > 4096) {
-      return Bad(task, absl::StrCat(field, "[", i, "].path must be a sandbox path"));
+      return Bad(who, absl::StrCat(field, "[", i, "].path must be a sandbox path"));
     }
     for (absl::string_view part : absl::StrSplit(p, '/')) {
-      if (part == "..") return Bad(task, absl::StrCat(field, "[", i, "].path must not contain '..'"));
+      if (part == "..") return Bad(who, absl::StrCat(field, "[", i, "].path must not contain '..'"));
     }
-    if (files[i].permissions() > 07777) return Bad(task, absl::StrCat(field, "[", i, "].permissions above 07777"));
+    if (files[i].permissions() > 07777) return Bad(who, absl::StrCat(field, "[", i, "].permissions above 07777"));
   }
   return absl::OkStatus();
 }
@@ -160,7 +163,7 @@ absl::Status CheckTools(const v1::Task& task) {
     }
     if (t.kind() == v1::TOOL_KIND_COMMAND) {
       if (!t.has_command()) return Bad(task, absl::StrCat(field, ".command is required for kind COMMAND"));
-      if (absl::Status s = CheckCommand(task, field + ".command", t.command()); !s.ok()) return s;
+      if (absl::Status s = CheckCommand(Who(task), field + ".command", t.command()); !s.ok()) return s;
       if (t.description().empty() || t.parameters_json().empty()) {
         return Bad(task, absl::StrCat(field, ": kind COMMAND needs description and parameters_json"));
       }
@@ -256,7 +259,7 @@ absl::Status CheckMcpServers(const v1::Task& task) {
     }
     if (!names.insert(m.name()).second) return Bad(task, absl::StrCat(field, ".name '", m.name(), "' is used twice"));
     if (m.command().argv().empty()) return Bad(task, absl::StrCat(field, ".command.argv is required"));
-    if (absl::Status s = CheckCommand(task, field + ".command", m.command()); !s.ok()) return s;
+    if (absl::Status s = CheckCommand(Who(task), field + ".command", m.command()); !s.ok()) return s;
     auto bad = [&](const std::string& what) { return Bad(task, absl::StrCat(field, ".", what)); };
     if (absl::Status s = CheckListener(m.port(), m.unix_socket(), NetworkOf(task), /*required=*/false, bad); !s.ok()) {
       return s;
@@ -389,6 +392,29 @@ v1::BatchSpec WithDefaults(v1::BatchSpec spec, const SubmitLimits& limits, uint6
   return spec;
 }
 
+absl::Status CheckEnvironment(const v1::EnvironmentSpec& env) {
+  if (absl::Status s = CheckFiles("", "environment.setup_files", env.setup_files()); !s.ok()) return s;
+  if (absl::Status s = CheckFiles("", "environment.files", env.files()); !s.ok()) return s;
+  for (int i = 0; i < env.setup_commands_size(); ++i) {
+    if (absl::Status s = CheckCommand("", absl::StrCat("environment.setup_commands[", i, "]"), env.setup_commands(i));
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (const auto& [k, v] : env.env()) {
+    if (!IsValidEnvName(k)) return Bad("", absl::StrCat("environment.env: '", k, "' is not a variable name"));
+  }
+  for (const auto& p : env.task_paths()) {
+    if (p.empty() || p[0] != '/' || p == "/") return Bad("", "environment.task_paths must be absolute paths below /");
+  }
+  if (!env.image().empty()) {
+    if (env.image().size() > 512 || absl::c_any_of(env.image(), [](char c) { return c <= ' ' || c == 0x7f; })) {
+      return Bad("", "environment.image must be an image name or digest (no spaces, at most 512 characters)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::TaskOverrides& overrides,
                                        v1::Runner default_runner) {
   v1::Task task = submitted;
@@ -420,27 +446,8 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
     return Bad(task, "metadata_json must be a JSON object");
   }
   if (absl::Status s = CheckTimeouts(task); !s.ok()) return s;
-  const v1::EnvironmentSpec& env = task.environment();
-  if (absl::Status s = CheckFiles(task, "environment.setup_files", env.setup_files()); !s.ok()) return s;
-  if (absl::Status s = CheckFiles(task, "environment.files", env.files()); !s.ok()) return s;
-  if (absl::Status s = CheckFiles(task, "verifier.files", task.verifier().files()); !s.ok()) return s;
-  for (int i = 0; i < env.setup_commands_size(); ++i) {
-    if (absl::Status s = CheckCommand(task, absl::StrCat("environment.setup_commands[", i, "]"), env.setup_commands(i));
-        !s.ok()) {
-      return s;
-    }
-  }
-  for (const auto& [k, v] : env.env()) {
-    if (!IsValidEnvName(k)) return Bad(task, absl::StrCat("environment.env: '", k, "' is not a variable name"));
-  }
-  for (const auto& p : env.task_paths()) {
-    if (p.empty() || p[0] != '/' || p == "/") return Bad(task, "environment.task_paths must be absolute paths below /");
-  }
-  if (!env.image().empty()) {
-    if (env.image().size() > 512 || absl::c_any_of(env.image(), [](char c) { return c <= ' ' || c == 0x7f; })) {
-      return Bad(task, "environment.image must be an image name or digest (no spaces, at most 512 characters)");
-    }
-  }
+  if (absl::Status s = CheckEnvironment(task.environment()); !s.ok()) return Bad(task, s.message());
+  if (absl::Status s = CheckFiles(Who(task), "verifier.files", task.verifier().files()); !s.ok()) return s;
   switch (task.runner()) {
     case v1::RUNNER_SINGLE_TURN:
       if (absl::Status s = CheckReward(task); !s.ok()) return s;
@@ -458,7 +465,8 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
       if (absl::Status s = CheckEnvServerSpec(task.env_server(), NetworkOf(task)); !s.ok()) {
         return Bad(task, s.message());
       }
-      if (absl::Status s = CheckCommand(task, "env_server.command", task.env_server().command()); !s.ok()) return s;
+      if (absl::Status s = CheckCommand(Who(task), "env_server.command", task.env_server().command()); !s.ok())
+        return s;
       if (task.reward().function() != v1::REWARD_FUNCTION_UNSPECIFIED) {
         if (absl::Status s = CheckReward(task); !s.ok()) return s;
       }
@@ -468,7 +476,7 @@ absl::StatusOr<v1::Task> EffectiveTask(const v1::Task& submitted, const v1::Task
   }
   if (absl::Status s = CheckMcpServers(task); !s.ok()) return s;
   if (task.has_verifier() && !task.verifier().command().argv().empty()) {
-    if (absl::Status s = CheckCommand(task, "verifier.command", task.verifier().command()); !s.ok()) return s;
+    if (absl::Status s = CheckCommand(Who(task), "verifier.command", task.verifier().command()); !s.ok()) return s;
   }
   return task;
 }

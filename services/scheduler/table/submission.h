@@ -30,6 +30,10 @@ absl::Status ValidateSpec(const v1::BatchSpec& spec, absl::Time now, const Submi
 // The asynchronous-RL fields (staleness, dynamic sampling, group failure policy); part of ValidateSpec.
 absl::Status ValidateAsyncSpec(const v1::BatchSpec& spec);
 
+// An environment's files, setup commands, variables, task paths and image: INVALID_ARGUMENT "environment.<field>
+// ..." when one is malformed. Part of EffectiveTask; on its own for leased sandboxes.
+absl::Status CheckEnvironment(const v1::EnvironmentSpec& env);
+
 // The spec with defaults filled in (group_size, max_attempts, seed from `random_seed` when unset).
 v1::BatchSpec WithDefaults(v1::BatchSpec spec, const SubmitLimits& limits, uint64_t random_seed);
 
