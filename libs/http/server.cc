@@ -1,6 +1,7 @@
 #include "libs/http/server.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <tuple>
 
@@ -46,6 +47,24 @@ int StatusFor(beast::error_code ec) {
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------ Responder
+
+namespace {
+
+// A client refused for its body's size is usually still sending it; closing on unread bytes resets the connection
+// and it would see the reset, not the answer. So the rest is read and dropped (the header timeout and 1 GiB at
+// most), as nginx's lingering close does, once the answer is out and our side is shut.
+asio::awaitable<void> Linger(beast::tcp_stream& stream) {
+  beast::error_code ec;
+  stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+  std::array<char, 64 * 1024> sink;
+  for (uint64_t drained = 0; drained < (uint64_t{1} << 30);) {
+    auto [read_ec, n] = co_await stream.async_read_some(asio::buffer(sink), kUseTuple);
+    if (read_ec) break;
+    drained += n;
+  }
+}
+
+}  // namespace
 
 asio::awaitable<bool> Responder::Send(int status, absl::string_view content_type, std::string body,
                                       const Fields& headers) {
@@ -246,6 +265,7 @@ asio::awaitable<void> HttpServer::Serve(asio::ip::tcp::socket socket) {
       Responder bad(stream, 11, false, limits_.header_timeout);
       stream.expires_after(Chrono(limits_.header_timeout));
       co_await bad.Send(StatusFor(ec), "application/json", ErrorJson(ReasonFor(ec), "invalid_request_error"));
+      if (ec == bhttp::error::body_limit) co_await Linger(stream);
       break;
     }
     Request request = parser.release();

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """deploy/compose/compose.yaml run for real with podman-compose: the whole cluster in containers (scheduler,
-ratelimiter, proxy, two sandbox hosts, the scripted model, Prometheus), driven from this machine the way a user
+ratelimiter, proxy, two sandbox hosts, the sandbox API, the scripted model, Prometheus), driven from this machine the way a user
 drives it — the corral CLI and the Python SDK on the scheduler's published port.
 
 In order: every service healthy and both hosts reporting their protections; a mixed batch (tool_loop, single_turn,
 agents that call the model through the proxy by its compose name) run to the last result; Prometheus scraping
 every target, with every expression of the dashboard and the rules returning series; a sandbox host killed
 mid-batch and its episodes finishing on the other; the scheduler killed and restarted (its journal on a volume)
-redelivering exactly what was not acknowledged; `down` leaving no container, volume or network behind.
+redelivering exactly what was not acknowledged; verl's SandboxFusion payload answered by the sandbox API on its
+published port; `down` leaving no container, volume or network behind.
 
     BUILD/sdk-venv/bin/python compose_test.py --bin BUILD/bin --repo REPO
 """
@@ -74,7 +75,7 @@ class Compose(unittest.TestCase):
         with open(cls.secret, "w") as f:
             f.write(os.urandom(32).hex() + "\n")
         os.chmod(cls.secret, 0o600)
-        cls.ports = {name: ds.free_port() for name in ("SCHEDULER", "INSPECTOR", "PROMETHEUS", "PROXY")}
+        cls.ports = {name: ds.free_port() for name in ("SCHEDULER", "INSPECTOR", "PROMETHEUS", "PROXY", "SANDBOX_API")}
         cls.env = dict(os.environ, CORRAL_SECRET_FILE=cls.secret,
                        **{f"CORRAL_{k}_PORT": str(v) for k, v in cls.ports.items()})
         cls.scheduler = f"127.0.0.1:{cls.ports['SCHEDULER']}"
@@ -165,11 +166,11 @@ class Compose(unittest.TestCase):
             self.assertGreaterEqual(int(features.get("landlock_abi", 0)), 1, features)
             self.assertTrue(features.get("mount_namespaces"), features)
             self.assertIn("containment", features)
-        for service, port in (("ratelimiter", 7400), ("proxy", 7600)):
+        for service, port in (("ratelimiter", 7400), ("proxy", 7600), ("sandbox-api", 7800)):
             with self.subTest(service=service):
                 ds.run(["podman", "exec", self.container(service), "corral", "health", f"127.0.0.1:{port}"])
         # The control services run as the corral user, not root.
-        for service in ("scheduler", "proxy", "ratelimiter", "model"):
+        for service in ("scheduler", "proxy", "ratelimiter", "model", "sandbox-api"):
             with self.subTest(service=service):
                 uid = ds.run(["podman", "exec", self.container(service), "sh", "-c",
                               "awk '/^Uid/ {print $2}' /proc/1/status"]).stdout.strip()
@@ -297,6 +298,18 @@ class Compose(unittest.TestCase):
         finished = list(client.batch(running.id).results(ack=True))
         self.assertEqual(len(finished), 8)
         self.assertEqual({r.status for r in finished}, {1})
+
+    def test_6_verl_s_sandbox_fusion_payload_runs_through_the_sandbox_api(self):
+        url = f"http://127.0.0.1:{self.ports['SANDBOX_API']}/run_code"
+        client = os.path.join(ARGS.repo, "tests", "sandbox_api", "verl_client.py")
+        out = ds.run([sys.executable, client, url, "--code", "print(int(input()) * 2)", "--stdin", "21",
+                      "--concurrency", "4"]).stdout
+        calls = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual(len(calls), 4)
+        for call in calls:
+            self.assertEqual(call["http"], 200, call)
+            self.assertEqual(call["body"]["status"], "Success", call)
+            self.assertEqual(call["body"]["run_result"]["stdout"], "42\n", call)
 
     def test_9_down_leaves_no_container_volume_or_network(self):
         self.compose("down", "-v")

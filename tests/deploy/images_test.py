@@ -26,7 +26,7 @@ import deploy_support as ds  # noqa: E402
 
 ARGS = None
 BINARIES = ["corral", "corral-scheduler", "corral-proxy", "corral-ratelimiter", "corral-sandbox-host",
-            "corral-fake-llm"]
+            "corral-fake-llm", "corral-sandbox-api"]
 
 
 def build(target_args, tag, log_name, context=None):

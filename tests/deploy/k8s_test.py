@@ -93,7 +93,8 @@ class Kubernetes(unittest.TestCase):
 
     def test_workloads_have_probes_resources_and_the_least_privilege(self):
         for kind, name in (("Deployment", "corral-scheduler"), ("Deployment", "corral-ratelimiter"),
-                           ("StatefulSet", "corral-proxy"), ("DaemonSet", "corral-sandbox-host")):
+                           ("StatefulSet", "corral-proxy"), ("DaemonSet", "corral-sandbox-host"),
+                           ("Deployment", "corral-sandbox-api")):
             with self.subTest(workload=name):
                 pod = self.find(kind, name)["spec"]["template"]["spec"]
                 [c] = pod["containers"]

@@ -28,6 +28,7 @@ TEST(CorralUp, StartsTheClusterRunsTheDemoAndStopsCleanly) {
   if (geteuid() == 0) {
     EXPECT_THAT(log, HasSubstr("demo: sandboxes isolated and cleaned up"));
     EXPECT_THAT(log, HasSubstr("ok: 24/24 episodes finished, 24 with token ids, 24 acknowledged"));
+    EXPECT_THAT(log, HasSubstr("print(int(input()) * 2) with stdin 21 -> 42, Success"));
   }
   EXPECT_THAT(log, HasSubstr("corral up: stopped"));
   // Its hints work when pasted: the CLI by the path it was started with, and how to keep a cluster running.

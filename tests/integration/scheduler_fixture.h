@@ -135,10 +135,10 @@ class SchedulerFixture : public ::testing::Test {
     fake_llm_.emplace(*std::move(llm));
     ASSERT_NO_FATAL_FAILURE(StartProxy("127.0.0.1:0", "127.0.0.1:0"));
     std::ofstream(dir_ + "/limiter.yaml")
-        << "limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: 8\n"
+        << "limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: " << code_exec_permits_
+        << "\n"
            "  - name: llm/{model}\n    kind: concurrency\n    permits: 2\n"
-           "state_path: "
-        << dir_ << "/limiter.db\n";
+        << "state_path: " << dir_ << "/limiter.db\n";
     ASSERT_NO_FATAL_FAILURE(StartLimiter("127.0.0.1:0"));
     for (int i = 0; i < hosts; ++i) ASSERT_NO_FATAL_FAILURE(StartHost(capacity));
     scheduler_args_ = std::move(scheduler_args);
@@ -390,6 +390,7 @@ class SchedulerFixture : public ::testing::Test {
   std::optional<testing::RunningService> fake_llm_, proxy_, limiter_, scheduler_;
   std::vector<Host> hosts_;
   std::vector<std::string> scheduler_args_;
+  int code_exec_permits_ = 8;  // the ratelimiter's code_exec/{language}
   // The hosts' --harness-root: none installed unless a test installs some there.
   std::string harness_root_ = "/nonexistent/corral-harnesses";
   int scheduler_starts_ = 0, proxy_starts_ = 0, limiter_starts_ = 0;

@@ -18,4 +18,8 @@ int RunSandboxDemo(const std::string& address, const std::string& token);
 // and prints a summary. Returns 0 when every episode finished with token ids recorded.
 int RunBatchDemo(const std::string& scheduler, const std::string& token, bool sandboxes);
 
+// Posts verl's SandboxFusion request to the sandbox API at `http_address` (HOST:PORT); 0 when the code ran in its
+// leased sandbox and printed what it should.
+int RunCodeDemo(const std::string& http_address);
+
 }  // namespace corral::cli

@@ -34,7 +34,8 @@ namespace fs = std::filesystem;
 // The embedded playground configuration of each service.
 constexpr char kRateLimiterYaml[] = R"(# corral up: the ratelimiter's playground configuration.
 limits:
-  # The scheduler holds one permit of code_exec/<language> for each tool execution.
+  # The scheduler holds one permit of code_exec/<language> for each tool execution, the sandbox API one for
+  # each /run_code run.
   - name: code_exec/{language}
     kind: concurrency
     permits: 16
@@ -60,6 +61,8 @@ struct ServiceDef {
   std::vector<std::string> extra_args;
 };
 
+using Running = std::vector<std::pair<ServiceDef, RunningService>>;
+
 absl::StatusOr<std::string> EnsureSecret(const fs::path& dir) {
   fs::path path = dir / "secret";
   if (!fs::exists(path)) {
@@ -74,8 +77,7 @@ absl::StatusOr<std::string> EnsureSecret(const fs::path& dir) {
 }
 
 // The scheduler's playground configuration: every host, proxy and limiter of this cluster.
-std::string SchedulerYaml(const fs::path& dir, const std::vector<std::pair<ServiceDef, RunningService>>& running,
-                          const std::string& default_model) {
+std::string SchedulerYaml(const fs::path& dir, const Running& running, const std::string& default_model) {
   std::string yaml =
       absl::StrCat("# corral up: the scheduler's playground configuration.\njournal: ", (dir / "scheduler.db").string(),
                    "\nscheduler_id: local\n");
@@ -144,6 +146,17 @@ std::vector<ServiceDef> BaseServices(const UpFlags& flags, const fs::path& dir, 
   return defs;
 }
 
+// The sandbox API's playground configuration: sandboxes leased from this cluster's scheduler, /run_code bounded
+// by the ratelimiter's code_exec.
+std::string SandboxApiYaml(const Running& running) {
+  std::string yaml = "# corral up: the sandbox API's playground configuration.\n";
+  for (const auto& [def, service] : running) {
+    if (def.name == "scheduler") absl::StrAppend(&yaml, "scheduler: ", service.ready.grpc, "\n");
+    if (def.name == "ratelimiter") absl::StrAppend(&yaml, "ratelimiter: ", service.ready.grpc, "\n");
+  }
+  return absl::StrCat(yaml, "code_limit: code_exec\n");
+}
+
 // The model behind the proxy: --upstream (its model chosen from what it serves), or a scripted model started
 // here as a stand-in for vLLM/SGLang (a demo aid).
 struct Upstream {
@@ -171,14 +184,13 @@ absl::StatusOr<Upstream> StartUpstream(const UpFlags& flags, const fs::path& dir
   return out;
 }
 
-using Running = std::vector<std::pair<ServiceDef, RunningService>>;
-
-// Starts `defs` in order (the scheduler's configuration names the others' addresses, so it comes last); stops
-// at the first that fails (the caller's destructors stop the rest).
+// Starts `defs` in order (the scheduler's configuration names the others' addresses, so it comes after them, and
+// the sandbox API's names the scheduler's); stops at the first that fails (the caller's destructors stop the rest).
 absl::Status StartAll(const UpFlags& flags, const fs::path& dir, const std::string& secret,
                       const std::string& default_model, std::vector<ServiceDef> defs, Running& running) {
   for (ServiceDef& def : defs) {
     if (def.name == "scheduler") def.config_yaml = SchedulerYaml(dir, running, default_model);
+    if (def.name == "sandbox-api") def.config_yaml = SandboxApiYaml(running);
     const std::string config = (dir / (def.name + ".yaml")).string();
     std::ofstream(config, std::ios::trunc) << def.config_yaml;
     std::vector<std::string> args = {"--config=" + config, "--secret-file=" + secret,
@@ -217,8 +229,9 @@ void PrintCluster(const fs::path& dir, const Running& running, const Upstream& u
   for (auto& [def, service] : running) {
     std::string http;
     if (!service.ready.http.empty()) {
-      http = def.name == "scheduler" ? "  inspector http://" + service.ready.http + "/"
-                                     : "  http://" + service.ready.http + "/v1";
+      http = def.name == "scheduler"     ? "  inspector http://" + service.ready.http + "/"
+             : def.name == "sandbox-api" ? "  http://" + service.ready.http + "/run_code"
+                                         : "  http://" + service.ready.http + "/v1";
     }
     std::cout << absl::StrFormat("  %-12s grpc %-18s metrics http://%s/metrics  pid %d%s\n", def.name,
                                  service.ready.grpc, service.ready.metrics, service.ready.pid, http);
@@ -247,6 +260,11 @@ std::string Hints(const fs::path& dir, const std::string& bin, const std::string
     if (def.name == "scheduler" && !service.ready.http.empty()) {
       inspector = absl::StrCat("  open http://", service.ready.http, "/ in a browser: the rollout inspector\n");
     }
+    if (def.name == "sandbox-api") {
+      absl::StrAppend(&inspector, "  curl -s http://", service.ready.http,
+                      "/run_code -d '{\"code\": \"print(6 * 7)\", \"language\": \"python\"}'"
+                      "  (SandboxFusion's API: verl's sandbox_fusion_url)\n");
+    }
   }
   return absl::StrCat("  ", cli.string(), " run examples/datasets/word_problems.jsonl --group-size 4\n", inspector,
                       "  ", cli.string(), " hosts ls;  ", cli.string(), " limiter status --addr ",
@@ -268,6 +286,9 @@ int RunDemos(const std::string& secret, const Running& running) {
     if (def.name == "scheduler" && exit_code == 0) {
       exit_code = RunBatchDemo(service.ready.grpc, token, /*sandboxes=*/!sandbox_host.empty());
     }
+  }
+  for (auto& [def, service] : running) {
+    if (def.name == "sandbox-api" && exit_code == 0) exit_code = RunCodeDemo(service.ready.http);
   }
   return exit_code;
 }
@@ -337,6 +358,15 @@ int RunUp(const UpFlags& flags) {
                   "127.0.0.1:7700",
                   "127.0.0.1:9700",
                   {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "7780")}});
+  // The sandbox APIs (SandboxFusion's /run_code) lease sandboxes from the scheduler: only with a sandbox host.
+  if (geteuid() == 0) {
+    defs.push_back({"sandbox-api",
+                    bin + "/corral-sandbox-api",
+                    "",
+                    "127.0.0.1:7800",
+                    "127.0.0.1:9800",
+                    {"--http-listen=127.0.0.1:" + std::string(flags.any_port ? "0" : "8090")}});
+  }
   Running running;
   if (absl::Status s = StartAll(flags, dir, *secret, upstream->default_model, std::move(defs), running); !s.ok()) {
     std::cerr << "corral up: " << s.message() << "\n";

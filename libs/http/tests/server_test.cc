@@ -26,13 +26,20 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 // Sends `data` on a fresh connection and returns everything the server writes until it closes (or `wait`).
-std::string RawExchange(uint16_t port, const std::string& data, absl::Duration wait = absl::Seconds(5)) {
+// A TCP connection to 127.0.0.1:`port`; an invalid fd when it cannot connect.
+UniqueFd ConnectLoopback(uint16_t port) {
   UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "<connect failed>";
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return UniqueFd();
+  return fd;
+}
+
+std::string RawExchange(uint16_t port, const std::string& data, absl::Duration wait = absl::Seconds(5)) {
+  UniqueFd fd = ConnectLoopback(port);
+  if (!fd.valid()) return "<connect failed>";
   if (!data.empty() && write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) return "<write>";
   std::string out;
   const absl::Time deadline = absl::Now() + wait;
@@ -115,6 +122,29 @@ TEST_F(HttpServerTest, SmugglingAndOversizeRequestsGetPreciseErrors) {
   EXPECT_THAT(RawExchange(port_, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), HasSubstr("echo:"));
 }
 
+TEST_F(HttpServerTest, AClientStillSendingAnOversizeBodyReadsThe413NotAReset) {
+  ServerLimits limits;
+  limits.max_body_bytes = 1024;
+  Start(limits);
+  UniqueFd fd = ConnectLoopback(port_);
+  ASSERT_TRUE(fd.valid());
+  // Far more than the socket buffers hold: the whole body is only sent if the server keeps reading it.
+  const size_t body = 32 << 20;
+  std::string data = absl::StrCat("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: ", body, "\r\n\r\n");
+  data.append(body, 'x');
+  size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = send(fd.get(), data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(sent, data.size()) << "the server closed on unread bytes: " << strerror(errno);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd.get(), buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  EXPECT_THAT(out, StartsWith("HTTP/1.1 413"));
+}
+
 TEST_F(HttpServerTest, ASlowHeaderIsCutOffAtTheHeaderTimeout) {
   ServerLimits limits;
   limits.header_timeout = absl::Milliseconds(300);
@@ -129,12 +159,8 @@ TEST_F(HttpServerTest, ConnectionsBeyondTheLimitGet503) {
   ServerLimits limits;
   limits.max_connections = 1;
   Start(limits);
-  UniqueFd held(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port_);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(held.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  UniqueFd held = ConnectLoopback(port_);
+  ASSERT_TRUE(held.valid());
   ASSERT_TRUE(testing::WaitUntil([&] { return server_->open_connections() == 1; }, absl::Seconds(5)));
   EXPECT_THAT(RawExchange(port_, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"), StartsWith("HTTP/1.1 503"));
 }

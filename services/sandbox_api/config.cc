@@ -1,0 +1,52 @@
+#include "services/sandbox_api/config.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "libs/core/host_port.h"
+#include "libs/core/status_macros.h"
+
+namespace corral::sandbox_api {
+
+void RegisterConfig(ConfigSchema& schema, Config* c) {
+  c->server.grpc_listen = "127.0.0.1:7800";
+  c->server.metrics_listen = "127.0.0.1:9800";
+  if (const char* pod = std::getenv("MY_POD_NAME")) c->executor_name = pod;
+  RegisterServerFlags(schema, &c->server);
+  schema.String("http_listen", &c->http_listen,
+                "HOST:PORT of the HTTP endpoint (SandboxFusion's /run_code; port 0: the kernel chooses)");
+  schema.Int("http_threads", &c->http_threads, "HTTP I/O threads", 1, 64);
+  schema.Int("max_body_bytes", &c->max_body_bytes, "largest request body accepted (413 beyond)", 1024,
+             int64_t{1} << 30);
+  schema.String("scheduler", &c->scheduler, "HOST:PORT of corral-scheduler, which leases the sandboxes");
+  schema.String("ratelimiter", &c->ratelimiter,
+                "HOST:PORT of corral-ratelimiter, whose code_limit bounds /run_code across replicas (empty: none)");
+  schema.String("code_limit", &c->code_limit,
+                "the ratelimiter's concurrency limit held by each /run_code run, keyed by its language (declared as "
+                "NAME/{language}; the scheduler's tool_limit is the same one by default)");
+  schema.Bool("limiter_fail_open", &c->limiter_fail_open,
+              "run without a permit while the ratelimiter cannot be reached (default: wait for it)");
+  schema.Duration("wait", &c->wait,
+                  "how long a /run_code call waits for a permit and a sandbox before answering 504 (verl retries "
+                  "504)",
+                  absl::Seconds(1), absl::Minutes(10));
+  schema.String("image", &c->image, "the image /run_code's sandboxes run (empty: the host's own toolchains)");
+  schema.String("executor_name", &c->executor_name, "reported as executor_pod_name (default: $MY_POD_NAME, else null)");
+}
+
+absl::Status ValidateConfig(Config& c) {
+  CORRAL_RETURN_IF_ERROR(ValidateServerConfig(c.server));
+  if (!SplitHostPort(c.http_listen).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("http_listen '", c.http_listen, "' is not HOST:PORT"));
+  }
+  if (!SplitHostPort(c.scheduler).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("scheduler '", c.scheduler, "' is not HOST:PORT"));
+  }
+  if (!c.ratelimiter.empty() && !SplitHostPort(c.ratelimiter).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("ratelimiter '", c.ratelimiter, "' is not HOST:PORT"));
+  }
+  if (c.code_limit.empty()) return absl::InvalidArgumentError("code_limit must name a ratelimiter limit");
+  return absl::OkStatus();
+}
+
+}  // namespace corral::sandbox_api

@@ -1,0 +1,38 @@
+// corral-sandbox-api's settings: its HTTP endpoint, the scheduler it leases sandboxes from, the ratelimiter and
+// limit that bound /run_code across every replica, and the sandbox /run_code runs in.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "libs/core/config.h"
+#include "libs/rpc/server_config.h"
+
+namespace corral::sandbox_api {
+
+struct Config {
+  ServerConfig server;
+  std::string http_listen = "127.0.0.1:8090";
+  int64_t http_threads = 2;
+  int64_t max_body_bytes = 96 << 20;  // verl's files come base64-encoded (64 MiB decoded)
+  std::string scheduler = "127.0.0.1:7700";
+  // /run_code's cluster-wide limit: a ratelimiter concurrency limit keyed by language (declared as
+  // code_exec/{language}, the limit the scheduler's tool executions hold too), one permit held for each run. No
+  // ratelimiter: no limit.
+  std::string ratelimiter;
+  std::string code_limit = "code_exec";
+  bool limiter_fail_open = false;
+  // How long a /run_code call waits for a permit and a sandbox before answering 504 (which verl retries).
+  absl::Duration wait = absl::Minutes(2);
+  // The sandbox /run_code runs in: an image (empty: the host's own toolchains).
+  std::string image;
+  // Reported as executor_pod_name (default: the MY_POD_NAME environment variable, as SandboxFusion does).
+  std::string executor_name;
+};
+
+void RegisterConfig(ConfigSchema& schema, Config* config);
+// INVALID_ARGUMENT naming the key.
+absl::Status ValidateConfig(Config& config);
+
+}  // namespace corral::sandbox_api

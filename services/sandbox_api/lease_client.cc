@@ -1,0 +1,59 @@
+#include "services/sandbox_api/lease_client.h"
+
+#include <utility>
+
+#include "libs/rpc/status_conversion.h"
+#include "services/scheduler/remote/async_grpc.h"
+#include "services/scheduler/remote/host_client.h"
+
+namespace corral::sandbox_api {
+
+namespace asio = boost::asio;
+using scheduler::AwaitGrpc;
+using scheduler::CallScope;
+
+LeaseClient::LeaseClient(std::shared_ptr<grpc::Channel> scheduler, std::string token, ChannelOptions channel,
+                         Clock* clock)
+    : stub_(v1::Scheduler::NewStub(std::move(scheduler))),
+      token_(std::move(token)),
+      channel_options_(std::move(channel)),
+      clock_(clock) {}
+
+asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::Lease(v1::LeaseSandboxRequest request,
+                                                                     absl::Time deadline) {
+  CallScope scope(nullptr, deadline, token_);
+  v1::SandboxLease response;
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->LeaseSandbox(scope.context(), &request, &response, std::move(done)); });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
+asio::awaitable<absl::Status> LeaseClient::Release(std::string lease_id, std::string owner) {
+  CallScope scope(nullptr, clock_->Now() + absl::Seconds(90), token_);
+  v1::ReleaseLeaseRequest request;
+  request.set_lease_id(std::move(lease_id));
+  request.set_owner(std::move(owner));
+  v1::ReleaseLeaseResponse response;
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->ReleaseLease(scope.context(), &request, &response, std::move(done)); });
+  co_return FromGrpcStatus(s);
+}
+
+std::shared_ptr<scheduler::HostApi> LeaseClient::Host(const v1::SandboxLease& lease) {
+  std::shared_ptr<grpc::Channel> channel;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<grpc::Channel>& cached = channels_[lease.host_address()];
+    if (cached == nullptr) {
+      auto made = MakeChannel(lease.host_address(), channel_options_);
+      if (made.ok()) cached = *std::move(made);
+    }
+    channel = cached;
+  }
+  if (channel == nullptr) return nullptr;
+  return std::make_shared<scheduler::HostClient>(lease.host_address(), std::move(channel),
+                                                 lease.capability_token().empty() ? token_ : lease.capability_token());
+}
+
+}  // namespace corral::sandbox_api

@@ -1,0 +1,50 @@
+// The scheduler's leased sandboxes as corral-sandbox-api sees them (Scheduler.LeaseSandbox and the calls around
+// it), and the sandbox's host, reached with the lease's capability token. LeaseClient implements LeaseApi over
+// gRPC; tests use their own. Thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "boost/asio/awaitable.hpp"
+#include "corral/v1/scheduler.grpc.pb.h"
+#include "libs/core/clock.h"
+#include "libs/rpc/channel.h"
+#include "services/scheduler/remote/host_api.h"
+
+namespace corral::sandbox_api {
+
+class LeaseApi {
+ public:
+  virtual ~LeaseApi() = default;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Lease(v1::LeaseSandboxRequest request,
+                                                                         absl::Time deadline) = 0;
+  virtual boost::asio::awaitable<absl::Status> Release(std::string lease_id, std::string owner) = 0;
+  // The client of the lease's host, presenting the lease's capability token.
+  virtual std::shared_ptr<scheduler::HostApi> Host(const v1::SandboxLease& lease) = 0;
+};
+
+class LeaseClient final : public LeaseApi {
+ public:
+  // `token` is the cluster token presented to the scheduler (and to hosts for leases without a capability
+  // token); `channel` how hosts are dialled.
+  LeaseClient(std::shared_ptr<grpc::Channel> scheduler, std::string token, ChannelOptions channel, Clock* clock);
+
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Lease(v1::LeaseSandboxRequest request,
+                                                                 absl::Time deadline) override;
+  boost::asio::awaitable<absl::Status> Release(std::string lease_id, std::string owner) override;
+  std::shared_ptr<scheduler::HostApi> Host(const v1::SandboxLease& lease) override;
+
+ private:
+  const std::unique_ptr<v1::Scheduler::Stub> stub_;
+  const std::string token_;
+  const ChannelOptions channel_options_;
+  Clock* const clock_;
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);  // by host address
+};
+
+}  // namespace corral::sandbox_api
