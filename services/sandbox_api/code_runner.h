@@ -1,7 +1,8 @@
 // Runs one /run_code request (run_code.h) in a sandbox it is handed: the code and files written to a directory of
-// their own, the language's programs looked up first, the compile and run commands run under their timeouts (and
-// memory_limit_MB as the address-space limit), stdout and stderr kept apart and read back up to 1 MiB each (as
-// SandboxFusion reads them), and the files asked for read back. Talks to the sandbox's host through HostApi, the
+// their own, then each command (compile, run) as one process under its timeout and memory_limit_MB (the
+// address-space limit) — the first one looking the language's programs up before anything runs — with stdout and
+// stderr streamed apart and their first 1 MiB each kept (as SandboxFusion reads them), and the files asked for
+// read back. Talks to the sandbox's host through HostApi, the
 // scheduler's client of the sandbox-host API; it does not choose, create or delete the sandbox.
 #pragma once
 

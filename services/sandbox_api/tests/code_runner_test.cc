@@ -33,13 +33,11 @@ class CodeRunnerTest : public ::testing::Test {
 
 TEST_F(CodeRunnerTest, TheCodeAndStdinGoToTheHostWithTheTimeoutAndTheStreamsComeBackApart) {
   const std::string id = Sandbox();
-  host_.OnExec([this](const std::string& sandbox, const v1::ExecRequest& r) {
+  host_.OnExec([](const std::string&, const v1::ExecRequest&) {
     scheduler::ExecOutcome out;
     out.exited = true;
-    if (r.command().argv(r.command().argv_size() - 1) == "main.py") {  // the run, not the lookup
-      host_.WriteSandboxFile(sandbox, "code/.corral-stdout", "42\n");
-      host_.WriteSandboxFile(sandbox, "code/.corral-stderr", "warning\n");
-    }
+    out.stdout_head = "42\n";
+    out.stderr_head = "warning\n";
     return out;
   });
   RunCodeRequest r;
@@ -53,12 +51,15 @@ TEST_F(CodeRunnerTest, TheCodeAndStdinGoToTheHostWithTheTimeoutAndTheStreamsCome
   EXPECT_EQ(a.at("run_result").at("stderr"), "warning\n");
   EXPECT_EQ(host_.SandboxFile(id, "code/main.py"), "print(int(input()) * 2)");
   const std::vector<v1::ExecRequest> execs = host_.execs();
-  ASSERT_EQ(execs.size(), 2u) << "the programs looked up, then the run";
-  EXPECT_THAT(execs[0].command().argv(2), HasSubstr("command -v"));
-  EXPECT_EQ(execs[1].stdin(), "21");
-  EXPECT_EQ(execs[1].command().cwd(), "code");
-  EXPECT_EQ(execs[1].command().timeout().seconds(), 2);
-  EXPECT_EQ(execs[1].command().timeout().nanos(), 500'000'000);
+  ASSERT_EQ(execs.size(), 1u) << "one process: the programs looked up, then the run";
+  const auto& argv = execs[0].command().argv();
+  EXPECT_THAT(argv[2], HasSubstr("command -v"));
+  EXPECT_THAT(std::vector<std::string>(argv.begin() + 3, argv.end()),
+              ::testing::ElementsAre("sh", "python3", "python3", "main.py"));
+  EXPECT_EQ(execs[0].stdin(), "21");
+  EXPECT_EQ(execs[0].command().cwd(), "code");
+  EXPECT_EQ(execs[0].command().timeout().seconds(), 2);
+  EXPECT_EQ(execs[0].command().timeout().nanos(), 500'000'000);
 }
 
 TEST_F(CodeRunnerTest, AHostThatFailsIsASandboxErrorSayingWhat) {
@@ -69,10 +70,24 @@ TEST_F(CodeRunnerTest, AHostThatFailsIsASandboxErrorSayingWhat) {
   EXPECT_EQ(a.at("status"), "SandboxError");
   EXPECT_THAT(std::string(a.at("message").as_string()), HasSubstr("writing the code"));
   const std::string id = Sandbox();
+  // The code's own exit 127 with a made-up marker is the code's failure...
   host_.OnExec([](const std::string&, const v1::ExecRequest&) {
     scheduler::ExecOutcome out;
     out.exited = true;
-    out.exit.set_exit_code(127);  // the lookup: no bash here
+    out.exit.set_exit_code(127);
+    out.stderr_head = "corral-missing-0000000000000000:bash\n";
+    return out;
+  });
+  a = Run(id, r);
+  EXPECT_EQ(a.at("status"), "Failed") << json::serialize(a);
+  // ...while the shell's lookup failing, with the run's own marker, is the sandbox's lack.
+  host_.OnExec([](const std::string&, const v1::ExecRequest& request) {
+    const std::string& script = request.command().argv(2);
+    const size_t at = script.find("corral-missing-");
+    scheduler::ExecOutcome out;
+    out.exited = true;
+    out.exit.set_exit_code(127);
+    out.stderr_head = script.substr(at, script.find(':', at) + 1 - at) + "bash\n";
     return out;
   });
   a = Run(id, r);

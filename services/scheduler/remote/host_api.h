@@ -27,6 +27,8 @@ struct ExecOutcome {
   std::string output;       // stdout and stderr interleaved as they arrived, middle-elided at the limit
   std::string tail;         // the last KiB
   std::string stdout_tail;  // the last 4 KiB of stdout alone
+  // Each stream alone, its first `output_limit` bytes (what SandboxFusion's runner reads of a command).
+  std::string stdout_head, stderr_head;
   bool exited = false;
 };
 
@@ -68,7 +70,7 @@ class HostApi {
                                                                   absl::Duration timeout) = 0;
   virtual boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) = 0;
   // Runs to the process's exit; the host enforces command.timeout (exit.timed_out). Output kept head + tail
-  // within `output_limit`.
+  // within `output_limit`, and each stream's first `output_limit` bytes apart.
   virtual boost::asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(v1::ExecRequest request, size_t output_limit,
                                                                    CallOptions options) = 0;
   virtual boost::asio::awaitable<absl::Status> WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,

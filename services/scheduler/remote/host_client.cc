@@ -1,5 +1,7 @@
 #include "services/scheduler/remote/host_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -80,11 +82,15 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest re
   CallScope scope(options.control, options.deadline, token_);
   // Filled on gRPC's threads, read after the call completed (the completion is the synchronization point).
   struct State {
-    explicit State(size_t limit) : output(limit) {}
+    explicit State(size_t limit) : output(limit), head_limit(limit) {}
+    void Head(std::string& head, const std::string& data) const {
+      if (head.size() < head_limit) head.append(data, 0, std::min(data.size(), head_limit - head.size()));
+    }
     absl::Mutex mu;
     OutputTail output;
     OutputTail last{2048};
     OutputTail stdout_last{8192};
+    const size_t head_limit;
     ExecOutcome outcome;
   };
   auto state = std::make_shared<State>(output_limit);
@@ -96,10 +102,12 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest re
             state->output.Append(ev.stdout());
             state->last.Append(ev.stdout());
             state->stdout_last.Append(ev.stdout());
+            state->Head(state->outcome.stdout_head, ev.stdout());
           }
           if (!ev.stderr().empty()) {
             state->output.Append(ev.stderr());
             state->last.Append(ev.stderr());
+            state->Head(state->outcome.stderr_head, ev.stderr());
           }
           if (ev.has_exited()) {
             state->outcome.exit = ev.exited();

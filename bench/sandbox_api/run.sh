@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Sandbox API benchmark (needs root for the sandbox host). Side by side in one run, rounds alternating:
+#   corral   SandboxFusion's /run_code of `print(1)` through corral-sandbox-api — a code_exec permit from the
+#            ratelimiter, a sandbox leased from the scheduler (its warm pool), the code run there, the lease
+#            released — with C callers at once
+#   floor    the same C callers each running `python3 -c 'print(1)'` on this machine, no sandbox at all
+# Prints calls per second and latency percentiles for both, and the ratio corral/floor (target: at least 0.7).
+#   bench/sandbox_api/run.sh        (BENCH_CALLS=400 per round, BENCH_CONCURRENCY=8, BENCH_ROUNDS=3)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source bench/prepare.sh
+calls=${BENCH_CALLS:-$(smoke_or 400 8)}
+concurrency=${BENCH_CONCURRENCY:-$(smoke_or 8 2)}
+rounds=${BENCH_ROUNDS:-$(smoke_or 3 1)}
+[[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 77; }
+prepare "" corral-scheduler corral-proxy corral-ratelimiter corral-sandbox-host corral-fake-llm corral-sandbox-api
+
+work=$(mktemp -d)
+root=/var/tmp/corral-bench-sandbox-api-$$
+scratch=$root
+source bench/scheduler/cluster.sh
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+start_model_and_proxy
+printf 'limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: %d\nstate_path: none\nlearning_mode: false\n' \
+  "$concurrency" > "$work/limiter.yaml"
+start limiter $bin/corral-ratelimiter --insecure --config "$work/limiter.yaml" --grpc-listen 127.0.0.1:0 \
+  --metrics-listen 127.0.0.1:0 --log-level warn
+start host $bin/corral-sandbox-host --insecure --root "$root" --capacity 64 --grpc-listen 127.0.0.1:0 \
+  --metrics-listen 127.0.0.1:0 --log-level warn "${host_uids[@]}"
+start scheduler $bin/corral-scheduler --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+  --journal "$work/scheduler.db" --host "$(addr host grpc)" --proxy "$(addr proxy grpc)" \
+  --ratelimiter "$(addr limiter grpc)" --default-model fake-model --warm-pool-size "$((2 * concurrency))" \
+  --log-level warn
+start api $bin/corral-sandbox-api --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+  --http-listen 127.0.0.1:0 --scheduler "$(addr scheduler grpc)" --ratelimiter "$(addr limiter grpc)" --log-level warn
+
+# The floor runs the python3 a sandbox finds on its PATH (not, say, a pyenv shim first on the caller's PATH).
+python=$(PATH=/usr/local/bin:/usr/bin:/bin command -v python3)
+echo "sandbox API benchmark: $rounds rounds of $calls print(1) calls per side, $concurrency at once, $python, $(nproc) cores" >&2
+python3 - "http://$(addr api http)/run_code" "$calls" "$concurrency" "$rounds" "$python" <<'PY'
+import concurrent.futures, json, subprocess, sys, time, urllib.request
+url, calls, concurrency, rounds, python = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+body = json.dumps({"compile_timeout": 10, "run_timeout": 10, "code": "print(1)", "stdin": None,
+                   "memory_limit_MB": 1024, "language": "python", "files": {}, "fetch_files": []}).encode()
+
+def corral(_):
+    t = time.perf_counter()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        answer = json.loads(r.read())
+    assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "1\n", answer
+    return time.perf_counter() - t
+
+def floor(_):
+    t = time.perf_counter()
+    out = subprocess.run([python, "-c", "print(1)"], capture_output=True, check=True).stdout
+    assert out == b"1\n"
+    return time.perf_counter() - t
+
+def side(fn):
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        t = time.perf_counter()
+        latencies = sorted(pool.map(fn, range(calls)))
+        return calls / (time.perf_counter() - t), latencies
+
+def pct(xs, q):
+    return 1000 * xs[min(len(xs) - 1, int(q * len(xs)))]
+
+side(corral)  # warm the pool and the connections: not counted
+results = {"corral": [], "floor": []}
+for r in range(rounds):
+    for name, fn in ((("corral", corral), ("floor", floor)) if r % 2 == 0 else (("floor", floor), ("corral", corral))):
+        results[name].append(side(fn))
+
+def summary(name):
+    rates = sorted(rate for rate, _ in results[name])
+    latencies = sorted(x for _, xs in results[name] for x in xs)
+    return rates[len(rates) // 2], pct(latencies, 0.5), pct(latencies, 0.99)
+
+print("\n%-46s %10s %10s %10s" % ("%d calls x %d rounds, %d at once" % (calls, rounds, concurrency), "calls/s", "p50 ms",
+                                   "p99 ms"))
+rows = {name: summary(name) for name in ("corral", "floor")}
+print("%-46s %10.1f %10.1f %10.1f" % (("corral /run_code (permit, lease, run, release)",) + rows["corral"]))
+print("%-46s %10.1f %10.1f %10.1f" % (("floor: python3 -c 'print(1)', no sandbox",) + rows["floor"]))
+ratio = rows["corral"][0] / rows["floor"][0]
+print("ratio corral/floor: %.2fx (target >= 0.7)" % ratio)
+print("RESULT sandbox_api calls_per_s=%.1f floor_calls_per_s=%.1f ratio=%.2f p50_ms=%.1f p99_ms=%.1f floor_p50_ms=%.1f" % (
+    rows["corral"][0], rows["floor"][0], ratio, rows["corral"][1], rows["corral"][2], rows["floor"][1]))
+PY
+# Where the CPU went, per /run_code call (everything since start: the warm-up and the floor's rounds included for
+# the client, so only the services' figures are per call).
+total=$(( calls * (rounds + 1) ))
+for svc in api scheduler host limiter; do
+  pid_var=pid_$svc
+  awk -v t="$(cpu_ticks "${!pid_var}")" -v n="$total" -v s="$svc" 'BEGIN {printf "  cpu %-9s %.2f ms/call\n", s, 10*t/n}' >&2
+done
