@@ -1,10 +1,14 @@
 #include "services/sandbox_api/config.h"
 
+#include <algorithm>
 #include <cstdlib>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/host_port.h"
 #include "libs/core/status_macros.h"
+#include "services/sandbox_api/run_code.h"
+#include "yaml-cpp/yaml.h"
 
 namespace corral::sandbox_api {
 
@@ -31,6 +35,19 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                   "504)",
                   absl::Seconds(1), absl::Minutes(10));
   schema.String("image", &c->image, "the image /run_code's sandboxes run (empty: the host's own toolchains)");
+  schema.Custom("images", "map", "{}",
+                "per language, the image whose toolchain runs it, e.g. {go: golang:1.22, rust: rust:1.80} (other "
+                "languages: `image`)",
+                [c](const YAML::Node& node) -> absl::Status {
+                  if (!node.IsMap()) return absl::InvalidArgumentError("must be a map of language: image");
+                  std::map<std::string, std::string> images;
+                  for (const auto& kv : node) {
+                    if (!kv.second.IsScalar()) return absl::InvalidArgumentError("each image must be a string");
+                    images[kv.first.as<std::string>()] = kv.second.as<std::string>();
+                  }
+                  c->images = std::move(images);
+                  return absl::OkStatus();
+                });
   schema.String("executor_name", &c->executor_name, "reported as executor_pod_name (default: $MY_POD_NAME, else null)");
 }
 
@@ -46,6 +63,16 @@ absl::Status ValidateConfig(Config& c) {
     return absl::InvalidArgumentError(absl::StrCat("ratelimiter '", c.ratelimiter, "' is not HOST:PORT"));
   }
   if (c.code_limit.empty()) return absl::InvalidArgumentError("code_limit must name a ratelimiter limit");
+  for (const auto& [language, image] : c.images) {
+    const auto languages = SandboxFusionLanguages();
+    if (std::find(languages.begin(), languages.end(), language) == languages.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("images: '", language, "' is not a SandboxFusion language"));
+    }
+    if (image.empty() || image.size() > 512 || absl::c_any_of(image, [](char ch) { return ch <= ' ' || ch == 0x7f; })) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("images['", language, "'] must be an image name or digest (no spaces, at most 512 characters)"));
+    }
+  }
   return absl::OkStatus();
 }
 

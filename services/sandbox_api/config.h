@@ -2,6 +2,7 @@
 // limit that bound /run_code across every replica, and the sandbox /run_code runs in.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
@@ -25,8 +26,10 @@ struct Config {
   bool limiter_fail_open = false;
   // How long a /run_code call waits for a permit and a sandbox before answering 504 (which verl retries).
   absl::Duration wait = absl::Minutes(2);
-  // The sandbox /run_code runs in: an image (empty: the host's own toolchains).
+  // The sandbox /run_code runs in: an image (empty: the host's own toolchains), or per language the image that
+  // has its toolchain (`images`, language -> image).
   std::string image;
+  std::map<std::string, std::string> images;
   // Reported as executor_pod_name (default: the MY_POD_NAME environment variable, as SandboxFusion does).
   std::string executor_name;
 };

@@ -99,7 +99,8 @@ asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request) {
 
   const absl::Duration run_time = absl::Seconds(request.compile_timeout + request.run_timeout);
   v1::LeaseSandboxRequest lease_request;
-  lease_request.mutable_environment()->set_image(options_.image);
+  auto image = options_.images.find(request.language);
+  lease_request.mutable_environment()->set_image(image != options_.images.end() ? image->second : options_.image);
   lease_request.mutable_environment()->set_network_policy(v1::NETWORK_POLICY_NONE);
   lease_request.set_owner(kOwner);
   (*lease_request.mutable_labels())["corral.api"] = "run_code";

@@ -6,6 +6,7 @@
 // retries; a limiter or scheduler that refuses is 503 with its reason. Thread-safe.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,8 +29,9 @@ struct HttpAnswer {
 struct RunCodeOptions {
   std::string limit = "code_exec";  // a concurrency limit keyed by language (code_exec/{language})
   absl::Duration wait = absl::Minutes(2);
-  std::string image;     // the sandbox's image; empty: the host's own toolchains
-  std::string executor;  // executor_pod_name
+  std::string image;                          // the sandbox's image; empty: the host's own toolchains
+  std::map<std::string, std::string> images;  // per language, instead of `image`
+  std::string executor;                       // executor_pod_name
   RunCodeLimits limits;
 };
 

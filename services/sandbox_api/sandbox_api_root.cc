@@ -47,6 +47,7 @@ SandboxApiRoot::SandboxApiRoot(Config config, Prepared p)
                 RunCodeOptions{.limit = config_.code_limit,
                                .wait = config_.wait,
                                .image = config_.image,
+                               .images = config_.images,
                                .executor = config_.executor_name},
                 &metrics_),
       http_(http::ServerLimits{.max_body_bytes = static_cast<size_t>(config_.max_body_bytes)},

@@ -202,9 +202,9 @@ class Compose(unittest.TestCase):
     def test_3_prometheus_scrapes_every_target_and_no_panel_or_rule_is_dead(self):
         targets = ds.wait_until("every Prometheus target up", self.all_targets_up, 120, interval=3)
         jobs = sorted({t["labels"]["job"] for t in targets})
-        self.assertEqual(jobs, ["corral-proxy", "corral-ratelimiter", "corral-sandbox-host", "corral-scheduler",
-                                "prometheus"])
-        self.assertEqual(len(targets), 6)
+        self.assertEqual(jobs, ["corral-proxy", "corral-ratelimiter", "corral-sandbox-api", "corral-sandbox-host",
+                                "corral-scheduler", "prometheus"])
+        self.assertEqual(len(targets), 7)
         expressions = self.dashboard_expressions() + self.rule_expressions()
         self.assertGreater(len(expressions), 40)
         ds.log(f"evaluating {len(expressions)} expressions of the dashboard and the rules")
