@@ -4,7 +4,7 @@
 // user of a range must ask for the same block size — two sizes over one range would overlap unseen. The ranges:
 // 21000-28999 (size 2, sandbox unit tests), 29000-29999 (100, the image tests' hosts, tests/images/services.py),
 // 30000-44999 (100, SandboxHostTest), 45000-59999 (4, sandbox host integration tests), 60000-64999 (64,
-// scheduler integration tests). `corral up` uses 20000 upwards.
+// scheduler integration tests). `corral up` locks a block of 250 in 20000-20999 (tools/corral/up_command.cc).
 #pragma once
 
 #include <sys/types.h>

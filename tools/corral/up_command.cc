@@ -2,9 +2,12 @@
 // under ./.corral/ (secret, configs, logs, cluster.json). Ctrl-C (or SIGTERM) stops the services cleanly.
 // `--demo` then exercises the cluster: the ratelimiter (FIFO permits across workers), two isolated sandboxes,
 // and one episode through the proxy (an agent in a sandbox, its calls recorded as a trajectory).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -16,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "libs/core/token.h"
+#include "libs/core/unique_fd.h"
 #include "libs/http/openai_json.h"
 #include "libs/http/prometheus_text.h"
 #include "libs/http/url.h"
@@ -111,9 +115,29 @@ std::string SelfDir() {
   return ec ? "." : exe.parent_path().string();
 }
 
+// The sandbox uids of this cluster: a block of kUidBlock uids in [20000, 20999], held by an flock for the
+// cluster's lifetime. Two clusters on one machine must never share a uid: a host deleting a sandbox kills every
+// process of its uid, so a shared uid would kill the other cluster's sandbox. Up to four clusters run at once.
+constexpr int kUidFirst = 20000, kUidLast = 20999, kUidBlock = 250;
+struct UidBlock {
+  UniqueFd lock;
+  int first = 0;
+};
+absl::StatusOr<UidBlock> LockUidBlock() {
+  for (int base = kUidFirst; base + kUidBlock - 1 <= kUidLast; base += kUidBlock) {
+    const std::string path = absl::StrCat("/var/tmp/corral-up-uids-", base, ".lock");
+    UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (fd.valid() && flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return UidBlock{std::move(fd), base};
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("every block of sandbox uids in [", kUidFirst, ", ", kUidLast,
+                                                   "] is held by another `corral up` cluster on this machine (",
+                                                   (kUidLast - kUidFirst + 1) / kUidBlock, " at most); stop one"));
+}
+
 // The services corral up starts before the proxy: the ratelimiter, and as root the sandbox hosts (their homes
-// under `scratch_root` when `dir` is below /tmp, which a sandbox's view hides).
-std::vector<ServiceDef> BaseServices(const UpFlags& flags, const fs::path& dir, const std::string& bin,
+// under `scratch_root` when `dir` is below /tmp, which a sandbox's view hides; their uids from `uids`, split
+// between them).
+std::vector<ServiceDef> BaseServices(const UpFlags& flags, const fs::path& dir, const std::string& bin, int uids,
                                      fs::path* scratch_root) {
   std::vector<ServiceDef> defs = {
       // The lease snapshot lets a restarted limiter grant again at once (no learning mode).
@@ -133,15 +157,16 @@ std::vector<ServiceDef> BaseServices(const UpFlags& flags, const fs::path& dir, 
     *scratch_root = sandboxes;
   }
   // Hosts on one machine must not share sandbox uids (RLIMIT_NPROC, cgroups and sweeps count per uid).
-  const int uids_each = 45000 / flags.hosts;
+  const int uids_each = kUidBlock / flags.hosts;
   for (int i = 0; i < flags.hosts; ++i) {
     const std::string suffix = i == 0 ? "" : absl::StrCat("-", i + 1);
-    defs.push_back({"sandbox-host" + suffix, bin + "/corral-sandbox-host",
-                    absl::StrCat("# corral up: the sandbox host's playground configuration.\nroot: ",
-                                 (sandboxes / absl::StrCat("host", i + 1)).string(),
-                                 "\ncapacity: 64\ndefault_network: none\nhost_id: local", suffix, "\nuid_first: ",
-                                 20000 + i * uids_each, "\nuid_last: ", 20000 + (i + 1) * uids_each - 1, "\n"),
-                    absl::StrCat("127.0.0.1:", 7500 + i), absl::StrCat("127.0.0.1:", 9500 + i)});
+    defs.push_back(
+        {"sandbox-host" + suffix, bin + "/corral-sandbox-host",
+         absl::StrCat("# corral up: the sandbox host's playground configuration.\nroot: ",
+                      (sandboxes / absl::StrCat("host", i + 1)).string(), "\ncapacity: ", std::min(64, uids_each),
+                      "\ndefault_network: none\nhost_id: local", suffix, "\nuid_first: ", uids + i * uids_each,
+                      "\nuid_last: ", uids + (i + 1) * uids_each - 1, "\n"),
+         absl::StrCat("127.0.0.1:", 7500 + i), absl::StrCat("127.0.0.1:", 9500 + i)});
   }
   return defs;
 }
@@ -191,6 +216,10 @@ absl::Status StartAll(const UpFlags& flags, const fs::path& dir, const std::stri
   for (ServiceDef& def : defs) {
     if (def.name == "scheduler") def.config_yaml = SchedulerYaml(dir, running, default_model);
     if (def.name == "sandbox-api") def.config_yaml = SandboxApiYaml(running);
+    if (!fs::exists(def.binary)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot start ", def.name, ": ", def.binary, " is not built (scripts/up builds every service)"));
+    }
     const std::string config = (dir / (def.name + ".yaml")).string();
     std::ofstream(config, std::ios::trunc) << def.config_yaml;
     std::vector<std::string> args = {"--config=" + config, "--secret-file=" + secret,
@@ -335,7 +364,16 @@ int RunUp(const UpFlags& flags) {
   }
   const std::string bin = SelfDir();
   fs::path scratch_root;  // sandbox homes outside `dir`, removed when the cluster stops
-  std::vector<ServiceDef> defs = BaseServices(flags, dir, bin, &scratch_root);
+  std::optional<UidBlock> uids;
+  if (geteuid() == 0) {
+    auto locked = LockUidBlock();
+    if (!locked.ok()) {
+      std::cerr << "corral up: " << locked.status().message() << "\n";
+      return 1;
+    }
+    uids = *std::move(locked);
+  }
+  std::vector<ServiceDef> defs = BaseServices(flags, dir, bin, uids ? uids->first : 0, &scratch_root);
   auto upstream = StartUpstream(flags, dir, bin);
   if (!upstream.ok()) {
     std::cerr << "corral up: " << upstream.status().message() << "\n";
