@@ -6,6 +6,7 @@
 #                  -DCORRAL_BENCH=ON (nothing in a smoke run: the test command did both; no build with
 #                  BENCH_PREBUILT=1: the build directory is another tree's, as bench/builds_ab.sh runs them)
 #   smoke_or FULL SMOKE             FULL, or SMOKE in a smoke run
+#   cpu_ticks PID                   the process's utime + stime, in 10 ms clock ticks
 #   host_uids                       the uid range flags for a sandbox host: the default pool, or in a smoke run a
 #                  range of its own (26000-26999) so it never shares uids with the tests running beside it
 build=${BENCH_BUILD_DIR:-build}
@@ -26,5 +27,7 @@ prepare() {
   ninja -C "$build" "$@"
 }
 smoke_or() { if [[ "$smoke" == 1 ]]; then echo "$2"; else echo "$1"; fi; }
+# cpu_ticks PID: its utime + stime, in 10 ms clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 host_uids=()
 if [[ "$smoke" == 1 ]]; then host_uids=(--uid-first 26000 --uid-last 26999); fi

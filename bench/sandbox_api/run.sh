@@ -19,7 +19,6 @@ work=$(mktemp -d)
 root=/var/tmp/corral-bench-sandbox-api-$$
 scratch=$root
 source bench/scheduler/cluster.sh
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 start_model_and_proxy
 printf 'limits:\n  - name: code_exec/{language}\n    kind: concurrency\n    permits: %d\nstate_path: none\nlearning_mode: false\n' \

@@ -2,9 +2,7 @@
 // under ./.corral/ (secret, configs, logs, cluster.json). Ctrl-C (or SIGTERM) stops the services cleanly.
 // `--demo` then exercises the cluster: the ratelimiter (FIFO permits across workers), two isolated sandboxes,
 // and one episode through the proxy (an agent in a sandbox, its calls recorded as a trajectory).
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,8 +16,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "libs/core/block_lock.h"
 #include "libs/core/token.h"
-#include "libs/core/unique_fd.h"
 #include "libs/http/openai_json.h"
 #include "libs/http/prometheus_text.h"
 #include "libs/http/url.h"
@@ -118,17 +116,10 @@ std::string SelfDir() {
 // The sandbox uids of this cluster: a block of kUidBlock uids in [20000, 20999], held by an flock for the
 // cluster's lifetime. Two clusters on one machine must never share a uid: a host deleting a sandbox kills every
 // process of its uid, so a shared uid would kill the other cluster's sandbox. Up to four clusters run at once.
-constexpr int kUidFirst = 20000, kUidLast = 20999, kUidBlock = 250;
-struct UidBlock {
-  UniqueFd lock;
-  int first = 0;
-};
-absl::StatusOr<UidBlock> LockUidBlock() {
-  for (int base = kUidFirst; base + kUidBlock - 1 <= kUidLast; base += kUidBlock) {
-    const std::string path = absl::StrCat("/var/tmp/corral-up-uids-", base, ".lock");
-    UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-    if (fd.valid() && flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return UidBlock{std::move(fd), base};
-  }
+constexpr uint32_t kUidFirst = 20000, kUidLast = 20999, kUidBlock = 250;
+absl::StatusOr<LockedBlock> LockUidBlock() {
+  std::optional<LockedBlock> block = LockFreeBlock("/var/tmp/corral-up-uids-", kUidFirst, kUidLast, kUidBlock);
+  if (block) return *std::move(block);
   return absl::ResourceExhaustedError(absl::StrCat("every block of sandbox uids in [", kUidFirst, ", ", kUidLast,
                                                    "] is held by another `corral up` cluster on this machine (",
                                                    (kUidLast - kUidFirst + 1) / kUidBlock, " at most); stop one"));
@@ -157,7 +148,7 @@ std::vector<ServiceDef> BaseServices(const UpFlags& flags, const fs::path& dir, 
     *scratch_root = sandboxes;
   }
   // Hosts on one machine must not share sandbox uids (RLIMIT_NPROC, cgroups and sweeps count per uid).
-  const int uids_each = kUidBlock / flags.hosts;
+  const int uids_each = static_cast<int>(kUidBlock) / flags.hosts;
   for (int i = 0; i < flags.hosts; ++i) {
     const std::string suffix = i == 0 ? "" : absl::StrCat("-", i + 1);
     defs.push_back(
@@ -364,7 +355,7 @@ int RunUp(const UpFlags& flags) {
   }
   const std::string bin = SelfDir();
   fs::path scratch_root;  // sandbox homes outside `dir`, removed when the cluster stops
-  std::optional<UidBlock> uids;
+  std::optional<LockedBlock> uids;
   if (geteuid() == 0) {
     auto locked = LockUidBlock();
     if (!locked.ok()) {
@@ -373,7 +364,7 @@ int RunUp(const UpFlags& flags) {
     }
     uids = *std::move(locked);
   }
-  std::vector<ServiceDef> defs = BaseServices(flags, dir, bin, uids ? uids->first : 0, &scratch_root);
+  std::vector<ServiceDef> defs = BaseServices(flags, dir, bin, uids ? static_cast<int>(uids->first) : 0, &scratch_root);
   auto upstream = StartUpstream(flags, dir, bin);
   if (!upstream.ok()) {
     std::cerr << "corral up: " << upstream.status().message() << "\n";

@@ -154,10 +154,10 @@ asio::awaitable<absl::StatusOr<v1::SandboxLease>> SandboxLeases::Renew(v1::Renew
   v1::SandboxLease lease;
   {
     absl::MutexLock lock(&mu_);
-    auto found = Find(request.lease_id(), request.owner());
-    if (!found.ok()) co_return found.status();
-    ToProto(clock_->Now() + FromProto(request.ttl()), leases_[request.lease_id()].mutable_expire_time());
-    lease = leases_[request.lease_id()];
+    auto it = leases_.find(request.lease_id());
+    if (it == leases_.end() || it->second.owner() != request.owner()) co_return NotFound(request.lease_id());
+    ToProto(clock_->Now() + FromProto(request.ttl()), it->second.mutable_expire_time());
+    lease = it->second;
   }
   if (absl::Status s = co_await Save(lease); !s.ok()) co_return s;
   co_return lease;
