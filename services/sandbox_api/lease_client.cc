@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "libs/api/proto_time.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/scheduler/remote/async_grpc.h"
 #include "services/scheduler/remote/host_client.h"
@@ -38,6 +39,58 @@ asio::awaitable<absl::Status> LeaseClient::Release(std::string lease_id, std::st
   grpc::Status s = co_await AwaitGrpc(
       [&](auto done) { stub_->async()->ReleaseLease(scope.context(), &request, &response, std::move(done)); });
   co_return FromGrpcStatus(s);
+}
+
+asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::Get(std::string lease_id, std::string owner) {
+  CallScope scope(nullptr, clock_->Now() + absl::Seconds(30), token_);
+  v1::GetLeaseRequest request;
+  request.set_lease_id(std::move(lease_id));
+  request.set_owner(std::move(owner));
+  v1::SandboxLease response;
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->GetLease(scope.context(), &request, &response, std::move(done)); });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
+asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::Renew(std::string lease_id, std::string owner,
+                                                                    absl::Duration ttl) {
+  CallScope scope(nullptr, clock_->Now() + absl::Seconds(30), token_);
+  v1::RenewLeaseRequest request;
+  request.set_lease_id(std::move(lease_id));
+  request.set_owner(std::move(owner));
+  ToProto(ttl, request.mutable_ttl());
+  v1::SandboxLease response;
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->RenewLease(scope.context(), &request, &response, std::move(done)); });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
+asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> LeaseClient::List(std::string owner) {
+  std::vector<v1::SandboxLease> out;
+  v1::ListLeasesRequest request;
+  request.set_owner(std::move(owner));
+  request.set_page_size(1000);
+  do {
+    CallScope scope(nullptr, clock_->Now() + absl::Seconds(30), token_);
+    v1::ListLeasesResponse response;
+    grpc::Status s = co_await AwaitGrpc(
+        [&](auto done) { stub_->async()->ListLeases(scope.context(), &request, &response, std::move(done)); });
+    if (!s.ok()) co_return FromGrpcStatus(s);
+    for (v1::SandboxLease& lease : *response.mutable_leases()) out.push_back(std::move(lease));
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  co_return out;
+}
+
+asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> LeaseClient::Fork(v1::ForkLeaseRequest request) {
+  CallScope scope(nullptr, clock_->Now() + absl::Seconds(90), token_);
+  v1::ForkLeaseResponse response;
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->ForkLease(scope.context(), &request, &response, std::move(done)); });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
 }
 
 std::shared_ptr<scheduler::HostApi> LeaseClient::Host(const v1::SandboxLease& lease) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -23,6 +24,12 @@ class LeaseApi {
   virtual boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Lease(v1::LeaseSandboxRequest request,
                                                                          absl::Time deadline) = 0;
   virtual boost::asio::awaitable<absl::Status> Release(std::string lease_id, std::string owner) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Get(std::string lease_id, std::string owner) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Renew(std::string lease_id, std::string owner,
+                                                                        absl::Duration ttl) = 0;
+  // Every lease of `owner`, ordered by id.
+  virtual boost::asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> List(std::string owner) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request) = 0;
   // The client of the lease's host, presenting the lease's capability token.
   virtual std::shared_ptr<scheduler::HostApi> Host(const v1::SandboxLease& lease) = 0;
 };
@@ -36,6 +43,11 @@ class LeaseClient final : public LeaseApi {
   boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Lease(v1::LeaseSandboxRequest request,
                                                                  absl::Time deadline) override;
   boost::asio::awaitable<absl::Status> Release(std::string lease_id, std::string owner) override;
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Get(std::string lease_id, std::string owner) override;
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Renew(std::string lease_id, std::string owner,
+                                                                absl::Duration ttl) override;
+  boost::asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> List(std::string owner) override;
+  boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request) override;
   std::shared_ptr<scheduler::HostApi> Host(const v1::SandboxLease& lease) override;
 
  private:

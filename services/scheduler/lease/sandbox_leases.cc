@@ -87,6 +87,12 @@ asio::awaitable<absl::StatusOr<v1::SandboxLease>> SandboxLeases::Lease(v1::Lease
   if (request.owner().size() > kMaxOwner) co_return absl::InvalidArgumentError("owner: at most 128 characters");
   if (request.labels_size() > kMaxLabels) co_return absl::InvalidArgumentError("labels: at most 64");
   if (absl::Status s = ValidateLabels("labels", request.labels()); !s.ok()) co_return s;
+  if (request.metadata_size() > kMaxLabels) co_return absl::InvalidArgumentError("metadata: at most 64 entries");
+  for (const auto& [k, v] : request.metadata()) {
+    if (k.empty() || k.size() > 256 || v.size() > 1024) {
+      co_return absl::InvalidArgumentError("metadata: keys of 1-256 bytes, values of at most 1024");
+    }
+  }
   absl::Duration wait = options_.default_wait;
   if (request.has_wait()) {
     wait = FromProto(request.wait());
@@ -112,6 +118,7 @@ asio::awaitable<absl::StatusOr<v1::SandboxLease>> SandboxLeases::Lease(v1::Lease
   v1::SandboxLease lease =
       NewLease(placement.created, placement.slot, request.owner(), clock_->Now(), FromProto(request.ttl()));
   *lease.mutable_labels() = request.labels();
+  *lease.mutable_metadata() = request.metadata();
   lease.set_warm(placement.warm);
   lease.set_template_key(placement.created.sandbox().spec().template_key());
   lease.set_image(env.image());
@@ -216,6 +223,7 @@ asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> SandboxLeases::Fork(v1::F
     hosts_->Own(parent.host_address(), child.sandbox().sandbox_id());
     v1::SandboxLease lease = NewLease(child, slot, parent.owner(), now, ttl);
     *lease.mutable_labels() = parent.labels();
+    *lease.mutable_metadata() = parent.metadata();
     for (const auto& [k, v] : request.labels()) (*lease.mutable_labels())[k] = v;
     lease.set_parent_lease_id(parent.lease_id());
     lease.set_template_key(parent.template_key());

@@ -1,0 +1,37 @@
+#include "services/sandbox_api/e2b/e2b_auth.h"
+
+#include "absl/strings/str_cat.h"
+#include "libs/api/ids.h"
+
+namespace corral::sandbox_api {
+namespace {
+
+constexpr char kApiKey[] = "e2b-api-key";
+constexpr char kAccess[] = "e2b-envd-access";
+
+}  // namespace
+
+absl::StatusOr<std::string> E2bAuth::MintApiKey(absl::string_view name) const {
+  if (absl::Status s = ValidateId("key name", name); !s.ok()) return s;
+  return signer_.Sign(kApiKey, name);
+}
+
+absl::StatusOr<std::string> E2bAuth::Owner(absl::string_view api_key) const {
+  if (api_key.empty()) return absl::UnauthenticatedError("no API key (X-API-KEY)");
+  auto name = signer_.Verify(kApiKey, api_key);
+  if (!name.ok()) return absl::UnauthenticatedError("invalid API key: issue one with `corral sandbox-api key NAME`");
+  return name;
+}
+
+std::string E2bAuth::AccessToken(absl::string_view sandbox_id) const { return signer_.Sign(kAccess, sandbox_id); }
+
+absl::Status E2bAuth::CheckAccess(absl::string_view sandbox_id, absl::string_view token) const {
+  auto payload = signer_.Verify(kAccess, token);
+  if (!payload.ok() || *payload != sandbox_id) {
+    return absl::UnauthenticatedError(absl::StrCat("unauthorized access to sandbox ", sandbox_id,
+                                                   ": X-Access-Token is not its envdAccessToken"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace corral::sandbox_api

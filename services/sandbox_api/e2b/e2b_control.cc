@@ -1,0 +1,321 @@
+#include "services/sandbox_api/e2b/e2b_control.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "boost/json.hpp"
+#include "libs/api/proto_time.h"
+#include "libs/http/url.h"
+
+namespace corral::sandbox_api {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+constexpr char kTemplateLabel[] = "e2b.template";
+constexpr char kApiLabel[] = "corral.api";
+constexpr size_t kMaxFork = 64;
+
+json::string_view J(absl::string_view s) { return json::string_view(s.data(), s.size()); }
+
+// The SDK's error body: `code` is the HTTP status (it tells "not found" from the body, not the status line).
+E2bAnswer Error(int status, const std::string& message) {
+  json::object body;
+  body["code"] = status;
+  body["message"] = message;
+  return E2bAnswer{status, json::serialize(body), {}};
+}
+
+E2bAnswer FromStatus(const absl::Status& s) {
+  int status = 500;
+  switch (s.code()) {
+    case absl::StatusCode::kNotFound: status = 404; break;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange: status = 400; break;
+    case absl::StatusCode::kUnauthenticated: status = 401; break;
+    case absl::StatusCode::kPermissionDenied: status = 403; break;
+    case absl::StatusCode::kAlreadyExists: status = 409; break;
+    case absl::StatusCode::kResourceExhausted: status = 429; break;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded: status = 503; break;
+    default: break;
+  }
+  return Error(status, std::string(s.message()));
+}
+
+E2bAnswer SandboxNotFound(const std::string& id) { return Error(404, absl::StrCat("sandbox \"", id, "\" not found")); }
+
+std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone()); }
+
+// The body as a JSON object ({} when empty); INVALID_ARGUMENT otherwise.
+absl::StatusOr<json::object> BodyObject(const std::string& body) {
+  if (absl::StripAsciiWhitespace(body).empty()) return json::object();
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec || !v.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+  return std::move(v.as_object());
+}
+
+// A string map field (metadata, envVars); INVALID_ARGUMENT naming it otherwise.
+absl::Status StringMap(const json::object& body, const char* field, std::map<std::string, std::string>* out) {
+  const json::value* v = body.if_contains(field);
+  if (v == nullptr || v->is_null()) return absl::OkStatus();
+  if (!v->is_object()) return absl::InvalidArgumentError(absl::StrCat(field, " must be an object of strings"));
+  for (const auto& [k, value] : v->as_object()) {
+    if (!value.is_string()) return absl::InvalidArgumentError(absl::StrCat(field, ".", std::string(k), " must be a string"));
+    (*out)[std::string(k)] = std::string(value.as_string());
+  }
+  return absl::OkStatus();
+}
+
+// `timeout` in seconds: absent → `fallback`; otherwise 1..max.
+absl::StatusOr<absl::Duration> Timeout(const json::object& body, absl::Duration fallback, absl::Duration max) {
+  const json::value* v = body.if_contains("timeout");
+  if (v == nullptr || v->is_null()) return fallback;
+  if (!v->is_int64() && !v->is_uint64()) return absl::InvalidArgumentError("timeout must be a whole number of seconds");
+  const int64_t seconds = v->to_number<int64_t>();
+  if (seconds < 1 || absl::Seconds(seconds) > max) {
+    return absl::InvalidArgumentError(absl::StrCat("timeout must be 1-", absl::ToInt64Seconds(max), " seconds"));
+  }
+  return absl::Seconds(seconds);
+}
+
+std::string TemplateOf(const v1::SandboxLease& lease) {
+  auto it = lease.labels().find(kTemplateLabel);
+  return it == lease.labels().end() ? "base" : it->second;
+}
+
+// `metadata` as the SDK sends it for list: form-encoded pairs whose keys and values are percent-encoded again.
+absl::StatusOr<std::map<std::string, std::string>> MetadataFilter(const std::string& text) {
+  std::map<std::string, std::string> out;
+  for (absl::string_view pair : absl::StrSplit(text, '&', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    auto k = http::PercentDecode(kv.first, true);
+    auto v = http::PercentDecode(kv.second, true);
+    if (!k.ok() || !v.ok()) return absl::InvalidArgumentError("metadata: malformed encoding");
+    auto k2 = http::PercentDecode(*k, false);
+    auto v2 = http::PercentDecode(*v, false);
+    if (!k2.ok() || !v2.ok()) return absl::InvalidArgumentError("metadata: malformed encoding");
+    out[*k2] = *v2;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool E2bControlPlane::Serves(const std::string& path) {
+  return absl::StartsWith(path, "/v2/sandboxes") || absl::StartsWith(path, "/sandboxes");
+}
+
+asio::awaitable<E2bAnswer> E2bControlPlane::Handle(E2bRequest r) {
+  auto owner = auth_->Owner(r.api_key);
+  if (!owner.ok()) co_return Error(401, std::string(owner.status().message()));
+  absl::string_view path = r.path;
+  if (path == "/v2/sandboxes" || path == "/v2/sandboxes/") {
+    if (r.method == "POST") co_return co_await Create(*std::move(owner), std::move(r.body));
+    if (r.method == "GET") co_return co_await List(*std::move(owner), std::move(r.query));
+    co_return Error(405, "method not allowed");
+  }
+  // /sandboxes/{id}[/action] and /v2/sandboxes/{id}/connect
+  if (!absl::ConsumePrefix(&path, "/v2/sandboxes/")) absl::ConsumePrefix(&path, "/sandboxes/");
+  std::vector<std::string> parts = absl::StrSplit(path, '/');
+  if (parts.empty() || parts.size() > 2 || parts[0].empty()) co_return Error(404, "no such route");
+  co_return co_await OnSandbox(*std::move(owner), std::move(r.method), parts[0], parts.size() == 2 ? parts[1] : "",
+                               std::move(r.body));
+}
+
+asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::string body_text) {
+  auto body = BodyObject(body_text);
+  if (!body.ok()) co_return FromStatus(body.status());
+  std::string template_id = "base";
+  if (const json::value* t = body->if_contains("templateID"); t != nullptr && !t->is_null()) {
+    if (!t->is_string() || t->as_string().empty()) co_return Error(400, "templateID must be a template name");
+    template_id = std::string(t->as_string());
+  }
+  auto timeout = Timeout(*body, options_.default_timeout, options_.max_timeout);
+  if (!timeout.ok()) co_return FromStatus(timeout.status());
+  std::map<std::string, std::string> metadata, envs;
+  if (absl::Status s = StringMap(*body, "metadata", &metadata); !s.ok()) co_return FromStatus(s);
+  if (absl::Status s = StringMap(*body, "envVars", &envs); !s.ok()) co_return FromStatus(s);
+  bool internet = false;
+  if (const json::value* a = body->if_contains("allow_internet_access"); a != nullptr && a->is_bool()) {
+    internet = a->as_bool();
+  }
+
+  v1::LeaseSandboxRequest request;
+  v1::EnvironmentSpec* env = request.mutable_environment();
+  // "base" is a plain sandbox; any other template names an image the hosts hold or can pull.
+  if (template_id != "base") env->set_image(template_id);
+  env->mutable_env()->insert(envs.begin(), envs.end());
+  (*env->mutable_env())["HOME"] = options_.home;
+  env->add_task_paths(options_.home);
+  env->set_workdir(options_.home);
+  env->set_network_policy(internet ? v1::NETWORK_POLICY_OPEN : v1::NETWORK_POLICY_NONE);
+  request.set_owner(owner);
+  ToProto(*timeout, request.mutable_ttl());
+  (*request.mutable_labels())[kApiLabel] = "e2b";
+  (*request.mutable_labels())[kTemplateLabel] = template_id;
+  request.mutable_metadata()->insert(metadata.begin(), metadata.end());
+  const absl::Time deadline = clock_->Now() + absl::Minutes(2);
+  auto lease = co_await leases_->Lease(std::move(request), deadline);
+  if (!lease.ok()) {
+    if (lease.status().code() == absl::StatusCode::kNotFound ||
+        absl::StrContains(lease.status().message(), "pulling image")) {
+      co_return Error(404, absl::StrCat("template '", template_id, "' not found: ", lease.status().message()));
+    }
+    co_return FromStatus(lease.status());
+  }
+  co_return E2bAnswer{201, json::serialize(SandboxJson(*lease)), {}};
+}
+
+boost::json::object E2bControlPlane::SandboxJson(const v1::SandboxLease& lease) const {
+  const std::string tmpl = TemplateOf(lease);
+  json::object o;
+  o["sandboxID"] = J(lease.lease_id());
+  o["templateID"] = J(tmpl);
+  o["clientID"] = "corral";
+  o["alias"] = J(tmpl);
+  o["envdVersion"] = J(options_.envd_version);
+  o["envdAccessToken"] = J(auth_->AccessToken(lease.lease_id()));
+  o["trafficAccessToken"] = nullptr;
+  o["domain"] = nullptr;
+  return o;
+}
+
+boost::json::object E2bControlPlane::InfoJson(const v1::SandboxLease& lease) const {
+  json::object o = SandboxJson(lease);
+  o["startedAt"] = J(Rfc3339(FromProto(lease.create_time())));
+  o["endAt"] = J(Rfc3339(FromProto(lease.expire_time())));
+  o["state"] = "running";
+  json::object metadata;
+  for (const auto& [k, v] : lease.metadata()) metadata[k] = J(v);
+  o["metadata"] = std::move(metadata);
+  o["lifecycle"] = json::object{{"onTimeout", "kill"}, {"autoResume", false}};
+  o["volumeMounts"] = json::array();
+  return o;
+}
+
+asio::awaitable<E2bAnswer> E2bControlPlane::List(std::string owner, std::map<std::string, std::string> query) {
+  std::map<std::string, std::string> wanted;
+  if (auto it = query.find("metadata"); it != query.end()) {
+    auto filter = MetadataFilter(it->second);
+    if (!filter.ok()) co_return FromStatus(filter.status());
+    wanted = *std::move(filter);
+  }
+  size_t limit = 100;
+  if (auto it = query.find("limit"); it != query.end()) {
+    if (!absl::SimpleAtoi(it->second, &limit) || limit < 1 || limit > 1000) co_return Error(400, "limit must be 1-1000");
+  }
+  // Every sandbox here runs (there is no pause): a state filter without "running" lists none.
+  bool running = true;
+  if (auto it = query.find("state"); it != query.end()) {
+    running = absl::c_linear_search(std::vector<std::string>(absl::StrSplit(it->second, ',')), "running");
+  }
+  const std::string after = query.count("nextToken") ? query["nextToken"] : "";
+  const std::string template_id = query.count("template") ? query["template"] : "";
+  auto leases = co_await leases_->List(owner);
+  if (!leases.ok()) co_return FromStatus(leases.status());
+  json::array page;
+  std::string next;
+  for (const v1::SandboxLease& lease : *leases) {
+    if (!running || lease.lease_id() <= after) continue;
+    auto api = lease.labels().find(kApiLabel);
+    if (api == lease.labels().end() || api->second != "e2b") continue;  // the /run_code leases are not E2B's
+    if (!template_id.empty() && TemplateOf(lease) != template_id) continue;
+    if (!std::all_of(wanted.begin(), wanted.end(), [&](const auto& kv) {
+          auto m = lease.metadata().find(kv.first);
+          return m != lease.metadata().end() && m->second == kv.second;
+        })) {
+      continue;
+    }
+    if (page.size() == limit) {
+      next = page.back().as_object().at("sandboxID").as_string().c_str();
+      break;
+    }
+    json::object item = InfoJson(lease);
+    item.erase("envdAccessToken");
+    item.erase("lifecycle");
+    page.push_back(std::move(item));
+  }
+  E2bAnswer answer{200, json::serialize(page), {}};
+  if (!next.empty()) answer.headers.emplace_back("X-Next-Token", next);
+  co_return answer;
+}
+
+asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::string method, std::string id,
+                                                      std::string action, std::string body_text) {
+  auto body = BodyObject(body_text);
+  if (!body.ok()) co_return FromStatus(body.status());
+  if (method == "GET" && action.empty()) {
+    auto lease = co_await leases_->Get(id, owner);
+    if (!lease.ok()) co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                                     : FromStatus(lease.status());
+    co_return E2bAnswer{200, json::serialize(InfoJson(*lease)), {}};
+  }
+  if (method == "DELETE" && action.empty()) {
+    absl::Status s = co_await leases_->Release(id, owner);
+    if (s.code() == absl::StatusCode::kNotFound) co_return SandboxNotFound(id);
+    if (!s.ok()) co_return FromStatus(s);
+    co_return E2bAnswer{204, "", {}};
+  }
+  if (method == "POST" && action == "timeout") {
+    auto timeout = Timeout(*body, absl::ZeroDuration(), options_.max_timeout);
+    if (!timeout.ok() || *timeout == absl::ZeroDuration()) co_return Error(400, "timeout (seconds) is required");
+    auto lease = co_await leases_->Renew(id, owner, *timeout);
+    if (!lease.ok()) co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                                     : FromStatus(lease.status());
+    co_return E2bAnswer{204, "", {}};
+  }
+  if (method == "POST" && action == "connect") {
+    auto timeout = Timeout(*body, absl::ZeroDuration(), options_.max_timeout);
+    if (!timeout.ok()) co_return FromStatus(timeout.status());
+    absl::StatusOr<v1::SandboxLease> lease;
+    if (*timeout > absl::ZeroDuration()) {
+      lease = co_await leases_->Renew(id, owner, *timeout);
+    } else {
+      lease = co_await leases_->Get(id, owner);
+    }
+    if (!lease.ok()) co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                                     : FromStatus(lease.status());
+    co_return E2bAnswer{200, json::serialize(SandboxJson(*lease)), {}};
+  }
+  if (method == "POST" && action == "fork") {
+    uint32_t count = 1;
+    if (const json::value* c = body->if_contains("count"); c != nullptr && !c->is_null()) {
+      if (!c->is_int64() || c->as_int64() < 1 || static_cast<size_t>(c->as_int64()) > kMaxFork) {
+        co_return Error(400, absl::StrCat("count must be 1-", kMaxFork));
+      }
+      count = static_cast<uint32_t>(c->as_int64());
+    }
+    auto timeout = Timeout(*body, absl::Seconds(15), options_.max_timeout);  // E2B's default for forks
+    if (!timeout.ok()) co_return FromStatus(timeout.status());
+    v1::ForkLeaseRequest fork;
+    fork.set_lease_id(id);
+    fork.set_owner(owner);
+    fork.set_count(count);
+    ToProto(*timeout, fork.mutable_ttl());
+    auto forked = co_await leases_->Fork(std::move(fork));
+    if (!forked.ok()) co_return forked.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                                       : FromStatus(forked.status());
+    json::array out;
+    for (const v1::SandboxLease& child : forked->leases()) out.push_back(json::object{{"sandbox", SandboxJson(child)}});
+    while (out.size() < count) {
+      out.push_back(json::object{{"error", json::object{{"code", 429}, {"message", "the host had no room for it"}}}});
+    }
+    co_return E2bAnswer{201, json::serialize(out), {}};
+  }
+  if (method == "POST" && action == "pause") {
+    co_return Error(400, "pause is not supported: a Corral sandbox runs until it is killed or its timeout passes");
+  }
+  co_return Error(404, "no such route");
+}
+
+}  // namespace corral::sandbox_api

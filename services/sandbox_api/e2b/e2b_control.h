@@ -1,0 +1,76 @@
+// E2B's control plane (the REST API the `e2b` SDK calls at E2B_API_URL), served over the scheduler's leased
+// sandboxes: a sandbox is a lease (its id the sandbox id, its owner the API key's name), its timeout the lease's
+// ttl (at expiry the scheduler deletes it), setTimeout a renewal, kill a release, fork a ForkLease. Answers and
+// errors in the shapes the SDK reads: {"code": <HTTP status>, "message"} bodies, so that a missing sandbox
+// becomes its SandboxNotFoundError and a bad key its AuthenticationError. Stateless: every call asks the
+// scheduler. Thread-safe.
+//
+//   POST   /v2/sandboxes                  create: {templateID, timeout, metadata, envVars, allow_internet_access}
+//   GET    /v2/sandboxes                  list (metadata, state, limit, nextToken; X-Next-Token)
+//   GET    /sandboxes/{id}                info
+//   DELETE /sandboxes/{id}                kill
+//   POST   /sandboxes/{id}/timeout        {timeout}
+//   POST   /v2/sandboxes/{id}/connect     {timeout}
+//   POST   /sandboxes/{id}/fork           {count, timeout}
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "boost/asio/awaitable.hpp"
+#include "boost/json/object.hpp"
+#include "libs/core/clock.h"
+#include "services/sandbox_api/e2b/e2b_auth.h"
+#include "services/sandbox_api/lease_client.h"
+
+namespace corral::sandbox_api {
+
+struct E2bRequest {
+  std::string method;  // "GET", "POST", "DELETE"
+  std::string path;
+  std::map<std::string, std::string> query;  // decoded once
+  std::string api_key;                        // X-API-KEY
+  std::string body;
+};
+
+struct E2bAnswer {
+  int status = 200;
+  std::string body;  // JSON, or empty (204)
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+struct E2bOptions {
+  absl::Duration default_timeout = absl::Minutes(5);  // the SDK's and E2B's default
+  absl::Duration max_timeout = absl::Hours(24);
+  std::string envd_version = "0.6.4";  // every feature of the SDK's commands, files and watch
+  std::string home = "/home/user";     // the E2B user's home: a task path of every sandbox
+};
+
+class E2bControlPlane {
+ public:
+  E2bControlPlane(LeaseApi* leases, const E2bAuth* auth, Clock* clock, E2bOptions options = {})
+      : leases_(leases), auth_(auth), clock_(clock), options_(std::move(options)) {}
+
+  // True for a path of this API (whatever the method).
+  static bool Serves(const std::string& path);
+  boost::asio::awaitable<E2bAnswer> Handle(E2bRequest request);
+
+ private:
+  boost::asio::awaitable<E2bAnswer> Create(std::string owner, std::string body);
+  boost::asio::awaitable<E2bAnswer> List(std::string owner, std::map<std::string, std::string> query);
+  boost::asio::awaitable<E2bAnswer> OnSandbox(std::string owner, std::string method, std::string id,
+                                              std::string action, std::string body);
+  // What the SDK reads after create, connect and fork (Sandbox), and for info and list (SandboxDetail).
+  boost::json::object SandboxJson(const v1::SandboxLease& lease) const;
+  boost::json::object InfoJson(const v1::SandboxLease& lease) const;
+
+  LeaseApi* const leases_;
+  const E2bAuth* const auth_;
+  Clock* const clock_;
+  const E2bOptions options_;
+};
+
+}  // namespace corral::sandbox_api
