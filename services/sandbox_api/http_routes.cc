@@ -12,10 +12,37 @@ namespace asio = boost::asio;
 
 constexpr char kJson[] = "application/json";
 
-asio::awaitable<void> Route(RunCodeService* run_code, SandboxApiMetrics* metrics, http::Request& request,
-                            http::Responder& responder) {
+std::string HeaderValue(const http::Request& request, const char* name) {
+  auto it = request.find(name);
+  return it == request.end() ? "" : std::string(it->value());
+}
+
+asio::awaitable<void> RouteE2b(E2bControlPlane* e2b, SandboxApiMetrics* metrics, http::Request& request,
+                               http::Target target, http::Responder& responder) {
+  E2bRequest call{.method = std::string(request.method_string()),
+                  .path = std::move(target.path),
+                  .query = std::move(target.query),
+                  .api_key = HeaderValue(request, "x-api-key"),
+                  .body = std::move(request.body())};
+  E2bAnswer answer = co_await e2b->Handle(std::move(call));
+  if (metrics != nullptr) metrics->Request("e2b", answer.status);
+  http::Fields headers(answer.headers.begin(), answer.headers.end());
+  co_await responder.Send(answer.status, kJson, std::move(answer.body), headers);
+}
+
+asio::awaitable<void> Route(RunCodeService* run_code, E2bControlPlane* e2b, Envd* envd, SandboxApiMetrics* metrics,
+                            http::Request& request, http::Responder& responder) {
   auto target = http::ParseTarget(absl::string_view(request.target().data(), request.target().size()));
   const std::string path = target.ok() ? target->path : "";
+  if (envd != nullptr && Envd::Serves(request)) {
+    const std::string route = co_await envd->Handle(request, responder);
+    if (metrics != nullptr) metrics->Request(route, responder.status());
+    co_return;
+  }
+  if (e2b != nullptr && target.ok() && E2bControlPlane::Serves(path)) {
+    co_await RouteE2b(e2b, metrics, request, *std::move(target), responder);
+    co_return;
+  }
   std::string route = "other";
   HttpAnswer answer{404, R"({"detail":"Not Found"})"};
   http::Fields headers;
@@ -41,9 +68,9 @@ asio::awaitable<void> Route(RunCodeService* run_code, SandboxApiMetrics* metrics
 
 }  // namespace
 
-http::Handler MakeHttpHandler(RunCodeService* run_code, SandboxApiMetrics* metrics) {
-  return [run_code, metrics](http::Request& request, http::Responder& responder) {
-    return Route(run_code, metrics, request, responder);
+http::Handler MakeHttpHandler(RunCodeService* run_code, E2bControlPlane* e2b, Envd* envd, SandboxApiMetrics* metrics) {
+  return [run_code, e2b, envd, metrics](http::Request& request, http::Responder& responder) {
+    return Route(run_code, e2b, envd, metrics, request, responder);
   };
 }
 

@@ -1,5 +1,6 @@
 #include "services/sandbox_api/sandbox_api_root.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,12 +17,14 @@ struct SandboxApiRoot::Prepared {
   ChannelOptions channel;
   std::shared_ptr<grpc::Channel> scheduler;
   std::unique_ptr<ratelimiter::RateLimitClient> limiter_session;
+  std::optional<TokenSigner> secret;  // checks E2B API keys and access tokens
 };
 
 absl::StatusOr<std::unique_ptr<SandboxApiRoot>> SandboxApiRoot::Build(Config config) {
   auto secret = LoadClusterSecret(config.server);
   if (!secret.ok()) return secret.status();
   Prepared p;
+  p.secret = *secret;
   p.token = config.server.insecure ? "" : MintClusterToken(*secret);
   p.channel.tls = config.server.tls;
   auto scheduler = MakeChannel(config.scheduler, p.channel);
@@ -50,8 +53,11 @@ SandboxApiRoot::SandboxApiRoot(Config config, Prepared p)
                                .images = config_.images,
                                .executor = config_.executor_name},
                 &metrics_),
+      e2b_auth_(*std::move(p.secret)),
+      e2b_(&leases_, &e2b_auth_, &clock_),
+      envd_(&leases_, &e2b_auth_, &clock_),
       http_(http::ServerLimits{.max_body_bytes = static_cast<size_t>(config_.max_body_bytes)},
-            MakeHttpHandler(&run_code_, &metrics_), static_cast<int>(config_.http_threads)) {}
+            MakeHttpHandler(&run_code_, &e2b_, &envd_, &metrics_), static_cast<int>(config_.http_threads)) {}
 
 SandboxApiRoot::~SandboxApiRoot() { http_.Stop(); }
 
@@ -67,7 +73,7 @@ int SandboxApiRoot::Run() {
     spdlog::error("cannot start: {}", s);
     return 1;
   }
-  spdlog::info("sandbox API on http://{}: POST /run_code (SandboxFusion); sandboxes from scheduler {}, {}",
+  spdlog::info("sandbox API on http://{}: POST /run_code (SandboxFusion), the E2B API; sandboxes from scheduler {}, {}",
                http_address, config_.scheduler,
                config_.ratelimiter.empty() ? "no cluster-wide code limit"
                                            : absl::StrCat("limit ", config_.code_limit, " at ", config_.ratelimiter));

@@ -1,5 +1,6 @@
 // corral-sandbox-api's composition root: the cluster token, the clients of the scheduler (leases) and the
-// ratelimiter (the code limit), the /run_code service over them, the HTTP server, and the gRPC runner that gives
+// ratelimiter (the code limit), the /run_code service and the E2B API (control plane and envd) over them, keys
+// checked with the cluster secret, the HTTP server, and the gRPC runner that gives
 // the process its health service, /metrics and ready file like every Corral service. Stateless: any number of
 // replicas serve the same cluster (the limit is the ratelimiter's, the sandboxes are the scheduler's leases).
 //
@@ -15,6 +16,9 @@
 #include "libs/rpc/server_runner.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "services/sandbox_api/config.h"
+#include "services/sandbox_api/e2b/e2b_auth.h"
+#include "services/sandbox_api/e2b/e2b_control.h"
+#include "services/sandbox_api/e2b/envd.h"
 #include "services/sandbox_api/lease_client.h"
 #include "services/sandbox_api/metrics.h"
 #include "services/sandbox_api/run_code_service.h"
@@ -41,6 +45,9 @@ class SandboxApiRoot {
   const std::unique_ptr<ratelimiter::RateLimitClient> limiter_session_;  // null without a ratelimiter
   const std::unique_ptr<scheduler::LimiterClient> limiter_;
   RunCodeService run_code_;
+  const E2bAuth e2b_auth_;
+  E2bControlPlane e2b_;
+  Envd envd_;
   http::HttpServer http_;
 };
 

@@ -27,5 +27,7 @@ void RegisterUi(CLI::App& app, int& exit_code);
 void RegisterHarness(CLI::App& app, int& exit_code);
 // audit DATASET|TASK_DIR: exploits against every agent task's verifier.
 void RegisterAudit(CLI::App& app, int& exit_code);
+// sandbox-api key NAME: keys for the E2B API.
+void RegisterSandboxApi(CLI::App& app, int& exit_code);
 
 }  // namespace corral::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   corral::cli::RegisterUi(app, exit_code);
   corral::cli::RegisterHarness(app, exit_code);
   corral::cli::RegisterAudit(app, exit_code);
+  corral::cli::RegisterSandboxApi(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -11,7 +11,7 @@ std::string Envelope(absl::string_view json, uint8_t flags) {
   out.push_back(static_cast<char>(flags));
   const uint32_t n = static_cast<uint32_t>(json.size());
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>((n >> shift) & 0xff));
-  out.append(json);
+  out.append(json.data(), json.size());
   return out;
 }
 

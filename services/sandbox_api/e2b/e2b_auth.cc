@@ -23,15 +23,19 @@ absl::StatusOr<std::string> E2bAuth::Owner(absl::string_view api_key) const {
   return name;
 }
 
-std::string E2bAuth::AccessToken(absl::string_view sandbox_id) const { return signer_.Sign(kAccess, sandbox_id); }
+// The payload is "<owner>/<sandbox id>": a key's name never holds a slash.
+std::string E2bAuth::AccessToken(absl::string_view owner, absl::string_view sandbox_id) const {
+  return signer_.Sign(kAccess, absl::StrCat(owner, "/", sandbox_id));
+}
 
-absl::Status E2bAuth::CheckAccess(absl::string_view sandbox_id, absl::string_view token) const {
+absl::StatusOr<std::string> E2bAuth::CheckAccess(absl::string_view sandbox_id, absl::string_view token) const {
   auto payload = signer_.Verify(kAccess, token);
-  if (!payload.ok() || *payload != sandbox_id) {
+  const size_t slash = payload.ok() ? payload->rfind('/') : std::string::npos;
+  if (slash == std::string::npos || absl::string_view(*payload).substr(slash + 1) != sandbox_id) {
     return absl::UnauthenticatedError(absl::StrCat("unauthorized access to sandbox ", sandbox_id,
                                                    ": X-Access-Token is not its envdAccessToken"));
   }
-  return absl::OkStatus();
+  return payload->substr(0, slash);
 }
 
 }  // namespace corral::sandbox_api

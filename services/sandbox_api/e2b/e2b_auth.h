@@ -21,9 +21,10 @@ class E2bAuth {
   // The key's name; UNAUTHENTICATED for a missing, malformed or foreign key.
   absl::StatusOr<std::string> Owner(absl::string_view api_key) const;
 
-  std::string AccessToken(absl::string_view sandbox_id) const;
-  // OK when `token` is `sandbox_id`'s access token; UNAUTHENTICATED otherwise.
-  absl::Status CheckAccess(absl::string_view sandbox_id, absl::string_view token) const;
+  // The access token of `owner`'s sandbox `sandbox_id` (what its in-sandbox calls present as X-Access-Token).
+  std::string AccessToken(absl::string_view owner, absl::string_view sandbox_id) const;
+  // The sandbox's owner when `token` is `sandbox_id`'s access token; UNAUTHENTICATED otherwise.
+  absl::StatusOr<std::string> CheckAccess(absl::string_view sandbox_id, absl::string_view token) const;
 
  private:
   const TokenSigner signer_;

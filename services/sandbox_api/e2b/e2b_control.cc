@@ -128,8 +128,8 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Handle(E2bRequest r) {
   if (!absl::ConsumePrefix(&path, "/v2/sandboxes/")) absl::ConsumePrefix(&path, "/sandboxes/");
   std::vector<std::string> parts = absl::StrSplit(path, '/');
   if (parts.empty() || parts.size() > 2 || parts[0].empty()) co_return Error(404, "no such route");
-  co_return co_await OnSandbox(*std::move(owner), std::move(r.method), parts[0], parts.size() == 2 ? parts[1] : "",
-                               std::move(r.body));
+  std::string action = parts.size() == 2 ? parts[1] : "";
+  co_return co_await OnSandbox(*std::move(owner), std::move(r.method), parts[0], std::move(action), std::move(r.body));
 }
 
 asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::string body_text) {
@@ -184,7 +184,7 @@ boost::json::object E2bControlPlane::SandboxJson(const v1::SandboxLease& lease) 
   o["clientID"] = "corral";
   o["alias"] = J(tmpl);
   o["envdVersion"] = J(options_.envd_version);
-  o["envdAccessToken"] = J(auth_->AccessToken(lease.lease_id()));
+  o["envdAccessToken"] = J(auth_->AccessToken(lease.owner(), lease.lease_id()));
   o["trafficAccessToken"] = nullptr;
   o["domain"] = nullptr;
   return o;

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/fake_clock.h"
+#include "services/sandbox_api/testing/fake_leases.h"
 #include "services/scheduler/testing/fake_host.h"
 #include "services/scheduler/testing/fake_limiter.h"
 #include "tests/support/io_thread.h"
@@ -24,56 +25,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// The scheduler's lease calls over one in-memory host; a refusal, when set, answers every lease.
-class FakeLeases final : public LeaseApi {
- public:
-  explicit FakeLeases(std::shared_ptr<FakeHost> host) : host_(std::move(host)) {}
-  asio::awaitable<absl::StatusOr<v1::SandboxLease>> Lease(v1::LeaseSandboxRequest request, absl::Time) override {
-    {
-      absl::MutexLock lock(&mu_);
-      requests_.push_back(request);
-      if (!refusal_.ok()) co_return refusal_;
-    }
-    v1::SandboxSpec spec;
-    spec.set_image(request.environment().image());
-    auto created = co_await host_->Create(spec, {});
-    if (!created.ok()) co_return created.status();
-    v1::SandboxLease lease;
-    lease.set_lease_id("ls-" + created->sandbox().sandbox_id());
-    lease.set_owner(request.owner());
-    lease.set_sandbox_id(created->sandbox().sandbox_id());
-    lease.set_host_address(host_->address());
-    co_return lease;
-  }
-  asio::awaitable<absl::Status> Release(std::string lease_id, std::string owner) override {
-    {
-      absl::MutexLock lock(&mu_);
-      released_.push_back(lease_id + "/" + owner);
-    }
-    co_return co_await host_->Delete(lease_id.substr(3), absl::Seconds(1));
-  }
-  std::shared_ptr<scheduler::HostApi> Host(const v1::SandboxLease&) override { return host_; }
-
-  void Refuse(absl::Status s) {
-    absl::MutexLock lock(&mu_);
-    refusal_ = std::move(s);
-  }
-  std::vector<v1::LeaseSandboxRequest> requests() const {
-    absl::MutexLock lock(&mu_);
-    return requests_;
-  }
-  std::vector<std::string> released() const {
-    absl::MutexLock lock(&mu_);
-    return released_;
-  }
-
- private:
-  const std::shared_ptr<FakeHost> host_;
-  mutable absl::Mutex mu_;
-  absl::Status refusal_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::LeaseSandboxRequest> requests_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> released_ ABSL_GUARDED_BY(mu_);
-};
+using testing_support::FakeLeases;
 
 class RunCodeServiceTest : public ::testing::Test {
  protected:

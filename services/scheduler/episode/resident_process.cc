@@ -38,7 +38,7 @@ asio::awaitable<std::variant<ResidentProcesses::Entry, Failure>> StartResident(A
   // Its life is the episode's (as far as the host allows): it is stopped with the attempt.
   const absl::Duration life = std::min(a.EpisodeDeadline() - a.clock->Now(), a.slot->max_exec_timeout);
   ToProto(std::max(life, absl::Seconds(1)), command.mutable_timeout());
-  auto started = co_await a.slot->client->StartInteractive(std::move(start));
+  auto started = co_await a.slot->client->StartInteractive(std::move(start), {});
   if (!started.ok()) {
     const absl::StatusCode code = started.status().code();
     if (!spec.cannot_start.empty() &&

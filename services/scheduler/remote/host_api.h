@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -41,6 +43,8 @@ class InteractiveProcess {
   virtual void Write(std::string data) = 0;
   // Sends `signal` to the process group.
   virtual void Signal(int signal) = 0;
+  // Sends EOF to stdin.
+  virtual void CloseStdin() = 0;
   // Ends the process.
   virtual void Stop() = 0;
 
@@ -52,6 +56,13 @@ class InteractiveProcess {
   // Waits until `marker` appears in the output (consumed with everything before it), the process ends, or
   // `deadline` passes.
   virtual boost::asio::awaitable<Output> ReadUntil(const std::string& marker, absl::Time deadline) = 0;
+};
+
+// Sees an interactive process's events as they arrive, then the end of its call (OK after `exited`). Called on
+// a gRPC thread: keep it short and never block.
+struct ExecObserver {
+  std::function<void(const v1::ExecEvent&)> on_event;
+  std::function<void(const absl::Status&)> on_done;
 };
 
 class HostApi {
@@ -89,12 +100,19 @@ class HostApi {
                                                                                       const std::string& path,
                                                                                       size_t max_bytes,
                                                                                       CallOptions options) = 0;
+  // A path's info, a final symlink not followed; NOT_FOUND when it does not exist.
+  virtual boost::asio::awaitable<absl::StatusOr<v1::FileInfo>> Stat(const std::string& sandbox_id,
+                                                                    const std::string& path, CallOptions options) = 0;
+  // A directory's entries (every page), by name.
+  virtual boost::asio::awaitable<absl::StatusOr<std::vector<v1::FileInfo>>> ListDir(const std::string& sandbox_id,
+                                                                                    const std::string& path,
+                                                                                    CallOptions options) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
                                                                                CallOptions options) = 0;
   // Has the host pull `ref` from its registry (PullImage); the image pulled.
   virtual boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
-      v1::ExecRequest start) = 0;
+      v1::ExecRequest start, ExecObserver observer) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(
       v1::ListSandboxesRequest request, absl::Duration timeout) = 0;
 };

@@ -253,8 +253,41 @@ asio::awaitable<absl::StatusOr<v1::Image>> HostClient::PullImage(const std::stri
 }
 
 asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> HostClient::StartInteractive(
-    v1::ExecRequest start) {
-  co_return co_await InteractiveCall::Start(stub_.get(), token_, std::move(start));
+    v1::ExecRequest start, ExecObserver observer) {
+  co_return co_await InteractiveCall::Start(stub_.get(), token_, std::move(start), std::move(observer));
+}
+
+asio::awaitable<absl::StatusOr<v1::FileInfo>> HostClient::Stat(const std::string& sandbox_id, const std::string& path,
+                                                               CallOptions options) {
+  CallScope scope(options.control, options.deadline, token_);
+  v1::StatRequest request;
+  request.set_sandbox_id(sandbox_id);
+  request.set_path(path);
+  v1::FileInfo response;
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->Stat(scope.context(), &request, &response, std::move(done)); });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
+asio::awaitable<absl::StatusOr<std::vector<v1::FileInfo>>> HostClient::ListDir(const std::string& sandbox_id,
+                                                                               const std::string& path,
+                                                                               CallOptions options) {
+  std::vector<v1::FileInfo> entries;
+  v1::ListDirRequest request;
+  request.set_sandbox_id(sandbox_id);
+  request.set_path(path);
+  request.set_page_size(1000);
+  do {
+    CallScope scope(options.control, options.deadline, token_);
+    v1::ListDirResponse response;
+    grpc::Status s = co_await AwaitGrpc(
+        [&](auto done) { stub_->async()->ListDir(scope.context(), &request, &response, std::move(done)); });
+    if (!s.ok()) co_return FromGrpcStatus(s);
+    for (v1::FileInfo& e : *response.mutable_entries()) entries.push_back(std::move(e));
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  co_return entries;
 }
 
 asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> HostClient::ListSandboxes(v1::ListSandboxesRequest request,

@@ -42,7 +42,12 @@ class HostClient final : public HostApi {
                                                                        CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
-      v1::ExecRequest start) override;
+      v1::ExecRequest start, ExecObserver observer) override;
+  boost::asio::awaitable<absl::StatusOr<v1::FileInfo>> Stat(const std::string& sandbox_id, const std::string& path,
+                                                            CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<std::vector<v1::FileInfo>>> ListDir(const std::string& sandbox_id,
+                                                                            const std::string& path,
+                                                                            CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(v1::ListSandboxesRequest request,
                                                                                   absl::Duration timeout) override;
 

@@ -15,10 +15,12 @@ namespace asio = boost::asio;
 
 asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> InteractiveCall::Start(v1::SandboxHost::Stub* stub,
                                                                                             const std::string& token,
-                                                                                            v1::ExecRequest start) {
+                                                                                            v1::ExecRequest start,
+                                                                                            ExecObserver observer) {
   auto executor = co_await asio::this_coro::executor;
   std::shared_ptr<InteractiveCall> p(new InteractiveCall(executor));
   p->self_ = p;
+  p->observer_ = std::move(observer);
   AttachBearer(p->context_, token);
   stub->async()->ExecInteractive(&p->context_, p.get());
   v1::ExecInput first;
@@ -62,6 +64,12 @@ void InteractiveCall::Signal(int signal) {
   Enqueue(std::move(input));
 }
 
+void InteractiveCall::CloseStdin() {
+  v1::ExecInput input;
+  input.mutable_close_stdin();
+  Enqueue(std::move(input));
+}
+
 void InteractiveCall::Stop() { context_.TryCancel(); }
 
 void InteractiveCall::OnWriteDone(bool ok) {
@@ -81,6 +89,7 @@ void InteractiveCall::OnWriteDone(bool ok) {
 
 void InteractiveCall::OnReadDone(bool ok) {
   if (!ok) return;  // OnDone follows
+  if (observer_.on_event) observer_.on_event(event_);
   {
     absl::MutexLock lock(&mu_);
     if (event_.has_started()) started_ = true;
@@ -105,6 +114,7 @@ void InteractiveCall::OnDone(const grpc::Status& status) {
     status_ = status;
     self = std::move(self_);
   }
+  if (observer_.on_done) observer_.on_done(FromGrpcStatus(status));
   Wake();
 }
 

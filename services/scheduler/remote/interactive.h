@@ -26,10 +26,12 @@ class InteractiveCall final : public InteractiveProcess, public grpc::ClientBidi
   // the sandbox. UNAVAILABLE etc. when the call fails before the process started.
   static boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Start(v1::SandboxHost::Stub* stub,
                                                                                            const std::string& token,
-                                                                                           v1::ExecRequest start);
+                                                                                           v1::ExecRequest start,
+                                                                                           ExecObserver observer = {});
 
   void Write(std::string data) override;
   void Signal(int signal) override;
+  void CloseStdin() override;
   void Stop() override;  // ends the call: the host kills the process
   boost::asio::awaitable<Output> ReadUntil(const std::string& marker, absl::Time deadline) override;
 
@@ -53,6 +55,7 @@ class InteractiveCall final : public InteractiveProcess, public grpc::ClientBidi
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   std::string output_ ABSL_GUARDED_BY(mu_);
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  ExecObserver observer_;
   std::shared_ptr<InteractiveCall> self_;  // keeps the reactor alive until OnDone
 };
 

@@ -1,5 +1,7 @@
 #include "services/scheduler/testing/fake_host.h"
 
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <utility>
 
@@ -271,6 +273,47 @@ asio::awaitable<absl::StatusOr<std::optional<std::string>>> FakeHost::ReadFile(c
   co_return std::optional<std::string>(f->second.substr(0, max_bytes));
 }
 
+asio::awaitable<absl::StatusOr<v1::FileInfo>> FakeHost::Stat(const std::string& sandbox_id, const std::string& path,
+                                                             CallOptions) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = Known(sandbox_id); !s.ok()) co_return s;
+  auto& files = files_[sandbox_id];
+  v1::FileInfo info;
+  info.set_path(path);
+  info.set_name(path.substr(path.find_last_of('/') + 1));
+  if (auto f = files.find(path); f != files.end()) {
+    info.set_type(v1::FILE_TYPE_REGULAR);
+    info.set_size(f->second.size());
+    co_return info;
+  }
+  if (std::any_of(files.begin(), files.end(), [&](const auto& f) { return f.first.starts_with(path + "/"); })) {
+    info.set_type(v1::FILE_TYPE_DIRECTORY);
+    co_return info;
+  }
+  co_return absl::NotFoundError(absl::StrCat("no such path: ", path));
+}
+
+asio::awaitable<absl::StatusOr<std::vector<v1::FileInfo>>> FakeHost::ListDir(const std::string& sandbox_id,
+                                                                             const std::string& path, CallOptions) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = Known(sandbox_id); !s.ok()) co_return s;
+  std::map<std::string, v1::FileInfo> entries;
+  for (const auto& [name, content] : files_[sandbox_id]) {
+    if (!name.starts_with(path + "/")) continue;
+    const std::string rest = name.substr(path.size() + 1);
+    const size_t slash = rest.find('/');
+    v1::FileInfo& e = entries[rest.substr(0, slash)];
+    e.set_name(rest.substr(0, slash));
+    e.set_path(absl::StrCat(path, "/", e.name()));
+    e.set_type(slash == std::string::npos ? v1::FILE_TYPE_REGULAR : v1::FILE_TYPE_DIRECTORY);
+    if (slash == std::string::npos) e.set_size(content.size());
+  }
+  if (entries.empty()) co_return absl::NotFoundError(absl::StrCat("no such directory: ", path));
+  std::vector<v1::FileInfo> out;
+  for (auto& [name, e] : entries) out.push_back(std::move(e));
+  co_return out;
+}
+
 asio::awaitable<absl::StatusOr<v1::Template>> FakeHost::PrepareTemplate(v1::PrepareTemplateRequest request,
                                                                         CallOptions) {
   absl::MutexLock lock(&mu_);
@@ -305,7 +348,8 @@ std::vector<std::shared_ptr<FakeInteractive>> FakeHost::interactive() const {
   return interactive_;
 }
 
-asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> FakeHost::StartInteractive(v1::ExecRequest start) {
+asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> FakeHost::StartInteractive(v1::ExecRequest start,
+                                                                                        ExecObserver) {
   absl::MutexLock lock(&mu_);
   if (auto s = Known(start.sandbox_id()); !s.ok()) co_return s;
   if (!interactive_status_.ok()) co_return std::exchange(interactive_status_, absl::OkStatus());

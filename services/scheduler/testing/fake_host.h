@@ -86,8 +86,15 @@ class FakeHost final : public HostApi {
   boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
                                                                        CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) override;
+  // The observer is not called: tests drive a FakeInteractive directly.
   boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
-      v1::ExecRequest start) override;
+      v1::ExecRequest start, ExecObserver observer) override;
+  // From the files written (WriteFile): a file's info, or a directory's direct entries.
+  boost::asio::awaitable<absl::StatusOr<v1::FileInfo>> Stat(const std::string& sandbox_id, const std::string& path,
+                                                            CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<std::vector<v1::FileInfo>>> ListDir(const std::string& sandbox_id,
+                                                                            const std::string& path,
+                                                                            CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(v1::ListSandboxesRequest request,
                                                                                   absl::Duration timeout) override;
 

@@ -50,6 +50,11 @@ bool FakeInteractive::stopped() const {
   return stopped_;
 }
 
+bool FakeInteractive::stdin_closed() const {
+  absl::MutexLock lock(&mu_);
+  return stdin_closed_;
+}
+
 bool FakeInteractive::ended() const {
   absl::MutexLock lock(&mu_);
   return ended_;
@@ -70,6 +75,11 @@ void FakeInteractive::Signal(int signal) {
     signals_.push_back(signal);
   }
   if (script_.on_signal) script_.on_signal(*this, signal);
+}
+
+void FakeInteractive::CloseStdin() {
+  absl::MutexLock lock(&mu_);
+  stdin_closed_ = true;
 }
 
 void FakeInteractive::Stop() {

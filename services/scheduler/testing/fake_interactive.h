@@ -37,11 +37,13 @@ class FakeInteractive final : public InteractiveProcess {
   std::vector<std::string> writes() const;
   std::vector<int> signals() const;
   bool stopped() const;  // Stop() was called (by the attempt)
+  bool stdin_closed() const;
   bool ended() const;
 
   // --- InteractiveProcess
   void Write(std::string data) override;
   void Signal(int signal) override;
+  void CloseStdin() override;
   void Stop() override;
   boost::asio::awaitable<Output> ReadUntil(const std::string& marker, absl::Time deadline) override;
 
@@ -56,6 +58,7 @@ class FakeInteractive final : public InteractiveProcess {
   std::string output_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool stdin_closed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::string> writes_ ABSL_GUARDED_BY(mu_);
   std::vector<int> signals_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Wake> wake_ ABSL_GUARDED_BY(mu_);  // the waiting reader's, while one waits

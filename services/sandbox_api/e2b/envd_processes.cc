@@ -1,0 +1,186 @@
+#include "services/sandbox_api/e2b/envd_processes.h"
+
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "boost/asio/as_tuple.hpp"
+#include "boost/asio/experimental/awaitable_operators.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/this_coro.hpp"
+#include "boost/asio/use_awaitable.hpp"
+#include "boost/json.hpp"
+
+namespace corral::sandbox_api {
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+constexpr size_t kMaxKeptBytes = 8 << 20;
+
+// Go's names for a signal, as envd's "status" and "error" carry them ("signal: killed").
+std::string SignalName(int signal) {
+  switch (signal) {
+    case 1: return "hangup";
+    case 2: return "interrupt";
+    case 3: return "quit";
+    case 6: return "aborted";
+    case 9: return "killed";
+    case 11: return "segmentation fault";
+    case 13: return "broken pipe";
+    case 15: return "terminated";
+    default: return absl::StrCat("signal ", signal);
+  }
+}
+
+// envd's EndEvent: exited with its code, or ended by a signal (exitCode -1, exited false).
+std::string EndJson(const v1::ExitStatus& exit) {
+  json::object end;
+  const bool by_signal = exit.signal() != 0 || exit.reason() == v1::EXIT_REASON_KILLED ||
+                         exit.reason() == v1::EXIT_REASON_TIMED_OUT || exit.reason() == v1::EXIT_REASON_OOM_KILLED;
+  if (by_signal) {
+    const std::string status = absl::StrCat("signal: ", SignalName(exit.signal() != 0 ? exit.signal() : 9));
+    end["exitCode"] = -1;
+    end["exited"] = false;
+    end["status"] = status;
+    end["error"] = status;
+  } else {
+    const std::string status = absl::StrCat("exit status ", exit.exit_code());
+    end["exitCode"] = exit.exit_code();
+    end["exited"] = true;
+    end["status"] = status;
+    if (exit.exit_code() != 0) end["error"] = status;
+  }
+  return json::serialize(json::object{{"end", std::move(end)}});
+}
+
+std::string DataJson(const char* stream, const std::string& bytes) {
+  return absl::StrCat(R"({"data":{")", stream, R"(":")", absl::Base64Escape(bytes), R"("}})");
+}
+
+}  // namespace
+
+void EnvdProcess::Append(std::string event) {
+  bytes_ += event.size();
+  events_.push_back(std::move(event));
+  while (bytes_ > kMaxKeptBytes && events_.size() > 1) {
+    bytes_ -= events_.front().size();
+    events_.pop_front();
+    ++first_;
+  }
+  for (const auto& wake : waiting_) wake->try_send(boost::system::error_code());
+  waiting_.clear();
+}
+
+void EnvdProcess::OnEvent(const v1::ExecEvent& event) {
+  absl::MutexLock lock(&mu_);
+  if (ended_) return;
+  switch (event.event_case()) {
+    case v1::ExecEvent::kStarted: pid_ = static_cast<uint32_t>(event.started().pid()); break;
+    case v1::ExecEvent::kStdout: Append(DataJson("stdout", event.stdout())); break;
+    case v1::ExecEvent::kStderr: Append(DataJson("stderr", event.stderr())); break;
+    case v1::ExecEvent::kKeepalive: Append(R"({"keepalive":{}})"); break;
+    case v1::ExecEvent::kExited:
+      ended_ = true;
+      Append(EndJson(event.exited()));
+      break;
+    default: break;
+  }
+}
+
+void EnvdProcess::OnDone(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (ended_) return;
+  ended_ = true;
+  json::object end{{"exitCode", -1}, {"exited", false}, {"status", "unknown"},
+                   {"error", absl::StrCat("the process's stream ended: ", status.ToString())}};
+  Append(json::serialize(json::object{{"end", std::move(end)}}));
+}
+
+asio::awaitable<EnvdProcess::Batch> EnvdProcess::Read(size_t* next, absl::Duration wait) {
+  auto executor = co_await asio::this_coro::executor;
+  std::shared_ptr<Wake> wake;
+  for (int round = 0; round < 2; ++round) {
+    {
+      absl::MutexLock lock(&mu_);
+      Batch batch;
+      *next = std::max(*next, first_);
+      for (size_t i = *next - first_; i < events_.size(); ++i) batch.events.push_back(events_[i]);
+      *next = first_ + events_.size();
+      batch.ended = ended_;
+      if (!batch.events.empty() || ended_ || round == 1) co_return batch;
+      wake = std::make_shared<Wake>(executor, 1);
+      waiting_.push_back(wake);
+    }
+    asio::steady_timer timer(executor, absl::ToChronoNanoseconds(wait));
+    using namespace asio::experimental::awaitable_operators;
+    (void)co_await (wake->async_receive(asio::as_tuple(asio::use_awaitable)) ||
+                    timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+    absl::MutexLock lock(&mu_);
+    std::erase(waiting_, wake);
+  }
+  co_return Batch{};
+}
+
+size_t EnvdProcess::end_index() const {
+  absl::MutexLock lock(&mu_);
+  return first_ + events_.size();
+}
+
+uint32_t EnvdProcess::pid() const {
+  absl::MutexLock lock(&mu_);
+  return pid_;
+}
+
+bool EnvdProcess::ended() const {
+  absl::MutexLock lock(&mu_);
+  return ended_;
+}
+
+void EnvdProcesses::Add(const std::string& sandbox_id, std::shared_ptr<EnvdProcess> process) {
+  absl::MutexLock lock(&mu_);
+  const uint32_t pid = process->pid();
+  by_sandbox_[sandbox_id][pid] = std::move(process);
+}
+
+void EnvdProcesses::Remove(const std::string& sandbox_id, uint32_t pid) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_sandbox_.find(sandbox_id);
+  if (it == by_sandbox_.end()) return;
+  it->second.erase(pid);
+  if (it->second.empty()) by_sandbox_.erase(it);
+}
+
+std::shared_ptr<EnvdProcess> EnvdProcesses::Find(const std::string& sandbox_id, uint32_t pid) const {
+  absl::MutexLock lock(&mu_);
+  auto it = by_sandbox_.find(sandbox_id);
+  if (it == by_sandbox_.end()) return nullptr;
+  auto p = it->second.find(pid);
+  return p == it->second.end() ? nullptr : p->second;
+}
+
+std::shared_ptr<EnvdProcess> EnvdProcesses::FindTag(const std::string& sandbox_id, const std::string& tag) const {
+  for (auto& p : List(sandbox_id)) {
+    if (!tag.empty() && p->tag() == tag) return p;
+  }
+  return nullptr;
+}
+
+std::vector<std::shared_ptr<EnvdProcess>> EnvdProcesses::List(const std::string& sandbox_id) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<EnvdProcess>> out;
+  auto it = by_sandbox_.find(sandbox_id);
+  if (it == by_sandbox_.end()) return out;
+  for (const auto& [pid, p] : it->second) out.push_back(p);
+  return out;
+}
+
+size_t EnvdProcesses::size() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [id, m] : by_sandbox_) n += m.size();
+  return n;
+}
+
+}  // namespace corral::sandbox_api

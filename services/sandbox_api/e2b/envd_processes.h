@@ -1,0 +1,83 @@
+// The processes envd's Start began on this replica: each one's ExecInteractive call to its host (which holds its
+// stdin), and its events as envd sends them, for the Start stream and any Connect streams following it. A process
+// stays listed until it ends; its output then goes to whoever still reads, and it is gone (as envd forgets an
+// exited process). Thread-safe: events arrive on gRPC threads, readers are coroutines woken through channels.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "boost/asio/awaitable.hpp"
+#include "boost/asio/experimental/concurrent_channel.hpp"
+#include "boost/json/object.hpp"
+#include "services/scheduler/remote/host_api.h"
+
+namespace corral::sandbox_api {
+
+// One process's envd events ({"data": {"stdout": base64}}, {"end": {...}}, as JSON text), kept within a bound
+// (the oldest go first; a reader that fell behind skips them).
+class EnvdProcess {
+ public:
+  EnvdProcess(boost::json::object config, std::string tag) : config_(std::move(config)), tag_(std::move(tag)) {}
+
+  // The host's events, translated (on a gRPC thread).
+  void OnEvent(const v1::ExecEvent& event);
+  // The call ended: an end event when the host sent no exit (the stream broke).
+  void OnDone(const absl::Status& status);
+
+  struct Batch {
+    std::vector<std::string> events;
+    bool ended = false;  // the last event (the end) is in `events` or was read before
+  };
+  // The events from `*next` on (advancing it), waiting up to `wait` for one when there is none yet.
+  boost::asio::awaitable<Batch> Read(size_t* next, absl::Duration wait);
+  // Where a reader that wants only what comes next starts.
+  size_t end_index() const;
+
+  uint32_t pid() const;
+  bool ended() const;
+  const boost::json::object& config() const { return config_; }
+  const std::string& tag() const { return tag_; }
+  void set_call(std::shared_ptr<scheduler::InteractiveProcess> call) { call_ = std::move(call); }
+  scheduler::InteractiveProcess* call() const { return call_.get(); }
+
+ private:
+  using Wake = boost::asio::experimental::concurrent_channel<void(boost::system::error_code)>;
+  void Append(std::string event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const boost::json::object config_;
+  const std::string tag_;
+  std::shared_ptr<scheduler::InteractiveProcess> call_;  // set once, before the process is listed
+  mutable absl::Mutex mu_;
+  uint32_t pid_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<std::string> events_ ABSL_GUARDED_BY(mu_);
+  size_t first_ ABSL_GUARDED_BY(mu_) = 0;  // the index of events_.front()
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<Wake>> waiting_ ABSL_GUARDED_BY(mu_);
+};
+
+// The running processes of every sandbox, by sandbox (lease) id and pid.
+class EnvdProcesses {
+ public:
+  void Add(const std::string& sandbox_id, std::shared_ptr<EnvdProcess> process);
+  void Remove(const std::string& sandbox_id, uint32_t pid);
+  std::shared_ptr<EnvdProcess> Find(const std::string& sandbox_id, uint32_t pid) const;
+  // By tag (envd's ProcessSelector.tag); null when none.
+  std::shared_ptr<EnvdProcess> FindTag(const std::string& sandbox_id, const std::string& tag) const;
+  std::vector<std::shared_ptr<EnvdProcess>> List(const std::string& sandbox_id) const;
+  size_t size() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::map<uint32_t, std::shared_ptr<EnvdProcess>>> by_sandbox_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace corral::sandbox_api

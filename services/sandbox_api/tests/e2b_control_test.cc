@@ -1,0 +1,140 @@
+// E2B's control plane against an in-memory scheduler (leases) and host: what the SDK sends and reads, keys
+// checked on every call, another key's sandbox as good as missing, and bad requests refused before anything is
+// leased.
+#include "services/sandbox_api/e2b/e2b_control.h"
+
+#include <set>
+
+#include "boost/json.hpp"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/fake_clock.h"
+#include "services/sandbox_api/testing/fake_leases.h"
+#include "tests/support/io_thread.h"
+
+namespace corral::sandbox_api {
+namespace {
+
+namespace json = boost::json;
+using scheduler::testing_support::FakeHost;
+using testing_support::FakeLeases;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+class E2bControlTest : public ::testing::Test {
+ protected:
+  E2bAnswer Call(const std::string& method, const std::string& path, const std::string& body = "",
+                 const std::string& key = "") {
+    E2bRequest r{.method = method, .path = path, .api_key = key.empty() ? alice_ : key, .body = body};
+    return io_.RunSync(control_.Handle(std::move(r)));
+  }
+  static json::value Json(const E2bAnswer& a) { return json::parse(a.body); }
+
+  testing::IoThread io_;
+  FakeClock clock_;
+  std::shared_ptr<FakeHost> host_ = std::make_shared<FakeHost>("host-a:1", &clock_);
+  FakeLeases leases_{host_};
+  E2bAuth auth_{*TokenSigner::FromKey(std::string(32, 'k'))};
+  E2bControlPlane control_{&leases_, &auth_, &clock_};
+  std::string alice_ = *auth_.MintApiKey("alice");
+  std::string bob_ = *auth_.MintApiKey("bob");
+};
+
+TEST_F(E2bControlTest, CreateLeasesASandboxAsTheSdkAsksAndAnswersWhatItReads) {
+  E2bAnswer a = Call("POST", "/v2/sandboxes",
+                     R"({"templateID":"base","metadata":{"k":"v"},"envVars":{"GLOBAL":"1"},"timeout":120,)"
+                     R"("allow_internet_access":true})");
+  ASSERT_EQ(a.status, 201) << a.body;
+  const json::object sbx = Json(a).as_object();
+  const std::string id(sbx.at("sandboxID").as_string());
+  EXPECT_EQ(sbx.at("envdVersion").as_string(), "0.6.4");
+  EXPECT_EQ(sbx.at("templateID").as_string(), "base");
+  // The access token opens this sandbox's envd, and names its owner.
+  EXPECT_EQ(*auth_.CheckAccess(id, std::string(sbx.at("envdAccessToken").as_string())), "alice");
+  EXPECT_FALSE(auth_.CheckAccess("ls-other", std::string(sbx.at("envdAccessToken").as_string())).ok());
+
+  ASSERT_THAT(leases_.requests(), SizeIs(1));
+  const v1::LeaseSandboxRequest lease = leases_.requests()[0];
+  EXPECT_EQ(lease.owner(), "alice");
+  EXPECT_EQ(lease.ttl().seconds(), 120);
+  EXPECT_EQ(lease.environment().image(), "");  // base: a plain sandbox
+  EXPECT_EQ(lease.environment().env().at("GLOBAL"), "1");
+  EXPECT_EQ(lease.environment().env().at("HOME"), "/home/user");
+  EXPECT_EQ(lease.environment().workdir(), "/home/user");
+  EXPECT_EQ(lease.environment().network_policy(), v1::NETWORK_POLICY_OPEN);
+  EXPECT_EQ(lease.metadata().at("k"), "v");
+
+  E2bAnswer info = Call("GET", "/sandboxes/" + id);
+  ASSERT_EQ(info.status, 200);
+  EXPECT_EQ(Json(info).at("metadata").at("k").as_string(), "v");
+  EXPECT_EQ(Json(info).at("state").as_string(), "running");
+
+  E2bAnswer list = Call("GET", "/v2/sandboxes");
+  ASSERT_EQ(list.status, 200);
+  ASSERT_EQ(Json(list).as_array().size(), 1u);
+  EXPECT_EQ(Json(list).as_array()[0].at("sandboxID").as_string(), id);
+  EXPECT_FALSE(Json(list).as_array()[0].as_object().contains("envdAccessToken"));
+  // Bob sees none of it: his list is empty, and Alice's sandbox is not found for him.
+  EXPECT_THAT(Json(Call("GET", "/v2/sandboxes", "", bob_)).as_array(), IsEmpty());
+  E2bAnswer foreign = Call("DELETE", "/sandboxes/" + id, "", bob_);
+  EXPECT_EQ(foreign.status, 404);
+  EXPECT_EQ(Json(foreign).at("code").as_int64(), 404);  // the SDK tells "not found" from the body's code
+  EXPECT_THAT(host_->live(), SizeIs(1));
+
+  EXPECT_EQ(Call("POST", "/sandboxes/" + id + "/timeout", R"({"timeout":30})").status, 204);
+  EXPECT_EQ(Json(Call("GET", "/sandboxes/" + id)).at("endAt").as_string(), "1970-01-01T01:00:30.000Z");
+  EXPECT_EQ(Call("DELETE", "/sandboxes/" + id).status, 204);
+  EXPECT_THAT(host_->live(), IsEmpty());
+  EXPECT_EQ(Call("DELETE", "/sandboxes/" + id).status, 404);  // the SDK's kill() -> false
+}
+
+TEST_F(E2bControlTest, ForkGivesEachChildItsOwnSandboxAndToken) {
+  const std::string id(Json(Call("POST", "/v2/sandboxes", "{}")).at("sandboxID").as_string());
+  E2bAnswer forked = Call("POST", "/sandboxes/" + id + "/fork", R"({"count":3,"timeout":60})");
+  ASSERT_EQ(forked.status, 201) << forked.body;
+  const json::array children = Json(forked).as_array();
+  ASSERT_EQ(children.size(), 3u);
+  std::set<std::string> ids;
+  for (const json::value& c : children) {
+    const std::string child(c.at("sandbox").at("sandboxID").as_string());
+    ids.insert(child);
+    EXPECT_TRUE(auth_.CheckAccess(child, std::string(c.at("sandbox").at("envdAccessToken").as_string())).ok());
+  }
+  EXPECT_EQ(ids.size(), 3u);
+  EXPECT_FALSE(ids.contains(id));
+  EXPECT_THAT(host_->live(), SizeIs(4));
+  EXPECT_EQ(Call("POST", "/sandboxes/" + id + "/fork", R"({"count":0})").status, 400);
+  EXPECT_EQ(Call("POST", "/sandboxes/ls-none/fork", R"({"count":1})").status, 404);
+}
+
+TEST_F(E2bControlTest, KeysAreCheckedAndBadRequestsLeaseNothing) {
+  E2bAnswer none = Call("POST", "/v2/sandboxes", "{}", "not-a-key");
+  EXPECT_EQ(none.status, 401);
+  EXPECT_THAT(none.body, HasSubstr("corral sandbox-api key"));
+  // A key minted with another secret is no key here.
+  E2bAuth other(*TokenSigner::FromKey(std::string(32, 'x')));
+  EXPECT_EQ(Call("GET", "/v2/sandboxes", "", *other.MintApiKey("alice")).status, 401);
+  EXPECT_FALSE(auth_.MintApiKey("a/b").ok());
+
+  EXPECT_EQ(Call("POST", "/v2/sandboxes", "{not json").status, 400);
+  EXPECT_EQ(Call("POST", "/v2/sandboxes", R"({"timeout":-5})").status, 400);
+  EXPECT_EQ(Call("POST", "/v2/sandboxes", R"({"timeout":"soon"})").status, 400);
+  EXPECT_EQ(Call("POST", "/v2/sandboxes", R"({"envVars":{"A":1}})").status, 400);
+  EXPECT_EQ(Call("POST", "/v2/sandboxes", R"({"templateID":""})").status, 400);
+  E2bRequest list{.method = "GET", .path = "/v2/sandboxes", .query = {{"limit", "0"}}, .api_key = alice_};
+  EXPECT_EQ(io_.RunSync(control_.Handle(std::move(list))).status, 400);
+  EXPECT_THAT(leases_.requests(), IsEmpty());
+  EXPECT_THAT(host_->live(), IsEmpty());
+
+  leases_.Refuse(absl::NotFoundError("image 'no-such' is on no host"));
+  E2bAnswer missing = Call("POST", "/v2/sandboxes", R"({"templateID":"no-such"})");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_THAT(missing.body, HasSubstr("template 'no-such' not found"));
+  leases_.Refuse(absl::ResourceExhaustedError("no room"));
+  EXPECT_EQ(Call("POST", "/v2/sandboxes", "{}").status, 429);
+  EXPECT_EQ(Call("POST", "/sandboxes/x/pause", "{}").status, 400);
+}
+
+}  // namespace
+}  // namespace corral::sandbox_api
