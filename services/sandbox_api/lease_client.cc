@@ -54,7 +54,7 @@ asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::Get(std::string l
 }
 
 asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::Renew(std::string lease_id, std::string owner,
-                                                                    absl::Duration ttl) {
+                                                                     absl::Duration ttl) {
   CallScope scope(nullptr, clock_->Now() + absl::Seconds(30), token_);
   v1::RenewLeaseRequest request;
   request.set_lease_id(std::move(lease_id));

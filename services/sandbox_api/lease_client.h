@@ -26,7 +26,7 @@ class LeaseApi {
   virtual boost::asio::awaitable<absl::Status> Release(std::string lease_id, std::string owner) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Get(std::string lease_id, std::string owner) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Renew(std::string lease_id, std::string owner,
-                                                                        absl::Duration ttl) = 0;
+                                                                         absl::Duration ttl) = 0;
   // Every lease of `owner`, ordered by id.
   virtual boost::asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> List(std::string owner) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request) = 0;
@@ -45,7 +45,7 @@ class LeaseClient final : public LeaseApi {
   boost::asio::awaitable<absl::Status> Release(std::string lease_id, std::string owner) override;
   boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Get(std::string lease_id, std::string owner) override;
   boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Renew(std::string lease_id, std::string owner,
-                                                                absl::Duration ttl) override;
+                                                                 absl::Duration ttl) override;
   boost::asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> List(std::string owner) override;
   boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request) override;
   std::shared_ptr<scheduler::HostApi> Host(const v1::SandboxLease& lease) override;

@@ -1,5 +1,7 @@
-// corral-sandbox-api in a real cluster (scheduler, ratelimiter, sandbox host as root), called exactly as verl
-// calls SandboxFusion: tests/sandbox_api/verl_client.py sends verl's payload with urllib. Python, bash and C++
+// corral-sandbox-api in a real cluster (scheduler, ratelimiter, sandbox host as root), called by real clients:
+// the real e2b SDK (tests/e2b, pinned) runs tests/e2b/sdk_test.mjs unchanged against its E2B API with a key from
+// `corral sandbox-api key`; and exactly as verl calls SandboxFusion, tests/sandbox_api/verl_client.py sends verl's
+// payload with urllib. Python, bash and C++
 // run in leased sandboxes; a time limit, a compile error, stdin and files behave as verl reads them; four times
 // the code limit of callers never run more than the limit at once; bad input is refused and leaves nothing.
 #include <fstream>
@@ -88,6 +90,32 @@ class SandboxApiServiceTest : public SchedulerFixture {
   std::string url_;
   int calls_ = 0;
 };
+
+// Every step of sdk_test.mjs (commands, files, fork, timeout, errors) with the SDK unchanged: only its URLs and
+// a key are set. A sandbox never killed (the timeout step) is gone once its timeout passes; none is left.
+TEST_F(SandboxApiServiceTest, TheE2bSdkRunsCommandsFilesForksAndTimeoutsUnchanged) {
+  const std::string key_log = absl::StrCat(dir_, "/key.out");
+  auto key_cli = Subprocess::Start({CORRAL_CLI, "sandbox-api", "key", "sdk-test", "--secret-file=" + secret_}, key_log);
+  ASSERT_THAT(key_cli, IsOk());
+  ASSERT_THAT(key_cli->Wait(absl::Seconds(30)), IsOkAndHolds(0)) << key_cli->Log();
+  std::string key;
+  std::getline(std::ifstream(key_log), key);
+  ASSERT_FALSE(key.empty());
+
+  const std::string url = "http://" + api_->ready.http;
+  const std::string log = absl::StrCat(dir_, "/e2b-sdk.out");
+  auto sdk = Subprocess::Start({"/usr/bin/env", "E2B_API_KEY=" + key, "E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url,
+                                "node", std::string(CORRAL_SOURCE_DIR) + "/tests/e2b/sdk_test.mjs"},
+                               log);
+  ASSERT_THAT(sdk, IsOk());
+  auto status = sdk->Wait(absl::Seconds(240));
+  const std::string out = sdk->Log();
+  EXPECT_TRUE(status.ok() && *status == 0) << out;
+  for (const char* step : {"ok commands", "ok files", "ok fork", "ok timeout", "ok errors"}) {
+    EXPECT_THAT(out, HasSubstr(step));
+  }
+  EXPECT_TRUE(testing::WaitUntil([&] { return Leases() == 0; }, absl::Seconds(30))) << Leases() << " leases left";
+}
 
 TEST_F(SandboxApiServiceTest, VerlPayloadsRunPythonBashAndCppWithStdinTimeLimitsAndFiles) {
   json::object py = One({"--code", "print(int(input()) * 2)", "--stdin", "21"});

@@ -32,8 +32,8 @@ absl::StatusOr<std::string> E2bAuth::CheckAccess(absl::string_view sandbox_id, a
   auto payload = signer_.Verify(kAccess, token);
   const size_t slash = payload.ok() ? payload->rfind('/') : std::string::npos;
   if (slash == std::string::npos || absl::string_view(*payload).substr(slash + 1) != sandbox_id) {
-    return absl::UnauthenticatedError(absl::StrCat("unauthorized access to sandbox ", sandbox_id,
-                                                   ": X-Access-Token is not its envdAccessToken"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("unauthorized access to sandbox ", sandbox_id, ": X-Access-Token is not its envdAccessToken"));
   }
   return payload->substr(0, slash);
 }

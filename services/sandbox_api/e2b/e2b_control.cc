@@ -70,7 +70,8 @@ absl::Status StringMap(const json::object& body, const char* field, std::map<std
   if (v == nullptr || v->is_null()) return absl::OkStatus();
   if (!v->is_object()) return absl::InvalidArgumentError(absl::StrCat(field, " must be an object of strings"));
   for (const auto& [k, value] : v->as_object()) {
-    if (!value.is_string()) return absl::InvalidArgumentError(absl::StrCat(field, ".", std::string(k), " must be a string"));
+    if (!value.is_string())
+      return absl::InvalidArgumentError(absl::StrCat(field, ".", std::string(k), " must be a string"));
     (*out)[std::string(k)] = std::string(value.as_string());
   }
   return absl::OkStatus();
@@ -155,7 +156,6 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::strin
   // "base" is a plain sandbox; any other template names an image the hosts hold or can pull.
   if (template_id != "base") env->set_image(template_id);
   env->mutable_env()->insert(envs.begin(), envs.end());
-  (*env->mutable_env())["HOME"] = options_.home;
   env->add_task_paths(options_.home);
   env->set_workdir(options_.home);
   env->set_network_policy(internet ? v1::NETWORK_POLICY_OPEN : v1::NETWORK_POLICY_NONE);
@@ -212,7 +212,8 @@ asio::awaitable<E2bAnswer> E2bControlPlane::List(std::string owner, std::map<std
   }
   size_t limit = 100;
   if (auto it = query.find("limit"); it != query.end()) {
-    if (!absl::SimpleAtoi(it->second, &limit) || limit < 1 || limit > 1000) co_return Error(400, "limit must be 1-1000");
+    if (!absl::SimpleAtoi(it->second, &limit) || limit < 1 || limit > 1000)
+      co_return Error(400, "limit must be 1-1000");
   }
   // Every sandbox here runs (there is no pause): a state filter without "running" lists none.
   bool running = true;
@@ -256,8 +257,8 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
   if (!body.ok()) co_return FromStatus(body.status());
   if (method == "GET" && action.empty()) {
     auto lease = co_await leases_->Get(id, owner);
-    if (!lease.ok()) co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
-                                                                                     : FromStatus(lease.status());
+    if (!lease.ok())
+      co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
     co_return E2bAnswer{200, json::serialize(InfoJson(*lease)), {}};
   }
   if (method == "DELETE" && action.empty()) {
@@ -270,8 +271,8 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
     auto timeout = Timeout(*body, absl::ZeroDuration(), options_.max_timeout);
     if (!timeout.ok() || *timeout == absl::ZeroDuration()) co_return Error(400, "timeout (seconds) is required");
     auto lease = co_await leases_->Renew(id, owner, *timeout);
-    if (!lease.ok()) co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
-                                                                                     : FromStatus(lease.status());
+    if (!lease.ok())
+      co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
     co_return E2bAnswer{204, "", {}};
   }
   if (method == "POST" && action == "connect") {
@@ -283,8 +284,8 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
     } else {
       lease = co_await leases_->Get(id, owner);
     }
-    if (!lease.ok()) co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
-                                                                                     : FromStatus(lease.status());
+    if (!lease.ok())
+      co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
     co_return E2bAnswer{200, json::serialize(SandboxJson(*lease)), {}};
   }
   if (method == "POST" && action == "fork") {
@@ -303,8 +304,9 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
     fork.set_count(count);
     ToProto(*timeout, fork.mutable_ttl());
     auto forked = co_await leases_->Fork(std::move(fork));
-    if (!forked.ok()) co_return forked.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
-                                                                                       : FromStatus(forked.status());
+    if (!forked.ok())
+      co_return forked.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                      : FromStatus(forked.status());
     json::array out;
     for (const v1::SandboxLease& child : forked->leases()) out.push_back(json::object{{"sandbox", SandboxJson(child)}});
     while (out.size() < count) {

@@ -32,7 +32,7 @@ struct E2bRequest {
   std::string method;  // "GET", "POST", "DELETE"
   std::string path;
   std::map<std::string, std::string> query;  // decoded once
-  std::string api_key;                        // X-API-KEY
+  std::string api_key;                       // X-API-KEY
   std::string body;
 };
 
@@ -61,8 +61,8 @@ class E2bControlPlane {
  private:
   boost::asio::awaitable<E2bAnswer> Create(std::string owner, std::string body);
   boost::asio::awaitable<E2bAnswer> List(std::string owner, std::map<std::string, std::string> query);
-  boost::asio::awaitable<E2bAnswer> OnSandbox(std::string owner, std::string method, std::string id,
-                                              std::string action, std::string body);
+  boost::asio::awaitable<E2bAnswer> OnSandbox(std::string owner, std::string method, std::string id, std::string action,
+                                              std::string body);
   // What the SDK reads after create, connect and fork (Sandbox), and for info and list (SandboxDetail).
   boost::json::object SandboxJson(const v1::SandboxLease& lease) const;
   boost::json::object InfoJson(const v1::SandboxLease& lease) const;

@@ -52,8 +52,9 @@ const json::object* ObjectField(const json::object& o, const char* key) {
 absl::Status CheckUser(absl::string_view user) {
   if (user.empty() || user == "user") return absl::OkStatus();
   return absl::PermissionDeniedError(
-      absl::StrCat("user '", user, "': a Corral sandbox has one user, 'user' (unprivileged); commands and files "
-                                   "cannot run as another"));
+      absl::StrCat("user '", user,
+                   "': a Corral sandbox has one user, 'user' (unprivileged); commands and files "
+                   "cannot run as another"));
 }
 
 absl::Status CheckBasicUser(const http::Request& r) {
@@ -103,7 +104,8 @@ std::string Join(const std::string& dir, const std::string& name) {
 
 // /files errors: {"code": <status>, "message"}.
 std::string FilesError(int status, absl::string_view message) {
-  return json::serialize(json::object{{"code", status}, {"message", json::string_view(message.data(), message.size())}});
+  return json::serialize(
+      json::object{{"code", status}, {"message", json::string_view(message.data(), message.size())}});
 }
 
 int FilesStatus(absl::StatusCode code) {
@@ -156,9 +158,7 @@ asio::awaitable<void> ReplyConnectError(http::Responder& responder, const absl::
 
 }  // namespace
 
-bool Envd::Serves(const http::Request& request) {
-  return request.find("e2b-sandbox-id") != request.end();
-}
+bool Envd::Serves(const http::Request& request) { return request.find("e2b-sandbox-id") != request.end(); }
 
 absl::StatusOr<std::string> Envd::HostPath(absl::string_view path) const {
   if (path.empty()) return absl::InvalidArgumentError("path is required");
@@ -273,8 +273,8 @@ asio::awaitable<std::string> Envd::Handle(http::Request& request, http::Responde
   }
   const std::string method = path.substr(1);
   // Until the sandbox's lease ends, at most the host's longest exec.
-  const absl::Duration left =
-      std::clamp(FromProto(t->lease.expire_time()) - clock_->Now() + absl::Minutes(1), absl::Seconds(1), absl::Hours(24));
+  const absl::Duration left = std::clamp(FromProto(t->lease.expire_time()) - clock_->Now() + absl::Minutes(1),
+                                         absl::Seconds(1), absl::Hours(24));
   if (stream) {
     if (method == "process.Process/Start") {
       co_await Start(*std::move(t), *std::move(body), StreamTimeout(request, left), responder);
@@ -443,9 +443,9 @@ asio::awaitable<absl::StatusOr<json::object>> Envd::Move(const Target& t, std::s
   auto moved = co_await t.host->Exec(std::move(exec), 4096, options);
   if (!moved.ok()) co_return moved.status();
   if (moved->exit.exit_code() != 0) {
-    co_return absl::FailedPreconditionError(
-        absl::StrCat("cannot move '", *source, "' to '", *destination, "': ",
-                     absl::StripAsciiWhitespace(moved->stderr_head.empty() ? moved->output : moved->stderr_head)));
+    co_return absl::FailedPreconditionError(absl::StrCat(
+        "cannot move '", *source, "' to '", *destination,
+        "': ", absl::StripAsciiWhitespace(moved->stderr_head.empty() ? moved->output : moved->stderr_head)));
   }
   co_return co_await Stat(t, *destination);
 }
@@ -454,7 +454,8 @@ asio::awaitable<void> Envd::Start(Target t, json::object body, absl::Duration ti
   const json::object* process = ObjectField(body, "process");
   absl::Status bad;
   if (body.contains("pty")) bad = absl::UnimplementedError("PTYs are not supported: run commands without one");
-  if (process == nullptr || StringField(*process, "cmd").empty()) bad = absl::InvalidArgumentError("process.cmd is required");
+  if (process == nullptr || StringField(*process, "cmd").empty())
+    bad = absl::InvalidArgumentError("process.cmd is required");
   v1::ExecRequest start;
   json::object config;
   if (bad.ok()) {
@@ -575,8 +576,8 @@ asio::awaitable<void> Envd::WatchDir(Target t, json::object body, absl::Duration
       }
       for (const v1::FileInfo& info : *listed) {
         const std::string path = Join(at, info.name());
-        const std::string print =
-            absl::StrCat(info.type(), ":", info.size(), ":", info.modify_time().seconds(), ".", info.modify_time().nanos());
+        const std::string print = absl::StrCat(info.type(), ":", info.size(), ":", info.modify_time().seconds(), ".",
+                                               info.modify_time().nanos());
         snapshot[path] = {info, print};
         if (recursive && info.type() == v1::FILE_TYPE_DIRECTORY) dirs.push_back(path);
       }
@@ -674,7 +675,8 @@ asio::awaitable<void> Envd::Upload(Target t, std::string path, const http::Reque
   for (auto& [name, data] : files) {
     auto p = HostPath(name);
     if (!p.ok()) bad = absl::InvalidArgumentError("every file needs a path (the `path` query or the part's filename)");
-    if (p.ok() && !seen.insert(*p).second) bad = absl::InvalidArgumentError(absl::StrCat("path '", *p, "' given twice"));
+    if (p.ok() && !seen.insert(*p).second)
+      bad = absl::InvalidArgumentError(absl::StrCat("path '", *p, "' given twice"));
     if (!bad.ok()) break;
     written.push_back(json::object{{"name", p->substr(p->find_last_of('/') + 1)}, {"type", "file"}, {"path", *p}});
     name = *p;

@@ -93,7 +93,9 @@ void EnvdProcess::OnDone(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   if (ended_) return;
   ended_ = true;
-  json::object end{{"exitCode", -1}, {"exited", false}, {"status", "unknown"},
+  json::object end{{"exitCode", -1},
+                   {"exited", false},
+                   {"status", "unknown"},
                    {"error", absl::StrCat("the process's stream ended: ", status.ToString())}};
   Append(json::serialize(json::object{{"end", std::move(end)}}));
 }

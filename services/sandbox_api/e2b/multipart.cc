@@ -52,7 +52,8 @@ absl::StatusOr<std::vector<FormPart>> ParseMultipart(absl::string_view body, abs
     if (body.substr(at, 2) != "\r\n") return absl::InvalidArgumentError("malformed multipart delimiter");
     at += 2;
     const size_t headers_end = body.find("\r\n\r\n", at);
-    if (headers_end == absl::string_view::npos) return absl::InvalidArgumentError("multipart part without headers' end");
+    if (headers_end == absl::string_view::npos)
+      return absl::InvalidArgumentError("multipart part without headers' end");
     FormPart part;
     bool disposition = false;
     for (absl::string_view line : absl::StrSplit(body.substr(at, headers_end - at), "\r\n", absl::SkipEmpty())) {

@@ -21,8 +21,7 @@ class FakeLeases final : public LeaseApi {
  public:
   explicit FakeLeases(std::shared_ptr<scheduler::testing_support::FakeHost> host) : host_(std::move(host)) {}
 
-  boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Lease(v1::LeaseSandboxRequest request,
-                                                                 absl::Time) override {
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Lease(v1::LeaseSandboxRequest request, absl::Time) override {
     {
       absl::MutexLock lock(&mu_);
       requests_.push_back(request);

@@ -19,9 +19,9 @@ TEST(ConnectCodecTest, EnvelopesAreFlagLengthAndJson) {
               HasSubstr(R"({"error":{"code":"not_found","message":"no pid 9"}})"));
   EXPECT_EQ(*connect::OnlyMessage(e), R"({"event":{"start":{"pid":100}}})");
   EXPECT_FALSE(connect::OnlyMessage("").ok());
-  EXPECT_FALSE(connect::OnlyMessage(e + e).ok());                   // one message only
-  EXPECT_FALSE(connect::OnlyMessage(e.substr(0, e.size() - 1)).ok());  // truncated
-  EXPECT_FALSE(connect::OnlyMessage("\x01" + e.substr(1)).ok());     // compressed
+  EXPECT_FALSE(connect::OnlyMessage(e + e).ok());                         // one message only
+  EXPECT_FALSE(connect::OnlyMessage(e.substr(0, e.size() - 1)).ok());     // truncated
+  EXPECT_FALSE(connect::OnlyMessage("\x01" + e.substr(1)).ok());          // compressed
   EXPECT_EQ(connect::HttpStatus(absl::StatusCode::kAlreadyExists), 409);  // the SDK's makeDir() -> false
   EXPECT_EQ(connect::HttpStatus(absl::StatusCode::kNotFound), 404);
   EXPECT_EQ(std::string(connect::Code(absl::StatusCode::kUnauthenticated)), "unauthenticated");

@@ -58,13 +58,17 @@ class HomeStorage final : public Storage {
     }
     sb.home_fd.Reset(open(sb.home.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (origin.tmpl != nullptr) CORRAL_RETURN_IF_ERROR(CopyTemplate(sb, origin.tmpl));
-    // Task paths: created empty unless the template has them (as real directories, never links).
+    // Task paths: created empty unless the template has them (as real directories, never links), with their
+    // parents (/home/user needs home/ first).
     for (const auto& path : sb.spec.task_paths) {
-      const std::string dir = sb.home + path;
-      struct stat st {};
-      if (lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
-      if (mkdir(dir.c_str(), 0700) != 0 || chown(dir.c_str(), sb.uid, sb.uid) != 0) {
-        return CannotCreate("task path " + path);
+      for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+        const std::string dir = sb.home + path.substr(0, end);
+        struct stat st {};
+        const bool is_dir = lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+        if (!is_dir && (mkdir(dir.c_str(), 0700) != 0 || chown(dir.c_str(), sb.uid, sb.uid) != 0)) {
+          return CannotCreate("task path " + path);
+        }
+        if (end == std::string::npos) break;
       }
     }
     if (parts_.mount_namespaces) {

@@ -349,7 +349,7 @@ std::vector<std::shared_ptr<FakeInteractive>> FakeHost::interactive() const {
 }
 
 asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> FakeHost::StartInteractive(v1::ExecRequest start,
-                                                                                        ExecObserver) {
+                                                                                                ExecObserver) {
   absl::MutexLock lock(&mu_);
   if (auto s = Known(start.sandbox_id()); !s.ok()) co_return s;
   if (!interactive_status_.ok()) co_return std::exchange(interactive_status_, absl::OkStatus());
