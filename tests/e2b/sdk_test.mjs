@@ -1,13 +1,40 @@
 // The real e2b SDK (pinned by package-lock.json) against corral-sandbox-api's E2B API, unchanged: only its URLs
 // and key are set, as a user would set them. Run by the E2B integration test:
 //   E2B_API_KEY=KEY E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT node sdk_test.mjs [STEP...]
-// Each step prints "ok STEP" or throws. Node 18 (Debian's) loads the SDK's ES module build directly: its package
+// E2B_OTHER_KEY (optional) is a second key: the adversary step checks that it cannot reach the first key's
+// sandboxes. Each step prints "ok STEP" or throws. Node 18 (Debian's) loads the SDK's ES module build directly: its package
 // has no "exports" map, and the CommonJS build requires an ES-only dependency there.
 import assert from "node:assert/strict";
 import {
   Sandbox, CommandExitError, SandboxError, NotFoundError, FileNotFoundError, SandboxNotFoundError,
-  AuthenticationError,
+  AuthenticationError, InvalidArgumentError,
 } from "./node_modules/e2b/dist/index.mjs";
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A raw envd call, as a client other than the SDK (or a forger) sends it.
+async function envd(sandboxId, token, method, body, { stream = false } = {}) {
+  const json = Buffer.from(JSON.stringify(body));
+  const header = Buffer.alloc(5);
+  header.writeUInt32BE(json.length, 1);
+  const res = await fetch(`${process.env.E2B_SANDBOX_URL}/${method}`, {
+    method: "POST",
+    headers: { "content-type": stream ? "application/connect+json" : "application/json",
+               "connect-protocol-version": "1", "e2b-sandbox-id": sandboxId, "x-access-token": token },
+    body: stream ? Buffer.concat([header, json]) : json,
+  });
+  return { status: res.status, text: Buffer.from(await res.arrayBuffer()).toString("latin1") };
+}
+
+// A sandbox made through the REST API itself, for its access token.
+async function createRaw(key) {
+  const res = await fetch(`${process.env.E2B_API_URL}/v2/sandboxes`, {
+    method: "POST", headers: { "x-api-key": key, "content-type": "application/json" },
+    body: JSON.stringify({ templateID: "base", timeout: 60 }),
+  });
+  assert.equal(res.status, 201);
+  return res.json();
+}
 
 const steps = {
   async commands() {
@@ -58,6 +85,97 @@ const steps = {
         (e) => assert.ok(e instanceof FileNotFoundError && e instanceof NotFoundError, String(e)));
     } finally {
       await sbx.kill();
+    }
+  },
+
+  async processes() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, envs: { SBX_GLOBAL: "sandbox" } });
+    try {
+      // A command's envs override the sandbox's; relative paths are under /home/user, the default cwd.
+      const r = await sbx.commands.run('echo "$SBX_GLOBAL" > rel.txt; pwd', { envs: { SBX_GLOBAL: "command" } });
+      assert.equal(r.stdout, "/home/user\n");
+      assert.equal(await sbx.files.read("rel.txt"), "command\n");
+      assert.equal(await sbx.files.read("/home/user/rel.txt"), "command\n");
+      // A background process is listed; a second client connects to its output; a kill ends both.
+      const lines = [];
+      const bg = await sbx.commands.run("for i in $(seq 1 600); do echo tick $i; sleep 0.1; done",
+                                        { background: true, timeoutMs: 0 });
+      const listed = await sbx.commands.list();
+      assert.ok(listed.some((p) => p.pid === bg.pid && p.cmd === "/bin/bash"), JSON.stringify(listed));
+      const follower = await sbx.commands.connect(bg.pid, { onStdout: (d) => lines.push(d), timeoutMs: 0 });
+      const deadline = Date.now() + 20_000;
+      while (!lines.join("").includes("tick") && Date.now() < deadline) await sleep(50);
+      assert.ok(lines.join("").includes("tick"), "the connected client reads the output");
+      assert.equal(await sbx.commands.kill(bg.pid), true);
+      await follower.wait().then(() => assert.fail("killed"), (e) => assert.ok(e instanceof CommandExitError, String(e)));
+      assert.ok(!(await sbx.commands.list()).some((p) => p.pid === bg.pid));
+      // Uploads as raw bytes (octet-stream) as well as forms.
+      await sbx.files.write("/home/user/raw.bin", new Uint8Array([0, 255, 7]).buffer, { useOctetStream: true });
+      assert.deepEqual(Array.from(await sbx.files.read("/home/user/raw.bin", { format: "bytes" })), [0, 255, 7]);
+      // There is one user: root is refused, not pretended.
+      await sbx.commands.run("id -u", { user: "root" }).then(() => assert.fail("root must be refused"),
+        (e) => assert.ok(e instanceof SandboxError && String(e).includes("permission_denied"), String(e)));
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  async watch() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 });
+    try {
+      await sbx.files.makeDir("/home/user/w");
+      await sbx.files.write("/home/user/w/old.txt", "old");
+      const events = [];
+      const handle = await sbx.files.watchDir("/home/user/w", (e) => events.push(e), { recursive: true });
+      await sbx.files.write("/home/user/w/new.txt", "new");
+      await sbx.files.remove("/home/user/w/old.txt");
+      const deadline = Date.now() + 20_000;
+      const seen = (name, type) => events.some((e) => e.name === name && e.type === type);
+      while (!(seen("new.txt", "create") && seen("old.txt", "remove")) && Date.now() < deadline) await sleep(50);
+      await handle.stop();
+      assert.ok(seen("new.txt", "create") && seen("old.txt", "remove"), JSON.stringify(events));
+    } finally {
+      await sbx.kill();
+    }
+  },
+
+  async adversary() {
+    const a = await createRaw(process.env.E2B_API_KEY);
+    const b = await createRaw(process.env.E2B_API_KEY);
+    try {
+      const stat = { path: "/home/user" };
+      assert.equal((await envd(a.sandboxID, a.envdAccessToken, "filesystem.Filesystem/Stat", stat)).status, 200);
+      // A forged token, and one sandbox's token presented for another, open nothing.
+      const forged = await envd(a.sandboxID, "forged", "filesystem.Filesystem/Stat", stat);
+      assert.equal(forged.status, 401);
+      assert.match(forged.text, /"code":"unauthenticated"/);
+      assert.equal((await envd(b.sandboxID, a.envdAccessToken, "filesystem.Filesystem/Stat", stat)).status, 401);
+      // A stream whose request is garbage ends with an error and starts nothing.
+      const bad = await envd(a.sandboxID, a.envdAccessToken, "process.Process/Start", { process: {} }, { stream: true });
+      assert.equal(bad.status, 200);
+      assert.match(bad.text, /"code":"invalid_argument"/);
+      const list = await envd(a.sandboxID, a.envdAccessToken, "process.Process/List", {});
+      assert.equal(list.text, '{"processes":[]}');
+      assert.equal((await envd(a.sandboxID, a.envdAccessToken, "process.Process/SendSignal",
+                               { process: { pid: 1 }, signal: "SIGNAL_SIGKILL" })).status, 404);
+      // Paths stay inside the sandbox: the host's files are not readable through it.
+      const sbx = await Sandbox.connect(a.sandboxID);
+      for (const path of ["/etc/passwd", "../../etc/passwd"]) {
+        await sbx.files.read(path).then((t) => assert.fail(`read ${path}: ${t.slice(0, 40)}`),
+          (e) => assert.ok(e instanceof InvalidArgumentError, String(e)));
+      }
+      // Another key sees none of this key's sandboxes and cannot kill them.
+      if (process.env.E2B_OTHER_KEY) {
+        const other = { apiKey: process.env.E2B_OTHER_KEY };
+        assert.equal(await Sandbox.kill(a.sandboxID, other), false);
+        await Sandbox.connect(a.sandboxID, other).then(() => assert.fail(),
+          (e) => assert.ok(e instanceof SandboxNotFoundError, String(e)));
+        assert.ok(!(await Sandbox.list(other).nextItems()).some((s) => s.sandboxId === a.sandboxID));
+        assert.equal(await sbx.isRunning(), true);
+      }
+    } finally {
+      await Sandbox.kill(a.sandboxID);
+      await Sandbox.kill(b.sandboxID);
     }
   },
 

@@ -91,27 +91,35 @@ class SandboxApiServiceTest : public SchedulerFixture {
   int calls_ = 0;
 };
 
-// Every step of sdk_test.mjs (commands, files, fork, timeout, errors) with the SDK unchanged: only its URLs and
-// a key are set. A sandbox never killed (the timeout step) is gone once its timeout passes; none is left.
+// Every step of sdk_test.mjs with the SDK unchanged (only its URLs and a key are set): commands, processes
+// (list, connect, kill), watch, what an adversary tries (forged tokens, another sandbox's token, another key,
+// paths out of the sandbox), files, fork, timeout and errors. A sandbox never killed (the timeout step) is gone
+// once its timeout passes; none is left.
 TEST_F(SandboxApiServiceTest, TheE2bSdkRunsCommandsFilesForksAndTimeoutsUnchanged) {
-  const std::string key_log = absl::StrCat(dir_, "/key.out");
-  auto key_cli = Subprocess::Start({CORRAL_CLI, "sandbox-api", "key", "sdk-test", "--secret-file=" + secret_}, key_log);
-  ASSERT_THAT(key_cli, IsOk());
-  ASSERT_THAT(key_cli->Wait(absl::Seconds(30)), IsOkAndHolds(0)) << key_cli->Log();
-  std::string key;
-  std::getline(std::ifstream(key_log), key);
-  ASSERT_FALSE(key.empty());
+  auto mint = [&](const std::string& name) {
+    const std::string log = absl::StrCat(dir_, "/key-", name, ".out");
+    auto cli = Subprocess::Start({CORRAL_CLI, "sandbox-api", "key", name, "--secret-file=" + secret_}, log);
+    EXPECT_THAT(cli, IsOk());
+    auto exit = cli.ok() ? cli->Wait(absl::Seconds(30)) : absl::StatusOr<int>(cli.status());
+    EXPECT_TRUE(exit.ok() && *exit == 0) << (cli.ok() ? cli->Log() : "");
+    std::string key;
+    std::getline(std::ifstream(log), key);
+    return key;
+  };
+  const std::string key = mint("sdk-test"), other = mint("someone-else");
+  ASSERT_FALSE(key.empty() || other.empty());
 
   const std::string url = "http://" + api_->ready.http;
   const std::string log = absl::StrCat(dir_, "/e2b-sdk.out");
   auto sdk = Subprocess::Start({"/usr/bin/env", "E2B_API_KEY=" + key, "E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url,
-                                "node", std::string(CORRAL_SOURCE_DIR) + "/tests/e2b/sdk_test.mjs"},
+                                "E2B_OTHER_KEY=" + other, "node", std::string(CORRAL_SOURCE_DIR) + "/tests/e2b/sdk_test.mjs"},
                                log);
   ASSERT_THAT(sdk, IsOk());
   auto status = sdk->Wait(absl::Seconds(240));
   const std::string out = sdk->Log();
   EXPECT_TRUE(status.ok() && *status == 0) << out;
-  for (const char* step : {"ok commands", "ok files", "ok fork", "ok timeout", "ok errors"}) {
+  for (const char* step :
+       {"ok commands", "ok processes", "ok watch", "ok adversary", "ok files", "ok fork", "ok timeout", "ok errors"}) {
     EXPECT_THAT(out, HasSubstr(step));
   }
   EXPECT_TRUE(testing::WaitUntil([&] { return Leases() == 0; }, absl::Seconds(30))) << Leases() << " leases left";

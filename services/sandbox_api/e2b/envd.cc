@@ -585,7 +585,7 @@ asio::awaitable<void> Envd::WatchDir(Target t, json::object body, absl::Duration
     }
     co_return snapshot;
   };
-  absl::StatusOr<Snapshot> before = root.status();
+  absl::StatusOr<Snapshot> before = absl::InvalidArgumentError("path is required");
   if (root.ok()) before = co_await scan(*root);
   if (!before.ok()) {
     co_await EndStreamWith(responder, before.status());
