@@ -1,0 +1,53 @@
+// The e2b SDK (tests/e2b's pinned package) against corral-sandbox-api: create -> first command, the time a user
+// waits from Sandbox.create() to the first commands.run() answer, one at a time, one started every 50 ms, and a
+// burst all at once; then fork of 8 -> a first command in each child. Every sandbox is killed after it is
+// measured (not counted). Prints one RESULT line per mode.
+//   E2B_API_KEY=... E2B_API_URL=... E2B_SANDBOX_URL=... node e2b_bench.mjs SEQUENTIAL PACED BURST FORK_ROUNDS
+import { Sandbox } from "../../tests/e2b/node_modules/e2b/dist/index.mjs";
+
+const [sequential, paced, burst, forkRounds] = process.argv.slice(2).map(Number);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function createToFirstCommand() {
+  const t = performance.now();
+  const sbx = await Sandbox.create({ timeoutMs: 300_000 });
+  const r = await sbx.commands.run("echo 1");
+  const ms = performance.now() - t;
+  if (r.stdout !== "1\n") throw new Error(`unexpected output ${JSON.stringify(r.stdout)}`);
+  await sbx.kill();
+  return ms;
+}
+
+function report(mode, latencies) {
+  const xs = [...latencies].sort((a, b) => a - b);
+  const pct = (q) => xs[Math.min(xs.length - 1, Math.floor(q * xs.length))].toFixed(1);
+  console.log(`RESULT e2b mode=${mode} n=${xs.length} p50_ms=${pct(0.5)} p95_ms=${pct(0.95)} p99_ms=${pct(0.99)}`);
+}
+
+await createToFirstCommand();  // warm the connections: not counted
+const one = [];
+for (let i = 0; i < sequential; ++i) one.push(await createToFirstCommand());
+report("one_at_a_time", one);
+
+const started = [];
+for (let i = 0; i < paced; ++i) {
+  started.push(createToFirstCommand());
+  await sleep(50);
+}
+report("one_every_50ms", await Promise.all(started));
+
+report(`burst_of_${burst}`, await Promise.all(Array.from({ length: burst }, createToFirstCommand)));
+
+const parent = await Sandbox.create({ timeoutMs: 300_000 });
+await parent.files.write("/home/user/state.txt", "parent state\n");
+const forks = [];
+for (let r = 0; r < forkRounds; ++r) {
+  const t = performance.now();
+  const children = await parent.fork({ count: 8, timeoutMs: 120_000 });
+  const outs = await Promise.all(children.map((c) => c.commands.run("cat /home/user/state.txt")));
+  forks.push(performance.now() - t);
+  if (outs.some((o) => o.stdout !== "parent state\n")) throw new Error("a child does not see the parent's file");
+  await Promise.all(children.map((c) => c.kill()));
+}
+await parent.kill();
+report("fork_8_to_first_command", forks);
