@@ -311,6 +311,17 @@ class Compose(unittest.TestCase):
             self.assertEqual(call["body"]["status"], "Success", call)
             self.assertEqual(call["body"]["run_result"]["stdout"], "42\n", call)
 
+    def test_7_the_e2b_sdk_runs_against_the_sandbox_api(self):
+        # The real e2b SDK (tests/e2b), unchanged: only its URLs and a key from `corral sandbox-api key` are set.
+        key = ds.run([self.cli, "sandbox-api", "key", "deploy-test", "--secret-file", self.secret],
+                     quiet=True).stdout.strip()
+        url = f"http://127.0.0.1:{self.ports['SANDBOX_API']}"
+        env = dict(os.environ, E2B_API_KEY=key, E2B_API_URL=url, E2B_SANDBOX_URL=url)
+        out = subprocess.run(["node", os.path.join(ARGS.repo, "tests", "e2b", "sdk_test.mjs"), "commands", "files",
+                              "fork", "errors"], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertEqual(out.stdout.split("\n")[:4], ["ok commands", "ok files", "ok fork", "ok errors"])
+
     def test_9_down_leaves_no_container_volume_or_network(self):
         self.compose("down", "-v")
         containers = ds.run(["podman", "ps", "-aq", "--filter", f"label=io.podman.compose.project={self.project}"],

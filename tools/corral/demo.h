@@ -22,4 +22,9 @@ int RunBatchDemo(const std::string& scheduler, const std::string& token, bool sa
 // leased sandbox and printed what it should.
 int RunCodeDemo(const std::string& http_address);
 
+// Does what an e2b SDK program does first, on the wire, at the sandbox API at `http_address`: creates a sandbox
+// with a key signed by `secret_file`, runs a command through its in-sandbox API (a Connect stream) and kills it.
+// 0 when the command's output came back and the sandbox is gone.
+int RunE2bDemo(const std::string& http_address, const std::string& secret_file);
+
 }  // namespace corral::cli

@@ -250,7 +250,7 @@ void PrintCluster(const fs::path& dir, const Running& running, const Upstream& u
     std::string http;
     if (!service.ready.http.empty()) {
       http = def.name == "scheduler"     ? "  inspector http://" + service.ready.http + "/"
-             : def.name == "sandbox-api" ? "  http://" + service.ready.http + "/run_code"
+             : def.name == "sandbox-api" ? "  http://" + service.ready.http + "/run_code, E2B API"
                                          : "  http://" + service.ready.http + "/v1";
     }
     std::cout << absl::StrFormat("  %-12s grpc %-18s metrics http://%s/metrics  pid %d%s\n", def.name,
@@ -283,7 +283,10 @@ std::string Hints(const fs::path& dir, const std::string& bin, const std::string
     if (def.name == "sandbox-api") {
       absl::StrAppend(&inspector, "  curl -s http://", service.ready.http,
                       "/run_code -d '{\"code\": \"print(6 * 7)\", \"language\": \"python\"}'"
-                      "  (SandboxFusion's API: verl's sandbox_fusion_url)\n");
+                      "  (SandboxFusion's API: verl's sandbox_fusion_url)\n",
+                      "  export E2B_API_KEY=$(", cli.string(), " sandbox-api key me --secret-file ", secret,
+                      ") E2B_API_URL=http://", service.ready.http, " E2B_SANDBOX_URL=http://", service.ready.http,
+                      "  (the E2B API: an e2b SDK program runs unchanged)\n");
     }
   }
   return absl::StrCat("  ", cli.string(), " run examples/datasets/word_problems.jsonl --group-size 4\n", inspector,
@@ -309,6 +312,7 @@ int RunDemos(const std::string& secret, const Running& running) {
   }
   for (auto& [def, service] : running) {
     if (def.name == "sandbox-api" && exit_code == 0) exit_code = RunCodeDemo(service.ready.http);
+    if (def.name == "sandbox-api" && exit_code == 0) exit_code = RunE2bDemo(service.ready.http, secret);
   }
   return exit_code;
 }

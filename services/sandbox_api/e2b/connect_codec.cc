@@ -27,15 +27,28 @@ std::string EndOfStream(const absl::Status& status) {
   return Envelope(absl::StrCat(R"({"error":)", ErrorJson(status), "}"), kEndStream);
 }
 
+absl::StatusOr<std::vector<std::pair<uint8_t, std::string>>> ReadEnvelopes(absl::string_view body) {
+  std::vector<std::pair<uint8_t, std::string>> out;
+  while (!body.empty()) {
+    if (body.size() < 5) return absl::InvalidArgumentError("an envelope cut short in its header");
+    const auto byte = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(body[i])); };
+    const uint32_t n = (byte(1) << 24) | (byte(2) << 16) | (byte(3) << 8) | byte(4);
+    if (body.size() - 5 < n) return absl::InvalidArgumentError("an envelope cut short in its message");
+    out.emplace_back(static_cast<uint8_t>(byte(0)), std::string(body.substr(5, n)));
+    body.remove_prefix(5 + n);
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> OnlyMessage(absl::string_view body) {
-  if (body.size() < 5) return absl::InvalidArgumentError("a streaming request holds one enveloped message");
-  const auto byte = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(body[i])); };
-  if (byte(0) != 0) return absl::InvalidArgumentError("compressed or end-of-stream request envelopes are not accepted");
-  const uint32_t n = (byte(1) << 24) | (byte(2) << 16) | (byte(3) << 8) | byte(4);
-  if (body.size() != 5 + static_cast<size_t>(n)) {
+  auto envelopes = ReadEnvelopes(body);
+  if (!envelopes.ok() || envelopes->size() != 1) {
     return absl::InvalidArgumentError("a streaming request holds exactly one enveloped message");
   }
-  return std::string(body.substr(5));
+  if ((*envelopes)[0].first != 0) {
+    return absl::InvalidArgumentError("compressed or end-of-stream request envelopes are not accepted");
+  }
+  return std::move((*envelopes)[0].second);
 }
 
 const char* Code(absl::StatusCode code) {

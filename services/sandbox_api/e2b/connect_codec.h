@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,6 +22,8 @@ inline constexpr uint8_t kEndStream = 0x02;
 std::string Envelope(absl::string_view json, uint8_t flags = 0);
 // The end of a stream: {} when `status` is OK, else {"error": {"code", "message"}}.
 std::string EndOfStream(const absl::Status& status);
+// Every envelope of `body` (flags, message) in order; INVALID_ARGUMENT when one is cut short.
+absl::StatusOr<std::vector<std::pair<uint8_t, std::string>>> ReadEnvelopes(absl::string_view body);
 // The one message of a streaming request's body; INVALID_ARGUMENT when it is not exactly one uncompressed
 // envelope.
 absl::StatusOr<std::string> OnlyMessage(absl::string_view body);
