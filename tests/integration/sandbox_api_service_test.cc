@@ -111,9 +111,10 @@ TEST_F(SandboxApiServiceTest, TheE2bSdkRunsCommandsFilesForksAndTimeoutsUnchange
 
   const std::string url = "http://" + api_->ready.http;
   const std::string log = absl::StrCat(dir_, "/e2b-sdk.out");
-  auto sdk = Subprocess::Start({"/usr/bin/env", "E2B_API_KEY=" + key, "E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url,
-                                "E2B_OTHER_KEY=" + other, "node", std::string(CORRAL_SOURCE_DIR) + "/tests/e2b/sdk_test.mjs"},
-                               log);
+  auto sdk =
+      Subprocess::Start({"/usr/bin/env", "E2B_API_KEY=" + key, "E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url,
+                         "E2B_OTHER_KEY=" + other, "node", std::string(CORRAL_SOURCE_DIR) + "/tests/e2b/sdk_test.mjs"},
+                        log);
   ASSERT_THAT(sdk, IsOk());
   auto status = sdk->Wait(absl::Seconds(240));
   const std::string out = sdk->Log();
