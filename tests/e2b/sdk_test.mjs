@@ -210,6 +210,7 @@ const steps = {
     }
     await Sandbox.getInfo(sbx.sandboxId).then(() => assert.fail("expired, it must be gone"),
       (e) => assert.ok(e instanceof SandboxNotFoundError, String(e)));
+    assert.equal(await sbx.isRunning(), false);
   },
 
   async errors() {
@@ -221,7 +222,9 @@ const steps = {
     await Sandbox.create("no-such-template", { timeoutMs: 10_000 }).then(() => assert.fail(),
       (e) => assert.ok(e instanceof SandboxError, String(e)));
     const sbx = await Sandbox.create({ timeoutMs: 60_000 });
+    assert.equal(await sbx.isRunning(), true);
     await sbx.kill();
+    assert.equal(await sbx.isRunning(), false);
     assert.equal(await sbx.kill(), false);
   },
 };

@@ -265,6 +265,7 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
     absl::Status s = co_await leases_->Release(id, owner);
     if (s.code() == absl::StatusCode::kNotFound) co_return SandboxNotFound(id);
     if (!s.ok()) co_return FromStatus(s);
+    if (on_killed_) on_killed_(id);
     co_return E2bAnswer{204, "", {}};
   }
   if (method == "POST" && action == "timeout") {

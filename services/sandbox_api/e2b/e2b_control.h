@@ -14,6 +14,7 @@
 //   POST   /sandboxes/{id}/fork           {count, timeout}
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -51,8 +52,10 @@ struct E2bOptions {
 
 class E2bControlPlane {
  public:
-  E2bControlPlane(LeaseApi* leases, const E2bAuth* auth, Clock* clock, E2bOptions options = {})
-      : leases_(leases), auth_(auth), clock_(clock), options_(std::move(options)) {}
+  // `on_killed` (may be empty) hears of each sandbox killed here: the in-sandbox API forgets it.
+  E2bControlPlane(LeaseApi* leases, const E2bAuth* auth, Clock* clock, E2bOptions options = {},
+                  std::function<void(const std::string&)> on_killed = {})
+      : leases_(leases), auth_(auth), clock_(clock), options_(std::move(options)), on_killed_(std::move(on_killed)) {}
 
   // True for a path of this API (whatever the method).
   static bool Serves(const std::string& path);
@@ -71,6 +74,7 @@ class E2bControlPlane {
   const E2bAuth* const auth_;
   Clock* const clock_;
   const E2bOptions options_;
+  const std::function<void(const std::string&)> on_killed_;
 };
 
 }  // namespace corral::sandbox_api

@@ -173,7 +173,7 @@ void Envd::Forget(const std::string& sandbox_id) {
   resolved_.erase(sandbox_id);
 }
 
-asio::awaitable<absl::StatusOr<Envd::Target>> Envd::Resolve(const http::Request& request) {
+asio::awaitable<absl::StatusOr<Envd::Target>> Envd::Resolve(const http::Request& request, bool fresh) {
   const std::string id = Header(request, "e2b-sandbox-id");
   auto owner = auth_->CheckAccess(id, Header(request, "x-access-token"));
   if (!owner.ok()) co_return owner.status();
@@ -181,7 +181,7 @@ asio::awaitable<absl::StatusOr<Envd::Target>> Envd::Resolve(const http::Request&
   {
     absl::MutexLock lock(&mu_);
     auto it = resolved_.find(id);
-    if (it != resolved_.end() && now - it->second.second < kResolveCache) co_return it->second.first;
+    if (!fresh && it != resolved_.end() && now - it->second.second < kResolveCache) co_return it->second.first;
   }
   auto lease = co_await leases_->Get(id, *owner);
   if (!lease.ok()) {
@@ -213,7 +213,7 @@ asio::awaitable<std::string> Envd::Handle(http::Request& request, http::Responde
   };
 
   if (path == "/health") {
-    auto t = co_await Resolve(request);
+    auto t = co_await Resolve(request, /*fresh=*/true);  // isRunning() must see a kill or an expiry at once
     if (t.ok()) {
       std::string empty;
       co_await Reply(responder, 204, kJson, empty);

@@ -39,15 +39,17 @@ class Envd {
   boost::asio::awaitable<std::string> Handle(http::Request& request, http::Responder& responder);
 
   size_t processes() const { return processes_.size(); }
+  // Drops what this replica remembers of a sandbox's lease (it was killed here).
+  void Forget(const std::string& sandbox_id);
 
  private:
   struct Target {
     v1::SandboxLease lease;
     std::shared_ptr<scheduler::HostApi> host;
   };
-  // The sandbox named by the request, its access token checked.
-  boost::asio::awaitable<absl::StatusOr<Target>> Resolve(const http::Request& request);
-  void Forget(const std::string& sandbox_id);
+  // The sandbox named by the request, its access token checked: from the lease looked up within the last 10 s,
+  // or (`fresh`) asked of the scheduler now.
+  boost::asio::awaitable<absl::StatusOr<Target>> Resolve(const http::Request& request, bool fresh = false);
   // An E2B path as the host's sandbox path (relative ones under the home); INVALID_ARGUMENT for an empty one.
   absl::StatusOr<std::string> HostPath(absl::string_view path) const;
 

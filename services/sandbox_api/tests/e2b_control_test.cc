@@ -17,6 +17,7 @@ namespace {
 
 namespace json = boost::json;
 using scheduler::testing_support::FakeHost;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
@@ -36,7 +37,9 @@ class E2bControlTest : public ::testing::Test {
   std::shared_ptr<FakeHost> host_ = std::make_shared<FakeHost>("host-a:1", &clock_);
   FakeLeases leases_{host_};
   E2bAuth auth_{*TokenSigner::FromKey(std::string(32, 'k'))};
-  E2bControlPlane control_{&leases_, &auth_, &clock_};
+  std::vector<std::string> killed_;  // what the in-sandbox API was told to forget
+  E2bControlPlane control_{&leases_, &auth_, &clock_, E2bOptions(),
+                           [this](const std::string& id) { killed_.push_back(id); }};
   std::string alice_ = *auth_.MintApiKey("alice");
   std::string bob_ = *auth_.MintApiKey("bob");
 };
@@ -85,6 +88,7 @@ TEST_F(E2bControlTest, CreateLeasesASandboxAsTheSdkAsksAndAnswersWhatItReads) {
   EXPECT_EQ(Json(Call("GET", "/sandboxes/" + id)).at("endAt").as_string(), "1970-01-01T01:00:30.000Z");
   EXPECT_EQ(Call("DELETE", "/sandboxes/" + id).status, 204);
   EXPECT_THAT(host_->live(), IsEmpty());
+  EXPECT_THAT(killed_, ElementsAre(id));
   EXPECT_EQ(Call("DELETE", "/sandboxes/" + id).status, 404);  // the SDK's kill() -> false
 }
 
