@@ -315,10 +315,16 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
     }
     co_return E2bAnswer{201, json::serialize(out), {}};
   }
-  if (method == "POST" && action == "pause") {
-    co_return Error(400, "pause is not supported: a Corral sandbox runs until it is killed or its timeout passes");
+  if (action == "pause" || action == "resume" || action == "snapshots") {
+    co_return Error(400, absl::StrCat(action,
+                                      " is not supported: a Corral sandbox runs until it is killed or its "
+                                      "timeout passes (fork copies one instead)"));
   }
-  co_return Error(404, "no such route");
+  if (action == "metrics" || action == "logs" || action == "refreshes") {
+    co_return Error(400, absl::StrCat(action, " is not supported by Corral's E2B API"));
+  }
+  // Not 404: the SDK would read {"code": 404} as "no such sandbox".
+  co_return Error(400, absl::StrCat("no such route: ", method, " ", action));
 }
 
 }  // namespace corral::sandbox_api

@@ -158,6 +158,13 @@ asio::awaitable<void> ReplyConnectError(http::Responder& responder, const absl::
 
 }  // namespace
 
+Envd::~Envd() {
+  // The host kills what these calls started when they end.
+  for (const auto& p : processes_->All()) {
+    if (p->call() != nullptr) p->call()->Stop();
+  }
+}
+
 bool Envd::Serves(const http::Request& request) { return request.find("e2b-sandbox-id") != request.end(); }
 
 absl::StatusOr<std::string> Envd::HostPath(absl::string_view path) const {
@@ -272,9 +279,9 @@ asio::awaitable<std::string> Envd::Handle(http::Request& request, http::Responde
     co_return "envd_rpc";
   }
   const std::string method = path.substr(1);
-  // Until the sandbox's lease ends, at most the host's longest exec.
-  const absl::Duration left = std::clamp(FromProto(t->lease.expire_time()) - clock_->Now() + absl::Minutes(1),
-                                         absl::Seconds(1), absl::Hours(24));
+  // Without Connect-Timeout-Ms a process runs as long as its sandbox (whose timeout may be extended later): the
+  // host's longest exec, cut short by the sandbox's deletion.
+  const absl::Duration left = absl::Hours(24);
   if (stream) {
     if (method == "process.Process/Start") {
       co_await Start(*std::move(t), *std::move(body), StreamTimeout(request, left), responder);
@@ -307,7 +314,7 @@ absl::StatusOr<std::shared_ptr<EnvdProcess>> Envd::Selected(const Target& t, con
   if (selector == nullptr) return absl::InvalidArgumentError("process (a pid or a tag) is required");
   std::shared_ptr<EnvdProcess> p;
   if (const json::value* pid = selector->if_contains("pid"); pid != nullptr && pid->is_number()) {
-    p = processes_.Find(t.lease.lease_id(), static_cast<uint32_t>(pid->to_number<int64_t>()));
+    p = processes_->Find(t.lease.lease_id(), static_cast<uint32_t>(pid->to_number<int64_t>()));
     if (p == nullptr) {
       return absl::NotFoundError(absl::StrCat("process with pid ", pid->to_number<int64_t>(),
                                               " not found (or started through another replica)"));
@@ -315,7 +322,7 @@ absl::StatusOr<std::shared_ptr<EnvdProcess>> Envd::Selected(const Target& t, con
     return p;
   }
   const std::string tag = StringField(*selector, "tag");
-  p = processes_.FindTag(t.lease.lease_id(), tag);
+  p = processes_->FindTag(t.lease.lease_id(), tag);
   if (p == nullptr) return absl::NotFoundError(absl::StrCat("process with tag '", tag, "' not found"));
   return p;
 }
@@ -324,7 +331,7 @@ asio::awaitable<absl::StatusOr<json::object>> Envd::Unary(const std::string& met
                                                           const json::object& body) {
   if (method == "process.Process/List") {
     json::array list;
-    for (const auto& p : processes_.List(t.lease.lease_id())) {
+    for (const auto& p : processes_->List(t.lease.lease_id())) {
       json::object item{{"config", p->config()}, {"pid", p->pid()}};
       if (!p->tag().empty()) item["tag"] = p->tag();
       list.push_back(std::move(item));
@@ -493,7 +500,8 @@ asio::awaitable<void> Envd::Start(Target t, json::object body, absl::Duration ti
   const bool keep_stdin = stdin_open != nullptr && stdin_open->is_bool() && stdin_open->as_bool();
 
   auto process_state = std::make_shared<EnvdProcess>(std::move(config), StringField(body, "tag"));
-  EnvdProcesses* table = &processes_;
+  // The observers run on gRPC threads, possibly after this Envd is gone (at shutdown): they hold the table weakly.
+  std::weak_ptr<EnvdProcesses> table = processes_;
   const std::string sandbox = t.lease.lease_id();
   std::weak_ptr<EnvdProcess> weak = process_state;
   scheduler::ExecObserver observer{
@@ -502,14 +510,15 @@ asio::awaitable<void> Envd::Start(Target t, json::object body, absl::Duration ti
             auto p = weak.lock();
             if (p == nullptr) return;
             p->OnEvent(event);
-            if (event.has_exited()) table->Remove(sandbox, p->pid());
+            auto processes = table.lock();
+            if (event.has_exited() && processes != nullptr) processes->Remove(sandbox, p->pid());
           },
       .on_done =
           [weak, table, sandbox](const absl::Status& status) {
             auto p = weak.lock();
             if (p == nullptr) return;
             p->OnDone(status);
-            table->Remove(sandbox, p->pid());
+            if (auto processes = table.lock()) processes->Remove(sandbox, p->pid());
           },
   };
   auto call = co_await t.host->StartInteractive(std::move(start), std::move(observer));
@@ -521,8 +530,8 @@ asio::awaitable<void> Envd::Start(Target t, json::object body, absl::Duration ti
   }
   process_state->set_call(*call);
   if (!keep_stdin) (*call)->CloseStdin();
-  if (!process_state->ended()) processes_.Add(sandbox, process_state);
-  if (process_state->ended()) processes_.Remove(sandbox, process_state->pid());
+  if (!process_state->ended()) processes_->Add(sandbox, process_state);
+  if (process_state->ended()) processes_->Remove(sandbox, process_state->pid());
   co_await Follow(process_state, 0, responder);
   // The process outlives this stream (as envd's): its call ends with it, and the table forgets it then.
 }

@@ -38,7 +38,10 @@ class Envd {
   // Answers through `responder` (streams for Start, Connect and WatchDir); returns the route for metrics.
   boost::asio::awaitable<std::string> Handle(http::Request& request, http::Responder& responder);
 
-  size_t processes() const { return processes_.size(); }
+  // Ends the processes started here.
+  ~Envd();
+
+  size_t processes() const { return processes_->size(); }
   // Drops what this replica remembers of a sandbox's lease (it was killed here).
   void Forget(const std::string& sandbox_id);
 
@@ -79,7 +82,7 @@ class Envd {
   const E2bAuth* const auth_;
   Clock* const clock_;
   const E2bOptions options_;
-  EnvdProcesses processes_;
+  const std::shared_ptr<EnvdProcesses> processes_ = std::make_shared<EnvdProcesses>();
   absl::Mutex mu_;
   std::map<std::string, std::pair<Target, absl::Time>> resolved_ ABSL_GUARDED_BY(mu_);  // with when it was
 };

@@ -178,6 +178,15 @@ std::vector<std::shared_ptr<EnvdProcess>> EnvdProcesses::List(const std::string&
   return out;
 }
 
+std::vector<std::shared_ptr<EnvdProcess>> EnvdProcesses::All() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<EnvdProcess>> out;
+  for (const auto& [id, m] : by_sandbox_) {
+    for (const auto& [pid, p] : m) out.push_back(p);
+  }
+  return out;
+}
+
 size_t EnvdProcesses::size() const {
   absl::MutexLock lock(&mu_);
   size_t n = 0;

@@ -73,6 +73,7 @@ class EnvdProcesses {
   // By tag (envd's ProcessSelector.tag); null when none.
   std::shared_ptr<EnvdProcess> FindTag(const std::string& sandbox_id, const std::string& tag) const;
   std::vector<std::shared_ptr<EnvdProcess>> List(const std::string& sandbox_id) const;
+  std::vector<std::shared_ptr<EnvdProcess>> All() const;
   size_t size() const;
 
  private:

@@ -137,6 +137,9 @@ TEST_F(E2bControlTest, KeysAreCheckedAndBadRequestsLeaseNothing) {
   leases_.Refuse(absl::ResourceExhaustedError("no room"));
   EXPECT_EQ(Call("POST", "/v2/sandboxes", "{}").status, 429);
   EXPECT_EQ(Call("POST", "/sandboxes/x/pause", "{}").status, 400);
+  E2bAnswer metrics = Call("GET", "/sandboxes/x/metrics");
+  EXPECT_EQ(metrics.status, 400);  // not 404, which the SDK reads as "no such sandbox"
+  EXPECT_THAT(metrics.body, HasSubstr("metrics is not supported"));
 }
 
 }  // namespace
