@@ -41,7 +41,12 @@ struct SandboxApiMetrics {
                     .Name("corral_sandbox_api_running")
                     .Help("/run_code calls holding a permit now.")
                     .Register(r)
-                    .Add({})) {}
+                    .Add({})),
+        e2b_processes(prometheus::BuildGauge()
+                          .Name("corral_sandbox_api_e2b_processes")
+                          .Help("Processes started through the E2B API on this replica that run now.")
+                          .Register(r)
+                          .Add({})) {}
 
   void Request(const std::string& route, int code) {
     requests.Add({{"route", route}, {"code", std::to_string(code)}}).Increment();
@@ -53,6 +58,7 @@ struct SandboxApiMetrics {
   prometheus::Histogram& permit_wait_seconds;
   prometheus::Histogram& lease_seconds;
   prometheus::Gauge& running;
+  prometheus::Gauge& e2b_processes;
 
  private:
   static prometheus::Histogram::BucketBoundaries Buckets() {

@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_split.h"
 #include "boost/json.hpp"
+#include "libs/http/prometheus_text.h"
 #include "tests/integration/scheduler_fixture.h"
 
 namespace corral {
@@ -124,6 +125,18 @@ TEST_F(SandboxApiServiceTest, TheE2bSdkRunsCommandsFilesForksAndTimeoutsUnchange
     EXPECT_THAT(out, HasSubstr(step));
   }
   EXPECT_TRUE(testing::WaitUntil([&] { return Leases() == 0; }, absl::Seconds(30))) << Leases() << " leases left";
+  // The service counted the E2B calls by kind, and no process it started still runs.
+  auto text = http::HttpGet(api_->ready.metrics, "/metrics");
+  ASSERT_THAT(text, IsOk());
+  auto metrics = http::ParsePrometheusText(*text);
+  ASSERT_THAT(metrics, IsOk());
+  EXPECT_THAT(metrics->Value("corral_sandbox_api_e2b_processes", {}), IsOkAndHolds(0.0));
+  for (const char* route : {"envd_stream", "envd_rpc", "envd_files"}) {
+    auto n = metrics->Value("corral_sandbox_api_requests_total", {{"route", route}, {"code", "200"}});
+    EXPECT_TRUE(n.ok() && *n > 0) << route;
+  }
+  auto created = metrics->Value("corral_sandbox_api_requests_total", {{"route", "e2b"}, {"code", "201"}});
+  EXPECT_TRUE(created.ok() && *created >= 8) << "creates and forks";
 }
 
 TEST_F(SandboxApiServiceTest, VerlPayloadsRunPythonBashAndCppWithStdinTimeLimitsAndFiles) {

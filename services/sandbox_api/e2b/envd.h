@@ -30,8 +30,14 @@ namespace corral::sandbox_api {
 
 class Envd {
  public:
-  Envd(LeaseApi* leases, const E2bAuth* auth, Clock* clock, E2bOptions options = {})
-      : leases_(leases), auth_(auth), clock_(clock), options_(std::move(options)) {}
+  // `processes` (may be null) counts the processes running through this replica.
+  Envd(LeaseApi* leases, const E2bAuth* auth, Clock* clock, E2bOptions options = {},
+       prometheus::Gauge* processes = nullptr)
+      : leases_(leases),
+        auth_(auth),
+        clock_(clock),
+        options_(std::move(options)),
+        processes_(std::make_shared<EnvdProcesses>(processes)) {}
 
   // True for a request to a sandbox's envd (it names one in E2b-Sandbox-Id).
   static bool Serves(const http::Request& request);
@@ -82,7 +88,7 @@ class Envd {
   const E2bAuth* const auth_;
   Clock* const clock_;
   const E2bOptions options_;
-  const std::shared_ptr<EnvdProcesses> processes_ = std::make_shared<EnvdProcesses>();
+  const std::shared_ptr<EnvdProcesses> processes_;
   absl::Mutex mu_;
   std::map<std::string, std::pair<Target, absl::Time>> resolved_ ABSL_GUARDED_BY(mu_);  // with when it was
 };

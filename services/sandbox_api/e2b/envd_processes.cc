@@ -144,6 +144,14 @@ void EnvdProcesses::Add(const std::string& sandbox_id, std::shared_ptr<EnvdProce
   absl::MutexLock lock(&mu_);
   const uint32_t pid = process->pid();
   by_sandbox_[sandbox_id][pid] = std::move(process);
+  Count();
+}
+
+void EnvdProcesses::Count() {
+  if (count_ == nullptr) return;
+  size_t n = 0;
+  for (const auto& [id, m] : by_sandbox_) n += m.size();
+  count_->Set(static_cast<double>(n));
 }
 
 void EnvdProcesses::Remove(const std::string& sandbox_id, uint32_t pid) {
@@ -152,6 +160,7 @@ void EnvdProcesses::Remove(const std::string& sandbox_id, uint32_t pid) {
   if (it == by_sandbox_.end()) return;
   it->second.erase(pid);
   if (it->second.empty()) by_sandbox_.erase(it);
+  Count();
 }
 
 std::shared_ptr<EnvdProcess> EnvdProcesses::Find(const std::string& sandbox_id, uint32_t pid) const {

@@ -17,6 +17,7 @@
 #include "boost/asio/awaitable.hpp"
 #include "boost/asio/experimental/concurrent_channel.hpp"
 #include "boost/json/object.hpp"
+#include "prometheus/gauge.h"
 #include "services/scheduler/remote/host_api.h"
 
 namespace corral::sandbox_api {
@@ -67,6 +68,9 @@ class EnvdProcess {
 // The running processes of every sandbox, by sandbox (lease) id and pid.
 class EnvdProcesses {
  public:
+  // `count` (may be null) is kept at how many are listed.
+  explicit EnvdProcesses(prometheus::Gauge* count = nullptr) : count_(count) {}
+
   void Add(const std::string& sandbox_id, std::shared_ptr<EnvdProcess> process);
   void Remove(const std::string& sandbox_id, uint32_t pid);
   std::shared_ptr<EnvdProcess> Find(const std::string& sandbox_id, uint32_t pid) const;
@@ -77,6 +81,9 @@ class EnvdProcesses {
   size_t size() const;
 
  private:
+  void Count() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  prometheus::Gauge* const count_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::map<uint32_t, std::shared_ptr<EnvdProcess>>> by_sandbox_ ABSL_GUARDED_BY(mu_);
 };
