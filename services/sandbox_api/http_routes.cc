@@ -12,17 +12,12 @@ namespace asio = boost::asio;
 
 constexpr char kJson[] = "application/json";
 
-std::string HeaderValue(const http::Request& request, const char* name) {
-  auto it = request.find(name);
-  return it == request.end() ? "" : std::string(it->value());
-}
-
 asio::awaitable<void> RouteE2b(E2bControlPlane* e2b, SandboxApiMetrics* metrics, http::Request& request,
                                http::Target target, http::Responder& responder) {
   E2bRequest call{.method = std::string(request.method_string()),
                   .path = std::move(target.path),
                   .query = std::move(target.query),
-                  .api_key = HeaderValue(request, "x-api-key"),
+                  .api_key = std::string(request["x-api-key"]),
                   .body = std::move(request.body())};
   E2bAnswer answer = co_await e2b->Handle(std::move(call));
   if (metrics != nullptr) metrics->Request("e2b", answer.status);

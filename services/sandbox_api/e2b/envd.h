@@ -14,6 +14,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -65,13 +67,19 @@ class Envd {
   // Unary Connect calls: the answer's JSON, or an error.
   boost::asio::awaitable<absl::StatusOr<boost::json::object>> Unary(const std::string& method, const Target& t,
                                                                     const boost::json::object& body);
+  // envd_files.cc: filesystem.Filesystem's unary calls.
+  boost::asio::awaitable<absl::StatusOr<boost::json::object>> Filesystem(const std::string& method, const Target& t,
+                                                                         const boost::json::object& body);
+  // Every entry under `root`, `depth` levels down (1: its own entries), as (path, info); the root's own error.
+  using Walked = std::vector<std::pair<std::string, v1::FileInfo>>;
+  boost::asio::awaitable<absl::StatusOr<Walked>> Walk(const Target& t, std::string root, int depth);
   boost::asio::awaitable<absl::StatusOr<boost::json::object>> Stat(const Target& t, std::string path);
   boost::asio::awaitable<absl::StatusOr<boost::json::object>> ListDir(const Target& t, std::string path, int depth);
   boost::asio::awaitable<absl::StatusOr<boost::json::object>> MakeDir(const Target& t, std::string path);
   boost::asio::awaitable<absl::StatusOr<boost::json::object>> Move(const Target& t, std::string from, std::string to);
   absl::StatusOr<std::shared_ptr<EnvdProcess>> Selected(const Target& t, const boost::json::object& body) const;
 
-  // Streams.
+  // Streams (WatchDir in envd_files.cc).
   boost::asio::awaitable<void> Start(Target t, boost::json::object body, absl::Duration timeout,
                                      http::Responder& responder);
   boost::asio::awaitable<void> Connect(Target t, boost::json::object body, http::Responder& responder);
@@ -79,7 +87,7 @@ class Envd {
   boost::asio::awaitable<void> WatchDir(Target t, boost::json::object body, absl::Duration timeout,
                                         http::Responder& responder);
 
-  // /files.
+  // /files (envd_files.cc).
   boost::asio::awaitable<void> Download(Target t, std::string path, http::Responder& responder);
   boost::asio::awaitable<void> Upload(Target t, std::string path, const http::Request& request,
                                       http::Responder& responder);
