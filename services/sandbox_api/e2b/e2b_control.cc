@@ -12,6 +12,7 @@
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
 #include "libs/http/url.h"
+#include "services/sandbox_api/e2b/connect_codec.h"
 
 namespace corral::sandbox_api {
 namespace {
@@ -33,21 +34,10 @@ E2bAnswer Error(int status, const std::string& message) {
   return E2bAnswer{status, json::serialize(body), {}};
 }
 
+// The usual status for a code (connect::HttpStatus), except that a wait that ran out is a 503: the SDK's
+// ServiceBusyError, "please retry".
 E2bAnswer FromStatus(const absl::Status& s) {
-  int status = 500;
-  switch (s.code()) {
-    case absl::StatusCode::kNotFound: status = 404; break;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange: status = 400; break;
-    case absl::StatusCode::kUnauthenticated: status = 401; break;
-    case absl::StatusCode::kPermissionDenied: status = 403; break;
-    case absl::StatusCode::kAlreadyExists: status = 409; break;
-    case absl::StatusCode::kResourceExhausted: status = 429; break;
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded: status = 503; break;
-    default: break;
-  }
+  const int status = s.code() == absl::StatusCode::kDeadlineExceeded ? 503 : connect::HttpStatus(s.code());
   return Error(status, std::string(s.message()));
 }
 

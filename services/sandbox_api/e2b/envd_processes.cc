@@ -143,24 +143,17 @@ bool EnvdProcess::ended() const {
 void EnvdProcesses::Add(const std::string& sandbox_id, std::shared_ptr<EnvdProcess> process) {
   absl::MutexLock lock(&mu_);
   const uint32_t pid = process->pid();
-  by_sandbox_[sandbox_id][pid] = std::move(process);
-  Count();
-}
-
-void EnvdProcesses::Count() {
-  if (count_ == nullptr) return;
-  size_t n = 0;
-  for (const auto& [id, m] : by_sandbox_) n += m.size();
-  count_->Set(static_cast<double>(n));
+  if (by_sandbox_[sandbox_id].insert_or_assign(pid, std::move(process)).second) ++size_;
+  if (count_ != nullptr) count_->Set(static_cast<double>(size_));
 }
 
 void EnvdProcesses::Remove(const std::string& sandbox_id, uint32_t pid) {
   absl::MutexLock lock(&mu_);
   auto it = by_sandbox_.find(sandbox_id);
   if (it == by_sandbox_.end()) return;
-  it->second.erase(pid);
+  size_ -= it->second.erase(pid);
   if (it->second.empty()) by_sandbox_.erase(it);
-  Count();
+  if (count_ != nullptr) count_->Set(static_cast<double>(size_));
 }
 
 std::shared_ptr<EnvdProcess> EnvdProcesses::Find(const std::string& sandbox_id, uint32_t pid) const {
@@ -198,9 +191,7 @@ std::vector<std::shared_ptr<EnvdProcess>> EnvdProcesses::All() const {
 
 size_t EnvdProcesses::size() const {
   absl::MutexLock lock(&mu_);
-  size_t n = 0;
-  for (const auto& [id, m] : by_sandbox_) n += m.size();
-  return n;
+  return size_;
 }
 
 }  // namespace corral::sandbox_api

@@ -81,11 +81,10 @@ class EnvdProcesses {
   size_t size() const;
 
  private:
-  void Count() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   prometheus::Gauge* const count_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::map<uint32_t, std::shared_ptr<EnvdProcess>>> by_sandbox_ ABSL_GUARDED_BY(mu_);
+  size_t size_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace corral::sandbox_api

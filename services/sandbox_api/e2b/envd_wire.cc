@@ -60,15 +60,8 @@ std::string FilesError(int status, absl::string_view message) {
 }  // namespace
 
 int FilesStatus(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition: return 400;
-    case absl::StatusCode::kUnauthenticated: return 401;
-    case absl::StatusCode::kPermissionDenied: return 403;
-    case absl::StatusCode::kResourceExhausted: return 507;
-    default: return 500;
-  }
+  // A full disk is envd's 507 (the SDK's NotEnoughSpaceError); the rest as everywhere.
+  return code == absl::StatusCode::kResourceExhausted ? 507 : connect::HttpStatus(code);
 }
 
 absl::Duration StreamTimeout(const http::Request& r, absl::Duration fallback) {

@@ -15,6 +15,7 @@
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "services/scheduler/testing/fake_host.h"
+#include "services/scheduler/testing/poll_await.h"
 
 namespace corral::scheduler {
 namespace {
@@ -63,13 +64,7 @@ class SandboxLeasesTest : public ::testing::Test {
   }
   template <typename T>
   T Await(asio::awaitable<T> aw) {
-    std::future<T> done = asio::co_spawn(io_, std::move(aw), asio::use_future);
-    while (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-      io_.restart();
-      io_.poll();
-      clock_.RunDue();
-    }
-    return done.get();
+    return testing_support::PollAwait(io_, std::move(aw), [this] { clock_.RunDue(); });
   }
   static v1::LeaseSandboxRequest Request(const std::string& owner, absl::Duration ttl) {
     v1::LeaseSandboxRequest r;
