@@ -120,7 +120,8 @@ asio::awaitable<std::variant<std::shared_ptr<InteractiveProcess>, Failure>> Star
   ResidentSpec start;
   start.key = Key(spec.name());
   start.command = OverHttp(spec) ? HttpRelay(spec, a.home) : spec.command();
-  start.marker = "\n";  // newline-delimited JSON-RPC
+  // newline-delimited JSON-RPC (not `= "\n"`: GCC 12 reports a false stringop-overflow for it in a coroutine)
+  start.marker = std::string(1, '\n');
   // stdout is the protocol's alone: stderr goes to the log.
   start.stderr_log = LogOf(spec);
   start.phase = v1::EPISODE_PHASE_ENVIRONMENT;

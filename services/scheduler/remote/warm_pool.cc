@@ -138,7 +138,8 @@ asio::awaitable<void> WarmPool::CreateOne(std::string key) {
     needs = it->second.needs;
   }
   (*spec.mutable_labels())[kSchedulerLabel] = scheduler_id_;
-  (*spec.mutable_labels())["corral.warm"] = "1";
+  // Not `= "1"`: in this coroutine frame GCC 12 reports a (false) stringop-overflow for a C string's assignment.
+  (*spec.mutable_labels())["corral.warm"] = std::string(1, '1');
   std::optional<WarmSandbox> made;
   auto slot = hosts_->Reserve(needs, spec.template_key());
   if (slot.ok() && (spec.template_key().empty() || hosts_->HasTemplate(slot->client->address(), spec.template_key()))) {
