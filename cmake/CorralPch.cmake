@@ -1,8 +1,9 @@
 # Precompiled headers: the big third-party headers (Abseil, Asio/Beast, Boost.JSON, gRPC, protobuf, spdlog) parsed
 # once per build instead of in every unit. Two flavours, because a precompiled header is valid only with the flags
 # it was made with: one for product code (-O2), one for test executables (-O0, plus GoogleTest and GoogleMock).
-# A header that is loaded but not needed costs about 1.5 s per unit, so light folders (libs/core, the Linux
-# modules) go without: a folder opts in with corral_precompile_directory() after its targets.
+# GCC loads the whole header (about 300 MB) into every unit that uses it, 1.5 to 3 s, so light targets (libs/core,
+# the Linux modules, the pure tables) go without: a folder opts in with corral_precompile_directory() after its
+# targets, naming its light ones after EXCEPT (scripts/build-profile OLD NEW shows which lost).
 
 set(_corral_pch_common
   <algorithm> <atomic> <chrono> <cstdint> <deque> <functional> <map> <memory> <mutex> <optional> <set> <string>
@@ -15,18 +16,17 @@ set(_corral_pch_common
   <boost/json.hpp> <google/protobuf/message.h> <google/protobuf/util/json_util.h> <grpcpp/grpcpp.h>
   <spdlog/spdlog.h>)
 
-# The hosts: each compiles its header once; every user reuses it (REUSE_FROM), so they share the host's flags.
-add_library(corral_pch STATIC ${CMAKE_CURRENT_LIST_DIR}/pch_host.cc)
-target_link_libraries(corral_pch PRIVATE absl::statusor absl::strings absl::synchronization absl::time
-  protobuf::libprotobuf gRPC::grpc++ spdlog::spdlog)
+# The hosts: each compiles its header once; every user reuses it (REUSE_FROM), so they share the host's flags
+# (corral_warnings too: -Wpedantic changes the predefined macros).
+foreach(_host corral_pch corral_test_pch)
+  add_library(${_host} STATIC ${CMAKE_CURRENT_LIST_DIR}/pch_host.cc)
+  target_link_libraries(${_host} PRIVATE absl::statusor absl::strings absl::synchronization absl::time
+    protobuf::libprotobuf gRPC::grpc++ spdlog::spdlog)
+  corral_warnings(${_host})
+endforeach()
 target_precompile_headers(corral_pch PRIVATE ${_corral_pch_common})
-corral_warnings(corral_pch)  # -Wpedantic changes the predefined macros, so the users' warnings are the host's
-
-add_library(corral_test_pch STATIC ${CMAKE_CURRENT_LIST_DIR}/pch_host.cc)
-target_link_libraries(corral_test_pch PRIVATE absl::statusor absl::strings absl::synchronization absl::time
-  protobuf::libprotobuf gRPC::grpc++ spdlog::spdlog GTest::gmock)
+target_link_libraries(corral_test_pch PRIVATE GTest::gmock)
 target_compile_options(corral_test_pch PRIVATE -O0)
-corral_warnings(corral_test_pch)
 target_precompile_headers(corral_test_pch PRIVATE ${_corral_pch_common} <gmock/gmock.h> <gtest/gtest.h>)
 
 # corral_use_pch(target [TEST]): compile `target` with the product (or the test) precompiled header. The header
