@@ -10,12 +10,13 @@
 #include "boost/asio/use_awaitable.hpp"
 #include "boost/beast/http/read.hpp"
 #include "boost/beast/http/write.hpp"
+#include "libs/async/use_tuple.h"
 
 namespace corral::http {
 namespace {
 
 namespace bhttp = beast::http;
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+using async::kUseTuple;
 constexpr size_t kPiece = 16 * 1024;
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "boost/beast/ssl.hpp"
+#include "libs/async/use_tuple.h"
 
 namespace corral::http {
 namespace {
@@ -25,7 +26,7 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+using async::kUseTuple;
 constexpr size_t kMaxErrorBody = 64 << 10;
 
 // One HTTP/1.1 exchange over `stream` (plain or TLS, connected). The body of a 2xx reply goes to `sink`, any

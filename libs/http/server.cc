@@ -21,6 +21,7 @@
 #include "boost/json/serialize.hpp"
 #include "boost/json/value.hpp"
 #include "libs/async/spawn.h"
+#include "libs/async/use_tuple.h"
 #include "libs/core/host_port.h"
 #include "libs/http/openai_json.h"
 
@@ -28,7 +29,7 @@ namespace corral::http {
 namespace {
 
 namespace bhttp = beast::http;
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+using async::kUseTuple;
 
 std::chrono::steady_clock::duration Chrono(absl::Duration d) { return absl::ToChronoNanoseconds(d); }
 

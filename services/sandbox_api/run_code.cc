@@ -16,7 +16,7 @@ namespace {
 
 namespace json = boost::json;
 
-json::string_view J(absl::string_view s) { return {s.data(), s.size()}; }
+json::string_view JsonView(absl::string_view s) { return {s.data(), s.size()}; }
 absl::string_view A(const json::string& s) { return {s.data(), s.size()}; }
 
 constexpr std::array<absl::string_view, 29> kLanguages = {
@@ -52,7 +52,8 @@ const std::vector<Toolchain>& Toolchains() {
 // One error of FastAPI's 422 detail list (pydantic v2's wording).
 json::object Detail(absl::string_view type, json::array loc, absl::string_view msg, json::value input,
                     json::object ctx = {}) {
-  json::object d{{"type", J(type)}, {"loc", std::move(loc)}, {"msg", J(msg)}, {"input", std::move(input)}};
+  json::object d{
+      {"type", JsonView(type)}, {"loc", std::move(loc)}, {"msg", JsonView(msg)}, {"input", std::move(input)}};
   if (!ctx.empty()) d["ctx"] = std::move(ctx);
   return d;
 }
@@ -61,7 +62,7 @@ RunCodeRefusal Refuse(json::object detail) {
   return {422, json::serialize(json::object{{"detail", json::array{std::move(detail)}}})};
 }
 
-json::array Loc(absl::string_view field) { return json::array{"body", J(field)}; }
+json::array Loc(absl::string_view field) { return json::array{"body", JsonView(field)}; }
 
 // A long input is echoed cut (pydantic echoes it whole; 100 MiB of code need not come back).
 json::value Echo(const json::value& v) {
@@ -81,7 +82,7 @@ bool RelativePath(absl::string_view p) {
 }
 
 std::optional<RunCodeRefusal> Number(const json::object& o, absl::string_view field, double max, double& out) {
-  const json::value* v = o.if_contains(J(field));
+  const json::value* v = o.if_contains(JsonView(field));
   if (v == nullptr) return std::nullopt;
   if (!v->is_number() || v->is_bool()) {
     return Refuse(Detail("float_type", Loc(field), "Input should be a valid number", Echo(*v)));
@@ -116,7 +117,7 @@ std::string Answer(absl::string_view status, const std::string& message, const s
   json::object files;
   for (const auto& [path, content] : fetched) files[path] = absl::Base64Escape(content);
   return json::serialize(
-      json::object{{"status", J(status)},
+      json::object{{"status", JsonView(status)},
                    {"message", message},
                    {"compile_result", ResultJson(compile)},
                    {"run_result", ResultJson(run)},
@@ -160,7 +161,7 @@ std::variant<RunCodeRequest, RunCodeRefusal> ParseRunCode(absl::string_view body
   const json::object& o = v.as_object();
   RunCodeRequest r;
   for (absl::string_view field : {"code", "language"}) {
-    const json::value* f = o.if_contains(J(field));
+    const json::value* f = o.if_contains(JsonView(field));
     if (f == nullptr) return Refuse(Detail("missing", Loc(field), "Field required", json::object{}));
     if (!f->is_string()) return Refuse(Detail("string_type", Loc(field), "Input should be a valid string", Echo(*f)));
   }

@@ -3,6 +3,8 @@
 
 #include <sys/stat.h>
 
+#include <cstddef>
+
 #include "corral/v1/sandbox.pb.h"
 #include "libs/api/proto_time.h"
 #include "services/sandbox_host/exec/exec_manager.h"
@@ -10,6 +12,9 @@
 #include "services/sandbox_host/sandbox_manager.h"
 
 namespace corral::sandbox {
+
+// The largest data chunk a file or image upload stream may carry, and the most a download sends at once.
+inline constexpr size_t kMaxDataChunk = 1 << 20;
 
 using ::corral::FromProto;
 using ::corral::ToProto;

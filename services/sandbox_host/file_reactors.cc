@@ -9,9 +9,7 @@
 #include "services/sandbox_host/sandbox_ops.h"
 
 namespace corral::sandbox {
-namespace {
-constexpr size_t kMaxChunk = 1 << 20;
-}  // namespace
+namespace {}  // namespace
 
 // ---------------------------------------------------------------------------------------------- WriteFile
 
@@ -50,7 +48,7 @@ absl::Status WriteFileReactor::Handle() {
     return absl::OkStatus();
   }
   if (!writer_) return absl::InvalidArgumentError("the first message must be the header");
-  if (request_.data().size() > kMaxChunk) return absl::InvalidArgumentError("data chunks must be at most 1 MiB");
+  if (request_.data().size() > kMaxDataChunk) return absl::InvalidArgumentError("data chunks must be at most 1 MiB");
   const int64_t cap = sandbox_->spec.rlimits.file_size_bytes;
   if (cap > 0 && writer_->written() + static_cast<int64_t>(request_.data().size()) > cap) {
     return absl::ResourceExhaustedError("the file would exceed the sandbox's max file size");
@@ -107,7 +105,7 @@ ReadFileReactor::ReadFileReactor(SandboxManager* sandboxes, const CallAuthentica
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   offset_ = std::min<uint64_t>(request.offset(), size);
   end_ = request.length() == 0 ? size : std::min<uint64_t>(size, offset_ + request.length());
-  if (request.chunk_size() > 0) chunk_ = std::min<size_t>(request.chunk_size(), kMaxChunk);
+  if (request.chunk_size() > 0) chunk_ = std::min<size_t>(request.chunk_size(), kMaxDataChunk);
   ToProto(st, path->normalized, path->components.back(), "", message_.mutable_info());
   WriteNext();
 }

@@ -10,9 +10,7 @@
 #include "services/sandbox_host/convert.h"
 
 namespace corral::sandbox {
-namespace {
-constexpr size_t kMaxChunk = 1 << 20;
-}  // namespace
+namespace {}  // namespace
 
 ImportImageReactor::ImportImageReactor(ImageStore* images, const CallAuthenticator* auth, WorkerPool* workers,
                                        grpc::CallbackServerContext* ctx, v1::Image* response)
@@ -34,7 +32,7 @@ absl::Status ImportImageReactor::Handle() {
     return absl::OkStatus();
   }
   if (!header_) return absl::InvalidArgumentError("the first message must be the header");
-  if (request_.data().size() > kMaxChunk) return absl::InvalidArgumentError("data chunks must be at most 1 MiB");
+  if (request_.data().size() > kMaxDataChunk) return absl::InvalidArgumentError("data chunks must be at most 1 MiB");
   received_ += request_.data().size();
   if (header_->has_size() && received_ > header_->size()) {
     return absl::InvalidArgumentError(absl::StrCat("more bytes than the header announced (", header_->size(), ")"));

@@ -85,7 +85,7 @@ int RunPull(const ConnectFlags& cf, const std::string& ref) {
   return 0;
 }
 
-int RunList(const ConnectFlags& cf) {
+int RunImageList(const ConnectFlags& cf) {
   auto client = Connect(cf);
   if (!client.ok()) return Fail("image ls", client.status());
   grpc::ClientContext ctx;
@@ -101,7 +101,7 @@ int RunList(const ConnectFlags& cf) {
   return 0;
 }
 
-int RunRemove(const ConnectFlags& cf, const std::string& image) {
+int RunImageRemove(const ConnectFlags& cf, const std::string& image) {
   auto client = Connect(cf);
   if (!client.ok()) return Fail("image rm", client.status());
   grpc::ClientContext ctx;
@@ -143,14 +143,14 @@ void RegisterImage(CLI::App& app, int& exit_code) {
   auto ls_conn = std::make_shared<ConnectFlags>();
   CLI::App* ls = image->add_subcommand("ls", "list the host's images");
   AddConnectFlags(ls, *ls_conn, "sandbox host", "--host");
-  ls->callback([ls_conn, &exit_code] { exit_code = RunList(*ls_conn); });
+  ls->callback([ls_conn, &exit_code] { exit_code = RunImageList(*ls_conn); });
 
   auto rm_conn = std::make_shared<ConnectFlags>();
   auto rm_image = std::make_shared<std::string>();
   CLI::App* rm = image->add_subcommand("rm", "remove an image (and the layers no other image uses)");
   AddConnectFlags(rm, *rm_conn, "sandbox host", "--host");
   rm->add_option("image", *rm_image, "a name or digest")->required();
-  rm->callback([rm_conn, rm_image, &exit_code] { exit_code = RunRemove(*rm_conn, *rm_image); });
+  rm->callback([rm_conn, rm_image, &exit_code] { exit_code = RunImageRemove(*rm_conn, *rm_image); });
 }
 
 }  // namespace corral::cli

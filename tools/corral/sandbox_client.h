@@ -1,7 +1,6 @@
 // A connection to a corral-sandbox-host for the `corral sandbox` commands.
 #pragma once
 
-#include <iostream>
 #include <memory>
 #include <string>
 
@@ -9,6 +8,7 @@
 #include "libs/rpc/auth.h"
 #include "libs/rpc/channel.h"
 #include "tools/corral/connect_flags.h"
+#include "tools/corral/output.h"
 
 namespace corral::cli {
 
@@ -29,11 +29,6 @@ inline absl::StatusOr<Client> Connect(const ConnectFlags& flags) {
   auto channel = MakeChannel(flags.address, flags.Channel());
   if (!channel.ok()) return channel.status();
   return Client{v1::SandboxHost::NewStub(*channel), *token, flags.timeout_s};
-}
-
-inline int Fail(const std::string& what, const absl::Status& s) {
-  std::cerr << "corral sandbox " << what << ": " << s << "\n";
-  return 1;
 }
 
 // `corral sandbox cp SRC DST`: files and directories, docker-cp style.

@@ -17,7 +17,7 @@
 namespace corral::cli {
 namespace {
 
-void PrintJson(const google::protobuf::Message& m) {
+void PrintSandboxJson(const google::protobuf::Message& m) {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
@@ -36,7 +36,7 @@ struct CreateFlags {
 
 int RunCreate(const ConnectFlags& cf, const CreateFlags& f) {
   auto client = Connect(cf);
-  if (!client.ok()) return Fail("create", client.status());
+  if (!client.ok()) return Fail("sandbox create", client.status());
   v1::CreateSandboxesRequest req;
   req.set_count(static_cast<uint32_t>(f.count));
   if (f.network == "open") req.mutable_spec()->set_network_policy(v1::NETWORK_POLICY_OPEN);
@@ -50,7 +50,7 @@ int RunCreate(const ConnectFlags& cf, const CreateFlags& f) {
   client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 60.0)));
   v1::CreateSandboxesResponse resp;
   grpc::Status s = client->stub->CreateSandboxes(&ctx, req, &resp);
-  if (!s.ok()) return Fail("create", FromGrpcStatus(s));
+  if (!s.ok()) return Fail("sandbox create", FromGrpcStatus(s));
   for (const auto& c : resp.sandboxes()) std::cout << c.sandbox().sandbox_id() << " " << c.capability_token() << "\n";
   if (resp.rejected() > 0) std::cerr << "rejected " << resp.rejected() << " (" << resp.rejected_reason() << ")\n";
   return resp.sandboxes().empty() ? 1 : 0;
@@ -64,7 +64,7 @@ struct ForkFlags {
 
 int RunFork(const ConnectFlags& cf, const ForkFlags& f) {
   auto client = Connect(cf);
-  if (!client.ok()) return Fail("fork", client.status());
+  if (!client.ok()) return Fail("sandbox fork", client.status());
   v1::ForkSandboxRequest req;
   req.set_sandbox_id(f.id);
   req.set_count(static_cast<uint32_t>(f.count));
@@ -73,7 +73,7 @@ int RunFork(const ConnectFlags& cf, const ForkFlags& f) {
   client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 60.0 + f.wait_s)));
   v1::CreateSandboxesResponse resp;
   grpc::Status s = client->stub->ForkSandbox(&ctx, req, &resp);
-  if (!s.ok()) return Fail("fork", FromGrpcStatus(s));
+  if (!s.ok()) return Fail("sandbox fork", FromGrpcStatus(s));
   for (const auto& c : resp.sandboxes()) std::cout << c.sandbox().sandbox_id() << " " << c.capability_token() << "\n";
   if (resp.rejected() > 0) std::cerr << "rejected " << resp.rejected() << " (" << resp.rejected_reason() << ")\n";
   return resp.sandboxes().empty() ? 1 : 0;
@@ -81,7 +81,7 @@ int RunFork(const ConnectFlags& cf, const ForkFlags& f) {
 
 int RunExec(const ConnectFlags& cf, const std::string& id, double timeout_s, const std::vector<std::string>& argv) {
   auto client = Connect(cf);
-  if (!client.ok()) return Fail("exec", client.status());
+  if (!client.ok()) return Fail("sandbox exec", client.status());
   v1::ExecRequest req;
   req.set_sandbox_id(id);
   for (const auto& a : argv) req.mutable_command()->add_argv(a);
@@ -104,18 +104,18 @@ int RunExec(const ConnectFlags& cf, const std::string& id, double timeout_s, con
     }
   }
   grpc::Status s = reader->Finish();
-  if (!s.ok()) return Fail("exec", FromGrpcStatus(s));
+  if (!s.ok()) return Fail("sandbox exec", FromGrpcStatus(s));
   return code;
 }
 
 int RunList(const ConnectFlags& cf) {
   auto client = Connect(cf);
-  if (!client.ok()) return Fail("ls", client.status());
+  if (!client.ok()) return Fail("sandbox ls", client.status());
   grpc::ClientContext ctx;
   client->Prepare(ctx, absl::Seconds(cf.timeout_s));
   v1::ListSandboxesResponse resp;
   grpc::Status s = client->stub->ListSandboxes(&ctx, v1::ListSandboxesRequest(), &resp);
-  if (!s.ok()) return Fail("ls", FromGrpcStatus(s));
+  if (!s.ok()) return Fail("sandbox ls", FromGrpcStatus(s));
   std::cout << absl::StrFormat("%-22s %7s %-10s %-8s %s\n", "SANDBOX", "UID", "NETWORK", "LANDLOCK", "VIEW");
   for (const auto& sb : resp.sandboxes()) {
     const auto& p = sb.protections();
@@ -128,35 +128,35 @@ int RunList(const ConnectFlags& cf) {
 
 int RunRemove(const ConnectFlags& cf, const std::string& id) {
   auto client = Connect(cf);
-  if (!client.ok()) return Fail("rm", client.status());
+  if (!client.ok()) return Fail("sandbox rm", client.status());
   grpc::ClientContext ctx;
   client->Prepare(ctx, absl::Seconds(std::max(cf.timeout_s, 30.0)));
   v1::DeleteSandboxRequest req;
   req.set_sandbox_id(id);
   v1::DeleteSandboxResponse resp;
   grpc::Status s = client->stub->DeleteSandbox(&ctx, req, &resp);
-  if (!s.ok()) return Fail("rm", FromGrpcStatus(s));
+  if (!s.ok()) return Fail("sandbox rm", FromGrpcStatus(s));
   std::cout << id << (resp.existed() ? " deleted\n" : " did not exist\n");
   return 0;
 }
 
 int RunInfo(const ConnectFlags& cf, const std::string& id) {
   auto client = Connect(cf);
-  if (!client.ok()) return Fail("info", client.status());
+  if (!client.ok()) return Fail("sandbox info", client.status());
   grpc::ClientContext ctx;
   client->Prepare(ctx, absl::Seconds(cf.timeout_s));
   if (id.empty()) {
     v1::HostInfoResponse resp;
     grpc::Status s = client->stub->HostInfo(&ctx, v1::HostInfoRequest(), &resp);
-    if (!s.ok()) return Fail("info", FromGrpcStatus(s));
-    PrintJson(resp);
+    if (!s.ok()) return Fail("sandbox info", FromGrpcStatus(s));
+    PrintSandboxJson(resp);
   } else {
     v1::GetSandboxRequest req;
     req.set_sandbox_id(id);
     v1::Sandbox resp;
     grpc::Status s = client->stub->GetSandbox(&ctx, req, &resp);
-    if (!s.ok()) return Fail("info", FromGrpcStatus(s));
-    PrintJson(resp);
+    if (!s.ok()) return Fail("sandbox info", FromGrpcStatus(s));
+    PrintSandboxJson(resp);
   }
   std::cout << "\n";
   return 0;

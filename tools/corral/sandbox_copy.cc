@@ -214,9 +214,9 @@ absl::Status Copy(const Client& c, const std::string& src, const std::string& ds
 
 int RunCopy(const ConnectFlags& flags, const std::string& src, const std::string& dst) {
   auto client = Connect(flags);
-  if (!client.ok()) return Fail("cp", client.status());
+  if (!client.ok()) return Fail("sandbox cp", client.status());
   Totals totals;
-  if (absl::Status s = Copy(*client, src, dst, totals); !s.ok()) return Fail("cp", s);
+  if (absl::Status s = Copy(*client, src, dst, totals); !s.ok()) return Fail("sandbox cp", s);
   std::cerr << totals.files << (totals.files == 1 ? " file, " : " files, ") << totals.bytes << " bytes copied\n";
   return 0;
 }

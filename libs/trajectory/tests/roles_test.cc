@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/trajectory/tests/chat_message.h"
 #include "libs/trajectory/trajectory.h"
 
 namespace corral {
@@ -15,12 +16,7 @@ namespace {
 
 using ::testing::ElementsAre;
 
-v1::ChatMessage Msg(const std::string& role, const std::string& content) {
-  v1::ChatMessage m;
-  m.set_role(role);
-  m.set_content(content);
-  return m;
-}
+using testing::Msg;
 
 v1::ChatMessage ToolCall(const std::string& name, const std::string& arguments) {
   v1::ChatMessage m = Msg("assistant", "");

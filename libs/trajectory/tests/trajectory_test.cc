@@ -2,16 +2,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/trajectory/tests/chat_message.h"
 
 namespace corral {
 namespace {
 
-v1::ChatMessage Msg(const std::string& role, const std::string& content) {
-  v1::ChatMessage m;
-  m.set_role(role);
-  m.set_content(content);
-  return m;
-}
+using testing::Msg;
 
 // A call whose prompt is `prompt` and whose reply is `reply`, with token ids when given.
 RecordedCall Call(std::vector<v1::ChatMessage> prompt, const std::string& reply, std::vector<int32_t> prompt_ids = {},

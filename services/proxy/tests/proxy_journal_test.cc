@@ -20,7 +20,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kKey[] = "0123456789abcdef0123456789abcdef";
+constexpr char kJournalKey[] = "0123456789abcdef0123456789abcdef";
 
 RecordedCall ChatCall(const std::string& question, const std::string& answer) {
   RecordedCall c;
@@ -48,7 +48,7 @@ class ProxyJournalTest : public ::testing::Test {
 
   std::string path_;
   FakeClock clock_;
-  TokenSigner signer_ = *TokenSigner::FromKey(kKey);
+  TokenSigner signer_ = *TokenSigner::FromKey(kJournalKey);
   prometheus::Registry registry_;
   ProxyMetrics metrics_{registry_};
 };

@@ -27,7 +27,7 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using ::testing::HasSubstr;
 
-constexpr char kWhole[] =
+constexpr char kWholeReply[] =
     R"({"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant",)"
     R"("content":"4"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}})";
 
@@ -101,7 +101,7 @@ http::Handler Whole(int status, std::string body) {
 }
 
 TEST_F(UpstreamCallTest, AWholeAnswerIsReadRecordedAndCountedByItsRoute) {
-  Start(Whole(200, kWhole));
+  Start(Whole(200, kWholeReply));
   auto run = [this]() -> asio::awaitable<Outcome> {
     Outcome o;
     UpstreamCall call(Parts(), Request(false), co_await asio::this_coro::executor);
@@ -140,7 +140,7 @@ TEST_F(UpstreamCallTest, ARefusalIsKeptAsTheUpstreamGaveItAndRecordedFailed) {
 }
 
 TEST_F(UpstreamCallTest, APausedStreamingCallKeepsTheAgentCompanyAndFailsWhenTheAgentLeaves) {
-  Start(Whole(200, kWhole));
+  Start(Whole(200, kWholeReply));
   v1::PauseGenerationRequest pause;
   pause.set_sequence(1);
   pause.set_mode(v1::PAUSE_MODE_DRAIN);
@@ -169,7 +169,7 @@ TEST_F(UpstreamCallTest, ACallAPauseCutsBeforeItAnsweredIsSentAgainAfterTheResum
   // The first request is held upstream until the pause cuts it; the one sent after the resume is answered.
   Start([this](http::Request&, http::Responder& res) -> asio::awaitable<void> {
     if (requests_.load() == 1) co_await async::SleepFor(absl::Seconds(30));
-    co_await res.Send(200, "application/json", kWhole);
+    co_await res.Send(200, "application/json", kWholeReply);
   });
   auto run = [this]() -> asio::awaitable<Outcome> {
     Outcome o;

@@ -21,7 +21,6 @@ namespace json = boost::json;
 using namespace envd_wire;  // NOLINT: this file is envd's
 
 constexpr absl::Duration kResolveCache = absl::Seconds(10);
-constexpr absl::Duration kKeepalive = absl::Seconds(30);
 
 }  // namespace
 
@@ -330,7 +329,7 @@ asio::awaitable<void> Envd::Follow(std::shared_ptr<EnvdProcess> process, size_t 
   const std::string started = connect::Envelope(absl::StrCat(R"({"event":{"start":{"pid":)", process->pid(), "}}}"));
   if (!co_await responder.WriteChunk(started)) co_return;
   while (true) {
-    EnvdProcess::Batch batch = co_await process->Read(&next, kKeepalive);
+    EnvdProcess::Batch batch = co_await process->Read(&next, envd_wire::kKeepalive);
     std::string out;
     for (const std::string& event : batch.events) out += connect::Envelope(absl::StrCat(R"({"event":)", event, "}"));
     if (batch.events.empty() && !batch.ended) out = connect::Envelope(R"({"event":{"keepalive":{}}})");

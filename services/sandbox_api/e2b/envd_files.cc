@@ -23,7 +23,6 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using namespace envd_wire;  // NOLINT: this file is envd's
 
-constexpr absl::Duration kKeepalive = absl::Seconds(30);
 constexpr absl::Duration kWatchPoll = absl::Milliseconds(200);
 constexpr size_t kMaxRead = 256 << 20;
 constexpr size_t kMaxEntries = 20000;
@@ -224,7 +223,8 @@ asio::awaitable<void> Envd::WatchDir(Target t, json::object body, absl::Duration
       if (!now->contains(path)) event(path, "EVENT_TYPE_REMOVE", nullptr);
     }
     before = *std::move(now);
-    if (out.empty() && clock_->Now() - quiet_since >= kKeepalive) out = connect::Envelope(R"({"keepalive":{}})");
+    if (out.empty() && clock_->Now() - quiet_since >= envd_wire::kKeepalive)
+      out = connect::Envelope(R"({"keepalive":{}})");
     if (out.empty()) continue;
     quiet_since = clock_->Now();
     if (!co_await responder.WriteChunk(out)) co_return;

@@ -15,6 +15,9 @@
 
 namespace corral::sandbox_api::envd_wire {
 
+// How often a quiet stream (a process's output, a directory watch) sends a keepalive.
+inline constexpr absl::Duration kKeepalive = absl::Seconds(30);
+
 inline constexpr char kStreamType[] = "application/connect+json";
 inline constexpr char kJson[] = "application/json";
 

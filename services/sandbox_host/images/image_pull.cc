@@ -14,7 +14,6 @@ namespace corral::sandbox {
 namespace {
 
 namespace json = boost::json;
-constexpr uint64_t kMaxDocumentBytes = 4 << 20;
 constexpr uint64_t kMaxBlobBytes = uint64_t{64} << 30;  // a layer; the store's own layer limits apply on unpack
 
 const std::vector<std::string>& ManifestTypes() {
@@ -79,7 +78,7 @@ absl::StatusOr<Image> ImagePuller::PullLocked(const ImageReference& ref,
                                                              body.append(piece.data(), piece.size());
                                                              return absl::OkStatus();
                                                            },
-                                                           kMaxDocumentBytes));
+                                                           kMaxImageDocumentBytes));
     const std::string digest = Sha256Digest(body);
     if (!expected.empty() && digest != expected) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": the registry sent a manifest whose content is ", digest,

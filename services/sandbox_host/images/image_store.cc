@@ -31,7 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
-constexpr size_t kMaxDocumentBytes = 4 << 20;  // an index, manifest or config
 constexpr absl::string_view kBlobPrefix = "blobs/sha256/";
 constexpr absl::string_view kPartial = ".partial-";
 
@@ -165,7 +164,7 @@ absl::Status ImageStore::ReadArchiveBlobs(int fd, std::string* index_json) {
     absl::string_view path = archive_entry_pathname(e);
     absl::ConsumePrefix(&path, "./");
     if (path == "index.json") {
-      if (archive_entry_size(e) > static_cast<la_int64_t>(kMaxDocumentBytes)) {
+      if (archive_entry_size(e) > static_cast<la_int64_t>(kMaxImageDocumentBytes)) {
         return absl::InvalidArgumentError("the archive's index.json is too large");
       }
       index_json->resize(static_cast<size_t>(archive_entry_size(e)));
@@ -212,15 +211,15 @@ absl::StatusOr<Image> ImageStore::Resolve(const std::string& index_json, std::st
   CORRAL_ASSIGN_OR_RETURN(std::vector<Descriptor> manifests, ParseIndex(index_json));
   CORRAL_ASSIGN_OR_RETURN(Descriptor chosen, SelectPlatform(manifests));
   if (IsIndexMediaType(chosen.media_type)) {  // a layout whose index points at a multi-platform index
-    CORRAL_ASSIGN_OR_RETURN(std::string nested, ReadBlob(chosen.digest, kMaxDocumentBytes));
+    CORRAL_ASSIGN_OR_RETURN(std::string nested, ReadBlob(chosen.digest, kMaxImageDocumentBytes));
     CORRAL_ASSIGN_OR_RETURN(manifests, ParseIndex(nested));
     const std::string name = chosen.ref_name;
     CORRAL_ASSIGN_OR_RETURN(chosen, SelectPlatform(manifests));
     if (chosen.ref_name.empty()) chosen.ref_name = name;
   }
-  CORRAL_ASSIGN_OR_RETURN(std::string manifest_json, ReadBlob(chosen.digest, kMaxDocumentBytes));
+  CORRAL_ASSIGN_OR_RETURN(std::string manifest_json, ReadBlob(chosen.digest, kMaxImageDocumentBytes));
   CORRAL_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_json));
-  CORRAL_ASSIGN_OR_RETURN(std::string config_json, ReadBlob(manifest.config.digest, kMaxDocumentBytes));
+  CORRAL_ASSIGN_OR_RETURN(std::string config_json, ReadBlob(manifest.config.digest, kMaxImageDocumentBytes));
   Image image;
   CORRAL_ASSIGN_OR_RETURN(image.config, ParseImageConfig(config_json));
   if (!image.config.diff_ids.empty() && image.config.diff_ids.size() != manifest.layers.size()) {
@@ -255,7 +254,7 @@ absl::StatusOr<std::unique_ptr<BlobWriter>> ImageStore::NewBlob(const std::strin
 
 absl::StatusOr<std::string> ImageStore::ReadDocument(const std::string& digest) const {
   CORRAL_RETURN_IF_ERROR(ValidateDigest(digest));
-  return ReadBlob(digest, kMaxDocumentBytes);
+  return ReadBlob(digest, kMaxImageDocumentBytes);
 }
 
 absl::StatusOr<Image> ImageStore::ImportArchive(int fd, const std::string& ref) {
@@ -319,13 +318,13 @@ void ImageStore::Load() {
   for (const auto& entry : fs::directory_iterator(fs::path(dir_) / "images", ec)) {
     if (entry.path().extension() != ".json") continue;
     const std::string digest = absl::StrCat("sha256:", entry.path().stem().string());
-    auto record = ReadFile(entry.path().string(), kMaxDocumentBytes);
+    auto record = ReadFile(entry.path().string(), kMaxImageDocumentBytes);
     boost::system::error_code jec;
     json::value v = record.ok() ? json::parse(*record, jec) : json::value();
-    auto manifest_json = ReadBlob(digest, kMaxDocumentBytes);
+    auto manifest_json = ReadBlob(digest, kMaxImageDocumentBytes);
     absl::StatusOr<Manifest> manifest = manifest_json.ok() ? ParseManifest(*manifest_json) : manifest_json.status();
     absl::StatusOr<std::string> config_json =
-        manifest.ok() ? ReadBlob(manifest->config.digest, kMaxDocumentBytes) : manifest.status();
+        manifest.ok() ? ReadBlob(manifest->config.digest, kMaxImageDocumentBytes) : manifest.status();
     absl::StatusOr<ImageConfig> config = config_json.ok() ? ParseImageConfig(*config_json) : config_json.status();
     if (jec || !v.is_object() || !config.ok()) {
       spdlog::warn("image store: dropping {} (unreadable: {})", digest,
@@ -437,7 +436,7 @@ void ImageStore::RemoveLocked(const Image& found) {
     layer_bytes_.erase(layer);
     fs::remove(BlobPath(layer), ec);
   }
-  if (auto manifest_json = ReadBlob(image.digest, kMaxDocumentBytes); manifest_json.ok()) {
+  if (auto manifest_json = ReadBlob(image.digest, kMaxImageDocumentBytes); manifest_json.ok()) {
     if (auto manifest = ParseManifest(*manifest_json); manifest.ok()) fs::remove(BlobPath(manifest->config.digest), ec);
   }
   fs::remove(BlobPath(image.digest), ec);

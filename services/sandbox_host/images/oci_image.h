@@ -12,6 +12,9 @@
 
 namespace corral::sandbox {
 
+// The most an image document (an index, a manifest, a config) may weigh.
+inline constexpr uint64_t kMaxImageDocumentBytes = 4 << 20;
+
 // OK for "sha256:" followed by 64 lowercase hex digits (the only algorithm accepted).
 absl::Status ValidateDigest(absl::string_view digest);
 // "sha256:<hex>" of `bytes`.

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
+#include "services/scheduler/tests/tool_spec.h"
 
 namespace corral::scheduler {
 namespace {
@@ -14,12 +15,7 @@ namespace json = boost::json;
 
 using ::testing::HasSubstr;
 
-v1::ToolSpec Tool(const std::string& name, v1::ToolKind kind) {
-  v1::ToolSpec t;
-  t.set_name(name);
-  t.set_kind(kind);
-  return t;
-}
+using testing_support::Tool;
 
 // The function object of tools[i].
 const json::object& Function(const json::array& tools, size_t i) {

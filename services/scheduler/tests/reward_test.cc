@@ -13,7 +13,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-v1::RewardSpec Spec(v1::RewardFunction function, double tolerance = 0, const std::string& pattern = "") {
+v1::RewardSpec RewardOf(v1::RewardFunction function, double tolerance = 0, const std::string& pattern = "") {
   v1::RewardSpec s;
   s.set_function(function);
   s.set_tolerance(tolerance);
@@ -28,7 +28,7 @@ double Reward(const v1::RewardSpec& spec, const std::string& answer, const std::
 // ------------------------------------------------------------------------------------------------ EXACT
 
 TEST(ComputeReward, ExactComparesTrimmedStrings) {
-  const v1::RewardSpec exact = Spec(v1::REWARD_FUNCTION_EXACT);
+  const v1::RewardSpec exact = RewardOf(v1::REWARD_FUNCTION_EXACT);
   EXPECT_EQ(Reward(exact, " Paris\n", "\t Paris  \n"), 1.0);
   EXPECT_EQ(Reward(exact, "Paris", "paris"), 0.0);
   EXPECT_EQ(Reward(exact, "Paris", "Paris."), 0.0);
@@ -45,7 +45,7 @@ TEST(ComputeReward, UnspecifiedFunctionIsExact) {
 // ---------------------------------------------------------------------------------------------- NUMERIC
 
 TEST(ComputeReward, NumericComparesTheLastNumber) {
-  const v1::RewardSpec numeric = Spec(v1::REWARD_FUNCTION_NUMERIC);
+  const v1::RewardSpec numeric = RewardOf(v1::REWARD_FUNCTION_NUMERIC);
   EXPECT_EQ(Reward(numeric, "1234.5", "First 12, then 7, finally 1,234.5."), 1.0);
   EXPECT_EQ(Reward(numeric, "12", "12 is wrong; it is 13"), 0.0);
   EXPECT_EQ(Reward(numeric, "-7", "x = -7"), 1.0);
@@ -55,19 +55,19 @@ TEST(ComputeReward, NumericComparesTheLastNumber) {
 
 TEST(ComputeReward, NumericToleranceIsRelativeToTheAnswer) {
   // Accepted: |x - answer| <= tolerance * max(1, |answer|).
-  EXPECT_EQ(Reward(Spec(v1::REWARD_FUNCTION_NUMERIC, 0.01), "100", "100.9"), 1.0);
-  EXPECT_EQ(Reward(Spec(v1::REWARD_FUNCTION_NUMERIC, 0.01), "100", "101.5"), 0.0);
-  EXPECT_EQ(Reward(Spec(v1::REWARD_FUNCTION_NUMERIC, 0.1), "0.5", "0.59"), 1.0);
-  EXPECT_EQ(Reward(Spec(v1::REWARD_FUNCTION_NUMERIC, 0.1), "0.5", "0.61"), 0.0);
+  EXPECT_EQ(Reward(RewardOf(v1::REWARD_FUNCTION_NUMERIC, 0.01), "100", "100.9"), 1.0);
+  EXPECT_EQ(Reward(RewardOf(v1::REWARD_FUNCTION_NUMERIC, 0.01), "100", "101.5"), 0.0);
+  EXPECT_EQ(Reward(RewardOf(v1::REWARD_FUNCTION_NUMERIC, 0.1), "0.5", "0.59"), 1.0);
+  EXPECT_EQ(Reward(RewardOf(v1::REWARD_FUNCTION_NUMERIC, 0.1), "0.5", "0.61"), 0.0);
   // Tolerance 0 means 1e-6.
-  EXPECT_EQ(Reward(Spec(v1::REWARD_FUNCTION_NUMERIC), "0.3333333", "0.3333334"), 1.0);
-  EXPECT_EQ(Reward(Spec(v1::REWARD_FUNCTION_NUMERIC), "0.333", "0.334"), 0.0);
+  EXPECT_EQ(Reward(RewardOf(v1::REWARD_FUNCTION_NUMERIC), "0.3333333", "0.3333334"), 1.0);
+  EXPECT_EQ(Reward(RewardOf(v1::REWARD_FUNCTION_NUMERIC), "0.333", "0.334"), 0.0);
 }
 
 // ------------------------------------------------------------------------------------------------ GSM8K
 
 TEST(ComputeReward, Gsm8kTakesTheNumberAfterTheLastMarker) {
-  const v1::RewardSpec gsm8k = Spec(v1::REWARD_FUNCTION_GSM8K);
+  const v1::RewardSpec gsm8k = RewardOf(v1::REWARD_FUNCTION_GSM8K);
   EXPECT_EQ(Reward(gsm8k, "1000", "Draft #### 5\nOn reflection... #### 1,000 apples, not 7"), 1.0);
   EXPECT_EQ(Reward(gsm8k, "5", "Draft #### 5\nOn reflection... #### 1,000"), 0.0);
   EXPECT_EQ(Reward(gsm8k, "42", "####$42"), 1.0);
@@ -79,7 +79,7 @@ TEST(ComputeReward, Gsm8kTakesTheNumberAfterTheLastMarker) {
 // ------------------------------------------------------------------------------------------------ REGEX
 
 TEST(ComputeReward, RegexComparesTheFirstCaptureGroup) {
-  const v1::RewardSpec re = Spec(v1::REWARD_FUNCTION_REGEX, 0, R"(answer:\s*(\w+))");
+  const v1::RewardSpec re = RewardOf(v1::REWARD_FUNCTION_REGEX, 0, R"(answer:\s*(\w+))");
   EXPECT_EQ(Reward(re, "yes", "Thinking... answer: yes"), 1.0);
   EXPECT_EQ(Reward(re, "yes", "answer: no"), 0.0);
   EXPECT_EQ(Reward(re, "answer: yes", "answer: yes"), 0.0);  // the group, not the whole match
@@ -87,13 +87,13 @@ TEST(ComputeReward, RegexComparesTheFirstCaptureGroup) {
 }
 
 TEST(ComputeReward, RegexWithoutGroupComparesTheWholeMatch) {
-  const v1::RewardSpec re = Spec(v1::REWARD_FUNCTION_REGEX, 0, "[0-9]+");
+  const v1::RewardSpec re = RewardOf(v1::REWARD_FUNCTION_REGEX, 0, "[0-9]+");
   EXPECT_EQ(Reward(re, "123", "abc 123 def 456"), 1.0);
   EXPECT_EQ(Reward(re, "456", "abc 123 def 456"), 0.0);  // the first match
 }
 
 TEST(ComputeReward, RegexThatDoesNotCompileGivesZero) {
-  EXPECT_EQ(Reward(Spec(v1::REWARD_FUNCTION_REGEX, 0, "(unclosed"), "x", "(unclosed x"), 0.0);
+  EXPECT_EQ(Reward(RewardOf(v1::REWARD_FUNCTION_REGEX, 0, "(unclosed"), "x", "(unclosed x"), 0.0);
 }
 
 // ------------------------------------------------------------------------------------------- LastNumber

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "libs/api/proto_time.h"
 #include "libs/core/testing/status_matchers.h"
+#include "services/scheduler/tests/tool_spec.h"
 
 namespace corral::scheduler {
 namespace {
@@ -24,12 +25,7 @@ v1::Task PromptTask(const std::string& id = "t1") {
   return t;
 }
 
-v1::ToolSpec Tool(const std::string& name, v1::ToolKind kind) {
-  v1::ToolSpec t;
-  t.set_name(name);
-  t.set_kind(kind);
-  return t;
-}
+using testing_support::Tool;
 
 // ------------------------------------------------------------------------------------------- ValidateSpec
 
