@@ -17,6 +17,6 @@ function(corral_embed_files)
     COMMENT "Embedding ${E_SYMBOL}"
     VERBATIM)
   target_sources(${E_TARGET} PRIVATE ${_out})
-  # Bytes only: loading the precompiled header would cost more than the unit.
-  set_source_files_properties(${_out} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+  # Bytes only: loading the precompiled header would cost more than the unit, and a batch gains nothing.
+  set_source_files_properties(${_out} PROPERTIES SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUDE ON)
 endfunction()

@@ -12,4 +12,13 @@ function(corral_proto_library)
   protobuf_generate(TARGET ${P_NAME} LANGUAGE grpc IMPORT_DIRS ${P_ROOT} PROTOC_OUT_DIR ${_out}
     GENERATE_EXTENSIONS .grpc.pb.h .grpc.pb.cc
     PLUGIN protoc-gen-grpc=$<TARGET_FILE:gRPC::grpc_cpp_plugin>)
+  # In a unity build, a .proto's messages and its stubs share a unit; two .proto files never do (protoc gives each
+  # file the same private names).
+  set_target_properties(${P_NAME} PROPERTIES UNITY_BUILD_MODE GROUP)
+  get_target_property(_sources ${P_NAME} SOURCES)
+  foreach(_source IN LISTS _sources)
+    if(_source MATCHES "^(.*)\\.(grpc\\.)?pb\\.cc$")
+      set_source_files_properties(${_source} PROPERTIES UNITY_GROUP ${CMAKE_MATCH_1})
+    endif()
+  endforeach()
 endfunction()
