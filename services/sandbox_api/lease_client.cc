@@ -93,18 +93,21 @@ asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> LeaseClient::Fork(v1::For
   co_return response;
 }
 
-std::shared_ptr<scheduler::HostApi> LeaseClient::Host(const v1::SandboxLease& lease) {
+absl::StatusOr<std::shared_ptr<scheduler::HostApi>> LeaseClient::Host(const v1::SandboxLease& lease) {
   std::shared_ptr<grpc::Channel> channel;
   {
     absl::MutexLock lock(&mu_);
-    std::shared_ptr<grpc::Channel>& cached = channels_[lease.host_address()];
-    if (cached == nullptr) {
+    auto cached = channels_.find(lease.host_address());
+    if (cached == channels_.end()) {
       auto made = MakeChannel(lease.host_address(), channel_options_);
-      if (made.ok()) cached = *std::move(made);
+      if (!made.ok()) {
+        return absl::UnavailableError(absl::StrCat("cannot reach the host of sandbox ", lease.sandbox_id(), " at \"",
+                                                   lease.host_address(), "\": ", made.status().message()));
+      }
+      cached = channels_.emplace(lease.host_address(), *std::move(made)).first;
     }
-    channel = cached;
+    channel = cached->second;
   }
-  if (channel == nullptr) return nullptr;
   return std::make_shared<scheduler::HostClient>(lease.host_address(), std::move(channel),
                                                  lease.capability_token().empty() ? token_ : lease.capability_token());
 }

@@ -30,8 +30,9 @@ class LeaseApi {
   // Every lease of `owner`, ordered by id.
   virtual boost::asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> List(std::string owner) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request) = 0;
-  // The client of the lease's host, presenting the lease's capability token.
-  virtual std::shared_ptr<scheduler::HostApi> Host(const v1::SandboxLease& lease) = 0;
+  // The client of the lease's host, presenting the lease's capability token; an error when the lease's host
+  // address or this replica's TLS settings make no channel.
+  virtual absl::StatusOr<std::shared_ptr<scheduler::HostApi>> Host(const v1::SandboxLease& lease) = 0;
 };
 
 class LeaseClient final : public LeaseApi {
@@ -48,7 +49,7 @@ class LeaseClient final : public LeaseApi {
                                                                  absl::Duration ttl) override;
   boost::asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> List(std::string owner) override;
   boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request) override;
-  std::shared_ptr<scheduler::HostApi> Host(const v1::SandboxLease& lease) override;
+  absl::StatusOr<std::shared_ptr<scheduler::HostApi>> Host(const v1::SandboxLease& lease) override;
 
  private:
   const std::unique_ptr<v1::Scheduler::Stub> stub_;

@@ -111,14 +111,14 @@ asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request) {
   if (!lease.ok()) co_return Unavailable(lease.status(), "no sandbox");
   if (metrics_ != nullptr) metrics_->lease_seconds.Observe(Seconds(clock_->Now() - permitted));
 
-  std::shared_ptr<scheduler::HostApi> host = leases_->Host(*lease);
+  absl::StatusOr<std::shared_ptr<scheduler::HostApi>> host = leases_->Host(*lease);
   std::string body;
-  if (host == nullptr) {
-    body = SandboxErrorAnswer(absl::StrCat("cannot reach host ", lease->host_address()), options_.executor);
+  if (!host.ok()) {
+    body = SandboxErrorAnswer(std::string(host.status().message()), options_.executor);
   } else {
     const absl::Time run_deadline = clock_->Now() + run_time + absl::Seconds(30);
     std::string sandbox_id = lease->sandbox_id(), executor = options_.executor;
-    body = co_await sandbox_api::RunCode(*host, std::move(sandbox_id), std::move(request), run_deadline,
+    body = co_await sandbox_api::RunCode(**host, std::move(sandbox_id), std::move(request), run_deadline,
                                          std::move(executor));
   }
   permit.Release();

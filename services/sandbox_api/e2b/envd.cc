@@ -63,8 +63,9 @@ asio::awaitable<absl::StatusOr<Envd::Target>> Envd::Resolve(const http::Request&
     }
     co_return lease.status();
   }
-  Target t{*std::move(lease), nullptr};
-  t.host = leases_->Host(t.lease);
+  auto host = leases_->Host(*lease);
+  if (!host.ok()) co_return host.status();
+  Target t{*std::move(lease), *std::move(host)};
   absl::MutexLock lock(&mu_);
   if (resolved_.size() > 10000) resolved_.clear();
   resolved_[id] = {t, now};

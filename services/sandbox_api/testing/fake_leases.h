@@ -93,11 +93,20 @@ class FakeLeases final : public LeaseApi {
     }
     co_return out;
   }
-  std::shared_ptr<scheduler::HostApi> Host(const v1::SandboxLease&) override { return host_; }
+  absl::StatusOr<std::shared_ptr<scheduler::HostApi>> Host(const v1::SandboxLease&) override {
+    absl::MutexLock lock(&mu_);
+    if (!unreachable_.ok()) return unreachable_;
+    return host_;
+  }
 
   void Refuse(absl::Status s) {
     absl::MutexLock lock(&mu_);
     refusal_ = std::move(s);
+  }
+  // Host() fails with `s` (a lease whose host address makes no channel); OkStatus() undoes it.
+  void Unreachable(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    unreachable_ = std::move(s);
   }
   std::vector<v1::LeaseSandboxRequest> requests() const {
     absl::MutexLock lock(&mu_);
@@ -114,6 +123,7 @@ class FakeLeases final : public LeaseApi {
   const std::shared_ptr<scheduler::testing_support::FakeHost> host_;
   mutable absl::Mutex mu_;
   absl::Status refusal_ ABSL_GUARDED_BY(mu_);
+  absl::Status unreachable_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::LeaseSandboxRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> released_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::SandboxLease> leases_ ABSL_GUARDED_BY(mu_);

@@ -95,6 +95,17 @@ TEST_F(RunCodeServiceTest, NoPermitOrNoRoomInTimeIs504WhatVerlRetriesAndAnyOther
   EXPECT_THAT(host_->live(), IsEmpty());
 }
 
+TEST_F(RunCodeServiceTest, ALeasedSandboxWhoseHostCannotBeReachedIsASandboxErrorAndGivesEverythingBack) {
+  leases_.Unreachable(absl::UnavailableError("cannot reach the host of sandbox s1 at \"\": empty service address"));
+  HttpAnswer answer = Call(Payload("python"));
+  EXPECT_EQ(answer.status, 200);
+  EXPECT_THAT(answer.body, HasSubstr(R"("status":"SandboxError")"));
+  EXPECT_THAT(answer.body, HasSubstr("cannot reach the host of sandbox s1"));
+  EXPECT_EQ(limiter_.held("code_exec"), 0);
+  EXPECT_TRUE(testing::WaitUntil([&] { return leases_.released().size() == 1; }, absl::Seconds(10)));
+  EXPECT_THAT(host_->live(), IsEmpty());
+}
+
 TEST_F(RunCodeServiceTest, ABadRequestOrALanguageWithoutToolchainTakesNothing) {
   EXPECT_EQ(Call("{not json").status, 422);
   EXPECT_EQ(Call(R"({"code": "x", "language": "cobol"})").status, 422);
