@@ -25,6 +25,13 @@
 
 namespace corral {
 
+// A streamed chat request for the fake backend: `content` is what it answers, word by word; `fake` its knobs
+// (`{"inter_token_ms":100}`, `{"stall_after_chunks":2}`, ...).
+inline std::string StreamBody(const std::string& content, const std::string& fake = "{}") {
+  return absl::StrCat(R"({"model":"fake-model","stream":true,"messages":[{"role":"user","content":")", content,
+                      R"("}],"fake":)", fake, "}");
+}
+
 struct HttpReply {
   int status = 0;
   std::string body;

@@ -19,11 +19,6 @@ namespace {
 using ::testing::HasSubstr;
 namespace json = boost::json;
 
-std::string StreamBody(const std::string& content, const std::string& fake) {
-  return absl::StrCat(R"({"model":"fake-model","stream":true,"messages":[{"role":"user","content":")", content,
-                      R"("}],"fake":)", fake, "}");
-}
-
 json::value ParseJson(absl::string_view text) {
   boost::system::error_code ec;
   json::value v = json::parse(json::string_view(text.data(), text.size()), ec);

@@ -16,11 +16,6 @@ using ::testing::HasSubstr;
 
 constexpr char kHello[] = R"({"model":"fake-model","messages":[{"role":"user","content":"hello world"}]})";
 
-std::string StreamBody(const std::string& content, const std::string& fake = "{}") {
-  return absl::StrCat(R"({"model":"fake-model","stream":true,"messages":[{"role":"user","content":")", content,
-                      R"("}],"fake":)", fake, "}");
-}
-
 class ProxyTest : public ProxyFixture {};
 
 TEST_F(ProxyTest, AStreamIsRelayedChunkByChunkWhileTheBackendStillHolds) {
