@@ -271,6 +271,9 @@ MODERN = "2026-07-28"
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    def handle_error(self, request, address):  # one line (a client that hangs up early), never amid a "seen:"
+        note_error = "error: %r" % (sys.exc_info()[1],)
+        with lock: sys.stdout.write(note_error + "\n"); sys.stdout.flush()
 
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -510,14 +513,15 @@ class McpHttp(unittest.TestCase):
 
     def test_a_server_that_never_listens_is_reported(self):
         self.dir = tempfile.mkdtemp(prefix="corral-mcp-")
-        cfg = {"argv": ["sleep", "31.25"], "env": {}, "cwd": self.dir, "port": 0,
+        marker = "31.%d" % os.getpid()  # this test's own server, whatever else runs beside it
+        cfg = {"argv": ["sleep", marker], "env": {}, "cwd": self.dir, "port": 0,
                "socket": os.path.join(self.dir, "x"), "log": os.path.join(self.dir, "mcp.log"), "path": "/mcp",
                "ready_timeout": 1}
         self.relay = relay("mcp_http.py", cfg)
         self.addCleanup(self.relay.close)
         self.assertIn("nothing listens on", self.relay.read_until("\n", timeout=15))
         self.relay.p.wait(timeout=10)
-        left = subprocess.run(["pgrep", "-f", "sleep 31.25"], capture_output=True, text=True).stdout
+        left = subprocess.run(["pgrep", "-f", "sleep " + marker], capture_output=True, text=True).stdout
         self.assertEqual(left, "", "the server is ended with the relay")
 
 
