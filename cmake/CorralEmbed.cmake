@@ -18,5 +18,5 @@ function(corral_embed_files)
     VERBATIM)
   target_sources(${E_TARGET} PRIVATE ${_out})
   # Bytes only: loading the precompiled header would cost more than the unit, and a batch gains nothing.
-  set_source_files_properties(${_out} PROPERTIES SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUDE ON)
+  set_source_files_properties(${_out} PROPERTIES SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
 endfunction()

@@ -1,9 +1,16 @@
 # corral_test(NAME name SOURCES ... DEPS ... [LABELS label]): one GoogleTest binary, registered per test case.
+# Calling it again with the same NAME adds SOURCES and DEPS to that binary: the libraries' unit tests share one
+# (libs_test), so their common headers are compiled and linked once, not once per library.
 # One label per binary (unit, integration or adversarial): gtest_discover_tests cannot pass a list through.
 # A test's own units are compiled at -O0 with the test precompiled header (what they call in the libraries stays
 # optimized): a test runs for seconds, its compile took half a minute at -O2.
 function(corral_test)
   cmake_parse_arguments(T "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(TARGET ${T_NAME})
+    target_sources(${T_NAME} PRIVATE ${T_SOURCES})
+    target_link_libraries(${T_NAME} PRIVATE ${T_DEPS})
+    return()
+  endif()
   add_executable(${T_NAME} ${T_SOURCES})
   corral_warnings(${T_NAME})
   target_compile_options(${T_NAME} PRIVATE -O0)
