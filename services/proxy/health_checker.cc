@@ -16,8 +16,8 @@ namespace bhttp = boost::beast::http;
 
 }  // namespace
 
-HealthChecker::HealthChecker(UpstreamPool* upstreams, ProxyMetrics* metrics, absl::Duration timeout)
-    : upstreams_(upstreams), timeout_(timeout) {
+HealthChecker::HealthChecker(UpstreamPool* upstreams, ProxyMetrics* metrics, Clock* clock, absl::Duration timeout)
+    : upstreams_(upstreams), clock_(clock), timeout_(timeout) {
   for (Upstream* u : upstreams_->all())
     healthy_.push_back(&metrics->upstream_healthy.Add({{"upstream", u->spec.name}}));
 }
@@ -50,7 +50,7 @@ asio::awaitable<void> HealthChecker::CheckAll() {
 asio::awaitable<void> HealthChecker::Run(absl::Duration interval) {
   while (true) {
     co_await CheckAll();
-    co_await async::SleepFor(interval);
+    co_await async::SleepFor(*clock_, interval);
   }
 }
 

@@ -42,7 +42,7 @@ ProxyRoot::ProxyRoot(Config config, Prepared p)
       limiter_(std::move(p.limiter)),
       quotas_(limiter_.get(), config_.quota, config_.model_quotas, &metrics_, &clock_),
       dispatcher_(&upstreams_, &metrics_, &clock_, config_.relay, &quotas_),
-      health_(&upstreams_, &metrics_),
+      health_(&upstreams_, &metrics_, &clock_),
       gate_(&policy_version_, &metrics_, &clock_),
       handler_(CallParts{.ledger = &ledger_,
                          .dispatcher = &dispatcher_,

@@ -1,21 +1,22 @@
 // GenerationGate on its own: calls held at the gate while paused and released by the resume, a tick that gives
 // up, ABORT cutting only the continuable calls upstream, and control requests that are stale or repeated. The
-// clock is fake; the gate's waits are asio timers on a private I/O thread, ended by the resume (or a 1 ms tick).
+// clock is fake; the gate's waits are asio timers on the test's own io_context, run on the test's thread and
+// ended by the resume (or a 1 ms tick).
 #include "services/proxy/generation_gate.h"
 
 #include <future>
 
 #include "boost/asio/co_spawn.hpp"
-#include "boost/asio/post.hpp"
+#include "boost/asio/io_context.hpp"
 #include "boost/asio/use_future.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/api/proto_time.h"
+#include "libs/async/testing/poll_await.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "prometheus/registry.h"
 #include "services/proxy/tests/proxy_test_support.h"
-#include "tests/support/subprocess.h"
 
 namespace corral::proxy {
 namespace {
@@ -37,16 +38,30 @@ v1::ResumeGenerationRequest ResumeRequest(uint64_t sequence) {
 
 class GenerationGateTest : public ::testing::Test {
  protected:
-  // Enters `call` on the I/O thread; the future holds Enter's answer.
+  // Enters `call`, run until it waits at the gate or is through; the future holds Enter's answer.
   std::future<bool> EnterAsync(const GenerationGate::CallRef& call, absl::Duration interval,
                                GenerationGate::OnTick on_tick = nullptr) {
     if (!on_tick) on_tick = []() -> asio::awaitable<bool> { co_return true; };
-    return asio::co_spawn(io_.context(), gate_.Enter(call, interval, std::move(on_tick)), asio::use_future);
+    auto entered = asio::co_spawn(io_, gate_.Enter(call, interval, std::move(on_tick)), asio::use_future);
+    Barrier();
+    return entered;
   }
-  // Everything posted to the I/O thread before this call has run when it returns.
-  void Barrier() { asio::post(io_.context(), asio::use_future).get(); }
+  // Everything posted to the calls' executor before this call has run when it returns.
+  void Barrier() { async::PollIdle(io_); }
+  // Enter's answer, once the gate lets the call through or it gives up (its ticks are real 1 ms timers: each
+  // round runs the next handler, bounded so that a gate that never answers fails the test instead of hanging).
+  bool Entered(std::future<bool>& entered) {
+    while (entered.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      io_.restart();
+      if (io_.run_one_for(std::chrono::seconds(10)) == 0) {
+        ADD_FAILURE() << "the gate did not answer";
+        return false;
+      }
+    }
+    return entered.get();
+  }
 
-  testing::IoThread io_;  // first: destroyed last
+  asio::io_context io_;  // first: destroyed last
   FakeClock clock_;
   prometheus::Registry registry_;
   ProxyMetrics metrics_{registry_};
@@ -55,12 +70,12 @@ class GenerationGateTest : public ::testing::Test {
 };
 
 TEST_F(GenerationGateTest, APauseHoldsACallAtTheGateUntilTheResume) {
-  auto call = gate_.Register(io_.context().get_executor());
+  auto call = gate_.Register(io_.get_executor());
   ASSERT_TRUE(gate_.Pause(PauseRequest(1)));
   EXPECT_TRUE(gate_.paused());
   std::future<bool> entered = EnterAsync(call, absl::Hours(1));
-  ASSERT_TRUE(corral::testing::WaitUntil([&] { return gate_.Counts().held() == 1; }, absl::Seconds(10)));
-  EXPECT_EQ(entered.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  ASSERT_EQ(gate_.Counts().held(), 1u);
+  EXPECT_EQ(entered.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
   EXPECT_EQ(metrics_.calls_held.Value(), 1);
 
   clock_.Advance(absl::Seconds(30));
@@ -68,7 +83,7 @@ TEST_F(GenerationGateTest, APauseHoldsACallAtTheGateUntilTheResume) {
   ASSERT_THAT(resumed, IsOk());
   EXPECT_EQ(FromProto(resumed->paused_for()), absl::Seconds(30));
   EXPECT_EQ(resumed->released(), 1u);
-  EXPECT_TRUE(entered.get());
+  EXPECT_TRUE(Entered(entered));
   EXPECT_FALSE(gate_.paused());
   EXPECT_EQ(gate_.Counts().held(), 0u);
   EXPECT_FALSE(gate_.Quiet());  // the call is upstream now
@@ -79,13 +94,13 @@ TEST_F(GenerationGateTest, APauseHoldsACallAtTheGateUntilTheResume) {
 }
 
 TEST_F(GenerationGateTest, ATickThatGivesUpEndsTheWaitAndTheCallIsNotCounted) {
-  auto call = gate_.Register(io_.context().get_executor());
+  auto call = gate_.Register(io_.get_executor());
   ASSERT_TRUE(gate_.Pause(PauseRequest(1)));
   int ticks = 0;
   std::future<bool> entered = EnterAsync(call, absl::Milliseconds(1), [&]() -> asio::awaitable<bool> {
     co_return ++ticks < 3;  // the agent went away on the third keepalive
   });
-  EXPECT_FALSE(entered.get());
+  EXPECT_FALSE(Entered(entered));
   EXPECT_EQ(ticks, 3);
   EXPECT_EQ(gate_.Counts().held(), 0u);
   EXPECT_TRUE(gate_.Quiet());
@@ -93,12 +108,14 @@ TEST_F(GenerationGateTest, ATickThatGivesUpEndsTheWaitAndTheCallIsNotCounted) {
 }
 
 TEST_F(GenerationGateTest, AnAbortCutsOnlyTheContinuableCallsUpstream) {
-  auto upstream = gate_.Register(io_.context().get_executor());
-  auto not_continuable = gate_.Register(io_.context().get_executor());
-  auto waiting = gate_.Register(io_.context().get_executor());
-  ASSERT_TRUE(EnterAsync(upstream, absl::Hours(1)).get());
-  ASSERT_TRUE(EnterAsync(not_continuable, absl::Hours(1)).get());
-  asio::post(io_.context(), asio::use_future([&] { not_continuable->continuable = false; })).get();
+  auto upstream = gate_.Register(io_.get_executor());
+  auto not_continuable = gate_.Register(io_.get_executor());
+  auto waiting = gate_.Register(io_.get_executor());
+  auto through = EnterAsync(upstream, absl::Hours(1));
+  ASSERT_TRUE(Entered(through));
+  through = EnterAsync(not_continuable, absl::Hours(1));
+  ASSERT_TRUE(Entered(through));
+  not_continuable->continuable = false;  // on the calls' thread: this one
 
   ASSERT_TRUE(gate_.Pause(PauseRequest(1, v1::PAUSE_MODE_ABORT)));
   Barrier();  // the cuts are posted to the calls' executor
@@ -111,9 +128,9 @@ TEST_F(GenerationGateTest, AnAbortCutsOnlyTheContinuableCallsUpstream) {
   // The cut call leaves, waits at the gate, and goes on after the resume.
   gate_.Leave(*upstream);
   std::future<bool> again = EnterAsync(upstream, absl::Hours(1));
-  ASSERT_TRUE(corral::testing::WaitUntil([&] { return gate_.Counts().held() == 1; }, absl::Seconds(10)));
+  ASSERT_EQ(gate_.Counts().held(), 1u);
   ASSERT_THAT(gate_.Resume(ResumeRequest(2)), IsOk());
-  EXPECT_TRUE(again.get());
+  EXPECT_TRUE(Entered(again));
   gate_.Continued(*upstream);
   EXPECT_FALSE(upstream->aborted);
   EXPECT_EQ(metrics_.calls_continued.Value(), 1);
@@ -154,10 +171,12 @@ TEST_F(GenerationGateTest, StaleAndRepeatedControlRequestsChangeNothing) {
 }
 
 TEST_F(GenerationGateTest, ADrainCountsTheCallsThatLeftSinceThePause) {
-  auto a = gate_.Register(io_.context().get_executor());
-  auto b = gate_.Register(io_.context().get_executor());
-  ASSERT_TRUE(EnterAsync(a, absl::Hours(1)).get());
-  ASSERT_TRUE(EnterAsync(b, absl::Hours(1)).get());
+  auto a = gate_.Register(io_.get_executor());
+  auto b = gate_.Register(io_.get_executor());
+  auto through = EnterAsync(a, absl::Hours(1));
+  ASSERT_TRUE(Entered(through));
+  through = EnterAsync(b, absl::Hours(1));
+  ASSERT_TRUE(Entered(through));
   ASSERT_TRUE(gate_.Pause(PauseRequest(1)));
   EXPECT_FALSE(gate_.Quiet());
   gate_.Leave(*a);

@@ -11,7 +11,10 @@
 
 #include "boost/asio/co_spawn.hpp"
 #include "boost/asio/io_context.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_future.hpp"
+#include "libs/async/use_tuple.h"
 #include "libs/http/server.h"
 #include "libs/http/sse.h"
 #include "tests/support/io_thread.h"
@@ -29,6 +32,14 @@ inline std::vector<std::string> EventTypes(const std::string& sse) {
     for (const http::SseEvent& e : *events) types.push_back(e.event);
   }
   return types;
+}
+
+// Where a scripted backend hangs: the handler waits until its server stops at the end of the test (the wait is
+// dropped with the server's I/O context), not for a number of seconds that a slow machine might reach.
+inline boost::asio::awaitable<void> HangUntilTheServerStops() {
+  boost::asio::steady_timer never(co_await boost::asio::this_coro::executor,
+                                  boost::asio::steady_timer::time_point::max());
+  co_await never.async_wait(async::kUseTuple);
 }
 
 // A real HTTP server on 127.0.0.1 answering with `handler`.

@@ -12,7 +12,6 @@
 #include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "libs/async/sleep.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "prometheus/registry.h"
@@ -168,7 +167,7 @@ TEST_F(UpstreamCallTest, APausedStreamingCallKeepsTheAgentCompanyAndFailsWhenThe
 TEST_F(UpstreamCallTest, ACallAPauseCutsBeforeItAnsweredIsSentAgainAfterTheResume) {
   // The first request is held upstream until the pause cuts it; the one sent after the resume is answered.
   Start([this](http::Request&, http::Responder& res) -> asio::awaitable<void> {
-    if (requests_.load() == 1) co_await async::SleepFor(absl::Seconds(30));
+    if (requests_.load() == 1) co_await testing::HangUntilTheServerStops();
     co_await res.Send(200, "application/json", kWholeReply);
   });
   auto run = [this]() -> asio::awaitable<Outcome> {

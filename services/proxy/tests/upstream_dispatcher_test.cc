@@ -138,7 +138,7 @@ TEST_F(DispatcherTest, HealthChecksMarkADeadUpstreamAndLearnTheModelsOfALiveOne)
     }
   });
   Build({live.url(), "http://127.0.0.1:1"});
-  HealthChecker health(pool_.get(), &metrics_);
+  HealthChecker health(pool_.get(), &metrics_, &clock_);
   io_.RunSync(health.CheckAll());
   EXPECT_TRUE(pool_->all()[0]->healthy.load());
   EXPECT_FALSE(pool_->all()[1]->healthy.load());
@@ -150,12 +150,12 @@ TEST_F(DispatcherTest, AnUpstreamWhoseHealthCheckHangsStillAnswersEveryCall) {
   // A saturated backend: /health never answers in time, completions do.
   std::atomic<int> calls = 0;
   testing::ScriptedUpstream busy([&](http::Request& req, http::Responder& res) -> asio::awaitable<void> {
-    if (req.target() == "/health") co_await async::SleepFor(absl::Seconds(5));
+    if (req.target() == "/health") co_await testing::HangUntilTheServerStops();
     if (req.target() != "/health") ++calls;
     co_await res.Send(200, "application/json", "{}");
   });
   Build({busy.url()});
-  HealthChecker health(pool_.get(), &metrics_, absl::Milliseconds(100));
+  HealthChecker health(pool_.get(), &metrics_, &clock_, absl::Milliseconds(100));
   io_.RunSync(health.CheckAll());
   ASSERT_FALSE(pool_->all()[0]->healthy.load());
   for (int i = 0; i < 5; ++i) {
@@ -169,7 +169,7 @@ TEST_F(DispatcherTest, AnUpstreamWhoseHealthCheckHangsStillAnswersEveryCall) {
 TEST_F(DispatcherTest, AnUpstreamThatRefusesEverythingIsNamedInTheError) {
   testing::ScriptedUpstream refusing(Answer(503, "{}"));
   Build({refusing.url()}, {.max_attempts = 3, .retry_backoff = absl::Milliseconds(1)});
-  HealthChecker health(pool_.get(), &metrics_, absl::Milliseconds(500));
+  HealthChecker health(pool_.get(), &metrics_, &clock_, absl::Milliseconds(500));
   io_.RunSync(health.CheckAll());
   ASSERT_FALSE(pool_->all()[0]->healthy.load());
   Dispatch d = io_.RunSync(dispatcher_->Send(Request("env"), nullptr));
@@ -181,7 +181,7 @@ TEST_F(DispatcherTest, AnUpstreamThatRefusesEverythingIsNamedInTheError) {
     co_await res.Send(req.target() == "/health" ? 200 : 500, "application/json", "{}");
   });
   Build({refusing.url(), healthy_but_failing.url()}, {.max_attempts = 3, .retry_backoff = absl::Milliseconds(1)});
-  HealthChecker both(pool_.get(), &metrics_, absl::Milliseconds(500));
+  HealthChecker both(pool_.get(), &metrics_, &clock_, absl::Milliseconds(500));
   io_.RunSync(both.CheckAll());
   d = io_.RunSync(dispatcher_->Send(Request("env"), nullptr));
   EXPECT_EQ(d.attempts, 1);

@@ -15,7 +15,7 @@
 #include "services/scheduler/testing/fake_host.h"
 #include "services/scheduler/testing/fake_limiter.h"
 #include "services/scheduler/testing/fake_proxy.h"
-#include "services/scheduler/testing/poll_await.h"
+#include "libs/async/testing/poll_await.h"
 #include "services/scheduler/tests/episode_table_fixture.h"
 
 namespace corral::scheduler {
@@ -101,7 +101,7 @@ class EpisodeDriverTest : public ::testing::Test {
   }
 
   // Runs `aw` on the test's io_context to its end (nothing in it waits on the clock).
-  void Await(asio::awaitable<void> aw) { testing_support::PollAwait(io_, std::move(aw)); }
+  void Await(asio::awaitable<void> aw) { async::PollAwait(io_, std::move(aw)); }
 
   // Submits a batch of one task and starts its episode on the driver. `max_attempts` 1 makes an infra failure the
   // episode's result (journaled) instead of a retry.

@@ -13,7 +13,7 @@
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "services/scheduler/testing/fake_host.h"
-#include "services/scheduler/testing/poll_await.h"
+#include "libs/async/testing/poll_await.h"
 
 namespace corral::scheduler {
 namespace {
@@ -38,7 +38,7 @@ class HostRegistryTest : public ::testing::Test {
   }
   template <typename T>
   T Await(asio::awaitable<T> aw) {
-    return testing_support::PollAwait(io_, std::move(aw));
+    return async::PollAwait(io_, std::move(aw));
   }
   void Poll() { Await(registry_->PollOnce()); }
   // A sandbox on `address` labelled as `scheduler`'s (a leftover of an earlier run when nobody owns it).

@@ -15,7 +15,7 @@
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "services/scheduler/testing/fake_host.h"
-#include "services/scheduler/testing/poll_await.h"
+#include "libs/async/testing/poll_await.h"
 
 namespace corral::scheduler {
 namespace {
@@ -64,7 +64,7 @@ class SandboxLeasesTest : public ::testing::Test {
   }
   template <typename T>
   T Await(asio::awaitable<T> aw) {
-    return testing_support::PollAwait(io_, std::move(aw), [this] { clock_.RunDue(); });
+    return async::PollAwait(io_, std::move(aw), [this] { clock_.RunDue(); });
   }
   static v1::LeaseSandboxRequest Request(const std::string& owner, absl::Duration ttl) {
     v1::LeaseSandboxRequest r;

@@ -1,5 +1,5 @@
-// Runs a coroutine to its end on a test's own io_context, polled on the test's thread (no I/O thread): the
-// scheduler's unit tests drive their fakes and FakeClock this way, deterministically.
+// Runs a coroutine to its end on a test's own io_context, polled on the test's thread (no I/O thread): unit tests
+// drive their fakes and FakeClock this way, deterministically — no real-time wait, no sleep.
 #pragma once
 
 #include <chrono>
@@ -12,7 +12,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/use_future.hpp"
 
-namespace corral::scheduler::testing_support {
+namespace corral::async {
 
 // Polls `io` until `aw` ends and returns its result; `each_round` (e.g. FakeClock::RunDue) runs after every poll.
 template <typename T>
@@ -26,4 +26,12 @@ T PollAwait(boost::asio::io_context& io, boost::asio::awaitable<T> aw, const std
   return done.get();
 }
 
-}  // namespace corral::scheduler::testing_support
+// Runs whatever `io` has ready — work a finished coroutine left in the background — until nothing is.
+inline void PollIdle(boost::asio::io_context& io, const std::function<void()>& each_round = {}) {
+  do {
+    io.restart();
+    if (each_round) each_round();
+  } while (io.poll() > 0);
+}
+
+}  // namespace corral::async
