@@ -9,13 +9,13 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/use_future.hpp"
 #include "libs/async/spawn.h"
+#include "libs/async/testing/poll_await.h"
 #include "services/scheduler/episode/episode_driver.h"
 #include "services/scheduler/remote/warm_pool.h"
 #include "services/scheduler/table/submission.h"
 #include "services/scheduler/testing/fake_host.h"
 #include "services/scheduler/testing/fake_limiter.h"
 #include "services/scheduler/testing/fake_proxy.h"
-#include "libs/async/testing/poll_await.h"
 #include "services/scheduler/tests/episode_table_fixture.h"
 
 namespace corral::scheduler {

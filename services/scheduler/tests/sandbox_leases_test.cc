@@ -12,10 +12,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/api/proto_time.h"
+#include "libs/async/testing/poll_await.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "services/scheduler/testing/fake_host.h"
-#include "libs/async/testing/poll_await.h"
 
 namespace corral::scheduler {
 namespace {
