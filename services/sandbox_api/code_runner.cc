@@ -13,9 +13,9 @@ namespace corral::sandbox_api {
 namespace {
 
 namespace asio = boost::asio;
-using scheduler::CallOptions;
-using scheduler::ExecOutcome;
-using scheduler::HostApi;
+using sandbox::CallOptions;
+using sandbox::ExecOutcome;
+using sandbox::HostApi;
 
 constexpr char kDir[] = "code";  // the code's directory, under the sandbox's home
 
@@ -64,7 +64,7 @@ CommandResult Error(std::string why) {
 
 // A command's outcome: Finished (with its code), TimeLimitExceeded, or Error (it could not run); nullopt when a
 // program it needs is missing (its shell printed the marker).
-std::optional<CommandResult> Outcome(const absl::StatusOr<ExecOutcome>& outcome, const std::string& what,
+std::optional<CommandResult> Outcome(const absl::StatusOr<sandbox::ExecOutcome>& outcome, const std::string& what,
                                      const std::string& marker) {
   if (!outcome.ok())
     return Error(absl::StrCat("exception on running command ", what, ": ", outcome.status().ToString()));
@@ -86,9 +86,9 @@ std::optional<CommandResult> Outcome(const absl::StatusOr<ExecOutcome>& outcome,
 
 }  // namespace
 
-asio::awaitable<std::string> RunCode(HostApi& host, std::string sandbox_id, RunCodeRequest request, absl::Time deadline,
-                                     std::string executor) {
-  const CallOptions options{nullptr, deadline};
+asio::awaitable<std::string> RunCode(sandbox::HostApi& host, std::string sandbox_id, RunCodeRequest request,
+                                     absl::Time deadline, std::string executor) {
+  const sandbox::CallOptions options{nullptr, deadline};
   const Toolchain* toolchain = ToolchainFor(request.language);
   if (toolchain == nullptr) co_return SandboxErrorAnswer(UnavailableMessage(request.language, nullptr), executor);
 

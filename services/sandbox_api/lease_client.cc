@@ -3,15 +3,15 @@
 #include <utility>
 
 #include "libs/api/proto_time.h"
+#include "libs/rpc/async_grpc.h"
 #include "libs/rpc/status_conversion.h"
-#include "services/scheduler/remote/async_grpc.h"
-#include "services/scheduler/remote/host_client.h"
+#include "services/sandbox_host/client/host_client.h"
 
 namespace corral::sandbox_api {
 
 namespace asio = boost::asio;
-using scheduler::AwaitGrpc;
-using scheduler::CallScope;
+using rpc::AwaitGrpc;
+using rpc::CallScope;
 
 LeaseClient::LeaseClient(std::shared_ptr<grpc::Channel> scheduler, std::string token, ChannelOptions channel,
                          Clock* clock)
@@ -22,7 +22,7 @@ LeaseClient::LeaseClient(std::shared_ptr<grpc::Channel> scheduler, std::string t
 
 asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::Lease(v1::LeaseSandboxRequest request,
                                                                      absl::Time deadline) {
-  CallScope scope(nullptr, deadline, token_);
+  rpc::CallScope scope(nullptr, deadline, token_);
   v1::SandboxLease response;
   grpc::Status s = co_await AwaitGrpc(
       [&](auto done) { stub_->async()->LeaseSandbox(scope.context(), &request, &response, std::move(done)); });
@@ -31,7 +31,7 @@ asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::Lease(v1::LeaseSa
 }
 
 asio::awaitable<absl::Status> LeaseClient::Release(std::string lease_id, std::string owner) {
-  CallScope scope(nullptr, clock_->Now() + absl::Seconds(90), token_);
+  rpc::CallScope scope(nullptr, clock_->Now() + absl::Seconds(90), token_);
   v1::ReleaseLeaseRequest request;
   request.set_lease_id(std::move(lease_id));
   request.set_owner(std::move(owner));
@@ -42,7 +42,7 @@ asio::awaitable<absl::Status> LeaseClient::Release(std::string lease_id, std::st
 }
 
 asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::Get(std::string lease_id, std::string owner) {
-  CallScope scope(nullptr, clock_->Now() + absl::Seconds(30), token_);
+  rpc::CallScope scope(nullptr, clock_->Now() + absl::Seconds(30), token_);
   v1::GetLeaseRequest request;
   request.set_lease_id(std::move(lease_id));
   request.set_owner(std::move(owner));
@@ -55,7 +55,7 @@ asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::Get(std::string l
 
 asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::Renew(std::string lease_id, std::string owner,
                                                                      absl::Duration ttl) {
-  CallScope scope(nullptr, clock_->Now() + absl::Seconds(30), token_);
+  rpc::CallScope scope(nullptr, clock_->Now() + absl::Seconds(30), token_);
   v1::RenewLeaseRequest request;
   request.set_lease_id(std::move(lease_id));
   request.set_owner(std::move(owner));
@@ -73,7 +73,7 @@ asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> LeaseClient::List
   request.set_owner(std::move(owner));
   request.set_page_size(1000);
   do {
-    CallScope scope(nullptr, clock_->Now() + absl::Seconds(30), token_);
+    rpc::CallScope scope(nullptr, clock_->Now() + absl::Seconds(30), token_);
     v1::ListLeasesResponse response;
     grpc::Status s = co_await AwaitGrpc(
         [&](auto done) { stub_->async()->ListLeases(scope.context(), &request, &response, std::move(done)); });
@@ -85,7 +85,7 @@ asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> LeaseClient::List
 }
 
 asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> LeaseClient::Fork(v1::ForkLeaseRequest request) {
-  CallScope scope(nullptr, clock_->Now() + absl::Seconds(90), token_);
+  rpc::CallScope scope(nullptr, clock_->Now() + absl::Seconds(90), token_);
   v1::ForkLeaseResponse response;
   grpc::Status s = co_await AwaitGrpc(
       [&](auto done) { stub_->async()->ForkLease(scope.context(), &request, &response, std::move(done)); });
@@ -93,7 +93,7 @@ asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> LeaseClient::Fork(v1::For
   co_return response;
 }
 
-absl::StatusOr<std::shared_ptr<scheduler::HostApi>> LeaseClient::Host(const v1::SandboxLease& lease) {
+absl::StatusOr<std::shared_ptr<sandbox::HostApi>> LeaseClient::Host(const v1::SandboxLease& lease) {
   std::shared_ptr<grpc::Channel> channel;
   {
     absl::MutexLock lock(&mu_);
@@ -108,8 +108,8 @@ absl::StatusOr<std::shared_ptr<scheduler::HostApi>> LeaseClient::Host(const v1::
     }
     channel = cached->second;
   }
-  return std::make_shared<scheduler::HostClient>(lease.host_address(), std::move(channel),
-                                                 lease.capability_token().empty() ? token_ : lease.capability_token());
+  return std::make_shared<sandbox::HostClient>(lease.host_address(), std::move(channel),
+                                               lease.capability_token().empty() ? token_ : lease.capability_token());
 }
 
 }  // namespace corral::sandbox_api

@@ -14,7 +14,7 @@
 #include "corral/v1/scheduler.grpc.pb.h"
 #include "libs/core/clock.h"
 #include "libs/rpc/channel.h"
-#include "services/scheduler/remote/host_api.h"
+#include "services/sandbox_host/client/host_api.h"
 
 namespace corral::sandbox_api {
 
@@ -32,7 +32,7 @@ class LeaseApi {
   virtual boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request) = 0;
   // The client of the lease's host, presenting the lease's capability token; an error when the lease's host
   // address or this replica's TLS settings make no channel.
-  virtual absl::StatusOr<std::shared_ptr<scheduler::HostApi>> Host(const v1::SandboxLease& lease) = 0;
+  virtual absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease& lease) = 0;
 };
 
 class LeaseClient final : public LeaseApi {
@@ -49,7 +49,7 @@ class LeaseClient final : public LeaseApi {
                                                                  absl::Duration ttl) override;
   boost::asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> List(std::string owner) override;
   boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request) override;
-  absl::StatusOr<std::shared_ptr<scheduler::HostApi>> Host(const v1::SandboxLease& lease) override;
+  absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease& lease) override;
 
  private:
   const std::unique_ptr<v1::Scheduler::Stub> stub_;

@@ -78,7 +78,7 @@ asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request) {
   }
   const absl::Time start = clock_->Now();
   const absl::Time wait_until = start + options_.wait;
-  scheduler::Permit permit;
+  ratelimiter::Permit permit;
   if (limiter_ != nullptr) {
     std::string limit = options_.limit, key = request.language;
     auto acquired = co_await limiter_->Acquire(std::move(limit), std::move(key), options_.wait, nullptr);
@@ -111,7 +111,7 @@ asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request) {
   if (!lease.ok()) co_return Unavailable(lease.status(), "no sandbox");
   if (metrics_ != nullptr) metrics_->lease_seconds.Observe(Seconds(clock_->Now() - permitted));
 
-  absl::StatusOr<std::shared_ptr<scheduler::HostApi>> host = leases_->Host(*lease);
+  absl::StatusOr<std::shared_ptr<sandbox::HostApi>> host = leases_->Host(*lease);
   std::string body;
   if (!host.ok()) {
     body = SandboxErrorAnswer(std::string(host.status().message()), options_.executor);

@@ -14,10 +14,10 @@
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
 #include "libs/core/clock.h"
+#include "services/ratelimiter/client/limiter_api.h"
 #include "services/sandbox_api/lease_client.h"
 #include "services/sandbox_api/metrics.h"
 #include "services/sandbox_api/run_code.h"
-#include "services/scheduler/remote/limiter_api.h"
 
 namespace corral::sandbox_api {
 
@@ -38,7 +38,7 @@ struct RunCodeOptions {
 class RunCodeService {
  public:
   // `limiter` and `metrics` may be null (no cluster limit; no metrics).
-  RunCodeService(LeaseApi* leases, scheduler::LimiterApi* limiter, Clock* clock, RunCodeOptions options,
+  RunCodeService(LeaseApi* leases, ratelimiter::LimiterApi* limiter, Clock* clock, RunCodeOptions options,
                  SandboxApiMetrics* metrics = nullptr)
       : leases_(leases), limiter_(limiter), clock_(clock), options_(std::move(options)), metrics_(metrics) {}
 
@@ -48,7 +48,7 @@ class RunCodeService {
   boost::asio::awaitable<HttpAnswer> Run(RunCodeRequest request);
 
   LeaseApi* const leases_;
-  scheduler::LimiterApi* const limiter_;
+  ratelimiter::LimiterApi* const limiter_;
   Clock* const clock_;
   const RunCodeOptions options_;
   SandboxApiMetrics* const metrics_;

@@ -45,7 +45,7 @@ SandboxApiRoot::SandboxApiRoot(Config config, Prepared p)
       metrics_(*runner_.registry()),
       leases_(std::move(p.scheduler), p.token, p.channel, &clock_),
       limiter_session_(std::move(p.limiter_session)),
-      limiter_(limiter_session_ ? std::make_unique<scheduler::LimiterClient>(limiter_session_.get()) : nullptr),
+      limiter_(limiter_session_ ? std::make_unique<ratelimiter::LimiterClient>(limiter_session_.get()) : nullptr),
       run_code_(&leases_, limiter_.get(), &clock_,
                 RunCodeOptions{.limit = config_.code_limit,
                                .wait = config_.wait,

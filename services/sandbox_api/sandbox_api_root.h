@@ -14,6 +14,7 @@
 #include "libs/core/clock.h"
 #include "libs/http/server.h"
 #include "libs/rpc/server_runner.h"
+#include "services/ratelimiter/client/limiter_client.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "services/sandbox_api/config.h"
 #include "services/sandbox_api/e2b/e2b_auth.h"
@@ -22,7 +23,6 @@
 #include "services/sandbox_api/lease_client.h"
 #include "services/sandbox_api/metrics.h"
 #include "services/sandbox_api/run_code_service.h"
-#include "services/scheduler/remote/limiter_client.h"
 
 namespace corral::sandbox_api {
 
@@ -43,7 +43,7 @@ class SandboxApiRoot {
   RealClock clock_;
   LeaseClient leases_;
   const std::unique_ptr<ratelimiter::RateLimitClient> limiter_session_;  // null without a ratelimiter
-  const std::unique_ptr<scheduler::LimiterClient> limiter_;
+  const std::unique_ptr<ratelimiter::LimiterClient> limiter_;
   RunCodeService run_code_;
   const E2bAuth e2b_auth_;
   E2bControlPlane e2b_;

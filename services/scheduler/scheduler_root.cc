@@ -151,7 +151,8 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
                                   .capacity = [this] { doorbell_.Ring(); }}),
       proxies_(std::move(p.proxies)),
       limiter_session_(std::move(p.limiter_session)),
-      limiter_(limiter_session_ != nullptr ? std::make_unique<LimiterClient>(limiter_session_.get()) : nullptr),
+      limiter_(limiter_session_ != nullptr ? std::make_unique<ratelimiter::LimiterClient>(limiter_session_.get())
+                                           : nullptr),
       envs_(&clock_),
       pool_(config_.warm_pool_size > 0
                 ? std::make_unique<WarmPool>(

@@ -23,6 +23,7 @@
 #include "libs/http/server.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/server_runner.h"
+#include "services/ratelimiter/client/limiter_client.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "services/scheduler/config.h"
 #include "services/scheduler/doorbell.h"
@@ -32,7 +33,6 @@
 #include "services/scheduler/metrics.h"
 #include "services/scheduler/policy_control.h"
 #include "services/scheduler/remote/host_registry.h"
-#include "services/scheduler/remote/limiter_client.h"
 #include "services/scheduler/remote/warm_pool.h"
 #include "services/scheduler/result_stream.h"
 #include "services/scheduler/scheduler.h"
@@ -78,7 +78,7 @@ class SchedulerRoot {
   HostRegistry hosts_;
   const std::vector<std::shared_ptr<ProxyApi>> proxies_;
   const std::unique_ptr<ratelimiter::RateLimitClient> limiter_session_;
-  const std::unique_ptr<LimiterClient> limiter_;  // null without a ratelimiter: no limits
+  const std::unique_ptr<ratelimiter::LimiterClient> limiter_;  // null without a ratelimiter: no limits
   PauseLedger pauses_;  // generation pauses (PolicyControl): not counted against episode and agent timeouts
   EnvBoard envs_;       // trainer-driven environment episodes (OpenEnvironment, StepEnvironment, CloseEnvironment)
   Occupancy occupancy_;

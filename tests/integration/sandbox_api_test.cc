@@ -4,7 +4,7 @@
 #include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "services/sandbox_api/code_runner.h"
-#include "services/scheduler/remote/host_client.h"
+#include "services/sandbox_host/client/host_client.h"
 #include "tests/integration/sandbox_host_fixture.h"
 #include "tests/support/io_thread.h"
 
@@ -22,7 +22,7 @@ class RunCodeInASandboxTest : public SandboxHostApiTest {
     auto created = Create(1);
     ASSERT_THAT(created, IsOk());
     sandbox_ = created->sandboxes(0).sandbox().sandbox_id();
-    host_ = std::make_unique<scheduler::HostClient>(service_->ready.grpc, *MakeChannel(service_->ready.grpc), token_);
+    host_ = std::make_unique<sandbox::HostClient>(service_->ready.grpc, *MakeChannel(service_->ready.grpc), token_);
   }
 
   // The answer to `body` (which must parse), as JSON.
@@ -37,7 +37,7 @@ class RunCodeInASandboxTest : public SandboxHostApiTest {
 
   testing::IoThread io_;
   std::string sandbox_;
-  std::unique_ptr<scheduler::HostClient> host_;
+  std::unique_ptr<sandbox::HostClient> host_;
 };
 
 TEST_F(RunCodeInASandboxTest, VerlsPythonPayloadReadsItsStdin) {

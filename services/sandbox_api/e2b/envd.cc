@@ -282,7 +282,7 @@ asio::awaitable<void> Envd::Start(Target t, json::object body, absl::Duration ti
   std::weak_ptr<EnvdProcesses> table = processes_;
   const std::string sandbox = t.lease.lease_id();
   std::weak_ptr<EnvdProcess> weak = process_state;
-  scheduler::ExecObserver observer{
+  sandbox::ExecObserver observer{
       .on_event =
           [weak, table, sandbox](const v1::ExecEvent& event) {
             auto p = weak.lock();

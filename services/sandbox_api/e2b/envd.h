@@ -56,7 +56,7 @@ class Envd {
  private:
   struct Target {
     v1::SandboxLease lease;
-    std::shared_ptr<scheduler::HostApi> host;
+    std::shared_ptr<sandbox::HostApi> host;
   };
   // The sandbox named by the request, its access token checked: from the lease looked up within the last 10 s,
   // or (`fresh`) asked of the scheduler now.

@@ -83,7 +83,7 @@ asio::awaitable<absl::StatusOr<json::object>> Envd::Filesystem(const std::string
   if (method == "filesystem.Filesystem/Remove") {
     auto p = HostPath(path);
     if (!p.ok()) co_return p.status();
-    scheduler::CallOptions options{.deadline = clock_->Now() + absl::Minutes(1)};
+    sandbox::CallOptions options{.deadline = clock_->Now() + absl::Minutes(1)};
     absl::Status s = co_await t.host->Remove(t.lease.sandbox_id(), *p, true, options);
     if (!s.ok()) co_return s;
     co_return json::object();
@@ -94,7 +94,7 @@ asio::awaitable<absl::StatusOr<json::object>> Envd::Filesystem(const std::string
 asio::awaitable<absl::StatusOr<json::object>> Envd::Stat(const Target& t, std::string path) {
   auto p = HostPath(path);
   if (!p.ok()) co_return p.status();
-  scheduler::CallOptions options{.deadline = clock_->Now() + absl::Seconds(30)};
+  sandbox::CallOptions options{.deadline = clock_->Now() + absl::Seconds(30)};
   auto info = co_await t.host->Stat(t.lease.sandbox_id(), *p, options);
   if (!info.ok()) co_return info.status();
   co_return json::object{{"entry", Entry(*info, *p)}};
@@ -107,7 +107,7 @@ asio::awaitable<absl::StatusOr<Envd::Walked>> Envd::Walk(const Target& t, std::s
   while (!dirs.empty()) {
     auto [dir, level] = dirs.back();
     dirs.pop_back();
-    scheduler::CallOptions options{.deadline = deadline};
+    sandbox::CallOptions options{.deadline = deadline};
     auto listed = co_await t.host->ListDir(t.lease.sandbox_id(), dir, options);
     if (!listed.ok()) {
       if (level == 1) co_return listed.status();
@@ -136,7 +136,7 @@ asio::awaitable<absl::StatusOr<json::object>> Envd::ListDir(const Target& t, std
 asio::awaitable<absl::StatusOr<json::object>> Envd::MakeDir(const Target& t, std::string path) {
   auto p = HostPath(path);
   if (!p.ok()) co_return p.status();
-  scheduler::CallOptions options{.deadline = clock_->Now() + absl::Seconds(30)};
+  sandbox::CallOptions options{.deadline = clock_->Now() + absl::Seconds(30)};
   auto existing = co_await t.host->Stat(t.lease.sandbox_id(), *p, options);
   if (existing.ok()) co_return absl::AlreadyExistsError(absl::StrCat("path '", *p, "' already exists"));
   if (existing.status().code() != absl::StatusCode::kNotFound) co_return existing.status();
@@ -148,7 +148,7 @@ asio::awaitable<absl::StatusOr<json::object>> Envd::Move(const Target& t, std::s
   auto source = HostPath(from);
   auto destination = HostPath(to);
   if (!source.ok() || !destination.ok()) co_return absl::InvalidArgumentError("source and destination are required");
-  scheduler::CallOptions options{.deadline = clock_->Now() + absl::Seconds(30)};
+  sandbox::CallOptions options{.deadline = clock_->Now() + absl::Seconds(30)};
   auto exists = co_await t.host->Stat(t.lease.sandbox_id(), *source, options);
   if (!exists.ok()) co_return exists.status();
   // A rename inside the sandbox, by the sandbox's own user: the host's path rules apply to the process.
@@ -238,7 +238,7 @@ asio::awaitable<void> Envd::Download(Target t, std::string path, http::Responder
     co_await ReplyError(responder, p.status(), 400);
     co_return;
   }
-  scheduler::CallOptions options{.deadline = clock_->Now() + absl::Minutes(5)};
+  sandbox::CallOptions options{.deadline = clock_->Now() + absl::Minutes(5)};
   auto data = co_await t.host->ReadFile(t.lease.sandbox_id(), *p, kMaxRead, options);
   if (!data.ok()) {
     co_await ReplyError(responder, data.status(), FilesStatus(data.status().code()));
@@ -288,7 +288,7 @@ asio::awaitable<void> Envd::Upload(Target t, std::string path, const http::Reque
     v1::InlineFile file;
     file.set_path(name);
     file.set_content(std::move(data));
-    scheduler::CallOptions options{.deadline = clock_->Now() + absl::Minutes(5)};
+    sandbox::CallOptions options{.deadline = clock_->Now() + absl::Minutes(5)};
     bad = co_await t.host->WriteFile(t.lease.sandbox_id(), file, options);
   }
   if (!bad.ok()) {

@@ -18,7 +18,7 @@
 #include "boost/asio/experimental/concurrent_channel.hpp"
 #include "boost/json/object.hpp"
 #include "prometheus/gauge.h"
-#include "services/scheduler/remote/host_api.h"
+#include "services/sandbox_host/client/host_api.h"
 
 namespace corral::sandbox_api {
 
@@ -46,8 +46,8 @@ class EnvdProcess {
   bool ended() const;
   const boost::json::object& config() const { return config_; }
   const std::string& tag() const { return tag_; }
-  void set_call(std::shared_ptr<scheduler::InteractiveProcess> call) { call_ = std::move(call); }
-  scheduler::InteractiveProcess* call() const { return call_.get(); }
+  void set_call(std::shared_ptr<sandbox::InteractiveProcess> call) { call_ = std::move(call); }
+  sandbox::InteractiveProcess* call() const { return call_.get(); }
 
  private:
   using Wake = boost::asio::experimental::concurrent_channel<void(boost::system::error_code)>;
@@ -55,7 +55,7 @@ class EnvdProcess {
 
   const boost::json::object config_;
   const std::string tag_;
-  std::shared_ptr<scheduler::InteractiveProcess> call_;  // set once, before the process is listed
+  std::shared_ptr<sandbox::InteractiveProcess> call_;  // set once, before the process is listed
   mutable absl::Mutex mu_;
   uint32_t pid_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<std::string> events_ ABSL_GUARDED_BY(mu_);

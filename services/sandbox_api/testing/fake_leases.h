@@ -13,13 +13,13 @@
 #include "absl/synchronization/mutex.h"
 #include "libs/api/proto_time.h"
 #include "services/sandbox_api/lease_client.h"
-#include "services/scheduler/testing/fake_host.h"
+#include "services/sandbox_host/client/testing/fake_host.h"
 
 namespace corral::sandbox_api::testing_support {
 
 class FakeLeases final : public LeaseApi {
  public:
-  explicit FakeLeases(std::shared_ptr<scheduler::testing_support::FakeHost> host) : host_(std::move(host)) {}
+  explicit FakeLeases(std::shared_ptr<sandbox::FakeHost> host) : host_(std::move(host)) {}
 
   boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Lease(v1::LeaseSandboxRequest request, absl::Time) override {
     {
@@ -93,7 +93,7 @@ class FakeLeases final : public LeaseApi {
     }
     co_return out;
   }
-  absl::StatusOr<std::shared_ptr<scheduler::HostApi>> Host(const v1::SandboxLease&) override {
+  absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease&) override {
     absl::MutexLock lock(&mu_);
     if (!unreachable_.ok()) return unreachable_;
     return host_;
@@ -120,7 +120,7 @@ class FakeLeases final : public LeaseApi {
  private:
   static absl::Status NotFound(const std::string& id) { return absl::NotFoundError(absl::StrCat("no lease ", id)); }
 
-  const std::shared_ptr<scheduler::testing_support::FakeHost> host_;
+  const std::shared_ptr<sandbox::FakeHost> host_;
   mutable absl::Mutex mu_;
   absl::Status refusal_ ABSL_GUARDED_BY(mu_);
   absl::Status unreachable_ ABSL_GUARDED_BY(mu_);

@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/fake_clock.h"
-#include "services/scheduler/testing/fake_host.h"
+#include "services/sandbox_host/client/testing/fake_host.h"
 #include "tests/support/io_thread.h"
 
 namespace corral::sandbox_api {
@@ -28,13 +28,13 @@ class CodeRunnerTest : public ::testing::Test {
 
   testing::IoThread io_;
   FakeClock clock_;
-  scheduler::testing_support::FakeHost host_{"host-a:1", &clock_};
+  sandbox::FakeHost host_{"host-a:1", &clock_};
 };
 
 TEST_F(CodeRunnerTest, TheCodeAndStdinGoToTheHostWithTheTimeoutAndTheStreamsComeBackApart) {
   const std::string id = Sandbox();
   host_.OnExec([](const std::string&, const v1::ExecRequest&) {
-    scheduler::ExecOutcome out;
+    sandbox::ExecOutcome out;
     out.exited = true;
     out.stdout_head = "42\n";
     out.stderr_head = "warning\n";
@@ -72,7 +72,7 @@ TEST_F(CodeRunnerTest, AHostThatFailsIsASandboxErrorSayingWhat) {
   const std::string id = Sandbox();
   // The code's own exit 127 with a made-up marker is the code's failure...
   host_.OnExec([](const std::string&, const v1::ExecRequest&) {
-    scheduler::ExecOutcome out;
+    sandbox::ExecOutcome out;
     out.exited = true;
     out.exit.set_exit_code(127);
     out.stderr_head = "corral-missing-0000000000000000:bash\n";
@@ -84,7 +84,7 @@ TEST_F(CodeRunnerTest, AHostThatFailsIsASandboxErrorSayingWhat) {
   host_.OnExec([](const std::string&, const v1::ExecRequest& request) {
     const std::string& script = request.command().argv(2);
     const size_t at = script.find("corral-missing-");
-    scheduler::ExecOutcome out;
+    sandbox::ExecOutcome out;
     out.exited = true;
     out.exit.set_exit_code(127);
     out.stderr_head = script.substr(at, script.find(':', at) + 1 - at) + "bash\n";

@@ -16,7 +16,7 @@ namespace corral::sandbox_api {
 namespace {
 
 namespace json = boost::json;
-using scheduler::testing_support::FakeHost;
+using sandbox::FakeHost;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -34,7 +34,7 @@ class E2bControlTest : public ::testing::Test {
 
   testing::IoThread io_;
   FakeClock clock_;
-  std::shared_ptr<FakeHost> host_ = std::make_shared<FakeHost>("host-a:1", &clock_);
+  std::shared_ptr<sandbox::FakeHost> host_ = std::make_shared<sandbox::FakeHost>("host-a:1", &clock_);
   FakeLeases leases_{host_};
   E2bAuth auth_{*TokenSigner::FromKey(std::string(32, 'k'))};
   std::vector<std::string> killed_;  // what the in-sandbox API was told to forget

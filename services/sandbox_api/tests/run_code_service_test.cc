@@ -10,16 +10,16 @@
 #include "gtest/gtest.h"
 #include "libs/async/testing/poll_await.h"
 #include "libs/core/testing/fake_clock.h"
+#include "services/ratelimiter/client/testing/fake_limiter.h"
 #include "services/sandbox_api/testing/fake_leases.h"
-#include "services/scheduler/testing/fake_host.h"
-#include "services/scheduler/testing/fake_limiter.h"
+#include "services/sandbox_host/client/testing/fake_host.h"
 
 namespace corral::sandbox_api {
 namespace {
 
 namespace asio = boost::asio;
 namespace json = boost::json;
-using scheduler::testing_support::FakeHost;
+using sandbox::FakeHost;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -30,7 +30,7 @@ class RunCodeServiceTest : public ::testing::Test {
  protected:
   RunCodeServiceTest() {
     host_->OnExec([](const std::string&, const v1::ExecRequest&) {
-      scheduler::ExecOutcome out;
+      sandbox::ExecOutcome out;
       out.exited = true;
       out.stdout_head = "1\n";
       return out;
@@ -49,9 +49,9 @@ class RunCodeServiceTest : public ::testing::Test {
 
   asio::io_context io_;
   FakeClock clock_;
-  std::shared_ptr<FakeHost> host_ = std::make_shared<FakeHost>("host-a:1", &clock_);
+  std::shared_ptr<sandbox::FakeHost> host_ = std::make_shared<sandbox::FakeHost>("host-a:1", &clock_);
   FakeLeases leases_{host_};
-  scheduler::testing_support::FakeLimiter limiter_;
+  ratelimiter::FakeLimiter limiter_;
   RunCodeService service_{&leases_, &limiter_, &clock_,
                           RunCodeOptions{.limit = "code_exec", .image = "base:1", .images = {{"cpp", "gcc:12"}}}};
 };

@@ -13,16 +13,16 @@
 #include "boost/json/array.hpp"
 #include "corral/v1/scheduler.pb.h"
 #include "libs/core/clock.h"
+#include "services/ratelimiter/client/limiter_api.h"
+#include "services/sandbox_host/client/host_api.h"
+#include "services/sandbox_host/client/output_tail.h"
 #include "services/scheduler/episode/branch_state.h"
 #include "services/scheduler/episode/episode_outcome.h"
 #include "services/scheduler/episode/mcp_state.h"
 #include "services/scheduler/episode/pause_ledger.h"
 #include "services/scheduler/episode/resident_registry.h"
 #include "services/scheduler/episode/runner_options.h"
-#include "services/scheduler/remote/host_api.h"
 #include "services/scheduler/remote/host_registry.h"
-#include "services/scheduler/remote/limiter_api.h"
-#include "services/scheduler/remote/output_tail.h"
 #include "services/scheduler/remote/proxy_api.h"
 #include "services/scheduler/table/episode_table.h"
 
@@ -35,7 +35,7 @@ struct Attempt {
   const v1::Task& task() const { return *ticket.task; }
   RunControl* control() const { return ticket.control.get(); }
   const RunnerOptions* options = nullptr;
-  LimiterApi* limiter = nullptr;  // null: no limits
+  ratelimiter::LimiterApi* limiter = nullptr;  // null: no limits
   Clock* clock = nullptr;
 
   // Generation pauses (PauseGeneration): not counted against the episode and agent timeouts. Null: none.
@@ -77,8 +77,8 @@ struct Attempt {
   // MCP tool servers (Task.mcp_servers).
   McpState mcp;
 
-  std::string final_message;  // the last assistant message's text (single_turn, tool_loop)
-  OutputTail output{4096};    // agent output, or the tool outputs (tool_loop)
+  std::string final_message;         // the last assistant message's text (single_turn, tool_loop)
+  sandbox::OutputTail output{4096};  // agent output, or the tool outputs (tool_loop)
   absl::Duration tools_time;
 
   // A phase's deadline: now + `timeout` (the task's, else the default), capped by the episode deadline.
@@ -93,7 +93,7 @@ struct Attempt {
   // The agent phase's timeout after it began, later by the pauses since, capped by EpisodeDeadline().
   absl::Time AgentDeadline() const;
   absl::Duration Timeout(const google::protobuf::Duration& task_timeout, absl::Duration fallback) const;
-  CallOptions Call(absl::Time deadline) const { return CallOptions{control(), deadline}; }
+  sandbox::CallOptions Call(absl::Time deadline) const { return sandbox::CallOptions{control(), deadline}; }
   // A failure from a call's status: DEADLINE_EXCEEDED becomes TIMEOUT in `phase` (EPISODE or DEADLINE when the
   // episode deadline passed), UNAVAILABLE and CANCELLED are infra, anything else `failure_class`.
   Failure FromStatus(const absl::Status& s, v1::EpisodePhase phase, v1::FailureClass failure_class,

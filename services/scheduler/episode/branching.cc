@@ -37,7 +37,7 @@ asio::awaitable<void> Split(Attempt& a, size_t level, const boost::json::array& 
     (*request.mutable_labels())["corral.branch_of"] = a.ticket.ids.episode_id();
     ToProto(kForkWait, request.mutable_wait_timeout());
     const absl::Time deadline = std::min(a.clock->Now() + kForkWait + absl::Seconds(30), a.EpisodeDeadline());
-    auto out = co_await a.slot->client->Fork(std::move(request), CallOptions{nullptr, deadline});
+    auto out = co_await a.slot->client->Fork(std::move(request), sandbox::CallOptions{nullptr, deadline});
     if (out.ok()) {
       forked = *std::move(out);
     } else {

@@ -27,13 +27,13 @@ asio::awaitable<std::variant<json::object, Failure>> Exchange(Attempt& a, const 
     co_return Out(
         EnvironmentFailure(v1::FAILURE_CLASS_INFRA, absl::StrCat(what, ": the environment server is not running")));
   }
-  std::shared_ptr<InteractiveProcess> relay = found->process;
+  std::shared_ptr<sandbox::InteractiveProcess> relay = found->process;
   const std::string marker = found->marker;
-  ScopedInterrupt interrupt(a.control(), [relay] { relay->Stop(); });
+  async::ScopedInterrupt interrupt(a.control(), [relay] { relay->Stop(); });
   relay->Write(json::serialize(request) + "\n");
   // The relay gives up at `timeout` itself; the slack lets it say so.
   const absl::Time deadline = std::min(a.clock->Now() + timeout + absl::Seconds(5), a.EpisodeDeadline());
-  InteractiveProcess::Output out = co_await relay->ReadUntil(marker, deadline);
+  sandbox::InteractiveProcess::Output out = co_await relay->ReadUntil(marker, deadline);
   if (a.control()->stopped()) {
     co_return Out(StoppedFailure(a, v1::EPISODE_PHASE_ENVIRONMENT, what));
   }

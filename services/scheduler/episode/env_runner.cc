@@ -154,7 +154,7 @@ asio::awaitable<std::optional<Failure>> DriveForTrainer(Attempt& a, const v1::En
     co_return Failure{v1::EPISODE_STATUS_CANCELLED, v1::FAILURE_CLASS_UNSPECIFIED, v1::EPISODE_PHASE_AGENT,
                       "the trainer stopped waiting before the environment was reset"};
   }
-  ScopedInterrupt interrupt(a.control(), [commands] { commands->close(); });
+  async::ScopedInterrupt interrupt(a.control(), [commands] { commands->close(); });
   std::vector<double> step_rewards;
   int64_t turn = 0;
   while (true) {

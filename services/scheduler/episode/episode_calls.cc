@@ -43,9 +43,9 @@ asio::awaitable<void> StopAtAgentDeadline(const Attempt& a) {
   a.control()->Stop(StopReason::kTimeout, "");
 }
 
-asio::awaitable<absl::StatusOr<Permit>> TakePermit(Attempt& a, const std::string& limit, const std::string& key,
-                                                   absl::Duration wait) {
-  if (a.limiter == nullptr || limit.empty()) co_return Permit();
+asio::awaitable<absl::StatusOr<ratelimiter::Permit>> TakePermit(Attempt& a, const std::string& limit,
+                                                                const std::string& key, absl::Duration wait) {
+  if (a.limiter == nullptr || limit.empty()) co_return ratelimiter::Permit();
   co_return co_await a.limiter->Acquire(limit, key, wait, a.control());
 }
 
@@ -59,7 +59,7 @@ asio::awaitable<ChatOutcome> Chat(Attempt& a, const json::array& messages, const
   // thread-safe, and holds the stop if it comes before the wait starts.
   auto executor = co_await asio::this_coro::executor;
   auto stopped = std::make_shared<StopChannel>(executor, 1);
-  ScopedInterrupt interrupt(a.control(), [stopped] { stopped->try_send(boost::system::error_code()); });
+  async::ScopedInterrupt interrupt(a.control(), [stopped] { stopped->try_send(boost::system::error_code()); });
   // The LLM limit's permit is held for exactly the call (queueing for it counts against the call's timeout).
   const std::string model = ModelOf(a).empty() ? "default" : ModelOf(a);  // no model: the proxy's alias decides
   auto permit = co_await TakePermit(a, a.options->llm_limit, model, timeout);
@@ -129,8 +129,9 @@ void SetReward(Attempt& a, const RewardOutcome& r) {
   a.result.set_reward_details_json(r.details_json);
 }
 
-asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command command, std::string stdin_data,
-                                                  absl::Duration timeout, size_t output_limit, bool host_keeps_time) {
+asio::awaitable<absl::StatusOr<sandbox::ExecOutcome>> Exec(Attempt& a, v1::Command command, std::string stdin_data,
+                                                           absl::Duration timeout, size_t output_limit,
+                                                           bool host_keeps_time) {
   v1::ExecRequest request;
   request.set_sandbox_id(a.sandbox_id);
   *request.mutable_command() = std::move(command);

@@ -34,15 +34,15 @@ std::string ModelOf(const Attempt& a);
 
 // A permit of `limit` (the tool limit for one execution, the LLM limit for one call), or an empty one when there
 // is no limiter or no such limit is configured. A stop withdraws the request.
-boost::asio::awaitable<absl::StatusOr<Permit>> TakePermit(Attempt& a, const std::string& limit, const std::string& key,
-                                                          absl::Duration wait);
+boost::asio::awaitable<absl::StatusOr<ratelimiter::Permit>> TakePermit(Attempt& a, const std::string& limit,
+                                                                       const std::string& key, absl::Duration wait);
 
 // Runs `command` to its exit in the episode's sandbox (its cwd defaults to the attempt's workdir). With
 // `host_keeps_time` false the host only gets its ceiling as the timeout and the call no deadline: the caller
 // keeps the time (in generation time).
-boost::asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(Attempt& a, v1::Command command, std::string stdin_data,
-                                                         absl::Duration timeout, size_t output_limit,
-                                                         bool host_keeps_time = true);
+boost::asio::awaitable<absl::StatusOr<sandbox::ExecOutcome>> Exec(Attempt& a, v1::Command command,
+                                                                  std::string stdin_data, absl::Duration timeout,
+                                                                  size_t output_limit, bool host_keeps_time = true);
 // Uploads `files` into the sandbox before `deadline`; a failure is infra in `phase`.
 boost::asio::awaitable<std::optional<Failure>> Upload(Attempt& a, const std::vector<v1::InlineFile>& files,
                                                       absl::Time deadline, v1::EpisodePhase phase);

@@ -44,12 +44,12 @@ struct DriverParts {
   HostRegistry* hosts = nullptr;
   std::vector<std::shared_ptr<ProxyApi>> proxies;  // at least one
   Occupancy* occupancy = nullptr;
-  LimiterApi* limiter = nullptr;        // optional: no limits
-  EpisodeObserver* metrics = nullptr;   // optional
-  WarmPool* pool = nullptr;             // optional: every sandbox is created inline
-  const PauseLedger* pauses = nullptr;  // optional: generation pauses, not counted against timeouts
-  EnvBoard* envs = nullptr;             // optional: trainer-driven environment episodes (none can open without)
-  std::function<void()> on_finished;    // optional: an attempt ended (room for the next: the dispatcher's wake-up)
+  ratelimiter::LimiterApi* limiter = nullptr;  // optional: no limits
+  EpisodeObserver* metrics = nullptr;          // optional
+  WarmPool* pool = nullptr;                    // optional: every sandbox is created inline
+  const PauseLedger* pauses = nullptr;         // optional: generation pauses, not counted against timeouts
+  EnvBoard* envs = nullptr;                    // optional: trainer-driven environment episodes (none can open without)
+  std::function<void()> on_finished;  // optional: an attempt ended (room for the next: the dispatcher's wake-up)
 };
 
 class EpisodeDriver : public ChildStarter {

@@ -49,10 +49,10 @@ struct RpcAnswer {
   std::string noise;  // what came that was not JSON-RPC (for the error message)
 };
 
-asio::awaitable<RpcAnswer> ReadAnswer(InteractiveProcess& p, int64_t id, absl::Time deadline) {
+asio::awaitable<RpcAnswer> ReadAnswer(sandbox::InteractiveProcess& p, int64_t id, absl::Time deadline) {
   RpcAnswer out;
   while (true) {
-    InteractiveProcess::Output line = co_await p.ReadUntil("\n", deadline);
+    sandbox::InteractiveProcess::Output line = co_await p.ReadUntil("\n", deadline);
     if (!line.marked) {
       out.ended = line.ended;
       if (out.noise.empty()) out.noise = line.text.substr(0, 300);
@@ -88,8 +88,8 @@ asio::awaitable<RpcAnswer> ReadAnswer(InteractiveProcess& p, int64_t id, absl::T
 }
 
 // Sends request `method` and waits for its answer.
-asio::awaitable<RpcAnswer> Request(Attempt& a, InteractiveProcess& p, const std::string& method, json::object params,
-                                   absl::Time deadline) {
+asio::awaitable<RpcAnswer> Request(Attempt& a, sandbox::InteractiveProcess& p, const std::string& method,
+                                   json::object params, absl::Time deadline) {
   const int64_t id = a.mcp.next_id++;
   json::object request;
   request["jsonrpc"] = "2.0";
@@ -112,9 +112,9 @@ std::string ErrorText(const json::object& answer) {
 }
 
 // Starts server `spec` and runs the initialize handshake: the process, or a failure naming what went wrong.
-asio::awaitable<std::variant<std::shared_ptr<InteractiveProcess>, Failure>> StartServer(Attempt& a,
-                                                                                        const v1::McpServerSpec& spec) {
-  using Out = std::variant<std::shared_ptr<InteractiveProcess>, Failure>;
+asio::awaitable<std::variant<std::shared_ptr<sandbox::InteractiveProcess>, Failure>> StartServer(
+    Attempt& a, const v1::McpServerSpec& spec) {
+  using Out = std::variant<std::shared_ptr<sandbox::InteractiveProcess>, Failure>;
   const std::string what = absl::StrCat("MCP server '", spec.name(), "'");
   const absl::Time deadline = std::min(a.clock->Now() + kStartTimeout, a.EpisodeDeadline());
   ResidentSpec start;
@@ -133,8 +133,8 @@ asio::awaitable<std::variant<std::shared_ptr<InteractiveProcess>, Failure>> Star
   const std::string log = a.InSandbox(start.stderr_log);
   auto started = co_await StartResident(a, start);
   if (auto* f = std::get_if<Failure>(&started)) co_return Out(*f);
-  std::shared_ptr<InteractiveProcess> p = std::get<ResidentProcesses::Entry>(std::move(started)).process;
-  ScopedInterrupt interrupt(a.control(), [p] { p->Stop(); });
+  std::shared_ptr<sandbox::InteractiveProcess> p = std::get<ResidentProcesses::Entry>(std::move(started)).process;
+  async::ScopedInterrupt interrupt(a.control(), [p] { p->Stop(); });
   json::object params;
   params["protocolVersion"] = kProtocolVersion;
   params["capabilities"] = json::object();
@@ -174,7 +174,7 @@ asio::awaitable<std::optional<Failure>> StartMcpServers(Attempt& a, json::array&
   for (const v1::McpServerSpec& spec : a.task().mcp_servers()) {
     auto started = co_await StartServer(a, spec);
     if (auto* f = std::get_if<Failure>(&started)) co_return *f;
-    std::shared_ptr<InteractiveProcess> p = std::get<0>(std::move(started));
+    std::shared_ptr<sandbox::InteractiveProcess> p = std::get<0>(std::move(started));
     const std::string what = absl::StrCat("MCP server '", spec.name(), "': tools/list");
     const absl::Time deadline = std::min(a.clock->Now() + kStartTimeout, a.EpisodeDeadline());
     std::string cursor;
@@ -241,7 +241,7 @@ asio::awaitable<std::variant<std::string, Failure>> CallMcpTool(Attempt& a, cons
     co_return Out(a.FromStatus(permit.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "permit for mcp"));
   }
   const absl::Time started = a.clock->Now();
-  std::shared_ptr<InteractiveProcess> p;
+  std::shared_ptr<sandbox::InteractiveProcess> p;
   if (const ResidentProcesses::Entry* found = a.residents.Find(Key(target.server)); found != nullptr) {
     p = found->process;
   } else {  // it exited after an earlier call: a new one
@@ -252,7 +252,7 @@ asio::awaitable<std::variant<std::string, Failure>> CallMcpTool(Attempt& a, cons
     }
     p = std::get<0>(std::move(restarted));
   }
-  ScopedInterrupt interrupt(a.control(), [p] { p->Stop(); });
+  async::ScopedInterrupt interrupt(a.control(), [p] { p->Stop(); });
   const int64_t id = a.mcp.next_id;
   json::object params;
   params["name"] = target.tool;
@@ -303,7 +303,7 @@ asio::awaitable<std::variant<std::string, Failure>> CallMcpTool(Attempt& a, cons
       }
     }
   }
-  OutputTail tail(limit);
+  sandbox::OutputTail tail(limit);
   tail.Append(text);
   a.output.Append(text.size() > 1024 ? text.substr(text.size() - 1024) : text);
   co_return Out(is_error ? absl::StrCat("error: ", tail.Text()) : tail.Text());

@@ -40,19 +40,19 @@ asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, co
     if (auto* f = std::get_if<Failure>(&started)) co_return Out(*f);
     session = std::get<ResidentProcesses::Entry>(std::move(started));
   }
-  std::shared_ptr<InteractiveProcess> process = session.process;
+  std::shared_ptr<sandbox::InteractiveProcess> process = session.process;
   const std::string marker = session.marker;
-  ScopedInterrupt interrupt(a.control(), [process] { process->Stop(); });
+  async::ScopedInterrupt interrupt(a.control(), [process] { process->Stop(); });
   std::string input = code;
   input.erase(std::remove(input.begin(), input.end(), '\0'), input.end());
   process->Write(input + std::string(1, '\0'));
-  InteractiveProcess::Output out = co_await process->ReadUntil(marker, a.clock->Now() + timeout);
+  sandbox::InteractiveProcess::Output out = co_await process->ReadUntil(marker, a.clock->Now() + timeout);
   std::string text = out.text;
   std::string note;
   bool replace = false;
   if (!out.marked && !out.ended) {
     process->Signal(2);  // SIGINT: the call's command, not the session
-    InteractiveProcess::Output rest = co_await process->ReadUntil(marker, a.clock->Now() + absl::Seconds(5));
+    sandbox::InteractiveProcess::Output rest = co_await process->ReadUntil(marker, a.clock->Now() + absl::Seconds(5));
     text += rest.text;
     if (rest.marked) {
       note = absl::StrCat("\n[the call timed out after ", absl::FormatDuration(timeout), " and was interrupted]");
@@ -82,7 +82,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, co
   }
   while (!text.empty() && text.back() == '\n') text.pop_back();
   if (!text.empty() && text.front() == '\n') text.erase(0, 1);
-  OutputTail tail(limit);
+  sandbox::OutputTail tail(limit);
   tail.Append(text);
   a.output.Append(text.size() > 1024 ? text.substr(text.size() - 1024) : text);
   co_return Out(tail.Text() + note);

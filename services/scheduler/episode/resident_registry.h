@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "services/scheduler/remote/host_api.h"
+#include "services/sandbox_host/client/host_api.h"
 
 namespace corral::scheduler {
 
@@ -17,7 +17,7 @@ namespace corral::scheduler {
 class ResidentProcesses {
  public:
   struct Entry {
-    std::shared_ptr<InteractiveProcess> process;
+    std::shared_ptr<sandbox::InteractiveProcess> process;
     std::string marker;  // what the process prints after each answer ("\n" for a line protocol)
   };
   // The process under `key`, or nullptr.

@@ -45,7 +45,7 @@ std::vector<std::string> Interpreter(const std::string& language) {
   return {language, "-c"};
 }
 
-std::string ExitNote(const ExecOutcome& out, absl::Duration timeout) {
+std::string ExitNote(const sandbox::ExecOutcome& out, absl::Duration timeout) {
   if (out.exit.timed_out()) {
     return absl::StrCat("\n[the command timed out after ", absl::FormatDuration(timeout), " and was killed]");
   }
@@ -112,7 +112,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
         co_return Out(absl::StrCat("error: ", data.status().message()));
       }
       if (!data->has_value()) co_return Out(absl::StrCat("error: no such file: ", path));
-      OutputTail text(limit);
+      sandbox::OutputTail text(limit);
       text.Append(**data);
       co_return Out(text.Text());
     }
@@ -245,7 +245,7 @@ asio::awaitable<std::optional<Failure>> RunAgent(Attempt& a) {
     env["CORRAL_MCP_CONFIG"] = a.InSandbox(".corral/mcp.json");
   }
   const absl::Time started = a.clock->Now();
-  absl::StatusOr<ExecOutcome> out;
+  absl::StatusOr<sandbox::ExecOutcome> out;
   if (a.pauses == nullptr) {
     out = co_await Exec(a, std::move(command), "", timeout, 4096);
   } else {

@@ -64,7 +64,7 @@ asio::awaitable<std::variant<Placement, PlaceFailure>> SandboxPlacer::Place(Plac
       const absl::Time started = clock_->Now();
       auto pulled = co_await slot->client->PullImage(
           env.image(),
-          CallOptions{r.control, std::min(started + r.setup_timeout + absl::Seconds(10), r.hard_deadline)});
+          sandbox::CallOptions{r.control, std::min(started + r.setup_timeout + absl::Seconds(10), r.hard_deadline)});
       setup_time += clock_->Now() - started;
       if (!pulled.ok()) {
         hosts_->Release(address);
@@ -78,7 +78,8 @@ asio::awaitable<std::variant<Placement, PlaceFailure>> SandboxPlacer::Place(Plac
       const absl::Time started = clock_->Now();
       const absl::Time deadline = std::min(started + r.setup_timeout + absl::Seconds(10), r.hard_deadline);
       const std::string key = prepare.key();
-      auto built = co_await slot->client->PrepareTemplate(std::move(prepare), CallOptions{r.control, deadline});
+      auto built =
+          co_await slot->client->PrepareTemplate(std::move(prepare), sandbox::CallOptions{r.control, deadline});
       setup_time += clock_->Now() - started;
       if (!built.ok()) {
         hosts_->Release(address);
@@ -89,7 +90,7 @@ asio::awaitable<std::variant<Placement, PlaceFailure>> SandboxPlacer::Place(Plac
     }
     // Not cut by a stop (cancel, timeout): a create the host carried out would leave a sandbox nobody knows.
     // Created, it is the caller's, and a stop then deletes it like any other (bounded by the deadline).
-    auto created = co_await slot->client->Create(spec, CallOptions{nullptr, r.acquire_deadline + setup_time});
+    auto created = co_await slot->client->Create(spec, sandbox::CallOptions{nullptr, r.acquire_deadline + setup_time});
     if (created.ok()) {
       hosts_->Own(address, created->sandbox().sandbox_id());
       co_return Placement{*std::move(slot), *std::move(created), false, setup_time};

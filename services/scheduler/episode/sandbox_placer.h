@@ -17,6 +17,7 @@
 #include "services/scheduler/episode/sandbox_request.h"
 #include "services/scheduler/remote/host_registry.h"
 #include "services/scheduler/remote/warm_pool.h"
+#include "services/scheduler/table/run_control.h"
 
 namespace corral::scheduler {
 

@@ -100,7 +100,7 @@ asio::awaitable<absl::StatusOr<std::string>> ForkForVerifier(Attempt& a, absl::T
   request.set_count(1);
   (*request.mutable_labels())["corral.verifier_of"] = a.ticket.ids.episode_id();
   ToProto(absl::Seconds(10), request.mutable_wait_timeout());
-  auto out = co_await a.slot->client->Fork(std::move(request), CallOptions{nullptr, deadline});
+  auto out = co_await a.slot->client->Fork(std::move(request), sandbox::CallOptions{nullptr, deadline});
   if (!out.ok()) co_return out.status();
   if (out->sandboxes_size() == 0) {
     co_return absl::ResourceExhaustedError(

@@ -196,14 +196,14 @@ asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> SandboxLeases::Fork(v1::F
     if (!found.ok()) co_return found.status();
     parent = *std::move(found);
   }
-  std::shared_ptr<HostApi> client = hosts_->Client(parent.host_address());
+  std::shared_ptr<sandbox::HostApi> client = hosts_->Client(parent.host_address());
   if (client == nullptr) {
     co_return absl::UnavailableError(absl::StrCat("host ", parent.host_address(), " is not known (yet)"));
   }
   v1::ForkSandboxRequest fork;
   fork.set_sandbox_id(parent.sandbox_id());
   fork.set_count(request.count());
-  const CallOptions call{nullptr, clock_->Now() + absl::Seconds(60)};
+  const sandbox::CallOptions call{nullptr, clock_->Now() + absl::Seconds(60)};
   auto forked = co_await client->Fork(std::move(fork), call);
   if (!forked.ok()) {
     co_return absl::Status(forked.status().code(),
@@ -312,7 +312,7 @@ asio::awaitable<absl::Status> SandboxLeases::Save(v1::SandboxLease lease) {
 asio::awaitable<absl::Status> SandboxLeases::Retire(v1::SandboxLease lease) {
   const std::string& address = lease.host_address();
   absl::Status s = absl::OkStatus();
-  if (std::shared_ptr<HostApi> client = hosts_->Client(address)) {
+  if (std::shared_ptr<sandbox::HostApi> client = hosts_->Client(address)) {
     s = co_await client->Delete(lease.sandbox_id(), absl::Seconds(60));
     if (s.code() == absl::StatusCode::kNotFound) s = absl::OkStatus();
     if (!s.ok()) {

@@ -13,7 +13,7 @@
 #include "libs/core/host_port.h"
 #include "libs/core/logging.h"
 #include "libs/http/server.h"
-#include "services/scheduler/remote/host_client.h"
+#include "services/sandbox_host/client/host_client.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::scheduler {
@@ -29,11 +29,11 @@ HostRegistry::HostRegistry(RegistryOptions options, std::vector<std::string> sta
 
 void HostRegistry::Add(const std::string& address, v1::HostSource source) {
   if (hosts_.count(address)) return;
-  absl::StatusOr<std::shared_ptr<HostApi>> client;
+  absl::StatusOr<std::shared_ptr<sandbox::HostApi>> client;
   if (connect_) {
     client = connect_(address);
   } else if (auto channel = MakeChannel(address, options_.channel); channel.ok()) {
-    client = std::make_shared<HostClient>(address, *channel, options_.token);
+    client = std::make_shared<sandbox::HostClient>(address, *channel, options_.token);
   } else {
     client = channel.status();
   }
@@ -113,7 +113,7 @@ asio::awaitable<void> HostRegistry::ResolveDns() {
 }
 
 asio::awaitable<void> HostRegistry::Poll(std::string address) {
-  std::shared_ptr<HostApi> client;
+  std::shared_ptr<sandbox::HostApi> client;
   {
     absl::MutexLock lock(&mu_);
     auto it = hosts_.find(address);
@@ -163,7 +163,7 @@ asio::awaitable<void> HostRegistry::Poll(std::string address) {
   if (capacity && events_.capacity) events_.capacity();
 }
 
-asio::awaitable<void> HostRegistry::Sweep(std::shared_ptr<HostApi> client) {
+asio::awaitable<void> HostRegistry::Sweep(std::shared_ptr<sandbox::HostApi> client) {
   v1::ListSandboxesRequest request;
   (*request.mutable_label_selector())[kSchedulerLabel] = options_.scheduler_id;
   request.set_page_size(1000);
@@ -307,7 +307,7 @@ void HostRegistry::Own(const std::string& address, const std::string& sandbox_id
   }
 }
 
-std::shared_ptr<HostApi> HostRegistry::Client(const std::string& address) const {
+std::shared_ptr<sandbox::HostApi> HostRegistry::Client(const std::string& address) const {
   absl::MutexLock lock(&mu_);
   auto it = hosts_.find(address);
   return it == hosts_.end() ? nullptr : it->second.client;

@@ -20,7 +20,7 @@
 #include "corral/v1/scheduler.pb.h"
 #include "libs/core/clock.h"
 #include "libs/rpc/channel.h"
-#include "services/scheduler/remote/host_api.h"
+#include "services/sandbox_host/client/host_api.h"
 #include "services/scheduler/remote/placement.h"
 
 namespace corral::scheduler {
@@ -37,15 +37,15 @@ struct RegistryOptions {
 
 // A reserved slot on a host: the client to use, released when the sandbox is gone.
 struct Slot {
-  std::shared_ptr<HostApi> client;
+  std::shared_ptr<sandbox::HostApi> client;
   std::string host_id;
   absl::Duration max_exec_timeout = absl::Hours(1);  // the host's ceiling on Command.timeout
 };
 
 class HostRegistry {
  public:
-  // Connects to a host by address (the default: HostClient over a gRPC channel made from the options).
-  using Connector = std::function<absl::StatusOr<std::shared_ptr<HostApi>>(const std::string& address)>;
+  // Connects to a host by address (the default: sandbox::HostClient over a gRPC channel made from the options).
+  using Connector = std::function<absl::StatusOr<std::shared_ptr<sandbox::HostApi>>(const std::string& address)>;
   // What the registry tells the rest of the scheduler (either may be empty).
   struct Events {
     std::function<void(const std::string& address)> lost;  // a host was declared lost
@@ -76,7 +76,7 @@ class HostRegistry {
   void Own(const std::string& address, const std::string& sandbox_id);
   void Disown(const std::string& address, const std::string& sandbox_id);
   // The client of a known host; null when `address` is not known (yet).
-  std::shared_ptr<HostApi> Client(const std::string& address) const;
+  std::shared_ptr<sandbox::HostApi> Client(const std::string& address) const;
   bool HasTemplate(const std::string& address, const std::string& key) const;
   void MarkTemplate(const std::string& address, const std::string& key);
   // Whether the host holds `image` (its last HostInfo listed it, or this scheduler had it pulled there since).
@@ -100,7 +100,7 @@ class HostRegistry {
 
  private:
   struct Entry {
-    std::shared_ptr<HostApi> client;
+    std::shared_ptr<sandbox::HostApi> client;
     v1::HostSource source = v1::HOST_SOURCE_STATIC;
     v1::HostState state = v1::HOST_STATE_UNSPECIFIED;
     v1::HostInfoResponse info;
@@ -118,7 +118,7 @@ class HostRegistry {
 
   void Add(const std::string& address, v1::HostSource source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   boost::asio::awaitable<void> Poll(std::string address);
-  boost::asio::awaitable<void> Sweep(std::shared_ptr<HostApi> client);
+  boost::asio::awaitable<void> Sweep(std::shared_ptr<sandbox::HostApi> client);
   boost::asio::awaitable<void> ResolveDns();
 
   const RegistryOptions options_;

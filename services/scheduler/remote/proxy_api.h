@@ -11,7 +11,7 @@
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
 #include "corral/v1/proxy.pb.h"
-#include "services/scheduler/remote/host_api.h"
+#include "services/sandbox_host/client/host_api.h"
 
 namespace corral::scheduler {
 
@@ -34,7 +34,7 @@ class ProxyApi {
   virtual const std::string& address() const = 0;
 
   virtual boost::asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> Open(v1::OpenSessionRequest request,
-                                                                               CallOptions options) = 0;
+                                                                               sandbox::CallOptions options) = 0;
   // Closes the session (idempotent) and returns its trajectory in the CALLS form plus the TRAJECTORY branches.
   virtual boost::asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> Close(const std::string& env_id,
                                                                                  v1::TrajectoryFormat format,

@@ -10,8 +10,8 @@
 #include "libs/http/client.h"
 #include "libs/http/server.h"
 #include "libs/http/url.h"
+#include "libs/rpc/async_grpc.h"
 #include "libs/rpc/status_conversion.h"
-#include "services/scheduler/remote/async_grpc.h"
 #include "services/scheduler/table/retry_backoff.h"
 
 namespace corral::scheduler {
@@ -30,10 +30,10 @@ ProxyClient::ProxyClient(std::string address, std::shared_ptr<grpc::Channel> cha
     : address_(std::move(address)), stub_(v1::Proxy::NewStub(channel)), token_(std::move(token)) {}
 
 asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> ProxyClient::Open(v1::OpenSessionRequest request,
-                                                                           CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+                                                                           sandbox::CallOptions options) {
+  rpc::CallScope scope(options.control, options.deadline, token_);
   v1::OpenSessionResponse response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->OpenSession(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
@@ -42,12 +42,12 @@ asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> ProxyClient::Open(v1::O
 asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> ProxyClient::Close(const std::string& env_id,
                                                                              v1::TrajectoryFormat format,
                                                                              absl::Duration timeout) {
-  CallScope scope(nullptr, absl::Now() + timeout, token_);
+  rpc::CallScope scope(nullptr, absl::Now() + timeout, token_);
   v1::CloseSessionRequest request;
   request.set_env_id(env_id);
   request.set_format(format);
   v1::CloseSessionResponse response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->CloseSession(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
@@ -56,12 +56,12 @@ asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> ProxyClient::Close(con
 asio::awaitable<absl::StatusOr<v1::Trajectory>> ProxyClient::Trajectory(const std::string& env_id,
                                                                         v1::TrajectoryFormat format,
                                                                         absl::Duration timeout) {
-  CallScope scope(nullptr, absl::Now() + timeout, token_);
+  rpc::CallScope scope(nullptr, absl::Now() + timeout, token_);
   v1::GetTrajectoryRequest request;
   request.set_env_id(env_id);
   request.set_format(format);
   v1::Trajectory response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->GetTrajectory(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
@@ -69,7 +69,7 @@ asio::awaitable<absl::StatusOr<v1::Trajectory>> ProxyClient::Trajectory(const st
 
 void ProxyClient::CloseAsync(const std::string& env_id) {
   struct Call {
-    CallScope scope{nullptr, absl::Now() + absl::Seconds(10), ""};
+    rpc::CallScope scope{nullptr, absl::Now() + absl::Seconds(10), ""};
     v1::CloseSessionRequest request;
     v1::CloseSessionResponse response;
   };
@@ -81,11 +81,11 @@ void ProxyClient::CloseAsync(const std::string& env_id) {
 }
 
 asio::awaitable<absl::Status> ProxyClient::Ack(const std::string& env_id, absl::Duration timeout) {
-  CallScope scope(nullptr, absl::Now() + timeout, token_);
+  rpc::CallScope scope(nullptr, absl::Now() + timeout, token_);
   v1::AckTrajectoryRequest request;
   request.add_env_ids(env_id);
   v1::AckTrajectoryResponse response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->AckTrajectory(scope.context(), &request, &response, std::move(done)); });
   co_return FromGrpcStatus(s);
 }
@@ -95,9 +95,9 @@ namespace {
 // One unary call on `stub`'s callback API: `start(context, response, done)`.
 template <class Response, class Start>
 asio::awaitable<absl::StatusOr<Response>> Unary(absl::Time deadline, const std::string& token, Start start) {
-  CallScope scope(nullptr, deadline, token);
+  rpc::CallScope scope(nullptr, deadline, token);
   Response response;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) { start(scope.context(), &response, std::move(done)); });
+  grpc::Status s = co_await rpc::AwaitGrpc([&](auto done) { start(scope.context(), &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }

@@ -20,7 +20,7 @@ class ProxyClient final : public ProxyApi {
   const std::string& address() const override { return address_; }
 
   boost::asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> Open(v1::OpenSessionRequest request,
-                                                                       CallOptions options) override;
+                                                                       sandbox::CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> Close(const std::string& env_id,
                                                                          v1::TrajectoryFormat format,
                                                                          absl::Duration timeout) override;

@@ -143,7 +143,8 @@ asio::awaitable<void> WarmPool::CreateOne(std::string key) {
   std::optional<WarmSandbox> made;
   auto slot = hosts_->Reserve(needs, spec.template_key());
   if (slot.ok() && (spec.template_key().empty() || hosts_->HasTemplate(slot->client->address(), spec.template_key()))) {
-    auto created = co_await slot->client->Create(spec, CallOptions{nullptr, clock_->Now() + absl::Seconds(60)});
+    auto created =
+        co_await slot->client->Create(spec, sandbox::CallOptions{nullptr, clock_->Now() + absl::Seconds(60)});
     if (created.ok()) {
       hosts_->Own(slot->client->address(), created->sandbox().sandbox_id());
       made = WarmSandbox{*slot, *std::move(created)};

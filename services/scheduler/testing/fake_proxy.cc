@@ -5,7 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
-#include "services/scheduler/testing/fake_host.h"
+#include "services/sandbox_host/client/testing/fake_host.h"
 
 namespace corral::scheduler::testing_support {
 
@@ -84,7 +84,8 @@ int FakeProxy::calls() const {
   return static_cast<int>(bodies_.size());
 }
 
-asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> FakeProxy::Open(v1::OpenSessionRequest request, CallOptions) {
+asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> FakeProxy::Open(v1::OpenSessionRequest request,
+                                                                         sandbox::CallOptions) {
   absl::MutexLock lock(&mu_);
   opened_.push_back(request);
   if (throw_on_open_) throw std::runtime_error("the fake proxy threw");
@@ -158,7 +159,7 @@ asio::awaitable<absl::StatusOr<LlmReply>> FakeProxy::Post(const BaseUrl&, const 
       if (replies_.size() > 1) replies_.pop_front();
     }
   }
-  if (hang) co_return co_await Hang(*clock_, CallOptions{nullptr, clock_->Now() + timeout});
+  if (hang) co_return co_await Hang(*clock_, sandbox::CallOptions{nullptr, clock_->Now() + timeout});
   co_return reply;
 }
 

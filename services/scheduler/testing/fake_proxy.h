@@ -48,7 +48,7 @@ class FakeProxy final : public ProxyApi {
 
   // --- ProxyApi
   boost::asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> Open(v1::OpenSessionRequest request,
-                                                                       CallOptions options) override;
+                                                                       sandbox::CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> Close(const std::string& env_id,
                                                                          v1::TrajectoryFormat format,
                                                                          absl::Duration timeout) override;

@@ -10,11 +10,11 @@
 #include "boost/asio/use_future.hpp"
 #include "libs/async/spawn.h"
 #include "libs/async/testing/poll_await.h"
+#include "services/ratelimiter/client/testing/fake_limiter.h"
+#include "services/sandbox_host/client/testing/fake_host.h"
 #include "services/scheduler/episode/episode_driver.h"
 #include "services/scheduler/remote/warm_pool.h"
 #include "services/scheduler/table/submission.h"
-#include "services/scheduler/testing/fake_host.h"
-#include "services/scheduler/testing/fake_limiter.h"
 #include "services/scheduler/testing/fake_proxy.h"
 #include "services/scheduler/tests/episode_table_fixture.h"
 
@@ -69,10 +69,12 @@ class EpisodeDriverTest : public ::testing::Test {
   // (healthy) and then every 2 s of fake time, as the service does (a host marked full is tried again).
   void UseHosts(const std::vector<std::string>& addresses, uint32_t capacity = 8) {
     ASSERT_EQ(hosts_, nullptr) << "UseHosts is called once, first";
-    for (const auto& a : addresses) fakes_[a] = std::make_shared<FakeHost>(a, &clock_, capacity);
+    for (const auto& a : addresses) fakes_[a] = std::make_shared<sandbox::FakeHost>(a, &clock_, capacity);
     hosts_ = std::make_unique<HostRegistry>(
         RegistryOptions{}, addresses, &clock_, HostRegistry::Events{},
-        [this](const std::string& address) -> absl::StatusOr<std::shared_ptr<HostApi>> { return fakes_.at(address); });
+        [this](const std::string& address) -> absl::StatusOr<std::shared_ptr<sandbox::HostApi>> {
+          return fakes_.at(address);
+        });
     Await(hosts_->PollOnce());
     async::Spawn(io_, hosts_->Run(&polling_stopped_), "the host registry's poller");
     MakeDriver();
@@ -95,7 +97,7 @@ class EpisodeDriverTest : public ::testing::Test {
                                                           .on_finished = [this] { ++finished_; }},
                                               options);
   }
-  FakeHost& host(const std::string& address = "host-a") {
+  sandbox::FakeHost& host(const std::string& address = "host-a") {
     EnsureHosts();
     return *fakes_.at(address);
   }
@@ -167,10 +169,10 @@ class EpisodeDriverTest : public ::testing::Test {
   // The reward the verifier writes when `verify` runs.
   void VerifierWrites(const std::string& reward) {
     for (auto& [address, fake] : fakes_) {
-      FakeHost* h = fake.get();
+      sandbox::FakeHost* h = fake.get();
       h->OnExec([h, reward](const std::string& sandbox, const v1::ExecRequest& r) {
         if (Program(r) == "verify") h->WriteSandboxFile(sandbox, "/logs/verifier/reward.txt", reward);
-        ExecOutcome out;
+        sandbox::ExecOutcome out;
         out.exited = true;
         out.tail = Program(r) + " done";
         return out;
@@ -183,11 +185,11 @@ class EpisodeDriverTest : public ::testing::Test {
   EpisodeTable table_;
   PauseLedger pauses_;
   asio::io_context io_;
-  std::map<std::string, std::shared_ptr<FakeHost>> fakes_;
+  std::map<std::string, std::shared_ptr<sandbox::FakeHost>> fakes_;
   std::unique_ptr<HostRegistry> hosts_;
   std::atomic<bool> polling_stopped_{false};
   std::shared_ptr<FakeProxy> proxy_ = std::make_shared<FakeProxy>("proxy-0", &clock_);
-  FakeLimiter limiter_;
+  ratelimiter::FakeLimiter limiter_;
   Occupancy occupancy_;
   int finished_ = 0;  // on_finished calls
   std::unique_ptr<EpisodeDriver> driver_;

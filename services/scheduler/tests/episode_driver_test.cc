@@ -78,7 +78,7 @@ TEST_F(EpisodeDriverTest, AgentThatCalledTheModelGetsTheVerifiersReward) {
     // The agent's own call through the proxy, as a harness makes it, with the key it was given.
     if (r.command().argv(0) == "run-agent") proxy->AgentCalled(r.command().env().at("OPENAI_API_KEY"));
     if (Program(r) == "verify") host().WriteSandboxFile(sandbox, "/logs/verifier/reward.txt", "0.75");
-    ExecOutcome out;
+    sandbox::ExecOutcome out;
     out.exited = true;
     return out;
   });
@@ -91,9 +91,9 @@ TEST_F(EpisodeDriverTest, AgentThatCalledTheModelGetsTheVerifiersReward) {
 }
 
 // The agent calls the model; the verifier (`verify`) exits with `exit_code`, writing `reward` unless it is empty.
-void ScriptAgentAndVerifier(FakeHost& host, FakeProxy* proxy, int exit_code, const std::string& reward) {
+void ScriptAgentAndVerifier(sandbox::FakeHost& host, FakeProxy* proxy, int exit_code, const std::string& reward) {
   host.OnExec([&host, proxy, exit_code, reward](const std::string& sandbox, const v1::ExecRequest& r) {
-    ExecOutcome out;
+    sandbox::ExecOutcome out;
     out.exited = true;
     if (r.command().argv(0) == "run-agent") proxy->AgentCalled(r.command().env().at("OPENAI_API_KEY"));
     if (Program(r) != "verify") return out;

@@ -13,20 +13,20 @@
 #include "libs/async/testing/poll_await.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
-#include "services/scheduler/testing/fake_host.h"
+#include "services/sandbox_host/client/testing/fake_host.h"
 
 namespace corral::scheduler {
 namespace {
 
 namespace asio = boost::asio;
+using sandbox::FakeHost;
 using ::testing::ElementsAre;
 using ::testing::UnorderedElementsAre;
-using testing_support::FakeHost;
 
 class HostRegistryTest : public ::testing::Test {
  protected:
   void Make(const std::vector<std::string>& addresses, uint32_t capacity = 4) {
-    for (const auto& a : addresses) fakes_[a] = std::make_shared<FakeHost>(a, &clock_, capacity);
+    for (const auto& a : addresses) fakes_[a] = std::make_shared<sandbox::FakeHost>(a, &clock_, capacity);
     RegistryOptions options;
     options.scheduler_id = "sched-1";
     options.unreachable_after = 2;
@@ -34,7 +34,7 @@ class HostRegistryTest : public ::testing::Test {
         options, addresses, &clock_,
         HostRegistry::Events{.lost = [this](const std::string& a) { lost_.push_back(a); },
                              .capacity = [this] { ++capacity_events_; }},
-        [this](const std::string& a) -> absl::StatusOr<std::shared_ptr<HostApi>> { return fakes_.at(a); });
+        [this](const std::string& a) -> absl::StatusOr<std::shared_ptr<sandbox::HostApi>> { return fakes_.at(a); });
   }
   template <typename T>
   T Await(asio::awaitable<T> aw) {
@@ -45,14 +45,14 @@ class HostRegistryTest : public ::testing::Test {
   std::string Leftover(const std::string& address, const std::string& scheduler) {
     v1::SandboxSpec spec;
     (*spec.mutable_labels())[kSchedulerLabel] = scheduler;
-    auto created = Await(fakes_.at(address)->Create(spec, CallOptions{}));
+    auto created = Await(fakes_.at(address)->Create(spec, sandbox::CallOptions{}));
     EXPECT_TRUE(created.ok());
     return created->sandbox().sandbox_id();
   }
 
   FakeClock clock_;
   asio::io_context io_;
-  std::map<std::string, std::shared_ptr<FakeHost>> fakes_;
+  std::map<std::string, std::shared_ptr<sandbox::FakeHost>> fakes_;
   std::unique_ptr<HostRegistry> registry_;
   std::vector<std::string> lost_;
   int capacity_events_ = 0;

@@ -36,7 +36,7 @@ v1::Task PersistentBash() {
 }
 
 // What the persistent bash driver prints after a command's output.
-std::string BashEnd(const FakeInteractive& p, int status = 0) {
+std::string BashEnd(const sandbox::FakeInteractive& p, int status = 0) {
   return absl::StrCat("\n__CORRAL_STATUS ", status, "\n", p.env("__CORRAL_MARK"), "\n");
 }
 
@@ -57,15 +57,16 @@ class ResidentRunnersTest : public EpisodeDriverTest {};
 TEST_F(ResidentRunnersTest, APersistentShellKeepsItsStateAcrossCallsAndIsStoppedWithTheAttempt) {
   std::map<std::string, std::string> vars;  // the shell's state, as the script plays it
   host().OnInteractive([&vars](const v1::ExecRequest&) {
-    return FakeInteractive::Script{.on_write = [&vars](FakeInteractive& p, const std::string& written) {
-      const std::string command = written.substr(0, written.find('\0'));
-      if (absl::StartsWith(command, "x=")) {
-        vars["x"] = command.substr(2);
-        p.Emit(BashEnd(p));
-      } else {
-        p.Emit(absl::StrCat(vars["x"], "\n", BashEnd(p)));  // (the last marker's newline comes first)
-      }
-    }};
+    return sandbox::FakeInteractive::Script{
+        .on_write = [&vars](sandbox::FakeInteractive& p, const std::string& written) {
+          const std::string command = written.substr(0, written.find('\0'));
+          if (absl::StartsWith(command, "x=")) {
+            vars["x"] = command.substr(2);
+            p.Emit(BashEnd(p));
+          } else {
+            p.Emit(absl::StrCat(vars["x"], "\n", BashEnd(p)));  // (the last marker's newline comes first)
+          }
+        }};
   });
   proxy_->Reply(ToolCallCompletion("bash", R"({"command": "x=5"})"));
   proxy_->Reply(ToolCallCompletion("bash", R"({"command": "echo $x"})"));
@@ -76,7 +77,7 @@ TEST_F(ResidentRunnersTest, APersistentShellKeepsItsStateAcrossCallsAndIsStopped
   EXPECT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
   EXPECT_EQ(r.reward(), 1.0);
   ASSERT_THAT(host().interactive(), SizeIs(1));  // one session served both calls
-  const FakeInteractive& shell = *host().interactive()[0];
+  const sandbox::FakeInteractive& shell = *host().interactive()[0];
   EXPECT_EQ(shell.start().command().argv(0), "bash");
   EXPECT_EQ(shell.start().command().argv(3), "-c");
   EXPECT_THAT(shell.start().command().argv(4), HasSubstr("__CORRAL_STATUS"));  // the embedded driver
@@ -90,11 +91,12 @@ TEST_F(ResidentRunnersTest, ACallPastItsTimeoutIsInterruptedAndASessionThatDoesN
   int started = 0;
   host().OnInteractive([&started](const v1::ExecRequest&) {
     const bool first = ++started == 1;
-    return FakeInteractive::Script{.on_write =
-                                       [first](FakeInteractive& p, const std::string&) {
-                                         if (!first) p.Emit(absl::StrCat("fresh\n", BashEnd(p)));  // the first hangs
-                                       },
-                                   .on_signal = [](FakeInteractive&, int) {}};  // and ignores SIGINT
+    return sandbox::FakeInteractive::Script{.on_write =
+                                                [first](sandbox::FakeInteractive& p, const std::string&) {
+                                                  if (!first)
+                                                    p.Emit(absl::StrCat("fresh\n", BashEnd(p)));  // the first hangs
+                                                },
+                                            .on_signal = [](sandbox::FakeInteractive&, int) {}};  // and ignores SIGINT
   });
   proxy_->Reply(ToolCallCompletion("bash", R"({"command": "sleep 1000"})"));
   proxy_->Reply(ToolCallCompletion("bash", R"({"command": "echo fresh"})"));
@@ -116,7 +118,7 @@ TEST_F(ResidentRunnersTest, ASessionThatExitsIsStartedAgainOnTheNextCall) {
   int started = 0;
   host().OnInteractive([&started](const v1::ExecRequest&) {
     const bool first = ++started == 1;
-    return FakeInteractive::Script{.on_write = [first](FakeInteractive& p, const std::string&) {
+    return sandbox::FakeInteractive::Script{.on_write = [first](sandbox::FakeInteractive& p, const std::string&) {
       if (first) {
         p.Emit("bye\n");
         p.Exit();
@@ -150,7 +152,7 @@ TEST_F(ResidentRunnersTest, ASessionTheHostCannotStartIsAnInfraFailure) {
 }
 
 TEST_F(ResidentRunnersTest, ACancelMidCallStopsTheSessionAndEndsTheEpisodeCancelled) {
-  host().OnInteractive([](const v1::ExecRequest&) { return FakeInteractive::Script{}; });  // never answers
+  host().OnInteractive([](const v1::ExecRequest&) { return sandbox::FakeInteractive::Script{}; });  // never answers
   proxy_->Reply(ToolCallCompletion("bash", R"({"command": "sleep 1000"})"));
   const EpisodeTicket ticket = Start(PersistentBash());
   RunUntil([&] { return !host().interactive().empty() && !host().interactive()[0]->writes().empty(); });
@@ -179,8 +181,8 @@ struct McpScript {
   std::vector<std::string> methods;  // every request's method, as received
 };
 
-FakeInteractive::Script McpServer(McpScript* s) {
-  return FakeInteractive::Script{.on_write = [s](FakeInteractive& p, const std::string& written) {
+sandbox::FakeInteractive::Script McpServer(McpScript* s) {
+  return sandbox::FakeInteractive::Script{.on_write = [s](sandbox::FakeInteractive& p, const std::string& written) {
     for (absl::string_view line : absl::StrSplit(written, '\n', absl::SkipEmpty())) {
       json::object request = json::parse(json::string_view(line.data(), line.size())).as_object();
       const std::string method(request.at("method").as_string());
@@ -262,7 +264,7 @@ TEST_F(ResidentRunnersTest, AnMcpCallPastItsTimeoutIsCancelledAndTheServerKept) 
 }
 
 TEST_F(ResidentRunnersTest, AnMcpServerThatNeverAnswersInitializeFailsTheEpisodeAsTheEnvironments) {
-  host().OnInteractive([](const v1::ExecRequest&) { return FakeInteractive::Script{}; });
+  host().OnInteractive([](const v1::ExecRequest&) { return sandbox::FakeInteractive::Script{}; });
   Start(WithMcp());
   RunToEnd(absl::Seconds(1));
   const v1::EpisodeResult r = Journaled();
@@ -300,27 +302,28 @@ v1::Task Environment() {
 // The relay as the runner sees it: each request is a JSON line, each answer a JSON line and the marker. `step`
 // answers POST /step (the relay's JSON answer, or nullopt to hang).
 using StepAnswer = std::function<std::optional<json::object>(int step)>;
-FakeInteractive::Script Relay(StepAnswer step, std::vector<std::string>* paths) {
+sandbox::FakeInteractive::Script Relay(StepAnswer step, std::vector<std::string>* paths) {
   auto steps = std::make_shared<int>(0);
-  return FakeInteractive::Script{.on_write = [step, paths, steps](FakeInteractive& p, const std::string& written) {
-    const std::string mark(json::parse(p.env("__CORRAL_RELAY")).at("mark").as_string());
-    json::object request = json::parse(written).as_object();
-    std::optional<json::object> answer;
-    if (request.contains("wait")) {
-      answer = json::object{{"status", 200}, {"body", "ok"}};
-    } else if (request.contains("open")) {
-      answer = json::object{{"transport", "http"}};
-    } else {
-      const std::string path = absl::StrCat("/", std::string(request.at("env").as_string()));
-      paths->push_back(path);
-      if (path == "/reset") {
-        answer = json::object{{"status", 200}, {"body", R"({"observation": {"text": "start"}, "done": false})"}};
-      } else {
-        answer = step(++*steps);
-      }
-    }
-    if (answer) p.Emit(absl::StrCat(json::serialize(*answer), "\n", mark, "\n"));
-  }};
+  return sandbox::FakeInteractive::Script{
+      .on_write = [step, paths, steps](sandbox::FakeInteractive& p, const std::string& written) {
+        const std::string mark(json::parse(p.env("__CORRAL_RELAY")).at("mark").as_string());
+        json::object request = json::parse(written).as_object();
+        std::optional<json::object> answer;
+        if (request.contains("wait")) {
+          answer = json::object{{"status", 200}, {"body", "ok"}};
+        } else if (request.contains("open")) {
+          answer = json::object{{"transport", "http"}};
+        } else {
+          const std::string path = absl::StrCat("/", std::string(request.at("env").as_string()));
+          paths->push_back(path);
+          if (path == "/reset") {
+            answer = json::object{{"status", 200}, {"body", R"({"observation": {"text": "start"}, "done": false})"}};
+          } else {
+            answer = step(++*steps);
+          }
+        }
+        if (answer) p.Emit(absl::StrCat(json::serialize(*answer), "\n", mark, "\n"));
+      }};
 }
 
 json::object StepBodyAnswer(double reward, bool done) {

@@ -14,7 +14,7 @@ TEST(RunControlTest, StopRunsEachHookOnceAndARegisterAfterTheStopRunsAtOnce) {
   RunControl control;
   int a = 0, b = 0;
   const uint64_t id = control.Register([&] { ++a; });
-  ScopedInterrupt scoped(&control, [&] { ++b; });
+  async::ScopedInterrupt scoped(&control, [&] { ++b; });
   EXPECT_TRUE(control.Stop(StopReason::kCancelled, "test"));
   EXPECT_FALSE(control.Stop(StopReason::kCancelled, "again"));  // the first reason wins
   EXPECT_EQ(a, 1);
@@ -26,7 +26,7 @@ TEST(RunControlTest, StopRunsEachHookOnceAndARegisterAfterTheStopRunsAtOnce) {
   EXPECT_EQ(control.message(), "test");
 }
 
-// The race a cancel used to lose: the stopping thread has taken a hook that points into a scope (CallScope's
+// The race a cancel used to lose: the stopping thread has taken a hook that points into a scope (rpc::CallScope's
 // ClientContext) just as the run leaves that scope. Unregister must not return while the hook still runs.
 TEST(RunControlTest, UnregisterWaitsForAHookThatIsRunning) {
   RunControl control;

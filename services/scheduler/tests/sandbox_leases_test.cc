@@ -15,17 +15,17 @@
 #include "libs/async/testing/poll_await.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
-#include "services/scheduler/testing/fake_host.h"
+#include "services/sandbox_host/client/testing/fake_host.h"
 
 namespace corral::scheduler {
 namespace {
 
 namespace asio = boost::asio;
+using sandbox::FakeHost;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
-using testing_support::FakeHost;
 
 class MemoryLeaseLog final : public LeaseLog {
  public:
@@ -45,7 +45,7 @@ class MemoryLeaseLog final : public LeaseLog {
 class SandboxLeasesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    host_ = std::make_shared<FakeHost>("h1", &clock_, /*capacity=*/4);
+    host_ = std::make_shared<sandbox::FakeHost>("h1", &clock_, /*capacity=*/4);
     Start();
   }
   // A scheduler (registry, placer, leases) over the same host and journal: called again, a restart.
@@ -54,7 +54,7 @@ class SandboxLeasesTest : public ::testing::Test {
     options.scheduler_id = "sched-1";
     registry_ = std::make_unique<HostRegistry>(
         options, std::vector<std::string>{"h1"}, &clock_, HostRegistry::Events{},
-        [this](const std::string&) -> absl::StatusOr<std::shared_ptr<HostApi>> { return host_; });
+        [this](const std::string&) -> absl::StatusOr<std::shared_ptr<sandbox::HostApi>> { return host_; });
     placer_ = std::make_unique<SandboxPlacer>(registry_.get(), nullptr, &clock_);
     LeaseOptions lease_options;
     lease_options.scheduler_id = "sched-1";
@@ -79,7 +79,7 @@ class SandboxLeasesTest : public ::testing::Test {
 
   FakeClock clock_;
   asio::io_context io_;
-  std::shared_ptr<FakeHost> host_;
+  std::shared_ptr<sandbox::FakeHost> host_;
   MemoryLeaseLog log_;
   std::unique_ptr<HostRegistry> registry_;
   std::unique_ptr<SandboxPlacer> placer_;
@@ -217,7 +217,7 @@ TEST_F(SandboxLeasesTest, ARestartKeepsTheLeasesAndTheSweepSparesTheirSandboxes)
   // A sandbox of this scheduler that nobody owns: the sweep of the restarted scheduler removes it.
   v1::SandboxSpec orphan_spec;
   (*orphan_spec.mutable_labels())[kSchedulerLabel] = "sched-1";
-  auto orphan = Await(host_->Create(orphan_spec, CallOptions{}));
+  auto orphan = Await(host_->Create(orphan_spec, sandbox::CallOptions{}));
   ASSERT_THAT(orphan, IsOk());
 
   Start();  // the restart

@@ -8,9 +8,9 @@
 #include "boost/asio/awaitable.hpp"
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "grpcpp/channel.h"
-#include "services/scheduler/remote/host_api.h"
+#include "services/sandbox_host/client/host_api.h"
 
-namespace corral::scheduler {
+namespace corral::sandbox {
 
 class HostClient final : public HostApi {
  public:
@@ -57,4 +57,4 @@ class HostClient final : public HostApi {
   const std::string token_;
 };
 
-}  // namespace corral::scheduler
+}  // namespace corral::sandbox

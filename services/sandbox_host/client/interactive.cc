@@ -1,4 +1,4 @@
-#include "services/scheduler/remote/interactive.h"
+#include "services/sandbox_host/client/interactive.h"
 
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
@@ -9,7 +9,7 @@
 #include "libs/rpc/auth.h"
 #include "libs/rpc/status_conversion.h"
 
-namespace corral::scheduler {
+namespace corral::sandbox {
 
 namespace asio = boost::asio;
 
@@ -147,4 +147,4 @@ asio::awaitable<InteractiveProcess::Output> InteractiveCall::ReadUntil(const std
   }
 }
 
-}  // namespace corral::scheduler
+}  // namespace corral::sandbox

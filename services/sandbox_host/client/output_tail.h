@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string>
 
-namespace corral::scheduler {
+namespace corral::sandbox {
 
 // Process output bounded to `limit` bytes: the first half and the last half are kept, the middle counted.
 class OutputTail {
@@ -23,4 +23,4 @@ class OutputTail {
   std::string head_, tail_;
 };
 
-}  // namespace corral::scheduler
+}  // namespace corral::sandbox

@@ -1,4 +1,4 @@
-#include "services/scheduler/testing/fake_interactive.h"
+#include "services/sandbox_host/client/testing/fake_interactive.h"
 
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/experimental/awaitable_operators.hpp"
@@ -6,7 +6,7 @@
 #include "boost/asio/use_awaitable.hpp"
 #include "libs/async/sleep.h"
 
-namespace corral::scheduler::testing_support {
+namespace corral::sandbox {
 
 namespace asio = boost::asio;
 
@@ -117,4 +117,4 @@ asio::awaitable<InteractiveProcess::Output> FakeInteractive::ReadUntil(const std
   }
 }
 
-}  // namespace corral::scheduler::testing_support
+}  // namespace corral::sandbox

@@ -1,4 +1,4 @@
-#include "services/scheduler/testing/fake_host.h"
+#include "services/sandbox_host/client/testing/fake_host.h"
 
 #include <algorithm>
 #include <map>
@@ -14,7 +14,7 @@
 #include "libs/api/proto_time.h"
 #include "libs/async/sleep.h"
 
-namespace corral::scheduler::testing_support {
+namespace corral::sandbox {
 
 namespace asio = boost::asio;
 
@@ -22,7 +22,7 @@ asio::awaitable<absl::Status> Hang(Clock& clock, CallOptions options) {
   using namespace asio::experimental::awaitable_operators;  // NOLINT: || on awaitables
   using StopChannel = asio::experimental::concurrent_channel<void(boost::system::error_code)>;
   auto stopped = std::make_shared<StopChannel>(co_await asio::this_coro::executor, 1);
-  ScopedInterrupt interrupt(options.control, [stopped] { stopped->try_send(boost::system::error_code()); });
+  async::ScopedInterrupt interrupt(options.control, [stopped] { stopped->try_send(boost::system::error_code()); });
   auto raced = co_await (async::SleepUntil(clock, options.deadline) ||
                          stopped->async_receive(asio::as_tuple(asio::use_awaitable)));
   if (raced.index() == 1) co_return absl::CancelledError("the call was cancelled");
@@ -374,4 +374,4 @@ asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> FakeHost::ListSandbox
   co_return out;
 }
 
-}  // namespace corral::scheduler::testing_support
+}  // namespace corral::sandbox

@@ -1,20 +1,20 @@
-// LimiterApi over the ratelimiter's client (one session stream per scheduler, crash-safe leases). Thread-safe.
+// LimiterApi over the ratelimiter's client (one session stream per client process, crash-safe leases). Thread-safe.
 #pragma once
 
+#include "services/ratelimiter/client/limiter_api.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
-#include "services/scheduler/remote/limiter_api.h"
 
-namespace corral::scheduler {
+namespace corral::ratelimiter {
 
 class LimiterClient final : public LimiterApi {
  public:
   // `client` is not null: without a ratelimiter the driver gets no LimiterApi at all.
   explicit LimiterClient(ratelimiter::RateLimitClient* client) : client_(client) {}
   boost::asio::awaitable<absl::StatusOr<Permit>> Acquire(std::string limit, std::string key, absl::Duration wait,
-                                                         RunControl* control) override;
+                                                         async::StopSignal* control) override;
 
  private:
   ratelimiter::RateLimitClient* const client_;
 };
 
-}  // namespace corral::scheduler
+}  // namespace corral::ratelimiter

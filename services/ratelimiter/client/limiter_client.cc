@@ -1,4 +1,4 @@
-#include "services/scheduler/remote/limiter_client.h"
+#include "services/ratelimiter/client/limiter_client.h"
 
 #include <atomic>
 #include <memory>
@@ -7,19 +7,19 @@
 #include "boost/asio/post.hpp"
 #include "boost/asio/use_awaitable.hpp"
 
-namespace corral::scheduler {
+namespace corral::ratelimiter {
 
 namespace asio = boost::asio;
 
 asio::awaitable<absl::StatusOr<Permit>> LimiterClient::Acquire(std::string limit, std::string key, absl::Duration wait,
-                                                               RunControl* control) {
+                                                               async::StopSignal* control) {
   ratelimiter::PermitRequest request;
   request.limit = std::move(limit);
   request.key = std::move(key);
   request.wait_timeout = wait;
   auto id = std::make_shared<std::atomic<uint64_t>>(0);
   ratelimiter::RateLimitClient* client = client_;
-  ScopedInterrupt interrupt(control, [client, id] {
+  async::ScopedInterrupt interrupt(control, [client, id] {
     if (uint64_t v = id->load()) client->CancelAcquire(v);
   });
   auto permit =
@@ -37,4 +37,4 @@ asio::awaitable<absl::StatusOr<Permit>> LimiterClient::Acquire(std::string limit
   co_return Permit([held = *std::move(permit)]() mutable { (void)held.Release(); });
 }
 
-}  // namespace corral::scheduler
+}  // namespace corral::ratelimiter

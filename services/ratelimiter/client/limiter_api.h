@@ -1,6 +1,7 @@
-// The cluster's rate limiter as the scheduler's coroutines see it: a permit of a named limit (the tool limit for
-// one execution, the LLM limit for one call), held until released. LimiterClient (limiter_client.h) implements
-// it over the ratelimiter's session stream; tests use FakeLimiter (testing/fake_limiter.h). Thread-safe.
+// The cluster's rate limiter as another service's coroutines see it (the scheduler's, the sandbox API's): a permit of a
+// named limit (the tool limit for one execution, the LLM limit for one call), held until released. LimiterClient
+// (limiter_client.h) implements it over the ratelimiter's session stream; tests use FakeLimiter
+// (testing/fake_limiter.h). Thread-safe.
 #pragma once
 
 #include <string>
@@ -10,9 +11,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
-#include "services/scheduler/table/run_control.h"
+#include "libs/async/stop_signal.h"
 
-namespace corral::scheduler {
+namespace corral::ratelimiter {
 
 // A held permit: given back by Release() or when destroyed. A default-constructed one holds nothing.
 class Permit {
@@ -43,7 +44,7 @@ class LimiterApi {
   // A permit of `limit` for `key`, waiting up to `wait` (DEADLINE_EXCEEDED after). A stop of `control`
   // withdraws the request (CANCELLED).
   virtual boost::asio::awaitable<absl::StatusOr<Permit>> Acquire(std::string limit, std::string key,
-                                                                 absl::Duration wait, RunControl* control) = 0;
+                                                                 absl::Duration wait, async::StopSignal* control) = 0;
 };
 
-}  // namespace corral::scheduler
+}  // namespace corral::ratelimiter

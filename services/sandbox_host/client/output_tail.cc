@@ -1,8 +1,8 @@
-#include "services/scheduler/remote/output_tail.h"
+#include "services/sandbox_host/client/output_tail.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace corral::scheduler {
+namespace corral::sandbox {
 
 void OutputTail::Append(const std::string& data) {
   total_ += data.size();
@@ -31,4 +31,4 @@ std::string OutputTail::Last(size_t n) const {
   return all.size() > n ? all.substr(all.size() - n) : all;
 }
 
-}  // namespace corral::scheduler
+}  // namespace corral::sandbox

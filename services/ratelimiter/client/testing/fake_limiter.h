@@ -1,4 +1,4 @@
-// An in-memory rate limiter for the scheduler's unit tests: every request is granted at once, or refused with the
+// An in-memory rate limiter for other services' unit tests: every request is granted at once, or refused with the
 // status the test sets. Counts the permits held, so a test sees every permit given back. Thread-safe.
 #pragma once
 
@@ -7,9 +7,9 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
-#include "services/scheduler/remote/limiter_api.h"
+#include "services/ratelimiter/client/limiter_api.h"
 
-namespace corral::scheduler::testing_support {
+namespace corral::ratelimiter {
 
 class FakeLimiter final : public LimiterApi {
  public:
@@ -29,7 +29,7 @@ class FakeLimiter final : public LimiterApi {
   }
 
   boost::asio::awaitable<absl::StatusOr<Permit>> Acquire(std::string limit, std::string, absl::Duration,
-                                                         RunControl*) override {
+                                                         async::StopSignal*) override {
     absl::MutexLock lock(&state_->mu);
     if (!state_->refusal.ok()) co_return state_->refusal;
     ++state_->held[limit];
@@ -49,4 +49,4 @@ class FakeLimiter final : public LimiterApi {
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
-}  // namespace corral::scheduler::testing_support
+}  // namespace corral::ratelimiter

@@ -1,6 +1,6 @@
-// An in-memory sandbox host for the scheduler's unit tests: sandboxes are ids with a file map, commands answer
-// what the test scripts, and failures are queued by the test. Calls that "hang" wait on the test's FakeClock
-// until their deadline (DEADLINE_EXCEEDED) or their episode's stop (CANCELLED). Thread-safe.
+// An in-memory sandbox host for other services' unit tests (the scheduler's, the sandbox API's): sandboxes are ids with
+// a file map, commands answer what the test scripts, and failures are queued by the test. Calls that "hang" wait on the
+// test's FakeClock until their deadline (DEADLINE_EXCEEDED) or their episode's stop (CANCELLED). Thread-safe.
 #pragma once
 
 #include <deque>
@@ -12,10 +12,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "libs/core/clock.h"
-#include "services/scheduler/remote/host_api.h"
-#include "services/scheduler/testing/fake_interactive.h"
+#include "services/sandbox_host/client/host_api.h"
+#include "services/sandbox_host/client/testing/fake_interactive.h"
 
-namespace corral::scheduler::testing_support {
+namespace corral::sandbox {
 
 // Waits on `clock` until `options.deadline` (DEADLINE_EXCEEDED) or until `options.control` is stopped
 // (CANCELLED): what a real call does when the other side never answers.
@@ -126,4 +126,4 @@ class FakeHost final : public HostApi {
   std::vector<std::shared_ptr<FakeInteractive>> interactive_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace corral::scheduler::testing_support
+}  // namespace corral::sandbox

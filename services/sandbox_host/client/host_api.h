@@ -1,6 +1,7 @@
-// A sandbox host as the scheduler's coroutines see it: the seam between the episode path and the cluster.
-// HostClient (host_client.h) implements it over gRPC; tests use FakeHost (testing/fake_host.h). Implementations
-// are thread-safe; every call ends by its deadline, and early when its episode is stopped (CallOptions.control).
+// A sandbox host as another service's coroutines see it (the scheduler's episode path, the sandbox API): the
+// sandbox host's client, the only part of it other services include. HostClient (host_client.h) implements it
+// over gRPC; tests use FakeHost (testing/fake_host.h). Implementations are thread-safe; every call ends by its
+// deadline, and early when its caller's StopSignal stops (CallOptions.control: an episode that is stopped).
 #pragma once
 
 #include <cstdint>
@@ -14,13 +15,13 @@
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
 #include "corral/v1/sandbox.pb.h"
-#include "services/scheduler/table/run_control.h"
+#include "libs/async/stop_signal.h"
 
-namespace corral::scheduler {
+namespace corral::sandbox {
 
 // Where a call belongs: the episode that may stop it and the deadline it must finish by.
 struct CallOptions {
-  RunControl* control = nullptr;
+  async::StopSignal* control = nullptr;
   absl::Time deadline = absl::InfiniteFuture();
 };
 
@@ -117,4 +118,4 @@ class HostApi {
       v1::ListSandboxesRequest request, absl::Duration timeout) = 0;
 };
 
-}  // namespace corral::scheduler
+}  // namespace corral::sandbox

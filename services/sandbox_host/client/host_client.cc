@@ -1,16 +1,18 @@
-#include "services/scheduler/remote/host_client.h"
+#include "services/sandbox_host/client/host_client.h"
 
 #include <algorithm>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "libs/rpc/async_grpc.h"
 #include "libs/rpc/status_conversion.h"
-#include "services/scheduler/remote/async_grpc.h"
-#include "services/scheduler/remote/interactive.h"
-#include "services/scheduler/remote/output_tail.h"
+#include "services/sandbox_host/client/interactive.h"
+#include "services/sandbox_host/client/output_tail.h"
 
-namespace corral::scheduler {
+namespace corral::sandbox {
+
+namespace asio = boost::asio;
 
 HostClient::HostClient(std::string address, std::shared_ptr<grpc::Channel> channel, std::string token)
     : address_(std::move(address)), stub_(v1::SandboxHost::NewStub(channel)), token_(std::move(token)) {}
@@ -20,10 +22,10 @@ absl::Time After(absl::Duration d) { return absl::Now() + d; }
 }  // namespace
 
 asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostClient::HostInfo(absl::Duration timeout) {
-  CallScope scope(nullptr, After(timeout), token_);
+  rpc::CallScope scope(nullptr, After(timeout), token_);
   v1::HostInfoRequest request;
   v1::HostInfoResponse response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->HostInfo(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
@@ -31,12 +33,12 @@ asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostClient::HostInfo(absl:
 
 asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> HostClient::Create(const v1::SandboxSpec& spec,
                                                                        CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   v1::CreateSandboxesRequest request;
   request.set_count(1);
   *request.mutable_spec() = spec;
   v1::CreateSandboxesResponse response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->CreateSandboxes(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   if (response.sandboxes_size() != 1) {
@@ -48,38 +50,38 @@ asio::awaitable<absl::StatusOr<v1::CreatedSandbox>> HostClient::Create(const v1:
 
 asio::awaitable<absl::StatusOr<v1::CreateSandboxesResponse>> HostClient::Fork(v1::ForkSandboxRequest request,
                                                                               CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   v1::CreateSandboxesResponse response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->ForkSandbox(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }
 
 asio::awaitable<absl::StatusOr<v1::Sandbox>> HostClient::Get(const std::string& sandbox_id, absl::Duration timeout) {
-  CallScope scope(nullptr, After(timeout), token_);
+  rpc::CallScope scope(nullptr, After(timeout), token_);
   v1::GetSandboxRequest request;
   request.set_sandbox_id(sandbox_id);
   v1::Sandbox response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->GetSandbox(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }
 
 asio::awaitable<absl::Status> HostClient::Delete(const std::string& sandbox_id, absl::Duration timeout) {
-  CallScope scope(nullptr, After(timeout), token_);
+  rpc::CallScope scope(nullptr, After(timeout), token_);
   v1::DeleteSandboxRequest request;
   request.set_sandbox_id(sandbox_id);
   v1::DeleteSandboxResponse response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->DeleteSandbox(scope.context(), &request, &response, std::move(done)); });
   co_return FromGrpcStatus(s);
 }
 
 asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest request, size_t output_limit,
                                                               CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   // Filled on gRPC's threads, read after the call completed (the completion is the synchronization point).
   struct State {
     explicit State(size_t limit) : output(limit), head_limit(limit) {}
@@ -94,8 +96,8 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest re
     ExecOutcome outcome;
   };
   auto state = std::make_shared<State>(output_limit);
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    auto* reader = new StreamReader<v1::ExecEvent>(
+  grpc::Status s = co_await rpc::AwaitGrpc([&](auto done) {
+    auto* reader = new rpc::StreamReader<v1::ExecEvent>(
         [state](const v1::ExecEvent& ev) {
           absl::MutexLock lock(&state->mu);
           if (!ev.stdout().empty()) {
@@ -128,11 +130,11 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest re
 
 asio::awaitable<absl::StatusOr<uint32_t>> HostClient::KillAllProcesses(const std::string& sandbox_id,
                                                                        CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   v1::KillAllProcessesRequest request;
   request.set_sandbox_id(sandbox_id);
   v1::KillAllProcessesResponse response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->KillAllProcesses(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response.killed();
@@ -140,13 +142,13 @@ asio::awaitable<absl::StatusOr<uint32_t>> HostClient::KillAllProcesses(const std
 
 asio::awaitable<absl::Status> HostClient::Remove(const std::string& sandbox_id, const std::string& path, bool recursive,
                                                  CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   v1::RemoveRequest request;
   request.set_sandbox_id(sandbox_id);
   request.set_path(path);
   request.set_recursive(recursive);
   v1::RemoveResponse response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->Remove(scope.context(), &request, &response, std::move(done)); });
   // A path that is not there is what was asked for; a missing sandbox is not.
   if (s.error_code() == grpc::StatusCode::NOT_FOUND && !absl::StartsWith(s.error_message(), "sandbox '")) {
@@ -157,20 +159,20 @@ asio::awaitable<absl::Status> HostClient::Remove(const std::string& sandbox_id, 
 
 asio::awaitable<absl::Status> HostClient::MakeDir(const std::string& sandbox_id, const std::string& path,
                                                   CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   v1::MakeDirRequest request;
   request.set_sandbox_id(sandbox_id);
   request.set_path(path);
   request.set_make_parents(true);
   v1::FileInfo response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->MakeDir(scope.context(), &request, &response, std::move(done)); });
   co_return FromGrpcStatus(s);
 }
 
 asio::awaitable<absl::Status> HostClient::WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,
                                                     CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   std::vector<v1::WriteFileRequest> requests(1);
   v1::WriteFileHeader* header = requests[0].mutable_header();
   header->set_sandbox_id(sandbox_id);
@@ -183,8 +185,8 @@ asio::awaitable<absl::Status> HostClient::WriteFile(const std::string& sandbox_i
     requests.emplace_back().set_data(file.content().substr(at, kChunk));
   }
   v1::FileInfo info;
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    auto* writer = new StreamWriter<v1::WriteFileRequest>(std::move(requests), std::move(done));
+  grpc::Status s = co_await rpc::AwaitGrpc([&](auto done) {
+    auto* writer = new rpc::StreamWriter<v1::WriteFileRequest>(std::move(requests), std::move(done));
     stub_->async()->WriteFile(scope.context(), &info, writer);
     writer->Begin();
   });
@@ -195,15 +197,15 @@ asio::awaitable<absl::StatusOr<std::optional<std::string>>> HostClient::ReadFile
                                                                                  const std::string& path,
                                                                                  size_t max_bytes,
                                                                                  CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   v1::ReadFileRequest request;
   request.set_sandbox_id(sandbox_id);
   request.set_path(path);
   request.set_length(max_bytes);
   auto data = std::make_shared<std::string>();
   auto mu = std::make_shared<absl::Mutex>();
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    auto* reader = new StreamReader<v1::ReadFileResponse>(
+  grpc::Status s = co_await rpc::AwaitGrpc([&](auto done) {
+    auto* reader = new rpc::StreamReader<v1::ReadFileResponse>(
         [data, mu](const v1::ReadFileResponse& r) {
           absl::MutexLock lock(mu.get());
           data->append(r.data());
@@ -222,22 +224,22 @@ asio::awaitable<absl::StatusOr<std::optional<std::string>>> HostClient::ReadFile
 
 asio::awaitable<absl::StatusOr<v1::Template>> HostClient::PrepareTemplate(v1::PrepareTemplateRequest request,
                                                                           CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   v1::Template response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->PrepareTemplate(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }
 
 asio::awaitable<absl::StatusOr<v1::Image>> HostClient::PullImage(const std::string& ref, CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   v1::PullImageRequest request;
   request.set_ref(ref);
   auto image = std::make_shared<v1::Image>();
   auto mu = std::make_shared<absl::Mutex>();
-  grpc::Status s = co_await AwaitGrpc([&](auto done) {
-    auto* reader = new StreamReader<v1::PullImageProgress>(
+  grpc::Status s = co_await rpc::AwaitGrpc([&](auto done) {
+    auto* reader = new rpc::StreamReader<v1::PullImageProgress>(
         [image, mu](const v1::PullImageProgress& p) {
           absl::MutexLock lock(mu.get());
           if (p.has_image()) *image = p.image();
@@ -259,12 +261,12 @@ asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> HostClient:
 
 asio::awaitable<absl::StatusOr<v1::FileInfo>> HostClient::Stat(const std::string& sandbox_id, const std::string& path,
                                                                CallOptions options) {
-  CallScope scope(options.control, options.deadline, token_);
+  rpc::CallScope scope(options.control, options.deadline, token_);
   v1::StatRequest request;
   request.set_sandbox_id(sandbox_id);
   request.set_path(path);
   v1::FileInfo response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->Stat(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
@@ -279,9 +281,9 @@ asio::awaitable<absl::StatusOr<std::vector<v1::FileInfo>>> HostClient::ListDir(c
   request.set_path(path);
   request.set_page_size(1000);
   do {
-    CallScope scope(options.control, options.deadline, token_);
+    rpc::CallScope scope(options.control, options.deadline, token_);
     v1::ListDirResponse response;
-    grpc::Status s = co_await AwaitGrpc(
+    grpc::Status s = co_await rpc::AwaitGrpc(
         [&](auto done) { stub_->async()->ListDir(scope.context(), &request, &response, std::move(done)); });
     if (!s.ok()) co_return FromGrpcStatus(s);
     for (v1::FileInfo& e : *response.mutable_entries()) entries.push_back(std::move(e));
@@ -292,12 +294,12 @@ asio::awaitable<absl::StatusOr<std::vector<v1::FileInfo>>> HostClient::ListDir(c
 
 asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> HostClient::ListSandboxes(v1::ListSandboxesRequest request,
                                                                                      absl::Duration timeout) {
-  CallScope scope(nullptr, After(timeout), token_);
+  rpc::CallScope scope(nullptr, After(timeout), token_);
   v1::ListSandboxesResponse response;
-  grpc::Status s = co_await AwaitGrpc(
+  grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->ListSandboxes(scope.context(), &request, &response, std::move(done)); });
   if (!s.ok()) co_return FromGrpcStatus(s);
   co_return response;
 }
 
-}  // namespace corral::scheduler
+}  // namespace corral::sandbox

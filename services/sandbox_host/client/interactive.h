@@ -16,9 +16,9 @@
 #include "boost/asio/experimental/concurrent_channel.hpp"
 #include "corral/v1/sandbox.grpc.pb.h"
 #include "grpcpp/support/client_callback.h"
-#include "services/scheduler/remote/host_api.h"
+#include "services/sandbox_host/client/host_api.h"
 
-namespace corral::scheduler {
+namespace corral::sandbox {
 
 class InteractiveCall final : public InteractiveProcess, public grpc::ClientBidiReactor<v1::ExecInput, v1::ExecEvent> {
  public:
@@ -59,4 +59,4 @@ class InteractiveCall final : public InteractiveProcess, public grpc::ClientBidi
   std::shared_ptr<InteractiveCall> self_;  // keeps the reactor alive until OnDone
 };
 
-}  // namespace corral::scheduler
+}  // namespace corral::sandbox

@@ -12,9 +12,9 @@
 #include "absl/synchronization/mutex.h"
 #include "boost/asio/experimental/concurrent_channel.hpp"
 #include "libs/core/clock.h"
-#include "services/scheduler/remote/host_api.h"
+#include "services/sandbox_host/client/host_api.h"
 
-namespace corral::scheduler::testing_support {
+namespace corral::sandbox {
 
 class FakeInteractive final : public InteractiveProcess {
  public:
@@ -64,4 +64,4 @@ class FakeInteractive final : public InteractiveProcess {
   std::shared_ptr<Wake> wake_ ABSL_GUARDED_BY(mu_);  // the waiting reader's, while one waits
 };
 
-}  // namespace corral::scheduler::testing_support
+}  // namespace corral::sandbox

@@ -1,7 +1,8 @@
-// gRPC's callback API as awaitables for the scheduler's coroutines: a unary call, a server stream read to its
-// end, and a client stream written from a list. Each completes on the awaiting coroutine's executor, so a gRPC
-// thread never runs episode code. Every call takes a CallScope: its deadline, the bearer token, and an interrupt
-// that cancels the call when the episode is stopped.
+// gRPC's callback API as awaitables for a service's coroutines (the scheduler's, the sandbox API's): a unary
+// call, a server stream read to its end, and a client stream written from a list. Each completes on the awaiting
+// coroutine's executor, so a gRPC thread never runs the caller's code. Every call takes a CallScope: its
+// deadline, the bearer token, and an interrupt that cancels the call when its StopSignal stops (an episode that
+// is stopped).
 #pragma once
 
 #include <functional>
@@ -19,10 +20,10 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/client_callback.h"
 #include "libs/async/callback.h"
+#include "libs/async/stop_signal.h"
 #include "libs/rpc/auth.h"
-#include "services/scheduler/table/run_control.h"
 
-namespace corral::scheduler {
+namespace corral::rpc {
 
 namespace asio = boost::asio;
 
@@ -30,7 +31,7 @@ namespace asio = boost::asio;
 // the context's address during the call).
 class CallScope {
  public:
-  CallScope(RunControl* control, absl::Time deadline, const std::string& token)
+  CallScope(async::StopSignal* control, absl::Time deadline, const std::string& token)
       : interrupt_(control, [this] { context_.TryCancel(); }) {
     if (deadline != absl::InfiniteFuture()) context_.set_deadline(absl::ToChronoTime(deadline));
     AttachBearer(context_, token);
@@ -39,7 +40,7 @@ class CallScope {
 
  private:
   grpc::ClientContext context_;  // before interrupt_: the interrupt may fire as soon as it is registered
-  ScopedInterrupt interrupt_;
+  async::ScopedInterrupt interrupt_;
 };
 
 // Calls `start(done)` — which starts a callback-API call that calls `done(status)` once — and resumes the
@@ -111,4 +112,4 @@ class StreamWriter final : public grpc::ClientWriteReactor<Request> {
   std::function<void(grpc::Status)> done_;
 };
 
-}  // namespace corral::scheduler
+}  // namespace corral::rpc
