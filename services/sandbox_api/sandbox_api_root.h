@@ -11,13 +11,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "libs/api/e2b_auth.h"
 #include "libs/core/clock.h"
 #include "libs/http/server.h"
 #include "libs/rpc/server_runner.h"
 #include "services/ratelimiter/client/limiter_client.h"
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "services/sandbox_api/config.h"
-#include "services/sandbox_api/e2b/e2b_auth.h"
 #include "services/sandbox_api/e2b/e2b_control.h"
 #include "services/sandbox_api/e2b/envd.h"
 #include "services/sandbox_api/lease_client.h"
@@ -45,7 +45,7 @@ class SandboxApiRoot {
   const std::unique_ptr<ratelimiter::RateLimitClient> limiter_session_;  // null without a ratelimiter
   const std::unique_ptr<ratelimiter::LimiterClient> limiter_;
   RunCodeService run_code_;
-  const E2bAuth e2b_auth_;
+  const api::E2bAuth e2b_auth_;
   E2bControlPlane e2b_;
   Envd envd_;
   http::HttpServer http_;

@@ -1,6 +1,6 @@
 // The sandboxes of this host: capacity reserved atomically, a uid each and files of their own (a storage kind:
 // storage/storage.h), the isolation every process of the sandbox runs under (cgroup, namespaces, Landlock
-// ruleset, rlimits, scrubbed environment), capability tokens, forks (fork/sandbox_fork.cc), and teardown that
+// ruleset, rlimits, scrubbed environment), capability tokens, forks (sandbox_fork.cc), and teardown that
 // kills every process of the uid before anything is freed. Plain C++: no gRPC.
 #pragma once
 

@@ -10,11 +10,11 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/use_future.hpp"
 #include "boost/json.hpp"
+#include "libs/api/e2b_auth.h"
 #include "libs/core/host_port.h"
 #include "libs/core/token.h"
 #include "libs/http/client.h"
-#include "services/sandbox_api/e2b/connect_codec.h"
-#include "services/sandbox_api/e2b/e2b_auth.h"
+#include "libs/http/connect_codec.h"
 #include "tools/corral/demo.h"
 
 namespace corral::cli {
@@ -74,7 +74,7 @@ int RunE2bDemo(const std::string& http_address, const std::string& secret_file) 
   std::cout << "\ndemo: the E2B API — a sandbox created, used and killed as the e2b SDK does it\n";
   auto signer = TokenSigner::FromKeyFile(secret_file);
   if (!signer.ok()) return 1;
-  const std::string key = *sandbox_api::E2bAuth(*std::move(signer)).MintApiKey("corral-up-demo");
+  const std::string key = *api::E2bAuth(*std::move(signer)).MintApiKey("corral-up-demo");
   const absl::Time start = absl::Now();
   auto fail = [](const std::string& step, const absl::StatusOr<http::FetchResult>& r) {
     std::cerr << "demo: E2B " << step
@@ -102,13 +102,13 @@ int RunE2bDemo(const std::string& http_address, const std::string& secret_file) 
   run.set("X-Access-Token", std::string(sandbox.at("envdAccessToken").as_string()));
   run.set(bhttp::field::content_type, "application/connect+json");
   run.set("Connect-Protocol-Version", "1");
-  run.body() = sandbox_api::connect::Envelope(message);
+  run.body() = http::connect::Envelope(message);
   run.prepare_payload();
   auto ran = Call(http_address, std::move(run));
   if (!ran.ok() || ran->status != 200) return fail("run", ran);
   std::string out;
   int64_t exit_code = -1;
-  auto envelopes = sandbox_api::connect::ReadEnvelopes(ran->body);
+  auto envelopes = http::connect::ReadEnvelopes(ran->body);
   for (const auto& [flags, json] : envelopes.ok() ? *envelopes : decltype(envelopes)::value_type()) {
     boost::json::value event = boost::json::parse(json, ec);
     if (ec || !event.is_object() || !event.as_object().contains("event")) continue;

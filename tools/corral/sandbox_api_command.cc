@@ -5,8 +5,8 @@
 #include <iostream>
 #include <string>
 
+#include "libs/api/e2b_auth.h"
 #include "libs/core/token.h"
-#include "services/sandbox_api/e2b/e2b_auth.h"
 #include "tools/corral/commands.h"
 #include "tools/corral/connect_flags.h"
 
@@ -32,7 +32,7 @@ int RunKey(const KeyFlags& flags) {
     std::cerr << "corral sandbox-api key: " << signer.status().message() << "\n";
     return 2;
   }
-  auto key = sandbox_api::E2bAuth(*std::move(signer)).MintApiKey(flags.name);
+  auto key = api::E2bAuth(*std::move(signer)).MintApiKey(flags.name);
   if (!key.ok()) {
     std::cerr << "corral sandbox-api key: " << key.status().message() << "\n";
     return 2;

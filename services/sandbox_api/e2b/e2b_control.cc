@@ -11,8 +11,8 @@
 #include "absl/strings/strip.h"
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
+#include "libs/http/connect_codec.h"
 #include "libs/http/url.h"
-#include "services/sandbox_api/e2b/connect_codec.h"
 
 namespace corral::sandbox_api {
 namespace {
@@ -34,10 +34,10 @@ E2bAnswer Error(int status, const std::string& message) {
   return E2bAnswer{status, json::serialize(body), {}};
 }
 
-// The usual status for a code (connect::HttpStatus), except that a wait that ran out is a 503: the SDK's
+// The usual status for a code (http::connect::HttpStatus), except that a wait that ran out is a 503: the SDK's
 // ServiceBusyError, "please retry".
 E2bAnswer FromStatus(const absl::Status& s) {
-  const int status = s.code() == absl::StatusCode::kDeadlineExceeded ? 503 : connect::HttpStatus(s.code());
+  const int status = s.code() == absl::StatusCode::kDeadlineExceeded ? 503 : http::connect::HttpStatus(s.code());
   return Error(status, std::string(s.message()));
 }
 

@@ -23,8 +23,8 @@
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
 #include "boost/json/object.hpp"
+#include "libs/api/e2b_auth.h"
 #include "libs/core/clock.h"
-#include "services/sandbox_api/e2b/e2b_auth.h"
 #include "services/sandbox_api/lease_client.h"
 
 namespace corral::sandbox_api {
@@ -53,7 +53,7 @@ struct E2bOptions {
 class E2bControlPlane {
  public:
   // `on_killed` (may be empty) hears of each sandbox killed here: the in-sandbox API forgets it.
-  E2bControlPlane(LeaseApi* leases, const E2bAuth* auth, Clock* clock, E2bOptions options = {},
+  E2bControlPlane(LeaseApi* leases, const api::E2bAuth* auth, Clock* clock, E2bOptions options = {},
                   std::function<void(const std::string&)> on_killed = {})
       : leases_(leases), auth_(auth), clock_(clock), options_(std::move(options)), on_killed_(std::move(on_killed)) {}
 
@@ -71,7 +71,7 @@ class E2bControlPlane {
   boost::json::object InfoJson(const v1::SandboxLease& lease) const;
 
   LeaseApi* const leases_;
-  const E2bAuth* const auth_;
+  const api::E2bAuth* const auth_;
   Clock* const clock_;
   const E2bOptions options_;
   const std::function<void(const std::string&)> on_killed_;

@@ -9,8 +9,8 @@
 #include "absl/strings/strip.h"
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
+#include "libs/http/connect_codec.h"
 #include "libs/http/url.h"
-#include "services/sandbox_api/e2b/connect_codec.h"
 #include "services/sandbox_api/e2b/envd_wire.h"
 
 namespace corral::sandbox_api {
@@ -133,7 +133,7 @@ asio::awaitable<std::string> Envd::Handle(http::Request& request, http::Responde
   }
 
   // A Connect call: one JSON message, enveloped for a stream.
-  absl::StatusOr<std::string> message = stream ? connect::OnlyMessage(request.body()) : request.body();
+  absl::StatusOr<std::string> message = stream ? http::connect::OnlyMessage(request.body()) : request.body();
   absl::StatusOr<json::object> body = absl::InvalidArgumentError("the message must be a JSON object");
   if (message.ok()) {
     boost::system::error_code ec;
@@ -327,14 +327,16 @@ asio::awaitable<void> Envd::Connect(Target t, json::object body, http::Responder
 
 asio::awaitable<void> Envd::Follow(std::shared_ptr<EnvdProcess> process, size_t next, http::Responder& responder) {
   if (!co_await responder.StartStream(200, kStreamType)) co_return;
-  const std::string started = connect::Envelope(absl::StrCat(R"({"event":{"start":{"pid":)", process->pid(), "}}}"));
+  const std::string started =
+      http::connect::Envelope(absl::StrCat(R"({"event":{"start":{"pid":)", process->pid(), "}}}"));
   if (!co_await responder.WriteChunk(started)) co_return;
   while (true) {
     EnvdProcess::Batch batch = co_await process->Read(&next, envd_wire::kKeepalive);
     std::string out;
-    for (const std::string& event : batch.events) out += connect::Envelope(absl::StrCat(R"({"event":)", event, "}"));
-    if (batch.events.empty() && !batch.ended) out = connect::Envelope(R"({"event":{"keepalive":{}}})");
-    if (batch.ended) out += connect::EndOfStream(absl::OkStatus());
+    for (const std::string& event : batch.events)
+      out += http::connect::Envelope(absl::StrCat(R"({"event":)", event, "}"));
+    if (batch.events.empty() && !batch.ended) out = http::connect::Envelope(R"({"event":{"keepalive":{}}})");
+    if (batch.ended) out += http::connect::EndOfStream(absl::OkStatus());
     if (!out.empty() && !co_await responder.WriteChunk(out)) co_return;
     if (batch.ended) break;
   }

@@ -21,9 +21,9 @@
 #include "absl/synchronization/mutex.h"
 #include "boost/asio/awaitable.hpp"
 #include "boost/json/object.hpp"
+#include "libs/api/e2b_auth.h"
 #include "libs/core/clock.h"
 #include "libs/http/server.h"
-#include "services/sandbox_api/e2b/e2b_auth.h"
 #include "services/sandbox_api/e2b/e2b_control.h"
 #include "services/sandbox_api/e2b/envd_processes.h"
 #include "services/sandbox_api/lease_client.h"
@@ -33,7 +33,7 @@ namespace corral::sandbox_api {
 class Envd {
  public:
   // `processes` (may be null) counts the processes running through this replica.
-  Envd(LeaseApi* leases, const E2bAuth* auth, Clock* clock, E2bOptions options = {},
+  Envd(LeaseApi* leases, const api::E2bAuth* auth, Clock* clock, E2bOptions options = {},
        prometheus::Gauge* processes = nullptr)
       : leases_(leases),
         auth_(auth),
@@ -93,7 +93,7 @@ class Envd {
                                       http::Responder& responder);
 
   LeaseApi* const leases_;
-  const E2bAuth* const auth_;
+  const api::E2bAuth* const auth_;
   Clock* const clock_;
   const E2bOptions options_;
   const std::shared_ptr<EnvdProcesses> processes_;

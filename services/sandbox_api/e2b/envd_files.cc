@@ -11,7 +11,7 @@
 #include "boost/json.hpp"
 #include "libs/api/proto_time.h"
 #include "libs/async/sleep.h"
-#include "services/sandbox_api/e2b/connect_codec.h"
+#include "libs/http/connect_codec.h"
 #include "services/sandbox_api/e2b/envd.h"
 #include "services/sandbox_api/e2b/envd_wire.h"
 #include "services/sandbox_api/e2b/multipart.h"
@@ -191,7 +191,7 @@ asio::awaitable<void> Envd::WatchDir(Target t, json::object body, absl::Duration
     co_await EndStreamWith(responder, before.status());
     co_return;
   }
-  const std::string started = connect::Envelope(R"({"start":{}})");
+  const std::string started = http::connect::Envelope(R"({"start":{}})");
   if (!co_await responder.StartStream(200, kStreamType) || !co_await responder.WriteChunk(started)) co_return;
   const absl::Time end = clock_->Now() + timeout;
   absl::Time quiet_since = clock_->Now();
@@ -209,7 +209,7 @@ asio::awaitable<void> Envd::WatchDir(Target t, json::object body, absl::Duration
     auto event = [&](const std::string& path, const char* type, const v1::FileInfo* info) {
       json::object e{{"name", path.substr(std::min(path.size(), root->size() + 1))}, {"type", type}};
       if (include_entry && info != nullptr) e["entry"] = Entry(*info, path);
-      out += connect::Envelope(json::serialize(json::object{{"filesystem", std::move(e)}}));
+      out += http::connect::Envelope(json::serialize(json::object{{"filesystem", std::move(e)}}));
     };
     for (const auto& [path, entry] : *now) {
       auto old = before->find(path);
@@ -224,7 +224,7 @@ asio::awaitable<void> Envd::WatchDir(Target t, json::object body, absl::Duration
     }
     before = *std::move(now);
     if (out.empty() && clock_->Now() - quiet_since >= envd_wire::kKeepalive)
-      out = connect::Envelope(R"({"keepalive":{}})");
+      out = http::connect::Envelope(R"({"keepalive":{}})");
     if (out.empty()) continue;
     quiet_since = clock_->Now();
     if (!co_await responder.WriteChunk(out)) co_return;

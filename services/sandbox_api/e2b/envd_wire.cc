@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "boost/json.hpp"
-#include "services/sandbox_api/e2b/connect_codec.h"
+#include "libs/http/connect_codec.h"
 
 namespace corral::sandbox_api::envd_wire {
 
@@ -61,7 +61,7 @@ std::string FilesError(int status, absl::string_view message) {
 
 int FilesStatus(absl::StatusCode code) {
   // A full disk is envd's 507 (the SDK's NotEnoughSpaceError); the rest as everywhere.
-  return code == absl::StatusCode::kResourceExhausted ? 507 : connect::HttpStatus(code);
+  return code == absl::StatusCode::kResourceExhausted ? 507 : http::connect::HttpStatus(code);
 }
 
 absl::Duration StreamTimeout(const http::Request& r, absl::Duration fallback) {
@@ -80,7 +80,7 @@ asio::awaitable<void> ReplyError(http::Responder& responder, const absl::Status&
 }
 
 asio::awaitable<void> EndStreamWith(http::Responder& responder, const absl::Status& status) {
-  const std::string eos = connect::EndOfStream(status);
+  const std::string eos = http::connect::EndOfStream(status);
   if (!responder.started() && !co_await responder.StartStream(200, kStreamType)) co_return;
   if (co_await responder.WriteChunk(eos)) co_await responder.EndStream();
 }
@@ -89,8 +89,8 @@ asio::awaitable<void> ReplyConnectError(http::Responder& responder, const absl::
   if (stream) {
     co_await EndStreamWith(responder, s);
   } else {
-    std::string body = connect::ErrorJson(s);
-    co_await responder.Send(connect::HttpStatus(s.code()), kJson, std::move(body));
+    std::string body = http::connect::ErrorJson(s);
+    co_await responder.Send(http::connect::HttpStatus(s.code()), kJson, std::move(body));
   }
 }
 

@@ -31,7 +31,7 @@ bool BoolField(const boost::json::object& o, const char* key);
 absl::Status CheckUser(absl::string_view user);
 absl::Status CheckBasicUser(const http::Request& request);
 
-// /files' HTTP status for an error: connect::HttpStatus's, but 507 for RESOURCE_EXHAUSTED (a full disk).
+// /files' HTTP status for an error: http::connect::HttpStatus's, but 507 for RESOURCE_EXHAUSTED (a full disk).
 int FilesStatus(absl::StatusCode code);
 // A stream's lifetime from Connect-Timeout-Ms; `fallback` without one (and at most that).
 absl::Duration StreamTimeout(const http::Request& request, absl::Duration fallback);

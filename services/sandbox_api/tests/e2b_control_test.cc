@@ -36,7 +36,7 @@ class E2bControlTest : public ::testing::Test {
   FakeClock clock_;
   std::shared_ptr<sandbox::FakeHost> host_ = std::make_shared<sandbox::FakeHost>("host-a:1", &clock_);
   FakeLeases leases_{host_};
-  E2bAuth auth_{*TokenSigner::FromKey(std::string(32, 'k'))};
+  api::E2bAuth auth_{*TokenSigner::FromKey(std::string(32, 'k'))};
   std::vector<std::string> killed_;  // what the in-sandbox API was told to forget
   E2bControlPlane control_{&leases_, &auth_, &clock_, E2bOptions(),
                            [this](const std::string& id) { killed_.push_back(id); }};
@@ -116,7 +116,7 @@ TEST_F(E2bControlTest, KeysAreCheckedAndBadRequestsLeaseNothing) {
   EXPECT_EQ(none.status, 401);
   EXPECT_THAT(none.body, HasSubstr("corral sandbox-api key"));
   // A key minted with another secret is no key here.
-  E2bAuth other(*TokenSigner::FromKey(std::string(32, 'x')));
+  api::E2bAuth other(*TokenSigner::FromKey(std::string(32, 'x')));
   EXPECT_EQ(Call("GET", "/v2/sandboxes", "", *other.MintApiKey("alice")).status, 401);
   EXPECT_FALSE(auth_.MintApiKey("a/b").ok());
 

@@ -2,7 +2,7 @@
 // FormData sends them — garbage refused, never a crash.
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "services/sandbox_api/e2b/connect_codec.h"
+#include "libs/http/connect_codec.h"
 #include "services/sandbox_api/e2b/multipart.h"
 
 namespace corral::sandbox_api {
@@ -11,20 +11,20 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ConnectCodecTest, EnvelopesAreFlagLengthAndJson) {
-  const std::string e = connect::Envelope(R"({"event":{"start":{"pid":100}}})");
+  const std::string e = http::connect::Envelope(R"({"event":{"start":{"pid":100}}})");
   ASSERT_EQ(e.size(), 5u + 31u);
   EXPECT_EQ(e.substr(0, 5), std::string("\x00\x00\x00\x00\x1f", 5));
-  EXPECT_EQ(connect::EndOfStream(absl::OkStatus()), std::string("\x02\x00\x00\x00\x02{}", 7));
-  EXPECT_THAT(connect::EndOfStream(absl::NotFoundError("no pid 9")),
+  EXPECT_EQ(http::connect::EndOfStream(absl::OkStatus()), std::string("\x02\x00\x00\x00\x02{}", 7));
+  EXPECT_THAT(http::connect::EndOfStream(absl::NotFoundError("no pid 9")),
               HasSubstr(R"({"error":{"code":"not_found","message":"no pid 9"}})"));
-  EXPECT_EQ(*connect::OnlyMessage(e), R"({"event":{"start":{"pid":100}}})");
-  EXPECT_FALSE(connect::OnlyMessage("").ok());
-  EXPECT_FALSE(connect::OnlyMessage(e + e).ok());                         // one message only
-  EXPECT_FALSE(connect::OnlyMessage(e.substr(0, e.size() - 1)).ok());     // truncated
-  EXPECT_FALSE(connect::OnlyMessage("\x01" + e.substr(1)).ok());          // compressed
-  EXPECT_EQ(connect::HttpStatus(absl::StatusCode::kAlreadyExists), 409);  // the SDK's makeDir() -> false
-  EXPECT_EQ(connect::HttpStatus(absl::StatusCode::kNotFound), 404);
-  EXPECT_EQ(std::string(connect::Code(absl::StatusCode::kUnauthenticated)), "unauthenticated");
+  EXPECT_EQ(*http::connect::OnlyMessage(e), R"({"event":{"start":{"pid":100}}})");
+  EXPECT_FALSE(http::connect::OnlyMessage("").ok());
+  EXPECT_FALSE(http::connect::OnlyMessage(e + e).ok());                         // one message only
+  EXPECT_FALSE(http::connect::OnlyMessage(e.substr(0, e.size() - 1)).ok());     // truncated
+  EXPECT_FALSE(http::connect::OnlyMessage("\x01" + e.substr(1)).ok());          // compressed
+  EXPECT_EQ(http::connect::HttpStatus(absl::StatusCode::kAlreadyExists), 409);  // the SDK's makeDir() -> false
+  EXPECT_EQ(http::connect::HttpStatus(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(std::string(http::connect::Code(absl::StatusCode::kUnauthenticated)), "unauthenticated");
 }
 
 TEST(MultipartTest, ReadsUndiciFormDataAndRefusesGarbage) {

@@ -1,9 +1,9 @@
-#include "services/sandbox_api/e2b/e2b_auth.h"
+#include "libs/api/e2b_auth.h"
 
 #include "absl/strings/str_cat.h"
 #include "libs/api/ids.h"
 
-namespace corral::sandbox_api {
+namespace corral::api {
 namespace {
 
 constexpr char kApiKey[] = "e2b-api-key";
@@ -38,4 +38,4 @@ absl::StatusOr<std::string> E2bAuth::CheckAccess(absl::string_view sandbox_id, a
   return payload->substr(0, slash);
 }
 
-}  // namespace corral::sandbox_api
+}  // namespace corral::api

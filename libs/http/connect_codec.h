@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace corral::sandbox_api::connect {
+namespace corral::http::connect {
 
 inline constexpr uint8_t kEndStream = 0x02;
 
@@ -35,4 +35,4 @@ int HttpStatus(absl::StatusCode code);
 // {"code", "message"}.
 std::string ErrorJson(const absl::Status& status);
 
-}  // namespace corral::sandbox_api::connect
+}  // namespace corral::http::connect

@@ -10,7 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "libs/core/token.h"
 
-namespace corral::sandbox_api {
+namespace corral::api {
 
 class E2bAuth {
  public:
@@ -30,4 +30,4 @@ class E2bAuth {
   const TokenSigner signer_;
 };
 
-}  // namespace corral::sandbox_api
+}  // namespace corral::api

@@ -1,9 +1,9 @@
-#include "services/sandbox_api/e2b/connect_codec.h"
+#include "libs/http/connect_codec.h"
 
 #include "absl/strings/str_cat.h"
 #include "boost/json.hpp"
 
-namespace corral::sandbox_api::connect {
+namespace corral::http::connect {
 
 std::string Envelope(absl::string_view json, uint8_t flags) {
   std::string out;
@@ -92,4 +92,4 @@ int HttpStatus(absl::StatusCode code) {
   }
 }
 
-}  // namespace corral::sandbox_api::connect
+}  // namespace corral::http::connect
