@@ -2,18 +2,18 @@
 
 namespace corral::ratelimiter {
 
-Limiter::Lease* Limiter::LeaseTable::Find(const std::string& id) const {
+internal::Lease* internal::LeaseTable::Find(const std::string& id) const {
   auto it = leases_.find(id);
   return it == leases_.end() ? nullptr : it->second.get();
 }
 
-Limiter::Lease& Limiter::LeaseTable::Add(std::unique_ptr<Lease> lease) {
+internal::Lease& internal::LeaseTable::Add(std::unique_ptr<Lease> lease) {
   Lease& added = *lease;
   leases_.emplace(added.id, std::move(lease));
   return added;
 }
 
-std::unique_ptr<Limiter::Lease> Limiter::LeaseTable::Remove(const std::string& id) {
+std::unique_ptr<internal::Lease> internal::LeaseTable::Remove(const std::string& id) {
   auto it = leases_.find(id);
   if (it == leases_.end()) return nullptr;
   std::unique_ptr<Lease> lease = std::move(it->second);
@@ -22,17 +22,17 @@ std::unique_ptr<Limiter::Lease> Limiter::LeaseTable::Remove(const std::string& i
   return lease;
 }
 
-void Limiter::LeaseTable::BindRequest(const std::string& request_id, Lease& lease) {
+void internal::LeaseTable::BindRequest(const std::string& request_id, Lease& lease) {
   request_ids_[request_id] = lease.id;
   lease.request_id = request_id;
 }
 
-const Limiter::Lease* Limiter::LeaseTable::ForRequest(const std::string& request_id) const {
+const internal::Lease* internal::LeaseTable::ForRequest(const std::string& request_id) const {
   auto it = request_ids_.find(request_id);
   return it == request_ids_.end() ? nullptr : Find(it->second);
 }
 
-void Limiter::LeaseTable::RememberEnded(const std::string& id, std::string why) {
+void internal::LeaseTable::RememberEnded(const std::string& id, std::string why) {
   if (ended_.insert_or_assign(id, std::move(why)).second) ended_order_.push_back(id);
   while (ended_order_.size() > internal::kEndedMemory) {
     ended_.erase(ended_order_.front());
@@ -40,12 +40,12 @@ void Limiter::LeaseTable::RememberEnded(const std::string& id, std::string why) 
   }
 }
 
-const std::string* Limiter::LeaseTable::EndedWhy(const std::string& id) const {
+const std::string* internal::LeaseTable::EndedWhy(const std::string& id) const {
   auto it = ended_.find(id);
   return it == ended_.end() ? nullptr : &it->second;
 }
 
-std::vector<std::string> Limiter::LeaseTable::IdsOf(const Limit& limit) const {
+std::vector<std::string> internal::LeaseTable::IdsOf(const Limit& limit) const {
   std::vector<std::string> ids;
   for (const auto& [id, lease] : leases_) {
     if (lease->instance->limit == &limit) ids.push_back(id);

@@ -61,7 +61,7 @@ std::string Limiter::LearningNote() const {
 
 // ---------------------------------------------------------------------------------------------- limits
 
-Limiter::Limit* Limiter::FindLimit(const std::string& name) const {
+internal::Limit* Limiter::FindLimit(const std::string& name) const {
   auto it = limits_.find(name);
   return it == limits_.end() ? nullptr : it->second.get();
 }
@@ -184,8 +184,8 @@ std::vector<LimitSpec> Limiter::ListLimits() const {
   return out;
 }
 
-absl::StatusOr<Limiter::Instance*> Limiter::ResolveInstance(const std::string& name, const std::string& key,
-                                                            bool create) {
+absl::StatusOr<internal::Instance*> Limiter::ResolveInstance(const std::string& name, const std::string& key,
+                                                             bool create) {
   Limit* limit = FindLimit(name);
   if (limit == nullptr) {
     return LimitNotFound(name);
@@ -251,8 +251,8 @@ Grant Limiter::Take(Instance& inst, int64_t permits, absl::Duration ttl, const s
   return grant;
 }
 
-Limiter::Lease& Limiter::AddLease(Instance& inst, int64_t permits, absl::Duration ttl, const std::string& session_id,
-                                  const std::string& lease_id) {
+internal::Lease& Limiter::AddLease(Instance& inst, int64_t permits, absl::Duration ttl, const std::string& session_id,
+                                   const std::string& lease_id) {
   auto lease = std::make_unique<Lease>();
   lease->id = lease_id;
   lease->instance = &inst;
@@ -343,7 +343,7 @@ absl::StatusOr<AcquireTicket> Limiter::Acquire(AcquireParams p, AcquireCallback 
   return ticket;
 }
 
-absl::StatusOr<Limiter::Limit*> Limiter::CheckAcquire(AcquireParams& p) const {
+absl::StatusOr<internal::Limit*> Limiter::CheckAcquire(AcquireParams& p) const {
   Limit* limit = FindLimit(p.limit);
   if (limit == nullptr) return LimitNotFound(p.limit);
   if (p.permits == 0) p.permits = 1;

@@ -1,15 +1,21 @@
-// Private to the Limiter's two .cc files: the bookkeeping structs behind Limiter's forward declarations.
+// Private to the Limiter's .cc files: the bookkeeping behind the Limiter's forward declarations (limiter.h).
 #pragma once
 
+#include <cstdint>
 #include <list>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
+#include "libs/core/clock.h"
 #include "openssl/rand.h"
 #include "services/ratelimiter/counters.h"
-#include "services/ratelimiter/limiter.h"
+#include "services/ratelimiter/limiter_types.h"
+#include "services/ratelimiter/metrics.h"
 
 namespace corral::ratelimiter {
 
@@ -32,9 +38,9 @@ inline double Needed(const LimitSpec& spec, int64_t permits) {
   return static_cast<double>(std::min(permits, spec.kind == LimitKind::kRate ? spec.burst : permits));
 }
 
-}  // namespace internal
+struct Limit;
 
-struct Limiter::Waiter {
+struct Waiter {
   uint64_t id = 0;
   int64_t permits = 0;
   absl::Time enqueued;
@@ -47,7 +53,7 @@ struct Limiter::Waiter {
 };
 
 // One instance of a limit (the only one of an unkeyed limit, one per key of a keyed one).
-struct Limiter::Instance {
+struct Instance {
   Instance(Limit* l, std::string k, double burst, absl::Time now)
       : limit(l), key(std::move(k)), bucket(burst, now), last_active(now) {}
   Limit* const limit;
@@ -64,7 +70,7 @@ struct Limiter::Instance {
   double counted_in_use = 0, counted_waiters = 0;
 };
 
-struct Limiter::Limit {
+struct Limit {
   LimitSpec spec;
   std::map<std::string, std::unique_ptr<Instance>> instances;
   LimitMetrics metrics;
@@ -73,7 +79,7 @@ struct Limiter::Limit {
   double in_use = 0, waiters = 0;
 };
 
-struct Limiter::Lease {
+struct Lease {
   std::string id;
   Instance* instance = nullptr;
   int64_t permits = 0;
@@ -86,7 +92,7 @@ struct Limiter::Lease {
 
 // Held concurrency leases by id, the request ids of unary acquires that got them (for idempotent retries),
 // and why recently ended leases ended (bounded; so a second Release can say "already released").
-class Limiter::LeaseTable {
+class LeaseTable {
  public:
   Lease* Find(const std::string& id) const;
   bool contains(const std::string& id) const { return leases_.contains(id); }
@@ -112,7 +118,7 @@ class Limiter::LeaseTable {
   std::list<std::string> ended_order_;
 };
 
-struct Limiter::Session {
+struct Session {
   std::string id;
   std::string client_id;
   LeaseLostCallback on_lost;
@@ -120,4 +126,5 @@ struct Limiter::Session {
   absl::flat_hash_set<uint64_t> waiters;
 };
 
+}  // namespace internal
 }  // namespace corral::ratelimiter

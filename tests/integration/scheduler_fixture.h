@@ -29,7 +29,7 @@
 #include "services/sandbox_host/linux/process_sweep.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/uid_range.h"
-#include "tools/fake-llm/fake_llm.h"
+#include "tools/fake-llm/fake_model.h"
 
 namespace corral {
 

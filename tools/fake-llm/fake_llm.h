@@ -18,50 +18,9 @@
 #include "absl/time/time.h"
 #include "libs/core/token_bucket.h"
 #include "libs/http/server.h"
+#include "tools/fake-llm/reply.h"
 
 namespace corral::fakellm {
-
-struct Options {
-  std::vector<std::string> models = {"fake-model"};
-  std::string reply;                                  // fixed reply text; empty = "echo: <last user message>"
-  absl::Duration ttft = absl::ZeroDuration();         // before the first token (or the whole reply)
-  absl::Duration inter_token = absl::ZeroDuration();  // between streamed tokens
-  int64_t fail_first = 0;                             // the first N completion requests get HTTP 500
-  // Solve "A op B" from the last user message (ArithmeticPlan): a stand-in policy whose rewards vary by seed.
-  bool arithmetic = false;
-  // Drive an installed agent harness: call its shell tool once with the task's "RUN:" command, then answer with
-  // its "ANSWER:" text (PlanShellAgent).
-  bool shell_agent = false;
-  // Serve POST /v1/responses itself (as vLLM and SGLang do), answering as a chat call would, reshaped.
-  bool native_responses = false;
-  // Serve POST /v1/messages itself (as some servers do), the same way.
-  bool native_messages = false;
-  // A provider's quota of its own: completion requests per second (a token bucket of `quota_burst`, 0 = off) and
-  // completions in flight (0 = off). Over it: HTTP 429 with Retry-After, counted in /admin/stats.
-  double quota_rps = 0;
-  int64_t quota_burst = 1;
-  int64_t quota_concurrency = 0;
-  // Append each POST it is sent, as {"path", "body"} on one line, to this file ("" = none): how the harness
-  // request fixtures (tests/harness/fixtures) were recorded.
-  std::string request_log;
-};
-
-// What the arithmetic mode does with one request: a tool call (`arguments` set) or a text reply.
-struct ArithmeticPlan {
-  bool tool_call = false;
-  std::string arguments;  // JSON for the tool call
-  std::string reply;      // otherwise
-};
-// `last_user` holds "A op B" (op one of + - * /); `tool_property` is the first property of the first offered
-// tool's schema ("code", "command", or "" when no tool is offered); `tool_output` is the last message's content
-// when it is a tool result (nullptr otherwise). One seed in four answers wrong by one. nullopt when there is no
-// expression.
-std::optional<ArithmeticPlan> PlanArithmetic(const std::string& last_user, const std::string& tool_property,
-                                             const std::string* tool_output, int64_t seed);
-
-// Stable fake token ids: the same text always gives the same ids, streamed or not.
-std::vector<std::string> SplitTokens(const std::string& text);
-int32_t TokenId(const std::string& token);
 
 class FakeLlm {
  public:

@@ -1,7 +1,7 @@
 #include "tools/fake-llm/native_responses.h"
 
 #include "absl/strings/str_cat.h"
-#include "tools/fake-llm/fake_llm.h"
+#include "tools/fake-llm/fake_model.h"
 #include "tools/fake-llm/json_text.h"
 
 namespace corral::fakellm {
