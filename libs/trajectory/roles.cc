@@ -100,6 +100,8 @@ bool IsLineage(v1::CallRole role) {
   return role == v1::CALL_ROLE_AGENT || role == v1::CALL_ROLE_COMPACTION || role == v1::CALL_ROLE_SUBAGENT;
 }
 
+bool OffersTools(const v1::LlmCall& call) { return !call.tools_json().empty() && call.tools_json() != "[]"; }
+
 bool CarriesAnswer(absl::string_view text, absl::string_view answer) {
   answer = absl::StripAsciiWhitespace(answer);
   return answer.size() >= kMinAnswer && absl::StrContains(text, answer);

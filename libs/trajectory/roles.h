@@ -36,6 +36,9 @@ absl::string_view RoleName(v1::CallRole role);
 // The lineage roles: the conversations a trainer trains on by default.
 bool IsLineage(v1::CallRole role);
 
+// Whether the call offered the model tools (its tools JSON is not empty).
+bool OffersTools(const v1::LlmCall& call);
+
 // True when `text` (a message that opens a conversation) carries `answer` (an earlier model answer) whole: the
 // answer, trimmed, is at least 64 characters long and appears in the text.
 bool CarriesAnswer(absl::string_view text, absl::string_view answer);

@@ -94,6 +94,10 @@ class TrajectoryStore {
     absl::flat_hash_map<std::string_view, size_t> by_id;  // call id → index in calls_
   };
   Settled Settle() const;
+  // Export's parts: the calls' totals (count, failures, usage, policy versions), and one branch as its
+  // conversation (TRAJECTORY form) into `ob`.
+  void ExportTotals(v1::Trajectory* out) const;
+  void ExportConversation(const v1::Branch& b, const Settled& settled, v1::Branch* ob) const;
   void SetLast(uint32_t branch, uint32_t node);
 
   const std::string env_id_;

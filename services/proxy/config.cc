@@ -44,6 +44,39 @@ absl::StatusOr<QuotaSpec> ParseQuota(const YAML::Node& node, const std::string& 
   return q;
 }
 
+// One item of `upstreams`: a URL, or a map with its url and the rest.
+absl::StatusOr<UpstreamSpec> ParseUpstream(const YAML::Node& item) {
+  const std::string url = item.IsScalar() ? item.as<std::string>() : item["url"].as<std::string>("");
+  CORRAL_ASSIGN_OR_RETURN(UpstreamSpec spec, ParseUpstreamUrl(url));
+  if (item.IsMap()) {
+    if (item["name"]) spec.name = item["name"].as<std::string>();
+    if (item["weight"]) spec.weight = item["weight"].as<int>();
+    if (item["models"]) spec.models = item["models"].as<std::vector<std::string>>();
+    if (item["quota"]) {
+      CORRAL_ASSIGN_OR_RETURN(spec.quota, ParseQuota(item["quota"], "quota of " + spec.name));
+    }
+    if (item["unrunnable_tools"]) {
+      const std::string v = item["unrunnable_tools"].as<std::string>();
+      if (v != "refuse" && v != "leave_out") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unrunnable_tools of ", spec.name, " must be refuse or leave_out, not '", v, "'"));
+      }
+      spec.refuse_unrunnable_tools = v == "refuse";
+    }
+    if (item["dialects"]) {
+      spec.dialects = item["dialects"].as<std::vector<std::string>>();
+      for (const std::string& d : spec.dialects) {
+        if (FindNativeApi(d) == nullptr) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("dialects of ", spec.name, ": '", d, "' is not an agent API (", NativeApiNames(), ")"));
+        }
+      }
+    }
+  }
+  if (spec.weight < 1 || spec.weight > 100) return absl::InvalidArgumentError("weight must be 1-100");
+  return spec;
+}
+
 }  // namespace
 
 bool Config::has_quotas() const {
@@ -81,34 +114,7 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
       [c](const YAML::Node& node) -> absl::Status {
         if (!node.IsSequence()) return absl::InvalidArgumentError("upstreams must be a list");
         for (const auto& item : node) {
-          const std::string url = item.IsScalar() ? item.as<std::string>() : item["url"].as<std::string>("");
-          CORRAL_ASSIGN_OR_RETURN(UpstreamSpec spec, ParseUpstreamUrl(url));
-          if (item.IsMap()) {
-            if (item["name"]) spec.name = item["name"].as<std::string>();
-            if (item["weight"]) spec.weight = item["weight"].as<int>();
-            if (item["models"]) spec.models = item["models"].as<std::vector<std::string>>();
-            if (item["quota"]) {
-              CORRAL_ASSIGN_OR_RETURN(spec.quota, ParseQuota(item["quota"], "quota of " + spec.name));
-            }
-            if (item["unrunnable_tools"]) {
-              const std::string v = item["unrunnable_tools"].as<std::string>();
-              if (v != "refuse" && v != "leave_out") {
-                return absl::InvalidArgumentError(
-                    absl::StrCat("unrunnable_tools of ", spec.name, " must be refuse or leave_out, not '", v, "'"));
-              }
-              spec.refuse_unrunnable_tools = v == "refuse";
-            }
-            if (item["dialects"]) {
-              spec.dialects = item["dialects"].as<std::vector<std::string>>();
-              for (const std::string& d : spec.dialects) {
-                if (FindNativeApi(d) == nullptr) {
-                  return absl::InvalidArgumentError(absl::StrCat("dialects of ", spec.name, ": '", d,
-                                                                 "' is not an agent API (", NativeApiNames(), ")"));
-                }
-              }
-            }
-          }
-          if (spec.weight < 1 || spec.weight > 100) return absl::InvalidArgumentError("weight must be 1-100");
+          CORRAL_ASSIGN_OR_RETURN(UpstreamSpec spec, ParseUpstream(item));
           c->upstreams.push_back(std::move(spec));
         }
         return absl::OkStatus();

@@ -39,6 +39,142 @@ std::string UpstreamModel(const v1::SessionPolicy& p, const std::string& model) 
   return model;
 }
 
+// What is wrong with the request's shape, if anything (a 400 for the agent).
+std::optional<std::string> MalformedRequest(bool chat, const json::object& body) {
+  if (chat) {
+    auto* msgs = body.if_contains("messages");
+    if (msgs == nullptr || !msgs->is_array() || msgs->as_array().empty()) {
+      return std::string("'messages' must be a non-empty array");
+    }
+    for (const auto& m : msgs->as_array()) {
+      if (!m.is_object() || !m.as_object().contains("role") || !m.as_object().at("role").is_string()) {
+        return std::string("every message must be an object with a string 'role'");
+      }
+    }
+  } else if (auto* prompt = body.if_contains("prompt"); prompt == nullptr || !prompt->is_string()) {
+    return std::string("'prompt' must be a string");
+  }
+  if (auto* s = body.if_contains("stream"); s != nullptr && !s->is_bool() && !s->is_null()) {
+    return std::string("'stream' must be a boolean");
+  }
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (auto* v = body.if_contains(key); v != nullptr && !v->is_null() && (!v->is_int64() || v->as_int64() < 1)) {
+      return absl::StrCat("'", key, "' must be a positive integer");
+    }
+  }
+  return std::nullopt;
+}
+
+// Why the session's budget refuses another call, if it does.
+std::optional<std::string> BudgetSpent(const v1::SessionBudget& b, const BudgetUse& used) {
+  if (b.max_calls() > 0 && used.calls >= b.max_calls()) {
+    return absl::StrCat("budget exhausted: max_calls=", b.max_calls());
+  }
+  const uint64_t total = used.prompt_tokens + used.completion_tokens;
+  if ((b.max_prompt_tokens() > 0 && used.prompt_tokens >= b.max_prompt_tokens()) ||
+      (b.max_completion_tokens() > 0 && used.completion_tokens >= b.max_completion_tokens()) ||
+      (b.max_total_tokens() > 0 && total >= b.max_total_tokens())) {
+    return std::string("budget exhausted: token budget used up");
+  }
+  return std::nullopt;
+}
+
+// Lowers max_tokens (or max_completion_tokens) to the sampling cap and what is left of the completion and total
+// budgets, setting max_tokens when the agent sent neither.
+void CapMaxTokens(const v1::SessionPolicy& p, const BudgetUse& used, json::object& body, Rewrite& rw) {
+  const v1::SessionBudget& b = p.budget();
+  const uint64_t total = used.prompt_tokens + used.completion_tokens;
+  int64_t cap = p.sampling_caps().has_max_tokens() ? p.sampling_caps().max_tokens() : INT64_MAX;
+  if (b.max_completion_tokens() > 0)
+    cap = std::min<int64_t>(cap, static_cast<int64_t>(b.max_completion_tokens() - used.completion_tokens));
+  if (b.max_total_tokens() > 0) cap = std::min<int64_t>(cap, static_cast<int64_t>(b.max_total_tokens() - total));
+  if (cap != INT64_MAX) {
+    bool set = false;
+    for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+      if (auto* v = body.if_contains(key); v != nullptr && v->is_int64()) {
+        v->emplace_int64() = std::min(v->as_int64(), cap);
+        rw.set_keys.emplace_back(key);
+        set = true;
+      }
+    }
+    if (!set) {
+      body["max_tokens"] = cap;
+      rw.set_keys.emplace_back("max_tokens");
+    }
+  }
+}
+
+// The agent's narrowing knobs go (the recorded logprobs are then the policy's); then the session's overrides set
+// theirs, replacing whatever the agent sent.
+void NeutralizeAndOverride(const v1::SessionPolicy& p, json::object& body, Rewrite& rw) {
+  if (p.has_neutralize_sampling() ? p.neutralize_sampling() : p.capture_token_ids()) {
+    json::object removed;
+    for (const char* key : kNarrowingKnobs) {
+      auto it = body.find(key);
+      if (it == body.end()) continue;
+      if (!it->value().is_null()) removed[key] = it->value();
+      rw.removed_keys.emplace_back(key);
+      body.erase(it);
+    }
+    if (!removed.empty()) rw.neutralized_json = json::serialize(removed);
+  }
+
+  const v1::SamplingOverrides& o = p.sampling_overrides();
+  auto set = [&](const char* key, json::value v) {
+    body[key] = std::move(v);
+    rw.set_keys.emplace_back(key);
+  };
+  if (o.has_temperature()) set("temperature", o.temperature());
+  if (o.has_top_p()) set("top_p", o.top_p());
+  if (o.has_top_k()) set("top_k", o.top_k());
+  if (o.has_min_p()) set("min_p", o.min_p());
+  if (o.has_presence_penalty()) set("presence_penalty", o.presence_penalty());
+  if (o.has_frequency_penalty()) set("frequency_penalty", o.frequency_penalty());
+  if (o.has_repetition_penalty()) set("repetition_penalty", o.repetition_penalty());
+  if (o.has_seed()) set("seed", o.seed());
+  if (!o.extra_body_json().empty()) {
+    boost::system::error_code ec;
+    json::value extra = json::parse(o.extra_body_json(), ec);
+    if (!ec && extra.is_object()) {
+      for (auto& [k, v] : extra.as_object()) {
+        body[k] = v;
+        rw.set_keys.emplace_back(k);
+      }
+    }
+  }
+  if (p.sampling_caps().has_max_top_logprobs()) {
+    if (auto* v = body.if_contains("top_logprobs"); v != nullptr && v->is_int64()) {
+      v->emplace_int64() = std::min<int64_t>(v->as_int64(), p.sampling_caps().max_top_logprobs());
+    }
+  }
+}
+
+// Token capture: ask the backend for token ids, logprobs and usage, remembering what the agent did not ask for.
+void CaptureTokens(const v1::SessionPolicy& p, bool chat, json::object& body, Rewrite& rw) {
+  rw.stream = Truthy(body, "stream");
+  if (p.capture_token_ids()) {
+    rw.strip_token_ids = !Truthy(body, "return_token_ids");
+    body["return_token_ids"] = true;
+  }
+  if (p.capture_logprobs()) {
+    if (chat) {
+      rw.strip_logprobs = !Truthy(body, "logprobs");
+      body["logprobs"] = true;
+    } else {
+      rw.strip_logprobs = !body.contains("logprobs") || body.at("logprobs").is_null();
+      if (rw.strip_logprobs) body["logprobs"] = 0;
+    }
+  }
+  if (rw.stream) {
+    // Usage is recorded for every streamed call; the extra chunk is dropped if the agent did not ask for it.
+    json::object so;
+    if (auto* v = body.if_contains("stream_options"); v != nullptr && v->is_object()) so = v->as_object();
+    rw.strip_usage_chunk = !Truthy(so, "include_usage");
+    so["include_usage"] = true;
+    body["stream_options"] = std::move(so);
+  }
+}
+
 }  // namespace
 
 absl::Status ValidatePolicy(const v1::SessionPolicy& p) {
@@ -91,28 +227,7 @@ PolicyOutcome ApplyPolicy(const v1::SessionPolicy& p, const BudgetUse& used, boo
   if (model_v == nullptr || !model_v->is_string() || model_v->as_string().empty()) {
     return Refuse(Refusal::kBadRequest, "'model' must be a non-empty string");
   }
-  if (chat) {
-    auto* msgs = body.if_contains("messages");
-    if (msgs == nullptr || !msgs->is_array() || msgs->as_array().empty()) {
-      return Refuse(Refusal::kBadRequest, "'messages' must be a non-empty array");
-    }
-    for (const auto& m : msgs->as_array()) {
-      if (!m.is_object() || !m.as_object().contains("role") || !m.as_object().at("role").is_string()) {
-        return Refuse(Refusal::kBadRequest, "every message must be an object with a string 'role'");
-      }
-    }
-  } else if (auto* prompt = body.if_contains("prompt"); prompt == nullptr || !prompt->is_string()) {
-    return Refuse(Refusal::kBadRequest, "'prompt' must be a string");
-  }
-  if (auto* s = body.if_contains("stream"); s != nullptr && !s->is_bool() && !s->is_null()) {
-    return Refuse(Refusal::kBadRequest, "'stream' must be a boolean");
-  }
-  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-    if (auto* v = body.if_contains(key); v != nullptr && !v->is_null() && (!v->is_int64() || v->as_int64() < 1)) {
-      return Refuse(Refusal::kBadRequest, absl::StrCat("'", key, "' must be a positive integer"));
-    }
-  }
-
+  if (std::optional<std::string> bad = MalformedRequest(chat, body)) return Refuse(Refusal::kBadRequest, *bad);
   PolicyOutcome out;
   Rewrite& rw = out.rewrite;
   rw.requested_model = std::string(model_v->as_string());
@@ -123,102 +238,14 @@ PolicyOutcome ApplyPolicy(const v1::SessionPolicy& p, const BudgetUse& used, boo
   body["model"] = rw.model;
 
   // Budgets: refuse what would pass one; lower max_tokens to what is left of the completion budget.
-  const v1::SessionBudget& b = p.budget();
-  if (b.max_calls() > 0 && used.calls >= b.max_calls()) {
-    return Refuse(Refusal::kBudgetExhausted, absl::StrCat("budget exhausted: max_calls=", b.max_calls()));
+  if (std::optional<std::string> spent = BudgetSpent(p.budget(), used)) {
+    return Refuse(Refusal::kBudgetExhausted, *spent);
   }
-  const uint64_t total = used.prompt_tokens + used.completion_tokens;
-  if ((b.max_prompt_tokens() > 0 && used.prompt_tokens >= b.max_prompt_tokens()) ||
-      (b.max_completion_tokens() > 0 && used.completion_tokens >= b.max_completion_tokens()) ||
-      (b.max_total_tokens() > 0 && total >= b.max_total_tokens())) {
-    return Refuse(Refusal::kBudgetExhausted, "budget exhausted: token budget used up");
-  }
-  int64_t cap = p.sampling_caps().has_max_tokens() ? p.sampling_caps().max_tokens() : INT64_MAX;
-  if (b.max_completion_tokens() > 0)
-    cap = std::min<int64_t>(cap, static_cast<int64_t>(b.max_completion_tokens() - used.completion_tokens));
-  if (b.max_total_tokens() > 0) cap = std::min<int64_t>(cap, static_cast<int64_t>(b.max_total_tokens() - total));
-  if (cap != INT64_MAX) {
-    bool set = false;
-    for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-      if (auto* v = body.if_contains(key); v != nullptr && v->is_int64()) {
-        v->emplace_int64() = std::min(v->as_int64(), cap);
-        rw.set_keys.emplace_back(key);
-        set = true;
-      }
-    }
-    if (!set) {
-      body["max_tokens"] = cap;
-      rw.set_keys.emplace_back("max_tokens");
-    }
-  }
+  CapMaxTokens(p, used, body, rw);
 
-  // The agent's narrowing knobs go (the recorded logprobs are then the policy's); the session's overrides below
-  // still set theirs.
-  if (p.has_neutralize_sampling() ? p.neutralize_sampling() : p.capture_token_ids()) {
-    json::object removed;
-    for (const char* key : kNarrowingKnobs) {
-      auto it = body.find(key);
-      if (it == body.end()) continue;
-      if (!it->value().is_null()) removed[key] = it->value();
-      rw.removed_keys.emplace_back(key);
-      body.erase(it);
-    }
-    if (!removed.empty()) rw.neutralized_json = json::serialize(removed);
-  }
+  NeutralizeAndOverride(p, body, rw);
 
-  // Overrides replace whatever the agent sent.
-  const v1::SamplingOverrides& o = p.sampling_overrides();
-  auto set = [&](const char* key, json::value v) {
-    body[key] = std::move(v);
-    rw.set_keys.emplace_back(key);
-  };
-  if (o.has_temperature()) set("temperature", o.temperature());
-  if (o.has_top_p()) set("top_p", o.top_p());
-  if (o.has_top_k()) set("top_k", o.top_k());
-  if (o.has_min_p()) set("min_p", o.min_p());
-  if (o.has_presence_penalty()) set("presence_penalty", o.presence_penalty());
-  if (o.has_frequency_penalty()) set("frequency_penalty", o.frequency_penalty());
-  if (o.has_repetition_penalty()) set("repetition_penalty", o.repetition_penalty());
-  if (o.has_seed()) set("seed", o.seed());
-  if (!o.extra_body_json().empty()) {
-    boost::system::error_code ec;
-    json::value extra = json::parse(o.extra_body_json(), ec);
-    if (!ec && extra.is_object()) {
-      for (auto& [k, v] : extra.as_object()) {
-        body[k] = v;
-        rw.set_keys.emplace_back(k);
-      }
-    }
-  }
-  if (p.sampling_caps().has_max_top_logprobs()) {
-    if (auto* v = body.if_contains("top_logprobs"); v != nullptr && v->is_int64()) {
-      v->emplace_int64() = std::min<int64_t>(v->as_int64(), p.sampling_caps().max_top_logprobs());
-    }
-  }
-
-  // Token capture: ask the backend, remember what the agent did not ask for.
-  rw.stream = Truthy(body, "stream");
-  if (p.capture_token_ids()) {
-    rw.strip_token_ids = !Truthy(body, "return_token_ids");
-    body["return_token_ids"] = true;
-  }
-  if (p.capture_logprobs()) {
-    if (chat) {
-      rw.strip_logprobs = !Truthy(body, "logprobs");
-      body["logprobs"] = true;
-    } else {
-      rw.strip_logprobs = !body.contains("logprobs") || body.at("logprobs").is_null();
-      if (rw.strip_logprobs) body["logprobs"] = 0;
-    }
-  }
-  if (rw.stream) {
-    // Usage is recorded for every streamed call; the extra chunk is dropped if the agent did not ask for it.
-    json::object so;
-    if (auto* v = body.if_contains("stream_options"); v != nullptr && v->is_object()) so = v->as_object();
-    rw.strip_usage_chunk = !Truthy(so, "include_usage");
-    so["include_usage"] = true;
-    body["stream_options"] = std::move(so);
-  }
+  CaptureTokens(p, chat, body, rw);
   return out;
 }
 

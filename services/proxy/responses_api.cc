@@ -166,6 +166,25 @@ json::object Response(const std::string& id, int64_t created, const std::string&
                       {"usage", Usage(input, output_tokens)}};
 }
 
+// The Responses API's structured output (text.format: json_schema or json_object) as chat's response_format.
+void SetResponseFormat(const json::object& request, json::object& chat) {
+  const json::value* text = request.if_contains("text");
+  if (text == nullptr || !text->is_object()) return;
+  const json::value* format = text->as_object().if_contains("format");
+  if (format == nullptr || !format->is_object()) return;
+  const json::object& f = format->as_object();
+  const std::string type = StringOf(f.if_contains("type"));
+  if (type == "json_schema") {
+    json::object schema{{"name", StringOf(f.if_contains("name"))}};
+    for (const char* key : {"schema", "strict", "description"}) {
+      if (const json::value* v = f.if_contains(key); v != nullptr) schema[key] = *v;
+    }
+    chat["response_format"] = json::object{{"type", "json_schema"}, {"json_schema", std::move(schema)}};
+  } else if (type == "json_object") {
+    chat["response_format"] = json::object{{"type", "json_object"}};
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<json::object> ToChat(const json::object& request, json::object* notes, NamespacedNames* names) {
@@ -243,21 +262,7 @@ absl::StatusOr<json::object> ToChat(const json::object& request, json::object* n
       return Bad("tool_choice", "must be auto, none, required or an object");
     }
   }
-  if (const json::value* text = request.if_contains("text"); text != nullptr && text->is_object()) {
-    if (const json::value* format = text->as_object().if_contains("format"); format != nullptr && format->is_object()) {
-      const json::object& f = format->as_object();
-      const std::string type = StringOf(f.if_contains("type"));
-      if (type == "json_schema") {
-        json::object schema{{"name", StringOf(f.if_contains("name"))}};
-        for (const char* key : {"schema", "strict", "description"}) {
-          if (const json::value* v = f.if_contains(key); v != nullptr) schema[key] = *v;
-        }
-        chat["response_format"] = json::object{{"type", "json_schema"}, {"json_schema", std::move(schema)}};
-      } else if (type == "json_object") {
-        chat["response_format"] = json::object{{"type", "json_object"}};
-      }
-    }
-  }
+  SetResponseFormat(request, chat);
   if (const json::value* v = request.if_contains("max_output_tokens"); v != nullptr && !v->is_null()) {
     chat["max_tokens"] = *v;
   }

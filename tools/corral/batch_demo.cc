@@ -81,6 +81,37 @@ v1::Task Arithmetic(const Problem& p, v1::Runner runner) {
   return t;
 }
 
+// A whole group's line: its task, runner and prompt, each episode's reward (or status) and their mean.
+void PrintGroup(const v1::Task& task, const std::vector<v1::EpisodeResult>& g) {
+  std::vector<std::string> rewards;
+  double sum = 0;
+  for (const auto& e : g) {
+    rewards.push_back(e.has_reward() ? absl::StrFormat("%.0f", e.reward()) : v1::EpisodeStatus_Name(e.status()));
+    sum += e.has_reward() ? e.reward() : 0;
+  }
+  const char* runner = task.runner() == v1::RUNNER_TOOL_LOOP ? "tool_loop"
+                       : task.runner() == v1::RUNNER_AGENT   ? "agent"
+                                                             : "single_turn";
+  std::cout << absl::StrFormat("  group %-10s %-11s %-22s rewards [%s]  mean %.2f  (%.1fs)\n", task.id(), runner,
+                               task.prompt(), absl::StrJoin(rewards, " "), sum / static_cast<double>(g.size()),
+                               absl::ToDoubleSeconds(FromProto(g.back().timings().total())));
+}
+
+// One episode's first branch, a message a line, as the trainer receives it.
+void PrintTrajectory(const v1::EpisodeResult& example) {
+  std::cout << "  one trajectory (" << example.ids().episode_id() << ", reward "
+            << absl::StrFormat("%.0f", example.reward()) << "), as the trainer receives it:\n";
+  for (const auto& m : example.trajectory().branches(0).messages()) {
+    std::string text = m.message().content();
+    for (const auto& tc : m.message().tool_calls())
+      text += absl::StrCat("[", tc.function_name(), " ", tc.arguments(), "]");
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    std::cout << absl::StrFormat("    %-9s %-9s %-48s %s\n", m.message().role(), m.generated() ? "generated" : "",
+                                 text.substr(0, 48),
+                                 m.token_ids().empty() ? "" : absl::StrCat(m.token_ids_size(), " token ids"));
+  }
+}
+
 }  // namespace
 
 int RunBatchDemo(const std::string& scheduler, const std::string& token, bool sandboxes) {
@@ -141,21 +172,7 @@ int RunBatchDemo(const std::string& scheduler, const std::string& token, bool sa
     acked.push_back(r.ids().episode_id());
     auto& g = groups[r.ids().group_index()];
     g.push_back(r);
-    if (g.size() == 4) {
-      std::vector<std::string> rewards;
-      double sum = 0;
-      for (const auto& e : g) {
-        rewards.push_back(e.has_reward() ? absl::StrFormat("%.0f", e.reward()) : v1::EpisodeStatus_Name(e.status()));
-        sum += e.has_reward() ? e.reward() : 0;
-      }
-      const v1::Task& task = tasks[r.ids().group_index()];
-      const char* runner = task.runner() == v1::RUNNER_TOOL_LOOP ? "tool_loop"
-                           : task.runner() == v1::RUNNER_AGENT   ? "agent"
-                                                                 : "single_turn";
-      std::cout << absl::StrFormat("  group %-10s %-11s %-22s rewards [%s]  mean %.2f  (%.1fs)\n", task.id(), runner,
-                                   task.prompt(), absl::StrJoin(rewards, " "), sum / 4,
-                                   absl::ToDoubleSeconds(FromProto(g.back().timings().total())));
-    }
+    if (g.size() == 4) PrintGroup(tasks[r.ids().group_index()], g);
   }
   if (grpc::Status s = reader->Finish(); !s.ok()) {
     std::cerr << "demo: StreamResults failed: " << FromGrpcStatus(s) << "\n";
@@ -168,19 +185,7 @@ int RunBatchDemo(const std::string& scheduler, const std::string& token, bool sa
   for (auto& id : acked) ack.add_episode_ids(id);
   v1::AckResponse ack_resp;
   (void)stub->Ack(&actx, ack, &ack_resp);
-  if (example) {
-    std::cout << "  one trajectory (" << example->ids().episode_id() << ", reward "
-              << absl::StrFormat("%.0f", example->reward()) << "), as the trainer receives it:\n";
-    for (const auto& m : example->trajectory().branches(0).messages()) {
-      std::string text = m.message().content();
-      for (const auto& tc : m.message().tool_calls())
-        text += absl::StrCat("[", tc.function_name(), " ", tc.arguments(), "]");
-      while (!text.empty() && text.back() == '\n') text.pop_back();
-      std::cout << absl::StrFormat("    %-9s %-9s %-48s %s\n", m.message().role(), m.generated() ? "generated" : "",
-                                   text.substr(0, 48),
-                                   m.token_ids().empty() ? "" : absl::StrCat(m.token_ids_size(), " token ids"));
-    }
-  }
+  if (example) PrintTrajectory(*example);
   const bool ok = static_cast<uint32_t>(total) == batch.counts().total() && finished == total && with_tokens == total &&
                   ack_resp.acked() == static_cast<uint32_t>(total);
   std::cout << absl::StrFormat("  %s: %d/%d episodes finished, %d with token ids, %d acknowledged\n",

@@ -27,36 +27,8 @@ namespace asio = boost::asio;
 
 asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& responder) {
   const std::string target(request.target());
-  if (target == "/health") {
-    co_await responder.Send(200, "text/plain", "ok\n");
-    co_return;
-  }
-  if (target == "/admin/version" && request.method() == boost::beast::http::verb::post) {
-    // Stands for a weight update: the version this server reports serving from now on.
-    boost::system::error_code ec;
-    json::value v = json::parse(request.body(), ec);
-    if (ec || !v.is_object() || !v.as_object().contains("version") || !v.as_object().at("version").is_int64()) {
-      co_await responder.Send(400, "application/json",
-                              http::ErrorJson("expected {\"version\": N}", "invalid_request_error"));
-      co_return;
-    }
-    version_.store(v.as_object().at("version").as_int64());
-    co_await responder.Send(200, "application/json", Stats());
-    co_return;
-  }
-  if (target == "/admin/stats") {
-    co_await responder.Send(200, "application/json", Stats());
-    co_return;
-  }
-  if (!options_.request_log.empty() && request.method() == boost::beast::http::verb::post) {
-    boost::system::error_code ec;
-    json::value body = json::parse(request.body(), ec);
-    if (!ec) {
-      absl::MutexLock lock(&log_mu_);
-      std::ofstream(options_.request_log, std::ios::app)
-          << json::serialize(json::object{{"path", target}, {"body", body}}) << "\n";
-    }
-  }
+  if (co_await AnswerAdmin(target, request, responder)) co_return;
+  if (!options_.request_log.empty() && request.method() == boost::beast::http::verb::post) LogRequest(target, request);
   if (target == "/v1/models") {
     co_await responder.Send(200, "application/json", http::ModelListJson(options_.models, "corral-fake-llm"));
     co_return;
@@ -109,19 +81,63 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_return;
   }
   if (native) {
-    const std::vector<std::string> answer = AsNative(native_responses, reply.whole, native_stream);
-    if (!native_stream) {
-      co_await responder.Send(200, "application/json", answer.front());
-      co_return;
-    }
-    if (!co_await responder.StartStream(200, "text/event-stream")) co_return;
-    for (const std::string& event : answer) {
-      co_await async::SleepFor(reply.plan.inter_token);
-      if (!co_await responder.WriteChunk(event)) co_return;
-    }
-    co_await responder.EndStream();
+    co_await SendNative(reply, native_responses, native_stream, responder);
     co_return;
   }
+  co_await SendChat(reply, responder);
+}
+
+asio::awaitable<bool> FakeLlm::AnswerAdmin(const std::string& target, http::Request& request,
+                                           http::Responder& responder) {
+  if (target == "/health") {
+    co_await responder.Send(200, "text/plain", "ok\n");
+    co_return true;
+  }
+  if (target == "/admin/version" && request.method() == boost::beast::http::verb::post) {
+    // Stands for a weight update: the version this server reports serving from now on.
+    boost::system::error_code ec;
+    json::value v = json::parse(request.body(), ec);
+    if (ec || !v.is_object() || !v.as_object().contains("version") || !v.as_object().at("version").is_int64()) {
+      co_await responder.Send(400, "application/json",
+                              http::ErrorJson("expected {\"version\": N}", "invalid_request_error"));
+      co_return true;
+    }
+    version_.store(v.as_object().at("version").as_int64());
+    co_await responder.Send(200, "application/json", Stats());
+    co_return true;
+  }
+  if (target == "/admin/stats") {
+    co_await responder.Send(200, "application/json", Stats());
+    co_return true;
+  }
+  co_return false;
+}
+
+void FakeLlm::LogRequest(const std::string& target, const http::Request& request) {
+  boost::system::error_code ec;
+  json::value body = json::parse(request.body(), ec);
+  if (!ec) {
+    absl::MutexLock lock(&log_mu_);
+    std::ofstream(options_.request_log, std::ios::app)
+        << json::serialize(json::object{{"path", target}, {"body", body}}) << "\n";
+  }
+}
+
+asio::awaitable<void> FakeLlm::SendNative(const Reply& reply, bool responses, bool stream, http::Responder& responder) {
+  const std::vector<std::string> answer = AsNative(responses, reply.whole, stream);
+  if (!stream) {
+    co_await responder.Send(200, "application/json", answer.front());
+    co_return;
+  }
+  if (!co_await responder.StartStream(200, "text/event-stream")) co_return;
+  for (const std::string& event : answer) {
+    co_await async::SleepFor(reply.plan.inter_token);
+    if (!co_await responder.WriteChunk(event)) co_return;
+  }
+  co_await responder.EndStream();
+}
+
+asio::awaitable<void> FakeLlm::SendChat(const Reply& reply, http::Responder& responder) {
   if (!reply.stream) {
     co_await responder.Send(200, "application/json", reply.whole);
     co_return;

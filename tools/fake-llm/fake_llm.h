@@ -34,6 +34,14 @@ class FakeLlm {
   std::string Stats() const;
   // The quota: nullopt when the request may run (then `in_flight` counts it), else the seconds to retry after.
   std::optional<double> OverQuota();
+  // /health and /admin/*: whether `target` was one (then it is answered).
+  boost::asio::awaitable<bool> AnswerAdmin(const std::string& target, http::Request& request,
+                                           http::Responder& responder);
+  // Appends the POST to options_.request_log.
+  void LogRequest(const std::string& target, const http::Request& request);
+  // The reply as the Responses (or Messages) API's answer or stream; as a chat or completions answer or stream.
+  boost::asio::awaitable<void> SendNative(const Reply& reply, bool responses, bool stream, http::Responder& responder);
+  boost::asio::awaitable<void> SendChat(const Reply& reply, http::Responder& responder);
 
   struct Quota {
     std::optional<TokenBucket> requests;  // the same bucket arithmetic as the ratelimiter, created full
