@@ -61,6 +61,12 @@ class GenerationGateTest : public ::testing::Test {
     return entered.get();
   }
 
+  // Enters `call` while the gate is open: Enter's answer.
+  bool EnterNow(const GenerationGate::CallRef& call) {
+    std::future<bool> entered = EnterAsync(call, absl::Hours(1));
+    return Entered(entered);
+  }
+
   asio::io_context io_;  // first: destroyed last
   FakeClock clock_;
   prometheus::Registry registry_;
@@ -111,10 +117,8 @@ TEST_F(GenerationGateTest, AnAbortCutsOnlyTheContinuableCallsUpstream) {
   auto upstream = gate_.Register(io_.get_executor());
   auto not_continuable = gate_.Register(io_.get_executor());
   auto waiting = gate_.Register(io_.get_executor());
-  auto through = EnterAsync(upstream, absl::Hours(1));
-  ASSERT_TRUE(Entered(through));
-  through = EnterAsync(not_continuable, absl::Hours(1));
-  ASSERT_TRUE(Entered(through));
+  ASSERT_TRUE(EnterNow(upstream));
+  ASSERT_TRUE(EnterNow(not_continuable));
   not_continuable->continuable = false;  // on the calls' thread: this one
 
   ASSERT_TRUE(gate_.Pause(PauseRequest(1, v1::PAUSE_MODE_ABORT)));
@@ -173,10 +177,8 @@ TEST_F(GenerationGateTest, StaleAndRepeatedControlRequestsChangeNothing) {
 TEST_F(GenerationGateTest, ADrainCountsTheCallsThatLeftSinceThePause) {
   auto a = gate_.Register(io_.get_executor());
   auto b = gate_.Register(io_.get_executor());
-  auto through = EnterAsync(a, absl::Hours(1));
-  ASSERT_TRUE(Entered(through));
-  through = EnterAsync(b, absl::Hours(1));
-  ASSERT_TRUE(Entered(through));
+  ASSERT_TRUE(EnterNow(a));
+  ASSERT_TRUE(EnterNow(b));
   ASSERT_TRUE(gate_.Pause(PauseRequest(1)));
   EXPECT_FALSE(gate_.Quiet());
   gate_.Leave(*a);
