@@ -3,6 +3,7 @@
 #include <string>
 
 #include "libs/http/url.h"
+#include "services/sandbox_api/routes.h"
 
 namespace corral::sandbox_api {
 namespace {
@@ -25,47 +26,45 @@ asio::awaitable<void> RouteE2b(E2bControlPlane* e2b, SandboxApiMetrics* metrics,
   co_await responder.Send(answer.status, kJson, std::move(answer.body), headers);
 }
 
-asio::awaitable<void> Route(RunCodeService* run_code, E2bControlPlane* e2b, Envd* envd, SandboxApiMetrics* metrics,
+// SandboxFusion's routes, and the refusals of paths no route has (FastAPI's shapes).
+asio::awaitable<void> RouteFusion(RunCodeService* run_code, SandboxApiMetrics* metrics, const Route* route,
+                                  http::Request& request, http::Responder& responder) {
+  HttpAnswer answer{404, R"({"detail":"Not Found"})"};
+  http::Fields headers;
+  if (route != nullptr && !route->Takes(request.method())) {
+    answer = HttpAnswer{405, R"({"detail":"Method Not Allowed"})"};
+    headers = {{"Allow", std::string(route->methods)}};
+  } else if (route != nullptr) {
+    answer = co_await route->fusion(*run_code, std::move(request.body()));
+  }
+  if (metrics != nullptr) metrics->Request(route != nullptr ? std::string(route->label) : "other", answer.status);
+  co_await responder.Send(answer.status, kJson, std::move(answer.body), headers);
+}
+
+asio::awaitable<void> Serve(RunCodeService* run_code, E2bControlPlane* e2b, EnvdHttp* envd, SandboxApiMetrics* metrics,
                             http::Request& request, http::Responder& responder) {
   auto target = http::ParseTarget(absl::string_view(request.target().data(), request.target().size()));
   const std::string path = target.ok() ? target->path : "";
-  if (envd != nullptr && Envd::Serves(request)) {
-    const std::string route = co_await envd->Handle(request, responder);
-    if (metrics != nullptr) metrics->Request(route, responder.status());
-    co_return;
-  }
-  if (e2b != nullptr && target.ok() && E2bControlPlane::Serves(path)) {
+  const bool in_sandbox = envd != nullptr && EnvdHttp::Serves(request);
+  const Route* route = FindRoute(in_sandbox, path);
+  if (in_sandbox) {
+    co_await envd->Handle(route, request, responder);
+    if (metrics != nullptr)
+      metrics->Request(route != nullptr ? std::string(route->label) : "envd_other", responder.status());
+  } else if (route != nullptr && route->door == Door::kE2bControl && e2b != nullptr) {
     co_await RouteE2b(e2b, metrics, request, *std::move(target), responder);
-    co_return;
+  } else {
+    const Route* fusion = route != nullptr && route->door == Door::kSandboxFusion ? route : nullptr;
+    co_await RouteFusion(run_code, metrics, fusion, request, responder);
   }
-  std::string route = "other";
-  HttpAnswer answer{404, R"({"detail":"Not Found"})"};
-  http::Fields headers;
-  auto only = [&](bhttp::verb verb, const char* allow) {
-    if (request.method() == verb) return true;
-    answer = HttpAnswer{405, R"({"detail":"Method Not Allowed"})"};
-    headers = {{"Allow", allow}};
-    return false;
-  };
-  if (path == "/run_code") {
-    route = "run_code";
-    if (only(bhttp::verb::post, "POST")) answer = co_await run_code->RunCode(std::move(request.body()));
-  } else if (path == "/v1/ping") {
-    route = "ping";
-    if (only(bhttp::verb::get, "GET")) answer = HttpAnswer{200, R"("pong")"};
-  } else if (path == "/health") {
-    route = "health";
-    if (only(bhttp::verb::get, "GET")) answer = HttpAnswer{200, R"({"status":"ok"})"};
-  }
-  if (metrics != nullptr) metrics->Request(route, answer.status);
-  co_await responder.Send(answer.status, kJson, std::move(answer.body), headers);
 }
 
 }  // namespace
 
-http::Handler MakeHttpHandler(RunCodeService* run_code, E2bControlPlane* e2b, Envd* envd, SandboxApiMetrics* metrics) {
+http::Handler MakeHttpHandler(RunCodeService* run_code, E2bControlPlane* e2b, EnvdHttp* envd,
+                              SandboxApiMetrics* metrics) {
   return [run_code, e2b, envd, metrics](http::Request& request, http::Responder& responder) {
-    return Route(run_code, e2b, envd, metrics, request, responder);
+    return Serve(run_code, e2b, envd, metrics, request, responder);
   };
 }
 

@@ -55,9 +55,10 @@ SandboxApiRoot::SandboxApiRoot(Config config, Prepared p)
                 &metrics_),
       e2b_auth_(*std::move(p.secret)),
       e2b_(&leases_, &e2b_auth_, &clock_, E2bOptions(), [this](const std::string& id) { envd_.Forget(id); }),
-      envd_(&leases_, &e2b_auth_, &clock_, E2bOptions(), &metrics_.e2b_processes),
+      envd_(&leases_, &clock_, E2bOptions(), &metrics_.e2b_processes),
+      envd_http_(&envd_, &e2b_auth_),
       http_(http::ServerLimits{.max_body_bytes = static_cast<size_t>(config_.max_body_bytes)},
-            MakeHttpHandler(&run_code_, &e2b_, &envd_, &metrics_), static_cast<int>(config_.http_threads)) {}
+            MakeHttpHandler(&run_code_, &e2b_, &envd_http_, &metrics_), static_cast<int>(config_.http_threads)) {}
 
 SandboxApiRoot::~SandboxApiRoot() { http_.Stop(); }
 

@@ -19,7 +19,7 @@
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "services/sandbox_api/config.h"
 #include "services/sandbox_api/e2b/e2b_control.h"
-#include "services/sandbox_api/e2b/envd.h"
+#include "services/sandbox_api/e2b/envd_http.h"
 #include "services/sandbox_api/lease_client.h"
 #include "services/sandbox_api/metrics.h"
 #include "services/sandbox_api/run_code_service.h"
@@ -48,6 +48,7 @@ class SandboxApiRoot {
   const api::E2bAuth e2b_auth_;
   E2bControlPlane e2b_;
   Envd envd_;
+  EnvdHttp envd_http_;
   http::HttpServer http_;
 };
 

@@ -1,9 +1,8 @@
 // The fuzz target (fuzz/parse_everything.h) over seeds and 20,000 deterministic mutations of them, plus inputs
 // built to hurt (deep nesting, huge numbers, NULs, invalid UTF-8, oversize headers): every one must be survived.
-#include <random>
-
 #include "gtest/gtest.h"
 #include "services/proxy/fuzz/parse_everything.h"
+#include "tests/support/mutations.h"
 
 namespace corral::proxy {
 namespace {
@@ -22,30 +21,14 @@ const char* const kSeeds[] = {
 };
 
 TEST(ParseReplayTest, SeedsAndTwentyThousandMutationsAreSurvived) {
-  std::mt19937 rng(20261122);
+  testing::Mutator mutator(20261122);
   int runs = 0;
   int reached_policy = 0, parsed_http = 0;
   for (const char* seed : kSeeds) {
     const std::string s(seed);
     ParseEverything(reinterpret_cast<const uint8_t*>(s.data()), s.size());
     for (int i = 0; i < 20000 / static_cast<int>(std::size(kSeeds)); ++i) {
-      std::string m = s;
-      const int edits = 1 + static_cast<int>(rng() % 3);
-      for (int e = 0; e < edits && !m.empty(); ++e) {
-        const size_t at = rng() % m.size();
-        switch (rng() % 10) {
-          case 0:
-          case 1: m[at] = static_cast<char>(rng() % 256); break;  // flip a byte
-          case 2:
-          case 3: m.insert(at, 1, "{}[]\",:\\\r\n\0"[rng() % 12]); break;  // insert structure
-          case 4:
-          case 5: m.erase(at, 1 + rng() % 8); break;  // drop bytes
-          case 6:
-          case 7:
-          case 8: m.insert(at, m.substr(at, 1 + rng() % 32)); break;  // duplicate a run
-          default: m.resize(at); break;                               // truncate
-        }
-      }
+      const std::string m = mutator.Mutate(s);
       const int depth = ParseEverything(reinterpret_cast<const uint8_t*>(m.data()), m.size());
       reached_policy += depth == 2 ? 1 : 0;
       parsed_http += depth >= 1 ? 1 : 0;

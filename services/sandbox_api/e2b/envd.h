@@ -1,14 +1,12 @@
-// E2B's in-sandbox API (envd) for every sandbox of the cluster, at one endpoint (the SDK's E2B_SANDBOX_URL): each
-// request names its sandbox in the E2b-Sandbox-Id header and presents that sandbox's access token
-// (X-Access-Token). An adapter over the lease's host:
-//   Connect RPC, JSON codec:  /process.Process/{Start,Connect,List,SendInput,CloseStdin,SendSignal}
-//                             /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove,WatchDir}
-//   REST:                     GET|POST /files (download, multipart or octet-stream upload), GET /health
+// E2B's in-sandbox API (envd) for every sandbox of the cluster: the core, over envd's own messages
+// (proto/corral/envd). A call names a sandbox opened with Open (its lease, checked against its owner, and its
+// host's client) and answers a response or an error; a server stream sends its events to a sink and returns how
+// it ended. The HTTP side — routes, Connect framing, headers, keys — is envd_http.h.
 // Paths are E2B's: /home/user is the sandbox user's home (a task path of every E2B sandbox), relative paths are
 // under it, and /tmp is the sandbox's own. Commands run as that one user.
 // A process lives in the replica whose Start began it (the call to its host holds its stdin): SendInput,
-// CloseStdin, SendSignal and Connect must reach that replica, so several replicas need routing by
-// E2b-Sandbox-Id (sticky). Thread-safe.
+// CloseStdin, SendSignal and Connect must reach that replica, so several replicas need routing by sandbox id
+// (sticky). Thread-safe.
 #pragma once
 
 #include <map>
@@ -20,85 +18,114 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/asio/awaitable.hpp"
-#include "boost/json/object.hpp"
-#include "libs/api/e2b_auth.h"
+#include "corral/envd/filesystem.pb.h"
+#include "corral/envd/process.pb.h"
 #include "libs/core/clock.h"
-#include "libs/http/server.h"
 #include "services/sandbox_api/e2b/e2b_control.h"
 #include "services/sandbox_api/e2b/envd_processes.h"
 #include "services/sandbox_api/lease_client.h"
 
 namespace corral::sandbox_api {
 
+// A sandbox as envd's calls reach it.
+struct EnvdSandbox {
+  v1::SandboxLease lease;
+  std::shared_ptr<sandbox::HostApi> host;
+};
+
+// Where a server stream's events go: Send keeps one, Flush writes those kept (false: the reader is gone, the
+// stream ends).
+class EnvdStream {
+ public:
+  virtual ~EnvdStream() = default;
+  virtual void Send(const google::protobuf::Message& event) = 0;
+  virtual boost::asio::awaitable<bool> Flush() = 0;
+};
+
+// A file to write (/files upload): its E2B path and bytes.
+struct EnvdFile {
+  std::string path;
+  std::string data;
+};
+
 class Envd {
  public:
+  // How often a quiet stream (a process's output, a directory watch) sends a keepalive.
+  static constexpr absl::Duration kKeepalive = absl::Seconds(30);
+
   // `processes` (may be null) counts the processes running through this replica.
-  Envd(LeaseApi* leases, const api::E2bAuth* auth, Clock* clock, E2bOptions options = {},
-       prometheus::Gauge* processes = nullptr)
+  Envd(LeaseApi* leases, Clock* clock, E2bOptions options = {}, prometheus::Gauge* processes = nullptr)
       : leases_(leases),
-        auth_(auth),
         clock_(clock),
         options_(std::move(options)),
         processes_(std::make_shared<EnvdProcesses>(processes)) {}
-
-  // True for a request to a sandbox's envd (it names one in E2b-Sandbox-Id).
-  static bool Serves(const http::Request& request);
-  // Answers through `responder` (streams for Start, Connect and WatchDir); returns the route for metrics.
-  boost::asio::awaitable<std::string> Handle(http::Request& request, http::Responder& responder);
-
   // Ends the processes started here.
   ~Envd();
 
-  size_t processes() const { return processes_->size(); }
+  // Sandbox `id` of `owner`: from its lease looked up within the last 10 s, or (`fresh`) asked of the scheduler
+  // now. UNAVAILABLE when it is not running (killed, timed out, another owner's), or the host's channel error.
+  boost::asio::awaitable<absl::StatusOr<EnvdSandbox>> Open(std::string id, std::string owner, bool fresh = false);
   // Drops what this replica remembers of a sandbox's lease (it was killed here).
   void Forget(const std::string& sandbox_id);
+  size_t processes() const { return processes_->size(); }
+
+  // process.Process. Start runs for at most `timeout` (then the host kills it); Connect follows for at most
+  // `timeout` (the process lives on).
+  boost::asio::awaitable<absl::Status> Start(const EnvdSandbox& s, envd::StartRequest request, absl::Duration timeout,
+                                             EnvdStream& out);
+  boost::asio::awaitable<absl::Status> Connect(const EnvdSandbox& s, envd::ConnectRequest request,
+                                               absl::Duration timeout, EnvdStream& out);
+  boost::asio::awaitable<absl::StatusOr<envd::ListResponse>> List(const EnvdSandbox& s, envd::ListRequest request);
+  boost::asio::awaitable<absl::StatusOr<envd::SendInputResponse>> SendInput(const EnvdSandbox& s,
+                                                                            envd::SendInputRequest request);
+  boost::asio::awaitable<absl::StatusOr<envd::CloseStdinResponse>> CloseStdin(const EnvdSandbox& s,
+                                                                              envd::CloseStdinRequest request);
+  boost::asio::awaitable<absl::StatusOr<envd::SendSignalResponse>> SendSignal(const EnvdSandbox& s,
+                                                                              envd::SendSignalRequest request);
+  boost::asio::awaitable<absl::StatusOr<envd::UpdateResponse>> Update(const EnvdSandbox& s,
+                                                                      envd::UpdateRequest request);
+
+  // filesystem.Filesystem (envd_files.cc). WatchDir polls the directory and runs for at most `timeout`.
+  boost::asio::awaitable<absl::StatusOr<envd::StatResponse>> Stat(const EnvdSandbox& s, envd::StatRequest request);
+  boost::asio::awaitable<absl::StatusOr<envd::ListDirResponse>> ListDir(const EnvdSandbox& s,
+                                                                        envd::ListDirRequest request);
+  boost::asio::awaitable<absl::StatusOr<envd::MakeDirResponse>> MakeDir(const EnvdSandbox& s,
+                                                                        envd::MakeDirRequest request);
+  boost::asio::awaitable<absl::StatusOr<envd::MoveResponse>> Move(const EnvdSandbox& s, envd::MoveRequest request);
+  boost::asio::awaitable<absl::StatusOr<envd::RemoveResponse>> Remove(const EnvdSandbox& s,
+                                                                      envd::RemoveRequest request);
+  boost::asio::awaitable<absl::Status> WatchDir(const EnvdSandbox& s, envd::WatchDirRequest request,
+                                                absl::Duration timeout, EnvdStream& out);
+
+  // /files (envd_files.cc): a file's bytes (NOT_FOUND when there is none); files written, each an entry with
+  // its name, path and size (INVALID_ARGUMENT, and nothing written, for a file without a path or one given twice).
+  boost::asio::awaitable<absl::StatusOr<std::string>> Download(const EnvdSandbox& s, std::string path);
+  boost::asio::awaitable<absl::StatusOr<std::vector<envd::EntryInfo>>> Upload(const EnvdSandbox& s,
+                                                                              std::vector<EnvdFile> files);
 
  private:
-  struct Target {
-    v1::SandboxLease lease;
-    std::shared_ptr<sandbox::HostApi> host;
-  };
-  // The sandbox named by the request, its access token checked: from the lease looked up within the last 10 s,
-  // or (`fresh`) asked of the scheduler now.
-  boost::asio::awaitable<absl::StatusOr<Target>> Resolve(const http::Request& request, bool fresh = false);
   // An E2B path as the host's sandbox path (relative ones under the home); INVALID_ARGUMENT for an empty one.
   absl::StatusOr<std::string> HostPath(absl::string_view path) const;
-
-  // Unary Connect calls: the answer's JSON, or an error.
-  boost::asio::awaitable<absl::StatusOr<boost::json::object>> Unary(const std::string& method, const Target& t,
-                                                                    const boost::json::object& body);
-  // envd_files.cc: filesystem.Filesystem's unary calls.
-  boost::asio::awaitable<absl::StatusOr<boost::json::object>> Filesystem(const std::string& method, const Target& t,
-                                                                         const boost::json::object& body);
+  absl::StatusOr<std::shared_ptr<EnvdProcess>> Selected(const EnvdSandbox& s,
+                                                        const envd::ProcessSelector& selector) const;
+  // A process's events from index `next` on, each a `Response` (Start's or Connect's), until it ends or `until`:
+  // keepalives while it is quiet.
+  template <typename Response>
+  boost::asio::awaitable<absl::Status> Follow(std::shared_ptr<EnvdProcess> process, size_t next, absl::Time until,
+                                              EnvdStream& out);
+  // A host call's NOT_FOUND for the sandbox itself: the lease is gone, forget it.
+  void ForgetIfGone(const EnvdSandbox& s, const absl::Status& status);
   // Every entry under `root`, `depth` levels down (1: its own entries), as (path, info); the root's own error.
   using Walked = std::vector<std::pair<std::string, v1::FileInfo>>;
-  boost::asio::awaitable<absl::StatusOr<Walked>> Walk(const Target& t, std::string root, int depth);
-  boost::asio::awaitable<absl::StatusOr<boost::json::object>> Stat(const Target& t, std::string path);
-  boost::asio::awaitable<absl::StatusOr<boost::json::object>> ListDir(const Target& t, std::string path, int depth);
-  boost::asio::awaitable<absl::StatusOr<boost::json::object>> MakeDir(const Target& t, std::string path);
-  boost::asio::awaitable<absl::StatusOr<boost::json::object>> Move(const Target& t, std::string from, std::string to);
-  absl::StatusOr<std::shared_ptr<EnvdProcess>> Selected(const Target& t, const boost::json::object& body) const;
-
-  // Streams (WatchDir in envd_files.cc).
-  boost::asio::awaitable<void> Start(Target t, boost::json::object body, absl::Duration timeout,
-                                     http::Responder& responder);
-  boost::asio::awaitable<void> Connect(Target t, boost::json::object body, http::Responder& responder);
-  boost::asio::awaitable<void> Follow(std::shared_ptr<EnvdProcess> process, size_t next, http::Responder& responder);
-  boost::asio::awaitable<void> WatchDir(Target t, boost::json::object body, absl::Duration timeout,
-                                        http::Responder& responder);
-
-  // /files (envd_files.cc).
-  boost::asio::awaitable<void> Download(Target t, std::string path, http::Responder& responder);
-  boost::asio::awaitable<void> Upload(Target t, std::string path, const http::Request& request,
-                                      http::Responder& responder);
+  boost::asio::awaitable<absl::StatusOr<Walked>> Walk(const EnvdSandbox& s, std::string root, int depth);
+  boost::asio::awaitable<absl::StatusOr<envd::EntryInfo>> StatPath(const EnvdSandbox& s, std::string path);
 
   LeaseApi* const leases_;
-  const api::E2bAuth* const auth_;
   Clock* const clock_;
   const E2bOptions options_;
   const std::shared_ptr<EnvdProcesses> processes_;
   absl::Mutex mu_;
-  std::map<std::string, std::pair<Target, absl::Time>> resolved_ ABSL_GUARDED_BY(mu_);  // with when it was
+  std::map<std::string, std::pair<EnvdSandbox, absl::Time>> opened_ ABSL_GUARDED_BY(mu_);  // with when
 };
 
 }  // namespace corral::sandbox_api

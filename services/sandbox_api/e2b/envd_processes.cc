@@ -2,20 +2,17 @@
 
 #include <algorithm>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/as_tuple.hpp"
 #include "boost/asio/experimental/awaitable_operators.hpp"
-#include "boost/asio/steady_timer.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
-#include "boost/json.hpp"
+#include "libs/async/sleep.h"
 
 namespace corral::sandbox_api {
 namespace {
 
 namespace asio = boost::asio;
-namespace json = boost::json;
 
 constexpr size_t kMaxKeptBytes = 8 << 20;
 
@@ -35,37 +32,32 @@ std::string SignalName(int signal) {
 }
 
 // envd's EndEvent: exited with its code, or ended by a signal (exitCode -1, exited false).
-std::string EndJson(const v1::ExitStatus& exit) {
-  json::object end;
+envd::ProcessEvent EndEvent(const v1::ExitStatus& exit) {
+  envd::ProcessEvent event;
+  envd::ProcessEvent::EndEvent* end = event.mutable_end();
   const bool by_signal = exit.signal() != 0 || exit.reason() == v1::EXIT_REASON_KILLED ||
                          exit.reason() == v1::EXIT_REASON_TIMED_OUT || exit.reason() == v1::EXIT_REASON_OOM_KILLED;
   if (by_signal) {
-    const std::string status = absl::StrCat("signal: ", SignalName(exit.signal() != 0 ? exit.signal() : 9));
-    end["exitCode"] = -1;
-    end["exited"] = false;
-    end["status"] = status;
-    end["error"] = status;
+    end->set_exit_code(-1);
+    end->set_exited(false);
+    end->set_status(absl::StrCat("signal: ", SignalName(exit.signal() != 0 ? exit.signal() : 9)));
+    end->set_error(end->status());
   } else {
-    const std::string status = absl::StrCat("exit status ", exit.exit_code());
-    end["exitCode"] = exit.exit_code();
-    end["exited"] = true;
-    end["status"] = status;
-    if (exit.exit_code() != 0) end["error"] = status;
+    end->set_exit_code(exit.exit_code());
+    end->set_exited(true);
+    end->set_status(absl::StrCat("exit status ", exit.exit_code()));
+    if (exit.exit_code() != 0) end->set_error(end->status());
   }
-  return json::serialize(json::object{{"end", std::move(end)}});
-}
-
-std::string DataJson(const char* stream, const std::string& bytes) {
-  return absl::StrCat(R"({"data":{")", stream, R"(":")", absl::Base64Escape(bytes), R"("}})");
+  return event;
 }
 
 }  // namespace
 
-void EnvdProcess::Append(std::string event) {
-  bytes_ += event.size();
+void EnvdProcess::Append(envd::ProcessEvent event) {
+  bytes_ += event.ByteSizeLong();
   events_.push_back(std::move(event));
   while (bytes_ > kMaxKeptBytes && events_.size() > 1) {
-    bytes_ -= events_.front().size();
+    bytes_ -= events_.front().ByteSizeLong();
     events_.pop_front();
     ++first_;
   }
@@ -76,31 +68,34 @@ void EnvdProcess::Append(std::string event) {
 void EnvdProcess::OnEvent(const v1::ExecEvent& event) {
   absl::MutexLock lock(&mu_);
   if (ended_) return;
+  envd::ProcessEvent out;
   switch (event.event_case()) {
-    case v1::ExecEvent::kStarted: pid_ = static_cast<uint32_t>(event.started().pid()); break;
-    case v1::ExecEvent::kStdout: Append(DataJson("stdout", event.stdout())); break;
-    case v1::ExecEvent::kStderr: Append(DataJson("stderr", event.stderr())); break;
-    case v1::ExecEvent::kKeepalive: Append(R"({"keepalive":{}})"); break;
+    case v1::ExecEvent::kStarted: pid_ = static_cast<uint32_t>(event.started().pid()); return;
+    case v1::ExecEvent::kStdout: out.mutable_data()->set_stdout(event.stdout()); break;
+    case v1::ExecEvent::kStderr: out.mutable_data()->set_stderr(event.stderr()); break;
+    case v1::ExecEvent::kKeepalive: out.mutable_keepalive(); break;
     case v1::ExecEvent::kExited:
       ended_ = true;
-      Append(EndJson(event.exited()));
+      out = EndEvent(event.exited());
       break;
-    default: break;
+    default: return;
   }
+  Append(std::move(out));
 }
 
 void EnvdProcess::OnDone(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   if (ended_) return;
   ended_ = true;
-  json::object end{{"exitCode", -1},
-                   {"exited", false},
-                   {"status", "unknown"},
-                   {"error", absl::StrCat("the process's stream ended: ", status.ToString())}};
-  Append(json::serialize(json::object{{"end", std::move(end)}}));
+  envd::ProcessEvent out;
+  envd::ProcessEvent::EndEvent* end = out.mutable_end();
+  end->set_exit_code(-1);
+  end->set_status("unknown");
+  end->set_error(absl::StrCat("the process's stream ended: ", status.ToString()));
+  Append(std::move(out));
 }
 
-asio::awaitable<EnvdProcess::Batch> EnvdProcess::Read(size_t* next, absl::Duration wait) {
+asio::awaitable<EnvdProcess::Batch> EnvdProcess::Read(size_t* next, absl::Time until) {
   auto executor = co_await asio::this_coro::executor;
   std::shared_ptr<Wake> wake;
   for (int round = 0; round < 2; ++round) {
@@ -111,14 +106,12 @@ asio::awaitable<EnvdProcess::Batch> EnvdProcess::Read(size_t* next, absl::Durati
       for (size_t i = *next - first_; i < events_.size(); ++i) batch.events.push_back(events_[i]);
       *next = first_ + events_.size();
       batch.ended = ended_;
-      if (!batch.events.empty() || ended_ || round == 1) co_return batch;
+      if (!batch.events.empty() || ended_ || round == 1 || clock_->Now() >= until) co_return batch;
       wake = std::make_shared<Wake>(executor, 1);
       waiting_.push_back(wake);
     }
-    asio::steady_timer timer(executor, absl::ToChronoNanoseconds(wait));
-    using namespace asio::experimental::awaitable_operators;
-    (void)co_await (wake->async_receive(asio::as_tuple(asio::use_awaitable)) ||
-                    timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+    using namespace asio::experimental::awaitable_operators;  // NOLINT: || on awaitables
+    (void)co_await (wake->async_receive(asio::as_tuple(asio::use_awaitable)) || async::SleepUntil(*clock_, until));
     absl::MutexLock lock(&mu_);
     std::erase(waiting_, wake);
   }

@@ -1,7 +1,8 @@
 // The processes envd's Start began on this replica: each one's ExecInteractive call to its host (which holds its
 // stdin), and its events as envd sends them, for the Start stream and any Connect streams following it. A process
 // stays listed until it ends; its output then goes to whoever still reads, and it is gone (as envd forgets an
-// exited process). Thread-safe: events arrive on gRPC threads, readers are coroutines woken through channels.
+// exited process). Thread-safe: events arrive on gRPC threads, readers are coroutines woken through channels or
+// by the clock.
 #pragma once
 
 #include <cstdint>
@@ -16,17 +17,19 @@
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
 #include "boost/asio/experimental/concurrent_channel.hpp"
-#include "boost/json/object.hpp"
+#include "corral/envd/process.pb.h"
+#include "libs/core/clock.h"
 #include "prometheus/gauge.h"
 #include "services/sandbox_host/client/host_api.h"
 
 namespace corral::sandbox_api {
 
-// One process's envd events ({"data": {"stdout": base64}}, {"end": {...}}, as JSON text), kept within a bound
-// (the oldest go first; a reader that fell behind skips them).
+// One process's envd events (data, end), kept within a bound (the oldest go first; a reader that fell behind
+// skips them).
 class EnvdProcess {
  public:
-  EnvdProcess(boost::json::object config, std::string tag) : config_(std::move(config)), tag_(std::move(tag)) {}
+  EnvdProcess(Clock* clock, envd::ProcessConfig config, std::string tag)
+      : clock_(clock), config_(std::move(config)), tag_(std::move(tag)) {}
 
   // The host's events, translated (on a gRPC thread).
   void OnEvent(const v1::ExecEvent& event);
@@ -34,31 +37,32 @@ class EnvdProcess {
   void OnDone(const absl::Status& status);
 
   struct Batch {
-    std::vector<std::string> events;
+    std::vector<envd::ProcessEvent> events;
     bool ended = false;  // the last event (the end) is in `events` or was read before
   };
-  // The events from `*next` on (advancing it), waiting up to `wait` for one when there is none yet.
-  boost::asio::awaitable<Batch> Read(size_t* next, absl::Duration wait);
+  // The events from `*next` on (advancing it), waiting on the clock until `until` for one when there is none yet.
+  boost::asio::awaitable<Batch> Read(size_t* next, absl::Time until);
   // Where a reader that wants only what comes next starts.
   size_t end_index() const;
 
   uint32_t pid() const;
   bool ended() const;
-  const boost::json::object& config() const { return config_; }
+  const envd::ProcessConfig& config() const { return config_; }
   const std::string& tag() const { return tag_; }
   void set_call(std::shared_ptr<sandbox::InteractiveProcess> call) { call_ = std::move(call); }
   sandbox::InteractiveProcess* call() const { return call_.get(); }
 
  private:
   using Wake = boost::asio::experimental::concurrent_channel<void(boost::system::error_code)>;
-  void Append(std::string event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Append(envd::ProcessEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const boost::json::object config_;
+  Clock* const clock_;
+  const envd::ProcessConfig config_;
   const std::string tag_;
   std::shared_ptr<sandbox::InteractiveProcess> call_;  // set once, before the process is listed
   mutable absl::Mutex mu_;
   uint32_t pid_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<std::string> events_ ABSL_GUARDED_BY(mu_);
+  std::deque<envd::ProcessEvent> events_ ABSL_GUARDED_BY(mu_);
   size_t first_ ABSL_GUARDED_BY(mu_) = 0;  // the index of events_.front()
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;

@@ -96,6 +96,7 @@ class FakeLeases final : public LeaseApi {
   absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease&) override {
     absl::MutexLock lock(&mu_);
     if (!unreachable_.ok()) return unreachable_;
+    if (null_host_) return std::shared_ptr<sandbox::HostApi>();
     return host_;
   }
 
@@ -107,6 +108,11 @@ class FakeLeases final : public LeaseApi {
   void Unreachable(absl::Status s) {
     absl::MutexLock lock(&mu_);
     unreachable_ = std::move(s);
+  }
+  // Host() breaks its contract: OK with no client (callers must not crash on it).
+  void NullHost() {
+    absl::MutexLock lock(&mu_);
+    null_host_ = true;
   }
   std::vector<v1::LeaseSandboxRequest> requests() const {
     absl::MutexLock lock(&mu_);
@@ -124,6 +130,7 @@ class FakeLeases final : public LeaseApi {
   mutable absl::Mutex mu_;
   absl::Status refusal_ ABSL_GUARDED_BY(mu_);
   absl::Status unreachable_ ABSL_GUARDED_BY(mu_);
+  bool null_host_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::LeaseSandboxRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> released_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::SandboxLease> leases_ ABSL_GUARDED_BY(mu_);

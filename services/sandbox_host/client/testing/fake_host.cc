@@ -119,7 +119,7 @@ std::optional<std::string> FakeHost::SandboxFile(const std::string& sandbox_id, 
 }
 
 absl::Status FakeHost::Known(const std::string& sandbox_id) const {
-  if (!live_.count(sandbox_id)) return absl::NotFoundError(absl::StrCat("no sandbox ", sandbox_id));
+  if (!live_.count(sandbox_id)) return absl::NotFoundError(absl::StrCat("sandbox '", sandbox_id, "' not found"));
   return absl::OkStatus();
 }
 
@@ -254,12 +254,15 @@ asio::awaitable<absl::Status> FakeHost::Remove(const std::string& sandbox_id, co
   if (auto s = Known(sandbox_id); !s.ok()) co_return s;
   auto& files = files_[sandbox_id];
   std::erase_if(files, [&](const auto& f) { return f.first == path || f.first.starts_with(path + "/"); });
+  std::erase_if(dirs_[sandbox_id], [&](const auto& d) { return d == path || d.starts_with(path + "/"); });
   co_return absl::OkStatus();
 }
 
-asio::awaitable<absl::Status> FakeHost::MakeDir(const std::string& sandbox_id, const std::string&, CallOptions) {
+asio::awaitable<absl::Status> FakeHost::MakeDir(const std::string& sandbox_id, const std::string& path, CallOptions) {
   absl::MutexLock lock(&mu_);
-  co_return Known(sandbox_id);
+  if (auto s = Known(sandbox_id); !s.ok()) co_return s;
+  dirs_[sandbox_id].insert(path);
+  co_return absl::OkStatus();
 }
 
 asio::awaitable<absl::StatusOr<std::optional<std::string>>> FakeHost::ReadFile(const std::string& sandbox_id,
@@ -286,7 +289,8 @@ asio::awaitable<absl::StatusOr<v1::FileInfo>> FakeHost::Stat(const std::string& 
     info.set_size(f->second.size());
     co_return info;
   }
-  if (std::any_of(files.begin(), files.end(), [&](const auto& f) { return f.first.starts_with(path + "/"); })) {
+  if (dirs_[sandbox_id].contains(path) ||
+      std::any_of(files.begin(), files.end(), [&](const auto& f) { return f.first.starts_with(path + "/"); })) {
     info.set_type(v1::FILE_TYPE_DIRECTORY);
     co_return info;
   }
@@ -308,7 +312,16 @@ asio::awaitable<absl::StatusOr<std::vector<v1::FileInfo>>> FakeHost::ListDir(con
     e.set_type(slash == std::string::npos ? v1::FILE_TYPE_REGULAR : v1::FILE_TYPE_DIRECTORY);
     if (slash == std::string::npos) e.set_size(content.size());
   }
-  if (entries.empty()) co_return absl::NotFoundError(absl::StrCat("no such directory: ", path));
+  for (const std::string& dir : dirs_[sandbox_id]) {
+    if (!dir.starts_with(path + "/") || dir.find('/', path.size() + 1) != std::string::npos) continue;
+    v1::FileInfo& e = entries[dir.substr(path.size() + 1)];
+    e.set_name(dir.substr(path.size() + 1));
+    e.set_path(dir);
+    e.set_type(v1::FILE_TYPE_DIRECTORY);
+  }
+  if (entries.empty() && !dirs_[sandbox_id].contains(path)) {
+    co_return absl::NotFoundError(absl::StrCat("no such directory: ", path));
+  }
   std::vector<v1::FileInfo> out;
   for (auto& [name, e] : entries) out.push_back(std::move(e));
   co_return out;
@@ -349,12 +362,13 @@ std::vector<std::shared_ptr<FakeInteractive>> FakeHost::interactive() const {
 }
 
 asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> FakeHost::StartInteractive(v1::ExecRequest start,
-                                                                                                ExecObserver) {
+                                                                                                ExecObserver observer) {
   absl::MutexLock lock(&mu_);
   if (auto s = Known(start.sandbox_id()); !s.ok()) co_return s;
   if (!interactive_status_.ok()) co_return std::exchange(interactive_status_, absl::OkStatus());
   FakeInteractive::Script script = script_for_ ? script_for_(start) : FakeInteractive::Script{};
-  auto process = std::make_shared<FakeInteractive>(clock_, std::move(start), std::move(script));
+  auto process =
+      std::make_shared<FakeInteractive>(clock_, std::move(start), std::move(script), std::move(observer), next_pid_++);
   interactive_.push_back(process);
   co_return std::shared_ptr<InteractiveProcess>(process);
 }

@@ -86,7 +86,7 @@ class FakeHost final : public HostApi {
   boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
                                                                        CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) override;
-  // The observer is not called: tests drive a FakeInteractive directly.
+  // Each process reports to its observer as a real host's does (pids from 1000 up); tests drive it (FakeInteractive).
   boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
       v1::ExecRequest start, ExecObserver observer) override;
   // From the files written (WriteFile): a file's info, or a directory's direct entries.
@@ -119,11 +119,13 @@ class FakeHost final : public HostApi {
   std::map<std::string, v1::Sandbox> live_ ABSL_GUARDED_BY(mu_);
   int fork_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::map<std::string, std::string>> files_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::set<std::string>> dirs_ ABSL_GUARDED_BY(mu_);  // made by MakeDir
   std::vector<std::string> deleted_, templates_, pulls_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ExecRequest> execs_ ABSL_GUARDED_BY(mu_);
   std::function<FakeInteractive::Script(const v1::ExecRequest&)> script_for_ ABSL_GUARDED_BY(mu_);
   absl::Status interactive_status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<FakeInteractive>> interactive_ ABSL_GUARDED_BY(mu_);
+  int next_pid_ ABSL_GUARDED_BY(mu_) = 1000;
 };
 
 }  // namespace corral::sandbox

@@ -10,24 +10,59 @@ namespace corral::sandbox {
 
 namespace asio = boost::asio;
 
-FakeInteractive::FakeInteractive(Clock* clock, v1::ExecRequest start, Script script)
-    : clock_(clock), start_(std::move(start)), script_(std::move(script)) {}
+FakeInteractive::FakeInteractive(Clock* clock, v1::ExecRequest start, Script script, ExecObserver observer, int pid)
+    : clock_(clock), start_(std::move(start)), script_(std::move(script)), observer_(std::move(observer)) {
+  if (observer_.on_event) {
+    v1::ExecEvent started;
+    started.mutable_started()->set_pid(pid);
+    observer_.on_event(started);
+  }
+}
 
 void FakeInteractive::WakeReader() {
   if (wake_ != nullptr) wake_->try_send(boost::system::error_code());
 }
 
 void FakeInteractive::Emit(std::string text) {
-  absl::MutexLock lock(&mu_);
-  if (ended_) return;
-  output_ += text;
-  WakeReader();
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return;
+    output_ += text;
+    WakeReader();
+  }
+  if (!observer_.on_event) return;
+  v1::ExecEvent event;
+  event.set_stdout(std::move(text));
+  observer_.on_event(event);
 }
 
-void FakeInteractive::Exit() {
-  absl::MutexLock lock(&mu_);
-  ended_ = true;
-  WakeReader();
+void FakeInteractive::End(v1::ExitStatus exit) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return;
+    ended_ = true;
+    WakeReader();
+  }
+  if (observer_.on_event) {
+    v1::ExecEvent event;
+    *event.mutable_exited() = std::move(exit);
+    observer_.on_event(event);
+  }
+  if (observer_.on_done) observer_.on_done(absl::OkStatus());
+}
+
+void FakeInteractive::Exit(int code) {
+  v1::ExitStatus exit;
+  exit.set_exit_code(code);
+  exit.set_reason(v1::EXIT_REASON_EXITED);
+  End(std::move(exit));
+}
+
+void FakeInteractive::KillWith(int signal) {
+  v1::ExitStatus exit;
+  exit.set_signal(signal);
+  exit.set_reason(v1::EXIT_REASON_SIGNALED);
+  End(std::move(exit));
 }
 
 std::string FakeInteractive::env(const std::string& name) const {
@@ -83,10 +118,14 @@ void FakeInteractive::CloseStdin() {
 }
 
 void FakeInteractive::Stop() {
-  absl::MutexLock lock(&mu_);
-  stopped_ = true;
-  ended_ = true;
-  WakeReader();
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    if (ended_) return;
+    ended_ = true;
+    WakeReader();
+  }
+  if (observer_.on_done) observer_.on_done(absl::CancelledError("the call was stopped: the host kills the process"));
 }
 
 asio::awaitable<InteractiveProcess::Output> FakeInteractive::ReadUntil(const std::string& marker, absl::Time deadline) {

@@ -1,7 +1,9 @@
 // A scripted interactive process for the scheduler's unit tests (FakeHost::StartInteractive): what the process
 // prints in answer to each write is the test's script — a persistent tool's driver, an MCP server, the
 // environment relay — and a read waits on the test's FakeClock until its marker comes, the process ends or the
-// deadline passes, as InteractiveCall does on a real host. Thread-safe.
+// deadline passes, as InteractiveCall does on a real host. Started with an observer (ExecObserver.on_event), it
+// also reports as a real host does: `started` with its pid, its output as stdout, its exit, then the call's end.
+// Thread-safe.
 #pragma once
 
 #include <functional>
@@ -24,12 +26,14 @@ class FakeInteractive final : public InteractiveProcess {
     std::function<void(FakeInteractive& process, const std::string& written)> on_write;
     std::function<void(FakeInteractive& process, int signal)> on_signal;
   };
-  FakeInteractive(Clock* clock, v1::ExecRequest start, Script script);
+  FakeInteractive(Clock* clock, v1::ExecRequest start, Script script, ExecObserver observer = {}, int pid = 0);
 
   // --- what the script does
   void Emit(std::string text);
-  // The process exits: a read sees what is left and `ended`.
-  void Exit();
+  // The process exits with `code`: a read sees what is left and `ended`.
+  void Exit(int code = 0);
+  // A signal ends it (its exit has the signal, reason SIGNALED).
+  void KillWith(int signal);
 
   // --- what the test observes
   const v1::ExecRequest& start() const { return start_; }
@@ -50,10 +54,13 @@ class FakeInteractive final : public InteractiveProcess {
  private:
   using Wake = boost::asio::experimental::concurrent_channel<void(boost::system::error_code)>;
   void WakeReader() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the process (once) and tells the observer how.
+  void End(v1::ExitStatus exit);
 
   Clock* const clock_;
   const v1::ExecRequest start_;
   const Script script_;
+  const ExecObserver observer_;
   mutable absl::Mutex mu_;
   std::string output_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
