@@ -258,32 +258,126 @@ int RunFirstCommand(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Flags f;
+// The flags into `f`; -1 to go on, else the exit code (a --help, or a flag it does not know).
+int ParseFlags(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--mode=", 0) == 0)
-      f.mode = a.substr(7);
+      f->mode = a.substr(7);
     else if (a.rfind("--addr=", 0) == 0)
-      f.addr = a.substr(7);
+      f->addr = a.substr(7);
     else if (a.rfind("--n=", 0) == 0)
-      f.n = std::stoi(a.substr(4));
+      f->n = std::stoi(a.substr(4));
     else if (a.rfind("--threads=", 0) == 0)
-      f.threads = std::stoi(a.substr(10));
+      f->threads = std::stoi(a.substr(10));
     else if (a.rfind("--image=", 0) == 0)
-      f.image = a.substr(8);
+      f->image = a.substr(8);
     else if (a.rfind("--pattern=", 0) == 0)
-      f.pattern = a.substr(10);
+      f->pattern = a.substr(10);
     else if (a.rfind("--stagger-ms=", 0) == 0)
-      f.stagger_ms = std::stoi(a.substr(13));
+      f->stagger_ms = std::stoi(a.substr(13));
     else if (a.rfind("--home-mib=", 0) == 0)
-      f.home_mib = std::stoi(a.substr(11));
+      f->home_mib = std::stoi(a.substr(11));
     else {
       std::cerr << "usage: corral-bench-sandbox --mode=lifecycle|exec|first-command|spawn|bwrap [--addr=HOST:PORT] "
                    "[--n=N] [--image=REF] [--pattern=sequential|staggered|burst] [--stagger-ms=MS]\n";
       return a == "--help" ? 0 : 2;
     }
   }
+  return -1;
+}
+
+// exec: one sandbox, `n` execs of /bin/true in it one after another.
+int RunExec(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
+  grpc::ClientContext ctx;
+  corral::SetDeadline(ctx, absl::Seconds(60));
+  corral::v1::CreateSandboxesRequest req;
+  req.set_count(1);
+  req.mutable_spec()->set_image(f.image);
+  corral::v1::CreateSandboxesResponse resp;
+  if (!stub.CreateSandboxes(&ctx, req, &resp).ok() || resp.sandboxes_size() != 1) return 1;
+  const std::string id = resp.sandboxes(0).sandbox().sandbox_id();
+  std::vector<double> ms;
+  int errors = 0;
+  for (int i = 0; i < f.n; ++i) {
+    const absl::Time start = absl::Now();
+    if (ExecTrue(stub, id)) {
+      ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+    } else {
+      ++errors;
+    }
+  }
+  PrintLatency(ms, errors);
+  return errors == 0 ? 0 : 1;
+}
+
+// lifecycle: `n` sandboxes created (in batches of 50 from the worker threads, as a scheduler would), one exec
+// in each, all deleted; the host's RSS read by the caller between creation and the execs.
+int RunLifecycle(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
+  // Phase 1: create n (batches of 50 from the worker threads, as a scheduler would).
+  std::vector<std::string> ids;
+  std::mutex ids_mu;
+  std::atomic<int> next = 0, errors = 0;
+  auto parallel = [&](auto body) {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < f.threads; ++t) ts.emplace_back(body);
+    for (auto& t : ts) t.join();
+  };
+  const absl::Time t0 = absl::Now();
+  parallel([&] {
+    while (true) {
+      int start = next.fetch_add(50);
+      if (start >= f.n) return;
+      grpc::ClientContext ctx;
+      corral::SetDeadline(ctx, absl::Seconds(120));
+      corral::v1::CreateSandboxesRequest req;
+      req.set_count(static_cast<uint32_t>(std::min(50, f.n - start)));
+      req.mutable_spec()->set_image(f.image);
+      corral::v1::CreateSandboxesResponse resp;
+      if (!stub.CreateSandboxes(&ctx, req, &resp).ok()) {
+        ++errors;
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(ids_mu);
+      for (const auto& c : resp.sandboxes()) ids.push_back(c.sandbox().sandbox_id());
+    }
+  });
+  const absl::Time t1 = absl::Now();
+  std::printf("created=%zu\n", ids.size());
+  std::fflush(stdout);
+  // The caller reads the host's RSS now (it waits for a line on stdin).
+  std::string line;
+  std::getline(std::cin, line);
+  const absl::Time t1b = absl::Now();
+  next = 0;
+  parallel([&] {
+    for (int i; (i = next.fetch_add(1)) < static_cast<int>(ids.size());) {
+      if (!ExecTrue(stub, ids[static_cast<size_t>(i)])) ++errors;
+    }
+  });
+  const absl::Time t2 = absl::Now();
+  next = 0;
+  parallel([&] {
+    for (int i; (i = next.fetch_add(1)) < static_cast<int>(ids.size());) {
+      grpc::ClientContext ctx;
+      corral::SetDeadline(ctx, absl::Seconds(60));
+      corral::v1::DeleteSandboxRequest req;
+      req.set_sandbox_id(ids[static_cast<size_t>(i)]);
+      corral::v1::DeleteSandboxResponse resp;
+      if (!stub.DeleteSandbox(&ctx, req, &resp).ok()) ++errors;
+    }
+  });
+  const absl::Time t3 = absl::Now();
+  const double create_s = absl::ToDoubleSeconds(t1 - t0), exec_s = absl::ToDoubleSeconds(t2 - t1b),
+               delete_s = absl::ToDoubleSeconds(t3 - t2);
+  std::printf("sandboxes=%zu create_s=%.3f exec_s=%.3f delete_s=%.3f total_s=%.3f errors=%d\n", ids.size(), create_s,
+              exec_s, delete_s, create_s + exec_s + delete_s, errors.load());
+  return errors == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  Flags f;
+  if (const int exit = ParseFlags(argc, argv, &f); exit >= 0) return exit;
   if (f.mode == "spawn") return RunSpawn(f, {"/bin/true"});
   if (f.mode == "bwrap") {
     // Comparable isolation: new user/pid/net/ipc/uts/mount namespaces, read-only system dirs, private /tmp.
@@ -300,89 +394,8 @@ int main(int argc, char** argv) {
   if (f.mode == "first-command") return RunFirstCommand(f, *stub);
   if (f.mode == "fork") return RunFork(f, *stub);
   if (f.mode == "fork-many") return RunForkMany(f, *stub);
-  if (f.mode == "exec") {
-    grpc::ClientContext ctx;
-    corral::SetDeadline(ctx, absl::Seconds(60));
-    corral::v1::CreateSandboxesRequest req;
-    req.set_count(1);
-    req.mutable_spec()->set_image(f.image);
-    corral::v1::CreateSandboxesResponse resp;
-    if (!stub->CreateSandboxes(&ctx, req, &resp).ok() || resp.sandboxes_size() != 1) return 1;
-    const std::string id = resp.sandboxes(0).sandbox().sandbox_id();
-    std::vector<double> ms;
-    int errors = 0;
-    for (int i = 0; i < f.n; ++i) {
-      const absl::Time start = absl::Now();
-      if (ExecTrue(*stub, id)) {
-        ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
-      } else {
-        ++errors;
-      }
-    }
-    PrintLatency(ms, errors);
-    return errors == 0 ? 0 : 1;
-  }
-  if (f.mode == "lifecycle") {
-    // Phase 1: create n (batches of 50 from the worker threads, as a scheduler would).
-    std::vector<std::string> ids;
-    std::mutex ids_mu;
-    std::atomic<int> next = 0, errors = 0;
-    auto parallel = [&](auto body) {
-      std::vector<std::thread> ts;
-      for (int t = 0; t < f.threads; ++t) ts.emplace_back(body);
-      for (auto& t : ts) t.join();
-    };
-    const absl::Time t0 = absl::Now();
-    parallel([&] {
-      while (true) {
-        int start = next.fetch_add(50);
-        if (start >= f.n) return;
-        grpc::ClientContext ctx;
-        corral::SetDeadline(ctx, absl::Seconds(120));
-        corral::v1::CreateSandboxesRequest req;
-        req.set_count(static_cast<uint32_t>(std::min(50, f.n - start)));
-        req.mutable_spec()->set_image(f.image);
-        corral::v1::CreateSandboxesResponse resp;
-        if (!stub->CreateSandboxes(&ctx, req, &resp).ok()) {
-          ++errors;
-          continue;
-        }
-        std::lock_guard<std::mutex> lock(ids_mu);
-        for (const auto& c : resp.sandboxes()) ids.push_back(c.sandbox().sandbox_id());
-      }
-    });
-    const absl::Time t1 = absl::Now();
-    std::printf("created=%zu\n", ids.size());
-    std::fflush(stdout);
-    // The caller reads the host's RSS now (it waits for a line on stdin).
-    std::string line;
-    std::getline(std::cin, line);
-    const absl::Time t1b = absl::Now();
-    next = 0;
-    parallel([&] {
-      for (int i; (i = next.fetch_add(1)) < static_cast<int>(ids.size());) {
-        if (!ExecTrue(*stub, ids[static_cast<size_t>(i)])) ++errors;
-      }
-    });
-    const absl::Time t2 = absl::Now();
-    next = 0;
-    parallel([&] {
-      for (int i; (i = next.fetch_add(1)) < static_cast<int>(ids.size());) {
-        grpc::ClientContext ctx;
-        corral::SetDeadline(ctx, absl::Seconds(60));
-        corral::v1::DeleteSandboxRequest req;
-        req.set_sandbox_id(ids[static_cast<size_t>(i)]);
-        corral::v1::DeleteSandboxResponse resp;
-        if (!stub->DeleteSandbox(&ctx, req, &resp).ok()) ++errors;
-      }
-    });
-    const absl::Time t3 = absl::Now();
-    const double create_s = absl::ToDoubleSeconds(t1 - t0), exec_s = absl::ToDoubleSeconds(t2 - t1b),
-                 delete_s = absl::ToDoubleSeconds(t3 - t2);
-    std::printf("sandboxes=%zu create_s=%.3f exec_s=%.3f delete_s=%.3f total_s=%.3f errors=%d\n", ids.size(), create_s,
-                exec_s, delete_s, create_s + exec_s + delete_s, errors.load());
-    return errors == 0 ? 0 : 1;
-  }
+  if (f.mode == "exec") return RunExec(f, *stub);
+  if (f.mode == "lifecycle") return RunLifecycle(f, *stub);
   std::cerr << "unknown mode\n";
   return 2;
 }

@@ -18,6 +18,23 @@ namespace {
 namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
 
+// The call to upstream `u`: the request's body POSTed to its route, on a connection kept alive.
+http::Request UpstreamRequest(const DispatchRequest& request, const Upstream& u) {
+  http::Request req{bhttp::verb::post, request.route, 11};
+  req.set(bhttp::field::host, u.spec.name);
+  req.set(bhttp::field::content_type, "application/json");
+  req.set(bhttp::field::accept, request.stream ? "text/event-stream" : "application/json");
+  req.keep_alive(true);
+  req.body() = request.body;
+  return req;
+}
+
+// Why no upstream answered, and which were left untried (`skipped`, "" when none).
+std::string NoAnswer(int attempts, const std::string& last_error, const std::string& skipped) {
+  return absl::StrCat("no upstream answered (", attempts, " attempts): ", last_error,
+                      skipped.empty() ? "" : "; not tried: ", skipped);
+}
+
 }  // namespace
 
 UpstreamLease::UpstreamLease(Upstream* upstream) : upstream_(upstream) {
@@ -73,12 +90,7 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
     }
     tried.push_back(u);
     d.attempts = attempt;
-    http::Request req{bhttp::verb::post, request.route, 11};
-    req.set(bhttp::field::host, u->spec.name);
-    req.set(bhttp::field::content_type, "application/json");
-    req.set(bhttp::field::accept, request.stream ? "text/event-stream" : "application/json");
-    req.keep_alive(true);
-    req.body() = request.body;
+    http::Request req = UpstreamRequest(request, *u);
     // Counted from the request on: a non-streamed answer's header comes only once it is complete.
     UpstreamLease lease(u);
     const absl::Time start = clock_->Now();
@@ -139,10 +151,7 @@ asio::awaitable<Dispatch> UpstreamDispatcher::Send(const DispatchRequest& reques
     co_return d;
   }
   d.http_status = last_status;
-  d.error = absl::StrCat("no upstream answered (", d.attempts, " attempts): ", last_error);
-  if (const std::string skipped = upstreams_->Skipped(request.model, tried); !skipped.empty()) {
-    absl::StrAppend(&d.error, "; not tried: ", skipped);
-  }
+  d.error = NoAnswer(d.attempts, last_error, upstreams_->Skipped(request.model, tried));
   co_return d;
 }
 

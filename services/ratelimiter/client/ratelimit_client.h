@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,7 +124,19 @@ class RateLimitClient {
 
  private:
   friend class ScopedPermit;
-  struct Pending;
+  // A call awaiting its reply.
+  struct Pending {
+    absl::Notification done;
+    absl::StatusOr<v1::SessionResponse> reply = absl::UnknownError("no reply");
+    // Set for AcquireAsync: called (outside the client's lock) instead of notifying `done`.
+    std::function<void(absl::StatusOr<v1::SessionResponse>)> callback;
+    // A blocking acquire (failing closed) outlives a broken session: `message` is sent again on the next one, with
+    // what is left of the wait before `deadline`. Unsent meanwhile, it fails at `give_up`.
+    std::optional<v1::SessionRequest> message;
+    absl::Time deadline = absl::InfiniteFuture();
+    absl::Time give_up = absl::InfiniteFuture();
+    bool sent = false;
+  };
   class Stream;
 
   explicit RateLimitClient(ClientOptions options);

@@ -59,42 +59,7 @@ void EpisodeTable::RestoreLocked(const Snapshot& snapshot) {
     }
   }
   // Results in position order, so group completion positions come out as they were.
-  for (const auto& r : snapshot.results) {
-    auto ref = ParseEpisodeId(r.episode_id);
-    if (!ref.ok()) continue;
-    Batch* b = FindBatch(ref->batch_id);
-    if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) continue;
-    const uint32_t g = ref->group_index, i = ref->index_in_group;
-    b->StartGroup(g);  // (its runs may have been forgotten)
-    Episode& e = b->at(g, i);
-    e.state = State::kEnded;
-    e.seq = r.seq;
-    e.status = r.status;
-    e.reward = r.reward;
-    e.committed = true;
-    e.acked = r.acked;
-    e.result = r.result;
-    next_seq_ = std::max(next_seq_, r.seq + 1);
-    if (r.redundant) {
-      b->MarkRedundant(g, i);
-      continue;
-    }
-    if (!e.result.empty()) {
-      v1::EpisodeResult parsed;
-      if (parsed.ParseFromString(e.result) && parsed.has_first_policy_version()) {
-        e.first_version = parsed.first_policy_version();
-        e.order_version = *e.first_version;
-      }
-    }
-    const bool completes = b->CountEnded(g, i, r.status, r.reward);
-    if (r.acked) {
-      ++b->acked;
-      ++b->delivered;
-    } else {
-      unacked_[r.seq] = Where{b->spec.batch_id(), g, i};
-    }
-    if (completes) RestoreDecision(*b, g, r.seq);
-  }
+  for (const auto& r : snapshot.results) RestoreResult(r);
   std::vector<std::shared_ptr<RunControl>> none;
   for (auto& [id, b] : batches_) {
     if (b.dynamic() && b.passed >= b.spec.target_groups()) CancelSurplus(b, &none);
@@ -132,6 +97,43 @@ void EpisodeTable::RestoreLocked(const Snapshot& snapshot) {
   for (auto& [id, b] : batches_) {
     if (b.terminal()) b.end_time = b.create_time;
   }
+}
+
+void EpisodeTable::RestoreResult(const Snapshot::ResultRow& r) {
+  auto ref = ParseEpisodeId(r.episode_id);
+  if (!ref.ok()) return;
+  Batch* b = FindBatch(ref->batch_id);
+  if (b == nullptr || ref->group_index >= b->tasks.size() || ref->index_in_group >= b->per_group) return;
+  const uint32_t g = ref->group_index, i = ref->index_in_group;
+  b->StartGroup(g);  // (its runs may have been forgotten)
+  Episode& e = b->at(g, i);
+  e.state = State::kEnded;
+  e.seq = r.seq;
+  e.status = r.status;
+  e.reward = r.reward;
+  e.committed = true;
+  e.acked = r.acked;
+  e.result = r.result;
+  next_seq_ = std::max(next_seq_, r.seq + 1);
+  if (r.redundant) {
+    b->MarkRedundant(g, i);
+    return;
+  }
+  if (!e.result.empty()) {
+    v1::EpisodeResult parsed;
+    if (parsed.ParseFromString(e.result) && parsed.has_first_policy_version()) {
+      e.first_version = parsed.first_policy_version();
+      e.order_version = *e.first_version;
+    }
+  }
+  const bool completes = b->CountEnded(g, i, r.status, r.reward);
+  if (r.acked) {
+    ++b->acked;
+    ++b->delivered;
+  } else {
+    unacked_[r.seq] = Where{b->spec.batch_id(), g, i};
+  }
+  if (completes) RestoreDecision(*b, g, r.seq);
 }
 
 }  // namespace corral::scheduler
