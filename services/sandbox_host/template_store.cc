@@ -28,6 +28,7 @@ TemplateStore::~TemplateStore() { Stop(); }
 
 void TemplateStore::Stop() {
   cancelled_ = true;
+  cancelled_.notify_all();  // a build blocked in cancelled.wait(false) returns now
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](int* n) { return *n == 0; }, &active_builds_));

@@ -62,7 +62,8 @@ class TemplateStore {
   void Stop();
 
   // Fills the (new, empty) directory it is given and says what it copied; kept when it returns OK. Should
-  // return soon (CANCELLED) once `cancelled` turns true: the store is shutting down.
+  // return soon (CANCELLED) once `cancelled` turns true (notified: a build may block in cancelled.wait(false)):
+  // the store is shutting down.
   using BuildFn = std::function<absl::StatusOr<CopyStats>(const std::string& dir, const std::atomic<bool>& cancelled)>;
   using Done = std::function<void(absl::StatusOr<TemplateInfo>)>;
   // Calls `done` (perhaps at once, perhaps on a build thread) with the READY template, or: ALREADY_EXISTS for

@@ -12,6 +12,7 @@
 #include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/core/testing/event_count.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "prometheus/registry.h"
@@ -34,10 +35,10 @@ constexpr char kWholeReply[] =
 class FakeAgent final : public AgentLink {
  public:
   asio::awaitable<bool> Comment(absl::string_view) override {
-    ++comments;
+    comments.Add();
     co_return stays.load();
   }
-  std::atomic<int> comments = 0;
+  corral::testing::EventCount comments;
   std::atomic<bool> stays = true;
 };
 
@@ -47,7 +48,7 @@ class UpstreamCallTest : public ::testing::Test, protected testing::ProxyCore {
   void Start(http::Handler answer) {
     upstream_ = std::make_unique<testing::ScriptedUpstream>(
         [this, answer](http::Request& req, http::Responder& res) -> asio::awaitable<void> {
-          if (req.target() != "/health") ++requests_;
+          if (req.target() != "/health") requests_.Add();
           co_await answer(req, res);
         });
     BuildCore({*ParseUpstreamUrl(upstream_->url())}, RelayOptions{.connect_timeout = absl::Seconds(1),
@@ -87,7 +88,7 @@ class UpstreamCallTest : public ::testing::Test, protected testing::ProxyCore {
     bool recorded = false;
   };
 
-  std::atomic<int> requests_ = 0;
+  corral::testing::EventCount requests_;
   std::unique_ptr<testing::ScriptedUpstream> upstream_;
   std::shared_ptr<Session> session_;
   FakeAgent agent_;
@@ -153,21 +154,21 @@ TEST_F(UpstreamCallTest, APausedStreamingCallKeepsTheAgentCompanyAndFailsWhenThe
     co_return o;
   };
   std::future<Outcome> running = asio::co_spawn(io_.context(), run(), asio::use_future);
-  ASSERT_TRUE(corral::testing::WaitUntil([&] { return agent_.comments >= 3; }, absl::Seconds(10)));
-  EXPECT_EQ(requests_.load(), 0);  // held at the gate, nothing sent
-  agent_.stays = false;            // the agent hung up
+  ASSERT_TRUE(agent_.comments.AwaitAtLeast(3));
+  EXPECT_EQ(requests_.value(), 0);  // held at the gate, nothing sent
+  agent_.stays = false;             // the agent hung up
   Outcome o = running.get();
   EXPECT_EQ(o.opened, UpstreamCall::Opened::kFailed);
   ASSERT_TRUE(o.error.has_value());
   EXPECT_EQ(o.error->http_status, 499);
   EXPECT_TRUE(o.recorded);
-  EXPECT_EQ(requests_.load(), 0);
+  EXPECT_EQ(requests_.value(), 0);
 }
 
 TEST_F(UpstreamCallTest, ACallAPauseCutsBeforeItAnsweredIsSentAgainAfterTheResume) {
   // The first request is held upstream until the pause cuts it; the one sent after the resume is answered.
   Start([this](http::Request&, http::Responder& res) -> asio::awaitable<void> {
-    if (requests_.load() == 1) co_await testing::HangUntilTheServerStops();
+    if (requests_.value() == 1) co_await testing::HangUntilTheServerStops();
     co_await res.Send(200, "application/json", kWholeReply);
   });
   auto run = [this]() -> asio::awaitable<Outcome> {
@@ -179,7 +180,7 @@ TEST_F(UpstreamCallTest, ACallAPauseCutsBeforeItAnsweredIsSentAgainAfterTheResum
     co_return o;
   };
   std::future<Outcome> running = asio::co_spawn(io_.context(), run(), asio::use_future);
-  ASSERT_TRUE(corral::testing::WaitUntil([&] { return requests_.load() == 1; }, absl::Seconds(10)));
+  ASSERT_TRUE(requests_.AwaitAtLeast(1));
   v1::PauseGenerationRequest pause;
   pause.set_sequence(1);
   pause.set_mode(v1::PAUSE_MODE_ABORT);
@@ -193,7 +194,7 @@ TEST_F(UpstreamCallTest, ACallAPauseCutsBeforeItAnsweredIsSentAgainAfterTheResum
   Outcome o = running.get();
   EXPECT_EQ(o.opened, UpstreamCall::Opened::kAnswering);
   EXPECT_EQ(o.answer_id, "c1");
-  EXPECT_EQ(requests_.load(), 2);
+  EXPECT_EQ(requests_.value(), 2);
   EXPECT_EQ(metrics_.calls_aborted.Value(), 1);
   EXPECT_EQ(metrics_.calls_continued.Value(), 1);
   EXPECT_EQ(session_->used().calls, 1u);  // one call, sent twice

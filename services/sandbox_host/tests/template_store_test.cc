@@ -158,7 +158,7 @@ TEST_F(TemplateStoreTest, DestructionCancelsABuildInProgress) {
     store.Prepare(
         "k1", "d1",
         [](const std::string&, const std::atomic<bool>& cancelled) -> absl::StatusOr<CopyStats> {
-          while (!cancelled) absl::SleepFor(absl::Milliseconds(5));
+          cancelled.wait(false);  // until the store's Stop() sets and notifies it
           return absl::CancelledError("shutting down");
         },
         outcome.Add());
