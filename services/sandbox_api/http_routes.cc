@@ -46,7 +46,10 @@ asio::awaitable<void> Serve(RunCodeService* run_code, E2bControlPlane* e2b, Envd
   auto target = http::ParseTarget(absl::string_view(request.target().data(), request.target().size()));
   const std::string path = target.ok() ? target->path : "";
   const bool in_sandbox = envd != nullptr && EnvdHttp::Serves(request);
-  const Route* route = FindRoute(in_sandbox, path);
+  const Door door = !in_sandbox                             ? Door::kSandboxFusion
+                    : EnvdHttp::ForCodeInterpreter(request) ? Door::kCodeInterpreter
+                                                            : Door::kEnvd;
+  const Route* route = FindRoute(door, path);
   if (in_sandbox) {
     co_await envd->Handle(route, request, responder);
     if (metrics != nullptr)

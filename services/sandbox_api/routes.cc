@@ -61,6 +61,13 @@ const std::array kRoutes = {
     Unary<envd::MoveRequest, envd::MoveResponse, &Envd::Move>("/filesystem.Filesystem/Move"),
     Unary<envd::RemoveRequest, envd::RemoveResponse, &Envd::Remove>("/filesystem.Filesystem/Remove"),
     Stream<envd::WatchDirRequest, &Envd::WatchDir>("/filesystem.Filesystem/WatchDir"),
+    // The code interpreter (its calls under /contexts: envd_http.cc).
+    Route{.door = Door::kCodeInterpreter, .path = "/execute", .methods = "POST", .label = "code_execute"},
+    Route{.door = Door::kCodeInterpreter,
+          .path = "/contexts",
+          .prefix = true,
+          .methods = "GET, POST, DELETE",
+          .label = "code_contexts"},
 };
 
 }  // namespace
@@ -76,9 +83,10 @@ bool Route::Takes(boost::beast::http::verb method) const {
 
 std::span<const Route> Routes() { return kRoutes; }
 
-const Route* FindRoute(bool in_sandbox, absl::string_view path) {
+const Route* FindRoute(Door door, absl::string_view path) {
+  const bool sandbox = door == Door::kEnvd || door == Door::kCodeInterpreter;
   for (const Route& r : kRoutes) {
-    if ((r.door == Door::kEnvd) != in_sandbox) continue;
+    if (sandbox ? r.door != door : r.door == Door::kEnvd || r.door == Door::kCodeInterpreter) continue;
     if (path == r.path) return &r;
     absl::string_view rest = path;
     if (r.prefix && absl::ConsumePrefix(&rest, r.path) && absl::StartsWith(rest, "/")) return &r;

@@ -54,9 +54,14 @@ SandboxApiRoot::SandboxApiRoot(Config config, Prepared p)
                                .executor = config_.executor_name},
                 &metrics_),
       e2b_auth_(*std::move(p.secret)),
-      e2b_(&leases_, &e2b_auth_, &clock_, E2bOptions(), [this](const std::string& id) { envd_.Forget(id); }),
+      e2b_(&leases_, &e2b_auth_, &clock_, E2bOptions(),
+           [this](const std::string& id) {
+             envd_.Forget(id);
+             code_.Forget(id);
+           }),
       envd_(&leases_, &clock_, E2bOptions(), &metrics_.e2b_processes),
-      envd_http_(&envd_, &e2b_auth_),
+      code_(&clock_, E2bOptions()),
+      envd_http_(&envd_, &code_, &e2b_auth_),
       http_(http::ServerLimits{.max_body_bytes = static_cast<size_t>(config_.max_body_bytes)},
             MakeHttpHandler(&run_code_, &e2b_, &envd_http_, &metrics_), static_cast<int>(config_.http_threads)) {}
 

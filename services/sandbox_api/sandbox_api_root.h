@@ -48,6 +48,7 @@ class SandboxApiRoot {
   const api::E2bAuth e2b_auth_;
   E2bControlPlane e2b_;
   Envd envd_;
+  CodeInterpreter code_;
   EnvdHttp envd_http_;
   http::HttpServer http_;
 };

@@ -1,14 +1,19 @@
-// The real e2b SDK (pinned by package-lock.json) against corral-sandbox-api's E2B API, unchanged: only its URLs
-// and key are set, as a user would set them. Run by the E2B integration test:
+// The real e2b SDKs (e2b and @e2b/code-interpreter, pinned by package-lock.json) against corral-sandbox-api's
+// E2B API, unchanged: only their URLs and key are set, as a user would set them. Run by the E2B integration test:
 //   E2B_API_KEY=KEY E2B_API_URL=http://HOST:PORT E2B_SANDBOX_URL=http://HOST:PORT node sdk_test.mjs [STEP...]
 // E2B_OTHER_KEY (optional) is a second key: the adversary step checks that it cannot reach the first key's
 // sandboxes. Each step prints "ok STEP" or throws. Node 18 (Debian's) loads the SDK's ES module build directly: its package
 // has no "exports" map, and the CommonJS build requires an ES-only dependency there.
 import assert from "node:assert/strict";
+import { register } from "node:module";
 import {
   Sandbox, CommandExitError, SandboxError, NotFoundError, FileNotFoundError, SandboxNotFoundError,
-  AuthenticationError, InvalidArgumentError,
+  AuthenticationError, InvalidArgumentError, TimeoutError,
 } from "./node_modules/e2b/dist/index.mjs";
+
+// @e2b/code-interpreter, over the same e2b module (e2b_resolve.mjs).
+register("./e2b_resolve.mjs", import.meta.url);
+const { Sandbox: CodeSandbox } = await import("./node_modules/@e2b/code-interpreter/dist/index.mjs");
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -213,6 +218,58 @@ const steps = {
     await Sandbox.getInfo(sbx.sandboxId).then(() => assert.fail("expired, it must be gone"),
       (e) => assert.ok(e instanceof SandboxNotFoundError, String(e)));
     assert.equal(await sbx.isRunning(), false);
+  },
+
+  // @e2b/code-interpreter: state kept between runs, stdout and the last value, an exception, envs for one run,
+  // two contexts, a timeout that interrupts the code and keeps the context, restart and remove.
+  async code() {
+    const sbx = await CodeSandbox.create({ timeoutMs: 120_000 });  // the template code-interpreter-v1
+    // A run's main value, the run failing loudly when it raised.
+    const value = async (code, opts) => {
+      const ex = await sbx.runCode(code, opts);
+      assert.equal(ex.error, undefined, `${code}: ${JSON.stringify(ex.error)}`);
+      return ex.text;
+    };
+    try {
+      let ex = await sbx.runCode("x = 1\nx += 1\nx");
+      assert.equal(ex.text, "2");
+      assert.equal(ex.error, undefined);
+      const streamed = [];
+      ex = await sbx.runCode("import sys\nprint('hello')\nprint('oops', file=sys.stderr)\nx * 10",
+        { onStdout: (m) => streamed.push(["out", m.line]), onStderr: (m) => streamed.push(["err", m.line]) });
+      assert.deepEqual(ex.logs.stdout, ["hello\n"]);
+      assert.deepEqual(ex.logs.stderr, ["oops\n"]);
+      assert.deepEqual(streamed, [["out", "hello\n"], ["err", "oops\n"]]);
+      assert.equal(ex.text, "20");
+      ex = await sbx.runCode("1 / 0");
+      assert.equal(ex.error.name, "ZeroDivisionError");
+      assert.equal(ex.error.value, "division by zero");
+      assert.match(ex.error.traceback, /ZeroDivisionError/);
+      ex = await sbx.runCode("import os\nos.environ.get('ONLY_NOW')", { envs: { ONLY_NOW: "yes" } });
+      assert.equal(ex.text, "'yes'");
+      ex = await sbx.runCode("import os\nos.environ.get('ONLY_NOW')");
+      assert.equal(ex.text, undefined);  // None: no value
+
+      const ctx = await sbx.createCodeContext({ cwd: "/tmp" });
+      assert.equal(ctx.cwd, "/tmp");
+      assert.equal(ctx.language, "python");
+      await sbx.runCode("y = 5", { context: ctx });
+      assert.equal(await value("y", { context: ctx }), "5");
+      assert.equal(await value("import os\nos.getcwd()", { context: ctx }), "'/tmp'");
+      assert.equal(await value("'y' in globals()"), "False");  // the default context is another
+      assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id));
+      await sbx.runCode("import time\nwhile True: time.sleep(0.05)", { context: ctx, timeoutMs: 1_500 }).then(
+        () => assert.fail("an endless loop must time out"), (e) => assert.ok(e instanceof TimeoutError, String(e)));
+      assert.equal(await value("y", { context: ctx }), "5");  // interrupted, the state kept
+      await sbx.restartCodeContext(ctx);
+      assert.equal(await value("'y' in globals()", { context: ctx }), "False");
+      await sbx.removeCodeContext(ctx.id);
+      assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id));
+      await sbx.runCode("1", { context: ctx }).then(() => assert.fail("a removed context is gone"),
+        (e) => assert.ok(e instanceof NotFoundError, String(e)));
+    } finally {
+      await sbx.kill();
+    }
   },
 
   async errors() {

@@ -94,8 +94,8 @@ class SandboxApiServiceTest : public SchedulerFixture {
 
 // Every step of sdk_test.mjs with the SDK unchanged (only its URLs and a key are set): commands, processes
 // (list, connect, kill), watch, what an adversary tries (forged tokens, another sandbox's token, another key,
-// paths out of the sandbox), files, fork, timeout and errors. A sandbox never killed (the timeout step) is gone
-// once its timeout passes; none is left.
+// paths out of the sandbox), files, fork, timeout, the code interpreter (@e2b/code-interpreter) and errors. A sandbox
+// never killed (the timeout step) is gone once its timeout passes; none is left.
 TEST_F(SandboxApiServiceTest, TheE2bSdkRunsCommandsFilesForksAndTimeoutsUnchanged) {
   auto mint = [&](const std::string& name) {
     const std::string log = absl::StrCat(dir_, "/key-", name, ".out");
@@ -113,15 +113,17 @@ TEST_F(SandboxApiServiceTest, TheE2bSdkRunsCommandsFilesForksAndTimeoutsUnchange
   const std::string url = "http://" + api_->ready.http;
   const std::string log = absl::StrCat(dir_, "/e2b-sdk.out");
   auto sdk =
+      // E2B_USER_AGENT_SOURCE=ci: the SDKs put the answer's body in their errors (and ?source=ci in URLs).
       Subprocess::Start({"/usr/bin/env", "E2B_API_KEY=" + key, "E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url,
-                         "E2B_OTHER_KEY=" + other, "node", std::string(CORRAL_SOURCE_DIR) + "/tests/e2b/sdk_test.mjs"},
+                         "E2B_OTHER_KEY=" + other, "E2B_USER_AGENT_SOURCE=ci", "node",
+                         std::string(CORRAL_SOURCE_DIR) + "/tests/e2b/sdk_test.mjs"},
                         log);
   ASSERT_THAT(sdk, IsOk());
   auto status = sdk->Wait(absl::Seconds(240));
   const std::string out = sdk->Log();
   EXPECT_TRUE(status.ok() && *status == 0) << out;
-  for (const char* step :
-       {"ok commands", "ok processes", "ok watch", "ok adversary", "ok files", "ok fork", "ok timeout", "ok errors"}) {
+  for (const char* step : {"ok commands", "ok processes", "ok watch", "ok adversary", "ok files", "ok fork",
+                           "ok timeout", "ok code", "ok errors"}) {
     EXPECT_THAT(out, HasSubstr(step));
   }
   EXPECT_TRUE(testing::WaitUntil([&] { return Leases() == 0; }, absl::Seconds(30))) << Leases() << " leases left";

@@ -102,6 +102,10 @@ absl::StatusOr<std::map<std::string, std::string>> MetadataFilter(const std::str
 
 }  // namespace
 
+bool IsPlainTemplate(const std::string& template_id) {
+  return template_id == "base" || template_id == "code-interpreter-v1" || template_id == "code-interpreter";
+}
+
 bool E2bControlPlane::Serves(const std::string& path) {
   return absl::StartsWith(path, "/v2/sandboxes") || absl::StartsWith(path, "/sandboxes");
 }
@@ -143,8 +147,9 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::strin
 
   v1::LeaseSandboxRequest request;
   v1::EnvironmentSpec* env = request.mutable_environment();
-  // "base" is a plain sandbox; any other template names an image the hosts hold or can pull.
-  if (template_id != "base") env->set_image(template_id);
+  // "base" is a plain sandbox, and so are the code interpreter's templates (its kernel is Corral's, run in any
+  // sandbox); any other template names an image the hosts hold or can pull.
+  if (!IsPlainTemplate(template_id)) env->set_image(template_id);
   env->mutable_env()->insert(envs.begin(), envs.end());
   env->add_task_paths(options_.home);
   env->set_workdir(options_.home);
@@ -175,7 +180,8 @@ boost::json::object E2bControlPlane::SandboxJson(const v1::SandboxLease& lease) 
   o["alias"] = J(tmpl);
   o["envdVersion"] = J(options_.envd_version);
   o["envdAccessToken"] = J(auth_->AccessToken(lease.owner(), lease.lease_id()));
-  o["trafficAccessToken"] = nullptr;
+  // The code interpreter's calls present this one (E2B-Traffic-Access-Token): the sandbox's own.
+  o["trafficAccessToken"] = J(auth_->AccessToken(lease.owner(), lease.lease_id()));
   o["domain"] = nullptr;
   return o;
 }

@@ -50,6 +50,10 @@ struct E2bOptions {
   std::string home = "/home/user";     // the E2B user's home: a task path of every sandbox
 };
 
+// True for a template that is a plain sandbox ("base", the code interpreter's "code-interpreter-v1"), not an
+// image.
+bool IsPlainTemplate(const std::string& template_id);
+
 class E2bControlPlane {
  public:
   // `on_killed` (may be empty) hears of each sandbox killed here: the in-sandbox API forgets it.

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "google/protobuf/util/json_util.h"
 #include "libs/api/proto_time.h"
 
 namespace corral::sandbox_api {
@@ -25,6 +26,23 @@ Response Framed(envd::ProcessEvent event) {
 
 }  // namespace
 
+absl::Status FromEnvdJson(const std::string& json, google::protobuf::Message* message) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  auto parsed = google::protobuf::util::JsonStringToMessage(json.empty() ? "{}" : json, message, options);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a ", message->GetDescriptor()->name(), " in JSON: ", std::string(parsed.message())));
+  }
+  return absl::OkStatus();
+}
+
+std::string ToEnvdJson(const google::protobuf::Message& message) {
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out);  // fails only on invalid UTF-8 in a string
+  return out;
+}
+
 Envd::~Envd() {
   // The host kills what these calls started when they end.
   for (const auto& p : processes_->All()) {
@@ -32,12 +50,12 @@ Envd::~Envd() {
   }
 }
 
-absl::StatusOr<std::string> Envd::HostPath(absl::string_view path) const {
+absl::StatusOr<std::string> E2bPath(absl::string_view home, absl::string_view path) {
   if (path.empty()) return absl::InvalidArgumentError("path is required");
   if (path.front() == '/') return std::string(path);
-  if (path == "~") return options_.home;
+  if (path == "~") return std::string(home);
   absl::ConsumePrefix(&path, "~/");
-  return absl::StrCat(options_.home, "/", path);
+  return absl::StrCat(home, "/", path);
 }
 
 void Envd::Forget(const std::string& sandbox_id) {
@@ -178,27 +196,12 @@ asio::awaitable<absl::Status> Envd::Start(const EnvdSandbox& s, envd::StartReque
   ToProto(timeout, command->mutable_timeout());
 
   auto process = std::make_shared<EnvdProcess>(clock_, config, request.tag());
-  // The observers run on gRPC threads, possibly after this Envd is gone (at shutdown): they hold the table weakly.
+  // The observer runs on gRPC threads, possibly after this Envd is gone (at shutdown): it holds the table weakly.
   std::weak_ptr<EnvdProcesses> table = processes_;
   const std::string sandbox = s.lease.lease_id();
-  std::weak_ptr<EnvdProcess> weak = process;
-  sandbox::ExecObserver observer{
-      .on_event =
-          [weak, table, sandbox](const v1::ExecEvent& event) {
-            auto p = weak.lock();
-            if (p == nullptr) return;
-            p->OnEvent(event);
-            auto processes = table.lock();
-            if (event.has_exited() && processes != nullptr) processes->Remove(sandbox, p->pid());
-          },
-      .on_done =
-          [weak, table, sandbox](const absl::Status& status) {
-            auto p = weak.lock();
-            if (p == nullptr) return;
-            p->OnDone(status);
-            if (auto processes = table.lock()) processes->Remove(sandbox, p->pid());
-          },
-  };
+  sandbox::ExecObserver observer = EnvdProcess::Observe(process, [table, sandbox](EnvdProcess& p) {
+    if (auto processes = table.lock()) processes->Remove(sandbox, p.pid());
+  });
   auto call = co_await s.host->StartInteractive(std::move(start), std::move(observer));
   if (!call.ok()) {
     if (call.status().code() == absl::StatusCode::kNotFound) Forget(sandbox);

@@ -33,14 +33,25 @@ struct EnvdSandbox {
   std::shared_ptr<sandbox::HostApi> host;
 };
 
-// Where a server stream's events go: Send keeps one, Flush writes those kept (false: the reader is gone, the
-// stream ends).
+// `json` as `message` (protobuf's JSON mapping, unknown fields ignored as connect-go does; "" is {});
+// INVALID_ARGUMENT naming what is wrong.
+absl::Status FromEnvdJson(const std::string& json, google::protobuf::Message* message);
+// `message` in protobuf's JSON mapping, as connect-go writes it (field names in lowerCamelCase, defaults left out).
+std::string ToEnvdJson(const google::protobuf::Message& message);
+
+// Where a stream's events go, each a JSON text (framed by the adapter: Connect envelopes, NDJSON lines): Send
+// keeps one, Flush writes those kept (false: the reader is gone, the stream ends).
 class EnvdStream {
  public:
   virtual ~EnvdStream() = default;
-  virtual void Send(const google::protobuf::Message& event) = 0;
+  virtual void SendJson(std::string json) = 0;
+  void Send(const google::protobuf::Message& event) { SendJson(ToEnvdJson(event)); }
   virtual boost::asio::awaitable<bool> Flush() = 0;
 };
+
+// An E2B path as the host's sandbox path: absolute ones as they are, "~" and relative ones under `home`;
+// INVALID_ARGUMENT for an empty one.
+absl::StatusOr<std::string> E2bPath(absl::string_view home, absl::string_view path);
 
 // A file to write (/files upload): its E2B path and bytes.
 struct EnvdFile {
@@ -104,8 +115,7 @@ class Envd {
                                                                               std::vector<EnvdFile> files);
 
  private:
-  // An E2B path as the host's sandbox path (relative ones under the home); INVALID_ARGUMENT for an empty one.
-  absl::StatusOr<std::string> HostPath(absl::string_view path) const;
+  absl::StatusOr<std::string> HostPath(absl::string_view path) const { return E2bPath(options_.home, path); }
   absl::StatusOr<std::shared_ptr<EnvdProcess>> Selected(const EnvdSandbox& s,
                                                         const envd::ProcessSelector& selector) const;
   // A process's events from index `next` on, each a `Response` (Start's or Connect's), until it ends or `until`:
@@ -127,5 +137,36 @@ class Envd {
   absl::Mutex mu_;
   std::map<std::string, std::pair<EnvdSandbox, absl::Time>> opened_ ABSL_GUARDED_BY(mu_);  // with when
 };
+
+// A Connect call of envd, from its JSON message: a unary one answers its response's JSON; a server stream sends
+// its events to `out` and returns how it ended.
+using EnvdUnary = boost::asio::awaitable<absl::StatusOr<std::string>> (*)(Envd& envd, const EnvdSandbox& s,
+                                                                          const std::string& json);
+using EnvdServerStream = boost::asio::awaitable<absl::Status> (*)(Envd& envd, const EnvdSandbox& s,
+                                                                  const std::string& json, absl::Duration timeout,
+                                                                  EnvdStream& out);
+
+// A unary call of the core, from and to JSON.
+template <typename Request, typename Response,
+          boost::asio::awaitable<absl::StatusOr<Response>> (Envd::*Call)(const EnvdSandbox&, Request)>
+boost::asio::awaitable<absl::StatusOr<std::string>> UnaryJson(Envd& envd, const EnvdSandbox& s,
+                                                              const std::string& json) {
+  Request request;
+  if (absl::Status parsed = FromEnvdJson(json, &request); !parsed.ok()) co_return parsed;
+  absl::StatusOr<Response> answer = co_await (envd.*Call)(s, std::move(request));
+  if (!answer.ok()) co_return answer.status();
+  co_return ToEnvdJson(*answer);
+}
+
+// A server stream of the core, from JSON.
+template <typename Request,
+          boost::asio::awaitable<absl::Status> (Envd::*Call)(const EnvdSandbox&, Request, absl::Duration, EnvdStream&)>
+boost::asio::awaitable<absl::Status> StreamJson(Envd& envd, const EnvdSandbox& s, const std::string& json,
+                                                absl::Duration timeout, EnvdStream& out) {
+  Request request;
+  if (absl::Status parsed = FromEnvdJson(json, &request); !parsed.ok()) co_return parsed;
+  absl::Status ended = co_await (envd.*Call)(s, std::move(request), timeout, out);
+  co_return ended;
+}
 
 }  // namespace corral::sandbox_api

@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "boost/json.hpp"
-#include "google/protobuf/util/json_util.h"
 #include "libs/http/connect_codec.h"
 #include "libs/http/url.h"
 #include "services/sandbox_api/e2b/multipart.h"
@@ -76,7 +75,7 @@ class ConnectStream final : public EnvdStream {
  public:
   explicit ConnectStream(http::Responder& responder) : responder_(responder) {}
 
-  void Send(const google::protobuf::Message& event) override { pending_ += http::connect::Envelope(ToEnvdJson(event)); }
+  void SendJson(std::string json) override { pending_ += http::connect::Envelope(json); }
   asio::awaitable<bool> Flush() override {
     if (!responder_.started()) {
       const bool started = co_await responder_.StartStream(200, kStreamType);
@@ -100,6 +99,28 @@ class ConnectStream final : public EnvdStream {
   std::string pending_;
 };
 
+// A run's output lines (NDJSON), written when the core flushes.
+class NdjsonStream final : public EnvdStream {
+ public:
+  explicit NdjsonStream(http::Responder& responder) : responder_(responder) {}
+
+  void SendJson(std::string json) override { absl::StrAppend(&pending_, json, "\n"); }
+  asio::awaitable<bool> Flush() override {
+    if (!responder_.started()) {
+      const bool started = co_await responder_.StartStream(200, "application/x-ndjson");
+      if (!started) co_return false;
+    }
+    if (pending_.empty()) co_return true;
+    const std::string out = std::exchange(pending_, "");
+    const bool written = co_await responder_.WriteChunk(out);
+    co_return written;
+  }
+
+ private:
+  http::Responder& responder_;
+  std::string pending_;
+};
+
 // A Connect error: in the stream's end envelope, or as a unary call's JSON error with its HTTP status.
 asio::awaitable<void> ConnectError(http::Responder& responder, const absl::Status& s, bool stream) {
   if (stream) {
@@ -113,27 +134,16 @@ asio::awaitable<void> ConnectError(http::Responder& responder, const absl::Statu
 
 }  // namespace
 
-absl::Status FromEnvdJson(const std::string& json, google::protobuf::Message* message) {
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  auto parsed = google::protobuf::util::JsonStringToMessage(json.empty() ? "{}" : json, message, options);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a ", message->GetDescriptor()->name(), " in JSON: ", std::string(parsed.message())));
-  }
-  return absl::OkStatus();
-}
-
-std::string ToEnvdJson(const google::protobuf::Message& message) {
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out);  // fails only on invalid UTF-8 in a string
-  return out;
-}
-
 bool EnvdHttp::Serves(const http::Request& request) { return request.find("e2b-sandbox-id") != request.end(); }
 
+bool EnvdHttp::ForCodeInterpreter(const http::Request& request) {
+  return Serves(request) && request["e2b-sandbox-port"] == "49999";
+}
+
 absl::StatusOr<std::string> EnvdCaller(const api::E2bAuth& auth, const http::Request& request) {
-  auto owner = auth.CheckAccess(std::string(request["e2b-sandbox-id"]), std::string(request["x-access-token"]));
+  std::string token(request["x-access-token"]);
+  if (token.empty()) token = std::string(request["e2b-traffic-access-token"]);
+  auto owner = auth.CheckAccess(std::string(request["e2b-sandbox-id"]), token);
   if (!owner.ok()) return owner.status();
   if (absl::Status user = CheckBasicUser(request); !user.ok()) return user;
   return owner;
@@ -161,6 +171,8 @@ asio::awaitable<void> EnvdHttp::Handle(const Route* route, http::Request& reques
   } else if (!route->Takes(request.method())) {
     const absl::Status wrong = absl::InvalidArgumentError("method not allowed");
     co_await RestError(responder, wrong, 405);
+  } else if (route->door == Door::kCodeInterpreter) {
+    co_await Code(path, request, responder);
   } else if (route->unary != nullptr || route->stream != nullptr) {
     co_await Rpc(*route, request, responder);
   } else if (route->path == "/health") {
@@ -275,6 +287,69 @@ asio::awaitable<void> EnvdHttp::Files(http::Request& request, http::Responder& r
   for (const envd::EntryInfo& e : *written) out.push_back({{"name", e.name()}, {"type", "file"}, {"path", e.path()}});
   std::string body = boost::json::serialize(out);
   co_await responder.Send(200, kJson, std::move(body));
+}
+
+asio::awaitable<void> EnvdHttp::Code(const std::string& path, http::Request& request, http::Responder& responder) {
+  absl::StatusOr<EnvdSandbox> s = absl::UnimplementedError("the code interpreter is not served here");
+  if (code_ != nullptr) s = co_await Open(request, /*fresh=*/false);
+  if (s.ok() && path == "/execute") {
+    co_await Execute(*s, request, responder);
+    co_return;
+  }
+  absl::Status failed = s.status();
+  std::string answer;
+  int status = 200;
+  absl::string_view rest = path;  // under /contexts/: the context's id (and /restart)
+  const bool under = absl::ConsumePrefix(&rest, "/contexts/");
+  const bool restart = under && absl::ConsumeSuffix(&rest, "/restart");
+  if (!failed.ok()) {
+    answer.clear();  // refused before any route: the sandbox or its key
+  } else if (path == "/contexts" && request.method() == bhttp::verb::get) {
+    boost::json::array list;
+    for (const envd::CodeContext& c : code_->ListContexts(*s)) list.push_back(boost::json::parse(ToEnvdJson(c)));
+    answer = boost::json::serialize(list);
+  } else if (path == "/contexts") {
+    envd::CreateContextRequest create;
+    failed = FromEnvdJson(request.body(), &create);
+    if (failed.ok()) {
+      absl::StatusOr<envd::CodeContext> made = co_await code_->CreateContext(*s, std::move(create));
+      failed = made.status();
+      if (made.ok()) answer = ToEnvdJson(*made);
+    }
+  } else if (restart && request.method() == bhttp::verb::post) {
+    std::string id(rest);
+    failed = co_await code_->RestartContext(*s, std::move(id));
+    status = 204;
+  } else if (under && !restart && request.method() == bhttp::verb::delete_ && !rest.empty() &&
+             rest.find('/') == absl::string_view::npos) {
+    failed = code_->RemoveContext(*s, std::string(rest));
+    status = 204;
+  } else {
+    failed = absl::NotFoundError("no such code interpreter route");
+  }
+  if (!failed.ok()) {
+    // 502: the sandbox is not running (the SDK's TimeoutError).
+    const int code = failed.code() == absl::StatusCode::kUnavailable ? 502 : FilesStatus(failed.code());
+    co_await RestError(responder, failed, code);
+  } else {
+    co_await responder.Send(status, kJson, std::move(answer));
+  }
+}
+
+asio::awaitable<void> EnvdHttp::Execute(const EnvdSandbox& s, http::Request& request, http::Responder& responder) {
+  envd::ExecuteRequest run;
+  absl::Status failed = FromEnvdJson(request.body(), &run);
+  NdjsonStream out(responder);
+  if (failed.ok()) failed = co_await code_->Execute(s, std::move(run), out);
+  if (responder.started()) {  // a run's own errors are lines of its output; the rest ends the stream
+    if (!responder.client_gone()) co_await responder.EndStream();
+  } else if (!failed.ok()) {
+    const int code = failed.code() == absl::StatusCode::kUnavailable ? 502 : FilesStatus(failed.code());
+    co_await RestError(responder, failed, code);
+  } else {
+    const bool flushed = co_await out.Flush();
+    if (flushed) co_await responder.EndStream();
+  }
 }
 
 }  // namespace corral::sandbox_api

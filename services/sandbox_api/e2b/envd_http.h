@@ -1,10 +1,13 @@
-// envd's HTTP side, an adapter over the core (envd.h), at one endpoint for every sandbox (the SDK's
-// E2B_SANDBOX_URL): a request names its sandbox in E2b-Sandbox-Id and presents that sandbox's access token in
-// X-Access-Token; the user it names (Basic auth on RPCs, `username` on /files) must be the sandbox's one user.
+// envd's HTTP side, an adapter over the core (envd.h) and the code interpreter (code_interpreter.h), at one
+// endpoint for every sandbox (the SDK's E2B_SANDBOX_URL): a request names its sandbox in E2b-Sandbox-Id and
+// presents that sandbox's access token in X-Access-Token (or E2B-Traffic-Access-Token, as @e2b/code-interpreter
+// sends it); the user it names (Basic auth on RPCs, `username` on /files) must be the sandbox's one user.
 //   Connect RPC, JSON codec:  /process.Process/{Start,Connect,List,SendInput,CloseStdin,SendSignal,Update}
 //                             /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove,WatchDir}
 //                             (a unary call is a JSON body; a server stream one enveloped message)
 //   REST:                     GET|POST /files (download; multipart or octet-stream upload), GET /health
+//   code interpreter:         at E2b-Sandbox-Port 49999: POST /execute (NDJSON lines), GET|POST /contexts,
+//                             DELETE /contexts/{id}, POST /contexts/{id}/restart
 // Messages are read and written with protobuf's JSON mapping (unknown fields ignored, as connect-go does);
 // errors come in the shape the caller's decoder reads: Connect's for RPCs, {"code", "message"} for REST.
 // Which call a path is comes from the sandbox API's route table (routes.h). Thread-safe.
@@ -17,61 +20,28 @@
 #include "boost/asio/awaitable.hpp"
 #include "libs/api/e2b_auth.h"
 #include "libs/http/server.h"
+#include "services/sandbox_api/e2b/code_interpreter.h"
 #include "services/sandbox_api/e2b/envd.h"
 
 namespace corral::sandbox_api {
 
 struct Route;
 
-// A Connect call of envd, from its JSON message: a unary one answers its response's JSON; a server stream sends
-// its events to `out` and returns how it ended.
-using EnvdUnary = boost::asio::awaitable<absl::StatusOr<std::string>> (*)(Envd& envd, const EnvdSandbox& s,
-                                                                          const std::string& json);
-using EnvdServerStream = boost::asio::awaitable<absl::Status> (*)(Envd& envd, const EnvdSandbox& s,
-                                                                  const std::string& json, absl::Duration timeout,
-                                                                  EnvdStream& out);
-
-// `json` as `message` (protobuf's JSON mapping, unknown fields ignored; "" is {}); INVALID_ARGUMENT naming what
-// is wrong.
-absl::Status FromEnvdJson(const std::string& json, google::protobuf::Message* message);
-// `message` in protobuf's JSON mapping, as connect-go writes it (field names in lowerCamelCase, defaults left out).
-std::string ToEnvdJson(const google::protobuf::Message& message);
-
 // Who calls: the owner of the sandbox the request names (E2b-Sandbox-Id), from the sandbox's access token
 // (X-Access-Token) — UNAUTHENTICATED when it is missing or another sandbox's —, naming no user but the sandbox's
 // one in Basic auth (PERMISSION_DENIED for another; UNAUTHENTICATED when malformed).
 absl::StatusOr<std::string> EnvdCaller(const api::E2bAuth& auth, const http::Request& request);
 
-// A unary call of the core, from and to JSON.
-template <typename Request, typename Response,
-          boost::asio::awaitable<absl::StatusOr<Response>> (Envd::*Call)(const EnvdSandbox&, Request)>
-boost::asio::awaitable<absl::StatusOr<std::string>> UnaryJson(Envd& envd, const EnvdSandbox& s,
-                                                              const std::string& json) {
-  Request request;
-  if (absl::Status parsed = FromEnvdJson(json, &request); !parsed.ok()) co_return parsed;
-  absl::StatusOr<Response> answer = co_await (envd.*Call)(s, std::move(request));
-  if (!answer.ok()) co_return answer.status();
-  co_return ToEnvdJson(*answer);
-}
-
-// A server stream of the core, from JSON.
-template <typename Request,
-          boost::asio::awaitable<absl::Status> (Envd::*Call)(const EnvdSandbox&, Request, absl::Duration, EnvdStream&)>
-boost::asio::awaitable<absl::Status> StreamJson(Envd& envd, const EnvdSandbox& s, const std::string& json,
-                                                absl::Duration timeout, EnvdStream& out) {
-  Request request;
-  if (absl::Status parsed = FromEnvdJson(json, &request); !parsed.ok()) co_return parsed;
-  absl::Status ended = co_await (envd.*Call)(s, std::move(request), timeout, out);
-  co_return ended;
-}
-
 class EnvdHttp {
  public:
-  EnvdHttp(Envd* envd, const api::E2bAuth* auth) : envd_(envd), auth_(auth) {}
+  // `code` may be null (the code interpreter is then not served).
+  EnvdHttp(Envd* envd, CodeInterpreter* code, const api::E2bAuth* auth) : envd_(envd), code_(code), auth_(auth) {}
 
-  // True for a request to a sandbox's envd (it names one in E2b-Sandbox-Id).
+  // True for a request to a sandbox (it names one in E2b-Sandbox-Id); to its code interpreter when it names
+  // port 49999 (E2b-Sandbox-Port), else to its envd.
   static bool Serves(const http::Request& request);
-  // Answers `request` for its route (null: no envd route has its path), through `responder`.
+  static bool ForCodeInterpreter(const http::Request& request);
+  // Answers `request` for its route (null: no route of its door has its path), through `responder`.
   boost::asio::awaitable<void> Handle(const Route* route, http::Request& request, http::Responder& responder);
 
  private:
@@ -80,8 +50,11 @@ class EnvdHttp {
   boost::asio::awaitable<void> Health(const http::Request& request, http::Responder& responder);
   boost::asio::awaitable<void> Rpc(const Route& route, http::Request& request, http::Responder& responder);
   boost::asio::awaitable<void> Files(http::Request& request, http::Responder& responder);
+  boost::asio::awaitable<void> Code(const std::string& path, http::Request& request, http::Responder& responder);
+  boost::asio::awaitable<void> Execute(const EnvdSandbox& s, http::Request& request, http::Responder& responder);
 
   Envd* const envd_;
+  CodeInterpreter* const code_;
   const api::E2bAuth* const auth_;
 };
 

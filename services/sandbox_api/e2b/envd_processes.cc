@@ -65,6 +65,26 @@ void EnvdProcess::Append(envd::ProcessEvent event) {
   waiting_.clear();
 }
 
+sandbox::ExecObserver EnvdProcess::Observe(std::weak_ptr<EnvdProcess> process,
+                                           std::function<void(EnvdProcess& process)> ended) {
+  return sandbox::ExecObserver{
+      .on_event =
+          [process, ended](const v1::ExecEvent& event) {
+            auto p = process.lock();
+            if (p == nullptr) return;
+            p->OnEvent(event);
+            if (event.has_exited() && ended) ended(*p);
+          },
+      .on_done =
+          [process, ended](const absl::Status& status) {
+            auto p = process.lock();
+            if (p == nullptr) return;
+            p->OnDone(status);
+            if (ended) ended(*p);
+          },
+  };
+}
+
 void EnvdProcess::OnEvent(const v1::ExecEvent& event) {
   absl::MutexLock lock(&mu_);
   if (ended_) return;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +31,11 @@ class EnvdProcess {
  public:
   EnvdProcess(Clock* clock, envd::ProcessConfig config, std::string tag)
       : clock_(clock), config_(std::move(config)), tag_(std::move(tag)) {}
+
+  // An observer of the host's call that feeds `process` (held weakly: the call may outlive it) and tells `ended`
+  // (may be empty) once it has ended: its exit, or the end of the call.
+  static sandbox::ExecObserver Observe(std::weak_ptr<EnvdProcess> process,
+                                       std::function<void(EnvdProcess& process)> ended);
 
   // The host's events, translated (on a gRPC thread).
   void OnEvent(const v1::ExecEvent& event);

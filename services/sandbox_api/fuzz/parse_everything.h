@@ -31,8 +31,9 @@ inline int ParseEverything(const uint8_t* data, size_t size) {
   int depth = 0;
   // As a request target, routed for both kinds of request.
   if (auto target = http::ParseTarget(input); target.ok()) {
-    if (FindRoute(true, target->path) != nullptr) depth = 1;
-    if (FindRoute(false, target->path) != nullptr) depth = 1;
+    for (Door door : {Door::kSandboxFusion, Door::kEnvd, Door::kCodeInterpreter}) {
+      if (FindRoute(door, target->path) != nullptr) depth = 1;
+    }
   }
   // As an upload: a content type on the first line, the body after it.
   const size_t eol = input.find('\n');

@@ -92,6 +92,19 @@ TEST_F(E2bControlTest, CreateLeasesASandboxAsTheSdkAsksAndAnswersWhatItReads) {
   EXPECT_EQ(Call("DELETE", "/sandboxes/" + id).status, 404);  // the SDK's kill() -> false
 }
 
+TEST_F(E2bControlTest, TheCodeInterpretersTemplateIsAPlainSandboxWithATrafficToken) {
+  E2bAnswer a = Call("POST", "/v2/sandboxes", R"({"templateID":"code-interpreter-v1","timeout":60})");
+  ASSERT_EQ(a.status, 201) << a.body;
+  const json::object sbx = Json(a).as_object();
+  EXPECT_EQ(sbx.at("templateID").as_string(), "code-interpreter-v1");
+  // @e2b/code-interpreter presents the traffic token on its context calls: it opens this sandbox alone.
+  EXPECT_EQ(sbx.at("trafficAccessToken").as_string(), sbx.at("envdAccessToken").as_string());
+  ASSERT_THAT(leases_.requests(), SizeIs(1));
+  EXPECT_EQ(leases_.requests()[0].environment().image(), "");  // no image to pull: the kernel is Corral's
+  EXPECT_TRUE(IsPlainTemplate("base"));
+  EXPECT_FALSE(IsPlainTemplate("python:3.12"));
+}
+
 TEST_F(E2bControlTest, ForkGivesEachChildItsOwnSandboxAndToken) {
   const std::string id(Json(Call("POST", "/v2/sandboxes", "{}")).at("sandboxID").as_string());
   E2bAnswer forked = Call("POST", "/sandboxes/" + id + "/fork", R"({"count":3,"timeout":60})");

@@ -29,7 +29,7 @@ using testing_support::FakeLeases;
 // A stream's events as JSON, in the order they were flushed; `gone` makes every flush fail (the reader left).
 class RecordedStream final : public EnvdStream {
  public:
-  void Send(const google::protobuf::Message& event) override { pending_.push_back(ToEnvdJson(event)); }
+  void SendJson(std::string json) override { pending_.push_back(std::move(json)); }
   asio::awaitable<bool> Flush() override {
     for (std::string& e : pending_) events.push_back(std::move(e));
     pending_.clear();

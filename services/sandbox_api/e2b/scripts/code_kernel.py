@@ -1,0 +1,199 @@
+# The code interpreter's kernel (code_interpreter.cc): one per context, run in the sandbox. Each line on stdin is
+# a request, {"code", "env_vars"}; the code runs in one globals dict kept between requests, and what it does comes
+# back on stdout as the lines @e2b/code-interpreter reads: {"type": "stdout"|"stderr", "text"}, {"type": "result",
+# "text", "html", ..., "is_main_result"} (the last expression's value, and display() calls), {"type": "error",
+# "name", "value", "traceback"}, {"type": "number_of_executions", "execution_count"}, then {"type":
+# "end_of_execution"}. Output is captured, print's and a subprocess's alike; stdin is /dev/null to the code. SIGINT interrupts the code running (a KeyboardInterrupt error) and nothing else.
+import ast
+import base64
+import io
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+
+proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+emit_lock = threading.Lock()
+SENTINEL = b"\0corral-end-of-output\0"
+
+
+def emit(message):
+    with emit_lock:
+        proto_out.write(json.dumps(message) + "\n")
+        proto_out.flush()
+
+
+class Capture:
+    """File descriptor `fd` as a pipe; whole lines of it as `kind` events, the rest at each sentinel."""
+
+    def __init__(self, fd, kind):
+        read, write = os.pipe()
+        os.dup2(write, fd)
+        os.close(write)
+        self.read, self.fd, self.kind = read, fd, kind
+        self.drained = threading.Event()
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def send(self, data):
+        if data:
+            emit({"type": self.kind, "text": data.decode("utf-8", "replace")})
+
+    def run(self):
+        pending = b""
+        while True:
+            data = os.read(self.read, 65536)
+            if not data:
+                return
+            pending += data
+            while SENTINEL in pending:
+                before, pending = pending.split(SENTINEL, 1)
+                self.send(before)
+                self.drained.set()
+            cut = pending.rfind(b"\n") + 1  # whole lines now; the rest (maybe a sentinel's start) waits
+            if cut > 0:
+                self.send(pending[:cut])
+                pending = pending[cut:]
+
+    def drain(self):
+        self.drained.clear()
+        os.write(self.fd, SENTINEL)
+        self.drained.wait()
+
+
+class Stream(io.TextIOBase):
+    """sys.stdout or sys.stderr: whole lines as `kind` events at once, in the order the code writes them."""
+
+    def __init__(self, fd, kind):
+        self.fd, self.kind, self.pending = fd, kind, ""
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self.fd
+
+    def write(self, text):
+        self.pending += text
+        cut = self.pending.rfind("\n") + 1
+        if cut > 0:
+            emit({"type": self.kind, "text": self.pending[:cut]})
+            self.pending = self.pending[cut:]
+        return len(text)
+
+    def flush(self):
+        if self.pending:
+            emit({"type": self.kind, "text": self.pending})
+            self.pending = ""
+
+
+# Python's own output through sys.stdout and sys.stderr, in order; what reaches the file descriptors (a
+# subprocess, os.write) through the pipes.
+captures = [Capture(1, "stdout"), Capture(2, "stderr")]
+sys.stdout, sys.stderr = Stream(1, "stdout"), Stream(2, "stderr")
+
+MIME = {
+    "_repr_html_": "html",
+    "_repr_markdown_": "markdown",
+    "_repr_svg_": "svg",
+    "_repr_png_": "png",
+    "_repr_jpeg_": "jpeg",
+    "_repr_latex_": "latex",
+    "_repr_json_": "json",
+    "_repr_javascript_": "javascript",
+}
+
+
+def bundle(value, main):
+    """A value as a result: its repr as text, and each rich form its object offers (IPython's _repr_*_)."""
+    out = {"type": "result", "text": repr(value), "is_main_result": main}
+    for method, key in MIME.items():
+        form = getattr(value, method, None)
+        if not callable(form):
+            continue
+        try:
+            data = form()
+        except Exception:
+            continue
+        if isinstance(data, bytes):
+            data = base64.b64encode(data).decode("ascii")
+        if data is not None:
+            out[key] = data
+    return out
+
+
+def display(*values):
+    for value in values:
+        emit(bundle(value, False))
+
+
+running = False
+
+
+def on_interrupt(signum, frame):
+    if running:
+        raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, on_interrupt)
+names = {"__name__": "__main__", "__builtins__": __builtins__, "display": display}
+count = 0
+while True:
+    line = proto_in.readline()
+    if not line:
+        break
+    try:
+        request = json.loads(line)
+        code, env = request.get("code", ""), request.get("env_vars") or {}
+    except (ValueError, AttributeError):
+        continue
+    count += 1
+    saved = {key: os.environ.get(key) for key in env}
+    result = error = None
+    try:
+        os.environ.update({str(k): str(v) for k, v in env.items()})
+        tree = ast.parse(code, "<cell>", "exec")
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        running = True
+        exec(compile(tree, "<cell>", "exec"), names)
+        if last is not None:
+            value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), names)
+            running = False
+            if value is not None:
+                result = bundle(value, True)
+    except BaseException as e:  # the code's, KeyboardInterrupt and SystemExit included: the kernel lives on
+        running = False
+        frames = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        error = {
+            "type": "error",
+            "name": type(e).__name__,
+            "value": str(e),
+            "traceback": "".join(traceback.format_exception(type(e), e, frames)),
+        }
+    finally:
+        running = False
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    for capture in captures:
+        capture.drain()
+    if result is not None:
+        emit(result)
+    if error is not None:
+        emit(error)
+    emit({"type": "number_of_executions", "execution_count": count})
+    emit({"type": "end_of_execution"})
