@@ -1,11 +1,16 @@
 // The e2b SDK (tests/e2b's pinned package) against corral-sandbox-api: create -> first command, the time a user
 // waits from Sandbox.create() to the first commands.run() answer, one at a time, one started every 50 ms, and a
 // burst all at once; then fork of 8 -> a first command in each child. Every sandbox is killed after it is
-// measured (not counted). Prints one RESULT line per mode.
-//   E2B_API_KEY=... E2B_API_URL=... E2B_SANDBOX_URL=... node e2b_bench.mjs SEQUENTIAL PACED BURST FORK_ROUNDS
+// measured (not counted). Then @e2b/code-interpreter: runCode("1 + 1") on a warm context against its floor, the
+// same sum by a bare `python3 -c` (commands.run) in the same sandbox. Prints one RESULT line per mode.
+//   E2B_API_KEY=... E2B_API_URL=... E2B_SANDBOX_URL=... node e2b_bench.mjs SEQUENTIAL PACED BURST FORK_ROUNDS RUNS
+import { register } from "node:module";
 import { Sandbox } from "../../tests/e2b/node_modules/e2b/dist/index.mjs";
 
-const [sequential, paced, burst, forkRounds] = process.argv.slice(2).map(Number);
+register("../../tests/e2b/e2b_resolve.mjs", import.meta.url);
+const { Sandbox: CodeSandbox } = await import("../../tests/e2b/node_modules/@e2b/code-interpreter/dist/index.mjs");
+
+const [sequential, paced, burst, forkRounds, codeRuns] = process.argv.slice(2).map(Number);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function createToFirstCommand() {
@@ -51,3 +56,22 @@ for (let r = 0; r < forkRounds; ++r) {
 }
 await parent.kill();
 report("fork_8_to_first_command", forks);
+
+const runs = [], bare = [];
+const code = codeRuns > 0 ? await CodeSandbox.create({ timeoutMs: 300_000 }) : null;
+if (code !== null) await code.runCode("1 + 1");  // the context's kernel started: not counted
+for (let i = 0; i < codeRuns; ++i) {
+  let t = performance.now();
+  const ex = await code.runCode("1 + 1");
+  runs.push(performance.now() - t);
+  if (ex.text !== "2") throw new Error(`runCode answered ${JSON.stringify(ex.text)}`);
+  t = performance.now();
+  const r = await code.commands.run("python3 -c 'print(1 + 1)'");
+  bare.push(performance.now() - t);
+  if (r.stdout !== "2\n") throw new Error(`python3 -c printed ${JSON.stringify(r.stdout)}`);
+}
+if (code !== null) {
+  await code.kill();
+  report("run_code", runs);
+  report("python3_c", bare);
+}

@@ -49,6 +49,9 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                   return absl::OkStatus();
                 });
   schema.String("executor_name", &c->executor_name, "reported as executor_pod_name (default: $MY_POD_NAME, else null)");
+  schema.String("e2b_image_metadata_key", &c->e2b_image_metadata_key,
+                "a metadata key naming the OCI image of an E2B sandbox made from the default template, as slime "
+                "sends it (e.g. image; empty: none)");
 }
 
 absl::Status ValidateConfig(Config& c) {

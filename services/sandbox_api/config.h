@@ -32,6 +32,9 @@ struct Config {
   std::map<std::string, std::string> images;
   // Reported as executor_pod_name (default: the MY_POD_NAME environment variable, as SandboxFusion does).
   std::string executor_name;
+  // A metadata key that names the OCI image of an E2B sandbox made from the default template (how slime picks
+  // its image); empty: none.
+  std::string e2b_image_metadata_key;
 };
 
 void RegisterConfig(ConfigSchema& schema, Config* config);

@@ -54,7 +54,7 @@ SandboxApiRoot::SandboxApiRoot(Config config, Prepared p)
                                .executor = config_.executor_name},
                 &metrics_),
       e2b_auth_(*std::move(p.secret)),
-      e2b_(&leases_, &e2b_auth_, &clock_, E2bOptions(),
+      e2b_(&leases_, &e2b_auth_, &clock_, E2bOptions{.image_metadata_key = config_.e2b_image_metadata_key},
            [this](const std::string& id) {
              envd_.Forget(id);
              code_.Forget(id);

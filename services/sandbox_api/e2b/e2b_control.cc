@@ -148,8 +148,18 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::strin
   v1::LeaseSandboxRequest request;
   v1::EnvironmentSpec* env = request.mutable_environment();
   // "base" is a plain sandbox, and so are the code interpreter's templates (its kernel is Corral's, run in any
-  // sandbox); any other template names an image the hosts hold or can pull.
+  // sandbox); any other template names an image the hosts hold or can pull, and so may the image metadata key
+  // for the default template.
   if (!IsPlainTemplate(template_id)) env->set_image(template_id);
+  if (auto named = metadata.find(options_.image_metadata_key);
+      template_id == "base" && !options_.image_metadata_key.empty() && named != metadata.end()) {
+    const std::string& image = named->second;
+    if (image.empty() || image.size() > 512 || absl::c_any_of(image, [](char ch) { return ch <= ' ' || ch == 0x7f; })) {
+      co_return Error(400, absl::StrCat("metadata '", options_.image_metadata_key,
+                                        "' must name an image (no spaces, at most 512 characters)"));
+    }
+    env->set_image(image);
+  }
   env->mutable_env()->insert(envs.begin(), envs.end());
   env->add_task_paths(options_.home);
   env->set_workdir(options_.home);
@@ -159,12 +169,17 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::strin
   (*request.mutable_labels())[kApiLabel] = "e2b";
   (*request.mutable_labels())[kTemplateLabel] = template_id;
   request.mutable_metadata()->insert(metadata.begin(), metadata.end());
+  // What a missing image is called in the answer: the template, or the metadata that named it.
+  const std::string what =
+      env->image().empty() || env->image() == template_id
+          ? absl::StrCat("template '", template_id, "'")
+          : absl::StrCat("image '", env->image(), "' (metadata '", options_.image_metadata_key, "')");
   const absl::Time deadline = clock_->Now() + absl::Minutes(2);
   auto lease = co_await leases_->Lease(std::move(request), deadline);
   if (!lease.ok()) {
     if (lease.status().code() == absl::StatusCode::kNotFound ||
         absl::StrContains(lease.status().message(), "pulling image")) {
-      co_return Error(404, absl::StrCat("template '", template_id, "' not found: ", lease.status().message()));
+      co_return Error(404, absl::StrCat(what, " not found: ", lease.status().message()));
     }
     co_return FromStatus(lease.status());
   }

@@ -6,6 +6,7 @@
 // scheduler. Thread-safe.
 //
 //   POST   /v2/sandboxes                  create: {templateID, timeout, metadata, envVars, allow_internet_access}
+//                                         (the default template's image may come from a metadata key)
 //   GET    /v2/sandboxes                  list (metadata, state, limit, nextToken; X-Next-Token)
 //   GET    /sandboxes/{id}                info
 //   DELETE /sandboxes/{id}                kill
@@ -48,6 +49,8 @@ struct E2bOptions {
   absl::Duration max_timeout = absl::Hours(24);
   std::string envd_version = "0.6.4";  // every feature of the SDK's commands, files and watch
   std::string home = "/home/user";     // the E2B user's home: a task path of every sandbox
+  // A metadata key that names the image of a sandbox made from the default template ("" : none).
+  std::string image_metadata_key;
 };
 
 // True for a template that is a plain sandbox ("base", the code interpreter's "code-interpreter-v1"), not an

@@ -105,6 +105,29 @@ TEST_F(E2bControlTest, TheCodeInterpretersTemplateIsAPlainSandboxWithATrafficTok
   EXPECT_FALSE(IsPlainTemplate("python:3.12"));
 }
 
+TEST_F(E2bControlTest, AMetadataKeyNamesTheDefaultTemplatesImageAsSlimeSendsIt) {
+  E2bControlPlane slime(&leases_, &auth_, &clock_, E2bOptions{.image_metadata_key = "image"});
+  auto create = [&](const std::string& body) {
+    return io_.RunSync(
+        slime.Handle(E2bRequest{.method = "POST", .path = "/v2/sandboxes", .api_key = alice_, .body = body}));
+  };
+  ASSERT_EQ(create(R"({"metadata":{"image":"python:3.12-slim","task":"t1"}})").status, 201);
+  ASSERT_EQ(create(R"({"templateID":"node:20","metadata":{"image":"python:3.12-slim"}})").status, 201);
+  ASSERT_EQ(create(R"({"metadata":{"task":"t2"}})").status, 201);
+  ASSERT_THAT(leases_.requests(), SizeIs(3));
+  EXPECT_EQ(leases_.requests()[0].environment().image(), "python:3.12-slim");
+  EXPECT_EQ(leases_.requests()[0].metadata().at("image"), "python:3.12-slim");  // kept as metadata too
+  EXPECT_EQ(leases_.requests()[1].environment().image(), "node:20");            // a template names its own image
+  EXPECT_EQ(leases_.requests()[2].environment().image(), "");                   // no key: a plain sandbox
+  E2bAnswer bad = create(R"({"metadata":{"image":"a b"}})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("metadata 'image'"));
+  EXPECT_THAT(leases_.requests(), SizeIs(3));  // nothing leased
+  // Without the option the key is only metadata.
+  ASSERT_EQ(Call("POST", "/v2/sandboxes", R"({"metadata":{"image":"python:3.12-slim"}})").status, 201);
+  EXPECT_EQ(leases_.requests().back().environment().image(), "");
+}
+
 TEST_F(E2bControlTest, ForkGivesEachChildItsOwnSandboxAndToken) {
   const std::string id(Json(Call("POST", "/v2/sandboxes", "{}")).at("sandboxID").as_string());
   E2bAnswer forked = Call("POST", "/sandboxes/" + id + "/fork", R"({"count":3,"timeout":60})");
