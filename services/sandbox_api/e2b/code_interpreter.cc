@@ -97,12 +97,20 @@ void CodeInterpreter::Forget(const std::string& sandbox_id) {
   kernels_.erase(it);
 }
 
-void CodeInterpreter::Drop(const std::string& sandbox_id, const std::string& context_id) {
+void CodeInterpreter::SweepLocked() {
+  for (auto it = kernels_.begin(); it != kernels_.end();) {
+    std::erase_if(it->second, [](const auto& kernel) { return kernel.second->process->ended(); });
+    it = it->second.empty() ? kernels_.erase(it) : std::next(it);
+  }
+}
+
+void CodeInterpreter::Drop(const std::string& sandbox_id, Kernel& kernel) {
+  End(*kernel.process);
   absl::MutexLock lock(&mu_);
   auto it = kernels_.find(sandbox_id);
   if (it == kernels_.end()) return;
-  if (auto k = it->second.find(context_id); k != it->second.end()) {
-    End(*k->second->process);
+  // Only this kernel: a restart may have put another in its context's place already.
+  if (auto k = it->second.find(kernel.context.id()); k != it->second.end() && k->second.get() == &kernel) {
     it->second.erase(k);
   }
   if (it->second.empty()) kernels_.erase(it);
@@ -150,6 +158,7 @@ asio::awaitable<absl::StatusOr<envd::CodeContext>> CodeInterpreter::CreateContex
   auto kernel = co_await Start(s, context);
   if (!kernel.ok()) co_return kernel.status();
   absl::MutexLock lock(&mu_);
+  SweepLocked();
   kernels_[s.lease.lease_id()][context.id()] = *kernel;
   co_return context;
 }
@@ -164,29 +173,31 @@ std::vector<envd::CodeContext> CodeInterpreter::ListContexts(const EnvdSandbox& 
 }
 
 absl::Status CodeInterpreter::RemoveContext(const EnvdSandbox& s, const std::string& id) {
+  KernelPtr kernel;
   {
     absl::MutexLock lock(&mu_);
     auto it = kernels_.find(s.lease.lease_id());
     if (it == kernels_.end() || !it->second.contains(id)) {
       return absl::NotFoundError(absl::StrCat("context '", id, "' not found (or made through another replica)"));
     }
+    kernel = it->second.at(id);
   }
-  Drop(s.lease.lease_id(), id);
+  Drop(s.lease.lease_id(), *kernel);
   return absl::OkStatus();
 }
 
 asio::awaitable<absl::Status> CodeInterpreter::RestartContext(const EnvdSandbox& s, std::string id) {
-  envd::CodeContext context;
+  KernelPtr old;
   {
     absl::MutexLock lock(&mu_);
     auto it = kernels_.find(s.lease.lease_id());
     if (it == kernels_.end() || !it->second.contains(id)) {
       co_return absl::NotFoundError(absl::StrCat("context '", id, "' not found (or made through another replica)"));
     }
-    context = it->second.at(id)->context;
+    old = it->second.at(id);
   }
-  Drop(s.lease.lease_id(), id);
-  auto kernel = co_await Start(s, context);
+  Drop(s.lease.lease_id(), *old);
+  auto kernel = co_await Start(s, old->context);
   if (!kernel.ok()) co_return kernel.status();
   absl::MutexLock lock(&mu_);
   kernels_[s.lease.lease_id()][id] = *kernel;
@@ -206,7 +217,12 @@ asio::awaitable<absl::StatusOr<CodeInterpreter::KernelPtr>> CodeInterpreter::Fin
   {
     absl::MutexLock lock(&mu_);
     auto it = kernels_.find(s.lease.lease_id());
-    if (it != kernels_.end() && it->second.contains(id)) co_return it->second.at(id);
+    if (it != kernels_.end() && it->second.contains(id)) {
+      const KernelPtr found = it->second.at(id);
+      // A default context whose kernel ended starts again (a made context says so: it lost its state).
+      if (!request.context_id().empty() || !found->process->ended()) co_return found;
+      it->second.erase(id);
+    }
   }
   if (!request.context_id().empty()) {
     co_return absl::NotFoundError(absl::StrCat("context '", id, "' not found (or made through another replica)"));
@@ -218,6 +234,7 @@ asio::awaitable<absl::StatusOr<CodeInterpreter::KernelPtr>> CodeInterpreter::Fin
   auto started = co_await Start(s, std::move(context));
   if (!started.ok()) co_return started.status();
   absl::MutexLock lock(&mu_);
+  SweepLocked();
   auto [at, inserted] = kernels_[s.lease.lease_id()].emplace(id, *started);
   if (!inserted) End(*(*started)->process);  // another run made it meanwhile: use that one
   co_return at->second;
@@ -238,7 +255,7 @@ asio::awaitable<absl::Status> CodeInterpreter::Execute(const EnvdSandbox& s, env
 asio::awaitable<absl::Status> CodeInterpreter::Run(const EnvdSandbox& s, Kernel& k, const envd::ExecuteRequest& request,
                                                    EnvdStream& out) {
   if (k.process->ended()) {
-    Drop(s.lease.lease_id(), k.context.id());
+    Drop(s.lease.lease_id(), k);
     co_return absl::FailedPreconditionError("the context's kernel has ended: restart it or make another");
   }
   k.process->call()->Write(RequestLine(request));
@@ -247,12 +264,13 @@ asio::awaitable<absl::Status> CodeInterpreter::Run(const EnvdSandbox& s, Kernel&
   while (true) {
     const absl::Time now = clock_->Now();
     if (gone && now >= interrupted + kInterruptGrace) {
-      Drop(s.lease.lease_id(), k.context.id());
+      Drop(s.lease.lease_id(), k);
       co_return absl::CancelledError("the reader left and the code ignored the interrupt: its kernel was stopped");
     }
     EnvdProcess::Batch batch =
         co_await k.process->Read(&k.next, gone ? interrupted + kInterruptGrace : now + kKeepalive);
-    std::string how;  // how the kernel ended, when it did
+    std::string how;             // how the kernel ended, when it did
+    k.process->Release(k.next);  // one reader: what it read is not kept
     for (const envd::ProcessEvent& event : batch.events) {
       if (event.has_data()) k.partial += event.data().stdout();
       if (event.has_end()) how = event.end().has_error() ? event.end().error() : event.end().status();
@@ -268,7 +286,7 @@ asio::awaitable<absl::Status> CodeInterpreter::Run(const EnvdSandbox& s, Kernel&
       }
     }
     if (batch.ended && !finished) {
-      Drop(s.lease.lease_id(), k.context.id());
+      Drop(s.lease.lease_id(), k);
       if (!gone) {
         out.SendJson(ErrorLine("KernelDied", absl::StrCat("the context's kernel ended (", how.empty() ? "unknown" : how,
                                                           "); its state is gone: run again")));

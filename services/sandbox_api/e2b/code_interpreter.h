@@ -60,7 +60,11 @@ class CodeInterpreter {
   // One run on a kernel whose turn this is.
   boost::asio::awaitable<absl::Status> Run(const EnvdSandbox& s, Kernel& kernel, const envd::ExecuteRequest& request,
                                            EnvdStream& out);
-  void Drop(const std::string& sandbox_id, const std::string& context_id);
+  // Ends `kernel` and forgets it (if its context still names it).
+  void Drop(const std::string& sandbox_id, Kernel& kernel);
+  // Forgets the kernels that ended (their sandbox expired, or was killed through another replica); run as
+  // kernels start, so a replica's table does not grow with sandboxes it will not hear of again.
+  void SweepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   const E2bOptions options_;

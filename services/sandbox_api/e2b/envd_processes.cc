@@ -143,6 +143,15 @@ size_t EnvdProcess::end_index() const {
   return first_ + events_.size();
 }
 
+void EnvdProcess::Release(size_t upto) {
+  absl::MutexLock lock(&mu_);
+  while (first_ < upto && !events_.empty()) {
+    bytes_ -= events_.front().ByteSizeLong();
+    events_.pop_front();
+    ++first_;
+  }
+}
+
 uint32_t EnvdProcess::pid() const {
   absl::MutexLock lock(&mu_);
   return pid_;

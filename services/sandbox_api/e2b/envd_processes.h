@@ -50,6 +50,8 @@ class EnvdProcess {
   boost::asio::awaitable<Batch> Read(size_t* next, absl::Time until);
   // Where a reader that wants only what comes next starts.
   size_t end_index() const;
+  // Drops the events before index `upto` (a process with one reader, which has read them).
+  void Release(size_t upto);
 
   uint32_t pid() const;
   bool ended() const;

@@ -225,6 +225,44 @@ TEST_F(CodeInterpreterTest, AKernelThatDiesEndsTheRunWithAnErrorAndIsForgotten) 
   EXPECT_THAT(host_->interactive(), SizeIs(2));
 }
 
+TEST_F(CodeInterpreterTest, EndedKernelsAreSweptAndTheDefaultContextStartsAgain) {
+  RecordedLines out;
+  ASSERT_TRUE(Run(code_.Execute(sandbox_, Code("1"), out)).ok());
+  envd::CreateContextRequest create;
+  auto made = Run(code_.CreateContext(sandbox_, create));
+  ASSERT_TRUE(made.ok());
+  Kernel(0)->Exit(0);  // the sandbox expired, say: both kernels end between runs
+  Kernel(1)->Exit(0);
+  Poll();
+  // A made context says it lost its state; the default one starts again, and the dead are forgotten.
+  EXPECT_EQ(Run(code_.Execute(sandbox_, Code("1", made->id()), out)).code(), absl::StatusCode::kFailedPrecondition);
+  RecordedLines again;
+  ASSERT_TRUE(Run(code_.Execute(sandbox_, Code("1"), again)).ok());
+  EXPECT_THAT(again.lines, ElementsAre(kHello, kTwo));
+  EXPECT_THAT(host_->interactive(), SizeIs(3));
+  EXPECT_EQ(code_.kernels(), 1u);
+}
+
+TEST_F(CodeInterpreterTest, ARestartDuringARunLeavesTheNewKernelAlone) {
+  Answer([](FakeInteractive&, const std::string&) {});  // the run goes on until its kernel is ended
+  envd::CreateContextRequest create;
+  auto ctx = Run(code_.CreateContext(sandbox_, create));
+  ASSERT_TRUE(ctx.ok());
+  RecordedLines out;
+  auto running = Spawn(code_.Execute(sandbox_, Code("while True: pass", ctx->id()), out));
+  Poll();
+  ASSERT_TRUE(Run(code_.RestartContext(sandbox_, ctx->id())).ok());
+  ASSERT_THAT(host_->interactive(), SizeIs(2));
+  EXPECT_TRUE(EndedAlone(*Kernel(0)));
+  Kernel(0)->KillWith(15);  // SIGTERM ends the old kernel: its run reports it, and forgets only that kernel
+  Poll();
+  ASSERT_TRUE(Done(running));
+  EXPECT_THAT(out.lines.back(), HasSubstr("KernelDied"));
+  EXPECT_TRUE(Kernel(1)->signals().empty());
+  ASSERT_THAT(code_.ListContexts(sandbox_), SizeIs(1));
+  EXPECT_EQ(code_.kernels(), 1u);
+}
+
 TEST_F(CodeInterpreterTest, RunsOnOneContextTakeTurns) {
   Answer([](FakeInteractive&, const std::string&) {});  // each run ends when the test says
   RecordedLines first, second;
