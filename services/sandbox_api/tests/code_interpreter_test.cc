@@ -3,28 +3,20 @@
 // lines, turns, contexts, interrupts of a reader that left, and kernels that die or ignore the interrupt.
 #include "services/sandbox_api/e2b/code_interpreter.h"
 
-#include <future>
-
-#include "boost/asio/co_spawn.hpp"
-#include "boost/asio/io_context.hpp"
-#include "boost/asio/use_future.hpp"
 #include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "libs/async/testing/poll_await.h"
-#include "libs/core/testing/fake_clock.h"
-#include "services/sandbox_api/testing/fake_leases.h"
+#include "services/sandbox_api/testing/polled_sandbox.h"
 
 namespace corral::sandbox_api {
 namespace {
 
-namespace asio = boost::asio;
 using sandbox::FakeInteractive;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
-using testing_support::FakeLeases;
+using testing_support::RecordedStream;
 
 constexpr char kHello[] = R"({"type": "stdout", "text": "hi\n"})";
 constexpr char kTwo[] = R"({"type": "result", "text": "2", "is_main_result": true})";
@@ -36,28 +28,10 @@ std::string Lines(std::initializer_list<std::string> lines) {
   return out;
 }
 
-// A run's lines, in the order they were flushed; `gone` makes every flush fail (the reader left).
-class RecordedLines final : public EnvdStream {
- public:
-  void SendJson(std::string json) override { pending_.push_back(std::move(json)); }
-  asio::awaitable<bool> Flush() override {
-    for (std::string& e : pending_) lines.push_back(std::move(e));
-    pending_.clear();
-    co_return !gone;
-  }
-  std::vector<std::string> lines;
-  bool gone = false;
-
- private:
-  std::vector<std::string> pending_;
-};
-
-class CodeInterpreterTest : public ::testing::Test {
+class CodeInterpreterTest : public testing_support::PolledSandboxTest {
  protected:
   void SetUp() override {
-    v1::LeaseSandboxRequest request;
-    request.set_owner("alice");
-    auto lease = async::PollAwait(io_, leases_.Lease(request, clock_.Now()));
+    auto lease = LeaseOne();
     ASSERT_TRUE(lease.ok()) << lease.status();
     sandbox_ = EnvdSandbox{*lease, host_};
     // By default a kernel answers each request at once: "hi", the value 2, the end.
@@ -70,19 +44,6 @@ class CodeInterpreterTest : public ::testing::Test {
     host_->OnInteractive([on_write, on_signal](const v1::ExecRequest&) {
       return FakeInteractive::Script{.on_write = on_write, .on_signal = on_signal};
     });
-  }
-  template <typename T>
-  T Run(asio::awaitable<T> aw) {
-    return async::PollAwait(io_, std::move(aw), [this] { clock_.RunDue(); });
-  }
-  std::future<absl::Status> Spawn(asio::awaitable<absl::Status> aw) {
-    return asio::co_spawn(io_, std::move(aw), asio::use_future);
-  }
-  void Poll() {
-    async::PollIdle(io_, [this] { clock_.RunDue(); });
-  }
-  static bool Done(const std::future<absl::Status>& f) {
-    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   }
   static envd::ExecuteRequest Code(const std::string& code, const std::string& context = "") {
     envd::ExecuteRequest r;
@@ -99,20 +60,16 @@ class CodeInterpreterTest : public ::testing::Test {
     return i < all.size() ? all[i] : nullptr;
   }
 
-  asio::io_context io_;
-  FakeClock clock_;
-  std::shared_ptr<sandbox::FakeHost> host_ = std::make_shared<sandbox::FakeHost>("host-a:1", &clock_);
-  FakeLeases leases_{host_};
   CodeInterpreter code_{&clock_, E2bOptions()};
   EnvdSandbox sandbox_;
 };
 
 TEST_F(CodeInterpreterTest, ARunStartsTheDefaultKernelAndSendsItsLinesButTheEnd) {
-  RecordedLines out;
+  RecordedStream out;
   envd::ExecuteRequest request = Code("1 + 1");
   (*request.mutable_env_vars())["ONLY_NOW"] = "yes";
   ASSERT_TRUE(Run(code_.Execute(sandbox_, request, out)).ok());
-  EXPECT_THAT(out.lines, ElementsAre(kHello, kTwo));
+  EXPECT_THAT(out.events, ElementsAre(kHello, kTwo));
   ASSERT_NE(Kernel(), nullptr);
   const v1::Command& command = Kernel()->start().command();
   ASSERT_THAT(command.argv(), SizeIs(4));
@@ -123,7 +80,7 @@ TEST_F(CodeInterpreterTest, ARunStartsTheDefaultKernelAndSendsItsLinesButTheEnd)
   EXPECT_THAT(Kernel()->writes(), ElementsAre(R"({"code":"1 + 1","env_vars":{"ONLY_NOW":"yes"}})"
                                               "\n"));
   // The next run keeps the kernel (its state).
-  RecordedLines again;
+  RecordedStream again;
   ASSERT_TRUE(Run(code_.Execute(sandbox_, Code("x"), again)).ok());
   EXPECT_THAT(host_->interactive(), SizeIs(1));
   EXPECT_THAT(Kernel()->writes(), SizeIs(2));
@@ -138,25 +95,25 @@ TEST_F(CodeInterpreterTest, LinesSplitAcrossWritesAreJoinedAndWhatIsNotJsonIsDro
     k.Emit("out\", \"text\": \"x\"}\nnot json at all\n[1,2]\n");
     k.Emit(Lines({CodeInterpreter::kEndOfExecution}));
   });
-  RecordedLines out;
+  RecordedStream out;
   ASSERT_TRUE(Run(code_.Execute(sandbox_, Code("x"), out)).ok());
-  EXPECT_THAT(out.lines, ElementsAre(R"({"type": "stdout", "text": "x"})"));
+  EXPECT_THAT(out.events, ElementsAre(R"({"type": "stdout", "text": "x"})"));
 }
 
 TEST_F(CodeInterpreterTest, AQuietRunSendsKeepalivesOnTheClock) {
   Answer([](FakeInteractive&, const std::string&) {});  // the code runs on
-  RecordedLines out;
+  RecordedStream out;
   auto done = Spawn(code_.Execute(sandbox_, Code("import time; time.sleep(5)"), out));
   Poll();
-  EXPECT_THAT(out.lines, IsEmpty());
+  EXPECT_THAT(out.events, IsEmpty());
   clock_.Advance(CodeInterpreter::kKeepalive);
   Poll();
-  EXPECT_THAT(out.lines, ElementsAre(R"({"type":"keepalive"})"));
+  EXPECT_THAT(out.events, ElementsAre(R"({"type":"keepalive"})"));
   Kernel()->Emit(Lines({kTwo, CodeInterpreter::kEndOfExecution}));
   Poll();
   ASSERT_TRUE(Done(done));
   EXPECT_TRUE(done.get().ok());
-  EXPECT_EQ(out.lines.back(), kTwo);
+  EXPECT_EQ(out.events.back(), kTwo);
 }
 
 TEST_F(CodeInterpreterTest, AReaderThatLeftInterruptsTheRunAndTheContextLivesOn) {
@@ -165,7 +122,7 @@ TEST_F(CodeInterpreterTest, AReaderThatLeftInterruptsTheRunAndTheContextLivesOn)
            k.Emit(Lines({R"({"type": "error", "name": "KeyboardInterrupt", "value": "", "traceback": ""})",
                          CodeInterpreter::kEndOfExecution}));
          });
-  RecordedLines out;
+  RecordedStream out;
   out.gone = true;
   auto done = Spawn(code_.Execute(sandbox_, Code("while True: pass"), out));
   Poll();
@@ -177,20 +134,20 @@ TEST_F(CodeInterpreterTest, AReaderThatLeftInterruptsTheRunAndTheContextLivesOn)
   EXPECT_FALSE(Kernel()->stopped());
   EXPECT_EQ(code_.kernels(), 1u);
   // The context takes the next run, and its output is its own (the interrupted run's was drained).
-  RecordedLines next;
+  RecordedStream next;
   auto again = Spawn(code_.Execute(sandbox_, Code("1 + 1"), next));
   Poll();
   EXPECT_THAT(Kernel()->writes(), SizeIs(2));
   Kernel()->Emit(Lines({kTwo, CodeInterpreter::kEndOfExecution}));
   Poll();
   ASSERT_TRUE(Done(again));
-  EXPECT_THAT(next.lines, ElementsAre(kTwo));
+  EXPECT_THAT(next.events, ElementsAre(kTwo));
   EXPECT_THAT(host_->interactive(), SizeIs(1));
 }
 
 TEST_F(CodeInterpreterTest, CodeThatIgnoresTheInterruptLosesItsKernel) {
   Answer([](FakeInteractive&, const std::string&) {}, [](FakeInteractive&, int) {});
-  RecordedLines out;
+  RecordedStream out;
   out.gone = true;
   auto done = Spawn(code_.Execute(sandbox_, Code("signal.signal(SIGINT, SIG_IGN); while True: pass"), out));
   Poll();
@@ -211,22 +168,22 @@ TEST_F(CodeInterpreterTest, AKernelThatDiesEndsTheRunWithAnErrorAndIsForgotten) 
     k.Emit(Lines({kHello}));
     k.Exit(137);
   });
-  RecordedLines out;
+  RecordedStream out;
   ASSERT_TRUE(Run(code_.Execute(sandbox_, Code("os._exit(137)"), out)).ok());
-  ASSERT_THAT(out.lines, SizeIs(2));
-  EXPECT_EQ(out.lines[0], kHello);
-  EXPECT_THAT(out.lines[1], HasSubstr(R"("name":"KernelDied")"));
+  ASSERT_THAT(out.events, SizeIs(2));
+  EXPECT_EQ(out.events[0], kHello);
+  EXPECT_THAT(out.events[1], HasSubstr(R"("name":"KernelDied")"));
   EXPECT_EQ(code_.kernels(), 0u);
   // The next run starts a new kernel.
   Answer([](FakeInteractive& k, const std::string&) { k.Emit(Lines({kTwo, CodeInterpreter::kEndOfExecution})); });
-  RecordedLines next;
+  RecordedStream next;
   ASSERT_TRUE(Run(code_.Execute(sandbox_, Code("1 + 1"), next)).ok());
-  EXPECT_THAT(next.lines, ElementsAre(kTwo));
+  EXPECT_THAT(next.events, ElementsAre(kTwo));
   EXPECT_THAT(host_->interactive(), SizeIs(2));
 }
 
 TEST_F(CodeInterpreterTest, EndedKernelsAreSweptAndTheDefaultContextStartsAgain) {
-  RecordedLines out;
+  RecordedStream out;
   ASSERT_TRUE(Run(code_.Execute(sandbox_, Code("1"), out)).ok());
   envd::CreateContextRequest create;
   auto made = Run(code_.CreateContext(sandbox_, create));
@@ -236,9 +193,9 @@ TEST_F(CodeInterpreterTest, EndedKernelsAreSweptAndTheDefaultContextStartsAgain)
   Poll();
   // A made context says it lost its state; the default one starts again, and the dead are forgotten.
   EXPECT_EQ(Run(code_.Execute(sandbox_, Code("1", made->id()), out)).code(), absl::StatusCode::kFailedPrecondition);
-  RecordedLines again;
+  RecordedStream again;
   ASSERT_TRUE(Run(code_.Execute(sandbox_, Code("1"), again)).ok());
-  EXPECT_THAT(again.lines, ElementsAre(kHello, kTwo));
+  EXPECT_THAT(again.events, ElementsAre(kHello, kTwo));
   EXPECT_THAT(host_->interactive(), SizeIs(3));
   EXPECT_EQ(code_.kernels(), 1u);
 }
@@ -248,7 +205,7 @@ TEST_F(CodeInterpreterTest, ARestartDuringARunLeavesTheNewKernelAlone) {
   envd::CreateContextRequest create;
   auto ctx = Run(code_.CreateContext(sandbox_, create));
   ASSERT_TRUE(ctx.ok());
-  RecordedLines out;
+  RecordedStream out;
   auto running = Spawn(code_.Execute(sandbox_, Code("while True: pass", ctx->id()), out));
   Poll();
   ASSERT_TRUE(Run(code_.RestartContext(sandbox_, ctx->id())).ok());
@@ -257,7 +214,7 @@ TEST_F(CodeInterpreterTest, ARestartDuringARunLeavesTheNewKernelAlone) {
   Kernel(0)->KillWith(15);  // SIGTERM ends the old kernel: its run reports it, and forgets only that kernel
   Poll();
   ASSERT_TRUE(Done(running));
-  EXPECT_THAT(out.lines.back(), HasSubstr("KernelDied"));
+  EXPECT_THAT(out.events.back(), HasSubstr("KernelDied"));
   EXPECT_TRUE(Kernel(1)->signals().empty());
   ASSERT_THAT(code_.ListContexts(sandbox_), SizeIs(1));
   EXPECT_EQ(code_.kernels(), 1u);
@@ -265,7 +222,7 @@ TEST_F(CodeInterpreterTest, ARestartDuringARunLeavesTheNewKernelAlone) {
 
 TEST_F(CodeInterpreterTest, RunsOnOneContextTakeTurns) {
   Answer([](FakeInteractive&, const std::string&) {});  // each run ends when the test says
-  RecordedLines first, second;
+  RecordedStream first, second;
   auto a = Spawn(code_.Execute(sandbox_, Code("a"), first));
   Poll();
   auto b = Spawn(code_.Execute(sandbox_, Code("b"), second));
@@ -275,12 +232,12 @@ TEST_F(CodeInterpreterTest, RunsOnOneContextTakeTurns) {
   Kernel()->Emit(Lines({kHello, CodeInterpreter::kEndOfExecution}));
   Poll();
   ASSERT_TRUE(Done(a));
-  EXPECT_THAT(first.lines, ElementsAre(kHello));
+  EXPECT_THAT(first.events, ElementsAre(kHello));
   EXPECT_THAT(Kernel()->writes(), SizeIs(2));
   Kernel()->Emit(Lines({kTwo, CodeInterpreter::kEndOfExecution}));
   Poll();
   ASSERT_TRUE(Done(b));
-  EXPECT_THAT(second.lines, ElementsAre(kTwo));
+  EXPECT_THAT(second.events, ElementsAre(kTwo));
 }
 
 TEST_F(CodeInterpreterTest, ContextsAreMadeListedRestartedAndRemoved) {
@@ -294,7 +251,7 @@ TEST_F(CodeInterpreterTest, ContextsAreMadeListedRestartedAndRemoved) {
   EXPECT_EQ(Kernel()->start().command().cwd(), "/home/user/work");
   ASSERT_THAT(code_.ListContexts(sandbox_), SizeIs(1));
 
-  RecordedLines out;
+  RecordedStream out;
   ASSERT_TRUE(Run(code_.Execute(sandbox_, Code("y = 5", ctx->id()), out)).ok());
   EXPECT_THAT(Kernel(0)->writes(), SizeIs(1));  // its own kernel, not the default one
   ASSERT_TRUE(Run(code_.RestartContext(sandbox_, ctx->id())).ok());
@@ -316,7 +273,7 @@ TEST_F(CodeInterpreterTest, OnlyPythonIsServedAndAContextOrALanguageNotBoth) {
   envd::CreateContextRequest create;
   create.set_language("r");
   EXPECT_EQ(Run(code_.CreateContext(sandbox_, create)).status().code(), absl::StatusCode::kInvalidArgument);
-  RecordedLines out;
+  RecordedStream out;
   envd::ExecuteRequest js = Code("1");
   js.set_language("js");
   EXPECT_EQ(Run(code_.Execute(sandbox_, js, out)).code(), absl::StatusCode::kInvalidArgument);
@@ -327,7 +284,7 @@ TEST_F(CodeInterpreterTest, OnlyPythonIsServedAndAContextOrALanguageNotBoth) {
 }
 
 TEST_F(CodeInterpreterTest, AKilledSandboxsKernelsAreStoppedAndForgotten) {
-  RecordedLines out;
+  RecordedStream out;
   ASSERT_TRUE(Run(code_.Execute(sandbox_, Code("1"), out)).ok());
   envd::CreateContextRequest create;
   ASSERT_TRUE(Run(code_.CreateContext(sandbox_, create)).ok());

@@ -2,55 +2,26 @@
 // call as the e2b SDK makes it (its JSON, read with protobuf's JSON mapping) and each event as the SDK reads it.
 #include "services/sandbox_api/e2b/envd.h"
 
-#include <future>
-
 #include "absl/strings/escaping.h"
-#include "boost/asio/co_spawn.hpp"
-#include "boost/asio/io_context.hpp"
-#include "boost/asio/use_future.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "libs/async/testing/poll_await.h"
-#include "libs/core/testing/fake_clock.h"
 #include "services/sandbox_api/e2b/envd_http.h"
-#include "services/sandbox_api/testing/fake_leases.h"
+#include "services/sandbox_api/testing/polled_sandbox.h"
 
 namespace corral::sandbox_api {
 namespace {
 
-namespace asio = boost::asio;
 using sandbox::FakeInteractive;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
-using testing_support::FakeLeases;
+using testing_support::RecordedStream;
 
-// A stream's events as JSON, in the order they were flushed; `gone` makes every flush fail (the reader left).
-class RecordedStream final : public EnvdStream {
- public:
-  void SendJson(std::string json) override { pending_.push_back(std::move(json)); }
-  asio::awaitable<bool> Flush() override {
-    for (std::string& e : pending_) events.push_back(std::move(e));
-    pending_.clear();
-    ++flushes;
-    co_return !gone;
-  }
-  std::vector<std::string> events;
-  int flushes = 0;
-  bool gone = false;
-
- private:
-  std::vector<std::string> pending_;
-};
-
-class EnvdTest : public ::testing::Test {
+class EnvdTest : public testing_support::PolledSandboxTest {
  protected:
   void SetUp() override {
-    v1::LeaseSandboxRequest request;
-    request.set_owner("alice");
-    ToProto(absl::Minutes(5), request.mutable_ttl());
-    auto lease = Run(leases_.Lease(request, clock_.Now() + absl::Minutes(1)));
+    auto lease = LeaseOne();
     ASSERT_TRUE(lease.ok()) << lease.status();
     lease_ = *lease;
     auto opened = Run(envd_.Open(lease_.lease_id(), "alice"));
@@ -58,20 +29,6 @@ class EnvdTest : public ::testing::Test {
     sandbox_ = *opened;
   }
 
-  template <typename T>
-  T Run(asio::awaitable<T> aw) {
-    return async::PollAwait(io_, std::move(aw), [this] { clock_.RunDue(); });
-  }
-  // Starts a stream in the background; Poll() moves it on.
-  std::future<absl::Status> Spawn(asio::awaitable<absl::Status> aw) {
-    return asio::co_spawn(io_, std::move(aw), asio::use_future);
-  }
-  void Poll() {
-    async::PollIdle(io_, [this] { clock_.RunDue(); });
-  }
-  static bool Done(const std::future<absl::Status>& f) {
-    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-  }
   template <typename M>
   static M Parse(const std::string& json) {
     M m;
@@ -90,10 +47,6 @@ class EnvdTest : public ::testing::Test {
   }
   static std::string B64(const std::string& s) { return absl::Base64Escape(s); }
 
-  asio::io_context io_;
-  FakeClock clock_;
-  std::shared_ptr<sandbox::FakeHost> host_ = std::make_shared<sandbox::FakeHost>("host-a:1", &clock_);
-  FakeLeases leases_{host_};
   Envd envd_{&leases_, &clock_};
   v1::SandboxLease lease_;
   EnvdSandbox sandbox_;
@@ -281,9 +234,7 @@ TEST_F(EnvdTest, ListShowsTheSandboxsRunningProcessesWithTheirConfigAndTag) {
   EXPECT_EQ(ToEnvdJson(*list), R"({"processes":[{"config":{"cmd":"a","args":["1"],"envs":{"K":"v"}},"pid":1000,)"
                                R"("tag":"one"},{"config":{"cmd":"b","cwd":"/tmp"},"pid":1001}]})");
   // Another sandbox of the same host lists none of them.
-  v1::LeaseSandboxRequest request;
-  request.set_owner("alice");
-  auto other_lease = Run(leases_.Lease(request, clock_.Now() + absl::Minutes(1)));
+  auto other_lease = LeaseOne();
   ASSERT_TRUE(other_lease.ok());
   auto other = Run(envd_.Open(other_lease->lease_id(), "alice"));
   ASSERT_TRUE(other.ok());
