@@ -129,6 +129,12 @@ void GenerationGate::AbortUpstream() {
   }
 }
 
+bool GenerationGate::AwaitHeld(int64_t n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto held = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return waiting_ >= n; };
+  return mu_.AwaitWithTimeout(absl::Condition(&held), timeout);
+}
+
 bool GenerationGate::Quiet() const {
   absl::MutexLock lock(&mu_);
   return upstream_ == 0;

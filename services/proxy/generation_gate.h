@@ -66,6 +66,9 @@ class GenerationGate {
   bool paused() const;
   // The counts of the current (or last) pause, for PauseGenerationResponse.
   v1::PauseGenerationResponse Counts() const;
+  // Blocks the calling thread (a control thread, never a call's executor) until at least `n` calls wait at the
+  // gate; false when `timeout` passed first. It wakes when the gate changes, not on a timer.
+  bool AwaitHeld(int64_t n, absl::Duration timeout) const;
   absl::StatusOr<v1::ResumeGenerationResponse> Resume(const v1::ResumeGenerationRequest& request);
 
  private:

@@ -264,8 +264,9 @@ int SchedulerRoot::Run() {
   if (http_) http_->Stop();
   scheduler_.Stop();
   for (auto& run : table_.Running("")) run->Stop(StopReason::kRequeue, "the scheduler is shutting down");
-  const absl::Time until = absl::Now() + absl::Seconds(10);
-  while (driver_.running() > 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+  if (!occupancy_.AwaitIdle(absl::Seconds(10))) {
+    spdlog::warn("{} episodes had not ended after 10s; the next start runs them again", driver_.running());
+  }
   if (pool_) {
     // Warm sandboxes are deleted (a restart's sweep would find them otherwise).
     auto drained = asio::co_spawn(io_, pool_->Drain(), asio::use_future);

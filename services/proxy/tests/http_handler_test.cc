@@ -12,13 +12,13 @@
 #include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "libs/core/testing/event_count.h"
 #include "libs/core/testing/fake_clock.h"
 #include "libs/core/testing/status_matchers.h"
 #include "libs/http/client.h"
 #include "prometheus/registry.h"
 #include "services/proxy/tests/proxy_core.h"
 #include "services/proxy/tests/proxy_test_support.h"
-#include "tests/support/subprocess.h"
 
 namespace corral::proxy {
 namespace {
@@ -66,7 +66,12 @@ class HttpHandlerTest : public ::testing::Test, protected testing::ProxyCore {
               RelayOptions{.connect_timeout = absl::Seconds(1), .retry_backoff = absl::Milliseconds(1)});
     handler_ = std::make_unique<HttpHandler>(Parts(), pool_.get());
     front_ = std::make_unique<http::HttpServer>(
-        http::ServerLimits{}, [this](http::Request& q, http::Responder& r) { return handler_->Handle(q, r); }, 1);
+        http::ServerLimits{},
+        [this](http::Request& q, http::Responder& r) -> asio::awaitable<void> {
+          co_await handler_->Handle(q, r);
+          handled_.Add();
+        },
+        1);
     port_ = *front_->Listen("127.0.0.1:0");
   }
   void TearDown() override {
@@ -105,6 +110,7 @@ class HttpHandlerTest : public ::testing::Test, protected testing::ProxyCore {
   testing::ScriptedUpstream upstream_{Backend};
   std::unique_ptr<HttpHandler> handler_;
   std::unique_ptr<http::HttpServer> front_;
+  corral::testing::EventCount handled_;  // requests the handler is done with
   uint16_t port_ = 0;
 };
 
@@ -156,8 +162,8 @@ TEST_F(HttpHandlerTest, AWholeAndAStreamedCallAreRelayedRecordedAndJournaled) {
   ASSERT_THAT(journal_->Load(reloaded), IsOkAndHolds(1));
   EXPECT_EQ((*reloaded.Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS).calls_size(), 2);
   // Counted once the handler is done, which can be just after the agent has read the stream's end.
-  EXPECT_TRUE(
-      corral::testing::WaitUntil([&] { return metrics_.Request(ChatApi(), 200, 0).Value() == 2; }, absl::Seconds(5)));
+  ASSERT_TRUE(handled_.AwaitAtLeast(2));
+  EXPECT_EQ(metrics_.Request(ChatApi(), 200, 0).Value(), 2);
 }
 
 // A harness sends the model's tool call back re-encoded and under its own id (as Claude Code and OpenCode do):

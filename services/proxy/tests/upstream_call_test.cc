@@ -18,7 +18,6 @@
 #include "prometheus/registry.h"
 #include "services/proxy/tests/proxy_core.h"
 #include "services/proxy/tests/proxy_test_support.h"
-#include "tests/support/subprocess.h"
 
 namespace corral::proxy {
 namespace {
@@ -185,7 +184,7 @@ TEST_F(UpstreamCallTest, ACallAPauseCutsBeforeItAnsweredIsSentAgainAfterTheResum
   pause.set_sequence(1);
   pause.set_mode(v1::PAUSE_MODE_ABORT);
   ASSERT_TRUE(gate_.Pause(pause));
-  ASSERT_TRUE(corral::testing::WaitUntil([&] { return gate_.Counts().held() == 1; }, absl::Seconds(10)));
+  ASSERT_TRUE(gate_.AwaitHeld(1, absl::Seconds(10)));  // the cut call waits at the gate again
   EXPECT_EQ(gate_.Counts().aborted(), 1u);
   clock_.Advance(absl::Seconds(2));
   v1::ResumeGenerationRequest resume;

@@ -189,7 +189,7 @@ asio::awaitable<void> EpisodeDriver::Run(EpisodeTicket ticket, std::shared_ptr<c
   }
   a.on_reserved();
   co_await Conclude(a, std::move(failure));
-  --parts_.occupancy->running;
+  parts_.occupancy->Ended();
   if (parts_.on_finished) parts_.on_finished();
 }
 

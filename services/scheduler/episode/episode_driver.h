@@ -11,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "boost/asio/any_io_executor.hpp"
 #include "boost/asio/awaitable.hpp"
 #include "services/scheduler/episode/attempt.h"
@@ -34,6 +36,19 @@ class WarmPool;
 struct Occupancy {
   std::atomic<int64_t> running{0};
   std::atomic<int64_t> placing{0};
+
+  // An attempt ended (the driver's last word on it).
+  void Ended() {
+    absl::MutexLock lock(&ended_mu);
+    --running;
+  }
+  // Blocks until no attempt runs; false when `timeout` passed first. It wakes when an attempt ends, not on a timer.
+  bool AwaitIdle(absl::Duration timeout) {
+    absl::MutexLock lock(&ended_mu);
+    auto idle = [this] { return running.load() <= 0; };
+    return ended_mu.AwaitWithTimeout(absl::Condition(&idle), timeout);
+  }
+  absl::Mutex ended_mu;
 };
 
 // What the driver works with. The pointers outlive the driver; those marked optional may be null.
