@@ -111,6 +111,7 @@ void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
   pp->set_process_rlimit(static_cast<uint32_t>(p.process_rlimit));
   pp->set_containment(p.containment);
   pp->set_user_namespace(p.user_namespace);
+  pp->set_user_ids(p.user_ids);
   pp->set_disk_quota_bytes(static_cast<uint64_t>(p.disk_quota_bytes));
   ToProto(sb.create_time, out->mutable_create_time());
   out->set_running_processes(static_cast<uint32_t>(running_processes));

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "services/sandbox_host/linux/process_sweep.h"
+#include "services/sandbox_host/linux/sub_ids.h"
 
 namespace corral::sandbox {
 namespace {
@@ -102,7 +103,8 @@ Leftovers RemoveLeftovers(const std::string& root, uid_t uid_first, uid_t uid_la
   // swept whole (kill(-1) as that uid), which also catches what escaped with setsid or double forks.
   absl::flat_hash_set<uid_t> theirs, others;
   ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
-    for (uid_t u : uids) {
+    for (uid_t id : uids) {
+      const uid_t u = SubIdOwner(id);  // a block's id is its pool uid's
       if (u < uid_first || u > uid_last) continue;
       (!ids.empty() && BelongsTo(pid, ids) ? theirs : others).insert(u);
       return;

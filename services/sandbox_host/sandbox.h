@@ -55,6 +55,7 @@ struct Protections {
   int64_t memory_rlimit_bytes = 0;  // no memory cgroup: RLIMIT_DATA per process instead
   int64_t process_rlimit = 0;       // no pids cgroup: RLIMIT_NPROC of the sandbox's uid instead
   bool user_namespace = false;      // an image sandbox: its processes are the image's user in a user namespace
+  bool user_ids = false;            // …with every id of 0 … 65535 its own (ImageParts::sub_ids)
   int64_t disk_quota_bytes = 0;     // an image sandbox: the size of its upper layer's tmpfs (0: on disk, no quota)
   std::string containment;          // in words (containment.h)
 };
@@ -72,10 +73,18 @@ struct ImageParts {
   UniqueFd userns;
   uid_t inside_uid = 0;
   gid_t inside_gid = 0;
+  bool sub_ids = false;  // its namespace maps every id of 0 … 65535 (root and other users inside are its own)
   std::string workdir;
   dev_t root_dev = 0;  // the overlay's device: nothing of the host's is on it
   // With a tmpfs upper: a detached mount of that tmpfs, what a fork freezes (ForkLayers::FreezeTree).
   UniqueFd rw_tree;
+};
+
+// Who a process of an image sandbox runs as inside its user namespace (Command.user), and its HOME.
+struct InsideUser {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string home;
 };
 
 // One live sandbox. Immutable after creation except where noted; shared by the calls using it.
@@ -119,9 +128,12 @@ struct Sandbox {
 
   bool in_image() const { return image.has_value(); }
   std::string image_digest() const { return image ? image->digest : ""; }
-  // `env` first, then the sandbox's; a name given twice keeps its first value.
+  // `env` first, then the sandbox's; a name given twice keeps its first value. `user` (an image sandbox's
+  // ResolveUser) replaces the image's user and its HOME.
   SpawnSpec SpawnFor(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
-                     const std::string& cwd) const;
+                     const std::string& cwd, const std::optional<InsideUser>& user = std::nullopt) const;
+  // Who Command.user names here (its comment has the rules); nullopt for the image's user.
+  absl::StatusOr<std::optional<InsideUser>> ResolveUser(const std::string& user) const;
   // An API path (sandbox_path.h; in an image sandbox, absolute in the image or relative to its home).
   absl::StatusOr<SandboxPath> ParsePath(absl::string_view path, bool allow_home = false) const;
   // Who files the API creates belong to, and which existing files it may read.

@@ -130,6 +130,7 @@ absl::StatusOr<ExecOptions> ExecOptionsFrom(const Sandbox& sb, const v1::Command
   o.argv = {command.argv().begin(), command.argv().end()};
   if (o.argv.empty()) return absl::InvalidArgumentError("command.argv must not be empty");
   o.env = {command.env().begin(), command.env().end()};
+  CORRAL_ASSIGN_OR_RETURN(o.user, sb.ResolveUser(command.user()));
   if (command.has_timeout()) {
     o.timeout = FromProto(command.timeout());
     if (o.timeout <= absl::ZeroDuration() || o.timeout > host.max_exec_timeout) {

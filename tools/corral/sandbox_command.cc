@@ -79,13 +79,22 @@ int RunFork(const ConnectFlags& cf, const ForkFlags& f) {
   return resp.sandboxes().empty() ? 1 : 0;
 }
 
-int RunExec(const ConnectFlags& cf, const std::string& id, double timeout_s, const std::vector<std::string>& argv) {
+// What `corral sandbox exec` runs.
+struct ExecFlags {
+  std::string id;
+  double timeout_s = 0;
+  std::string user;
+  std::vector<std::string> argv;
+};
+
+int RunExec(const ConnectFlags& cf, const ExecFlags& flags) {
   auto client = Connect(cf);
   if (!client.ok()) return Fail("sandbox exec", client.status());
   v1::ExecRequest req;
-  req.set_sandbox_id(id);
-  for (const auto& a : argv) req.mutable_command()->add_argv(a);
-  if (timeout_s > 0) ToProto(absl::Seconds(timeout_s), req.mutable_command()->mutable_timeout());
+  req.set_sandbox_id(flags.id);
+  for (const auto& a : flags.argv) req.mutable_command()->add_argv(a);
+  if (flags.timeout_s > 0) ToProto(absl::Seconds(flags.timeout_s), req.mutable_command()->mutable_timeout());
+  req.mutable_command()->set_user(flags.user);
   grpc::ClientContext ctx;
   AttachBearer(ctx, client->token);  // no deadline: the command's own timeout bounds it
   auto reader = client->stub->Exec(&ctx, req);
@@ -195,18 +204,17 @@ void RegisterSandbox(CLI::App& app, int& exit_code) {
   f->callback([fork_conn, fork, &exit_code] { exit_code = RunFork(*fork_conn, *fork); });
 
   auto exec_conn = std::make_shared<ConnectFlags>();
-  auto exec_id = std::make_shared<std::string>();
-  auto exec_timeout = std::make_shared<double>(0);
-  auto exec_argv = std::make_shared<std::vector<std::string>>();
+  auto exec = std::make_shared<ExecFlags>();
   CLI::App* e =
       sandbox->add_subcommand("exec", "run a command in a sandbox, streaming its output; exits with its code");
   AddConnectFlags(e, *exec_conn, "sandbox host", "--host");
-  e->add_option("id", *exec_id, "sandbox id")->required();
-  e->add_option("--timeout", *exec_timeout, "seconds before the command is killed (0: none)");
-  e->add_option("command", *exec_argv, "the command and its arguments (after --)")->required();
-  e->callback([exec_conn, exec_id, exec_timeout, exec_argv, &exit_code] {
-    exit_code = RunExec(*exec_conn, *exec_id, *exec_timeout, *exec_argv);
-  });
+  e->add_option("id", exec->id, "sandbox id")->required();
+  e->add_option("--timeout", exec->timeout_s, "seconds before the command is killed (0: none)");
+  e->add_option("--user,-u", exec->user,
+                "who runs it in an image sandbox: root, a user of its /etc/passwd, uid[:gid] (default: the image's "
+                "user)");
+  e->add_option("command", exec->argv, "the command and its arguments (after --)")->required();
+  e->callback([exec_conn, exec, &exit_code] { exit_code = RunExec(*exec_conn, *exec); });
 
   auto ls_conn = std::make_shared<ConnectFlags>();
   CLI::App* ls = sandbox->add_subcommand("ls", "list the host's sandboxes");

@@ -70,6 +70,25 @@ void Envd::ForgetIfGone(const EnvdSandbox& s, const absl::Status& status) {
   }
 }
 
+std::string EnvdUser(absl::string_view name) { return name == "user" ? std::string() : std::string(name); }
+
+absl::Status CheckEnvdUser(const EnvdSandbox& s, bool files) {
+  if (s.user.empty()) return absl::OkStatus();
+  if (s.lease.image().empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("user '", s.user,
+                     "': a Corral sandbox on the host's filesystem has one user, 'user' (unprivileged); root and "
+                     "other users are served in sandboxes made from an image (a template built from one)"));
+  }
+  if (files && s.user != "root") {
+    return absl::PermissionDeniedError(absl::StrCat("user '", s.user,
+                                                    "': files are read and written as the sandbox's user or "
+                                                    "root; run a command as '",
+                                                    s.user, "' to act as it"));
+  }
+  return absl::OkStatus();
+}
+
 asio::awaitable<absl::StatusOr<EnvdSandbox>> Envd::Open(std::string id, std::string owner, bool fresh) {
   const absl::Time now = clock_->Now();
   {
@@ -190,9 +209,14 @@ asio::awaitable<absl::Status> Envd::Start(const EnvdSandbox& s, envd::StartReque
   command->add_argv(config.cmd());
   for (const std::string& arg : config.args()) command->add_argv(arg);
   command->mutable_env()->insert(config.envs().begin(), config.envs().end());
-  auto dir = HostPath(config.has_cwd() && !config.cwd().empty() ? config.cwd() : options_.home);
-  if (!dir.ok()) co_return dir.status();
-  command->set_cwd(*dir);
+  // Another user than the sandbox's starts where the image says (its WORKDIR), not in the E2B user's home.
+  const bool has_cwd = config.has_cwd() && !config.cwd().empty();
+  if (has_cwd || s.user.empty()) {
+    auto dir = HostPath(has_cwd ? config.cwd() : options_.home);
+    if (!dir.ok()) co_return dir.status();
+    command->set_cwd(*dir);
+  }
+  command->set_user(s.user);
   ToProto(timeout, command->mutable_timeout());
 
   auto process = std::make_shared<EnvdProcess>(clock_, config, request.tag());

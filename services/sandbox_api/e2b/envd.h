@@ -31,7 +31,18 @@ namespace corral::sandbox_api {
 struct EnvdSandbox {
   v1::SandboxLease lease;
   std::shared_ptr<sandbox::HostApi> host;
+  // Who the call names (EnvdUser): commands run as it (Command.user).
+  std::string user;
 };
+
+// The user an E2B call names, as Command.user takes it: "" for none or "user" (the E2B name of a sandbox's
+// own user), else the name as given.
+std::string EnvdUser(absl::string_view name);
+// PERMISSION_DENIED, saying why, for a user `s` does not serve: a sandbox on the host's filesystem has only its
+// own user; one made from an image runs commands as root or any user it defines (the host checks which), and
+// reads and writes files (`files`) as its own user or "root" (both its user's: a file written as root in an image
+// whose user is not root belongs to that user).
+absl::Status CheckEnvdUser(const EnvdSandbox& s, bool files);
 
 // `json` as `message` (protobuf's JSON mapping, unknown fields ignored as connect-go does; "" is {});
 // INVALID_ARGUMENT naming what is wrong.

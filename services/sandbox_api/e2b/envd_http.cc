@@ -27,26 +27,17 @@ constexpr char kJson[] = "application/json";
 // host's longest exec, cut short by the sandbox's deletion.
 constexpr absl::Duration kLongestStream = absl::Hours(24);
 
-// The user a call names (Basic auth on RPCs, `username` on /files): every sandbox has one, "user";
-// PERMISSION_DENIED for another.
-absl::Status CheckUser(absl::string_view user) {
-  if (user.empty() || user == "user") return absl::OkStatus();
-  return absl::PermissionDeniedError(
-      absl::StrCat("user '", user,
-                   "': a Corral sandbox has one user, 'user' (unprivileged); commands and files "
-                   "cannot run as another"));
-}
-
-// UNAUTHENTICATED for a malformed Authorization.
-absl::Status CheckBasicUser(const http::Request& r) {
+// The user a call names in Basic auth ("" for none or the sandbox's own, "user"); UNAUTHENTICATED when the
+// header is malformed.
+absl::StatusOr<std::string> BasicUser(const http::Request& r) {
   const std::string auth(r[bhttp::field::authorization]);
-  if (auth.empty()) return absl::OkStatus();
+  if (auth.empty()) return std::string();
   absl::string_view v = auth;
   std::string decoded;
   if (!absl::ConsumePrefix(&v, "Basic ") || !absl::Base64Unescape(v, &decoded)) {
     return absl::UnauthenticatedError("Authorization must be Basic base64(user:)");
   }
-  return CheckUser(decoded.substr(0, decoded.find(':')));
+  return EnvdUser(decoded.substr(0, decoded.find(':')));
 }
 
 // /files' HTTP status for an error: Connect's, but 507 for RESOURCE_EXHAUSTED (a full disk: the SDK's
@@ -145,7 +136,7 @@ absl::StatusOr<std::string> EnvdCaller(const api::E2bAuth& auth, const http::Req
   if (token.empty()) token = std::string(request["e2b-traffic-access-token"]);
   auto owner = auth.CheckAccess(std::string(request["e2b-sandbox-id"]), token);
   if (!owner.ok()) return owner.status();
-  if (absl::Status user = CheckBasicUser(request); !user.ok()) return user;
+  if (absl::StatusOr<std::string> user = BasicUser(request); !user.ok()) return user.status();
   return owner;
 }
 
@@ -153,7 +144,9 @@ asio::awaitable<absl::StatusOr<EnvdSandbox>> EnvdHttp::Open(const http::Request&
   auto owner = EnvdCaller(*auth_, request);
   if (!owner.ok()) co_return owner.status();
   std::string id(request["e2b-sandbox-id"]);
-  co_return co_await envd_->Open(std::move(id), *std::move(owner), fresh);
+  absl::StatusOr<EnvdSandbox> s = co_await envd_->Open(std::move(id), *std::move(owner), fresh);
+  if (s.ok()) s->user = *BasicUser(request);  // EnvdCaller checked the header
+  co_return s;
 }
 
 asio::awaitable<void> EnvdHttp::Handle(const Route* route, http::Request& request, http::Responder& responder) {
@@ -209,6 +202,10 @@ asio::awaitable<void> EnvdHttp::Rpc(const Route& route, http::Request& request, 
   } else {
     s = refused;
   }
+  if (s.ok()) {
+    const bool files = absl::StartsWith(route.path, "/filesystem.");
+    if (absl::Status admitted = CheckEnvdUser(*s, files); !admitted.ok()) s = admitted;
+  }
   if (!s.ok()) {
     co_await ConnectError(responder, s.status(), stream);
     co_return;
@@ -233,11 +230,10 @@ asio::awaitable<void> EnvdHttp::Files(http::Request& request, http::Responder& r
   auto query = [&](const char* key) {
     return target.ok() && target->query.contains(key) ? target->query.at(key) : std::string();
   };
-  absl::StatusOr<EnvdSandbox> s = absl::UnknownError("not opened");
-  if (absl::Status user = CheckUser(query("username")); user.ok()) {
-    s = co_await Open(request, /*fresh=*/false);
-  } else {
-    s = user;
+  absl::StatusOr<EnvdSandbox> s = co_await Open(request, /*fresh=*/false);
+  if (s.ok()) {
+    s->user = EnvdUser(query("username"));
+    if (absl::Status admitted = CheckEnvdUser(*s, /*files=*/true); !admitted.ok()) s = admitted;
   }
   if (!s.ok()) {
     co_await RestError(responder, s.status(), FilesStatus(s.status().code()));

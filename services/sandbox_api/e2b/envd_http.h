@@ -1,7 +1,7 @@
 // envd's HTTP side, an adapter over the core (envd.h) and the code interpreter (code_interpreter.h), at one
 // endpoint for every sandbox (the SDK's E2B_SANDBOX_URL): a request names its sandbox in E2b-Sandbox-Id and
 // presents that sandbox's access token in X-Access-Token (or E2B-Traffic-Access-Token, as @e2b/code-interpreter
-// sends it); the user it names (Basic auth on RPCs, `username` on /files) must be the sandbox's one user.
+// sends it); the user it names (Basic auth on RPCs, `username` on /files) is one the sandbox has (CheckEnvdUser).
 //   Connect RPC, JSON codec:  /process.Process/{Start,Connect,List,SendInput,CloseStdin,SendSignal,Update}
 //                             /filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove,WatchDir}
 //                             (a unary call is a JSON body; a server stream one enveloped message)
@@ -28,8 +28,8 @@ namespace corral::sandbox_api {
 struct Route;
 
 // Who calls: the owner of the sandbox the request names (E2b-Sandbox-Id), from the sandbox's access token
-// (X-Access-Token) — UNAUTHENTICATED when it is missing or another sandbox's —, naming no user but the sandbox's
-// one in Basic auth (PERMISSION_DENIED for another; UNAUTHENTICATED when malformed).
+// (X-Access-Token) — UNAUTHENTICATED when it is missing or another sandbox's, or Basic auth is malformed. The user
+// Basic auth names is checked once the sandbox is known (CheckEnvdUser).
 absl::StatusOr<std::string> EnvdCaller(const api::E2bAuth& auth, const http::Request& request);
 
 class EnvdHttp {

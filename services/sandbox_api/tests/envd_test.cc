@@ -364,7 +364,7 @@ TEST_F(EnvdTest, AHostWithoutAChannelOrAClientIsAnErrorNotACrash) {
   EXPECT_THAT(null_host.status().message(), HasSubstr("no client for its host"));
 }
 
-TEST(EnvdCallerTest, TheAccessTokenNamesTheOwnerAndOnlyTheSandboxsUserIsAccepted) {
+TEST(EnvdCallerTest, TheAccessTokenNamesTheOwnerAndBasicAuthMustBeWellFormed) {
   api::E2bAuth auth(*TokenSigner::FromKey(std::string(32, 'k')));
   http::Request r;
   r.set("E2b-Sandbox-Id", "ls-1");
@@ -378,9 +378,35 @@ TEST(EnvdCallerTest, TheAccessTokenNamesTheOwnerAndOnlyTheSandboxsUserIsAccepted
   r.set("Authorization", "Basic " + absl::Base64Escape("user:"));
   EXPECT_EQ(*EnvdCaller(auth, r), "alice");
   r.set("Authorization", "Basic " + absl::Base64Escape("root:"));
-  EXPECT_EQ(EnvdCaller(auth, r).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(*EnvdCaller(auth, r), "alice");  // whether root is served depends on the sandbox (CheckEnvdUser)
   r.set("Authorization", "Bearer x");
   EXPECT_EQ(EnvdCaller(auth, r).status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+// Root and other users are served in image sandboxes only: commands run as them (the host resolves the name),
+// files are the sandbox's user's or root's; a plain sandbox has its one user.
+TEST(EnvdUserTest, RootAndOtherUsersAreServedInImageSandboxesOnly) {
+  EXPECT_EQ(EnvdUser("user"), "");
+  EXPECT_EQ(EnvdUser(""), "");
+  EXPECT_EQ(EnvdUser("root"), "root");
+  EnvdSandbox plain, image;
+  image.lease.set_image("localhost/debian:12");
+  for (EnvdSandbox* s : {&plain, &image}) {
+    s->user = "";
+    EXPECT_TRUE(CheckEnvdUser(*s, false).ok());
+    EXPECT_TRUE(CheckEnvdUser(*s, true).ok());
+  }
+  plain.user = "root";
+  absl::Status refused = CheckEnvdUser(plain, false);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused.message(), HasSubstr("served in sandboxes made from an image"));
+  EXPECT_EQ(CheckEnvdUser(plain, true).code(), absl::StatusCode::kPermissionDenied);
+  image.user = "root";
+  EXPECT_TRUE(CheckEnvdUser(image, false).ok());
+  EXPECT_TRUE(CheckEnvdUser(image, true).ok());
+  image.user = "agent";
+  EXPECT_TRUE(CheckEnvdUser(image, false).ok());
+  EXPECT_THAT(CheckEnvdUser(image, true).message(), HasSubstr("run a command as 'agent'"));
 }
 
 TEST(EnvdJsonTest, MessagesAreReadAndWrittenWithTheJsonMapping) {

@@ -81,7 +81,7 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
       return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
     }
   }
-  SpawnSpec spec = sandbox->SpawnFor(options.argv, options.env, options.cwd);
+  SpawnSpec spec = sandbox->SpawnFor(options.argv, options.env, options.cwd, options.user);
   spec.pipe_stdin = true;
   auto spawned = Spawn(spec);
   if (!spawned.ok()) return spawned.status();

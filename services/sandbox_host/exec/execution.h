@@ -60,6 +60,7 @@ struct ExecOptions {
   uint64_t max_output_bytes = 0;                  // 0 = unlimited; beyond it output is dropped (counted)
   size_t buffer_limit = 1 << 20;                  // bytes buffered before reads pause
   std::string output_path;                        // kBackground: where its output goes (for ListProcesses)
+  std::optional<InsideUser> user;                 // an image sandbox: who runs it; unset = the image's user
 };
 
 // What ListProcesses reports of a process started through the API.

@@ -104,7 +104,11 @@ absl::StatusOr<std::vector<LayerMount>> LayerMounts(const LayerStack& top, uid_t
   std::vector<LayerMount> out;
   for (const ForkLayer* layer : LayersOf(top)) {
     if (layer->owner != uid && !userns.contains(layer->owner)) {
-      auto ns = CreateUserNamespace(uid, uid, layer->owner, layer->owner);
+      // The owner's block too, where both have one (an image sandbox's root and users wrote there); one id
+      // where the kernel refuses the block.
+      const IdMap map = OwnerIdMap(layer->owner, uid);
+      auto ns = CreateUserNamespace(map, map);
+      if (!ns.ok() && map.size() > 1) ns = CreateUserNamespace(uid, uid, layer->owner, layer->owner);
       if (!ns.ok()) return ns.status();
       userns[layer->owner] = *std::move(ns);
     }

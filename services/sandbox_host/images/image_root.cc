@@ -14,10 +14,13 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "libs/core/status_macros.h"
 #include "services/sandbox_host/linux/namespaces.h"
+#include "spdlog/spdlog.h"
 
 namespace corral::sandbox {
 namespace {
@@ -115,7 +118,8 @@ int HelperMain(void* raw) {
     return fail(kUpper);
   }
   if ((mkdir(a->upper.c_str(), 0755) != 0 && errno != EEXIST) || chmod(a->upper.c_str(), 0755) != 0 ||
-      (spec.root_owned_by_sandbox && chown(a->upper.c_str(), spec.uid, spec.gid) != 0) ||
+      (spec.root_owner >= 0 &&
+       chown(a->upper.c_str(), static_cast<uid_t>(spec.root_owner), static_cast<gid_t>(spec.root_owner)) != 0) ||
       (mkdir(a->work.c_str(), 0700) != 0 && errno != EEXIST)) {
     return fail(kUpper);
   }
@@ -191,7 +195,12 @@ bool WriteProcFile(pid_t pid, const char* name, const std::string& content) {
 
 }  // namespace
 
-absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_uid, gid_t inside_gid) {
+absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gids) {
+  auto lines = [](const IdMap& map) {
+    std::string text;
+    for (const IdExtent& e : map) absl::StrAppend(&text, e.inside, " ", e.outside, " ", e.count, "\n");
+    return text;
+  };
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
   UniqueFd read_end(pipefd[0]), write_end(pipefd[1]);
@@ -199,9 +208,8 @@ absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_
   int fd_to_wait_on = read_end.get();
   const pid_t pid = clone(HoldUserNamespace, stack.get() + kStack, CLONE_NEWUSER | CLONE_VM | SIGCHLD, &fd_to_wait_on);
   if (pid < 0) return absl::InternalError(absl::StrCat("clone(CLONE_NEWUSER): ", strerror(errno)));
-  const bool mapped = WriteProcFile(pid, "uid_map", absl::StrCat(inside_uid, " ", uid, " 1\n")) &&
-                      WriteProcFile(pid, "setgroups", "deny") &&
-                      WriteProcFile(pid, "gid_map", absl::StrCat(inside_gid, " ", gid, " 1\n"));
+  const bool mapped = WriteProcFile(pid, "uid_map", lines(uids)) && WriteProcFile(pid, "setgroups", "deny") &&
+                      WriteProcFile(pid, "gid_map", lines(gids));
   const int saved = errno;
   UniqueFd ns(open(absl::StrCat("/proc/", pid, "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
   // The holder's read returns and it exits (closing our end would not do: it holds a copy of it).
@@ -210,6 +218,25 @@ absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_
   if (!mapped) return absl::InternalError(absl::StrCat("writing the user namespace's id maps: ", strerror(saved)));
   if (ns.get() < 0) return absl::InternalError(absl::StrCat("opening the user namespace: ", strerror(errno)));
   return ns;
+}
+
+absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_uid, gid_t inside_gid) {
+  return CreateUserNamespace(IdMap{{inside_uid, uid, 1}}, IdMap{{inside_gid, gid, 1}});
+}
+
+absl::StatusOr<SandboxUserNamespace> CreateSandboxUserNamespace(uid_t pool, uid_t image_uid, gid_t image_gid) {
+  auto wide = CreateUserNamespace(SandboxIdMap(pool, image_uid), SandboxIdMap(pool, image_gid));
+  if (wide.ok() && SubIdBase(pool)) return SandboxUserNamespace{*std::move(wide), true};
+  if (wide.ok()) return SandboxUserNamespace{*std::move(wide), false};
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    spdlog::warn(
+        "image sandboxes get one id each (their image's user): the kernel refused a block of {} ids "
+        "for pool uid {} ({}); root inside, useradd and chown to other users are refused",
+        kSubIds, pool, std::string(wide.status().message()));
+  });
+  CORRAL_ASSIGN_OR_RETURN(UniqueFd narrow, CreateUserNamespace(pool, pool, image_uid, image_gid));
+  return SandboxUserNamespace{std::move(narrow), false};
 }
 
 bool CanUseImages(const std::string& dir) {

@@ -1,5 +1,6 @@
-// What makes a sandbox live inside an OCI image: a user namespace in which it is root while it stays its pool uid
-// outside (one uid mapped: it gains no real privilege), and a mount namespace whose root is an overlay of the
+// What makes a sandbox live inside an OCI image: a user namespace in which it is the image's user (root by
+// default) while it stays its pool uid outside, with the other ids of 0 … 65535 mapped to its own block (it
+// gains no real privilege: every id it can be is its alone), and a mount namespace whose root is an overlay of the
 // image's layers — each layer an idmapped mount, so files the image gives to root are the sandbox's own — over a
 // private upper layer, with a fresh /proc, a minimal /dev and a private /tmp. The host's own mounts never change:
 // the work happens in a short-lived helper. Needs Linux 5.19+ (idmapped overlay layers) and
@@ -13,12 +14,25 @@
 
 #include "absl/status/statusor.h"
 #include "libs/core/unique_fd.h"
+#include "services/sandbox_host/linux/sub_ids.h"
 
 namespace corral::sandbox {
 
-// A user namespace mapping `inside_uid`/`inside_gid` (root by default: the image's user) to `uid`/`gid` outside,
-// and nothing else; setgroups denied.
+// A user namespace with these id maps; setgroups denied.
+absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gids);
+// One mapping `inside_uid`/`inside_gid` (root by default: the image's user) to `uid`/`gid` outside, and nothing
+// else.
 absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_uid = 0, gid_t inside_gid = 0);
+
+// The user namespace of a sandbox in an image: its image's user is its pool uid, and every other id of 0 … 65535
+// one of its block (sub_ids.h), so that root and the users it adds are its own. `sub_ids` is false where the
+// kernel refused the block (a host in a container with a narrow id map, a pool uid above 65534): then only the
+// image's user is mapped.
+struct SandboxUserNamespace {
+  UniqueFd fd;
+  bool sub_ids = false;
+};
+absl::StatusOr<SandboxUserNamespace> CreateSandboxUserNamespace(uid_t pool, uid_t image_uid, gid_t image_gid);
 
 // True when this host can make image roots in `dir`'s filesystem: user namespaces and idmapped mounts work (a
 // container without CAP_SYS_ADMIN, or an old kernel, cannot). Probed once at start-up.
@@ -31,7 +45,9 @@ struct ImageRootSpec {
   int64_t rw_tmpfs_bytes = 0;           // > 0: rw_dir is first a tmpfs of this size in the sandbox's mount namespace
                                         // (its writes live in memory, capped, gone with it); 0: on rw_dir's disk
   std::string mount_point;              // an empty directory where the root is assembled before pivot_root
-  bool root_owned_by_sandbox = false;   // "/" (the upper directory) belongs to `uid`: the image's user is root
+  int64_t root_owner = -1;              // who "/" (the upper directory) belongs to outside: root inside's id (the
+                                        // pool uid when the image's user is root, else the block's first, as gid
+                                        // too); -1: the host's root (unmapped inside)
   int userns_fd = -1;                   // from CreateUserNamespace
   uid_t uid = 0;                        // the sandbox's pool uid/gid (owner of /tmp, /dev/shm)
   gid_t gid = 0;

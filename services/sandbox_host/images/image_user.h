@@ -26,4 +26,8 @@ struct ImageUser {
 // `layers`: the image's unpacked layer directories, top first.
 absl::StatusOr<ImageUser> ResolveImageUser(const std::vector<std::string>& layers, const std::string& user);
 
+// Who `user` (the same forms) is in a running sandbox whose root is `root_fd`: its /etc/passwd and /etc/group
+// as its commands left them (a user `useradd` made is found). INVALID_ARGUMENT as above.
+absl::StatusOr<ImageUser> ResolveUserInRoot(int root_fd, const std::string& user);
+
 }  // namespace corral::sandbox

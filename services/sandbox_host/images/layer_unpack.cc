@@ -25,6 +25,7 @@
 #include "libs/core/unique_fd.h"
 #include "services/sandbox_host/linux/open_in_root.h"
 #include "services/sandbox_host/linux/sandbox_path.h"
+#include "services/sandbox_host/linux/sub_ids.h"
 
 namespace corral::sandbox {
 namespace {
@@ -289,8 +290,8 @@ absl::StatusOr<LayerStats> AdoptUpperAsLayer(const std::string& dir, uid_t pool_
   auto adopt = [&](const fs::path& p) -> absl::Status {
     struct stat st {};
     if (lstat(p.c_str(), &st) != 0) return Errno("stat of", p.string());
-    const uid_t uid = st.st_uid == pool_uid ? image_uid : st.st_uid;
-    const gid_t gid = st.st_gid == pool_gid ? image_gid : st.st_gid;
+    const uid_t uid = InsideId(st.st_uid, pool_uid, image_uid);
+    const gid_t gid = InsideId(st.st_gid, pool_gid, image_gid);
     if ((uid != st.st_uid || gid != st.st_gid) && lchown(p.c_str(), uid, gid) != 0)
       return Errno("chown of", p.string());
     if (S_ISREG(st.st_mode)) {

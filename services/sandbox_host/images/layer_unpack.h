@@ -40,10 +40,10 @@ absl::Status CheckLayerFilesystem(const std::string& dir);
 absl::StatusOr<LayerStats> UnpackLayer(int fd, const std::string& dir, const LayerLimits& limits = {});
 
 // Turns a sandbox's overlay upper directory (the sandbox gone) into a lower layer like the unpacked ones: what
-// belongs to the sandbox's pool uid/gid outside goes back to the image's ids it stood for inside (layers hold
-// image ids; each sandbox idmaps them anew), overlayfs's own bookkeeping xattrs go (the opaque marker stays),
-// and the directory is synced (the sandbox's overlay was volatile). Whiteouts are already in a lower layer's
-// format. Counts entries and file bytes. INTERNAL naming the entry that could not be changed.
+// belongs to the sandbox's pool uid/gid or its block outside goes back to the ids it stood for inside
+// (linux/sub_ids.h: layers hold image ids; each sandbox idmaps them anew), overlayfs's own bookkeeping xattrs go (the
+// opaque marker stays), and the directory is synced (the sandbox's overlay was volatile). Whiteouts are already in a
+// lower layer's format. Counts entries and file bytes. INTERNAL naming the entry that could not be changed.
 absl::StatusOr<LayerStats> AdoptUpperAsLayer(const std::string& dir, uid_t pool_uid, gid_t pool_gid, uid_t image_uid,
                                              gid_t image_gid);
 

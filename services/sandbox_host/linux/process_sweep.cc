@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "services/sandbox_host/linux/sub_ids.h"
 
 namespace corral::sandbox {
 namespace {
@@ -51,29 +52,50 @@ void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>
   closedir(proc);
 }
 
+namespace {
+
+// The ids of `uid`'s live processes: `uid` and those of its block (sub_ids.h) that some process runs as.
+absl::flat_hash_set<uid_t> LiveIdsOf(uid_t uid, std::vector<pid_t>* pids = nullptr) {
+  absl::flat_hash_set<uid_t> ids;
+  ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
+    bool match = false;
+    for (uid_t u : uids) {
+      if (u == uid || (u != SubIdOwner(u) && SubIdOwner(u) == uid)) {
+        ids.insert(u);
+        match = true;
+      }
+    }
+    if (match && pids != nullptr) pids->push_back(pid);
+  });
+  return ids;
+}
+
+}  // namespace
+
 std::vector<pid_t> ProcessesOf(uid_t uid) {
   std::vector<pid_t> pids;
-  ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
-    if (std::find(uids.begin(), uids.end(), uid) != uids.end()) pids.push_back(pid);
-  });
+  LiveIdsOf(uid, &pids);
   return pids;
 }
 
 bool KillAllOf(uid_t uid, int rounds) {
   for (int round = 0; round < rounds; ++round) {
-    if (ProcessesOf(uid).empty()) return true;
-    // kill(-1) from a process running as `uid` reaches exactly that uid's processes, wherever they are in
-    // the process tree; forks racing with it are caught by the next round.
-    pid_t killer = fork();
-    if (killer == 0) {
-      syscall(SYS_close_range, 3u, ~0u, 0u);  // hold none of the host's descriptors
-      if (setresuid(uid, uid, uid) != 0) _exit(1);
-      kill(-1, SIGKILL);
-      _exit(0);
+    const absl::flat_hash_set<uid_t> ids = LiveIdsOf(uid);
+    if (ids.empty()) return true;
+    // kill(-1) from a process running as an id reaches exactly that id's processes, wherever they are in the
+    // process tree; forks racing with it are caught by the next round.
+    for (uid_t id : ids) {
+      pid_t killer = fork();
+      if (killer == 0) {
+        syscall(SYS_close_range, 3u, ~0u, 0u);  // hold none of the host's descriptors
+        if (setresuid(id, id, id) != 0) _exit(1);
+        kill(-1, SIGKILL);
+        _exit(0);
+      }
+      if (killer > 0) waitpid(killer, nullptr, 0);
     }
-    if (killer > 0) waitpid(killer, nullptr, 0);
   }
-  return ProcessesOf(uid).empty();
+  return LiveIdsOf(uid).empty();
 }
 
 void ReapOrphans(const absl::flat_hash_set<pid_t>& tracked) {

@@ -14,12 +14,13 @@ namespace corral::sandbox {
 // Calls `visit` with every live (non-zombie) process and its real, effective and saved uids.
 void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>&)>& visit);
 
-// pids of every live (non-zombie) process whose real, effective or saved uid is `uid`.
+// pids of every live (non-zombie) process whose real, effective or saved uid is `uid` or in its block of sub
+// ids (sub_ids.h).
 std::vector<pid_t> ProcessesOf(uid_t uid);
 
-// SIGKILLs every process running as `uid` — including ones that left the process group with setsid — from a
-// helper that switches to that uid and calls kill(-1), repeated until none is left or `rounds` pass.
-// Returns true when no process of the uid remains.
+// SIGKILLs every process running as `uid` or an id of its block — including ones that left the process group
+// with setsid — from a helper per id that switches to it and calls kill(-1), repeated until none is left or
+// `rounds` pass. Returns true when no process of the uid or its block remains.
 bool KillAllOf(uid_t uid, int rounds = 20);
 
 // Reaps zombie children of this process that nobody else waits for: processes the host inherited as a

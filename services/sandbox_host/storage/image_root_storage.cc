@@ -1,6 +1,6 @@
 // A sandbox made from an image: the image's layers (a template's above them, then a fork's) under its own upper
 // layer, as "/" in its own mount and user namespaces (images/image_root.h). Its processes are the image's user
-// inside, its pool uid outside.
+// inside, its pool uid outside; root and the other users inside are ids of its block (linux/sub_ids.h).
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -16,6 +16,12 @@
 
 namespace corral::sandbox {
 namespace {
+
+// Root inside's id outside (-1: root is not mapped).
+int64_t RootOwner(uid_t pool, uid_t image_uid, bool sub_ids) {
+  if (image_uid == 0) return pool;
+  return sub_ids ? static_cast<int64_t>(*SubIdBase(pool)) : -1;
+}
 
 class ImageRootStorage final : public Storage {
  public:
@@ -44,13 +50,15 @@ class ImageRootStorage final : public Storage {
     parts.inside_gid = user.gid;
     sb.home = user.home;
     parts.workdir = image.config.working_dir.empty() ? user.home : image.config.working_dir;
-    CORRAL_ASSIGN_OR_RETURN(parts.userns, CreateUserNamespace(sb.uid, sb.uid, user.uid, user.gid));
+    CORRAL_ASSIGN_OR_RETURN(SandboxUserNamespace userns, CreateSandboxUserNamespace(sb.uid, user.uid, user.gid));
+    parts.userns = std::move(userns.fd);
+    parts.sub_ids = userns.sub_ids;
     ImageRootSpec root_spec{.lower_dirs = lower,
                             .rw_dir = rw,
                             .rw_tmpfs_bytes = sb.spec.upper_on_disk ? 0 : sb.spec.disk_bytes,
                             .mount_point = mnt,
-                            // "/" is the upper directory: the sandbox's when it runs as root, as the image's is
-                            .root_owned_by_sandbox = user.uid == 0,
+                            // "/" is the upper directory: root's inside, as the image's is
+                            .root_owner = RootOwner(sb.uid, user.uid, parts.sub_ids),
                             .userns_fd = parts.userns.get(),
                             .uid = sb.uid,
                             .gid = sb.uid,
@@ -77,6 +85,7 @@ class ImageRootStorage final : public Storage {
     parts.root_dev = st.st_dev;
     Protections& p = sb.protections;
     p.mount_namespace = p.hidepid = p.user_namespace = true;
+    p.user_ids = parts.sub_ids;
     p.network_namespace = sb.namespaces.net.valid();
     p.disk_quota_bytes = root_spec.rw_tmpfs_bytes;
     CORRAL_RETURN_IF_ERROR(MakeDirectories(sb));

@@ -24,6 +24,7 @@
 #include "libs/core/testing/status_matchers.h"
 #include "services/sandbox_host/fork/fork_layers.h"
 #include "services/sandbox_host/images/layer_unpack.h"
+#include "services/sandbox_host/linux/process_sweep.h"
 #include "services/sandbox_host/tests/layer_scratch.h"
 #include "tests/support/uid_range.h"
 
@@ -67,7 +68,8 @@ class ImageRootTest : public ::testing::Test {
     for (const char* d : {"base", "top", "sb/rw", "sb/mnt", "child/rw", "child/mnt"}) {
       fs::create_directories(base_ / d);
     }
-    for (const char* tool : {"/bin/sh", "/bin/cat", "/bin/rm"}) CopyWithLibraries(tool, base_ / "base");
+    for (const char* tool : {"/bin/sh", "/bin/cat", "/bin/rm", "/bin/chown", "/bin/mkdir"})
+      CopyWithLibraries(tool, base_ / "base");
     fs::create_directories(base_ / "base/etc");
     std::ofstream(base_ / "base/etc/hello") << "from the image\n";
     fs::create_directories(base_ / "top/etc");
@@ -78,16 +80,17 @@ class ImageRootTest : public ::testing::Test {
     if (!base_.empty()) fs::remove_all(base_);
   }
 
-  // Runs `script` with /bin/sh in the image root as root inside; returns its exit status and output.
-  std::pair<int, std::string> RunInside(int mnt_fd, int userns_fd, const std::string& script) {
+  // Runs `script` with /bin/sh in the image root as `uid` inside (root by default); returns its exit status and
+  // output.
+  std::pair<int, std::string> RunInside(int mnt_fd, int userns_fd, const std::string& script, uid_t uid = 0) {
     const std::string out_path = (base_ / "out.txt").string();
     const pid_t pid = fork();
     if (pid == 0) {
       const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(out, 1);
       dup2(out, 2);
-      if (setns(mnt_fd, CLONE_NEWNS) != 0 || setns(userns_fd, CLONE_NEWUSER) != 0 || setresgid(0, 0, 0) != 0 ||
-          setresuid(0, 0, 0) != 0) {
+      if (setns(mnt_fd, CLONE_NEWNS) != 0 || setns(userns_fd, CLONE_NEWUSER) != 0 || setresgid(uid, uid, uid) != 0 ||
+          setresuid(uid, uid, uid) != 0) {
         _exit(99);
       }
       execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
@@ -106,7 +109,7 @@ class ImageRootTest : public ::testing::Test {
     ImageRootSpec spec{.rw_dir = (base_ / "sb/rw").string(),
                        .rw_tmpfs_bytes = tmpfs_bytes,
                        .mount_point = (base_ / "sb/mnt").string(),
-                       .root_owned_by_sandbox = true,
+                       .root_owner = uid_,
                        .userns_fd = userns_fd,
                        .uid = uid_,
                        .gid = uid_};
@@ -261,6 +264,108 @@ TEST_F(ImageRootTest, AFrozenTmpfsUpperIsTheChildsOwnAndTheParentKeepsItsFilesAn
   std::ifstream mounts("/proc/self/mountinfo");
   std::string all((std::istreambuf_iterator<char>(mounts)), std::istreambuf_iterator<char>());
   EXPECT_THAT(all, Not(HasSubstr((base_ / "state").string())));
+}
+
+// An image whose user is 1000: that user is the pool uid outside, root and every other id inside are ids of the
+// sandbox's own block, chown works between them, and an id beyond the block is refused.
+TEST_F(ImageRootTest, RootAndOtherUsersInsideAreIdsOfTheSandboxsOwnBlock) {
+  auto userns = CreateSandboxUserNamespace(uid_, 1000, 1000);
+  ASSERT_THAT(userns, IsOk());
+  ASSERT_TRUE(userns->sub_ids);
+  const uid_t block = *SubIdBase(uid_);
+  ImageRootSpec spec = Spec({"top", "base"}, userns->fd.get());
+  spec.root_owner = block;  // root inside's, as in an image whose user is not root
+  auto root = CreateImageRoot(spec);
+  ASSERT_THAT(root, IsOk());
+  auto [code, out] = RunInside(root->mnt.get(), userns->fd.get(), R"(
+    echo root > /etc/by-root && echo "root wrote"
+    echo agent > /etc/for-agent && chown 1234:1234 /etc/for-agent && echo "chowned"
+    chown 70000 /etc/by-root 2>/dev/null || echo "beyond the block refused"
+    mkdir -p /home/u && chown 1000:1000 /home/u && echo "home given"
+  )");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("root wrote\nchowned\nbeyond the block refused\nhome given\n"));
+  std::tie(code, out) = RunInside(root->mnt.get(), userns->fd.get(), "echo mine > /home/u/f && echo ok", 1000);
+  EXPECT_EQ(code, 0) << out;
+  struct stat st {};
+  ASSERT_EQ(stat((base_ / "sb/rw/upper/etc/by-root").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, block);  // root inside
+  ASSERT_EQ(stat((base_ / "sb/rw/upper/etc/for-agent").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, block + 1234);
+  EXPECT_EQ(st.st_gid, block + 1234);
+  ASSERT_EQ(stat((base_ / "sb/rw/upper/home/u/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, uid_);  // the image's user is the pool uid
+  // A layer made of it holds the ids inside again.
+  ASSERT_THAT(AdoptUpperAsLayer((base_ / "sb/rw/upper").string(), uid_, uid_, 1000, 1000), IsOk());
+  ASSERT_EQ(stat((base_ / "sb/rw/upper/etc/for-agent").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1234u);
+  ASSERT_EQ(stat((base_ / "sb/rw/upper/etc/by-root").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  ASSERT_EQ(stat((base_ / "sb/rw/upper/home/u/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+}
+
+// Teardown's sweep: processes of the block (root inside an image sandbox, a user it added) are the pool uid's.
+TEST_F(ImageRootTest, ASweepOfAPoolUidKillsTheProcessesOfItsBlock) {
+  const uid_t id = *SubIdBase(uid_) + 1234;
+  int switched[2];
+  ASSERT_EQ(pipe(switched), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (setresgid(id, id, id) != 0 || setresuid(id, id, id) != 0) _exit(99);
+    if (write(switched[1], "x", 1) != 1) _exit(97);  // the sweep can see it from now on
+    execl("/bin/sleep", "sleep", "300", static_cast<char*>(nullptr));
+    _exit(98);
+  }
+  ASSERT_GT(pid, 0);
+  close(switched[1]);
+  char c = 0;
+  ASSERT_EQ(read(switched[0], &c, 1), 1);
+  close(switched[0]);
+  EXPECT_THAT(ProcessesOf(uid_), ::testing::Contains(pid));
+  EXPECT_TRUE(KillAllOf(uid_));
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+TEST(SubIdsTest, EachPoolUidHasItsOwnBlockAndTheMapsCoverEveryIdOnce) {
+  EXPECT_EQ(SubIdBase(20000), 20000u << 16);
+  EXPECT_EQ(SubIdBase(0), std::nullopt);
+  EXPECT_EQ(SubIdBase(65535), std::nullopt);
+  EXPECT_EQ(SubIdOwner((20000u << 16) + 5), 20000u);
+  EXPECT_EQ(SubIdOwner(20000), 20000u);
+  // Root image: 0 is the pool uid, 1 … 65535 the block's.
+  IdMap root = SandboxIdMap(20000, 0);
+  ASSERT_EQ(root.size(), 2u);
+  EXPECT_EQ(root[0].inside, 0u);
+  EXPECT_EQ(root[0].outside, 20000u);
+  EXPECT_EQ(root[1].inside, 1u);
+  EXPECT_EQ(root[1].outside, (20000u << 16) + 1);
+  EXPECT_EQ(root[1].count, 65535u);
+  // A user of 1000: three extents, 65536 ids in all, each id once inside and outside.
+  IdMap user = SandboxIdMap(20000, 1000);
+  ASSERT_EQ(user.size(), 3u);
+  uint64_t total = 0;
+  for (const IdExtent& e : user) total += e.count;
+  EXPECT_EQ(total, kSubIds);
+  EXPECT_EQ(user[1].inside, 1000u);
+  EXPECT_EQ(user[1].outside, 20000u);
+  for (uint32_t id : {0u, 999u, 1000u, 1001u, 65535u}) {
+    uint32_t outside = 0;
+    for (const IdExtent& e : user) {
+      if (id >= e.inside && id - e.inside < e.count) outside = e.outside + (id - e.inside);
+    }
+    EXPECT_EQ(InsideId(outside, 20000, 1000), id);
+  }
+  EXPECT_EQ(InsideId(12345, 20000, 1000), 12345u);  // not the sandbox's: as it is
+  // Without a block only the image's user is mapped.
+  EXPECT_EQ(SandboxIdMap(70000, 0).size(), 1u);
+  // A layer written by sandbox 20000 is shown as 20001's: the pool uid and the block.
+  IdMap owner = OwnerIdMap(20000, 20001);
+  ASSERT_EQ(owner.size(), 2u);
+  EXPECT_EQ(owner[1].inside, 20000u << 16);
+  EXPECT_EQ(owner[1].outside, 20001u << 16);
 }
 
 TEST_F(ImageRootTest, TheProbeFindsIdmappedMountsWhereTheStoreLives) { EXPECT_TRUE(CanUseImages(base_.string())); }
