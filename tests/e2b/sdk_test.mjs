@@ -288,7 +288,38 @@ const steps = {
   },
 };
 
+// Steps that need a sandbox host holding an image (tests/images/e2b_test.py): run only when named. E2B_IMAGE is
+// the image's name; the sandbox API names it by the metadata key `image`, as slime does.
+const imageSteps = {
+  // Harbor's and slime's shapes: commands as root (background, cwd, envs, no timeout, then wait), a user added
+  // and given files, commands as that user; files written as root, 20 at once, read back as bytes.
+  async root() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000, metadata: { image: process.env.E2B_IMAGE } });
+    try {
+      assert.equal((await sbx.commands.run("id -u", { user: "root" })).stdout, "0\n");
+      const handle = await sbx.commands.run("echo $FOO; pwd; id -un", {
+        user: "root", background: true, cwd: "/tmp", envs: { FOO: "bar" }, timeoutMs: 0 });
+      assert.equal((await handle.wait()).stdout, "bar\n/tmp\nroot\n");
+      await sbx.commands.run("useradd -m agent && mkdir -p /work && chown -R agent:agent /work", { user: "root" });
+      const agent = await sbx.commands.run("id -un; touch /work/mine && stat -c %U /work/mine; echo $HOME",
+        { user: "agent" });
+      assert.equal(agent.stdout, "agent\nagent\n/home/agent\n");
+      await sbx.commands.run("touch /etc/not-yours", { user: "agent" }).then(() => assert.fail("agent is not root"),
+        (e) => assert.ok(e instanceof CommandExitError, String(e)));
+      const files = Array.from({ length: 20 }, (_, i) => ({ path: `/srv/batch/f${i}.txt`, data: `file ${i}\n` }));
+      assert.equal((await sbx.files.write(files, { user: "root" })).length, 20);
+      const bytes = await sbx.files.read("/srv/batch/f19.txt", { format: "bytes", user: "root" });
+      assert.equal(Buffer.from(bytes).toString(), "file 19\n");
+      assert.equal((await sbx.commands.run("cat /srv/batch/f7.txt", { user: "root" })).stdout, "file 7\n");
+      await sbx.commands.run("id -u", { user: "nobody-here" }).then(() => assert.fail("an unknown user"),
+        (e) => assert.ok(e instanceof SandboxError && String(e).includes("not in its /etc/passwd"), String(e)));
+    } finally {
+      await sbx.kill();
+    }
+  },
+};
+
 for (const name of process.argv.length > 2 ? process.argv.slice(2) : Object.keys(steps)) {
-  await steps[name]();
+  await (steps[name] ?? imageSteps[name])();
   console.log("ok", name);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Attacks from inside a sandbox made from an OCI image, where the sandbox's processes are root (in their own user
-namespace): each is a shell command that must fail. Mounting and unmounting (also after unshare), pivot_root,
-sysctls and /proc/sysrq-trigger, sysfs and cgroupfs, device nodes, ids the namespace does not map, the host's
+namespace, with every id of 0-65535 one of the sandbox's own block): each is a shell command that must fail.
+Mounting and unmounting (also after unshare), pivot_root, sysctls and /proc/sysrq-trigger, sysfs and cgroupfs,
+device nodes, ids beyond the block, the host's
 processes, clock, hostname and hard limits, and the host's loopback network; the root is nosuid,nodev and the
 host's files are out of reach. A control command that must succeed proves the script runs. Then the host's own
 attack suite (tests/integration/sandbox_host_test.cc) replayed against image sandboxes: a neighbour's processes,
@@ -38,7 +39,8 @@ ATTACKS = {
     "write /proc/sysrq-trigger": "echo h > /proc/sysrq-trigger",
     "make a block device": "mknod /tmp/sda b 8 0",
     "make /dev/mem": "mknod /tmp/mem c 1 1",
-    "give a file to an unmapped uid": "touch /tmp/f && chown 1000 /tmp/f",
+    "give a file to an id beyond the sandbox's block": "touch /tmp/f && chown 65536 /tmp/f",
+    "become an id beyond the sandbox's block": "perl -e '$< = $> = 70000; exit($> == 70000 ? 0 : 1)'",
     "signal the host's init": "kill -0 1",
     "read the host's init's root": "ls /proc/1/root/",
     "set the clock": "date -s '2000-01-01 00:00:00'",
@@ -78,8 +80,10 @@ class Attacks(ClusterTestCase):
         return ds.run([os.path.join(ARGS.bin, "corral"), group, command, "--host", cls.host, "--secret-file",
                        cls.secret, *args], check=check, timeout=120)
 
-    def sh(self, script, check=False, sandbox=None):
-        return self.corral("sandbox", "exec", sandbox or self.sandbox, "--", "sh", "-c", script, check=check)
+    def sh(self, script, check=False, sandbox=None, user=None):
+        as_user = ["--user", user] if user else []
+        return self.corral("sandbox", "exec", sandbox or self.sandbox, *as_user, "--", "sh", "-c", script,
+                           check=check)
 
     def info(self, sandbox):
         return json.loads(self.corral("sandbox", "info", sandbox).stdout)
@@ -123,6 +127,39 @@ class Attacks(ClusterTestCase):
         info = json.loads(self.corral("sandbox", "info", self.sandbox).stdout)
         self.assertTrue(info["protections"]["userNamespace"])
         self.assertGreaterEqual(info["protections"]["landlockAbi"], 1)
+
+    def test_root_adds_a_user_who_runs_as_an_id_of_the_sandboxs_own_block(self):
+        sandbox = self.create()
+        info = self.info(sandbox)
+        self.assertTrue(info["protections"]["userIds"])
+        block = info["uid"] << 16
+        # As root (named, as Harbor and slime name it): a user, its home, a file given to it, su to it.
+        done = self.sh("useradd -m -u 1000 agent && echo hi > /home/agent/f && chown agent:agent /home/agent/f && "
+                       "chmod 600 /home/agent/f && su agent -c 'id -u; cat /home/agent/f' && id -u", check=True,
+                       sandbox=sandbox, user="root")
+        self.assertEqual(done.stdout.split(), ["1000", "hi", "0"], done.stderr)
+        # The new user by name (the sandbox's /etc/passwd as it is now): its files are its own, root's are not.
+        done = self.sh("id -u; echo $HOME; cat /home/agent/f; cat /etc/corral-control 2>/dev/null; "
+                       "touch /etc/agent-was-here 2>/dev/null || echo etc-denied; sleep 60 >/dev/null 2>&1 & echo $!", sandbox=sandbox,
+                       user="agent")
+        out = done.stdout.split()
+        self.assertEqual(out[:4], ["1000", "/home/agent", "hi", "etc-denied"], done.stdout + done.stderr)
+        # Outside, its process is an id of the block, and the host's files keep their owners.
+        with open(f"/proc/{out[-1]}/status") as f:
+            uids = next(line for line in f if line.startswith("Uid:")).split()[1:]
+        self.assertEqual(int(uids[0]), block + 1000)
+        owner = os.stat(os.path.join(self.dir, "sandboxes", "homes", sandbox)).st_uid
+        self.assertNotIn(owner, range(block, block + 65536))
+        # The agent cannot become root again (no setuid binaries work: the root is nosuid).
+        done = self.sh("su -c 'id -u' root </dev/null 2>&1; echo rc=$?", sandbox=sandbox, user="agent")
+        self.assertNotIn("\n0\n", "\n" + done.stdout, done.stdout)
+        self.assertNotEqual(done.stdout.strip().split("rc=")[-1], "0", done.stdout)
+        # A user the sandbox does not define is refused, and a delete kills the block's processes too.
+        refused = self.sh("true", sandbox=sandbox, user="nobody-here")
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("not in its /etc/passwd", refused.stderr)
+        self.corral("sandbox", "rm", sandbox)
+        self.assertEqual(self.live_processes(block + 1000), [])
 
     def test_a_neighbour_and_the_host_are_out_of_reach(self):
         a, b = self.create(), self.create()

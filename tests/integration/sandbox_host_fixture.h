@@ -92,11 +92,14 @@ class SandboxHostApiTest : public ::testing::Test {
     return resp;
   }
 
-  ExecResult Exec(const std::string& id, const std::string& token, const std::string& script) {
+  // Runs `script` with /bin/sh, as `user` (Command.user) when given.
+  ExecResult Exec(const std::string& id, const std::string& token, const std::string& script,
+                  const std::string& user = "") {
     grpc::ClientContext ctx;
     Prepare(ctx, token);
     v1::ExecRequest req;
     req.set_sandbox_id(id);
+    req.mutable_command()->set_user(user);
     for (const char* a : {"/bin/sh", "-c"}) req.mutable_command()->add_argv(a);
     req.mutable_command()->add_argv(script);
     auto reader = stub_->Exec(&ctx, req);

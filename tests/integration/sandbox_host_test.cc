@@ -64,6 +64,13 @@ TEST_F(SandboxHostApiTest, ExecRunsIsolatedAndReportsProtections) {
   EXPECT_THAT(e.out, HasSubstr(std::to_string(sb.sandbox().uid()) + "\n"));
   EXPECT_THAT(e.out, HasSubstr("Permission denied"));
   EXPECT_THAT(ReadFile(sb.sandbox().sandbox_id(), sb.capability_token(), "/workspace/w"), IsOkAndHolds("x\n"));
+  // A sandbox on the host's filesystem has one user: root (or any other) is refused, not pretended.
+  EXPECT_FALSE(sb.sandbox().protections().user_ids());
+  for (const char* user : {"root", "0", "nobody"}) {
+    EXPECT_THAT(Exec(sb.sandbox().sandbox_id(), sb.capability_token(), "id -u", user).status,
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("has one user")))
+        << user;
+  }
 }
 
 TEST_F(SandboxHostApiTest, TokensOpenOnlyTheirOwnSandbox) {

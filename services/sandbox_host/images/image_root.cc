@@ -195,7 +195,7 @@ bool WriteProcFile(pid_t pid, const char* name, const std::string& content) {
 
 }  // namespace
 
-absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gids) {
+absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gids, bool setgroups) {
   auto lines = [](const IdMap& map) {
     std::string text;
     for (const IdExtent& e : map) absl::StrAppend(&text, e.inside, " ", e.outside, " ", e.count, "\n");
@@ -208,7 +208,8 @@ absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gid
   int fd_to_wait_on = read_end.get();
   const pid_t pid = clone(HoldUserNamespace, stack.get() + kStack, CLONE_NEWUSER | CLONE_VM | SIGCHLD, &fd_to_wait_on);
   if (pid < 0) return absl::InternalError(absl::StrCat("clone(CLONE_NEWUSER): ", strerror(errno)));
-  const bool mapped = WriteProcFile(pid, "uid_map", lines(uids)) && WriteProcFile(pid, "setgroups", "deny") &&
+  const bool mapped = WriteProcFile(pid, "uid_map", lines(uids)) &&
+                      WriteProcFile(pid, "setgroups", setgroups ? "allow" : "deny") &&
                       WriteProcFile(pid, "gid_map", lines(gids));
   const int saved = errno;
   UniqueFd ns(open(absl::StrCat("/proc/", pid, "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
@@ -225,7 +226,8 @@ absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_
 }
 
 absl::StatusOr<SandboxUserNamespace> CreateSandboxUserNamespace(uid_t pool, uid_t image_uid, gid_t image_gid) {
-  auto wide = CreateUserNamespace(SandboxIdMap(pool, image_uid), SandboxIdMap(pool, image_gid));
+  // setgroups is allowed (su and login set a user's groups): every gid it can name is the sandbox's own.
+  auto wide = CreateUserNamespace(SandboxIdMap(pool, image_uid), SandboxIdMap(pool, image_gid), true);
   if (wide.ok() && SubIdBase(pool)) return SandboxUserNamespace{*std::move(wide), true};
   if (wide.ok()) return SandboxUserNamespace{*std::move(wide), false};
   static std::once_flag logged;

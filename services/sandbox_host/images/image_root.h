@@ -18,8 +18,8 @@
 
 namespace corral::sandbox {
 
-// A user namespace with these id maps; setgroups denied.
-absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gids);
+// A user namespace with these id maps; setgroups denied unless `setgroups`.
+absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gids, bool setgroups = false);
 // One mapping `inside_uid`/`inside_gid` (root by default: the image's user) to `uid`/`gid` outside, and nothing
 // else.
 absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_uid = 0, gid_t inside_gid = 0);
