@@ -158,8 +158,22 @@ class Attacks(ClusterTestCase):
         refused = self.sh("true", sandbox=sandbox, user="nobody-here")
         self.assertNotEqual(refused.returncode, 0)
         self.assertIn("not in its /etc/passwd", refused.stderr)
-        self.corral("sandbox", "rm", sandbox)
+        # A fork's child has the user and its files, as ids of the child's own block.
+        os.kill(int(out[-1]), signal.SIGKILL)  # (another exec's process: Landlock scopes signals to one exec)
+        child = self.corral("sandbox", "fork", sandbox, "--wait", "20").stdout.split()[0]
+        child_block = self.info(child)["uid"] << 16
+        self.assertNotEqual(child_block, block)
+        done = self.sh("stat -c '%U %a' /home/agent/f; cat /home/agent/f; id -un", check=True, sandbox=child,
+                       user="agent")
+        self.assertEqual(done.stdout.split(), ["agent", "600", "hi", "agent"], done.stderr)
+        done = self.sh("sleep 60 >/dev/null 2>&1 & echo $!", check=True, sandbox=child, user="agent")
+        with open(f"/proc/{done.stdout.strip()}/status") as f:
+            uids = next(line for line in f if line.startswith("Uid:")).split()[1:]
+        self.assertEqual(int(uids[0]), child_block + 1000)
+        for s in (sandbox, child):
+            self.corral("sandbox", "rm", s)
         self.assertEqual(self.live_processes(block + 1000), [])
+        self.assertEqual(self.live_processes(child_block + 1000), [])
 
     def test_a_neighbour_and_the_host_are_out_of_reach(self):
         a, b = self.create(), self.create()
