@@ -93,6 +93,21 @@ asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> LeaseClient::Fork(v1::For
   co_return response;
 }
 
+asio::awaitable<absl::StatusOr<v1::SandboxLease>> LeaseClient::SetPaused(std::string lease_id, std::string owner,
+                                                                         bool paused, absl::Duration ttl) {
+  rpc::CallScope scope(nullptr, clock_->Now() + absl::Seconds(60), token_);
+  v1::SetLeasePausedRequest request;
+  request.set_lease_id(std::move(lease_id));
+  request.set_owner(std::move(owner));
+  request.set_paused(paused);
+  if (ttl > absl::ZeroDuration()) ToProto(ttl, request.mutable_ttl());
+  v1::SandboxLease response;
+  grpc::Status s = co_await AwaitGrpc(
+      [&](auto done) { stub_->async()->SetLeasePaused(scope.context(), &request, &response, std::move(done)); });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
 absl::StatusOr<std::shared_ptr<sandbox::HostApi>> LeaseClient::Host(const v1::SandboxLease& lease) {
   std::shared_ptr<grpc::Channel> channel;
   {

@@ -30,6 +30,9 @@ class LeaseApi {
   // Every lease of `owner`, ordered by id.
   virtual boost::asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> List(std::string owner) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request) = 0;
+  // SetLeasePaused: pauses, or resumes (with a new ttl when `ttl` > 0).
+  virtual boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> SetPaused(std::string lease_id, std::string owner,
+                                                                             bool paused, absl::Duration ttl) = 0;
   // The client of the lease's host, presenting the lease's capability token; an error when the lease's host
   // address or this replica's TLS settings make no channel.
   virtual absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease& lease) = 0;
@@ -49,6 +52,8 @@ class LeaseClient final : public LeaseApi {
                                                                  absl::Duration ttl) override;
   boost::asio::awaitable<absl::StatusOr<std::vector<v1::SandboxLease>>> List(std::string owner) override;
   boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request) override;
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> SetPaused(std::string lease_id, std::string owner,
+                                                                     bool paused, absl::Duration ttl) override;
   absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease& lease) override;
 
  private:

@@ -1,5 +1,10 @@
 #include "services/sandbox_host/convert.h"
 
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+
 namespace corral::sandbox {
 
 v1::NetworkPolicy ToProto(NetworkPolicy policy) {
@@ -84,7 +89,9 @@ void ToProto(const CgroupLimits& cgroup, const Rlimits& rlimits, int64_t disk_by
 
 void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
   out->set_sandbox_id(sb.id);
-  out->set_state(sb.deleted ? v1::SANDBOX_STATE_DELETING : v1::SANDBOX_STATE_READY);
+  out->set_state(sb.deleted  ? v1::SANDBOX_STATE_DELETING
+                 : sb.paused ? v1::SANDBOX_STATE_PAUSED
+                             : v1::SANDBOX_STATE_READY);
   ToProto(sb.spec, out->mutable_spec());
   out->set_home(sb.home);
   out->set_image_digest(sb.image_digest());
@@ -115,6 +122,25 @@ void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
   pp->set_disk_quota_bytes(static_cast<uint64_t>(p.disk_quota_bytes));
   ToProto(sb.create_time, out->mutable_create_time());
   out->set_running_processes(static_cast<uint32_t>(running_processes));
+}
+
+void UsageToProto(const Sandbox& sb, v1::ResourceUsage* out) {
+  const CgroupUsage u = sb.cgroup.Usage();
+  if (u.cpu_usec >= 0 && u.memory_bytes >= 0) {
+    out->set_measured(true);
+    out->set_memory_bytes(static_cast<uint64_t>(u.memory_bytes));
+    const int64_t host_memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    out->set_memory_limit_bytes(static_cast<uint64_t>(u.memory_limit_bytes > 0 ? u.memory_limit_bytes : host_memory));
+    out->set_cpu_count(static_cast<uint32_t>(std::max<long>(sysconf(_SC_NPROCESSORS_ONLN), 1)));
+    out->set_pids(static_cast<uint32_t>(std::max<int64_t>(u.pids, 0)));
+    ToProto(absl::Microseconds(u.cpu_usec), out->mutable_cpu_time());
+  }
+  struct statfs fs {};
+  if (sb.in_image() && sb.protections.disk_quota_bytes > 0 && sb.home_fd.valid() &&
+      fstatfs(sb.home_fd.get(), &fs) == 0) {
+    out->set_disk_total_bytes(static_cast<uint64_t>(fs.f_blocks) * fs.f_bsize);
+    out->set_disk_used_bytes(static_cast<uint64_t>(fs.f_blocks - fs.f_bfree) * fs.f_bsize);
+  }
 }
 
 void ToProto(const ExitInfo& x, v1::ExitStatus* out) {

@@ -116,6 +116,8 @@ struct Sandbox {
   // A fork is under way: calls get UNAVAILABLE until the parent's new generation takes its place (set and
   // cleared under the manager's lock).
   mutable std::atomic<bool> forking{false};
+  // Frozen by PauseSandbox (set under uid_mu): commands are refused, idle eviction spares it.
+  mutable std::atomic<bool> paused{false};
   // A delete of a sandbox being forked wakes the fork's wait for its processes: the fork gives up.
   mutable WakeableSleep delete_requested;
   // Held by whatever kills by this sandbox's uid (an execution's kill sweep, the teardown), so that no sweep

@@ -365,7 +365,8 @@ int SandboxManager::EvictIdle() {
     if (stopping_) return 0;
     for (const auto& [id, sb] : sandboxes_) {
       // Never while a process runs: a long silent command keeps its sandbox.
-      if (sb->running == 0 && !sb->forking && now - absl::FromUnixNanos(sb->last_active_ns) > sb->spec.idle_timeout) {
+      if (sb->running == 0 && !sb->forking && !sb->paused &&
+          now - absl::FromUnixNanos(sb->last_active_ns) > sb->spec.idle_timeout) {
         idle.push_back(id);
       }
     }
@@ -439,7 +440,8 @@ absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper
   bool clean = false;
   {
     absl::MutexLock lock(&sb.uid_mu);
-    sb.deleted = true;  // executions that end now report SANDBOX_DELETED, and sweep no more
+    sb.deleted = true;                             // executions that end now report SANDBOX_DELETED, and sweep no more
+    if (sb.paused) (void)sb.cgroup.Freeze(false);  // a frozen process dies of SIGKILL too; thawed, it goes at once
     // Every process of the uid dies first (setsid escapees included), so nothing can race the wipe.
     clean = KillAllOf(sb.uid);
   }

@@ -133,6 +133,10 @@ class SandboxManager {
   // processes that ran. NOT_FOUND for an unknown or deleted sandbox; INTERNAL when one survives the sweep.
   // Blocks while it sweeps (a worker's job).
   absl::StatusOr<uint32_t> KillAllProcesses(const std::string& id);
+  // PauseSandbox (`paused`) or ResumeSandbox (sandbox_pause.cc): freezes or thaws its cgroup. Idempotent.
+  // NOT_FOUND for an unknown or deleted sandbox; UNAVAILABLE while it forks; FAILED_PRECONDITION without a
+  // cgroup freezer. Blocks until the kernel has done it (a worker's job).
+  absl::StatusOr<std::shared_ptr<const Sandbox>> SetPaused(const std::string& id, bool paused);
 
   // OK when `token` is this sandbox's capability token; PERMISSION_DENIED for a sibling's token,
   // UNAUTHENTICATED for anything else.

@@ -90,8 +90,32 @@ grpc::ServerUnaryReactor* SandboxService::GetSandbox(grpc::CallbackServerContext
   return FinishUnary(ctx, [&]() -> absl::Status {
     CORRAL_ASSIGN_OR_RETURN(auto sb, OpenSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()));
     ToProto(*sb, 0, resp);
+    UsageToProto(*sb, resp->mutable_usage());
     return absl::OkStatus();
   }());
+}
+
+grpc::ServerUnaryReactor* SandboxService::SetPaused(grpc::CallbackServerContext* ctx, const std::string& id,
+                                                    bool paused, v1::Sandbox* resp) {
+  if (absl::Status s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, id); !s.ok()) return FinishUnary(ctx, s);
+  // The freezer waits on the kernel: on a worker, answering when done.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOn(workers_, [this, reactor, resp, id, paused] {
+    auto sb = sandboxes_->SetPaused(id, paused);
+    if (sb.ok()) ToProto(**sb, 0, resp);
+    reactor->Finish(ToGrpcStatus(sb.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SandboxService::PauseSandbox(grpc::CallbackServerContext* ctx,
+                                                       const v1::PauseSandboxRequest* req, v1::Sandbox* resp) {
+  return SetPaused(ctx, req->sandbox_id(), true, resp);
+}
+
+grpc::ServerUnaryReactor* SandboxService::ResumeSandbox(grpc::CallbackServerContext* ctx,
+                                                        const v1::ResumeSandboxRequest* req, v1::Sandbox* resp) {
+  return SetPaused(ctx, req->sandbox_id(), false, resp);
 }
 
 grpc::ServerUnaryReactor* SandboxService::ListSandboxes(grpc::CallbackServerContext* ctx,

@@ -42,6 +42,10 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
                                         v1::CreateSandboxesResponse* resp) override;
   grpc::ServerUnaryReactor* GetSandbox(grpc::CallbackServerContext* ctx, const v1::GetSandboxRequest* req,
                                        v1::Sandbox* resp) override;
+  grpc::ServerUnaryReactor* PauseSandbox(grpc::CallbackServerContext* ctx, const v1::PauseSandboxRequest* req,
+                                         v1::Sandbox* resp) override;
+  grpc::ServerUnaryReactor* ResumeSandbox(grpc::CallbackServerContext* ctx, const v1::ResumeSandboxRequest* req,
+                                          v1::Sandbox* resp) override;
   grpc::ServerUnaryReactor* ListSandboxes(grpc::CallbackServerContext* ctx, const v1::ListSandboxesRequest* req,
                                           v1::ListSandboxesResponse* resp) override;
   grpc::ServerUnaryReactor* DeleteSandbox(grpc::CallbackServerContext* ctx, const v1::DeleteSandboxRequest* req,
@@ -86,6 +90,9 @@ class SandboxService final : public v1::SandboxHost::CallbackService {
                                      v1::HostInfoResponse* resp) override;
 
  private:
+  // PauseSandbox and ResumeSandbox.
+  grpc::ServerUnaryReactor* SetPaused(grpc::CallbackServerContext* ctx, const std::string& id, bool paused,
+                                      v1::Sandbox* resp);
   absl::Status CreateInto(int64_t count, SandboxSpec spec, v1::CreateSandboxesResponse* resp);
   static void Fill(const SandboxManager::CreateResult& result, v1::CreateSandboxesResponse* resp);
 

@@ -69,6 +69,9 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
                                          v1::ReleaseLeaseResponse* response) override;
   grpc::ServerUnaryReactor* ForkLease(grpc::CallbackServerContext* context, const v1::ForkLeaseRequest* request,
                                       v1::ForkLeaseResponse* response) override;
+  grpc::ServerUnaryReactor* SetLeasePaused(grpc::CallbackServerContext* context,
+                                           const v1::SetLeasePausedRequest* request,
+                                           v1::SandboxLease* response) override;
 
  private:
   Scheduler* const scheduler_;

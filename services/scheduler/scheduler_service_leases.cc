@@ -57,6 +57,13 @@ grpc::ServerUnaryReactor* SchedulerService::RenewLease(grpc::CallbackServerConte
   return Spawned(context, executor_, response, leases_->Renew(*request), "a RenewLease call");
 }
 
+grpc::ServerUnaryReactor* SchedulerService::SetLeasePaused(grpc::CallbackServerContext* context,
+                                                           const v1::SetLeasePausedRequest* request,
+                                                           v1::SandboxLease* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  return Spawned(context, executor_, response, leases_->SetPaused(*request), "a SetLeasePaused call");
+}
+
 grpc::ServerUnaryReactor* SchedulerService::GetLease(grpc::CallbackServerContext* context,
                                                      const v1::GetLeaseRequest* request, v1::SandboxLease* response) {
   return FinishUnary(context, [&]() -> absl::Status {

@@ -272,6 +272,48 @@ const steps = {
     }
   },
 
+  // betaPause freezes the sandbox where it stands (a counting process stops counting), list and getInfo say
+  // "paused", connect resumes it (the process counts on), getMetrics samples its cgroup.
+  async lifecycle() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 });
+    try {
+      await sbx.commands.run("i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done",
+        { background: true, timeoutMs: 0 });
+      // -1 until the loop wrote its first line.
+      const count = async () => Number((await sbx.files.read("/tmp/count").catch(() => "")).trim() || -1);
+      const deadline = Date.now() + 20_000;
+      while ((await count()) < 3 && Date.now() < deadline) await sleep(20);
+      const metrics = await sbx.getMetrics();
+      if (metrics.length === 0) {  // a host without cgroups measures nothing and cannot pause
+        console.log("skip lifecycle: the host has no cgroup (no metrics, no pause)");
+        return;
+      }
+      assert.ok(metrics[0].cpuCount >= 1 && metrics[0].memUsed > 0 && metrics[0].memTotal >= metrics[0].memUsed,
+        JSON.stringify(metrics));
+      assert.ok(metrics[0].timestamp instanceof Date && !isNaN(metrics[0].timestamp), String(metrics[0].timestamp));
+      const t0 = performance.now();
+      assert.equal(await sbx.betaPause(), true);
+      const paused = performance.now();
+      assert.equal(await sbx.betaPause(), false);  // already paused: 409
+      assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "paused");
+      const listed = await Sandbox.list({ query: { state: ["paused"] } }).nextItems();
+      assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId && s.state === "paused"));
+      assert.ok(!(await Sandbox.list({ query: { state: ["running"] } }).nextItems()).some(
+        (s) => s.sandboxId === sbx.sandboxId));
+      assert.equal(await sbx.isRunning(), false);
+      const t1 = performance.now();
+      await sbx.connect();  // resumes it
+      const resumed = performance.now();
+      assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "running");
+      const at = await count();
+      while ((await count()) <= at + 2 && Date.now() < deadline + 20_000) await sleep(20);
+      assert.ok((await count()) > at + 2, "the process counts on after the resume");
+      console.log(`pause ${(paused - t0).toFixed(1)} ms, resume ${(resumed - t1).toFixed(1)} ms`);
+    } finally {
+      await sbx.kill();
+    }
+  },
+
   async errors() {
     assert.equal(await Sandbox.kill("ls-0000000000000000000000"), false);
     await Sandbox.getInfo("ls-0000000000000000000000").then(() => assert.fail(),

@@ -92,6 +92,29 @@ class SandboxHostApiTest : public ::testing::Test {
     return resp;
   }
 
+  // GetSandbox, PauseSandbox (`paused`) or ResumeSandbox (`!paused`), with the cluster token.
+  absl::StatusOr<v1::Sandbox> GetSandbox(const std::string& id, std::optional<bool> paused = std::nullopt) {
+    grpc::ClientContext ctx;
+    Prepare(ctx, token_);
+    v1::Sandbox sb;
+    grpc::Status s;
+    if (!paused) {
+      v1::GetSandboxRequest req;
+      req.set_sandbox_id(id);
+      s = stub_->GetSandbox(&ctx, req, &sb);
+    } else if (*paused) {
+      v1::PauseSandboxRequest req;
+      req.set_sandbox_id(id);
+      s = stub_->PauseSandbox(&ctx, req, &sb);
+    } else {
+      v1::ResumeSandboxRequest req;
+      req.set_sandbox_id(id);
+      s = stub_->ResumeSandbox(&ctx, req, &sb);
+    }
+    if (!s.ok()) return FromGrpcStatus(s);
+    return sb;
+  }
+
   // Runs `script` with /bin/sh, as `user` (Command.user) when given.
   ExecResult Exec(const std::string& id, const std::string& token, const std::string& script,
                   const std::string& user = "") {

@@ -8,8 +8,10 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/status_macros.h"
@@ -246,6 +248,55 @@ TEST_F(SandboxProcessesTest, BackgroundProcessesAreListedWriteTheirOutputAndCanB
   EXPECT_THAT(KillProcess(id, "p-999999"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(KillProcess(id, p->process_id(), 99), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(StartProcess(id, "true", "../escape"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// PauseSandbox freezes every process where it stands (a counting loop stops counting, and commands are refused)
+// until ResumeSandbox, when it counts on; GetSandbox reports what the cgroup measured; a paused sandbox deletes.
+TEST_F(SandboxProcessesTest, APausedSandboxIsFrozenWhereItStandsAndGoesOnWhenResumed) {
+  auto r = Create(1);
+  ASSERT_THAT(r, IsOk());
+  const std::string id = r->sandboxes(0).sandbox().sandbox_id();
+  auto p = StartProcess(id, "i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.02; done", "logs/loop.log");
+  ASSERT_THAT(p, IsOk());
+  auto count = [&] {
+    auto text = ReadFile(id, token_, "count");
+    int n = -1;
+    return text.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &n) ? n : -1;
+  };
+  ASSERT_TRUE(testing::WaitUntil([&] { return count() >= 3; }, absl::Seconds(10)));
+  auto paused = GetSandbox(id, true);
+  if (!paused.ok() && absl::StrContains(paused.status().message(), "freezer")) {
+    GTEST_SKIP() << paused.status();  // a host without a cgroup freezer cannot pause
+  }
+  ASSERT_THAT(paused, IsOk());
+  EXPECT_EQ(paused->state(), v1::SANDBOX_STATE_PAUSED);
+  const int frozen_at = count();
+  absl::SleepFor(absl::Milliseconds(300));  // 15 turns of the loop, were it running
+  EXPECT_EQ(count(), frozen_at);
+  EXPECT_THAT(Exec(id, token_, "true").status, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("is paused")));
+  EXPECT_THAT(GetSandbox(id, true), IsOk());  // again: nothing changes
+  auto resumed = GetSandbox(id, false);
+  ASSERT_THAT(resumed, IsOk());
+  EXPECT_EQ(resumed->state(), v1::SANDBOX_STATE_READY);
+  ASSERT_TRUE(testing::WaitUntil([&] { return count() > frozen_at + 2; }, absl::Seconds(10)));
+  auto sb = GetSandbox(id);
+  ASSERT_THAT(sb, IsOk());
+  EXPECT_TRUE(sb->usage().measured());
+  EXPECT_GT(sb->usage().cpu_time().nanos() + sb->usage().cpu_time().seconds(), 0);
+  EXPECT_GT(sb->usage().memory_bytes(), 0u);
+  EXPECT_GE(sb->usage().pids(), 2u);  // the loop's shell and its sleep
+  EXPECT_GE(sb->usage().cpu_count(), 1u);
+  EXPECT_GT(sb->usage().memory_limit_bytes(), sb->usage().memory_bytes());
+  // Paused again, it deletes: its frozen processes die with it.
+  ASSERT_THAT(GetSandbox(id, true), IsOk());
+  grpc::ClientContext ctx;
+  Prepare(ctx, token_);
+  v1::DeleteSandboxRequest del;
+  del.set_sandbox_id(id);
+  v1::DeleteSandboxResponse gone;
+  ASSERT_TRUE(stub_->DeleteSandbox(&ctx, del, &gone).ok());
+  EXPECT_TRUE(gone.existed());
+  EXPECT_THAT(GetSandbox(id), StatusIs(absl::StatusCode::kNotFound));
 }
 
 v1::PrepareTemplateRequest TemplateRequest(const std::string& key, const std::string& setup) {

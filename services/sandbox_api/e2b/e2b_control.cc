@@ -1,6 +1,7 @@
 #include "services/sandbox_api/e2b/e2b_control.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "absl/algorithm/container.h"
@@ -205,7 +206,7 @@ boost::json::object E2bControlPlane::InfoJson(const v1::SandboxLease& lease) con
   json::object o = SandboxJson(lease);
   o["startedAt"] = J(Rfc3339(FromProto(lease.create_time())));
   o["endAt"] = J(Rfc3339(FromProto(lease.expire_time())));
-  o["state"] = "running";
+  o["state"] = lease.paused() ? "paused" : "running";
   json::object metadata;
   for (const auto& [k, v] : lease.metadata()) metadata[k] = J(v);
   o["metadata"] = std::move(metadata);
@@ -226,10 +227,12 @@ asio::awaitable<E2bAnswer> E2bControlPlane::List(std::string owner, std::map<std
     if (!absl::SimpleAtoi(it->second, &limit) || limit < 1 || limit > 1000)
       co_return Error(400, "limit must be 1-1000");
   }
-  // Every sandbox here runs (there is no pause): a state filter without "running" lists none.
-  bool running = true;
+  // state=running,paused (comma-separated, as the SDK sends it); absent: both.
+  bool running = true, paused = true;
   if (auto it = query.find("state"); it != query.end()) {
-    running = absl::c_linear_search(std::vector<std::string>(absl::StrSplit(it->second, ',')), "running");
+    const std::vector<std::string> states = absl::StrSplit(it->second, ',');
+    running = absl::c_linear_search(states, "running");
+    paused = absl::c_linear_search(states, "paused");
   }
   const std::string after = query.count("nextToken") ? query["nextToken"] : "";
   const std::string template_id = query.count("template") ? query["template"] : "";
@@ -238,7 +241,7 @@ asio::awaitable<E2bAnswer> E2bControlPlane::List(std::string owner, std::map<std
   json::array page;
   std::string next;
   for (const v1::SandboxLease& lease : *leases) {
-    if (!running || lease.lease_id() <= after) continue;
+    if (!(lease.paused() ? paused : running) || lease.lease_id() <= after) continue;
     auto api = lease.labels().find(kApiLabel);
     if (api == lease.labels().end() || api->second != "e2b") continue;  // the /run_code leases are not E2B's
     if (!template_id.empty() && TemplateOf(lease) != template_id) continue;
@@ -287,18 +290,24 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
       co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
     co_return E2bAnswer{204, "", {}};
   }
-  if (method == "POST" && action == "connect") {
+  if (method == "POST" && (action == "connect" || action == "resume")) {
     auto timeout = Timeout(*body, absl::ZeroDuration(), options_.max_timeout);
     if (!timeout.ok()) co_return FromStatus(timeout.status());
-    absl::StatusOr<v1::SandboxLease> lease;
-    if (*timeout > absl::ZeroDuration()) {
-      lease = co_await leases_->Renew(id, owner, *timeout);
-    } else {
-      lease = co_await leases_->Get(id, owner);
+    co_return co_await Connect(std::move(owner), std::move(id), *timeout);
+  }
+  if (method == "POST" && action == "pause") co_return co_await Pause(std::move(owner), std::move(id));
+  if (method == "GET" && action == "metrics") co_return co_await Metrics(std::move(owner), std::move(id));
+  if (method == "POST" && action == "refreshes") {
+    // {duration} in seconds (0-3600; absent or 0: the default timeout), as a renewal.
+    absl::Duration ttl = options_.default_timeout;
+    if (const json::value* d = body->if_contains("duration"); d != nullptr && !d->is_null()) {
+      if (!d->is_int64() || d->as_int64() < 0 || d->as_int64() > 3600) co_return Error(400, "duration must be 0-3600");
+      if (d->as_int64() > 0) ttl = absl::Seconds(d->as_int64());
     }
+    auto lease = co_await leases_->Renew(id, owner, ttl);
     if (!lease.ok())
       co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
-    co_return E2bAnswer{200, json::serialize(SandboxJson(*lease)), {}};
+    co_return E2bAnswer{204, "", {}};
   }
   if (method == "POST" && action == "fork") {
     uint32_t count = 1;
@@ -326,16 +335,67 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
     }
     co_return E2bAnswer{201, json::serialize(out), {}};
   }
-  if (action == "pause" || action == "resume" || action == "snapshots") {
-    co_return Error(400, absl::StrCat(action,
-                                      " is not supported: a Corral sandbox runs until it is killed or its "
-                                      "timeout passes (fork copies one instead)"));
+  if (action == "snapshots") {
+    co_return Error(400, "snapshots are not supported: fork copies a sandbox, pause keeps one as it is");
   }
-  if (action == "metrics" || action == "logs" || action == "refreshes") {
-    co_return Error(400, absl::StrCat(action, " is not supported by Corral's E2B API"));
-  }
+  if (action == "logs") co_return Error(400, "logs are not supported by Corral's E2B API");
   // Not 404: the SDK would read {"code": 404} as "no such sandbox".
   co_return Error(400, absl::StrCat("no such route: ", method, " ", action));
+}
+
+asio::awaitable<E2bAnswer> E2bControlPlane::Pause(std::string owner, std::string id) {
+  auto lease = co_await leases_->Get(id, owner);
+  if (!lease.ok())
+    co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
+  if (lease->paused()) co_return Error(409, absl::StrCat("sandbox \"", id, "\" is already paused"));
+  auto paused = co_await leases_->SetPaused(id, owner, true, absl::ZeroDuration());
+  if (!paused.ok())
+    co_return paused.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(paused.status());
+  if (on_killed_) on_killed_(id);  // the in-sandbox API forgets it: a call now finds it paused
+  co_return E2bAnswer{204, "", {}};
+}
+
+asio::awaitable<E2bAnswer> E2bControlPlane::Connect(std::string owner, std::string id, absl::Duration timeout) {
+  auto lease = co_await leases_->Get(id, owner);
+  if (lease.ok() && lease->paused()) {
+    lease = co_await leases_->SetPaused(id, owner, false, timeout);
+    if (lease.ok()) co_return E2bAnswer{201, json::serialize(SandboxJson(*lease)), {}};
+  } else if (lease.ok() && timeout > absl::ZeroDuration()) {
+    lease = co_await leases_->Renew(id, owner, timeout);
+  }
+  if (!lease.ok())
+    co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
+  co_return E2bAnswer{200, json::serialize(SandboxJson(*lease)), {}};
+}
+
+asio::awaitable<E2bAnswer> E2bControlPlane::Metrics(std::string owner, std::string id) {
+  auto lease = co_await leases_->Get(id, owner);
+  if (!lease.ok())
+    co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
+  auto host = leases_->Host(*lease);
+  if (!host.ok()) co_return FromStatus(host.status());
+  if (*host == nullptr) co_return Error(500, absl::StrCat("sandbox ", id, ": no client for its host"));
+  auto sandbox = co_await (*host)->Get(lease->sandbox_id(), absl::Seconds(10));
+  if (!sandbox.ok()) co_return FromStatus(sandbox.status());
+  const v1::ResourceUsage& u = sandbox->usage();
+  if (!u.measured()) co_return E2bAnswer{200, "[]", {}};  // no cgroup: nothing measured, never zeros
+  // CPU share since the previous sample this replica took (or since the sandbox started), of all its CPUs.
+  const absl::Time now = clock_->Now();
+  const absl::Duration cpu = FromProto(u.cpu_time());
+  std::pair<absl::Time, absl::Duration> since{FromProto(lease->create_time()), absl::ZeroDuration()};
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = cpu_samples_.find(id); it != cpu_samples_.end() && it->second.first < now) since = it->second;
+    if (cpu_samples_.size() > 100000) cpu_samples_.clear();
+    cpu_samples_[id] = {now, cpu};
+  }
+  const double wall = absl::ToDoubleSeconds(now - since.first) * std::max<uint32_t>(u.cpu_count(), 1);
+  const double pct = wall > 0 ? std::clamp(100 * absl::ToDoubleSeconds(cpu - since.second) / wall, 0.0, 100.0) : 0;
+  json::object sample{{"timestamp", J(Rfc3339(now))},    {"timestampUnix", absl::ToUnixSeconds(now)},
+                      {"cpuCount", u.cpu_count()},       {"cpuUsedPct", std::round(pct * 100) / 100},
+                      {"memUsed", u.memory_bytes()},     {"memTotal", u.memory_limit_bytes()},
+                      {"diskUsed", u.disk_used_bytes()}, {"diskTotal", u.disk_total_bytes()}};
+  co_return E2bAnswer{200, json::serialize(json::array{std::move(sample)}), {}};
 }
 
 }  // namespace corral::sandbox_api

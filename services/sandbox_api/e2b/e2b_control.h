@@ -2,8 +2,8 @@
 // sandboxes: a sandbox is a lease (its id the sandbox id, its owner the API key's name), its timeout the lease's
 // ttl (at expiry the scheduler deletes it), setTimeout a renewal, kill a release, fork a ForkLease. Answers and
 // errors in the shapes the SDK reads: {"code": <HTTP status>, "message"} bodies, so that a missing sandbox
-// becomes its SandboxNotFoundError and a bad key its AuthenticationError. Stateless: every call asks the
-// scheduler. Thread-safe.
+// becomes its SandboxNotFoundError and a bad key its AuthenticationError. Stateless but for the last CPU sample
+// of each sandbox getMetrics read: every call asks the scheduler. Thread-safe.
 //
 //   POST   /v2/sandboxes                  create: {templateID, timeout, metadata, envVars, allow_internet_access}
 //                                         (the default template's image may come from a metadata key)
@@ -11,7 +11,12 @@
 //   GET    /sandboxes/{id}                info
 //   DELETE /sandboxes/{id}                kill
 //   POST   /sandboxes/{id}/timeout        {timeout}
-//   POST   /v2/sandboxes/{id}/connect     {timeout}
+//   POST   /sandboxes/{id}/refreshes      {duration}: a renewal
+//   POST   /v2/sandboxes/{id}/connect     {timeout}: 200 running; 201 resumed from a pause
+//   POST   /sandboxes/{id}/resume         {timeout} (the older SDKs' resume)
+//   POST   /sandboxes/{id}/pause          204; 409 already paused (its processes frozen, its timeout stopped)
+//   GET    /sandboxes/{id}/metrics        one sample now, from its cgroup: CPU share since the previous sample
+//                                         (or since it started), memory, disk
 //   POST   /sandboxes/{id}/fork           {count, timeout}
 #pragma once
 
@@ -21,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
 #include "boost/json/object.hpp"
@@ -73,6 +79,10 @@ class E2bControlPlane {
   boost::asio::awaitable<E2bAnswer> List(std::string owner, std::map<std::string, std::string> query);
   boost::asio::awaitable<E2bAnswer> OnSandbox(std::string owner, std::string method, std::string id, std::string action,
                                               std::string body);
+  boost::asio::awaitable<E2bAnswer> Pause(std::string owner, std::string id);
+  // Resumes a paused sandbox (201), or renews a running one when `timeout` > 0 (200).
+  boost::asio::awaitable<E2bAnswer> Connect(std::string owner, std::string id, absl::Duration timeout);
+  boost::asio::awaitable<E2bAnswer> Metrics(std::string owner, std::string id);
   // What the SDK reads after create, connect and fork (Sandbox), and for info and list (SandboxDetail).
   boost::json::object SandboxJson(const v1::SandboxLease& lease) const;
   boost::json::object InfoJson(const v1::SandboxLease& lease) const;
@@ -82,6 +92,9 @@ class E2bControlPlane {
   Clock* const clock_;
   const E2bOptions options_;
   const std::function<void(const std::string&)> on_killed_;
+  // getMetrics' CPU share is over the time since the previous sample: each sandbox's last (when, CPU time).
+  absl::Mutex mu_;
+  std::map<std::string, std::pair<absl::Time, absl::Duration>> cpu_samples_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace corral::sandbox_api

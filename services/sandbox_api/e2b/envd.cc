@@ -106,6 +106,9 @@ asio::awaitable<absl::StatusOr<EnvdSandbox>> Envd::Open(std::string id, std::str
     }
     co_return lease.status();
   }
+  if (lease->paused()) {
+    co_return absl::UnavailableError(absl::StrCat("sandbox ", id, " is paused (connecting to it resumes it)"));
+  }
   auto host = leases_->Host(*lease);
   if (!host.ok()) co_return host.status();
   if (*host == nullptr) co_return absl::InternalError(absl::StrCat("sandbox ", id, ": no client for its host"));

@@ -93,6 +93,19 @@ class FakeLeases final : public LeaseApi {
     }
     co_return out;
   }
+  // As the scheduler does: the host pauses the sandbox, the lease notes it (its clock is not modelled).
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> SetPaused(std::string lease_id, std::string owner,
+                                                                     bool paused, absl::Duration ttl) override {
+    auto lease = co_await Get(lease_id, owner);
+    if (!lease.ok()) co_return lease.status();
+    auto done = co_await host_->SetPaused(lease->sandbox_id(), paused, {});
+    if (!done.ok()) co_return done.status();
+    absl::MutexLock lock(&mu_);
+    v1::SandboxLease& l = leases_.at(lease_id);
+    l.set_paused(paused);
+    if (!paused && ttl > absl::ZeroDuration()) ToProto(FromProto(l.create_time()) + ttl, l.mutable_expire_time());
+    co_return l;
+  }
   absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease&) override {
     absl::MutexLock lock(&mu_);
     if (!unreachable_.ok()) return unreachable_;

@@ -33,7 +33,7 @@ class E2bControlTest : public ::testing::Test {
   static json::value Json(const E2bAnswer& a) { return json::parse(a.body); }
 
   testing::IoThread io_;
-  FakeClock clock_;
+  FakeClock clock_{absl::UnixEpoch() + absl::Hours(1)};  // when FakeLeases says its leases were made
   std::shared_ptr<sandbox::FakeHost> host_ = std::make_shared<sandbox::FakeHost>("host-a:1", &clock_);
   FakeLeases leases_{host_};
   api::E2bAuth auth_{*TokenSigner::FromKey(std::string(32, 'k'))};
@@ -128,6 +128,72 @@ TEST_F(E2bControlTest, AMetadataKeyNamesTheDefaultTemplatesImageAsSlimeSendsIt) 
   EXPECT_EQ(leases_.requests().back().environment().image(), "");
 }
 
+// Harbor's and the SDK's lifecycle: pause (409 the second time), its state in info and list, connect resumes
+// (201, then 200 for a running one), a refresh renews, and getMetrics reads the host's cgroup counters.
+TEST_F(E2bControlTest, PauseConnectRefreshAndMetricsAsTheSdkCallsThem) {
+  E2bAnswer a = Call("POST", "/v2/sandboxes", R"({"templateID":"base","timeout":60})");
+  ASSERT_EQ(a.status, 201) << a.body;
+  const std::string id(Json(a).at("sandboxID").as_string());
+  const std::string sandbox_id = (*io_.RunSync(leases_.Get(id, "alice"))).sandbox_id();
+  EXPECT_EQ(Call("POST", "/sandboxes/" + id + "/pause", "{}").status, 204);
+  EXPECT_THAT(killed_, ElementsAre(id));  // the in-sandbox API forgets its cached lease
+  E2bAnswer again = Call("POST", "/sandboxes/" + id + "/pause", "{}");
+  EXPECT_EQ(again.status, 409);
+  EXPECT_EQ(Json(again).at("code").as_int64(), 409);  // what the SDK reads to answer false
+  EXPECT_EQ((*io_.RunSync(host_->Get(sandbox_id, absl::Seconds(1)))).state(), v1::SANDBOX_STATE_PAUSED);
+  EXPECT_EQ(Json(Call("GET", "/sandboxes/" + id)).at("state").as_string(), "paused");
+  EXPECT_THAT(Json(Call("GET", "/v2/sandboxes", "")).as_array(), SizeIs(1));
+  E2bRequest running{.method = "GET", .path = "/v2/sandboxes", .query = {{"state", "running"}}, .api_key = alice_};
+  EXPECT_THAT(Json(io_.RunSync(control_.Handle(running))).as_array(), IsEmpty());
+  E2bRequest paused{
+      .method = "GET", .path = "/v2/sandboxes", .query = {{"state", "running,paused"}}, .api_key = alice_};
+  EXPECT_THAT(Json(io_.RunSync(control_.Handle(paused))).as_array(), SizeIs(1));
+  EXPECT_EQ(Call("POST", "/sandboxes/" + id + "/pause", "{}", bob_).status, 404);  // another key's
+
+  E2bAnswer resumed = Call("POST", "/v2/sandboxes/" + id + "/connect", R"({"timeout":30})");
+  ASSERT_EQ(resumed.status, 201) << resumed.body;
+  EXPECT_EQ(Json(resumed).at("sandboxID").as_string(), id);
+  EXPECT_EQ((*io_.RunSync(host_->Get(sandbox_id, absl::Seconds(1)))).state(), v1::SANDBOX_STATE_READY);
+  EXPECT_EQ(Call("POST", "/v2/sandboxes/" + id + "/connect", "{}").status, 200);  // running: nothing to resume
+  EXPECT_EQ(Json(Call("GET", "/sandboxes/" + id)).at("state").as_string(), "running");
+
+  EXPECT_EQ(Call("POST", "/sandboxes/" + id + "/refreshes", R"({"duration":90})").status, 204);
+  EXPECT_EQ(Call("POST", "/sandboxes/" + id + "/refreshes", R"({"duration":-1})").status, 400);
+  EXPECT_EQ(Call("POST", "/sandboxes/ls-none/refreshes", "{}").status, 404);
+
+  // No cgroup measured: no sample, never zeros that look measured.
+  E2bAnswer none = Call("GET", "/sandboxes/" + id + "/metrics");
+  ASSERT_EQ(none.status, 200);
+  EXPECT_THAT(Json(none).as_array(), IsEmpty());
+  v1::ResourceUsage usage;
+  usage.set_measured(true);
+  usage.set_cpu_count(2);
+  usage.set_memory_bytes(64 << 20);
+  usage.set_memory_limit_bytes(1 << 30);
+  usage.set_disk_used_bytes(4096);
+  usage.set_disk_total_bytes(1 << 20);
+  usage.mutable_cpu_time()->set_seconds(1);
+  host_->SetUsage(sandbox_id, usage);
+  clock_.Advance(absl::Seconds(10));
+  E2bAnswer m = Call("GET", "/sandboxes/" + id + "/metrics");
+  ASSERT_EQ(m.status, 200) << m.body;
+  ASSERT_THAT(Json(m).as_array(), SizeIs(1));
+  const json::object first = Json(m).as_array()[0].as_object();
+  EXPECT_EQ(first.at("cpuCount").as_int64(), 2);
+  EXPECT_EQ(first.at("memUsed").as_int64(), 64 << 20);
+  EXPECT_EQ(first.at("memTotal").as_int64(), 1 << 30);
+  EXPECT_EQ(first.at("diskUsed").as_int64(), 4096);
+  EXPECT_EQ(first.at("timestampUnix").as_int64(), absl::ToUnixSeconds(clock_.Now()));
+  EXPECT_TRUE(first.at("timestamp").is_string());
+  // 1 s of CPU over the 10 s since it started, on 2 CPUs: 5 %.
+  EXPECT_DOUBLE_EQ(first.at("cpuUsedPct").as_double(), 5.0);
+  // The next sample's share is over the time since this one: 2 s more CPU in 4 s, on 2 CPUs: 25 %.
+  usage.mutable_cpu_time()->set_seconds(3);
+  host_->SetUsage(sandbox_id, usage);
+  clock_.Advance(absl::Seconds(4));
+  EXPECT_DOUBLE_EQ(Json(Call("GET", "/sandboxes/" + id + "/metrics")).as_array()[0].at("cpuUsedPct").as_double(), 25.0);
+}
+
 TEST_F(E2bControlTest, ForkGivesEachChildItsOwnSandboxAndToken) {
   const std::string id(Json(Call("POST", "/v2/sandboxes", "{}")).at("sandboxID").as_string());
   E2bAnswer forked = Call("POST", "/sandboxes/" + id + "/fork", R"({"count":3,"timeout":60})");
@@ -172,10 +238,10 @@ TEST_F(E2bControlTest, KeysAreCheckedAndBadRequestsLeaseNothing) {
   EXPECT_THAT(missing.body, HasSubstr("template 'no-such' not found"));
   leases_.Refuse(absl::ResourceExhaustedError("no room"));
   EXPECT_EQ(Call("POST", "/v2/sandboxes", "{}").status, 429);
-  EXPECT_EQ(Call("POST", "/sandboxes/x/pause", "{}").status, 400);
-  E2bAnswer metrics = Call("GET", "/sandboxes/x/metrics");
-  EXPECT_EQ(metrics.status, 400);  // not 404, which the SDK reads as "no such sandbox"
-  EXPECT_THAT(metrics.body, HasSubstr("metrics is not supported"));
+  EXPECT_EQ(Call("POST", "/sandboxes/x/pause", "{}").status, 404);  // no such sandbox
+  E2bAnswer logs = Call("GET", "/sandboxes/x/logs");
+  EXPECT_EQ(logs.status, 400);  // not 404, which the SDK reads as "no such sandbox"
+  EXPECT_THAT(logs.body, HasSubstr("logs are not supported"));
 }
 
 }  // namespace

@@ -87,6 +87,9 @@ class HostApi {
                                                                    CallOptions options) = 0;
   virtual boost::asio::awaitable<absl::Status> WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,
                                                          CallOptions options) = 0;
+  // PauseSandbox (`paused`) or ResumeSandbox: the sandbox after it.
+  virtual boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> SetPaused(const std::string& sandbox_id, bool paused,
+                                                                        CallOptions options) = 0;
   // Kills every process of the sandbox (KillAllProcesses): how many ran.
   virtual boost::asio::awaitable<absl::StatusOr<uint32_t>> KillAllProcesses(const std::string& sandbox_id,
                                                                             CallOptions options) = 0;

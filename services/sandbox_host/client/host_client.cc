@@ -128,6 +128,26 @@ asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest re
   co_return std::move(state->outcome);
 }
 
+asio::awaitable<absl::StatusOr<v1::Sandbox>> HostClient::SetPaused(const std::string& sandbox_id, bool paused,
+                                                                   CallOptions options) {
+  rpc::CallScope scope(options.control, options.deadline, token_);
+  v1::Sandbox response;
+  grpc::Status s;
+  if (paused) {
+    v1::PauseSandboxRequest request;
+    request.set_sandbox_id(sandbox_id);
+    s = co_await rpc::AwaitGrpc(
+        [&](auto done) { stub_->async()->PauseSandbox(scope.context(), &request, &response, std::move(done)); });
+  } else {
+    v1::ResumeSandboxRequest request;
+    request.set_sandbox_id(sandbox_id);
+    s = co_await rpc::AwaitGrpc(
+        [&](auto done) { stub_->async()->ResumeSandbox(scope.context(), &request, &response, std::move(done)); });
+  }
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
 asio::awaitable<absl::StatusOr<uint32_t>> HostClient::KillAllProcesses(const std::string& sandbox_id,
                                                                        CallOptions options) {
   rpc::CallScope scope(options.control, options.deadline, token_);

@@ -81,6 +81,10 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
       return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
     }
   }
+  if (sandbox->paused) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox '", sandbox->id, "' is paused: resume it before running commands"));
+  }
   SpawnSpec spec = sandbox->SpawnFor(options.argv, options.env, options.cwd, options.user);
   spec.pipe_stdin = true;
   auto spawned = Spawn(spec);

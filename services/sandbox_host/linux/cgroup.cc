@@ -1,6 +1,7 @@
 #include "services/sandbox_host/linux/cgroup.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,9 @@
 #include <fstream>
 #include <iterator>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -97,6 +101,97 @@ std::vector<int> SandboxCgroup::procs_fds() const {
   return fds;
 }
 
+CgroupUsage ParseCgroupUsage(const std::string& cpu_stat, const std::string& memory_current,
+                             const std::string& memory_max, const std::string& pids_current) {
+  CgroupUsage u;
+  for (absl::string_view line : absl::StrSplit(cpu_stat, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> kv = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int64_t v = 0;
+    if (kv.size() != 2 || !absl::SimpleAtoi(kv[1], &v)) continue;
+    if (kv[0] == "usage_usec") u.cpu_usec = v;
+    if (kv[0] == "user_usec") u.cpu_user_usec = v;
+    if (kv[0] == "system_usec") u.cpu_system_usec = v;
+  }
+  auto number = [](const std::string& text, int64_t& out) {
+    int64_t v = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &v)) out = v;
+  };
+  number(memory_current, u.memory_bytes);
+  number(pids_current, u.pids);
+  if (absl::StripAsciiWhitespace(memory_max) == "max") {
+    u.memory_limit_bytes = 0;
+  } else {
+    number(memory_max, u.memory_limit_bytes);
+  }
+  return u;
+}
+
+std::string SandboxCgroup::FileIn(const char* name) const {
+  for (const std::string& dir : dirs_) {
+    std::string path = dir + "/" + name;
+    if (access(path.c_str(), F_OK) == 0) return path;
+  }
+  return "";
+}
+
+CgroupUsage SandboxCgroup::Usage() const {
+  auto read = [&](const char* name) {
+    const std::string path = FileIn(name);
+    return path.empty() ? std::string() : ReadAll(path.c_str());
+  };
+  if (v2_) return ParseCgroupUsage(read("cpu.stat"), read("memory.current"), read("memory.max"), read("pids.current"));
+  // v1: cpuacct.usage is nanoseconds; an unlimited memory.limit_in_bytes is a huge number (no limit).
+  std::string cpu;
+  int64_t ns = 0;
+  if (absl::SimpleAtoi(absl::StripAsciiWhitespace(read("cpuacct.usage")), &ns))
+    cpu = absl::StrCat("usage_usec ", ns / 1000);
+  std::string limit = read("memory.limit_in_bytes");
+  int64_t bytes = 0;
+  if (absl::SimpleAtoi(absl::StripAsciiWhitespace(limit), &bytes) && bytes >= (int64_t{1} << 62)) limit = "max";
+  return ParseCgroupUsage(cpu, read("memory.usage_in_bytes"), limit, read("pids.current"));
+}
+
+absl::Status SandboxCgroup::Freeze(bool frozen, int timeout_ms) const {
+  if (v2_ && !dirs_.empty()) return FreezeV2(frozen, timeout_ms);
+  const std::string state = FileIn("freezer.state");
+  if (state.empty()) {
+    return absl::FailedPreconditionError(
+        "pausing needs the sandbox in a cgroup with a freezer (cgroup v2, or v1's freezer); this host has none");
+  }
+  if (!WriteFile(state, frozen ? "FROZEN" : "THAWED")) {
+    return absl::InternalError(absl::StrCat("cgroup: cannot write ", state, ": ", strerror(errno)));
+  }
+  // v1 reports FREEZING until every task stopped, and sends no event: read it again every millisecond.
+  const std::string want = frozen ? "FROZEN" : "THAWED";
+  for (int waited = 0; waited <= timeout_ms; ++waited) {
+    if (absl::StripAsciiWhitespace(ReadAll(state.c_str())) == want) return absl::OkStatus();
+    usleep(1000);
+  }
+  return absl::DeadlineExceededError(absl::StrCat(state, " did not read ", want, " within ", timeout_ms, " ms"));
+}
+
+absl::Status SandboxCgroup::FreezeV2(bool frozen, int timeout_ms) const {
+  const std::string& d = dirs_[0];
+  UniqueFd events(open((d + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!events.valid() || !WriteFile(d + "/cgroup.freeze", frozen ? "1" : "0")) {
+    return absl::InternalError(absl::StrCat("cgroup: cannot ", frozen ? "freeze " : "thaw ", d, ": ", strerror(errno)));
+  }
+  // cgroup.events says "frozen 1" once every process stopped (a modification wakes poll with POLLPRI).
+  const std::string want = frozen ? "frozen 1" : "frozen 0";
+  for (int waited = 0;;) {
+    char buf[256];
+    const ssize_t n = pread(events.get(), buf, sizeof buf - 1, 0);
+    if (n > 0 && absl::StrContains(absl::string_view(buf, static_cast<size_t>(n)), want)) return absl::OkStatus();
+    if (waited >= timeout_ms) break;
+    pollfd p{events.get(), POLLPRI, 0};
+    const int step = std::min(100, timeout_ms - waited);  // a missed wakeup costs at most a step
+    poll(&p, 1, step);
+    waited += step;
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("cgroup ", d, " did not ", frozen ? "freeze" : "thaw", " within ", timeout_ms, " ms"));
+}
+
 absl::Status SandboxCgroup::Remove() {
   procs_.clear();
   for (const auto& dir : dirs_) {
@@ -135,11 +230,13 @@ CgroupManager CgroupManager::Detect(const std::string& name) {
       }
     }
   }
-  // cgroup v1: one hierarchy per controller; create beneath our own cgroup in each where that is writable.
-  for (const char* controller : {"memory", "pids", "cpu"}) {
+  // cgroup v1: one hierarchy per controller; create beneath our own cgroup in each where that is writable
+  // (cpuacct counts CPU time and freezer pauses; a hierarchy holding several controllers is used once).
+  for (const char* controller : {"memory", "pids", "cpu", "cpuacct", "freezer"}) {
     const std::string own_dir = OwnCgroupDir(mounts, own, controller);
     if (own_dir.empty()) continue;
     const std::string parent = own_dir + "/" + name;
+    if (Contains(m.parents_, parent)) continue;
     mkdir(parent.c_str(), 0755);
     if (Writable(parent)) {
       m.controllers_.push_back(controller);
@@ -159,6 +256,7 @@ std::string CgroupManager::Describe() const {
 absl::StatusOr<SandboxCgroup> CgroupManager::Create(const std::string& sandbox_id, const CgroupLimits& limits) const {
   SandboxCgroup cg;
   if (mode_ == CgroupMode::kNone) return cg;
+  cg.v2_ = mode_ == CgroupMode::kV2;
   auto fail = [&](const std::string& what) -> absl::Status {
     absl::Status s = absl::FailedPreconditionError(absl::StrCat("cgroup: cannot ", what, ": ", strerror(errno)));
     (void)cg.Remove();

@@ -43,6 +43,17 @@ struct CgroupLimits {
   uint32_t cpu_weight = 100;  // v2 scale 1..10000 (v1: cpu.shares = weight * 1024 / 100)
 };
 
+// What a sandbox's cgroup has counted; -1 where it does not count it (no such controller, or no cgroup).
+struct CgroupUsage {
+  int64_t cpu_usec = -1, cpu_user_usec = -1, cpu_system_usec = -1;  // since its creation
+  int64_t memory_bytes = -1;                                        // now (its tmpfs pages included)
+  int64_t memory_limit_bytes = -1;                                  // 0: no limit
+  int64_t pids = -1;                                                // now
+};
+// Reads cpu.stat, memory.current and memory.max, pids.current from v2 files (`text` of each, "" when missing).
+CgroupUsage ParseCgroupUsage(const std::string& cpu_stat, const std::string& memory_current,
+                             const std::string& memory_max, const std::string& pids_current);
+
 // One sandbox's cgroup (a directory per v1 controller, or one v2 directory). Move-only.
 class SandboxCgroup {
  public:
@@ -52,12 +63,23 @@ class SandboxCgroup {
 
   // Open cgroup.procs files: a spawned child writes "0" to each to join.
   std::vector<int> procs_fds() const;
+  // A v2 cgroup (the freezer and the full usage need one).
+  bool v2() const { return v2_; }
+  CgroupUsage Usage() const;
+  // Freezes (or thaws) every process in it, and those that join later — cgroup.freeze (v2) or freezer.state
+  // (v1) — and waits up to `timeout` for the kernel to report it done. FAILED_PRECONDITION without a freezer;
+  // DEADLINE_EXCEEDED when the kernel did not finish in time.
+  absl::Status Freeze(bool frozen, int timeout_ms = 5000) const;
   // Removes the directories (the cgroup must be empty). Idempotent.
   absl::Status Remove();
   const std::vector<std::string>& dirs() const { return dirs_; }
 
  private:
   friend class CgroupManager;
+  absl::Status FreezeV2(bool frozen, int timeout_ms) const;
+  // The path of `name` in the first of its directories that has it; "" when none does.
+  std::string FileIn(const char* name) const;
+  bool v2_ = false;
   std::vector<std::string> dirs_;
   std::vector<UniqueFd> procs_;
 };

@@ -107,5 +107,26 @@ TEST(PlanContainmentTest, ACgroupControllerReplacesItsRlimitAndAPartialCgroupMix
   EXPECT_THAT(memory_only.controllers, ElementsAre("memory"));
 }
 
+// What a cgroup counted, from its files: garbage and missing files are "not measured" (-1), never 0.
+TEST(CgroupUsageTest, CountersAreReadAndWhatIsMissingIsNotMeasured) {
+  CgroupUsage u =
+      ParseCgroupUsage("usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 0\n", "4096\n", "max\n", "3\n");
+  EXPECT_EQ(u.cpu_usec, 1500);
+  EXPECT_EQ(u.cpu_user_usec, 1000);
+  EXPECT_EQ(u.cpu_system_usec, 500);
+  EXPECT_EQ(u.memory_bytes, 4096);
+  EXPECT_EQ(u.memory_limit_bytes, 0);  // max: no limit
+  EXPECT_EQ(u.pids, 3);
+  u = ParseCgroupUsage("", "", "1048576", "");
+  EXPECT_EQ(u.cpu_usec, -1);
+  EXPECT_EQ(u.memory_bytes, -1);
+  EXPECT_EQ(u.memory_limit_bytes, 1048576);
+  EXPECT_EQ(u.pids, -1);
+  u = ParseCgroupUsage("usage_usec x\ngarbage", "twelve", "", "-");
+  EXPECT_EQ(u.cpu_usec, -1);
+  EXPECT_EQ(u.memory_bytes, -1);
+  EXPECT_EQ(u.memory_limit_bytes, -1);
+}
+
 }  // namespace
 }  // namespace corral::sandbox

@@ -170,6 +170,49 @@ asio::awaitable<absl::StatusOr<v1::SandboxLease>> SandboxLeases::Renew(v1::Renew
   co_return lease;
 }
 
+asio::awaitable<absl::StatusOr<v1::SandboxLease>> SandboxLeases::SetPaused(v1::SetLeasePausedRequest request) {
+  if (absl::Status s = ValidateTtl(request.ttl(), false); !s.ok()) co_return s;
+  v1::SandboxLease lease;
+  {
+    absl::MutexLock lock(&mu_);
+    auto found = Find(request.lease_id(), request.owner());
+    if (!found.ok()) co_return found.status();
+    lease = *std::move(found);
+  }
+  if (lease.paused() != request.paused()) {
+    std::shared_ptr<sandbox::HostApi> client = hosts_->Client(lease.host_address());
+    if (client == nullptr) {
+      co_return absl::UnavailableError(absl::StrCat("host ", lease.host_address(), " is not known (yet)"));
+    }
+    const sandbox::CallOptions call{nullptr, clock_->Now() + absl::Seconds(30)};
+    auto done = co_await client->SetPaused(lease.sandbox_id(), request.paused(), call);
+    if (!done.ok()) {
+      co_return absl::Status(done.status().code(), absl::StrCat(request.paused() ? "pausing" : "resuming", " sandbox ",
+                                                                lease.sandbox_id(), ": ", done.status().message()));
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = leases_.find(request.lease_id());
+    if (it == leases_.end()) co_return NotFound(request.lease_id());  // released meanwhile
+    v1::SandboxLease& l = it->second;
+    const absl::Time now = clock_->Now();
+    if (request.paused() && !l.paused()) {
+      ToProto(std::max(FromProto(l.expire_time()) - now, absl::ZeroDuration()), l.mutable_paused_remaining());
+      ToProto(now + options_.max_ttl, l.mutable_expire_time());
+    } else if (!request.paused() && (l.paused() || request.has_ttl())) {
+      const absl::Duration ttl =
+          request.has_ttl() ? FromProto(request.ttl()) : std::max(FromProto(l.paused_remaining()), absl::Seconds(1));
+      ToProto(now + ttl, l.mutable_expire_time());
+      l.clear_paused_remaining();
+    }
+    l.set_paused(request.paused());
+    lease = l;
+  }
+  if (absl::Status s = co_await Save(lease); !s.ok()) co_return s;
+  co_return lease;
+}
+
 asio::awaitable<absl::Status> SandboxLeases::Release(std::string lease_id, std::string owner) {
   v1::SandboxLease lease;
   {

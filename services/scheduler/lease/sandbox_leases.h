@@ -61,6 +61,8 @@ class SandboxLeases {
   // Ends the lease at once (no later call finds it) and deletes the sandbox.
   boost::asio::awaitable<absl::Status> Release(std::string lease_id, std::string owner);
   boost::asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> Fork(v1::ForkLeaseRequest request);
+  // SetLeasePaused: the host freezes or thaws the sandbox, then the lease's clock stops or starts again.
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> SetPaused(v1::SetLeasePausedRequest request);
 
   // At start, the leases a previous run journaled: their slots held, their sandboxes owned again.
   void Restore(const std::vector<v1::SandboxLease>& leases);

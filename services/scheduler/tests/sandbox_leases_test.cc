@@ -164,6 +164,42 @@ TEST_F(SandboxLeasesTest, AnExpiredLeaseIsDeletedAndARenewedOneIsNot) {
               StatusIs(absl::StatusCode::kNotFound));
 }
 
+// A paused lease's clock stops: it outlives its ttl (its sandbox frozen on the host), and a resume gives it back
+// what was left, or a new ttl.
+TEST_F(SandboxLeasesTest, APausedLeaseKeepsItsRemainingTimeUntilItIsResumed) {
+  auto lease = Lease("k", absl::Minutes(1));
+  ASSERT_THAT(lease, IsOk());
+  clock_.Advance(absl::Seconds(20));
+  v1::SetLeasePausedRequest pause;
+  pause.set_lease_id(lease->lease_id());
+  pause.set_owner("k");
+  pause.set_paused(true);
+  auto paused = Await(leases_->SetPaused(pause));
+  ASSERT_THAT(paused, IsOk());
+  EXPECT_TRUE(paused->paused());
+  EXPECT_EQ(FromProto(paused->paused_remaining()), absl::Seconds(40));
+  EXPECT_TRUE(log_.rows.at(lease->lease_id()).paused());  // journaled
+  EXPECT_EQ((*Await(host_->Get(lease->sandbox_id(), absl::Seconds(1)))).state(), v1::SANDBOX_STATE_PAUSED);
+  clock_.Advance(absl::Hours(1));  // far past its ttl: a paused lease does not expire
+  EXPECT_EQ(Await(leases_->ExpireNow()), 0);
+  EXPECT_THAT(Await(leases_->SetPaused(pause)), IsOk());  // again: nothing changes
+  EXPECT_EQ(FromProto(leases_->Get(lease->lease_id(), "k")->paused_remaining()), absl::Seconds(40));
+
+  v1::SetLeasePausedRequest resume = pause;
+  resume.set_paused(false);
+  auto resumed = Await(leases_->SetPaused(resume));
+  ASSERT_THAT(resumed, IsOk());
+  EXPECT_FALSE(resumed->paused());
+  EXPECT_EQ(FromProto(resumed->expire_time()), clock_.Now() + absl::Seconds(40));
+  EXPECT_EQ((*Await(host_->Get(lease->sandbox_id(), absl::Seconds(1)))).state(), v1::SANDBOX_STATE_READY);
+  ToProto(absl::Minutes(3), resume.mutable_ttl());  // a resume of a running lease with a ttl renews it
+  EXPECT_EQ(FromProto((*Await(leases_->SetPaused(resume))).expire_time()), clock_.Now() + absl::Minutes(3));
+  resume.set_owner("other");
+  EXPECT_THAT(Await(leases_->SetPaused(resume)), StatusIs(absl::StatusCode::kNotFound));
+  ToProto(absl::Hours(48), pause.mutable_ttl());
+  EXPECT_THAT(Await(leases_->SetPaused(pause)), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_F(SandboxLeasesTest, ReleaseDeletesTheSandboxAndFreesItsSlotOnce) {
   auto lease = Lease("k");
   ASSERT_THAT(lease, IsOk());

@@ -242,6 +242,20 @@ asio::awaitable<absl::Status> FakeHost::WriteFile(const std::string& sandbox_id,
   co_return absl::OkStatus();
 }
 
+void FakeHost::SetUsage(const std::string& sandbox_id, v1::ResourceUsage usage) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = live_.find(sandbox_id); it != live_.end()) *it->second.mutable_usage() = std::move(usage);
+}
+
+asio::awaitable<absl::StatusOr<v1::Sandbox>> FakeHost::SetPaused(const std::string& sandbox_id, bool paused,
+                                                                 CallOptions) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = Known(sandbox_id); !s.ok()) co_return s;
+  v1::Sandbox& sb = live_.at(sandbox_id);
+  sb.set_state(paused ? v1::SANDBOX_STATE_PAUSED : v1::SANDBOX_STATE_READY);
+  co_return sb;
+}
+
 asio::awaitable<absl::StatusOr<uint32_t>> FakeHost::KillAllProcesses(const std::string& sandbox_id, CallOptions) {
   absl::MutexLock lock(&mu_);
   if (auto s = Known(sandbox_id); !s.ok()) co_return s;

@@ -47,6 +47,8 @@ class FakeHost final : public HostApi {
   void OnInteractive(std::function<FakeInteractive::Script(const v1::ExecRequest&)> script_for);
   // The next StartInteractive fails with `status` (NOT_FOUND: no such program, UNAVAILABLE: the host is gone).
   void FailInteractive(absl::Status status);
+  // What Get reports of a live sandbox's resource use (default: nothing measured).
+  void SetUsage(const std::string& sandbox_id, v1::ResourceUsage usage);
 
   // --- what the test observes
   std::vector<v1::SandboxSpec> created() const;  // every successful create's spec, in order
@@ -74,6 +76,8 @@ class FakeHost final : public HostApi {
                                                            CallOptions options) override;
   boost::asio::awaitable<absl::Status> WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,
                                                  CallOptions options) override;
+  boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> SetPaused(const std::string& sandbox_id, bool paused,
+                                                                CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<uint32_t>> KillAllProcesses(const std::string& sandbox_id,
                                                                     CallOptions options) override;
   boost::asio::awaitable<absl::Status> Remove(const std::string& sandbox_id, const std::string& path, bool recursive,
