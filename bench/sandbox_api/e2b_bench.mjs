@@ -10,7 +10,7 @@ import { Sandbox } from "../../tests/e2b/node_modules/e2b/dist/index.mjs";
 register("../../tests/e2b/e2b_resolve.mjs", import.meta.url);
 const { Sandbox: CodeSandbox } = await import("../../tests/e2b/node_modules/@e2b/code-interpreter/dist/index.mjs");
 
-const [sequential, paced, burst, forkRounds, codeRuns] = process.argv.slice(2).map(Number);
+const [sequential, paced, burst, forkRounds, codeRuns, pauses] = process.argv.slice(2).map(Number);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function createToFirstCommand() {
@@ -74,4 +74,23 @@ if (code !== null) {
   await code.kill();
   report("run_code", runs);
   report("python3_c", bare);
+}
+
+// Pause -> resume -> a first command, on a sandbox whose background process keeps running across each pause.
+const pausing = [], resuming = [];
+const held = pauses > 0 ? await Sandbox.create({ timeoutMs: 300_000 }) : null;
+if (held !== null) {
+  await held.commands.run("while :; do sleep 1; done", { background: true, timeoutMs: 0 });
+  for (let i = 0; i < pauses; ++i) {
+    let t = performance.now();
+    if (!(await held.betaPause())) throw new Error("the sandbox was not paused");
+    pausing.push(performance.now() - t);
+    t = performance.now();
+    await held.connect();
+    await held.commands.run("true");
+    resuming.push(performance.now() - t);
+  }
+  await held.kill();
+  report("pause", pausing);
+  report("resume_to_first_command", resuming);
 }

@@ -8,10 +8,12 @@
 # Then the E2B API, with the real e2b SDK (tests/e2b): create -> first command p50/p95/p99 one at a time, one
 # every 50 ms and a burst, beside the same work on Corral's own gRPC path (LeaseSandbox + Exec) with the ratio,
 # and fork of 8 -> a first command in each child; the vendors' published figures are printed for reference. Then
-# @e2b/code-interpreter's runCode on a warm context beside a bare `python3 -c` in the same sandbox, with the ratio.
+# @e2b/code-interpreter's runCode on a warm context beside a bare `python3 -c` in the same sandbox, with the ratio;
+# betaPause, and connect (the resume) -> a first command beside create -> a first command, with the ratio.
 #   bench/sandbox_api/run.sh        (BENCH_CALLS=400 per round, BENCH_CONCURRENCY=8, BENCH_ROUNDS=3,
 #                                    BENCH_E2B=50 one at a time, BENCH_E2B_PACED=100, BENCH_E2B_BURST=100,
-#                                    BENCH_E2B_FORKS=10 rounds, BENCH_E2B_RUNS=50 runCode calls)
+#                                    BENCH_E2B_FORKS=10 rounds, BENCH_E2B_RUNS=50 runCode calls,
+#                                    BENCH_E2B_PAUSES=20 pause/resume cycles)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/prepare.sh
@@ -23,6 +25,7 @@ e2b_paced=${BENCH_E2B_PACED:-$(smoke_or 100 3)}
 e2b_burst=${BENCH_E2B_BURST:-$(smoke_or 100 3)}
 e2b_forks=${BENCH_E2B_FORKS:-$(smoke_or 10 1)}
 e2b_runs=${BENCH_E2B_RUNS:-$(smoke_or 50 3)}
+e2b_pauses=${BENCH_E2B_PAUSES:-$(smoke_or 20 2)}
 [[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 77; }
 prepare "" corral-scheduler corral-proxy corral-ratelimiter corral-sandbox-host corral-fake-llm corral-sandbox-api corral \
   corral_python_sdk
@@ -115,9 +118,9 @@ done
 # The E2B API.
 key=$($bin/corral sandbox-api key bench --secret-file "$work/secret")
 api=http://$(addr api http)
-echo "E2B benchmark: create -> first command ($e2b_one one at a time, $e2b_paced one every 50 ms, a burst of $e2b_burst), fork of 8 x $e2b_forks, runCode x $e2b_runs" >&2
+echo "E2B benchmark: create -> first command ($e2b_one one at a time, $e2b_paced one every 50 ms, a burst of $e2b_burst), fork of 8 x $e2b_forks, runCode x $e2b_runs, pause/resume x $e2b_pauses" >&2
 e2b=$(E2B_API_KEY=$key E2B_API_URL=$api E2B_SANDBOX_URL=$api node bench/sandbox_api/e2b_bench.mjs \
-  "$e2b_one" "$e2b_paced" "$e2b_burst" "$e2b_forks" "$e2b_runs")
+  "$e2b_one" "$e2b_paced" "$e2b_burst" "$e2b_forks" "$e2b_runs" "$e2b_pauses")
 grpc=$("$build/sdk-venv/bin/python" bench/sandbox_api/grpc_path.py "$(addr scheduler grpc)" "$e2b_one")
 python3 - "$e2b" "$grpc" <<'PY'
 import re, sys
@@ -135,5 +138,10 @@ bare = next((r for r in rows if r["mode"] == "python3_c"), None)
 if run_code and bare:  # (BENCH_E2B_RUNS=0: not measured)
     print("ratio runCode (warm context) / a bare python3 -c in the same sandbox, p50: %.2fx" %
           (float(run_code["p50_ms"]) / float(bare["p50_ms"])))
-print("published, not measured here (their hardware): E2B ~150 ms sandbox start; Daytona sub-90 ms creation")
+resume = next((r for r in rows if r["mode"] == "resume_to_first_command"), None)
+if resume:  # (BENCH_E2B_PAUSES=0: not measured)
+    print("ratio resume -> first command / create -> first command, p50: %.2fx" %
+          (float(resume["p50_ms"]) / float(e2b["p50_ms"])))
+print("published, not measured here (their hardware): E2B ~150 ms sandbox start; Daytona sub-90 ms creation;")
+print("  E2B pause ~4 s per GiB of memory, resume ~1 s (its docs)")
 PY
