@@ -428,6 +428,10 @@ absl::StatusOr<uint32_t> SandboxManager::KillAllProcesses(const std::string& id)
   if (!sb.ok()) return sb.status();
   absl::MutexLock lock(&(*sb)->uid_mu);
   if ((*sb)->deleted) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' was deleted"));
+  if ((*sb)->paused) {  // a frozen process (cgroup v1) dies only once thawed; with none left, nothing is paused
+    (void)(*sb)->cgroup.Freeze(false);
+    (*sb)->paused = false;
+  }
   const size_t running = ProcessesOf((*sb)->uid).size();
   if (!KillAllOf((*sb)->uid)) {
     return absl::InternalError(absl::StrCat("sandbox '", id, "': a process of uid ", (*sb)->uid,
@@ -441,7 +445,7 @@ absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper
   {
     absl::MutexLock lock(&sb.uid_mu);
     sb.deleted = true;                             // executions that end now report SANDBOX_DELETED, and sweep no more
-    if (sb.paused) (void)sb.cgroup.Freeze(false);  // a frozen process dies of SIGKILL too; thawed, it goes at once
+    if (sb.paused) (void)sb.cgroup.Freeze(false);  // a process frozen by cgroup v1 dies only once thawed
     // Every process of the uid dies first (setsid escapees included), so nothing can race the wipe.
     clean = KillAllOf(sb.uid);
   }

@@ -287,7 +287,23 @@ TEST_F(SandboxProcessesTest, APausedSandboxIsFrozenWhereItStandsAndGoesOnWhenRes
   EXPECT_GE(sb->usage().pids(), 2u);  // the loop's shell and its sleep
   EXPECT_GE(sb->usage().cpu_count(), 1u);
   EXPECT_GT(sb->usage().memory_limit_bytes(), sb->usage().memory_bytes());
-  // Paused again, it deletes: its frozen processes die with it.
+  // Paused, KillAllProcesses still kills (thawing it first: a frozen v1 process dies only once thawed).
+  ASSERT_THAT(GetSandbox(id, true), IsOk());
+  {
+    grpc::ClientContext kill_ctx;
+    Prepare(kill_ctx, token_);
+    v1::KillAllProcessesRequest kill;
+    kill.set_sandbox_id(id);
+    v1::KillAllProcessesResponse killed;
+    ASSERT_TRUE(stub_->KillAllProcesses(&kill_ctx, kill, &killed).ok());
+    EXPECT_GE(killed.killed(), 1u);
+    EXPECT_EQ(GetSandbox(id)->state(), v1::SANDBOX_STATE_READY);
+    const int after_kill = count();
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_EQ(count(), after_kill);  // the loop is gone
+  }
+  // Paused again, with a process, it deletes: its frozen processes die with it.
+  ASSERT_THAT(StartProcess(id, "exec sleep 60", "logs/sleep.log"), IsOk());
   ASSERT_THAT(GetSandbox(id, true), IsOk());
   grpc::ClientContext ctx;
   Prepare(ctx, token_);
