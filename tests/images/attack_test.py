@@ -62,12 +62,7 @@ class Attacks(ClusterTestCase):
 
     @classmethod
     def set_up_cluster(cls):
-        archive = os.path.join(cls.dir, "debian.oci.tar")
-        ds.run(["podman", "save", "--format", "oci-archive", "-o", archive, ds.BASE_IMAGE], timeout=600)
-        cls.host = cls.services.start("sandbox-host", [
-            "corral-sandbox-host", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
-            f"--root={cls.dir}/sandboxes", f"--default-disk-bytes={DISK}"])["grpc"]
-        cls.corral("image", "import", archive, "--ref", "localhost/debian:attack")
+        cls.host = cls.host_with_base_image("localhost/debian:attack", f"--default-disk-bytes={DISK}")
         cls.sandbox = cls.create()
 
     @classmethod

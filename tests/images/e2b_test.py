@@ -24,13 +24,8 @@ class E2bInAnImage(ClusterTestCase):
 
     @classmethod
     def set_up_cluster(cls):
-        archive = os.path.join(cls.dir, "debian.oci.tar")
-        ds.run(["podman", "save", "--format", "oci-archive", "-o", archive, ds.BASE_IMAGE], timeout=600)
+        host = cls.host_with_base_image(IMAGE)
         start = cls.services.start
-        host = start("sandbox-host", ["corral-sandbox-host", "--grpc-listen=127.0.0.1:0",
-                                      "--metrics-listen=127.0.0.1:0", f"--root={cls.dir}/sandboxes"])["grpc"]
-        ds.run([cls.bin("corral"), "image", "import", archive, "--ref", IMAGE, "--host", host, "--secret-file",
-                cls.secret], timeout=300)
         scheduler = start("scheduler", [
             "corral-scheduler", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
             f"--journal={cls.dir}/scheduler.db", "--proxy=127.0.0.1:1", f"--host={host}",

@@ -123,6 +123,20 @@ class ClusterTestCase(unittest.TestCase):
         pass
 
     @classmethod
+    def host_with_base_image(cls, ref, *host_flags):
+        """A corral-sandbox-host (root in the scratch directory, `host_flags` added) holding the debootstrap base
+        image podman-ready made, imported as `ref`; returns the host's gRPC address."""
+        import deploy_support as ds
+        archive = os.path.join(cls.dir, "debian.oci.tar")
+        ds.run(["podman", "save", "--format", "oci-archive", "-o", archive, ds.BASE_IMAGE], timeout=600)
+        host = cls.services.start("sandbox-host", [
+            "corral-sandbox-host", "--grpc-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+            f"--root={cls.dir}/sandboxes", *host_flags])["grpc"]
+        ds.run([os.path.join(cls.bin_dir, "corral"), "image", "import", archive, "--ref", ref, "--host", host,
+                "--secret-file", cls.secret], timeout=300)
+        return host
+
+    @classmethod
     def tearDownClass(cls):
         cls.services.stop_all()
         shutil.rmtree(cls.dir, ignore_errors=True)
