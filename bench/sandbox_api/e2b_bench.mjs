@@ -24,6 +24,7 @@ async function createToFirstCommand() {
 }
 
 function report(mode, latencies) {
+  if (latencies.length === 0) return;  // (a count of 0: not measured)
   const xs = [...latencies].sort((a, b) => a - b);
   const pct = (q) => xs[Math.min(xs.length - 1, Math.floor(q * xs.length))].toFixed(1);
   console.log(`RESULT e2b mode=${mode} n=${xs.length} p50_ms=${pct(0.5)} p95_ms=${pct(0.95)} p99_ms=${pct(0.99)}`);

@@ -7,6 +7,7 @@
 # Prints calls per second and latency percentiles for both, and the ratio corral/floor (target: at least 0.7).
 # Then the E2B API, with the real e2b SDK (tests/e2b): create -> first command p50/p95/p99 one at a time, one
 # every 50 ms and a burst, beside the same work on Corral's own gRPC path (LeaseSandbox + Exec) with the ratio,
+# the burst beside its floor (the same `bash -l -c` first commands started at once with no sandbox) with the ratio,
 # and fork of 8 -> a first command in each child; the vendors' published figures are printed for reference. Then
 # @e2b/code-interpreter's runCode on a warm context beside a bare `python3 -c` in the same sandbox, with the ratio;
 # betaPause, and connect (the resume) -> a first command beside create -> a first command, with the ratio.
@@ -122,17 +123,40 @@ echo "E2B benchmark: create -> first command ($e2b_one one at a time, $e2b_paced
 e2b=$(E2B_API_KEY=$key E2B_API_URL=$api E2B_SANDBOX_URL=$api node bench/sandbox_api/e2b_bench.mjs \
   "$e2b_one" "$e2b_paced" "$e2b_burst" "$e2b_forks" "$e2b_runs" "$e2b_pauses")
 grpc=$("$build/sdk-venv/bin/python" bench/sandbox_api/grpc_path.py "$(addr scheduler grpc)" "$e2b_one")
-python3 - "$e2b" "$grpc" <<'PY'
+# The burst's floor: the same first command (the SDK's `bash -l -c`) started as many times at once on this machine,
+# with no sandbox, a clean environment and an empty home, each timed from the burst's start.
+mkdir -p "$work/empty-home"
+floor=$(python3 - "$e2b_burst" "$work/empty-home" <<'PY'
+import concurrent.futures, subprocess, sys, time
+n, home = int(sys.argv[1]), sys.argv[2]
+start = time.perf_counter()
+def one(_):
+    out = subprocess.run(["bash", "-l", "-c", "echo 1"], env={"HOME": home, "PATH": "/usr/bin:/bin"},
+                         capture_output=True, check=True).stdout
+    assert out == b"1\n"
+    return 1000 * (time.perf_counter() - start)
+with concurrent.futures.ThreadPoolExecutor(n) as pool:
+    xs = sorted(pool.map(one, range(n)))
+pct = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))]
+print("RESULT floor mode=bash_l_burst_of_%d n=%d p50_ms=%.1f p95_ms=%.1f p99_ms=%.1f" % (n, n, pct(.5), pct(.95), pct(.99)))
+PY
+)
+python3 - "$e2b" "$grpc" "$floor" <<'PY'
 import re, sys
 rows = [dict(re.findall(r"(\w+)=([\w.]+)", line), api=line.split()[1])
-        for line in (sys.argv[1] + "\n" + sys.argv[2]).splitlines() if line.startswith("RESULT")]
+        for line in "\n".join(sys.argv[1:]).splitlines() if line.startswith("RESULT")]
 print("\n%-52s %6s %9s %9s %9s" % ("create -> first command", "n", "p50 ms", "p95 ms", "p99 ms"))
 for r in rows:
-    name = ("gRPC: LeaseSandbox + Exec, " if r["api"] == "grpc" else "e2b SDK: ") + r["mode"].replace("_", " ")
+    name = {"grpc": "gRPC: LeaseSandbox + Exec, ", "floor": "floor, no sandbox: "}.get(r["api"], "e2b SDK: ") + \
+        r["mode"].replace("_", " ")
     print("%-52s %6s %9s %9s %9s" % (name, r["n"], r["p50_ms"], r["p95_ms"], r["p99_ms"]))
 e2b = next(r for r in rows if r["api"] == "e2b" and r["mode"] == "one_at_a_time")
 grpc = next(r for r in rows if r["api"] == "grpc")
 print("ratio e2b SDK / gRPC path, p50 one at a time: %.2fx" % (float(e2b["p50_ms"]) / float(grpc["p50_ms"])))
+burst = next(r for r in rows if r["api"] == "e2b" and r["mode"].startswith("burst_of"))
+floor = next(r for r in rows if r["api"] == "floor")
+print("ratio e2b SDK burst / the same first commands with no sandbox, p50: %.2fx" %
+      (float(burst["p50_ms"]) / float(floor["p50_ms"])))
 run_code = next((r for r in rows if r["mode"] == "run_code"), None)
 bare = next((r for r in rows if r["mode"] == "python3_c"), None)
 if run_code and bare:  # (BENCH_E2B_RUNS=0: not measured)
