@@ -184,6 +184,7 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::strin
     }
     co_return FromStatus(lease.status());
   }
+  if (on_leased_) on_leased_(*lease);
   co_return E2bAnswer{201, json::serialize(SandboxJson(*lease)), {}};
 }
 
@@ -329,7 +330,10 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
       co_return forked.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
                                                                       : FromStatus(forked.status());
     json::array out;
-    for (const v1::SandboxLease& child : forked->leases()) out.push_back(json::object{{"sandbox", SandboxJson(child)}});
+    for (const v1::SandboxLease& child : forked->leases()) {
+      if (on_leased_) on_leased_(child);
+      out.push_back(json::object{{"sandbox", SandboxJson(child)}});
+    }
     while (out.size() < count) {
       out.push_back(json::object{{"error", json::object{{"code", 429}, {"message", "the host had no room for it"}}}});
     }
@@ -359,7 +363,10 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Connect(std::string owner, std::stri
   auto lease = co_await leases_->Get(id, owner);
   if (lease.ok() && lease->paused()) {
     lease = co_await leases_->SetPaused(id, owner, false, timeout);
-    if (lease.ok()) co_return E2bAnswer{201, json::serialize(SandboxJson(*lease)), {}};
+    if (lease.ok()) {
+      if (on_leased_) on_leased_(*lease);
+      co_return E2bAnswer{201, json::serialize(SandboxJson(*lease)), {}};
+    }
   } else if (lease.ok() && timeout > absl::ZeroDuration()) {
     lease = co_await leases_->Renew(id, owner, timeout);
   }

@@ -65,10 +65,18 @@ bool IsPlainTemplate(const std::string& template_id);
 
 class E2bControlPlane {
  public:
-  // `on_killed` (may be empty) hears of each sandbox killed here: the in-sandbox API forgets it.
+  // `on_killed` (may be empty) hears of each sandbox killed or paused here: the in-sandbox API forgets it.
+  // `on_leased` (may be empty) hears of each lease this answers with after a create, fork or resume: the
+  // in-sandbox API keeps it, so that the first command does not ask the scheduler for it again.
   E2bControlPlane(LeaseApi* leases, const api::E2bAuth* auth, Clock* clock, E2bOptions options = {},
-                  std::function<void(const std::string&)> on_killed = {})
-      : leases_(leases), auth_(auth), clock_(clock), options_(std::move(options)), on_killed_(std::move(on_killed)) {}
+                  std::function<void(const std::string&)> on_killed = {},
+                  std::function<void(const v1::SandboxLease&)> on_leased = {})
+      : leases_(leases),
+        auth_(auth),
+        clock_(clock),
+        options_(std::move(options)),
+        on_killed_(std::move(on_killed)),
+        on_leased_(std::move(on_leased)) {}
 
   // True for a path of this API (whatever the method).
   static bool Serves(const std::string& path);
@@ -92,6 +100,7 @@ class E2bControlPlane {
   Clock* const clock_;
   const E2bOptions options_;
   const std::function<void(const std::string&)> on_killed_;
+  const std::function<void(const v1::SandboxLease&)> on_leased_;
   // getMetrics' CPU share is over the time since the previous sample: each sandbox's last (when, CPU time).
   absl::Mutex mu_;
   std::map<std::string, std::pair<absl::Time, absl::Duration>> cpu_samples_ ABSL_GUARDED_BY(mu_);

@@ -63,6 +63,14 @@ void Envd::Forget(const std::string& sandbox_id) {
   opened_.erase(sandbox_id);
 }
 
+void Envd::Remember(const v1::SandboxLease& lease) {
+  auto host = leases_->Host(lease);
+  if (!host.ok() || *host == nullptr || lease.paused()) return;  // Open will say why
+  absl::MutexLock lock(&mu_);
+  if (opened_.size() > 10000) opened_.clear();
+  opened_[lease.lease_id()] = {EnvdSandbox{lease, *std::move(host)}, clock_->Now()};
+}
+
 void Envd::ForgetIfGone(const EnvdSandbox& s, const absl::Status& status) {
   // The host names the sandbox in its NOT_FOUND ("sandbox '<id>' ..."); a missing file is NOT_FOUND too.
   if (status.code() == absl::StatusCode::kNotFound && absl::StartsWith(status.message(), "sandbox '")) {

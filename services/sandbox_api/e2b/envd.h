@@ -89,6 +89,8 @@ class Envd {
   boost::asio::awaitable<absl::StatusOr<EnvdSandbox>> Open(std::string id, std::string owner, bool fresh = false);
   // Drops what this replica remembers of a sandbox's lease (it was killed here).
   void Forget(const std::string& sandbox_id);
+  // Keeps `lease` as Open would after asking the scheduler (this replica just made, forked or resumed it).
+  void Remember(const v1::SandboxLease& lease);
   size_t processes() const { return processes_->size(); }
 
   // process.Process. Start runs for at most `timeout` (then the host kills it); Connect follows for at most

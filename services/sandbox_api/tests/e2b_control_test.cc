@@ -38,8 +38,13 @@ class E2bControlTest : public ::testing::Test {
   FakeLeases leases_{host_};
   api::E2bAuth auth_{*TokenSigner::FromKey(std::string(32, 'k'))};
   std::vector<std::string> killed_;  // what the in-sandbox API was told to forget
-  E2bControlPlane control_{&leases_, &auth_, &clock_, E2bOptions(),
-                           [this](const std::string& id) { killed_.push_back(id); }};
+  std::vector<std::string> leased_;  // what the in-sandbox API was told to keep
+  E2bControlPlane control_{&leases_,
+                           &auth_,
+                           &clock_,
+                           E2bOptions(),
+                           [this](const std::string& id) { killed_.push_back(id); },
+                           [this](const v1::SandboxLease& lease) { leased_.push_back(lease.lease_id()); }};
   std::string alice_ = *auth_.MintApiKey("alice");
   std::string bob_ = *auth_.MintApiKey("bob");
 };
@@ -135,6 +140,7 @@ TEST_F(E2bControlTest, PauseConnectRefreshAndMetricsAsTheSdkCallsThem) {
   ASSERT_EQ(a.status, 201) << a.body;
   const std::string id(Json(a).at("sandboxID").as_string());
   const std::string sandbox_id = (*io_.RunSync(leases_.Get(id, "alice"))).sandbox_id();
+  EXPECT_THAT(leased_, ElementsAre(id));  // kept by the in-sandbox API for the first command
   EXPECT_EQ(Call("POST", "/sandboxes/" + id + "/pause", "{}").status, 204);
   EXPECT_THAT(killed_, ElementsAre(id));  // the in-sandbox API forgets its cached lease
   E2bAnswer again = Call("POST", "/sandboxes/" + id + "/pause", "{}");
@@ -152,6 +158,7 @@ TEST_F(E2bControlTest, PauseConnectRefreshAndMetricsAsTheSdkCallsThem) {
 
   E2bAnswer resumed = Call("POST", "/v2/sandboxes/" + id + "/connect", R"({"timeout":30})");
   ASSERT_EQ(resumed.status, 201) << resumed.body;
+  EXPECT_THAT(leased_, ElementsAre(id, id));
   EXPECT_EQ(Json(resumed).at("sandboxID").as_string(), id);
   EXPECT_EQ((*io_.RunSync(host_->Get(sandbox_id, absl::Seconds(1)))).state(), v1::SANDBOX_STATE_READY);
   EXPECT_EQ(Call("POST", "/v2/sandboxes/" + id + "/connect", "{}").status, 200);  // running: nothing to resume

@@ -79,6 +79,23 @@ TEST_F(EnvdTest, StartRunsTheCommandAndStreamsStartOutputAndEnd) {
   EXPECT_EQ(envd_.processes(), 0u);  // an exited process is forgotten
 }
 
+// A lease this replica just made (or forked, or resumed) is kept: the first command does not ask the scheduler
+// for it again. A paused one is not kept (Open must say it is paused).
+TEST_F(EnvdTest, ARememberedLeaseOpensWithoutAskingTheScheduler) {
+  v1::SandboxLease made = lease_;
+  made.set_lease_id("ls-made-here");  // the scheduler (FakeLeases) has no such lease
+  EXPECT_EQ(Run(envd_.Open("ls-made-here", "alice")).status().code(), absl::StatusCode::kUnavailable);
+  envd_.Remember(made);
+  auto opened = Run(envd_.Open("ls-made-here", "alice"));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(opened->lease.sandbox_id(), lease_.sandbox_id());
+  EXPECT_FALSE(Run(envd_.Open("ls-made-here", "bob")).ok());  // another owner's is still not theirs
+  made.set_lease_id("ls-paused");
+  made.set_paused(true);
+  envd_.Remember(made);
+  EXPECT_EQ(Run(envd_.Open("ls-paused", "alice")).status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_F(EnvdTest, ANonZeroExitIsAnErrorInTheEndEvent) {
   RecordedStream out;
   auto done = StartProcess(R"({"process":{"cmd":"false"}})", out);
