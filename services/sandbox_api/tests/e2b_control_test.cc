@@ -216,6 +216,9 @@ TEST_F(E2bControlTest, ForkGivesEachChildItsOwnSandboxAndToken) {
   EXPECT_EQ(ids.size(), 3u);
   EXPECT_FALSE(ids.contains(id));
   EXPECT_THAT(host_->live(), SizeIs(4));
+  // The parent and each child are handed to the in-sandbox API for their first commands.
+  EXPECT_THAT(std::set<std::string>(leased_.begin(), leased_.end()),
+              ::testing::UnorderedElementsAre(id, *ids.begin(), *std::next(ids.begin()), *ids.rbegin()));
   EXPECT_EQ(Call("POST", "/sandboxes/" + id + "/fork", R"({"count":0})").status, 400);
   EXPECT_EQ(Call("POST", "/sandboxes/ls-none/fork", R"({"count":1})").status, 404);
 }
