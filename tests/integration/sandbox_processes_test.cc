@@ -272,7 +272,8 @@ TEST_F(SandboxProcessesTest, APausedSandboxIsFrozenWhereItStandsAndGoesOnWhenRes
   ASSERT_THAT(paused, IsOk());
   EXPECT_EQ(paused->state(), v1::SANDBOX_STATE_PAUSED);
   const int frozen_at = count();
-  absl::SleepFor(absl::Milliseconds(300));  // 15 turns of the loop, were it running
+  // Proving that nothing happens takes a window of time: 15 turns of the loop, were it running.
+  absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(count(), frozen_at);
   EXPECT_THAT(Exec(id, token_, "true").status, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("is paused")));
   EXPECT_THAT(GetSandbox(id, true), IsOk());  // again: nothing changes
@@ -306,9 +307,15 @@ TEST_F(SandboxProcessesTest, APausedSandboxIsFrozenWhereItStandsAndGoesOnWhenRes
     ASSERT_TRUE(stub_->KillAllProcesses(&kill_ctx, kill, &killed).ok());
     EXPECT_GE(killed.killed(), 1u);
     EXPECT_EQ(GetSandbox(id)->state(), v1::SANDBOX_STATE_READY);
-    const int after_kill = count();
-    absl::SleepFor(absl::Milliseconds(100));
-    EXPECT_EQ(count(), after_kill);  // the loop is gone
+    // The loop is gone: its process is listed as ended (killed).
+    ASSERT_TRUE(testing::WaitUntil(
+        [&] {
+          auto listed = ListProcesses(id);
+          return listed.ok() && listed->processes_size() >= 1 &&
+                 listed->processes(0).state() == v1::PROCESS_STATE_EXITED;
+        },
+        absl::Seconds(10)));
+    EXPECT_EQ(ListProcesses(id)->processes(0).process_id(), p->process_id());
   }
   // Paused again, with a process, it deletes: its frozen processes die with it.
   ASSERT_THAT(StartProcess(id, "exec sleep 60", "logs/sleep.log"), IsOk());

@@ -228,8 +228,7 @@ absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_
 absl::StatusOr<SandboxUserNamespace> CreateSandboxUserNamespace(uid_t pool, uid_t image_uid, gid_t image_gid) {
   // setgroups is allowed (su and login set a user's groups): every gid it can name is the sandbox's own.
   auto wide = CreateUserNamespace(SandboxIdMap(pool, image_uid), SandboxIdMap(pool, image_gid), true);
-  if (wide.ok() && SubIdBase(pool)) return SandboxUserNamespace{*std::move(wide), true};
-  if (wide.ok()) return SandboxUserNamespace{*std::move(wide), false};
+  if (wide.ok()) return SandboxUserNamespace{*std::move(wide), SubIdBase(pool).has_value()};
   static std::once_flag logged;
   std::call_once(logged, [&] {
     spdlog::warn(

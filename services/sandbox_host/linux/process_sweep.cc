@@ -21,6 +21,22 @@ namespace {
 
 constexpr double kMinOrphanAgeSeconds = 3;
 
+// The ids of `uid`'s live processes: `uid` and those of its block (sub_ids.h) that some process runs as.
+absl::flat_hash_set<uid_t> LiveIdsOf(uid_t uid, std::vector<pid_t>* pids = nullptr) {
+  absl::flat_hash_set<uid_t> ids;
+  ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
+    bool match = false;
+    for (uid_t u : uids) {
+      if (u == uid || SubIdOwner(u) == uid) {
+        ids.insert(u);
+        match = true;
+      }
+    }
+    if (match && pids != nullptr) pids->push_back(pid);
+  });
+  return ids;
+}
+
 }  // namespace
 
 void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>&)>& visit) {
@@ -51,26 +67,6 @@ void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>
   }
   closedir(proc);
 }
-
-namespace {
-
-// The ids of `uid`'s live processes: `uid` and those of its block (sub_ids.h) that some process runs as.
-absl::flat_hash_set<uid_t> LiveIdsOf(uid_t uid, std::vector<pid_t>* pids = nullptr) {
-  absl::flat_hash_set<uid_t> ids;
-  ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
-    bool match = false;
-    for (uid_t u : uids) {
-      if (u == uid || (u != SubIdOwner(u) && SubIdOwner(u) == uid)) {
-        ids.insert(u);
-        match = true;
-      }
-    }
-    if (match && pids != nullptr) pids->push_back(pid);
-  });
-  return ids;
-}
-
-}  // namespace
 
 std::vector<pid_t> ProcessesOf(uid_t uid) {
   std::vector<pid_t> pids;
