@@ -19,6 +19,7 @@ asio::awaitable<void> RouteE2b(E2bControlPlane* e2b, SandboxApiMetrics* metrics,
                   .path = std::move(target.path),
                   .query = std::move(target.query),
                   .api_key = std::string(request["x-api-key"]),
+                  .host = std::string(request[bhttp::field::host]),
                   .body = std::move(request.body())};
   E2bAnswer answer = co_await e2b->Handle(std::move(call));
   if (metrics != nullptr) metrics->Request("e2b", answer.status);

@@ -127,4 +127,51 @@ absl::StatusOr<std::shared_ptr<sandbox::HostApi>> LeaseClient::Host(const v1::Sa
                                                lease.capability_token().empty() ? token_ : lease.capability_token());
 }
 
+template <class Response, class Start>
+asio::awaitable<absl::StatusOr<Response>> LeaseClient::Unary(absl::Duration timeout, Start start) {
+  rpc::CallScope scope(nullptr, clock_->Now() + timeout, token_);
+  Response response;
+  grpc::Status s = co_await AwaitGrpc([&](auto done) { start(scope.context(), &response, std::move(done)); });
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
+}
+
+asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> LeaseClient::RequestBuild(v1::RequestTemplateBuildRequest r) {
+  co_return co_await Unary<v1::SandboxTemplate>(absl::Seconds(30), [&](auto* context, auto* response, auto done) {
+    stub_->async()->RequestTemplateBuild(context, &r, response, std::move(done));
+  });
+}
+
+asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> LeaseClient::StartBuild(v1::StartTemplateBuildRequest r) {
+  co_return co_await Unary<v1::SandboxTemplate>(absl::Seconds(30), [&](auto* context, auto* response, auto done) {
+    stub_->async()->StartTemplateBuild(context, &r, response, std::move(done));
+  });
+}
+
+asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> LeaseClient::GetTemplate(v1::GetTemplateRequest r) {
+  co_return co_await Unary<v1::SandboxTemplate>(absl::Seconds(30), [&](auto* context, auto* response, auto done) {
+    stub_->async()->GetTemplate(context, &r, response, std::move(done));
+  });
+}
+
+asio::awaitable<absl::Status> LeaseClient::DeleteTemplate(v1::GetTemplateRequest r) {
+  auto deleted = co_await Unary<v1::DeleteSandboxTemplateResponse>(
+      absl::Seconds(30), [&](auto* context, auto* response, auto done) {
+        stub_->async()->DeleteTemplate(context, &r, response, std::move(done));
+      });
+  co_return deleted.status();
+}
+
+asio::awaitable<absl::StatusOr<v1::TemplateFile>> LeaseClient::PutFile(v1::TemplateFile file) {
+  co_return co_await Unary<v1::TemplateFile>(absl::Seconds(60), [&](auto* context, auto* response, auto done) {
+    stub_->async()->PutTemplateFile(context, &file, response, std::move(done));
+  });
+}
+
+asio::awaitable<absl::StatusOr<v1::TemplateFile>> LeaseClient::GetFile(v1::GetTemplateFileRequest r) {
+  co_return co_await Unary<v1::TemplateFile>(absl::Seconds(60), [&](auto* context, auto* response, auto done) {
+    stub_->async()->GetTemplateFile(context, &r, response, std::move(done));
+  });
+}
+
 }  // namespace corral::sandbox_api

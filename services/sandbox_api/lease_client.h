@@ -38,7 +38,21 @@ class LeaseApi {
   virtual absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease& lease) = 0;
 };
 
-class LeaseClient final : public LeaseApi {
+// The scheduler's sandbox templates (Scheduler.RequestTemplateBuild and the calls around it).
+class TemplateApi {
+ public:
+  virtual ~TemplateApi() = default;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> RequestBuild(
+      v1::RequestTemplateBuildRequest request) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> StartBuild(
+      v1::StartTemplateBuildRequest request) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> GetTemplate(v1::GetTemplateRequest request) = 0;
+  virtual boost::asio::awaitable<absl::Status> DeleteTemplate(v1::GetTemplateRequest request) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::TemplateFile>> PutFile(v1::TemplateFile file) = 0;
+  virtual boost::asio::awaitable<absl::StatusOr<v1::TemplateFile>> GetFile(v1::GetTemplateFileRequest request) = 0;
+};
+
+class LeaseClient final : public LeaseApi, public TemplateApi {
  public:
   // `token` is the cluster token presented to the scheduler (and to hosts for leases without a capability
   // token); `channel` how hosts are dialled.
@@ -56,7 +70,20 @@ class LeaseClient final : public LeaseApi {
                                                                      bool paused, absl::Duration ttl) override;
   absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease& lease) override;
 
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> RequestBuild(
+      v1::RequestTemplateBuildRequest request) override;
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> StartBuild(
+      v1::StartTemplateBuildRequest request) override;
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> GetTemplate(v1::GetTemplateRequest request) override;
+  boost::asio::awaitable<absl::Status> DeleteTemplate(v1::GetTemplateRequest request) override;
+  boost::asio::awaitable<absl::StatusOr<v1::TemplateFile>> PutFile(v1::TemplateFile file) override;
+  boost::asio::awaitable<absl::StatusOr<v1::TemplateFile>> GetFile(v1::GetTemplateFileRequest request) override;
+
  private:
+  // One unary call of the scheduler: `start(context, done)` starts it; answers `Response` or the error.
+  template <class Response, class Start>
+  boost::asio::awaitable<absl::StatusOr<Response>> Unary(absl::Duration timeout, Start start);
+
   const std::unique_ptr<v1::Scheduler::Stub> stub_;
   const std::string token_;
   const ChannelOptions channel_options_;

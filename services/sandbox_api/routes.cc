@@ -45,6 +45,9 @@ const std::array kRoutes = {
     // E2B's control plane (its own calls under these paths: e2b_control.h).
     Route{.door = Door::kE2bControl, .path = "/v2/sandboxes", .prefix = true, .label = "e2b"},
     Route{.door = Door::kE2bControl, .path = "/sandboxes", .prefix = true, .label = "e2b"},
+    Route{.door = Door::kE2bControl, .path = "/templates", .prefix = true, .label = "e2b_templates"},
+    Route{.door = Door::kE2bControl, .path = "/v2/templates", .prefix = true, .label = "e2b_templates"},
+    Route{.door = Door::kE2bControl, .path = "/v3/templates", .prefix = true, .label = "e2b_templates"},
     // envd.
     Route{.door = Door::kEnvd, .path = "/health", .methods = "GET", .label = "envd_health"},
     Route{.door = Door::kEnvd, .path = "/files", .methods = "GET, POST", .label = "envd_files"},

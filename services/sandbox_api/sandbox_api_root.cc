@@ -54,13 +54,14 @@ SandboxApiRoot::SandboxApiRoot(Config config, Prepared p)
                                .executor = config_.executor_name},
                 &metrics_),
       e2b_auth_(*std::move(p.secret)),
+      templates_(&leases_, &leases_, &e2b_auth_, &clock_),
       e2b_(
           &leases_, &e2b_auth_, &clock_, E2bOptions{.image_metadata_key = config_.e2b_image_metadata_key},
           [this](const std::string& id) {
             envd_.Forget(id);
             code_.Forget(id);
           },
-          [this](const v1::SandboxLease& lease) { envd_.Remember(lease); }),
+          [this](const v1::SandboxLease& lease) { envd_.Remember(lease); }, &templates_),
       envd_(&leases_, &clock_, E2bOptions(), &metrics_.e2b_processes),
       code_(&clock_, E2bOptions()),
       envd_http_(&envd_, &code_, &e2b_auth_),

@@ -19,6 +19,7 @@
 #include "services/ratelimiter/client/ratelimit_client.h"
 #include "services/sandbox_api/config.h"
 #include "services/sandbox_api/e2b/e2b_control.h"
+#include "services/sandbox_api/e2b/e2b_templates.h"
 #include "services/sandbox_api/e2b/envd_http.h"
 #include "services/sandbox_api/lease_client.h"
 #include "services/sandbox_api/metrics.h"
@@ -46,6 +47,7 @@ class SandboxApiRoot {
   const std::unique_ptr<ratelimiter::LimiterClient> limiter_;
   RunCodeService run_code_;
   const api::E2bAuth e2b_auth_;
+  E2bTemplates templates_;
   E2bControlPlane e2b_;
   Envd envd_;
   CodeInterpreter code_;

@@ -48,6 +48,17 @@ CREATE TABLE IF NOT EXISTS leases (
   lease_id TEXT PRIMARY KEY,
   lease BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS templates (
+  template_id TEXT PRIMARY KEY,
+  record BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS template_files (
+  owner TEXT NOT NULL,
+  hash TEXT NOT NULL,
+  content BLOB NOT NULL,
+  time_ns INTEGER NOT NULL,
+  PRIMARY KEY (owner, hash)
+);
 CREATE TABLE IF NOT EXISTS policy (
   id INTEGER PRIMARY KEY CHECK (id = 0),
   version INTEGER NOT NULL,

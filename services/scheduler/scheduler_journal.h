@@ -10,6 +10,7 @@
 #include "corral/v1/common.pb.h"
 #include "libs/journal/journal.h"
 #include "services/scheduler/lease/sandbox_leases.h"
+#include "services/scheduler/lease/sandbox_templates.h"
 #include "services/scheduler/table/episode_table.h"
 
 namespace corral::scheduler {
@@ -23,7 +24,7 @@ struct PolicyState {
   uint64_t sequence = 0;
 };
 
-class SchedulerJournal final : public EpisodeLog, public LeaseLog {
+class SchedulerJournal final : public EpisodeLog, public LeaseLog, public TemplateLog {
  public:
   // result_retention zero: an acknowledged result's payload is dropped with the acknowledgement.
   static absl::StatusOr<std::unique_ptr<SchedulerJournal>> Open(const std::string& path, bool fsync,
@@ -60,6 +61,15 @@ class SchedulerJournal final : public EpisodeLog, public LeaseLog {
   void DropLease(const std::string& lease_id) override;
   // The leases journaled (SandboxLeases::Restore), ordered by id. DATA_LOSS when a row cannot be parsed.
   absl::StatusOr<std::vector<v1::SandboxLease>> LoadLeases();
+
+  void SaveTemplate(const v1::SandboxTemplate& t, std::function<void(absl::Status)> done) override;
+  void DropTemplate(const std::string& template_id) override;
+  void SaveTemplateFile(const v1::TemplateFile& file, absl::Time time, std::function<void(absl::Status)> done) override;
+  void DropTemplateFile(const std::string& owner, const std::string& hash) override;
+  absl::StatusOr<std::string> LoadTemplateFile(const std::string& owner, const std::string& hash) override;
+  // For SandboxTemplates::Restore. DATA_LOSS when a row cannot be parsed.
+  absl::StatusOr<std::vector<v1::SandboxTemplate>> LoadTemplates();
+  absl::StatusOr<std::vector<TemplateFileEntry>> LoadTemplateFiles();
 
   // Forgets the run rows of episodes a restart has cleaned up.
   void ForgetRuns();

@@ -80,6 +80,8 @@ struct SchedulerRoot::Prepared {
   absl::Duration load_time;
   PolicyState policy;
   std::vector<v1::SandboxLease> leases;
+  std::vector<v1::SandboxTemplate> templates;
+  std::vector<TemplateFileEntry> template_files;
   std::vector<std::shared_ptr<ProxyApi>> proxies;
   std::unique_ptr<ratelimiter::RateLimitClient> limiter_session;
 };
@@ -120,6 +122,14 @@ absl::StatusOr<std::unique_ptr<SchedulerRoot>> SchedulerRoot::Build(Config confi
                         absl::StrCat("the journal's sandbox leases cannot be read: ", leases.status().message()));
   }
   p.leases = *std::move(leases);
+  auto templates = p.journal->LoadTemplates();
+  auto template_files = p.journal->LoadTemplateFiles();
+  if (!templates.ok() || !template_files.ok()) {
+    const absl::Status& bad = !templates.ok() ? templates.status() : template_files.status();
+    return absl::Status(bad.code(), absl::StrCat("the journal's sandbox templates cannot be read: ", bad.message()));
+  }
+  p.templates = *std::move(templates);
+  p.template_files = *std::move(template_files);
 
   for (const auto& address : config.proxies) {
     auto ch = MakeChannel(address, channel);
@@ -162,6 +172,7 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
       placer_(&hosts_, pool_.get(), &clock_),
       leases_(&hosts_, &placer_, &clock_, journal_.get(), LeaseOptionsOf(config_),
               [this](size_t leased, int64_t expired) { metrics_.SetLeases(leased, expired); }),
+      templates_(&leases_, io_.get_executor(), &clock_, journal_.get()),
       driver_(DriverParts{.executor = io_.get_executor(),
                           .clock = &clock_,
                           .table = &table_,
@@ -182,7 +193,8 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
                 table_.SetPolicyVersion(version);  // may admit more groups (max_staleness) or re-queue stale results
                 doorbell_.Ring();
               }),
-      service_(&scheduler_, &table_, &hosts_, &hub_, &auth_, &policy_, &envs_, &leases_, io_.get_executor()),
+      service_(&scheduler_, &table_, &hosts_, &hub_, &auth_, &policy_, &envs_, &leases_, &templates_,
+               io_.get_executor()),
       inspector_(&table_, [this](const std::string& id) { return journal_->AckedResult(id); }) {
   journal_->journal()->OnWriteFailed([this](const absl::Status&) { metrics_.JournalWriteFailed(); });
   table_.Restore(p.snapshot, p.policy.version);
@@ -190,6 +202,7 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
                p.snapshot.batches.size(), p.snapshot.results.size(), table_.QueuedCount(),
                absl::FormatDuration(p.load_time));
   leases_.Restore(p.leases);
+  templates_.Restore(std::move(p.templates), std::move(p.template_files));
   CloseLeftoverSessions(p.snapshot);
   journal_->ForgetRuns();
   if (p.policy.sequence > 0) {

@@ -85,6 +85,7 @@ class SchedulerRoot {
   const std::unique_ptr<WarmPool> pool_;  // null without warm_pool_size
   SandboxPlacer placer_;                  // for leases (the driver has its own: the same rules)
   SandboxLeases leases_;
+  SandboxTemplates templates_;
   EpisodeDriver driver_;
   Scheduler scheduler_;
   PolicyControl policy_;

@@ -179,7 +179,8 @@ grpc::ServerUnaryReactor* PolicyCall(grpc::CallbackServerContext* context, const
 
 SchedulerService::SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
                                    const CallAuthenticator* auth, PolicyControl* policy, EnvBoard* envs,
-                                   SandboxLeases* leases, boost::asio::any_io_executor executor)
+                                   SandboxLeases* leases, SandboxTemplates* templates,
+                                   boost::asio::any_io_executor executor)
     : scheduler_(scheduler),
       table_(table),
       hosts_(hosts),
@@ -188,6 +189,7 @@ SchedulerService::SchedulerService(Scheduler* scheduler, EpisodeTable* table, Ho
       policy_(policy),
       envs_(envs),
       leases_(leases),
+      templates_(templates),
       executor_(std::move(executor)) {}
 
 grpc::ServerUnaryReactor* SchedulerService::UpdatePolicy(grpc::CallbackServerContext* context,

@@ -7,6 +7,7 @@
 #include "corral/v1/scheduler.grpc.pb.h"
 #include "libs/rpc/auth.h"
 #include "services/scheduler/lease/sandbox_leases.h"
+#include "services/scheduler/lease/sandbox_templates.h"
 #include "services/scheduler/policy_control.h"
 #include "services/scheduler/result_stream.h"
 #include "services/scheduler/scheduler.h"
@@ -18,7 +19,7 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   // The lease calls run as coroutines on `executor`.
   SchedulerService(Scheduler* scheduler, EpisodeTable* table, HostRegistry* hosts, ResultHub* hub,
                    const CallAuthenticator* auth, PolicyControl* policy, EnvBoard* envs, SandboxLeases* leases,
-                   boost::asio::any_io_executor executor);
+                   SandboxTemplates* templates, boost::asio::any_io_executor executor);
 
   grpc::ServerReadReactor<v1::SubmitRequest>* Submit(grpc::CallbackServerContext* context,
                                                      v1::Batch* response) override;
@@ -72,6 +73,22 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   grpc::ServerUnaryReactor* SetLeasePaused(grpc::CallbackServerContext* context,
                                            const v1::SetLeasePausedRequest* request,
                                            v1::SandboxLease* response) override;
+  // Sandbox templates (scheduler_service_leases.cc).
+  grpc::ServerUnaryReactor* RequestTemplateBuild(grpc::CallbackServerContext* context,
+                                                 const v1::RequestTemplateBuildRequest* request,
+                                                 v1::SandboxTemplate* response) override;
+  grpc::ServerUnaryReactor* StartTemplateBuild(grpc::CallbackServerContext* context,
+                                               const v1::StartTemplateBuildRequest* request,
+                                               v1::SandboxTemplate* response) override;
+  grpc::ServerUnaryReactor* GetTemplate(grpc::CallbackServerContext* context, const v1::GetTemplateRequest* request,
+                                        v1::SandboxTemplate* response) override;
+  grpc::ServerUnaryReactor* DeleteTemplate(grpc::CallbackServerContext* context, const v1::GetTemplateRequest* request,
+                                           v1::DeleteSandboxTemplateResponse* response) override;
+  grpc::ServerUnaryReactor* PutTemplateFile(grpc::CallbackServerContext* context, const v1::TemplateFile* request,
+                                            v1::TemplateFile* response) override;
+  grpc::ServerUnaryReactor* GetTemplateFile(grpc::CallbackServerContext* context,
+                                            const v1::GetTemplateFileRequest* request,
+                                            v1::TemplateFile* response) override;
 
  private:
   Scheduler* const scheduler_;
@@ -82,6 +99,7 @@ class SchedulerService final : public v1::Scheduler::CallbackService {
   PolicyControl* const policy_;
   EnvBoard* const envs_;
   SandboxLeases* const leases_;
+  SandboxTemplates* const templates_;
   const boost::asio::any_io_executor executor_;
 };
 

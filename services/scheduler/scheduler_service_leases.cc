@@ -103,4 +103,61 @@ grpc::ServerUnaryReactor* SchedulerService::ForkLease(grpc::CallbackServerContex
   return Spawned(context, executor_, response, leases_->Fork(*request), "a ForkLease call");
 }
 
+grpc::ServerUnaryReactor* SchedulerService::RequestTemplateBuild(grpc::CallbackServerContext* context,
+                                                                 const v1::RequestTemplateBuildRequest* request,
+                                                                 v1::SandboxTemplate* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  return Spawned(context, executor_, response, templates_->Request(*request), "a RequestTemplateBuild call");
+}
+
+grpc::ServerUnaryReactor* SchedulerService::StartTemplateBuild(grpc::CallbackServerContext* context,
+                                                               const v1::StartTemplateBuildRequest* request,
+                                                               v1::SandboxTemplate* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  if (scheduler_->draining()) {
+    return FinishUnary(context, absl::FailedPreconditionError("the scheduler is draining: no new builds"));
+  }
+  return Spawned(context, executor_, response, templates_->Start(*request), "a StartTemplateBuild call");
+}
+
+grpc::ServerUnaryReactor* SchedulerService::GetTemplate(grpc::CallbackServerContext* context,
+                                                        const v1::GetTemplateRequest* request,
+                                                        v1::SandboxTemplate* response) {
+  return FinishUnary(context, [&]() -> absl::Status {
+    if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return s;
+    auto t = templates_->Get(*request);
+    if (!t.ok()) return t.status();
+    *response = *std::move(t);
+    return absl::OkStatus();
+  }());
+}
+
+grpc::ServerUnaryReactor* SchedulerService::DeleteTemplate(grpc::CallbackServerContext* context,
+                                                           const v1::GetTemplateRequest* request,
+                                                           v1::DeleteSandboxTemplateResponse*) {
+  return FinishUnary(context, [&]() -> absl::Status {
+    if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return s;
+    return templates_->Delete(*request);
+  }());
+}
+
+grpc::ServerUnaryReactor* SchedulerService::PutTemplateFile(grpc::CallbackServerContext* context,
+                                                            const v1::TemplateFile* request,
+                                                            v1::TemplateFile* response) {
+  if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return FinishUnary(context, s);
+  return Spawned(context, executor_, response, templates_->PutFile(*request), "a PutTemplateFile call");
+}
+
+grpc::ServerUnaryReactor* SchedulerService::GetTemplateFile(grpc::CallbackServerContext* context,
+                                                            const v1::GetTemplateFileRequest* request,
+                                                            v1::TemplateFile* response) {
+  return FinishUnary(context, [&]() -> absl::Status {
+    if (absl::Status s = auth_->CheckCluster(*context); !s.ok()) return s;
+    auto file = templates_->GetFile(*request);
+    if (!file.ok()) return file.status();
+    *response = *std::move(file);
+    return absl::OkStatus();
+  }());
+}
+
 }  // namespace corral::scheduler

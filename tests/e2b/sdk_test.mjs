@@ -8,8 +8,11 @@ import assert from "node:assert/strict";
 import { register } from "node:module";
 import {
   Sandbox, CommandExitError, SandboxError, NotFoundError, FileNotFoundError, SandboxNotFoundError,
-  AuthenticationError, InvalidArgumentError, TimeoutError,
+  AuthenticationError, InvalidArgumentError, TimeoutError, Template, BuildError, waitForFile,
 } from "./node_modules/e2b/dist/index.mjs";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 
 // @e2b/code-interpreter, over the same e2b module (e2b_resolve.mjs).
 register("./e2b_resolve.mjs", import.meta.url);
@@ -367,6 +370,65 @@ const imageSteps = {
       await sbx.kill();
     }
   },
+};
+
+// Harbor's and NeMo-Gym's templates: built from an image with RUN (as root), COPY (a file and a directory), ENV,
+// WORKDIR and a start command; reused by name; a sandbox from it runs as root and as the user a step added. The
+// same steps build again from the cache; a failing step fails the build with its output and its step.
+imageSteps.template = async () => {
+  const context = fs.mkdtempSync(path.join(os.tmpdir(), "e2b-template-"));
+  fs.writeFileSync(path.join(context, "config.txt"), "copied file\n");
+  fs.mkdirSync(path.join(context, "app", "deep"), { recursive: true });
+  fs.writeFileSync(path.join(context, "app", "run.sh"), "echo running\n", { mode: 0o755 });
+  fs.writeFileSync(path.join(context, "app", "deep", "data.txt"), "deep data\n");
+  const template = () => Template({ fileContextPath: context })
+    .fromImage(process.env.E2B_IMAGE)
+    .runCmd("mkdir -p /opt/tool && echo built > /opt/tool/stamp", { user: "root" })
+    .runCmd("useradd -m agent", { user: "root" })
+    .setEnvs({ GREETING: "hello", TOOL_PATH: "/opt/tool:$PATH" })
+    .setWorkdir("/srv/app")
+    .copy("config.txt", "/etc/tool/config.txt", { user: "root" })
+    .copy("app", "/srv/app/", { user: "agent" })
+    .runCmd("cat config.txt 2>/dev/null || pwd > /srv/app/built-in", { user: "root" })
+    .setStartCmd("echo started > /tmp/started; sleep 600", waitForFile("/tmp/started"));
+  const name = `harbor-task-${process.pid}`;
+  assert.equal(await Template.exists(name), false);
+  const logs = [];
+  let began = Date.now();
+  const info = await Template.build(template(), name, { cpuCount: 1, memoryMB: 1024, onBuildLogs: (l) => logs.push(l) });
+  const cold = Date.now() - began;
+  assert.equal(info.name, name);
+  assert.ok(logs.some((l) => String(l.message).includes("RUN useradd -m agent")), logs.join("\n"));
+  assert.equal(await Template.exists(name), true);
+
+  const sbx = await Sandbox.create(name, { timeoutMs: 120_000, metadata: { task: "t1" } });
+  try {
+    const out = await sbx.commands.run(
+      "cat /opt/tool/stamp /etc/tool/config.txt /srv/app/deep/data.txt; /srv/app/run.sh; cat /srv/app/built-in; " +
+      "stat -c %U /srv/app/run.sh /etc/tool/config.txt; echo $GREETING $TOOL_PATH; cat /tmp/started; id -un",
+      { user: "root" });
+    assert.equal(out.stdout, "built\ncopied file\ndeep data\nrunning\n/srv/app\nagent\nroot\n" +
+      "hello /opt/tool:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nstarted\nroot\n");
+    assert.equal((await sbx.commands.run("id -un; touch /srv/app/mine", { user: "agent" })).stdout, "agent\n");
+  } finally {
+    await sbx.kill();
+  }
+
+  began = Date.now();
+  await Template.build(template(), name);  // the same steps: the host's template, not a second build
+  const cached = Date.now() - began;
+  console.log(`template build: cold ${cold} ms, cached ${cached} ms`);
+
+  const failing = Template({ fileContextPath: context }).fromImage(process.env.E2B_IMAGE)
+    .runCmd("true").runCmd("echo boom-output; exit 3", { user: "root" });
+  await Template.build(failing, `broken-${process.pid}`).then(() => assert.fail("the build must fail"), (e) => {
+    assert.ok(e instanceof BuildError, String(e));
+    assert.match(e.message, /step 2 .*exited with code 3.*boom-output/s);
+  });
+  assert.equal(await Template.exists(`broken-${process.pid}`), false);
+  await Sandbox.create(`broken-${process.pid}`).then(() => assert.fail("no ready build"),
+    (e) => assert.ok(String(e).includes("no ready build"), String(e)));
+  fs.rmSync(context, { recursive: true });
 };
 
 for (const name of process.argv.length > 2 ? process.argv.slice(2) : Object.keys(steps)) {

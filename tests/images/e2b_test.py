@@ -50,6 +50,15 @@ class E2bInAnImage(ClusterTestCase):
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         self.assertIn("ok root", done.stdout)
 
+    def test_harbor_builds_a_template_from_the_image_and_runs_sandboxes_of_it(self):
+        url = f"http://{self.api}"
+        env = dict(os.environ, E2B_API_KEY=self.key, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_IMAGE=IMAGE)
+        done = subprocess.run(["node", os.path.join(ARGS.repo, "tests", "e2b", "sdk_test.mjs"), "template"], env=env,
+                              capture_output=True, text=True, timeout=300)
+        ds.log(done.stdout + done.stderr[-3000:])
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        self.assertIn("ok template", done.stdout)
+
 
 def main():
     image_test_main()

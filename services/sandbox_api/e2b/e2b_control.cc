@@ -14,6 +14,8 @@
 #include "libs/api/proto_time.h"
 #include "libs/http/connect_codec.h"
 #include "libs/http/url.h"
+#include "services/sandbox_api/e2b/e2b_templates.h"
+#include "services/sandbox_api/e2b/template_steps.h"
 
 namespace corral::sandbox_api {
 namespace {
@@ -25,34 +27,8 @@ constexpr char kTemplateLabel[] = "e2b.template";
 constexpr char kApiLabel[] = "corral.api";
 constexpr size_t kMaxFork = 64;
 
-json::string_view J(absl::string_view s) { return json::string_view(s.data(), s.size()); }
-
-// The SDK's error body: `code` is the HTTP status (it tells "not found" from the body, not the status line).
-E2bAnswer Error(int status, const std::string& message) {
-  json::object body;
-  body["code"] = status;
-  body["message"] = message;
-  return E2bAnswer{status, json::serialize(body), {}};
-}
-
-// The usual status for a code (http::connect::HttpStatus), except that a wait that ran out is a 503: the SDK's
-// ServiceBusyError, "please retry".
-E2bAnswer FromStatus(const absl::Status& s) {
-  const int status = s.code() == absl::StatusCode::kDeadlineExceeded ? 503 : http::connect::HttpStatus(s.code());
-  return Error(status, std::string(s.message()));
-}
-
-E2bAnswer SandboxNotFound(const std::string& id) { return Error(404, absl::StrCat("sandbox \"", id, "\" not found")); }
-
-std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone()); }
-
-// The body as a JSON object ({} when empty); INVALID_ARGUMENT otherwise.
-absl::StatusOr<json::object> BodyObject(const std::string& body) {
-  if (absl::StripAsciiWhitespace(body).empty()) return json::object();
-  boost::system::error_code ec;
-  json::value v = json::parse(body, ec);
-  if (ec || !v.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
-  return std::move(v.as_object());
+E2bAnswer SandboxNotFound(const std::string& id) {
+  return E2bError(404, absl::StrCat("sandbox \"", id, "\" not found"));
 }
 
 // A string map field (metadata, envVars); INVALID_ARGUMENT naming it otherwise.
@@ -103,44 +79,44 @@ absl::StatusOr<std::map<std::string, std::string>> MetadataFilter(const std::str
 
 }  // namespace
 
-bool IsPlainTemplate(const std::string& template_id) {
-  return template_id == "base" || template_id == "code-interpreter-v1" || template_id == "code-interpreter";
-}
-
 bool E2bControlPlane::Serves(const std::string& path) {
-  return absl::StartsWith(path, "/v2/sandboxes") || absl::StartsWith(path, "/sandboxes");
+  return absl::StartsWith(path, "/v2/sandboxes") || absl::StartsWith(path, "/sandboxes") || E2bTemplates::Serves(path);
 }
 
 asio::awaitable<E2bAnswer> E2bControlPlane::Handle(E2bRequest r) {
+  if (E2bTemplates::Serves(r.path)) {
+    if (templates_ == nullptr) co_return E2bError(400, "templates are not served here");
+    co_return co_await templates_->Handle(std::move(r));
+  }
   auto owner = auth_->Owner(r.api_key);
-  if (!owner.ok()) co_return Error(401, std::string(owner.status().message()));
+  if (!owner.ok()) co_return E2bError(401, std::string(owner.status().message()));
   absl::string_view path = r.path;
   if (path == "/v2/sandboxes" || path == "/v2/sandboxes/") {
     if (r.method == "POST") co_return co_await Create(*std::move(owner), std::move(r.body));
     if (r.method == "GET") co_return co_await List(*std::move(owner), std::move(r.query));
-    co_return Error(405, "method not allowed");
+    co_return E2bError(405, "method not allowed");
   }
   // /sandboxes/{id}[/action] and /v2/sandboxes/{id}/connect
   if (!absl::ConsumePrefix(&path, "/v2/sandboxes/")) absl::ConsumePrefix(&path, "/sandboxes/");
   std::vector<std::string> parts = absl::StrSplit(path, '/');
-  if (parts.empty() || parts.size() > 2 || parts[0].empty()) co_return Error(404, "no such route");
+  if (parts.empty() || parts.size() > 2 || parts[0].empty()) co_return E2bError(404, "no such route");
   std::string action = parts.size() == 2 ? parts[1] : "";
   co_return co_await OnSandbox(*std::move(owner), std::move(r.method), parts[0], std::move(action), std::move(r.body));
 }
 
 asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::string body_text) {
-  auto body = BodyObject(body_text);
-  if (!body.ok()) co_return FromStatus(body.status());
+  auto body = E2bBody(body_text);
+  if (!body.ok()) co_return E2bFromStatus(body.status());
   std::string template_id = "base";
   if (const json::value* t = body->if_contains("templateID"); t != nullptr && !t->is_null()) {
-    if (!t->is_string() || t->as_string().empty()) co_return Error(400, "templateID must be a template name");
+    if (!t->is_string() || t->as_string().empty()) co_return E2bError(400, "templateID must be a template name");
     template_id = std::string(t->as_string());
   }
   auto timeout = Timeout(*body, options_.default_timeout, options_.max_timeout);
-  if (!timeout.ok()) co_return FromStatus(timeout.status());
+  if (!timeout.ok()) co_return E2bFromStatus(timeout.status());
   std::map<std::string, std::string> metadata, envs;
-  if (absl::Status s = StringMap(*body, "metadata", &metadata); !s.ok()) co_return FromStatus(s);
-  if (absl::Status s = StringMap(*body, "envVars", &envs); !s.ok()) co_return FromStatus(s);
+  if (absl::Status s = StringMap(*body, "metadata", &metadata); !s.ok()) co_return E2bFromStatus(s);
+  if (absl::Status s = StringMap(*body, "envVars", &envs); !s.ok()) co_return E2bFromStatus(s);
   bool internet = false;
   if (const json::value* a = body->if_contains("allow_internet_access"); a != nullptr && a->is_bool()) {
     internet = a->as_bool();
@@ -149,21 +125,34 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::strin
   v1::LeaseSandboxRequest request;
   v1::EnvironmentSpec* env = request.mutable_environment();
   // "base" is a plain sandbox, and so are the code interpreter's templates (its kernel is Corral's, run in any
-  // sandbox); any other template names an image the hosts hold or can pull, and so may the image metadata key
-  // for the default template.
-  if (!IsPlainTemplate(template_id)) env->set_image(template_id);
+  // sandbox); any other template is one the owner built, or else names an image the hosts hold or can pull, and
+  // so may the image metadata key for the default template.
+  std::optional<v1::TemplateBuild> build;
+  if (!IsPlainTemplate(template_id) && templates_ != nullptr) {
+    auto resolved = co_await templates_->Resolve(owner, template_id);
+    if (!resolved.ok()) co_return E2bFromStatus(resolved.status());
+    build = *std::move(resolved);
+  }
+  if (build) {
+    *env = build->environment();
+  } else if (!IsPlainTemplate(template_id)) {
+    env->set_image(template_id);
+  }
   if (auto named = metadata.find(options_.image_metadata_key);
       template_id == "base" && !options_.image_metadata_key.empty() && named != metadata.end()) {
     const std::string& image = named->second;
     if (image.empty() || image.size() > 512 || absl::c_any_of(image, [](char ch) { return ch <= ' ' || ch == 0x7f; })) {
-      co_return Error(400, absl::StrCat("metadata '", options_.image_metadata_key,
-                                        "' must name an image (no spaces, at most 512 characters)"));
+      co_return E2bError(400, absl::StrCat("metadata '", options_.image_metadata_key,
+                                           "' must name an image (no spaces, at most 512 characters)"));
     }
     env->set_image(image);
   }
-  env->mutable_env()->insert(envs.begin(), envs.end());
-  env->add_task_paths(options_.home);
-  env->set_workdir(options_.home);
+  // The sandbox's own variables, not its template's environment: it was built without them.
+  if (build) {
+    for (auto& [k, v] : TemplateEnv(*build)) (*request.mutable_env())[k] = v;
+  }
+  for (auto& [k, v] : envs) (*request.mutable_env())[k] = v;
+  if (!build) AddE2bDefaults(options_, env);
   env->set_network_policy(internet ? v1::NETWORK_POLICY_OPEN : v1::NETWORK_POLICY_NONE);
   request.set_owner(owner);
   ToProto(*timeout, request.mutable_ttl());
@@ -180,9 +169,15 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::strin
   if (!lease.ok()) {
     if (lease.status().code() == absl::StatusCode::kNotFound ||
         absl::StrContains(lease.status().message(), "pulling image")) {
-      co_return Error(404, absl::StrCat(what, " not found: ", lease.status().message()));
+      co_return E2bError(404, absl::StrCat(what, " not found: ", lease.status().message()));
     }
-    co_return FromStatus(lease.status());
+    co_return E2bFromStatus(lease.status());
+  }
+  if (build) {
+    if (absl::Status started = co_await templates_->Start(*lease, *build); !started.ok()) {
+      (void)co_await leases_->Release(lease->lease_id(), owner);
+      co_return E2bFromStatus(started);
+    }
   }
   if (on_leased_) on_leased_(*lease);
   co_return E2bAnswer{201, json::serialize(SandboxJson(*lease)), {}};
@@ -191,25 +186,25 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Create(std::string owner, std::strin
 boost::json::object E2bControlPlane::SandboxJson(const v1::SandboxLease& lease) const {
   const std::string tmpl = TemplateOf(lease);
   json::object o;
-  o["sandboxID"] = J(lease.lease_id());
-  o["templateID"] = J(tmpl);
+  o["sandboxID"] = JsonText(lease.lease_id());
+  o["templateID"] = JsonText(tmpl);
   o["clientID"] = "corral";
-  o["alias"] = J(tmpl);
-  o["envdVersion"] = J(options_.envd_version);
-  o["envdAccessToken"] = J(auth_->AccessToken(lease.owner(), lease.lease_id()));
+  o["alias"] = JsonText(tmpl);
+  o["envdVersion"] = JsonText(options_.envd_version);
+  o["envdAccessToken"] = JsonText(auth_->AccessToken(lease.owner(), lease.lease_id()));
   // The code interpreter's calls present this one (E2B-Traffic-Access-Token): the sandbox's own.
-  o["trafficAccessToken"] = J(auth_->AccessToken(lease.owner(), lease.lease_id()));
+  o["trafficAccessToken"] = JsonText(auth_->AccessToken(lease.owner(), lease.lease_id()));
   o["domain"] = nullptr;
   return o;
 }
 
 boost::json::object E2bControlPlane::InfoJson(const v1::SandboxLease& lease) const {
   json::object o = SandboxJson(lease);
-  o["startedAt"] = J(Rfc3339(FromProto(lease.create_time())));
-  o["endAt"] = J(Rfc3339(FromProto(lease.expire_time())));
+  o["startedAt"] = JsonText(E2bTime(FromProto(lease.create_time())));
+  o["endAt"] = JsonText(E2bTime(FromProto(lease.expire_time())));
   o["state"] = lease.paused() ? "paused" : "running";
   json::object metadata;
-  for (const auto& [k, v] : lease.metadata()) metadata[k] = J(v);
+  for (const auto& [k, v] : lease.metadata()) metadata[k] = JsonText(v);
   o["metadata"] = std::move(metadata);
   o["lifecycle"] = json::object{{"onTimeout", "kill"}, {"autoResume", false}};
   o["volumeMounts"] = json::array();
@@ -220,13 +215,13 @@ asio::awaitable<E2bAnswer> E2bControlPlane::List(std::string owner, std::map<std
   std::map<std::string, std::string> wanted;
   if (auto it = query.find("metadata"); it != query.end()) {
     auto filter = MetadataFilter(it->second);
-    if (!filter.ok()) co_return FromStatus(filter.status());
+    if (!filter.ok()) co_return E2bFromStatus(filter.status());
     wanted = *std::move(filter);
   }
   size_t limit = 100;
   if (auto it = query.find("limit"); it != query.end()) {
     if (!absl::SimpleAtoi(it->second, &limit) || limit < 1 || limit > 1000)
-      co_return Error(400, "limit must be 1-1000");
+      co_return E2bError(400, "limit must be 1-1000");
   }
   // state=running,paused (comma-separated, as the SDK sends it); absent: both.
   bool running = true, paused = true;
@@ -238,7 +233,7 @@ asio::awaitable<E2bAnswer> E2bControlPlane::List(std::string owner, std::map<std
   const std::string after = query.count("nextToken") ? query["nextToken"] : "";
   const std::string template_id = query.count("template") ? query["template"] : "";
   auto leases = co_await leases_->List(owner);
-  if (!leases.ok()) co_return FromStatus(leases.status());
+  if (!leases.ok()) co_return E2bFromStatus(leases.status());
   json::array page;
   std::string next;
   for (const v1::SandboxLease& lease : *leases) {
@@ -268,32 +263,34 @@ asio::awaitable<E2bAnswer> E2bControlPlane::List(std::string owner, std::map<std
 
 asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::string method, std::string id,
                                                       std::string action, std::string body_text) {
-  auto body = BodyObject(body_text);
-  if (!body.ok()) co_return FromStatus(body.status());
+  auto body = E2bBody(body_text);
+  if (!body.ok()) co_return E2bFromStatus(body.status());
   if (method == "GET" && action.empty()) {
     auto lease = co_await leases_->Get(id, owner);
     if (!lease.ok())
-      co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
+      co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                     : E2bFromStatus(lease.status());
     co_return E2bAnswer{200, json::serialize(InfoJson(*lease)), {}};
   }
   if (method == "DELETE" && action.empty()) {
     absl::Status s = co_await leases_->Release(id, owner);
     if (s.code() == absl::StatusCode::kNotFound) co_return SandboxNotFound(id);
-    if (!s.ok()) co_return FromStatus(s);
+    if (!s.ok()) co_return E2bFromStatus(s);
     if (on_killed_) on_killed_(id);
     co_return E2bAnswer{204, "", {}};
   }
   if (method == "POST" && action == "timeout") {
     auto timeout = Timeout(*body, absl::ZeroDuration(), options_.max_timeout);
-    if (!timeout.ok() || *timeout == absl::ZeroDuration()) co_return Error(400, "timeout (seconds) is required");
+    if (!timeout.ok() || *timeout == absl::ZeroDuration()) co_return E2bError(400, "timeout (seconds) is required");
     auto lease = co_await leases_->Renew(id, owner, *timeout);
     if (!lease.ok())
-      co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
+      co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                     : E2bFromStatus(lease.status());
     co_return E2bAnswer{204, "", {}};
   }
   if (method == "POST" && (action == "connect" || action == "resume")) {
     auto timeout = Timeout(*body, absl::ZeroDuration(), options_.max_timeout);
-    if (!timeout.ok()) co_return FromStatus(timeout.status());
+    if (!timeout.ok()) co_return E2bFromStatus(timeout.status());
     co_return co_await Connect(std::move(owner), std::move(id), *timeout);
   }
   if (method == "POST" && action == "pause") co_return co_await Pause(std::move(owner), std::move(id));
@@ -302,24 +299,26 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
     // {duration} in seconds (0-3600; absent or 0: the default timeout), as a renewal.
     absl::Duration ttl = options_.default_timeout;
     if (const json::value* d = body->if_contains("duration"); d != nullptr && !d->is_null()) {
-      if (!d->is_int64() || d->as_int64() < 0 || d->as_int64() > 3600) co_return Error(400, "duration must be 0-3600");
+      if (!d->is_int64() || d->as_int64() < 0 || d->as_int64() > 3600)
+        co_return E2bError(400, "duration must be 0-3600");
       if (d->as_int64() > 0) ttl = absl::Seconds(d->as_int64());
     }
     auto lease = co_await leases_->Renew(id, owner, ttl);
     if (!lease.ok())
-      co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
+      co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                     : E2bFromStatus(lease.status());
     co_return E2bAnswer{204, "", {}};
   }
   if (method == "POST" && action == "fork") {
     uint32_t count = 1;
     if (const json::value* c = body->if_contains("count"); c != nullptr && !c->is_null()) {
       if (!c->is_int64() || c->as_int64() < 1 || static_cast<size_t>(c->as_int64()) > kMaxFork) {
-        co_return Error(400, absl::StrCat("count must be 1-", kMaxFork));
+        co_return E2bError(400, absl::StrCat("count must be 1-", kMaxFork));
       }
       count = static_cast<uint32_t>(c->as_int64());
     }
     auto timeout = Timeout(*body, absl::Seconds(15), options_.max_timeout);  // E2B's default for forks
-    if (!timeout.ok()) co_return FromStatus(timeout.status());
+    if (!timeout.ok()) co_return E2bFromStatus(timeout.status());
     v1::ForkLeaseRequest fork;
     fork.set_lease_id(id);
     fork.set_owner(owner);
@@ -328,7 +327,7 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
     auto forked = co_await leases_->Fork(std::move(fork));
     if (!forked.ok())
       co_return forked.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
-                                                                      : FromStatus(forked.status());
+                                                                      : E2bFromStatus(forked.status());
     json::array out;
     for (const v1::SandboxLease& child : forked->leases()) {
       if (on_leased_) on_leased_(child);
@@ -340,21 +339,23 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
     co_return E2bAnswer{201, json::serialize(out), {}};
   }
   if (action == "snapshots") {
-    co_return Error(400, "snapshots are not supported: fork copies a sandbox, pause keeps one as it is");
+    co_return E2bError(400, "snapshots are not supported: fork copies a sandbox, pause keeps one as it is");
   }
-  if (action == "logs") co_return Error(400, "logs are not supported by Corral's E2B API");
+  if (action == "logs") co_return E2bError(400, "logs are not supported by Corral's E2B API");
   // Not 404: the SDK would read {"code": 404} as "no such sandbox".
-  co_return Error(400, absl::StrCat("no such route: ", method, " ", action));
+  co_return E2bError(400, absl::StrCat("no such route: ", method, " ", action));
 }
 
 asio::awaitable<E2bAnswer> E2bControlPlane::Pause(std::string owner, std::string id) {
   auto lease = co_await leases_->Get(id, owner);
   if (!lease.ok())
-    co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
-  if (lease->paused()) co_return Error(409, absl::StrCat("sandbox \"", id, "\" is already paused"));
+    co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                   : E2bFromStatus(lease.status());
+  if (lease->paused()) co_return E2bError(409, absl::StrCat("sandbox \"", id, "\" is already paused"));
   auto paused = co_await leases_->SetPaused(id, owner, true, absl::ZeroDuration());
   if (!paused.ok())
-    co_return paused.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(paused.status());
+    co_return paused.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                    : E2bFromStatus(paused.status());
   if (on_killed_) on_killed_(id);  // the in-sandbox API forgets it: a call now finds it paused
   co_return E2bAnswer{204, "", {}};
 }
@@ -371,19 +372,21 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Connect(std::string owner, std::stri
     lease = co_await leases_->Renew(id, owner, timeout);
   }
   if (!lease.ok())
-    co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
+    co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                   : E2bFromStatus(lease.status());
   co_return E2bAnswer{200, json::serialize(SandboxJson(*lease)), {}};
 }
 
 asio::awaitable<E2bAnswer> E2bControlPlane::Metrics(std::string owner, std::string id) {
   auto lease = co_await leases_->Get(id, owner);
   if (!lease.ok())
-    co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id) : FromStatus(lease.status());
+    co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                   : E2bFromStatus(lease.status());
   auto host = leases_->Host(*lease);
-  if (!host.ok()) co_return FromStatus(host.status());
-  if (*host == nullptr) co_return Error(500, absl::StrCat("sandbox ", id, ": no client for its host"));
+  if (!host.ok()) co_return E2bFromStatus(host.status());
+  if (*host == nullptr) co_return E2bError(500, absl::StrCat("sandbox ", id, ": no client for its host"));
   auto sandbox = co_await (*host)->Get(lease->sandbox_id(), absl::Seconds(10));
-  if (!sandbox.ok()) co_return FromStatus(sandbox.status());
+  if (!sandbox.ok()) co_return E2bFromStatus(sandbox.status());
   const v1::ResourceUsage& u = sandbox->usage();
   if (!u.measured()) co_return E2bAnswer{200, "[]", {}};  // no cgroup: nothing measured, never zeros
   // CPU share since the previous sample this replica took (or since the sandbox started), of all its CPUs.
@@ -398,10 +401,10 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Metrics(std::string owner, std::stri
   }
   const double wall = absl::ToDoubleSeconds(now - since.first) * std::max<uint32_t>(u.cpu_count(), 1);
   const double pct = wall > 0 ? std::clamp(100 * absl::ToDoubleSeconds(cpu - since.second) / wall, 0.0, 100.0) : 0;
-  json::object sample{{"timestamp", J(Rfc3339(now))},    {"timestampUnix", absl::ToUnixSeconds(now)},
-                      {"cpuCount", u.cpu_count()},       {"cpuUsedPct", std::round(pct * 100) / 100},
-                      {"memUsed", u.memory_bytes()},     {"memTotal", u.memory_limit_bytes()},
-                      {"diskUsed", u.disk_used_bytes()}, {"diskTotal", u.disk_total_bytes()}};
+  json::object sample{{"timestamp", JsonText(E2bTime(now))}, {"timestampUnix", absl::ToUnixSeconds(now)},
+                      {"cpuCount", u.cpu_count()},           {"cpuUsedPct", std::round(pct * 100) / 100},
+                      {"memUsed", u.memory_bytes()},         {"memTotal", u.memory_limit_bytes()},
+                      {"diskUsed", u.disk_used_bytes()},     {"diskTotal", u.disk_total_bytes()}};
   co_return E2bAnswer{200, json::serialize(json::array{std::move(sample)}), {}};
 }
 

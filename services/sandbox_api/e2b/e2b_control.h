@@ -18,6 +18,7 @@
 //   GET    /sandboxes/{id}/metrics        one sample now, from its cgroup: CPU share since the previous sample
 //                                         (or since it started), memory, disk
 //   POST   /sandboxes/{id}/fork           {count, timeout}
+//   /templates, /v2/templates, /v3/templates: E2bTemplates
 #pragma once
 
 #include <functional>
@@ -26,52 +27,32 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
 #include "boost/json/object.hpp"
 #include "libs/api/e2b_auth.h"
 #include "libs/core/clock.h"
+#include "services/sandbox_api/e2b/e2b_wire.h"
 #include "services/sandbox_api/lease_client.h"
 
 namespace corral::sandbox_api {
 
-struct E2bRequest {
-  std::string method;  // "GET", "POST", "DELETE"
-  std::string path;
-  std::map<std::string, std::string> query;  // decoded once
-  std::string api_key;                       // X-API-KEY
-  std::string body;
-};
-
-struct E2bAnswer {
-  int status = 200;
-  std::string body;  // JSON, or empty (204)
-  std::vector<std::pair<std::string, std::string>> headers;
-};
-
-struct E2bOptions {
-  absl::Duration default_timeout = absl::Minutes(5);  // the SDK's and E2B's default
-  absl::Duration max_timeout = absl::Hours(24);
-  std::string envd_version = "0.6.4";  // every feature of the SDK's commands, files and watch
-  std::string home = "/home/user";     // the E2B user's home: a task path of every sandbox
-  // A metadata key that names the image of a sandbox made from the default template ("" : none).
-  std::string image_metadata_key;
-};
-
-// True for a template that is a plain sandbox ("base", the code interpreter's "code-interpreter-v1"), not an
-// image.
-bool IsPlainTemplate(const std::string& template_id);
+class E2bTemplates;
 
 class E2bControlPlane {
  public:
   // `on_killed` (may be empty) hears of each sandbox killed or paused here: the in-sandbox API forgets it.
+  // `templates` (may be null: a template then names an image) serves the template calls and the templates
+  // sandboxes are made from.
   // `on_leased` (may be empty) hears of each lease this answers with after a create, fork or resume: the
   // in-sandbox API keeps it, so that the first command does not ask the scheduler for it again.
   E2bControlPlane(LeaseApi* leases, const api::E2bAuth* auth, Clock* clock, E2bOptions options = {},
                   std::function<void(const std::string&)> on_killed = {},
-                  std::function<void(const v1::SandboxLease&)> on_leased = {})
+                  std::function<void(const v1::SandboxLease&)> on_leased = {}, E2bTemplates* templates = nullptr)
       : leases_(leases),
+        templates_(templates),
         auth_(auth),
         clock_(clock),
         options_(std::move(options)),
@@ -96,6 +77,7 @@ class E2bControlPlane {
   boost::json::object InfoJson(const v1::SandboxLease& lease) const;
 
   LeaseApi* const leases_;
+  E2bTemplates* const templates_;
   const api::E2bAuth* const auth_;
   Clock* const clock_;
   const E2bOptions options_;

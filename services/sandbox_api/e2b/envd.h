@@ -21,7 +21,7 @@
 #include "corral/envd/filesystem.pb.h"
 #include "corral/envd/process.pb.h"
 #include "libs/core/clock.h"
-#include "services/sandbox_api/e2b/e2b_control.h"
+#include "services/sandbox_api/e2b/e2b_wire.h"
 #include "services/sandbox_api/e2b/envd_processes.h"
 #include "services/sandbox_api/lease_client.h"
 

@@ -1,7 +1,8 @@
 // One input through every parser of the sandbox API's request path: the request target and the route table,
 // a multipart/form-data upload (its boundary from the input's first line when that is a content type), the
 // Connect envelopes of a streaming request, and the JSON of every envd request message (and its answer written
-// back). Shared by the libFuzzer target (request_fuzzer.cc, clang) and the replay test that runs in CI.
+// back), and an E2B template build's body planned into setup commands. Shared by the libFuzzer target
+// (request_fuzzer.cc, clang) and the replay test that runs in CI.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +12,7 @@
 #include "libs/http/connect_codec.h"
 #include "libs/http/url.h"
 #include "services/sandbox_api/e2b/multipart.h"
+#include "services/sandbox_api/e2b/template_steps.h"
 #include "services/sandbox_api/routes.h"
 
 namespace corral::sandbox_api {
@@ -57,6 +59,16 @@ inline int ParseEverything(const uint8_t* data, size_t size) {
       ParseEnvdMessage<envd::WatchDirRequest>(json),
   };
   for (bool p : parsed) depth = p ? 2 : depth;
+  // As an E2B template build (every COPY's upload present: the input itself), on an image and on a plain base.
+  if (auto build = E2bBody(json); build.ok()) {
+    std::map<std::string, std::string> files;
+    if (auto hashes = CopyHashes(*build); hashes.ok()) {
+      for (const std::string& h : *hashes) files[h] = input;
+    }
+    v1::TemplateBuild image, plain;
+    image.mutable_environment()->set_image("img");
+    if (PlanTemplate(*build, &image, files).ok() | PlanTemplate(*build, &plain, files).ok()) depth = std::max(depth, 1);
+  }
   return depth;
 }
 

@@ -67,7 +67,7 @@ TEST_F(E2bControlTest, CreateLeasesASandboxAsTheSdkAsksAndAnswersWhatItReads) {
   EXPECT_EQ(lease.owner(), "alice");
   EXPECT_EQ(lease.ttl().seconds(), 120);
   EXPECT_EQ(lease.environment().image(), "");  // base: a plain sandbox
-  EXPECT_EQ(lease.environment().env().at("GLOBAL"), "1");
+  EXPECT_EQ(lease.env().at("GLOBAL"), "1");    // the sandbox's own: no template is built with them
   EXPECT_EQ(lease.environment().workdir(), "/home/user");
   EXPECT_EQ(lease.environment().network_policy(), v1::NETWORK_POLICY_OPEN);
   EXPECT_EQ(lease.metadata().at("k"), "v");

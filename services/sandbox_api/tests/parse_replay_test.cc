@@ -21,6 +21,8 @@ const std::vector<std::string> kSeeds = {
     R"({"process":{"tag":"srv"},"signal":"SIGNAL_SIGTERM"})",
     R"({"path":"/home/user","depth":3,"recursive":true,"includeEntry":true})",
     R"({"source":"a","destination":"b"})",
+    R"({"fromImage":"python:3.12","steps":[{"type":"ENV","args":["P","/x:$PATH"]},{"type":"RUN","args":["make","root"]},)"
+    R"({"type":"COPY","args":["src","/app/","agent","0755"],"filesHash":"ab12"}],"startCmd":"s","readyCmd":"r"})",
 };
 
 TEST(SandboxApiParseReplayTest, SeedsAndTwentyThousandMutationsAreSurvived) {

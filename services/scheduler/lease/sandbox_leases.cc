@@ -22,7 +22,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-constexpr size_t kMaxOwner = 128;
 constexpr int kMaxLabels = 64;
 
 std::string NewLeaseId() {
@@ -53,6 +52,19 @@ v1::SandboxLease NewLease(const v1::CreatedSandbox& created, const Slot& slot, c
 
 }  // namespace
 
+absl::Status CheckLeaseEnvironment(const v1::EnvironmentSpec& env) {
+  if (absl::Status s = CheckEnvironment(env); !s.ok()) return s;
+  if (!env.files().empty()) {
+    return absl::InvalidArgumentError(
+        "environment.files: a leased sandbox starts from its template (setup_files); write files into it after");
+  }
+  if (env.network_policy() == v1::NETWORK_POLICY_PROXY_ONLY) {
+    return absl::InvalidArgumentError(
+        "environment.network_policy PROXY_ONLY is for episodes (their proxy session); use NONE or OPEN");
+  }
+  return absl::OkStatus();
+}
+
 SandboxLeases::SandboxLeases(HostRegistry* hosts, SandboxPlacer* placer, Clock* clock, LeaseLog* log,
                              LeaseOptions options, Report report)
     : hosts_(hosts),
@@ -74,19 +86,15 @@ absl::Status SandboxLeases::ValidateTtl(const google::protobuf::Duration& ttl, b
 
 asio::awaitable<absl::StatusOr<v1::SandboxLease>> SandboxLeases::Lease(v1::LeaseSandboxRequest request) {
   const v1::EnvironmentSpec& env = request.environment();
-  if (absl::Status s = CheckEnvironment(env); !s.ok()) co_return s;
-  if (!env.files().empty()) {
-    co_return absl::InvalidArgumentError(
-        "environment.files: a leased sandbox starts from its template (setup_files); write files into it after");
-  }
-  if (env.network_policy() == v1::NETWORK_POLICY_PROXY_ONLY) {
-    co_return absl::InvalidArgumentError(
-        "environment.network_policy PROXY_ONLY is for episodes (their proxy session); use NONE or OPEN");
-  }
+  if (absl::Status s = CheckLeaseEnvironment(env); !s.ok()) co_return s;
   if (absl::Status s = ValidateTtl(request.ttl(), true); !s.ok()) co_return s;
-  if (request.owner().size() > kMaxOwner) co_return absl::InvalidArgumentError("owner: at most 128 characters");
+  if (request.owner().size() > kMaxOwnerLength) co_return absl::InvalidArgumentError("owner: at most 128 characters");
   if (request.labels_size() > kMaxLabels) co_return absl::InvalidArgumentError("labels: at most 64");
   if (absl::Status s = ValidateLabels("labels", request.labels()); !s.ok()) co_return s;
+  for (const auto& [name, value] : request.env()) {
+    if (!IsValidEnvName(name))
+      co_return absl::InvalidArgumentError(absl::StrCat("env: '", name, "' is not a variable name"));
+  }
   if (request.metadata_size() > kMaxLabels) co_return absl::InvalidArgumentError("metadata: at most 64 entries");
   for (const auto& [k, v] : request.metadata()) {
     if (k.empty() || k.size() > 256 || v.size() > 1024) {
@@ -108,6 +116,7 @@ asio::awaitable<absl::StatusOr<v1::SandboxLease>> SandboxLeases::Lease(v1::Lease
   ids.set_episode_id("lease");
   SandboxRequest sandbox = SandboxRequestFor(task, ids, /*proxy_port=*/0, options_.scheduler_id);
   sandbox.spec.mutable_labels()->erase(kEpisodeLabel);
+  for (const auto& [name, value] : request.env()) (*sandbox.spec.mutable_env())[name] = value;
   const absl::Time now = clock_->Now();
   PlaceRequest place{std::move(sandbox), env, now + wait, options_.setup_timeout, absl::InfiniteFuture(), nullptr, {}};
   std::variant<Placement, PlaceFailure> placed = co_await placer_->Place(std::move(place));

@@ -41,6 +41,12 @@ struct LeaseOptions {
   uint32_t max_fork = 64;
 };
 
+// What a lease's environment may be (LeaseSandbox's INVALID_ARGUMENT, the field named).
+absl::Status CheckLeaseEnvironment(const v1::EnvironmentSpec& env);
+
+// The longest owner (a front's API key id) of a lease or template.
+inline constexpr size_t kMaxOwnerLength = 128;
+
 // The label every leased sandbox carries, with its lease id.
 inline constexpr char kLeaseLabel[] = "corral.lease";
 
