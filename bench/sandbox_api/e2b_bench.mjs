@@ -2,15 +2,22 @@
 // waits from Sandbox.create() to the first commands.run() answer, one at a time, one started every 50 ms, and a
 // burst all at once; then fork of 8 -> a first command in each child. Every sandbox is killed after it is
 // measured (not counted). Then @e2b/code-interpreter: runCode("1 + 1") on a warm context against its floor, the
-// same sum by a bare `python3 -c` (commands.run) in the same sandbox. Prints one RESULT line per mode.
+// same sum by a bare `python3 -c` (commands.run) in the same sandbox. Then pause -> resume. Then Template.build of
+// three RUN steps and a COPY on the plain base, cold (steps never built) and cached (the same steps under another
+// name), beside its floor: a sandbox created, the same commands run in it one by one, killed. Prints one RESULT
+// line per mode.
 //   E2B_API_KEY=... E2B_API_URL=... E2B_SANDBOX_URL=... node e2b_bench.mjs SEQUENTIAL PACED BURST FORK_ROUNDS RUNS
+//     PAUSES TEMPLATES
 import { register } from "node:module";
-import { Sandbox } from "../../tests/e2b/node_modules/e2b/dist/index.mjs";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { Sandbox, Template } from "../../tests/e2b/node_modules/e2b/dist/index.mjs";
 
 register("../../tests/e2b/e2b_resolve.mjs", import.meta.url);
 const { Sandbox: CodeSandbox } = await import("../../tests/e2b/node_modules/@e2b/code-interpreter/dist/index.mjs");
 
-const [sequential, paced, burst, forkRounds, codeRuns, pauses] = process.argv.slice(2).map(Number);
+const [sequential, paced, burst, forkRounds, codeRuns, pauses, templates] = process.argv.slice(2).map(Number);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function createToFirstCommand() {
@@ -95,3 +102,37 @@ if (held !== null) {
   report("pause", pausing);
   report("resume_to_first_command", resuming);
 }
+
+// Template builds: cold, cached, and the same work done by hand in a sandbox.
+const cold = [], cached = [], byHand = [], coldServer = [], cachedServer = [];
+// The build's own time, as the scheduler logs it ("Built in 123ms ..."): the SDK polls the status every 200 ms.
+const built = (into) => (entry) => {
+  const m = /Built in ([\d.]+)(ms|s)/.exec(String(entry.message));
+  if (m) into.push(Number(m[1]) * (m[2] === "s" ? 1000 : 1));
+};
+const context = fs.mkdtempSync(path.join(os.tmpdir(), "bench-template-"));
+fs.writeFileSync(path.join(context, "data.txt"), "x".repeat(64 * 1024));
+for (let i = 0; i < (templates || 0); ++i) {
+  const commands = [`echo round-${process.pid}-${i} > stamp`, "mkdir -p tool && seq 1 100000 > tool/n",
+    "python3 -c 'print(1)' > tool/py"];
+  const template = () => commands.reduce((t, c) => t.runCmd(c), Template({ fileContextPath: context })
+    .fromTemplate("base")).copy("data.txt", "data/data.txt");
+  let t = performance.now();
+  await Template.build(template(), `bench-cold-${process.pid}-${i}`, { onBuildLogs: built(coldServer) });
+  cold.push(performance.now() - t);
+  t = performance.now();
+  await Template.build(template(), `bench-cached-${process.pid}-${i}`, { onBuildLogs: built(cachedServer) });
+  cached.push(performance.now() - t);
+  t = performance.now();
+  const sbx = await Sandbox.create({ timeoutMs: 300_000 });
+  for (const c of commands) await sbx.commands.run(c);
+  await sbx.files.write("data/data.txt", fs.readFileSync(path.join(context, "data.txt")));
+  await sbx.kill();
+  byHand.push(performance.now() - t);
+}
+fs.rmSync(context, { recursive: true });
+report("template_build_cold", cold);
+report("template_build_cached", cached);
+report("template_steps_by_hand", byHand);
+report("template_build_cold_in_the_scheduler", coldServer);
+report("template_build_cached_in_the_scheduler", cachedServer);

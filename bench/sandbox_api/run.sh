@@ -10,11 +10,12 @@
 # the burst beside its floor (the same `bash -l -c` first commands started at once with no sandbox) with the ratio,
 # and fork of 8 -> a first command in each child; the vendors' published figures are printed for reference. Then
 # @e2b/code-interpreter's runCode on a warm context beside a bare `python3 -c` in the same sandbox, with the ratio;
-# betaPause, and connect (the resume) -> a first command beside create -> a first command, with the ratio.
+# betaPause, and connect (the resume) -> a first command beside create -> a first command, with the ratio; and a
+# template build (three RUN steps and a COPY) cold and cached, beside the same commands run by hand in a sandbox.
 #   bench/sandbox_api/run.sh        (BENCH_CALLS=400 per round, BENCH_CONCURRENCY=8, BENCH_ROUNDS=3,
 #                                    BENCH_E2B=50 one at a time, BENCH_E2B_PACED=100, BENCH_E2B_BURST=100,
 #                                    BENCH_E2B_FORKS=10 rounds, BENCH_E2B_RUNS=50 runCode calls,
-#                                    BENCH_E2B_PAUSES=20 pause/resume cycles)
+#                                    BENCH_E2B_PAUSES=20 pause/resume cycles, BENCH_E2B_TEMPLATES=5 builds)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/prepare.sh
@@ -27,6 +28,7 @@ e2b_burst=${BENCH_E2B_BURST:-$(smoke_or 100 3)}
 e2b_forks=${BENCH_E2B_FORKS:-$(smoke_or 10 1)}
 e2b_runs=${BENCH_E2B_RUNS:-$(smoke_or 50 3)}
 e2b_pauses=${BENCH_E2B_PAUSES:-$(smoke_or 20 2)}
+e2b_templates=${BENCH_E2B_TEMPLATES:-$(smoke_or 5 1)}
 [[ $(id -u) -eq 0 ]] || { echo "run as root: the sandbox host switches uids" >&2; exit 77; }
 prepare "" corral-scheduler corral-proxy corral-ratelimiter corral-sandbox-host corral-fake-llm corral-sandbox-api corral \
   corral_python_sdk
@@ -119,9 +121,9 @@ done
 # The E2B API.
 key=$($bin/corral sandbox-api key bench --secret-file "$work/secret")
 api=http://$(addr api http)
-echo "E2B benchmark: create -> first command ($e2b_one one at a time, $e2b_paced one every 50 ms, a burst of $e2b_burst), fork of 8 x $e2b_forks, runCode x $e2b_runs, pause/resume x $e2b_pauses" >&2
+echo "E2B benchmark: create -> first command ($e2b_one one at a time, $e2b_paced one every 50 ms, a burst of $e2b_burst), fork of 8 x $e2b_forks, runCode x $e2b_runs, pause/resume x $e2b_pauses, template builds x $e2b_templates" >&2
 e2b=$(E2B_API_KEY=$key E2B_API_URL=$api E2B_SANDBOX_URL=$api node bench/sandbox_api/e2b_bench.mjs \
-  "$e2b_one" "$e2b_paced" "$e2b_burst" "$e2b_forks" "$e2b_runs" "$e2b_pauses")
+  "$e2b_one" "$e2b_paced" "$e2b_burst" "$e2b_forks" "$e2b_runs" "$e2b_pauses" "$e2b_templates")
 grpc=$("$build/sdk-venv/bin/python" bench/sandbox_api/grpc_path.py "$(addr scheduler grpc)" "$e2b_one")
 # The burst's floor: the same first command (the SDK's `bash -l -c`) started as many times at once on this machine,
 # with no sandbox, a clean environment and an empty home, each timed from the burst's start.
@@ -166,6 +168,17 @@ resume = next((r for r in rows if r["mode"] == "resume_to_first_command"), None)
 if resume:  # (BENCH_E2B_PAUSES=0: not measured)
     print("ratio resume -> first command / create -> first command, p50: %.2fx" %
           (float(resume["p50_ms"]) / float(e2b["p50_ms"])))
+cold = next((r for r in rows if r["mode"] == "template_build_cold"), None)
+if cold:  # (BENCH_E2B_TEMPLATES=0: not measured)
+    cached = next(r for r in rows if r["mode"] == "template_build_cached")
+    by_hand = next(r for r in rows if r["mode"] == "template_steps_by_hand")
+    print("ratio template build cold / the same steps run by hand in a new sandbox, p50: %.2fx; cached / cold: %.2fx" %
+          (float(cold["p50_ms"]) / float(by_hand["p50_ms"]), float(cached["p50_ms"]) / float(cold["p50_ms"])))
+    inside = {r["mode"]: float(r["p50_ms"]) for r in rows if r["mode"].endswith("in_the_scheduler")}
+    if len(inside) == 2:  # the SDK waits for its 200 ms status polls; the build itself is this
+        print("  in the scheduler: cold %.1f ms, cached %.1f ms (%.2fx)" % (
+            inside["template_build_cold_in_the_scheduler"], inside["template_build_cached_in_the_scheduler"],
+            inside["template_build_cached_in_the_scheduler"] / inside["template_build_cold_in_the_scheduler"]))
 print("published, not measured here (their hardware): E2B ~150 ms sandbox start; Daytona sub-90 ms creation;")
 print("  E2B pause ~4 s per GiB of memory, resume ~1 s (its docs)")
 PY
