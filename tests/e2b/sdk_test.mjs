@@ -428,6 +428,22 @@ imageSteps.template = async () => {
   assert.equal(await Template.exists(`broken-${process.pid}`), false);
   await Sandbox.create(`broken-${process.pid}`).then(() => assert.fail("no ready build"),
     (e) => assert.ok(String(e).includes("no ready build"), String(e)));
+
+  // Harbor's Dockerfile tasks: the SDK turns the Dockerfile into the same steps.
+  const dockerfile = `FROM ${process.env.E2B_IMAGE}\nRUN echo from-dockerfile > /hi\nENV X=1\nWORKDIR /w\n`;
+  await Template.build(Template({ fileContextPath: context }).fromDockerfile(dockerfile), `docker-${process.pid}`);
+  const fromDocker = await Sandbox.create(`docker-${process.pid}`);
+  try {
+    assert.equal((await fromDocker.commands.run("cat /hi; echo $X", { user: "root" })).stdout, "from-dockerfile\n1\n");
+  } finally {
+    await fromDocker.kill();
+  }
+  // A base no host holds, from a registry that cannot be reached: a build error naming it.
+  await Template.build(Template().fromImage("127.0.0.1:1/missing:1"), `unreachable-${process.pid}`).then(
+    () => assert.fail("no such image"), (e) => {
+      assert.ok(e instanceof BuildError, String(e));
+      assert.match(e.message, /127\.0\.0\.1:1\/missing:1/);
+    });
   fs.rmSync(context, { recursive: true });
 };
 

@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "boost/json.hpp"
 #include "libs/api/ids.h"
+#include "services/sandbox_api/e2b/e2b_wire.h"
 
 namespace corral::sandbox_api {
 namespace {
@@ -92,10 +93,6 @@ v1::Command Shell(const std::string& script, const std::string& user, const std:
   return c;
 }
 
-json::string JsonString(const std::string& s) { return json::string(s.data(), s.size()); }
-
-bool IsGlob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
-
 class Planner {
  public:
   Planner(const v1::TemplateBuild* base, const std::map<std::string, std::string>& files) : files_(files) {
@@ -152,7 +149,7 @@ class Planner {
     }
     if (copies_ > 0) Add(Shell(absl::StrCat("rm -rf ", Stage()), plain_ ? "" : "root", env_), 0);
     json::object env;
-    for (const auto& [k, v] : env_) env[k] = JsonString(v);
+    for (const auto& [k, v] : env_) env[k] = JsonText(v);
     if (!env_.empty()) plan_.annotations[kEnvAnnotation] = json::serialize(env);
     if (body.if_contains("startCmd") != nullptr) plan_.annotations[kStartCmdAnnotation] = StringField(body, "startCmd");
     if (body.if_contains("readyCmd") != nullptr) plan_.annotations[kReadyCmdAnnotation] = StringField(body, "readyCmd");
@@ -253,7 +250,7 @@ class Planner {
     if (!plain_ && !owner.empty() && owner != "root")
       script.push_back(absl::StrCat("chown -R ", ShellQuote(owner + ":"), " ", dir));
     if (!mode.empty()) script.push_back(absl::StrCat("chmod -R ", mode, " ", dir, "/*"));
-    if (IsGlob(src)) {
+    if (src.find_first_of("*?[") != std::string::npos) {  // a glob
       script.push_back(absl::StrCat("mkdir -p ", ShellQuote(dest)));
       script.push_back(absl::StrCat("cp -a ", dir, "/", src, " ", ShellQuote(dest), "/"));
     } else {
