@@ -13,13 +13,21 @@ namespace asio = boost::asio;
 
 constexpr char kJson[] = "application/json";
 
+// How the client reached this replica: its Host, and the scheme a TLS-ending proxy says it used; "" without a Host.
+std::string BaseUrl(const http::Request& request) {
+  const std::string host(request[bhttp::field::host]);
+  if (host.empty()) return "";
+  const std::string proto(request["x-forwarded-proto"]);
+  return (proto == "https" ? "https://" : "http://") + host;
+}
+
 asio::awaitable<void> RouteE2b(E2bControlPlane* e2b, SandboxApiMetrics* metrics, http::Request& request,
                                http::Target target, http::Responder& responder) {
   E2bRequest call{.method = std::string(request.method_string()),
                   .path = std::move(target.path),
                   .query = std::move(target.query),
                   .api_key = std::string(request["x-api-key"]),
-                  .host = std::string(request[bhttp::field::host]),
+                  .base_url = BaseUrl(request),
                   .body = std::move(request.body())};
   E2bAnswer answer = co_await e2b->Handle(std::move(call));
   if (metrics != nullptr) metrics->Request("e2b", answer.status);

@@ -119,7 +119,8 @@ class SandboxManager {
   // NOT_FOUND for an unknown sandbox; FAILED_PRECONDITION for one not made from an image.
   absl::Status DeleteKeepingUpper(const std::string& id, const std::string& dest);
   // ForkSandbox: `count` children of a live sandbox, plain or from an image, each seeing the parent's files as
-  // they are now (home and task paths, or the image root's writable layer; /tmp starts empty) as its own, under
+  // they are now (home and task paths, or the image root's writable layer; and /tmp, unless `empty_tmp`: shared
+  // as a layer on the host's filesystem, copied into an image sandbox's own /tmp) as its own, under
   // its own uid, cgroup, namespaces, Landlock and token, with nothing copied; `labels` are added to the parent's.
   // The parent keeps its id, uid, token, cgroup, files and /tmp, with a new mount namespace. Capacity as Create:
   // what does not fit is `rejected`. A fork waits up to `wait` (at least 500 ms) for the parent's processes and
@@ -128,7 +129,7 @@ class SandboxManager {
   // unknown sandbox. Blocks (a worker's job).
   absl::StatusOr<CreateResult> Fork(const std::string& id, int64_t count,
                                     const std::map<std::string, std::string>& labels = {},
-                                    absl::Duration wait = absl::ZeroDuration());
+                                    absl::Duration wait = absl::ZeroDuration(), bool empty_tmp = false);
   // Kills every process of the sandbox (its uid swept until none is left) and keeps the sandbox: the count of
   // processes that ran. NOT_FOUND for an unknown or deleted sandbox; INTERNAL when one survives the sweep.
   // Blocks while it sweeps (a worker's job).
@@ -169,6 +170,9 @@ class SandboxManager {
   absl::Status Quiesce(const std::shared_ptr<Sandbox>& parent, absl::Duration wait);
   // Ends a fork of `sb`: calls reach it (or its new generation) again, and a delete waiting for it goes on.
   void EndFork(Sandbox& sb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A fork of an image sandbox: the files of `from`'s /tmp copied into `to`'s, each owned by `to`'s id for the one
+  // of `from`'s that owned it.
+  static absl::Status CopyTmp(const Sandbox& from, const Sandbox& to);
   // With `keep_upper`, an image sandbox's writable layer is moved there rather than wiped.
   absl::Status Teardown(Sandbox& sandbox, const std::string& keep_upper = "");
 

@@ -77,8 +77,9 @@ grpc::ServerUnaryReactor* SandboxService::ForkSandbox(grpc::CallbackServerContex
     return FinishUnary(ctx, absl::InvalidArgumentError("wait_timeout must be between 0 and 1h"));
   }
   // A fork waits on the kernel (renames, mounts, namespaces) and maybe for processes: a worker's job.
-  RunOn(workers_, [this, reactor, resp, count, wait, id = req->sandbox_id(), labels = std::move(labels)] {
-    auto forked = sandboxes_->Fork(id, count, labels, wait);
+  RunOn(workers_, [this, reactor, resp, count, wait, empty_tmp = req->empty_tmp(), id = req->sandbox_id(),
+                   labels = std::move(labels)] {
+    auto forked = sandboxes_->Fork(id, count, labels, wait, empty_tmp);
     if (forked.ok()) Fill(*forked, resp);
     reactor->Finish(ToGrpcStatus(forked.status()));
   });

@@ -193,11 +193,13 @@ const steps = {
     const sbx = await Sandbox.create({ timeoutMs: 120_000 });
     try {
       await sbx.files.write("/home/user/parent.txt", "from the parent");
+      await sbx.files.write("/tmp/scratch.txt", "the parent's scratch");
       const forks = await sbx.fork({ count: 3, timeoutMs: 60_000 });
       assert.equal(forks.length, 3);
       for (const [i, f] of forks.entries()) {
         assert.ok(!(f instanceof Error), String(f));
         assert.equal(await f.files.read("/home/user/parent.txt"), "from the parent");
+        assert.equal(await f.files.read("/tmp/scratch.txt"), "the parent's scratch");  // /tmp too
         await f.files.write("/home/user/child.txt", `child ${i}`);
       }
       for (const [i, f] of forks.entries()) {

@@ -153,9 +153,14 @@ class Attacks(ClusterTestCase):
         refused = self.sh("true", sandbox=sandbox, user="nobody-here")
         self.assertNotEqual(refused.returncode, 0)
         self.assertIn("not in its /etc/passwd", refused.stderr)
-        # A fork's child has the user and its files, as ids of the child's own block.
+        # A fork's child has the user and its files, as ids of the child's own block, and a copy of /tmp.
         os.kill(int(out[-1]), signal.SIGKILL)  # (another exec's process: Landlock scopes signals to one exec)
+        self.sh("echo mine > /tmp/agent-tmp", check=True, sandbox=sandbox, user="agent")
+        self.sh("echo rooted > /tmp/root-tmp", check=True, sandbox=sandbox, user="root")
         child = self.corral("sandbox", "fork", sandbox, "--wait", "20").stdout.split()[0]
+        done = self.sh("stat -c %U /tmp/agent-tmp /tmp/root-tmp; cat /tmp/agent-tmp /tmp/root-tmp", check=True,
+                       sandbox=child, user="root")
+        self.assertEqual(done.stdout.split(), ["agent", "root", "mine", "rooted"], done.stderr)
         child_block = self.info(child)["uid"] << 16
         self.assertNotEqual(child_block, block)
         done = self.sh("stat -c '%U %a' /home/agent/f; cat /home/agent/f; id -un", check=True, sandbox=child,

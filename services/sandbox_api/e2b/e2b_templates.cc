@@ -37,15 +37,10 @@ std::pair<std::string, std::string> NameAndTag(const std::string& name) {
   return out;
 }
 
-// A template named by its id (what POST /v3/templates answered) or by its name.
-v1::GetTemplateRequest Named(const std::string& owner, const std::string& id_or_name) {
+v1::GetTemplateRequest ByName(const std::string& owner, const std::string& name) {
   v1::GetTemplateRequest r;
   r.set_owner(owner);
-  if (absl::StartsWith(id_or_name, "tpl-")) {
-    r.set_template_id(id_or_name);
-  } else {
-    r.set_name(id_or_name);
-  }
+  r.set_name(name);
   return r;
 }
 
@@ -91,6 +86,18 @@ absl::StatusOr<int64_t> Count(const json::object& body, const char* field, int64
 
 }  // namespace
 
+asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> E2bTemplates::Lookup(const std::string& owner,
+                                                                          const std::string& id_or_name) {
+  if (absl::StartsWith(id_or_name, "tpl-")) {  // an id, as POST /v3/templates answered; else a name so spelled
+    v1::GetTemplateRequest r;
+    r.set_owner(owner);
+    r.set_template_id(id_or_name);
+    auto t = co_await templates_->GetTemplate(std::move(r));
+    if (t.status().code() != absl::StatusCode::kNotFound) co_return t;
+  }
+  co_return co_await templates_->GetTemplate(ByName(owner, id_or_name));
+}
+
 void AddE2bDefaults(const E2bOptions& options, v1::EnvironmentSpec* env) {
   env->add_task_paths(options.home);
   env->set_workdir(options.home);
@@ -118,7 +125,7 @@ asio::awaitable<E2bAnswer> E2bTemplates::Handle(E2bRequest r) {
   }
   if (!parts.empty() && parts[0] == "templates") {
     if (r.method == "GET" && parts.size() == 4 && parts[2] == "files") {
-      co_return co_await UploadLink(*std::move(owner), r.host, parts[1], parts[3]);
+      co_return co_await UploadLink(*std::move(owner), r.base_url, parts[1], parts[3]);
     }
     if (r.method == "GET" && parts.size() == 5 && parts[2] == "builds" && parts[4] == "status") {
       co_return co_await Status(*std::move(owner), parts[1], parts[3], r.query["logsOffset"]);
@@ -175,9 +182,9 @@ asio::awaitable<E2bAnswer> E2bTemplates::Request(std::string owner, std::string 
   co_return E2bAnswer{202, json::serialize(out), {}};
 }
 
-asio::awaitable<E2bAnswer> E2bTemplates::UploadLink(std::string owner, std::string host, std::string id,
+asio::awaitable<E2bAnswer> E2bTemplates::UploadLink(std::string owner, std::string base_url, std::string id,
                                                     std::string hash) {
-  auto t = co_await templates_->GetTemplate(Named(owner, id));
+  auto t = co_await Lookup(owner, id);
   if (!t.ok())
     co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(t.status());
   v1::GetTemplateFileRequest get;
@@ -186,11 +193,11 @@ asio::awaitable<E2bAnswer> E2bTemplates::UploadLink(std::string owner, std::stri
   auto file = co_await templates_->GetFile(std::move(get));
   if (file.ok()) co_return E2bAnswer{201, R"({"present":true})", {}};
   if (file.status().code() != absl::StatusCode::kNotFound) co_return E2bFromStatus(file.status());
-  if (host.empty()) co_return E2bError(400, "a Host header is needed to name the upload link");
+  if (base_url.empty()) co_return E2bError(400, "a Host header is needed to name the upload link");
   const std::string token = auth_->AccessToken(owner, "file-" + hash);
   json::object out{
       {"present", false},
-      {"url", JsonText(absl::StrCat("http://", host, "/templates/", id, "/files/", hash, "/upload?token=", token))}};
+      {"url", JsonText(absl::StrCat(base_url, "/templates/", id, "/files/", hash, "/upload?token=", token))}};
   co_return E2bAnswer{201, json::serialize(out), {}};
 }
 
@@ -239,7 +246,7 @@ asio::awaitable<E2bAnswer> E2bTemplates::Trigger(std::string owner, std::string 
                                                  std::string body_text) {
   auto body = E2bBody(body_text);
   if (!body.ok()) co_return E2bFromStatus(body.status());
-  auto t = co_await templates_->GetTemplate(Named(owner, id));
+  auto t = co_await Lookup(owner, id);
   if (!t.ok())
     co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(t.status());
   const v1::TemplateBuild* build = FindBuild(*t, build_id);
@@ -258,6 +265,12 @@ asio::awaitable<E2bAnswer> E2bTemplates::Trigger(std::string owner, std::string 
     auto file = co_await templates_->GetFile(std::move(get));
     if (file.ok()) files[hash] = std::move(*file->mutable_content());
     // A missing one: the plan names the step that needs it.
+  }
+  size_t total = 0;
+  for (const auto& [hash, content] : files) total += content.size();
+  if (total > kMaxUpload) {  // the environment travels in one message to the host that builds it
+    co_return E2bError(400, absl::StrCat("the COPY steps of one build may upload at most ", kMaxUpload >> 20,
+                                         " MiB in all (packed); copy larger data into the sandbox after it starts"));
   }
   (*body)["buildID"] = JsonText(build_id);
   auto plan = PlanTemplate(*body, &*base, files);
@@ -295,7 +308,7 @@ asio::awaitable<E2bAnswer> E2bTemplates::Status(std::string owner, std::string i
   if (!offset_text.empty() && !absl::SimpleAtoi(offset_text, &offset)) {
     co_return E2bError(400, "logsOffset must be a whole number");
   }
-  auto t = co_await templates_->GetTemplate(Named(owner, id));
+  auto t = co_await Lookup(owner, id);
   if (!t.ok())
     co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(t.status());
   const v1::TemplateBuild* build = FindBuild(*t, build_id);
@@ -319,7 +332,7 @@ asio::awaitable<E2bAnswer> E2bTemplates::Status(std::string owner, std::string i
 }
 
 asio::awaitable<E2bAnswer> E2bTemplates::Alias(std::string owner, std::string alias) {
-  auto t = co_await templates_->GetTemplate(Named(owner, NameAndTag(alias).first));
+  auto t = co_await Lookup(owner, NameAndTag(alias).first);
   if (!t.ok())
     co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(alias) : E2bFromStatus(t.status());
   const bool ready = absl::c_any_of(
@@ -331,7 +344,7 @@ asio::awaitable<E2bAnswer> E2bTemplates::Alias(std::string owner, std::string al
 }
 
 asio::awaitable<E2bAnswer> E2bTemplates::Tags(std::string owner, std::string id) {
-  auto t = co_await templates_->GetTemplate(Named(owner, NameAndTag(id).first));
+  auto t = co_await Lookup(owner, NameAndTag(id).first);
   if (!t.ok())
     co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(t.status());
   json::array out;
@@ -347,7 +360,13 @@ asio::awaitable<E2bAnswer> E2bTemplates::Tags(std::string owner, std::string id)
 }
 
 asio::awaitable<E2bAnswer> E2bTemplates::Delete(std::string owner, std::string id) {
-  absl::Status deleted = co_await templates_->DeleteTemplate(Named(owner, id));
+  auto t = co_await Lookup(owner, id);
+  if (!t.ok())
+    co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(t.status());
+  v1::GetTemplateRequest named;
+  named.set_owner(owner);
+  named.set_template_id(t->template_id());
+  absl::Status deleted = co_await templates_->DeleteTemplate(std::move(named));
   if (deleted.code() == absl::StatusCode::kNotFound) co_return TemplateNotFound(id);
   if (!deleted.ok()) co_return E2bFromStatus(deleted);
   co_return E2bAnswer{204, "", {}};
@@ -356,7 +375,7 @@ asio::awaitable<E2bAnswer> E2bTemplates::Delete(std::string owner, std::string i
 asio::awaitable<absl::StatusOr<std::optional<v1::TemplateBuild>>> E2bTemplates::Resolve(std::string owner,
                                                                                         std::string name) {
   auto [base_name, tag] = NameAndTag(name);
-  auto t = co_await templates_->GetTemplate(Named(owner, base_name));
+  auto t = co_await Lookup(owner, base_name);
   if (t.status().code() == absl::StatusCode::kNotFound) co_return std::nullopt;
   if (!t.ok()) co_return t.status();
   // No tag: the one tagged "default", else the newest ready one (a template built only as "name:v1").

@@ -50,13 +50,17 @@ class E2bTemplates {
 
  private:
   boost::asio::awaitable<E2bAnswer> Request(std::string owner, std::string body);
-  boost::asio::awaitable<E2bAnswer> UploadLink(std::string owner, std::string host, std::string id, std::string hash);
+  boost::asio::awaitable<E2bAnswer> UploadLink(std::string owner, std::string base_url, std::string id,
+                                               std::string hash);
   boost::asio::awaitable<E2bAnswer> Upload(std::string hash, std::string token, std::string body);
   boost::asio::awaitable<E2bAnswer> Trigger(std::string owner, std::string id, std::string build_id, std::string body);
   boost::asio::awaitable<E2bAnswer> Status(std::string owner, std::string id, std::string build_id, std::string offset);
   boost::asio::awaitable<E2bAnswer> Alias(std::string owner, std::string alias);
   boost::asio::awaitable<E2bAnswer> Tags(std::string owner, std::string id);
   boost::asio::awaitable<E2bAnswer> Delete(std::string owner, std::string id);
+  // The template `id_or_name` names: an id ("tpl-…"), else a name.
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> Lookup(const std::string& owner,
+                                                                     const std::string& id_or_name);
   // The base a build's steps go on: fromTemplate's ready build, or an image.
   boost::asio::awaitable<absl::StatusOr<v1::TemplateBuild>> Base(const std::string& owner,
                                                                  const boost::json::object& body);

@@ -21,7 +21,7 @@ struct E2bRequest {
   std::string path;
   std::map<std::string, std::string> query;  // decoded once
   std::string api_key;                       // X-API-KEY
-  std::string host;                          // Host (the upload links this replica hands out name it)
+  std::string base_url;  // how the client reached this replica ("http://HOST", or X-Forwarded-Proto's scheme)
   std::string body;
 };
 

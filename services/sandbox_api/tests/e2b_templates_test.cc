@@ -44,7 +44,7 @@ class E2bTemplatesTest : public ::testing::Test {
                  .api_key = key == "none" ? ""
                             : key.empty() ? alice_
                                           : key,
-                 .host = "api.test:3000",
+                 .base_url = "http://api.test:3000",
                  .body = body};
     return io_.RunSync(control_.Handle(std::move(r)));
   }

@@ -22,15 +22,35 @@ absl::Status Failed(absl::string_view what, absl::string_view name) {
   return absl::InternalError(absl::StrCat("cannot ", what, " '", name, "': ", strerror(errno)));
 }
 
+// Up to `max` bytes from `in` to `out` through a buffer: what was copied, -1 with errno on an error.
+ssize_t CopyChunk(int in, int out, size_t max) {
+  char buffer[65536];
+  const ssize_t n = read(in, buffer, std::min(max, sizeof buffer));
+  if (n <= 0) return n;
+  for (ssize_t done = 0; done < n;) {
+    const ssize_t w = write(out, buffer + done, static_cast<size_t>(n - done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -1;
+    done += w;
+  }
+  return n;
+}
+
 struct Copier {
   uid_t uid;
   gid_t gid;
   int max_depth;
+  OwnerMap map;  // when set: each entry's owner is its source's, mapped
   CopyStats stats;
   uint64_t copied_files = 0;
   uint64_t reflinked_files = 0;
 
-  absl::Status CopyFile(int src_dir, int dst_dir, const char* name, mode_t mode, off_t size) {
+  uid_t Uid(const struct stat& st) const { return map ? map(st.st_uid) : uid; }
+  gid_t Gid(const struct stat& st) const { return map ? map(st.st_gid) : gid; }
+
+  absl::Status CopyFile(int src_dir, int dst_dir, const char* name, const struct stat& st) {
+    const mode_t mode = st.st_mode & 0777;
+    const off_t size = st.st_size;
     UniqueFd in(openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!in.valid()) return Failed("open", name);
     UniqueFd out(openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
@@ -40,16 +60,22 @@ struct Copier {
       ++reflinked_files;
     } else {
       off_t left = size;
+      bool in_kernel = true;  // copy_file_range, until a pair of filesystems refuses it (two tmpfs: EXDEV)
       while (left > 0) {
-        ssize_t n = copy_file_range(in.get(), nullptr, out.get(), nullptr, static_cast<size_t>(left), 0);
+        ssize_t n = in_kernel ? copy_file_range(in.get(), nullptr, out.get(), nullptr, static_cast<size_t>(left), 0)
+                              : CopyChunk(in.get(), out.get(), static_cast<size_t>(left));
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && in_kernel && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)) {
+          in_kernel = false;
+          continue;
+        }
         if (n < 0) return Failed("copy", name);
         if (n == 0) break;  // the source shrank
         left -= n;
       }
     }
     stats.bytes += static_cast<uint64_t>(size);
-    if (fchown(out.get(), uid, gid) != 0 || fchmod(out.get(), mode) != 0) return Failed("chown", name);
+    if (fchown(out.get(), Uid(st), Gid(st)) != 0 || fchmod(out.get(), mode) != 0) return Failed("chown", name);
     return absl::OkStatus();
   }
 
@@ -70,21 +96,23 @@ struct Copier {
       if (fstatat(src_dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Failed("stat", name);
       const mode_t mode = st.st_mode & 0777;
       if (S_ISREG(st.st_mode)) {
-        CORRAL_RETURN_IF_ERROR(CopyFile(src_dir, dst_dir, name.c_str(), mode, st.st_size));
+        CORRAL_RETURN_IF_ERROR(CopyFile(src_dir, dst_dir, name.c_str(), st));
       } else if (S_ISDIR(st.st_mode)) {
         if (mkdirat(dst_dir, name.c_str(), mode | 0700) != 0 && errno != EEXIST) return Failed("create", name);
         UniqueFd src(openat(src_dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         UniqueFd dst(openat(dst_dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!src.valid() || !dst.valid()) return Failed("open", name);
         CORRAL_RETURN_IF_ERROR(CopyDir(src.get(), dst.get(), {}, depth + 1));
-        if (fchown(dst.get(), uid, gid) != 0 || fchmod(dst.get(), mode | 0700) != 0) return Failed("chown", name);
+        if (fchown(dst.get(), Uid(st), Gid(st)) != 0 || fchmod(dst.get(), mode | 0700) != 0) {
+          return Failed("chown", name);
+        }
       } else if (S_ISLNK(st.st_mode)) {
         char target[4096];
         ssize_t n = readlinkat(src_dir, name.c_str(), target, sizeof(target) - 1);
         if (n < 0) return Failed("read link", name);
         target[n] = '\0';
         if (symlinkat(target, dst_dir, name.c_str()) != 0) return Failed("create link", name);
-        if (fchownat(dst_dir, name.c_str(), uid, gid, AT_SYMLINK_NOFOLLOW) != 0) return Failed("chown", name);
+        if (fchownat(dst_dir, name.c_str(), Uid(st), Gid(st), AT_SYMLINK_NOFOLLOW) != 0) return Failed("chown", name);
       } else {
         continue;  // FIFOs, sockets, devices: not part of a template
       }
@@ -100,6 +128,13 @@ absl::StatusOr<CopyStats> CopyTree(int src_dir, int dst_dir, uid_t uid, gid_t gi
                                    int max_depth) {
   Copier copier{.uid = uid, .gid = gid, .max_depth = max_depth};
   CORRAL_RETURN_IF_ERROR(copier.CopyDir(src_dir, dst_dir, skip, 0));
+  copier.stats.reflinked = copier.copied_files > 0 && copier.reflinked_files == copier.copied_files;
+  return copier.stats;
+}
+
+absl::StatusOr<CopyStats> CopyTreeMapped(int src_dir, int dst_dir, const OwnerMap& owner, int max_depth) {
+  Copier copier{.uid = 0, .gid = 0, .max_depth = max_depth, .map = owner};
+  CORRAL_RETURN_IF_ERROR(copier.CopyDir(src_dir, dst_dir, {}, 0));
   copier.stats.reflinked = copier.copied_files > 0 && copier.reflinked_files == copier.copied_files;
   return copier.stats;
 }

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,5 +25,10 @@ struct CopyStats {
 // INTERNAL (naming the entry) when something cannot be created.
 absl::StatusOr<CopyStats> CopyTree(int src_dir, int dst_dir, uid_t uid, gid_t gid,
                                    const std::vector<std::string>& skip = {}, int max_depth = 128);
+
+// The same, giving each entry the owner `owner` maps its source's owner to (an id for its uid, one for its gid):
+// a sandbox's files copied into another sandbox's, each id of the one shown as the other's.
+using OwnerMap = std::function<uint32_t(uint32_t)>;
+absl::StatusOr<CopyStats> CopyTreeMapped(int src_dir, int dst_dir, const OwnerMap& owner, int max_depth = 128);
 
 }  // namespace corral::sandbox

@@ -119,20 +119,21 @@ class HomeStorage final : public Storage {
 };
 
 // The fork's layers under an upper layer of its own (<dir>/rw/upper), mounted over the home in its own mount
-// namespace. A child's /tmp starts empty; the parent's new generation keeps its directory, upper layer and /tmp.
+// namespace. A child's /tmp (the home's .tmp) is the parent's, below its own writes, unless it starts empty; the
+// parent's new generation keeps its directory, upper layer and /tmp.
 class LayeredHomeStorage final : public Storage {
  public:
   explicit LayeredHomeStorage(const StorageParts& parts) : parts_(parts) {}
 
   absl::Status Build(Sandbox& sb, const Origin& origin) override {
     const std::string rw = sb.dir + "/rw", staging = sb.dir + "/layers";
-    if (origin.previous == nullptr) {  // a child: its own directory, upper layer and an empty /tmp
+    if (origin.previous == nullptr) {  // a child: its own directory and upper layer
       if (mkdir(sb.dir.c_str(), 0700) != 0) return CannotCreate(sb.dir);
       CORRAL_RETURN_IF_ERROR(MakeUpper(rw, sb.uid));
-      // An opaque directory hides the layers' .tmp: the parent's temporary files are not inherited.
+      // An empty /tmp: an opaque directory hides the layers' .tmp.
       const std::string tmp = rw + "/upper/.tmp";
-      if (mkdir(tmp.c_str(), 0700) != 0 || chown(tmp.c_str(), sb.uid, sb.uid) != 0 ||
-          setxattr(tmp.c_str(), "trusted.overlay.opaque", "y", 1, 0) != 0) {
+      if (origin.empty_tmp && (mkdir(tmp.c_str(), 0700) != 0 || chown(tmp.c_str(), sb.uid, sb.uid) != 0 ||
+                               setxattr(tmp.c_str(), "trusted.overlay.opaque", "y", 1, 0) != 0)) {
         return CannotCreate(tmp);
       }
     }  // the parent: the freeze left an empty upper layer in its directory

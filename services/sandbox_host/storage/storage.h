@@ -30,6 +30,7 @@ struct Origin {
   std::optional<Image> image;                 // its image: a kImageRoot
   LayerStack layers;                          // a fork's layers: a kLayeredHome, or above the image
   std::string forked_from;                    // a fork's child: its parent's id
+  bool empty_tmp = false;                     // a fork's child: its /tmp starts empty
   // A parent's new generation at a fork: the generation it replaces (same id, uid, directory and cgroup).
   const Sandbox* previous = nullptr;
 

@@ -1,6 +1,7 @@
 // ForkSandbox for real (root): children see the parent's files as of the fork, as their own, and nothing written
-// after it by the parent or a sibling; the parent keeps its identity, files and /tmp; a fork is refused while a
-// process runs; layers are shared, removed with their last user, and nothing is left once all are deleted.
+// after it by the parent or a sibling (its /tmp too, unless asked to start empty); the parent keeps its identity,
+// files and /tmp; a fork is refused while a process runs; layers are shared, removed with their last user, and
+// nothing is left once all are deleted.
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -50,8 +51,8 @@ class ForkTest : public SandboxHostTest {
     EXPECT_THAT(sb, IsOk());
     return sb.ok() ? *sb : nullptr;
   }
-  std::vector<std::shared_ptr<const Sandbox>> Fork(const std::string& id, int n) {
-    auto r = manager_->Fork(id, n);
+  std::vector<std::shared_ptr<const Sandbox>> Fork(const std::string& id, int n, bool empty_tmp = false) {
+    auto r = manager_->Fork(id, n, {}, absl::ZeroDuration(), empty_tmp);
     EXPECT_THAT(r, IsOk());
     std::vector<std::shared_ptr<const Sandbox>> out;
     if (r.ok()) {
@@ -94,13 +95,14 @@ TEST_F(ForkTest, ChildrenSeeTheParentAsOfTheForkAsTheirOwnAndNoLaterWrites) {
   const std::string seen = Sh(children[1],
                               "id -u; cat note d/e/f keep /workspace/w; stat -c %u keep; ls /tmp | wc -l; "
                               "test ! -e later && test ! -e sibling && echo alone");
-  EXPECT_EQ(seen, absl::StrCat(children[1]->uid, "\nv1\ndeep\nsecret\nws\n", children[1]->uid, "\n0\nalone\n"));
+  EXPECT_EQ(seen, absl::StrCat(children[1]->uid, "\nv1\ndeep\nsecret\nws\n", children[1]->uid, "\n1\nalone\n"));
+  EXPECT_EQ(Sh(children[1], "cat /tmp/t; echo own > /tmp/t; cat /tmp/t"), "scratch\nown\n");  // the parent's /tmp
   // Its own: it may change, append to and remove what it inherited, rename inherited directories.
   Sh(children[1], "echo more >> note && chmod 644 keep && rm d/e/f && mv d moved && echo new > /workspace/w2");
   EXPECT_EQ(Sh(children[1], "cat note; ls moved/e | wc -l"), "v1\nmore\n0\n");
   // The parent kept its files (as it changed them) and its /tmp; the first child saw its own change only.
   EXPECT_EQ(Sh(after, "cat note /tmp/t; test ! -e keep && echo gone; cat d/e/f"), "v2\nscratch\ngone\ndeep\n");
-  EXPECT_EQ(Sh(children[0], "cat d/e/f note"), "changed\nv1\n");
+  EXPECT_EQ(Sh(children[0], "cat d/e/f note /tmp/t"), "changed\nv1\nscratch\n");
   // Nothing of the others is reachable: not the parent's home, not a sibling's, not the layers on the host.
   Collected reach =
       Run(children[1], {"sh", "-c",
@@ -109,6 +111,18 @@ TEST_F(ForkTest, ChildrenSeeTheParentAsOfTheForkAsTheirOwnAndNoLaterWrites) {
   EXPECT_EQ(reach.out, "");
   EXPECT_THAT(reach.err, HasSubstr("Permission denied"));
   EXPECT_EQ(Sh(after, "cat note"), "v2\n");
+}
+
+TEST_F(ForkTest, AChildAskedForAnEmptyTmpSeesNoneOfTheParents) {
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  Sh(parent, "echo left > /tmp/left && echo home > note");
+  const std::string id = parent->id;
+  parent.reset();
+  auto children = Fork(id, 1, /*empty_tmp=*/true);
+  ASSERT_EQ(children.size(), 1u);
+  EXPECT_EQ(Sh(children[0], "ls -A /tmp | wc -l; cat note; echo own > /tmp/t && cat /tmp/t"), "0\nhome\nown\n");
+  EXPECT_EQ(Sh(Current(id), "cat /tmp/left; ls /tmp"), "left\nleft\n");
 }
 
 TEST_F(ForkTest, AForkIsRefusedWhileAProcessRunsAndCallsWaitForIt) {

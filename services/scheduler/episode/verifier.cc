@@ -99,6 +99,7 @@ asio::awaitable<absl::StatusOr<std::string>> ForkForVerifier(Attempt& a, absl::T
   request.set_sandbox_id(a.sandbox_id);
   request.set_count(1);
   (*request.mutable_labels())["corral.verifier_of"] = a.ticket.ids.episode_id();
+  request.set_empty_tmp(true);  // nothing the agent left in /tmp reaches the verifier
   ToProto(absl::Seconds(10), request.mutable_wait_timeout());
   auto out = co_await a.slot->client->Fork(std::move(request), sandbox::CallOptions{nullptr, deadline});
   if (!out.ok()) co_return out.status();

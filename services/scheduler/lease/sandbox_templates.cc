@@ -95,6 +95,12 @@ asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> SandboxTemplates::Request(v
     absl::MutexLock lock(&mu_);
     auto named = names_.find({r.owner(), r.name()});
     if (named == names_.end()) {
+      const size_t owned = std::count_if(names_.begin(), names_.end(),
+                                         [&](const auto& entry) { return entry.first.first == r.owner(); });
+      if (owned >= limits_.max_templates) {
+        co_return absl::ResourceExhaustedError(
+            absl::StrCat("an owner may have at most ", limits_.max_templates, " templates: delete some first"));
+      }
       v1::SandboxTemplate t;
       t.set_template_id(NewId("tpl-"));
       t.set_owner(r.owner());

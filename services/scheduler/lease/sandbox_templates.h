@@ -44,6 +44,7 @@ struct TemplateFileEntry {
 };
 
 struct TemplateLimits {
+  size_t max_templates = 1000;                   // per owner
   size_t max_builds = 8;                         // kept per template, oldest dropped first
   size_t max_files = 256;                        // per owner, oldest dropped first
   size_t max_file_bytes = 3 << 20;               // a gRPC message holds it, and an environment's setup files

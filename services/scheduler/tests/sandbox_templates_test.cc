@@ -1,6 +1,7 @@
 // Sandbox templates against an in-memory host: a build is a placed and released sandbox whose template the host
 // keeps; a failing setup fails the build with the host's message; names belong to their owner; a tag names the
-// newest ready build; a restart ends the builds it interrupted; files are kept by hash, oldest dropped first.
+// newest ready build; a restart ends the builds it interrupted; files are kept by hash, oldest dropped first;
+// an owner's templates are bounded.
 #include "services/scheduler/lease/sandbox_templates.h"
 
 #include <map>
@@ -67,7 +68,7 @@ class SandboxTemplatesTest : public ::testing::Test {
       files.push_back({key.first, key.second, file.first.size(), file.second});
     }
     templates_ = std::make_unique<SandboxTemplates>(leases_.get(), io_.get_executor(), &clock_, &log_,
-                                                    TemplateLimits{.max_files = 2});
+                                                    TemplateLimits{.max_templates = 3, .max_files = 2});
     templates_->Restore(std::move(rows), std::move(files));
   }
   template <typename T>
@@ -178,6 +179,10 @@ TEST_F(SandboxTemplatesTest, NamesBelongToTheirOwnerAndBadRequestsChangeNothing)
   EXPECT_THAT(templates_->Get(by_id), StatusIs(absl::StatusCode::kInvalidArgument));  // one of the two
 
   EXPECT_THAT(RequestBuild("alice", "bad name"), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_THAT(RequestBuild("alice", "second"), IsOk());
+  ASSERT_THAT(RequestBuild("alice", "third"), IsOk());
+  EXPECT_THAT(RequestBuild("alice", "fourth"), StatusIs(absl::StatusCode::kResourceExhausted));  // 3 per owner
+  EXPECT_THAT(RequestBuild("alice", "third"), IsOk());  // another build of one it has
   EXPECT_THAT(RequestBuild("alice", "ok", {"bad tag"}), StatusIs(absl::StatusCode::kInvalidArgument));
   v1::StartTemplateBuildRequest with_files;
   with_files.set_owner("alice");
