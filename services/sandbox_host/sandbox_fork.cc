@@ -106,6 +106,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
     if (metrics_) metrics_->forks.Add({{"outcome", refused ? "refused" : "failed"}}).Increment();
     return s;
   };
+  const absl::Time asked = clock_->Now();
   if (absl::Status s = Quiesce(parent, wait); !s.ok()) return finish(s);
   const absl::Time start = clock_->Now();
   Storage& files = StorageOf(parent->storage);
@@ -161,7 +162,8 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
     metrics_->forks.Add({{"outcome", "forked"}}).Increment();
     metrics_->fork_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
   }
-  spdlog::info("sandbox {}: forked into {} in {}{}", id, children->size(), absl::FormatDuration(clock_->Now() - start),
+  spdlog::info("sandbox {}: forked into {} in {} (after {} waiting for its calls to end){}", id, children->size(),
+               absl::FormatDuration(clock_->Now() - start), absl::FormatDuration(start - asked),
                frozen->changed ? "" : " (nothing written since its last fork)");
   return result;
 }

@@ -138,6 +138,12 @@ void ExecManager::Loop() {
         case Stream::kStdout: e->OnReadable(Stream::kStdout); break;
         case Stream::kStderr: e->OnReadable(Stream::kStderr); break;
       }
+      // Exited with its output read to the end: it lets go of its sandbox now, not after the drain's grace
+      // (a fork waits for every call on the sandbox to let go).
+      if (e->finished()) {
+        absl::MutexLock lock(&mu_);
+        executions_.erase(e->key());
+      }
     }
     if (clock_->Now() >= next_reap) {
       ReapUntracked();

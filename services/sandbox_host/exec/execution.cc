@@ -68,6 +68,11 @@ bool Execution::exited() const {
   return exit_.has_value();
 }
 
+bool Execution::finished() const {
+  absl::MutexLock lock(&mu_);
+  return exit_.has_value() && out_.eof && err_.eof;
+}
+
 std::optional<OutputEvent> Execution::Next() {
   absl::MutexLock lock(&mu_);
   if (!buffer_.empty()) {

@@ -110,6 +110,8 @@ class Execution {
   // Sends `sig` to the process group (SIGKILL: Kill(kKilled)). A process that dies of it reports KILLED.
   void Signal(int sig);
   bool exited() const;
+  // Exited, and both output pipes read to their end: nothing more can come of it.
+  bool finished() const;
   // Waits up to `timeout` for the process to exit; returns whether it has.
   bool WaitExited(absl::Duration timeout) const;
   ProcessInfo Info() const;
