@@ -188,8 +188,7 @@ int RunFork(const Flags& f, corral::v1::SandboxHost::Stub& stub) {
       copy_ms += Ms(c);
       (void)std::system(absl::StrCat("rm -rf ", dest).c_str());
     }
-    // The host keeps a finished exec for 200 ms (its output drains) and a fork waits for that: fork an idle parent.
-    absl::SleepFor(absl::Milliseconds(300));
+    // Right after the exec that filled the home, as a caller would: an ended exec lets go of the sandbox at once.
     absl::Time t = absl::Now();
     auto forked = ForkMany(stub, parent->sandboxes(0).sandbox().sandbox_id(), k);
     const double fork_ms = Ms(t);
