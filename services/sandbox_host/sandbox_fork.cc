@@ -1,10 +1,6 @@
 // SandboxManager::Fork (ForkSandbox): wait until nothing runs in the parent, freeze what it wrote into a layer
 // (its storage kind knows how: storage/storage.h), give the parent a new generation on that layer, and build the
 // children on it. fork_layers.h has the layer model.
-#include <fcntl.h>
-
-#include <cerrno>
-#include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -12,8 +8,6 @@
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
 #include "services/sandbox_host/linux/process_sweep.h"
-#include "services/sandbox_host/linux/sub_ids.h"
-#include "services/sandbox_host/linux/tree_copy.h"
 #include "services/sandbox_host/sandbox_manager.h"
 #include "spdlog/spdlog.h"
 
@@ -45,27 +39,6 @@ absl::Status SandboxManager::Quiesce(const std::shared_ptr<Sandbox>& parent, abs
     }
     parent->delete_requested.SleepFor(*clock_, absl::Milliseconds(5));
   }
-}
-
-absl::Status SandboxManager::CopyTmp(const Sandbox& from, const Sandbox& to) {
-  UniqueFd src(openat(from.home_fd.get(), "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  UniqueFd dst(openat(to.home_fd.get(), "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!src.valid() || !dst.valid()) {
-    return absl::InternalError(
-        absl::StrCat("cannot open the /tmp of sandbox ", src.valid() ? to.id : from.id, ": ", strerror(errno)));
-  }
-  // Each id of the parent's (its pool uid, and its block's: root and the users it added) as the child's.
-  const std::optional<uid_t> from_base = SubIdBase(from.uid), to_base = SubIdBase(to.uid);
-  auto owner = [&](uint32_t id) -> uint32_t {
-    if (from_base && to_base && id >= *from_base && id - *from_base < kSubIds) return *to_base + (id - *from_base);
-    return to.uid;
-  };
-  absl::StatusOr<CopyStats> copied = CopyTreeMapped(src.get(), dst.get(), owner);
-  if (!copied.ok()) {
-    return absl::Status(copied.status().code(),
-                        absl::StrCat("copying /tmp into sandbox ", to.id, ": ", copied.status().message()));
-  }
-  return absl::OkStatus();
 }
 
 void SandboxManager::EndFork(Sandbox& sb) {
@@ -137,11 +110,11 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   for (const auto& [k, v] : labels) child_spec.labels[k] = v;
   CreateResult result;
   auto children = BuildMany(child_spec, *origin, count, granted, result);
-  // An image sandbox's /tmp is a tmpfs of its own, not in the layers: each child gets a copy of the parent's.
-  if (children.ok() && !empty_tmp && origin->image) {
+  // What of the parent's /tmp the layers do not hold (an image sandbox's tmpfs), into each child.
+  if (children.ok() && !empty_tmp) {
     const Sandbox& from = next != nullptr ? *next : *parent;
     for (const std::shared_ptr<Sandbox>& child : *children) {
-      if (absl::Status s = CopyTmp(from, *child); !s.ok()) {
+      if (absl::Status s = files.CarryTmp(from, *child); !s.ok()) {
         children = s;
         break;
       }

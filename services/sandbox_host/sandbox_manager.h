@@ -170,9 +170,6 @@ class SandboxManager {
   absl::Status Quiesce(const std::shared_ptr<Sandbox>& parent, absl::Duration wait);
   // Ends a fork of `sb`: calls reach it (or its new generation) again, and a delete waiting for it goes on.
   void EndFork(Sandbox& sb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A fork of an image sandbox: the files of `from`'s /tmp copied into `to`'s, each owned by `to`'s id for the one
-  // of `from`'s that owned it.
-  static absl::Status CopyTmp(const Sandbox& from, const Sandbox& to);
   // With `keep_upper`, an image sandbox's writable layer is moved there rather than wiped.
   absl::Status Teardown(Sandbox& sandbox, const std::string& keep_upper = "");
 

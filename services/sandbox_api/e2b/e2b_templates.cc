@@ -51,12 +51,19 @@ const v1::TemplateBuild* FindBuild(const v1::SandboxTemplate& t, const std::stri
   return nullptr;
 }
 
-// The newest ready build carrying `tag`.
+// The newest ready build carrying `tag` (any tag when "").
 const v1::TemplateBuild* ReadyBuild(const v1::SandboxTemplate& t, const std::string& tag) {
   for (auto it = t.builds().rbegin(); it != t.builds().rend(); ++it) {
-    if (it->status() == v1::TEMPLATE_BUILD_STATUS_READY && absl::c_linear_search(it->tags(), tag)) return &*it;
+    if (it->status() == v1::TEMPLATE_BUILD_STATUS_READY && (tag.empty() || absl::c_linear_search(it->tags(), tag))) {
+      return &*it;
+    }
   }
   return nullptr;
+}
+
+// A failed lookup as the SDK reads it: a missing template is a 404 naming it.
+E2bAnswer LookupFailed(const absl::Status& s, const std::string& id) {
+  return s.code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(s);
 }
 
 const char* StatusName(v1::TemplateBuildStatus s) {
@@ -185,8 +192,7 @@ asio::awaitable<E2bAnswer> E2bTemplates::Request(std::string owner, std::string 
 asio::awaitable<E2bAnswer> E2bTemplates::UploadLink(std::string owner, std::string base_url, std::string id,
                                                     std::string hash) {
   auto t = co_await Lookup(owner, id);
-  if (!t.ok())
-    co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(t.status());
+  if (!t.ok()) co_return LookupFailed(t.status(), id);
   v1::GetTemplateFileRequest get;
   get.set_owner(owner);
   get.set_hash(hash);
@@ -247,8 +253,7 @@ asio::awaitable<E2bAnswer> E2bTemplates::Trigger(std::string owner, std::string 
   auto body = E2bBody(body_text);
   if (!body.ok()) co_return E2bFromStatus(body.status());
   auto t = co_await Lookup(owner, id);
-  if (!t.ok())
-    co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(t.status());
+  if (!t.ok()) co_return LookupFailed(t.status(), id);
   const v1::TemplateBuild* build = FindBuild(*t, build_id);
   if (build == nullptr) co_return E2bError(404, absl::StrCat("build '", build_id, "' not found"));
   auto base = co_await Base(owner, *body);
@@ -309,8 +314,7 @@ asio::awaitable<E2bAnswer> E2bTemplates::Status(std::string owner, std::string i
     co_return E2bError(400, "logsOffset must be a whole number");
   }
   auto t = co_await Lookup(owner, id);
-  if (!t.ok())
-    co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(t.status());
+  if (!t.ok()) co_return LookupFailed(t.status(), id);
   const v1::TemplateBuild* build = FindBuild(*t, build_id);
   if (build == nullptr) co_return E2bError(404, absl::StrCat("build '", build_id, "' not found"));
   json::array entries;
@@ -333,20 +337,16 @@ asio::awaitable<E2bAnswer> E2bTemplates::Status(std::string owner, std::string i
 
 asio::awaitable<E2bAnswer> E2bTemplates::Alias(std::string owner, std::string alias) {
   auto t = co_await Lookup(owner, NameAndTag(alias).first);
-  if (!t.ok())
-    co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(alias) : E2bFromStatus(t.status());
-  const bool ready = absl::c_any_of(
-      t->builds(), [](const v1::TemplateBuild& b) { return b.status() == v1::TEMPLATE_BUILD_STATUS_READY; });
+  if (!t.ok()) co_return LookupFailed(t.status(), alias);
   // Not before a build of it is ready: Harbor builds a template that `exists` says is missing.
-  if (!ready) co_return TemplateNotFound(alias);
+  if (ReadyBuild(*t, "") == nullptr) co_return TemplateNotFound(alias);
   json::object out{{"templateID", JsonText(t->template_id())}, {"public", false}};
   co_return E2bAnswer{200, json::serialize(out), {}};
 }
 
 asio::awaitable<E2bAnswer> E2bTemplates::Tags(std::string owner, std::string id) {
   auto t = co_await Lookup(owner, NameAndTag(id).first);
-  if (!t.ok())
-    co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(t.status());
+  if (!t.ok()) co_return LookupFailed(t.status(), id);
   json::array out;
   for (const v1::TemplateBuild& b : t->builds()) {
     if (b.status() != v1::TEMPLATE_BUILD_STATUS_READY) continue;
@@ -361,8 +361,7 @@ asio::awaitable<E2bAnswer> E2bTemplates::Tags(std::string owner, std::string id)
 
 asio::awaitable<E2bAnswer> E2bTemplates::Delete(std::string owner, std::string id) {
   auto t = co_await Lookup(owner, id);
-  if (!t.ok())
-    co_return t.status().code() == absl::StatusCode::kNotFound ? TemplateNotFound(id) : E2bFromStatus(t.status());
+  if (!t.ok()) co_return LookupFailed(t.status(), id);
   v1::GetTemplateRequest named;
   named.set_owner(owner);
   named.set_template_id(t->template_id());
@@ -380,14 +379,10 @@ asio::awaitable<absl::StatusOr<std::optional<v1::TemplateBuild>>> E2bTemplates::
   if (!t.ok()) co_return t.status();
   // No tag: the one tagged "default", else the newest ready one (a template built only as "name:v1").
   const v1::TemplateBuild* ready = ReadyBuild(*t, tag.empty() ? "default" : tag);
-  for (auto it = t->builds().rbegin(); ready == nullptr && tag.empty() && it != t->builds().rend(); ++it) {
-    if (it->status() == v1::TEMPLATE_BUILD_STATUS_READY) ready = &*it;
-  }
+  if (ready == nullptr && tag.empty()) ready = ReadyBuild(*t, "");
   if (ready != nullptr) co_return *ready;
   const v1::TemplateBuild& last = t->builds(t->builds_size() - 1);
-  if (!tag.empty() && absl::c_any_of(t->builds(), [](const v1::TemplateBuild& b) {
-        return b.status() == v1::TEMPLATE_BUILD_STATUS_READY;
-      })) {
+  if (!tag.empty() && ReadyBuild(*t, "") != nullptr) {
     co_return absl::NotFoundError(absl::StrCat("template '", base_name, "' has no ready build tagged '", tag, "'"));
   }
   co_return absl::FailedPreconditionError(

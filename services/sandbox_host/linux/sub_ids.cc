@@ -26,4 +26,11 @@ IdMap OwnerIdMap(uint32_t from, uint32_t to) {
   return map;
 }
 
+uint32_t MapId(const IdMap& map, uint32_t id, uint32_t otherwise) {
+  for (const IdExtent& e : map) {
+    if (id >= e.inside && id - e.inside < e.count) return e.outside + (id - e.inside);
+  }
+  return otherwise;
+}
+
 }  // namespace corral::sandbox

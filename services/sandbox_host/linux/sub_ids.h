@@ -44,4 +44,7 @@ uint32_t InsideId(uint32_t outside, uint32_t pool, uint32_t image_id);
 // `to`: as `to`'s own. Blocks are mapped only when both have one.
 IdMap OwnerIdMap(uint32_t from, uint32_t to);
 
+// `id` through `map` (the outside id of the extent whose inside holds it), or `otherwise` when none does.
+uint32_t MapId(const IdMap& map, uint32_t id, uint32_t otherwise);
+
 }  // namespace corral::sandbox

@@ -1,6 +1,7 @@
 // A sandbox made from an image: the image's layers (a template's above them, then a fork's) under its own upper
 // layer, as "/" in its own mount and user namespaces (images/image_root.h). Its processes are the image's user
 // inside, its pool uid outside; root and the other users inside are ids of its block (linux/sub_ids.h).
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -11,6 +12,8 @@
 #include "libs/core/status_macros.h"
 #include "services/sandbox_host/images/image_root.h"
 #include "services/sandbox_host/images/image_user.h"
+#include "services/sandbox_host/linux/sub_ids.h"
+#include "services/sandbox_host/linux/tree_copy.h"
 #include "services/sandbox_host/storage/storage.h"
 #include "spdlog/spdlog.h"
 
@@ -112,6 +115,25 @@ class ImageRootStorage final : public Storage {
   absl::StatusOr<Origin> ForkOrigin(const Sandbox& sb) const override {
     CORRAL_ASSIGN_OR_RETURN(Image image, parts_.images->Find(sb.image->digest));
     return Origin{.tmpl = sb.template_image, .image = std::move(image)};
+  }
+
+  // Its /tmp is a tmpfs of its own, in no layer: the child gets a copy, each file owned by the child's id for the
+  // parent's (its pool uid, and its block's: root and the users it added).
+  absl::Status CarryTmp(const Sandbox& from, const Sandbox& to) const override {
+    UniqueFd src(openat(from.home_fd.get(), "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd dst(openat(to.home_fd.get(), "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!src.valid() || !dst.valid()) {
+      return absl::InternalError(
+          absl::StrCat("cannot open the /tmp of sandbox ", src.valid() ? to.id : from.id, ": ", strerror(errno)));
+    }
+    const IdMap map = OwnerIdMap(from.uid, to.uid);
+    absl::StatusOr<CopyStats> copied =
+        CopyTreeMapped(src.get(), dst.get(), [&](uint32_t id) { return MapId(map, id, to.uid); });
+    if (!copied.ok()) {
+      return absl::Status(copied.status().code(),
+                          absl::StrCat("copying /tmp into sandbox ", to.id, ": ", copied.status().message()));
+    }
+    return absl::OkStatus();
   }
 
   // Its tmpfs upper becomes the layer, held in the holder mount namespace.

@@ -70,6 +70,13 @@ class Storage {
   virtual absl::StatusOr<Origin> ForkOrigin(const Sandbox& sb) const = 0;
   // Freezes what `sb` wrote since its last fork into a layer, once nothing of it runs.
   virtual absl::StatusOr<Frozen> Freeze(Sandbox& sb) = 0;
+  // A fork's child `to` of `from`: gives it what of `from`'s /tmp the layers it shares do not (by default, the
+  // layers hold all of it).
+  virtual absl::Status CarryTmp(const Sandbox& from, const Sandbox& to) const {
+    (void)from;
+    (void)to;
+    return absl::OkStatus();
+  }
   // Undoes a Freeze that changed `sb` when its new generation could not be built.
   virtual void Thaw(Sandbox& sb, const LayerStack& frozen) = 0;
   // The new generation built on the frozen layer has taken the place of `sb`: what only `sb` held goes.

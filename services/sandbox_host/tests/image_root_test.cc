@@ -351,13 +351,7 @@ TEST(SubIdsTest, EachPoolUidHasItsOwnBlockAndTheMapsCoverEveryIdOnce) {
   EXPECT_EQ(total, kSubIds);
   EXPECT_EQ(user[1].inside, 1000u);
   EXPECT_EQ(user[1].outside, 20000u);
-  for (uint32_t id : {0u, 999u, 1000u, 1001u, 65535u}) {
-    uint32_t outside = 0;
-    for (const IdExtent& e : user) {
-      if (id >= e.inside && id - e.inside < e.count) outside = e.outside + (id - e.inside);
-    }
-    EXPECT_EQ(InsideId(outside, 20000, 1000), id);
-  }
+  for (uint32_t id : {0u, 999u, 1000u, 1001u, 65535u}) EXPECT_EQ(InsideId(MapId(user, id, 0), 20000, 1000), id);
   EXPECT_EQ(InsideId(12345, 20000, 1000), 12345u);  // not the sandbox's: as it is
   // Without a block only the image's user is mapped.
   EXPECT_EQ(SandboxIdMap(70000, 0).size(), 1u);
@@ -366,6 +360,9 @@ TEST(SubIdsTest, EachPoolUidHasItsOwnBlockAndTheMapsCoverEveryIdOnce) {
   ASSERT_EQ(owner.size(), 2u);
   EXPECT_EQ(owner[1].inside, 20000u << 16);
   EXPECT_EQ(owner[1].outside, 20001u << 16);
+  EXPECT_EQ(MapId(owner, 20000, 7), 20001u);
+  EXPECT_EQ(MapId(owner, (20000u << 16) + 1000, 7), (20001u << 16) + 1000);
+  EXPECT_EQ(MapId(owner, 12345, 7), 7u);  // none of 20000's: the fallback
 }
 
 TEST_F(ImageRootTest, TheProbeFindsIdmappedMountsWhereTheStoreLives) { EXPECT_TRUE(CanUseImages(base_.string())); }

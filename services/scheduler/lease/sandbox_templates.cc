@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -198,12 +199,8 @@ asio::awaitable<void> SandboxTemplates::Build(std::string template_id, std::stri
       for (v1::TemplateBuild& other : *templates_[template_id].mutable_builds()) {
         if (&other == build) continue;
         auto* tags = other.mutable_tags();
-        tags->erase(std::remove_if(tags->begin(), tags->end(),
-                                   [&](const std::string& t) {
-                                     return std::find(build->tags().begin(), build->tags().end(), t) !=
-                                            build->tags().end();
-                                   }),
-                    tags->end());
+        auto taken = [&](const std::string& t) { return absl::c_linear_search(build->tags(), t); };
+        tags->erase(std::remove_if(tags->begin(), tags->end(), taken), tags->end());
       }
     } else {
       build->set_status(v1::TEMPLATE_BUILD_STATUS_FAILED);
