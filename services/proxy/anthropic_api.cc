@@ -239,12 +239,9 @@ absl::StatusOr<json::object> ToChat(const json::object& request, json::object* n
   return chat;
 }
 
-int64_t EstimateTokens(const json::object& chat) {
-  size_t bytes = 0;
-  for (const char* key : {"messages", "tools"}) {
-    if (const json::value* v = chat.if_contains(key); v != nullptr) bytes += json::serialize(*v).size();
-  }
-  return static_cast<int64_t>((bytes + 3) / 4);
+absl::StatusOr<std::string> MessagesDialect::CountTokens(const json::object& request) {
+  CORRAL_ASSIGN_OR_RETURN(json::object chat, anthropic::ToChat(request));
+  return json::serialize(json::object{{"input_tokens", chat_json::EstimateTokens(chat)}});
 }
 
 std::string ModelList(const std::vector<std::string>& ids) {

@@ -20,9 +20,6 @@ namespace corral::proxy::anthropic {
 // (optional; Dialect::notes).
 absl::StatusOr<boost::json::object> ToChat(const boost::json::object& request, boost::json::object* notes = nullptr);
 
-// A rough estimate of a translated request's input tokens (POST /v1/messages/count_tokens): a quarter of the
-// bytes of its messages and tools as JSON, rounded up. No tokenizer is consulted and nothing is sent upstream.
-int64_t EstimateTokens(const boost::json::object& chat);
 // A model list in Anthropic's shape (GET /v1/models with an anthropic-version header).
 std::string ModelList(const std::vector<std::string>& ids);
 
@@ -75,6 +72,9 @@ class MessagesDialect final : public Dialect {
   std::string ErrorEvent(int http_status, absl::string_view message) const override {
     return anthropic::ErrorEvent(http_status, message);
   }
+  // POST /v1/messages/count_tokens: {"input_tokens": N}.
+  absl::StatusOr<std::string> CountTokens(const boost::json::object& request) override;
+  std::string ModelList(const std::vector<std::string>& ids) const override { return anthropic::ModelList(ids); }
 
  private:
   StreamTranslator stream_;

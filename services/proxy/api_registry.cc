@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "services/proxy/anthropic_api.h"
+#include "services/proxy/gemini_api.h"
 #include "services/proxy/responses_api.h"
 
 namespace corral::proxy {
@@ -15,6 +16,9 @@ namespace bhttp = boost::beast::http;
 
 std::unique_ptr<Dialect> Messages() { return std::make_unique<anthropic::MessagesDialect>(); }
 std::unique_ptr<Dialect> Responses() { return std::make_unique<responses::ResponsesDialect>(); }
+std::unique_ptr<Dialect> Gemini() { return std::make_unique<gemini::GeminiDialect>(); }
+
+constexpr absl::string_view kModelSegment = "{model}";
 
 // In the order UpstreamSpec.dialects' messages name them.
 constexpr std::array<NativeApi, 2> kNative = {{
@@ -22,7 +26,7 @@ constexpr std::array<NativeApi, 2> kNative = {{
     {"messages", "max_tokens", &MessageToChat, NativeStream::Shape::kMessages},
 }};
 
-const std::array<ApiSpec, 7> kApis = {{
+const std::array<ApiSpec, 14> kApis = {{
     {.path = "/health", .method = std::nullopt, .kind = ApiKind::kHealth, .chat = false, .index = 0},
     {.path = "/v1/chat/completions", .method = bhttp::verb::post, .kind = ApiKind::kGenerate, .index = 1},
     {.path = "/v1/completions", .method = bhttp::verb::post, .kind = ApiKind::kGenerate, .chat = false, .index = 2},
@@ -46,6 +50,47 @@ const std::array<ApiSpec, 7> kApis = {{
      .kind = ApiKind::kCountTokens,
      .dialect = &Messages,
      .index = 6},
+    // Google's Gemini API, translated to chat: the model is named in the path. v1beta is what Gemini CLI calls,
+    // v1 what @google/genai calls by default (its model list is OpenAI's path, answered by the key's shape).
+    {.path = "/v1beta/models/{model}:generateContent",
+     .method = bhttp::verb::post,
+     .kind = ApiKind::kGenerate,
+     .dialect = &Gemini,
+     .index = 7},
+    {.path = "/v1beta/models/{model}:streamGenerateContent",
+     .method = bhttp::verb::post,
+     .kind = ApiKind::kGenerate,
+     .dialect = &Gemini,
+     .index = 8,
+     .streams = true},
+    {.path = "/v1beta/models/{model}:countTokens",
+     .method = bhttp::verb::post,
+     .kind = ApiKind::kCountTokens,
+     .dialect = &Gemini,
+     .index = 9},
+    {.path = "/v1beta/models",
+     .method = bhttp::verb::get,
+     .kind = ApiKind::kModels,
+     .chat = false,
+     .dialect = &Gemini,
+     .shapes_subpaths = true,  // and every call under it
+     .index = 10},
+    {.path = "/v1/models/{model}:generateContent",
+     .method = bhttp::verb::post,
+     .kind = ApiKind::kGenerate,
+     .dialect = &Gemini,
+     .index = 11},
+    {.path = "/v1/models/{model}:streamGenerateContent",
+     .method = bhttp::verb::post,
+     .kind = ApiKind::kGenerate,
+     .dialect = &Gemini,
+     .index = 12,
+     .streams = true},
+    {.path = "/v1/models/{model}:countTokens",
+     .method = bhttp::verb::post,
+     .kind = ApiKind::kCountTokens,
+     .dialect = &Gemini,
+     .index = 13},
 }};
 
 }  // namespace
@@ -55,11 +100,23 @@ absl::string_view ApiSpec::UpstreamPath(bool native_call) const {
   return chat ? ChatApi().path : CompletionsApi().path;
 }
 
+std::string ApiSpec::ModelIn(absl::string_view target) const {
+  const size_t at = path.find(kModelSegment);
+  if (at == absl::string_view::npos) return "";
+  const absl::string_view before = path.substr(0, at), after = path.substr(at + kModelSegment.size());
+  if (target.size() <= before.size() + after.size() || !absl::StartsWith(target, before) ||
+      !absl::EndsWith(target, after)) {
+    return "";
+  }
+  const absl::string_view model = target.substr(before.size(), target.size() - before.size() - after.size());
+  return model.find('/') == absl::string_view::npos ? std::string(model) : "";
+}
+
 std::span<const ApiSpec> Apis() { return kApis; }
 
 const ApiSpec* FindApi(absl::string_view path) {
   for (const ApiSpec& api : kApis) {
-    if (api.path == path) return &api;
+    if (api.path == path || !api.ModelIn(path).empty()) return &api;
   }
   return nullptr;
 }
@@ -69,7 +126,7 @@ const ApiSpec& CompletionsApi() { return kApis[2]; }
 
 std::unique_ptr<Dialect> RefusalShapeFor(absl::string_view target) {
   for (const ApiSpec& api : kApis) {
-    if (api.shapes_subpaths && api.dialect != nullptr && absl::StartsWith(target, api.path)) return api.dialect();
+    if (api.shapes_subpaths && api.dialect != nullptr && absl::StartsWith(target, api.Prefix())) return api.dialect();
   }
   return nullptr;
 }

@@ -37,14 +37,22 @@ struct NativeApi {
 };
 
 struct ApiSpec {
-  absl::string_view path;                          // exact
+  // Exact, or with one `{model}` segment where the model is named in the path (Gemini's
+  // "/v1beta/models/{model}:generateContent"): any non-empty name without '/' matches it.
+  absl::string_view path;
   std::optional<boost::beast::http::verb> method;  // nullopt: any
   ApiKind kind = ApiKind::kGenerate;
   bool chat = true;                                 // the body is, or is translated to, chat; else a prompt
   std::unique_ptr<Dialect> (*dialect)() = nullptr;  // the translation and error shape; null: OpenAI's own
-  bool shapes_subpaths = false;       // refusals of any target under `path` (404, 405) come in its dialect's shape
+  bool shapes_subpaths = false;       // refusals of a target under Prefix() (404, 405) take its dialect's shape
   const NativeApi* native = nullptr;  // null: always translated (or OpenAI's own)
   int index = 0;                      // its position in Apis()
+  bool streams = false;               // the path itself asks for a streamed answer (Gemini's :streamGenerateContent)
+
+  // The model `target` names in the `{model}` segment of `path` ("" when the path has none or does not match).
+  std::string ModelIn(absl::string_view target) const;
+  // The part of `path` before any `{model}` segment: the prefix a refusal's shape is chosen by.
+  absl::string_view Prefix() const { return path.substr(0, path.find('{')); }
 
   // Where the call goes upstream: its own path when it goes through untranslated (or is OpenAI's own), else
   // the chat or completions path it was translated to.

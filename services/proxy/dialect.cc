@@ -53,6 +53,14 @@ void NoteUnknownFields(json::object* notes, const json::object& request,
   }
 }
 
+int64_t EstimateTokens(const json::object& chat) {
+  size_t bytes = 0;
+  for (const char* key : {"messages", "tools"}) {
+    if (const json::value* v = chat.if_contains(key); v != nullptr) bytes += json::serialize(*v).size();
+  }
+  return static_cast<int64_t>((bytes + 3) / 4);
+}
+
 std::string SseEvent(absl::string_view type, json::object data) {
   data["type"] = std::string(type);
   return absl::StrCat("event: ", type, "\ndata: ", json::serialize(data), "\n\n");
@@ -113,6 +121,12 @@ std::optional<std::pair<int64_t, int64_t>> Usage(const json::object& completion)
 namespace corral::proxy {
 
 namespace json = boost::json;
+
+absl::StatusOr<std::string> Dialect::CountTokens(const json::object&) {
+  return absl::UnimplementedError("this API has no token-count call");
+}
+
+std::string Dialect::ModelList(const std::vector<std::string>& ids) const { return http::ModelListJson(ids, "corral"); }
 
 void ChatStreamWalker::EnsureBegun(std::string& out) {
   if (begun_) return;

@@ -34,6 +34,11 @@ class Dialect {
   // An error in the API's own shape, as a body and as an SSE event of a stream already started.
   virtual std::string ErrorBody(int http_status, absl::string_view message) const = 0;
   virtual std::string ErrorEvent(int http_status, absl::string_view message) const = 0;
+  // The answer to the API's token-count call (chat_json::EstimateTokens of the request's translation), or
+  // UNIMPLEMENTED when the API has none; INVALID_ARGUMENT as ToChat.
+  virtual absl::StatusOr<std::string> CountTokens(const boost::json::object& request);
+  // A model list in the API's shape (OpenAI's unless the API has its own).
+  virtual std::string ModelList(const std::vector<std::string>& ids) const;
 
  protected:
   boost::json::object notes_;
@@ -54,6 +59,9 @@ void NoteRenamed(boost::json::object* notes, absl::string_view chat_name, const 
 // Notes every top-level field of `request` not in `known` as ignored.
 void NoteUnknownFields(boost::json::object* notes, const boost::json::object& request,
                        std::initializer_list<absl::string_view> known);
+// A rough estimate of a chat body's input tokens (the token-count calls): a quarter of the bytes of its messages
+// and tools as JSON, rounded up. No tokenizer is consulted and nothing is sent upstream.
+int64_t EstimateTokens(const boost::json::object& chat);
 // One typed server-sent event: "event: <type>" and `data` (with its "type" set) as JSON.
 std::string SseEvent(absl::string_view type, boost::json::object data);
 // An integer member (0 when absent or of another type); strings: http::StringOf.

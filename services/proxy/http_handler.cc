@@ -7,9 +7,11 @@
 #include "libs/api/proto_time.h"
 #include "libs/http/openai_json.h"
 #include "libs/http/sse.h"
+#include "libs/http/url.h"
 #include "services/proxy/anthropic_api.h"
 #include "services/proxy/capture.h"
 #include "services/proxy/continuation.h"
+#include "services/proxy/gemini_api.h"
 #include "services/proxy/native_answers.h"
 #include "services/proxy/responses_api.h"
 
@@ -112,6 +114,41 @@ void DescribeForTheRecord(CallRequest& c) {
   if (c.dialect != nullptr) record.set_translation_json(TranslationRecord(*c.dialect, c.native));
 }
 
+// A query parameter of the request's target ("" when absent or the target is malformed).
+std::string QueryParam(const http::Request& request, const std::string& key) {
+  const absl::StatusOr<http::Target> target =
+      http::ParseTarget(absl::string_view(request.target().data(), request.target().size()));
+  if (!target.ok()) return "";
+  const auto it = target->query.find(key);
+  return it != target->query.end() ? it->second : "";
+}
+
+// The env token a request carries: `Authorization: Bearer`, or as Anthropic's clients send a key (`x-api-key`), or
+// Google's (`x-goog-api-key`, or `?key=`); "" when none.
+std::string EnvToken(const http::Request& request) {
+  const std::string auth(request[bhttp::field::authorization]);
+  if (absl::StartsWith(auth, "Bearer ")) return auth.substr(7);
+  if (!auth.empty()) return "";
+  for (const char* header : {"x-api-key", "x-goog-api-key"}) {
+    if (request.count(header) > 0) return std::string(request[header]);
+  }
+  return QueryParam(request, "key");
+}
+
+// Whether a Gemini stream asks for server-sent events (`?alt=sse`) rather than one JSON array, which the proxy does
+// not serve: a pause's keepalive comments could not be carried in it.
+bool AsksForSse(const http::Request& request) { return QueryParam(request, "alt") == "sse"; }
+
+// The shape of a model list: Anthropic's for its clients (an anthropic-version header), Google's for its clients
+// (a key as Google's clients send it) on OpenAI's path, else the API's own.
+std::unique_ptr<Dialect> ModelListShape(const http::Request& request, const ApiSpec& api) {
+  if (request.count("anthropic-version") > 0) return std::make_unique<anthropic::MessagesDialect>();
+  if (request.count("x-goog-api-key") > 0 || !QueryParam(request, "key").empty()) {
+    return std::make_unique<gemini::GeminiDialect>();
+  }
+  return DialectOf(api);
+}
+
 // Writes an SSE comment to a streaming agent, starting its stream first if need be; false when the agent is gone.
 // (Plain statements around each co_await: GCC 12 miscompiles temporaries inside co_await expressions.)
 asio::awaitable<bool> SseComment(http::Responder& responder, absl::string_view comment) {
@@ -168,12 +205,10 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
     co_await responder.Send(405, "application/json", body);
     co_return;
   }
-  // The env token: `Authorization: Bearer`, or (Anthropic's clients) `x-api-key`.
-  std::string auth(request[bhttp::field::authorization]);
-  if (auth.empty() && request.count("x-api-key") > 0) auth = absl::StrCat("Bearer ", std::string(request["x-api-key"]));
+  const std::string token = EnvToken(request);
   absl::StatusOr<std::shared_ptr<Session>> session =
-      absl::StartsWith(auth, "Bearer ") ? parts_.ledger->store().Authenticate(auth.substr(7))
-                                        : absl::UnauthenticatedError("missing Authorization: Bearer <env token>");
+      !token.empty() ? parts_.ledger->store().Authenticate(token)
+                     : absl::UnauthenticatedError("missing Authorization: Bearer <env token>");
   if (!session.ok()) {
     const ApiError error =
         absl::IsFailedPrecondition(session.status()) ? ApiError::kSessionClosed : ApiError::kUnauthenticated;
@@ -181,46 +216,49 @@ asio::awaitable<void> HttpHandler::Handle(http::Request& request, http::Responde
     co_return;
   }
   switch (api->kind) {
-    case ApiKind::kModels:
-      // Anthropic's clients (anthropic-version header) get the list in Anthropic's shape.
-      co_await Models(responder, **session, request.count("anthropic-version") > 0, *api);
-      break;
+    case ApiKind::kModels: co_await Models(responder, **session, ModelListShape(request, *api), *api); break;
     case ApiKind::kCountTokens: co_await CountTokens(request, responder, *api); break;
-    default: co_await Completion(request, responder, *std::move(session), *api);
+    default:
+      if (api->streams && !AsksForSse(request)) {
+        co_await Refuse(responder, *api, ApiError::kBadRequest,
+                        "this stream is served as server-sent events only: add ?alt=sse (as @google/genai does)");
+        break;
+      }
+      co_await Completion(request, responder, *std::move(session), *api, api->ModelIn(target));
   }
 }
 
 asio::awaitable<void> HttpHandler::CountTokens(http::Request& request, http::Responder& responder, const ApiSpec& api) {
   boost::system::error_code ec;
   json::value parsed = json::parse(request.body(), ec);
-  absl::StatusOr<json::object> chat =
+  absl::StatusOr<std::string> answer =
       ec || !parsed.is_object()
-          ? absl::StatusOr<json::object>(absl::InvalidArgumentError("the body must be a JSON object"))
-          : anthropic::ToChat(parsed.as_object());
-  if (!chat.ok()) {
-    const std::string message(chat.status().message());
+          ? absl::StatusOr<std::string>(absl::InvalidArgumentError("the body must be a JSON object"))
+          : DialectOf(api)->CountTokens(parsed.as_object());
+  if (!answer.ok()) {
+    const std::string message(answer.status().message());
     co_await Refuse(responder, api, ApiError::kBadRequest, message);
     co_return;
   }
   parts_.metrics->Request(api, 200, -1).Increment();
-  const std::string body = json::serialize(json::object{{"input_tokens", anthropic::EstimateTokens(*chat)}});
-  co_await responder.Send(200, "application/json", body);
+  co_await responder.Send(200, "application/json", *answer);
 }
 
-asio::awaitable<void> HttpHandler::Models(http::Responder& responder, const Session& session, bool anthropic_shape,
-                                          const ApiSpec& api) {
+asio::awaitable<void> HttpHandler::Models(http::Responder& responder, const Session& session,
+                                          std::unique_ptr<Dialect> shape, const ApiSpec& api) {
   std::vector<std::string> names(session.policy().allowed_models().begin(), session.policy().allowed_models().end());
   if (names.empty()) names = upstreams_->models();
   for (const auto& [alias, target] : session.policy().model_aliases()) {
     if (alias != "*") names.push_back(alias);
   }
   parts_.metrics->Request(api, 200, -1).Increment();
-  const std::string body = anthropic_shape ? anthropic::ModelList(names) : http::ModelListJson(names, "corral");
+  const std::string body = shape != nullptr ? shape->ModelList(names) : http::ModelListJson(names, "corral");
   co_await responder.Send(200, "application/json", body);
 }
 
 asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Responder& responder,
-                                              std::shared_ptr<Session> session, const ApiSpec& api) {
+                                              std::shared_ptr<Session> session, const ApiSpec& api,
+                                              std::string path_model) {
   CallRequest c;
   c.session = std::move(session);
   c.dialect = DialectOf(api);
@@ -239,6 +277,10 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     co_return;
   }
   c.body = std::move(parsed.as_object());
+  if (!path_model.empty()) {  // Gemini's API: the model and whether to stream are in the path, not the body
+    c.body["model"] = std::move(path_model);
+    c.body["stream"] = api.streams;
+  }
   json::object original;       // a dialect's body as the agent sent it, for an upstream that serves the dialect itself
   if (c.dialect != nullptr) {  // from here on a chat call; only its answer is translated back
     absl::StatusOr<json::object> translated = c.dialect->ToChat(c.body);

@@ -30,13 +30,13 @@ class HttpHandler {
  private:
   // The agent's request → a CallRequest (translated, the session's policy applied, described for the record),
   // then an UpstreamCall whose answer is relayed in the agent's API. Refusals before the call exists are counted
-  // and answered here; nothing is recorded for them.
+  // and answered here; nothing is recorded for them. `path_model`: the model the path names, if it names one.
   boost::asio::awaitable<void> Completion(http::Request& request, http::Responder& responder,
-                                          std::shared_ptr<Session> session, const ApiSpec& api);
-  // The session's models, in OpenAI's list shape or Anthropic's.
-  boost::asio::awaitable<void> Models(http::Responder& responder, const Session& session, bool anthropic_shape,
-                                      const ApiSpec& api);
-  // POST /v1/messages/count_tokens: an estimate of the request's input tokens (docs/proxy.md says how).
+                                          std::shared_ptr<Session> session, const ApiSpec& api, std::string path_model);
+  // The session's models, in `shape`'s list shape (null: OpenAI's).
+  boost::asio::awaitable<void> Models(http::Responder& responder, const Session& session,
+                                      std::unique_ptr<Dialect> shape, const ApiSpec& api);
+  // A token-count call (Anthropic's, Gemini's): an estimate of the request's input tokens (docs/proxy.md says how).
   boost::asio::awaitable<void> CountTokens(http::Request& request, http::Responder& responder, const ApiSpec& api);
   // An unstreamed answer: recorded, then sent whole (translated, or stripped of what the agent did not ask for).
   boost::asio::awaitable<void> RelayWhole(UpstreamCall& call, AgentLink& agent, http::Responder& responder);

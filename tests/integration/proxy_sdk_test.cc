@@ -1,6 +1,6 @@
-// The official openai npm SDK (tests/sdk/openai, installed by scripts/test with `npm ci`) against a real
-// corral-proxy and corral-fake-llm: chat with and without streaming, tool calls, completions, models, and the
-// proxy's errors surfacing as the SDK's typed errors (401, 410, 400 budget, 400 model).
+// The official openai, Anthropic and Google GenAI npm SDKs (tests/sdk/*, installed by scripts/test with `npm ci`)
+// against a real corral-proxy and corral-fake-llm: plain and streamed calls, tool calls, completions, models, and
+// the proxy's errors surfacing as each SDK's typed errors.
 #include <filesystem>
 #include <set>
 #include <string>
@@ -96,6 +96,48 @@ TEST_F(ProxySdkTest, TheOfficialAnthropicNodeSdkWorksAgainstTheMessagesApi) {
   EXPECT_EQ(noted, 1);
   // The system prompt became a system message, the tool result a tool message.
   auto branches = Trajectory("sdk-claude", v1::TRAJECTORY_FORMAT_TRAJECTORY);
+  ASSERT_THAT(branches, IsOk());
+  std::set<std::string> roles;
+  for (const v1::Branch& b : branches->branches()) {
+    for (const v1::TrajectoryMessage& m : b.messages()) roles.insert(m.message().role());
+  }
+  EXPECT_EQ(roles, (std::set<std::string>{"system", "user", "assistant", "tool"}));
+}
+
+TEST_F(ProxySdkTest, TheOfficialGoogleGenAiNodeSdkWorksAgainstTheGeminiApi) {
+  const std::string sdk_dir = std::string(CORRAL_SOURCE_DIR) + "/tests/sdk/gemini";
+  ASSERT_TRUE(std::filesystem::exists(sdk_dir + "/node_modules/@google/genai"))
+      << "run `npm ci --prefix tests/sdk/gemini` (scripts/test does)";
+  StartProxy({StartBackend()});
+  v1::SessionPolicy policy;
+  (*policy.mutable_model_aliases())["*"] = "fake-model";
+  policy.set_capture_token_ids(true);
+  const std::string token = Open("sdk-gemini", policy);
+  const std::string closed_token = Open("sdk-gemini-closed");
+  ASSERT_THAT(Close("sdk-gemini-closed"), IsOk());
+
+  ASSERT_NO_FATAL_FAILURE(RunNodeTests("gemini",
+                                       {"CORRAL_GEMINI_BASE_URL=http://" + proxy_->ready.http, "CORRAL_TOKEN=" + token,
+                                        "CORRAL_CLOSED_TOKEN=" + closed_token},
+                                       9));
+  // Recorded as chat calls: the 6 that reached the model (countTokens, the list and the refusals did not), each
+  // with its token ids and the model the path named; the function response as a tool message; the built-in tool
+  // left out, and said so.
+  auto t = Trajectory("sdk-gemini");
+  ASSERT_THAT(t, IsOk());
+  EXPECT_EQ(t->failed_call_count(), 0u);
+  ASSERT_EQ(t->calls_size(), 6);
+  int noted = 0, streamed = 0;
+  for (const v1::LlmCall& call : t->calls()) {
+    EXPECT_THAT(call.endpoint(), ::testing::StartsWith("/v1/models/{model}:"));  // the SDK calls v1
+    EXPECT_EQ(call.requested_model(), "gemini-2.5-pro");
+    EXPECT_FALSE(call.completion_token_ids().empty());
+    if (call.translation_json().find("googleSearch") != std::string::npos) ++noted;
+    if (call.stream()) ++streamed;
+  }
+  EXPECT_EQ(noted, 1);
+  EXPECT_EQ(streamed, 2);
+  auto branches = Trajectory("sdk-gemini", v1::TRAJECTORY_FORMAT_TRAJECTORY);
   ASSERT_THAT(branches, IsOk());
   std::set<std::string> roles;
   for (const v1::Branch& b : branches->branches()) {

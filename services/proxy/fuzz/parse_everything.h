@@ -64,6 +64,7 @@ inline int ParseEverything(const uint8_t* data, size_t size) {
       if (api.dialect == nullptr) continue;
       std::unique_ptr<Dialect> d = api.dialect();
       (void)d->ToChat(v.as_object());
+      (void)d->CountTokens(v.as_object());
       (void)d->Whole(v.as_object());
       (void)d->Chunk(v.as_object());
       (void)d->End();

@@ -106,7 +106,7 @@ TEST(AnthropicApiTest, AToolChoiceNamingALeftOutServerToolBecomesAuto) {
 TEST(AnthropicApiTest, CountTokensIsAnEstimateFromTheTranslatedRequestAndModelsHaveAnthropicsShape) {
   auto chat = ToChat(Parse(R"({"model": "m", "messages": [{"role": "user", "content": "hello world, twelve!"}]})"));
   ASSERT_THAT(chat, IsOk());
-  const int64_t n = EstimateTokens(*chat);
+  const int64_t n = chat_json::EstimateTokens(*chat);
   EXPECT_GE(n, 5);
   EXPECT_LE(n, 20);
   EXPECT_EQ(

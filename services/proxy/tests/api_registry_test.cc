@@ -20,8 +20,12 @@ TEST(ApiRegistry, EveryPathOnceAndTheRouteLabelsDashboardsUse) {
     EXPECT_EQ(&Apis()[static_cast<size_t>(api.index)], &api) << api.path;
   }
   // The `route` label values of corral_proxy_requests_total (dashboards and alerts name them) and /health.
-  EXPECT_THAT(paths, ::testing::UnorderedElementsAre("/health", "/v1/chat/completions", "/v1/completions", "/v1/models",
-                                                     "/v1/messages", "/v1/responses", "/v1/messages/count_tokens"));
+  EXPECT_THAT(paths, ::testing::UnorderedElementsAre(
+                         "/health", "/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/messages",
+                         "/v1/responses", "/v1/messages/count_tokens", "/v1beta/models/{model}:generateContent",
+                         "/v1beta/models/{model}:streamGenerateContent", "/v1beta/models/{model}:countTokens",
+                         "/v1beta/models", "/v1/models/{model}:generateContent",
+                         "/v1/models/{model}:streamGenerateContent", "/v1/models/{model}:countTokens"));
 }
 
 TEST(ApiRegistry, EachEntrySaysHowItsCallsAreServed) {
@@ -51,8 +55,28 @@ TEST(ApiRegistry, EachEntrySaysHowItsCallsAreServed) {
   EXPECT_EQ(FindApi("/v1/messages/count_tokens")->native, nullptr);  // nothing goes upstream
 }
 
+TEST(ApiRegistry, GeminisCallsNameTheirModelInThePath) {
+  const ApiSpec* generate = FindApi("/v1beta/models/gemini-2.5-pro:generateContent");
+  ASSERT_NE(generate, nullptr);
+  EXPECT_EQ(generate->ModelIn("/v1beta/models/gemini-2.5-pro:generateContent"), "gemini-2.5-pro");
+  EXPECT_FALSE(generate->streams);
+  EXPECT_EQ(generate->UpstreamPath(false), "/v1/chat/completions");
+  const ApiSpec* stream = FindApi("/v1beta/models/m:streamGenerateContent");
+  ASSERT_NE(stream, nullptr);
+  EXPECT_TRUE(stream->streams);
+  EXPECT_EQ(FindApi("/v1beta/models/m:countTokens")->kind, ApiKind::kCountTokens);
+  EXPECT_EQ(FindApi("/v1beta/models")->kind, ApiKind::kModels);
+  EXPECT_EQ(FindApi("/v1beta/models/:generateContent"), nullptr);     // no model
+  EXPECT_EQ(FindApi("/v1beta/models/a/b:generateContent"), nullptr);  // one segment
+  EXPECT_EQ(FindApi("/v1beta/models/m:embedContent"), nullptr);
+  EXPECT_EQ(FindApi("/v1/models/m:generateContent")->ModelIn("/v1/models/m:generateContent"), "m");  // @google/genai
+  EXPECT_EQ(FindApi("/v1/models")->dialect, nullptr);  // OpenAI's list, unless the key says Google's client asks
+  EXPECT_EQ(ChatApi().ModelIn("/v1/chat/completions"), "");
+}
+
 TEST(ApiRegistry, RefusalsTakeTheShapeOfTheApiThePathIsUnder) {
-  EXPECT_NE(RefusalShapeFor("/v1/messages/batches"), nullptr);  // Anthropic's
+  EXPECT_NE(RefusalShapeFor("/v1/messages/batches"), nullptr);           // Anthropic's
+  EXPECT_NE(RefusalShapeFor("/v1beta/models/m:embedContent"), nullptr);  // Google's
   EXPECT_EQ(RefusalShapeFor("/v1/responses/input_items"), nullptr);
   EXPECT_EQ(RefusalShapeFor("/v1/embeddings"), nullptr);  // OpenAI's
 }

@@ -90,11 +90,13 @@ class HttpHandlerTest : public ::testing::Test, protected testing::ProxyCore {
     return token.get_future().get();
   }
 
+  // `token` as a bearer token, or under `key_header` when one is named.
   http::FetchResult Call(bhttp::verb method, const std::string& target, const std::string& token,
-                         const std::string& body = "") {
+                         const std::string& body = "", const std::string& key_header = "") {
     http::Request req{method, target, 11};
     req.set(bhttp::field::host, "proxy");
-    if (!token.empty()) req.set(bhttp::field::authorization, "Bearer " + token);
+    if (!token.empty() && key_header.empty()) req.set(bhttp::field::authorization, "Bearer " + token);
+    if (!token.empty() && !key_header.empty()) req.set(key_header, token);
     req.set(bhttp::field::content_type, "application/json");
     req.body() = body;
     req.prepare_payload();
@@ -164,6 +166,56 @@ TEST_F(HttpHandlerTest, AWholeAndAStreamedCallAreRelayedRecordedAndJournaled) {
   // Counted once the handler is done, which can be just after the agent has read the stream's end.
   ASSERT_TRUE(handled_.AwaitAtLeast(2));
   EXPECT_EQ(metrics_.Request(ChatApi(), 200, 0).Value(), 2);
+}
+
+// Gemini's API: the key as Google's clients send it (header or query), the model from the path, answers and
+// refusals in Google's shapes.
+TEST_F(HttpHandlerTest, GeminiCallsAreKeyedAsGooglesClientsSendThemAndAnsweredInItsShape) {
+  const std::string token = Open("ep");
+  const std::string body = R"({"contents":[{"role":"user","parts":[{"text":"2+2?"}]}]})";
+  auto whole = Call(bhttp::verb::post, "/v1beta/models/gemini-x:generateContent", token, body, "x-goog-api-key");
+  EXPECT_EQ(whole.status, 200);
+  EXPECT_THAT(whole.body, HasSubstr(R"("parts":[{"text":"4"}],"role":"model")"));
+  EXPECT_THAT(whole.body, HasSubstr(R"("promptTokenCount":5)"));
+  auto streamed =
+      Call(bhttp::verb::post, "/v1beta/models/gemini-x:streamGenerateContent?alt=sse&key=" + token, "", body);
+  EXPECT_EQ(streamed.status, 200);
+  EXPECT_THAT(streamed.body, HasSubstr(R"(data: {"candidates":[{"content":{"parts":[{"text":"fo"}])"));
+  EXPECT_THAT(streamed.body, HasSubstr(R"("finishReason":"STOP")"));
+  EXPECT_THAT(streamed.body, ::testing::Not(HasSubstr("[DONE]")));
+  const v1::Trajectory t = (*store_->Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS);
+  ASSERT_EQ(t.calls_size(), 2);
+  EXPECT_EQ(t.calls(0).requested_model(), "gemini-x");
+  EXPECT_EQ(t.calls(0).endpoint(), "/v1beta/models/{model}:generateContent");
+  EXPECT_FALSE(t.calls(0).stream());
+  EXPECT_TRUE(t.calls(1).stream());
+  EXPECT_EQ(t.calls(0).completion_token_ids_size(), 1);
+
+  auto refused = Call(bhttp::verb::post, "/v1beta/models/gemini-x:streamGenerateContent", token, body);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_THAT(refused.body, HasSubstr(R"("status":"INVALID_ARGUMENT")"));
+  EXPECT_THAT(refused.body, HasSubstr("alt=sse"));
+  refused = Call(bhttp::verb::post, "/v1beta/models/gemini-x:embedContent", token, body);
+  EXPECT_EQ(refused.status, 404);
+  EXPECT_THAT(refused.body, HasSubstr(R"({"error":{"code":404,)"));
+  refused = Call(bhttp::verb::post, "/v1beta/models/gemini-x:generateContent", "ep.forged", body, "x-goog-api-key");
+  EXPECT_EQ(refused.status, 401);
+  EXPECT_THAT(refused.body, HasSubstr(R"("status":"UNAUTHENTICATED")"));
+  refused = Call(bhttp::verb::post, "/v1beta/models/gemini-x:generateContent", token, R"({"contents":3})");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_THAT(refused.body, HasSubstr("contents: is required"));
+  EXPECT_EQ((*store_->Find("ep"))->Snapshot().calls(), 2u);  // nothing refused is recorded
+
+  auto count = Call(bhttp::verb::post, "/v1beta/models/gemini-x:countTokens", token, body, "x-goog-api-key");
+  EXPECT_EQ(count.status, 200);
+  EXPECT_THAT(count.body, ::testing::StartsWith(R"({"totalTokens":)"));
+  auto models = Call(bhttp::verb::get, "/v1beta/models?key=" + token, "");
+  EXPECT_EQ(models.status, 200);
+  EXPECT_THAT(models.body, HasSubstr(R"({"models":[)"));
+  models = Call(bhttp::verb::get, "/v1/models", token, "", "x-goog-api-key");  // @google/genai's v1
+  EXPECT_THAT(models.body, HasSubstr(R"({"models":[)"));
+  models = Call(bhttp::verb::get, "/v1/models", token);
+  EXPECT_THAT(models.body, HasSubstr(R"("object":"list")"));
 }
 
 // A harness sends the model's tool call back re-encoded and under its own id (as Claude Code and OpenCode do):
