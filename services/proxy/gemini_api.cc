@@ -45,10 +45,13 @@ absl::Status EachPart(const json::object& content, const std::string& field,
   return chat_json::EachObject(parts, field + ".parts", each);
 }
 
-// The text of a system instruction: a Content (its text parts), or a plain string as some clients send.
+// The text of a system instruction: a Content (its text parts), or as some clients send it, one Part or a string.
 absl::StatusOr<std::string> SystemText(const json::value& v, json::object* notes) {
   if (v.is_string()) return std::string(v.as_string());
   if (!v.is_object()) return Bad("systemInstruction", "must be a Content object");
+  if (const json::value* text = v.as_object().if_contains("text"); text != nullptr && text->is_string()) {
+    return std::string(text->as_string());
+  }
   std::vector<std::string> texts;
   CORRAL_RETURN_IF_ERROR(
       EachPart(v.as_object(), "systemInstruction", [&](const json::object& part, const std::string& at) {

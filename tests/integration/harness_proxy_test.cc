@@ -180,6 +180,11 @@ TEST_F(HarnessProxyTest, OpenCodeRunsItsBashToolThroughChatCompletions) {
   EXPECT_TRUE(titled) << roles_.ShortDebugString();
 }
 
+TEST_F(HarnessProxyTest, GeminiCliRunsItsShellToolThroughTheGeminiApi) {
+  const std::string env_id = RunHarness("gemini-cli");
+  ExpectTheTaskDone(env_id, "/v1beta/models/{model}:streamGenerateContent", "translated");
+}
+
 TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
   auto harness = ResolveHarness("codex");
   ASSERT_THAT(harness, IsOk());
@@ -188,7 +193,7 @@ TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
   EXPECT_THAT(ResolveHarness("codex@0.1 ; rm -rf /").status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("npm version")));
   EXPECT_THAT(ResolveHarness("aider").status(),
-              StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("claude-code, codex, opencode")));
+              StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("claude-code, codex, opencode, gemini-cli")));
   // Another version's missing install says how to install that version.
   std::vector<std::string> other = HarnessArgv(*ResolveHarness("codex@0.171.0"));
   EXPECT_THAT(other.back(), ::testing::HasSubstr("/codex@0.171.0/node_modules/.bin"));

@@ -214,7 +214,7 @@ TEST_F(HarnessRolesTest, OpenCodesTurnsAreOneConversationAndItsTitleCallASideCal
 }
 
 TEST_F(HarnessRolesTest, AResampledTurnIsARetry) {
-  for (const char* harness : {"claude-code", "codex", "opencode", "qwen-code"}) {
+  for (const char* harness : {"claude-code", "codex", "opencode", "qwen-code", "gemini-cli"}) {
     SCOPED_TRACE(harness);
     ExpectAResampleIsARetry(harness);
   }
@@ -236,6 +236,40 @@ TEST_F(HarnessRolesTest, CodexsCompactionIsLinkedToItsConversation) {
                               "Another language model started to solve this problem and produced a summary of its "
                               "thinking process: proof.txt is written.")},
       "summary request (codex)");
+}
+
+TEST_F(HarnessRolesTest, GeminiClisTurnsAreOneConversation) { ExpectOneAgentConversation("gemini-cli"); }
+
+// Gemini CLI asks for its <state_snapshot> under a system prompt of its own, then starts again from a user turn
+// holding the snapshot (and its own "Got it" answer).
+TEST_F(HarnessRolesTest, GeminiClisCompactionIsLinkedToItsConversation) {
+  std::vector<Request> requests = Fixture("gemini-cli");
+  Request ask = Asking(requests.back(), "Generate a new <state_snapshot> based on the provided history.");
+  ask.body["messages"].as_array()[0].as_object()["content"] =
+      "\nYou are a specialized system component responsible for distilling chat history into a structured XML "
+      "<state_snapshot>.";
+  ask.body.erase("tools");
+  const std::string token = OpenFor("gemini-cli", "gemini-compaction");
+  for (const Request& r : requests) Send(token, r);
+  Send(token, ask);
+  Send(token,
+       Restarted(requests.back(), json::array{UserMessage("/v1/chat/completions",
+                                                          "<state_snapshot><task_state>proof.txt written</task_state>"
+                                                          "</state_snapshot>"),
+                                              json::object{{"role", "assistant"},
+                                                           {"content", "Got it. Thanks for the additional context!"}},
+                                              UserMessage("/v1/chat/completions", "Continue.")}));
+  auto t = Trajectory("gemini-compaction");
+  ASSERT_TRUE(t.ok()) << t.status();
+  const v1::LlmCall& summary = t->calls(t->calls_size() - 2);
+  EXPECT_EQ(summary.role(), v1::CALL_ROLE_AUXILIARY) << Roles(*t);
+  EXPECT_EQ(summary.role_reason(), "summary request (gemini-cli)");
+  const v1::LlmCall& compaction = t->calls(t->calls_size() - 1);
+  EXPECT_EQ(compaction.role(), v1::CALL_ROLE_COMPACTION) << Roles(*t);
+  EXPECT_EQ(compaction.role_reason(), "continued from a summary (gemini-cli)");
+  const v1::Branch* agent = AgentBranch(*t);
+  ASSERT_NE(agent, nullptr);
+  EXPECT_EQ(t->branches(static_cast<int>(compaction.branch())).linked_branch(), agent->branch_id());
 }
 
 TEST_F(HarnessRolesTest, OpenCodesCompactionIsLinkedToItsConversation) {

@@ -93,12 +93,22 @@ int Install(const std::vector<std::string>& names, const std::string& root) {
       std::cerr << "corral harness install: cannot create " << dir << ": " << ec.message() << "\n";
       return 1;
     }
-    std::cout << h.name << " " << c.version << ": npm install " << h.package << "@" << c.version << " into " << dir
-              << "\n"
+    std::cout << h.name << " " << c.version << ": npm install " << h.package << "@" << c.version
+              << (h.runtime.empty() ? "" : " ") << h.runtime << " into " << dir << "\n"
               << std::flush;
     // A pinned version never changes: what npm's cache holds is as good as the registry's.
-    const int code = Run({"npm", "install", "--prefix", dir, "--no-save", "--no-audit", "--no-fund", "--prefer-offline",
-                          "--loglevel=error", absl::StrCat(h.package, "@", c.version)});
+    std::vector<std::string> npm = {"npm",
+                                    "install",
+                                    "--prefix",
+                                    dir,
+                                    "--no-save",
+                                    "--no-audit",
+                                    "--no-fund",
+                                    "--prefer-offline",
+                                    "--loglevel=error",
+                                    absl::StrCat(h.package, "@", c.version)};
+    if (!h.runtime.empty()) npm.emplace_back(h.runtime);  // the Node.js it runs on, beside it
+    const int code = Run(npm);
     if (code != 0) {
       std::cerr << "corral harness install: npm exited with " << code
                 << (code < 0 ? " (is npm installed? apt-get install npm)" : "") << "; " << h.name << " " << c.version

@@ -92,7 +92,8 @@ void AddBatchFlags(CLI::App* cmd, BatchFlags& flags) {
       ->required();
   cmd->add_option("--agent", flags.agent,
                   "the agent of Harbor tasks and of a dataset's agent tasks that name none: an installed harness "
-                  "(claude-code, codex, opencode; see corral harness list) or a command run in each sandbox (bash -c)");
+                  "(claude-code, codex, opencode, gemini-cli…; see corral harness list) or a command run in each "
+                  "sandbox (bash -c)");
   cmd->add_option("--agent-file", flags.agent_files,
                   "Harbor tasks: a local file uploaded into each sandbox as .corral/agent/<name> (the agent program; "
                   "repeatable)");

@@ -130,7 +130,7 @@ def load_harbor(task_dir: str, *, agent: Optional[Union[str, Sequence[str], Comm
     - task.toml → [agent].timeout_sec, [verifier].timeout_sec, [environment].build_timeout_sec and memory_mb, and
       [metadata] into the task's metadata.
     `agent` is the command that runs the agent in the sandbox (solution/ is never uploaded), or `harness` an
-    installed agent harness by name ("claude-code", "codex", "opencode"). With `use_image` the
+    installed agent harness by name ("claude-code", "codex", "opencode", "gemini-cli", …). With `use_image` the
     task runs in its image (the sandbox hosts pull it): the Dockerfile's FROM, the rest a template built on it — or
     task.toml's [environment].docker_image as is, the Dockerfile then giving only WORKDIR and ENV."""
     task_dir = os.path.abspath(task_dir)

@@ -334,8 +334,8 @@ class Verifier:
 class AgentTask(_Common):
     """Push mode (Harbor / Terminal-Bench): the task's `prompt` is written to the sandbox, `agent` runs there
     against the proxy (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL in its environment), then the verifier.
-    `harness` names an installed agent harness instead ("claude-code", "codex", "opencode", optionally
-    "@version"), run non-interactively and pointed at the episode's proxy session; `harness_env` adds variables."""
+    `harness` names an installed agent harness instead ("claude-code", "codex", "opencode", "gemini-cli", …,
+    optionally "@version"), run non-interactively and pointed at the episode's proxy session; `harness_env` adds variables."""
     agent: Optional[Union[str, Sequence[str], Command]] = None
     verifier: Verifier = dataclasses.field(default_factory=Verifier)
     environment: Optional[Environment] = None

@@ -77,5 +77,29 @@ TEST(HarnessRoles, EveryHarnessHasValidRulesAndOpenCodesTitleCallMatches) {
   EXPECT_FALSE(MatchRoleRule(policy.role_rules(), title).has_value());
 }
 
+// Gemini CLI's checks run under system prompts of their own, or ask within the agent's conversation.
+TEST(HarnessRoles, GeminiClisChecksAreSideCalls) {
+  v1::SessionPolicy policy;
+  AddRoleRules(*ResolveHarness("gemini-cli")->harness, policy);
+  v1::RecordedCall check;
+  check.add_prompt()->set_role("system");
+  check.mutable_prompt(0)->set_content(
+      "You are a diagnostic agent that determines whether a conversational AI assistant is stuck in an unproductive "
+      "loop.");
+  check.add_prompt()->set_role("user");
+  check.mutable_prompt(1)->set_content("Recent conversation history: ...");
+  auto verdict = MatchRoleRule(policy.role_rules(), check);
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_EQ(verdict->role, v1::CALL_ROLE_AUXILIARY);
+  EXPECT_EQ(verdict->reason, "loop check (gemini-cli)");
+  check.mutable_prompt(0)->set_content("You are Gemini CLI, an autonomous CLI agent");
+  EXPECT_FALSE(MatchRoleRule(policy.role_rules(), check).has_value());  // the agent's own turn
+  check.mutable_prompt(1)->set_content(
+      "Analyze *only* the content and structure of your immediately preceding response (your last turn).");
+  verdict = MatchRoleRule(policy.role_rules(), check);
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_EQ(verdict->reason, "next speaker check (gemini-cli)");
+}
+
 }  // namespace
 }  // namespace corral

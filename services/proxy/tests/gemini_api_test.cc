@@ -1,5 +1,6 @@
 #include "services/proxy/gemini_api.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
@@ -107,6 +108,14 @@ TEST(GeminiApiTest, ModesSchemasAndJsonAnswersTranslate) {
   ASSERT_THAT(chat, IsOk());
   EXPECT_EQ((*chat)["tool_choice"], "required");
   EXPECT_EQ((*chat)["response_format"], Parse(R"({"type": "json_object"})"));
+}
+
+TEST(GeminiApiTest, ASystemInstructionMayBeAPartOrAString) {
+  for (const char* system : {R"({"text": "Be brief."})", R"("Be brief.")"}) {
+    auto chat = ToChat(Parse(absl::StrCat(R"({"contents": [], "systemInstruction": )", system, "}").c_str()));
+    ASSERT_THAT(chat, IsOk());
+    EXPECT_EQ((*chat)["messages"].as_array()[0], Parse(R"({"role": "system", "content": "Be brief."})")) << system;
+  }
 }
 
 TEST(GeminiApiTest, MalformedRequestsAreRefusedNamingTheField) {
