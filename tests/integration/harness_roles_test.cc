@@ -243,7 +243,7 @@ TEST_F(HarnessRolesTest, OpenCodesTurnsAreOneConversationAndItsTitleCallASideCal
 }
 
 TEST_F(HarnessRolesTest, AResampledTurnIsARetry) {
-  for (const char* harness : {"claude-code", "codex", "opencode", "qwen-code", "gemini-cli"}) {
+  for (const char* harness : {"claude-code", "codex", "opencode", "qwen-code", "gemini-cli", "pi"}) {
     SCOPED_TRACE(harness);
     ExpectAResampleIsARetry(harness);
   }
@@ -268,6 +268,34 @@ TEST_F(HarnessRolesTest, CodexsCompactionIsLinkedToItsConversation) {
 }
 
 TEST_F(HarnessRolesTest, GeminiClisTurnsAreOneConversation) { ExpectOneAgentConversation("gemini-cli"); }
+TEST_F(HarnessRolesTest, PisTurnsAreOneConversation) { ExpectOneAgentConversation("pi"); }
+
+// pi summarizes under a system prompt of its own, then continues from a user turn that says it was compacted.
+TEST_F(HarnessRolesTest, PisCompactionIsLinkedToItsConversation) {
+  std::vector<Request> requests = Fixture("pi");
+  Request ask = Asking(requests.back(), "<conversation>...</conversation>\n\nCreate a structured summary.");
+  ask.body["messages"].as_array()[0].as_object()["content"] =
+      "You are a context summarization assistant. Your task is to read a conversation between a user and an AI "
+      "coding assistant, then produce a structured summary following the exact format specified.";
+  ask.body.erase("tools");
+  const std::string token = OpenFor("pi", "pi-compaction");
+  for (const Request& r : requests) Send(token, r);
+  Send(token, ask);
+  Send(token, Restarted(requests.back(),
+                        json::array{UserMessage("/v1/chat/completions",
+                                                "The conversation history before this point was compacted into the "
+                                                "following summary:\n\n<summary>\nproof.txt is written.\n</summary>"),
+                                    UserMessage("/v1/chat/completions", "Continue.")}));
+  auto t = Trajectory("pi-compaction");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->calls(t->calls_size() - 2).role_reason(), "summary request (pi)") << Roles(*t);
+  const v1::LlmCall& compaction = t->calls(t->calls_size() - 1);
+  EXPECT_EQ(compaction.role(), v1::CALL_ROLE_COMPACTION) << Roles(*t);
+  EXPECT_EQ(compaction.role_reason(), "continued from a summary (pi)");
+  const v1::Branch* agent = AgentBranch(*t);
+  ASSERT_NE(agent, nullptr);
+  EXPECT_EQ(t->branches(static_cast<int>(compaction.branch())).linked_branch(), agent->branch_id());
+}
 
 TEST_F(HarnessRolesTest, GeminiClisCompactionIsLinkedToItsConversation) {
   ExpectSnapshotCompaction("gemini-cli",
