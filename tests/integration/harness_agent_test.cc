@@ -1,8 +1,8 @@
 // Installed agent harnesses run by the scheduler's agent runner (AgentSpec.harness) in real sandboxes: each of
-// Claude Code, Codex CLI, OpenCode, Gemini CLI, Qwen Code and pi, installed on the host with `corral harness install`
-// (npm, pinned versions), works a task through the episode's proxy session (proxy_only network) while corral-fake-llm
-// plays a model that calls the harness's own shell tool; a verifier checks the file the command wrote (reward 1). The
-// same task whose model only claims the work is done gets reward 0.
+// Claude Code, Codex CLI, OpenCode, Gemini CLI, Qwen Code, pi and Cline, installed on the host with `corral harness
+// install` (npm, pinned versions), works a task through the episode's proxy session (proxy_only network) while
+// corral-fake-llm plays a model that calls the harness's own shell tool; a verifier checks the file the command wrote
+// (reward 1). The same task whose model only claims the work is done gets reward 0.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -123,6 +123,8 @@ TEST_F(HarnessAgentTest, GeminiCliDoesTheTaskInASandboxAndTheVerifierSeesIt) { R
 TEST_F(HarnessAgentTest, QwenCodeDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("qwen-code"); }
 
 TEST_F(HarnessAgentTest, PiDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("pi"); }
+
+TEST_F(HarnessAgentTest, ClineDoesTheTaskInASandboxAndTheVerifierSeesIt) { RunBoth("cline"); }
 
 TEST_F(HarnessAgentTest, AVersionNoHostHasIsRefusedAtSubmitWithTheCommandThatInstallsIt) {
   v1::BatchSpec spec;

@@ -195,6 +195,11 @@ TEST_F(HarnessProxyTest, PiRunsItsBashToolThroughChatCompletions) {
   ExpectTheTaskDone(env_id, "/v1/chat/completions");
 }
 
+TEST_F(HarnessProxyTest, ClineRunsItsShellToolThroughChatCompletions) {
+  const std::string env_id = RunHarness("cline");
+  ExpectTheTaskDone(env_id, "/v1/chat/completions");
+}
+
 TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
   auto harness = ResolveHarness("codex");
   ASSERT_THAT(harness, IsOk());
@@ -204,7 +209,7 @@ TEST_F(HarnessProxyTest, AnUninstalledHarnessSaysHowToInstallIt) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("npm version")));
   EXPECT_THAT(ResolveHarness("aider").status(),
               StatusIs(absl::StatusCode::kNotFound,
-                       ::testing::HasSubstr("claude-code, codex, opencode, gemini-cli, qwen-code, pi")));
+                       ::testing::HasSubstr("claude-code, codex, opencode, gemini-cli, qwen-code, pi, cline")));
   // Another version's missing install says how to install that version.
   std::vector<std::string> other = HarnessArgv(*ResolveHarness("codex@0.171.0"));
   EXPECT_THAT(other.back(), ::testing::HasSubstr("/codex@0.171.0/node_modules/.bin"));

@@ -243,7 +243,7 @@ TEST_F(HarnessRolesTest, OpenCodesTurnsAreOneConversationAndItsTitleCallASideCal
 }
 
 TEST_F(HarnessRolesTest, AResampledTurnIsARetry) {
-  for (const char* harness : {"claude-code", "codex", "opencode", "qwen-code", "gemini-cli", "pi"}) {
+  for (const char* harness : {"claude-code", "codex", "opencode", "qwen-code", "gemini-cli", "pi", "cline"}) {
     SCOPED_TRACE(harness);
     ExpectAResampleIsARetry(harness);
   }
@@ -269,6 +269,19 @@ TEST_F(HarnessRolesTest, CodexsCompactionIsLinkedToItsConversation) {
 
 TEST_F(HarnessRolesTest, GeminiClisTurnsAreOneConversation) { ExpectOneAgentConversation("gemini-cli"); }
 TEST_F(HarnessRolesTest, PisTurnsAreOneConversation) { ExpectOneAgentConversation("pi"); }
+TEST_F(HarnessRolesTest, ClinesTurnsAreOneConversation) { ExpectOneAgentConversation("cline"); }
+
+TEST_F(HarnessRolesTest, ClinesCompactionIsLinkedToItsConversation) {
+  ExpectSummaryAndContinueIsCompaction(
+      "cline",
+      "You have been working on the task described above but have not yet completed it. Write a continuation "
+      "summary that will allow you (or another instance of yourself) to resume work efficiently.",
+      json::array{UserMessage("/v1/chat/completions", "Write the proof file, then say so."),
+                  UserMessage("/v1/chat/completions",
+                              "<SYSTEM_NOTICE>\nEarlier context was compacted. Summary of your actions after the "
+                              "request above:\nproof.txt is written.</SYSTEM_NOTICE>")},
+      "summary request (cline)");
+}
 
 // pi summarizes under a system prompt of its own, then continues from a user turn that says it was compacted.
 TEST_F(HarnessRolesTest, PisCompactionIsLinkedToItsConversation) {

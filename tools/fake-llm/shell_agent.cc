@@ -32,8 +32,8 @@ const json::object* ShellTool(const json::value* tools) {
     const json::value* fn = t.is_object() ? t.as_object().if_contains("function") : nullptr;
     if (fn != nullptr && fn->is_object()) functions.push_back(&fn->as_object());
   }
-  static constexpr std::array<absl::string_view, 6> kKnown = {"bash",          "shell",       "exec_command",
-                                                              "shell_command", "local_shell", "run_shell_command"};
+  static constexpr std::array<absl::string_view, 7> kKnown = {
+      "bash", "shell", "exec_command", "shell_command", "local_shell", "run_shell_command", "run_commands"};
   for (absl::string_view known : kKnown) {
     for (const json::object* fn : functions) {
       if (absl::AsciiStrToLower(Str(fn->if_contains("name"))) == known) return fn;
@@ -89,7 +89,8 @@ std::optional<ShellAgentPlan> PlanShellAgent(const json::object& body) {
   ShellAgentPlan plan;
   plan.reply = answer.value_or("done");
   if (shell == nullptr || !command.has_value() || tool_result) return plan;
-  // The command's property: "command" or "cmd" (else the schema's first), as a string or as an argv array.
+  // The command's property: "command" or "cmd" (else the schema's first), as a string, an argv array, or (a
+  // property named "commands", Cline's) a list of whole command lines.
   const json::value* params = shell->if_contains("parameters");
   const json::value* props =
       params != nullptr && params->is_object() ? params->as_object().if_contains("properties") : nullptr;
@@ -102,7 +103,8 @@ std::optional<ShellAgentPlan> PlanShellAgent(const json::object& body) {
   }
   json::object args;
   if (schema != nullptr && Str(schema->if_contains("type")) == "array") {
-    args[property] = json::array{"bash", "-lc", json::string(*command)};
+    args[property] = property == "commands" ? json::array{json::string(*command)}
+                                            : json::array{"bash", "-lc", json::string(*command)};
   } else {
     args[property] = *command;
   }
