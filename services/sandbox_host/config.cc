@@ -48,8 +48,9 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
              int64_t{1} << 46);
   schema.String("host_id", &config->host_id, "this host's name in HostInfo (default: the machine's hostname)");
   schema.String("harness_root", &config->harness_root,
-                "where `corral harness install` puts agent harnesses: HostInfo lists the ones installed there, and "
-                "the scheduler places a task naming a harness only on hosts that have it");
+                "where `corral harness install` puts agent harnesses: HostInfo lists the ones installed there, "
+                "the scheduler places a task naming a harness only on hosts that have it, and sandboxes get it as "
+                "CORRAL_HARNESS_ROOT");
   schema.String("registry_ca_file", &config->registry_ca_file,
                 "PEM certificates trusted for image registries besides the system's (a private registry's CA)");
   schema.String("registry_auth_file", &config->registry_auth_file,
@@ -97,6 +98,7 @@ HostOptions EffectiveHostOptions(const Config& config) {
   host.templates.max_bytes = static_cast<uint64_t>(config.max_template_bytes);
   host.uid_first = static_cast<uid_t>(config.uid_first);
   host.uid_last = static_cast<uid_t>(config.uid_last);
+  host.harness_root = config.harness_root;
   return host;
 }
 

@@ -82,9 +82,11 @@ absl::Status CheckSandboxesCanReach(const std::string& root) {
 namespace {
 
 // uids the pool never hands out: those of the machine's users (/etc/passwd) and `busy` ones.
+// (Copied out of the StatusOr, not moved: GCC 12 mistakes the moved-from set's destructor for a bad free.)
 absl::flat_hash_set<uid_t> ReservedUids(const absl::flat_hash_set<uid_t>& busy) {
-  absl::flat_hash_set<uid_t> reserved = ReadPasswdUids().value_or(absl::flat_hash_set<uid_t>{});
-  reserved.insert(busy.begin(), busy.end());
+  absl::flat_hash_set<uid_t> reserved(busy.begin(), busy.end());
+  const absl::StatusOr<absl::flat_hash_set<uid_t>> users = ReadPasswdUids();
+  if (users.ok()) reserved.insert(users->begin(), users->end());
   return reserved;
 }
 
@@ -235,6 +237,7 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   // The spec's values first: they win over the defaults (SpawnFor keeps a name's first value).
   for (const auto& [k, v] : spec.env) sb->base_env.push_back(absl::StrCat(k, "=", v));
   sb->base_env.push_back("CORRAL_SANDBOX_ID=" + sb->id);
+  if (!options_.harness_root.empty()) sb->base_env.push_back("CORRAL_HARNESS_ROOT=" + options_.harness_root);
   Storage& files = StorageOf(sb->storage);
   if (absl::Status s = files.Build(*sb, origin); !s.ok()) return fail(s);
   std::vector<std::string> controllers;

@@ -57,6 +57,9 @@ struct HostOptions {
   absl::Duration max_exec_timeout = absl::Hours(24);
   absl::Duration default_setup_timeout = absl::Minutes(30);  // a whole template build
   TemplateLimits templates;
+  // Where `corral harness install` put this host's harnesses: CORRAL_HARNESS_ROOT in every sandbox's environment,
+  // so an agent finds them where the host says they are ("" = not set: the harnesses' default root).
+  std::string harness_root;
 };
 
 // What the host can enforce, found once at startup.

@@ -2,13 +2,17 @@
 // Claude Code, Codex CLI, OpenCode, Gemini CLI, Qwen Code, pi and Cline, installed on the host with `corral harness
 // install` (npm, pinned versions), works a task through the episode's proxy session (proxy_only network) while
 // corral-fake-llm plays a model that calls the harness's own shell tool; a verifier checks the file the command wrote
-// (reward 1). The same task whose model only claims the work is done gets reward 0.
+// (reward 1). The same task whose model only claims the work is done gets reward 0. The example Harbor tasks, through
+// `corral run`, get reward 1 with their reference solution and 0 without. The harnesses are found where the host
+// installed them (its harness root, which it gives every sandbox).
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "boost/json.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/harness/harnesses.h"
@@ -22,7 +26,10 @@ constexpr char kHarnessRoot[] = "/opt/corral-tests/harnesses";
 
 class HarnessAgentTest : public SchedulerFixture {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start({"--shell-agent"}); }
+
+  // Installs every harness and starts a cluster whose model plays with `fake_llm_args`.
+  void Start(std::vector<std::string> fake_llm_args) {
     SchedulerFixture::SetUp();
     if (IsSkipped()) return;
     // Each test is a process of its own (ctest runs them side by side): the install takes a lock, and the ones
@@ -33,7 +40,7 @@ class HarnessAgentTest : public SchedulerFixture {
     auto status = install->Wait(absl::Minutes(10));
     ASSERT_THAT(status, IsOk());
     ASSERT_EQ(*status, 0) << install->Log();
-    fake_llm_args_ = {"--shell-agent"};
+    fake_llm_args_ = std::move(fake_llm_args);
     harness_root_ = kHarnessRoot;  // the hosts report what is installed there, and get the harness tasks
     ASSERT_NO_FATAL_FAILURE(StartCluster(/*hosts=*/1, /*capacity=*/8));
   }
@@ -46,8 +53,7 @@ class HarnessAgentTest : public SchedulerFixture {
     t.set_prompt(absl::StrCat("Write the proof file, then say so.\n",
                               work ? "RUN: echo corral-harness-ok > proof.txt\n" : "",
                               "ANSWER: The proof file is written."));
-    t.mutable_agent()->set_harness(harness);
-    (*t.mutable_agent()->mutable_command()->mutable_env())["CORRAL_HARNESS_ROOT"] = kHarnessRoot;
+    t.mutable_agent()->set_harness(harness);  // found under the host's harness root, which the host tells it
     v1::Command* verify = t.mutable_verifier()->mutable_command();
     for (const char* arg : {"bash", "-c", "test \"$(cat /workspace/proof.txt)\" = corral-harness-ok"}) {
       verify->add_argv(arg);
@@ -142,6 +148,61 @@ TEST_F(HarnessAgentTest, AVersionNoHostHasIsRefusedAtSubmitWithTheCommandThatIns
   spec.set_batch_id("harness-pinned");
   EXPECT_THAT(Submit(spec, {HarnessTask("codex", false)}), IsOk());
 }
+
+// The example Harbor tasks (examples/tasks) through the CLI, `corral run --agent NAME`, on a model that calls the
+// harness's shell tool with `bash .corral/agent/solve.sh`. Given the task's reference solution there
+// (--agent-file), the harness runs it and the task's own tests pass: reward 1. Without it the command fails, the
+// bug stays, and the tests say so: reward 0 for each of the three tasks.
+class HarborHarnessTest : public HarnessAgentTest {
+ protected:
+  void SetUp() override { Start({"--shell-agent", "--shell-agent-command=bash .corral/agent/solve.sh"}); }
+
+  // `corral run` with `args`; the results it wrote, one JSON object per line.
+  std::vector<boost::json::object> Run(std::vector<std::string> args) {
+    const std::string out = dir_ + "/results-" + std::to_string(runs_++) + ".jsonl";
+    std::vector<std::string> argv = {CORRAL_CLI, "run"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    for (const std::string& a : {"--scheduler=" + scheduler_->ready.grpc, "--token=" + token_, "--out=" + out}) {
+      argv.push_back(a);
+    }
+    auto run = testing::Subprocess::Start(argv, out + ".log");
+    EXPECT_THAT(run, IsOk());
+    if (!run.ok()) return {};
+    auto status = run->Wait(absl::Minutes(5));
+    EXPECT_THAT(status, IsOk());
+    EXPECT_EQ(status.value_or(-1), 0) << run->Log();
+    std::vector<boost::json::object> results;
+    std::ifstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) results.push_back(boost::json::parse(line).as_object());
+    }
+    return results;
+  }
+
+  void SolvesWithTheSolutionAndNotWithout(const std::string& harness) {
+    const std::string tasks = std::string(CORRAL_SOURCE_DIR) + "/examples/tasks";
+    std::vector<boost::json::object> solved =
+        Run({tasks + "/fix-mean", "--agent", harness, "--agent-file", tasks + "/fix-mean/solution/solve.sh"});
+    ASSERT_EQ(solved.size(), 1u);
+    EXPECT_EQ(solved[0].at("status"), "EPISODE_STATUS_FINISHED") << boost::json::serialize(solved[0]);
+    EXPECT_EQ(solved[0].at("reward").to_number<double>(), 1.0) << boost::json::serialize(solved[0]);
+    EXPECT_EQ(solved[0].at("harness"), boost::json::value(ResolveHarness(harness)->id()));
+    std::vector<boost::json::object> unsolved = Run({tasks, "--agent", harness});
+    ASSERT_EQ(unsolved.size(), 3u);
+    for (const boost::json::object& r : unsolved) {
+      EXPECT_EQ(r.at("status"), "EPISODE_STATUS_FINISHED") << boost::json::serialize(r);
+      EXPECT_EQ(r.contains("reward") ? r.at("reward").to_number<double>() : 0.0, 0.0) << boost::json::serialize(r);
+      EXPECT_GE(r.at("trajectory").at("call_count").to_number<int64_t>(), 2) << "the failed command, the answer";
+    }
+  }
+
+  int runs_ = 0;
+};
+
+TEST_F(HarborHarnessTest, GeminiCliOnTheExampleTasks) { SolvesWithTheSolutionAndNotWithout("gemini-cli"); }
+TEST_F(HarborHarnessTest, QwenCodeOnTheExampleTasks) { SolvesWithTheSolutionAndNotWithout("qwen-code"); }
+TEST_F(HarborHarnessTest, PiOnTheExampleTasks) { SolvesWithTheSolutionAndNotWithout("pi"); }
+TEST_F(HarborHarnessTest, ClineOnTheExampleTasks) { SolvesWithTheSolutionAndNotWithout("cline"); }
 
 }  // namespace
 }  // namespace corral

@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   schema.Bool("shell_agent", &options.shell_agent,
               "drive an installed agent harness: call its shell tool (bash, shell, exec_command…) once with the "
               "command after \"RUN:\" in the task, then answer with the text after \"ANSWER:\"");
+  schema.String("shell_agent_command", &options.shell_agent_command,
+                "the command the shell agent runs when the task gives none after \"RUN:\" (default: none, it answers "
+                "at once)");
   schema.Bool("native_responses", &options.native_responses,
               "serve POST /v1/responses itself (as vLLM and SGLang do): answered as a chat call, reshaped");
   schema.Bool("native_messages", &options.native_messages,

@@ -125,7 +125,7 @@ std::string ChooseAction(const Options& options, int64_t n, bool chat, const jso
     }
   }
   if (options.shell_agent && chat) {
-    if (auto a = PlanShellAgent(body)) {
+    if (auto a = PlanShellAgent(body, options.shell_agent_command)) {
       plan.tool_call = a->tool_call;
       if (a->tool_call) {
         plan.tool_name = a->tool_name;

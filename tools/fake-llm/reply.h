@@ -24,6 +24,7 @@ struct Options {
   // Drive an installed agent harness: call its shell tool once with the task's "RUN:" command, then answer with
   // its "ANSWER:" text (PlanShellAgent).
   bool shell_agent = false;
+  std::string shell_agent_command;  // what it runs when the task has no "RUN:" line ("" = it answers at once)
   // Serve POST /v1/responses itself (as vLLM and SGLang do), answering as a chat call would, reshaped.
   bool native_responses = false;
   // Serve POST /v1/messages itself (as some servers do), the same way.

@@ -71,7 +71,7 @@ std::string DumpsStyle(const json::value& v) {
 
 }  // namespace
 
-std::optional<ShellAgentPlan> PlanShellAgent(const json::object& body) {
+std::optional<ShellAgentPlan> PlanShellAgent(const json::object& body, const std::string& default_command) {
   std::string user_text;
   bool tool_result = false;
   if (const json::value* msgs = body.if_contains("messages"); msgs != nullptr && msgs->is_array()) {
@@ -82,7 +82,8 @@ std::optional<ShellAgentPlan> PlanShellAgent(const json::object& body) {
       if (role == "tool") tool_result = true;
     }
   }
-  const std::optional<std::string> command = AfterMarker(user_text, "RUN:");
+  std::optional<std::string> command = AfterMarker(user_text, "RUN:");
+  if (!command.has_value() && !default_command.empty() && !user_text.empty()) command = default_command;
   const std::optional<std::string> answer = AfterMarker(user_text, "ANSWER:");
   const json::object* shell = ShellTool(body.if_contains("tools"));
   if (shell == nullptr && !answer.has_value()) return std::nullopt;

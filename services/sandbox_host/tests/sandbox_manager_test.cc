@@ -37,6 +37,17 @@ TEST_F(SandboxHostTest, RunsACommandAsTheSandboxUidInItsHome) {
   EXPECT_EQ(st.st_uid, sb->uid);
 }
 
+// An agent finds the harnesses where this host installed them, and a task's own value still wins.
+TEST_F(SandboxHostTest, TheHostsHarnessRootIsInEverySandboxsEnvironment) {
+  manager_.reset();
+  options_.harness_root = "/srv/harnesses";
+  manager_ = std::make_unique<SandboxManager>(options_, features_, &clock_, &signer_);
+  EXPECT_EQ(Run(NewSandbox(), {"sh", "-c", "echo $CORRAL_HARNESS_ROOT"}).out, "/srv/harnesses\n");
+  SandboxSpec own;
+  own.env["CORRAL_HARNESS_ROOT"] = "/mine";
+  EXPECT_EQ(Run(NewSandbox(own), {"sh", "-c", "echo $CORRAL_HARNESS_ROOT"}).out, "/mine\n");
+}
+
 TEST_F(SandboxHostTest, MissingCommandExits127WithTheReason) {
   auto sb = NewSandbox();
   Collected c = Run(sb, {"definitely-not-a-command"});
