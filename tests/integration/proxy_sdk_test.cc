@@ -16,12 +16,15 @@ namespace {
 
 class ProxySdkTest : public ProxyFixture {
  protected:
-  // Runs tests/sdk/<name>/sdk.test.mjs with `env` (VAR=value); expects every one of its `tests` to pass.
+  // Runs tests/sdk/<name>/sdk.test.mjs with `env` (VAR=value); expects every one of its `tests` to pass. On the
+  // Node.js the SDK's directory pins, when it pins one (node_modules/.bin/node), else the machine's.
   void RunNodeTests(const std::string& name, std::vector<std::string> env, int tests) {
     const std::string sdk_dir = std::string(CORRAL_SOURCE_DIR) + "/tests/sdk/" + name;
     std::vector<std::string> argv = {"/usr/bin/env"};
     argv.insert(argv.end(), env.begin(), env.end());
-    for (const char* arg : {"node", "--test"}) argv.push_back(arg);
+    const std::string pinned = sdk_dir + "/node_modules/.bin/node";
+    argv.push_back(std::filesystem::exists(pinned) ? pinned : "node");
+    argv.push_back("--test");
     argv.push_back(sdk_dir + "/sdk.test.mjs");
     auto node = testing::Subprocess::Start(argv, dir_ + "/node-" + name + ".log");
     ASSERT_THAT(node, IsOk());
