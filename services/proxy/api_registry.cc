@@ -21,9 +21,16 @@ std::unique_ptr<Dialect> Gemini() { return std::make_unique<gemini::GeminiDialec
 constexpr absl::string_view kModelSegment = "{model}";
 
 // In the order UpstreamSpec.dialects' messages name them.
-constexpr std::array<NativeApi, 2> kNative = {{
+constexpr std::array<NativeApi, 3> kNative = {{
     {"responses", "max_output_tokens", &ResponseToChat, NativeStream::Shape::kResponses},
     {"messages", "max_tokens", &MessageToChat, NativeStream::Shape::kMessages},
+    {.name = "gemini",
+     .token_cap = "maxOutputTokens",
+     .answer_to_chat = &GenerateContentToChat,
+     .stream = NativeStream::Shape::kGemini,
+     .model_in_path = true,
+     .settings_field = "generationConfig",
+     .setting_name = &gemini::SettingName},
 }};
 
 const std::array<ApiSpec, 14> kApis = {{
@@ -56,11 +63,13 @@ const std::array<ApiSpec, 14> kApis = {{
      .method = bhttp::verb::post,
      .kind = ApiKind::kGenerate,
      .dialect = &Gemini,
+     .native = &kNative[2],
      .index = 7},
     {.path = "/v1beta/models/{model}:streamGenerateContent",
      .method = bhttp::verb::post,
      .kind = ApiKind::kGenerate,
      .dialect = &Gemini,
+     .native = &kNative[2],
      .index = 8,
      .streams = true},
     {.path = "/v1beta/models/{model}:countTokens",
@@ -79,11 +88,13 @@ const std::array<ApiSpec, 14> kApis = {{
      .method = bhttp::verb::post,
      .kind = ApiKind::kGenerate,
      .dialect = &Gemini,
+     .native = &kNative[2],
      .index = 11},
     {.path = "/v1/models/{model}:streamGenerateContent",
      .method = bhttp::verb::post,
      .kind = ApiKind::kGenerate,
      .dialect = &Gemini,
+     .native = &kNative[2],
      .index = 12,
      .streams = true},
     {.path = "/v1/models/{model}:countTokens",
@@ -98,6 +109,13 @@ const std::array<ApiSpec, 14> kApis = {{
 absl::string_view ApiSpec::UpstreamPath(bool native_call) const {
   if (native_call || dialect == nullptr) return path;
   return chat ? ChatApi().path : CompletionsApi().path;
+}
+
+std::string ApiSpec::UpstreamTarget(bool native_call, absl::string_view model) const {
+  const absl::string_view to = UpstreamPath(native_call);
+  const size_t at = to.find(kModelSegment);
+  if (at == absl::string_view::npos) return std::string(to);
+  return absl::StrCat(to.substr(0, at), model, to.substr(at + kModelSegment.size()), streams ? "?alt=sse" : "");
 }
 
 std::string ApiSpec::ModelIn(absl::string_view target) const {

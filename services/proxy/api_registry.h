@@ -29,11 +29,16 @@ enum class ApiKind : uint8_t {
 
 // An API an upstream may serve itself (UpstreamSpec.dialects): its call then goes through untranslated.
 struct NativeApi {
-  absl::string_view name;       // what UpstreamSpec.dialects lists: "responses", "messages"
-  absl::string_view token_cap;  // the field of its body that caps the tokens to generate
+  absl::string_view name;       // what UpstreamSpec.dialects lists: "responses", "messages", "gemini"
+  absl::string_view token_cap;  // the field that caps the tokens to generate
   // Its whole answer as a chat completion, for the record; nullopt when it is not of the API's shape.
   std::optional<boost::json::object> (*answer_to_chat)(const boost::json::object& answer);
   NativeStream::Shape stream;  // how its stream carries the whole answer
+  // Gemini's differences: the model named in the path, not the body; the sampling settings (and the token cap)
+  // in this object of the body ("" = at its top), under the names `setting_name` gives chat's (null: chat's own).
+  bool model_in_path = false;
+  absl::string_view settings_field = "";
+  std::string (*setting_name)(absl::string_view chat_key) = nullptr;
 };
 
 struct ApiSpec {
@@ -57,6 +62,9 @@ struct ApiSpec {
   // Where the call goes upstream: its own path when it goes through untranslated (or is OpenAI's own), else
   // the chat or completions path it was translated to.
   absl::string_view UpstreamPath(bool native_call) const;
+  // The target a call for `model` is sent to: UpstreamPath, with `model` in its {model} segment and, for a stream
+  // of Google's API, `?alt=sse`.
+  std::string UpstreamTarget(bool native_call, absl::string_view model) const;
 };
 
 // Every API, in a fixed order.

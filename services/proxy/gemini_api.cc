@@ -257,20 +257,22 @@ absl::Status AddToolChoice(const json::value* config, json::object& chat, json::
   return absl::OkStatus();
 }
 
+// generationConfig's sampling keys and their chat names.
+constexpr std::pair<const char*, const char*> kKeys[] = {{"temperature", "temperature"},
+                                                         {"topP", "top_p"},
+                                                         {"topK", "top_k"},
+                                                         {"maxOutputTokens", "max_tokens"},
+                                                         {"stopSequences", "stop"},
+                                                         {"candidateCount", "n"},
+                                                         {"presencePenalty", "presence_penalty"},
+                                                         {"frequencyPenalty", "frequency_penalty"},
+                                                         {"seed", "seed"}};
+
 // generationConfig's sampling keys under their chat names; a JSON answer as response_format; the rest (thinking,
 // modalities, speech, logprobs in Gemini's shape) has no chat form: noted.
 absl::Status AddGenerationConfig(const json::value* config, json::object& chat, json::object* notes) {
   if (config == nullptr || config->is_null()) return absl::OkStatus();
   if (!config->is_object()) return Bad("generationConfig", "must be an object");
-  static constexpr std::pair<const char*, const char*> kKeys[] = {{"temperature", "temperature"},
-                                                                  {"topP", "top_p"},
-                                                                  {"topK", "top_k"},
-                                                                  {"maxOutputTokens", "max_tokens"},
-                                                                  {"stopSequences", "stop"},
-                                                                  {"candidateCount", "n"},
-                                                                  {"presencePenalty", "presence_penalty"},
-                                                                  {"frequencyPenalty", "frequency_penalty"},
-                                                                  {"seed", "seed"}};
   for (const auto& [key, value] : config->as_object()) {
     const auto known = std::find_if(std::begin(kKeys), std::end(kKeys), [&](const auto& k) { return key == k.first; });
     if (known != std::end(kKeys)) {
@@ -390,6 +392,14 @@ json::object FromChat(const json::object& completion) {
 
 std::string ErrorBody(int http_status, absl::string_view message) {
   return json::serialize(ErrorObject(http_status, message));
+}
+
+std::string SettingName(absl::string_view chat_key) {
+  if (chat_key == "max_completion_tokens") chat_key = "max_tokens";
+  for (const auto& [gemini, chat] : kKeys) {
+    if (chat_key == chat) return gemini;
+  }
+  return std::string(chat_key);
 }
 
 std::string ErrorEvent(int http_status, absl::string_view message) { return Sse(ErrorObject(http_status, message)); }

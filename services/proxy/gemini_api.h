@@ -34,6 +34,10 @@ boost::json::object FromChat(const boost::json::object& completion);
 std::string ErrorBody(int http_status, absl::string_view message);
 std::string ErrorEvent(int http_status, absl::string_view message);
 
+// A chat sampling key's name in generationConfig ("max_tokens" → "maxOutputTokens"); a key Gemini has no name
+// for keeps its own. (An upstream that serves this API itself gets the session's settings there.)
+std::string SettingName(absl::string_view chat_key);
+
 // A model list in Gemini's shape (GET /v1beta/models).
 std::string ModelList(const std::vector<std::string>& ids);
 

@@ -34,15 +34,27 @@ std::string TranslationRecord(const Dialect& dialect, bool native) {
 }
 
 // The body an upstream serving the dialect itself gets: the agent's, with what the session's policy set on the
-// chat body it was translated to — the model, and its sampling keys (the token cap as the dialect's own field).
+// chat body it was translated to — the model (in the body, or in the path: UpstreamTarget), and its sampling keys
+// under the dialect's own names and where it keeps them (the token cap as its own field).
 json::object NativeBody(json::object native, const json::object& chat, const Rewrite& rewrite, const NativeApi& api) {
-  native["model"] = rewrite.model;
-  for (const std::string& key : rewrite.removed_keys) native.erase(key);
+  if (!api.model_in_path) native["model"] = rewrite.model;
+  json::object* settings = &native;
+  if (!api.settings_field.empty()) {
+    json::value& field = native[json::string_view(api.settings_field.data(), api.settings_field.size())];
+    if (!field.is_object()) field = json::object();
+    settings = &field.as_object();
+  }
+  const auto name = [&](const std::string& key) {
+    if (key == "max_tokens" || key == "max_completion_tokens") return std::string(api.token_cap);
+    return api.setting_name != nullptr ? api.setting_name(key) : key;
+  };
+  for (const std::string& key : rewrite.removed_keys) settings->erase(name(key));
   for (const std::string& key : rewrite.set_keys) {
-    const json::value* v = chat.if_contains(key);
-    if (v == nullptr) continue;
-    const bool cap = key == "max_tokens" || key == "max_completion_tokens";
-    native[cap ? std::string(api.token_cap) : key] = *v;
+    if (const json::value* v = chat.if_contains(key); v != nullptr) (*settings)[name(key)] = *v;
+  }
+  if (api.model_in_path) {  // put into the agent's body from the path for the translation: not the API's fields
+    native.erase("model");
+    native.erase("stream");
   }
   return native;
 }

@@ -117,7 +117,83 @@ std::optional<json::object> MessageToChat(const json::object& message) {
                     usage ? Int(*usage, "output_tokens") : 0);
 }
 
+std::optional<json::object> GenerateContentToChat(const json::object& response) {
+  const json::array* candidates = Array(response, "candidates");
+  if (candidates == nullptr) return std::nullopt;
+  std::string text, finish = "stop";
+  json::array calls;
+  if (!candidates->empty() && candidates->front().is_object()) {
+    const json::object& candidate = candidates->front().as_object();
+    if (Str(candidate, "finishReason") == "MAX_TOKENS") finish = "length";
+    const json::object* content = Object(candidate, "content");
+    const json::array* parts = content != nullptr ? Array(*content, "parts") : nullptr;
+    for (const json::value& part : parts != nullptr ? *parts : json::array()) {
+      if (!part.is_object()) continue;
+      const json::object& p = part.as_object();
+      const json::value* thought = p.if_contains("thought");
+      if (thought != nullptr && thought->is_bool() && thought->as_bool()) continue;
+      text += Str(p, "text");
+      if (const json::object* call = Object(p, "functionCall")) {
+        const json::value* args = call->if_contains("args");
+        std::string id = Str(*call, "id");
+        if (id.empty()) id = "call_" + std::to_string(calls.size());
+        calls.push_back(ToolCall(id, Str(*call, "name"), args != nullptr ? json::serialize(*args) : "{}"));
+      }
+    }
+  }
+  const json::object* usage = Object(response, "usageMetadata");
+  const json::object named{{"id", Str(response, "responseId")}, {"model", Str(response, "modelVersion")}};
+  return Completion(named, std::move(text), std::move(calls), finish, usage ? Int(*usage, "promptTokenCount") : 0,
+                    usage ? Int(*usage, "candidatesTokenCount") : 0);
+}
+
+void NativeStream::AddGemini(const json::object& data) {
+  if (const json::object* e = Object(data, "error")) {
+    error_ = Str(*e, "message");
+    if (error_.empty()) error_ = json::serialize(data);
+    return;
+  }
+  for (const char* key : {"responseId", "modelVersion", "usageMetadata"}) {
+    if (const json::value* v = data.if_contains(key)) message_[key] = *v;
+  }
+  const json::array* candidates = Array(data, "candidates");
+  if (candidates != nullptr && !candidates->empty() && candidates->front().is_object()) {
+    AddGeminiPiece(candidates->front().as_object());
+  }
+  const json::array* whole = Array(message_, "candidates");
+  if (whole != nullptr && !whole->empty() && whole->front().as_object().contains("finishReason")) answer_ = message_;
+}
+
+void NativeStream::AddGeminiPiece(const json::object& piece) {
+  json::value& whole_value = message_["candidates"];
+  if (!whole_value.is_array() || whole_value.as_array().empty()) {
+    whole_value = json::array{json::object{{"content", json::object{{"role", "model"}, {"parts", json::array()}}}}};
+  }
+  json::object& whole = whole_value.as_array().front().as_object();
+  json::array& parts = whole["content"].as_object()["parts"].as_array();
+  const json::object* content = Object(piece, "content");
+  const json::array* more = content != nullptr ? Array(*content, "parts") : nullptr;
+  for (const json::value& part : more != nullptr ? *more : json::array()) {
+    if (!part.is_object()) continue;
+    // Text continues the text part before it when both are the answer (or both thought); anything else is a part.
+    const json::object& p = part.as_object();
+    const bool thought = p.contains("thought");
+    if (p.contains("text") && !parts.empty() && parts.back().is_object() && parts.back().as_object().contains("text") &&
+        parts.back().as_object().contains("thought") == thought) {
+      json::object& last = parts.back().as_object();
+      last["text"] = Str(last, "text") + Str(p, "text");
+    } else {
+      parts.push_back(p);
+    }
+  }
+  if (const json::value* finish = piece.if_contains("finishReason")) whole["finishReason"] = *finish;
+}
+
 void NativeStream::Add(const json::object& data) {
+  if (shape_ == Shape::kGemini) {
+    AddGemini(data);
+    return;
+  }
   const std::string type = Str(data, "type");
   if (type == "error") {
     const json::object* e = Object(data, "error");

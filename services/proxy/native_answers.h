@@ -16,13 +16,16 @@ namespace corral::proxy {
 // the API's shape. A Responses API Response object; an Anthropic message.
 std::optional<boost::json::object> ResponseToChat(const boost::json::object& response);
 std::optional<boost::json::object> MessageToChat(const boost::json::object& message);
+// A Gemini GenerateContentResponse (its first candidate; thought parts are not the answer).
+std::optional<boost::json::object> GenerateContentToChat(const boost::json::object& response);
 
 // A native stream's events, gathered into the whole answer: Responses' response.completed (or .incomplete /
 // .failed) carries it; a Messages stream is assembled from message_start, its content blocks and deltas, and
-// message_delta, and is whole at message_stop.
+// message_delta, and is whole at message_stop; a Gemini stream's responses are pieces of one, gathered part by
+// part, whole once one carried a finishReason.
 class NativeStream {
  public:
-  enum class Shape { kResponses, kMessages };
+  enum class Shape { kResponses, kMessages, kGemini };
   explicit NativeStream(Shape shape) : shape_(shape) {}
   // One event's data.
   void Add(const boost::json::object& data);
@@ -35,7 +38,10 @@ class NativeStream {
   Shape shape_;
   std::optional<boost::json::object> answer_;
   std::string error_;
-  boost::json::object message_;       // messages: the message being assembled
+  void AddGemini(const boost::json::object& data);
+  void AddGeminiPiece(const boost::json::object& candidate);  // one response's first candidate
+
+  boost::json::object message_;       // messages, gemini: the answer being assembled
   std::vector<std::string> partial_;  // messages: each tool_use block's input JSON so far
 };
 

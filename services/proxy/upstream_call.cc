@@ -43,7 +43,9 @@ UpstreamCall::~UpstreamCall() {
 
 int UpstreamCall::upstream_index() const { return dispatch_.lease ? dispatch_.lease.get()->index : -1; }
 
-std::string UpstreamCall::upstream_route() const { return std::string(request_.api->UpstreamPath(request_.native)); }
+std::string UpstreamCall::upstream_route() const {
+  return request_.api->UpstreamTarget(request_.native, request_.rewrite.model);
+}
 
 UpstreamDispatcher::OnWait UpstreamCall::Keepalive(AgentLink& agent) {
   return [&agent]() -> asio::awaitable<void> {

@@ -185,6 +185,18 @@ TEST_F(HarnessProxyTest, GeminiCliRunsItsShellToolThroughTheGeminiApi) {
   ExpectTheTaskDone(env_id, "/v1beta/models/{model}:streamGenerateContent", "translated");
 }
 
+// An upstream that serves Google's Gemini API itself: Gemini CLI's calls pass through untranslated, to the path of
+// the session's model.
+TEST_F(HarnessProxyTest, GeminiCliThroughAnUpstreamThatServesGeminiItselfGoesNative) {
+  const std::string backend = StartBackend({"--shell-agent", "--native-gemini"});
+  std::ofstream(dir_ + "/proxy.yaml") << "upstreams:\n  - {url: http://" << backend << ", dialects: [gemini]}\n";
+  StartProxy({}, {"--config=" + dir_ + "/proxy.yaml"});
+  const std::string env_id = RunHarness("gemini-cli");
+  ExpectTheTaskDone(env_id, "/v1beta/models/{model}:streamGenerateContent", "native");
+  const HttpReply stats = Backend(backend, "/admin/stats");
+  EXPECT_GE(boost::json::parse(stats.body).at("native_gemini").as_int64(), 2) << stats.body;
+}
+
 TEST_F(HarnessProxyTest, QwenCodeRunsItsShellToolThroughChatCompletions) {
   const std::string env_id = RunHarness("qwen-code");
   ExpectTheTaskDone(env_id, "/v1/chat/completions");

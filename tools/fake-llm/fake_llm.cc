@@ -4,6 +4,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +14,7 @@
 #include "boost/json.hpp"
 #include "libs/async/sleep.h"
 #include "libs/http/openai_json.h"
+#include "tools/fake-llm/native_gemini.h"
 #include "tools/fake-llm/native_messages.h"
 #include "tools/fake-llm/native_responses.h"
 #include "tools/fake-llm/reply.h"
@@ -22,6 +24,40 @@ namespace {
 
 namespace json = boost::json;
 namespace asio = boost::asio;
+
+// A call of an agent API the fake serves itself.
+struct NativeCall {
+  NativeApi api = NativeApi::kResponses;
+  bool stream = false;  // the path asks for a stream (Gemini's :streamGenerateContent)
+  std::string model;    // named in the path (Gemini's)
+};
+
+// The agent API `target` calls, when the fake serves it itself.
+std::optional<NativeCall> NativeCallOf(const Options& o, const std::string& target) {
+  if (o.native_responses && target == "/v1/responses") return NativeCall{.api = NativeApi::kResponses};
+  if (o.native_messages && target == "/v1/messages") return NativeCall{.api = NativeApi::kMessages};
+  if (!o.native_gemini) return std::nullopt;
+  const std::string path = target.substr(0, target.find('?'));
+  for (const absl::string_view prefix : {"/v1beta/models/", "/v1/models/"}) {
+    if (!absl::StartsWith(path, prefix)) continue;
+    const std::string rest = path.substr(prefix.size());
+    const size_t colon = rest.rfind(':');
+    const std::string action = colon == std::string::npos ? "" : rest.substr(colon + 1);
+    if (colon == 0 || (action != "generateContent" && action != "streamGenerateContent")) return std::nullopt;
+    return NativeCall{
+        .api = NativeApi::kGemini, .stream = action == "streamGenerateContent", .model = rest.substr(0, colon)};
+  }
+  return std::nullopt;
+}
+
+// A native call's request as the fake's chat body.
+json::object AsChat(const NativeCall& call, const json::object& request) {
+  if (call.api == NativeApi::kResponses) return ResponsesAsChat(request);
+  if (call.api == NativeApi::kMessages) return MessagesAsChat(request);
+  json::object chat = GeminiAsChat(request);
+  chat["model"] = call.model;
+  return chat;
+}
 
 }  // namespace
 
@@ -33,10 +69,9 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_await responder.Send(200, "application/json", http::ModelListJson(options_.models, "corral-fake-llm"));
     co_return;
   }
-  // An upstream that serves the Responses API itself (--native-responses) answers it as a chat call, reshaped.
-  const bool native_responses = options_.native_responses && target == "/v1/responses";
-  const bool native_messages = options_.native_messages && target == "/v1/messages";
-  const bool native = native_responses || native_messages;
+  // An upstream that serves an agent API itself (--native-responses, …) answers it as a chat call, reshaped.
+  const std::optional<NativeCall> native_call = NativeCallOf(options_, target);
+  const bool native = native_call.has_value();
   const bool chat = target == "/v1/chat/completions" || native;
   if (!chat && target != "/v1/completions") {
     co_await responder.Send(404, "application/json", http::ErrorJson("no such route", "invalid_request_error"));
@@ -65,10 +100,13 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
                             http::ErrorJson("body is not a JSON object", "invalid_request_error"));
     co_return;
   }
-  const bool native_stream = native && BoolOr(parsed.as_object(), "stream");
+  const bool native_stream = native && (native_call->stream || BoolOr(parsed.as_object(), "stream"));
   if (native) {
-    ++(native_responses ? native_responses_ : native_messages_);
-    parsed = native_responses ? ResponsesAsChat(parsed.as_object()) : MessagesAsChat(parsed.as_object());
+    const NativeApi api = native_call->api;
+    ++(api == NativeApi::kResponses  ? native_responses_
+       : api == NativeApi::kMessages ? native_messages_
+                                     : native_gemini_);
+    parsed = AsChat(*native_call, parsed.as_object());
   }
   const Reply reply = BuildReply(options_, n, chat, parsed.as_object());
   if (reply.continued_from >= 0) {
@@ -81,7 +119,7 @@ asio::awaitable<void> FakeLlm::Handle(http::Request& request, http::Responder& r
     co_return;
   }
   if (native) {
-    co_await SendNative(reply, native_responses, native_stream, responder);
+    co_await SendNative(reply, native_call->api, native_stream, responder);
     co_return;
   }
   co_await SendChat(reply, responder);
@@ -123,8 +161,8 @@ void FakeLlm::LogRequest(const std::string& target, const http::Request& request
   }
 }
 
-asio::awaitable<void> FakeLlm::SendNative(const Reply& reply, bool responses, bool stream, http::Responder& responder) {
-  const std::vector<std::string> answer = AsNative(responses, reply.whole, stream);
+asio::awaitable<void> FakeLlm::SendNative(const Reply& reply, NativeApi api, bool stream, http::Responder& responder) {
+  const std::vector<std::string> answer = AsNative(api, reply.whole, stream);
   if (!stream) {
     co_await responder.Send(200, "application/json", answer.front());
     co_return;
@@ -191,6 +229,7 @@ std::string FakeLlm::Stats() const {
   out["aborted_streams"] = aborted_streams_.load();
   out["native_responses"] = native_responses_.load();
   out["native_messages"] = native_messages_.load();
+  out["native_gemini"] = native_gemini_.load();
   json::array continuations;
   {
     absl::MutexLock lock(&mu_);

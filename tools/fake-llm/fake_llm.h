@@ -40,7 +40,7 @@ class FakeLlm {
   // Appends the POST to options_.request_log.
   void LogRequest(const std::string& target, const http::Request& request);
   // The reply as the Responses (or Messages) API's answer or stream; as a chat or completions answer or stream.
-  boost::asio::awaitable<void> SendNative(const Reply& reply, bool responses, bool stream, http::Responder& responder);
+  boost::asio::awaitable<void> SendNative(const Reply& reply, NativeApi api, bool stream, http::Responder& responder);
   boost::asio::awaitable<void> SendChat(const Reply& reply, http::Responder& responder);
 
   struct Quota {
@@ -56,6 +56,7 @@ class FakeLlm {
   std::atomic<int64_t> aborted_streams_{0};
   std::atomic<int64_t> native_responses_{0};  // requests to its own /v1/responses
   std::atomic<int64_t> native_messages_{0};   // and to its own /v1/messages
+  std::atomic<int64_t> native_gemini_{0};     // and to its own Gemini API
   mutable absl::Mutex mu_;
   std::vector<std::pair<int64_t, int64_t>> continuations_ ABSL_GUARDED_BY(mu_);
   absl::Mutex log_mu_;  // request_log lines are whole

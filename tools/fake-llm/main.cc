@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
               "serve POST /v1/responses itself (as vLLM and SGLang do): answered as a chat call, reshaped");
   schema.Bool("native_messages", &options.native_messages,
               "serve POST /v1/messages itself (as some servers do): answered as a chat call, reshaped");
+  schema.Bool("native_gemini", &options.native_gemini,
+              "serve Google's Gemini API itself (/v1beta/models/{model}:generateContent and "
+              ":streamGenerateContent): answered as a chat call, reshaped");
   schema.Double("quota_rps", &options.quota_rps,
                 "a provider's quota: completion requests per second (token bucket; 0 = none); beyond it HTTP 429 "
                 "with Retry-After",

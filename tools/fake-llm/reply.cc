@@ -9,6 +9,7 @@
 #include "libs/http/openai_json.h"
 #include "tools/fake-llm/fake_model.h"
 #include "tools/fake-llm/json_text.h"
+#include "tools/fake-llm/native_gemini.h"
 #include "tools/fake-llm/native_messages.h"
 #include "tools/fake-llm/native_responses.h"
 #include "tools/fake-llm/shell_agent.h"
@@ -357,10 +358,18 @@ Reply BuildReply(const Options& options, int64_t n, bool chat, const json::objec
   return r;
 }
 
-std::vector<std::string> AsNative(bool responses, const std::string& whole, bool stream) {
+std::vector<std::string> AsNative(NativeApi api, const std::string& whole, bool stream) {
   const json::object completion = json::parse(whole).as_object();
-  if (!stream) return {json::serialize(responses ? ResponseOf(completion) : MessageOf(completion))};
-  return responses ? ResponseEvents(completion) : MessageEvents(completion);
+  switch (api) {
+    case NativeApi::kResponses:
+      return stream ? ResponseEvents(completion) : std::vector<std::string>{json::serialize(ResponseOf(completion))};
+    case NativeApi::kMessages:
+      return stream ? MessageEvents(completion) : std::vector<std::string>{json::serialize(MessageOf(completion))};
+    case NativeApi::kGemini:
+      return stream ? GeminiEvents(completion)
+                    : std::vector<std::string>{json::serialize(GenerateContentOf(completion))};
+  }
+  return {};
 }
 
 }  // namespace corral::fakellm

@@ -29,6 +29,8 @@ struct Options {
   bool native_responses = false;
   // Serve POST /v1/messages itself (as some servers do), the same way.
   bool native_messages = false;
+  // Serve Google's Gemini API itself (POST /v1beta/models/{model}:generateContent, :streamGenerateContent).
+  bool native_gemini = false;
   // A provider's quota of its own: completion requests per second (a token bucket of `quota_burst`, 0 = off) and
   // completions in flight (0 = off). Over it: HTTP 429 with Retry-After, counted in /admin/stats.
   double quota_rps = 0;
@@ -62,9 +64,10 @@ struct Reply {
 
 // The reply to completion request number `n` (chat or completions) with `body`.
 Reply BuildReply(const Options& options, int64_t n, bool chat, const boost::json::object& body);
-// A chat completion (the fake's whole answer) as the Responses or the Messages API's answer: the body, or the
-// stream's events.
-std::vector<std::string> AsNative(bool responses, const std::string& whole, bool stream);
+// The agent APIs the fake may serve itself.
+enum class NativeApi { kResponses, kMessages, kGemini };
+// A chat completion (the fake's whole answer) as that API's answer: the body, or the stream's events.
+std::vector<std::string> AsNative(NativeApi api, const std::string& whole, bool stream);
 // `o[key]` when it is true.
 bool BoolOr(const boost::json::object& o, const char* key);
 

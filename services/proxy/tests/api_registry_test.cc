@@ -72,6 +72,13 @@ TEST(ApiRegistry, GeminisCallsNameTheirModelInThePath) {
   EXPECT_EQ(FindApi("/v1/models/m:generateContent")->ModelIn("/v1/models/m:generateContent"), "m");  // @google/genai
   EXPECT_EQ(FindApi("/v1/models")->dialect, nullptr);  // OpenAI's list, unless the key says Google's client asks
   EXPECT_EQ(ChatApi().ModelIn("/v1/chat/completions"), "");
+  // Passed through to an upstream that serves Google's API: the call's model in the path, a stream as SSE.
+  ASSERT_NE(generate->native, nullptr);
+  EXPECT_EQ(generate->native->name, "gemini");
+  EXPECT_EQ(generate->UpstreamTarget(true, "m2"), "/v1beta/models/m2:generateContent");
+  EXPECT_EQ(stream->UpstreamTarget(true, "m2"), "/v1beta/models/m2:streamGenerateContent?alt=sse");
+  EXPECT_EQ(stream->UpstreamTarget(false, "m2"), "/v1/chat/completions");
+  EXPECT_EQ(FindApi("/v1beta/models/m:countTokens")->native, nullptr);  // nothing goes upstream
 }
 
 TEST(ApiRegistry, RefusalsTakeTheShapeOfTheApiThePathIsUnder) {
@@ -82,7 +89,7 @@ TEST(ApiRegistry, RefusalsTakeTheShapeOfTheApiThePathIsUnder) {
 }
 
 TEST(ApiRegistry, NativeApisAreTheOnesUpstreamsMayList) {
-  EXPECT_EQ(NativeApiNames(), "responses, messages");
+  EXPECT_EQ(NativeApiNames(), "responses, messages, gemini");
   EXPECT_NE(FindNativeApi("responses"), nullptr);
   EXPECT_EQ(FindNativeApi("chat"), nullptr);
   const NativeApi* messages = FindNativeApi("messages");

@@ -104,6 +104,18 @@ class HttpHandlerTest : public ::testing::Test, protected testing::ProxyCore {
     EXPECT_THAT(r, IsOk());
     return r.ok() ? *r : http::FetchResult{};
   }
+  // A session "ep" whose policy maps `alias` to model "m", sets temperature 0.5 and caps completions at 100
+  // tokens; its env token.
+  std::string OpenWithOverrides(const std::string& alias) {
+    v1::OpenSessionRequest r;
+    r.set_env_id("ep");
+    (*r.mutable_policy()->mutable_model_aliases())[alias] = "m";
+    r.mutable_policy()->mutable_sampling_overrides()->set_temperature(0.5);
+    r.mutable_policy()->mutable_budget()->set_max_completion_tokens(100);
+    std::promise<std::string> opened;
+    ledger_->Open(r, [&](absl::StatusOr<SessionLedger::Opened> o) { opened.set_value(o.ok() ? o->token : ""); });
+    return opened.get_future().get();
+  }
   static std::string Chat(bool stream) {
     return absl::StrCat(R"({"model":"m","messages":[{"role":"user","content":"2+2?"}],"stream":)",
                         stream ? "true" : "false", "}");
@@ -325,14 +337,7 @@ TEST_F(HttpHandlerTest, ANativeCallCarriesThePolicysModelTokenCapAndOverridesAnd
                       R"("usage": {"input_tokens": 5, "output_tokens": 1}})");
   });
   Start({native.url()}, [](UpstreamSpec& u) { u.dialects = {"responses"}; });
-  v1::OpenSessionRequest r;
-  r.set_env_id("ep");
-  (*r.mutable_policy()->mutable_model_aliases())["gpt-5"] = "m";
-  r.mutable_policy()->mutable_sampling_overrides()->set_temperature(0.5);
-  r.mutable_policy()->mutable_budget()->set_max_completion_tokens(100);
-  std::promise<std::string> opened;
-  ledger_->Open(r, [&](absl::StatusOr<SessionLedger::Opened> o) { opened.set_value(o.ok() ? o->token : ""); });
-  const std::string token = opened.get_future().get();
+  const std::string token = OpenWithOverrides("gpt-5");
   auto whole = Call(bhttp::verb::post, "/v1/responses", token,
                     R"({"model": "gpt-5", "input": "2+2?", "max_output_tokens": 1000, "temperature": 1.0,)"
                     R"( "store": false, "tools": [{"type": "web_search"}]})");
@@ -346,6 +351,38 @@ TEST_F(HttpHandlerTest, ANativeCallCarriesThePolicysModelTokenCapAndOverridesAnd
   ASSERT_EQ(t.calls_size(), 1);
   EXPECT_EQ(t.calls(0).translation_json(), R"({"path":"native"})");
   EXPECT_EQ(t.calls(0).model(), "m");
+  EXPECT_EQ(t.calls(0).usage().completion_tokens(), 1u);
+}
+
+// The same for Google's API: the model goes into the path, the settings into generationConfig under its names.
+TEST_F(HttpHandlerTest, ANativeGeminiCallCarriesThePolicyInGooglesPlaces) {
+  std::string target;
+  testing::ScriptedUpstream native([&](http::Request& req, http::Responder& res) -> asio::awaitable<void> {
+    if (req.target() == "/health") {
+      co_await res.Send(200, "application/json", "{}");
+      co_return;
+    }
+    target = std::string(req.target());
+    native_body = req.body();
+    co_await res.Send(
+        200, "application/json",
+        R"({"candidates": [{"content": {"role": "model", "parts": [{"text": "4"}]},)"
+        R"("finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1}})");
+  });
+  Start({native.url()}, [](UpstreamSpec& u) { u.dialects = {"gemini"}; });
+  const std::string token = OpenWithOverrides("gemini-x");
+  auto whole = Call(bhttp::verb::post, "/v1beta/models/gemini-x:generateContent", token,
+                    R"({"contents": [{"role": "user", "parts": [{"text": "2+2?"}]}],)"
+                    R"( "generationConfig": {"maxOutputTokens": 1000, "temperature": 1.0, "topK": 3}})",
+                    "x-goog-api-key");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(target, "/v1beta/models/m:generateContent");
+  EXPECT_EQ(boost::json::parse(native_body),
+            boost::json::parse(R"({"contents": [{"role": "user", "parts": [{"text": "2+2?"}]}],
+                                   "generationConfig": {"maxOutputTokens": 100, "temperature": 0.5, "topK": 3}})"));
+  const v1::Trajectory t = (*store_->Find("ep"))->Trajectory(v1::TRAJECTORY_FORMAT_CALLS);
+  ASSERT_EQ(t.calls_size(), 1);
+  EXPECT_EQ(t.calls(0).translation_json(), R"({"path":"native"})");
   EXPECT_EQ(t.calls(0).usage().completion_tokens(), 1u);
 }
 

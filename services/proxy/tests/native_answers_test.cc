@@ -93,5 +93,41 @@ TEST(NativeStream, AMessagesStreamIsAssembledFromItsBlocksAndDeltas) {
   EXPECT_EQ(chat->at("usage").as_object().at("completion_tokens").as_int64(), 9);
 }
 
+TEST(NativeAnswers, AGeminiResponseBecomesTextToolCallsAndUsage) {
+  auto chat = GenerateContentToChat(Parse(R"({"responseId": "g1", "modelVersion": "m",
+      "candidates": [{"content": {"role": "model", "parts": [{"text": "hm", "thought": true}, {"text": "Running"},
+                      {"functionCall": {"id": "fc1", "name": "run", "args": {"command": "ls"}}}]},
+                      "finishReason": "STOP"}],
+      "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": 3}})"));
+  ASSERT_TRUE(chat.has_value());
+  EXPECT_EQ(chat->at("id").as_string(), "g1");
+  EXPECT_EQ(Message(*chat).at("content").as_string(), "Running");  // thoughts are not the answer
+  const json::object& call = Message(*chat).at("tool_calls").as_array()[0].as_object();
+  EXPECT_EQ(call.at("id").as_string(), "fc1");
+  EXPECT_EQ(call.at("function").at("arguments").as_string(), R"({"command":"ls"})");
+  EXPECT_EQ(chat->at("choices").as_array()[0].at("finish_reason").as_string(), "tool_calls");
+  EXPECT_EQ(chat->at("usage").at("completion_tokens").as_int64(), 3);
+  EXPECT_FALSE(GenerateContentToChat(Parse(R"({"error": {"code": 500}})")).has_value());
+}
+
+TEST(NativeStream, AGeminiStreamIsGatheredAndWholeOnceItHasAFinishReason) {
+  NativeStream stream(NativeStream::Shape::kGemini);
+  stream.Add(Parse(R"({"responseId": "g2", "candidates": [{"content": {"parts": [{"text": "Run"}]}}]})"));
+  stream.Add(Parse(R"({"candidates": [{"content": {"parts": [{"text": "ning"}]}}]})"));
+  EXPECT_FALSE(stream.answer().has_value());
+  stream.Add(Parse(R"({"candidates": [{"content": {"parts": [{"functionCall": {"name": "run", "args": {}}}]},
+                                       "finishReason": "STOP"}]})"));
+  stream.Add(Parse(R"({"usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 2}})"));  // after the end
+  ASSERT_TRUE(stream.answer().has_value());
+  auto chat = GenerateContentToChat(*stream.answer());
+  ASSERT_TRUE(chat.has_value());
+  EXPECT_EQ(Message(*chat).at("content").as_string(), "Running");
+  EXPECT_EQ(Message(*chat).at("tool_calls").as_array()[0].at("function").at("name").as_string(), "run");
+  EXPECT_EQ(chat->at("usage").at("prompt_tokens").as_int64(), 4);
+  NativeStream failing(NativeStream::Shape::kGemini);
+  failing.Add(Parse(R"({"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}})"));
+  EXPECT_EQ(failing.error(), "overloaded");
+}
+
 }  // namespace
 }  // namespace corral::proxy

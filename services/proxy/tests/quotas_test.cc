@@ -97,9 +97,9 @@ TEST(UpstreamConfigTest, DialectsNameTheAgentApisAnUpstreamServesItself) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be refuse or leave_out, not 'drop'")));
   EXPECT_TRUE(c.upstreams[1].dialects.empty());
   Config bad;
-  EXPECT_THAT(
-      Load("upstreams: [{url: http://127.0.0.1:8000, dialects: [chat]}]\n", &bad),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'chat' is not an agent API (responses, messages)")));
+  EXPECT_THAT(Load("upstreams: [{url: http://127.0.0.1:8000, dialects: [chat]}]\n", &bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'chat' is not an agent API (responses, messages, gemini)")));
 }
 
 }  // namespace
