@@ -52,10 +52,6 @@ json::object NativeBody(json::object native, const json::object& chat, const Rew
   for (const std::string& key : rewrite.set_keys) {
     if (const json::value* v = chat.if_contains(key); v != nullptr) (*settings)[name(key)] = *v;
   }
-  if (api.model_in_path) {  // put into the agent's body from the path for the translation: not the API's fields
-    native.erase("model");
-    native.erase("stream");
-  }
   return native;
 }
 
@@ -289,7 +285,9 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     co_return;
   }
   c.body = std::move(parsed.as_object());
-  if (!path_model.empty()) {  // Gemini's API: the model and whether to stream are in the path, not the body
+  // Gemini's API names the model and whether to stream in the path: the translation reads them from the body.
+  const bool named_in_path = !path_model.empty();
+  if (named_in_path) {
     c.body["model"] = std::move(path_model);
     c.body["stream"] = api.streams;
   }
@@ -303,6 +301,10 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
     }
     original = std::move(c.body);  // moved, not copied: kept only if the call goes native (below)
     c.body = *std::move(translated);
+    if (named_in_path) {  // not the API's own fields: an upstream serving it gets them in its path
+      original.erase("model");
+      original.erase("stream");
+    }
   }
   // A call that names no model gets its session's (or the upstreams' only one, if the session was opened before
   // they were known).
