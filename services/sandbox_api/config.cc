@@ -48,6 +48,13 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                   c->images = std::move(images);
                   return absl::OkStatus();
                 });
+  schema.Custom("prices", "map", "{}",
+                "what a sandbox's usage costs, for GET /sandboxes/{id}/usage: {cpu_hour: N, gib_hour: N} (the "
+                "scheduler's price table, whose tokens do not apply here); empty: no cost",
+                [c](const YAML::Node& node) -> absl::Status {
+                  CORRAL_ASSIGN_OR_RETURN(c->prices, PriceTableFromYaml(node));
+                  return absl::OkStatus();
+                });
   schema.String("executor_name", &c->executor_name, "reported as executor_pod_name (default: $MY_POD_NAME, else null)");
   schema.String("e2b_image_metadata_key", &c->e2b_image_metadata_key,
                 "a metadata key naming the OCI image of an E2B sandbox made from the default template, as slime "

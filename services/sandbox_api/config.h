@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "libs/core/config.h"
+#include "libs/core/price_table.h"
 #include "libs/rpc/server_config.h"
 
 namespace corral::sandbox_api {
@@ -35,6 +36,8 @@ struct Config {
   // A metadata key that names the OCI image of an E2B sandbox made from the default template (how slime picks
   // its image); empty: none.
   std::string e2b_image_metadata_key;
+  // What a sandbox's usage costs (GET /sandboxes/{id}/usage); empty: no cost.
+  PriceTable prices;
 };
 
 void RegisterConfig(ConfigSchema& schema, Config* config);

@@ -56,7 +56,8 @@ SandboxApiRoot::SandboxApiRoot(Config config, Prepared p)
       e2b_auth_(*std::move(p.secret)),
       templates_(&leases_, &leases_, &e2b_auth_, &clock_),
       e2b_(
-          &leases_, &e2b_auth_, &clock_, E2bOptions{.image_metadata_key = config_.e2b_image_metadata_key},
+          &leases_, &e2b_auth_, &clock_,
+          E2bOptions{.image_metadata_key = config_.e2b_image_metadata_key, .prices = config_.prices},
           [this](const std::string& id) {
             envd_.Forget(id);
             code_.Forget(id);

@@ -46,6 +46,9 @@ void RegisterConfig(ConfigSchema& schema, Config* config) {
              1 << 20, int64_t{1} << 46);
   schema.Int("max_disk_bytes", &config->host.max_disk_bytes, "largest disk_bytes a sandbox may ask for", 1 << 20,
              int64_t{1} << 46);
+  schema.Bool("usage_readings", &config->host.usage_readings,
+              "read every sandbox's cgroup each second for its usage (memory over time, metrics over time; "
+              "default on)");
   schema.String("host_id", &config->host_id, "this host's name in HostInfo (default: the machine's hostname)");
   schema.String("harness_root", &config->harness_root,
                 "where `corral harness install` puts agent harnesses: HostInfo lists the ones installed there, "

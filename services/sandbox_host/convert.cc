@@ -124,8 +124,8 @@ void ToProto(const Sandbox& sb, size_t running_processes, v1::Sandbox* out) {
   out->set_running_processes(static_cast<uint32_t>(running_processes));
 }
 
-void UsageToProto(const Sandbox& sb, v1::ResourceUsage* out) {
-  const CgroupUsage u = sb.cgroup.Usage();
+void ToProto(const SandboxUsage& usage, v1::ResourceUsage* out) {
+  const CgroupUsage& u = usage.metered.cgroup;
   if (u.cpu_usec >= 0 && u.memory_bytes >= 0) {
     out->set_measured(true);
     out->set_memory_bytes(static_cast<uint64_t>(u.memory_bytes));
@@ -133,13 +133,30 @@ void UsageToProto(const Sandbox& sb, v1::ResourceUsage* out) {
     out->set_memory_limit_bytes(static_cast<uint64_t>(u.memory_limit_bytes > 0 ? u.memory_limit_bytes : host_memory));
     out->set_cpu_count(static_cast<uint32_t>(std::max<long>(sysconf(_SC_NPROCESSORS_ONLN), 1)));
     out->set_pids(static_cast<uint32_t>(std::max<int64_t>(u.pids, 0)));
-    ToProto(absl::Microseconds(u.cpu_usec), out->mutable_cpu_time());
   }
-  struct statfs fs {};
-  if (sb.in_image() && sb.protections.disk_quota_bytes > 0 && sb.home_fd.valid() &&
-      fstatfs(sb.home_fd.get(), &fs) == 0) {
-    out->set_disk_total_bytes(static_cast<uint64_t>(fs.f_blocks) * fs.f_bsize);
-    out->set_disk_used_bytes(static_cast<uint64_t>(fs.f_blocks - fs.f_bfree) * fs.f_bsize);
+  if (u.cpu_usec >= 0) ToProto(absl::Microseconds(u.cpu_usec), out->mutable_cpu_time());
+  if (u.cpu_user_usec >= 0) ToProto(absl::Microseconds(u.cpu_user_usec), out->mutable_cpu_user_time());
+  if (u.cpu_system_usec >= 0) ToProto(absl::Microseconds(u.cpu_system_usec), out->mutable_cpu_system_time());
+  if (u.io_write_bytes >= 0) out->set_disk_written_bytes(static_cast<uint64_t>(u.io_write_bytes));
+  const MeteredUsage& m = usage.metered;
+  if (m.memory_peak_bytes >= 0) out->set_memory_peak_bytes(static_cast<uint64_t>(m.memory_peak_bytes));
+  if (m.memory_gib_seconds >= 0) out->set_memory_gib_seconds(m.memory_gib_seconds);
+  if (m.disk_gib_seconds >= 0) out->set_disk_gib_seconds(m.disk_gib_seconds);
+  out->set_processes_started(static_cast<uint32_t>(m.processes_started));
+  ToProto(m.busy, out->mutable_busy_time());
+  ToProto(usage.wall, out->mutable_wall_time());
+  if (usage.quota_bytes >= 0) {
+    out->set_disk_total_bytes(static_cast<uint64_t>(usage.quota_bytes));
+    out->set_disk_used_bytes(static_cast<uint64_t>(usage.quota_used_bytes));
+  }
+  if (usage.own_disk_bytes >= 0) out->set_own_disk_bytes(static_cast<uint64_t>(usage.own_disk_bytes));
+  if (usage.shared_disk_bytes >= 0) out->set_shared_disk_bytes(static_cast<uint64_t>(usage.shared_disk_bytes));
+  for (const UsageSample& s : usage.samples) {
+    v1::UsageSample* p = out->add_samples();
+    ToProto(s.time, p->mutable_time());
+    if (s.cpu_usec >= 0) ToProto(absl::Microseconds(s.cpu_usec), p->mutable_cpu_time());
+    if (s.memory_bytes >= 0) p->set_memory_bytes(static_cast<uint64_t>(s.memory_bytes));
+    if (s.disk_used_bytes >= 0) p->set_disk_used_bytes(static_cast<uint64_t>(s.disk_used_bytes));
   }
 }
 

@@ -22,8 +22,8 @@ using ::corral::ToProto;
 // INVALID_ARGUMENT for values that cannot be represented (ports above 65535, negative durations).
 absl::StatusOr<SandboxSpec> FromProto(const v1::SandboxSpec& spec);
 void ToProto(const Sandbox& sandbox, size_t running_processes, v1::Sandbox* out);
-// Its resource use now (GetSandbox): its cgroup's counters, and an image sandbox's disk quota and use.
-void UsageToProto(const Sandbox& sandbox, v1::ResourceUsage* out);
+// Its resource use now and what it has cost so far (GetSandbox, DeleteSandbox).
+void ToProto(const SandboxUsage& usage, v1::ResourceUsage* out);
 void ToProto(const SandboxSpec& spec, v1::SandboxSpec* out);
 void ToProto(const CgroupLimits& cgroup, const Rlimits& rlimits, int64_t disk_bytes, v1::ResourceLimits* out);
 void ToProto(const ExitInfo& exit, v1::ExitStatus* out);

@@ -23,6 +23,7 @@
 #include "services/sandbox_host/linux/sandbox_path.h"
 #include "services/sandbox_host/linux/spawn.h"
 #include "services/sandbox_host/template_store.h"
+#include "services/sandbox_host/usage/usage_meter.h"
 
 namespace corral::sandbox {
 
@@ -127,6 +128,17 @@ struct Sandbox {
   mutable std::atomic<int64_t> last_active_ns{0};
   mutable std::atomic<int> running{0};
   void Touch(absl::Time now) const { last_active_ns = absl::ToUnixNanos(now); }
+  // What it has cost: shared with the generations that follow it at its forks (as its cgroup is).
+  std::shared_ptr<UsageMeter> meter;
+  // A process the host started in it began, or ended: idle eviction and the meter's busy time.
+  void ProcessStarted(absl::Time now) const {
+    running++;
+    if (meter) meter->ProcessStarted(now);
+  }
+  void ProcessEnded(absl::Time now) const {
+    running--;
+    if (meter) meter->ProcessEnded(now);
+  }
 
   bool in_image() const { return image.has_value(); }
   std::string image_digest() const { return image ? image->digest : ""; }

@@ -219,6 +219,7 @@ absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::Build(const SandboxSpec
   sb->dir = (fs::path(options_.root) / "homes" / sb->id).string();
   sb->home = sb->dir;
   sb->create_time = previous != nullptr ? previous->create_time : clock_->Now();
+  sb->meter = previous != nullptr ? previous->meter : std::make_shared<UsageMeter>(sb->create_time);
   sb->storage = origin.kind();
   sb->forked_from = previous != nullptr ? previous->forked_from : origin.forked_from;
   sb->Touch(clock_->Now());
@@ -374,7 +375,16 @@ int SandboxManager::EvictIdle() {
       }
     }
   }
-  // A teardown (process sweep, home wipe) may take long: never on the clock's thread, which runs every timer.
+  // The meters' readings, and teardowns (process sweep, home wipe), may take long: never on the clock's thread,
+  // which runs every timer.
+  if (options_.usage_readings && features_.cgroups != nullptr && features_.cgroups->mode() != CgroupMode::kNone) {
+    std::vector<std::weak_ptr<const Sandbox>> all;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [id, sb] : sandboxes_) all.push_back(sb);
+    }
+    RunOn(workers_, [this, all = std::move(all)] { SampleUsage(all); });
+  }
   for (const auto& id : idle) {
     RunOn(workers_, [this, id] {
       if (Delete(id)) {
@@ -395,11 +405,12 @@ std::vector<std::shared_ptr<const Sandbox>> SandboxManager::List() const {
   return out;
 }
 
-bool SandboxManager::Delete(const std::string& id) {
-  return DeleteKeepingUpper(id, "").code() != absl::StatusCode::kNotFound;
+bool SandboxManager::Delete(const std::string& id, SandboxUsage* final_usage) {
+  return DeleteKeepingUpper(id, "", final_usage).code() != absl::StatusCode::kNotFound;
 }
 
-absl::Status SandboxManager::DeleteKeepingUpper(const std::string& id, const std::string& dest) {
+absl::Status SandboxManager::DeleteKeepingUpper(const std::string& id, const std::string& dest,
+                                                SandboxUsage* final_usage) {
   std::shared_ptr<Sandbox> sb;
   {
     absl::MutexLock lock(&mu_);
@@ -418,7 +429,7 @@ absl::Status SandboxManager::DeleteKeepingUpper(const std::string& id, const std
     sandboxes_.erase(it);
     if (metrics_) metrics_->live.Set(static_cast<double>(sandboxes_.size()));
   }
-  absl::Status kept = Teardown(*sb, dest);
+  absl::Status kept = Teardown(*sb, dest, final_usage);
   if (metrics_) {
     metrics_->deletes.Increment();
     metrics_->quarantined.Set(static_cast<double>(uids_.quarantined()));
@@ -443,7 +454,7 @@ absl::StatusOr<uint32_t> SandboxManager::KillAllProcesses(const std::string& id)
   return static_cast<uint32_t>(running);
 }
 
-absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper) {
+absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper, SandboxUsage* final_usage) {
   bool clean = false;
   {
     absl::MutexLock lock(&sb.uid_mu);
@@ -451,6 +462,7 @@ absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper
     if (sb.paused) (void)sb.cgroup.Freeze(false);  // a process frozen by cgroup v1 dies only once thawed
     // Every process of the uid dies first (setsid escapees included), so nothing can race the wipe.
     clean = KillAllOf(sb.uid);
+    if (final_usage != nullptr) *final_usage = MeasureLocked(sb, {});
   }
   sb.landlock.Reset();
   sb.namespaces = SandboxNamespaces{};

@@ -60,6 +60,9 @@ struct HostOptions {
   // Where `corral harness install` put this host's harnesses: CORRAL_HARNESS_ROOT in every sandbox's environment,
   // so an agent finds them where the host says they are ("" = not set: the harnesses' default root).
   std::string harness_root;
+  // Read each sandbox's cgroup every second for its meter (memory over time, samples for metrics over time);
+  // off: only reads (GetSandbox, a delete) meter it.
+  bool usage_readings = true;
 };
 
 // What the host can enforce, found once at startup.
@@ -89,6 +92,22 @@ struct SandboxManagerParts {
   WorkerPool* workers = nullptr;       // where idle evictions are torn down (null: on the clock's thread)
 };
 
+// What a sandbox has cost so far (SandboxManager::Usage). -1 where it was not measured.
+struct SandboxUsage {
+  MeteredUsage metered;
+  absl::Duration wall;  // since it was created (a fork's child: since the fork)
+  // With UsageQuery.disk: what its own writes take (Storage::OwnBytes), and the fork layers it shares.
+  int64_t own_disk_bytes = -1, shared_disk_bytes = -1;
+  // An image sandbox with a disk quota: its tmpfs's size and use.
+  int64_t quota_bytes = -1, quota_used_bytes = -1;
+  std::vector<UsageSample> samples;  // with UsageQuery.samples
+};
+struct UsageQuery {
+  bool disk = false;  // walk its files (time in proportion to their number)
+  bool samples = false;
+  absl::Time from = absl::InfinitePast(), to = absl::InfiniteFuture();  // which samples
+};
+
 // Thread-safe.
 class SandboxManager {
  public:
@@ -116,11 +135,15 @@ class SandboxManager {
   // itself every second; public for tests. Returns how many were evicted.
   int EvictIdle();
   std::vector<std::shared_ptr<const Sandbox>> List() const;
-  // Kills every process of the sandbox's uid, then frees cgroup, home and uid. Returns whether it existed.
-  bool Delete(const std::string& id);
+  // Kills every process of the sandbox's uid, then frees cgroup, home and uid. Returns whether it existed; its
+  // usage once its processes were gone into `final_usage` (its disk not walked) when that is not null.
+  bool Delete(const std::string& id, SandboxUsage* final_usage = nullptr);
   // Delete, but a sandbox made from an image leaves its writable layer at `dest` (a template build keeps it).
   // NOT_FOUND for an unknown sandbox; FAILED_PRECONDITION for one not made from an image.
-  absl::Status DeleteKeepingUpper(const std::string& id, const std::string& dest);
+  absl::Status DeleteKeepingUpper(const std::string& id, const std::string& dest, SandboxUsage* final_usage = nullptr);
+  // What the sandbox has cost so far (sandbox_usage.cc). NOT_FOUND once it is being deleted. Blocks while a kill
+  // sweep of it runs, and for the walk of its files with `query.disk` (a worker's job).
+  absl::StatusOr<SandboxUsage> Usage(const Sandbox& sandbox, const UsageQuery& query) const;
   // ForkSandbox: `count` children of a live sandbox, plain or from an image, each seeing the parent's files as
   // they are now (home and task paths, or the image root's writable layer; and /tmp, unless `empty_tmp`: shared
   // as a layer on the host's filesystem, copied into an image sandbox's own /tmp) as its own, under
@@ -174,7 +197,11 @@ class SandboxManager {
   // Ends a fork of `sb`: calls reach it (or its new generation) again, and a delete waiting for it goes on.
   void EndFork(Sandbox& sb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With `keep_upper`, an image sandbox's writable layer is moved there rather than wiped.
-  absl::Status Teardown(Sandbox& sandbox, const std::string& keep_upper = "");
+  absl::Status Teardown(Sandbox& sandbox, const std::string& keep_upper = "", SandboxUsage* final_usage = nullptr);
+  // Usage with the sandbox's uid_mu held (its cgroup is not being removed).
+  SandboxUsage MeasureLocked(const Sandbox& sandbox, const UsageQuery& query) const;
+  // Every second: a reading of each sandbox's cgroup into its meter, on a worker.
+  void SampleUsage(std::vector<std::weak_ptr<const Sandbox>> sandboxes) const;
 
   const HostOptions options_;
   const HostFeatures features_;

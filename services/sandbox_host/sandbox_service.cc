@@ -88,12 +88,22 @@ grpc::ServerUnaryReactor* SandboxService::ForkSandbox(grpc::CallbackServerContex
 
 grpc::ServerUnaryReactor* SandboxService::GetSandbox(grpc::CallbackServerContext* ctx, const v1::GetSandboxRequest* req,
                                                      v1::Sandbox* resp) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    CORRAL_ASSIGN_OR_RETURN(auto sb, OpenSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()));
-    ToProto(*sb, 0, resp);
-    UsageToProto(*sb, resp->mutable_usage());
-    return absl::OkStatus();
-  }());
+  auto sb = OpenSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id());
+  if (!sb.ok()) return FinishUnary(ctx, sb.status());
+  UsageQuery query{.disk = req->disk_usage(), .samples = req->samples()};
+  if (req->has_samples_from()) query.from = FromProto(req->samples_from());
+  if (req->has_samples_to()) query.to = FromProto(req->samples_to());
+  // Reading the cgroup waits for a kill sweep of the sandbox, and the disk is a walk of its files: on a worker.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  RunOn(workers_, [this, reactor, resp, query, sb = *std::move(sb)] {
+    absl::StatusOr<SandboxUsage> usage = sandboxes_->Usage(*sb, query);
+    if (usage.ok()) {
+      ToProto(*sb, 0, resp);
+      ToProto(*usage, resp->mutable_usage());
+    }
+    reactor->Finish(ToGrpcStatus(usage.status()));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* SandboxService::SetPaused(grpc::CallbackServerContext* ctx, const std::string& id,
@@ -139,7 +149,9 @@ grpc::ServerUnaryReactor* SandboxService::DeleteSandbox(grpc::CallbackServerCont
   if (auto s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()); !s.ok()) return FinishUnary(ctx, s);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunOn(workers_, [this, reactor, resp, id = req->sandbox_id()] {
-    resp->set_existed(sandboxes_->Delete(id));  // every process swept, the home wiped: may take a while
+    SandboxUsage usage;
+    resp->set_existed(sandboxes_->Delete(id, &usage));  // every process swept, the home wiped: may take a while
+    if (resp->existed()) ToProto(usage, resp->mutable_usage());
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;

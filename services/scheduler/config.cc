@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "libs/core/host_port.h"
 #include "libs/core/status_macros.h"
+#include "yaml-cpp/yaml.h"
 
 namespace corral::scheduler {
 
@@ -79,6 +80,17 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
              "failed health checks in a row before a host's episodes are retried elsewhere", 1, 1000);
   schema.Duration("llm_call_timeout", &c->llm_call_timeout, "one LLM call of single_turn / tool_loop", absl::Seconds(1),
                   absl::Hours(24));
+  schema.Bool("measure_usage", &c->measure_usage,
+              "read each episode's sandbox's usage as it ends, one GetSandbox with its disk measured (default on; "
+              "off: results carry no sandbox usage)");
+  schema.Custom("prices", "map", "{}",
+                "what usage costs, for EpisodeResult.usage.cost and the batch's and tenant's totals: {cpu_hour: N, "
+                "gib_hour: N, models: {MODEL: {prompt: N, completion: N, cached: N}}} (tokens per million; \"*\" "
+                "prices the models not listed); empty: no cost",
+                [c](const YAML::Node& node) -> absl::Status {
+                  CORRAL_ASSIGN_OR_RETURN(c->prices, PriceTableFromYaml(node));
+                  return absl::OkStatus();
+                });
   schema.Int("warm_pool_size", &c->warm_pool_size,
              "sandboxes kept ready per sandbox spec (template, network, limits) on free capacity (0 = off)", 0, 100000);
   schema.Duration("warm_pool_idle", &c->warm_pool_idle,

@@ -51,8 +51,10 @@ struct Config {
   absl::Duration policy_sync_interval = absl::Seconds(2);
   int64_t host_unreachable_after = 3;  // consecutive failed HostInfo calls before a host counts as lost
   absl::Duration llm_call_timeout = absl::Minutes(10);  // one LLM call of single_turn / tool_loop
-  int64_t warm_pool_size = 0;                           // sandboxes kept ready per sandbox spec (0 = off)
-  absl::Duration warm_pool_idle = absl::Seconds(60);    // a spec no episode asked for this long loses its pool
+  PriceTable prices;
+  bool measure_usage = true;
+  int64_t warm_pool_size = 0;                         // sandboxes kept ready per sandbox spec (0 = off)
+  absl::Duration warm_pool_idle = absl::Seconds(60);  // a spec no episode asked for this long loses its pool
 };
 
 void RegisterConfig(ConfigSchema& schema, Config* config);

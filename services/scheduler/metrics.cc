@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "libs/api/proto_time.h"
 #include "services/scheduler/table/submission.h"
+#include "services/scheduler/table/usage_totals.h"
 
 namespace corral::scheduler {
 namespace {
@@ -96,7 +97,8 @@ SchedulerMetrics::SchedulerMetrics(prometheus::Registry& r)
                      .Name("corral_scheduler_delivered_staleness")
                      .Help("Policy versions between a delivered result's first version and the current one.")
                      .Register(r)
-                     .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 6, 8, 16, 32})) {
+                     .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 6, 8, 16, 32})),
+      usage_(r) {
   auto& by_phase =
       prometheus::BuildGauge()
           .Name("corral_scheduler_running_by_phase")
@@ -124,7 +126,8 @@ void SchedulerMetrics::SetLeases(size_t leased, int64_t expired) {
     leases_expired_.Increment(static_cast<double>(expired) - leases_expired_.Value());
 }
 
-void SchedulerMetrics::EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result) {
+void SchedulerMetrics::EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result, const std::string& tenant) {
+  usage_.Add(tenant, UsageTotalsOf(result.usage()));
   prometheus::Counter* counter;
   std::vector<std::pair<std::string, prometheus::Histogram*>> phases;
   {

@@ -10,6 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "corral/v1/scheduler.pb.h"
+#include "libs/rpc/usage_metrics.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -26,9 +27,12 @@ class SchedulerMetrics : public TableObserver, public EpisodeObserver {
  public:
   explicit SchedulerMetrics(prometheus::Registry& r);
 
-  // An attempt ended (every attempt, retried ones included): counts, phase latencies, reward.
-  void EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result) override;
+  // An attempt ended (every attempt, retried ones included): counts, phase latencies, reward, and what it cost
+  // (corral_usage_*_total{tenant}: what was spent, retried attempts included).
+  void EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result, const std::string& tenant) override;
   void Retried() override { retries_.Increment(); }
+  // A leased sandbox (a sandbox API's) was deleted: what it cost, for its tenant.
+  void SandboxRetired(const std::string& tenant, const UsageTotals& usage) { usage_.Add(tenant, usage); }
   void JournalWriteFailed() { journal_errors_.Increment(); }
   // Sampled periodically.
   void SetQueue(double queued, double running, double awaiting_ack) {
@@ -67,6 +71,7 @@ class SchedulerMetrics : public TableObserver, public EpisodeObserver {
   prometheus::Family<prometheus::Counter>& groups_;
   prometheus::Counter& stale_reruns_;
   prometheus::Histogram& staleness_;
+  UsageMetrics usage_;
   absl::Mutex mu_;
   std::map<std::tuple<int, int, int>, prometheus::Counter*> episode_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> phase_histograms_ ABSL_GUARDED_BY(mu_);

@@ -80,9 +80,11 @@ absl::Status AddColumn(sqlite3* db, const std::string& table, const std::string&
   return Statement(db, alter.c_str()).Run();
 }
 
-// Older journals lack acked_ns (before acknowledged results were retained) and input_closed (before streams).
+// Older journals lack acked_ns (before acknowledged results were retained), usage (before episodes were metered)
+// and input_closed (before streams).
 absl::Status Migrate(sqlite3* db) {
   CORRAL_RETURN_IF_ERROR(AddColumn(db, "results", "acked_ns", "INTEGER NOT NULL DEFAULT 0"));
+  CORRAL_RETURN_IF_ERROR(AddColumn(db, "results", "usage", "BLOB"));
   return AddColumn(db, "batches", "input_closed", "INTEGER NOT NULL DEFAULT 0");
 }
 
@@ -177,10 +179,11 @@ absl::StatusOr<Snapshot> SchedulerJournal::Load() {
       }
       snap.runs.push_back(std::move(r));
     }
-    // Acknowledged results stay on disk for the inspector only: they are not read back into memory.
+    // Acknowledged results stay on disk for the inspector only: they are not read back into memory (their usage
+    // is: the batch's totals).
     Statement results(db,
-                      "SELECT seq, episode_id, status, reward, redundant, acked, CASE WHEN acked = 0 THEN result END "
-                      "FROM results ORDER BY seq");
+                      "SELECT seq, episode_id, status, reward, redundant, acked, CASE WHEN acked = 0 THEN result END, "
+                      "usage FROM results ORDER BY seq");
     while (true) {
       CORRAL_ASSIGN_OR_RETURN(bool row, results.Step());
       if (!row) break;
@@ -193,6 +196,7 @@ absl::StatusOr<Snapshot> SchedulerJournal::Load() {
       r.redundant = results.Int(4) != 0;
       r.acked = results.Int(5) != 0;
       r.result = results.Text(6);
+      r.usage = results.Text(7);
       snap.results.push_back(std::move(r));
     }
     return absl::OkStatus();
@@ -272,17 +276,19 @@ void SchedulerJournal::AddResult(uint64_t seq, const v1::EpisodeResult& result, 
   journal_->Submit(
       [seq, id = result.ids().episode_id(), status = static_cast<int64_t>(result.status()),
        reward = result.has_reward() ? absl::StrCat(result.reward()) : std::string(), redundant,
-       bytes = result.SerializeAsString()](sqlite3* db) -> absl::Status {
+       bytes = result.SerializeAsString(), usage = result.usage().SerializeAsString()](sqlite3* db) -> absl::Status {
         CORRAL_RETURN_IF_ERROR(
-            CachedStatement(db,
-                            "INSERT OR REPLACE INTO results (seq, episode_id, status, reward, redundant, result) "
-                            "VALUES (?, ?, ?, ?, ?, ?)")
+            CachedStatement(
+                db,
+                "INSERT OR REPLACE INTO results (seq, episode_id, status, reward, redundant, result, usage) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)")
                 .Bind(1, static_cast<int64_t>(seq))
                 .Bind(2, id)
                 .Bind(3, status)
                 .Bind(4, reward)
                 .Bind(5, redundant ? 1 : 0)
                 .BindBlob(6, bytes)
+                .BindBlob(7, usage)
                 .Run());
         return CachedStatement(db, "DELETE FROM runs WHERE episode_id = ?").Bind(1, id).Run();
       },

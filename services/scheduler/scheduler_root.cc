@@ -51,14 +51,20 @@ RunnerOptions RunnerOptionsOf(const Config& config) {
   options.tool_limit = config.tool_limit;
   options.llm_limit = config.llm_limit;
   options.llm_call_timeout = config.llm_call_timeout;
+  options.prices = config.prices;
+  options.measure_usage = config.measure_usage;
   return options;
 }
 
-LeaseOptions LeaseOptionsOf(const Config& config) {
+LeaseOptions LeaseOptionsOf(const Config& config, SchedulerMetrics* metrics) {
   LeaseOptions options;
   options.scheduler_id = config.scheduler_id;
   options.default_wait = config.timeouts.acquire;
   options.setup_timeout = config.timeouts.setup;
+  // A leased sandbox is a sandbox API's (E2B, /run_code): its lease's owner is the tenant (the API key's name).
+  options.on_retired = [metrics, prices = config.prices](const std::string& owner, const v1::ResourceUsage& usage) {
+    metrics->SandboxRetired(owner.empty() ? "default" : owner, SandboxUsageTotals(usage, prices));
+  };
   return options;
 }
 
@@ -170,7 +176,7 @@ SchedulerRoot::SchedulerRoot(Config config, Prepared p)
                       [this] { return WarmRoom(hosts_, occupancy_, table_); }, config_.warm_pool_idle)
                 : nullptr),
       placer_(&hosts_, pool_.get(), &clock_),
-      leases_(&hosts_, &placer_, &clock_, journal_.get(), LeaseOptionsOf(config_),
+      leases_(&hosts_, &placer_, &clock_, journal_.get(), LeaseOptionsOf(config_, &metrics_),
               [this](size_t leased, int64_t expired) { metrics_.SetLeases(leased, expired); }),
       templates_(&leases_, io_.get_executor(), &clock_, journal_.get()),
       driver_(DriverParts{.executor = io_.get_executor(),

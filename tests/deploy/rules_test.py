@@ -68,7 +68,7 @@ class PrometheusRules(unittest.TestCase):
         self.assertEqual(len(ids), len(set(ids)), "panel ids must be unique")
         rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
         self.assertEqual(rows, ["Episodes", "Phase latencies", "Queue and warm pool", "Sandbox hosts",
-                                "Ratelimiter", "Proxy", "Tokens", "Asynchronous RL", "Quotas", "Processes"])
+                                "Ratelimiter", "Proxy", "Tokens", "Asynchronous RL", "Quotas", "Processes", "Usage"])
         for p in dashboard["panels"]:
             if p["type"] == "row":
                 continue

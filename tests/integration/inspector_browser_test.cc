@@ -105,6 +105,9 @@ TEST_F(SchedulerFixture, TheInspectorRendersBatchesGroupsAndTrajectoriesInChromi
   EXPECT_EQ(Count(dom, "class=\"rollout\""), 4u);
   EXPECT_THAT(dom, HasSubstr("href=\"#/episode/inspect-me:g1:e0\""));
   EXPECT_THAT(dom, HasSubstr("Say pears through the shell."));
+  EXPECT_THAT(dom, HasSubstr("id=\"usage\""));  // what the batch cost
+  EXPECT_THAT(dom, HasSubstr("CPU-hours"));
+  EXPECT_THAT(dom, HasSubstr("prompt tokens"));
 
   dom = RenderedDom(base + "#/episode/inspect-me:g1:e0", profile);
   EXPECT_THAT(dom, HasSubstr("id=\"conversation\""));
@@ -115,6 +118,10 @@ TEST_F(SchedulerFixture, TheInspectorRendersBatchesGroupsAndTrajectoriesInChromi
   EXPECT_THAT(dom, HasSubstr("done: pears"));         // its final answer
   EXPECT_THAT(dom, HasSubstr("acknowledged by the trainer"));
   EXPECT_THAT(dom, HasSubstr("id=\"timeline\""));
+  // What it cost: two model calls, the shell tool once.
+  EXPECT_THAT(dom, HasSubstr("id=\"episode-usage\""));
+  EXPECT_THAT(dom, HasSubstr("2 call(s), "));
+  EXPECT_THAT(dom, HasSubstr("shell ×1"));
   // Each call's role: the agent's conversation, the tool loop's two calls.
   EXPECT_THAT(dom, HasSubstr("role: agent"));
   EXPECT_THAT(dom, HasSubstr("generated · agent"));

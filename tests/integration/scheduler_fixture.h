@@ -272,14 +272,15 @@ class SchedulerFixture : public ::testing::Test {
   }
 
   // Streams the batch's results to the end (the stream ends once the batch is done), or only the first `limit`.
-  absl::StatusOr<std::vector<v1::EpisodeResult>> Results(const std::string& batch_id, bool whole_groups = false,
-                                                         absl::Duration timeout = absl::Minutes(3),
-                                                         size_t limit = SIZE_MAX) {
+  absl::StatusOr<std::vector<v1::EpisodeResult>> Results(
+      const std::string& batch_id, bool whole_groups = false, absl::Duration timeout = absl::Minutes(3),
+      size_t limit = SIZE_MAX, v1::TrajectoryFormat format = v1::TRAJECTORY_FORMAT_UNSPECIFIED) {
     grpc::ClientContext ctx;
     Prepare(ctx, timeout);
     v1::StreamResultsRequest req;
     req.set_batch_id(batch_id);
     req.set_whole_groups(whole_groups);
+    req.set_trajectory_format(format);
     auto reader = scheduler_stub_->StreamResults(&ctx, req);
     std::vector<v1::EpisodeResult> out;
     v1::StreamResultsResponse msg;

@@ -133,7 +133,8 @@ namespace {
 TEST_F(SchedulerFixture, ABranchingTaskSplitsIntoForksThatShareTheSandboxAndTheConversationPrefix) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
   v1::Task task = Scripted("tree", v1::TOOL_KIND_BASH, false,
-                           {"echo root > note.txt",
+                           {"python3 -c 'import time; [0 for _ in iter(lambda: time.process_time() < 0.8, False)]'; "
+                            "echo root > note.txt",
                             "echo $(cat note.txt) $(echo x >> note.txt; wc -l < note.txt) "
                             "$(tr -d '\\\\n ' < $HOME/.corral/task.json | grep -o 'g0:e[0-9]*')"},
                            "root 2 g0:e0");
@@ -172,6 +173,22 @@ TEST_F(SchedulerFixture, ABranchingTaskSplitsIntoForksThatShareTheSandboxAndTheC
     EXPECT_TRUE(absl::StartsWith(messages[1].call_id(), "tree:g0:e0:r1/")) << messages[1].call_id();
     EXPECT_TRUE(absl::StartsWith(messages[3].call_id(), absl::StrCat("tree:g0:e", i, ":r1/"))) << messages[3].call_id();
     EXPECT_FALSE(r.trajectory().branches(0).token_ids().empty());
+    // What each cost: the root's 0.8 s of CPU before the split is its own, none of a child's; a child's calls
+    // are its own two, the root's first one shared (not counted again); its files above a shared layer.
+    const v1::EpisodeUsage& u = r.usage();
+    ASSERT_TRUE(u.sandbox().has_cpu_time()) << "no cgroup here?";
+    const double cpu = absl::ToDoubleSeconds(FromProto(u.sandbox().cpu_time()));
+    if (i == 0) {
+      EXPECT_GE(cpu, 0.8);
+      EXPECT_EQ(u.model().calls(), 3u);
+      EXPECT_FALSE(u.has_shared_model());
+    } else {
+      EXPECT_LT(cpu, 0.5);
+      EXPECT_EQ(u.model().calls(), 2u);
+      EXPECT_EQ(u.shared_model().calls(), 1u);
+      EXPECT_GT(u.sandbox().shared_disk_bytes(), 0u);
+    }
+    EXPECT_EQ(u.tools().calls(), i == 0 ? 2u : 1u);  // the root's first call is before the split
   }
   EXPECT_EQ(sandboxes.size(), 4u);
   EXPECT_TRUE(NothingLeaked());

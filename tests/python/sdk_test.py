@@ -168,6 +168,22 @@ class SdkTest(unittest.TestCase):
         self.assertEqual((progress.finished, progress.acked), (24, 24))
         all_rewards = [r.reward for g in groups for r in g]
         self.assertAlmostEqual(progress.mean_reward, sum(all_rewards) / 24)
+        # What they cost: one call each, its tokens the trajectory's; no sandbox, so nothing measured (None, not 0).
+        results = [r for g in groups for r in g]
+        for r in results:
+            u = corral.usage.usage_of(r)
+            self.assertEqual(u["llm_calls"], 1)
+            self.assertEqual(u["prompt_tokens"], r.trajectory.usage.prompt_tokens)
+            self.assertEqual(u["by_role"]["agent"]["completion_tokens"], r.trajectory.usage.completion_tokens)
+            self.assertIsNone(u["cpu_seconds"])
+            self.assertEqual(corral.rl.to_training_sample(r).usage, u)
+        summary = corral.usage.summarize(results)
+        self.assertEqual((summary.totals["episodes"], summary.totals["measured"], summary.totals["llm_calls"]),
+                         (24, 0, 24))
+        self.assertEqual(summary.totals["prompt_tokens"], sum(r.trajectory.usage.prompt_tokens for r in results))
+        self.assertEqual(len(summary.by_task), 6)
+        self.assertEqual(summary.by_task["q0"]["episodes"], 4)
+        self.assertIn("24 episode(s), 0 with a measured sandbox", str(summary))
         # Everything acknowledged: a new iteration has nothing left to give.
         self.assertEqual(list(self.client.batch("sdk-groups").results()), [])
 

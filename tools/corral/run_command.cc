@@ -157,7 +157,7 @@ int Run(const RunFlags& f) {
   const grpc::Status st = reader->Finish();
   out.flush();
   if (absl::Status acked = s->Ack(to_ack); !acked.ok()) return Fail(f.name + ": ack", acked);
-  if (auto final_batch = s->GetBatch(id); final_batch.ok()) report.Progress(*final_batch);
+  if (auto final_batch = s->GetBatch(id, /*task_stats=*/true); final_batch.ok()) report.Progress(*final_batch);
   const absl::Time end = absl::Now();
   std::cerr << (tty ? "\r" : "") << report.Line(end, tty ? 24 : 0) << (tty ? "\033[K\n" : "\n");
   if (!st.ok()) return Fail(f.name + ": results", FromGrpcStatus(st));

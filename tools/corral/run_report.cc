@@ -47,6 +47,59 @@ std::string Sparkline(const std::vector<double>& values, double lo, double hi) {
   return out;
 }
 
+// "1,234,567".
+std::string Thousands(uint64_t n) {
+  std::string digits = absl::StrCat(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// The batch's usage (Batch.usage), then its most expensive tasks (by cost with a price table, else CPU time).
+std::string UsageSummary(const v1::Batch& batch) {
+  const v1::UsageTotals& u = batch.usage();
+  if (u.episodes() == 0) return "";
+  std::string out = "\nusage      ";
+  if (u.episodes_measured() > 0) {
+    absl::StrAppendFormat(&out, "  cpu %.3f h  memory %.3f GiB·h  sandboxes %.3f h", u.cpu_seconds() / 3600,
+                          u.memory_gib_seconds() / 3600, u.sandbox_seconds() / 3600);
+    if (u.episodes_measured() < u.episodes()) {
+      absl::StrAppendFormat(&out, " (%d of %d measured)", u.episodes_measured(), u.episodes());
+    }
+  } else {
+    absl::StrAppend(&out, "  sandboxes not measured (no cgroup)");
+  }
+  absl::StrAppend(&out, "\n             tokens ", Thousands(u.prompt_tokens()), " prompt");
+  if (u.cached_prompt_tokens() > 0) absl::StrAppend(&out, " (", Thousands(u.cached_prompt_tokens()), " cached)");
+  absl::StrAppend(&out, " + ", Thousands(u.completion_tokens()), " completion in ", Thousands(u.llm_calls()),
+                  " call(s), ", Thousands(u.tool_calls()), " tool call(s)");
+  if (u.has_cost()) absl::StrAppendFormat(&out, "  cost %.4f", u.cost());
+  std::vector<const v1::TaskStats*> tasks;
+  for (const v1::TaskStats& t : batch.task_stats()) {
+    if (t.usage().episodes() > 0) tasks.push_back(&t);
+  }
+  const bool by_cost = u.has_cost();
+  auto key = [by_cost](const v1::TaskStats* t) { return by_cost ? t->usage().cost() : t->usage().cpu_seconds(); };
+  std::sort(tasks.begin(), tasks.end(),
+            [&](const v1::TaskStats* a, const v1::TaskStats* b) { return key(a) > key(b); });
+  if (tasks.size() > 5) tasks.resize(5);
+  if (tasks.size() > 1) {
+    absl::StrAppendFormat(&out, "\nmost expensive tasks (%s)\n", by_cost ? "cost" : "cpu");
+    for (const v1::TaskStats* t : tasks) {
+      absl::StrAppendFormat(&out, "  %-28s %4d  cpu %8.1fs  %10s tokens", t->task_id().substr(0, 28),
+                            t->usage().episodes(), t->usage().cpu_seconds(),
+                            Thousands(t->usage().prompt_tokens() + t->usage().completion_tokens()));
+      if (t->usage().has_cost()) absl::StrAppendFormat(&out, "  cost %.4f", t->usage().cost());
+      absl::StrAppend(&out, "\n");
+    }
+  } else {
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string ShortDuration(absl::Duration d) {
@@ -172,6 +225,8 @@ std::string RunReport::Summary(absl::Time now) const {
                             ShortDuration(Percentile(v, 1.0)));
     }
   }
+
+  if (batch_) absl::StrAppend(&out, UsageSummary(*batch_));
 
   std::vector<const Episode*> slowest;
   for (const Episode& e : episodes_) slowest.push_back(&e);

@@ -1,6 +1,7 @@
 // What `corral run` shows: a live progress line while a batch runs, and a summary once it ends — status mix,
-// reward per task (mean and distribution), phase latency percentiles, the slowest episodes. Plain logic over the
-// result stream's messages; the caller decides where and how often to print.
+// reward per task (mean and distribution), phase latency percentiles, the slowest episodes, and what the batch
+// cost (the scheduler's totals, and its most expensive tasks when the last Progress has task_stats). Plain logic over
+// the result stream's messages; the caller decides where and how often to print.
 #pragma once
 
 #include <map>

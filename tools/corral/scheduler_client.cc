@@ -41,11 +41,12 @@ absl::StatusOr<v1::Batch> Scheduler::Submit(const v1::BatchSpec& spec, const std
   return batch;
 }
 
-absl::StatusOr<v1::Batch> Scheduler::GetBatch(const std::string& batch_id) const {
+absl::StatusOr<v1::Batch> Scheduler::GetBatch(const std::string& batch_id, bool task_stats) const {
   grpc::ClientContext ctx;
   Prepare(ctx);
   v1::GetBatchRequest req;
   req.set_batch_id(batch_id);
+  req.set_task_stats(task_stats);
   v1::Batch batch;
   if (grpc::Status st = stub->GetBatch(&ctx, req, &batch); !st.ok()) return FromGrpcStatus(st);
   return batch;
@@ -79,6 +80,7 @@ v1::BatchSpec BatchFlags::Spec() const {
   spec.set_redundancy(redundancy);
   spec.set_priority(priority);
   spec.set_max_attempts(max_attempts);
+  spec.set_tenant(tenant);
   if (seed >= 0) spec.set_seed(static_cast<uint64_t>(seed));
   if (!runner.empty()) spec.mutable_overrides()->set_runner(RunnerFromName(runner));
   if (!model.empty()) spec.mutable_overrides()->mutable_llm()->set_model(model);
@@ -113,6 +115,8 @@ void AddBatchFlags(CLI::App* cmd, BatchFlags& flags) {
   cmd->add_option("--batch-id", flags.batch_id, "client-chosen batch id: resubmitting it is idempotent");
   cmd->add_option("--priority", flags.priority, "higher runs first");
   cmd->add_option("--max-attempts", flags.max_attempts, "attempts per episode for infra failures");
+  cmd->add_option("--tenant", flags.tenant,
+                  "whose batch it is, for the usage metrics per tenant (corral_usage_*_total; default: default)");
 }
 
 absl::StatusOr<std::vector<v1::Task>> LoadBatchTasks(const BatchFlags& flags) {

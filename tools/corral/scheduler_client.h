@@ -21,7 +21,7 @@ struct Scheduler {
 
   // Submits `tasks` under `spec` (Submit's client stream, in chunks well under gRPC's 4 MiB message limit).
   absl::StatusOr<v1::Batch> Submit(const v1::BatchSpec& spec, const std::vector<v1::Task>& tasks) const;
-  absl::StatusOr<v1::Batch> GetBatch(const std::string& batch_id) const;
+  absl::StatusOr<v1::Batch> GetBatch(const std::string& batch_id, bool task_stats = false) const;
   absl::Status Ack(const std::vector<std::string>& episode_ids) const;
   // Returns how many queued or running episodes were cancelled.
   absl::StatusOr<uint32_t> CancelBatch(const std::string& batch_id, const std::string& reason) const;
@@ -30,7 +30,7 @@ struct Scheduler {
 // What `corral run` and `corral batch submit` ask of a batch: the input (a JSONL dataset or Harbor task
 // directories, with the agent those need) and the BatchSpec fields a person sets from the shell.
 struct BatchFlags {
-  std::string input, agent, runner, model, batch_id;
+  std::string input, agent, runner, model, batch_id, tenant;
   std::string skip_file;  // task ids left out, one per line (corral audit --quarantine writes one)
   std::vector<std::string> agent_files;
   bool harbor_images = false;  // Harbor tasks run in their Dockerfile's FROM image (or task.toml's docker_image)
@@ -41,7 +41,7 @@ struct BatchFlags {
   v1::BatchSpec Spec() const;
 };
 // Adds the positional input and --agent, --agent-file, --harbor-images, --skip, --group-size, --redundancy, --runner,
-// --model, --seed, --batch-id, --priority and --max-attempts to `cmd`.
+// --model, --seed, --batch-id, --priority, --max-attempts and --tenant to `cmd`.
 void AddBatchFlags(CLI::App* cmd, BatchFlags& flags);
 // The tasks `flags` name (LoadTaskInput), less those listed in the skip file (NOT_FOUND when it cannot be read).
 absl::StatusOr<std::vector<v1::Task>> LoadBatchTasks(const BatchFlags& flags);

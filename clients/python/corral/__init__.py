@@ -7,7 +7,7 @@
         advantages = corral.rl.group_advantages(group)
         samples = [corral.rl.to_training_sample(r) for r in group]
 """
-from corral import gym, rl
+from corral import gym, rl, usage
 from corral._version import __version__
 from corral.auth import Tls, cluster_token, local_cluster
 from corral.client import Batch, Client, CorralError, EpisodeResult, Progress
@@ -20,5 +20,5 @@ __all__ = [
     "AgentTask", "AsyncEnvEpisode", "Batch", "Client", "Command", "CorralError", "EnvEpisode", "Environment",
     "EpisodeResult", "File", "Progress", "SingleTurnTask", "Step", "Timeouts", "Tls", "Tool", "ToolLoopTask",
     "Verifier", "__version__", "cluster_token", "gym", "iter_jsonl", "load_harbor", "load_harbor_dir", "load_jsonl",
-    "local_cluster", "rl", "skip_listed", "task_from_dict", "to_task",
+    "local_cluster", "rl", "skip_listed", "task_from_dict", "to_task", "usage",
 ]

@@ -181,7 +181,7 @@ class Client:
                runner: Optional[str] = None, model: Optional[str] = None, overrides=None,
                max_staleness: Optional[int] = None, step_groups: int = 0, base_policy_version: Optional[int] = None,
                group_filter=None, target_groups: int = 0, max_groups: int = 0,
-               group_failure_policy: str = "deliver", groups_in_flight: int = 0) -> "Batch":
+               group_failure_policy: str = "deliver", groups_in_flight: int = 0, tenant: str = "") -> "Batch":
         """Submits `tasks` (builders from corral.tasks, dataset dicts, or Task messages) as one batch of
         `group_size` episodes per task (plus `redundancy` extras, cancelled once group_size have ended).
         `runner`, `model` and `overrides` (a TaskOverrides message or a dataset-shaped dict) replace the tasks'
@@ -197,7 +197,9 @@ class Client:
 
         Streaming mode: with `groups_in_flight` K the batch is a long-lived stream that keeps K groups in flight
         over its task list; add tasks with `batch.append(tasks)`, end it with `batch.close_input()` (it may start
-        with no tasks)."""
+        with no tasks).
+
+        `tenant` says whose batch it is, for the usage metrics per tenant (docs/usage.md)."""
         if group_failure_policy not in _GROUP_FAILURE_POLICIES:
             raise ValueError(f"group_failure_policy must be one of {sorted(_GROUP_FAILURE_POLICIES)}, "
                              f"not {group_failure_policy!r}")
@@ -205,7 +207,7 @@ class Client:
                                        priority=priority, max_attempts=max_attempts, labels=labels or {},
                                        step_groups=step_groups, target_groups=target_groups, max_groups=max_groups,
                                        group_failure_policy=_GROUP_FAILURE_POLICIES[group_failure_policy],
-                                       groups_in_flight=groups_in_flight)
+                                       groups_in_flight=groups_in_flight, tenant=tenant)
         if seed is not None:
             spec.seed = seed
         if max_staleness is not None:

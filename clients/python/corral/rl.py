@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
+from corral import usage as _usage
 from corral.v1 import scheduler_pb2
 
 _FINISHED = scheduler_pb2.EPISODE_STATUS_FINISHED
@@ -60,6 +61,8 @@ class TrainingSample:
     linked_branch: Optional[int] = None
     # The episode's LLM calls per role (role_counts): what was trained on and what was left out.
     role_counts: Dict[str, int] = dataclasses.field(default_factory=dict)
+    # What the episode cost (corral.usage.usage_of): CPU, memory, tokens, tools, cost.
+    usage: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def input_ids(self) -> List[int]:
@@ -83,6 +86,7 @@ def to_training_samples(result: scheduler_pb2.EpisodeResult,
     samples = []
     reward = result.reward if result.status == _FINISHED and result.HasField("reward") else 0.0
     counts = role_counts(result)
+    usage = _usage.usage_of(result)
     any_tokens = False
     for branch in result.trajectory.branches:
         if not branch.token_ids:
@@ -102,7 +106,7 @@ def to_training_samples(result: scheduler_pb2.EpisodeResult,
             tokens_consistent=branch.tokens_consistent, versions=list(branch.token_versions)[start:],
             role=role_of(branch),
             linked_branch=branch.linked_branch if branch.HasField("linked_branch") else None,
-            role_counts=counts))
+            role_counts=counts, usage=usage))
     if not any_tokens and result.llm_calls > 0:
         raise ValueError(f"episode {result.ids.episode_id} has no token ids in its trajectory: enable "
                          "capture_token_ids in the scheduler (or the session policy) and use a backend that "

@@ -77,6 +77,27 @@ absl::StatusOr<std::map<std::string, std::string>> MetadataFilter(const std::str
   return out;
 }
 
+// A sandbox's usage in the shape Daytona's users asked for (cpu_seconds, memory_gib_seconds, storage_gib_seconds,
+// cost), with what else the host measured; null where it was not measured (no cgroup, no disk quota).
+json::object UsageJson(const std::string& id, const v1::ResourceUsage& u, const PriceTable& prices) {
+  auto seconds = [](const google::protobuf::Duration& d) { return absl::ToDoubleSeconds(FromProto(d)); };
+  json::object out{{"sandboxID", JsonText(id)}};
+  const bool cpu = u.has_cpu_time(), memory = u.has_memory_gib_seconds();
+  out["cpu_seconds"] = cpu ? json::value(seconds(u.cpu_time())) : json::value(nullptr);
+  out["memory_gib_seconds"] = memory ? json::value(u.memory_gib_seconds()) : json::value(nullptr);
+  out["storage_gib_seconds"] = u.has_disk_gib_seconds() ? json::value(u.disk_gib_seconds()) : json::value(nullptr);
+  out["cost"] = !prices.empty() && cpu && memory
+                    ? json::value(prices.SandboxCost(seconds(u.cpu_time()), u.memory_gib_seconds()))
+                    : json::value(nullptr);
+  out["memory_peak_bytes"] = u.has_memory_peak_bytes() ? json::value(u.memory_peak_bytes()) : json::value(nullptr);
+  out["disk_bytes"] = u.has_own_disk_bytes() ? json::value(u.own_disk_bytes()) : json::value(nullptr);
+  out["shared_disk_bytes"] = u.has_shared_disk_bytes() ? json::value(u.shared_disk_bytes()) : json::value(nullptr);
+  out["wall_seconds"] = seconds(u.wall_time());
+  out["busy_seconds"] = seconds(u.busy_time());
+  out["processes"] = u.processes_started();
+  return out;
+}
+
 }  // namespace
 
 bool E2bControlPlane::Serves(const std::string& path) {
@@ -101,6 +122,8 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Handle(E2bRequest r) {
   std::vector<std::string> parts = absl::StrSplit(path, '/');
   if (parts.empty() || parts.size() > 2 || parts[0].empty()) co_return E2bError(404, "no such route");
   std::string action = parts.size() == 2 ? parts[1] : "";
+  if (r.method == "GET" && action == "metrics") co_return co_await Metrics(*std::move(owner), parts[0], r.query);
+  if (r.method == "GET" && action == "usage") co_return co_await Usage(*std::move(owner), parts[0]);
   co_return co_await OnSandbox(*std::move(owner), std::move(r.method), parts[0], std::move(action), std::move(r.body));
 }
 
@@ -294,7 +317,6 @@ asio::awaitable<E2bAnswer> E2bControlPlane::OnSandbox(std::string owner, std::st
     co_return co_await Connect(std::move(owner), std::move(id), *timeout);
   }
   if (method == "POST" && action == "pause") co_return co_await Pause(std::move(owner), std::move(id));
-  if (method == "GET" && action == "metrics") co_return co_await Metrics(std::move(owner), std::move(id));
   if (method == "POST" && action == "refreshes") {
     // {duration} in seconds (0-3600; absent or 0: the default timeout), as a renewal.
     absl::Duration ttl = options_.default_timeout;
@@ -377,35 +399,102 @@ asio::awaitable<E2bAnswer> E2bControlPlane::Connect(std::string owner, std::stri
   co_return E2bAnswer{200, json::serialize(SandboxJson(*lease)), {}};
 }
 
-asio::awaitable<E2bAnswer> E2bControlPlane::Metrics(std::string owner, std::string id) {
+asio::awaitable<std::variant<E2bControlPlane::Leased, E2bAnswer>> E2bControlPlane::FindLeased(std::string owner,
+                                                                                              std::string id) {
+  using Out = std::variant<Leased, E2bAnswer>;
   auto lease = co_await leases_->Get(id, owner);
-  if (!lease.ok())
-    co_return lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
-                                                                   : E2bFromStatus(lease.status());
+  if (!lease.ok()) {
+    co_return Out(lease.status().code() == absl::StatusCode::kNotFound ? SandboxNotFound(id)
+                                                                       : E2bFromStatus(lease.status()));
+  }
   auto host = leases_->Host(*lease);
-  if (!host.ok()) co_return E2bFromStatus(host.status());
-  if (*host == nullptr) co_return E2bError(500, absl::StrCat("sandbox ", id, ": no client for its host"));
-  auto sandbox = co_await (*host)->Get(lease->sandbox_id(), absl::Seconds(10));
+  if (!host.ok()) co_return Out(E2bFromStatus(host.status()));
+  if (*host == nullptr) co_return Out(E2bError(500, absl::StrCat("sandbox ", id, ": no client for its host")));
+  co_return Out(Leased{*std::move(lease), *std::move(host)});
+}
+
+asio::awaitable<E2bAnswer> E2bControlPlane::Metrics(std::string owner, std::string id,
+                                                    std::map<std::string, std::string> query) {
+  // [start, end] in Unix seconds, as the SDK sends them; a sample before `start` is asked for too, as the base
+  // of the first one's CPU share.
+  v1::GetSandboxRequest request;
+  request.set_samples(true);
+  std::optional<absl::Time> start, end;
+  for (const char* bound : {"start", "end"}) {
+    auto it = query.find(bound);
+    if (it == query.end()) continue;
+    int64_t unix = 0;
+    if (!absl::SimpleAtoi(it->second, &unix) || unix < 0) {
+      co_return E2bError(400, absl::StrCat(bound, " must be a time in Unix seconds"));
+    }
+    const absl::Time t = absl::FromUnixSeconds(unix);
+    if (std::string(bound) == "start") {
+      start = t;
+      ToProto(t - absl::Seconds(10), request.mutable_samples_from());
+    } else {
+      end = t;
+      ToProto(t, request.mutable_samples_to());
+    }
+  }
+  auto leased = co_await FindLeased(owner, id);
+  if (auto* answer = std::get_if<E2bAnswer>(&leased)) co_return std::move(*answer);
+  const Leased& found = std::get<Leased>(leased);
+  request.set_sandbox_id(found.lease.sandbox_id());
+  auto sandbox = co_await found.host->GetSandbox(std::move(request), absl::Seconds(10));
   if (!sandbox.ok()) co_return E2bFromStatus(sandbox.status());
   const v1::ResourceUsage& u = sandbox->usage();
   if (!u.measured()) co_return E2bAnswer{200, "[]", {}};  // no cgroup: nothing measured, never zeros
-  // CPU share since the previous sample this replica took (or since the sandbox started), of all its CPUs.
-  const absl::Time now = clock_->Now();
-  const absl::Duration cpu = FromProto(u.cpu_time());
-  std::pair<absl::Time, absl::Duration> since{FromProto(lease->create_time()), absl::ZeroDuration()};
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = cpu_samples_.find(id); it != cpu_samples_.end() && it->second.first < now) since = it->second;
-    if (cpu_samples_.size() > 100000) cpu_samples_.clear();
-    cpu_samples_[id] = {now, cpu};
+  // The host's samples (one every 5 s) since the sandbox was leased (a warm one was idle before), and its use
+  // now when the last is more than a second old and `end` is not past.
+  const absl::Time leased_at = FromProto(found.lease.create_time()), now = clock_->Now();
+  std::vector<v1::UsageSample> samples;
+  for (const v1::UsageSample& s : u.samples()) {
+    if (FromProto(s.time()) >= leased_at) samples.push_back(s);
   }
-  const double wall = absl::ToDoubleSeconds(now - since.first) * std::max<uint32_t>(u.cpu_count(), 1);
-  const double pct = wall > 0 ? std::clamp(100 * absl::ToDoubleSeconds(cpu - since.second) / wall, 0.0, 100.0) : 0;
-  json::object sample{{"timestamp", JsonText(E2bTime(now))}, {"timestampUnix", absl::ToUnixSeconds(now)},
-                      {"cpuCount", u.cpu_count()},           {"cpuUsedPct", std::round(pct * 100) / 100},
-                      {"memUsed", u.memory_bytes()},         {"memTotal", u.memory_limit_bytes()},
-                      {"diskUsed", u.disk_used_bytes()},     {"diskTotal", u.disk_total_bytes()}};
-  co_return E2bAnswer{200, json::serialize(json::array{std::move(sample)}), {}};
+  const bool open_ended = !end || *end >= now - absl::Seconds(1);
+  if (open_ended && (samples.empty() || FromProto(samples.back().time()) < now - absl::Seconds(1))) {
+    v1::UsageSample current;
+    ToProto(now, current.mutable_time());
+    *current.mutable_cpu_time() = u.cpu_time();
+    current.set_memory_bytes(u.memory_bytes());
+    if (u.disk_total_bytes() > 0) current.set_disk_used_bytes(u.disk_used_bytes());
+    samples.push_back(current);
+  }
+  // Each sample's CPU share is over the time since the one before it (the first's: since the sandbox was created).
+  json::array out;
+  absl::Time before = leased_at;
+  absl::Duration cpu_before;
+  const double cpus = std::max<uint32_t>(u.cpu_count(), 1);
+  for (const v1::UsageSample& s : samples) {
+    const absl::Time t = FromProto(s.time());
+    const absl::Duration cpu = FromProto(s.cpu_time());
+    const double wall = absl::ToDoubleSeconds(t - before) * cpus;
+    const double pct = wall > 0 ? std::clamp(100 * absl::ToDoubleSeconds(cpu - cpu_before) / wall, 0.0, 100.0) : 0;
+    before = t;
+    cpu_before = cpu;
+    if (start && t < *start) continue;  // the base only
+    out.push_back(json::object{{"timestamp", JsonText(E2bTime(t))},
+                               {"timestampUnix", absl::ToUnixSeconds(t)},
+                               {"cpuCount", u.cpu_count()},
+                               {"cpuUsedPct", std::round(pct * 100) / 100},
+                               {"memUsed", s.memory_bytes()},
+                               {"memTotal", u.memory_limit_bytes()},
+                               {"diskUsed", s.has_disk_used_bytes() ? s.disk_used_bytes() : u.disk_used_bytes()},
+                               {"diskTotal", u.disk_total_bytes()}});
+  }
+  co_return E2bAnswer{200, json::serialize(out), {}};
+}
+
+asio::awaitable<E2bAnswer> E2bControlPlane::Usage(std::string owner, std::string id) {
+  auto leased = co_await FindLeased(owner, id);
+  if (auto* answer = std::get_if<E2bAnswer>(&leased)) co_return std::move(*answer);
+  const Leased& found = std::get<Leased>(leased);
+  v1::GetSandboxRequest request;
+  request.set_sandbox_id(found.lease.sandbox_id());
+  request.set_disk_usage(true);
+  auto sandbox = co_await found.host->GetSandbox(std::move(request), absl::Seconds(30));
+  if (!sandbox.ok()) co_return E2bFromStatus(sandbox.status());
+  co_return E2bAnswer{200, json::serialize(UsageJson(id, sandbox->usage(), options_.prices)), {}};
 }
 
 }  // namespace corral::sandbox_api

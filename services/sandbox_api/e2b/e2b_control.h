@@ -25,6 +25,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -71,7 +72,17 @@ class E2bControlPlane {
   boost::asio::awaitable<E2bAnswer> Pause(std::string owner, std::string id);
   // Resumes a paused sandbox (201), or renews a running one when `timeout` > 0 (200).
   boost::asio::awaitable<E2bAnswer> Connect(std::string owner, std::string id, absl::Duration timeout);
-  boost::asio::awaitable<E2bAnswer> Metrics(std::string owner, std::string id);
+  // The lease `id` of `owner` and its host's client, or the E2B error to answer (404, 500).
+  struct Leased {
+    v1::SandboxLease lease;
+    std::shared_ptr<sandbox::HostApi> host;
+  };
+  boost::asio::awaitable<std::variant<Leased, E2bAnswer>> FindLeased(std::string owner, std::string id);
+  // GET /sandboxes/{id}/usage (Corral's): what the sandbox has cost so far, in Daytona's shape (UsageJson).
+  boost::asio::awaitable<E2bAnswer> Usage(std::string owner, std::string id);
+  // getMetrics: the host's usage samples of the sandbox in [start, end] (query, Unix seconds).
+  boost::asio::awaitable<E2bAnswer> Metrics(std::string owner, std::string id,
+                                            std::map<std::string, std::string> query);
   // What the SDK reads after create, connect and fork (Sandbox), and for info and list (SandboxDetail).
   boost::json::object SandboxJson(const v1::SandboxLease& lease) const;
   boost::json::object InfoJson(const v1::SandboxLease& lease) const;
@@ -83,9 +94,6 @@ class E2bControlPlane {
   const E2bOptions options_;
   const std::function<void(const std::string&)> on_killed_;
   const std::function<void(const v1::SandboxLease&)> on_leased_;
-  // getMetrics' CPU share is over the time since the previous sample: each sandbox's last (when, CPU time).
-  absl::Mutex mu_;
-  std::map<std::string, std::pair<absl::Time, absl::Duration>> cpu_samples_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace corral::sandbox_api

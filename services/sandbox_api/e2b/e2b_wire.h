@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "boost/json/object.hpp"
 #include "boost/json/string_view.hpp"
+#include "libs/core/price_table.h"
 
 namespace corral::sandbox_api {
 
@@ -38,6 +39,8 @@ struct E2bOptions {
   std::string home = "/home/user";     // the E2B user's home: a task path of every sandbox
   // A metadata key that names the image of a sandbox made from the default template ("" : none).
   std::string image_metadata_key;
+  // What a sandbox's usage costs (GET /sandboxes/{id}/usage); empty: no cost.
+  PriceTable prices;
 };
 
 // The SDK's error body: `code` is the HTTP status (it tells "not found" from the body, not the status line).

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/fake_clock.h"
+#include "libs/http/url.h"
 #include "services/sandbox_api/testing/fake_leases.h"
 #include "tests/support/io_thread.h"
 
@@ -27,7 +28,12 @@ class E2bControlTest : public ::testing::Test {
  protected:
   E2bAnswer Call(const std::string& method, const std::string& path, const std::string& body = "",
                  const std::string& key = "") {
-    E2bRequest r{.method = method, .path = path, .api_key = key.empty() ? alice_ : key, .body = body};
+    http::Target target = *http::ParseTarget(path);  // as the HTTP layer splits it
+    E2bRequest r{.method = method,
+                 .path = target.path,
+                 .query = target.query,
+                 .api_key = key.empty() ? alice_ : key,
+                 .body = body};
     return io_.RunSync(control_.Handle(std::move(r)));
   }
   static json::value Json(const E2bAnswer& a) { return json::parse(a.body); }
@@ -182,6 +188,7 @@ TEST_F(E2bControlTest, PauseConnectRefreshAndMetricsAsTheSdkCallsThem) {
   usage.mutable_cpu_time()->set_seconds(1);
   host_->SetUsage(sandbox_id, usage);
   clock_.Advance(absl::Seconds(10));
+  // Before the host's first sample: its use now.
   E2bAnswer m = Call("GET", "/sandboxes/" + id + "/metrics");
   ASSERT_EQ(m.status, 200) << m.body;
   ASSERT_THAT(Json(m).as_array(), SizeIs(1));
@@ -194,11 +201,58 @@ TEST_F(E2bControlTest, PauseConnectRefreshAndMetricsAsTheSdkCallsThem) {
   EXPECT_TRUE(first.at("timestamp").is_string());
   // 1 s of CPU over the 10 s since it started, on 2 CPUs: 5 %.
   EXPECT_DOUBLE_EQ(first.at("cpuUsedPct").as_double(), 5.0);
-  // The next sample's share is over the time since this one: 2 s more CPU in 4 s, on 2 CPUs: 25 %.
-  usage.mutable_cpu_time()->set_seconds(3);
+  // The host's samples over time: each one's share is over the time since the one before it. 2 s more CPU in 4 s,
+  // on 2 CPUs: 25 %.
+  const absl::Time t0 = clock_.Now();
+  auto sample = [&](absl::Time t, int cpu_seconds, int64_t memory) {
+    v1::UsageSample* s = usage.add_samples();
+    ToProto(t, s->mutable_time());
+    s->mutable_cpu_time()->set_seconds(cpu_seconds);
+    s->set_memory_bytes(memory);
+  };
+  sample(t0, 1, 64 << 20);
+  sample(t0 + absl::Seconds(4), 3, 96 << 20);
   host_->SetUsage(sandbox_id, usage);
-  clock_.Advance(absl::Seconds(4));
-  EXPECT_DOUBLE_EQ(Json(Call("GET", "/sandboxes/" + id + "/metrics")).as_array()[0].at("cpuUsedPct").as_double(), 25.0);
+  const json::array series = Json(Call("GET", "/sandboxes/" + id + "/metrics")).as_array();
+  ASSERT_THAT(series, SizeIs(2));
+  EXPECT_DOUBLE_EQ(series[0].at("cpuUsedPct").as_double(), 5.0);
+  EXPECT_DOUBLE_EQ(series[1].at("cpuUsedPct").as_double(), 25.0);
+  EXPECT_EQ(series[1].at("memUsed").as_int64(), 96 << 20);
+  EXPECT_EQ(series[1].at("timestampUnix").as_int64(), absl::ToUnixSeconds(t0 + absl::Seconds(4)));
+  // A start after the first sample keeps it as the base only.
+  const json::array later =
+      Json(Call("GET", absl::StrCat("/sandboxes/", id, "/metrics?start=", absl::ToUnixSeconds(t0) + 1))).as_array();
+  ASSERT_THAT(later, SizeIs(1));
+  EXPECT_DOUBLE_EQ(later[0].at("cpuUsedPct").as_double(), 25.0);
+  EXPECT_EQ(Call("GET", "/sandboxes/" + id + "/metrics?start=yesterday").status, 400);
+  EXPECT_EQ(Call("GET", "/sandboxes/" + id + "/metrics?end=-5").status, 400);
+}
+
+// Corral's usage answer, in the shape Daytona's users asked for: what was not measured is null, never 0.
+TEST_F(E2bControlTest, UsageSaysWhatTheSandboxCostAndNullWhatWasNotMeasured) {
+  const std::string id(Json(Call("POST", "/v2/sandboxes", "{}")).at("sandboxID").as_string());
+  const std::string sandbox_id = (*io_.RunSync(leases_.Get(id, "alice"))).sandbox_id();
+  json::object none = Json(Call("GET", "/sandboxes/" + id + "/usage")).as_object();
+  EXPECT_EQ(none.at("sandboxID").as_string(), id);
+  EXPECT_TRUE(none.at("cpu_seconds").is_null());
+  EXPECT_TRUE(none.at("cost").is_null());
+  v1::ResourceUsage usage;
+  usage.mutable_cpu_time()->set_seconds(360);
+  usage.set_memory_gib_seconds(7200);
+  usage.set_own_disk_bytes(4096);
+  usage.mutable_wall_time()->set_seconds(600);
+  usage.set_processes_started(3);
+  host_->SetUsage(sandbox_id, usage);
+  const json::object u = Json(Call("GET", "/sandboxes/" + id + "/usage")).as_object();
+  EXPECT_DOUBLE_EQ(u.at("cpu_seconds").as_double(), 360.0);
+  EXPECT_DOUBLE_EQ(u.at("memory_gib_seconds").as_double(), 7200.0);
+  EXPECT_TRUE(u.at("storage_gib_seconds").is_null());
+  EXPECT_EQ(u.at("disk_bytes").to_number<uint64_t>(), 4096u);
+  EXPECT_DOUBLE_EQ(u.at("wall_seconds").as_double(), 600.0);
+  EXPECT_EQ(u.at("processes").to_number<uint64_t>(), 3u);
+  EXPECT_TRUE(u.at("cost").is_null());  // no price table
+  EXPECT_EQ(Call("GET", "/sandboxes/ls-none/usage").status, 404);
+  EXPECT_EQ(Call("GET", "/sandboxes/" + id + "/usage", "", bob_).status, 404);  // another key's sandbox
 }
 
 TEST_F(E2bControlTest, ForkGivesEachChildItsOwnSandboxAndToken) {

@@ -78,9 +78,21 @@ class HostApi {
   // ForkSandbox: `request.count` children of a live sandbox; those that did not fit are `rejected`.
   virtual boost::asio::awaitable<absl::StatusOr<v1::CreateSandboxesResponse>> Fork(v1::ForkSandboxRequest request,
                                                                                    CallOptions options) = 0;
-  virtual boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> Get(const std::string& sandbox_id,
-                                                                  absl::Duration timeout) = 0;
-  virtual boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) = 0;
+  // GetSandbox: the sandbox with its usage (its disk and samples as `request` asks).
+  virtual boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> GetSandbox(v1::GetSandboxRequest request,
+                                                                         absl::Duration timeout) = 0;
+  boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> Get(const std::string& sandbox_id, absl::Duration timeout) {
+    v1::GetSandboxRequest request;
+    request.set_sandbox_id(sandbox_id);
+    return GetSandbox(std::move(request), timeout);
+  }
+  // DeleteSandbox: whether it existed, and what it cost.
+  virtual boost::asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> DeleteSandbox(const std::string& sandbox_id,
+                                                                                          absl::Duration timeout) = 0;
+  boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) {
+    auto deleted = co_await DeleteSandbox(sandbox_id, timeout);
+    co_return deleted.status();
+  }
   // Runs to the process's exit; the host enforces command.timeout (exit.timed_out). Output kept head + tail
   // within `output_limit`, and each stream's first `output_limit` bytes apart.
   virtual boost::asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(v1::ExecRequest request, size_t output_limit,

@@ -58,10 +58,9 @@ asio::awaitable<absl::StatusOr<v1::CreateSandboxesResponse>> HostClient::Fork(v1
   co_return response;
 }
 
-asio::awaitable<absl::StatusOr<v1::Sandbox>> HostClient::Get(const std::string& sandbox_id, absl::Duration timeout) {
+asio::awaitable<absl::StatusOr<v1::Sandbox>> HostClient::GetSandbox(v1::GetSandboxRequest request,
+                                                                    absl::Duration timeout) {
   rpc::CallScope scope(nullptr, After(timeout), token_);
-  v1::GetSandboxRequest request;
-  request.set_sandbox_id(sandbox_id);
   v1::Sandbox response;
   grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->GetSandbox(scope.context(), &request, &response, std::move(done)); });
@@ -69,14 +68,16 @@ asio::awaitable<absl::StatusOr<v1::Sandbox>> HostClient::Get(const std::string& 
   co_return response;
 }
 
-asio::awaitable<absl::Status> HostClient::Delete(const std::string& sandbox_id, absl::Duration timeout) {
+asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> HostClient::DeleteSandbox(const std::string& sandbox_id,
+                                                                                     absl::Duration timeout) {
   rpc::CallScope scope(nullptr, After(timeout), token_);
   v1::DeleteSandboxRequest request;
   request.set_sandbox_id(sandbox_id);
   v1::DeleteSandboxResponse response;
   grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->DeleteSandbox(scope.context(), &request, &response, std::move(done)); });
-  co_return FromGrpcStatus(s);
+  if (!s.ok()) co_return FromGrpcStatus(s);
+  co_return response;
 }
 
 asio::awaitable<absl::StatusOr<ExecOutcome>> HostClient::Exec(v1::ExecRequest request, size_t output_limit,

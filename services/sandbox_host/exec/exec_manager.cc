@@ -90,7 +90,7 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
   auto spawned = Spawn(spec);
   if (!spawned.ok()) return spawned.status();
 
-  sandbox->running++;  // a running process keeps the sandbox from idle eviction
+  sandbox->ProcessStarted(clock_->Now());  // a running process keeps the sandbox from idle eviction
   const absl::Duration timeout = options.timeout;
   std::shared_ptr<Execution> e;
   {
@@ -100,7 +100,7 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
     executions_.emplace(key, e);  // before its descriptors are watched: their events find it
   }
   if (absl::Status attached = e->Attach(std::move(*spawned)); !attached.ok()) {
-    sandbox->running--;
+    sandbox->ProcessEnded(clock_->Now());
     absl::MutexLock lock(&mu_);
     executions_.erase(e->key());
     return attached;
@@ -166,7 +166,7 @@ void ExecManager::OnProcessExit(const std::shared_ptr<Execution>& e) {
   clock_->Cancel(e->timeout_timer);
   const ExitInfo exit = e->OnExited(clock_->Now());
   e->sandbox()->Touch(clock_->Now());
-  e->sandbox()->running--;
+  e->sandbox()->ProcessEnded(clock_->Now());
   if (metrics_) metrics_->Exec(ExitReasonName(exit.reason)).Observe(absl::ToDoubleSeconds(exit.duration));
   {
     absl::MutexLock lock(&mu_);

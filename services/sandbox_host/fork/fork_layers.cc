@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/sandbox_host/images/image_root.h"
 #include "services/sandbox_host/linux/namespaces.h"
+#include "services/sandbox_host/linux/tree_copy.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::sandbox {
@@ -99,6 +101,21 @@ std::vector<const ForkLayer*> LayersOf(const LayerStack& top) {
   return out;
 }
 
+int64_t SharedLayerBytes(const LayerStack& top) {
+  int64_t total = 0;
+  for (const ForkLayer* layer : LayersOf(top)) {
+    int64_t bytes = layer->bytes.load();
+    if (bytes < 0 && layer->held_by == nullptr) {
+      UniqueFd dir(open(layer->dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      absl::StatusOr<uint64_t> walked = dir.valid() ? TreeBytes(dir.get()) : absl::InternalError("cannot open");
+      if (walked.ok()) layer->bytes = bytes = static_cast<int64_t>(*walked);
+    }
+    if (bytes < 0) return -1;
+    total += bytes;
+  }
+  return total;
+}
+
 absl::StatusOr<std::vector<LayerMount>> LayerMounts(const LayerStack& top, uid_t uid,
                                                     std::map<uid_t, UniqueFd>& userns) {
   std::vector<LayerMount> out;
@@ -163,6 +180,9 @@ absl::StatusOr<LayerStack> ForkLayers::FreezeTree(const UniqueFd& rw_tree, uid_t
   layer->depth = below != nullptr ? below->depth + 1 : 1;
   layer->below = std::move(below);
   layer->held_by = this;
+  // No host path reaches a held layer's files: its size is its tmpfs's now, when it stops changing.
+  struct statfs fs {};
+  if (fstatfs(rw_tree.get(), &fs) == 0) layer->bytes = static_cast<int64_t>((fs.f_blocks - fs.f_bfree) * fs.f_bsize);
   return LayerStack(std::move(layer));
 }
 

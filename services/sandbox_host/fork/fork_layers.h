@@ -8,6 +8,8 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,12 +30,18 @@ struct ForkLayer {
   // An image sandbox's layer: its former tmpfs upper, mounted at `dir` in the holder mount namespace (the files
   // are in `dir`/upper there); null for a directory on disk.
   const ForkLayers* held_by = nullptr;
+  // The disk its files take, once measured (LayerBytes; a held layer's when it was frozen); -1 until then.
+  mutable std::atomic<int64_t> bytes{-1};
   ~ForkLayer();  // removes `dir` (the last user is gone); a held layer is unmounted first
 };
 using LayerStack = std::shared_ptr<const ForkLayer>;
 
 // The layers of `top`, top first.
 std::vector<const ForkLayer*> LayersOf(const LayerStack& top);
+
+// The disk the layers of `top` take together, each measured once (a walk of its files, the first time; layers
+// never change): what the sandboxes using them share. -1 when one cannot be measured.
+int64_t SharedLayerBytes(const LayerStack& top);
 
 // The layers of `top`, top first, as the sandbox of `uid` mounts them: each with the user namespace that shows
 // its owner's files as `uid`'s (-1: `uid`'s own files), kept open in `userns` (one per owner) until mounted.

@@ -101,10 +101,9 @@ std::vector<int> SandboxCgroup::procs_fds() const {
   return fds;
 }
 
-CgroupUsage ParseCgroupUsage(const std::string& cpu_stat, const std::string& memory_current,
-                             const std::string& memory_max, const std::string& pids_current) {
+CgroupUsage ParseCgroupUsage(const CgroupFiles& files) {
   CgroupUsage u;
-  for (absl::string_view line : absl::StrSplit(cpu_stat, '\n', absl::SkipEmpty())) {
+  for (absl::string_view line : absl::StrSplit(files.cpu_stat, '\n', absl::SkipEmpty())) {
     std::vector<absl::string_view> kv = absl::StrSplit(line, ' ', absl::SkipEmpty());
     int64_t v = 0;
     if (kv.size() != 2 || !absl::SimpleAtoi(kv[1], &v)) continue;
@@ -114,14 +113,25 @@ CgroupUsage ParseCgroupUsage(const std::string& cpu_stat, const std::string& mem
   }
   auto number = [](const std::string& text, int64_t& out) {
     int64_t v = 0;
-    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &v)) out = v;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &v) && v >= 0) out = v;
   };
-  number(memory_current, u.memory_bytes);
-  number(pids_current, u.pids);
-  if (absl::StripAsciiWhitespace(memory_max) == "max") {
+  number(files.memory_current, u.memory_bytes);
+  number(files.memory_peak, u.memory_peak_bytes);
+  number(files.pids_current, u.pids);
+  if (absl::StripAsciiWhitespace(files.memory_max) == "max") {
     u.memory_limit_bytes = 0;
   } else {
-    number(memory_max, u.memory_limit_bytes);
+    number(files.memory_max, u.memory_limit_bytes);
+  }
+  // One line per device: "8:0 rbytes=1 wbytes=2 rios=1 wios=1 dbytes=0 dios=0".
+  if (files.io_stat) {
+    u.io_write_bytes = 0;
+    for (absl::string_view line : absl::StrSplit(*files.io_stat, '\n', absl::SkipEmpty())) {
+      for (absl::string_view field : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+        int64_t v = 0;
+        if (absl::ConsumePrefix(&field, "wbytes=") && absl::SimpleAtoi(field, &v) && v >= 0) u.io_write_bytes += v;
+      }
+    }
   }
   return u;
 }
@@ -139,16 +149,38 @@ CgroupUsage SandboxCgroup::Usage() const {
     const std::string path = FileIn(name);
     return path.empty() ? std::string() : ReadAll(path.c_str());
   };
-  if (v2_) return ParseCgroupUsage(read("cpu.stat"), read("memory.current"), read("memory.max"), read("pids.current"));
-  // v1: cpuacct.usage is nanoseconds; an unlimited memory.limit_in_bytes is a huge number (no limit).
-  std::string cpu;
+  CgroupFiles f;
+  f.pids_current = read("pids.current");
+  if (v2_) {
+    f.cpu_stat = read("cpu.stat");
+    f.memory_current = read("memory.current");
+    f.memory_peak = read("memory.peak");
+    f.memory_max = read("memory.max");
+    if (const std::string io = FileIn("io.stat"); !io.empty()) f.io_stat = ReadAll(io.c_str());
+    return ParseCgroupUsage(f);
+  }
+  // v1: cpuacct.usage is nanoseconds, cpuacct.stat clock ticks; an unlimited memory.limit_in_bytes is a huge
+  // number (no limit). Buffered writes are not charged to a v1 cgroup, so no disk writes are counted.
   int64_t ns = 0;
-  if (absl::SimpleAtoi(absl::StripAsciiWhitespace(read("cpuacct.usage")), &ns))
-    cpu = absl::StrCat("usage_usec ", ns / 1000);
-  std::string limit = read("memory.limit_in_bytes");
+  if (absl::SimpleAtoi(absl::StripAsciiWhitespace(read("cpuacct.usage")), &ns)) {
+    absl::StrAppend(&f.cpu_stat, "usage_usec ", ns / 1000, "\n");
+  }
+  const int64_t tick_usec = 1000000 / std::max<long>(sysconf(_SC_CLK_TCK), 1);
+  for (absl::string_view line : absl::StrSplit(read("cpuacct.stat"), '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> kv = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int64_t ticks = 0;
+    if (kv.size() == 2 && absl::SimpleAtoi(kv[1], &ticks)) {
+      absl::StrAppend(&f.cpu_stat, kv[0] == "user" ? "user_usec " : "system_usec ", ticks * tick_usec, "\n");
+    }
+  }
+  f.memory_current = read("memory.usage_in_bytes");
+  f.memory_peak = read("memory.max_usage_in_bytes");
+  f.memory_max = read("memory.limit_in_bytes");
   int64_t bytes = 0;
-  if (absl::SimpleAtoi(absl::StripAsciiWhitespace(limit), &bytes) && bytes >= (int64_t{1} << 62)) limit = "max";
-  return ParseCgroupUsage(cpu, read("memory.usage_in_bytes"), limit, read("pids.current"));
+  if (absl::SimpleAtoi(absl::StripAsciiWhitespace(f.memory_max), &bytes) && bytes >= (int64_t{1} << 62)) {
+    f.memory_max = "max";
+  }
+  return ParseCgroupUsage(f);
 }
 
 absl::Status SandboxCgroup::Freeze(bool frozen, int timeout_ms) const {
@@ -216,10 +248,10 @@ CgroupManager CgroupManager::Detect(const std::string& name) {
     if (WriteFile(host_leaf + "/cgroup.procs", std::to_string(getpid()))) {
       mkdir(parent.c_str(), 0755);
       std::vector<std::string> enabled;
-      for (const char* c : {"memory", "pids", "cpu"}) {
+      for (const char* c : {"memory", "pids", "cpu", "io"}) {
         if (WriteFile(own_dir + "/cgroup.subtree_control", absl::StrCat("+", c)) &&
-            WriteFile(parent + "/cgroup.subtree_control", absl::StrCat("+", c))) {
-          enabled.push_back(c);
+            WriteFile(parent + "/cgroup.subtree_control", absl::StrCat("+", c)) && c != std::string("io")) {
+          enabled.push_back(c);  // io limits nothing here: it only counts the sandbox's disk writes (io.stat)
         }
       }
       if (!enabled.empty()) {

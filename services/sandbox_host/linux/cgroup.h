@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,12 +48,18 @@ struct CgroupLimits {
 struct CgroupUsage {
   int64_t cpu_usec = -1, cpu_user_usec = -1, cpu_system_usec = -1;  // since its creation
   int64_t memory_bytes = -1;                                        // now (its tmpfs pages included)
+  int64_t memory_peak_bytes = -1;                                   // the most at once since its creation
   int64_t memory_limit_bytes = -1;                                  // 0: no limit
   int64_t pids = -1;                                                // now
+  int64_t io_write_bytes = -1;  // written to block devices since its creation (the v2 io controller only)
 };
-// Reads cpu.stat, memory.current and memory.max, pids.current from v2 files (`text` of each, "" when missing).
-CgroupUsage ParseCgroupUsage(const std::string& cpu_stat, const std::string& memory_current,
-                             const std::string& memory_max, const std::string& pids_current);
+// The text of a cgroup's files as v2 names them, "" for a missing one (io.stat: nullopt when missing, as an
+// existing one is empty until the first I/O).
+struct CgroupFiles {
+  std::string cpu_stat, memory_current, memory_peak, memory_max, pids_current;
+  std::optional<std::string> io_stat;
+};
+CgroupUsage ParseCgroupUsage(const CgroupFiles& files);
 
 // One sandbox's cgroup (a directory per v1 controller, or one v2 directory). Move-only.
 class SandboxCgroup {

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "libs/core/status_macros.h"
@@ -122,7 +124,45 @@ struct Copier {
   }
 };
 
+// Sums allocated blocks below one directory (TreeBytes).
+struct Measurer {
+  dev_t dev;
+  int max_depth;
+  uint64_t bytes = 0;
+  std::set<std::pair<dev_t, ino_t>> linked;  // files with several links, counted once
+
+  absl::Status Walk(int dir, int depth) {
+    if (depth > max_depth) return absl::FailedPreconditionError("the tree is nested too deeply to measure");
+    DIR* d = fdopendir(fcntl(dir, F_DUPFD_CLOEXEC, 0));
+    if (d == nullptr) return Failed("list", ".");
+    std::vector<std::string> subdirs;
+    while (dirent* e = readdir(d)) {
+      const char* name = e->d_name;
+      if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) continue;
+      struct stat st {};
+      if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != dev) continue;  // gone, or a mount
+      if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !linked.emplace(st.st_dev, st.st_ino).second) continue;
+      bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+      if (S_ISDIR(st.st_mode)) subdirs.push_back(name);
+    }
+    closedir(d);
+    for (const std::string& name : subdirs) {
+      UniqueFd sub(openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub.valid()) CORRAL_RETURN_IF_ERROR(Walk(sub.get(), depth + 1));
+    }
+    return absl::OkStatus();
+  }
+};
+
 }  // namespace
+
+absl::StatusOr<uint64_t> TreeBytes(int dir, int max_depth) {
+  struct stat st {};
+  if (fstat(dir, &st) != 0) return Failed("stat", ".");
+  Measurer m{.dev = st.st_dev, .max_depth = max_depth};
+  CORRAL_RETURN_IF_ERROR(m.Walk(dir, 0));
+  return m.bytes;
+}
 
 absl::StatusOr<CopyStats> CopyTree(int src_dir, int dst_dir, uid_t uid, gid_t gid, const std::vector<std::string>& skip,
                                    int max_depth) {

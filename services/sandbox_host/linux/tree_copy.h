@@ -1,6 +1,6 @@
-// Copying a directory tree between descriptors (template homes into new sandbox homes): never follows a
-// symlink (links are recreated as links), skips special files, strips setuid/setgid/sticky bits, and gives
-// everything to one owner. Regular files are reflinked where the filesystem can (FICLONE), copied otherwise.
+// Copying a directory tree between descriptors (template homes into new sandbox homes), and measuring one. A copy
+// never follows a symlink (links are recreated as links), skips special files, strips setuid/setgid/sticky bits, and
+// gives everything to one owner. Regular files are reflinked where the filesystem can (FICLONE), copied otherwise.
 #pragma once
 
 #include <sys/types.h>
@@ -30,5 +30,10 @@ absl::StatusOr<CopyStats> CopyTree(int src_dir, int dst_dir, uid_t uid, gid_t gi
 // a sandbox's files copied into another sandbox's, each id of the one shown as the other's.
 using OwnerMap = std::function<uint32_t(uint32_t)>;
 absl::StatusOr<CopyStats> CopyTreeMapped(int src_dir, int dst_dir, const OwnerMap& owner, int max_depth = 128);
+
+// The disk the tree of directory `dir` takes: its entries' allocated blocks, a file with several links once,
+// nothing of another filesystem mounted below it. Entries that vanish while it walks are skipped; INTERNAL when
+// a directory cannot be read, FAILED_PRECONDITION past `max_depth` levels.
+absl::StatusOr<uint64_t> TreeBytes(int dir, int max_depth = 128);
 
 }  // namespace corral::sandbox

@@ -102,6 +102,7 @@ class HomeStorage final : public Storage {
 
   void Retire(Sandbox&) override {}
   void Teardown(Sandbox&) override {}
+  absl::StatusOr<uint64_t> OwnBytes(const Sandbox& sb) const override { return DirBytes(-1, sb.home); }
 
  private:
   absl::Status CopyTemplate(Sandbox& sb, const std::shared_ptr<const TemplateImage>& tmpl) {
@@ -175,6 +176,7 @@ class LayeredHomeStorage final : public Storage {
   // The old overlay's work directory is not needed (no process or call can reach the old generation).
   void Retire(Sandbox& sb) override { ForkLayers::ClearFrozenWork(Rw(sb)); }
   void Teardown(Sandbox&) override {}
+  absl::StatusOr<uint64_t> OwnBytes(const Sandbox& sb) const override { return DirBytes(-1, Rw(sb) + "/upper"); }
 
  private:
   static std::string Rw(const Sandbox& sb) { return sb.dir + "/rw"; }
@@ -183,6 +185,12 @@ class LayeredHomeStorage final : public Storage {
 };
 
 }  // namespace
+
+absl::StatusOr<uint64_t> DirBytes(int parent, const std::string& dir) {
+  UniqueFd fd(openat(parent < 0 ? AT_FDCWD : parent, dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return absl::InternalError(absl::StrCat("cannot open ", dir, " to measure it: ", strerror(errno)));
+  return TreeBytes(fd.get());
+}
 
 std::unique_ptr<Storage> NewHomeStorage(const StorageParts& parts) { return std::make_unique<HomeStorage>(parts); }
 std::unique_ptr<Storage> NewLayeredHomeStorage(const StorageParts& parts) {

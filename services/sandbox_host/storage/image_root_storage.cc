@@ -168,6 +168,15 @@ class ImageRootStorage final : public Storage {
     parts_.images->Unpin(sb.image->digest);
   }
 
+  // Its upper layer (a tmpfs, or a directory on disk for a template's build) and its /tmp (a tmpfs of its own).
+  absl::StatusOr<uint64_t> OwnBytes(const Sandbox& sb) const override {
+    const bool tmpfs = sb.image->rw_tree.valid();
+    CORRAL_ASSIGN_OR_RETURN(uint64_t upper,
+                            tmpfs ? DirBytes(sb.image->rw_tree.get(), "upper") : DirBytes(-1, sb.dir + "/rw/upper"));
+    CORRAL_ASSIGN_OR_RETURN(uint64_t tmp, DirBytes(sb.home_fd.get(), "tmp"));
+    return upper + tmp;
+  }
+
  private:
   // Task paths, the working directory and the home exist in the root (made, the sandbox's, where the image
   // lacks them).

@@ -83,7 +83,14 @@ class Storage {
   virtual void Retire(Sandbox& sb) = 0;
   // Gives back what Build took from the host's stores (its directory is removed by the caller, with it).
   virtual void Teardown(Sandbox& sb) = 0;
+  // The disk what `sb` wrote takes: its home, or the writable layer above its fork layers, or an image
+  // sandbox's upper layer and /tmp (the fork layers below it are measured apart: LayerBytes). Walks the files.
+  virtual absl::StatusOr<uint64_t> OwnBytes(const Sandbox& sb) const = 0;
 };
+
+// The disk the tree of `dir` takes (TreeBytes), opened through `parent` when it is not -1. INTERNAL naming the
+// directory when it cannot be opened.
+absl::StatusOr<uint64_t> DirBytes(int parent, const std::string& dir);
 
 std::unique_ptr<Storage> NewHomeStorage(const StorageParts& parts);
 std::unique_ptr<Storage> NewLayeredHomeStorage(const StorageParts& parts);

@@ -109,23 +109,37 @@ TEST(PlanContainmentTest, ACgroupControllerReplacesItsRlimitAndAPartialCgroupMix
 
 // What a cgroup counted, from its files: garbage and missing files are "not measured" (-1), never 0.
 TEST(CgroupUsageTest, CountersAreReadAndWhatIsMissingIsNotMeasured) {
-  CgroupUsage u =
-      ParseCgroupUsage("usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 0\n", "4096\n", "max\n", "3\n");
+  CgroupUsage u = ParseCgroupUsage({.cpu_stat = "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 0\n",
+                                    .memory_current = "4096\n",
+                                    .memory_peak = "8192\n",
+                                    .memory_max = "max\n",
+                                    .pids_current = "3\n",
+                                    .io_stat = "8:0 rbytes=10 wbytes=4096 rios=1 wios=1\n259:0 wbytes=100 dbytes=0\n"});
   EXPECT_EQ(u.cpu_usec, 1500);
   EXPECT_EQ(u.cpu_user_usec, 1000);
   EXPECT_EQ(u.cpu_system_usec, 500);
   EXPECT_EQ(u.memory_bytes, 4096);
+  EXPECT_EQ(u.memory_peak_bytes, 8192);
   EXPECT_EQ(u.memory_limit_bytes, 0);  // max: no limit
   EXPECT_EQ(u.pids, 3);
-  u = ParseCgroupUsage("", "", "1048576", "");
+  EXPECT_EQ(u.io_write_bytes, 4196);  // summed over the devices
+  u = ParseCgroupUsage({.memory_max = "1048576"});
   EXPECT_EQ(u.cpu_usec, -1);
   EXPECT_EQ(u.memory_bytes, -1);
+  EXPECT_EQ(u.memory_peak_bytes, -1);
   EXPECT_EQ(u.memory_limit_bytes, 1048576);
   EXPECT_EQ(u.pids, -1);
-  u = ParseCgroupUsage("usage_usec x\ngarbage", "twelve", "", "-");
+  EXPECT_EQ(u.io_write_bytes, -1);  // no io.stat: not counted
+  u = ParseCgroupUsage({.cpu_stat = "usage_usec x\ngarbage",
+                        .memory_current = "twelve",
+                        .memory_peak = "-5",
+                        .pids_current = "-",
+                        .io_stat = ""});
   EXPECT_EQ(u.cpu_usec, -1);
   EXPECT_EQ(u.memory_bytes, -1);
+  EXPECT_EQ(u.memory_peak_bytes, -1);
   EXPECT_EQ(u.memory_limit_bytes, -1);
+  EXPECT_EQ(u.io_write_bytes, 0);  // an empty io.stat: nothing written yet
 }
 
 }  // namespace

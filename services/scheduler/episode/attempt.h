@@ -18,6 +18,7 @@
 #include "services/sandbox_host/client/output_tail.h"
 #include "services/scheduler/episode/branch_state.h"
 #include "services/scheduler/episode/episode_outcome.h"
+#include "services/scheduler/episode/episode_usage.h"
 #include "services/scheduler/episode/mcp_state.h"
 #include "services/scheduler/episode/pause_ledger.h"
 #include "services/scheduler/episode/resident_registry.h"
@@ -80,6 +81,17 @@ struct Attempt {
   std::string final_message;         // the last assistant message's text (single_turn, tool_loop)
   sandbox::OutputTail output{4096};  // agent output, or the tool outputs (tool_loop)
   absl::Duration tools_time;
+  std::map<std::string, ToolTally> tools_by_name;
+  // CLEAN_ENV: the sandbox's CPU time as the verifier began (what it used is the difference at the end).
+  std::optional<absl::Duration> cpu_before_verifier;
+
+  // A tool call of `name` ran for `took`: tool time, in all and per tool.
+  void ToolRan(const std::string& name, absl::Duration took) {
+    tools_time += took;
+    ToolTally& tally = tools_by_name[name];
+    ++tally.calls;
+    tally.time += took;
+  }
 
   // A phase's deadline: now + `timeout` (the task's, else the default), capped by the episode deadline.
   absl::Time Deadline(const google::protobuf::Duration& task_timeout, absl::Duration fallback) const;

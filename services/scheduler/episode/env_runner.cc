@@ -40,7 +40,7 @@ asio::awaitable<std::variant<EnvAnswer, Failure>> Post(Attempt& a, const std::st
   const PhaseScope phase(a.control(), RunPhase::kTool);
   const absl::Time started = a.clock->Now();
   auto reply = co_await EnvCall(a, kind, body, timeout);
-  a.tools_time += a.clock->Now() - started;
+  a.ToolRan(absl::StrCat("env:", kind), a.clock->Now() - started);
   if (auto* f = std::get_if<Failure>(&reply)) co_return Out(*f);
   const EnvHttpReply& http = std::get<EnvHttpReply>(reply);
   const std::string& call = http.call;

@@ -373,6 +373,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   }
   SetOutcome(failure, a.task().runner(), r);
   SetBranchInfo(a, r);
+  co_await MeasureUsage(a);
   if ((a.task().runner() == v1::RUNNER_TOOL_LOOP || a.task().has_env_server()) && r.agent_output_tail().empty()) {
     r.set_agent_output_tail(a.output.Last(1024));
   }
@@ -389,7 +390,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
     spdlog::info("episode {} attempt {}: {} in {} ({})", a.ticket.ids.episode_id(), a.ticket.ids.attempt(),
                  v1::EpisodeStatus_Name(r.status()), PhaseName(failure->phase), failure->message);
   }
-  if (parts_.metrics != nullptr) parts_.metrics->EpisodeEnded(a.task().runner(), r);
+  if (parts_.metrics != nullptr) parts_.metrics->EpisodeEnded(a.task().runner(), r, a.ticket.tenant);
   a.residents.StopAll();
   // The sandbox goes in the background: the result does not wait for teardown.
   if (a.slot) {
@@ -400,6 +401,37 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   const FinishOutcome outcome = table_->Finish(a.ticket, std::move(r));
   if (parts_.metrics != nullptr && outcome == FinishOutcome::kRetried) parts_.metrics->Retried();
   if (a.session_requested) (void)co_await a.proxy->Ack(env_id, absl::Seconds(10));
+}
+
+asio::awaitable<void> EpisodeDriver::MeasureUsage(Attempt& a) {
+  v1::EpisodeResult& r = a.result;
+  v1::EpisodeUsage& usage = *r.mutable_usage();
+  if (r.has_trajectory()) {
+    // One count for every runner: the calls the proxy recorded (a branch's include its ancestors' prefix).
+    const int calls = r.trajectory().calls_size();
+    const int prefix = static_cast<int>(r.branch().prefix_calls());
+    r.set_llm_calls(static_cast<uint32_t>(calls));
+    *usage.mutable_model() = ModelUsageOf(r.trajectory(), prefix, calls);
+    if (prefix > 0) *usage.mutable_shared_model() = ModelUsageOf(r.trajectory(), 0, prefix);
+  }
+  *usage.mutable_tools() = ToolUsageOf(a.tools_by_name, a.tools_time);
+  if (options_.measure_usage && a.slot && !a.sandbox_id.empty()) {
+    v1::GetSandboxRequest request;
+    request.set_sandbox_id(a.sandbox_id);
+    request.set_disk_usage(true);
+    auto sandbox = co_await a.slot->client->GetSandbox(std::move(request), absl::Seconds(10));
+    if (sandbox.ok()) {
+      *usage.mutable_sandbox() = sandbox->usage();
+      if (a.cpu_before_verifier && sandbox->usage().has_cpu_time()) {
+        const absl::Duration used = FromProto(sandbox->usage().cpu_time()) - *a.cpu_before_verifier;
+        ToProto(std::max(used, absl::ZeroDuration()), usage.mutable_verifier()->mutable_cpu_time());
+      }
+    } else {
+      spdlog::debug("episode {}: its sandbox's usage could not be read: {}", a.ticket.ids.episode_id(),
+                    sandbox.status());
+    }
+  }
+  if (std::optional<double> cost = CostOf(usage, options_.prices)) usage.set_cost(*cost);
 }
 
 asio::awaitable<void> EpisodeDriver::CloseLater(std::shared_ptr<ProxyApi> proxy, std::string env_id) {

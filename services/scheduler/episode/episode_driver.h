@@ -25,7 +25,7 @@ class EpisodeObserver {
  public:
   virtual ~EpisodeObserver() = default;
   // An attempt ended (every attempt, retried ones included).
-  virtual void EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result) = 0;
+  virtual void EpisodeEnded(v1::Runner runner, const v1::EpisodeResult& result, const std::string& tenant) = 0;
   // An attempt's infrastructure failure sent its episode back to the queue for another attempt.
   virtual void Retried() = 0;
 };
@@ -94,6 +94,9 @@ class EpisodeDriver : public ChildStarter {
   boost::asio::awaitable<std::optional<Failure>> SetUpFork(Attempt& a);
   boost::asio::awaitable<void> Conclude(Attempt& a, std::optional<Failure> failure);
   boost::asio::awaitable<void> Cleanup(std::optional<Slot> slot, std::string sandbox_id);
+  // EpisodeResult.usage (and llm_calls): its calls from the trajectory, its tools, its sandbox as it ends (one
+  // GetSandbox, its disk measured), its cost by the price table.
+  boost::asio::awaitable<void> MeasureUsage(Attempt& a);
   // Retries closing a session whose proxy did not answer (for up to two minutes).
   boost::asio::awaitable<void> CloseLater(std::shared_ptr<ProxyApi> proxy, std::string env_id);
 

@@ -260,7 +260,7 @@ asio::awaitable<std::variant<std::string, Failure>> CallMcpTool(Attempt& a, cons
   RpcAnswer answer =
       co_await Request(a, *p, "tools/call", std::move(params), std::min(started + timeout, a.EpisodeDeadline()));
   permit->Release();
-  a.tools_time += a.clock->Now() - started;
+  a.ToolRan(name, a.clock->Now() - started);
   if (a.control()->stopped()) {
     co_return Out(StoppedFailure(a, v1::EPISODE_PHASE_TOOL, name));
   }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "services/scheduler/table/usage_totals.h"
 
 namespace corral::scheduler {
 
@@ -28,6 +29,8 @@ struct RunnerOptions {
   std::string tool_limit = "code_exec";
   std::string llm_limit;  // empty: the scheduler's LLM calls are not limited
   absl::Duration llm_call_timeout = absl::Minutes(10);
+  PriceTable prices;          // empty: results carry no cost
+  bool measure_usage = true;  // read each episode's sandbox's usage as it ends (EpisodeUsage.sandbox)
 };
 
 }  // namespace corral::scheduler

@@ -54,6 +54,38 @@ std::string ExitNote(const sandbox::ExecOutcome& out, absl::Duration timeout) {
   return "";
 }
 
+// The read_file and write_file tools: the host's ReadFile and WriteFile of the sandbox, by `deadline`.
+asio::awaitable<std::variant<std::string, Failure>> FileTool(Attempt& a, const v1::ToolSpec& spec,
+                                                             const json::object& args, absl::Time deadline,
+                                                             size_t limit) {
+  using Out = std::variant<std::string, Failure>;
+  if (spec.kind() == v1::TOOL_KIND_READ_FILE) {
+    const std::string path = StringArg(args, "path");
+    if (path.empty()) co_return Out(std::string("error: the argument 'path' is required"));
+    auto data = co_await a.slot->client->ReadFile(a.sandbox_id, path, limit * 4, a.Call(deadline));
+    if (!data.ok()) {
+      if (data.status().code() == absl::StatusCode::kUnavailable) {
+        co_return Out(a.FromStatus(data.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "read_file"));
+      }
+      co_return Out(absl::StrCat("error: ", data.status().message()));
+    }
+    if (!data->has_value()) co_return Out(absl::StrCat("error: no such file: ", path));
+    sandbox::OutputTail text(limit);
+    text.Append(**data);
+    co_return Out(text.Text());
+  }
+  v1::InlineFile file;
+  file.set_path(StringArg(args, "path"));
+  file.set_content(StringArg(args, "content"));
+  if (file.path().empty()) co_return Out(std::string("error: the argument 'path' is required"));
+  absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, file, a.Call(deadline));
+  if (s.code() == absl::StatusCode::kUnavailable) {
+    co_return Out(a.FromStatus(s, v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "write_file"));
+  }
+  co_return Out(s.ok() ? absl::StrCat("wrote ", file.content().size(), " bytes to ", file.path())
+                       : absl::StrCat("error: ", s.message()));
+}
+
 // Executes one tool call; what it returns is the tool message's content (errors included: they are for the
 // model). An infra failure (the sandbox is gone, the limiter refuses) ends the episode instead.
 asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1::ToolSpec& spec,
@@ -88,7 +120,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
         const absl::Time started = a.clock->Now();
         auto result = co_await RunPersistent(a, spec, code, timeout, limit);
         permit->Release();
-        a.tools_time += a.clock->Now() - started;
+        a.ToolRan(spec.name(), a.clock->Now() - started);
         co_return result;
       }
       std::vector<std::string> argv = Interpreter(language);
@@ -100,34 +132,12 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
       command = spec.command();
       stdin_data = arguments;
       break;
-    case v1::TOOL_KIND_READ_FILE: {
-      const std::string path = StringArg(*args, "path");
-      if (path.empty()) co_return Out(std::string("error: the argument 'path' is required"));
-      const absl::Time deadline = std::min(a.clock->Now() + timeout, a.EpisodeDeadline());
-      auto data = co_await a.slot->client->ReadFile(a.sandbox_id, path, limit * 4, a.Call(deadline));
-      if (!data.ok()) {
-        if (data.status().code() == absl::StatusCode::kUnavailable) {
-          co_return Out(a.FromStatus(data.status(), v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "read_file"));
-        }
-        co_return Out(absl::StrCat("error: ", data.status().message()));
-      }
-      if (!data->has_value()) co_return Out(absl::StrCat("error: no such file: ", path));
-      sandbox::OutputTail text(limit);
-      text.Append(**data);
-      co_return Out(text.Text());
-    }
+    case v1::TOOL_KIND_READ_FILE:
     case v1::TOOL_KIND_WRITE_FILE: {
-      v1::InlineFile file;
-      file.set_path(StringArg(*args, "path"));
-      file.set_content(StringArg(*args, "content"));
-      if (file.path().empty()) co_return Out(std::string("error: the argument 'path' is required"));
-      const absl::Time deadline = std::min(a.clock->Now() + timeout, a.EpisodeDeadline());
-      absl::Status s = co_await a.slot->client->WriteFile(a.sandbox_id, file, a.Call(deadline));
-      if (s.code() == absl::StatusCode::kUnavailable) {
-        co_return Out(a.FromStatus(s, v1::EPISODE_PHASE_TOOL, v1::FAILURE_CLASS_INFRA, "write_file"));
-      }
-      co_return Out(s.ok() ? absl::StrCat("wrote ", file.content().size(), " bytes to ", file.path())
-                           : absl::StrCat("error: ", s.message()));
+      const absl::Time started = a.clock->Now();
+      Out out = co_await FileTool(a, spec, *args, std::min(started + timeout, a.EpisodeDeadline()), limit);
+      a.ToolRan(spec.name(), a.clock->Now() - started);
+      co_return out;
     }
     default: co_return Out(std::string("error: unknown tool kind"));
   }
@@ -143,7 +153,7 @@ asio::awaitable<std::variant<std::string, Failure>> RunTool(Attempt& a, const v1
   const absl::Time started = a.clock->Now();
   auto out = co_await Exec(a, std::move(command), std::move(stdin_data), timeout, limit);
   permit->Release();  // held for exactly the execution
-  a.tools_time += a.clock->Now() - started;
+  a.ToolRan(spec.name(), a.clock->Now() - started);
   if (!out.ok()) {
     if (out.status().code() == absl::StatusCode::kInvalidArgument ||
         (out.status().code() == absl::StatusCode::kNotFound && !a.control()->stopped())) {

@@ -178,8 +178,15 @@ asio::awaitable<std::optional<Failure>> Verify(Attempt& a, v1::VerifierIsolation
   if (clean) MakeEnvClean(command, own_dir);
   v1::VerifierEvidence& evidence = *a.result.mutable_verifier_evidence();
   evidence.set_isolation(isolation);
+  const bool own_sandbox = isolation == v1::VERIFIER_ISOLATION_SEPARATE_UID;
+  if (!own_sandbox) {  // it shares the agent's sandbox: its CPU is the difference at the end (Conclude)
+    auto before = co_await a.slot->client->Get(a.sandbox_id, absl::Seconds(5));
+    if (before.ok() && before->usage().has_cpu_time()) a.cpu_before_verifier = FromProto(before->usage().cpu_time());
+  }
   auto out = co_await Exec(a, std::move(command), "", deadline - a.clock->Now(), 4096);
   ToProto(a.clock->Now() - started, a.result.mutable_timings()->mutable_verifier());
+  *a.result.mutable_usage()->mutable_verifier()->mutable_wall_time() = a.result.timings().verifier();
+  a.result.mutable_usage()->mutable_verifier()->set_in_episode_sandbox(!own_sandbox);
   if (!out.ok())
     co_return a.FromStatus(out.status(), v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_VERIFIER, "verifier");
   a.result.set_verifier_output_tail(out->tail);
@@ -238,8 +245,12 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
       auto failure = co_await Verify(a, v1::VERIFIER_ISOLATION_SEPARATE_UID, timeout, deadline, started);
       a.sandbox_id = agents;
       const std::string child = *fork;
-      if (absl::Status s = co_await a.slot->client->Delete(child, absl::Seconds(30)); !s.ok()) {
-        spdlog::warn("episode {}: deleting the verifier's sandbox {}: {}", a.ticket.ids.episode_id(), child, s);
+      auto deleted = co_await a.slot->client->DeleteSandbox(child, absl::Seconds(30));
+      if (!deleted.ok()) {
+        spdlog::warn("episode {}: deleting the verifier's sandbox {}: {}", a.ticket.ids.episode_id(), child,
+                     deleted.status());
+      } else if (deleted->usage().has_cpu_time()) {  // what the verifier's own sandbox used, and nothing else did
+        *a.result.mutable_usage()->mutable_verifier()->mutable_cpu_time() = deleted->usage().cpu_time();
       }
       co_return failure;
     }

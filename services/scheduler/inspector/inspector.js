@@ -151,6 +151,7 @@
         card('retries', String(c.retries || 0)),
         card('mean reward', fmtReward(b.mean_reward)),
         h('div', { class: 'card' }, histogram(hist, true), h('div', { class: 'muted' }, 'reward distribution'))),
+      usageCards(b.usage, card),
       h('p', { class: 'muted' }, 'created ' + fmtTime(b.create_time) + (b.end_time ? ' · ended ' + fmtTime(b.end_time) : '')),
       h('h2', {}, 'Groups (' + data.groups.length + ')'),
       h('table', { class: 'groups', id: 'groups' },
@@ -218,6 +219,48 @@
     return role ? role.replace('CALL_ROLE_', '').toLowerCase() : 'agent';
   }
 
+  // What a batch cost (Batch.usage): CPU-hours, GiB-hours, tokens and cost, where measured.
+  function usageCards(u, card) {
+    if (!u || !u.episodes) return h('div', { class: 'cards', id: 'usage' });
+    const n = (v) => Number(v || 0);
+    const measured = n(u.episodes_measured) > 0;
+    return h('div', { class: 'cards', id: 'usage' },
+      card('CPU-hours', measured ? (n(u.cpu_seconds) / 3600).toFixed(3) : 'not measured'),
+      card('GiB-hours', measured ? (n(u.memory_gib_seconds) / 3600).toFixed(3) : 'not measured'),
+      card('sandbox-hours', measured ? (n(u.sandbox_seconds) / 3600).toFixed(3) : 'not measured'),
+      card('prompt tokens', n(u.prompt_tokens).toLocaleString()),
+      card('completion tokens', n(u.completion_tokens).toLocaleString()),
+      card('tool calls', n(u.tool_calls).toLocaleString()),
+      u.cost !== undefined ? card('cost', n(u.cost).toFixed(4)) : null);
+  }
+
+  // What an episode cost (EpisodeResult.usage), as name/value rows; what was not measured is left out.
+  function usageRows(u) {
+    if (!u) return [];
+    const sb = u.sandbox || {};
+    const secs = (d) => (d === undefined ? undefined : fmtSeconds(parseFloat(d)));
+    const mib = (b) => (b === undefined ? undefined : (Number(b) / 1048576).toFixed(1) + ' MiB');
+    const model = u.model || {};
+    const tools = u.tools || {};
+    return [
+      ['CPU', sb.cpu_time === undefined ? 'not measured' : secs(sb.cpu_time) + (sb.cpu_user_time === undefined ? '' :
+        ' (user ' + secs(sb.cpu_user_time) + ', system ' + secs(sb.cpu_system_time || '0s') + ')')],
+      ['memory', sb.memory_peak_bytes !== undefined ? 'peak ' + mib(sb.memory_peak_bytes) + ', ' +
+        Number(sb.memory_gib_seconds || 0).toFixed(3) + ' GiB·s' : undefined],
+      ['disk', sb.own_disk_bytes !== undefined ? mib(sb.own_disk_bytes) + ' own' +
+        (Number(sb.shared_disk_bytes || 0) > 0 ? ', ' + mib(sb.shared_disk_bytes) + ' shared' : '') : undefined],
+      ['sandbox', sb.wall_time !== undefined ? secs(sb.wall_time) + ' alive, ' + secs(sb.busy_time || '0s') +
+        ' busy, ' + (sb.processes_started || 0) + ' process(es)' : undefined],
+      ['model', (model.calls || 0) + ' call(s), ' + Number(model.prompt_tokens || 0).toLocaleString() + ' prompt + ' +
+        Number(model.completion_tokens || 0).toLocaleString() + ' completion tokens, ' + secs(model.wait_time || '0s') +
+        ' waiting'],
+      ['tools', (tools.by_tool || []).map((t) => t.name + ' ×' + t.calls + ' ' + secs(t.time)).join(', ') || undefined],
+      ['verifier', u.verifier ? secs(u.verifier.wall_time) + (u.verifier.cpu_time !== undefined ?
+        ' (CPU ' + secs(u.verifier.cpu_time) + ')' : '') : undefined],
+      ['cost', u.cost !== undefined ? Number(u.cost).toFixed(4) : undefined],
+    ];
+  }
+
   async function episodeView(id, branchArg) {
     const data = await api('/api/episode?id=' + enc(id));
     const r = data.result;
@@ -247,6 +290,8 @@
           ['from', data.source === 'journal' ? 'the journal (acknowledged by the trainer)' : 'the scheduler (not acknowledged yet)']]),
       h('h2', {}, 'Phases'),
       timeline(r.timings) || h('p', { class: 'muted' }, 'No timings.'),
+      h('h2', {}, 'Usage'),
+      h('div', { id: 'episode-usage' }, kv(usageRows(r.usage))),
     ];
     if (r.reward_details_json) {
       let details = r.reward_details_json;

@@ -365,7 +365,9 @@ asio::awaitable<absl::Status> SandboxLeases::Retire(v1::SandboxLease lease) {
   const std::string& address = lease.host_address();
   absl::Status s = absl::OkStatus();
   if (std::shared_ptr<sandbox::HostApi> client = hosts_->Client(address)) {
-    s = co_await client->Delete(lease.sandbox_id(), absl::Seconds(60));
+    auto deleted = co_await client->DeleteSandbox(lease.sandbox_id(), absl::Seconds(60));
+    s = deleted.status();
+    if (deleted.ok() && deleted->existed() && options_.on_retired) options_.on_retired(lease.owner(), deleted->usage());
     if (s.code() == absl::StatusCode::kNotFound) s = absl::OkStatus();
     if (!s.ok()) {
       spdlog::warn("host {}: deleting leased sandbox {}: {} (the host's next sweep removes it)", address,

@@ -39,6 +39,9 @@ struct LeaseOptions {
   absl::Duration max_ttl = absl::Hours(24);
   absl::Duration max_wait = absl::Minutes(10);
   uint32_t max_fork = 64;
+  // Hears what each leased sandbox cost once it is deleted (its lease's owner, its host's final usage): the
+  // per-tenant usage metrics. Optional.
+  std::function<void(const std::string& owner, const v1::ResourceUsage& usage)> on_retired;
 };
 
 // What a lease's environment may be (LeaseSandbox's INVALID_ARGUMENT, the field named).

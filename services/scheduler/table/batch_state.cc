@@ -72,6 +72,7 @@ bool BatchState::CountEnded(uint32_t g, uint32_t i, v1::EpisodeStatus status, st
   e.counted_in_group = true;
   ++ended;
   ++by_status[status];
+  usage += e.usage;
   if (reward && status == v1::EPISODE_STATUS_FINISHED) {
     reward_sum += *reward;
     ++reward_n;
@@ -85,6 +86,7 @@ void BatchState::UncountEnded(uint32_t g, uint32_t i) {
   --groups[g].counted;
   --ended;
   --by_status[e.status];
+  usage -= e.usage;
   if (e.reward && e.status == v1::EPISODE_STATUS_FINISHED) {
     reward_sum -= *e.reward;
     --reward_n;

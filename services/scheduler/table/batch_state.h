@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "corral/v1/scheduler.pb.h"
 #include "services/scheduler/table/run_control.h"
+#include "services/scheduler/table/usage_totals.h"
 
 namespace corral::scheduler {
 
@@ -40,6 +41,7 @@ struct BatchState {
     absl::Time not_before = absl::InfinitePast();  // a retry waits out its back-off
     v1::EpisodeStatus status = v1::EPISODE_STATUS_UNSPECIFIED;
     std::optional<double> reward;
+    UsageTotals usage;                     // what its result says it cost
     std::optional<int64_t> first_version;  // the result's first_policy_version
     int64_t order_version = 0;             // delivery order: first_version, else the version when it ended
     std::string result;                    // serialized, until acked
@@ -73,6 +75,7 @@ struct BatchState {
   std::map<v1::EpisodeStatus, uint32_t> by_status;
   double reward_sum = 0;
   uint32_t reward_n = 0;
+  UsageTotals usage;     // of the episodes counted in their group
   uint64_t version = 0;  // changes whenever anything a progress message shows does
 
   // Episode i of group g.

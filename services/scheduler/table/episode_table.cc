@@ -196,6 +196,7 @@ std::optional<EpisodeTicket> EpisodeTable::StartNext(const std::function<bool(co
     ticket.queued_since = b->create_time;
     if (b->spec.has_deadline()) ticket.batch_deadline = FromProto(b->spec.deadline());
     ticket.max_attempts = b->spec.max_attempts();
+    ticket.tenant = b->spec.tenant();
     ticket.branch_plan = PlanOf(*ticket.task, b->spec.group_size());
   }
   log_->RunStarted(ticket.ids.episode_id(), ticket.ids.attempt(), runs);
@@ -312,6 +313,7 @@ void EpisodeTable::Record(Batch& b, uint32_t g, uint32_t i, v1::EpisodeResult re
   if (result.has_reward() && result.status() == v1::EPISODE_STATUS_FINISHED) e.reward = result.reward();
   if (result.has_first_policy_version()) e.first_version = result.first_policy_version();
   e.order_version = e.first_version.value_or(policy_version_);
+  e.usage = UsageTotalsOf(result.usage());
   const bool completes = b.CountEnded(g, i, result.status(), e.reward);
   result.set_cursor(absl::StrCat(seq));
   e.result = result.SerializeAsString();

@@ -63,6 +63,7 @@ std::vector<EpisodeTicket> EpisodeTable::Branch(const EpisodeTicket& parent, siz
       t.queued_since = b->create_time;
       if (b->spec.has_deadline()) t.batch_deadline = FromProto(b->spec.deadline());
       t.max_attempts = 1;
+      t.tenant = b->spec.tenant();
       t.branch_plan = plan;
       out.push_back(std::move(t));
     }

@@ -48,6 +48,7 @@ v1::Batch EpisodeTable::Describe(const Batch& b) const {
     out.set_progress(b.expected == 0 ? 1.0 : static_cast<double>(b.ended) / b.expected);
   }
   if (b.reward_n > 0) out.set_mean_reward(b.reward_sum / b.reward_n);
+  UsageTotalsToProto(b.usage, out.mutable_usage());
   ToProto(b.create_time, out.mutable_create_time());
   if (b.start_time != absl::InfinitePast()) ToProto(b.start_time, out.mutable_start_time());
   if (b.end_time != absl::InfinitePast()) ToProto(b.end_time, out.mutable_end_time());
@@ -67,9 +68,11 @@ absl::StatusOr<v1::Batch> EpisodeTable::GetBatch(const std::string& batch_id, bo
     t->set_task_id(b->tasks[g]->id());
     double sum = 0;
     uint32_t positive = 0;
+    UsageTotals usage;
     for (uint32_t i = 0; i < b->per_group; ++i) {
       const Episode& e = b->at(g, i);
       if (!e.counted_in_group) continue;
+      usage += e.usage;
       t->set_episodes(t->episodes() + 1);
       if (!e.reward) continue;  // FINISHED, or FILTERED after finishing
       t->set_finished(t->finished() + 1);
@@ -80,6 +83,7 @@ absl::StatusOr<v1::Batch> EpisodeTable::GetBatch(const std::string& batch_id, bo
       t->set_mean_reward(sum / t->finished());
       t->set_pass_rate(static_cast<double>(positive) / t->finished());
     }
+    UsageTotalsToProto(usage, t->mutable_usage());
     if (gr.state == GroupState::kPassed) t->set_passed(true);
     if (gr.state == GroupState::kFiltered || gr.state == GroupState::kDropped) t->set_passed(false);
   }

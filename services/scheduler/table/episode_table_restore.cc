@@ -126,6 +126,8 @@ void EpisodeTable::RestoreResult(const Snapshot::ResultRow& r) {
       e.order_version = *e.first_version;
     }
   }
+  v1::EpisodeUsage usage;
+  if (usage.ParseFromString(r.usage)) e.usage = UsageTotalsOf(usage);
   const bool completes = b->CountEnded(g, i, r.status, r.reward);
   if (r.acked) {
     ++b->acked;

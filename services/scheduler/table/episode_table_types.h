@@ -67,6 +67,7 @@ struct Snapshot {
     bool redundant = false;
     bool acked = false;
     std::string result;  // serialized EpisodeResult; empty once acked
+    std::string usage;   // serialized EpisodeUsage (kept once acked: the batch's totals)
   };
   struct RunRow {
     std::string episode_id;
@@ -90,6 +91,7 @@ struct EpisodeTicket {
   std::optional<absl::Time> batch_deadline;
   uint32_t max_attempts = 1;
   std::optional<BranchPlan> branch_plan;  // Task.branch: the group's tree
+  std::string tenant;                     // BatchSpec.tenant: whose usage it is
 };
 
 // What the table reports as it happens, for metrics. Called under the table's lock: must not call back into it.

@@ -332,6 +332,9 @@ absl::Status ValidateSpec(const v1::BatchSpec& spec, absl::Time now, const Submi
   }
   if (spec.max_attempts() > 100) return absl::InvalidArgumentError("spec.max_attempts must be at most 100");
   CORRAL_RETURN_IF_ERROR(ValidateLabels("spec.labels", spec.labels()));
+  if (!spec.tenant().empty() && !IsValidLabelKey(spec.tenant())) {
+    return absl::InvalidArgumentError("spec.tenant must be 1-63 characters of [a-z0-9_./-]");
+  }
   if (spec.has_deadline() && FromProto(spec.deadline()) <= now) {
     return absl::InvalidArgumentError("spec.deadline is in the past");
   }
@@ -382,6 +385,7 @@ v1::BatchSpec WithDefaults(v1::BatchSpec spec, const SubmitLimits& limits, uint6
   if (spec.group_size() == 0) spec.set_group_size(1);
   if (spec.max_attempts() == 0) spec.set_max_attempts(static_cast<uint32_t>(limits.default_max_attempts));
   if (!spec.has_seed()) spec.set_seed(random_seed);
+  if (spec.tenant().empty()) spec.set_tenant("default");
   return spec;
 }
 

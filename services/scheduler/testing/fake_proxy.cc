@@ -104,22 +104,34 @@ asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> FakeProxy::Open(v1::Ope
   co_return response;
 }
 
+v1::Trajectory FakeProxy::Recorded(const std::string& env_id) {
+  v1::Trajectory t;
+  t.set_env_id(env_id);
+  t.set_format(v1::TRAJECTORY_FORMAT_CALLS);
+  const int count = calls_by_token_[absl::StrCat("token-", env_id)];
+  t.set_call_count(static_cast<uint32_t>(count));
+  for (int i = 0; i < count; ++i) {  // bare calls: what a session counts, without their messages
+    v1::LlmCall* call = t.add_calls();
+    call->set_seq(static_cast<uint32_t>(i));
+    call->set_call_id(absl::StrCat(env_id, "/", i));
+    call->set_role(v1::CALL_ROLE_AGENT);
+  }
+  return t;
+}
+
 asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> FakeProxy::Close(const std::string& env_id,
                                                                            v1::TrajectoryFormat, absl::Duration) {
   absl::MutexLock lock(&mu_);
   closed_.push_back(env_id);
   v1::CloseSessionResponse response;
-  response.mutable_trajectory()->set_call_count(calls_by_token_[absl::StrCat("token-", env_id)]);
+  *response.mutable_trajectory() = Recorded(env_id);
   co_return response;
 }
 
 asio::awaitable<absl::StatusOr<v1::Trajectory>> FakeProxy::Trajectory(const std::string& env_id, v1::TrajectoryFormat,
                                                                       absl::Duration) {
   absl::MutexLock lock(&mu_);
-  v1::Trajectory t;
-  t.set_env_id(env_id);
-  t.set_call_count(calls_by_token_[absl::StrCat("token-", env_id)]);
-  co_return t;
+  co_return Recorded(env_id);
 }
 
 void FakeProxy::CloseAsync(const std::string& env_id) {

@@ -68,6 +68,8 @@ class FakeProxy final : public ProxyApi {
                                                         absl::Duration timeout) override;
 
  private:
+  // The session's trajectory (CALLS form): one bare call per call it counted.
+  v1::Trajectory Recorded(const std::string& env_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const std::string address_;
   Clock* const clock_;
   mutable absl::Mutex mu_;

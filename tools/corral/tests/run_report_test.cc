@@ -81,6 +81,54 @@ TEST(RunReportTest, TheSummaryHasTheStatusMixRewardsPerTaskPhasesAndTheSlowest) 
   EXPECT_THAT(report.Summary(kStart + absl::Seconds(40)), HasSubstr("llm calls     agent 5  auxiliary 2  retry 1"));
 }
 
+v1::UsageTotals Usage(uint32_t episodes, double cpu, uint64_t prompt, std::optional<double> cost) {
+  v1::UsageTotals u;
+  u.set_episodes(episodes);
+  u.set_episodes_measured(episodes);
+  u.set_cpu_seconds(cpu);
+  u.set_memory_gib_seconds(cpu / 2);
+  u.set_sandbox_seconds(cpu * 4);
+  u.set_prompt_tokens(prompt);
+  u.set_completion_tokens(prompt / 10);
+  u.set_llm_calls(episodes * 2);
+  u.set_tool_calls(episodes);
+  if (cost) u.set_cost(*cost);
+  return u;
+}
+
+TEST(RunReportTest, TheSummarySaysWhatTheBatchCostAndItsMostExpensiveTasks) {
+  RunReport report(kStart);
+  report.Add(Result("easy", 0, v1::EPISODE_STATUS_FINISHED, 1.0, absl::Seconds(1)));
+  v1::Batch batch = Progress(4, 4, 0, 0, 0);
+  *batch.mutable_usage() = Usage(4, 7200, 1234567, std::nullopt);
+  v1::TaskStats* cheap = batch.add_task_stats();
+  cheap->set_task_id("cheap");
+  *cheap->mutable_usage() = Usage(2, 100, 1000, std::nullopt);
+  v1::TaskStats* dear = batch.add_task_stats();
+  dear->set_task_id("dear");
+  *dear->mutable_usage() = Usage(2, 7100, 1233567, std::nullopt);
+  report.Progress(batch);
+  std::string s = report.Summary(kStart + absl::Seconds(40));
+  EXPECT_THAT(s, HasSubstr("cpu 2.000 h  memory 1.000 GiB·h  sandboxes 8.000 h"));
+  EXPECT_THAT(s, HasSubstr("tokens 1,234,567 prompt + 123,456 completion in 8 call(s), 4 tool call(s)"));
+  EXPECT_THAT(s, HasSubstr("most expensive tasks (cpu)"));
+  EXPECT_LT(s.find("  dear"), s.find("  cheap"));
+  EXPECT_THAT(s, Not(HasSubstr("cost")));
+  // With a price table the tasks are ranked by cost.
+  *batch.mutable_usage() = Usage(4, 7200, 1234567, 2.5);
+  *cheap->mutable_usage() = Usage(2, 100, 1000, 2.0);
+  *dear->mutable_usage() = Usage(2, 7100, 1233567, 0.5);
+  report.Progress(batch);
+  s = report.Summary(kStart + absl::Seconds(40));
+  EXPECT_THAT(s, HasSubstr("cost 2.5000"));
+  EXPECT_THAT(s, HasSubstr("most expensive tasks (cost)"));
+  EXPECT_LT(s.find("  cheap"), s.find("  dear"));
+  // Without a cgroup the sandboxes are not measured, and the summary says so rather than 0.
+  batch.mutable_usage()->set_episodes_measured(0);
+  report.Progress(batch);
+  EXPECT_THAT(report.Summary(kStart + absl::Seconds(40)), HasSubstr("sandboxes not measured (no cgroup)"));
+}
+
 TEST(RunReportTest, DurationsReadLikeAPersonWritesThem) {
   EXPECT_EQ(ShortDuration(absl::Milliseconds(120)), "120ms");
   EXPECT_EQ(ShortDuration(absl::Milliseconds(3250)), "3.2s");

@@ -182,15 +182,19 @@ asio::awaitable<absl::StatusOr<v1::CreateSandboxesResponse>> FakeHost::Fork(v1::
   co_return out;
 }
 
-asio::awaitable<absl::StatusOr<v1::Sandbox>> FakeHost::Get(const std::string& sandbox_id, absl::Duration) {
+asio::awaitable<absl::StatusOr<v1::Sandbox>> FakeHost::GetSandbox(v1::GetSandboxRequest request, absl::Duration) {
   absl::MutexLock lock(&mu_);
-  if (auto s = Known(sandbox_id); !s.ok()) co_return s;
-  co_return live_.at(sandbox_id);
+  if (auto s = Known(request.sandbox_id()); !s.ok()) co_return s;
+  co_return live_.at(request.sandbox_id());
 }
 
-asio::awaitable<absl::Status> FakeHost::Delete(const std::string& sandbox_id, absl::Duration) {
+asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> FakeHost::DeleteSandbox(const std::string& sandbox_id,
+                                                                                   absl::Duration) {
   absl::MutexLock lock(&mu_);
   if (auto s = Known(sandbox_id); !s.ok()) co_return s;
+  v1::DeleteSandboxResponse response;
+  response.set_existed(true);
+  *response.mutable_usage() = live_.at(sandbox_id).usage();
   live_.erase(sandbox_id);
   files_.erase(sandbox_id);
   deleted_.push_back(sandbox_id);
@@ -198,7 +202,7 @@ asio::awaitable<absl::Status> FakeHost::Delete(const std::string& sandbox_id, ab
   for (const auto& p : interactive_) {
     if (p->start().sandbox_id() == sandbox_id) p->Exit();
   }
-  co_return absl::OkStatus();
+  co_return response;
 }
 
 asio::awaitable<absl::StatusOr<ExecOutcome>> FakeHost::Exec(v1::ExecRequest request, size_t, CallOptions options) {

@@ -69,9 +69,10 @@ class FakeHost final : public HostApi {
                                                                     CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::CreateSandboxesResponse>> Fork(v1::ForkSandboxRequest request,
                                                                            CallOptions options) override;
-  boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> Get(const std::string& sandbox_id,
-                                                          absl::Duration timeout) override;
-  boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) override;
+  boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> GetSandbox(v1::GetSandboxRequest request,
+                                                                 absl::Duration timeout) override;
+  boost::asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> DeleteSandbox(const std::string& sandbox_id,
+                                                                                  absl::Duration timeout) override;
   boost::asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(v1::ExecRequest request, size_t output_limit,
                                                            CallOptions options) override;
   boost::asio::awaitable<absl::Status> WriteFile(const std::string& sandbox_id, const v1::InlineFile& file,
