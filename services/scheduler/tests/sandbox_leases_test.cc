@@ -58,6 +58,9 @@ class SandboxLeasesTest : public ::testing::Test {
     placer_ = std::make_unique<SandboxPlacer>(registry_.get(), nullptr, &clock_);
     LeaseOptions lease_options;
     lease_options.scheduler_id = "sched-1";
+    lease_options.on_retired = [this](const std::string& owner, const v1::ResourceUsage& usage) {
+      retired_.emplace_back(owner, usage);
+    };
     leases_ = std::make_unique<SandboxLeases>(registry_.get(), placer_.get(), &clock_, &log_, lease_options);
     leases_->Restore(log_.Rows());
     Await(registry_->PollOnce());
@@ -84,6 +87,7 @@ class SandboxLeasesTest : public ::testing::Test {
   std::unique_ptr<HostRegistry> registry_;
   std::unique_ptr<SandboxPlacer> placer_;
   std::unique_ptr<SandboxLeases> leases_;
+  std::vector<std::pair<std::string, v1::ResourceUsage>> retired_;  // what on_retired heard
 };
 
 TEST_F(SandboxLeasesTest, ALeaseIsAPlacedSandboxHoldingASlotAndOnlyItsOwnerSeesIt) {
@@ -153,6 +157,8 @@ TEST_F(SandboxLeasesTest, AnExpiredLeaseIsDeletedAndARenewedOneIsNot) {
   EXPECT_EQ(Await(leases_->ExpireNow()), 1);
   EXPECT_THAT(host_->deleted(), ElementsAre(dropped->sandbox_id()));
   EXPECT_THAT(host_->live(), ElementsAre(kept->sandbox_id()));
+  ASSERT_EQ(retired_.size(), 1u);  // an expired lease's sandbox is counted for its owner as a released one is
+  EXPECT_EQ(retired_[0].first, "k");
   EXPECT_EQ(registry_->InUse("h1"), 1u);
   EXPECT_THAT(leases_->Get(dropped->lease_id(), "k"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(log_.rows.count(dropped->lease_id()), 0u);
@@ -203,7 +209,14 @@ TEST_F(SandboxLeasesTest, APausedLeaseKeepsItsRemainingTimeUntilItIsResumed) {
 TEST_F(SandboxLeasesTest, ReleaseDeletesTheSandboxAndFreesItsSlotOnce) {
   auto lease = Lease("k");
   ASSERT_THAT(lease, IsOk());
+  v1::ResourceUsage usage;
+  usage.mutable_cpu_time()->set_seconds(7);
+  host_->SetUsage(lease->sandbox_id(), usage);
   EXPECT_THAT(Await(leases_->Release(lease->lease_id(), "k")), IsOk());
+  // What the sandbox cost, for its owner's usage metrics: the host's final answer.
+  ASSERT_EQ(retired_.size(), 1u);
+  EXPECT_EQ(retired_[0].first, "k");
+  EXPECT_EQ(retired_[0].second.cpu_time().seconds(), 7);
   EXPECT_THAT(host_->live(), IsEmpty());
   EXPECT_EQ(registry_->InUse("h1"), 0u);
   EXPECT_THAT(log_.rows, IsEmpty());
