@@ -58,7 +58,15 @@ void SandboxManager::SampleUsage(std::vector<std::weak_ptr<const Sandbox>> sandb
     std::shared_ptr<const Sandbox> sb = weak.lock();  // held only while read: a fork waits for its holders
     if (sb == nullptr || sb->forking) continue;
     absl::MutexLock lock(&sb->uid_mu);
-    if (!sb->deleted) sb->meter->Observe(clock_->Now(), sb->cgroup.Usage(), QuotaOf(*sb).used);
+    if (sb->deleted) continue;
+    const absl::Time now = clock_->Now();
+    if (sb->meter->SampleDue(now)) {
+      sb->meter->Observe(now, sb->cgroup.Usage(), QuotaOf(*sb).used);
+    } else {  // memory over time needs memory alone; disk is read with it where it is a tmpfs (one statfs)
+      CgroupUsage memory;
+      memory.memory_bytes = sb->cgroup.MemoryBytes();
+      sb->meter->Observe(now, memory, QuotaOf(*sb).used, /*partial=*/true);
+    }
   }
 }
 

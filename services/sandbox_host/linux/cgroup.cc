@@ -144,6 +144,13 @@ std::string SandboxCgroup::FileIn(const char* name) const {
   return "";
 }
 
+int64_t SandboxCgroup::MemoryBytes() const {
+  const std::string path = FileIn(v2_ ? "memory.current" : "memory.usage_in_bytes");
+  int64_t v = -1;
+  if (path.empty() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadAll(path.c_str())), &v) || v < 0) return -1;
+  return v;
+}
+
 CgroupUsage SandboxCgroup::Usage() const {
   auto read = [&](const char* name) {
     const std::string path = FileIn(name);

@@ -73,6 +73,9 @@ class SandboxCgroup {
   // A v2 cgroup (the freezer and the full usage need one).
   bool v2() const { return v2_; }
   CgroupUsage Usage() const;
+  // Only the memory it holds now (one file: what the meter reads every second between full readings); -1 where
+  // no memory controller counts it.
+  int64_t MemoryBytes() const;
   // Freezes (or thaws) every process in it, and those that join later — cgroup.freeze (v2) or freezer.state
   // (v1) — and waits up to `timeout` for the kernel to report it done. FAILED_PRECONDITION without a freezer;
   // DEADLINE_EXCEEDED when the kernel did not finish in time.

@@ -69,6 +69,12 @@ TEST(UsageMeterTest, ASampleIsKeptEveryFiveSecondsAndTheOldestGoFirst) {
   EXPECT_EQ(samples[1].disk_used_bytes, 60);
   EXPECT_EQ(meter.Samples(kStart + absl::Seconds(5), kStart + absl::Seconds(12)).size(), 2u);
   meter.Observe(kStart + absl::Seconds(3), Memory(1 << 30));  // older than the latest reading: ignored
+  UsageMeter partial(kStart);
+  EXPECT_TRUE(partial.SampleDue(kStart));
+  partial.Observe(kStart + absl::Seconds(1), Memory(10), -1, /*partial=*/true);  // counted, not a sample
+  EXPECT_TRUE(partial.SampleDue(kStart + absl::Seconds(1)));
+  EXPECT_THAT(partial.Samples(absl::InfinitePast(), absl::InfiniteFuture()), ::testing::IsEmpty());
+  EXPECT_DOUBLE_EQ(partial.Measure(kStart + absl::Seconds(1), Memory(10)).memory_gib_seconds * (1 << 30), 5.0);
   EXPECT_EQ(meter.Measure(kStart + absl::Seconds(20), Memory(20)).memory_peak_bytes, 20);
 
   UsageMeter long_lived(kStart);

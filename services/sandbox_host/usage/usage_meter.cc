@@ -18,9 +18,9 @@ void UsageMeter::ProcessEnded(absl::Time now) {
   if (--running_ == 0) busy_ += std::max(now - busy_since_, absl::ZeroDuration());
 }
 
-void UsageMeter::Observe(absl::Time now, const CgroupUsage& usage, int64_t disk_used_bytes) {
+void UsageMeter::Observe(absl::Time now, const CgroupUsage& usage, int64_t disk_used_bytes, bool partial) {
   absl::MutexLock lock(&mu_);
-  ObserveLocked(now, usage, disk_used_bytes);
+  ObserveLocked(now, usage, disk_used_bytes, partial);
 }
 
 namespace {
@@ -35,14 +35,14 @@ void Integrate(int64_t value, double seconds, int64_t& last, double& area) {
 
 }  // namespace
 
-void UsageMeter::ObserveLocked(absl::Time now, const CgroupUsage& usage, int64_t disk_used_bytes) {
+void UsageMeter::ObserveLocked(absl::Time now, const CgroupUsage& usage, int64_t disk_used_bytes, bool partial) {
   if (now < last_reading_) return;
   const double seconds = absl::ToDoubleSeconds(now - last_reading_);
   Integrate(usage.memory_bytes, seconds, last_memory_, memory_byte_seconds_);
   Integrate(disk_used_bytes, seconds, last_disk_, disk_byte_seconds_);
   largest_memory_ = std::max(largest_memory_, usage.memory_bytes);
   last_reading_ = now;
-  if (samples_.empty() || now - samples_.back().time >= kSampleEvery) {
+  if (!partial && (samples_.empty() || now - samples_.back().time >= kSampleEvery)) {
     samples_.push_back({now, usage.cpu_usec, usage.memory_bytes, disk_used_bytes});
     if (samples_.size() > kSamplesKept) samples_.pop_front();
   }
@@ -50,7 +50,7 @@ void UsageMeter::ObserveLocked(absl::Time now, const CgroupUsage& usage, int64_t
 
 MeteredUsage UsageMeter::Measure(absl::Time now, const CgroupUsage& usage, int64_t disk_used_bytes) {
   absl::MutexLock lock(&mu_);
-  ObserveLocked(now, usage, disk_used_bytes);
+  ObserveLocked(now, usage, disk_used_bytes, /*partial=*/false);
   MeteredUsage m;
   m.cgroup = usage;
   if (last_memory_ >= 0) m.memory_gib_seconds = memory_byte_seconds_ / (1 << 30);
@@ -60,6 +60,11 @@ MeteredUsage UsageMeter::Measure(absl::Time now, const CgroupUsage& usage, int64
   m.processes_started = started_;
   m.busy = busy_ + (running_ > 0 ? std::max(now - busy_since_, absl::ZeroDuration()) : absl::ZeroDuration());
   return m;
+}
+
+bool UsageMeter::SampleDue(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  return samples_.empty() || now - samples_.back().time >= kSampleEvery;
 }
 
 std::vector<UsageSample> UsageMeter::Samples(absl::Time from, absl::Time to) const {

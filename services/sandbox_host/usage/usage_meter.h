@@ -46,14 +46,18 @@ class UsageMeter {
   // A reading of the cgroup (and of the disk an image sandbox's writable layer uses; -1: none): memory and disk
   // are integrated over the time since the previous reading (trapezoids), and a sample is kept every kSampleEvery.
   // Readings older than the latest are ignored.
-  void Observe(absl::Time now, const CgroupUsage& usage, int64_t disk_used_bytes = -1);
+  // `partial`: a reading of memory (and disk) alone, never kept as a sample.
+  void Observe(absl::Time now, const CgroupUsage& usage, int64_t disk_used_bytes = -1, bool partial = false);
+  // Whether a reading at `now` would be kept as a sample (the periodic reader then reads everything; between
+  // samples, memory alone).
+  bool SampleDue(absl::Time now) const;
   // Observe, then what the meter knows as of `now`.
   MeteredUsage Measure(absl::Time now, const CgroupUsage& usage, int64_t disk_used_bytes = -1);
   // The samples kept whose time is in [from, to], oldest first.
   std::vector<UsageSample> Samples(absl::Time from, absl::Time to) const;
 
  private:
-  void ObserveLocked(absl::Time now, const CgroupUsage& usage, int64_t disk_used_bytes)
+  void ObserveLocked(absl::Time now, const CgroupUsage& usage, int64_t disk_used_bytes, bool partial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
