@@ -45,11 +45,20 @@ round() {
 
 echo "metering overhead: $n tool_loop episodes per round, $rounds round(s) each way, $(nproc) cores" >&2
 metered=(); unmetered=(); metered_cpu=(); unmetered_cpu=()
-for r in $(seq "$rounds"); do  # alternating, so a machine's drift hits both alike
-  read -r eps cpu <<< "$(round false "off$r")"; unmetered+=("$eps"); unmetered_cpu+=("$cpu")
-  echo "  round $r unmetered: $eps eps, $cpu ms CPU/episode" >&2
-  read -r eps cpu <<< "$(round true "on$r")"; metered+=("$eps"); metered_cpu+=("$cpu")
-  echo "  round $r metered:   $eps eps, $cpu ms CPU/episode" >&2
+# Alternating, and which goes first alternates too: a machine's drift, and whatever the shared model, proxy and
+# limiter accumulate from round to round, hit both alike.
+one() {
+  local on=$1 r=$2 eps cpu
+  if [[ $on == true ]]; then
+    read -r eps cpu <<< "$(round true "on$r")"; metered+=("$eps"); metered_cpu+=("$cpu")
+    echo "  round $r metered:   $eps eps, $cpu ms CPU/episode" >&2
+  else
+    read -r eps cpu <<< "$(round false "off$r")"; unmetered+=("$eps"); unmetered_cpu+=("$cpu")
+    echo "  round $r unmetered: $eps eps, $cpu ms CPU/episode" >&2
+  fi
+}
+for r in $(seq "$rounds"); do
+  if (( r % 2 )); then one false "$r"; one true "$r"; else one true "$r"; one false "$r"; fi
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 on=$(median "${metered[@]}"); off=$(median "${unmetered[@]}")
