@@ -144,6 +144,9 @@ class SandboxManager {
   // What the sandbox has cost so far (sandbox_usage.cc). NOT_FOUND once it is being deleted. Blocks while a kill
   // sweep of it runs, and for the walk of its files with `query.disk` (a worker's job).
   absl::StatusOr<SandboxUsage> Usage(const Sandbox& sandbox, const UsageQuery& query) const;
+  // Usage when it can answer at once (no walk of the files, no kill sweep of the sandbox under way: a few reads
+  // of its cgroup); nullopt otherwise, for a worker's Usage.
+  std::optional<absl::StatusOr<SandboxUsage>> UsageNow(const Sandbox& sandbox, const UsageQuery& query) const;
   // ForkSandbox: `count` children of a live sandbox, plain or from an image, each seeing the parent's files as
   // they are now (home and task paths, or the image root's writable layer; and /tmp, unless `empty_tmp`: shared
   // as a layer on the host's filesystem, copied into an image sandbox's own /tmp) as its own, under

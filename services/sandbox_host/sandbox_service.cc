@@ -93,7 +93,15 @@ grpc::ServerUnaryReactor* SandboxService::GetSandbox(grpc::CallbackServerContext
   UsageQuery query{.disk = req->disk_usage(), .samples = req->samples()};
   if (req->has_samples_from()) query.from = FromProto(req->samples_from());
   if (req->has_samples_to()) query.to = FromProto(req->samples_to());
-  // Reading the cgroup waits for a kill sweep of the sandbox, and the disk is a walk of its files: on a worker.
+  // A few reads of its cgroup answer at once; a walk of its files, or a wait for a kill sweep of the sandbox, goes
+  // to a worker.
+  if (auto now = sandboxes_->UsageNow(**sb, query)) {
+    if (now->ok()) {
+      ToProto(**sb, 0, resp);
+      ToProto(**now, resp->mutable_usage());
+    }
+    return FinishUnary(ctx, now->status());
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   RunOn(workers_, [this, reactor, resp, query, sb = *std::move(sb)] {
     absl::StatusOr<SandboxUsage> usage = sandboxes_->Usage(*sb, query);

@@ -32,6 +32,14 @@ absl::StatusOr<SandboxUsage> SandboxManager::Usage(const Sandbox& sb, const Usag
   return MeasureLocked(sb, query);
 }
 
+std::optional<absl::StatusOr<SandboxUsage>> SandboxManager::UsageNow(const Sandbox& sb, const UsageQuery& query) const {
+  if (query.disk || !sb.uid_mu.TryLock()) return std::nullopt;
+  absl::StatusOr<SandboxUsage> usage = absl::NotFoundError(absl::StrCat("sandbox '", sb.id, "' was deleted"));
+  if (!sb.deleted) usage = MeasureLocked(sb, query);
+  sb.uid_mu.Unlock();
+  return usage;
+}
+
 SandboxUsage SandboxManager::MeasureLocked(const Sandbox& sb, const UsageQuery& query) const {
   const absl::Time now = clock_->Now();
   SandboxUsage u;
