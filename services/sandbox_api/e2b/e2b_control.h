@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
 #include "boost/json/object.hpp"
