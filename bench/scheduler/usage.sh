@@ -2,7 +2,7 @@
 # What metering costs (not in CI; needs root for the sandbox host). The scheduler benchmark's tool_loop episodes
 # through the whole cluster, in alternating rounds side by side:
 #   metered    as shipped: the host reads every sandbox's cgroup each second, and the scheduler reads each
-#              episode's sandbox usage (one GetSandbox with its disk measured) as the episode ends
+#              episode's sandbox usage as it deletes the sandbox (DeleteSandbox with its disk measured)
 #   unmetered  --usage-readings=false on the host, --measure-usage=false on the scheduler
 # and prints the throughput of each and their ratio (target: metered >= 0.98 x unmetered), and the CPU the host
 # and the scheduler spent per episode (steadier than throughput on a noisy machine: the cost of metering itself).

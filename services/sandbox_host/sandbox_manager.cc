@@ -405,12 +405,12 @@ std::vector<std::shared_ptr<const Sandbox>> SandboxManager::List() const {
   return out;
 }
 
-bool SandboxManager::Delete(const std::string& id, SandboxUsage* final_usage) {
+bool SandboxManager::Delete(const std::string& id, FinalUsage* final_usage) {
   return DeleteKeepingUpper(id, "", final_usage).code() != absl::StatusCode::kNotFound;
 }
 
 absl::Status SandboxManager::DeleteKeepingUpper(const std::string& id, const std::string& dest,
-                                                SandboxUsage* final_usage) {
+                                                FinalUsage* final_usage) {
   std::shared_ptr<Sandbox> sb;
   {
     absl::MutexLock lock(&mu_);
@@ -454,7 +454,7 @@ absl::StatusOr<uint32_t> SandboxManager::KillAllProcesses(const std::string& id)
   return static_cast<uint32_t>(running);
 }
 
-absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper, SandboxUsage* final_usage) {
+absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper, FinalUsage* final_usage) {
   bool clean = false;
   {
     absl::MutexLock lock(&sb.uid_mu);
@@ -462,7 +462,7 @@ absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper
     if (sb.paused) (void)sb.cgroup.Freeze(false);  // a process frozen by cgroup v1 dies only once thawed
     // Every process of the uid dies first (setsid escapees included), so nothing can race the wipe.
     clean = KillAllOf(sb.uid);
-    if (final_usage != nullptr) *final_usage = MeasureLocked(sb, {});
+    if (final_usage != nullptr) final_usage->usage = MeasureLocked(sb, final_usage->query);
   }
   sb.landlock.Reset();
   sb.namespaces = SandboxNamespaces{};

@@ -107,6 +107,12 @@ struct UsageQuery {
   bool samples = false;
   absl::Time from = absl::InfinitePast(), to = absl::InfiniteFuture();  // which samples
 };
+// What a delete measures on its way: the usage once the processes are gone, as `query` asks (its files walked
+// before they are wiped with `query.disk`).
+struct FinalUsage {
+  UsageQuery query;
+  SandboxUsage usage;
+};
 
 // Thread-safe.
 class SandboxManager {
@@ -135,12 +141,12 @@ class SandboxManager {
   // itself every second; public for tests. Returns how many were evicted.
   int EvictIdle();
   std::vector<std::shared_ptr<const Sandbox>> List() const;
-  // Kills every process of the sandbox's uid, then frees cgroup, home and uid. Returns whether it existed; its
-  // usage once its processes were gone into `final_usage` (its disk not walked) when that is not null.
-  bool Delete(const std::string& id, SandboxUsage* final_usage = nullptr);
+  // Kills every process of the sandbox's uid, then frees cgroup, home and uid. Returns whether it existed; fills
+  // `final_usage` when that is not null.
+  bool Delete(const std::string& id, FinalUsage* final_usage = nullptr);
   // Delete, but a sandbox made from an image leaves its writable layer at `dest` (a template build keeps it).
   // NOT_FOUND for an unknown sandbox; FAILED_PRECONDITION for one not made from an image.
-  absl::Status DeleteKeepingUpper(const std::string& id, const std::string& dest, SandboxUsage* final_usage = nullptr);
+  absl::Status DeleteKeepingUpper(const std::string& id, const std::string& dest, FinalUsage* final_usage = nullptr);
   // What the sandbox has cost so far (sandbox_usage.cc). NOT_FOUND once it is being deleted. Blocks while a kill
   // sweep of it runs, and for the walk of its files with `query.disk` (a worker's job).
   absl::StatusOr<SandboxUsage> Usage(const Sandbox& sandbox, const UsageQuery& query) const;
@@ -200,7 +206,7 @@ class SandboxManager {
   // Ends a fork of `sb`: calls reach it (or its new generation) again, and a delete waiting for it goes on.
   void EndFork(Sandbox& sb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With `keep_upper`, an image sandbox's writable layer is moved there rather than wiped.
-  absl::Status Teardown(Sandbox& sandbox, const std::string& keep_upper = "", SandboxUsage* final_usage = nullptr);
+  absl::Status Teardown(Sandbox& sandbox, const std::string& keep_upper = "", FinalUsage* final_usage = nullptr);
   // Usage with the sandbox's uid_mu held (its cgroup is not being removed).
   SandboxUsage MeasureLocked(const Sandbox& sandbox, const UsageQuery& query) const;
   // Every second: a reading of each sandbox's cgroup into its meter, on a worker.

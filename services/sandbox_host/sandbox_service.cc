@@ -156,10 +156,10 @@ grpc::ServerUnaryReactor* SandboxService::DeleteSandbox(grpc::CallbackServerCont
                                                         v1::DeleteSandboxResponse* resp) {
   if (auto s = AuthorizeSandbox(*auth_, *sandboxes_, *ctx, req->sandbox_id()); !s.ok()) return FinishUnary(ctx, s);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  RunOn(workers_, [this, reactor, resp, id = req->sandbox_id()] {
-    SandboxUsage usage;
-    resp->set_existed(sandboxes_->Delete(id, &usage));  // every process swept, the home wiped: may take a while
-    if (resp->existed()) ToProto(usage, resp->mutable_usage());
+  RunOn(workers_, [this, reactor, resp, id = req->sandbox_id(), disk = req->disk_usage()] {
+    FinalUsage final_usage{.query = {.disk = disk}};
+    resp->set_existed(sandboxes_->Delete(id, &final_usage));  // every process swept, the home wiped: may take a while
+    if (resp->existed()) ToProto(final_usage.usage, resp->mutable_usage());
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;

@@ -86,9 +86,15 @@ class HostApi {
     request.set_sandbox_id(sandbox_id);
     return GetSandbox(std::move(request), timeout);
   }
-  // DeleteSandbox: whether it existed, and what it cost.
-  virtual boost::asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> DeleteSandbox(const std::string& sandbox_id,
-                                                                                          absl::Duration timeout) = 0;
+  // DeleteSandbox: whether it existed, and what it cost (its disk as `request` asks).
+  virtual boost::asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> DeleteSandbox(
+      v1::DeleteSandboxRequest request, absl::Duration timeout) = 0;
+  boost::asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> DeleteSandbox(const std::string& sandbox_id,
+                                                                                  absl::Duration timeout) {
+    v1::DeleteSandboxRequest request;
+    request.set_sandbox_id(sandbox_id);
+    return DeleteSandbox(std::move(request), timeout);
+  }
   boost::asio::awaitable<absl::Status> Delete(const std::string& sandbox_id, absl::Duration timeout) {
     auto deleted = co_await DeleteSandbox(sandbox_id, timeout);
     co_return deleted.status();

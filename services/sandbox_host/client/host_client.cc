@@ -68,11 +68,9 @@ asio::awaitable<absl::StatusOr<v1::Sandbox>> HostClient::GetSandbox(v1::GetSandb
   co_return response;
 }
 
-asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> HostClient::DeleteSandbox(const std::string& sandbox_id,
+asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> HostClient::DeleteSandbox(v1::DeleteSandboxRequest request,
                                                                                      absl::Duration timeout) {
   rpc::CallScope scope(nullptr, After(timeout), token_);
-  v1::DeleteSandboxRequest request;
-  request.set_sandbox_id(sandbox_id);
   v1::DeleteSandboxResponse response;
   grpc::Status s = co_await rpc::AwaitGrpc(
       [&](auto done) { stub_->async()->DeleteSandbox(scope.context(), &request, &response, std::move(done)); });

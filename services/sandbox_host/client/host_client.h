@@ -14,6 +14,7 @@ namespace corral::sandbox {
 
 class HostClient final : public HostApi {
  public:
+  using HostApi::DeleteSandbox;
   HostClient(std::string address, std::shared_ptr<grpc::Channel> channel, std::string token);
   const std::string& address() const override { return address_; }
 
@@ -24,7 +25,7 @@ class HostClient final : public HostApi {
                                                                            CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> GetSandbox(v1::GetSandboxRequest request,
                                                                  absl::Duration timeout) override;
-  boost::asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> DeleteSandbox(const std::string& sandbox_id,
+  boost::asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> DeleteSandbox(v1::DeleteSandboxRequest request,
                                                                                   absl::Duration timeout) override;
   boost::asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(v1::ExecRequest request, size_t output_limit,
                                                            CallOptions options) override;

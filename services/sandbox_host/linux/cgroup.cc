@@ -144,45 +144,66 @@ std::string SandboxCgroup::FileIn(const char* name) const {
   return "";
 }
 
+void SandboxCgroup::OpenUsageFiles() {
+  // v1: cpuacct.usage is nanoseconds, cpuacct.stat clock ticks (v2's cpu.stat has both); v1 counts no disk writes.
+  static constexpr std::array<const char*, kUsageFiles> kV1 = {
+      "cpuacct.usage", "cpuacct.stat", "memory.usage_in_bytes", "memory.max_usage_in_bytes", "memory.limit_in_bytes",
+      "pids.current",  nullptr};
+  static constexpr std::array<const char*, kUsageFiles> kV2 = {
+      "cpu.stat", nullptr, "memory.current", "memory.peak", "memory.max", "pids.current", "io.stat"};
+  for (int f = 0; f < kUsageFiles; ++f) {
+    const char* name = (v2_ ? kV2 : kV1)[f];
+    if (name == nullptr) continue;
+    for (const std::string& dir : dirs_) {
+      usage_files_[f] = UniqueFd(open((dir + "/" + name).c_str(), O_RDONLY | O_CLOEXEC));
+      if (usage_files_[f].valid()) break;
+    }
+  }
+}
+
+std::optional<std::string> SandboxCgroup::Read(UsageFile file) const {
+  const UniqueFd& fd = usage_files_[file];
+  if (!fd.valid()) return std::nullopt;
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = pread(fd.get(), buf, sizeof buf, static_cast<off_t>(text.size()))) > 0;) {
+    text.append(buf, static_cast<size_t>(n));
+  }
+  return text;
+}
+
 int64_t SandboxCgroup::MemoryBytes() const {
-  const std::string path = FileIn(v2_ ? "memory.current" : "memory.usage_in_bytes");
   int64_t v = -1;
-  if (path.empty() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadAll(path.c_str())), &v) || v < 0) return -1;
+  const std::optional<std::string> text = Read(kMemory);
+  if (!text || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v) || v < 0) return -1;
   return v;
 }
 
 CgroupUsage SandboxCgroup::Usage() const {
-  auto read = [&](const char* name) {
-    const std::string path = FileIn(name);
-    return path.empty() ? std::string() : ReadAll(path.c_str());
-  };
+  auto read = [&](UsageFile file) { return Read(file).value_or(""); };
   CgroupFiles f;
-  f.pids_current = read("pids.current");
+  f.pids_current = read(kPids);
+  f.memory_current = read(kMemory);
+  f.memory_peak = read(kMemoryPeak);
+  f.memory_max = read(kMemoryMax);
   if (v2_) {
-    f.cpu_stat = read("cpu.stat");
-    f.memory_current = read("memory.current");
-    f.memory_peak = read("memory.peak");
-    f.memory_max = read("memory.max");
-    if (const std::string io = FileIn("io.stat"); !io.empty()) f.io_stat = ReadAll(io.c_str());
+    f.cpu_stat = read(kCpu);
+    f.io_stat = Read(kIo);
     return ParseCgroupUsage(f);
   }
-  // v1: cpuacct.usage is nanoseconds, cpuacct.stat clock ticks; an unlimited memory.limit_in_bytes is a huge
-  // number (no limit). Buffered writes are not charged to a v1 cgroup, so no disk writes are counted.
+  // v1: microseconds and ticks into cpu.stat's form; an unlimited memory.limit_in_bytes is a huge number.
   int64_t ns = 0;
-  if (absl::SimpleAtoi(absl::StripAsciiWhitespace(read("cpuacct.usage")), &ns)) {
+  if (absl::SimpleAtoi(absl::StripAsciiWhitespace(read(kCpu)), &ns)) {
     absl::StrAppend(&f.cpu_stat, "usage_usec ", ns / 1000, "\n");
   }
   const int64_t tick_usec = 1000000 / std::max<long>(sysconf(_SC_CLK_TCK), 1);
-  for (absl::string_view line : absl::StrSplit(read("cpuacct.stat"), '\n', absl::SkipEmpty())) {
+  for (absl::string_view line : absl::StrSplit(read(kCpuTimes), '\n', absl::SkipEmpty())) {
     std::vector<absl::string_view> kv = absl::StrSplit(line, ' ', absl::SkipEmpty());
     int64_t ticks = 0;
     if (kv.size() == 2 && absl::SimpleAtoi(kv[1], &ticks)) {
       absl::StrAppend(&f.cpu_stat, kv[0] == "user" ? "user_usec " : "system_usec ", ticks * tick_usec, "\n");
     }
   }
-  f.memory_current = read("memory.usage_in_bytes");
-  f.memory_peak = read("memory.max_usage_in_bytes");
-  f.memory_max = read("memory.limit_in_bytes");
   int64_t bytes = 0;
   if (absl::SimpleAtoi(absl::StripAsciiWhitespace(f.memory_max), &bytes) && bytes >= (int64_t{1} << 62)) {
     f.memory_max = "max";
@@ -233,6 +254,7 @@ absl::Status SandboxCgroup::FreezeV2(bool frozen, int timeout_ms) const {
 
 absl::Status SandboxCgroup::Remove() {
   procs_.clear();
+  usage_files_ = {};
   for (const auto& dir : dirs_) {
     if (rmdir(dir.c_str()) != 0 && errno != ENOENT) {
       return absl::FailedPreconditionError(absl::StrCat("cannot remove cgroup ", dir, ": ", strerror(errno)));
@@ -327,6 +349,7 @@ absl::StatusOr<SandboxCgroup> CgroupManager::Create(const std::string& sandbox_i
     if (fd < 0) return fail("open " + dir + "/cgroup.procs");
     cg.procs_.emplace_back(fd);
   }
+  cg.OpenUsageFiles();
   return cg;
 }
 

@@ -5,6 +5,7 @@
 // mounted at /sys/fs/cgroup/<controller>, not at the path /proc/self/cgroup names).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -86,12 +87,18 @@ class SandboxCgroup {
 
  private:
   friend class CgroupManager;
+  // The files Usage reads, opened once by OpenUsageFiles: a reading is a pread each, no path resolved again.
+  enum UsageFile { kCpu, kCpuTimes, kMemory, kMemoryPeak, kMemoryMax, kPids, kIo, kUsageFiles };
+  void OpenUsageFiles();
+  // The text of one of them; nullopt where the cgroup has no such file.
+  std::optional<std::string> Read(UsageFile file) const;
   absl::Status FreezeV2(bool frozen, int timeout_ms) const;
   // The path of `name` in the first of its directories that has it; "" when none does.
   std::string FileIn(const char* name) const;
   bool v2_ = false;
   std::vector<std::string> dirs_;
   std::vector<UniqueFd> procs_;
+  std::array<UniqueFd, kUsageFiles> usage_files_;
 };
 
 // Immutable after Detect; thread-safe.

@@ -87,11 +87,18 @@ TEST_F(SandboxUsageTest, AForksChildCountsOnlyItsOwnUseAndSharesTheParentsFilesA
   EXPECT_GE(after.metered.cgroup.cpu_usec, 900000);
   EXPECT_EQ(after.metered.processes_started, 2);
   EXPECT_EQ(after.shared_disk_bytes, child.shared_disk_bytes);
-  // A delete reports what it cost, its processes gone.
-  SandboxUsage final_usage;
+  // A delete reports what it cost, its processes gone; its files walked only when asked, before the wipe.
+  FinalUsage final_usage;
   ASSERT_TRUE(manager_->Delete(id, &final_usage));
-  EXPECT_GE(final_usage.metered.cgroup.cpu_usec, after.metered.cgroup.cpu_usec);
-  EXPECT_EQ(final_usage.own_disk_bytes, -1);  // its disk is not walked at a delete
+  EXPECT_GE(final_usage.usage.metered.cgroup.cpu_usec, after.metered.cgroup.cpu_usec);
+  EXPECT_EQ(final_usage.usage.own_disk_bytes, -1);
+  Sh(children[0], "head -c 2097152 /dev/urandom > own.bin");
+  const std::string child_id = children[0]->id;
+  children.clear();
+  FinalUsage child_final{.query = {.disk = true}};
+  ASSERT_TRUE(manager_->Delete(child_id, &child_final));
+  EXPECT_NEAR(static_cast<double>(child_final.usage.own_disk_bytes), 2.0 * kMiB, 0.5 * kMiB);
+  EXPECT_NEAR(static_cast<double>(child_final.usage.shared_disk_bytes), 4.0 * kMiB, 0.5 * kMiB);
 }
 
 }  // namespace

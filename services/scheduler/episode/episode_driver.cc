@@ -373,6 +373,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   }
   SetOutcome(failure, a.task().runner(), r);
   SetBranchInfo(a, r);
+  a.residents.StopAll();
   co_await MeasureUsage(a);
   if ((a.task().runner() == v1::RUNNER_TOOL_LOOP || a.task().has_env_server()) && r.agent_output_tail().empty()) {
     r.set_agent_output_tail(a.output.Last(1024));
@@ -391,8 +392,7 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
                  v1::EpisodeStatus_Name(r.status()), PhaseName(failure->phase), failure->message);
   }
   if (parts_.metrics != nullptr) parts_.metrics->EpisodeEnded(a.task().runner(), r, a.ticket.tenant);
-  a.residents.StopAll();
-  // The sandbox goes in the background: the result does not wait for teardown.
+  // A sandbox the usage reading did not delete goes in the background: the result does not wait for it.
   if (a.slot) {
     auto executor = co_await asio::this_coro::executor;
     async::Spawn(executor, Cleanup(a.slot, a.sandbox_id), "a sandbox's cleanup");
@@ -416,19 +416,21 @@ asio::awaitable<void> EpisodeDriver::MeasureUsage(Attempt& a) {
   }
   *usage.mutable_tools() = ToolUsageOf(a.tools_by_name, a.tools_time);
   if (options_.measure_usage && a.slot && !a.sandbox_id.empty()) {
-    v1::GetSandboxRequest request;
+    // Its usage at the end comes with its delete, the files walked before the wipe: one call where a reading and
+    // a delete would be two. A host that does not answer in time leaves it to the background cleanup.
+    v1::DeleteSandboxRequest request;
     request.set_sandbox_id(a.sandbox_id);
     request.set_disk_usage(true);
-    auto sandbox = co_await a.slot->client->GetSandbox(std::move(request), absl::Seconds(10));
-    if (sandbox.ok()) {
-      *usage.mutable_sandbox() = sandbox->usage();
-      if (a.cpu_before_verifier && sandbox->usage().has_cpu_time()) {
-        const absl::Duration used = FromProto(sandbox->usage().cpu_time()) - *a.cpu_before_verifier;
+    auto deleted = co_await a.slot->client->DeleteSandbox(std::move(request), absl::Seconds(10));
+    if (deleted.ok()) {
+      Released(*std::exchange(a.slot, std::nullopt), a.sandbox_id);
+      *usage.mutable_sandbox() = deleted->usage();
+      if (a.cpu_before_verifier && deleted->usage().has_cpu_time()) {
+        const absl::Duration used = FromProto(deleted->usage().cpu_time()) - *a.cpu_before_verifier;
         ToProto(std::max(used, absl::ZeroDuration()), usage.mutable_verifier()->mutable_cpu_time());
       }
     } else {
-      spdlog::debug("episode {}: its sandbox's usage could not be read: {}", a.ticket.ids.episode_id(),
-                    sandbox.status());
+      spdlog::debug("episode {}: deleting its sandbox with its usage: {}", a.ticket.ids.episode_id(), deleted.status());
     }
   }
   if (std::optional<double> cost = CostOf(usage, options_.prices)) usage.set_cost(*cost);
@@ -452,8 +454,12 @@ asio::awaitable<void> EpisodeDriver::Cleanup(std::optional<Slot> slot, std::stri
   if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
     spdlog::warn("host {}: deleting sandbox {}: {} (the next sweep of the host removes it)", address, sandbox_id, s);
   }
-  hosts_->Disown(address, sandbox_id);
-  hosts_->Release(address);
+  Released(*slot, sandbox_id);
+}
+
+void EpisodeDriver::Released(const Slot& slot, const std::string& sandbox_id) {
+  hosts_->Disown(slot.client->address(), sandbox_id);
+  hosts_->Release(slot.client->address());
 }
 
 }  // namespace corral::scheduler

@@ -94,8 +94,10 @@ class EpisodeDriver : public ChildStarter {
   boost::asio::awaitable<std::optional<Failure>> SetUpFork(Attempt& a);
   boost::asio::awaitable<void> Conclude(Attempt& a, std::optional<Failure> failure);
   boost::asio::awaitable<void> Cleanup(std::optional<Slot> slot, std::string sandbox_id);
-  // EpisodeResult.usage (and llm_calls): its calls from the trajectory, its tools, its sandbox as it ends (one
-  // GetSandbox, its disk measured), its cost by the price table.
+  // The host's capacity a deleted sandbox held goes back.
+  void Released(const Slot& slot, const std::string& sandbox_id);
+  // EpisodeResult.usage (and llm_calls): its calls from the trajectory, its tools, its sandbox as it ends (read
+  // by its delete, its disk measured: the attempt's slot is released then), its cost by the price table.
   boost::asio::awaitable<void> MeasureUsage(Attempt& a);
   // Retries closing a session whose proxy did not answer (for up to two minutes).
   boost::asio::awaitable<void> CloseLater(std::shared_ptr<ProxyApi> proxy, std::string env_id);

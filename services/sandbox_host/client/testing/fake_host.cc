@@ -188,8 +188,9 @@ asio::awaitable<absl::StatusOr<v1::Sandbox>> FakeHost::GetSandbox(v1::GetSandbox
   co_return live_.at(request.sandbox_id());
 }
 
-asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> FakeHost::DeleteSandbox(const std::string& sandbox_id,
+asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> FakeHost::DeleteSandbox(v1::DeleteSandboxRequest request,
                                                                                    absl::Duration) {
+  const std::string& sandbox_id = request.sandbox_id();
   absl::MutexLock lock(&mu_);
   if (auto s = Known(sandbox_id); !s.ok()) co_return s;
   v1::DeleteSandboxResponse response;

@@ -23,6 +23,7 @@ boost::asio::awaitable<absl::Status> Hang(Clock& clock, CallOptions options);
 
 class FakeHost final : public HostApi {
  public:
+  using HostApi::DeleteSandbox;
   FakeHost(std::string address, Clock* clock, uint32_t capacity = 8);
   const std::string& address() const override { return address_; }
 
@@ -71,7 +72,7 @@ class FakeHost final : public HostApi {
                                                                            CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::Sandbox>> GetSandbox(v1::GetSandboxRequest request,
                                                                  absl::Duration timeout) override;
-  boost::asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> DeleteSandbox(const std::string& sandbox_id,
+  boost::asio::awaitable<absl::StatusOr<v1::DeleteSandboxResponse>> DeleteSandbox(v1::DeleteSandboxRequest request,
                                                                                   absl::Duration timeout) override;
   boost::asio::awaitable<absl::StatusOr<ExecOutcome>> Exec(v1::ExecRequest request, size_t output_limit,
                                                            CallOptions options) override;
