@@ -66,6 +66,8 @@ struct Attempt {
   std::function<void()> on_reserved;  // called when a sandbox slot is reserved (and at the end, harmlessly)
   std::optional<Slot> slot;
   std::string sandbox_id;
+  // SEPARATE_UID: the verifier's own sandbox, a fork of `sandbox_id`, deleted beside it as the attempt ends.
+  std::string verifier_sandbox_id;
   std::string workdir;  // for commands: "/workspace" or "" (the home)
   std::string home;     // $HOME as the sandbox's processes see it (Sandbox.home)
 

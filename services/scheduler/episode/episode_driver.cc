@@ -374,7 +374,8 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
   SetOutcome(failure, a.task().runner(), r);
   SetBranchInfo(a, r);
   a.residents.StopAll();
-  co_await MeasureUsage(a);
+  co_await EndSandboxes(a);
+  MeasureUsage(a);
   if ((a.task().runner() == v1::RUNNER_TOOL_LOOP || a.task().has_env_server()) && r.agent_output_tail().empty()) {
     r.set_agent_output_tail(a.output.Last(1024));
   }
@@ -392,48 +393,10 @@ asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure>
                  v1::EpisodeStatus_Name(r.status()), PhaseName(failure->phase), failure->message);
   }
   if (parts_.metrics != nullptr) parts_.metrics->EpisodeEnded(a.task().runner(), r, a.ticket.tenant);
-  // A sandbox the usage reading did not delete goes in the background: the result does not wait for it.
-  if (a.slot) {
-    auto executor = co_await asio::this_coro::executor;
-    async::Spawn(executor, Cleanup(a.slot, a.sandbox_id), "a sandbox's cleanup");
-  }
   const std::string env_id = a.ticket.env_id;
   const FinishOutcome outcome = table_->Finish(a.ticket, std::move(r));
   if (parts_.metrics != nullptr && outcome == FinishOutcome::kRetried) parts_.metrics->Retried();
   if (a.session_requested) (void)co_await a.proxy->Ack(env_id, absl::Seconds(10));
-}
-
-asio::awaitable<void> EpisodeDriver::MeasureUsage(Attempt& a) {
-  v1::EpisodeResult& r = a.result;
-  v1::EpisodeUsage& usage = *r.mutable_usage();
-  if (r.has_trajectory()) {
-    // One count for every runner: the calls the proxy recorded (a branch's include its ancestors' prefix).
-    const int calls = r.trajectory().calls_size();
-    const int prefix = static_cast<int>(r.branch().prefix_calls());
-    r.set_llm_calls(static_cast<uint32_t>(calls));
-    *usage.mutable_model() = ModelUsageOf(r.trajectory(), prefix, calls);
-    if (prefix > 0) *usage.mutable_shared_model() = ModelUsageOf(r.trajectory(), 0, prefix);
-  }
-  *usage.mutable_tools() = ToolUsageOf(a.tools_by_name, a.tools_time);
-  if (options_.measure_usage && a.slot && !a.sandbox_id.empty()) {
-    // Its usage at the end comes with its delete, the files walked before the wipe: one call where a reading and
-    // a delete would be two. A host that does not answer in time leaves it to the background cleanup.
-    v1::DeleteSandboxRequest request;
-    request.set_sandbox_id(a.sandbox_id);
-    request.set_disk_usage(true);
-    auto deleted = co_await a.slot->client->DeleteSandbox(std::move(request), absl::Seconds(10));
-    if (deleted.ok()) {
-      Released(*std::exchange(a.slot, std::nullopt), a.sandbox_id);
-      *usage.mutable_sandbox() = deleted->usage();
-      if (a.cpu_before_verifier && deleted->usage().has_cpu_time()) {
-        const absl::Duration used = FromProto(deleted->usage().cpu_time()) - *a.cpu_before_verifier;
-        ToProto(std::max(used, absl::ZeroDuration()), usage.mutable_verifier()->mutable_cpu_time());
-      }
-    } else {
-      spdlog::debug("episode {}: deleting its sandbox with its usage: {}", a.ticket.ids.episode_id(), deleted.status());
-    }
-  }
-  if (std::optional<double> cost = CostOf(usage, options_.prices)) usage.set_cost(*cost);
 }
 
 asio::awaitable<void> EpisodeDriver::CloseLater(std::shared_ptr<ProxyApi> proxy, std::string env_id) {
@@ -446,20 +409,6 @@ asio::awaitable<void> EpisodeDriver::CloseLater(std::shared_ptr<ProxyApi> proxy,
     }
   }
   spdlog::warn("proxy {}: session {} could not be closed; its TTL will end it", proxy->address(), env_id);
-}
-
-asio::awaitable<void> EpisodeDriver::Cleanup(std::optional<Slot> slot, std::string sandbox_id) {
-  const std::string address = slot->client->address();
-  absl::Status s = co_await slot->client->Delete(sandbox_id, absl::Seconds(60));
-  if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
-    spdlog::warn("host {}: deleting sandbox {}: {} (the next sweep of the host removes it)", address, sandbox_id, s);
-  }
-  Released(*slot, sandbox_id);
-}
-
-void EpisodeDriver::Released(const Slot& slot, const std::string& sandbox_id) {
-  hosts_->Disown(slot.client->address(), sandbox_id);
-  hosts_->Release(slot.client->address());
 }
 
 }  // namespace corral::scheduler

@@ -93,12 +93,20 @@ class EpisodeDriver : public ChildStarter {
   void AdoptFork(Attempt& a);
   boost::asio::awaitable<std::optional<Failure>> SetUpFork(Attempt& a);
   boost::asio::awaitable<void> Conclude(Attempt& a, std::optional<Failure> failure);
-  boost::asio::awaitable<void> Cleanup(std::optional<Slot> slot, std::string sandbox_id);
+  // The attempt's sandboxes (the agent's, and the verifier's own fork) are deleted as it ends (episode_end.cc):
+  // with measure_usage at once and side by side, their usage read by the deletes (EpisodeUsage.sandbox, the
+  // agent's files walked before the wipe; the verifier's CPU); whatever is left, in the background. The slot is
+  // the attempt's no more.
+  boost::asio::awaitable<void> EndSandboxes(Attempt& a);
+  // Deletes what is not empty of `sandbox_id` and `verifier_sandbox_id`, then gives back the slot's capacity when
+  // `release` (the background part of EndSandboxes).
+  boost::asio::awaitable<void> Cleanup(Slot slot, std::string sandbox_id, std::string verifier_sandbox_id,
+                                       bool release);
   // The host's capacity a deleted sandbox held goes back.
   void Released(const Slot& slot, const std::string& sandbox_id);
-  // EpisodeResult.usage (and llm_calls): its calls from the trajectory, its tools, its sandbox as it ends (read
-  // by its delete, its disk measured: the attempt's slot is released then), its cost by the price table.
-  boost::asio::awaitable<void> MeasureUsage(Attempt& a);
+  // The rest of EpisodeResult.usage (and llm_calls): its calls from the trajectory, its tools, its cost by the
+  // price table.
+  void MeasureUsage(Attempt& a);
   // Retries closing a session whose proxy did not answer (for up to two minutes).
   boost::asio::awaitable<void> CloseLater(std::shared_ptr<ProxyApi> proxy, std::string env_id);
 

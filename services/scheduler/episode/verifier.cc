@@ -241,17 +241,11 @@ asio::awaitable<std::optional<Failure>> RunVerifier(Attempt& a) {
   if (isolation == v1::VERIFIER_ISOLATION_UNSPECIFIED || isolation == v1::VERIFIER_ISOLATION_SEPARATE_UID) {
     auto fork = co_await ForkForVerifier(a, deadline);
     if (fork.ok()) {
+      // Deleted as the attempt ends, beside the agent's sandbox (EpisodeDriver::Conclude): not on the reward's way.
+      a.verifier_sandbox_id = *fork;
       const std::string agents = std::exchange(a.sandbox_id, *fork);
       auto failure = co_await Verify(a, v1::VERIFIER_ISOLATION_SEPARATE_UID, timeout, deadline, started);
       a.sandbox_id = agents;
-      const std::string child = *fork;
-      auto deleted = co_await a.slot->client->DeleteSandbox(child, absl::Seconds(30));
-      if (!deleted.ok()) {
-        spdlog::warn("episode {}: deleting the verifier's sandbox {}: {}", a.ticket.ids.episode_id(), child,
-                     deleted.status());
-      } else if (deleted->usage().has_cpu_time()) {  // what the verifier's own sandbox used, and nothing else did
-        *a.result.mutable_usage()->mutable_verifier()->mutable_cpu_time() = deleted->usage().cpu_time();
-      }
       co_return failure;
     }
     // The default runs the verifier in the agent's sandbox instead wherever the fork fails: a host that cannot
