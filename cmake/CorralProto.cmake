@@ -1,7 +1,9 @@
-# corral_proto_library(NAME n ALIAS a ROOT dir PROTOS files...): C++ messages + gRPC stubs in one static
-# library of their own, so services link generated code instead of recompiling it. No warnings-as-errors here.
+# corral_proto_library(NAME n ALIAS a ROOT dir PROTOS files... [STUBS_APART files...]): C++ messages + gRPC stubs
+# in one static library of their own, so services link generated code instead of recompiling it. No
+# warnings-as-errors here. STUBS_APART names the .proto files (of PROTOS) so large that their messages and their
+# stubs are two units, not one: together they would be the slowest unit of the build.
 function(corral_proto_library)
-  cmake_parse_arguments(P "" "NAME;ALIAS;ROOT" "PROTOS" ${ARGN})
+  cmake_parse_arguments(P "" "NAME;ALIAS;ROOT" "PROTOS;STUBS_APART" ${ARGN})
   set(_out ${CMAKE_BINARY_DIR}/gen)
   file(MAKE_DIRECTORY ${_out})
   add_library(${P_NAME} STATIC ${P_PROTOS})
@@ -19,7 +21,11 @@ function(corral_proto_library)
   foreach(_source IN LISTS _sources)
     if(_source MATCHES "\\.pb\\.cc$")
       file(RELATIVE_PATH _group ${_out} ${_source})
-      string(REGEX REPLACE "(\\.grpc)?\\.pb\\.cc$" "" _group ${_group})
+      string(REGEX REPLACE "(\\.grpc)?\\.pb\\.cc$" "" _proto ${_group})
+      set(_group ${_proto})
+      if("${_proto}.proto" IN_LIST P_STUBS_APART AND _source MATCHES "\\.grpc\\.pb\\.cc$")
+        set(_group ${_proto}_grpc)
+      endif()
       string(REPLACE "/" "_" _group ${_group})
       set_source_files_properties(${_source} PROPERTIES UNITY_GROUP ${_group})
     endif()

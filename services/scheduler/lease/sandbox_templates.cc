@@ -10,6 +10,7 @@
 #include "libs/api/proto_time.h"
 #include "libs/async/callback.h"
 #include "libs/async/spawn.h"
+#include "libs/core/logging.h"
 #include "openssl/rand.h"
 #include "spdlog/spdlog.h"
 
