@@ -62,12 +62,20 @@ absl::StatusOr<FetchReply> Fetch(const Url& url, const std::vector<std::pair<std
       result = absl::UnavailableError(absl::StrCat(what, ": cannot connect: ", cec.message()));
       co_return;
     }
-    const fetch_internal::Exchange x{options.timeout, &request, &reply, &sink, options.max_bytes, what};
+    const fetch_internal::Exchange x{.timeout = options.timeout,
+                                     .request = &request,
+                                     .sink = &sink,
+                                     .max_bytes = options.max_bytes,
+                                     .what = what,
+                                     .ca_hint = options.ca_hint,
+                                     .status = &reply.status,
+                                     .headers = &reply.headers,
+                                     .error_body = &reply.error_body};
     if (!url.tls) {
       result = co_await fetch_internal::Talk(tcp, tcp, x);
       co_return;
     }
-    result = co_await fetch_internal::TalkTls(std::move(tcp), tls, url, options, x);
+    result = co_await fetch_internal::TalkTls(std::move(tcp), tls, url, x);
   };
   asio::co_spawn(io, run(), [&](std::exception_ptr e) {
     if (e) result = absl::InternalError(absl::StrCat(what, ": unexpected failure"));

@@ -18,7 +18,7 @@
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "libs/async/use_tuple.h"
-#include "libs/http/fetch.h"
+#include "libs/http/url.h"
 
 namespace corral::http::fetch_internal {
 
@@ -27,14 +27,17 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 constexpr size_t kMaxErrorBody = 64 << 10;
 
-// What one exchange needs besides its stream.
+// What one exchange needs besides its stream, and where its reply goes (FetchReply's parts).
 struct Exchange {
   absl::Duration timeout;
   bhttp::request<bhttp::empty_body>* request;
-  FetchReply* reply;
   const std::function<absl::Status(absl::string_view)>* sink;
   uint64_t max_bytes;
-  std::string what;  // "GET <url>", for messages
+  std::string what;     // "GET <url>", for messages
+  std::string ca_hint;  // FetchOptions.ca_hint: added to a certificate the TLS half could not verify
+  int* status;
+  std::map<std::string, std::string>* headers;
+  std::string* error_body;
 };
 
 // One HTTP/1.1 exchange over `stream` (plain or TLS, connected; `tcp` its lowest layer, for the timeouts). The
@@ -44,7 +47,7 @@ asio::awaitable<absl::Status> Talk(Stream& stream, beast::tcp_stream& tcp, const
   using async::kUseTuple;
   const absl::Duration timeout = x.timeout;
   const std::string& what = x.what;
-  std::string* error_body = &x.reply->error_body;
+  std::string* error_body = x.error_body;
   tcp.expires_after(absl::ToChronoNanoseconds(timeout));
   auto [wec, wn] = co_await bhttp::async_write(stream, *x.request, kUseTuple);
   if (wec) co_return absl::UnavailableError(absl::StrCat(what, ": sending: ", wec.message()));
@@ -55,11 +58,11 @@ asio::awaitable<absl::Status> Talk(Stream& stream, beast::tcp_stream& tcp, const
   auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, kUseTuple);
   if (hec == beast::error::timeout) co_return absl::DeadlineExceededError(absl::StrCat(what, ": no answer in time"));
   if (hec) co_return absl::UnavailableError(absl::StrCat(what, ": reading: ", hec.message()));
-  x.reply->status = static_cast<int>(parser.get().result_int());
+  *x.status = static_cast<int>(parser.get().result_int());
   for (const auto& field : parser.get()) {
-    x.reply->headers[absl::AsciiStrToLower(std::string(field.name_string()))] = std::string(field.value());
+    (*x.headers)[absl::AsciiStrToLower(std::string(field.name_string()))] = std::string(field.value());
   }
-  const bool ok = x.reply->status >= 200 && x.reply->status < 300;
+  const bool ok = *x.status >= 200 && *x.status < 300;
   uint64_t received = 0;
   std::string piece(64 << 10, '\0');
   while (!parser.is_done()) {
@@ -87,6 +90,6 @@ asio::awaitable<absl::Status> Talk(Stream& stream, beast::tcp_stream& tcp, const
 
 // The TLS half (fetch_tls.cc): the handshake over `tcp` (connected), verifying `url.host`, then the exchange.
 asio::awaitable<absl::Status> TalkTls(beast::tcp_stream tcp, asio::ssl::context& tls, const Url& url,
-                                      const FetchOptions& options, const Exchange& x);
+                                      const Exchange& x);
 
 }  // namespace corral::http::fetch_internal
