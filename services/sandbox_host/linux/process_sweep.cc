@@ -1,12 +1,14 @@
 #include "services/sandbox_host/linux/process_sweep.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -14,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "services/sandbox_host/linux/sub_ids.h"
 
 namespace corral::sandbox {
@@ -42,22 +45,29 @@ absl::flat_hash_set<uid_t> LiveIdsOf(uid_t uid, std::vector<pid_t>* pids = nullp
 void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>&)>& visit) {
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return;
+  // Each status is read with one read() into this buffer (the kernel makes the whole text at once; its State:
+  // and Uid: lines come within the first kilobyte): a scan runs on every kill, fork and delete.
+  char text[4096];
   while (dirent* e = readdir(proc)) {
     pid_t pid = 0;
     if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
-    std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-    std::string line;
+    char path[64];
+    snprintf(path, sizeof path, "%d/status", pid);
+    const int fd = openat(dirfd(proc), path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // it has exited
+    const ssize_t n = read(fd, text, sizeof text);
+    close(fd);
+    if (n <= 0) continue;
     bool dead = false;  // zombies run no code; whoever waits for them reaps them
-    while (std::getline(status, line)) {
-      if (absl::StartsWith(line, "State:")) {
-        dead = line.find('Z') != std::string::npos || line.find('X') != std::string::npos;
+    for (absl::string_view line : absl::StrSplit(absl::string_view(text, static_cast<size_t>(n)), '\n')) {
+      if (absl::ConsumePrefix(&line, "State:")) {
+        dead = absl::StrContains(line, 'Z') || absl::StrContains(line, 'X');
         continue;
       }
-      if (!absl::StartsWith(line, "Uid:")) continue;
+      if (!absl::ConsumePrefix(&line, "Uid:")) continue;
       if (dead) break;
       std::vector<uid_t> uids;  // real, effective, saved
-      const std::string ids = line.substr(4);
-      for (absl::string_view f : absl::StrSplit(ids, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+      for (absl::string_view f : absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
         uint32_t u = 0;
         if (uids.size() < 3 && absl::SimpleAtoi(f, &u)) uids.push_back(u);
       }
