@@ -39,10 +39,11 @@ bool AgentShaped(const absl::Status& s) {
   return s.code() == absl::StatusCode::kFailedPrecondition || s.code() == absl::StatusCode::kPermissionDenied;
 }
 
-// `path` removed (a link put in its place is removed, not followed) and made anew, empty. A sandbox without
-// /logs (its task paths leave it out) has nowhere for reward files: INVALID_ARGUMENT, left to the verifier, which
-// then says so itself (or is judged by its exit code).
-asio::awaitable<std::optional<Failure>> FreshDirectory(Attempt& a, std::string path, absl::Time deadline) {
+// `path` removed (a link put in its place is removed, not followed) and, with `make`, made anew, empty (without,
+// the upload of a file into it makes it). A sandbox without /logs (its task paths leave it out) has nowhere for
+// reward files: INVALID_ARGUMENT, left to the verifier, which then says so itself (or is judged by its exit code).
+asio::awaitable<std::optional<Failure>> FreshDirectory(Attempt& a, std::string path, absl::Time deadline,
+                                                       bool make = true) {
   if (absl::Status s = co_await a.slot->client->Remove(a.sandbox_id, path, true, a.Call(deadline)); !s.ok()) {
     if (AgentShaped(s)) {
       co_return Failure{
@@ -53,6 +54,7 @@ asio::awaitable<std::optional<Failure>> FreshDirectory(Attempt& a, std::string p
       co_return a.FromStatus(s, v1::EPISODE_PHASE_VERIFIER, v1::FAILURE_CLASS_INFRA, absl::StrCat("clearing ", path));
     }
   }
+  if (!make) co_return std::nullopt;
   if (absl::Status s = co_await a.slot->client->MakeDir(a.sandbox_id, path, a.Call(deadline));
       !s.ok() && s.code() != absl::StatusCode::kInvalidArgument) {
     if (AgentShaped(s)) {
@@ -149,11 +151,12 @@ asio::awaitable<std::optional<Failure>> Verify(Attempt& a, v1::VerifierIsolation
   files.push_back(std::move(task_json));
   if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_VERIFIER)) co_return f;
   // CLEAN_ENV: a fresh HOME, and a fresh directory for the sitecustomize.py that puts the working and script
-  // directories last on Python's path (verifier_hygiene.h); both in .corral/, which task.json's upload made.
+  // directories last on Python's path (verifier_hygiene.h); both in .corral/, which task.json's upload made. Each
+  // is removed, and made again by the upload of its file below (WriteFile makes missing parents).
   const bool clean = isolation != v1::VERIFIER_ISOLATION_SHARED;
   if (clean) {
     for (const char* dir : {kVerifierHome, kVerifierPython}) {
-      if (auto f = co_await FreshDirectory(a, dir, deadline)) co_return f;
+      if (auto f = co_await FreshDirectory(a, dir, deadline, /*make=*/false)) co_return f;
     }
     v1::InlineFile site;
     site.set_path(absl::StrCat(kVerifierPython, "/sitecustomize.py"));
