@@ -139,6 +139,35 @@ TEST_F(EpisodeDriverTest, TheVerifierRunsInAForkInACleanEnvironmentAndTheResultS
   EXPECT_EQ(r.verifier_evidence().reward_file_sha256(), Sha256Hex("0.75"));
 }
 
+// Both sandboxes are deleted as the attempt ends, and their deletes say what each used: the agent's sandbox is
+// the result's usage.sandbox, the verifier's own fork its verifier CPU (none of the agent's).
+TEST_F(EpisodeDriverTest, TheVerifiersCpuIsWhatItsOwnForkUsedAsReadByTheForksDelete) {
+  auto used = [](absl::Duration cpu) {
+    v1::ResourceUsage u;
+    u.set_measured(true);
+    ToProto(cpu, u.mutable_cpu_time());
+    return u;
+  };
+  host().OnExec([this, &used](const std::string& sandbox, const v1::ExecRequest& r) {
+    if (r.command().argv(0) == "run-agent") proxy_->AgentCalled(r.command().env().at("OPENAI_API_KEY"));
+    const bool verifier = Program(r) == "verify";
+    if (verifier) host().WriteSandboxFile(sandbox, "/logs/verifier/reward.txt", "1");
+    host().SetUsage(sandbox, used(verifier ? absl::Seconds(3) : absl::Seconds(5)));
+    sandbox::ExecOutcome out;
+    out.exited = true;
+    return out;
+  });
+  Start(Agent());
+  RunToEnd();
+  const v1::EpisodeResult r = Journaled();
+  ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED) << r.failure_message();
+  EXPECT_EQ(r.verifier_evidence().isolation(), v1::VERIFIER_ISOLATION_SEPARATE_UID);
+  EXPECT_THAT(host().deleted(), SizeIs(2));
+  EXPECT_EQ(FromProto(r.usage().sandbox().cpu_time()), absl::Seconds(5));
+  EXPECT_EQ(FromProto(r.usage().verifier().cpu_time()), absl::Seconds(3));
+  EXPECT_FALSE(r.usage().verifier().in_episode_sandbox());
+}
+
 // A host with no room for the fork: the default falls back to the agent's sandbox, in a clean environment, and
 // says so; a task that insists on a separate uid fails as infra there.
 TEST_F(EpisodeDriverTest, WithoutRoomForAForkTheVerifierRunsInTheAgentsSandboxInACleanEnvironment) {
