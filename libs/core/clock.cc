@@ -57,7 +57,8 @@ void RealClock::Loop() {
       continue;
     }
     absl::Time deadline = queue_.next_deadline();
-    if (absl::Now() < deadline) {
+    const absl::Time now = Now();
+    if (now < deadline) {
       // An earlier timer added meanwhile, or shutdown, ends the wait early.
       struct Wake {
         RealClock* clock;
@@ -66,7 +67,8 @@ void RealClock::Loop() {
           return clock->stopping_ || clock->queue_.empty() || clock->queue_.next_deadline() < deadline;
         }
       } wake{this, deadline};
-      mu_.AwaitWithDeadline(absl::Condition(&wake), deadline);
+      // Relative and at most a second: the mutex's own deadlines read the wall clock, which may step.
+      mu_.AwaitWithTimeout(absl::Condition(&wake), std::min(deadline - now, absl::Seconds(1)));
       continue;
     }
     auto fn = std::move(queue_.PopEarliest().second);

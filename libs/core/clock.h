@@ -2,6 +2,7 @@
 // services get RealClock, tests get FakeClock (testing/fake_clock.h) and advance it by hand.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,7 +51,10 @@ class TimerQueue {
   Clock::TimerId next_id_ = 1;
 };
 
-// The wall clock, with one background thread that runs due timers in deadline order.
+// The wall clock as it read when this clock was made, moved on by the monotonic clock since, with one background
+// thread that runs due timers in deadline order. A step of the wall clock (NTP correcting a large offset, a VM
+// restored from a snapshot, `date -s`) moves no deadline, timer or lease expiry; the times it gives stay as close
+// to the wall clock as the monotonic clock does, which NTP slews alike.
 class RealClock final : public Clock {
  public:
   RealClock();
@@ -61,17 +65,21 @@ class RealClock final : public Clock {
   RealClock(const RealClock&) = delete;
   RealClock& operator=(const RealClock&) = delete;
 
-  absl::Time Now() const override { return absl::Now(); }
+  absl::Time Now() const override {
+    return start_wall_ + absl::FromChrono(std::chrono::steady_clock::now() - start_steady_);
+  }
   TimerId RunAt(absl::Time when, absl::AnyInvocable<void()> fn) override;
   bool Cancel(TimerId id) override;
 
  private:
   void Loop();
 
+  const absl::Time start_wall_ = absl::Now();
+  const std::chrono::steady_clock::time_point start_steady_ = std::chrono::steady_clock::now();
   absl::Mutex mu_;
   TimerQueue queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  std::thread thread_;  // last: it reads the members above
 };
 
 // A blocking sleep on a Clock (a FakeClock's Advance ends it in tests) that another thread may cut short. Wake is
