@@ -37,6 +37,7 @@ void ToProto(const Grant& grant, v1::Lease* out) {
   corral::ToProto(grant.ttl, out->mutable_ttl());
   corral::ToProto(grant.grant_time, out->mutable_grant_time());
   out->set_session_id(grant.session_id);
+  out->set_fencing_token(grant.fencing_token);
 }
 
 void ToProto(const Grant& grant, v1::AcquireResponse* out) {

@@ -1,6 +1,7 @@
 #include "services/ratelimiter/lease_id.h"
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -14,10 +15,11 @@ constexpr char kPurpose[] = "ratelimiter-lease";
 std::string MintLeaseId(const TokenSigner& signer, const LeaseClaim& claim) {
   unsigned char nonce[12];
   RAND_bytes(nonce, sizeof(nonce));
-  // nonce:permits:limit:key — limit names never contain ':', keys may (the key is the remainder).
+  // t<token>-<nonce>:permits:limit:key — limit names never contain ':', keys may (the key is the remainder).
   return signer.Sign(
       kPurpose,
-      absl::StrCat(absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(nonce), sizeof(nonce))), ":",
+      absl::StrCat("t", claim.fencing_token, "-",
+                   absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(nonce), sizeof(nonce))), ":",
                    claim.permits, ":", claim.limit, ":", claim.key));
 }
 
@@ -27,6 +29,13 @@ absl::StatusOr<LeaseClaim> ParsePayload(absl::string_view payload) {
   LeaseClaim claim;
   if (parts.size() != 4 || !absl::SimpleAtoi(parts[1], &claim.permits) || claim.permits < 1) {
     return absl::PermissionDeniedError("lease id is malformed");
+  }
+  // An id minted before fencing tokens is a bare nonce (hex, no 't'): its token is 0.
+  if (absl::StartsWith(parts[0], "t")) {
+    const size_t dash = parts[0].find('-');
+    if (dash == std::string::npos || !absl::SimpleAtoi(parts[0].substr(1, dash - 1), &claim.fencing_token)) {
+      return absl::PermissionDeniedError("lease id is malformed");
+    }
   }
   claim.limit = parts[2];
   claim.key = parts[3];

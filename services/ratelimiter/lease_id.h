@@ -1,6 +1,6 @@
 // Lease ids are bearer credentials signed with the cluster secret. They carry what was granted (limit, key,
-// permits), so after a restart — when the limiter remembers nothing — a client's re-claim is checked by the
-// signature alone and cannot inflate its permits or move them to another limit.
+// permits, fencing token), so after a restart — when the limiter remembers nothing — a client's re-claim is checked by
+// the signature alone and cannot inflate its permits or move them to another limit.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@ struct LeaseClaim {
   std::string limit;
   std::string key;
   int64_t permits = 0;
+  uint64_t fencing_token = 0;  // 0: an id minted before tokens existed
 };
 
 // A fresh, unique, signed lease id for `claim`.

@@ -11,7 +11,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/logging.h"
+#include "libs/core/status_macros.h"
 #include "libs/journal/record_fields.h"
+#include "services/ratelimiter/lease_id.h"
 #include "spdlog/spdlog.h"
 
 namespace corral::ratelimiter {
@@ -44,11 +46,21 @@ absl::Status ApplyRecord(absl::string_view record, sqlite3* db) {
   const absl::string_view id = f.Field();
   if (!f.ok() || !f.empty()) return absl::DataLossError("a malformed lease snapshot record");
   switch (static_cast<Kind>(record[0])) {
-    case Kind::kHeld:
+    case Kind::kHeld: {
+      // The largest fencing token ever granted outlives its lease: a restart grants larger ones still.
+      absl::StatusOr<LeaseClaim> claim = ReadStoredLeaseId(std::string(id));
+      if (claim.ok() && claim->fencing_token > 0) {
+        CORRAL_RETURN_IF_ERROR(CachedStatement(db,
+                                               "INSERT INTO meta (name, value) VALUES ('fencing_high_water', ?1) "
+                                               "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)")
+                                   .Bind(1, static_cast<int64_t>(claim->fencing_token))
+                                   .Run());
+      }
       return CachedStatement(db, "INSERT OR REPLACE INTO leases (id, ttl_ms) VALUES (?1, ?2)")
           .Bind(1, id)
           .Bind(2, value)
           .Run();
+    }
     case Kind::kEnded: return CachedStatement(db, "DELETE FROM leases WHERE id = ?1").Bind(1, id).Run();
     case Kind::kAlive:
       return CachedStatement(db, "INSERT OR REPLACE INTO meta (name, value) VALUES ('last_alive_ms', ?1)")
@@ -105,6 +117,10 @@ absl::StatusOr<LeaseSnapshot::Contents> LeaseSnapshot::Load() {
     row = alive.Step();
     if (!row.ok()) return row.status();
     if (*row) contents.last_alive = absl::FromUnixMillis(alive.Int(0));
+    Statement fencing(db, "SELECT value FROM meta WHERE name = 'fencing_high_water'");
+    row = fencing.Step();
+    if (!row.ok()) return row.status();
+    if (*row) contents.fencing_high_water = static_cast<uint64_t>(fencing.Int(0));
     return absl::OkStatus();
   });
   if (!read.ok()) return absl::InternalError(absl::StrCat("cannot read lease snapshot ", path_, ": ", read.message()));
@@ -126,26 +142,31 @@ bool LeaseSnapshot::MissingWhereExpected(const std::string& path) {
 void LeaseSnapshot::Failed(const absl::Status& status, const char* what) {
   if (write_errors_ != nullptr) write_errors_->Increment();
   if (++logged_errors_ <= kLoggedErrorsMax) {
-    spdlog::error("lease snapshot {}: cannot {}: {}; a restart will not know this change", path_, what, status);
+    spdlog::error("lease snapshot {}: cannot {}: {}", path_, what, status);
   }
 }
 
-void LeaseSnapshot::Append(std::string record, const char* what) {
+absl::Status LeaseSnapshot::Append(std::string record, const char* what) {
   // Answered once logged. Far behind, the journal would have the caller wait for its commits (nullopt); the
   // limiter calls this under its lock and cannot wait, and the record is in the log either way, so it goes on.
   std::optional<absl::Status> logged = journal_->Append(std::move(record), [](const absl::Status&) {});
-  if (logged.has_value() && !logged->ok()) Failed(*logged, what);
+  if (!logged.has_value() || logged->ok()) return absl::OkStatus();
+  Failed(*logged, what);
+  return *logged;
 }
 
-void LeaseSnapshot::Held(const StoredLease& lease) {
-  Append(Record(Kind::kHeld, absl::ToInt64Milliseconds(lease.ttl), lease.id), "record a lease");
+absl::Status LeaseSnapshot::Held(const StoredLease& lease) {
+  return Append(Record(Kind::kHeld, absl::ToInt64Milliseconds(lease.ttl), lease.id), "record a lease");
 }
 
-// Erased at once too: a released lease left in the file would hold its permits for a TTL after a restart.
-void LeaseSnapshot::Ended(const std::string& lease_id) { Append(Record(Kind::kEnded, 0, lease_id), "erase a lease"); }
+// Erased at once too: a released lease left in the file would hold its permits for a TTL after a restart (an
+// erase that cannot be logged only costs that: the lease is counted until then, never granted twice).
+void LeaseSnapshot::Ended(const std::string& lease_id) {
+  (void)Append(Record(Kind::kEnded, 0, lease_id), "erase a lease");
+}
 
 void LeaseSnapshot::Alive(absl::Time now) {
-  Append(Record(Kind::kAlive, absl::ToUnixMillis(now), ""), "record the heartbeat");
+  (void)Append(Record(Kind::kAlive, absl::ToUnixMillis(now), ""), "record the heartbeat");
 }
 
 }  // namespace corral::ratelimiter

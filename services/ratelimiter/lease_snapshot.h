@@ -25,6 +25,7 @@ class LeaseSnapshot : public LeaseStore {
   struct Contents {
     std::vector<StoredLease> leases;
     absl::Time last_alive = absl::InfinitePast();  // the previous limiter's last heartbeat
+    uint64_t fencing_high_water = 0;               // the largest fencing token ever granted on this file
   };
 
   // Opens (creating) the file and locks it (`<path>.lock`): FAILED_PRECONDITION while another process holds it.
@@ -42,14 +43,14 @@ class LeaseSnapshot : public LeaseStore {
   // (`<path>-log.N`) is there. Replaying only the log would under-count what is held, so the limiter learns.
   static bool MissingWhereExpected(const std::string& path);
 
-  void Held(const StoredLease& lease) override;
+  absl::Status Held(const StoredLease& lease) override;
   void Ended(const std::string& lease_id) override;
   void Alive(absl::Time now) override;
 
  private:
   LeaseSnapshot(std::unique_ptr<Journal> journal, std::string path, prometheus::Counter* write_errors);
-  // Logs one change; a failure is counted and logged (the change is then unknown to a restart).
-  void Append(std::string record, const char* what);
+  // Logs one change; a failure is counted, logged and returned (the change is then unknown to a restart).
+  absl::Status Append(std::string record, const char* what);
   void Failed(const absl::Status& status, const char* what);
 
   const std::string path_;

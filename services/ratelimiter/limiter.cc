@@ -19,7 +19,9 @@ Limiter::Limiter(Clock* clock, TokenSigner signer, LimiterOptions options, RateL
       store_(store),
       start_time_(clock->Now()),
       learning_end_(options.learning_mode ? start_time_ + options.max_lease_ttl : start_time_),
-      leases_(std::make_unique<LeaseTable>()) {
+      leases_(std::make_unique<LeaseTable>()),
+      last_fencing_token_(static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMicros(start_time_)))),
+      rate_earned_since_(options.learning_mode ? start_time_ : absl::InfinitePast()) {
   if (options_.learning_mode) {
     metrics_->learning_mode().Set(1);
     learning_timer_ = clock_->RunAt(learning_end_, [this] { OnLearningEnd(); });
@@ -75,8 +77,8 @@ bool Limiter::Grantable(Instance& inst, int64_t permits) {
   return inst.held.Fits(permits, inst.limit->spec.permits);
 }
 
-Grant Limiter::Take(Instance& inst, int64_t permits, absl::Duration ttl, const std::string& session_id,
-                    absl::Duration waited, const std::string& reuse_lease_id) {
+absl::StatusOr<Grant> Limiter::Take(Instance& inst, int64_t permits, absl::Duration ttl, const std::string& session_id,
+                                    absl::Duration waited, const LeaseIdentity* reuse) {
   const absl::Time now = clock_->Now();
   Limit& limit = *inst.limit;
   inst.last_active = now;
@@ -89,23 +91,36 @@ Grant Limiter::Take(Instance& inst, int64_t permits, absl::Duration ttl, const s
   if (limit.spec.kind == LimitKind::kRate) {
     inst.bucket.Spend(static_cast<double>(permits));
   } else {
-    const Lease& lease =
-        AddLease(inst, permits, ttl, session_id,
-                 reuse_lease_id.empty() ? MintLeaseId(signer_, {limit.spec.name, inst.key, permits}) : reuse_lease_id);
-    grant.lease_id = lease.id;
-    grant.expire_time = lease.expire_time;
-    grant.ttl = ttl;
-    grant.session_id = session_id;
+    LeaseIdentity minted;
+    if (reuse == nullptr) {
+      minted.fencing_token = ++last_fencing_token_;
+      minted.id = MintLeaseId(signer_, {limit.spec.name, inst.key, permits, minted.fencing_token});
+      reuse = &minted;
+    }
+    CORRAL_ASSIGN_OR_RETURN(const Lease* lease,
+                            AddLease(inst, permits, ttl, session_id, reuse->id, reuse->fencing_token));
+    grant = GrantOf(*lease);
+    grant.waited = waited;
   }
   limit.metrics.granted->Increment();
   limit.metrics.wait_seconds->Observe(absl::ToDoubleSeconds(waited));
   return grant;
 }
 
-internal::Lease& Limiter::AddLease(Instance& inst, int64_t permits, absl::Duration ttl, const std::string& session_id,
-                                   const std::string& lease_id) {
+absl::StatusOr<internal::Lease*> Limiter::AddLease(Instance& inst, int64_t permits, absl::Duration ttl,
+                                                   const std::string& session_id, const std::string& lease_id,
+                                                   uint64_t fencing_token, bool record) {
+  // Before anyone hears of the grant; a grant the store cannot keep is not made, or a restart would forget it.
+  if (record && store_ != nullptr) {
+    if (absl::Status stored = store_->Held({lease_id, ttl}); !stored.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the lease snapshot cannot record a grant of '", inst.limit->spec.name, "' (", stored.message(),
+                       "): none is made that a restart would forget; free space under state_path"));
+    }
+  }
   auto lease = std::make_unique<Lease>();
   lease->id = lease_id;
+  lease->fencing_token = fencing_token;
   lease->instance = &inst;
   lease->permits = permits;
   lease->grant_time = clock_->Now();
@@ -116,9 +131,21 @@ internal::Lease& Limiter::AddLease(Instance& inst, int64_t permits, absl::Durati
   ArmLeaseTimer(*lease);
   inst.held.Take(permits);
   inst.leases += 1;
-  if (store_ != nullptr) store_->Held({lease->id, ttl});  // before anyone hears of the grant
   metrics_->leases().Increment();
-  return leases_->Add(std::move(lease));
+  return &leases_->Add(std::move(lease));
+}
+
+Grant Limiter::GrantOf(const Lease& lease) {
+  return Grant{.lease_id = lease.id,
+               .limit = lease.instance->limit->spec.name,
+               .key = lease.instance->key,
+               .permits = lease.permits,
+               .grant_time = lease.grant_time,
+               .expire_time = lease.expire_time,
+               .ttl = lease.ttl,
+               .waited = absl::ZeroDuration(),
+               .session_id = lease.session_id,
+               .fencing_token = lease.fencing_token};
 }
 
 void Limiter::Pump(Instance& inst, Completions& out) {
@@ -126,11 +153,11 @@ void Limiter::Pump(Instance& inst, Completions& out) {
   while (!inst.queue.empty()) {
     Waiter& w = inst.queue.front();
     if (!Grantable(inst, w.permits)) break;
-    Grant grant = Take(inst, w.permits, w.ttl, w.session_id, now - w.enqueued, "");
-    if (!w.request_id.empty() && !grant.lease_id.empty())
-      leases_->BindRequest(w.request_id, *leases_->Find(grant.lease_id));
+    absl::StatusOr<Grant> grant = Take(inst, w.permits, w.ttl, w.session_id, now - w.enqueued);
+    if (grant.ok() && !w.request_id.empty() && !grant->lease_id.empty())
+      leases_->BindRequest(w.request_id, *leases_->Find(grant->lease_id));
     auto done = std::move(w.done);
-    RemoveWaiter(inst, inst.queue.begin());
+    RemoveWaiter(inst, inst.queue.begin());  // granted, or told why it cannot be
     out.push_back([done = std::move(done), grant = std::move(grant)]() mutable { done(std::move(grant)); });
   }
   if (inst.limit->spec.kind == LimitKind::kRate) {
@@ -232,9 +259,7 @@ absl::StatusOr<std::optional<Grant>> Limiter::RetriedGrant(const AcquireParams& 
     return absl::AlreadyExistsError(
         absl::StrCat("request_id '", p.request_id, "' was already used for a different acquire"));
   }
-  return Grant{lease.id,         p.limit,           p.key,     lease.permits,
-               lease.grant_time, lease.expire_time, lease.ttl, absl::ZeroDuration(),
-               lease.session_id};
+  return GrantOf(lease);
 }
 
 absl::Status Limiter::NotGrantableNow(const Instance& inst, const AcquireParams& p) const {
@@ -265,7 +290,7 @@ absl::StatusOr<AcquireTicket> Limiter::AcquireLocked(AcquireParams& p, AcquireCa
   }
   CORRAL_ASSIGN_OR_RETURN(Instance * inst, ResolveInstance(p.limit, p.key, /*create=*/true));
   if (inst->queue.empty() && Grantable(*inst, p.permits)) {
-    Grant grant = Take(*inst, p.permits, p.lease_ttl, p.session_id, absl::ZeroDuration(), "");
+    CORRAL_ASSIGN_OR_RETURN(Grant grant, Take(*inst, p.permits, p.lease_ttl, p.session_id, absl::ZeroDuration()));
     if (!p.request_id.empty() && !grant.lease_id.empty())
       leases_->BindRequest(p.request_id, *leases_->Find(grant.lease_id));
     UpdateGauges(*inst);

@@ -70,11 +70,14 @@ class Limiter {
   absl::StatusOr<double> Adjust(const AdjustParams& params);
 
   // Leases held before a restart, as the LeaseStore kept them: they count against their limits at once,
-  // unbound to any session until their holders re-claim them. Each expires one TTL after the earlier of now
-  // and the store's last heartbeat (plus slack), unless re-claimed or kept alive. Leases of limits no longer
-  // declared, or whose signature does not verify, are dropped. Call after declaring the limits; returns how
-  // many were restored.
-  int Restore(const std::vector<StoredLease>& leases, absl::Time last_alive);
+  // unbound to any session until their holders re-claim them. Each expires one TTL from now unless re-claimed or
+  // kept alive (the previous limiter's heartbeat, a reading of another process's wall clock, cannot say how long
+  // ago it died). Leases of limits no longer declared, or whose signature does not verify, are dropped. Call
+  // after declaring the limits; returns how many were restored.
+  // Fencing tokens granted from now on are larger than `fencing_high_water` and than every restored lease's.
+  // When a previous limiter ran (`last_alive` known), rate buckets start empty: it may have spent a whole burst
+  // just before it died.
+  int Restore(const std::vector<StoredLease>& leases, absl::Time last_alive, uint64_t fencing_high_water = 0);
   // The server is going away: sessions that end from now on leave their leases in the store (their holders
   // still hold them and re-claim them from the next limiter). Call before the server drains its streams.
   void PrepareShutdown();
@@ -117,13 +120,23 @@ class Limiter {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Refill(Instance& instance) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Grantable(Instance& instance, int64_t permits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a concurrency lease (no metrics, no checks): for grants, re-claims and restores.
-  Lease& AddLease(Instance& instance, int64_t permits, absl::Duration ttl, const std::string& session_id,
-                  const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a concurrency lease (no metrics, no checks): for grants, re-claims and restores. A grant or re-claim
+  // goes to the store first (`record`); RESOURCE_EXHAUSTED, changing nothing, when the store cannot keep it.
+  absl::StatusOr<Lease*> AddLease(Instance& instance, int64_t permits, absl::Duration ttl,
+                                  const std::string& session_id, const std::string& lease_id, uint64_t fencing_token,
+                                  bool record = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a live lease answers: its grant as it stands.
+  static Grant GrantOf(const Lease& lease);
   // Time left in learning mode, as words for an error message ("" when not learning).
   std::string LearningNote() const;
-  Grant Take(Instance& instance, int64_t permits, absl::Duration ttl, const std::string& session_id,
-             absl::Duration waited, const std::string& reuse_lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new grant; a re-claim passes the lease's own id and fencing token (`reuse`) instead of minting them.
+  struct LeaseIdentity {
+    std::string id;
+    uint64_t fencing_token = 0;
+  };
+  absl::StatusOr<Grant> Take(Instance& instance, int64_t permits, absl::Duration ttl, const std::string& session_id,
+                             absl::Duration waited, const LeaseIdentity* reuse = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Pump(Instance& instance, Completions& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLease(const std::string& lease_id, const absl::Status& lost_reason, Completions& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -142,11 +155,14 @@ class Limiter {
   struct ReclaimTarget {
     Instance* instance = nullptr;
     int64_t permits = 0;
+    uint64_t fencing_token = 0;
   };
   absl::StatusOr<ReclaimTarget> FindReclaimTarget(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<ReclaimTarget> TargetOf(const LeaseClaim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Grant ReclaimLease(const ReclaimTarget& target, const std::string& lease_id, const std::string& session_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Grant> ReclaimLease(const ReclaimTarget& target, const std::string& lease_id,
+                                     const std::string& session_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rate instance's bucket holds at most what it earned since rate_earned_since_ (a new one starts full).
+  void CapToEarned(Instance& inst) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts `inst` again in its limit's in_use and waiters gauges (O(1)).
   void UpdateGauges(Instance& inst) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts every instance of `limit` again (after a restore, and at each idle sweep, which also refills buckets).
@@ -168,6 +184,13 @@ class Limiter {
   // Where each queued waiter is, for CancelWaiter and timeouts.
   absl::flat_hash_map<uint64_t, Instance*> waiter_index_ ABSL_GUARDED_BY(mu_);
   uint64_t next_waiter_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // The last fencing token granted (or known from before a restart); starts at the wall clock's microseconds, so
+  // that tokens grow across a restart that has no snapshot to remember them (Restore raises it from one).
+  uint64_t last_fencing_token_ ABSL_GUARDED_BY(mu_);
+  // Since when rate buckets earned tokens: since the start without a snapshot (learning mode: the previous
+  // process's spending is unknown) or after a Restore that found a previous limiter, and InfinitePast (full
+  // buckets) for a first start.
+  absl::Time rate_earned_since_ ABSL_GUARDED_BY(mu_);
   Clock::TimerId learning_timer_ = 0;
   Clock::TimerId sweep_timer_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

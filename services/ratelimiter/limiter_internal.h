@@ -87,6 +87,7 @@ struct Lease {
   absl::Duration ttl;
   std::string session_id;
   std::string request_id;
+  uint64_t fencing_token = 0;  // inside its id too
   Clock::TimerId timer = 0;
 };
 

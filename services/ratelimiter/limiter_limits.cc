@@ -155,7 +155,16 @@ absl::StatusOr<internal::Instance*> Limiter::ResolveInstance(const std::string& 
   auto inst = std::make_unique<Instance>(limit, key, static_cast<double>(limit->spec.burst), clock_->Now());
   Instance* raw = inst.get();
   limit->instances.emplace(key, std::move(inst));
+  CapToEarned(*raw);
   return raw;
+}
+
+void Limiter::CapToEarned(Instance& inst) {
+  const LimitSpec& spec = inst.limit->spec;
+  if (spec.kind != LimitKind::kRate || rate_earned_since_ == absl::InfinitePast()) return;
+  const double earned =
+      spec.rate_per_s * absl::ToDoubleSeconds(std::max(clock_->Now() - rate_earned_since_, absl::ZeroDuration()));
+  inst.bucket.Cap(std::min(static_cast<double>(spec.burst), earned));
 }
 
 }  // namespace corral::ratelimiter

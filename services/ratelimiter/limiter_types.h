@@ -35,11 +35,12 @@ struct StoredLease {
 
 // Where the limiter records held concurrency leases so that a restarted limiter knows them and needs no learning
 // mode (lease_snapshot.h keeps them in SQLite). Called with the limiter's lock held, synchronously: a grant is
-// stored before its holder hears of it. Must not call back into the limiter.
+// stored before its holder hears of it, and a grant that cannot be stored is not made. Must not call back into
+// the limiter.
 class LeaseStore {
  public:
   virtual ~LeaseStore() = default;
-  virtual void Held(const StoredLease& lease) = 0;  // granted, re-claimed or restored
+  virtual absl::Status Held(const StoredLease& lease) = 0;  // granted or re-claimed
   virtual void Ended(const std::string& lease_id) = 0;
   // Every few seconds: the limiter was alive at `now`, which bounds how long a lease can outlive a crash.
   virtual void Alive(absl::Time now) = 0;
@@ -56,6 +57,7 @@ struct Grant {
   absl::Duration ttl;      // concurrency only
   absl::Duration waited;
   std::string session_id;
+  uint64_t fencing_token = 0;  // concurrency only: larger than every earlier grant's (Lease.fencing_token)
 };
 
 struct AcquireParams {

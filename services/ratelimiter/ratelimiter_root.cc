@@ -57,7 +57,7 @@ absl::Status RateLimiterRoot::Open() {
                                                       : absl::StrCat(spec.rate_per_s, "/s burst ", spec.burst));
   }
   if (snapshot_ != nullptr) {
-    const int held = limiter_->Restore(restored.leases, restored.last_alive);
+    const int held = limiter_->Restore(restored.leases, restored.last_alive, restored.fencing_high_water);
     spdlog::info("lease snapshot {} ({}): {} lease(s) still held from before this start; granting at once", state_.path,
                  state_.origin, held);
   } else if (config_.limiter.learning_mode) {

@@ -78,8 +78,9 @@ int RunAcquire(const ConnectFlags& flags, const AcquireFlags& a) {
   auto permit = (*client)->Acquire(request);
   if (!permit.ok()) return Fail("limiter acquire: no permit", permit.status());
   const v1::Lease& lease = permit->lease();
-  std::cout << absl::StrFormat("granted %d permit(s) of %s%s lease=%s expires=%s\n", a.permits, a.limit,
-                               a.key.empty() ? "" : "/" + a.key, lease.lease_id().empty() ? "-" : lease.lease_id(),
+  std::cout << absl::StrFormat("granted %d permit(s) of %s%s lease=%s fencing_token=%d expires=%s\n", a.permits,
+                               a.limit, a.key.empty() ? "" : "/" + a.key,
+                               lease.lease_id().empty() ? "-" : lease.lease_id(), lease.fencing_token(),
                                absl::FormatTime(FromProto(lease.expire_time())))
             << std::flush;
   if (a.hold_s > 0) {
@@ -92,7 +93,8 @@ int RunAcquire(const ConnectFlags& flags, const AcquireFlags& a) {
     sigtimedwait(&set, nullptr, &hold);
   }
   if (!permit->valid()) {
-    std::cerr << "corral limiter acquire: the lease was lost while held\n";
+    std::cerr << "corral limiter acquire: the lease was lost while held (the limiter ended it, or its TTL ran out "
+                 "while this process was not renewing it): what it guarded may have a newer holder\n";
     return 1;
   }
   if (auto s = permit->Release(); !s.ok()) {

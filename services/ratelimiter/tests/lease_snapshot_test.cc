@@ -25,9 +25,9 @@ TEST(LeaseSnapshotTest, KeepsHeldLeasesAndTheHeartbeatAcrossReopening) {
     auto snapshot = LeaseSnapshot::Open(path);
     ASSERT_THAT(snapshot, IsOk());
     ASSERT_THAT((*snapshot)->Load(), IsOkAndHolds(Field(&LeaseSnapshot::Contents::leases, IsEmpty())));
-    (*snapshot)->Held({"lease-a", absl::Seconds(30)});
-    (*snapshot)->Held({"lease-b", absl::Seconds(5)});
-    (*snapshot)->Held({"lease-a", absl::Seconds(60)});  // re-claimed with another TTL: one row
+    ASSERT_THAT((*snapshot)->Held({"lease-a", absl::Seconds(30)}), IsOk());
+    ASSERT_THAT((*snapshot)->Held({"lease-b", absl::Seconds(5)}), IsOk());
+    ASSERT_THAT((*snapshot)->Held({"lease-a", absl::Seconds(60)}), IsOk());  // re-claimed with another TTL: one row
     (*snapshot)->Ended("lease-b");
     (*snapshot)->Ended("never-held");
     (*snapshot)->Alive(absl::FromUnixMillis(1'700'000'000'123));
@@ -48,8 +48,8 @@ TEST(LeaseSnapshotTest, EveryWriteSurvivesTheProcessDyingWithoutClosingTheFile) 
   if (child == 0) {  // a limiter that writes and then dies as a kill -9 would leave it: no close, no checkpoint
     auto snapshot = LeaseSnapshot::Open(path);
     if (!snapshot.ok()) _exit(2);
-    (*snapshot)->Held({"lease-a", absl::Seconds(30)});
-    (*snapshot)->Held({"lease-b", absl::Seconds(30)});
+    if (!(*snapshot)->Held({"lease-a", absl::Seconds(30)}).ok()) _exit(3);
+    if (!(*snapshot)->Held({"lease-b", absl::Seconds(30)}).ok()) _exit(3);
     (*snapshot)->Ended("lease-a");
     _exit(0);
   }
@@ -71,7 +71,9 @@ TEST(LeaseSnapshotTest, ADamagedChangeLogIsDataLossNamingItsFileNotASilentlyShor
   if (child == 0) {  // three changes logged, then killed before a clean close could apply them and drop the log
     auto snapshot = LeaseSnapshot::Open(path);
     if (!snapshot.ok()) _exit(2);
-    for (const char* id : {"lease-a", "lease-b", "lease-c"}) (*snapshot)->Held({id, absl::Seconds(30)});
+    for (const char* id : {"lease-a", "lease-b", "lease-c"}) {
+      if (!(*snapshot)->Held({id, absl::Seconds(30)}).ok()) _exit(3);
+    }
     _exit(0);
   }
   int status = 0;

@@ -67,7 +67,11 @@ TEST_F(LearningModeTest, UnaryKeepAliveReclaimsALeaseHeldBeforeTheRestart) {
 // An in-memory LeaseStore: what the limiter told it, as the SQLite snapshot would keep it.
 class MemoryLeaseStore : public LeaseStore {
  public:
-  void Held(const StoredLease& lease) override { held[lease.id] = lease.ttl; }
+  absl::Status Held(const StoredLease& lease) override {
+    if (!refusal.ok()) return refusal;
+    held[lease.id] = lease.ttl;
+    return absl::OkStatus();
+  }
   void Ended(const std::string& lease_id) override { held.erase(lease_id); }
   void Alive(absl::Time now) override { last_alive = now; }
   std::vector<StoredLease> Leases() const {
@@ -77,6 +81,7 @@ class MemoryLeaseStore : public LeaseStore {
   }
   std::map<std::string, absl::Duration> held;
   absl::Time last_alive = absl::InfinitePast();
+  absl::Status refusal;  // what Held answers (a full disk)
 };
 
 class DurableLeasesTest : public LimiterTest {
@@ -128,7 +133,7 @@ TEST_F(DurableLeasesTest, ARestartedLimiterCountsWhatWasHeldAndGrantsTheRestAtOn
   EXPECT_THAT(store_.held, SizeIs(2));  // fresh and over
 }
 
-TEST_F(DurableLeasesTest, RestoredLeasesNobodyReclaimsExpireOneTtlAfterTheLastHeartbeat) {
+TEST_F(DurableLeasesTest, RestoredLeasesNobodyReclaimsExpireOneTtlAfterTheRestart) {
   limiter_ = Start();
   auto a = Acquire("gpu", 3);
   ASSERT_THAT(a->result, IsOk());
@@ -136,26 +141,39 @@ TEST_F(DurableLeasesTest, RestoredLeasesNobodyReclaimsExpireOneTtlAfterTheLastHe
   ASSERT_EQ(store_.last_alive, clock_.Now() - absl::Seconds(1));
   limiter_.reset();  // kill -9: nothing else reaches the store
 
-  // Down for 20 s; the lease (TTL 30 s) can have lived until at most heartbeat + 10 s + 30 s.
   clock_.Advance(absl::Seconds(20));
   const absl::Time last_alive = store_.last_alive;  // read before the new limiter writes its own, as main does
   limiter_ = Start();
   ASSERT_EQ(limiter_->Restore(store_.Leases(), last_alive), 1);
   auto waiting = Acquire("gpu", 1);
-  clock_.Advance(absl::Seconds(18));
+  clock_.Advance(absl::Seconds(29));
   EXPECT_FALSE(waiting->done);
-  clock_.Advance(absl::Seconds(2));  // heartbeat + 40 s
+  clock_.Advance(absl::Seconds(1));  // its TTL (30 s) from the restart
   EXPECT_THAT(waiting->result, IsOk());
   EXPECT_FALSE(store_.held.contains(a->result->lease_id));
 
-  // A snapshot older than any TTL restores nothing; foreign or undeclared leases are dropped too.
+  // Foreign, undeclared or forged leases are dropped.
   const std::string foreign = LeaseFromBeforeRestart("other", 1, 1);
   limiter_ = Start();
-  EXPECT_EQ(
-      limiter_->Restore(
-          {{a->result->lease_id, absl::Seconds(30)}, {foreign, absl::Seconds(30)}, {"forged.AAAA", absl::Seconds(30)}},
-          clock_.Now() - absl::Hours(1)),
-      0);
+  EXPECT_EQ(limiter_->Restore({{foreign, absl::Seconds(30)}, {"forged.AAAA", absl::Seconds(30)}}, clock_.Now()), 0);
+}
+
+// The heartbeat is the previous process's wall clock. Stepped forward across the restart (NTP, a restored VM),
+// it made every lease look long expired: dropped while their holders still held them (found by tests/faults).
+TEST_F(DurableLeasesTest, AHeartbeatFromAClockAnHourOffDropsNoLease) {
+  limiter_ = Start();
+  auto a = Acquire("gpu", 3);
+  ASSERT_THAT(a->result, IsOk());
+  limiter_.reset();
+  for (absl::Duration off : {absl::Hours(-1), absl::Hours(1)}) {
+    limiter_ = Start();
+    ASSERT_EQ(limiter_->Restore(store_.Leases(), clock_.Now() + off), 1);
+    EXPECT_EQ(Instance("gpu").in_use, 3);
+    AcquireParams p;
+    p.limit = "gpu";
+    p.try_only = true;
+    EXPECT_THAT(Acquire(p)->result, StatusIs(absl::StatusCode::kResourceExhausted));
+  }
 }
 
 TEST_F(LearningModeTest, AQueuedRequestThatTimesOutSaysLearningModeHeldItAndForHowLong) {
@@ -164,6 +182,77 @@ TEST_F(LearningModeTest, AQueuedRequestThatTimesOutSaysLearningModeHeldItAndForH
   clock_.Advance(absl::Seconds(10));
   EXPECT_THAT(waiting->result,
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("learning mode for 4m50s more")));
+}
+
+// The previous limiter may have spent a whole burst just before it died: a restart must not grant it again.
+TEST_F(DurableLeasesTest, ARestartedLimitersBucketsHoldOnlyWhatTheyEarnedSinceTheRestart) {
+  limiter_ = Start();
+  ASSERT_THAT(limiter_->CreateLimit(Rate("tokens", 10, 10)), IsOk());
+  EXPECT_EQ(limiter_->Restore({}, clock_.Now()), 0);  // its last heartbeat was just now
+  AcquireParams p;
+  p.limit = "tokens";
+  p.try_only = true;
+  p.permits = 1;
+  EXPECT_THAT(Acquire(p)->result, StatusIs(absl::StatusCode::kResourceExhausted));
+  clock_.Advance(absl::Milliseconds(500));
+  p.permits = 5;
+  EXPECT_THAT(Acquire(p)->result, IsOk());
+  p.permits = 1;
+  EXPECT_THAT(Acquire(p)->result, StatusIs(absl::StatusCode::kResourceExhausted));
+  clock_.Advance(absl::Seconds(5));  // a bucket never holds more than its burst
+  p.permits = 10;
+  EXPECT_THAT(Acquire(p)->result, IsOk());
+}
+
+TEST_F(DurableLeasesTest, AFirstStartOnAnEmptySnapshotHasFullBuckets) {
+  limiter_ = Start();
+  ASSERT_THAT(limiter_->CreateLimit(Rate("tokens", 10, 10)), IsOk());
+  EXPECT_EQ(limiter_->Restore({}, absl::InfinitePast()), 0);  // no previous limiter ever ran on it
+  AcquireParams p;
+  p.limit = "tokens";
+  p.try_only = true;
+  p.permits = 10;
+  EXPECT_THAT(Acquire(p)->result, IsOk());
+}
+
+TEST_F(LearningModeTest, WithoutASnapshotRateBucketsStartEmptyAndKeyedOnesHoldWhatTheyEarnedSinceTheStart) {
+  LimitSpec keyed = Rate("per_model", 10, 10);
+  keyed.name = "per_model";
+  keyed.key_template = "{model}";
+  ASSERT_THAT(limiter_->CreateLimit(Rate("tokens", 10, 10)), IsOk());
+  ASSERT_THAT(limiter_->CreateLimit(keyed), IsOk());
+  AcquireParams p;
+  p.limit = "tokens";
+  p.try_only = true;
+  EXPECT_THAT(Acquire(p)->result, StatusIs(absl::StatusCode::kResourceExhausted));
+  clock_.Advance(absl::Milliseconds(300));
+  p.limit = "per_model";
+  p.key = "qwen";  // created now: 3 tokens earned since the start
+  p.permits = 3;
+  EXPECT_THAT(Acquire(p)->result, IsOk());
+  p.permits = 1;
+  EXPECT_THAT(Acquire(p)->result, StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+// A full disk under the snapshot: a grant it cannot record is not made (a restart would forget it and grant the
+// permit again), neither at once nor from the queue; once the store writes again, grants resume.
+TEST_F(DurableLeasesTest, AGrantTheStoreCannotRecordIsNotMade) {
+  limiter_ = Start();
+  auto first = Acquire("gpu", 3);
+  ASSERT_THAT(first->result, IsOk());
+  auto queued = Acquire("gpu", 1);
+  EXPECT_FALSE(queued->done);
+  store_.refusal = absl::ResourceExhaustedError("No space left on device");
+  ASSERT_THAT(limiter_->Release(first->result->lease_id, ""), IsOk());
+  EXPECT_THAT(queued->result,
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("cannot record a grant of 'gpu'")));
+  EXPECT_EQ(Instance("gpu").in_use, 0);
+  EXPECT_THAT(Acquire("gpu", 1)->result, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("No space left")));
+  EXPECT_EQ(Instance("gpu").in_use, 0);
+  store_.refusal = absl::OkStatus();
+  auto again = Acquire("gpu", 1);
+  ASSERT_THAT(again->result, IsOk());
+  EXPECT_TRUE(store_.held.contains(again->result->lease_id));
 }
 
 }  // namespace
