@@ -13,12 +13,13 @@ from corral.auth import Tls, cluster_token, local_cluster
 from corral.client import Batch, Client, CorralError, EpisodeResult, Progress
 from corral.datasets import iter_jsonl, load_harbor, load_harbor_dir, load_jsonl, skip_listed
 from corral.envs import AsyncEnvEpisode, EnvEpisode, Step
+from corral.limits import Lease, LeaseLost, Limiter
 from corral.tasks import (AgentTask, Command, Environment, File, SingleTurnTask, Timeouts, Tool, ToolLoopTask,
                           Verifier, task_from_dict, to_task)
 
 __all__ = [
     "AgentTask", "AsyncEnvEpisode", "Batch", "Client", "Command", "CorralError", "EnvEpisode", "Environment",
-    "EpisodeResult", "File", "Progress", "SingleTurnTask", "Step", "Timeouts", "Tls", "Tool", "ToolLoopTask",
+    "EpisodeResult", "File", "Lease", "LeaseLost", "Limiter", "Progress", "SingleTurnTask", "Step", "Timeouts", "Tls", "Tool", "ToolLoopTask",
     "Verifier", "__version__", "cluster_token", "gym", "iter_jsonl", "load_harbor", "load_harbor_dir", "load_jsonl",
     "local_cluster", "rl", "skip_listed", "task_from_dict", "to_task", "usage",
 ]

@@ -9,7 +9,7 @@ import hmac
 import json
 import os
 import stat
-from typing import Optional
+from typing import Optional, Union
 
 import grpc
 
@@ -63,6 +63,34 @@ class LocalCluster:
             return self.services[service]["grpc"]
         except KeyError:
             raise LookupError(f"the local cluster in {self.dir} has no {service}") from None
+
+
+@dataclasses.dataclass
+class Connection:
+    """A channel to a Corral service, and what a call on it needs."""
+    address: str
+    channel: grpc.Channel
+    metadata: tuple                                        # the bearer token, for every call
+    credentials: Optional[grpc.ChannelCredentials] = None  # TLS (None: plaintext), for more channels alike
+
+
+def connect(service: str, address: Optional[str], *, secret_file: Optional[str], token: Optional[str],
+            tls: Union[None, bool, Tls], cluster_dir: str, options: Optional[list] = None) -> Connection:
+    """A channel to a Corral service at `address` (None: the local cluster's `service`, with its secret file),
+    encrypted when `tls` is a Tls (or True: the system's CAs), its calls carrying the bearer token (`token`, or one
+    minted from `secret_file`)."""
+    if address is None:
+        cluster = local_cluster(cluster_dir)
+        address = cluster.grpc_address(service)
+        if secret_file is None and token is None:
+            secret_file = cluster.secret_file
+    if token is None and secret_file is not None:
+        token = cluster_token(secret_file)
+    metadata = (("authorization", "Bearer " + token),) if token else ()
+    if tls:
+        credentials = grpc.ssl_channel_credentials() if tls is True else tls.credentials()
+        return Connection(address, grpc.secure_channel(address, credentials, options), metadata, credentials)
+    return Connection(address, grpc.insecure_channel(address, options), metadata)
 
 
 def local_cluster(cluster_dir: str = ".corral") -> LocalCluster:

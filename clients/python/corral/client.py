@@ -131,24 +131,16 @@ class Client:
     def __init__(self, address: Optional[str] = None, *, secret_file: Optional[str] = None,
                  token: Optional[str] = None, tls: Union[None, bool, auth.Tls] = None,
                  cluster_dir: str = ".corral", timeout: float = 30.0):
-        if address is None:
-            cluster = auth.local_cluster(cluster_dir)
-            address = cluster.grpc_address("scheduler")
-            if secret_file is None and token is None:
-                secret_file = cluster.secret_file
-        if token is None and secret_file is not None:
-            token = auth.cluster_token(secret_file)
-        self.address = address
+        self._options = [("grpc.max_receive_message_length", _MAX_MESSAGE),
+                         ("grpc.max_send_message_length", _MAX_MESSAGE),
+                         ("grpc.service_config", _SERVICE_CONFIG), ("grpc.enable_retries", 1)]
+        connection = auth.connect("scheduler", address, secret_file=secret_file, token=token, tls=tls,
+                                  cluster_dir=cluster_dir, options=self._options)
+        self.address = connection.address
         self.timeout = timeout
-        self._metadata = (("authorization", "Bearer " + token),) if token else ()
-        self._credentials = None
-        if tls:
-            self._credentials = grpc.ssl_channel_credentials() if tls is True else tls.credentials()
-        options = [("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE),
-                   ("grpc.service_config", _SERVICE_CONFIG), ("grpc.enable_retries", 1)]
-        self._options = options
-        self._channel = (grpc.secure_channel(address, self._credentials, options) if self._credentials
-                         else grpc.insecure_channel(address, options))
+        self._metadata = connection.metadata
+        self._credentials = connection.credentials
+        self._channel = connection.channel
         self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
 
     # ---- plumbing

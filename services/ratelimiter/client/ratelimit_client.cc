@@ -145,7 +145,13 @@ int RateLimitClient::connections() const {
 
 bool RateLimitClient::Holds(const std::string& lease_id) const {
   absl::MutexLock lock(&mu_);
-  return held_.count(lease_id) > 0;
+  auto it = held_.find(lease_id);
+  return it != held_.end() && std::chrono::steady_clock::now() < it->second.safe_until;
+}
+
+std::chrono::steady_clock::time_point RateLimitClient::SafeUntil(std::chrono::steady_clock::time_point sent,
+                                                                 const v1::Lease& lease, absl::Duration waited) {
+  return sent + absl::ToChronoNanoseconds(waited + FromProto(lease.ttl()));
 }
 
 void RateLimitClient::Run() {
@@ -160,7 +166,8 @@ void RateLimitClient::Run() {
       v1::SessionRequest hello;
       hello.mutable_hello()->set_client_id(options_.client_id);
       hello.mutable_hello()->set_omit_queued(true);  // a waiting caller needs only the final reply
-      for (const auto& [id, lease] : held_) *hello.mutable_hello()->add_reclaim() = lease;
+      for (const auto& [id, held] : held_) *hello.mutable_hello()->add_reclaim() = held.lease;
+      hello_sent_ = std::chrono::steady_clock::now();
       stream = std::make_unique<Stream>(this, std::move(hello));
       stream_ = stream.get();
       const Stream* s = stream.get();
@@ -256,8 +263,8 @@ void RateLimitClient::OnReady(const v1::SessionReady& ready) {
     if (r.has_error()) {
       spdlog::warn("ratelimit client: lease could not be re-claimed: {}", r.error().message());
       held_.erase(r.lease_id());
-    } else if (held_.count(r.lease_id())) {
-      held_[r.lease_id()] = r.lease();
+    } else if (auto held = held_.find(r.lease_id()); held != held_.end()) {
+      held->second = {r.lease(), SafeUntil(hello_sent_, r.lease())};
     } else {
       released_meanwhile.push_back(r.lease_id());  // its permit was dropped while we were reconnecting
     }
@@ -279,6 +286,7 @@ void RateLimitClient::OnReady(const v1::SessionReady& ready) {
       ToProto(std::max(p->deadline - now, absl::Milliseconds(1)), again.mutable_acquire()->mutable_wait_timeout());
     }
     p->sent = SendLocked(std::move(again));
+    p->sent_at = std::chrono::steady_clock::now();
   }
 }
 
@@ -302,14 +310,17 @@ void RateLimitClient::OnReply(Stream* stream, v1::SessionResponse reply) {
     }
     if (reply.has_queued()) return;
     const bool lease = reply.has_granted() && reply.granted().has_lease();
-    if (lease) held_[reply.granted().lease().lease_id()] = reply.granted().lease();
     auto it = pending_.find(reply.request_id());
     if (it == pending_.end()) {
-      if (lease) {  // nobody waits for it any more (timed out, cancelled): give it back, keep nothing of it
-        held_.erase(reply.granted().lease().lease_id());
-        SendReleaseLocked(reply.granted().lease().lease_id());
-      }
+      // nobody waits for it any more (timed out, cancelled): give it back, keep nothing of it
+      if (lease) SendReleaseLocked(reply.granted().lease().lease_id());
       return;
+    }
+    if (lease) {
+      // Granted `waited` after the limiter received the acquire, which it did no earlier than it was sent.
+      const v1::Lease& granted = reply.granted().lease();
+      held_[granted.lease_id()] = {granted,
+                                   SafeUntil(it->second->sent_at, granted, FromProto(reply.granted().waited()))};
     }
     it->second->reply = std::move(reply);
     if (it->second->callback) {
@@ -356,6 +367,7 @@ uint64_t RateLimitClient::StartCallLocked(v1::SessionRequest& request, std::shar
   const uint64_t id = next_request_id_++;
   request.set_request_id(id);
   pending->sent = SendLocked(request);
+  pending->sent_at = std::chrono::steady_clock::now();
   if (!pending->sent && !keep) return 0;
   if (keep) {
     const absl::Time now = absl::Now();
@@ -380,14 +392,20 @@ void RateLimitClient::SendKeepAliveLocked() {
   }
   keepalive_sent_ = absl::Now();
   auto pending = std::make_shared<Pending>();
-  pending->callback = [this](absl::StatusOr<v1::SessionResponse> reply) {
+  pending->callback = [this, sent = std::chrono::steady_clock::now()](absl::StatusOr<v1::SessionResponse> reply) {
     if (!reply.ok()) return;  // the stream broke; the next session re-claims what is held
     if (reply->has_error()) spdlog::warn("ratelimit client: keepalive refused: {}", reply->error().message());
     absl::MutexLock lock(&mu_);
     keepalive_id_ = 0;
-    // A lease the session still has but no permit owns (a release lost in a reconnect) is given back.
     for (const v1::Lease& lease : reply->kept_alive().leases()) {
-      if (!held_.count(lease.lease_id())) SendReleaseLocked(lease.lease_id());
+      auto held = held_.find(lease.lease_id());
+      if (held == held_.end()) {
+        SendReleaseLocked(
+            lease.lease_id());  // the session has it but no permit owns it (a release lost in a reconnect)
+      } else {
+        held->second.lease = lease;
+        held->second.safe_until = std::max(held->second.safe_until, SafeUntil(sent, lease));
+      }
     }
   };
   v1::SessionRequest request;
@@ -399,8 +417,8 @@ absl::Duration RateLimitClient::KeepAliveInterval() const {
   if (options_.keepalive_interval > absl::ZeroDuration()) return options_.keepalive_interval;
   // A third of the shortest TTL held, so one lost keepalive never expires a lease.
   absl::Duration ttl = default_ttl_;
-  for (const auto& [id, lease] : held_) {
-    if (lease.has_ttl()) ttl = std::min(ttl, FromProto(lease.ttl()));
+  for (const auto& [id, held] : held_) {
+    if (held.lease.has_ttl()) ttl = std::min(ttl, FromProto(held.lease.ttl()));
   }
   return std::max(ttl / 3, absl::Milliseconds(50));
 }

@@ -8,6 +8,7 @@
 //   if (permit.ok()) RunTool();   // released when `permit` goes out of scope
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -69,7 +70,11 @@ class ScopedPermit {
   const v1::Lease& lease() const { return lease_; }
   // True when granted without the limiter because it was unreachable and the client fails open.
   bool unlimited() const { return unlimited_; }
-  // False once the limiter has told us the lease is gone (TTL passed while disconnected, or limit deleted).
+  // False once the lease may be gone: the limiter said so (TTL passed while disconnected, limit deleted), or its
+  // TTL has run out on this machine's monotonic clock since the last renewal the limiter confirmed (counted from
+  // when that request was sent, so never later than the limiter's own expiry). A process paused past its TTL
+  // (SIGSTOP, a frozen VM) sees false at once when it resumes, before any message from the limiter is read.
+  // Check it right before acting on what the permit guards, and hand that resource lease().fencing_token().
   bool valid() const;
   // Gives the permit back. Returns once the release is queued on the session stream, which is ordered: the
   // limiter applies it before anything this client sends later. A permit must not outlive its client.
@@ -136,6 +141,13 @@ class RateLimitClient {
     absl::Time deadline = absl::InfiniteFuture();
     absl::Time give_up = absl::InfiniteFuture();
     bool sent = false;
+    std::chrono::steady_clock::time_point sent_at;  // when last sent: a grant's lease lives at least its TTL from then
+  };
+  // A live lease, and until when it is surely live (the monotonic time its last confirmed renewal was sent, plus
+  // its TTL).
+  struct HeldLease {
+    v1::Lease lease;
+    std::chrono::steady_clock::time_point safe_until;
   };
   class Stream;
 
@@ -144,7 +156,11 @@ class RateLimitClient {
   absl::Status FirstFailure() const;
   absl::StatusOr<ScopedPermit> DoAcquire(const PermitRequest& request, bool try_only);
   absl::Status ReleaseLease(const std::string& lease_id);
+  // Held, and surely still live (HeldLease.safe_until not passed).
   bool Holds(const std::string& lease_id) const;
+  static std::chrono::steady_clock::time_point SafeUntil(std::chrono::steady_clock::time_point sent,
+                                                         const v1::Lease& lease,
+                                                         absl::Duration waited = absl::ZeroDuration());
   // Sends one request and waits for its final reply; UNAVAILABLE if the stream breaks meanwhile.
   absl::StatusOr<v1::SessionResponse> Call(v1::SessionRequest request, absl::Duration timeout, uint64_t* id_out);
   // Registers `pending` under a new request id and queues `request` with it. Not connected: a blocking acquire
@@ -193,7 +209,8 @@ class RateLimitClient {
   absl::Time keepalive_sent_ ABSL_GUARDED_BY(mu_);
   static constexpr absl::Duration kKeepAliveTimeout = absl::Seconds(10);  // then the next one is sent anyway
   std::map<uint64_t, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, v1::Lease> held_ ABSL_GUARDED_BY(mu_);  // live leases, re-claimed on reconnect
+  std::map<std::string, HeldLease> held_ ABSL_GUARDED_BY(mu_);             // live leases, re-claimed on reconnect
+  std::chrono::steady_clock::time_point hello_sent_ ABSL_GUARDED_BY(mu_);  // the current session's hello
   // Released while disconnected: released again on reconnect, for a limiter that restored them from its
   // lease snapshot (bounded; beyond it, such leases end by their TTL).
   static constexpr size_t kMaxReleasedOffline = 10000;

@@ -1,0 +1,109 @@
+// The real corral-ratelimiter under faults beyond kill -9: a holder stopped past its TTL (SIGSTOP) learns on
+// resume that its lease is gone, and the next holder's token is larger than its own, so a resource that keeps the
+// largest token it has seen refuses the paused one; a holder whose limiter falls silent learns it from its own
+// clock; a step of the limiter's wall clock ends no lease early.
+#include <glob.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "tests/integration/ratelimiter_fixture.h"
+
+namespace corral::limiter_test {
+namespace {
+
+// The token `corral limiter acquire` printed with its grant; 0 before it did.
+uint64_t PrintedToken(const std::string& log) {
+  const size_t at = log.find("fencing_token=");
+  return at == std::string::npos ? 0 : std::strtoull(log.c_str() + at + 14, nullptr, 10);
+}
+
+TEST_F(RateLimiterTest, AHolderPausedPastItsTtlIsToldItLostTheLeaseAndTheNextHolderHasALargerToken) {
+  Start("  - {name: db_writer, kind: concurrency, permits: 1}\n", {"--learning-mode=false"});
+  auto holder =
+      testing::Subprocess::Start({CORRAL_CLI, "limiter", "acquire", "--addr", service_->ready.grpc, "--secret-file",
+                                  dir_ + "/secret", "--limit", "db_writer", "--ttl", "1", "--hold", "600"},
+                                 dir_ + "/holder.log");
+  ASSERT_THAT(holder, IsOk());
+  ASSERT_TRUE(testing::WaitUntil([&] { return PrintedToken(holder->Log()) > 0; }, absl::Seconds(30))) << holder->Log();
+  const uint64_t paused_token = PrintedToken(holder->Log());
+
+  // Paused with its session stream open: only the TTL can end the lease.
+  ASSERT_TRUE(holder->Signal(SIGSTOP));
+  ASSERT_TRUE(testing::WaitUntil([&] { return InUse("db_writer") == 0; }, absl::Seconds(20)));
+  auto next = Client("next");
+  auto permit = next->Acquire({.limit = "db_writer", .wait_timeout = absl::Seconds(10)});
+  ASSERT_THAT(permit, IsOk());
+  EXPECT_GT(permit->lease().fencing_token(), paused_token);
+  EXPECT_TRUE(permit->valid());
+
+  // Resumed and asked to stop holding: it does not claim to have held the lease throughout.
+  ASSERT_TRUE(holder->Signal(SIGCONT));
+  ASSERT_TRUE(holder->Signal(SIGINT));
+  auto exit_status = holder->Wait(absl::Seconds(20));
+  ASSERT_THAT(exit_status, IsOk());
+  EXPECT_EQ(WEXITSTATUS(*exit_status), 1);
+  EXPECT_THAT(holder->Log(), HasSubstr("the lease was lost while held"));
+  EXPECT_EQ(InUse("db_writer"), 1);  // still the next holder's alone
+}
+
+TEST_F(RateLimiterTest, AHolderWhoseLimiterFallsSilentSeesItsLeaseInvalidOnceItsTtlRunsOutOnItsOwnClock) {
+  Start("  - {name: db_writer, kind: concurrency, permits: 1}\n", {"--learning-mode=false"});
+  auto client = Client("holder");
+  auto permit = client->Acquire({.limit = "db_writer", .lease_ttl = absl::Seconds(1)});
+  ASSERT_THAT(permit, IsOk());
+  EXPECT_TRUE(permit->valid());
+  EXPECT_GT(permit->lease().fencing_token(), 0u);
+  // A stopped limiter neither renews the lease nor says that it ended: the client's monotonic clock alone tells.
+  ASSERT_TRUE(service_->process.Signal(SIGSTOP));
+  const bool invalidated = testing::WaitUntil([&] { return !permit->valid(); }, absl::Seconds(20));
+  ASSERT_TRUE(service_->process.Signal(SIGCONT));
+  EXPECT_TRUE(invalidated);
+}
+
+// Debian's libfaketime, or "" when `faketime` is not installed.
+std::string Libfaketime() {
+  glob_t found{};
+  std::string path;
+  if (glob("/usr/lib/*/faketime/libfaketime.so.1", 0, nullptr, &found) == 0 && found.gl_pathc > 0) {
+    path = found.gl_pathv[0];
+  }
+  globfree(&found);
+  return path;
+}
+
+TEST_F(RateLimiterTest, AStepOfTheLimitersWallClockEndsNoLeaseEarly) {
+  const std::string faketime = Libfaketime();
+  if (faketime.empty()) GTEST_SKIP() << "needs Debian's faketime (scripts/bootstrap installs it)";
+  const std::string offset_file = dir_ + "/faketime";
+  std::ofstream(offset_file) << "+0\n";
+  // The limiter's wall clock follows the file, read at every call; its monotonic clock is left alone, as an NTP
+  // step leaves it.
+  const std::vector<std::pair<const char*, std::string>> env = {{"LD_PRELOAD", faketime},
+                                                                {"FAKETIME_TIMESTAMP_FILE", offset_file},
+                                                                {"FAKETIME_NO_CACHE", "1"},
+                                                                {"FAKETIME_DONT_FAKE_MONOTONIC", "1"}};
+  for (const auto& [name, value] : env) setenv(name, value.c_str(), 1);
+  Start("  - {name: db_writer, kind: concurrency, permits: 1}\n", {"--learning-mode=false"});
+  for (const auto& [name, value] : env) unsetenv(name);
+  std::stringstream maps;
+  maps << std::ifstream("/proc/" + std::to_string(service_->process.pid()) + "/maps").rdbuf();
+  ASSERT_THAT(maps.str(), HasSubstr("libfaketime")) << "the limiter does not run under faketime";
+
+  auto client = Client("holder");
+  auto permit = client->Acquire({.limit = "db_writer", .lease_ttl = absl::Seconds(30)});
+  ASSERT_THAT(permit, IsOk());
+  std::ofstream(offset_file) << "+3600\n";  // an hour forward
+  // Over the next 8 s (the limiter's sweep, which wakes its timers, runs every 5 s) the lease stays held and
+  // nobody else gets the permit.
+  const absl::Time watch_until = absl::Now() + absl::Seconds(8);
+  while (absl::Now() < watch_until) {
+    ASSERT_EQ(InUse("db_writer"), 1) << "the lease ended when the limiter's wall clock jumped";
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_TRUE(permit->valid());
+  EXPECT_THAT(Client("newcomer")->TryAcquire({.limit = "db_writer"}), StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+}  // namespace
+}  // namespace corral::limiter_test
