@@ -2,6 +2,7 @@
 #include <sys/statfs.h>
 
 #include "absl/strings/str_cat.h"
+#include "libs/core/logging.h"
 #include "services/sandbox_host/sandbox_manager.h"
 #include "services/sandbox_host/storage/storage.h"
 #include "spdlog/spdlog.h"
