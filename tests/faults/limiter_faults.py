@@ -13,8 +13,8 @@ reaches the limiter through its own relay (nemesis.py). Meanwhile a nemesis, cho
   partition-oneway cut only the replies to one worker (its requests still arrive)
   clock-step       step the limiter's wall clock 10-120 s forward or back (libfaketime, the monotonic clock
                    untouched, as an NTP step does; skipped without Debian's `faketime`)
-  disk-full        fill the small filesystem under the limiter's lease snapshot for 1-3 TTLs, and kill -9 the
-                   limiter while it is full half of the time (skipped when not root: it mounts a tmpfs)
+  disk-full        fill the filesystem under the limiter's lease snapshot (a 64 MiB tmpfs) for 1-3 TTLs, and
+                   kill -9 the limiter while it is full half of the time (skipped when not root)
 
 Afterwards every worker stops and releases, and the checker (history.py) judges the history. Prints the
 history's size, the faults injected and a verdict per property; exits 1 on any violation.
@@ -107,7 +107,7 @@ class Limiter:
         self.state_dir = os.path.join(dir, "state")
         os.makedirs(self.state_dir)
         self.tmpfs = os.geteuid() == 0 and subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", self.state_dir]).returncode == 0
+            ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", self.state_dir]).returncode == 0
         with open(os.path.join(dir, "limiter.yaml"), "w") as f:
             f.write(CONFIG)
         s = socket.socket()
@@ -146,14 +146,19 @@ class Limiter:
     def fill_disk(self):
         """Fills the snapshot's filesystem; returns the file to delete to free it."""
         path = os.path.join(self.state_dir, "filler")
-        with open(path, "wb") as f:
-            try:
+        try:
+            with open(path, "wb") as f:
                 while True:
-                    f.write(b"\0" * 65536)
+                    f.write(b"\0" * (1 << 20))
                     f.flush()
-            except OSError:
-                pass
+        except OSError:
+            pass  # full (the open itself fails on a filesystem with no room left for a new file)
         return path
+
+    @staticmethod
+    def free_disk(filler):
+        if os.path.exists(filler):
+            os.unlink(filler)
 
     def kill_and_restart(self):
         self.proc.send_signal(signal.SIGKILL)
@@ -236,11 +241,11 @@ def main():
             if rng.random() < 0.5:
                 limiter.proc.send_signal(signal.SIGKILL)
                 limiter.proc.wait()
-                os.unlink(filler)
+                limiter.free_disk(filler)
                 limiter.start()
                 kind += " + kill-limiter"
             else:
-                os.unlink(filler)
+                limiter.free_disk(filler)
         else:
             relay = rng.choice(relays)
             relay.cut(one_way=kind == "partition-oneway")
