@@ -16,6 +16,8 @@
 
 namespace corral::scheduler {
 
+namespace asio = boost::asio;
+
 absl::StatusOr<BaseUrl> ParseBaseUrl(const std::string& url) {
   auto parsed = http::ParseHttpUrl(url, "base URL");
   if (!parsed.ok()) return parsed.status();
