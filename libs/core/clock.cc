@@ -31,51 +31,48 @@ RealClock::~RealClock() { Stop(); }
 
 void RealClock::Stop() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
+  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
 Clock::TimerId RealClock::RunAt(absl::Time when, absl::AnyInvocable<void()> fn) {
-  absl::MutexLock lock(&mu_);
-  return queue_.Add(when, std::move(fn));
+  Clock::TimerId id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = queue_.Add(when, std::move(fn));
+  }
+  wake_.notify_one();  // it may be earlier than what the loop waits for
+  return id;
 }
 
 bool RealClock::Cancel(TimerId id) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return queue_.Cancel(id);
 }
 
 void RealClock::Loop() {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     if (queue_.empty()) {
-      // Wake on a new timer or on shutdown; the condition re-reads both under the lock.
-      mu_.Await(absl::Condition(
-          +[](RealClock* c) ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->stopping_ || !c->queue_.empty(); }, this));
+      wake_.wait(lock);  // a new timer or shutdown; the loop re-reads both
       continue;
     }
-    absl::Time deadline = queue_.next_deadline();
+    const absl::Time deadline = queue_.next_deadline();
     const absl::Time now = Now();
     if (now < deadline) {
-      // An earlier timer added meanwhile, or shutdown, ends the wait early.
-      struct Wake {
-        RealClock* clock;
-        absl::Time deadline;
-        bool operator()() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return clock->stopping_ || clock->queue_.empty() || clock->queue_.next_deadline() < deadline;
-        }
-      } wake{this, deadline};
-      // Relative and at most a second: the mutex's own deadlines read the wall clock, which may step.
-      mu_.AwaitWithTimeout(absl::Condition(&wake), std::min(deadline - now, absl::Seconds(1)));
+      // On the monotonic clock (steady_clock); an earlier timer added meanwhile, or shutdown, ends it early.
+      // At most an hour at a time: steady_clock's now plus a duration near its maximum would overflow.
+      wake_.wait_for(lock, absl::ToChronoNanoseconds(std::min(deadline - now, absl::Hours(1))));
       continue;
     }
     auto fn = std::move(queue_.PopEarliest().second);
-    mu_.Unlock();
+    lock.unlock();
     fn();
     fn = nullptr;  // captured state is destroyed before the lock is taken again
-    mu_.Lock();
+    lock.lock();
   }
 }
 

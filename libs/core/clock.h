@@ -3,9 +3,11 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -76,10 +78,14 @@ class RealClock final : public Clock {
 
   const absl::Time start_wall_ = absl::Now();
   const std::chrono::steady_clock::time_point start_steady_ = std::chrono::steady_clock::now();
-  absl::Mutex mu_;
-  TimerQueue queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // last: it reads the members above
+  // The standard mutex and condition variable, not absl's: their timed waits run on the monotonic clock, where
+  // absl's (this version) turn a timeout into a wall-clock deadline, and a step back of the wall clock stalled
+  // every timer by the size of the step (found by tests/faults: leases that never expired).
+  std::mutex mu_;
+  std::condition_variable wake_;
+  TimerQueue queue_;       // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  std::thread thread_;     // last: it reads the members above
 };
 
 // A blocking sleep on a Clock (a FakeClock's Advance ends it in tests) that another thread may cut short. Wake is
