@@ -285,8 +285,8 @@ void RateLimitClient::OnReady(const v1::SessionReady& ready) {
     if (p->deadline != absl::InfiniteFuture()) {
       ToProto(std::max(p->deadline - now, absl::Milliseconds(1)), again.mutable_acquire()->mutable_wait_timeout());
     }
+    p->sent_at = std::chrono::steady_clock::now();  // before: the limiter cannot receive it earlier
     p->sent = SendLocked(std::move(again));
-    p->sent_at = std::chrono::steady_clock::now();
   }
 }
 
@@ -366,8 +366,8 @@ uint64_t RateLimitClient::StartCallLocked(v1::SessionRequest& request, std::shar
   if (!connected_ && !keep) return 0;
   const uint64_t id = next_request_id_++;
   request.set_request_id(id);
+  pending->sent_at = std::chrono::steady_clock::now();  // before: the limiter cannot receive it earlier
   pending->sent = SendLocked(request);
-  pending->sent_at = std::chrono::steady_clock::now();
   if (!pending->sent && !keep) return 0;
   if (keep) {
     const absl::Time now = absl::Now();
@@ -400,8 +400,8 @@ void RateLimitClient::SendKeepAliveLocked() {
     for (const v1::Lease& lease : reply->kept_alive().leases()) {
       auto held = held_.find(lease.lease_id());
       if (held == held_.end()) {
-        SendReleaseLocked(
-            lease.lease_id());  // the session has it but no permit owns it (a release lost in a reconnect)
+        // The session has it but no permit owns it (a release lost in a reconnect): given back.
+        SendReleaseLocked(lease.lease_id());
       } else {
         held->second.lease = lease;
         held->second.safe_until = std::max(held->second.safe_until, SafeUntil(sent, lease));
