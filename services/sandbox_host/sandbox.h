@@ -27,6 +27,15 @@
 
 namespace corral::sandbox {
 
+// The variable every process started through the API carries with its process id ("p-7") and hands down to
+// whatever it starts, setsid or not: what tells one process's escapees from the sandbox's other processes.
+inline constexpr char kProcessIdVar[] = "CORRAL_PROCESS_ID";
+
+// Variables the host sets on every process; a spec or an exec may not.
+inline bool IsHostSetEnv(const std::string& name) {
+  return name == "HOME" || name == "USER" || name == "CORRAL_SANDBOX_ID" || name == kProcessIdVar;
+}
+
 struct SandboxSpec {
   std::optional<NetworkPolicy> network;  // unset: the host's default
   std::vector<uint16_t> allowed_ports;   // kProxyOnly only

@@ -189,9 +189,7 @@ absl::Status SandboxManager::Normalize(SandboxSpec& spec) const {
   for (const auto& [k, v] : spec.env) {
     if (!IsValidEnvName(k))
       return absl::InvalidArgumentError(absl::StrCat("env name '", k, "' is not [A-Za-z_][A-Za-z0-9_]*"));
-    if (k == "HOME" || k == "USER" || k == "CORRAL_SANDBOX_ID") {
-      return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
-    }
+    if (IsHostSetEnv(k)) return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
     if (v.find('\0') != std::string::npos) return absl::InvalidArgumentError(absl::StrCat("env ", k, " contains NUL"));
     env_bytes += k.size() + v.size() + 2;
   }

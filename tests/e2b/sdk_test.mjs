@@ -57,11 +57,16 @@ const steps = {
         assert.equal(e.exitCode, 3);
         assert.equal(e.stderr, "boom\n");
       });
+      const server = await sbx.commands.run("sleep 600", { background: true, timeoutMs: 0 });
       const bg = await sbx.commands.run("sleep 600", { background: true, timeoutMs: 0 });
       assert.equal(typeof bg.pid, "number");
       assert.equal(await bg.kill(), true);
       await bg.wait().then(() => assert.fail("a killed process must not exit 0"), (e) => assert.ok(e instanceof CommandExitError));
       assert.equal(await sbx.commands.kill(bg.pid), false);
+      // Killing one process ends that one only: the sandbox's other processes and the next command run on.
+      assert.equal((await sbx.commands.run("echo after")).stdout, "after\n");
+      assert.ok((await sbx.commands.list()).some((p) => p.pid === server.pid), "the other process was killed too");
+      assert.equal(await server.kill(), true);
       const cat = await sbx.commands.run("cat", { background: true, stdin: true });
       await cat.sendStdin("hello\n");
       await sbx.commands.sendStdin(cat.pid, "world\n");

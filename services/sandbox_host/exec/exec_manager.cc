@@ -77,15 +77,20 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
         v.find('\0') != std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat("env name '", k, "' is invalid"));
     }
-    if (k == "HOME" || k == "USER" || k == "CORRAL_SANDBOX_ID") {
-      return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
-    }
+    if (IsHostSetEnv(k)) return absl::InvalidArgumentError(absl::StrCat("env ", k, " is set by the host"));
   }
   if (sandbox->paused) {
     return absl::FailedPreconditionError(
         absl::StrCat("sandbox '", sandbox->id, "' is paused: resume it before running commands"));
   }
-  SpawnSpec spec = sandbox->SpawnFor(options.argv, options.env, options.cwd, options.user);
+  uint64_t key = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    key = next_key_++;
+  }
+  std::map<std::string, std::string> env = options.env;
+  env[kProcessIdVar] = ProcessIdOf(key);  // what tells this process's escapees from the sandbox's others
+  SpawnSpec spec = sandbox->SpawnFor(options.argv, env, options.cwd, options.user);
   spec.pipe_stdin = true;
   auto spawned = Spawn(spec);
   if (!spawned.ok()) return spawned.status();
@@ -95,7 +100,6 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
   std::shared_ptr<Execution> e;
   {
     absl::MutexLock lock(&mu_);
-    const uint64_t key = next_key_++;
     e = std::make_shared<Execution>(this, key, spawned->pid, sandbox, std::move(options), clock_->Now());
     executions_.emplace(key, e);  // before its descriptors are watched: their events find it
   }

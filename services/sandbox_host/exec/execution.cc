@@ -38,7 +38,7 @@ Execution::Execution(FdWatcher* watcher, uint64_t key, pid_t pid, std::shared_pt
                      ExecOptions options, absl::Time start)
     : watcher_(watcher),
       key_(key),
-      id_(absl::StrCat("p-", key)),
+      id_(ProcessIdOf(key)),
       pid_(pid),
       sandbox_(std::move(sandbox)),
       start_(start),
@@ -105,14 +105,15 @@ void Execution::Kill(ExitReason reason) {
     absl::MutexLock lock(&mu_);
     if (exit_ || sweeping_) return;
     if (!kill_reason_) kill_reason_ = reason;
-    sweeping_ = true;  // the exit is reported only once nothing of the uid runs any more
+    sweeping_ = true;  // the exit is reported only once nothing of the process's tree runs any more
   }
   {
     absl::MutexLock uid_lock(&sandbox_->uid_mu);
     // Once the sandbox is torn down everything of it is dead already, and its uid may be another sandbox's.
     if (!sandbox_->deleted) {
-      kill(-pid_, SIGKILL);      // the whole process group…
-      KillAllOf(sandbox_->uid);  // …then everything else running as the sandbox's uid (setsid escapees)
+      kill(-pid_, SIGKILL);  // the whole process group, then what left it (setsid, double forks); never the
+                             // sandbox's other processes, which a background server or another command may be
+      KillProcessTree(sandbox_->uid, pid_, absl::StrCat(kProcessIdVar, "=", id_));
     }
   }
   {

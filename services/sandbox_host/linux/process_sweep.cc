@@ -2,12 +2,16 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -38,6 +42,20 @@ absl::flat_hash_set<uid_t> LiveIdsOf(uid_t uid, std::vector<pid_t>* pids = nullp
     if (match && pids != nullptr) pids->push_back(pid);
   });
   return ids;
+}
+
+// Whether `id` is `uid` or one of its block's.
+bool Owns(uid_t uid, uid_t id) { return id == uid || SubIdOwner(id) == uid; }
+
+// Whether `pid` is in process group `group` or carries `marker` in its environment (as exec'd: /proc's environ).
+bool InTree(pid_t pid, pid_t group, const std::string& marker) {
+  if (getpgid(pid) == group) return true;
+  std::ifstream in(absl::StrCat("/proc/", pid, "/environ"), std::ios::binary);
+  std::string var;
+  while (std::getline(in, var, '\0')) {
+    if (var == marker) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -102,6 +120,42 @@ bool KillAllOf(uid_t uid, int rounds) {
     }
   }
   return LiveIdsOf(uid).empty();
+}
+
+bool KillProcessTree(uid_t uid, pid_t group, const std::string& marker, int rounds) {
+  for (int round = 0; round <= rounds; ++round) {
+    std::vector<pid_t> found;
+    ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
+      const bool ours = std::any_of(uids.begin(), uids.end(), [&](uid_t u) { return Owns(uid, u); });
+      if (ours && InTree(pid, group, marker)) found.push_back(pid);
+    });
+    if (found.empty()) return true;
+    if (round == rounds) break;
+    std::vector<pollfd> signalled;
+    for (pid_t pid : found) {
+      // Checked again through the pidfd: if the pid was reused since the scan, the check sees the new process.
+      const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+      if (fd < 0) continue;  // it has exited
+      struct stat st;
+      if (stat(absl::StrCat("/proc/", pid).c_str(), &st) == 0 && Owns(uid, st.st_uid) && InTree(pid, group, marker) &&
+          syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0) == 0) {
+        signalled.push_back({.fd = fd, .events = POLLIN, .revents = 0});
+      } else {
+        close(fd);
+      }
+    }
+    // A killed process runs until the kernel has torn it down: wait for each to exit (its pidfd turns readable),
+    // at most a second a round, so the next scan sees only what forked meanwhile.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (pollfd& p : signalled) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      while (poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count()))) < 0 && errno == EINTR) {
+      }
+      close(p.fd);
+    }
+  }
+  return false;
 }
 
 void ReapOrphans(const absl::flat_hash_set<pid_t>& tracked) {

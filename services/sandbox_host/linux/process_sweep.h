@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -22,6 +23,13 @@ std::vector<pid_t> ProcessesOf(uid_t uid);
 // with setsid — from a helper per id that switches to it and calls kill(-1), repeated until none is left or
 // `rounds` pass. Returns true when no process of the uid or its block remains.
 bool KillAllOf(uid_t uid, int rounds = 20);
+
+// SIGKILLs one process's tree in a sandbox and leaves the sandbox's other processes alone: every process of
+// `uid` or its block that is in process group `group` or carries `marker` ("CORRAL_PROCESS_ID=p-7") in its
+// environment (escapees that called setsid or double-forked), each signalled through a pidfd checked after it is
+// opened (a pid reused meanwhile is never hit), repeated until none is left or `rounds` pass. Returns true when
+// none remains. A process that dropped the marker from its environment survives it (KillAllOf ends those).
+bool KillProcessTree(uid_t uid, pid_t group, const std::string& marker, int rounds = 20);
 
 // Reaps zombie children of this process that nobody else waits for: processes the host inherited as a
 // subreaper when their parents exited. Skips `tracked` (children someone waits for) and zombies younger than a

@@ -66,6 +66,45 @@ TEST_F(SandboxHostTest, TimeoutKillsTheProcessAndItsSetsidEscapees) {
   EXPECT_TRUE(ProcessesOf(sb->uid).empty());
 }
 
+// A sandbox runs several things at once (an E2B background server beside commands, an MCP server beside tool
+// calls): killing one, or one timing out, ends that one's tree — setsid escapees included — and nothing else.
+TEST_F(SandboxHostTest, KillingOneProcessEndsItsTreeAndLeavesTheSandboxsOtherProcessesRunning) {
+  auto sb = NewSandbox();
+  ExecOptions server;
+  server.argv = {"sleep", "60"};
+  auto other = exec_->Start(sb, server);
+  ASSERT_THAT(other, IsOk());
+  for (bool by_timeout : {false, true}) {
+    SCOPED_TRACE(by_timeout ? "timed out" : "killed");
+    ExecOptions o;
+    // A setsid escapee, a double-forked orphan, then its own sleep; "ready" once all of them are forked.
+    o.argv = {"sh", "-c",
+              "setsid sleep 60 < /dev/null > /dev/null 2>&1 & sh -c 'sleep 60 < /dev/null > /dev/null 2>&1 &'; "
+              "echo ready; sleep 60"};
+    if (by_timeout) o.timeout = absl::Milliseconds(500);
+    auto victim = exec_->Start(sb, o);
+    ASSERT_THAT(victim, IsOk());
+    Collected c;
+    // The exit is reported once the tree is gone.
+    ASSERT_TRUE(DrainEvents(**victim, [&](const OutputEvent& ev) {
+      if (ev.kind == OutputEvent::kStdout && (c.out += ev.data) == "ready\n" && !by_timeout) {
+        (*victim)->Signal(SIGKILL);
+      }
+      if (ev.kind == OutputEvent::kExit) c.exit = ev.exit;
+    }));
+    EXPECT_EQ(c.out, "ready\n");
+    EXPECT_EQ(c.exit.reason, by_timeout ? ExitReason::kTimedOut : ExitReason::kKilled);
+    EXPECT_THAT(ProcessesOf(sb->uid), ::testing::ElementsAre((*other)->pid()));
+    EXPECT_FALSE((*other)->exited());
+  }
+  EXPECT_EQ(Run(sb, {"echo", "still here"}).out, "still here\n");
+  // The marker is the host's to set.
+  ExecOptions forged;
+  forged.argv = {"true"};
+  forged.env["CORRAL_PROCESS_ID"] = (*other)->id();
+  EXPECT_THAT(exec_->Start(sb, forged), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_F(SandboxHostTest, AStalledReaderCostsBoundedMemoryAndNothingIsLost) {
   auto sb = NewSandbox();
   ExecOptions o;
