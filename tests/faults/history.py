@@ -14,10 +14,27 @@ JSON lines, one operation each; the checker reads them back and judges propertie
 - `bucket`: a token bucket never granted more than rate x time + burst in any window (counting only grants
   surely inside the window: invoked and completed within it).
 - `no-leaks`: after the run nothing is held (the limiter's own status).
+
+The sandbox API's run (sandbox_faults.py) records E2B SDK calls and `/run_code` calls, each op naming its sandbox
+(`lease_id`), the key that made it (`owner`), until when its client knew the lease lived (`held_until`) and the
+longest the call may take (`bound`). Its properties:
+
+- `one-owner`: no sandbox is handed out twice (a create or fork answers an id no other did), and a key's
+  listing never shows another key's sandbox.
+- `lease-lives`: no call on a sandbox whose lease surely lived was told the sandbox does not exist, and no
+  command of it (`echo`, which cannot fail) was killed, unless its host was killed since the sandbox was made (a
+  host's restart removes its sandboxes, by design).
+- `answers`: every call that succeeded got the right answer (a command's output, a file read back, a file
+  written before a fork read in the child, `/run_code`'s stdout).
+- `no-hang`: every call ended, either way, within its bound.
+- `clean-errors`: every failure is one of the SDK's errors (or `/run_code`'s answer), or a refused or cut
+  connection while a replica of the sandbox API was down.
 """
 from __future__ import annotations
 
+import collections
 import json
+import shutil
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional
@@ -36,6 +53,9 @@ class Op:
     held_until: float = 0.0  # acquire: when the holder knew it might no longer hold (release or lost validity)
     permits: int = 1
     error: str = ""
+    owner: str = ""       # the sandbox API's key that made the call
+    bound: float = 0.0    # the longest the call may take (its timeouts), in seconds
+    seen: List[str] = field(default_factory=list)  # sandbox ids a listing or fork answered
 
 
 class History:
@@ -83,6 +103,28 @@ class Verdict:
     def line(self) -> str:
         state = "ok" if self.ok else f"VIOLATED ({len(self.violations)})"
         return f"{self.name:18} {state:16} checked {self.checked}"
+
+
+def report(ops: List[Op], faults: Dict[str, int], verdicts: List[Verdict], summary: dict, run_dir: str,
+           keep: bool) -> int:
+    """Prints a run's history size, faults and verdicts, then one JSON line (`summary` and the verdicts); keeps the
+    run's directory when asked or when a property was violated. Returns the run's exit code."""
+    kinds = collections.Counter((o.kind, o.ok) for o in ops)
+    print(f"history: {len(ops)} operations: " + ", ".join(f"{k} {'ok' if ok else 'failed'} {n}"
+                                                          for (k, ok), n in sorted(kinds.items())))
+    print("faults: " + (", ".join(f"{k} {n}" for k, n in sorted(faults.items())) or "none"))
+    for v in verdicts:
+        print(v.line())
+        for violation in v.violations[:10]:
+            print("    " + violation)
+    ok = all(v.ok for v in verdicts)
+    print(json.dumps({**summary, "operations": len(ops), "faults": dict(faults), "ok": ok,
+                      "verdicts": {v.name: v.ok for v in verdicts}}))
+    if keep or not ok:
+        print(f"kept: {run_dir}")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return 0 if ok else 1
 
 
 def mutual_exclusion(ops: List[Op], permits: Dict[str, int]) -> Verdict:
@@ -166,3 +208,78 @@ def bucket(ops: List[Op], rate: Dict[str, tuple], max_windows: int = 2000) -> Ve
                                               f"{start:.3f} (at most {per_s * length + burst:.1f})")
                     break
     return verdict
+
+
+@dataclass
+class Outage:
+    """A nemesis's fault: `target` (a service's name) killed or paused from `start` to `end` (monotonic)."""
+    kind: str
+    target: str
+    start: float
+    end: float
+
+
+NOT_FOUND = ("SandboxNotFoundError", "NotFoundError", "FileNotFoundError")
+SLACK = 10.0  # seconds a call may overrun its bound on a loaded 2-core machine before it counts as hung
+
+
+def sandbox_verdicts(ops: List[Op], outages: List[Outage]) -> List[Verdict]:
+    """The sandbox API's properties over E2B (`limit` e2b) and `/run_code` (`limit` run_code) operations."""
+    e2b = [o for o in ops if o.limit == "e2b"]
+    owners: Dict[str, Op] = {}
+    one_owner = Verdict("one-owner", 0)
+    for op in sorted(e2b, key=lambda o: o.invoke):
+        made = [op.lease_id] if op.kind == "create" and op.ok else op.seen if op.kind == "fork" and op.ok else []
+        for sandbox in made:
+            one_owner.checked += 1
+            if sandbox in owners:
+                first = owners[sandbox]
+                one_owner.violations.append(f"{sandbox} answered to {op.process} ({op.owner}) at {op.complete:.3f} "
+                                            f"and before to {first.process} ({first.owner}) at {first.complete:.3f}")
+            owners[sandbox] = op
+    for op in e2b:
+        if op.kind == "list" and op.ok:
+            for sandbox in op.seen:
+                one_owner.checked += 1
+                if sandbox in owners and owners[sandbox].owner != op.owner:
+                    one_owner.violations.append(f"{op.owner}'s listing at {op.complete:.3f} shows {sandbox}, made "
+                                                f"by {owners[sandbox].owner}")
+
+    host_kills = sorted(o.start for o in outages if o.kind == "kill" and o.target == "sandbox-host")
+    made_at = {s: owners[s].invoke for s in owners}
+    lives = Verdict("lease-lives", 0)
+    for op in e2b:
+        if op.kind in ("create", "list", "kill") or not op.lease_id or op.complete >= op.held_until:
+            continue
+        born = made_at.get(op.lease_id, op.invoke)
+        if any(born <= t <= op.complete for t in host_kills):
+            continue
+        lives.checked += 1
+        error = op.error.split(":", 1)[0]
+        if not op.ok and (error in NOT_FOUND or (op.kind == "run" and error == "CommandExitError")):
+            lives.violations.append(f"{op.process}'s {op.kind} on {op.lease_id} at [{op.invoke:.3f}, "
+                                    f"{op.complete:.3f}], its lease surely alive until {op.held_until:.3f}: "
+                                    f"{op.error}")
+
+    answers = Verdict("answers", len([o for o in ops if o.ok or o.error.startswith("wrong")]),
+                      [f"{o.process}'s {o.kind} on {o.lease_id or o.limit} at {o.invoke:.3f}: {o.error}"
+                       for o in ops if o.error.startswith("wrong")])
+    hangs = Verdict("no-hang", 0)
+    for op in ops:
+        if op.bound > 0:
+            hangs.checked += 1
+            if op.complete - op.invoke > op.bound + SLACK:
+                hangs.violations.append(f"{op.process}'s {op.kind} on {op.lease_id or op.limit} took "
+                                        f"{op.complete - op.invoke:.1f}s (bound {op.bound:g}s): {op.error or 'ok'}")
+    api_down = [o for o in outages if o.target.startswith("sandbox-api")]
+    errors = Verdict("clean-errors", 0)
+    for op in ops:
+        if op.ok or op.error.startswith("wrong"):
+            continue
+        errors.checked += 1
+        kind = op.error.split(":", 1)[0]
+        if kind.startswith("foreign") or (kind == "network" and not any(
+                o.start - 1 <= op.complete and op.invoke <= o.end + 1 for o in api_down)):
+            errors.violations.append(f"{op.process}'s {op.kind} on {op.lease_id or op.limit} at "
+                                     f"[{op.invoke:.3f}, {op.complete:.3f}]: {op.error}")
+    return [one_owner, lives, answers, hangs, errors]

@@ -7,7 +7,8 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from history import History, Op, bucket, fenced_writes, fencing_order, mutual_exclusion, read  # noqa: E402
+from history import (History, Op, Outage, bucket, fenced_writes, fencing_order, mutual_exclusion, read,  # noqa: E402
+                     sandbox_verdicts)
 
 
 def grant(process, token, complete, held_until, invoke=None, limit="lock"):
@@ -48,6 +49,42 @@ class CheckerTest(unittest.TestCase):
         verdict = bucket(second_burst, {"tokens": (10.0, 10)})
         self.assertFalse(verdict.ok)
         self.assertIn("20 tokens", verdict.violations[0])
+
+    def test_sandbox_properties_name_each_violation(self):
+        def call(kind, sandbox, invoke, complete, ok=True, error="", owner="alice", held_until=10.0, seen=(),
+                 bound=5.0, process="e0"):
+            return Op(process, kind, "e2b", invoke, complete, ok, lease_id=sandbox, held_until=held_until,
+                      error=error, owner=owner, bound=bound, seen=list(seen))
+
+        def verdicts(ops, outages=()):
+            return {v.name: v for v in sandbox_verdicts(ops, list(outages))}
+
+        good = [call("create", "s1", 0.0, 0.1), call("run", "s1", 0.2, 0.3), call("list", "s1", 0.4, 0.5, seen=["s1"]),
+                call("fork", "s1", 0.6, 0.7, seen=["s2", "s3"]), call("kill", "s1", 0.8, 0.9),
+                call("run", "s1", 1.0, 1.1, False, "SandboxNotFoundError: gone", held_until=0.8)]  # after its kill
+        self.assertTrue(all(v.ok for v in verdicts(good).values()), verdicts(good))
+
+        twice = verdicts([call("create", "s1", 0.0, 0.1), call("create", "s1", 1.0, 1.1, process="e1", owner="bob")])
+        self.assertIn("s1 answered to e1 (bob)", twice["one-owner"].violations[0])
+        peek = verdicts([call("create", "s1", 0.0, 0.1), call("list", "s9", 1.0, 1.1, owner="bob", seen=["s1"])])
+        self.assertIn("bob's listing at 1.100 shows s1, made by alice", peek["one-owner"].violations[0])
+
+        gone = [call("create", "s1", 0.0, 0.1), call("run", "s1", 1.0, 1.1, False, "SandboxNotFoundError: gone")]
+        self.assertIn("its lease surely alive until 10.000", verdicts(gone)["lease-lives"].violations[0])
+        self.assertTrue(verdicts(gone, [Outage("kill", "sandbox-host", 0.5, 0.6)])["lease-lives"].ok)
+        killed = [call("create", "s1", 0.0, 0.1), call("run", "s1", 1.0, 1.1, False, "CommandExitError: killed")]
+        self.assertFalse(verdicts(killed)["lease-lives"].ok)
+
+        wrong = verdicts([call("run", "s1", 0.0, 0.1, False, "wrong: stdout 'x'")])
+        self.assertIn("wrong: stdout", wrong["answers"].violations[0])
+        hung = verdicts([call("run", "s1", 0.0, 30.0, False, "TimeoutError: late", bound=5.0)])
+        self.assertIn("took 30.0s (bound 5s)", hung["no-hang"].violations[0])
+
+        foreign = verdicts([call("run", "s1", 0.0, 0.1, False, "foreign TypeError: x is undefined")])
+        self.assertFalse(foreign["clean-errors"].ok)
+        cut = [call("run", "s1", 5.0, 5.1, False, "network: fetch failed")]
+        self.assertFalse(verdicts(cut)["clean-errors"].ok)  # no replica was down
+        self.assertTrue(verdicts(cut, [Outage("kill", "sandbox-api-0", 4.5, 4.6)])["clean-errors"].ok)
 
     def test_a_history_survives_a_torn_last_line(self):
         with tempfile.TemporaryDirectory() as d:

@@ -25,10 +25,8 @@ history's size, the faults injected and a verdict per property; exits 1 on any v
 import argparse
 import collections
 import glob
-import json
 import os
 import random
-import shutil
 import signal
 import socket
 import socketserver
@@ -277,23 +275,8 @@ def main():
     verdicts = [history.mutual_exclusion(ops, {"lock": 1}), history.fencing_order(ops), history.fenced_writes(ops),
                 history.bucket(ops, {"tokens": (RATE, BURST)}),
                 history.Verdict("no-leaks", 1, [] if leaked == 0 else [f"{leaked} permits still held after the run"])]
-    kinds = collections.Counter((o.kind, o.ok) for o in ops)
-    print(f"history: {len(ops)} operations: " + ", ".join(f"{k} {'ok' if ok else 'failed'} {n}"
-                                                          for (k, ok), n in sorted(kinds.items())))
     print(f"register: {register.accepted} writes accepted, {register.refused} refused as stale")
-    print("faults: " + (", ".join(f"{k} {n}" for k, n in sorted(faults.items())) or "none"))
-    for v in verdicts:
-        print(v.line())
-        for violation in v.violations[:10]:
-            print("    " + violation)
-    ok = all(v.ok for v in verdicts)
-    print(json.dumps({"seed": seed, "operations": len(ops), "faults": dict(faults), "ok": ok,
-                      "verdicts": {v.name: v.ok for v in verdicts}}))
-    if args.keep or not ok:
-        print(f"kept: {run_dir}")
-    else:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    return 0 if ok else 1
+    return history.report(ops, faults, verdicts, {"seed": seed}, run_dir, args.keep)
 
 
 if __name__ == "__main__":

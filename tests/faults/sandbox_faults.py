@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""The sandbox API under faults, judged by its recorded history and by what is left afterwards.
+
+Starts a whole cluster on loopback (corral-ratelimiter with its lease snapshot, corral-sandbox-host as root,
+corral-scheduler with its journal and a warm pool, two corral-sandbox-api replicas), then its clients:
+
+  E2B programs     e2b_worker.mjs, the real e2b SDK: create, commands, files, /tmp, background processes, fork,
+                   renewals, the same sandbox through the other replica, listings, kill or abandon to expiry;
+                   two keys (owners)
+  /run_code        verl's SandboxFusion calls, each checked against the answer it must print
+
+Meanwhile a nemesis, chosen at random each round, kills (-9, then restarts on the same address and state) or
+pauses (SIGSTOP for 0.5-3 s) one of: a sandbox-api replica, the scheduler, the sandbox host, the ratelimiter.
+
+Afterwards the clients stop (abandoning what they hold), and the run waits for the leases to expire. Nothing
+may be left: no lease in the scheduler, no leased sandbox on the host, no process of the host's uids outside the
+warm pool, no home, no held permit. The checker (history.py) judges the history per property. Prints the
+history's size, the faults injected and a verdict per property; exits 1 on any violation.
+
+    BUILD/sdk-venv/bin/python tests/faults/sandbox_faults.py --bin BUILD/bin            (smoke: 30 s)
+    BUILD/sdk-venv/bin/python tests/faults/sandbox_faults.py --bin BUILD/bin --duration 1800 --e2b-workers 6
+"""
+import argparse
+import collections
+import glob
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict
+
+import grpc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "images"))
+import history  # noqa: E402
+from history import History, Op, Outage  # noqa: E402
+from services import Services, scratch  # noqa: E402
+
+import corral  # noqa: E402
+from corral.v1 import ratelimit_pb2, ratelimit_pb2_grpc, sandbox_pb2, sandbox_pb2_grpc  # noqa: E402
+from corral.v1 import scheduler_pb2, scheduler_pb2_grpc  # noqa: E402
+
+WARM_POOL = 2
+CODE_PERMITS = 4
+API_WAIT = 10  # the replicas' --wait: a /run_code call answers 504 once it has waited this long
+RUN_TIMEOUT = 5
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"127.0.0.1:{port}"
+
+
+class Cluster:
+    """The services, each restartable on its address and state."""
+
+    def __init__(self, bin_dir, run_dir, secret):
+        self.services = Services(bin_dir, run_dir, secret)
+        self.dir, self.bin = run_dir, bin_dir
+        self.addr = {"ratelimiter": free_port(), "sandbox-host": free_port(), "scheduler": free_port(),
+                     "sandbox-api-0": free_port(), "sandbox-api-1": free_port()}
+        self.http = {"sandbox-api-0": free_port(), "sandbox-api-1": free_port()}
+        with open(os.path.join(run_dir, "limiter.yaml"), "w") as f:
+            f.write(f"limits:\n  - name: code_exec/{{language}}\n    kind: concurrency\n"
+                    f"    permits: {CODE_PERMITS}\nstate_path: {run_dir}/limiter.db\n")
+        self.argv = {
+            "ratelimiter": ["corral-ratelimiter", f"--config={run_dir}/limiter.yaml"],
+            "sandbox-host": ["corral-sandbox-host", f"--root={run_dir}/sandboxes", "--capacity=64",
+                             "--host-id=faults"],
+            "scheduler": ["corral-scheduler", f"--journal={run_dir}/scheduler.db", "--proxy=127.0.0.1:1",
+                          f"--host={self.addr['sandbox-host']}", "--host-poll-interval=200ms",
+                          f"--warm-pool-size={WARM_POOL}"],
+        }
+        for name in self.http:
+            self.argv[name] = ["corral-sandbox-api", f"--http-listen={self.http[name]}",
+                               f"--scheduler={self.addr['scheduler']}", f"--ratelimiter={self.addr['ratelimiter']}",
+                               f"--wait={API_WAIT}s"]
+        for name in self.argv:
+            self.start(name)
+
+    def start(self, name):
+        self.services.start(name, self.argv[name] + [f"--grpc-listen={self.addr[name]}",
+                                                     "--metrics-listen=127.0.0.1:0"])
+
+    def kill_and_restart(self, name):
+        self.services.kill(name)
+        self.start(name)
+
+    def signal(self, name, sig):
+        self.services.procs[name].send_signal(sig)
+
+    def stop(self):
+        for proc in self.services.procs.values():
+            proc.send_signal(signal.SIGCONT)
+        self.services.stop_all()
+
+
+def run_code_caller(name, urls, path, stop, seed):
+    """verl's SandboxFusionTool in a loop: print(a * b) must print the product, or fail in SandboxFusion's way."""
+    rng, log = random.Random(seed), History(path)
+    bound = API_WAIT + RUN_TIMEOUT + 10  # the permit and the sandbox, the run, the lease's release
+    while not stop.is_set():
+        a, b = rng.randint(1, 10**6), rng.randint(1, 10**6)
+        url = rng.choice(urls)
+        op = Op(name, "run_code", "run_code", time.monotonic(), bound=bound)
+        body = json.dumps({"code": f"print({a} * {b})", "language": "python", "run_timeout": RUN_TIMEOUT}).encode()
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url + "/run_code", body), timeout=bound + 30) as r:
+                answer = json.loads(r.read())
+            status, run = answer["status"], answer.get("run_result") or {}
+            if status == "Success" and run.get("stdout") == f"{a * b}\n":
+                op.ok = True
+            elif status == "Success":
+                op.error = f"wrong: stdout {run.get('stdout')!r} for {a} * {b}"
+            else:
+                op.error = f"answer {status}: {answer.get('message', '')[:200]}"
+        except urllib.error.HTTPError as e:
+            op.error = f"http {e.code}"
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+            op.error = f"network: {e}"
+        except (ValueError, KeyError) as e:
+            op.error = f"foreign: not SandboxFusion's answer: {e}"
+        op.complete = time.monotonic()
+        log.record(op)
+        if not op.ok:
+            time.sleep(rng.uniform(0.05, 0.3))  # down or refusing: do not spin
+    log.close()
+
+
+def leftovers(cluster, metadata, uids):
+    """What the cluster still holds that no client does: leases, leased sandboxes, processes, homes, permits."""
+    found = []
+    scheduler = scheduler_pb2_grpc.SchedulerStub(grpc.insecure_channel(cluster.addr["scheduler"]))
+    leases = scheduler.ListLeases(scheduler_pb2.ListLeasesRequest(page_size=1000), timeout=10, metadata=metadata)
+    found += [f"lease {l.lease_id} of {l.owner}" for l in leases.leases]
+    host = sandbox_pb2_grpc.SandboxHostStub(grpc.insecure_channel(cluster.addr["sandbox-host"]))
+    sandboxes = host.ListSandboxes(sandbox_pb2.ListSandboxesRequest(page_size=1000), timeout=10,
+                                   metadata=metadata).sandboxes
+    live = {s.sandbox_id for s in sandboxes}
+    found += [f"sandbox {s.sandbox_id} (lease {s.spec.labels['corral.lease']})" for s in sandboxes
+              if "corral.lease" in s.spec.labels]
+    if len(sandboxes) > WARM_POOL:
+        found.append(f"{len(sandboxes)} sandboxes on the host (the warm pool is {WARM_POOL})")
+    for pid in os.listdir("/proc"):
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            if uids.first <= uid <= uids.last and pid.isdigit():
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    command = f.read().replace(b"\0", b" ").decode(errors="replace")[:80]
+                found.append(f"process {pid} of uid {uid}: {command}")
+        except OSError:
+            continue
+    homes = glob.glob(os.path.join(cluster.dir, "sandboxes", "homes", "*"))
+    found += [f"home {h}" for h in homes if os.path.basename(h) not in live]
+    limiter = ratelimit_pb2_grpc.RateLimiterStub(grpc.insecure_channel(cluster.addr["ratelimiter"]))
+    held = sum(l.in_use for l in limiter.GetStatus(ratelimit_pb2.GetStatusRequest(), timeout=10,
+                                                   metadata=metadata).limits)
+    if held:
+        found.append(f"{held} permits of the ratelimiter")
+    return found
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bin", required=True, help="the build's bin directory")
+    p.add_argument("--duration", type=float, default=30, help="seconds of faults (default 30: the smoke run)")
+    p.add_argument("--e2b-workers", type=int, default=3)
+    p.add_argument("--run-code-callers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--keep", action="store_true", help="keep the run's directory (histories, logs)")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        print("skipped: the sandbox host needs root")
+        return 77
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    run_dir, secret = scratch("corral-sandbox-faults-")
+    metadata = (("authorization", "Bearer " + corral.cluster_token(secret)),)
+    print(f"sandbox fault run: seed {seed}, {args.e2b_workers} E2B workers, {args.run_code_callers} /run_code "
+          f"callers, {args.duration:g}s, dir {run_dir}", flush=True)
+    cluster = Cluster(args.bin, run_dir, secret)
+    try:
+        return run(args, seed, rng, run_dir, secret, metadata, cluster)
+    finally:
+        cluster.stop()
+
+
+def run(args, seed, rng, run_dir, secret, metadata, cluster):
+    keys = {owner: subprocess.run([os.path.join(args.bin, "corral"), "sandbox-api", "key", owner,
+                                   f"--secret-file={secret}"], capture_output=True, text=True,
+                                  check=True).stdout.strip() for owner in ("alice", "bob")}
+    urls = [f"http://{cluster.http[name]}" for name in sorted(cluster.http)]
+    workers = []
+    for i in range(args.e2b_workers):
+        owner = sorted(keys)[i % 2]
+        workers.append(subprocess.Popen(
+            ["node", os.path.join(HERE, "e2b_worker.mjs"), f"--name=e{i}", f"--apis={','.join(urls)}",
+             f"--key={keys[owner]}", f"--owner={owner}", f"--history={run_dir}/history-e{i}.jsonl",
+             f"--seed={seed + i}"], stdin=subprocess.PIPE,
+            stdout=open(os.path.join(run_dir, f"e{i}.log"), "w"), stderr=subprocess.STDOUT))
+    stop_callers = threading.Event()
+    callers = [threading.Thread(target=run_code_caller, args=(f"r{i}", urls, f"{run_dir}/history-r{i}.jsonl",
+                                                              stop_callers, seed + 100 + i))
+               for i in range(args.run_code_callers)]
+    for c in callers:
+        c.start()
+
+    outages, faults = [], collections.Counter()
+    end = time.monotonic() + args.duration
+    while time.monotonic() < end:
+        time.sleep(rng.uniform(1, 3))
+        target = rng.choice(sorted(cluster.argv))
+        kind = rng.choice(["kill", "pause"])
+        start = time.monotonic()
+        if kind == "kill":
+            cluster.kill_and_restart(target)
+        else:
+            cluster.signal(target, signal.SIGSTOP)
+            time.sleep(rng.uniform(0.5, 3))
+            cluster.signal(target, signal.SIGCONT)
+        outages.append(Outage(kind, target, start, time.monotonic()))
+        faults[f"{kind} {target}"] += 1
+        print(f"  {start - end + args.duration:6.1f}s {kind} {target}", flush=True)
+
+    for w in workers:  # stop: each ends its current call and exits, abandoning what it holds
+        w.stdin.close()
+    stop_callers.set()
+    for w in workers:
+        try:
+            w.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            w.kill()
+    for c in callers:
+        c.join(timeout=90)
+    stopped = time.monotonic()
+    left = ["not checked"]
+    # An E2B lease expires within 20 s of its client's last call; a /run_code lease whose replica was killed
+    # mid-run, within the run's time and a minute (the dead-man's switch /run_code sets).
+    while time.monotonic() < stopped + RUN_TIMEOUT + 60 + 30:
+        left = leftovers(cluster, metadata, cluster.services.uids)
+        if not left:
+            break
+        time.sleep(1)
+    settled = time.monotonic() - stopped
+
+    with open(os.path.join(run_dir, "outages.jsonl"), "w") as f:
+        for o in outages:
+            f.write(json.dumps(asdict(o)) + "\n")
+    ops = history.read(sorted(glob.glob(os.path.join(run_dir, "history-*.jsonl"))))
+    verdicts = history.sandbox_verdicts(ops, outages)
+    verdicts.append(history.Verdict("nothing-left", 1, left))
+    print(f"after the clients stopped: {'nothing left' if not left else 'still held'} at {settled:.1f}s")
+    return history.report(ops, faults, verdicts, {"seed": seed, "settled_s": round(settled, 1)}, run_dir, args.keep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
