@@ -1,6 +1,7 @@
 #include "libs/core/clock.h"
 
 #include <algorithm>
+#include <fstream>
 
 namespace corral {
 
@@ -23,6 +24,44 @@ std::pair<absl::Time, absl::AnyInvocable<void()>> TimerQueue::PopEarliest() {
   auto node = timers_.extract(timers_.begin());
   deadlines_.erase(node.key().second);
   return {node.key().first, std::move(node.mapped())};
+}
+
+namespace {
+
+// Process time when the monotonic clock (steady_clock: CLOCK_MONOTONIC on Linux) read zero.
+absl::Time AtMonotonicZero() {
+  static const absl::Time at_zero = absl::Now() - absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+  return at_zero;
+}
+
+}  // namespace
+
+absl::Time ProcessNow() {
+  return AtMonotonicZero() + absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+ClockAnchor ProcessAnchor() {
+  static const std::string boot_id = [] {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string id;
+    std::getline(in, id);
+    return id;
+  }();
+  return ClockAnchor{boot_id, AtMonotonicZero()};
+}
+
+std::chrono::system_clock::time_point ToSystemDeadline(absl::Time deadline) {
+  if (deadline == absl::InfiniteFuture()) return std::chrono::system_clock::time_point::max();
+  const absl::Duration left = std::max(absl::ZeroDuration(), deadline - ProcessNow());  // past: due now
+  if (left > absl::Hours(24 * 365)) return std::chrono::system_clock::time_point::max();
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(absl::ToChronoNanoseconds(left));
+}
+
+absl::Time FromSystemDeadline(std::chrono::system_clock::time_point deadline) {
+  const auto now = std::chrono::system_clock::now();
+  if (deadline > now + std::chrono::hours(24 * 365)) return absl::InfiniteFuture();
+  return ProcessNow() + absl::FromChrono(deadline - now);
 }
 
 RealClock::RealClock() : thread_([this] { Loop(); }) {}

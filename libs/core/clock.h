@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -53,10 +54,29 @@ class TimerQueue {
   Clock::TimerId next_id_ = 1;
 };
 
-// The wall clock as it read when this clock was made, moved on by the monotonic clock since, with one background
-// thread that runs due timers in deadline order. A step of the wall clock (NTP correcting a large offset, a VM
-// restored from a snapshot, `date -s`) moves no deadline, timer or lease expiry; the times it gives stay as close
-// to the wall clock as the monotonic clock does, which NTP slews alike.
+// The process's time: the wall clock as it read when the process first asked, moved on by the monotonic clock
+// since. A step of the wall clock (NTP correcting a large offset, a VM restored from a snapshot, `date -s`) moves
+// nothing in it; it stays as close to the wall clock as the monotonic clock does, which NTP slews alike. Every
+// RealClock reads it, so deadlines from any of them, and from the adapters that read it directly, compare.
+absl::Time ProcessNow();
+// A deadline in process time as the system clock's (what gRPC takes): now on the system clock plus what is left
+// of it, so a step of the wall clock since the process started does not move it. InfiniteFuture: the maximum.
+std::chrono::system_clock::time_point ToSystemDeadline(absl::Time deadline);
+// The other way: a deadline gRPC gives (a server call's), in process time.
+absl::Time FromSystemDeadline(std::chrono::system_clock::time_point deadline);
+
+// Where process time stands on the machine's monotonic clock: what process time read when CLOCK_MONOTONIC was
+// zero, on boot `boot_id`. A service that journals times journals an anchor too, so that a later process on the
+// same boot reads them exactly (add `now.at_zero - then.at_zero`) whatever the wall clock did in between; on
+// another boot only the wall clock relates the two.
+struct ClockAnchor {
+  std::string boot_id;  // empty: unknown
+  absl::Time at_zero;
+};
+ClockAnchor ProcessAnchor();
+
+// ProcessNow() with one background thread that runs due timers in deadline order: a step of the wall clock moves
+// no deadline, timer or lease expiry.
 class RealClock final : public Clock {
  public:
   RealClock();
@@ -67,17 +87,13 @@ class RealClock final : public Clock {
   RealClock(const RealClock&) = delete;
   RealClock& operator=(const RealClock&) = delete;
 
-  absl::Time Now() const override {
-    return start_wall_ + absl::FromChrono(std::chrono::steady_clock::now() - start_steady_);
-  }
+  absl::Time Now() const override { return ProcessNow(); }
   TimerId RunAt(absl::Time when, absl::AnyInvocable<void()> fn) override;
   bool Cancel(TimerId id) override;
 
  private:
   void Loop();
 
-  const absl::Time start_wall_ = absl::Now();
-  const std::chrono::steady_clock::time_point start_steady_ = std::chrono::steady_clock::now();
   // The standard mutex and condition variable, not absl's: their timed waits run on the monotonic clock, where
   // absl's (this version) turn a timeout into a wall-clock deadline, and a step back of the wall clock stalled
   // every timer by the size of the step (found by tests/faults: leases that never expired).

@@ -21,6 +21,7 @@
 #include "grpcpp/support/client_callback.h"
 #include "libs/async/callback.h"
 #include "libs/async/stop_signal.h"
+#include "libs/core/clock.h"
 #include "libs/rpc/auth.h"
 
 namespace corral::rpc {
@@ -33,7 +34,8 @@ class CallScope {
  public:
   CallScope(async::StopSignal* control, absl::Time deadline, const std::string& token)
       : interrupt_(control, [this] { context_.TryCancel(); }) {
-    if (deadline != absl::InfiniteFuture()) context_.set_deadline(absl::ToChronoTime(deadline));
+    // In process time (libs/core/clock.h): what is left of it, so a step of the wall clock does not move it.
+    if (deadline != absl::InfiniteFuture()) context_.set_deadline(ToSystemDeadline(deadline));
     AttachBearer(context_, token);
   }
   grpc::ClientContext* context() { return &context_; }

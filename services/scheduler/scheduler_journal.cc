@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "libs/api/proto_time.h"
 #include "libs/core/logging.h"
 #include "libs/core/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -58,6 +59,11 @@ CREATE TABLE IF NOT EXISTS template_files (
   content BLOB NOT NULL,
   time_ns INTEGER NOT NULL,
   PRIMARY KEY (owner, hash)
+);
+CREATE TABLE IF NOT EXISTS clock_anchor (
+  id INTEGER PRIMARY KEY CHECK (id = 0),
+  boot_id TEXT NOT NULL,
+  at_zero_ns INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS policy (
   id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -355,6 +361,36 @@ absl::StatusOr<PolicyState> SchedulerJournal::LoadPolicy() {
   return state;
 }
 
+absl::StatusOr<absl::Duration> SchedulerJournal::AdoptClock(const ClockAnchor& current) {
+  ClockAnchor base = current;
+  CORRAL_RETURN_IF_ERROR(journal_->Apply([&](sqlite3* db) -> absl::Status {
+    Statement row(db, "SELECT boot_id, at_zero_ns FROM clock_anchor WHERE id = 0");
+    CORRAL_ASSIGN_OR_RETURN(bool found, row.Step());
+    if (found && row.Text(0) == current.boot_id && !current.boot_id.empty()) {
+      base = ClockAnchor{row.Text(0), absl::FromUnixNanos(row.Int(1))};
+      return absl::OkStatus();
+    }
+    return Statement(db, "INSERT OR REPLACE INTO clock_anchor (id, boot_id, at_zero_ns) VALUES (0, ?, ?)")
+        .Bind(1, current.boot_id)
+        .Bind(2, absl::ToUnixNanos(current.at_zero))
+        .Run();
+  }));
+  clock_shift_ = current.at_zero - base.at_zero;
+  return clock_shift_;
+}
+
+namespace {
+
+// A lease with its times moved by `by` (between the journal's time base and this process's time).
+v1::SandboxLease Moved(v1::SandboxLease lease, absl::Duration by) {
+  if (by == absl::ZeroDuration()) return lease;
+  ToProto(FromProto(lease.create_time()) + by, lease.mutable_create_time());
+  ToProto(FromProto(lease.expire_time()) + by, lease.mutable_expire_time());
+  return lease;
+}
+
+}  // namespace
+
 absl::StatusOr<int64_t> SchedulerJournal::DropAckedBefore(absl::Time before) {
   int64_t dropped = 0;
   const absl::Status s = journal_->Apply([&](sqlite3* db) -> absl::Status {
@@ -390,7 +426,7 @@ absl::StatusOr<std::string> SchedulerJournal::AckedResult(const std::string& epi
 
 void SchedulerJournal::SaveLease(const v1::SandboxLease& lease, std::function<void(absl::Status)> done) {
   journal_->Submit(
-      [id = lease.lease_id(), bytes = lease.SerializeAsString()](sqlite3* db) {
+      [id = lease.lease_id(), bytes = Moved(lease, -clock_shift_).SerializeAsString()](sqlite3* db) {
         return CachedStatement(db, "INSERT OR REPLACE INTO leases (lease_id, lease) VALUES (?, ?)")
             .Bind(1, id)
             .BindBlob(2, bytes)
@@ -417,6 +453,7 @@ absl::StatusOr<std::vector<v1::SandboxLease>> SchedulerJournal::LoadLeases() {
       if (!leases.emplace_back().ParseFromString(rows.Text(0))) {
         return absl::DataLossError("a journaled sandbox lease is corrupt");
       }
+      leases.back() = Moved(std::move(leases.back()), clock_shift_);
     }
   }));
   return leases;

@@ -56,6 +56,11 @@ class SchedulerJournal final : public EpisodeLog, public LeaseLog, public Templa
 
   void SavePolicy(const PolicyState& state, std::function<void(absl::Status)> done);
   absl::StatusOr<PolicyState> LoadPolicy();
+  // Sets the journal's time base (before any lease is loaded or saved): the clock anchor of the first process
+  // that wrote it on this boot, kept, so that a lease's times are journaled in that base and read back in this
+  // process's time exactly, whatever the wall clock did. On another boot, or with none kept, this process's
+  // anchor becomes the base. Returns what this process adds to the base's times.
+  absl::StatusOr<absl::Duration> AdoptClock(const ClockAnchor& current);
 
   void SaveLease(const v1::SandboxLease& lease, std::function<void(absl::Status)> done) override;
   void DropLease(const std::string& lease_id) override;
@@ -80,6 +85,7 @@ class SchedulerJournal final : public EpisodeLog, public LeaseLog, public Templa
       : journal_(std::move(journal)), result_retention_(result_retention) {}
   std::unique_ptr<Journal> journal_;
   const absl::Duration result_retention_;
+  absl::Duration clock_shift_;  // AdoptClock: this process's time minus the journal's time base
 };
 
 }  // namespace corral::scheduler

@@ -122,6 +122,17 @@ absl::StatusOr<std::unique_ptr<SchedulerRoot>> SchedulerRoot::Build(Config confi
                         absl::StrCat("the journal's policy state cannot be read: ", policy.status().message()));
   }
   p.policy = *policy;
+  auto shift = p.journal->AdoptClock(ProcessAnchor());
+  if (!shift.ok()) {
+    return absl::Status(shift.status().code(),
+                        absl::StrCat("the journal's clock anchor cannot be kept: ", shift.status().message()));
+  }
+  if (*shift != absl::ZeroDuration()) {
+    spdlog::info(
+        "journal: the wall clock has stepped by {} since its first writer on this boot started; its "
+        "leases' times are read on this process's clock",
+        absl::FormatDuration(*shift));
+  }
   auto leases = p.journal->LoadLeases();
   if (!leases.ok()) {
     return absl::Status(leases.status().code(),

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/api/pagination.h"
+#include "libs/core/clock.h"
 #include "libs/rpc/status_conversion.h"
 #include "libs/rpc/unary.h"
 #include "services/scheduler/episode/trajectory_forms.h"
@@ -153,10 +154,8 @@ class OpenEnvironmentReactor final : public grpc::ServerUnaryReactor {
 
 // The trainer's deadline for a policy call, bounded (the replicas' calls carry it).
 absl::Time PolicyDeadline(const grpc::CallbackServerContext& context) {
-  const absl::Time bound = absl::Now() + absl::Minutes(30);
-  const auto deadline = context.deadline();
-  if (deadline >= std::chrono::system_clock::now() + std::chrono::hours(1)) return bound;
-  return std::min(bound, absl::FromChrono(deadline));
+  const absl::Time bound = ProcessNow() + absl::Minutes(30);
+  return std::min(bound, FromSystemDeadline(context.deadline()));
 }
 
 // A policy RPC: authenticated, then answered from PolicyControl's callback.

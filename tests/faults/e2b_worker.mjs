@@ -41,12 +41,15 @@ function random() {
 const pick = (list) => list[Math.floor(random() * list.length)];
 const between = (lo, hi) => lo + Math.floor(random() * (hi - lo + 1));
 
-// The SDK's errors, and a network failure (undici's "fetch failed": the replica was down or cut the connection).
+// The SDK's errors; its requestTimeoutMs firing (fetch's DOMException "TimeoutError", which the SDK's control
+// plane calls let through unwrapped); and a network failure (undici's "fetch failed": the replica was down or
+// cut the connection).
 function describe(e) {
   const sdk = e instanceof SandboxError || e instanceof AuthenticationError || e instanceof RateLimitError ||
     e instanceof ServiceBusyError;
-  const kind = sdk ? e.constructor.name : e instanceof TypeError && /fetch failed|terminated/.test(e.message)
-    ? "network" : `foreign ${e?.constructor?.name}`;
+  const kind = sdk ? e.constructor.name
+    : e?.name === "TimeoutError" ? "request-timeout"
+    : e instanceof TypeError && /fetch failed|terminated/.test(e.message) ? "network" : `foreign ${e?.constructor?.name}`;
   return `${kind}: ${String(e?.message ?? e).split("\n")[0].slice(0, 200)}`;
 }
 

@@ -27,6 +27,9 @@ longest the call may take (`bound`). Its properties:
 - `answers`: every call that succeeded got the right answer (a command's output, a file read back, a file
   written before a fork read in the child, `/run_code`'s stdout).
 - `no-hang`: every call ended, either way, within its bound.
+- `one-result`: every episode of a batch its trainer consumed to the end came, and came as one result: a result
+  delivered again (unacknowledged when the stream broke) is the same result (attempt and reward), never another
+  run's.
 - `clean-errors`: every failure is one of the SDK's errors (or `/run_code`'s answer), or a refused or cut
   connection while a replica of the sandbox API was down.
 """
@@ -55,7 +58,8 @@ class Op:
     error: str = ""
     owner: str = ""       # the sandbox API's key that made the call
     bound: float = 0.0    # the longest the call may take (its timeouts), in seconds
-    seen: List[str] = field(default_factory=list)  # sandbox ids a listing or fork answered
+    seen: List[str] = field(default_factory=list)  # sandbox ids a listing or fork answered; a batch's results
+    value: float = 0.0    # a result's reward
 
 
 class History:
@@ -271,7 +275,7 @@ def sandbox_verdicts(ops: List[Op], outages: List[Outage]) -> List[Verdict]:
             if op.complete - op.invoke > op.bound + SLACK:
                 hangs.violations.append(f"{op.process}'s {op.kind} on {op.lease_id or op.limit} took "
                                         f"{op.complete - op.invoke:.1f}s (bound {op.bound:g}s): {op.error or 'ok'}")
-    api_down = [o for o in outages if o.target.startswith("sandbox-api")]
+    api_down = [o for o in outages if o.target.startswith("sandbox-api") and o.kind in ("kill", "pause")]
     errors = Verdict("clean-errors", 0)
     for op in ops:
         if op.ok or op.error.startswith("wrong"):
@@ -282,4 +286,23 @@ def sandbox_verdicts(ops: List[Op], outages: List[Outage]) -> List[Verdict]:
                 o.start - 1 <= op.complete and op.invoke <= o.end + 1 for o in api_down)):
             errors.violations.append(f"{op.process}'s {op.kind} on {op.lease_id or op.limit} at "
                                      f"[{op.invoke:.3f}, {op.complete:.3f}]: {op.error}")
-    return [one_owner, lives, answers, hangs, errors]
+    return [one_owner, lives, answers, hangs, errors, one_result(ops)]
+
+
+def one_result(ops: List[Op]) -> Verdict:
+    verdict = Verdict("one-result", 0)
+    results: Dict[tuple, set] = collections.defaultdict(set)
+    for op in ops:
+        if op.kind == "result":
+            results[(op.owner, op.lease_id)].add((op.token, op.value))
+    for (batch, episode), runs in sorted(results.items()):
+        verdict.checked += 1
+        if len(runs) > 1:
+            verdict.violations.append(f"{batch}: episode {episode} came as {len(runs)} different results "
+                                      f"(attempt, reward): {sorted(runs)}")
+    for op in ops:
+        if op.kind == "batch" and not op.error.startswith("stopped"):
+            verdict.checked += 1
+            if len(set(op.seen)) != op.permits:
+                verdict.violations.append(f"{op.owner}: {len(set(op.seen))} of its {op.permits} episodes came")
+    return verdict

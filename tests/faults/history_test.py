@@ -7,8 +7,8 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from history import (History, Op, Outage, bucket, fenced_writes, fencing_order, mutual_exclusion, read,  # noqa: E402
-                     sandbox_verdicts)
+from history import (History, Op, Outage, bucket, fenced_writes, fencing_order, mutual_exclusion,  # noqa: E402
+                     one_result, read, sandbox_verdicts)
 
 
 def grant(process, token, complete, held_until, invoke=None, limit="lock"):
@@ -85,6 +85,22 @@ class CheckerTest(unittest.TestCase):
         cut = [call("run", "s1", 5.0, 5.1, False, "network: fetch failed")]
         self.assertFalse(verdicts(cut)["clean-errors"].ok)  # no replica was down
         self.assertTrue(verdicts(cut, [Outage("kill", "sandbox-api-0", 4.5, 4.6)])["clean-errors"].ok)
+
+    def test_one_result_per_episode_and_every_episode_of_a_consumed_batch(self):
+        def result(episode, attempt, reward):
+            return Op("t0", "result", "episode", 0.0, 1.0, True, token=attempt, lease_id=episode, owner="b1",
+                      value=reward)
+
+        def batch(seen, expected=2, error=""):
+            return Op("t0", "batch", "episode", 0.0, 2.0, not error, owner="b1", permits=expected, seen=seen,
+                      error=error)
+        again = [result("e1", 1, 1.0), result("e1", 1, 1.0), result("e2", 2, 0.0), batch(["e1", "e1", "e2"])]
+        self.assertTrue(one_result(again).ok)  # delivered again, unacknowledged when the stream broke: the same
+        other_run = one_result([result("e1", 1, 1.0), result("e1", 2, 0.0)])
+        self.assertIn("episode e1 came as 2 different results", other_run.violations[0])
+        missing = one_result([result("e1", 1, 1.0), batch(["e1"], error="")])
+        self.assertIn("1 of its 2 episodes came", missing.violations[0])
+        self.assertTrue(one_result([batch(["e1"], error="stopped before the batch ended")]).ok)
 
     def test_a_history_survives_a_torn_last_line(self):
         with tempfile.TemporaryDirectory() as d:

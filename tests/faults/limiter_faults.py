@@ -28,7 +28,6 @@ import glob
 import os
 import random
 import signal
-import socket
 import socketserver
 import subprocess
 import sys
@@ -41,7 +40,7 @@ import grpc
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import history  # noqa: E402
-from nemesis import Relay  # noqa: E402
+from nemesis import Relay, SmallDisk, SteppedClock, free_port  # noqa: E402
 
 import corral  # noqa: E402
 from corral.v1 import ratelimit_pb2, ratelimit_pb2_grpc  # noqa: E402
@@ -87,31 +86,18 @@ class RegisterHandler(socketserver.StreamRequestHandler):
             self.wfile.flush()
 
 
-def libfaketime():
-    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1") + glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
-    return found[0] if found else None
-
-
 class Limiter:
     """corral-ratelimiter as a process that can be paused and killed, restarted on the same port and snapshot, its
-    wall clock offset by `clock_offset` seconds (libfaketime), its snapshot on `state_dir` (a small tmpfs as root)."""
+    wall clock stepped by `clock` (libfaketime), its snapshot on `state_dir` (a small tmpfs as root)."""
 
     def __init__(self, binary, dir, secret):
         self.binary, self.dir, self.secret = binary, dir, secret
-        self.faketime = libfaketime()
-        self.clock_offset = 0
-        self.clock_file = os.path.join(dir, "faketime")
-        self.set_clock_offset(0)
-        self.state_dir = os.path.join(dir, "state")
-        os.makedirs(self.state_dir)
-        self.tmpfs = os.geteuid() == 0 and subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", self.state_dir]).returncode == 0
+        self.clock = SteppedClock(os.path.join(dir, "faketime"))
+        self.disk = SmallDisk(os.path.join(dir, "state"))
+        self.state_dir = self.disk.path
         with open(os.path.join(dir, "limiter.yaml"), "w") as f:
             f.write(CONFIG)
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{s.getsockname()[1]}"
-        s.close()
+        self.address = free_port()
         self.log = open(os.path.join(dir, "limiter.log"), "a")
         self.proc = None
         self.start()
@@ -120,10 +106,7 @@ class Limiter:
         ready = os.path.join(self.dir, "ready.json")
         if os.path.exists(ready):
             os.unlink(ready)
-        env = dict(os.environ)
-        if self.faketime:
-            env.update(LD_PRELOAD=self.faketime, FAKETIME_TIMESTAMP_FILE=self.clock_file, FAKETIME_CACHE_DURATION="1",
-                       FAKETIME_DONT_FAKE_MONOTONIC="1", FAKETIME_DONT_RESET="1")
+        env = dict(os.environ, **self.clock.env())
         self.proc = subprocess.Popen(
             [self.binary, f"--config={self.dir}/limiter.yaml", f"--secret-file={self.secret}",
              f"--grpc-listen={self.address}", "--metrics-listen=127.0.0.1:0",
@@ -134,29 +117,6 @@ class Limiter:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"corral-ratelimiter did not start (see {self.dir}/limiter.log)")
             time.sleep(0.02)
-
-    def set_clock_offset(self, seconds):
-        self.clock_offset = seconds
-        with open(self.clock_file + ".tmp", "w") as f:
-            f.write(f"{seconds:+d}\n")
-        os.replace(self.clock_file + ".tmp", self.clock_file)
-
-    def fill_disk(self):
-        """Fills the snapshot's filesystem; returns the file to delete to free it."""
-        path = os.path.join(self.state_dir, "filler")
-        try:
-            with open(path, "wb") as f:
-                while True:
-                    f.write(b"\0" * (1 << 20))
-                    f.flush()
-        except OSError:
-            pass  # full (the open itself fails on a filesystem with no room left for a new file)
-        return path
-
-    @staticmethod
-    def free_disk(filler):
-        if os.path.exists(filler):
-            os.unlink(filler)
 
     def kill_and_restart(self):
         self.proc.send_signal(signal.SIGKILL)
@@ -173,8 +133,7 @@ class Limiter:
         self.proc.terminate()
         self.proc.wait(timeout=30)
         self.log.close()
-        if self.tmpfs:
-            subprocess.run(["umount", "-l", self.state_dir])
+        self.disk.unmount()
 
 
 def main():
@@ -214,8 +173,8 @@ def main():
     while time.monotonic() < end:
         time.sleep(rng.uniform(0.5, 1.5) * TTL)
         kinds = ["pause-client", "pause-limiter", "kill-limiter", "partition", "partition-oneway"]
-        kinds += ["clock-step"] if limiter.faketime else []
-        kinds += ["disk-full"] if limiter.tmpfs else []
+        kinds += ["clock-step"] if limiter.clock.available else []
+        kinds += ["disk-full"] if limiter.disk.mounted else []
         kind = rng.choice(kinds)
         faults[kind.split()[0]] += 1
         if kind == "pause-client":
@@ -231,27 +190,27 @@ def main():
             limiter.kill_and_restart()
         elif kind == "clock-step":
             step = rng.choice([-1, 1]) * rng.randint(10, 120)
-            limiter.set_clock_offset(limiter.clock_offset + step)
+            limiter.clock.step(step)
             kind += f" {step:+d}s"
         elif kind == "disk-full":
-            filler = limiter.fill_disk()
+            limiter.disk.fill()
             time.sleep(rng.uniform(1, 3) * TTL)
             if rng.random() < 0.5:
                 limiter.proc.send_signal(signal.SIGKILL)
                 limiter.proc.wait()
-                limiter.free_disk(filler)
+                limiter.disk.free()
                 limiter.start()
                 kind += " + kill-limiter"
             else:
-                limiter.free_disk(filler)
+                limiter.disk.free()
         else:
             relay = rng.choice(relays)
             relay.cut(one_way=kind == "partition-oneway")
             time.sleep(rng.uniform(1, 3) * TTL)
             relay.heal()
         print(f"  {time.monotonic() - end + args.duration:6.1f}s {kind}", flush=True)
-    print("nemeses skipped: " + (", ".join(n for n, on in (("clock-step (no faketime)", limiter.faketime),
-                                                          ("disk-full (not root)", limiter.tmpfs)) if not on)
+    print("nemeses skipped: " + (", ".join(n for n, on in (("clock-step (no faketime)", limiter.clock.available),
+                                                          ("disk-full (not root)", limiter.disk.mounted)) if not on)
                                  or "none"), flush=True)
 
     for w in workers:  # stop: each releases what it holds and exits

@@ -2,19 +2,31 @@
 """The sandbox API under faults, judged by its recorded history and by what is left afterwards.
 
 Starts a whole cluster on loopback (corral-ratelimiter with its lease snapshot, corral-sandbox-host as root,
-corral-scheduler with its journal and a warm pool, two corral-sandbox-api replicas), then its clients:
+corral-scheduler with its journal and a warm pool, corral-proxy before a scripted model, two corral-sandbox-api
+replicas), then its clients:
 
   E2B programs     e2b_worker.mjs, the real e2b SDK: create, commands, files, /tmp, background processes, fork,
                    renewals, the same sandbox through the other replica, listings, kill or abandon to expiry;
                    two keys (owners)
   /run_code        verl's SandboxFusion calls, each checked against the answer it must print
+  a trainer        batches of questions through the scheduler and the proxy, each result consumed and
+                   acknowledged one by one (the Python SDK), its reward checked against its answer
 
-Meanwhile a nemesis, chosen at random each round, kills (-9, then restarts on the same address and state) or
-pauses (SIGSTOP for 0.5-3 s) one of: a sandbox-api replica, the scheduler, the sandbox host, the ratelimiter.
+Meanwhile a nemesis, chosen at random each round:
+
+  kill             kill -9 one service (a sandbox-api replica, the scheduler, the sandbox host, the ratelimiter,
+                   the proxy)
+                   and start it again on the same address and state
+  pause            SIGSTOP one of them for 0.5-3 s
+  partition        cut a replica's link to the scheduler both ways, or only the replies, for 1-3 s
+  clock-step       step every service's wall clock but the proxy's 10-120 s forward or back (libfaketime;
+                   skipped without it)
+  disk-full        fill the filesystem under the scheduler's journal (a 64 MiB tmpfs; root) for 1-3 s, and
+                   kill -9 the scheduler while it is full half of the time
 
 Afterwards the clients stop (abandoning what they hold), and the run waits for the leases to expire. Nothing
-may be left: no lease in the scheduler, no leased sandbox on the host, no process of the host's uids outside the
-warm pool, no home, no held permit. The checker (history.py) judges the history per property. Prints the
+may be left: no lease in the scheduler, no leased sandbox on the host, no process of the host's uids, no home or
+cgroup without a sandbox, no held permit. The checker (history.py) judges the history per property. Prints the
 history's size, the faults injected and a verdict per property; exits 1 on any violation.
 
     BUILD/sdk-venv/bin/python tests/faults/sandbox_faults.py --bin BUILD/bin            (smoke: 30 s)
@@ -23,11 +35,11 @@ history's size, the faults injected and a verdict per property; exits 1 on any v
 import argparse
 import collections
 import glob
+import itertools
 import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -44,6 +56,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "images"))
 import history  # noqa: E402
 from history import History, Op, Outage  # noqa: E402
+from nemesis import Relay, SmallDisk, SteppedClock, free_port  # noqa: E402
 from services import Services, scratch  # noqa: E402
 
 import corral  # noqa: E402
@@ -56,13 +69,6 @@ API_WAIT = 10  # the replicas' --wait: a /run_code call answers 504 once it has 
 RUN_TIMEOUT = 5
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"127.0.0.1:{port}"
-
 
 class Cluster:
     """The services, each restartable on its address and state."""
@@ -70,30 +76,49 @@ class Cluster:
     def __init__(self, bin_dir, run_dir, secret):
         self.services = Services(bin_dir, run_dir, secret)
         self.dir, self.bin = run_dir, bin_dir
+        self.host_id = f"faults-{os.getpid()}"  # its cgroups: corral-<host id> under each controller
+        self.clock = SteppedClock(os.path.join(run_dir, "faketime"))
+        self.journal = SmallDisk(os.path.join(run_dir, "journal"))
+        try:
+            self._start_all(run_dir)
+        except BaseException:  # nothing of a cluster that did not start outlives it
+            self.stop()
+            raise
+
+    def _start_all(self, run_dir):
         self.addr = {"ratelimiter": free_port(), "sandbox-host": free_port(), "scheduler": free_port(),
-                     "sandbox-api-0": free_port(), "sandbox-api-1": free_port()}
+                     "proxy": free_port(), "sandbox-api-0": free_port(), "sandbox-api-1": free_port()}
         self.http = {"sandbox-api-0": free_port(), "sandbox-api-1": free_port()}
+        self.relays = {name: Relay(self.addr["scheduler"]) for name in self.http}  # each replica's link
+        llm = self.services.start("fake-llm", ["corral-fake-llm", "--listen=127.0.0.1:0", "--arithmetic"],
+                                  secret=False)["http"]  # the inference backend: no nemesis
         with open(os.path.join(run_dir, "limiter.yaml"), "w") as f:
             f.write(f"limits:\n  - name: code_exec/{{language}}\n    kind: concurrency\n"
                     f"    permits: {CODE_PERMITS}\nstate_path: {run_dir}/limiter.db\n")
         self.argv = {
             "ratelimiter": ["corral-ratelimiter", f"--config={run_dir}/limiter.yaml"],
             "sandbox-host": ["corral-sandbox-host", f"--root={run_dir}/sandboxes", "--capacity=64",
-                             "--host-id=faults"],
-            "scheduler": ["corral-scheduler", f"--journal={run_dir}/scheduler.db", "--proxy=127.0.0.1:1",
+                             f"--host-id={self.host_id}"],
+            "proxy": ["corral-proxy", f"--http-listen={free_port()}", f"--journal={run_dir}/proxy.db",
+                      f"--upstream=http://{llm}"],
+            "scheduler": ["corral-scheduler", f"--journal={self.journal.path}/scheduler.db",
+                          f"--proxy={self.addr['proxy']}", "--default-model=fake-model", "--http-listen=127.0.0.1:0",
                           f"--host={self.addr['sandbox-host']}", "--host-poll-interval=200ms",
                           f"--warm-pool-size={WARM_POOL}"],
         }
         for name in self.http:
             self.argv[name] = ["corral-sandbox-api", f"--http-listen={self.http[name]}",
-                               f"--scheduler={self.addr['scheduler']}", f"--ratelimiter={self.addr['ratelimiter']}",
+                               f"--scheduler={self.relays[name].address}", f"--ratelimiter={self.addr['ratelimiter']}",
                                f"--wait={API_WAIT}s"]
         for name in self.argv:
             self.start(name)
 
     def start(self, name):
+        # Every service's wall clock can be stepped but the proxy's: it links jemalloc, which calls clock_gettime
+        # while libfaketime sets itself up, and the process never starts.
+        clock = self.clock.env() if name != "proxy" else {}
         self.services.start(name, self.argv[name] + [f"--grpc-listen={self.addr[name]}",
-                                                     "--metrics-listen=127.0.0.1:0"])
+                                                     "--metrics-listen=127.0.0.1:0"], env=dict(os.environ, **clock))
 
     def kill_and_restart(self, name):
         self.services.kill(name)
@@ -106,12 +131,15 @@ class Cluster:
         for proc in self.services.procs.values():
             proc.send_signal(signal.SIGCONT)
         self.services.stop_all()
+        self.journal.unmount()
 
 
 def run_code_caller(name, urls, path, stop, seed):
     """verl's SandboxFusionTool in a loop: print(a * b) must print the product, or fail in SandboxFusion's way."""
     rng, log = random.Random(seed), History(path)
-    bound = API_WAIT + RUN_TIMEOUT + 10  # the permit and the sandbox, the run, the lease's release
+    # The replica's own bounds: the permit and the sandbox within its wait, 30 s more for a scheduler that does not
+    # answer at all, then the run and 30 s more for a host that does not.
+    bound = API_WAIT + 30 + RUN_TIMEOUT + 30
     while not stop.is_set():
         a, b = rng.randint(1, 10**6), rng.randint(1, 10**6)
         url = rng.choice(urls)
@@ -140,6 +168,53 @@ def run_code_caller(name, urls, path, stop, seed):
     log.close()
 
 
+def episode_caller(name, scheduler, secret, path, stop, seed):
+    """A trainer: batches of single-turn questions (the scripted model answers through the proxy), each result
+    consumed and acknowledged one by one, the stream resumed across the scheduler's restarts. A failed submit is
+    sent again with the same batch id (idempotent) until it is taken."""
+    rng, log = random.Random(seed), History(path)
+    client = corral.Client(scheduler, secret_file=secret, timeout=10)
+    for n in itertools.count():
+        if stop.is_set():
+            break
+        batch_id = f"{name}-{n}"
+        tasks = [corral.SingleTurnTask(id=f"q{i}", prompt=f"What is {i} + {n}?", answer=i + n, reward="gsm8k",
+                                       seed_sampling=True) for i in range(rng.randint(2, 6))]
+        expected = 2 * len(tasks)
+        batch = None
+        while batch is None and not stop.is_set():
+            try:
+                batch = client.submit(tasks, group_size=2, batch_id=batch_id, max_attempts=5)
+            except corral.CorralError:
+                time.sleep(rng.uniform(0.1, 0.5))
+        if batch is None:
+            break
+        seen = []
+        start = time.monotonic()
+        while len(seen) < expected and not stop.is_set():
+            try:
+                for r in batch.results(ack_every=1, reconnect_for_s=60):
+                    op = Op(name, "result", "episode", start, time.monotonic(), lease_id=r.ids.episode_id,
+                            owner=batch_id, token=r.ids.attempt, value=r.reward, ok=True)
+                    seen.append(r.ids.episode_id)
+                    if r.status == scheduler_pb2.EPISODE_STATUS_FINISHED:
+                        answer = r.trajectory.branches[-1].messages[-1].message.content
+                        right = answer.endswith(f"#### {int(r.ids.task_id[1:]) + n}")
+                        if r.reward != (1.0 if right else 0.0):  # the reward is the run's whose trajectory came
+                            op.ok, op.error = False, f"wrong: reward {r.reward} for the answer {answer[-40:]!r}"
+                    else:
+                        op.ok, op.error = False, f"status {scheduler_pb2.EpisodeStatus.Name(r.status)}: {r.failure_message[:120]}"
+                    log.record(op)
+            except corral.CorralError as e:
+                log.record(Op(name, "stream", "episode", time.monotonic(), time.monotonic(), error=f"answer {e}"))
+                time.sleep(0.5)
+        done = len(set(seen)) >= expected
+        log.record(Op(name, "batch", "episode", start, time.monotonic(), ok=done, owner=batch_id, permits=expected,
+                      seen=seen, error="" if done else "stopped before the batch ended"))
+    client.close()
+    log.close()
+
+
 def leftovers(cluster, metadata, uids):
     """What the cluster still holds that no client does: leases, leased sandboxes, processes, homes, permits."""
     found = []
@@ -165,6 +240,9 @@ def leftovers(cluster, metadata, uids):
             continue
     homes = glob.glob(os.path.join(cluster.dir, "sandboxes", "homes", "*"))
     found += [f"home {h}" for h in homes if os.path.basename(h) not in live]
+    cgroups = glob.glob(f"/sys/fs/cgroup/*/corral-{cluster.host_id}/sb-*") + \
+        glob.glob(f"/sys/fs/cgroup/corral-{cluster.host_id}/sb-*")
+    found += [f"cgroup {c}" for c in cgroups if os.path.basename(c) not in live]
     limiter = ratelimit_pb2_grpc.RateLimiterStub(grpc.insecure_channel(cluster.addr["ratelimiter"]))
     held = sum(l.in_use for l in limiter.GetStatus(ratelimit_pb2.GetStatusRequest(), timeout=10,
                                                    metadata=metadata).limits)
@@ -179,6 +257,8 @@ def main():
     p.add_argument("--duration", type=float, default=30, help="seconds of faults (default 30: the smoke run)")
     p.add_argument("--e2b-workers", type=int, default=3)
     p.add_argument("--run-code-callers", type=int, default=2)
+    p.add_argument("--trainers", type=int, default=1)
+    p.add_argument("--without", default="", help="nemeses left out, comma-separated (e.g. clock-step)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--keep", action="store_true", help="keep the run's directory (histories, logs)")
     args = p.parse_args()
@@ -192,18 +272,21 @@ def main():
     print(f"sandbox fault run: seed {seed}, {args.e2b_workers} E2B workers, {args.run_code_callers} /run_code "
           f"callers, {args.duration:g}s, dir {run_dir}", flush=True)
     cluster = Cluster(args.bin, run_dir, secret)
+    workers = []
     try:
-        return run(args, seed, rng, run_dir, secret, metadata, cluster)
-    finally:
+        return run(args, seed, rng, run_dir, secret, metadata, cluster, workers)
+    finally:  # however the run ended: no client or service outlives it
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
         cluster.stop()
 
 
-def run(args, seed, rng, run_dir, secret, metadata, cluster):
+def run(args, seed, rng, run_dir, secret, metadata, cluster, workers):
     keys = {owner: subprocess.run([os.path.join(args.bin, "corral"), "sandbox-api", "key", owner,
                                    f"--secret-file={secret}"], capture_output=True, text=True,
                                   check=True).stdout.strip() for owner in ("alice", "bob")}
     urls = [f"http://{cluster.http[name]}" for name in sorted(cluster.http)]
-    workers = []
     for i in range(args.e2b_workers):
         owner = sorted(keys)[i % 2]
         workers.append(subprocess.Popen(
@@ -213,27 +296,57 @@ def run(args, seed, rng, run_dir, secret, metadata, cluster):
             stdout=open(os.path.join(run_dir, f"e{i}.log"), "w"), stderr=subprocess.STDOUT))
     stop_callers = threading.Event()
     callers = [threading.Thread(target=run_code_caller, args=(f"r{i}", urls, f"{run_dir}/history-r{i}.jsonl",
-                                                              stop_callers, seed + 100 + i))
+                                                              stop_callers, seed + 100 + i), daemon=True)
                for i in range(args.run_code_callers)]
+    callers += [threading.Thread(target=episode_caller, args=(f"t{i}", cluster.addr["scheduler"], secret,
+                                                              f"{run_dir}/history-t{i}.jsonl", stop_callers,
+                                                              seed + 200 + i), daemon=True)
+                for i in range(args.trainers)]
     for c in callers:
         c.start()
 
     outages, faults = [], collections.Counter()
     end = time.monotonic() + args.duration
+    kinds = ["kill", "pause", "partition", "partition-oneway"]
+    kinds += ["clock-step"] if cluster.clock.available else []
+    kinds += ["disk-full"] if cluster.journal.mounted else []
+    kinds = [k for k in kinds if k not in args.without.split(",")]
     while time.monotonic() < end:
         time.sleep(rng.uniform(1, 3))
-        target = rng.choice(sorted(cluster.argv))
-        kind = rng.choice(["kill", "pause"])
+        kind = rng.choice(kinds)
+        target = rng.choice(sorted(cluster.argv)) if kind in ("kill", "pause") else \
+            rng.choice(sorted(cluster.relays)) if kind.startswith("partition") else "scheduler"
         start = time.monotonic()
         if kind == "kill":
             cluster.kill_and_restart(target)
-        else:
+        elif kind == "pause":
             cluster.signal(target, signal.SIGSTOP)
             time.sleep(rng.uniform(0.5, 3))
             cluster.signal(target, signal.SIGCONT)
+        elif kind.startswith("partition"):
+            cluster.relays[target].cut(one_way=kind == "partition-oneway")
+            time.sleep(rng.uniform(1, 3))
+            cluster.relays[target].heal()
+        elif kind == "clock-step":
+            step = rng.choice([-1, 1]) * rng.randint(10, 120)
+            cluster.clock.step(step)
+            target = f"every service {step:+d}s"
+        else:  # disk-full
+            cluster.journal.fill()
+            time.sleep(rng.uniform(1, 3))
+            if rng.random() < 0.5:
+                cluster.services.kill("scheduler")
+                cluster.journal.free()
+                cluster.start("scheduler")
+                kind += " + kill"
+            else:
+                cluster.journal.free()
         outages.append(Outage(kind, target, start, time.monotonic()))
-        faults[f"{kind} {target}"] += 1
+        faults[f"{kind} {target}" if kind in ("kill", "pause") else kind] += 1
         print(f"  {start - end + args.duration:6.1f}s {kind} {target}", flush=True)
+    print("nemeses skipped: " + (", ".join(n for n, on in (("clock-step (no faketime)", cluster.clock.available),
+                                                          ("disk-full (not root)", cluster.journal.mounted)) if not on)
+                                 or "none") + (f"; left out: {args.without}" if args.without else ""), flush=True)
 
     for w in workers:  # stop: each ends its current call and exits, abandoning what it holds
         w.stdin.close()

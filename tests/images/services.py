@@ -50,9 +50,9 @@ class Services:
         self.procs, self.logs = {}, {}
         self.uids = UidBlock()  # held as long as these services live
 
-    def start(self, name, argv, secret=True, timeout=60):
-        """Starts BIN/argv[0] with `argv[1:]`, a ready file and (with `secret`) the cluster secret; returns the
-        ready file's content (its listen addresses) once it is written."""
+    def start(self, name, argv, secret=True, timeout=60, env=None):
+        """Starts BIN/argv[0] with `argv[1:]`, a ready file and (with `secret`) the cluster secret, in `env` (default:
+        this process's); returns the ready file's content (its listen addresses) once it is written."""
         ready = os.path.join(self.dir, name + ".ready.json")
         if os.path.exists(ready):
             os.unlink(ready)
@@ -63,7 +63,7 @@ class Services:
             argv.append(f"--secret-file={self.secret}")
         log_path = os.path.join(self.dir, name + ".log")
         self.logs[name] = open(log_path, "a")
-        proc = subprocess.Popen(argv, stdout=self.logs[name], stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdout=self.logs[name], stderr=subprocess.STDOUT, env=env)
         self.procs[name] = proc
         deadline = time.time() + timeout
         while not (os.path.exists(ready) and os.path.getsize(ready) > 0):

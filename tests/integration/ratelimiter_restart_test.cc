@@ -162,6 +162,29 @@ TEST_F(RateLimiterTest, AnAcquireMadeWhileTheLimiterRestartsWaitsForItInsteadOfF
   EXPECT_EQ(InUse("code_exec"), 3);
 }
 
+// A service (re)started while its limiter is down starts anyway — the sandbox API's fault run found a replica
+// that exited at start because the limiter was paused — and what needs a permit waits for the limiter.
+TEST_F(RateLimiterTest, AServicesClientStartsWhileTheLimiterIsDownAndItsAcquireWaitsForIt) {
+  const std::string limits = "  - {name: code_exec, kind: concurrency, permits: 1}\n";
+  Start(limits);
+  const std::string address = service_->ready.grpc;
+  ASSERT_TRUE(service_->process.Signal(SIGKILL));
+  ASSERT_THAT(service_->process.Wait(absl::Seconds(10)), IsOk());
+  auto client = RateLimitClient::ConnectService(address, token_, "late-service", ChannelOptions{}, false);
+  ASSERT_THAT(client, IsOk());
+  EXPECT_FALSE((*client)->connected());
+  std::optional<absl::StatusOr<ratelimiter::ScopedPermit>> permit;
+  std::thread waiter([&] { permit = (*client)->Acquire({.limit = "code_exec", .wait_timeout = absl::Seconds(30)}); });
+  Start(limits, {}, address);
+  waiter.join();
+  ASSERT_TRUE(permit.has_value());
+  EXPECT_THAT(*permit, IsOk());
+  EXPECT_EQ(InUse("code_exec"), 1);
+  // Credentials the limiter refuses still fail at start.
+  EXPECT_THAT(RateLimitClient::ConnectService(address, "not-a-token", "forger", ChannelOptions{}, false).status(),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+}
+
 TEST_F(RateLimiterTest, AnAcquireWhileTheLimiterStaysDownFailsUnavailableAfterTheDisconnectedWait) {
   Start("  - {name: code_exec, kind: concurrency, permits: 2}\n");
   ClientOptions options;

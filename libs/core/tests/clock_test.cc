@@ -110,6 +110,35 @@ TEST(RealClock, EarlierTimerAddedLaterStillRunsFirst) {
 
 // A sleep ends when the injected clock passes its time (a fake clock's Advance, not real time), or at Wake;
 // a Wake is sticky; and nothing of a sleep is left behind on the clock.
+// Deadlines in process time reach gRPC as what is left of them, and come back the same way.
+TEST(RealClock, EveryClockOfAProcessReadsOneTimeAndDeadlinesCrossToTheSystemClockByWhatIsLeft) {
+  RealClock a, b;
+  const absl::Time first = a.Now();
+  const absl::Time second = b.Now();
+  const absl::Time third = ProcessNow();
+  EXPECT_LE(first, second);
+  EXPECT_LE(second, third);
+  const auto left = [](std::chrono::system_clock::time_point t) {
+    return absl::FromChrono(t - std::chrono::system_clock::now());
+  };
+  const absl::Duration ten = left(ToSystemDeadline(ProcessNow() + absl::Seconds(10)));
+  EXPECT_GT(ten, absl::Seconds(9));
+  EXPECT_LE(ten, absl::Seconds(10));
+  EXPECT_LE(left(ToSystemDeadline(ProcessNow() - absl::Hours(1))), absl::ZeroDuration());  // past: due now
+  EXPECT_EQ(ToSystemDeadline(absl::InfiniteFuture()), std::chrono::system_clock::time_point::max());
+  const absl::Time in_five = FromSystemDeadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const absl::Duration five = in_five - ProcessNow();
+  EXPECT_GT(five, absl::Seconds(4));
+  EXPECT_LE(five, absl::Seconds(5));
+  EXPECT_EQ(FromSystemDeadline(std::chrono::system_clock::time_point::max()), absl::InfiniteFuture());
+  // The anchor places process time on the monotonic clock.
+  const ClockAnchor anchor = ProcessAnchor();
+  EXPECT_FALSE(anchor.boot_id.empty());
+  const absl::Duration off =
+      anchor.at_zero + absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch()) - ProcessNow();
+  EXPECT_LT(absl::AbsDuration(off), absl::Seconds(1));
+}
+
 TEST(WakeableSleep, EndsOnTheInjectedClockOrAtWakeAndWakeIsSticky) {
   FakeClock clock;
   WakeableSleep sleep;

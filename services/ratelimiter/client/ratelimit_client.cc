@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "libs/api/proto_time.h"
+#include "libs/core/clock.h"
 #include "libs/core/logging.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/status_conversion.h"
@@ -88,8 +89,14 @@ absl::StatusOr<std::unique_ptr<RateLimitClient>> RateLimitClient::Connect(Client
     // A limiter that answered and refused the credentials is not unreachable: say so, as it did.
     const absl::Status why = client->FirstFailure();
     if (absl::IsUnauthenticated(why) || absl::IsPermissionDenied(why)) return why;
-    return absl::UnavailableError(absl::StrCat("cannot reach the ratelimiter at ", client->options_.address,
-                                               why.ok() ? "" : ": ", why.message()));
+    if (!client->options_.start_unreachable) {
+      return absl::UnavailableError(absl::StrCat("cannot reach the ratelimiter at ", client->options_.address,
+                                                 why.ok() ? "" : ": ", why.message()));
+    }
+    spdlog::warn(
+        "ratelimit client: the ratelimiter at {} cannot be reached yet{}{}; connecting in the background, "
+        "and what needs a permit waits for it",
+        client->options_.address, why.ok() ? "" : ": ", why.message());
   }
   return client;
 }
@@ -111,12 +118,8 @@ absl::StatusOr<std::unique_ptr<RateLimitClient>> RateLimitClient::ConnectService
   options.client_id = client_id;
   options.channel = channel;
   options.fail_mode = fail_open ? FailMode::kOpen : FailMode::kClosed;
-  auto client = Connect(std::move(options));
-  if (!client.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat(client.status().message(), " (start the ratelimiter first, or set limiter_fail_open)"));
-  }
-  return client;
+  options.start_unreachable = true;
+  return Connect(std::move(options));
 }
 
 RateLimitClient::~RateLimitClient() {
@@ -216,18 +219,18 @@ void RateLimitClient::Run() {
 }
 
 void RateLimitClient::WaitToReconnect(absl::Duration backoff) {
-  const absl::Time retry_at = absl::Now() + backoff;
+  const absl::Time retry_at = ProcessNow() + backoff;
   while (true) {
     std::vector<std::shared_ptr<Pending>> expired;
     {
       absl::MutexLock lock(&mu_);
-      if (closing_ || absl::Now() >= retry_at) return;
+      if (closing_ || ProcessNow() >= retry_at) return;
       absl::Time wake = retry_at;
       for (const auto& [id, p] : pending_) {
         if (p->message.has_value() && !p->sent) wake = std::min(wake, p->give_up);
       }
       mu_.AwaitWithDeadline(absl::Condition(&closing_), wake);
-      expired = ExpireKeptLocked(absl::Now());
+      expired = ExpireKeptLocked(ProcessNow());
     }
     for (auto& p : expired) p->callback(std::move(p->reply));
   }
@@ -278,7 +281,7 @@ void RateLimitClient::OnReady(const v1::SessionReady& ready) {
   for (const std::string& id : released_meanwhile) SendReleaseLocked(id);
   // Acquires made or broken off while the session was down go out now, with what is left of their wait (at
   // least a moment, so the limiter answers one whose wait ran out with its own DEADLINE_EXCEEDED or a grant).
-  const absl::Time now = absl::Now();
+  const absl::Time now = ProcessNow();
   for (auto& [id, p] : pending_) {
     if (!p->message.has_value() || p->sent) continue;
     v1::SessionRequest again = *p->message;
@@ -370,7 +373,7 @@ uint64_t RateLimitClient::StartCallLocked(v1::SessionRequest& request, std::shar
   pending->sent = SendLocked(request);
   if (!pending->sent && !keep) return 0;
   if (keep) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = ProcessNow();
     pending->message = request;
     if (request.acquire().has_wait_timeout()) pending->deadline = now + FromProto(request.acquire().wait_timeout());
     if (!pending->sent) pending->give_up = std::min(pending->deadline, now + options_.max_disconnected_wait);
@@ -387,10 +390,10 @@ void RateLimitClient::SendReleaseLocked(const std::string& lease_id) {
 
 void RateLimitClient::SendKeepAliveLocked() {
   if (keepalive_id_ != 0) {
-    if (absl::Now() - keepalive_sent_ < kKeepAliveTimeout) return;  // the last one is not answered yet
-    pending_.erase(keepalive_id_);                                  // never answered: give up on it and send another
+    if (ProcessNow() - keepalive_sent_ < kKeepAliveTimeout) return;  // the last one is not answered yet
+    pending_.erase(keepalive_id_);                                   // never answered: give up on it and send another
   }
-  keepalive_sent_ = absl::Now();
+  keepalive_sent_ = ProcessNow();
   auto pending = std::make_shared<Pending>();
   pending->callback = [this, sent = std::chrono::steady_clock::now()](absl::StatusOr<v1::SessionResponse> reply) {
     if (!reply.ok()) return;  // the stream broke; the next session re-claims what is held
@@ -426,7 +429,7 @@ absl::Duration RateLimitClient::KeepAliveInterval() const {
 std::vector<std::shared_ptr<RateLimitClient::Pending>> RateLimitClient::FailPending(const absl::Status& status,
                                                                                     bool keep_acquires) {
   std::vector<std::shared_ptr<Pending>> callbacks;
-  const absl::Time now = absl::Now();
+  const absl::Time now = ProcessNow();
   for (auto it = pending_.begin(); it != pending_.end();) {
     Pending& p = *it->second;
     if (keep_acquires && p.message.has_value()) {

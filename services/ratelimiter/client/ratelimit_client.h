@@ -45,6 +45,10 @@ struct ClientOptions {
   // reconnect — within its own wait_timeout, and for at most this long disconnected — instead of failing at
   // once. 0: fail at once (UNAVAILABLE).
   absl::Duration max_disconnected_wait = absl::Minutes(2);
+  // Failing closed, Connect fails when the first connection does not come within connect_timeout; with this set
+  // it returns the client anyway (a service started while its limiter restarts), which keeps connecting, and its
+  // acquires wait as above. Refused credentials fail either way.
+  bool start_unreachable = false;
 };
 
 struct PermitRequest {
@@ -95,8 +99,10 @@ class RateLimitClient {
   // Starts the session; the first connection is tried for `connect_timeout`. Fails (UNAVAILABLE) only when
   // failing closed and the limiter cannot be reached; failing open, it keeps retrying in the background.
   static absl::StatusOr<std::unique_ptr<RateLimitClient>> Connect(ClientOptions options);
-  // A Corral service's client (the scheduler's, a proxy's): null when `address` is empty (no limiter
-  // configured); UNAVAILABLE with what to do when it fails closed and the limiter cannot be reached.
+  // A Corral service's client (the scheduler's, a proxy's, a sandbox-api replica's): null when `address` is empty
+  // (no limiter configured). It starts whether or not the limiter can be reached yet (logged): a service
+  // restarted while its limiter is down or restarting serves what needs no permit, and waits for the limiter
+  // for what does. Refused credentials fail.
   static absl::StatusOr<std::unique_ptr<RateLimitClient>> ConnectService(const std::string& address,
                                                                          const std::string& token,
                                                                          const std::string& client_id,

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "libs/core/clock.h"
 #include "libs/rpc/async_grpc.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/sandbox_host/client/interactive.h"
@@ -18,7 +19,7 @@ HostClient::HostClient(std::string address, std::shared_ptr<grpc::Channel> chann
     : address_(std::move(address)), stub_(v1::SandboxHost::NewStub(channel)), token_(std::move(token)) {}
 
 namespace {
-absl::Time After(absl::Duration d) { return absl::Now() + d; }
+absl::Time After(absl::Duration d) { return ProcessNow() + d; }
 }  // namespace
 
 asio::awaitable<absl::StatusOr<v1::HostInfoResponse>> HostClient::HostInfo(absl::Duration timeout) {

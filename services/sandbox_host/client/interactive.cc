@@ -6,6 +6,7 @@
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/this_coro.hpp"
 #include "boost/asio/use_awaitable.hpp"
+#include "libs/core/clock.h"
 #include "libs/rpc/auth.h"
 #include "libs/rpc/status_conversion.h"
 
@@ -122,7 +123,7 @@ asio::awaitable<InteractiveProcess::Output> InteractiveCall::ReadUntil(const std
   auto executor = co_await asio::this_coro::executor;
   asio::steady_timer timer(executor);
   timer.expires_at(asio::steady_timer::clock_type::now() +
-                   absl::ToChronoNanoseconds(std::max(absl::ZeroDuration(), deadline - absl::Now())));
+                   absl::ToChronoNanoseconds(std::max(absl::ZeroDuration(), deadline - ProcessNow())));
   while (true) {
     Output out;
     {
@@ -134,7 +135,7 @@ asio::awaitable<InteractiveProcess::Output> InteractiveCall::ReadUntil(const std
         output_.erase(0, at + marker.size());
         co_return out;
       }
-      if (done_ || absl::Now() >= deadline) {
+      if (done_ || ProcessNow() >= deadline) {
         out.text = std::move(output_);
         output_.clear();
         out.ended = done_;

@@ -7,6 +7,7 @@
 #include "absl/strings/strip.h"
 #include "boost/asio/this_coro.hpp"
 #include "libs/async/sleep.h"
+#include "libs/core/clock.h"
 #include "libs/http/client.h"
 #include "libs/http/server.h"
 #include "libs/http/url.h"
@@ -44,7 +45,7 @@ asio::awaitable<absl::StatusOr<v1::OpenSessionResponse>> ProxyClient::Open(v1::O
 asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> ProxyClient::Close(const std::string& env_id,
                                                                              v1::TrajectoryFormat format,
                                                                              absl::Duration timeout) {
-  rpc::CallScope scope(nullptr, absl::Now() + timeout, token_);
+  rpc::CallScope scope(nullptr, ProcessNow() + timeout, token_);
   v1::CloseSessionRequest request;
   request.set_env_id(env_id);
   request.set_format(format);
@@ -58,7 +59,7 @@ asio::awaitable<absl::StatusOr<v1::CloseSessionResponse>> ProxyClient::Close(con
 asio::awaitable<absl::StatusOr<v1::Trajectory>> ProxyClient::Trajectory(const std::string& env_id,
                                                                         v1::TrajectoryFormat format,
                                                                         absl::Duration timeout) {
-  rpc::CallScope scope(nullptr, absl::Now() + timeout, token_);
+  rpc::CallScope scope(nullptr, ProcessNow() + timeout, token_);
   v1::GetTrajectoryRequest request;
   request.set_env_id(env_id);
   request.set_format(format);
@@ -71,7 +72,7 @@ asio::awaitable<absl::StatusOr<v1::Trajectory>> ProxyClient::Trajectory(const st
 
 void ProxyClient::CloseAsync(const std::string& env_id) {
   struct Call {
-    rpc::CallScope scope{nullptr, absl::Now() + absl::Seconds(10), ""};
+    rpc::CallScope scope{nullptr, ProcessNow() + absl::Seconds(10), ""};
     v1::CloseSessionRequest request;
     v1::CloseSessionResponse response;
   };
@@ -83,7 +84,7 @@ void ProxyClient::CloseAsync(const std::string& env_id) {
 }
 
 asio::awaitable<absl::Status> ProxyClient::Ack(const std::string& env_id, absl::Duration timeout) {
-  rpc::CallScope scope(nullptr, absl::Now() + timeout, token_);
+  rpc::CallScope scope(nullptr, ProcessNow() + timeout, token_);
   v1::AckTrajectoryRequest request;
   request.add_env_ids(env_id);
   v1::AckTrajectoryResponse response;
@@ -142,19 +143,19 @@ asio::awaitable<absl::StatusOr<LlmReply>> ProxyClient::Post(const BaseUrl& base,
   auto executor = co_await asio::this_coro::executor;
   // A proxy that is down (restarting: it keeps its sessions in its journal) is asked again with a growing pause
   // until `timeout`: a restart costs the call only time. The agent's SDKs do the same.
-  const absl::Time give_up = absl::Now() + timeout;
+  const absl::Time give_up = ProcessNow() + timeout;
   // Kept-alive connections: thousands of concurrent episodes would otherwise run out of ephemeral ports.
   for (int attempt = 0;; ++attempt) {
     bool reused = false;
-    auto connection = co_await pool_.Get(executor, base.host, base.port, give_up - absl::Now(), &reused);
+    auto connection = co_await pool_.Get(executor, base.host, base.port, give_up - ProcessNow(), &reused);
     absl::Status failed = connection.status();
     if (connection.ok()) {
-      failed = co_await (*connection)->Send(request, give_up - absl::Now());
+      failed = co_await (*connection)->Send(request, give_up - ProcessNow());
       // A pooled connection the proxy closed meanwhile failed before any response byte: once more, fresh.
       if (!failed.ok() && reused && attempt == 0 && failed.code() == absl::StatusCode::kUnavailable) continue;
     }
     if (failed.ok()) {
-      auto answer = co_await (*connection)->ReadAll(give_up - absl::Now());
+      auto answer = co_await (*connection)->ReadAll(give_up - ProcessNow());
       if (answer.ok()) {
         const int status = (*connection)->status();
         pool_.Put(*std::move(connection));
@@ -164,7 +165,7 @@ asio::awaitable<absl::StatusOr<LlmReply>> ProxyClient::Post(const BaseUrl& base,
     }
     const absl::Duration pause =
         RetryDelay(kCallRetry, static_cast<uint32_t>(attempt) + 2, absl::Hash<std::string>()(env_token));
-    if (failed.code() != absl::StatusCode::kUnavailable || absl::Now() + pause >= give_up) co_return failed;
+    if (failed.code() != absl::StatusCode::kUnavailable || ProcessNow() + pause >= give_up) co_return failed;
     co_await async::SleepFor(pause);
   }
 }
