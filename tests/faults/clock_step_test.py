@@ -64,6 +64,13 @@ class ClockStepTest(unittest.TestCase):
     def start_scheduler(self):
         self.services.start("scheduler", self.scheduler_argv, env=self.env)
         self.stub = scheduler_pb2_grpc.SchedulerStub(grpc.insecure_channel(self.address))  # no connection of the last
+        # Until its first poll of the host, a scheduler refuses to place (it does not know the host's features).
+        deadline = time.monotonic() + 30
+        while not any(h.state == scheduler_pb2.HOST_STATE_HEALTHY for h in self.stub.ListHosts(
+                scheduler_pb2.ListHostsRequest(), timeout=10, wait_for_ready=True,
+                metadata=(("authorization", "Bearer " + corral.cluster_token(self.secret)),)).hosts):
+            self.assertLess(time.monotonic(), deadline, "the scheduler never found its host healthy")
+            time.sleep(0.05)
 
     def lease(self, ttl_s):
         request = scheduler_pb2.LeaseSandboxRequest(owner="tester", environment=scheduler_pb2.EnvironmentSpec(),
