@@ -32,8 +32,7 @@ std::string ReadFileOrEmpty(const std::string& path) {
 
 // The sandbox a process says it belongs to: its CORRAL_SANDBOX_ID, or the sandbox cgroup it is in.
 bool BelongsTo(pid_t pid, const absl::flat_hash_set<std::string>& ids) {
-  const std::string environ = ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/environ"));
-  for (absl::string_view var : absl::StrSplit(environ, '\0')) {
+  for (absl::string_view var : EnvironOf(pid)) {
     if (absl::ConsumePrefix(&var, "CORRAL_SANDBOX_ID=") && ids.contains(var)) return true;
   }
   const std::string cgroups = ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/cgroup"));

@@ -108,8 +108,6 @@ TEST(RealClock, EarlierTimerAddedLaterStillRunsFirst) {
   EXPECT_THAT(order, ElementsAre(1, 2));
 }
 
-// A sleep ends when the injected clock passes its time (a fake clock's Advance, not real time), or at Wake;
-// a Wake is sticky; and nothing of a sleep is left behind on the clock.
 // Deadlines in process time reach gRPC as what is left of them, and come back the same way.
 TEST(RealClock, EveryClockOfAProcessReadsOneTimeAndDeadlinesCrossToTheSystemClockByWhatIsLeft) {
   RealClock a, b;
@@ -139,6 +137,8 @@ TEST(RealClock, EveryClockOfAProcessReadsOneTimeAndDeadlinesCrossToTheSystemCloc
   EXPECT_LT(absl::AbsDuration(off), absl::Seconds(1));
 }
 
+// A sleep ends when the injected clock passes its time (a fake clock's Advance, not real time), or at Wake;
+// a Wake is sticky; and nothing of a sleep is left behind on the clock.
 TEST(WakeableSleep, EndsOnTheInjectedClockOrAtWakeAndWakeIsSticky) {
   FakeClock clock;
   WakeableSleep sleep;

@@ -86,7 +86,7 @@ class FdWatcher {
   virtual void Unwatch(int fd) = 0;
 };
 
-// A process's API id ("p-7"), which its tree also carries as kProcessIdVar (process_sweep.h).
+// A process's API id ("p-7"), which its tree also carries as kProcessIdVar (sandbox.h).
 inline std::string ProcessIdOf(uint64_t key) { return "p-" + std::to_string(key); }
 
 // Thread-safe.

@@ -50,12 +50,8 @@ bool Owns(uid_t uid, uid_t id) { return id == uid || SubIdOwner(id) == uid; }
 // Whether `pid` is in process group `group` or carries `marker` in its environment (as exec'd: /proc's environ).
 bool InTree(pid_t pid, pid_t group, const std::string& marker) {
   if (getpgid(pid) == group) return true;
-  std::ifstream in(absl::StrCat("/proc/", pid, "/environ"), std::ios::binary);
-  std::string var;
-  while (std::getline(in, var, '\0')) {
-    if (var == marker) return true;
-  }
-  return false;
+  const std::vector<std::string> environ = EnvironOf(pid);
+  return std::find(environ.begin(), environ.end(), marker) != environ.end();
 }
 
 }  // namespace
@@ -120,6 +116,13 @@ bool KillAllOf(uid_t uid, int rounds) {
     }
   }
   return LiveIdsOf(uid).empty();
+}
+
+std::vector<std::string> EnvironOf(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/environ"), std::ios::binary);
+  std::vector<std::string> vars;
+  for (std::string var; std::getline(in, var, '\0');) vars.push_back(std::move(var));
+  return vars;
 }
 
 bool KillProcessTree(uid_t uid, pid_t group, const std::string& marker, int rounds) {

@@ -24,6 +24,9 @@ std::vector<pid_t> ProcessesOf(uid_t uid);
 // `rounds` pass. Returns true when no process of the uid or its block remains.
 bool KillAllOf(uid_t uid, int rounds = 20);
 
+// The variables `pid` was exec'd with ("K=V", as /proc's environ keeps them); empty when it is gone.
+std::vector<std::string> EnvironOf(pid_t pid);
+
 // SIGKILLs one process's tree in a sandbox and leaves the sandbox's other processes alone: every process of
 // `uid` or its block that is in process group `group` or carries `marker` ("CORRAL_PROCESS_ID=p-7") in its
 // environment (escapees that called setsid or double-forked), each signalled through a pidfd checked after it is
