@@ -21,6 +21,11 @@ const { values: args } = parseArgs({
 });
 const REQUEST_MS = 10_000;  // every call's requestTimeoutMs: a call must end (either way) within it, plus slack
 const COMMAND_MS = 10_000;  // a foreground command's own lifetime
+// A create waits for room: the replica answers within 50 s (under the SDK's default requestTimeoutMs, 60 s, given
+// here), and that is its bound. (On Node 20 the SDK's requestTimeoutMs does not end a control-plane call: a
+// create against a server that never answers was still waiting at 20 s with 2 s. So what a bound checks is
+// how soon the replica answers.)
+const CREATE_MS = 60_000, CREATE_BOUND_MS = 50_000;
 const apis = args.apis.split(",");
 const out = fs.openSync(args.history, "a");
 const now = () => Number(process.hrtime.bigint()) / 1e9;  // CLOCK_MONOTONIC, as Python's time.monotonic()
@@ -80,8 +85,9 @@ const options = (api) => ({ apiKey: args.key, apiUrl: api, sandboxUrl: api, requ
 async function create(api) {
   const ttl = between(6, 20) * 1000;
   const sandbox = {};
-  sandbox.sbx = await op("create", null, REQUEST_MS, async (rec) => {
-    const sbx = await Sandbox.create("base", { ...options(api), timeoutMs: ttl, metadata: { by: args.name } });
+  sandbox.sbx = await op("create", null, CREATE_BOUND_MS, async (rec) => {
+    const sbx = await Sandbox.create("base", { ...options(api), requestTimeoutMs: CREATE_MS, timeoutMs: ttl,
+                                               metadata: { by: args.name } });
     rec.lease_id = sbx.sandboxId;
     rec.held_until = rec.invoke + ttl / 1000;
     Object.assign(sandbox, { id: sbx.sandboxId, until: rec.held_until });

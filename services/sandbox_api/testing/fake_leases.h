@@ -21,10 +21,12 @@ class FakeLeases final : public LeaseApi {
  public:
   explicit FakeLeases(std::shared_ptr<sandbox::FakeHost> host) : host_(std::move(host)) {}
 
-  boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Lease(v1::LeaseSandboxRequest request, absl::Time) override {
+  boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Lease(v1::LeaseSandboxRequest request,
+                                                                 absl::Time deadline) override {
     {
       absl::MutexLock lock(&mu_);
       requests_.push_back(request);
+      deadlines_.push_back(deadline);
       if (!refusal_.ok()) co_return refusal_;
     }
     v1::SandboxSpec spec;
@@ -56,6 +58,11 @@ class FakeLeases final : public LeaseApi {
   }
   boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Get(std::string lease_id, std::string owner) override {
     absl::MutexLock lock(&mu_);
+    ++gets_;
+    if (failed_gets_ > 0) {
+      --failed_gets_;
+      co_return get_failure_;
+    }
     auto it = leases_.find(lease_id);
     if (it == leases_.end() || it->second.owner() != owner) co_return NotFound(lease_id);
     co_return it->second;
@@ -122,6 +129,16 @@ class FakeLeases final : public LeaseApi {
     absl::MutexLock lock(&mu_);
     unreachable_ = std::move(s);
   }
+  // The next `times` Get calls fail with `s` (a scheduler that cannot be reached).
+  void FailGets(absl::Status s, int times) {
+    absl::MutexLock lock(&mu_);
+    get_failure_ = std::move(s);
+    failed_gets_ = times;
+  }
+  int gets() const {
+    absl::MutexLock lock(&mu_);
+    return gets_;
+  }
   // Host() breaks its contract: OK with no client (callers must not crash on it).
   void NullHost() {
     absl::MutexLock lock(&mu_);
@@ -130,6 +147,10 @@ class FakeLeases final : public LeaseApi {
   std::vector<v1::LeaseSandboxRequest> requests() const {
     absl::MutexLock lock(&mu_);
     return requests_;
+  }
+  std::vector<absl::Time> deadlines() const {  // each Lease call's, in order
+    absl::MutexLock lock(&mu_);
+    return deadlines_;
   }
   std::vector<std::string> released() const {
     absl::MutexLock lock(&mu_);
@@ -144,7 +165,11 @@ class FakeLeases final : public LeaseApi {
   absl::Status refusal_ ABSL_GUARDED_BY(mu_);
   absl::Status unreachable_ ABSL_GUARDED_BY(mu_);
   bool null_host_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status get_failure_ ABSL_GUARDED_BY(mu_);
+  int failed_gets_ ABSL_GUARDED_BY(mu_) = 0;
+  int gets_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::LeaseSandboxRequest> requests_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> released_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::SandboxLease> leases_ ABSL_GUARDED_BY(mu_);
 };

@@ -77,6 +77,9 @@ TEST_F(E2bControlTest, CreateLeasesASandboxAsTheSdkAsksAndAnswersWhatItReads) {
   EXPECT_EQ(lease.environment().workdir(), "/home/user");
   EXPECT_EQ(lease.environment().network_policy(), v1::NETWORK_POLICY_OPEN);
   EXPECT_EQ(lease.metadata().at("k"), "v");
+  // Room is waited for 40 s, and the answer comes within 50 s: before the SDK's default timeout (60 s) gives up.
+  EXPECT_EQ(FromProto(lease.wait()), absl::Seconds(40));
+  EXPECT_EQ(leases_.deadlines()[0] - clock_.Now(), absl::Seconds(50));
 
   E2bAnswer info = Call("GET", "/sandboxes/" + id);
   ASSERT_EQ(info.status, 200);
