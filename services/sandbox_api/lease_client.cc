@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "libs/api/proto_time.h"
+#include "libs/async/sleep.h"
 #include "libs/rpc/async_grpc.h"
 #include "libs/rpc/status_conversion.h"
 #include "services/sandbox_host/client/host_client.h"
@@ -125,6 +126,26 @@ absl::StatusOr<std::shared_ptr<sandbox::HostApi>> LeaseClient::Host(const v1::Sa
   }
   return std::make_shared<sandbox::HostClient>(lease.host_address(), std::move(channel),
                                                lease.capability_token().empty() ? token_ : lease.capability_token());
+}
+
+asio::awaitable<void> LeaseClient::AwaitHost(const v1::SandboxLease& lease, absl::Duration at_most) {
+  std::shared_ptr<grpc::Channel> channel;
+  {
+    absl::MutexLock lock(&mu_);
+    auto cached = channels_.find(lease.host_address());
+    if (cached == channels_.end()) co_return;
+    channel = cached->second;
+  }
+  // gRPC waits out a reconnect backoff (a second and more) before it dials a failed address again; a restarted
+  // host answers within moments, so the backoff is reset and the channel watched until it connects.
+  grpc_connectivity_state state = channel->GetState(false);
+  if (state != GRPC_CHANNEL_TRANSIENT_FAILURE) co_return;
+  const absl::Time until = ProcessNow() + at_most;
+  while (state != GRPC_CHANNEL_READY && ProcessNow() < until) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) grpc::experimental::ChannelResetConnectionBackoff(channel.get());
+    co_await async::SleepFor(absl::Milliseconds(20));
+    state = channel->GetState(true);
+  }
 }
 
 template <class Response, class Start>

@@ -36,6 +36,12 @@ class LeaseApi {
   // The client of the lease's host, presenting the lease's capability token; an error when the lease's host
   // address or this replica's TLS settings make no channel.
   virtual absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease& lease) = 0;
+  // Waits, for at most `at_most`, while this replica's channel to the lease's host is failing (the host was
+  // restarting when it was last dialled): a call made then fails at once with UNAVAILABLE, which the e2b SDK reads
+  // as "the sandbox is not running". Returns at once when the channel is not failing.
+  virtual boost::asio::awaitable<void> AwaitHost(const v1::SandboxLease& /*lease*/, absl::Duration /*at_most*/) {
+    co_return;
+  }
 };
 
 // The scheduler's sandbox templates (Scheduler.RequestTemplateBuild and the calls around it).
@@ -69,6 +75,7 @@ class LeaseClient final : public LeaseApi, public TemplateApi {
   boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> SetPaused(std::string lease_id, std::string owner,
                                                                      bool paused, absl::Duration ttl) override;
   absl::StatusOr<std::shared_ptr<sandbox::HostApi>> Host(const v1::SandboxLease& lease) override;
+  boost::asio::awaitable<void> AwaitHost(const v1::SandboxLease& lease, absl::Duration at_most) override;
 
   boost::asio::awaitable<absl::StatusOr<v1::SandboxTemplate>> RequestBuild(
       v1::RequestTemplateBuildRequest request) override;
