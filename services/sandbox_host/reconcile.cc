@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,11 +13,18 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "libs/core/clock.h"
 #include "services/sandbox_host/linux/process_sweep.h"
 #include "services/sandbox_host/linux/sub_ids.h"
+#include "spdlog/spdlog.h"
 
 namespace corral::sandbox {
 namespace {
@@ -66,9 +74,40 @@ bool RemoveCgroup(const std::string& dir) {
   return false;
 }
 
+// The other processes with `path` open ("pid 12 (name, state S, parent 1)"), to say who holds a lock on it.
+std::string HoldersOf(const std::string& path) {
+  struct stat want {};
+  if (stat(path.c_str(), &want) != 0) return "";
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& proc : fs::directory_iterator("/proc", ec)) {
+    const std::string pid = proc.path().filename().string();
+    if (pid.empty() || !absl::c_all_of(pid, [](char c) { return c >= '0' && c <= '9'; })) continue;
+    if (pid == std::to_string(getpid())) continue;  // the one asking
+    std::error_code fd_ec;
+    for (const auto& fd : fs::directory_iterator(proc.path() / "fd", fd_ec)) {
+      struct stat got {};
+      if (stat(fd.path().c_str(), &got) != 0 || got.st_dev != want.st_dev || got.st_ino != want.st_ino) continue;
+      std::string name = ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/comm"));
+      if (!name.empty() && name.back() == '\n') name.pop_back();
+      const std::string status = ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/status"));
+      auto field = [&](absl::string_view key) {
+        for (absl::string_view line : absl::StrSplit(status, '\n')) {
+          if (absl::ConsumePrefix(&line, key)) return std::string(absl::StripAsciiWhitespace(line));
+        }
+        return std::string("?");
+      };
+      found.push_back(
+          absl::StrCat("pid ", pid, " (", name, ", state ", field("State:"), ", parent ", field("PPid:"), ")"));
+      break;
+    }
+  }
+  return absl::StrJoin(found, ", ");
+}
+
 }  // namespace
 
-absl::StatusOr<UniqueFd> LockHostRoot(const std::string& root) {
+absl::StatusOr<UniqueFd> LockHostRoot(const std::string& root, absl::Duration wait) {
   std::error_code ec;
   fs::create_directories(root, ec);
   const std::string path = root + "/host.lock";
@@ -76,9 +115,20 @@ absl::StatusOr<UniqueFd> LockHostRoot(const std::string& root) {
   if (!fd.valid()) {
     return absl::FailedPreconditionError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
   }
-  if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("another corral-sandbox-host is using the root ", root, " (",
-                                                      path, " is locked); give each host its own root"));
+  // A killed host's lock outlives it while a process it was starting still holds a copy of its descriptors
+  // (execve tears the host's memory down before it closes them): that is over within a moment.
+  const absl::Time give_up = ProcessNow() + wait;
+  for (bool told = false; flock(fd.get(), LOCK_EX | LOCK_NB) != 0;) {
+    const int err = errno;
+    const std::string holders = HoldersOf(path);
+    if (err != EWOULDBLOCK || ProcessNow() >= give_up) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("another corral-sandbox-host is using the root ", root, " (", path, " is locked",
+                       holders.empty() ? "" : absl::StrCat(", open in ", holders), "); give each host its own root"));
+    }
+    if (!told) spdlog::info("waiting for {} (open in {})", path, holders.empty() ? "?" : holders);
+    told = true;
+    absl::SleepFor(absl::Milliseconds(50));
   }
   return fd;
 }

@@ -11,13 +11,15 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "libs/core/unique_fd.h"
 
 namespace corral::sandbox {
 
-// Holds `<root>/host.lock` for as long as it lives. FAILED_PRECONDITION while another process holds it: two hosts
-// on one root would take each other's sandboxes for leftovers.
-absl::StatusOr<UniqueFd> LockHostRoot(const std::string& root);
+// Holds `<root>/host.lock` for as long as it lives. FAILED_PRECONDITION, naming the processes that have it open,
+// while another process holds it for longer than `wait`: two hosts on one root would take each other's
+// sandboxes for leftovers.
+absl::StatusOr<UniqueFd> LockHostRoot(const std::string& root, absl::Duration wait = absl::Seconds(5));
 
 struct Leftovers {
   std::vector<std::string> sandboxes;  // ids whose homes were found

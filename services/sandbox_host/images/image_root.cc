@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -179,9 +180,19 @@ int HelperMain(void* raw) {
   return 0;
 }
 
+struct Holder {
+  int fd_to_wait_on;
+  pid_t host;
+};
+
 int HoldUserNamespace(void* raw) {
+  const Holder& holder = *static_cast<const Holder*>(raw);
+  // It holds a copy of the pipe's write end: were the host killed before writing, it would wait forever (and
+  // keep the host's descriptors open, its root's lock among them). It dies with the host.
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (getppid() != holder.host) return 0;
   char c;
-  (void)!read(*static_cast<int*>(raw), &c, 1);  // until the maps are written and the namespace opened
+  (void)!read(holder.fd_to_wait_on, &c, 1);  // until the maps are written and the namespace opened
   return 0;
 }
 
@@ -205,8 +216,8 @@ absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gid
   if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
   UniqueFd read_end(pipefd[0]), write_end(pipefd[1]);
   std::unique_ptr<char[]> stack(new char[kStack]);
-  int fd_to_wait_on = read_end.get();
-  const pid_t pid = clone(HoldUserNamespace, stack.get() + kStack, CLONE_NEWUSER | CLONE_VM | SIGCHLD, &fd_to_wait_on);
+  Holder holder{read_end.get(), getpid()};
+  const pid_t pid = clone(HoldUserNamespace, stack.get() + kStack, CLONE_NEWUSER | CLONE_VM | SIGCHLD, &holder);
   if (pid < 0) return absl::InternalError(absl::StrCat("clone(CLONE_NEWUSER): ", strerror(errno)));
   const bool mapped = WriteProcFile(pid, "uid_map", lines(uids)) &&
                       WriteProcFile(pid, "setgroups", setgroups ? "allow" : "deny") &&
