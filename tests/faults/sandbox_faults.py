@@ -259,6 +259,8 @@ def main():
     p.add_argument("--run-code-callers", type=int, default=2)
     p.add_argument("--trainers", type=int, default=1)
     p.add_argument("--without", default="", help="nemeses left out, comma-separated (e.g. clock-step)")
+    p.add_argument("--targets", default="",
+                   help="the services kill and pause pick from, comma-separated (default: all)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--keep", action="store_true", help="keep the run's directory (histories, logs)")
     args = p.parse_args()
@@ -310,11 +312,13 @@ def run(args, seed, rng, run_dir, secret, metadata, cluster, workers):
     kinds = ["kill", "pause", "partition", "partition-oneway"]
     kinds += ["clock-step"] if cluster.clock.available else []
     kinds += ["disk-full"] if cluster.journal.mounted else []
-    kinds = [k for k in kinds if k not in args.without.split(",")]
+    without = args.without.split(",")
+    kinds = [k for k in kinds if k not in without and k.split("-")[0] not in without]  # "partition": both kinds
+    targets = [t for t in sorted(cluster.argv) if not args.targets or t in args.targets.split(",")]
     while time.monotonic() < end:
         time.sleep(rng.uniform(1, 3))
         kind = rng.choice(kinds)
-        target = rng.choice(sorted(cluster.argv)) if kind in ("kill", "pause") else \
+        target = rng.choice(targets) if kind in ("kill", "pause") else \
             rng.choice(sorted(cluster.relays)) if kind.startswith("partition") else "scheduler"
         start = time.monotonic()
         if kind == "kill":
