@@ -92,7 +92,14 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
   env[kProcessIdVar] = ProcessIdOf(key);  // what tells this process's escapees from the sandbox's others
   SpawnSpec spec = sandbox->SpawnFor(options.argv, env, options.cwd, options.user);
   spec.pipe_stdin = true;
-  auto spawned = Spawn(spec);
+  absl::StatusOr<Spawned> spawned;
+  {
+    // Not beside a teardown: its sweep would miss a process spawned meanwhile (root until it takes the uid),
+    // which would then run as the uid of a deleted sandbox, in the cgroup the teardown could not remove.
+    absl::MutexLock uid_lock(&sandbox->uid_mu);
+    if (sandbox->deleted) return absl::NotFoundError(absl::StrCat("sandbox '", sandbox->id, "' was deleted"));
+    spawned = Spawn(spec);
+  }
   if (!spawned.ok()) return spawned.status();
 
   sandbox->ProcessStarted(clock_->Now());  // a running process keeps the sandbox from idle eviction

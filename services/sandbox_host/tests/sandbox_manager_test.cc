@@ -105,6 +105,17 @@ TEST_F(SandboxHostTest, KillingOneProcessEndsItsTreeAndLeavesTheSandboxsOtherPro
   EXPECT_THAT(exec_->Start(sb, forged), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// A command that arrives while its sandbox is torn down (an expiry beside a client's call) starts nothing: run
+// beside the teardown, it escaped the sweep and ran as the deleted sandbox's uid, whose cgroups stayed behind.
+TEST_F(SandboxHostTest, ACommandOnASandboxBeingDeletedStartsNothing) {
+  auto sb = NewSandbox();
+  ASSERT_TRUE(manager_->Delete(sb->id));  // the caller still holds the sandbox, as a call under way does
+  ExecOptions o;
+  o.argv = {"sleep", "60"};
+  EXPECT_THAT(exec_->Start(sb, o), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_TRUE(ProcessesOf(sb->uid).empty());
+}
+
 TEST_F(SandboxHostTest, AStalledReaderCostsBoundedMemoryAndNothingIsLost) {
   auto sb = NewSandbox();
   ExecOptions o;
