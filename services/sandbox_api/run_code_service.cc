@@ -116,6 +116,7 @@ asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request) {
   if (!host.ok()) {
     body = SandboxErrorAnswer(std::string(host.status().message()), options_.executor);
   } else {
+    co_await leases_->AwaitHost(*lease, absl::Seconds(5));  // this replica's channel, if the host just restarted
     const absl::Time run_deadline = clock_->Now() + run_time + absl::Seconds(30);
     std::string sandbox_id = lease->sandbox_id(), executor = options_.executor;
     body = co_await sandbox_api::RunCode(**host, std::move(sandbox_id), std::move(request), run_deadline,
