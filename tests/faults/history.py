@@ -13,6 +13,9 @@ JSON lines, one operation each; the checker reads them back and judges propertie
   never accepted, after a newer holder's write, a write of an older holder.
 - `bucket`: a token bucket never granted more than rate x time + burst in any window (counting only grants
   surely inside the window: invoked and completed within it).
+- `fifo`: waiters of one limit are granted in the order they came: no grant overtook a waiter invoked more than
+  a moment (`slack`) before it, judged where no fault could reorder their requests (a pause, a kill or a
+  partition while either waited; a step of the clock or a slow disk may not).
 - `no-leaks`: after the run nothing is held (the limiter's own status).
 
 The sandbox API's run (sandbox_faults.py) records E2B SDK calls and `/run_code` calls, each op naming its sandbox
@@ -26,7 +29,8 @@ longest the call may take (`bound`). Its properties:
   host's restart removes its sandboxes, by design).
 - `answers`: every call that succeeded got the right answer (a command's output, a file read back, a file
   written before a fork read in the child, `/run_code`'s stdout).
-- `no-hang`: every call ended, either way, within its bound.
+- `no-hang`: every call ended, either way, within its bound (plus the fake clock offset in force, if positive:
+  see fake_lateness).
 - `one-result`: every episode of a batch its trainer consumed to the end came, and came as one result: a result
   delivered again (unacknowledged when the stream broke) is the same result (attempt and reward), never another
   run's.
@@ -157,6 +161,35 @@ def mutual_exclusion(ops: List[Op], permits: Dict[str, int]) -> Verdict:
     return verdict
 
 
+REORDERING = ("clock-step", "slow-disk")  # faults that may not reorder waiters: checked through
+
+
+def fifo(ops: List[Op], outages: List["Outage"], slack: float = 0.25) -> Verdict:
+    """Of two grants on one limit, the one invoked more than `slack` before the other is granted first (up to
+    `slack`), unless a fault that may reorder requests overlapped either's wait."""
+    verdict = Verdict("fifo", 0)
+    faults = [o for o in outages if o.kind.split()[0] not in REORDERING]
+
+    def disturbed(op: Op) -> bool:
+        return any(o.start <= op.complete and op.invoke <= o.end for o in faults)
+
+    grants = sorted((o for o in ops if o.kind == "acquire" and o.ok), key=lambda o: o.invoke)
+    for i, first in enumerate(grants):
+        if disturbed(first):
+            continue
+        for later in grants[i + 1:]:
+            if later.invoke >= first.complete:
+                break
+            if later.limit != first.limit or later.invoke <= first.invoke + slack or disturbed(later):
+                continue
+            verdict.checked += 1
+            if later.complete + slack < first.complete:
+                verdict.violations.append(
+                    f"{first.limit}: {later.process} (invoked {later.invoke:.3f}) was granted at {later.complete:.3f}, "
+                    f"before {first.process}, waiting since {first.invoke:.3f} and granted at {first.complete:.3f}")
+    return verdict
+
+
 def _realtime_order(ops: List[Op], name: str, strict: bool) -> Verdict:
     """Of two operations on one limit where the first completed before the second was invoked, the second's token
     is larger (`strict`) or at least as large."""
@@ -227,6 +260,26 @@ NOT_FOUND = ("SandboxNotFoundError", "NotFoundError", "FileNotFoundError")
 SLACK = 10.0  # seconds a call may overrun its bound on a loaded 2-core machine before it counts as hung
 
 
+def fake_offsets(outages: List[Outage]) -> List[tuple]:
+    """The services' wall-clock offset after each `clock-step` outage (its target ends with the step, "+98s"), as
+    (time, offset), in order."""
+    offsets, total = [], 0
+    for o in sorted((o for o in outages if o.kind == "clock-step"), key=lambda o: o.start):
+        total += int(o.target.split()[-1].rstrip("s"))
+        offsets.append((o.start, total))
+    return offsets
+
+
+def fake_lateness(offsets: List[tuple], invoke: float, complete: float) -> float:
+    """How much later than asked a wait may end in a call from `invoke` to `complete` under libfaketime: Debian's
+    Abseil (and gRPC, built on it) hands a timed wait to the kernel as a wall-clock time, which libfaketime does
+    not fake, so each wait lasts the offset longer while it is positive (measured: a 2 s wait under +10 s took
+    12 s). The largest positive offset in force during the call."""
+    before = [off for t, off in offsets if t <= invoke]
+    during = [off for t, off in offsets if invoke < t <= complete]
+    return float(max([0] + before[-1:] + during))
+
+
 def sandbox_verdicts(ops: List[Op], outages: List[Outage]) -> List[Verdict]:
     """The sandbox API's properties over E2B (`limit` e2b) and `/run_code` (`limit` run_code) operations."""
     e2b = [o for o in ops if o.limit == "e2b"]
@@ -269,12 +322,15 @@ def sandbox_verdicts(ops: List[Op], outages: List[Outage]) -> List[Verdict]:
                       [f"{o.process}'s {o.kind} on {o.lease_id or o.limit} at {o.invoke:.3f}: {o.error}"
                        for o in ops if o.error.startswith("wrong")])
     hangs = Verdict("no-hang", 0)
+    steps = fake_offsets(outages)
     for op in ops:
         if op.bound > 0:
             hangs.checked += 1
-            if op.complete - op.invoke > op.bound + SLACK:
+            late = fake_lateness(steps, op.invoke, op.complete)
+            if op.complete - op.invoke > op.bound + SLACK + late:
                 hangs.violations.append(f"{op.process}'s {op.kind} on {op.lease_id or op.limit} took "
-                                        f"{op.complete - op.invoke:.1f}s (bound {op.bound:g}s): {op.error or 'ok'}")
+                                        f"{op.complete - op.invoke:.1f}s (bound {op.bound:g}s"
+                                        f"{f', {late:g}s of fake clock offset' if late else ''}): {op.error or 'ok'}")
     api_down = [o for o in outages if o.target.startswith("sandbox-api") and o.kind in ("kill", "pause")]
     errors = Verdict("clean-errors", 0)
     for op in ops:

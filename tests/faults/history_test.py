@@ -7,8 +7,8 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from history import (History, Op, Outage, bucket, fenced_writes, fencing_order, mutual_exclusion,  # noqa: E402
-                     one_result, read, sandbox_verdicts)
+from history import (History, Op, Outage, bucket, fake_lateness, fake_offsets, fenced_writes,  # noqa: E402
+                     fencing_order, fifo, mutual_exclusion, one_result, read, sandbox_verdicts)
 
 
 def grant(process, token, complete, held_until, invoke=None, limit="lock"):
@@ -39,6 +39,30 @@ class CheckerTest(unittest.TestCase):
             return Op(process, "write", "lock", invoke, complete, True, token)
         self.assertTrue(fenced_writes([write("a", 1, 1.0, 1.1), write("b", 2, 2.0, 2.1), write("b", 2, 3, 3.1)]).ok)
         self.assertFalse(fenced_writes([write("b", 2, 1.0, 1.1), write("a", 1, 2.0, 2.1)]).ok)
+
+    def test_fifo_needs_waiters_granted_in_the_order_they_came_unless_a_fault_reordered_them(self):
+        in_order = [grant("a", 1, 1.0, 1.2, invoke=0.0), grant("b", 2, 1.5, 1.6, invoke=0.5)]
+        self.assertTrue(fifo(in_order, []).ok)
+        self.assertEqual(fifo(in_order, []).checked, 1)
+        overtaken = [grant("a", 1, 2.0, 2.2, invoke=0.0), grant("b", 2, 1.0, 1.9, invoke=0.5)]
+        verdict = fifo(overtaken, [])
+        self.assertFalse(verdict.ok)
+        self.assertIn("b (invoked 0.500) was granted at 1.000, before a, waiting since 0.000", verdict.violations[0])
+        self.assertTrue(fifo(overtaken, [Outage("partition", "w0", 0.2, 0.4)]).ok)  # a's request held back
+        self.assertFalse(fifo(overtaken, [Outage("clock-step +30s", "limiter", 0.2, 0.2)]).ok)  # no excuse
+        near = [grant("a", 1, 2.0, 2.2, invoke=0.0), grant("b", 2, 1.0, 1.9, invoke=0.1)]  # came at once
+        self.assertTrue(fifo(near, []).ok)
+
+    def test_a_positive_fake_clock_offset_during_a_call_lengthens_its_bound_by_it(self):
+        steps = fake_offsets([Outage("clock-step", "every service +30s", 10.0, 10.0),
+                              Outage("kill", "scheduler", 12.0, 12.1),
+                              Outage("clock-step", "every service -50s", 20.0, 20.0),
+                              Outage("clock-step", "every service +5s", 30.0, 30.0)])
+        self.assertEqual(steps, [(10.0, 30), (20.0, -20), (30.0, -15)])
+        self.assertEqual(fake_lateness(steps, 0.0, 5.0), 0)     # before any step
+        self.assertEqual(fake_lateness(steps, 11.0, 12.0), 30)  # +30 in force
+        self.assertEqual(fake_lateness(steps, 5.0, 25.0), 30)   # stepped to +30, then to -20, during the call
+        self.assertEqual(fake_lateness(steps, 21.0, 40.0), 0)   # negative offsets end waits early, not late
 
     def test_bucket_counts_only_grants_surely_inside_a_window(self):
         def spend(permits, invoke, complete):

@@ -15,6 +15,8 @@ reaches the limiter through its own relay (nemesis.py). Meanwhile a nemesis, cho
                    untouched, as an NTP step does; skipped without Debian's `faketime`)
   disk-full        fill the filesystem under the limiter's lease snapshot (a 64 MiB tmpfs) for 1-3 TTLs, and
                    kill -9 the limiter while it is full half of the time (skipped when not root)
+  slow-disk        delay the limiter's fsync and fdatasync by 0.1-1 s for 1-3 TTLs (slow_fsync.c, preloaded;
+                   skipped without a C compiler)
 
 Afterwards every worker stops and releases, and the checker (history.py) judges the history. Prints the
 history's size, the faults injected and a verdict per property; exits 1 on any violation.
@@ -40,7 +42,7 @@ import grpc
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import history  # noqa: E402
-from nemesis import Relay, SmallDisk, SteppedClock, free_port  # noqa: E402
+from nemesis import Relay, SlowDisk, SmallDisk, SteppedClock, free_port  # noqa: E402
 
 import corral  # noqa: E402
 from corral.v1 import ratelimit_pb2, ratelimit_pb2_grpc  # noqa: E402
@@ -94,6 +96,7 @@ class Limiter:
         self.binary, self.dir, self.secret = binary, dir, secret
         self.clock = SteppedClock(os.path.join(dir, "faketime"))
         self.disk = SmallDisk(os.path.join(dir, "state"))
+        self.slow = SlowDisk(dir)
         self.state_dir = self.disk.path
         with open(os.path.join(dir, "limiter.yaml"), "w") as f:
             f.write(CONFIG)
@@ -106,7 +109,8 @@ class Limiter:
         ready = os.path.join(self.dir, "ready.json")
         if os.path.exists(ready):
             os.unlink(ready)
-        env = dict(os.environ, **self.clock.env())
+        clock = self.clock.env()
+        env = dict(os.environ, **dict(clock, **self.slow.env(clock.get("LD_PRELOAD", ""))))
         self.proc = subprocess.Popen(
             [self.binary, f"--config={self.dir}/limiter.yaml", f"--secret-file={self.secret}",
              f"--grpc-listen={self.address}", "--metrics-listen=127.0.0.1:0",
@@ -168,17 +172,19 @@ def main():
              f"--ttl={TTL}", f"--seed={seed + i}"], stdin=subprocess.PIPE,
             stdout=open(os.path.join(run_dir, f"w{i}.log"), "w"), stderr=subprocess.STDOUT))
 
-    faults = collections.Counter()
+    faults, outages = collections.Counter(), []
     end = time.monotonic() + args.duration
     while time.monotonic() < end:
         time.sleep(rng.uniform(0.5, 1.5) * TTL)
         kinds = ["pause-client", "pause-limiter", "kill-limiter", "partition", "partition-oneway"]
         kinds += ["clock-step"] if limiter.clock.available else []
         kinds += ["disk-full"] if limiter.disk.mounted else []
-        kind = rng.choice(kinds)
+        kinds += ["slow-disk"] if limiter.slow.available else []
+        kind, target, start = rng.choice(kinds), "limiter", time.monotonic()
         faults[kind.split()[0]] += 1
         if kind == "pause-client":
             w = rng.choice(workers)
+            target = f"w{workers.index(w)}"
             w.send_signal(signal.SIGSTOP)
             time.sleep(rng.uniform(1, 3) * TTL)
             w.send_signal(signal.SIGCONT)
@@ -203,14 +209,24 @@ def main():
                 kind += " + kill-limiter"
             else:
                 limiter.disk.free()
+        elif kind == "slow-disk":
+            delay = rng.randint(100, 1000)
+            limiter.slow.slow(delay)
+            time.sleep(rng.uniform(1, 3) * TTL)
+            limiter.slow.fast()
+            kind += f" +{delay} ms"
         else:
             relay = rng.choice(relays)
+            target = f"w{relays.index(relay)}"
             relay.cut(one_way=kind == "partition-oneway")
             time.sleep(rng.uniform(1, 3) * TTL)
             relay.heal()
+        outages.append(history.Outage(kind, target, start, time.monotonic()))
         print(f"  {time.monotonic() - end + args.duration:6.1f}s {kind}", flush=True)
     print("nemeses skipped: " + (", ".join(n for n, on in (("clock-step (no faketime)", limiter.clock.available),
-                                                          ("disk-full (not root)", limiter.disk.mounted)) if not on)
+                                                          ("disk-full (not root)", limiter.disk.mounted),
+                                                          ("slow-disk (no C compiler)", limiter.slow.available))
+                                 if not on)
                                  or "none"), flush=True)
 
     for w in workers:  # stop: each releases what it holds and exits
@@ -232,7 +248,7 @@ def main():
 
     ops = history.read(sorted(glob.glob(os.path.join(run_dir, "history-*.jsonl"))))
     verdicts = [history.mutual_exclusion(ops, {"lock": 1}), history.fencing_order(ops), history.fenced_writes(ops),
-                history.bucket(ops, {"tokens": (RATE, BURST)}),
+                history.bucket(ops, {"tokens": (RATE, BURST)}), history.fifo(ops, outages),
                 history.Verdict("no-leaks", 1, [] if leaked == 0 else [f"{leaked} permits still held after the run"])]
     print(f"register: {register.accepted} writes accepted, {register.refused} refused as stale")
     return history.report(ops, faults, verdicts, {"seed": seed}, run_dir, args.keep)

@@ -1,7 +1,7 @@
 """What a fault run breaks: processes (paused with SIGSTOP past their leases' TTL, killed with -9 and restarted),
 links (a relay on loopback between one client and its server that can cut the link both ways or one way,
-leaving the connections open, as a partition does), a process's wall clock (libfaketime) and a small filesystem
-(a tmpfs filled up)."""
+leaving the connections open, as a partition does), a process's wall clock (libfaketime), a small filesystem
+filled up (a tmpfs, or an ext4 image on a loop device) and a slow disk (fsync delayed, slow_fsync.c)."""
 from __future__ import annotations
 
 import asyncio
@@ -77,6 +77,65 @@ class SmallDisk:
     def unmount(self) -> None:
         if self.mounted:
             subprocess.run(["umount", "-l", self.path])
+
+
+class SlowDisk:
+    """Slow fsync and fdatasync for the processes started with `env()`: slow_fsync.c, built into `dir`, preloaded;
+    `slow(ms)` delays each call by `ms` until `fast()`. `available` is False without a C compiler."""
+
+    def __init__(self, dir: str):
+        self.library = os.path.join(dir, "slow_fsync.so")
+        self.control = os.path.join(dir, "slow_fsync")
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slow_fsync.c")
+        self.available = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", self.library, source, "-ldl"],
+                                        stderr=subprocess.DEVNULL).returncode == 0
+
+    def env(self, preload: str = "") -> Dict[str, str]:
+        """The environment of a process to slow, `preload` (another library to preload, or "") kept."""
+        if not self.available:
+            return dict(LD_PRELOAD=preload) if preload else {}
+        return dict(LD_PRELOAD=":".join(p for p in (preload, self.library) if p), CORRAL_SLOW_FSYNC_FILE=self.control)
+
+    def slow(self, ms: int) -> None:
+        with open(self.control + ".tmp", "w") as f:
+            f.write(f"{ms}\n")
+        os.replace(self.control + ".tmp", self.control)
+
+    def fast(self) -> None:
+        if os.path.exists(self.control):
+            os.unlink(self.control)
+
+
+class LoopDisk(SmallDisk):
+    """An ext4 filesystem of `size` in an image file on a loop device, mounted at `path` (root only; `mounted`
+    says whether it is): a disk that can be filled and freed under what needs a real filesystem (the sandbox
+    host's root: its forks mount its homes idmapped)."""
+
+    def __init__(self, path: str, size: str = "1G"):
+        self.path, self.image = path, path.rstrip("/") + ".img"
+        self._filler = os.path.join(path, "filler")
+        os.makedirs(path, exist_ok=True)
+        steps = (["truncate", "-s", size, self.image], ["mkfs.ext4", "-q", "-F", "-m", "0", self.image],
+                 ["mount", "-o", "loop", self.image, path])
+        self.mounted = os.geteuid() == 0 and all(
+            subprocess.run(argv, stdout=subprocess.DEVNULL).returncode == 0 for argv in steps)
+
+    def fill(self) -> None:
+        try:
+            with open(self._filler, "wb") as f:
+                st = os.statvfs(self.path)
+                os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize)  # at once, whatever the size
+                f.seek(0, os.SEEK_END)
+                while True:  # what was freed meanwhile
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+        except OSError:
+            pass
+
+    def unmount(self) -> None:
+        super().unmount()
+        if os.path.exists(self.image):
+            os.unlink(self.image)
 
 
 class Relay:

@@ -23,6 +23,10 @@ Meanwhile a nemesis, chosen at random each round:
                    skipped without it)
   disk-full        fill the filesystem under the scheduler's journal (a 64 MiB tmpfs; root) for 1-3 s, and
                    kill -9 the scheduler while it is full half of the time
+  homes-full       fill the filesystem under the sandbox host's root, the sandboxes' homes (a 1 GiB ext4 image
+                   on a loop device; root) for 1-3 s
+  slow-disk        delay every service's fsync and fdatasync by 0.1-1 s for 1-3 s (slow_fsync.c, preloaded;
+                   skipped without a C compiler)
 
 Afterwards the clients stop (abandoning what they hold), and the run waits for the leases to expire. Nothing
 may be left: no lease in the scheduler, no leased sandbox on the host, no process of the host's uids, no home or
@@ -56,7 +60,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "images"))
 import history  # noqa: E402
 from history import History, Op, Outage  # noqa: E402
-from nemesis import Relay, SmallDisk, SteppedClock, free_port  # noqa: E402
+from nemesis import LoopDisk, Relay, SlowDisk, SmallDisk, SteppedClock, free_port  # noqa: E402
 from services import Services, scratch  # noqa: E402
 
 import corral  # noqa: E402
@@ -79,6 +83,8 @@ class Cluster:
         self.host_id = f"faults-{os.getpid()}"  # its cgroups: corral-<host id> under each controller
         self.clock = SteppedClock(os.path.join(run_dir, "faketime"))
         self.journal = SmallDisk(os.path.join(run_dir, "journal"))
+        self.homes = LoopDisk(os.path.join(run_dir, "sandboxes"))  # the host's root
+        self.disk = SlowDisk(run_dir)
         try:
             self._start_all(run_dir)
         except BaseException:  # nothing of a cluster that did not start outlives it
@@ -117,8 +123,9 @@ class Cluster:
         # Every service's wall clock can be stepped but the proxy's: it links jemalloc, which calls clock_gettime
         # while libfaketime sets itself up, and the process never starts.
         clock = self.clock.env() if name != "proxy" else {}
+        env = dict(os.environ, **dict(clock, **self.disk.env(clock.get("LD_PRELOAD", ""))))
         self.services.start(name, self.argv[name] + [f"--grpc-listen={self.addr[name]}",
-                                                     "--metrics-listen=127.0.0.1:0"], env=dict(os.environ, **clock))
+                                                     "--metrics-listen=127.0.0.1:0"], env=env)
 
     def kill_and_restart(self, name):
         self.services.kill(name)
@@ -132,6 +139,7 @@ class Cluster:
             proc.send_signal(signal.SIGCONT)
         self.services.stop_all()
         self.journal.unmount()
+        self.homes.unmount()
 
 
 def run_code_caller(name, urls, path, stop, seed):
@@ -312,6 +320,8 @@ def run(args, seed, rng, run_dir, secret, metadata, cluster, workers):
     kinds = ["kill", "pause", "partition", "partition-oneway"]
     kinds += ["clock-step"] if cluster.clock.available else []
     kinds += ["disk-full"] if cluster.journal.mounted else []
+    kinds += ["homes-full"] if cluster.homes.mounted else []
+    kinds += ["slow-disk"] if cluster.disk.available else []
     without = args.without.split(",")
     kinds = [k for k in kinds if k not in without and k.split("-")[0] not in without]  # "partition": both kinds
     targets = [t for t in sorted(cluster.argv) if not args.targets or t in args.targets.split(",")]
@@ -335,6 +345,17 @@ def run(args, seed, rng, run_dir, secret, metadata, cluster, workers):
             step = rng.choice([-1, 1]) * rng.randint(10, 120)
             cluster.clock.step(step)
             target = f"every service {step:+d}s"
+        elif kind == "homes-full":
+            target = "sandbox-host"
+            cluster.homes.fill()
+            time.sleep(rng.uniform(1, 3))
+            cluster.homes.free()
+        elif kind == "slow-disk":
+            delay = rng.randint(100, 1000)
+            cluster.disk.slow(delay)
+            time.sleep(rng.uniform(1, 3))
+            cluster.disk.fast()
+            target = f"fsync +{delay} ms"
         else:  # disk-full
             cluster.journal.fill()
             time.sleep(rng.uniform(1, 3))
@@ -349,7 +370,10 @@ def run(args, seed, rng, run_dir, secret, metadata, cluster, workers):
         faults[f"{kind} {target}" if kind in ("kill", "pause") else kind] += 1
         print(f"  {start - end + args.duration:6.1f}s {kind} {target}", flush=True)
     print("nemeses skipped: " + (", ".join(n for n, on in (("clock-step (no faketime)", cluster.clock.available),
-                                                          ("disk-full (not root)", cluster.journal.mounted)) if not on)
+                                                          ("disk-full (not root)", cluster.journal.mounted),
+                                                          ("homes-full (not root)", cluster.homes.mounted),
+                                                          ("slow-disk (no C compiler)", cluster.disk.available))
+                                           if not on)
                                  or "none") + (f"; left out: {args.without}" if args.without else ""), flush=True)
 
     for w in workers:  # stop: each ends its current call and exits, abandoning what it holds
