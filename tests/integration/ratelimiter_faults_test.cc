@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "absl/synchronization/notification.h"
 #include "tests/integration/ratelimiter_fixture.h"
 
 namespace corral::limiter_test {
@@ -59,6 +60,29 @@ TEST_F(RateLimiterTest, AHolderWhoseLimiterFallsSilentSeesItsLeaseInvalidOnceIts
   const bool invalidated = testing::WaitUntil([&] { return !permit->valid(); }, absl::Seconds(20));
   ASSERT_TRUE(service_->process.Signal(SIGCONT));
   EXPECT_TRUE(invalidated);
+}
+
+// An acquire waiting without blocking its caller (the services' coroutines) ends soon after its wait even when
+// the limiter falls silent with the session open: before, its callback waited for as long as the limiter did.
+TEST_F(RateLimiterTest, AnAsyncAcquireEndsSoonAfterItsWaitWhenTheLimiterFallsSilent) {
+  Start("  - {name: db_writer, kind: concurrency, permits: 1}\n", {"--learning-mode=false"});
+  auto holder = Client("holder");
+  auto held = holder->Acquire({.limit = "db_writer"});
+  ASSERT_THAT(held, IsOk());
+  auto waiter = Client("waiter");
+  absl::Notification done;
+  absl::Status outcome;
+  waiter->AcquireAsync({.limit = "db_writer", .wait_timeout = absl::Seconds(3)},
+                       [&](absl::StatusOr<ratelimiter::ScopedPermit> permit) {
+                         outcome = permit.status();
+                         done.Notify();
+                       });
+  ASSERT_TRUE(service_->process.Signal(SIGSTOP));  // queued behind the holder, then nothing is said
+  const bool ended = done.WaitForNotificationWithTimeout(absl::Seconds(40));
+  ASSERT_TRUE(service_->process.Signal(SIGCONT));
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(outcome.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(outcome.message(), HasSubstr("no reply from the ratelimiter in time"));
 }
 
 // Debian's libfaketime, or "" when `faketime` is not installed.

@@ -186,6 +186,12 @@ void RateLimitClient::Run() {
         if (!mu_.AwaitWithTimeout(absl::Condition(&over), KeepAliveInterval()) && !held_.empty()) {
           SendKeepAliveLocked();
         }
+        std::vector<std::shared_ptr<Pending>> unanswered = ExpireUnansweredLocked(ProcessNow());
+        if (!unanswered.empty()) {
+          mu_.Unlock();  // callbacks run outside the lock
+          for (auto& p : unanswered) p->callback(std::move(p->reply));
+          mu_.Lock();
+        }
       }
       if (closing_) stream->context_.TryCancel();
       auto done = [s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return s->done_; };
@@ -248,6 +254,22 @@ std::vector<std::shared_ptr<RateLimitClient::Pending>> RateLimitClient::ExpireKe
                                                       " stayed unreachable while the request waited")))) {
       callbacks.push_back(it->second);
     }
+    it = pending_.erase(it);
+  }
+  return callbacks;
+}
+
+std::vector<std::shared_ptr<RateLimitClient::Pending>> RateLimitClient::ExpireUnansweredLocked(absl::Time now) {
+  std::vector<std::shared_ptr<Pending>> callbacks;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Pending& p = *it->second;
+    if (!p.sent || p.deadline == absl::InfiniteFuture() || now < p.deadline + kUnansweredGrace) {
+      ++it;
+      continue;
+    }
+    SendCancelLocked(it->first);
+    if (Settle(p, absl::DeadlineExceededError("no reply from the ratelimiter in time")))
+      callbacks.push_back(it->second);
     it = pending_.erase(it);
   }
   return callbacks;
@@ -372,10 +394,12 @@ uint64_t RateLimitClient::StartCallLocked(v1::SessionRequest& request, std::shar
   pending->sent_at = std::chrono::steady_clock::now();  // before: the limiter cannot receive it earlier
   pending->sent = SendLocked(request);
   if (!pending->sent && !keep) return 0;
+  const absl::Time now = ProcessNow();
+  if (request.has_acquire() && request.acquire().has_wait_timeout()) {
+    pending->deadline = now + FromProto(request.acquire().wait_timeout());
+  }
   if (keep) {
-    const absl::Time now = ProcessNow();
     pending->message = request;
-    if (request.acquire().has_wait_timeout()) pending->deadline = now + FromProto(request.acquire().wait_timeout());
     if (!pending->sent) pending->give_up = std::min(pending->deadline, now + options_.max_disconnected_wait);
   }
   pending_[id] = std::move(pending);

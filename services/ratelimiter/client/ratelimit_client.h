@@ -135,6 +135,8 @@ class RateLimitClient {
 
  private:
   friend class ScopedPermit;
+  // How long past its wait an acquire's reply may be missing before the client gives up on the limiter.
+  static constexpr absl::Duration kUnansweredGrace = absl::Seconds(10);
   // A call awaiting its reply.
   struct Pending {
     absl::Notification done;
@@ -194,6 +196,10 @@ class RateLimitClient {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the kept acquires that have waited as long as they may (`now` past their give_up time).
   std::vector<std::shared_ptr<Pending>> ExpireKeptLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails (DEADLINE_EXCEEDED, with a cancel sent) the acquires sent on a live session that are still unanswered
+  // kUnansweredGrace past their wait: the limiter enforces the wait, this guards against one that stops answering
+  // (Acquire's own wait does the same; AcquireAsync had no such guard).
+  std::vector<std::shared_ptr<Pending>> ExpireUnansweredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notifies `pending`'s waiter or returns it when its callback must run (outside the lock).
   static bool Settle(Pending& pending, absl::StatusOr<v1::SessionResponse> reply);
   static v1::SessionRequest AcquireMessage(const PermitRequest& request, bool try_only);

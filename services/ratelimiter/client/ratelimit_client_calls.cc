@@ -83,7 +83,7 @@ absl::StatusOr<ScopedPermit> RateLimitClient::DoAcquire(const PermitRequest& req
   // The limiter enforces wait_timeout; the local wait only guards against a limiter that stops answering.
   const absl::Duration local_wait = request.wait_timeout == absl::InfiniteDuration()
                                         ? absl::InfiniteDuration()
-                                        : request.wait_timeout + absl::Seconds(10);
+                                        : request.wait_timeout + kUnansweredGrace;
   uint64_t id = 0;
   auto reply = Call(AcquireMessage(request, try_only), local_wait, &id);
   if (!reply.ok() && reply.status().code() == absl::StatusCode::kDeadlineExceeded) {
