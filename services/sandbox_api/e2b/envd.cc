@@ -8,7 +8,6 @@
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
 #include "libs/api/proto_time.h"
-#include "libs/async/sleep.h"
 
 namespace corral::sandbox_api {
 namespace {
@@ -16,8 +15,6 @@ namespace {
 namespace asio = boost::asio;
 
 constexpr absl::Duration kOpenCache = absl::Seconds(10);
-// How long a lease is asked again while the scheduler cannot be reached (a restart takes about a second).
-constexpr absl::Duration kSchedulerWait = absl::Seconds(5);
 // How long a call waits for this replica's channel to a restarting host to connect again.
 constexpr absl::Duration kHostWait = absl::Seconds(5);
 
@@ -103,22 +100,12 @@ absl::Status CheckEnvdUser(const EnvdSandbox& s, bool files) {
 }
 
 asio::awaitable<absl::StatusOr<v1::SandboxLease>> Envd::AskLease(const std::string& id, const std::string& owner) {
-  const absl::Time give_up = clock_->Now() + kSchedulerWait;
-  absl::Duration backoff = absl::Milliseconds(50);
-  for (;;) {
-    auto lease = co_await leases_->Get(id, owner);
-    const absl::StatusCode code = lease.status().code();
-    if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) co_return lease;
-    if (code == absl::StatusCode::kDeadlineExceeded || clock_->Now() + backoff > give_up) {
-      co_return absl::InternalError(absl::StrCat("sandbox ", id,
-                                                 ": the scheduler that holds its lease cannot be "
-                                                 "reached (",
-                                                 lease.status().message(),
-                                                 "); the sandbox may well be running: retry"));
-    }
-    co_await async::SleepFor(*clock_, backoff);
-    backoff = std::min(2 * backoff, absl::Seconds(1));
-  }
+  // The scheduler's channel has retried UNAVAILABLE already (libs/rpc/channel.h): what is left is an outage.
+  auto lease = co_await leases_->Get(id, owner);
+  const absl::StatusCode code = lease.status().code();
+  if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) co_return lease;
+  co_return absl::InternalError(absl::StrCat("sandbox ", id, ": the scheduler that holds its lease cannot be reached (",
+                                             lease.status().message(), "); the sandbox may well be running: retry"));
 }
 
 asio::awaitable<absl::StatusOr<EnvdSandbox>> Envd::Open(std::string id, std::string owner, bool fresh) {

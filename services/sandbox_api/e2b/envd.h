@@ -86,9 +86,9 @@ class Envd {
 
   // Sandbox `id` of `owner`: from its lease looked up within the last 10 s, or (`fresh`) asked of the scheduler
   // now. UNAVAILABLE when it is not running (killed, timed out, another owner's), or the host's channel error.
-  // UNAVAILABLE is what the SDK reads as "not running", so a scheduler that cannot be reached is not: its lease
-  // is asked again for up to 5 s (a restart), then the answer is INTERNAL ("retry"). So is a host restarting: the
-  // call waits up to 5 s for this replica's channel to it to connect again (LeaseApi::AwaitHost).
+  // UNAVAILABLE is what the SDK reads as "not running", so a scheduler that cannot be reached (after its channel's
+  // own retries) is INTERNAL ("retry") instead. A host restarting is not either: the call waits up to 5 s for
+  // this replica's channel to it to connect again (LeaseApi::AwaitHost).
   boost::asio::awaitable<absl::StatusOr<EnvdSandbox>> Open(std::string id, std::string owner, bool fresh = false);
   // Drops what this replica remembers of a sandbox's lease (it was killed here).
   void Forget(const std::string& sandbox_id);
@@ -141,7 +141,7 @@ class Envd {
                                               EnvdStream& out);
   // Open without waiting for the host's channel.
   boost::asio::awaitable<absl::StatusOr<EnvdSandbox>> OpenLease(std::string id, std::string owner, bool fresh);
-  // The scheduler's answer for the lease, asked again while the scheduler cannot be reached (see Open).
+  // The scheduler's answer for the lease; INTERNAL when the scheduler cannot be reached (see Open).
   boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> AskLease(const std::string& id, const std::string& owner);
   // A host call's NOT_FOUND for the sandbox itself: the lease is gone, forget it.
   void ForgetIfGone(const EnvdSandbox& s, const absl::Status& status);

@@ -58,7 +58,6 @@ class FakeLeases final : public LeaseApi {
   }
   boost::asio::awaitable<absl::StatusOr<v1::SandboxLease>> Get(std::string lease_id, std::string owner) override {
     absl::MutexLock lock(&mu_);
-    ++gets_;
     if (failed_gets_ > 0) {
       --failed_gets_;
       co_return get_failure_;
@@ -135,10 +134,6 @@ class FakeLeases final : public LeaseApi {
     get_failure_ = std::move(s);
     failed_gets_ = times;
   }
-  int gets() const {
-    absl::MutexLock lock(&mu_);
-    return gets_;
-  }
   // Host() breaks its contract: OK with no client (callers must not crash on it).
   void NullHost() {
     absl::MutexLock lock(&mu_);
@@ -167,7 +162,6 @@ class FakeLeases final : public LeaseApi {
   bool null_host_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status get_failure_ ABSL_GUARDED_BY(mu_);
   int failed_gets_ ABSL_GUARDED_BY(mu_) = 0;
-  int gets_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<v1::LeaseSandboxRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> released_ ABSL_GUARDED_BY(mu_);
