@@ -57,21 +57,28 @@ asio::awaitable<HttpAnswer> RunCodeService::RunCode(std::string body) {
   std::variant<RunCodeRequest, RunCodeRefusal> parsed = ParseRunCode(body, options_.limits);
   body.clear();
   HttpAnswer answer;
+  Phases phases;
   if (auto* refusal = std::get_if<RunCodeRefusal>(&parsed)) {
     answer = HttpAnswer{refusal->http_status, std::move(refusal->body)};
   } else {
-    answer = co_await Run(std::get<RunCodeRequest>(std::move(parsed)));
+    answer = co_await Run(std::get<RunCodeRequest>(std::move(parsed)), phases);
   }
+  const std::string status = answer.status == 200 ? AnswerStatus(answer.body) : std::to_string(answer.status);
+  const absl::Duration took = clock_->Now() - start;
   if (metrics_ != nullptr) {
-    metrics_->run_code
-        .Add({{"status", answer.status == 200 ? AnswerStatus(answer.body) : std::to_string(answer.status)}})
-        .Increment();
-    metrics_->run_code_seconds.Observe(Seconds(clock_->Now() - start));
+    metrics_->run_code.Add({{"status", status}}).Increment();
+    metrics_->run_code_seconds.Observe(Seconds(took));
+  }
+  if (took > kSlowCall) {
+    spdlog::warn("/run_code: answered {} after {} (permit {}, sandbox {}, host {}, run {}){}{}", status,
+                 absl::FormatDuration(took), absl::FormatDuration(phases.permit), absl::FormatDuration(phases.lease),
+                 absl::FormatDuration(phases.host), absl::FormatDuration(phases.run), answer.status == 200 ? "" : ": ",
+                 answer.status == 200 ? "" : answer.body);
   }
   co_return answer;
 }
 
-asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request) {
+asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request, Phases& phases) {
   const Toolchain* toolchain = ToolchainFor(request.language);
   if (toolchain == nullptr) {
     co_return HttpAnswer{200, SandboxErrorAnswer(UnavailableMessage(request.language, nullptr), options_.executor)};
@@ -82,10 +89,12 @@ asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request) {
   if (limiter_ != nullptr) {
     std::string limit = options_.limit, key = request.language;
     auto acquired = co_await limiter_->Acquire(std::move(limit), std::move(key), options_.wait, nullptr);
+    phases.permit = clock_->Now() - start;
     if (!acquired.ok()) co_return Unavailable(acquired.status(), absl::StrCat("no ", options_.limit, " permit"));
     permit = *std::move(acquired);
   }
   const absl::Time permitted = clock_->Now();
+  phases.permit = permitted - start;
   if (metrics_ != nullptr) {
     metrics_->permit_wait_seconds.Observe(Seconds(permitted - start));
     metrics_->running.Increment();
@@ -108,8 +117,10 @@ asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request) {
   ToProto(std::max(wait_until - permitted, absl::ZeroDuration()), lease_request.mutable_wait());
   const absl::Time lease_deadline = wait_until + absl::Seconds(30);
   auto lease = co_await leases_->Lease(std::move(lease_request), lease_deadline);
+  const absl::Time leased = clock_->Now();
+  phases.lease = leased - permitted;
   if (!lease.ok()) co_return Unavailable(lease.status(), "no sandbox");
-  if (metrics_ != nullptr) metrics_->lease_seconds.Observe(Seconds(clock_->Now() - permitted));
+  if (metrics_ != nullptr) metrics_->lease_seconds.Observe(Seconds(phases.lease));
 
   absl::StatusOr<std::shared_ptr<sandbox::HostApi>> host = leases_->Host(*lease);
   std::string body;
@@ -117,10 +128,13 @@ asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request) {
     body = SandboxErrorAnswer(std::string(host.status().message()), options_.executor);
   } else {
     co_await leases_->AwaitHost(*lease, absl::Seconds(5));  // this replica's channel, if the host just restarted
-    const absl::Time run_deadline = clock_->Now() + run_time + absl::Seconds(30);
+    const absl::Time reached = clock_->Now();
+    phases.host = reached - leased;
+    const absl::Time run_deadline = reached + run_time + absl::Seconds(30);
     std::string sandbox_id = lease->sandbox_id(), executor = options_.executor;
     body = co_await sandbox_api::RunCode(**host, std::move(sandbox_id), std::move(request), run_deadline,
                                          std::move(executor));
+    phases.run = clock_->Now() - reached;
   }
   permit.Release();
   // The answer does not wait for the sandbox's deletion.

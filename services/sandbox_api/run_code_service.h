@@ -42,10 +42,17 @@ class RunCodeService {
                  SandboxApiMetrics* metrics = nullptr)
       : leases_(leases), limiter_(limiter), clock_(clock), options_(std::move(options)), metrics_(metrics) {}
 
+  // A call that takes longer than this is logged with where its time went.
+  static constexpr absl::Duration kSlowCall = absl::Seconds(30);
+
   boost::asio::awaitable<HttpAnswer> RunCode(std::string body);
 
  private:
-  boost::asio::awaitable<HttpAnswer> Run(RunCodeRequest request);
+  // Where a call's time went, each phase from the end of the one before (zero: not reached).
+  struct Phases {
+    absl::Duration permit, lease, host, run;
+  };
+  boost::asio::awaitable<HttpAnswer> Run(RunCodeRequest request, Phases& phases);
 
   LeaseApi* const leases_;
   ratelimiter::LimiterApi* const limiter_;

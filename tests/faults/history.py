@@ -29,8 +29,7 @@ longest the call may take (`bound`). Its properties:
   host's restart removes its sandboxes, by design).
 - `answers`: every call that succeeded got the right answer (a command's output, a file read back, a file
   written before a fork read in the child, `/run_code`'s stdout).
-- `no-hang`: every call ended, either way, within its bound (plus the fake clock offset in force, if positive:
-  see fake_lateness).
+- `no-hang`: every call ended, either way, within its bound.
 - `one-result`: every episode of a batch its trainer consumed to the end came, and came as one result: a result
   delivered again (unacknowledged when the stream broke) is the same result (attempt and reward), never another
   run's.
@@ -64,6 +63,7 @@ class Op:
     bound: float = 0.0    # the longest the call may take (its timeouts), in seconds
     seen: List[str] = field(default_factory=list)  # sandbox ids a listing or fork answered; a batch's results
     value: float = 0.0    # a result's reward
+    target: str = ""      # the replica of the sandbox API called (a /run_code call)
 
 
 class History:
@@ -260,26 +260,6 @@ NOT_FOUND = ("SandboxNotFoundError", "NotFoundError", "FileNotFoundError")
 SLACK = 10.0  # seconds a call may overrun its bound on a loaded 2-core machine before it counts as hung
 
 
-def fake_offsets(outages: List[Outage]) -> List[tuple]:
-    """The services' wall-clock offset after each `clock-step` outage (its target ends with the step, "+98s"), as
-    (time, offset), in order."""
-    offsets, total = [], 0
-    for o in sorted((o for o in outages if o.kind == "clock-step"), key=lambda o: o.start):
-        total += int(o.target.split()[-1].rstrip("s"))
-        offsets.append((o.start, total))
-    return offsets
-
-
-def fake_lateness(offsets: List[tuple], invoke: float, complete: float) -> float:
-    """How much later than asked a wait may end in a call from `invoke` to `complete` under libfaketime: Debian's
-    Abseil (and gRPC, built on it) hands a timed wait to the kernel as a wall-clock time, which libfaketime does
-    not fake, so each wait lasts the offset longer while it is positive (measured: a 2 s wait under +10 s took
-    12 s). The largest positive offset in force during the call."""
-    before = [off for t, off in offsets if t <= invoke]
-    during = [off for t, off in offsets if invoke < t <= complete]
-    return float(max([0] + before[-1:] + during))
-
-
 def sandbox_verdicts(ops: List[Op], outages: List[Outage]) -> List[Verdict]:
     """The sandbox API's properties over E2B (`limit` e2b) and `/run_code` (`limit` run_code) operations."""
     e2b = [o for o in ops if o.limit == "e2b"]
@@ -322,15 +302,12 @@ def sandbox_verdicts(ops: List[Op], outages: List[Outage]) -> List[Verdict]:
                       [f"{o.process}'s {o.kind} on {o.lease_id or o.limit} at {o.invoke:.3f}: {o.error}"
                        for o in ops if o.error.startswith("wrong")])
     hangs = Verdict("no-hang", 0)
-    steps = fake_offsets(outages)
     for op in ops:
         if op.bound > 0:
             hangs.checked += 1
-            late = fake_lateness(steps, op.invoke, op.complete)
-            if op.complete - op.invoke > op.bound + SLACK + late:
+            if op.complete - op.invoke > op.bound + SLACK:
                 hangs.violations.append(f"{op.process}'s {op.kind} on {op.lease_id or op.limit} took "
-                                        f"{op.complete - op.invoke:.1f}s (bound {op.bound:g}s"
-                                        f"{f', {late:g}s of fake clock offset' if late else ''}): {op.error or 'ok'}")
+                                        f"{op.complete - op.invoke:.1f}s (bound {op.bound:g}s): {op.error or 'ok'}")
     api_down = [o for o in outages if o.target.startswith("sandbox-api") and o.kind in ("kill", "pause")]
     errors = Verdict("clean-errors", 0)
     for op in ops:

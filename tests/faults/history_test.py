@@ -7,7 +7,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from history import (History, Op, Outage, bucket, fake_lateness, fake_offsets, fenced_writes,  # noqa: E402
+from history import (History, Op, Outage, bucket, fenced_writes,  # noqa: E402
                      fencing_order, fifo, mutual_exclusion, one_result, read, sandbox_verdicts)
 
 
@@ -52,17 +52,6 @@ class CheckerTest(unittest.TestCase):
         self.assertFalse(fifo(overtaken, [Outage("clock-step +30s", "limiter", 0.2, 0.2)]).ok)  # no excuse
         near = [grant("a", 1, 2.0, 2.2, invoke=0.0), grant("b", 2, 1.0, 1.9, invoke=0.1)]  # came at once
         self.assertTrue(fifo(near, []).ok)
-
-    def test_a_positive_fake_clock_offset_during_a_call_lengthens_its_bound_by_it(self):
-        steps = fake_offsets([Outage("clock-step", "every service +30s", 10.0, 10.0),
-                              Outage("kill", "scheduler", 12.0, 12.1),
-                              Outage("clock-step", "every service -50s", 20.0, 20.0),
-                              Outage("clock-step", "every service +5s", 30.0, 30.0)])
-        self.assertEqual(steps, [(10.0, 30), (20.0, -20), (30.0, -15)])
-        self.assertEqual(fake_lateness(steps, 0.0, 5.0), 0)     # before any step
-        self.assertEqual(fake_lateness(steps, 11.0, 12.0), 30)  # +30 in force
-        self.assertEqual(fake_lateness(steps, 5.0, 25.0), 30)   # stepped to +30, then to -20, during the call
-        self.assertEqual(fake_lateness(steps, 21.0, 40.0), 0)   # negative offsets end waits early, not late
 
     def test_bucket_counts_only_grants_surely_inside_a_window(self):
         def spend(permits, invoke, complete):

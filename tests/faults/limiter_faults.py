@@ -94,7 +94,7 @@ class Limiter:
 
     def __init__(self, binary, dir, secret):
         self.binary, self.dir, self.secret = binary, dir, secret
-        self.clock = SteppedClock(os.path.join(dir, "faketime"))
+        self.clock = SteppedClock(os.path.join(dir, "faketime"), kernel_waits=True)
         self.disk = SmallDisk(os.path.join(dir, "state"))
         self.slow = SlowDisk(dir)
         self.state_dir = self.disk.path

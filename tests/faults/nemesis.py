@@ -1,7 +1,8 @@
 """What a fault run breaks: processes (paused with SIGSTOP past their leases' TTL, killed with -9 and restarted),
 links (a relay on loopback between one client and its server that can cut the link both ways or one way,
-leaving the connections open, as a partition does), a process's wall clock (libfaketime), a small filesystem
-filled up (a tmpfs, or an ext4 image on a loop device) and a slow disk (fsync delayed, slow_fsync.c)."""
+leaving the connections open, as a partition does), a process's wall clock (libfaketime, and kernel_clock.c), a
+small filesystem filled up (a tmpfs, or an ext4 image on a loop device) and a slow disk (fsync delayed,
+slow_fsync.c)."""
 from __future__ import annotations
 
 import asyncio
@@ -27,15 +28,31 @@ def libfaketime() -> Optional[str]:
     return found[0] if found else None
 
 
+def preload(source: str, dir: str) -> Optional[str]:
+    """One of this directory's C files built into `dir` as a library to preload; None without a C compiler."""
+    library = os.path.join(dir, os.path.splitext(source)[0] + ".so")
+    built = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", library,
+                            os.path.join(os.path.dirname(os.path.abspath(__file__)), source), "-ldl"],
+                           stderr=subprocess.DEVNULL).returncode == 0
+    return library if built else None
+
+
 class SteppedClock:
     """A wall clock that can be stepped for the processes started with `env()` (Debian's libfaketime, reading an
     offset from a file; the monotonic clock untouched, as an NTP step leaves it). `available` is False without
-    the `faketime` package: `env()` is then empty."""
+    the `faketime` package: `env()` is then empty.
 
-    def __init__(self, path: str):
+    With `kernel_waits`, kernel_clock.c is preloaded too, so that the waits a process hands the kernel as
+    wall-clock times are stepped with it, as a real step does; it does so when the wait starts, where a real
+    step also moves a wait already under way (a test of that keeps it off)."""
+
+    def __init__(self, path: str, kernel_waits: bool = False):
         self.path, self.offset = path, 0
         self.library = libfaketime()
         self.available = self.library is not None
+        if self.available and kernel_waits:
+            corrector = preload("kernel_clock.c", os.path.dirname(path))
+            self.library = ":".join(p for p in (self.library, corrector) if p)
         self.step(0)
 
     def step(self, seconds: int) -> None:
@@ -84,11 +101,9 @@ class SlowDisk:
     `slow(ms)` delays each call by `ms` until `fast()`. `available` is False without a C compiler."""
 
     def __init__(self, dir: str):
-        self.library = os.path.join(dir, "slow_fsync.so")
+        self.library = preload("slow_fsync.c", dir)
         self.control = os.path.join(dir, "slow_fsync")
-        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slow_fsync.c")
-        self.available = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", self.library, source, "-ldl"],
-                                        stderr=subprocess.DEVNULL).returncode == 0
+        self.available = self.library is not None
 
     def env(self, preload: str = "") -> Dict[str, str]:
         """The environment of a process to slow, `preload` (another library to preload, or "") kept."""

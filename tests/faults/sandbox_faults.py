@@ -43,6 +43,8 @@ import itertools
 import json
 import os
 import random
+import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,7 +83,8 @@ class Cluster:
         self.services = Services(bin_dir, run_dir, secret)
         self.dir, self.bin = run_dir, bin_dir
         self.host_id = f"faults-{os.getpid()}"  # its cgroups: corral-<host id> under each controller
-        self.clock = SteppedClock(os.path.join(run_dir, "faketime"))
+        self.crashes = []
+        self.clock = SteppedClock(os.path.join(run_dir, "faketime"), kernel_waits=True)
         self.journal = SmallDisk(os.path.join(run_dir, "journal"))
         self.homes = LoopDisk(os.path.join(run_dir, "sandboxes"))  # the host's root
         self.disk = SlowDisk(run_dir)
@@ -128,8 +131,20 @@ class Cluster:
                                                      "--metrics-listen=127.0.0.1:0"], env=env)
 
     def kill_and_restart(self, name):
+        self.reap()
         self.services.kill(name)
         self.start(name)
+
+    def reap(self):
+        """Services that exited by themselves (a crash: no nemesis stops one) are recorded and started again, as
+        an orchestrator would."""
+        for name, proc in list(self.services.procs.items()):
+            if proc.poll() is None:
+                continue
+            how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+            self.crashes.append(f"{name} exited by itself ({how}) before {time.monotonic():.3f}; see {name}.log")
+            self.services.kill(name)
+            self.start(name)
 
     def signal(self, name, sig):
         self.services.procs[name].send_signal(sig)
@@ -151,7 +166,7 @@ def run_code_caller(name, urls, path, stop, seed):
     while not stop.is_set():
         a, b = rng.randint(1, 10**6), rng.randint(1, 10**6)
         url = rng.choice(urls)
-        op = Op(name, "run_code", "run_code", time.monotonic(), bound=bound)
+        op = Op(name, "run_code", "run_code", time.monotonic(), bound=bound, target=url)
         body = json.dumps({"code": f"print({a} * {b})", "language": "python", "run_timeout": RUN_TIMEOUT}).encode()
         try:
             with urllib.request.urlopen(urllib.request.Request(url + "/run_code", body), timeout=bound + 30) as r:
@@ -281,15 +296,20 @@ def main():
     metadata = (("authorization", "Bearer " + corral.cluster_token(secret)),)
     print(f"sandbox fault run: seed {seed}, {args.e2b_workers} E2B workers, {args.run_code_callers} /run_code "
           f"callers, {args.duration:g}s, dir {run_dir}", flush=True)
+    if args.keep:  # a crash leaves its core beside its log (core_pattern permitting)
+        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     cluster = Cluster(args.bin, run_dir, secret)
-    workers = []
+    workers, code = [], 1
     try:
-        return run(args, seed, rng, run_dir, secret, metadata, cluster, workers)
+        code = run(args, seed, rng, run_dir, secret, metadata, cluster, workers)
+        return code
     finally:  # however the run ended: no client or service outlives it
         for w in workers:
             if w.poll() is None:
                 w.kill()
         cluster.stop()
+        if code == 0 and not args.keep:  # the mount points too, now unmounted
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def run(args, seed, rng, run_dir, secret, metadata, cluster, workers):
@@ -327,6 +347,7 @@ def run(args, seed, rng, run_dir, secret, metadata, cluster, workers):
     targets = [t for t in sorted(cluster.argv) if not args.targets or t in args.targets.split(",")]
     while time.monotonic() < end:
         time.sleep(rng.uniform(1, 3))
+        cluster.reap()
         kind = rng.choice(kinds)
         target = rng.choice(targets) if kind in ("kill", "pause") else \
             rng.choice(sorted(cluster.relays)) if kind.startswith("partition") else "scheduler"
@@ -360,6 +381,7 @@ def run(args, seed, rng, run_dir, secret, metadata, cluster, workers):
             cluster.journal.fill()
             time.sleep(rng.uniform(1, 3))
             if rng.random() < 0.5:
+                cluster.reap()
                 cluster.services.kill("scheduler")
                 cluster.journal.free()
                 cluster.start("scheduler")
@@ -403,6 +425,8 @@ def run(args, seed, rng, run_dir, secret, metadata, cluster, workers):
     ops = history.read(sorted(glob.glob(os.path.join(run_dir, "history-*.jsonl"))))
     verdicts = history.sandbox_verdicts(ops, outages)
     verdicts.append(history.Verdict("nothing-left", 1, left))
+    cluster.reap()
+    verdicts.append(history.Verdict("no-crash", len(cluster.argv), cluster.crashes))
     print(f"after the clients stopped: {'nothing left' if not left else 'still held'} at {settled:.1f}s")
     return history.report(ops, faults, verdicts, {"seed": seed, "settled_s": round(settled, 1)}, run_dir, args.keep)
 

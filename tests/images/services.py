@@ -46,7 +46,7 @@ class UidBlock:
 
 class Services:
     def __init__(self, bin_dir, work_dir, secret_file):
-        self.bin_dir, self.dir, self.secret = bin_dir, work_dir, secret_file
+        self.bin_dir, self.dir, self.secret = os.path.abspath(bin_dir), work_dir, secret_file
         self.procs, self.logs = {}, {}
         self.uids = UidBlock()  # held as long as these services live
 
@@ -63,7 +63,7 @@ class Services:
             argv.append(f"--secret-file={self.secret}")
         log_path = os.path.join(self.dir, name + ".log")
         self.logs[name] = open(log_path, "a")
-        proc = subprocess.Popen(argv, stdout=self.logs[name], stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(argv, stdout=self.logs[name], stderr=subprocess.STDOUT, env=env, cwd=self.dir)
         self.procs[name] = proc
         deadline = time.time() + timeout
         while not (os.path.exists(ready) and os.path.getsize(ready) > 0):
