@@ -46,8 +46,8 @@ for _ in $(seq 200); do curl -fs "http://127.0.0.1:$fastapi_port/health" > /dev/
 
 $build/sdk-venv/bin/python bench/proxy/sessions.py "$proxy_grpc" "$sessions" bench-a > "$work/tokens-direct"
 
-run() {  # name url connections [stream] — each request as the next of the sessions in $tokens
-  CORRAL_TOKENS_FILE=$tokens CORRAL_STREAM=${4:-0} wrk -t 2 -c "$3" -d "${seconds}s" --timeout 30s \
+run() {  # name url connections [stream [delay_ms]] — each request as the next of the sessions in $tokens
+  CORRAL_TOKENS_FILE=$tokens CORRAL_STREAM=${4:-0} CORRAL_DELAY_MS=${5:-0} wrk -t "$(( $3 < 2 ? 1 : 2 ))" -c "$3" -d "${seconds}s" --timeout 30s \
     -s bench/proxy/chat.lua "$2/v1/chat/completions" | grep '^WRK' | sed "s/^WRK/$1 c=$3/"
 }
 
@@ -75,6 +75,22 @@ fastapi_added_p50=$(/usr/bin/python3 -c "print(round($(field "$fastapi8" p50_ms)
 nginx8=$(pick nginx 8)
 nginx_added_p50=$(/usr/bin/python3 -c "print(round($(field "$nginx8" p50_ms) - $(field "$direct8" p50_ms), 3))")
 nginx_added_p99=$(/usr/bin/python3 -c "print(round($(field "$nginx8" p99_ms) - $(field "$direct8" p99_ms), 3))")
+
+# The LLM gateways' own formats, for the same four endpoints (whole completions, recording on as users run it).
+declare -A url=([direct]="http://$fake" [corral]="http://$proxy_http" [nginx]="http://127.0.0.1:$nginx_port"
+                [fastapi]="http://127.0.0.1:$fastapi_port")
+peers="corral nginx fastapi"
+gateway=()
+echo "== added latency against concurrency (BerriAI's ai-gateway-bench: p50/p99 over the direct backend's at each c)"
+for c in $(smoke_or "1 8 64 256" "1 8"); do
+  for name in direct $peers; do gateway+=("$(run "$name" "${url[$name]}" "$c")"); done
+done
+echo "== latency overhead at a fixed request rate (TensorZero's benchmark: mean and percentiles over the direct backend's)"
+for q in $(smoke_or "500 1000 2000 4000" "100"); do
+  # 64 connections, each waiting 64/q s before its next request: about q requests a second while they are fast.
+  for name in direct $peers; do gateway+=("$(run "$name" "${url[$name]}" 64 0 $((64000 / q)) | sed "s/ c=64 / q=$q /")"); done
+done
+printf '%s\n' "${gateway[@]}" | /usr/bin/python3 bench/proxy/gateway_tables.py $peers
 
 echo "== $open_sessions open sessions, $streams concurrent streams (the backend streams 10 tokens, 20 ms apart)"
 # A fresh proxy, so the RSS is that of the sessions and streams, not of the calls recorded above.

@@ -4,7 +4,9 @@
 # default) and the same episodes with the verifier in the agent's own sandbox (CLEAN_ENV). Prints the verifier
 # phase's time (EpisodeResult.timings.verifier: from the end of the agent phase to the reward, the fork and its
 # delete included) per isolation, p50 and p99, and the ratio SEPARATE_UID/CLEAN_ENV.
-#   bench/verifier/run.sh        (BENCH_EPISODES=200 per isolation, BENCH_ROUNDS=4)
+#   bench/verifier/run.sh        (BENCH_EPISODES=200 per isolation, BENCH_ROUNDS=4; BENCH_LOGS=DIR keeps the
+#                                 host's log there, at info: one line per fork with its time and its wait)
+# Where the time goes: bench/verifier/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/prepare.sh
@@ -21,7 +23,9 @@ scratch=$root
 source bench/scheduler/cluster.sh
 
 start_model_and_proxy
-start host $bin/corral-sandbox-host --insecure --root "$root" --capacity 64 --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level warn "${host_uids[@]}"
+host_log_level=warn
+[[ -z "${BENCH_LOGS:-}" ]] || host_log_level=info
+start host $bin/corral-sandbox-host --insecure --root "$root" --capacity 64 --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --log-level "$host_log_level" "${host_uids[@]}"
 start scheduler $bin/corral-scheduler --insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
   --journal "$work/scheduler.db" --host "$(addr host grpc)" --proxy "$(addr proxy grpc)" --default-model fake-model \
   --max-concurrent-episodes 16 --log-level warn
@@ -68,3 +72,4 @@ print(f"RESULT verifier separate_p50_ms={pct(times['separate_uid'], 0.5):.1f} "
       f"clean_p50_ms={pct(times['clean_env'], 0.5):.1f} separate_p99_ms={pct(times['separate_uid'], 0.99):.1f} "
       f"clean_p99_ms={pct(times['clean_env'], 0.99):.1f} ratio={ratio:.2f}")
 PY
+[[ -z "${BENCH_LOGS:-}" ]] || { mkdir -p "$BENCH_LOGS"; cp "$work/host.log" "$BENCH_LOGS/"; }
