@@ -78,49 +78,61 @@ void ResultStreamReactor::Refill() {
   sent_.erase(sent_.begin(), sent_.upper_bound(sent_upto_));
 }
 
+// Finish is called after the lock is released, and nothing of the reactor is touched after it: gRPC may run
+// OnDone, which deletes the reactor, on another thread before Finish returns (the lock's release would then write
+// into freed memory: a scheduler under faults aborted with absl's "Mutex unlocked when destroyed").
 void ResultStreamReactor::Pump() {
-  absl::MutexLock lock(&mu_);
-  if (writing_ || finished_) return;
-  if (pending_.empty()) Refill();
-  if (pending_.empty()) {
-    if (!request_.batch_id().empty() &&
-        table_->StreamComplete(request_.batch_id(), sent_upto_, request_.whole_groups())) {
-      finished_ = true;
-      Finish(grpc::Status::OK);
+  {
+    absl::MutexLock lock(&mu_);
+    if (writing_ || finished_) return;
+    if (pending_.empty()) Refill();
+    if (!pending_.empty()) {
+      writing_ = true;
+      StartWrite(&pending_.front());
+      return;
     }
-    return;
+    if (request_.batch_id().empty() ||
+        !table_->StreamComplete(request_.batch_id(), sent_upto_, request_.whole_groups())) {
+      return;
+    }
+    finished_ = true;
   }
-  writing_ = true;
-  StartWrite(&pending_.front());
+  Finish(grpc::Status::OK);
 }
 
 void ResultStreamReactor::OnWriteDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    if (!ok) {
-      if (!finished_) {
-        finished_ = true;
-        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream broke"));
-      }
+    if (ok) {
+      if (!pending_ids_.front().empty()) table_->MarkDelivered(pending_ids_.front());
+      pending_.pop_front();
+      pending_ids_.pop_front();
+    } else if (finished_) {
       return;
+    } else {
+      finished_ = true;
     }
-    if (!pending_ids_.front().empty()) table_->MarkDelivered(pending_ids_.front());
-    pending_.pop_front();
-    pending_ids_.pop_front();
+  }
+  if (!ok) {
+    Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream broke"));
+    return;
   }
   Pump();
 }
 
 void ResultStreamReactor::OnCancel() {
-  absl::MutexLock lock(&mu_);
-  if (finished_) return;
-  finished_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+  }
   Finish(grpc::Status::CANCELLED);
 }
 
 void ResultStreamReactor::OnDone() {
-  hub_->Remove(this);
+  hub_->Remove(this);              // no Pump from the hub from here on
+  { absl::MutexLock lock(&mu_); }  // and none still inside the lock (a reaction leaves it before it is deleted)
   delete this;
 }
 

@@ -32,8 +32,10 @@ class SubmitReactor final : public grpc::ServerReadReactor<v1::SubmitRequest> {
       }
       scheduler_->Submit(std::move(spec_), std::move(tasks_), [this](absl::StatusOr<v1::Batch> batch) {
         if (batch.ok()) *response_ = *std::move(batch);
-        absl::MutexLock lock(&mu_);
-        finished_ = true;
+        {
+          absl::MutexLock lock(&mu_);
+          finished_ = true;
+        }
         Finish(ToGrpcStatus(batch.status()));
       });
       return;
@@ -55,18 +57,27 @@ class SubmitReactor final : public grpc::ServerReadReactor<v1::SubmitRequest> {
   }
   // A broken stream submits nothing; a Submit already under way finishes the call itself.
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    if (submitting_ || finished_) return;
-    finished_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      if (submitting_ || finished_) return;
+      finished_ = true;
+    }
     Finish(grpc::Status::CANCELLED);
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    { absl::MutexLock lock(&mu_); }  // a reaction still inside the lock leaves it before the reactor is deleted
+    delete this;
+  }
 
  private:
+  // Finish outside the lock, and nothing of the reactor after it: OnDone (which deletes it) may run on another
+  // thread before Finish returns.
   void FinishOnce(const absl::Status& s) {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    finished_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
     Finish(ToGrpcStatus(s));
   }
 

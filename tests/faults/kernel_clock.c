@@ -36,16 +36,17 @@ long syscall(long number, ...) {
   va_end(ap);
   const int op = (int)a[1];
   const struct timespec* timeout = (const struct timespec*)a[3];
+  struct timespec kernel;
   if (number == SYS_futex && timeout != NULL && (op & FUTEX_CLOCK_REALTIME) &&
       (op & FUTEX_CMD_MASK) == FUTEX_WAIT_BITSET) {
     const long long at = timeout->tv_sec * 1000000000LL + timeout->tv_nsec - FakeOffset();
-    struct timespec kernel = {at / 1000000000LL, at % 1000000000LL};
+    kernel.tv_sec = at / 1000000000LL;
+    kernel.tv_nsec = at % 1000000000LL;
     if (kernel.tv_nsec < 0) {
       kernel.tv_sec -= 1;
       kernel.tv_nsec += 1000000000LL;
     }
     a[3] = (long)&kernel;
-    return RealSyscall()(number, a[0], a[1], a[2], a[3], a[4], a[5]);
   }
   return RealSyscall()(number, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
