@@ -1,8 +1,12 @@
 // The real corral-ratelimiter under faults beyond kill -9: a holder stopped past its TTL (SIGSTOP) learns on
 // resume that its lease is gone, and the next holder's token is larger than its own, so a resource that keeps the
 // largest token it has seen refuses the paused one; a holder whose limiter falls silent learns it from its own
-// clock; a step of the limiter's wall clock ends no lease early.
+// clock; a step of the limiter's wall clock ends no lease early; an acquire waiting for a session that never
+// opens ends at its wait.
 #include <glob.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <sstream>
@@ -83,6 +87,41 @@ TEST_F(RateLimiterTest, AnAsyncAcquireEndsSoonAfterItsWaitWhenTheLimiterFallsSil
   ASSERT_TRUE(ended);
   EXPECT_EQ(outcome.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(outcome.message(), HasSubstr("no reply from the ratelimiter in time"));
+}
+
+// An acquire made while the client waits for a limiter that took the connection and never answers (one paused
+// as it started, a link that lost its replies) ends at its wait: before, it waited as long as gRPC's connect did
+// (20 s), and a limiter restarted moments after a backward step of the wall clock kept it waiting by the step.
+TEST(RateLimitClientTest, AnAcquireWaitingForASessionThatNeverOpensEndsAtItsWait) {
+  // A listener that never accepts: the kernel completes each connection, and nothing is ever said on it.
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(listener, 16), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ClientOptions options;
+  options.address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  options.client_id = "waiter";
+  options.start_unreachable = true;
+  options.connect_timeout = absl::Milliseconds(100);
+  auto client = RateLimitClient::Connect(options);
+  ASSERT_THAT(client, IsOk());
+  absl::Notification done;
+  absl::Status outcome;
+  (*client)->AcquireAsync({.limit = "db_writer", .wait_timeout = absl::Seconds(1)},
+                          [&](absl::StatusOr<ratelimiter::ScopedPermit> permit) {
+                            outcome = permit.status();
+                            done.Notify();
+                          });
+  const bool ended = done.WaitForNotificationWithTimeout(absl::Seconds(10));  // before: about 20 s
+  client->reset();
+  close(listener);
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(outcome.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(outcome.message(), HasSubstr("stayed unreachable while the request waited"));
 }
 
 // Debian's libfaketime, or "" when `faketime` is not installed.

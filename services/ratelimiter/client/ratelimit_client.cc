@@ -175,7 +175,7 @@ void RateLimitClient::Run() {
       stream_ = stream.get();
       const Stream* s = stream.get();
       auto settled = [this, s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return connected_ || s->broken_ || closing_; };
-      mu_.Await(absl::Condition(&settled));
+      AwaitExpiringKeptLocked(absl::Condition(&settled), absl::InfiniteFuture());
       was_connected = connected_;
       // A first attempt that failed is settled once its status is known (below), for Connect to report it.
       if (was_connected && !first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
@@ -211,7 +211,10 @@ void RateLimitClient::Run() {
         spdlog::debug("ratelimit client: session to {} failed: {}", options_.address, status.error_message());
       }
     }
-    WaitToReconnect(backoff);  // the loop's next turn stops when closing
+    {
+      absl::MutexLock lock(&mu_);
+      AwaitExpiringKeptLocked(absl::Condition(&closing_), ProcessNow() + backoff);  // the next turn stops if closing
+    }
     backoff = std::min(backoff * 2, options_.max_reconnect_backoff);
   }
   if (!first_attempt_done_.HasBeenNotified()) first_attempt_done_.Notify();
@@ -224,21 +227,25 @@ void RateLimitClient::Run() {
   for (auto& p : failed) p->callback(std::move(p->reply));
 }
 
-void RateLimitClient::WaitToReconnect(absl::Duration backoff) {
-  const absl::Time retry_at = ProcessNow() + backoff;
-  while (true) {
-    std::vector<std::shared_ptr<Pending>> expired;
-    {
-      absl::MutexLock lock(&mu_);
-      if (closing_ || ProcessNow() >= retry_at) return;
-      absl::Time wake = retry_at;
-      for (const auto& [id, p] : pending_) {
-        if (p->message.has_value() && !p->sent) wake = std::min(wake, p->give_up);
-      }
-      mu_.AwaitWithDeadline(absl::Condition(&closing_), wake);
-      expired = ExpireKeptLocked(ProcessNow());
-    }
+absl::Time RateLimitClient::EarliestGiveUpLocked() const {
+  absl::Time earliest = absl::InfiniteFuture();
+  for (const auto& [id, p] : pending_) {
+    if (p->message.has_value() && !p->sent) earliest = std::min(earliest, p->give_up);
+  }
+  return earliest;
+}
+
+void RateLimitClient::AwaitExpiringKeptLocked(const absl::Condition& done, absl::Time until) {
+  while (!done.Eval() && ProcessNow() < until) {
+    const absl::Time wake = std::min(until, EarliestGiveUpLocked());
+    // Woken too by an acquire kept meanwhile that must give up before `wake`.
+    auto woken = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done.Eval() || EarliestGiveUpLocked() < wake; };
+    mu_.AwaitWithTimeout(absl::Condition(&woken), std::max(wake - ProcessNow(), absl::ZeroDuration()));
+    std::vector<std::shared_ptr<Pending>> expired = ExpireKeptLocked(ProcessNow());
+    if (expired.empty()) continue;
+    mu_.Unlock();  // callbacks run outside the lock
     for (auto& p : expired) p->callback(std::move(p->reply));
+    mu_.Lock();
   }
 }
 

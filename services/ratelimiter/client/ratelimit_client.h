@@ -188,8 +188,13 @@ class RateLimitClient {
   void OnBroken(Stream* stream);
   // The client's thread: connects, waits, sends keepalives, reconnects with backoff until closing.
   void Run();
-  // Waits `backoff` before the next connect, failing the kept acquires whose time runs out meanwhile.
-  void WaitToReconnect(absl::Duration backoff);
+  // Waits until `done` holds or `until` (process time), failing the kept acquires whose time runs out meanwhile:
+  // between sessions (the backoff) and while a new one waits for the limiter's hello, which a limiter that
+  // accepted the connection and then stopped answering may never send. Each wait is a timeout, never a wall-clock
+  // deadline: a step of the wall clock lengthens none (process time is not the wall clock after a step).
+  void AwaitExpiringKeptLocked(const absl::Condition& done, absl::Time until) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the first kept acquire gives up (InfiniteFuture: none is kept).
+  absl::Time EarliestGiveUpLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails every pending request but, with `keep_acquires`, the blocking acquires kept for the reconnect.
   // Returns those with callbacks, to be called once the lock is released.
   std::vector<std::shared_ptr<Pending>> FailPending(const absl::Status& status, bool keep_acquires = false)
