@@ -144,7 +144,8 @@ class Cluster:
             how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
             self.crashes.append(f"{name} exited by itself ({how}) before {time.monotonic():.3f}; see {name}.log")
             self.services.kill(name)
-            self.start(name)
+            if name in self.argv:  # the scripted model (no nemesis touches it) is not started again
+                self.start(name)
 
     def signal(self, name, sig):
         self.services.procs[name].send_signal(sig)
