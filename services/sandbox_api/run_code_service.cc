@@ -86,15 +86,19 @@ asio::awaitable<HttpAnswer> RunCodeService::Run(RunCodeRequest request, Phases& 
   const absl::Time start = clock_->Now();
   const absl::Time wait_until = start + options_.wait;
   ratelimiter::Permit permit;
+  absl::Status refused;
   if (limiter_ != nullptr) {
     std::string limit = options_.limit, key = request.language;
     auto acquired = co_await limiter_->Acquire(std::move(limit), std::move(key), options_.wait, nullptr);
-    phases.permit = clock_->Now() - start;
-    if (!acquired.ok()) co_return Unavailable(acquired.status(), absl::StrCat("no ", options_.limit, " permit"));
-    permit = *std::move(acquired);
+    if (acquired.ok()) {
+      permit = *std::move(acquired);
+    } else {
+      refused = acquired.status();
+    }
   }
   const absl::Time permitted = clock_->Now();
   phases.permit = permitted - start;
+  if (!refused.ok()) co_return Unavailable(refused, absl::StrCat("no ", options_.limit, " permit"));
   if (metrics_ != nullptr) {
     metrics_->permit_wait_seconds.Observe(Seconds(permitted - start));
     metrics_->running.Increment();
