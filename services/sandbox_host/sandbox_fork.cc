@@ -93,6 +93,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   origin->forked_from = id;
   origin->empty_tmp = empty_tmp;
   std::shared_ptr<Sandbox> next;  // the parent's new generation
+  const absl::Time frozen_at = clock_->Now();
   if (frozen->changed) {
     Origin own = *origin;
     own.previous = parent.get();
@@ -106,6 +107,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
     next->template_image = parent->template_image;
     files.Retire(*parent);
   }
+  const absl::Time next_built = clock_->Now();
   SandboxSpec child_spec = parent->spec;
   for (const auto& [k, v] : labels) child_spec.labels[k] = v;
   CreateResult result;
@@ -135,9 +137,13 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
     metrics_->forks.Add({{"outcome", "forked"}}).Increment();
     metrics_->fork_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
   }
-  spdlog::info("sandbox {}: forked into {} in {} (after {} waiting for its calls to end){}", id, children->size(),
-               absl::FormatDuration(clock_->Now() - start), absl::FormatDuration(start - asked),
-               frozen->changed ? "" : " (nothing written since its last fork)");
+  const absl::Time end = clock_->Now();
+  spdlog::info(
+      "sandbox {}: forked into {} in {} (freeze {}, its new generation {}, the children {}; after {} waiting for its "
+      "calls to end){}",
+      id, children->size(), absl::FormatDuration(end - start), absl::FormatDuration(frozen_at - start),
+      absl::FormatDuration(next_built - frozen_at), absl::FormatDuration(end - next_built),
+      absl::FormatDuration(start - asked), frozen->changed ? "" : " (nothing written since its last fork)");
   return result;
 }
 
