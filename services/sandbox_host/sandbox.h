@@ -115,7 +115,8 @@ struct Sandbox {
   std::string forked_from;  // a child: its parent's id
 
   // Its files: their kind, the template they came from, the fork layers below its own writes (top first; null
-  // when it was never forked), and what an image sandbox adds.
+  // when it was never forked; at a fork that froze its writes, those layers, until its new generation takes its
+  // place), and what an image sandbox adds.
   StorageKind storage = StorageKind::kHome;
   std::shared_ptr<const TemplateImage> template_image;
   LayerStack layers;
@@ -123,9 +124,13 @@ struct Sandbox {
 
   // What calls share while it lives.
   mutable std::atomic<bool> deleted{false};
-  // A fork is under way: calls get UNAVAILABLE until the parent's new generation takes its place (set and
-  // cleared under the manager's lock).
+  // A fork is under way, or the parent's new generation is being built: calls get UNAVAILABLE until it takes the
+  // parent's place (set and cleared under the manager's lock).
   mutable std::atomic<bool> forking{false};
+  // Its files were frozen into `layers` at a fork and its new generation on them is not built yet: the first call
+  // that needs the sandbox builds it (SandboxManager::Renew); a delete needs none (set and cleared under the
+  // manager's lock, or while `forking`).
+  bool renewal_due = false;
   // Frozen by PauseSandbox (set under uid_mu): commands are refused, idle eviction spares it.
   mutable std::atomic<bool> paused{false};
   // A delete of a sandbox being forked wakes the fork's wait for its processes: the fork gives up.

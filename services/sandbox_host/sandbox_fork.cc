@@ -46,6 +46,44 @@ void SandboxManager::EndFork(Sandbox& sb) {
   fork_ended_.SignalAll();
 }
 
+absl::Status SandboxManager::Renew(const std::shared_ptr<Sandbox>& parent) {
+  const absl::Time start = clock_->Now();
+  Storage& files = StorageOf(parent->storage);
+  absl::StatusOr<Origin> origin = files.ForkOrigin(*parent);
+  std::shared_ptr<Sandbox> next;
+  if (origin.ok()) {
+    origin->layers = parent->layers;
+    origin->previous = parent.get();
+    auto built = Build(parent->spec, *origin);
+    if (built.ok()) {
+      next = *std::move(built);
+    } else {
+      origin = built.status();
+    }
+  }
+  if (next != nullptr) {
+    next->cgroup = std::move(parent->cgroup);
+    next->template_image = parent->template_image;
+    files.Retire(*parent);
+  }
+  absl::MutexLock lock(&mu_);
+  if (next != nullptr) {
+    parent->renewal_due = false;
+    auto it = sandboxes_.find(parent->id);
+    if (it != sandboxes_.end() && it->second == parent) it->second = next;
+  }
+  EndFork(*parent);
+  if (!origin.ok()) {
+    spdlog::warn("sandbox {}: building its files anew after its fork: {}", parent->id, origin.status());
+    return absl::Status(
+        origin.status().code(),
+        absl::StrCat("sandbox '", parent->id, "' could not be made ready after its fork: ", origin.status().message()));
+  }
+  spdlog::debug("sandbox {}: its new generation after its fork, built in {}", parent->id,
+                absl::FormatDuration(clock_->Now() - start));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::string& id, int64_t count,
                                                                   const std::map<std::string, std::string>& labels,
                                                                   absl::Duration wait, bool empty_tmp) {
@@ -85,48 +123,35 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   Storage& files = StorageOf(parent->storage);
   absl::StatusOr<Origin> origin = files.ForkOrigin(*parent);
   if (!origin.ok()) return finish(origin.status());
-  // Freeze what the parent wrote since its last fork into a layer, on which its new generation is built; when it
-  // wrote nothing, its layers are shared as they are, and the parent is left as it is.
-  absl::StatusOr<Frozen> frozen = files.Freeze(*parent);
+  // Freeze what the parent wrote since its last fork into a layer, on which its new generation is built when it is
+  // next used (Renew: a parent that is only deleted after its fork, as a verifier's is, never pays for one); when
+  // it wrote nothing, or was not used since its last fork, its layers are shared as they are.
+  absl::StatusOr<Frozen> frozen = parent->renewal_due ? Frozen{parent->layers, false} : files.Freeze(*parent);
   if (!frozen.ok()) return finish(frozen.status());
   origin->layers = frozen->layers;
   origin->forked_from = id;
   origin->empty_tmp = empty_tmp;
-  std::shared_ptr<Sandbox> next;  // the parent's new generation
-  const absl::Time frozen_at = clock_->Now();
   if (frozen->changed) {
-    Origin own = *origin;
-    own.previous = parent.get();
-    auto built = Build(parent->spec, own);
-    if (!built.ok()) {
-      files.Thaw(*parent, frozen->layers);
-      return finish(built.status());
-    }
-    next = *std::move(built);
-    next->cgroup = std::move(parent->cgroup);
-    next->template_image = parent->template_image;
-    files.Retire(*parent);
+    parent->layers = frozen->layers;  // what its files are now, and what it keeps alive
+    parent->renewal_due = true;
   }
-  const absl::Time next_built = clock_->Now();
+  const absl::Time frozen_at = clock_->Now();
   SandboxSpec child_spec = parent->spec;
   for (const auto& [k, v] : labels) child_spec.labels[k] = v;
   CreateResult result;
   auto children = BuildMany(child_spec, *origin, count, granted, result);
   // What of the parent's /tmp the layers do not hold (an image sandbox's tmpfs), into each child.
   if (children.ok() && !empty_tmp) {
-    const Sandbox& from = next != nullptr ? *next : *parent;
     for (const std::shared_ptr<Sandbox>& child : *children) {
-      if (absl::Status s = files.CarryTmp(from, *child); !s.ok()) {
+      if (absl::Status s = files.CarryTmp(*parent, *child); !s.ok()) {
         children = s;
         break;
       }
     }
   }
-  // The parent's new generation takes its place even when no child could be made: its files are in the layer.
+  // The parent's files stay in the layer even when no child could be made: its new generation is built on it.
   absl::MutexLock lock(&mu_);
   reserved_ -= granted;
-  auto it = sandboxes_.find(id);
-  if (next != nullptr && it != sandboxes_.end() && it->second == parent) it->second = next;
   EndFork(*parent);
   if (!children.ok()) {
     if (metrics_) metrics_->forks.Add({{"outcome", "failed"}}).Increment();
@@ -138,12 +163,10 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
     metrics_->fork_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));
   }
   const absl::Time end = clock_->Now();
-  spdlog::info(
-      "sandbox {}: forked into {} in {} (freeze {}, its new generation {}, the children {}; after {} waiting for its "
-      "calls to end){}",
-      id, children->size(), absl::FormatDuration(end - start), absl::FormatDuration(frozen_at - start),
-      absl::FormatDuration(next_built - frozen_at), absl::FormatDuration(end - next_built),
-      absl::FormatDuration(start - asked), frozen->changed ? "" : " (nothing written since its last fork)");
+  spdlog::info("sandbox {}: forked into {} in {} (freeze {}, the children {}; after {} waiting for its calls to end){}",
+               id, children->size(), absl::FormatDuration(end - start), absl::FormatDuration(frozen_at - start),
+               absl::FormatDuration(end - frozen_at), absl::FormatDuration(start - asked),
+               frozen->changed ? "" : " (nothing written since its last fork)");
   return result;
 }
 

@@ -348,15 +348,24 @@ void SandboxManager::Admit(const std::vector<std::shared_ptr<Sandbox>>& built, C
   }
 }
 
-absl::StatusOr<std::shared_ptr<const Sandbox>> SandboxManager::Find(const std::string& id) const {
-  absl::MutexLock lock(&mu_);
-  auto it = sandboxes_.find(id);
-  if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
-  if (it->second->forking) {
-    return absl::UnavailableError(absl::StrCat("sandbox '", id, "' is being forked; try again in a moment"));
+absl::StatusOr<std::shared_ptr<const Sandbox>> SandboxManager::Find(const std::string& id) {
+  std::shared_ptr<Sandbox> due;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
+    if (it->second->forking) {
+      return absl::UnavailableError(absl::StrCat("sandbox '", id, "' is being forked; try again in a moment"));
+    }
+    if (!it->second->renewal_due) {
+      it->second->Touch(clock_->Now());
+      return std::shared_ptr<const Sandbox>(it->second);
+    }
+    due = it->second;
+    due->forking = true;
   }
-  it->second->Touch(clock_->Now());
-  return std::shared_ptr<const Sandbox>(it->second);
+  CORRAL_RETURN_IF_ERROR(Renew(due));
+  return Find(id);
 }
 
 int SandboxManager::EvictIdle() {
@@ -433,23 +442,6 @@ absl::Status SandboxManager::DeleteKeepingUpper(const std::string& id, const std
     metrics_->quarantined.Set(static_cast<double>(uids_.quarantined()));
   }
   return kept;
-}
-
-absl::StatusOr<uint32_t> SandboxManager::KillAllProcesses(const std::string& id) {
-  auto sb = Find(id);
-  if (!sb.ok()) return sb.status();
-  absl::MutexLock lock(&(*sb)->uid_mu);
-  if ((*sb)->deleted) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' was deleted"));
-  if ((*sb)->paused) {  // a frozen process (cgroup v1) dies only once thawed; with none left, nothing is paused
-    (void)(*sb)->cgroup.Freeze(false);
-    (*sb)->paused = false;
-  }
-  const size_t running = ProcessesOf((*sb)->uid).size();
-  if (!KillAllOf((*sb)->uid)) {
-    return absl::InternalError(absl::StrCat("sandbox '", id, "': a process of uid ", (*sb)->uid,
-                                            " survived every kill; do not trust this sandbox"));
-  }
-  return static_cast<uint32_t>(running);
 }
 
 absl::Status SandboxManager::Teardown(Sandbox& sb, const std::string& keep_upper, FinalUsage* final_usage) {

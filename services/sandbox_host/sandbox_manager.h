@@ -135,8 +135,9 @@ class SandboxManager {
   // requires; NOT_FOUND for an unknown (or still building) template. Capacity and uids are reserved atomically: what
   // does not fit is `rejected`, never over-committed.
   absl::StatusOr<CreateResult> Create(int64_t count, SandboxSpec spec);
-  // NOT_FOUND for an unknown or deleted sandbox. Counts as activity for idle eviction.
-  absl::StatusOr<std::shared_ptr<const Sandbox>> Find(const std::string& id) const;
+  // NOT_FOUND for an unknown or deleted sandbox. Counts as activity for idle eviction. A sandbox forked since it
+  // was last used gets its new generation first (Renew: a few milliseconds, on this thread).
+  absl::StatusOr<std::shared_ptr<const Sandbox>> Find(const std::string& id);
   // Deletes every sandbox idle (no process running, no API call) for longer than its idle timeout. Runs by
   // itself every second; public for tests. Returns how many were evicted.
   int EvictIdle();
@@ -203,6 +204,9 @@ class SandboxManager {
   void ReleaseFiles(Sandbox& sb);
   // A fork's wait until nothing may still write into the parent: no process of its uid, no call holding it.
   absl::Status Quiesce(const std::shared_ptr<Sandbox>& parent, absl::Duration wait);
+  // Builds the new generation of `parent` (renewal_due, marked forking by the caller) on the layers its files were
+  // frozen into, and puts it in its place; ends the `forking` either way. A parent that fails stays due.
+  absl::Status Renew(const std::shared_ptr<Sandbox>& parent);
   // Ends a fork of `sb`: calls reach it (or its new generation) again, and a delete waiting for it goes on.
   void EndFork(Sandbox& sb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With `keep_upper`, an image sandbox's writable layer is moved there rather than wiped.

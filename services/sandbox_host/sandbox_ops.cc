@@ -57,14 +57,14 @@ absl::Status AuthorizeSandbox(const CallAuthenticator& auth, const SandboxManage
   return manager.CheckSandboxToken(sandbox_id, *token);
 }
 
-absl::StatusOr<std::shared_ptr<const Sandbox>> OpenSandbox(const CallAuthenticator& auth, const SandboxManager& manager,
+absl::StatusOr<std::shared_ptr<const Sandbox>> OpenSandbox(const CallAuthenticator& auth, SandboxManager& manager,
                                                            const grpc::ServerContextBase& ctx,
                                                            const std::string& sandbox_id) {
   CORRAL_RETURN_IF_ERROR(AuthorizeSandbox(auth, manager, ctx, sandbox_id));
   return manager.Find(sandbox_id);
 }
 
-absl::StatusOr<SandboxFile> OpenSandboxPath(const CallAuthenticator& auth, const SandboxManager& manager,
+absl::StatusOr<SandboxFile> OpenSandboxPath(const CallAuthenticator& auth, SandboxManager& manager,
                                             const grpc::ServerContextBase& ctx, const std::string& sandbox_id,
                                             const std::string& path, bool allow_home) {
   CORRAL_ASSIGN_OR_RETURN(std::shared_ptr<const Sandbox> sb, OpenSandbox(auth, manager, ctx, sandbox_id));

@@ -32,12 +32,12 @@ struct SandboxFile {
 };
 
 // Authorized and found: the sandbox a call may act on (UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND).
-absl::StatusOr<std::shared_ptr<const Sandbox>> OpenSandbox(const CallAuthenticator& auth, const SandboxManager& manager,
+absl::StatusOr<std::shared_ptr<const Sandbox>> OpenSandbox(const CallAuthenticator& auth, SandboxManager& manager,
                                                            const grpc::ServerContextBase& ctx,
                                                            const std::string& sandbox_id);
 // ... and the path in it (INVALID_ARGUMENT for a path outside the home and task paths). `allow_home`: the home
 // itself may be named (listing, stat, remove of its files).
-absl::StatusOr<SandboxFile> OpenSandboxPath(const CallAuthenticator& auth, const SandboxManager& manager,
+absl::StatusOr<SandboxFile> OpenSandboxPath(const CallAuthenticator& auth, SandboxManager& manager,
                                             const grpc::ServerContextBase& ctx, const std::string& sandbox_id,
                                             const std::string& path, bool allow_home = false);
 

@@ -1,5 +1,7 @@
-// Pausing a sandbox: its cgroup frozen where its processes stand, their memory kept, until it is thawed.
+// A sandbox's processes as a whole: paused (its cgroup frozen where they stand, their memory kept, until it is
+// thawed), or all killed.
 #include "absl/strings/str_cat.h"
+#include "services/sandbox_host/linux/process_sweep.h"
 #include "services/sandbox_host/sandbox_manager.h"
 #include "spdlog/spdlog.h"
 
@@ -22,6 +24,23 @@ absl::StatusOr<std::shared_ptr<const Sandbox>> SandboxManager::SetPaused(const s
   s.Touch(clock_->Now());
   spdlog::info("sandbox {}: {} in {}", id, paused ? "paused" : "resumed", absl::FormatDuration(clock_->Now() - start));
   return sb;
+}
+
+absl::StatusOr<uint32_t> SandboxManager::KillAllProcesses(const std::string& id) {
+  auto sb = Find(id);
+  if (!sb.ok()) return sb.status();
+  absl::MutexLock lock(&(*sb)->uid_mu);
+  if ((*sb)->deleted) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' was deleted"));
+  if ((*sb)->paused) {  // a frozen process (cgroup v1) dies only once thawed; with none left, nothing is paused
+    (void)(*sb)->cgroup.Freeze(false);
+    (*sb)->paused = false;
+  }
+  const size_t running = ProcessesOf((*sb)->uid).size();
+  if (!KillAllOf((*sb)->uid)) {
+    return absl::InternalError(absl::StrCat("sandbox '", id, "': a process of uid ", (*sb)->uid,
+                                            " survived every kill; do not trust this sandbox"));
+  }
+  return static_cast<uint32_t>(running);
 }
 
 }  // namespace corral::sandbox

@@ -171,8 +171,12 @@ class ImageRootStorage final : public Storage {
   // Its upper layer (a tmpfs, or a directory on disk for a template's build) and its /tmp (a tmpfs of its own).
   absl::StatusOr<uint64_t> OwnBytes(const Sandbox& sb) const override {
     const bool tmpfs = sb.image->rw_tree.valid();
-    CORRAL_ASSIGN_OR_RETURN(uint64_t upper,
-                            tmpfs ? DirBytes(sb.image->rw_tree.get(), "upper") : DirBytes(-1, sb.dir + "/rw/upper"));
+    uint64_t upper = 0;  // none: frozen into a layer at a fork, and not used since (renewal_due)
+    if (tmpfs) {
+      CORRAL_ASSIGN_OR_RETURN(upper, DirBytes(sb.image->rw_tree.get(), "upper"));
+    } else if (sb.spec.upper_on_disk) {
+      CORRAL_ASSIGN_OR_RETURN(upper, DirBytes(-1, sb.dir + "/rw/upper"));
+    }
     CORRAL_ASSIGN_OR_RETURN(uint64_t tmp, DirBytes(sb.home_fd.get(), "tmp"));
     return upper + tmp;
   }

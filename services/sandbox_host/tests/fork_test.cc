@@ -1,7 +1,7 @@
 // ForkSandbox for real (root): children see the parent's files as of the fork, as their own, and nothing written
 // after it by the parent or a sibling (its /tmp too, unless asked to start empty); the parent keeps its identity,
-// files and /tmp; a fork is refused while a process runs; layers are shared, removed with their last user, and
-// nothing is left once all are deleted.
+// files and /tmp, mounted anew at its first use after the fork; a fork is refused while a process runs; layers are
+// shared, removed with their last user, and nothing is left once all are deleted.
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -205,6 +205,60 @@ TEST_F(ForkTest, LayersAreSharedAndGoWithTheirLastUserAndNothingIsLeft) {
   EXPECT_TRUE(fs::is_empty(options_.root + "/homes"));
   EXPECT_EQ(manager_->uids().in_use(), 0u);
   for (uid_t uid = options_.uid_first; uid <= options_.uid_last; ++uid) EXPECT_TRUE(ProcessesOf(uid).empty()) << uid;
+}
+
+// The parent's new generation (its files mounted anew over the layer they were frozen into) is built by the first
+// call that needs it, not by the fork: a parent only deleted after its fork, as a verifier's is, never pays for it.
+TEST_F(ForkTest, AParentGetsItsNewGenerationAtItsNextUseAndADeleteNeedsNone) {
+  auto find_listed = [&](const std::string& id) -> const Sandbox* {
+    for (const auto& sb : manager_->List()) {
+      if (sb->id == id) return sb.get();
+    }
+    return nullptr;
+  };
+  auto used = NewSandbox();
+  auto deleted = NewSandbox();
+  ASSERT_NE(used, nullptr);
+  ASSERT_NE(deleted, nullptr);
+  Sh(used, "echo v1 > note && echo t1 > /tmp/t");
+  Sh(deleted, "echo gone > note");
+  const std::string used_id = used->id, deleted_id = deleted->id;
+  const Sandbox* used_before = used.get();
+  const Sandbox* deleted_before = deleted.get();
+  used.reset();
+  deleted.reset();
+  auto children = Fork(used_id, 1);
+  auto orphans = Fork(deleted_id, 1);
+  ASSERT_EQ(children.size(), 1u);
+  ASSERT_EQ(orphans.size(), 1u);
+  EXPECT_EQ(find_listed(used_id), used_before) << "the fork built no new generation";
+  EXPECT_EQ(find_listed(deleted_id), deleted_before);
+  // A second fork before any use shares the same layers: nothing is frozen or built again.
+  auto more = Fork(used_id, 1);
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(find_listed(used_id), used_before);
+  EXPECT_EQ(LayersOnDisk(), 2u);
+  // The first call builds it; the parent's files and /tmp are as they were, its writes its own.
+  auto after = Current(used_id);
+  ASSERT_NE(after, nullptr);
+  EXPECT_NE(after.get(), used_before);
+  EXPECT_EQ(find_listed(used_id), after.get());
+  EXPECT_EQ(Sh(after, "cat note /tmp/t; echo v2 > note; cat note"), "v1\nt1\nv2\n");
+  EXPECT_EQ(Sh(children[0], "cat note"), "v1\n");
+  EXPECT_EQ(Sh(more[0], "cat note /tmp/t"), "v1\nt1\n");
+  // The other is deleted as it is; its child keeps the files; nothing is left once all are gone.
+  ASSERT_TRUE(manager_->Delete(deleted_id));
+  EXPECT_EQ(Sh(orphans[0], "cat note"), "gone\n");
+  std::vector<std::string> ids;
+  for (const auto& sb : manager_->List()) ids.push_back(sb->id);
+  children.clear();
+  orphans.clear();
+  more.clear();
+  after.reset();
+  for (const auto& id : ids) EXPECT_TRUE(manager_->Delete(id));
+  EXPECT_EQ(LayersOnDisk(), 0u);
+  EXPECT_TRUE(fs::is_empty(options_.root + "/homes"));
+  EXPECT_EQ(manager_->uids().in_use(), 0u);
 }
 
 TEST_F(ForkTest, BadForksAreRefusedAndChangeNothing) {
