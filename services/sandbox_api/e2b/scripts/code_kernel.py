@@ -28,7 +28,7 @@ def emit(message):
 
 
 class Capture:
-    """File descriptor `fd` as a pipe; whole lines of it as `kind` events, the rest at each sentinel."""
+    """File descriptor `fd` as a pipe; each whole line of it a `kind` event, the rest at each sentinel."""
 
     def __init__(self, fd, kind):
         read, write = os.pipe()
@@ -39,8 +39,12 @@ class Capture:
         threading.Thread(target=self.run, daemon=True).start()
 
     def send(self, data):
-        if data:
-            emit({"type": self.kind, "text": data.decode("utf-8", "replace")})
+        """Each whole line of `data` as an event, then what follows the last newline (if anything)."""
+        lines = data.split(b"\n")
+        for i, line in enumerate(lines):
+            text = line + b"\n" if i < len(lines) - 1 else line
+            if text:
+                emit({"type": self.kind, "text": text.decode("utf-8", "replace")})
 
     def run(self):
         pending = b""
@@ -65,10 +69,11 @@ class Capture:
 
 
 class Stream(io.TextIOBase):
-    """sys.stdout or sys.stderr: whole lines as `kind` events at once, in the order the code writes them."""
+    """sys.stdout or sys.stderr, written straight to its file descriptor: one pipe carries what Python prints and
+    what a subprocess or os.write puts there, in the order it was written."""
 
-    def __init__(self, fd, kind):
-        self.fd, self.kind, self.pending = fd, kind, ""
+    def __init__(self, fd):
+        self.fd = fd
 
     @property
     def encoding(self):
@@ -81,23 +86,15 @@ class Stream(io.TextIOBase):
         return self.fd
 
     def write(self, text):
-        self.pending += text
-        cut = self.pending.rfind("\n") + 1
-        if cut > 0:
-            emit({"type": self.kind, "text": self.pending[:cut]})
-            self.pending = self.pending[cut:]
+        data = text.encode("utf-8", "replace")
+        while data:
+            data = data[os.write(self.fd, data):]
         return len(text)
 
-    def flush(self):
-        if self.pending:
-            emit({"type": self.kind, "text": self.pending})
-            self.pending = ""
 
-
-# Python's own output through sys.stdout and sys.stderr, in order; what reaches the file descriptors (a
-# subprocess, os.write) through the pipes.
+# Python's output and what reaches the file descriptors (a subprocess, os.write), through the same pipes.
 captures = [Capture(1, "stdout"), Capture(2, "stderr")]
-sys.stdout, sys.stderr = Stream(1, "stdout"), Stream(2, "stderr")
+sys.stdout, sys.stderr = Stream(1), Stream(2)
 
 MIME = {
     "_repr_html_": "html",
