@@ -287,7 +287,9 @@ const steps = {
   async lifecycle() {
     const sbx = await Sandbox.create({ timeoutMs: 120_000 });
     try {
-      await sbx.commands.run("i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done",
+      // Each count written whole (a rename): a read never meets the file emptied by the redirection.
+      await sbx.commands.run(
+        "i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv -f /tmp/count.new /tmp/count; sleep 0.02; done",
         { background: true, timeoutMs: 0 });
       // -1 until the loop wrote its first line.
       const count = async () => Number((await sbx.files.read("/tmp/count").catch(() => "")).trim() || -1);
