@@ -151,17 +151,24 @@ Leftovers RemoveLeftovers(const std::string& root, uid_t uid_first, uid_t uid_la
   // Processes first: nothing of a sandbox may run while its home and cgroup go. A uid one of them ran as is
   // swept whole (kill(-1) as that uid), which also catches what escaped with setsid or double forks.
   absl::flat_hash_set<uid_t> theirs, others;
-  ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
-    for (uid_t id : uids) {
-      const uid_t u = SubIdOwner(id);  // a block's id is its pool uid's
-      if (u < uid_first || u > uid_last) continue;
-      (!ids.empty() && BelongsTo(pid, ids) ? theirs : others).insert(u);
-      return;
-    }
-  });
+  auto in_pool = [&](uid_t id) {
+    const uid_t u = SubIdOwner(id);  // a block's id is its pool uid's
+    return u >= uid_first && u <= uid_last;
+  };
+  ForEachLiveProcess(
+      [&](pid_t pid, const std::vector<uid_t>& uids) {
+        for (uid_t id : uids) {
+          if (!in_pool(id)) continue;
+          (!ids.empty() && BelongsTo(pid, ids) ? theirs : others).insert(SubIdOwner(id));
+          return;
+        }
+      },
+      in_pool);
   for (uid_t u : theirs) {
-    out.processes_killed += ProcessesOf(u).size();
-    if (!KillAllOf(u)) {
+    size_t found = 0;
+    const bool clean = KillAllOf(u, 20, &found);
+    out.processes_killed += found;
+    if (!clean) {
       out.busy_uids.insert(u);
       out.errors.push_back(absl::StrCat("uid ", u, " still runs processes after the sweep"));
     }

@@ -35,8 +35,8 @@ absl::StatusOr<uint32_t> SandboxManager::KillAllProcesses(const std::string& id)
     (void)(*sb)->cgroup.Freeze(false);
     (*sb)->paused = false;
   }
-  const size_t running = ProcessesOf((*sb)->uid).size();
-  if (!KillAllOf((*sb)->uid)) {
+  size_t running = 0;
+  if (!KillAllOf((*sb)->uid, 20, &running)) {
     return absl::InternalError(absl::StrCat("sandbox '", id, "': a process of uid ", (*sb)->uid,
                                             " survived every kill; do not trust this sandbox"));
   }

@@ -28,24 +28,26 @@ namespace {
 
 constexpr double kMinOrphanAgeSeconds = 3;
 
+// Whether `id` is `uid` or one of its block's.
+bool Owns(uid_t uid, uid_t id) { return id == uid || SubIdOwner(id) == uid; }
+
 // The ids of `uid`'s live processes: `uid` and those of its block (sub_ids.h) that some process runs as.
 absl::flat_hash_set<uid_t> LiveIdsOf(uid_t uid, std::vector<pid_t>* pids = nullptr) {
   absl::flat_hash_set<uid_t> ids;
-  ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
-    bool match = false;
-    for (uid_t u : uids) {
-      if (u == uid || SubIdOwner(u) == uid) {
-        ids.insert(u);
-        match = true;
-      }
-    }
-    if (match && pids != nullptr) pids->push_back(pid);
-  });
+  ForEachLiveProcess(
+      [&](pid_t pid, const std::vector<uid_t>& uids) {
+        bool match = false;
+        for (uid_t u : uids) {
+          if (Owns(uid, u)) {
+            ids.insert(u);
+            match = true;
+          }
+        }
+        if (match && pids != nullptr) pids->push_back(pid);
+      },
+      [uid](uid_t id) { return Owns(uid, id); });
   return ids;
 }
-
-// Whether `id` is `uid` or one of its block's.
-bool Owns(uid_t uid, uid_t id) { return id == uid || SubIdOwner(id) == uid; }
 
 // Whether `pid` is in process group `group` or carries `marker` in its environment (as exec'd: /proc's environ).
 bool InTree(pid_t pid, pid_t group, const std::string& marker) {
@@ -56,16 +58,27 @@ bool InTree(pid_t pid, pid_t group, const std::string& marker) {
 
 }  // namespace
 
-void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>&)>& visit) {
+void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>&)>& visit,
+                        const std::function<bool(uid_t)>& may_be) {
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return;
   // Each status is read with one read() into this buffer (the kernel makes the whole text at once; its State:
-  // and Uid: lines come within the first kilobyte): a scan runs on every kill, fork and delete.
+  // and Uid: lines come within the first kilobyte): a scan runs on every kill, fork and delete. Making that text
+  // is most of a scan's cost, so with `may_be` a process's owner decides first whether it is read at all.
   char text[4096];
+  char path[64];
   while (dirent* e = readdir(proc)) {
     pid_t pid = 0;
     if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
-    char path[64];
+    if (may_be) {
+      struct stat st {};
+      if (fstatat(dirfd(proc), e->d_name, &st, 0) != 0) continue;  // it has exited
+      if (st.st_uid != 0 && !may_be(st.st_uid)) continue;
+      // Root's: a root process, or a kernel thread (which has no executable: it is no sandbox's).
+      snprintf(path, sizeof path, "%d/exe", pid);
+      char target[8];
+      if (st.st_uid == 0 && readlinkat(dirfd(proc), path, target, sizeof target) < 0 && errno == ENOENT) continue;
+    }
     snprintf(path, sizeof path, "%d/status", pid);
     const int fd = openat(dirfd(proc), path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;  // it has exited
@@ -98,9 +111,11 @@ std::vector<pid_t> ProcessesOf(uid_t uid) {
   return pids;
 }
 
-bool KillAllOf(uid_t uid, int rounds) {
+bool KillAllOf(uid_t uid, int rounds, size_t* found) {
   for (int round = 0; round < rounds; ++round) {
-    const absl::flat_hash_set<uid_t> ids = LiveIdsOf(uid);
+    std::vector<pid_t> pids;
+    const absl::flat_hash_set<uid_t> ids = LiveIdsOf(uid, round == 0 && found != nullptr ? &pids : nullptr);
+    if (round == 0 && found != nullptr) *found = pids.size();
     if (ids.empty()) return true;
     // kill(-1) from a process running as an id reaches exactly that id's processes, wherever they are in the
     // process tree; forks racing with it are caught by the next round.
@@ -131,10 +146,12 @@ std::vector<std::string> EnvironOf(pid_t pid) {
 bool KillProcessTree(uid_t uid, pid_t group, const std::string& marker, int rounds) {
   for (int round = 0; round <= rounds; ++round) {
     std::vector<pid_t> found;
-    ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>& uids) {
-      const bool ours = std::any_of(uids.begin(), uids.end(), [&](uid_t u) { return Owns(uid, u); });
-      if (ours && InTree(pid, group, marker)) found.push_back(pid);
-    });
+    ForEachLiveProcess(
+        [&](pid_t pid, const std::vector<uid_t>& uids) {
+          const bool ours = std::any_of(uids.begin(), uids.end(), [&](uid_t u) { return Owns(uid, u); });
+          if (ours && InTree(pid, group, marker)) found.push_back(pid);
+        },
+        [uid](uid_t id) { return Owns(uid, id); });
     if (found.empty()) return true;
     if (round == rounds) break;
     std::vector<pollfd> signalled;

@@ -12,8 +12,13 @@
 
 namespace corral::sandbox {
 
-// Calls `visit` with every live (non-zombie) process and its real, effective and saved uids.
-void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>&)>& visit);
+// Calls `visit` with every live (non-zombie) process and its real, effective and saved uids. With `may_be`, only
+// processes that may run as an id it accepts: each process's /proc directory is owned by its effective uid
+// (dumpable or not; a kernel thread's by root), so only those whose owner is root or an accepted id have their
+// status read, and kernel threads none. A process cannot hold a real or saved uid its effective one could not
+// switch to without privilege, which no sandbox process has outside its own block of ids.
+void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>&)>& visit,
+                        const std::function<bool(uid_t)>& may_be = nullptr);
 
 // pids of every live (non-zombie) process whose real, effective or saved uid is `uid` or in its block of sub
 // ids (sub_ids.h).
@@ -22,8 +27,8 @@ std::vector<pid_t> ProcessesOf(uid_t uid);
 // SIGKILLs every process running as `uid` or an id of its block — including ones that left the process group
 // with setsid — from a helper per id that switches to it and calls kill(-1), repeated until none is left or
 // `rounds` pass, a moment apart (about 1.4 s in all: a killed process is listed until its exit is done). Returns
-// true when no process of the uid or its block remains.
-bool KillAllOf(uid_t uid, int rounds = 20);
+// true when no process of the uid or its block remains. `found`, if given: how many there were at first.
+bool KillAllOf(uid_t uid, int rounds = 20, size_t* found = nullptr);
 
 // The variables `pid` was exec'd with ("K=V", as /proc's environ keeps them); empty when it is gone.
 std::vector<std::string> EnvironOf(pid_t pid);

@@ -139,6 +139,31 @@ TEST_F(SpawnTest, KillAllOfReachesSetsidEscapees) {
   EXPECT_TRUE(ProcessesOf(TestUid()).empty());
 }
 
+// The sweep's first, cheap test of whose a process is reads the owner of its /proc directory, which is its
+// effective uid even when it made itself non-dumpable (its other /proc files then turn root's): it is found.
+TEST_F(SpawnTest, KillAllOfReachesAProcessThatMadeItselfNonDumpable) {
+  const std::string ready = (home_ / "ready").string();
+  auto [status, out] =
+      Run(Spec({"sh", "-c",
+                "python3 -c 'import ctypes, os, time; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); os.setsid(); "
+                "open(\"" +
+                    ready + "\", \"w\").close(); time.sleep(300)' > /dev/null 2>&1 < /dev/null & echo started"}));
+  EXPECT_EQ(out, "started\n");
+  for (int i = 0; i < 500 && !fs::exists(ready); ++i) usleep(10'000);  // until it is non-dumpable
+  ASSERT_TRUE(fs::exists(ready));
+  const std::vector<pid_t> found = ProcessesOf(TestUid());
+  ASSERT_EQ(found.size(), 1u);
+  struct stat st {};
+  ASSERT_EQ(stat(("/proc/" + std::to_string(found[0])).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, TestUid());
+  ASSERT_EQ(stat(("/proc/" + std::to_string(found[0]) + "/status").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "the process is dumpable: this test tests nothing";
+  size_t counted = 0;
+  EXPECT_TRUE(KillAllOf(TestUid(), 20, &counted));
+  EXPECT_EQ(counted, 1u);
+  EXPECT_TRUE(ProcessesOf(TestUid()).empty());
+}
+
 TEST(ValidateRlimits, RejectsNegativeAndAboveCeiling) {
   Rlimits ceiling{.nproc = 256, .address_space_bytes = 1LL << 33, .nofile = 1024};
   EXPECT_THAT(ValidateRlimits({.nproc = 100}, ceiling), IsOk());
