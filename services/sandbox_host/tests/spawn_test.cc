@@ -143,13 +143,13 @@ TEST_F(SpawnTest, KillAllOfReachesSetsidEscapees) {
 // effective uid even when it made itself non-dumpable (its other /proc files then turn root's): it is found.
 TEST_F(SpawnTest, KillAllOfReachesAProcessThatMadeItselfNonDumpable) {
   const std::string ready = (home_ / "ready").string();
-  auto [status, out] =
-      Run(Spec({"sh", "-c",
-                "python3 -c 'import ctypes, os, time; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); os.setsid(); "
-                "open(\"" +
-                    ready + "\", \"w\").close(); time.sleep(300)' > /dev/null 2>&1 < /dev/null & echo started"}));
+  // The shell returns once the process is non-dumpable (it made the file after its prctl).
+  const std::string script =
+      "python3 -c 'import ctypes, os, time; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); os.setsid(); open(\"" + ready +
+      "\", \"w\").close(); time.sleep(300)' > /dev/null 2>&1 < /dev/null & until [ -e " + ready +
+      " ]; do sleep 0.01; done; echo started";
+  auto [status, out] = Run(Spec({"sh", "-c", script}));
   EXPECT_EQ(out, "started\n");
-  for (int i = 0; i < 500 && !fs::exists(ready); ++i) usleep(10'000);  // until it is non-dumpable
   ASSERT_TRUE(fs::exists(ready));
   const std::vector<pid_t> found = ProcessesOf(TestUid());
   ASSERT_EQ(found.size(), 1u);
