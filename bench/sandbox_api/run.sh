@@ -110,6 +110,18 @@ print("ratio corral/floor: %.2fx (target >= 0.7)" % ratio)
 print("RESULT sandbox_api calls_per_s=%.1f floor_calls_per_s=%.1f ratio=%.2f p50_ms=%.1f p99_ms=%.1f floor_p50_ms=%.1f" % (
     rows["corral"][0], rows["floor"][0], ratio, rows["corral"][1], rows["corral"][2], rows["floor"][1]))
 PY
+# Where a call's time went, from the API's histograms (means over every call, the warm-up's included): waiting for
+# its permit, for its sandbox (LeaseSandbox), and the rest (writing the files, running, reading, the release).
+curl -s "http://$(addr api metrics)/metrics" | awk '
+  /^corral_sandbox_api_(run_code|permit_wait|lease)_seconds_(sum|count)/ {
+    split($1, a, "_seconds_"); v[a[1] "_" a[2]] = $2 }
+  END {
+    n = v["corral_sandbox_api_run_code_count"]; if (n == 0) exit
+    call = 1000 * v["corral_sandbox_api_run_code_sum"] / n
+    permit = 1000 * v["corral_sandbox_api_permit_wait_sum"] / v["corral_sandbox_api_permit_wait_count"]
+    lease = 1000 * v["corral_sandbox_api_lease_sum"] / v["corral_sandbox_api_lease_count"]
+    printf "  a call, mean %.1f ms: its permit %.1f ms, its sandbox %.1f ms, the rest %.1f ms\n", call, permit, lease,
+      call - permit - lease }' >&2
 # Where the CPU went, per /run_code call (everything since start: the warm-up and the floor's rounds included for
 # the client, so only the services' figures are per call).
 total=$(( calls * (rounds + 1) ))
