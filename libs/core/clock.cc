@@ -79,11 +79,15 @@ void RealClock::Stop() {
 
 Clock::TimerId RealClock::RunAt(absl::Time when, absl::AnyInvocable<void()> fn) {
   Clock::TimerId id;
+  bool earliest = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    earliest = queue_.empty() || when < queue_.next_deadline();
     id = queue_.Add(when, std::move(fn));
   }
-  wake_.notify_one();  // it may be earlier than what the loop waits for
+  // Only a timer earlier than every other changes what the loop waits for: waking it for a later one (a lease's
+  // expiry, added with every grant) cost two context switches per timer for nothing.
+  if (earliest) wake_.notify_one();
   return id;
 }
 
