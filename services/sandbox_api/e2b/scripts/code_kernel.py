@@ -9,6 +9,7 @@ import base64
 import io
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -18,6 +19,9 @@ proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
 proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 emit_lock = threading.Lock()
+# Held while output is taken from the pipes or Python's streams and sent: what reached a file descriptor before a
+# print is sent before it. Reentrant: a signal handler may print while the main thread holds it.
+output_lock = threading.RLock()
 SENTINEL = b"\0corral-end-of-output\0"
 
 
@@ -28,13 +32,15 @@ def emit(message):
 
 
 class Capture:
-    """File descriptor `fd` as a pipe; each whole line of it a `kind` event, the rest at each sentinel."""
+    """File descriptor `fd` as a pipe; each whole line of it a `kind` event, the rest at each sentinel. Read only
+    under output_lock, by its thread or by a print (Stream), so no bytes are ever read and not yet sent."""
 
     def __init__(self, fd, kind):
         read, write = os.pipe()
         os.dup2(write, fd)
         os.close(write)
-        self.read, self.fd, self.kind = read, fd, kind
+        os.set_blocking(read, False)
+        self.read, self.fd, self.kind, self.pending = read, fd, kind, b""
         self.drained = threading.Event()
         threading.Thread(target=self.run, daemon=True).start()
 
@@ -46,21 +52,31 @@ class Capture:
             if text:
                 emit({"type": self.kind, "text": text.decode("utf-8", "replace")})
 
-    def run(self):
-        pending = b""
+    def pump(self):
+        """Sends what the pipe holds now (whole lines; the rest at a sentinel). False at its end. Under output_lock."""
         while True:
-            data = os.read(self.read, 65536)
+            try:
+                data = os.read(self.read, 65536)
+            except BlockingIOError:
+                return True
             if not data:
-                return
-            pending += data
-            while SENTINEL in pending:
-                before, pending = pending.split(SENTINEL, 1)
+                return False
+            self.pending += data
+            while SENTINEL in self.pending:
+                before, self.pending = self.pending.split(SENTINEL, 1)
                 self.send(before)
                 self.drained.set()
-            cut = pending.rfind(b"\n") + 1  # whole lines now; the rest (maybe a sentinel's start) waits
+            cut = self.pending.rfind(b"\n") + 1  # whole lines now; the rest (maybe a sentinel's start) waits
             if cut > 0:
-                self.send(pending[:cut])
-                pending = pending[cut:]
+                self.send(self.pending[:cut])
+                self.pending = self.pending[cut:]
+
+    def run(self):
+        while True:
+            select.select([self.read], [], [])
+            with output_lock:
+                if not self.pump():
+                    return
 
     def drain(self):
         self.drained.clear()
@@ -69,11 +85,11 @@ class Capture:
 
 
 class Stream(io.TextIOBase):
-    """sys.stdout or sys.stderr, written straight to its file descriptor: one pipe carries what Python prints and
-    what a subprocess or os.write puts there, in the order it was written."""
+    """sys.stdout or sys.stderr: whole lines as `kind` events at once, in the order the code writes them, after
+    whatever a subprocess or os.write put on the file descriptors before."""
 
-    def __init__(self, fd):
-        self.fd = fd
+    def __init__(self, fd, kind):
+        self.fd, self.kind, self.pending = fd, kind, ""
 
     @property
     def encoding(self):
@@ -86,15 +102,29 @@ class Stream(io.TextIOBase):
         return self.fd
 
     def write(self, text):
-        data = text.encode("utf-8", "replace")
-        while data:
-            data = data[os.write(self.fd, data):]
+        with output_lock:
+            for capture in captures:
+                capture.pump()
+            self.pending += text
+            cut = self.pending.rfind("\n") + 1
+            if cut > 0:
+                emit({"type": self.kind, "text": self.pending[:cut]})
+                self.pending = self.pending[cut:]
         return len(text)
 
+    def flush(self):
+        with output_lock:
+            for capture in captures:
+                capture.pump()
+            if self.pending:
+                emit({"type": self.kind, "text": self.pending})
+                self.pending = ""
 
-# Python's output and what reaches the file descriptors (a subprocess, os.write), through the same pipes.
+
+# Python's own output through sys.stdout and sys.stderr; what reaches the file descriptors (a subprocess,
+# os.write) through the pipes; the two in the order they were written.
 captures = [Capture(1, "stdout"), Capture(2, "stderr")]
-sys.stdout, sys.stderr = Stream(1), Stream(2)
+sys.stdout, sys.stderr = Stream(1, "stdout"), Stream(2, "stderr")
 
 MIME = {
     "_repr_html_": "html",
@@ -194,3 +224,7 @@ while True:
         emit(error)
     emit({"type": "number_of_executions", "execution_count": count})
     emit({"type": "end_of_execution"})
+# Without finalizing: a capture thread frozen by it while holding output_lock would hang the final flush of
+# sys.stdout; everything the kernel says has been sent.
+proto_out.flush()
+os._exit(0)
