@@ -7,7 +7,9 @@
 # children of a sandbox with a 100 MiB home against as many fresh creates and as many copies of the home, 64
 # children of an empty home and of a 1 GiB one against 64 creates, and the host's memory and disk with 1,000 forks
 # alive.
-#   bench/sandbox_host/run.sh        (BENCH_SANDBOXES=1000, BENCH_EXECS=500, BENCH_FIRST_COMMANDS=100, BENCH_FORKS=1000)
+#   bench/sandbox_host/run.sh        (BENCH_SANDBOXES=1000, BENCH_EXECS=500, BENCH_FIRST_COMMANDS=100, BENCH_FORKS=1000,
+#                                     BENCH_FORK_HOMES="0 1024": the homes, in MiB, of the 64-children-against-creates
+#                                     runs; empty: none)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/prepare.sh
@@ -55,7 +57,7 @@ burst_out=$(first_out burst); echo "  first command, burst: $burst_out" >&2
 fork_out=$("$gen" --mode=fork --addr="$addr" --home-mib="$fork_mib"); echo "  fork: $fork_out" >&2
 # The same against fresh creates for an empty home and a 1 GiB one (no copies: 64 of 1 GiB would take minutes).
 fork_rows="$fork_mib $(grep '^children=64' <<< "$fork_out")"$'\n'
-for mib in $(smoke_or "0 1024" "0"); do
+for mib in ${BENCH_FORK_HOMES-$(smoke_or "0 1024" "0")}; do
   out=$("$gen" --mode=fork --addr="$addr" --home-mib="$mib" --no-copy | grep '^children=64')
   echo "  fork, home of $mib MiB: $out" >&2
   fork_rows+="$mib $out"$'\n'
