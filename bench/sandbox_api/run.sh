@@ -112,7 +112,8 @@ print("RESULT sandbox_api calls_per_s=%.1f floor_calls_per_s=%.1f ratio=%.2f p50
 PY
 # Where a call's time went, from the API's histograms (means over every call, the warm-up's included): waiting for
 # its permit, for its sandbox (LeaseSandbox), and the rest (writing the files, running, reading, the release).
-curl -s "http://$(addr api metrics)/metrics" | awk '
+python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+  "http://$(addr api metrics)/metrics" | awk '
   /^corral_sandbox_api_(run_code|permit_wait|lease)_seconds_(sum|count)/ {
     split($1, a, "_seconds_"); v[a[1] "_" a[2]] = $2 }
   END {

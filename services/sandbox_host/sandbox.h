@@ -128,9 +128,10 @@ struct Sandbox {
   // parent's place (set and cleared under the manager's lock).
   mutable std::atomic<bool> forking{false};
   // Its files were frozen into `layers` at a fork and its new generation on them is not built yet: the first call
-  // that needs the sandbox builds it (SandboxManager::Renew); a delete needs none (set and cleared under the
-  // manager's lock, or while `forking`).
+  // that needs the sandbox builds it (SandboxManager::Renew; `renewing` meanwhile, when other calls wait for it
+  // rather than be refused); a delete needs none (set and cleared under the manager's lock, or while `forking`).
   bool renewal_due = false;
+  bool renewing = false;
   // Frozen by PauseSandbox (set under uid_mu): commands are refused, idle eviction spares it.
   mutable std::atomic<bool> paused{false};
   // A delete of a sandbox being forked wakes the fork's wait for its processes: the fork gives up.

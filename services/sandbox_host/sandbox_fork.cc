@@ -67,6 +67,7 @@ absl::Status SandboxManager::Renew(const std::shared_ptr<Sandbox>& parent) {
     files.Retire(*parent);
   }
   absl::MutexLock lock(&mu_);
+  parent->renewing = false;
   if (next != nullptr) {
     parent->renewal_due = false;
     auto it = sandboxes_.find(parent->id);

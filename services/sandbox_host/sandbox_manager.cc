@@ -352,17 +352,24 @@ absl::StatusOr<std::shared_ptr<const Sandbox>> SandboxManager::Find(const std::s
   std::shared_ptr<Sandbox> due;
   {
     absl::MutexLock lock(&mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
-    if (it->second->forking) {
-      return absl::UnavailableError(absl::StrCat("sandbox '", id, "' is being forked; try again in a moment"));
+    for (;;) {
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
+      if (it->second->renewing) {  // another call builds its new generation: milliseconds
+        fork_ended_.Wait(&mu_);
+        continue;
+      }
+      if (it->second->forking) {
+        return absl::UnavailableError(absl::StrCat("sandbox '", id, "' is being forked; try again in a moment"));
+      }
+      if (!it->second->renewal_due) {
+        it->second->Touch(clock_->Now());
+        return std::shared_ptr<const Sandbox>(it->second);
+      }
+      due = it->second;
+      due->forking = due->renewing = true;
+      break;
     }
-    if (!it->second->renewal_due) {
-      it->second->Touch(clock_->Now());
-      return std::shared_ptr<const Sandbox>(it->second);
-    }
-    due = it->second;
-    due->forking = true;
   }
   CORRAL_RETURN_IF_ERROR(Renew(due));
   return Find(id);

@@ -135,8 +135,9 @@ class SandboxManager {
   // requires; NOT_FOUND for an unknown (or still building) template. Capacity and uids are reserved atomically: what
   // does not fit is `rejected`, never over-committed.
   absl::StatusOr<CreateResult> Create(int64_t count, SandboxSpec spec);
-  // NOT_FOUND for an unknown or deleted sandbox. Counts as activity for idle eviction. A sandbox forked since it
-  // was last used gets its new generation first (Renew: a few milliseconds, on this thread).
+  // NOT_FOUND for an unknown or deleted sandbox; UNAVAILABLE while it is being forked. Counts as activity for idle
+  // eviction. A sandbox forked since it was last used gets its new generation first (Renew: a few milliseconds, on
+  // this thread; calls that come meanwhile wait for it).
   absl::StatusOr<std::shared_ptr<const Sandbox>> Find(const std::string& id);
   // Deletes every sandbox idle (no process running, no API call) for longer than its idle timeout. Runs by
   // itself every second; public for tests. Returns how many were evicted.

@@ -186,14 +186,6 @@ absl::StatusOr<LayerStack> ForkLayers::FreezeTree(const UniqueFd& rw_tree, uid_t
   return LayerStack(std::move(layer));
 }
 
-absl::StatusOr<UniqueFd> ForkLayers::ThawTree(const ForkLayer& layer) const {
-  HolderArgs args{.holder = holder_.get(), .path = layer.dir.c_str()};
-  if (!RunInHolder(args)) {
-    return absl::InternalError(absl::StrCat("taking back ", layer.dir, ": ", strerror(args.err)));
-  }
-  return UniqueFd(args.clone);
-}
-
 std::string ForkLayers::NewDir() { return absl::StrCat(dir_, "/l", getpid(), "-", next_layer++); }
 
 absl::StatusOr<LayerStack> ForkLayers::FreezeHome(const std::string& home, uid_t owner) {
@@ -227,14 +219,14 @@ absl::StatusOr<LayerStack> ForkLayers::FreezeUpper(const std::string& rw_dir, ui
   layer->below = std::move(below);
   LayerStack out(std::move(layer));
   // The old overlay (the parent's previous generation) still names the work directory: it is set aside, not
-  // removed, until the new generation has taken over (ClearFrozenWork), or put back by a Thaw.
+  // removed, until the new generation has taken over (ClearFrozenWork), or put back (PutBack).
   if (rename((rw_dir + "/work").c_str(), (rw_dir + "/work.frozen").c_str()) != 0) {
     absl::Status s = Errno("setting aside " + rw_dir + "/work");
-    (void)Thaw(rw_dir, false, out);
+    (void)PutBack(rw_dir, out);
     return s;
   }
   if (absl::Status s = MakeUpper(rw_dir, owner); !s.ok()) {
-    (void)Thaw(rw_dir, false, out);
+    (void)PutBack(rw_dir, out);
     return s;
   }
   return out;
@@ -246,23 +238,17 @@ void ForkLayers::ClearFrozenWork(const std::string& rw_dir) {
   if (ec) spdlog::warn("clearing {}/work.frozen: {}", rw_dir, ec.message());
 }
 
-absl::Status ForkLayers::Thaw(const std::string& home_or_rw_dir, bool was_home, LayerStack layer) {
+absl::Status ForkLayers::PutBack(const std::string& rw_dir, const LayerStack& layer) {
   // The layer's directory must outlive this: it is moved back, not removed (its destructor then finds nothing).
   const std::string dir = layer->dir;
-  if (was_home) {
-    if (renameat2(AT_FDCWD, home_or_rw_dir.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
-      return Errno("putting back " + home_or_rw_dir);
-    }
-    return absl::OkStatus();  // the layer's directory now holds the empty rw tree, removed with the layer
-  }
   std::error_code ec;
-  fs::remove_all(home_or_rw_dir + "/upper", ec);
-  if (rename(dir.c_str(), (home_or_rw_dir + "/upper").c_str()) != 0) return Errno("putting back " + dir);
+  fs::remove_all(rw_dir + "/upper", ec);
+  if (rename(dir.c_str(), (rw_dir + "/upper").c_str()) != 0) return Errno("putting back " + dir);
   // The work directory the parent's overlay still uses, when it was set aside.
-  if (fs::exists(home_or_rw_dir + "/work.frozen", ec)) {
-    fs::remove_all(home_or_rw_dir + "/work", ec);
-    if (rename((home_or_rw_dir + "/work.frozen").c_str(), (home_or_rw_dir + "/work").c_str()) != 0) {
-      return Errno("putting back " + home_or_rw_dir + "/work");
+  if (fs::exists(rw_dir + "/work.frozen", ec)) {
+    fs::remove_all(rw_dir + "/work", ec);
+    if (rename((rw_dir + "/work.frozen").c_str(), (rw_dir + "/work").c_str()) != 0) {
+      return Errno("putting back " + rw_dir + "/work");
     }
   }
   return absl::OkStatus();

@@ -67,16 +67,12 @@ class ForkLayers {
   absl::StatusOr<LayerStack> FreezeUpper(const std::string& rw_dir, uid_t owner, LayerStack below);
   // After FreezeUpper, once the sandbox's new generation has taken over: the old work directory goes.
   static void ClearFrozenWork(const std::string& rw_dir);
-  // Undoes a freeze whose sandbox could not be rebuilt: the layer goes back where it came from.
-  absl::Status Thaw(const std::string& home_or_rw_dir, bool was_home, LayerStack layer);
 
   // Image sandboxes, whose upper layer is a tmpfs no host path reaches: `rw_tree` (a detached mount of it, see
   // ImageRoot) is attached in the holder mount namespace, where the sandboxes built on it clone it from
   // (ImageRootSpec.held_layers). The host's own mounts never change. FAILED_PRECONDITION without a holder.
   // `rw_tree` is left as it is when the freeze fails (the caller drops it once it succeeds).
   absl::StatusOr<LayerStack> FreezeTree(const UniqueFd& rw_tree, uid_t owner, LayerStack below);
-  // Undoes FreezeTree: a detached mount of the layer's tmpfs again (the layer is then dropped).
-  absl::StatusOr<UniqueFd> ThawTree(const ForkLayer& layer) const;
   // The holder mount namespace (made at construction; -1 when mount namespaces are unavailable) and the host's.
   int holder_ns() const { return holder_.get(); }
   int host_ns() const { return host_.get(); }
@@ -85,6 +81,8 @@ class ForkLayers {
 
  private:
   std::string NewDir();
+  // Undoes a FreezeUpper that could not finish: the layer goes back to be `rw_dir`'s upper directory.
+  static absl::Status PutBack(const std::string& rw_dir, const LayerStack& layer);
 
   const std::string dir_;
   UniqueFd host_, holder_;

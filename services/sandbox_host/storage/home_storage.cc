@@ -94,12 +94,6 @@ class HomeStorage final : public Storage {
     return Frozen{std::move(layer), true};
   }
 
-  void Thaw(Sandbox& sb, const LayerStack& frozen) override {
-    if (absl::Status s = parts_.layers->Thaw(sb.home, /*was_home=*/true, frozen); !s.ok()) {
-      spdlog::error("sandbox {}: a failed fork could not put its files back: {}", sb.id, s);
-    }
-  }
-
   void Retire(Sandbox&) override {}
   void Teardown(Sandbox&) override {}
   absl::StatusOr<uint64_t> OwnBytes(const Sandbox& sb) const override { return DirBytes(-1, sb.home); }
@@ -165,12 +159,6 @@ class LayeredHomeStorage final : public Storage {
     if (fs::is_empty(Rw(sb) + "/upper", ec) && !ec) return Frozen{sb.layers, false};
     CORRAL_ASSIGN_OR_RETURN(LayerStack layer, parts_.layers->FreezeUpper(Rw(sb), sb.uid, sb.layers));
     return Frozen{std::move(layer), true};
-  }
-
-  void Thaw(Sandbox& sb, const LayerStack& frozen) override {
-    if (absl::Status s = parts_.layers->Thaw(Rw(sb), /*was_home=*/false, frozen); !s.ok()) {
-      spdlog::error("sandbox {}: a failed fork could not put its files back: {}", sb.id, s);
-    }
   }
 
   // The old overlay's work directory is not needed (no process or call can reach the old generation).

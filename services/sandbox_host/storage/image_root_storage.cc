@@ -144,16 +144,6 @@ class ImageRootStorage final : public Storage {
     return Frozen{std::move(layer), true};
   }
 
-  // Its tmpfs is still its upper, in its own namespace: only the handle comes back.
-  void Thaw(Sandbox& sb, const LayerStack& frozen) override {
-    auto tree = parts_.layers->ThawTree(*frozen);
-    if (tree.ok()) {
-      sb.image->rw_tree = *std::move(tree);
-    } else {
-      spdlog::error("sandbox {}: a failed fork could not take back its upper layer: {}", sb.id, tree.status());
-    }
-  }
-
   // The new generation pinned the image and counted the template again: the old one lets go.
   void Retire(Sandbox& sb) override {
     Teardown(sb);

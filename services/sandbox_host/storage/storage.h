@@ -1,9 +1,9 @@
 // A sandbox's files, by storage kind (sandbox.h: StorageKind). Each kind builds them for a new sandbox (its
 // directories, home, mount namespace, what Landlock lets it write, the environment that goes with them), and at
-// a fork freezes what the sandbox wrote since its last fork into a layer, thaws it back when the fork fails, and
-// retires the old generation once the new one has taken over; at a delete it gives back what it took. The
-// manager does the rest the same way for every kind (uid, cgroup, rlimits, Landlock, tokens), and never asks
-// which kind it holds.
+// a fork freezes what the sandbox wrote since its last fork into a layer (the sandbox's new generation is built
+// on it at its next use), and retires the old generation once the new one has taken over; at a delete it gives
+// back what it took. The manager does the rest the same way for every kind (uid, cgroup, rlimits, Landlock,
+// tokens), and never asks which kind it holds.
 //   kHome        a directory of the host: <root>/homes/<id>, a template copied in, task paths made empty.
 //   kLayeredHome a forked home: the fork's layers under an upper layer of its own, an overlay in its own mount
 //                namespace (fork/fork_layers.h); what a plain home becomes at its first fork.
@@ -77,8 +77,6 @@ class Storage {
     (void)to;
     return absl::OkStatus();
   }
-  // Undoes a Freeze that changed `sb` when its new generation could not be built.
-  virtual void Thaw(Sandbox& sb, const LayerStack& frozen) = 0;
   // The new generation built on the frozen layer has taken the place of `sb`: what only `sb` held goes.
   virtual void Retire(Sandbox& sb) = 0;
   // Gives back what Build took from the host's stores (its directory is removed by the caller, with it).

@@ -261,6 +261,35 @@ TEST_F(ForkTest, AParentGetsItsNewGenerationAtItsNextUseAndADeleteNeedsNone) {
   EXPECT_EQ(manager_->uids().in_use(), 0u);
 }
 
+// The first calls after a fork, at once: one builds the parent's new generation, the others wait for it (none is
+// refused), and all get the same one.
+TEST_F(ForkTest, CallsThatComeWhileTheNewGenerationIsBuiltWaitForIt) {
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  Sh(parent, "echo v1 > note");
+  const std::string id = parent->id;
+  parent.reset();
+  auto children = Fork(id, 1);
+  ASSERT_EQ(children.size(), 1u);
+  constexpr int kCalls = 8;
+  std::vector<absl::StatusOr<std::shared_ptr<const Sandbox>>> found(kCalls, absl::UnknownError("not run"));
+  std::vector<std::thread> calls;
+  absl::Notification go;
+  for (int i = 0; i < kCalls; ++i) {
+    calls.emplace_back([&, i] {
+      go.WaitForNotification();
+      found[i] = manager_->Find(id);
+    });
+  }
+  go.Notify();
+  for (std::thread& t : calls) t.join();
+  for (const auto& f : found) {
+    ASSERT_THAT(f, IsOk());
+    EXPECT_EQ(f->get(), found[0]->get());
+  }
+  EXPECT_EQ(Sh(*found[0], "cat note"), "v1\n");
+}
+
 TEST_F(ForkTest, BadForksAreRefusedAndChangeNothing) {
   EXPECT_EQ(manager_->Fork("sb-nobody", 1).status().code(), absl::StatusCode::kNotFound);
   auto parent = NewSandbox();
