@@ -153,6 +153,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   // The parent's files stay in the layer even when no child could be made: its new generation is built on it.
   absl::MutexLock lock(&mu_);
   reserved_ -= granted;
+  parent->Touch(clock_->Now());  // a fork is a use of it: its idle time starts again
   EndFork(*parent);
   if (!children.ok()) {
     if (metrics_) metrics_->forks.Add({{"outcome", "failed"}}).Increment();

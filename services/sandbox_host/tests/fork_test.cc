@@ -290,6 +290,33 @@ TEST_F(ForkTest, CallsThatComeWhileTheNewGenerationIsBuiltWaitForIt) {
   EXPECT_EQ(Sh(*found[0], "cat note"), "v1\n");
 }
 
+// A fork is a use of the parent: its idle time starts again then, though its new generation waits for its next
+// call; one left alone after it is evicted as it is.
+TEST_F(ForkTest, AForkIsAUseOfTheParentForItsIdleTime) {
+  manager_.reset();
+  manager_ = std::make_unique<SandboxManager>(options_, features_, &fake_clock_, &signer_,
+                                              SandboxManagerParts{.layers = layers_.get()});
+  auto listed = [&](const std::string& id) {
+    for (const auto& sb : manager_->List()) {
+      if (sb->id == id) return true;
+    }
+    return false;
+  };
+  SandboxSpec spec;
+  spec.idle_timeout = absl::Seconds(10);
+  auto parent = NewSandbox(spec);
+  ASSERT_NE(parent, nullptr);
+  Sh(parent, "echo v1 > note");
+  const std::string id = parent->id;
+  parent.reset();
+  fake_clock_.Advance(absl::Seconds(9));
+  ASSERT_EQ(Fork(id, 1).size(), 1u);
+  fake_clock_.Advance(absl::Seconds(9));  // 18 s since its last call, 9 since the fork
+  EXPECT_TRUE(listed(id));
+  fake_clock_.Advance(absl::Seconds(2));
+  EXPECT_FALSE(listed(id));
+}
+
 TEST_F(ForkTest, BadForksAreRefusedAndChangeNothing) {
   EXPECT_EQ(manager_->Fork("sb-nobody", 1).status().code(), absl::StatusCode::kNotFound);
   auto parent = NewSandbox();
