@@ -43,6 +43,14 @@ class ForkTest : public SandboxHostTest {
     EXPECT_THAT(sb, IsOk());
     return sb.ok() ? *sb : nullptr;
   }
+  // The sandbox the manager lists under `id` (without Find, which would build a forked parent's new generation),
+  // or null.
+  const Sandbox* Listed(const std::string& id) const {
+    for (const auto& sb : manager_->List()) {
+      if (sb->id == id) return sb.get();
+    }
+    return nullptr;
+  }
   std::vector<std::shared_ptr<const Sandbox>> Fork(const std::string& id, int n, bool empty_tmp = false) {
     auto r = manager_->Fork(id, n, {}, absl::ZeroDuration(), empty_tmp);
     EXPECT_THAT(r, IsOk());

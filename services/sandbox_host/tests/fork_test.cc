@@ -210,12 +210,6 @@ TEST_F(ForkTest, LayersAreSharedAndGoWithTheirLastUserAndNothingIsLeft) {
 // The parent's new generation (its files mounted anew over the layer they were frozen into) is built by the first
 // call that needs it, not by the fork: a parent only deleted after its fork, as a verifier's is, never pays for it.
 TEST_F(ForkTest, AParentGetsItsNewGenerationAtItsNextUseAndADeleteNeedsNone) {
-  auto find_listed = [&](const std::string& id) -> const Sandbox* {
-    for (const auto& sb : manager_->List()) {
-      if (sb->id == id) return sb.get();
-    }
-    return nullptr;
-  };
   auto used = NewSandbox();
   auto deleted = NewSandbox();
   ASSERT_NE(used, nullptr);
@@ -231,18 +225,18 @@ TEST_F(ForkTest, AParentGetsItsNewGenerationAtItsNextUseAndADeleteNeedsNone) {
   auto orphans = Fork(deleted_id, 1);
   ASSERT_EQ(children.size(), 1u);
   ASSERT_EQ(orphans.size(), 1u);
-  EXPECT_EQ(find_listed(used_id), used_before) << "the fork built no new generation";
-  EXPECT_EQ(find_listed(deleted_id), deleted_before);
+  EXPECT_EQ(Listed(used_id), used_before) << "the fork built no new generation";
+  EXPECT_EQ(Listed(deleted_id), deleted_before);
   // A second fork before any use shares the same layers: nothing is frozen or built again.
   auto more = Fork(used_id, 1);
   ASSERT_EQ(more.size(), 1u);
-  EXPECT_EQ(find_listed(used_id), used_before);
+  EXPECT_EQ(Listed(used_id), used_before);
   EXPECT_EQ(LayersOnDisk(), 2u);
   // The first call builds it; the parent's files and /tmp are as they were, its writes its own.
   auto after = Current(used_id);
   ASSERT_NE(after, nullptr);
   EXPECT_NE(after.get(), used_before);
-  EXPECT_EQ(find_listed(used_id), after.get());
+  EXPECT_EQ(Listed(used_id), after.get());
   EXPECT_EQ(Sh(after, "cat note /tmp/t; echo v2 > note; cat note"), "v1\nt1\nv2\n");
   EXPECT_EQ(Sh(children[0], "cat note"), "v1\n");
   EXPECT_EQ(Sh(more[0], "cat note /tmp/t"), "v1\nt1\n");
@@ -296,12 +290,6 @@ TEST_F(ForkTest, AForkIsAUseOfTheParentForItsIdleTime) {
   manager_.reset();
   manager_ = std::make_unique<SandboxManager>(options_, features_, &fake_clock_, &signer_,
                                               SandboxManagerParts{.layers = layers_.get()});
-  auto listed = [&](const std::string& id) {
-    for (const auto& sb : manager_->List()) {
-      if (sb->id == id) return true;
-    }
-    return false;
-  };
   SandboxSpec spec;
   spec.idle_timeout = absl::Seconds(10);
   auto parent = NewSandbox(spec);
@@ -312,9 +300,9 @@ TEST_F(ForkTest, AForkIsAUseOfTheParentForItsIdleTime) {
   fake_clock_.Advance(absl::Seconds(9));
   ASSERT_EQ(Fork(id, 1).size(), 1u);
   fake_clock_.Advance(absl::Seconds(9));  // 18 s since its last call, 9 since the fork
-  EXPECT_TRUE(listed(id));
+  EXPECT_NE(Listed(id), nullptr);
   fake_clock_.Advance(absl::Seconds(2));
-  EXPECT_FALSE(listed(id));
+  EXPECT_EQ(Listed(id), nullptr);
 }
 
 TEST_F(ForkTest, BadForksAreRefusedAndChangeNothing) {
