@@ -5,7 +5,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -25,8 +24,6 @@
 
 namespace corral::sandbox {
 namespace {
-
-constexpr size_t kStack = 64 * 1024;
 
 // Steps the helper reports when one fails.
 enum Step : int {
@@ -180,61 +177,7 @@ int HelperMain(void* raw) {
   return 0;
 }
 
-struct Holder {
-  int fd_to_wait_on;
-  pid_t host;
-};
-
-int HoldUserNamespace(void* raw) {
-  const Holder& holder = *static_cast<const Holder*>(raw);
-  // It holds a copy of the pipe's write end: were the host killed before writing, it would wait forever (and
-  // keep the host's descriptors open, its root's lock among them). It dies with the host.
-  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-  if (getppid() != holder.host) return 0;
-  char c;
-  (void)!read(holder.fd_to_wait_on, &c, 1);  // until the maps are written and the namespace opened
-  return 0;
-}
-
-bool WriteProcFile(pid_t pid, const char* name, const std::string& content) {
-  const std::string path = absl::StrCat("/proc/", pid, "/", name);
-  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  const bool ok = fd >= 0 && write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
-  if (fd >= 0) close(fd);
-  return ok;
-}
-
 }  // namespace
-
-absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gids, bool setgroups) {
-  auto lines = [](const IdMap& map) {
-    std::string text;
-    for (const IdExtent& e : map) absl::StrAppend(&text, e.inside, " ", e.outside, " ", e.count, "\n");
-    return text;
-  };
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
-  UniqueFd read_end(pipefd[0]), write_end(pipefd[1]);
-  std::unique_ptr<char[]> stack(new char[kStack]);
-  Holder holder{read_end.get(), getpid()};
-  const pid_t pid = clone(HoldUserNamespace, stack.get() + kStack, CLONE_NEWUSER | CLONE_VM | SIGCHLD, &holder);
-  if (pid < 0) return absl::InternalError(absl::StrCat("clone(CLONE_NEWUSER): ", strerror(errno)));
-  const bool mapped = WriteProcFile(pid, "uid_map", lines(uids)) &&
-                      WriteProcFile(pid, "setgroups", setgroups ? "allow" : "deny") &&
-                      WriteProcFile(pid, "gid_map", lines(gids));
-  const int saved = errno;
-  UniqueFd ns(open(absl::StrCat("/proc/", pid, "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
-  // The holder's read returns and it exits (closing our end would not do: it holds a copy of it).
-  if (write(write_end.get(), "x", 1) != 1) kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  if (!mapped) return absl::InternalError(absl::StrCat("writing the user namespace's id maps: ", strerror(saved)));
-  if (ns.get() < 0) return absl::InternalError(absl::StrCat("opening the user namespace: ", strerror(errno)));
-  return ns;
-}
-
-absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_uid, gid_t inside_gid) {
-  return CreateUserNamespace(IdMap{{inside_uid, uid, 1}}, IdMap{{inside_gid, gid, 1}});
-}
 
 absl::StatusOr<SandboxUserNamespace> CreateSandboxUserNamespace(uid_t pool, uid_t image_uid, gid_t image_gid) {
   // setgroups is allowed (su and login set a user's groups): every gid it can name is the sandbox's own.

@@ -15,14 +15,9 @@
 #include "absl/status/statusor.h"
 #include "libs/core/unique_fd.h"
 #include "services/sandbox_host/linux/sub_ids.h"
+#include "services/sandbox_host/linux/user_namespaces.h"
 
 namespace corral::sandbox {
-
-// A user namespace with these id maps; setgroups denied unless `setgroups`.
-absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gids, bool setgroups = false);
-// One mapping `inside_uid`/`inside_gid` (root by default: the image's user) to `uid`/`gid` outside, and nothing
-// else.
-absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_uid = 0, gid_t inside_gid = 0);
 
 // The user namespace of a sandbox in an image: its image's user is its pool uid, and every other id of 0 … 65535
 // one of its block (sub_ids.h), so that root and the users it adds are its own. `sub_ids` is false where the

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "services/sandbox_host/linux/fork_gate.h"
 #include "services/sandbox_host/linux/landlock.h"
 #include "services/sandbox_host/linux/open_in_root.h"
 
@@ -35,6 +37,7 @@ enum Stage : int {
   kSetuid,
   kNoNewPrivs,
   kLandlock,
+  kForkGate,
   kChdir,
   kExec
 };
@@ -50,6 +53,7 @@ const char* StageName(int stage) {
     case kSetuid: return "switching uid";
     case kNoNewPrivs: return "setting no_new_privs";
     case kLandlock: return "enforcing Landlock";
+    case kForkGate: return "keeping the fork-ready capabilities under the gate";
     case kChdir: return "entering the working directory";
     case kExec: return "exec";
     default: return "setup";
@@ -126,6 +130,7 @@ struct ChildArgs {
   char* const* argv;
   char* const* envp;
   int stdin_fd, out_w, err_w, status_w;
+  int gate_w;  // fork-ready: where the gate's listener goes
 };
 
 // Runs in the child, which shares the host's memory until it execs (CLONE_VM|CLONE_VFORK, as posix_spawn does):
@@ -156,9 +161,18 @@ int ChildMain(void* arg) {
     if (setrlimit(RLIMIT_CORE, &none_core) != 0) ChildFail(efd, kRlimit);
   }
   if (syscall(SYS_setgroups, 0, nullptr) != 0) ChildFail(efd, kSetgroups);  // before a user namespace denies it
-  if (spec.userns_fd >= 0 && setns(spec.userns_fd, CLONE_NEWUSER) != 0) ChildFail(efd, kSetns);
+  const bool fork_ready = spec.family_userns_fd >= 0;
+  const int userns_fd = fork_ready ? spec.family_userns_fd : spec.userns_fd;
+  if (userns_fd >= 0 && setns(userns_fd, CLONE_NEWUSER) != 0) ChildFail(efd, kSetns);
+  if (fork_ready && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) ChildFail(efd, kForkGate);
   if (syscall(SYS_setresgid, spec.gid, spec.gid, spec.gid) != 0) ChildFail(efd, kSetgid);
   if (syscall(SYS_setresuid, spec.uid, spec.uid, spec.uid) != 0) ChildFail(efd, kSetuid);
+  if (fork_ready) {
+    if (int e = KeepForkCapabilities(); e != 0) {
+      errno = e;
+      ChildFail(efd, kForkGate);
+    }
+  }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(efd, kNoNewPrivs);
   if (spec.landlock_fd >= 0) {
     int e = RestrictSelf(spec.landlock_fd);
@@ -166,6 +180,11 @@ int ChildMain(void* arg) {
       errno = e;
       ChildFail(efd, kLandlock);
     }
+  }
+  if (fork_ready) {
+    const int listener = InstallForkGate();
+    if (listener < 0 || !SendFd(a.gate_w, listener)) ChildFail(efd, kForkGate);
+    close(listener);
   }
   if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) ChildFail(efd, kChdir);
   sigset_t none;
@@ -195,8 +214,13 @@ absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
   UniqueFd in_r(in[0]), in_w(in[1]), out_r(out[0]), out_w(out[1]), err_r(err[0]), err_w(err[1]);
   UniqueFd status_r(status_pipe[0]), status_w(status_pipe[1]);
   UniqueFd null_fd(spec.pipe_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC));
-  ChildArgs args{&spec,       path.c_str(), argv.data(),   envp.data(), spec.pipe_stdin ? in_r.get() : null_fd.get(),
-                 out_w.get(), err_w.get(),  status_w.get()};
+  int gate_pair[2] = {-1, -1};
+  if (spec.family_userns_fd >= 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, gate_pair) != 0) {
+    return absl::InternalError(absl::StrCat("socketpair: ", strerror(errno)));
+  }
+  UniqueFd gate_r(gate_pair[0]), gate_w(gate_pair[1]);
+  ChildArgs args{&spec,       path.c_str(), argv.data(),    envp.data(), spec.pipe_stdin ? in_r.get() : null_fd.get(),
+                 out_w.get(), err_w.get(),  status_w.get(), gate_w.get()};
 
   // The child borrows our memory until it execs; no signal handler may run in it meanwhile.
   constexpr size_t kStack = 64 * 1024;
@@ -209,6 +233,7 @@ absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) return absl::InternalError(absl::StrCat("clone: ", strerror(clone_errno)));
   status_w.Reset();
+  gate_w.Reset();
   in_r.Reset();
   out_w.Reset();
   err_w.Reset();
@@ -226,6 +251,15 @@ absl::StatusOr<Spawned> Spawn(const SpawnSpec& spec) {
                                               strerror(child_error.err)));
     }
     result.exec_errno = child_error.err;
+  }
+  if (gate_r.valid() && result.exec_errno == 0) {
+    auto listener = ReceiveFd(gate_r.get());  // sent before exec: already waiting in the socket
+    if (!listener.ok()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      return listener.status();
+    }
+    result.gate = *std::move(listener);
   }
   fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
   fcntl(err_r.get(), F_SETFL, O_NONBLOCK);

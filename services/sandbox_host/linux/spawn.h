@@ -43,6 +43,9 @@ struct SpawnSpec {
   int root_fd = -1;                   // the root argv[0] is looked up in (an image's), or -1: the host's
   std::vector<int> cgroup_procs_fds;  // cgroup.procs files to join (opened for writing by the host)
   bool pipe_stdin = false;            // otherwise stdin is /dev/null
+  // Fork-ready (fork_gate.h): joins this family user namespace (instead of userns_fd), keeps the gated
+  // capabilities and runs under the gate, whose listener comes back in Spawned::gate.
+  int family_userns_fd = -1;
 };
 
 struct Spawned {
@@ -50,6 +53,7 @@ struct Spawned {
   UniqueFd stdin_fd;   // write end, when pipe_stdin
   UniqueFd stdout_fd;  // read ends, non-blocking
   UniqueFd stderr_fd;
+  UniqueFd gate;  // a fork-ready process's gate listener (transit_gate.h)
   // Set when the command could not be executed (ENOENT, EACCES…): the child already exited with 127/126,
   // like a shell; the caller reports that rather than an RPC error.
   int exec_errno = 0;

@@ -1,0 +1,34 @@
+// What one carried process is let do, once, to become a process of its sandbox (transit_gate.h), and the plan as
+// that process reads it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "libs/core/unique_fd.h"
+
+namespace corral::sandbox {
+
+inline constexpr int kCarryPlanFd = 3;  // the descriptors the gate installs: the plan's text, then the rest
+
+struct CarryPlan {
+  uid_t uid = 0;  // the ids it ends with (a copy: its child's; the parent's own process: its own)
+  gid_t gid = 0;
+  UniqueFd userns;  // a copy's user namespace (CreateCopyUserNamespace), or invalid: it stays in its own
+  UniqueFd netns;   // the network namespace it joins, or invalid
+  struct Mount {
+    UniqueFd tree;     // a detached mount tree (open_tree with OPEN_TREE_CLONE)
+    std::string path;  // where it goes, in a mount namespace of the process's own
+  };
+  std::vector<Mount> mounts;
+  std::string cwd;                          // its working directory afterwards
+  UniqueFd cgroup_procs;                    // the cgroup.procs it is moved to, or invalid
+  UniqueFd stdin_fd, stdout_fd, stderr_fd;  // its 0, 1 and 2 afterwards, or all invalid: it keeps its own
+};
+
+// The plan as the process reads it: one step per line, "end" last. Descriptor numbers as the gate installs them.
+std::string CarryPlanText(const CarryPlan& plan);
+
+}  // namespace corral::sandbox

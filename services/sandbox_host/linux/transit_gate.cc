@@ -1,0 +1,380 @@
+#include "services/sandbox_host/linux/transit_gate.h"
+
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "services/sandbox_host/linux/carry_check.h"
+#include "spdlog/spdlog.h"
+
+namespace corral::sandbox {
+namespace {
+
+constexpr int kUsernsFd = kCarryPlanFd + 1;
+constexpr int kNetnsFd = kCarryPlanFd + 2;
+constexpr int kFirstTreeFd = kCarryPlanFd + 3;
+
+bool SameObject(int a, int b) {
+  struct stat x {
+  }, y{};
+  return fstat(a, &x) == 0 && fstat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+uint64_t MountIdOf(int fd) {
+  struct statx sx {};
+  if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) != 0 || !(sx.stx_mask & STATX_MNT_ID)) return 0;
+  return sx.stx_mnt_id;
+}
+
+bool SingleThreaded(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return line == "Threads:\t1";
+  }
+  return false;
+}
+
+// A descriptor of the stopped process, as the host's own (closed with it).
+UniqueFd TheirFd(int pidfd, uint64_t fd) {
+  if (fd > 1u << 30) return UniqueFd();
+  return UniqueFd(static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, static_cast<int>(fd), 0)));
+}
+
+struct Slot {
+  CarryPlan plan;
+  enum class Phase { kWaiting, kCarrying, kDone, kFailed } phase = Phase::kWaiting;
+  pid_t pid = 0;
+  UniqueFd pidfd;
+  absl::Status failure;
+  bool userns = false, groups = false, gid = false, uid = false, netns = false, mountns = false;
+  std::vector<bool> mounted;
+};
+
+}  // namespace
+
+std::string CarryPlanText(const CarryPlan& plan) {
+  std::string text = absl::StrCat("ids ", plan.uid, " ", plan.gid, "\n");
+  if (plan.userns.valid()) absl::StrAppend(&text, "userns ", kUsernsFd, "\n");
+  if (plan.netns.valid()) absl::StrAppend(&text, "netns ", kNetnsFd, "\n");
+  for (size_t i = 0; i < plan.mounts.size(); ++i) {
+    absl::StrAppend(&text, "mount ", kFirstTreeFd + static_cast<int>(i), " ", plan.mounts[i].path, "\n");
+  }
+  if (!plan.cwd.empty()) absl::StrAppend(&text, "cwd ", plan.cwd, "\n");
+  return text + "end\n";
+}
+
+struct TransitGate::State {
+  absl::Mutex mu;
+  std::map<int, UniqueFd> listeners ABSL_GUARDED_BY(mu);
+  std::map<int, std::pair<int, std::vector<Slot>>> batches ABSL_GUARDED_BY(mu);  // id: watch, slots
+  absl::flat_hash_set<pid_t> carried ABSL_GUARDED_BY(mu);  // their calls are refused like anyone's
+  int next_id ABSL_GUARDED_BY(mu) = 1;
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  size_t refused ABSL_GUARDED_BY(mu) = 0;
+  UniqueFd wake{eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+  std::thread thread;
+
+  void Wake() { (void)!eventfd_write(wake.get(), 1); }
+  void Fail(Slot& s, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (s.pidfd.valid()) syscall(SYS_pidfd_send_signal, s.pidfd.get(), SIGKILL, nullptr, 0);
+    spdlog::warn("carrying process {}: {}", s.pid, std::string(why.message()));
+    s.phase = Slot::Phase::kFailed;
+    s.failure = std::move(why);
+  }
+  // Installs `fd` as `number` in the process stopped in notification `id`.
+  static bool Install(int listener, uint64_t id, int fd, int number) {
+    seccomp_notif_addfd add{};
+    add.id = id;
+    add.flags = SECCOMP_ADDFD_FLAG_SETFD;
+    add.srcfd = static_cast<uint32_t>(fd);
+    add.newfd = static_cast<uint32_t>(number);
+    return ioctl(listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add) == number;
+  }
+  void Answer(int listener, const seccomp_notif& req, seccomp_notif_resp& resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool Announce(int watch, int listener, const seccomp_notif& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool Step(Slot& s, const seccomp_notif& req, seccomp_notif_resp& resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+};
+
+bool TransitGate::State::Announce(int watch, int listener, const seccomp_notif& req) {
+  Slot* slot = nullptr;
+  for (auto& [id, batch] : batches) {
+    if (batch.first != watch) continue;
+    for (Slot& s : batch.second) {
+      if (s.phase == Slot::Phase::kWaiting) {
+        slot = &s;
+        break;
+      }
+    }
+    if (slot != nullptr) break;
+  }
+  if (slot == nullptr) return false;
+  Slot& s = *slot;
+  s.pid = static_cast<pid_t>(req.pid);
+  s.pidfd = UniqueFd(static_cast<int>(syscall(SYS_pidfd_open, s.pid, 0)));
+  // The pidfd names the caller only if the notification is still alive after it was opened.
+  uint64_t id = req.id;
+  if (!s.pidfd.valid() || ioctl(listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) != 0) {
+    s.pidfd.Reset();
+    s.pid = 0;
+    return false;
+  }
+  s.phase = Slot::Phase::kCarrying;
+  if (!SingleThreaded(s.pid)) {
+    Fail(s, absl::PermissionDeniedError("carried: it announced itself with more than one thread"));
+    return false;
+  }
+  int text[2];
+  if (pipe2(text, O_CLOEXEC) != 0) {
+    Fail(s, absl::InternalError(absl::StrCat("pipe: ", strerror(errno))));
+    return false;
+  }
+  UniqueFd text_r(text[0]), text_w(text[1]);
+  const std::string plan_text = CarryPlanText(s.plan);  // a few hundred bytes: fits in the pipe
+  bool ok = write(text_w.get(), plan_text.data(), plan_text.size()) == static_cast<ssize_t>(plan_text.size());
+  text_w.Reset();
+  ok = ok && Install(listener, req.id, text_r.get(), kCarryPlanFd);
+  if (s.plan.userns.valid()) ok = ok && Install(listener, req.id, s.plan.userns.get(), kUsernsFd);
+  if (s.plan.netns.valid()) ok = ok && Install(listener, req.id, s.plan.netns.get(), kNetnsFd);
+  for (size_t i = 0; i < s.plan.mounts.size(); ++i) {
+    // A tree's own descriptor is O_PATH, which the gate cannot install: its root directory, opened, stands for
+    // it (move_mount takes it as well; the tree stays detached, and alive, while the plan holds its descriptor).
+    UniqueFd root(openat(s.plan.mounts[i].tree.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ok = ok && root.valid() && Install(listener, req.id, root.get(), kFirstTreeFd + static_cast<int>(i));
+  }
+  if (s.plan.stdin_fd.valid()) {
+    ok = ok && Install(listener, req.id, s.plan.stdin_fd.get(), 0) &&
+         Install(listener, req.id, s.plan.stdout_fd.get(), 1) && Install(listener, req.id, s.plan.stderr_fd.get(), 2);
+  }
+  if (ok && s.plan.cgroup_procs.valid()) {
+    const std::string pid = absl::StrCat(s.pid);
+    ok = pwrite(s.plan.cgroup_procs.get(), pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
+  }
+  if (!ok) {
+    Fail(s, absl::InternalError(absl::StrCat("giving the carried process its plan: ", strerror(errno))));
+    return false;
+  }
+  s.mounted.assign(s.plan.mounts.size(), false);
+  return true;
+}
+
+bool TransitGate::State::Step(Slot& s, const seccomp_notif& req, seccomp_notif_resp& resp) {
+  const CarryPlan& p = s.plan;
+  const auto& a = req.data.args;
+  // A copy becomes its child's ids before it may touch anything of the child's: until then its parent may still
+  // reach it.
+  const bool switched = !p.userns.valid() || s.uid;
+  auto ids = [&](uint32_t want) { return a[0] == want && a[1] == want && a[2] == want; };
+  switch (req.data.nr) {
+    case SYS_setns: {
+      UniqueFd theirs = TheirFd(s.pidfd.get(), a[0]);
+      if (!theirs.valid()) return false;
+      if (a[1] == CLONE_NEWUSER && p.userns.valid() && !s.userns && SameObject(theirs.get(), p.userns.get())) {
+        return s.userns = true;
+      }
+      if (a[1] == CLONE_NEWNET && p.netns.valid() && !s.netns && switched && SameObject(theirs.get(), p.netns.get())) {
+        return s.netns = true;
+      }
+      return false;
+    }
+    case SYS_setgroups: return a[0] == 0 && (s.userns || !p.userns.valid()) && (s.groups = true);
+    case SYS_setresgid: return s.groups && ids(p.gid) && (s.gid = true);
+    case SYS_setresuid: return s.gid && ids(p.uid) && (s.uid = true);
+    case SYS_unshare:
+      if (a[0] == CLONE_NEWNS && !p.mounts.empty() && !s.mountns && switched) return s.mountns = true;
+      if (a[0] != 0) return false;
+      if (absl::Status checked = CheckCarried(s.pid, p); !checked.ok()) {
+        Fail(s, std::move(checked));
+        return false;
+      }
+      s.phase = Slot::Phase::kDone;
+      carried.insert(s.pid);
+      resp.flags = 0;  // answered here: unshare(0) returns 0 and changes nothing
+      resp.val = 0;
+      return true;
+    case SYS_move_mount: {
+      if (!s.mountns || a[4] != MOVE_MOUNT_F_EMPTY_PATH) return false;
+      UniqueFd theirs = TheirFd(s.pidfd.get(), a[0]);
+      const uint64_t id = theirs.valid() ? MountIdOf(theirs.get()) : 0;
+      for (size_t i = 0; i < p.mounts.size(); ++i) {
+        if (!s.mounted[i] && id != 0 && id == MountIdOf(p.mounts[i].tree.get())) return s.mounted[i] = true;
+      }
+      return false;
+    }
+    default: return false;
+  }
+}
+
+void TransitGate::State::Answer(int listener, const seccomp_notif& req, seccomp_notif_resp& resp) {
+  int watch = 0;
+  for (const auto& [id, fd] : listeners) {
+    if (fd.get() == listener) watch = id;
+  }
+  const pid_t pid = static_cast<pid_t>(req.pid);
+  Slot* carrying = nullptr;
+  for (auto& [id, batch] : batches) {
+    for (Slot& s : batch.second) {
+      if (s.phase == Slot::Phase::kCarrying && s.pid == pid) carrying = &s;
+    }
+  }
+  if (carrying != nullptr) {
+    resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+    if (!SingleThreaded(pid)) {
+      Fail(*carrying, absl::PermissionDeniedError("carried: it started a thread on its way"));
+    } else if (Step(*carrying, req, resp)) {
+      return;
+    }
+  } else if (req.data.nr == SYS_unshare && req.data.args[0] == 0 && !carried.contains(pid) &&
+             Announce(watch, listener, req)) {
+    return;  // returns 0
+  }
+  resp.flags = 0;
+  resp.error = -EPERM;
+  ++refused;
+}
+
+TransitGate::TransitGate() : state_(std::make_unique<State>()) {
+  state_->thread = std::thread([this] { Run(); });
+}
+
+TransitGate::~TransitGate() {
+  {
+    absl::MutexLock lock(&state_->mu);
+    state_->stopping = true;
+  }
+  state_->Wake();
+  state_->thread.join();
+}
+
+void TransitGate::Run() {
+  State& st = *state_;
+  for (;;) {
+    std::vector<pollfd> fds{{st.wake.get(), POLLIN, 0}};
+    {
+      absl::MutexLock lock(&st.mu);
+      if (st.stopping) return;
+      for (const auto& [id, fd] : st.listeners) fds.push_back({fd.get(), POLLIN, 0});
+    }
+    if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+    if (fds[0].revents & POLLIN) {
+      eventfd_t ignored;
+      (void)eventfd_read(st.wake.get(), &ignored);
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!(fds[i].revents & POLLIN)) continue;
+      seccomp_notif req{};
+      if (ioctl(fds[i].fd, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) continue;  // the caller died meanwhile
+      seccomp_notif_resp resp{};
+      resp.id = req.id;
+      {
+        absl::MutexLock lock(&st.mu);
+        st.Answer(fds[i].fd, req, resp);
+      }
+      (void)ioctl(fds[i].fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+    }
+    // A listener whose processes are all gone hangs up; it stays until Unwatch, out of the poll set.
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if ((fds[i].revents & (POLLHUP | POLLERR)) && !(fds[i].revents & POLLIN)) {
+        absl::MutexLock lock(&st.mu);
+        for (auto it = st.listeners.begin(); it != st.listeners.end(); ++it) {
+          if (it->second.get() == fds[i].fd) {
+            st.listeners.erase(it);
+            break;
+          }
+        }
+      }
+    }
+  }
+}
+
+int TransitGate::Watch(UniqueFd listener) {
+  int id;
+  {
+    absl::MutexLock lock(&state_->mu);
+    id = state_->next_id++;
+    state_->listeners.emplace(id, std::move(listener));
+  }
+  state_->Wake();
+  return id;
+}
+
+void TransitGate::Unwatch(int watch) {
+  {
+    absl::MutexLock lock(&state_->mu);
+    state_->listeners.erase(watch);
+  }
+  state_->Wake();
+}
+
+absl::StatusOr<int> TransitGate::Expect(int watch, std::vector<CarryPlan> plans) {
+  std::vector<Slot> slots;
+  for (CarryPlan& p : plans) {
+    const bool streams = p.stdin_fd.valid();
+    if (streams != p.stdout_fd.valid() || streams != p.stderr_fd.valid()) {
+      return absl::InvalidArgumentError("a carry's standard streams come all three or not at all");
+    }
+    for (const auto& m : p.mounts) {
+      if (m.path.empty() || m.path.find('\n') != std::string::npos || !m.tree.valid()) {
+        return absl::InvalidArgumentError(absl::StrCat("a carry's mount needs a tree and a one-line path: ", m.path));
+      }
+    }
+    if (p.cwd.find('\n') != std::string::npos) return absl::InvalidArgumentError("a carry's cwd has a newline");
+    slots.emplace_back().plan = std::move(p);
+  }
+  absl::MutexLock lock(&state_->mu);
+  const int id = state_->next_id++;
+  state_->batches.emplace(id, std::make_pair(watch, std::move(slots)));
+  return id;
+}
+
+std::vector<absl::StatusOr<pid_t>> TransitGate::Await(int batch, absl::Time deadline) {
+  State& st = *state_;
+  absl::MutexLock lock(&st.mu);
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
+    for (const Slot& s : st.batches[batch].second) {
+      if (s.phase == Slot::Phase::kWaiting || s.phase == Slot::Phase::kCarrying) return false;
+    }
+    return true;
+  };
+  st.mu.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  std::vector<absl::StatusOr<pid_t>> out;
+  for (Slot& s : st.batches[batch].second) {
+    if (s.phase == Slot::Phase::kWaiting) {
+      out.push_back(absl::DeadlineExceededError("no process announced itself for this carry"));
+    } else if (s.phase == Slot::Phase::kCarrying) {
+      st.Fail(s, absl::DeadlineExceededError("the carried process did not finish its steps in time"));
+      out.push_back(s.failure);
+    } else if (s.phase == Slot::Phase::kFailed) {
+      out.push_back(s.failure);
+    } else {
+      out.push_back(s.pid);
+    }
+  }
+  st.batches.erase(batch);
+  return out;
+}
+
+size_t TransitGate::refused() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->refused;
+}
+
+}  // namespace corral::sandbox

@@ -1,0 +1,133 @@
+#include "services/sandbox_host/linux/user_namespaces.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "services/sandbox_host/linux/namespaces.h"
+
+namespace corral::sandbox {
+namespace {
+
+constexpr size_t kStack = 64 * 1024;
+
+struct Holder {
+  int fd_to_wait_on;
+  int ready_fd;   // nested only: written once the namespace exists
+  int parent_fd;  // -1: the namespace was made by the clone itself
+  pid_t host;
+};
+
+int HoldUserNamespace(void* raw) {
+  const Holder& holder = *static_cast<const Holder*>(raw);
+  // It holds a copy of the pipe's write end: were the host killed before writing, it would wait forever (and
+  // keep the host's descriptors open, its root's lock among them). It dies with the host.
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (getppid() != holder.host) return 0;
+  if (holder.parent_fd >= 0) {
+    const char made = setns(holder.parent_fd, CLONE_NEWUSER) == 0 && unshare(CLONE_NEWUSER) == 0 ? 'y' : 'n';
+    if (write(holder.ready_fd, &made, 1) != 1 || made != 'y') return 1;
+  }
+  char c;
+  (void)!read(holder.fd_to_wait_on, &c, 1);  // until the maps are written and the namespace opened
+  return 0;
+}
+
+bool WriteProcFile(pid_t pid, const char* name, const std::string& content) {
+  const std::string path = absl::StrCat("/proc/", pid, "/", name);
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  const bool ok = fd >= 0 && write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+// Writes a nested namespace's maps from inside its parent, as the kernel requires of the writer.
+struct MapWriter {
+  int parent_fd;
+  pid_t pid;
+  const std::string* uid_map;
+  const std::string* setgroups;
+  const std::string* gid_map;
+  bool ok = false;
+  int err = 0;
+};
+
+bool WriteAll(const char* path, const std::string& text) {
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  const bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+int WriteMapsFromParent(void* raw) {
+  auto* w = static_cast<MapWriter*>(raw);
+  char path[64];
+  auto at = [&](const char* name) {
+    snprintf(path, sizeof(path), "/proc/%d/%s", static_cast<int>(w->pid), name);
+    return path;
+  };
+  w->ok = setns(w->parent_fd, CLONE_NEWUSER) == 0 && WriteAll(at("uid_map"), *w->uid_map) &&
+          WriteAll(at("setgroups"), *w->setgroups) && WriteAll(at("gid_map"), *w->gid_map);
+  w->err = errno;
+  return 0;
+}
+
+std::string Lines(const IdMap& map) {
+  std::string text;
+  for (const IdExtent& e : map) absl::StrAppend(&text, e.inside, " ", e.outside, " ", e.count, "\n");
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gids, bool setgroups, int parent_fd) {
+  int pipefd[2], readyfd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+  UniqueFd read_end(pipefd[0]), write_end(pipefd[1]);
+  if (pipe2(readyfd, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+  UniqueFd ready_r(readyfd[0]), ready_w(readyfd[1]);
+  std::unique_ptr<char[]> stack(new char[kStack]);
+  Holder holder{read_end.get(), ready_w.get(), parent_fd, getpid()};
+  // Joining a user namespace needs a process of its own (not sharing our filesystem information).
+  const int flags = (parent_fd >= 0 ? 0 : CLONE_NEWUSER) | CLONE_VM | SIGCHLD;
+  const pid_t pid = clone(HoldUserNamespace, stack.get() + kStack, flags, &holder);
+  if (pid < 0) return absl::InternalError(absl::StrCat("clone(CLONE_NEWUSER): ", strerror(errno)));
+  char made = 'y';
+  if (parent_fd >= 0 && read(ready_r.get(), &made, 1) != 1) made = 'n';
+  const std::string uid_map = Lines(uids), gid_map = Lines(gids), allow = setgroups ? "allow" : "deny";
+  bool mapped = false;
+  int saved = 0;
+  if (made == 'y' && parent_fd < 0) {
+    mapped = WriteProcFile(pid, "uid_map", uid_map) && WriteProcFile(pid, "setgroups", allow) &&
+             WriteProcFile(pid, "gid_map", gid_map);
+    saved = errno;
+  } else if (made == 'y') {
+    MapWriter writer{parent_fd, pid, &uid_map, &allow, &gid_map};
+    mapped = RunVforkHelper(WriteMapsFromParent, &writer).ok() && writer.ok;
+    saved = writer.err;
+  }
+  UniqueFd ns(open(absl::StrCat("/proc/", pid, "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+  // The holder's read returns and it exits (closing our end would not do: it holds a copy of it).
+  if (write(write_end.get(), "x", 1) != 1) kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  if (made != 'y') return absl::InternalError("making a user namespace inside another");
+  if (!mapped) return absl::InternalError(absl::StrCat("writing the user namespace's id maps: ", strerror(saved)));
+  if (ns.get() < 0) return absl::InternalError(absl::StrCat("opening the user namespace: ", strerror(errno)));
+  return ns;
+}
+
+absl::StatusOr<UniqueFd> CreateUserNamespace(uid_t uid, gid_t gid, uid_t inside_uid, gid_t inside_gid) {
+  return CreateUserNamespace(IdMap{{inside_uid, uid, 1}}, IdMap{{inside_gid, gid, 1}});
+}
+
+}  // namespace corral::sandbox
