@@ -77,7 +77,10 @@ absl::Status CheckStatus(pid_t pid, const CarryPlan& plan) {
     } else if (key == "Groups:") {
       if (f.size() != 1) return Differs("it has supplementary groups");
     } else if (key == "CapInh:" || key == "CapPrm:" || key == "CapEff:" || key == "CapAmb:") {
-      if (!one_is("0000000000000000")) return Differs(absl::StrCat("it kept capabilities: ", line));
+      // A copy keeps none; the parent's own process, fork-ready still, the gated two (fork_gate.h).
+      if (!one_is(plan.fork_ready ? "0000000000240000" : "0000000000000000")) {
+        return Differs(absl::StrCat("its capabilities are not what they should be: ", line));
+      }
     } else if (key == "NoNewPrivs:") {
       if (!one_is("1")) return Differs("no_new_privs is off");
     } else if (key == "Seccomp:") {
@@ -107,6 +110,12 @@ absl::Status CheckDescriptors(pid_t pid, const CarryPlan& plan) {
   closedir(d);
   const int given[3] = {plan.stdin_fd.get(), plan.stdout_fd.get(), plan.stderr_fd.get()};
   for (int fd : fds) {
+    if (fd == kCarryControlFd && plan.fork_ready) {
+      if (!plan.control.valid() || !SameAsFd(absl::StrCat(dir, "/", fd), plan.control.get())) {
+        return Differs("its control descriptor is not its own");
+      }
+      continue;
+    }
     if (fd > 2) return Differs(absl::StrCat("it kept descriptor ", fd));
     if (given[fd] >= 0 && !SameAsFd(absl::StrCat(dir, "/", fd), given[fd])) {
       return Differs(absl::StrCat("its descriptor ", fd, " is not the one it was given"));

@@ -11,7 +11,10 @@
 
 namespace corral::sandbox {
 
-inline constexpr int kCarryPlanFd = 3;  // the descriptors the gate installs: the plan's text, then the rest
+// A fork-ready process's control pipe (fork N), kept through its own carry; then what the gate installs: the
+// plan's text, the user and network namespaces, the trees.
+inline constexpr int kCarryControlFd = 3;
+inline constexpr int kCarryPlanFd = 4;
 
 struct CarryPlan {
   uid_t uid = 0;  // the ids it ends with (a copy: its child's; the parent's own process: its own)
@@ -26,6 +29,10 @@ struct CarryPlan {
   std::string cwd;                          // its working directory afterwards
   UniqueFd cgroup_procs;                    // the cgroup.procs it is moved to, or invalid
   UniqueFd stdin_fd, stdout_fd, stderr_fd;  // its 0, 1 and 2 afterwards, or all invalid: it keeps its own
+  // The parent's own process, moving to the parent's next generation: it stays fork-ready (keeps its gated
+  // capabilities and its control pipe, of which this is the host's end).
+  bool fork_ready = false;
+  UniqueFd control;
 };
 
 // The plan as the process reads it: one step per line, "end" last. Descriptor numbers as the gate installs them.

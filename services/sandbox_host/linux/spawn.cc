@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "services/sandbox_host/linux/carry_plan.h"
 #include "services/sandbox_host/linux/fork_gate.h"
 #include "services/sandbox_host/linux/landlock.h"
 #include "services/sandbox_host/linux/open_in_root.h"
@@ -185,6 +186,11 @@ int ChildMain(void* arg) {
     const int listener = InstallForkGate();
     if (listener < 0 || !SendFd(a.gate_w, listener)) ChildFail(efd, kForkGate);
     close(listener);
+  }
+  if (spec.control_fd >= 0) {  // last: descriptor 3 may have been one the steps above needed
+    const bool given = spec.control_fd == kCarryControlFd ? fcntl(kCarryControlFd, F_SETFD, 0) == 0
+                                                          : dup2(spec.control_fd, kCarryControlFd) == kCarryControlFd;
+    if (!given) ChildFail(efd, kDup);
   }
   if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) ChildFail(efd, kChdir);
   sigset_t none;

@@ -46,6 +46,7 @@ struct SpawnSpec {
   // Fork-ready (fork_gate.h): joins this family user namespace (instead of userns_fd), keeps the gated
   // capabilities and runs under the gate, whose listener comes back in Spawned::gate.
   int family_userns_fd = -1;
+  int control_fd = -1;  // fork-ready: its control pipe's read end, given as descriptor 3 (kCarryControlFd)
 };
 
 struct Spawned {

@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "libs/core/status_macros.h"
 #include "services/sandbox_host/linux/carry_check.h"
 #include "spdlog/spdlog.h"
 
@@ -53,6 +54,16 @@ bool SingleThreaded(pid_t pid) {
   return false;
 }
 
+bool RunsAs(pid_t pid, uid_t uid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  const std::string want = absl::StrCat("Uid:\t", uid, "\t", uid, "\t", uid, "\t", uid);
+  while (std::getline(in, line)) {
+    if (line.rfind("Uid:", 0) == 0) return line == want;
+  }
+  return false;
+}
+
 // A descriptor of the stopped process, as the host's own (closed with it).
 UniqueFd TheirFd(int pidfd, uint64_t fd) {
   if (fd > 1u << 30) return UniqueFd();
@@ -60,13 +71,23 @@ UniqueFd TheirFd(int pidfd, uint64_t fd) {
 }
 
 struct Slot {
+  bool own = false;  // the fork-ready process itself, not a copy
   CarryPlan plan;
-  enum class Phase { kWaiting, kCarrying, kDone, kFailed } phase = Phase::kWaiting;
+  enum class Phase { kWaiting, kParked, kCarrying, kDone, kFailed } phase = Phase::kWaiting;
   pid_t pid = 0;
   UniqueFd pidfd;
+  int listener = -1;  // parked: where its announcement waits for an answer
+  uint64_t notification = 0;
   absl::Status failure;
   bool userns = false, groups = false, gid = false, uid = false, netns = false, mountns = false;
   std::vector<bool> mounted;
+};
+
+struct Batch {
+  int watch;
+  pid_t own;
+  uid_t uid;                // what the copies run as when they announce themselves (their parent's uid)
+  std::vector<Slot> slots;  // own's first, when there is one
 };
 
 }  // namespace
@@ -79,13 +100,14 @@ std::string CarryPlanText(const CarryPlan& plan) {
     absl::StrAppend(&text, "mount ", kFirstTreeFd + static_cast<int>(i), " ", plan.mounts[i].path, "\n");
   }
   if (!plan.cwd.empty()) absl::StrAppend(&text, "cwd ", plan.cwd, "\n");
+  if (plan.fork_ready) text += "ready\n";
   return text + "end\n";
 }
 
 struct TransitGate::State {
   absl::Mutex mu;
   std::map<int, UniqueFd> listeners ABSL_GUARDED_BY(mu);
-  std::map<int, std::pair<int, std::vector<Slot>>> batches ABSL_GUARDED_BY(mu);  // id: watch, slots
+  std::map<int, Batch> batches ABSL_GUARDED_BY(mu);
   absl::flat_hash_set<pid_t> carried ABSL_GUARDED_BY(mu);  // their calls are refused like anyone's
   int next_id ABSL_GUARDED_BY(mu) = 1;
   bool stopping ABSL_GUARDED_BY(mu) = false;
@@ -95,10 +117,22 @@ struct TransitGate::State {
 
   void Wake() { (void)!eventfd_write(wake.get(), 1); }
   void Fail(Slot& s, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (s.pidfd.valid()) syscall(SYS_pidfd_send_signal, s.pidfd.get(), SIGKILL, nullptr, 0);
+    // A parked parent with no plan is refused and goes on as it was; any other process that failed its carry
+    // (the parent's own included, half moved) is killed.
+    const bool kill = !s.own || s.phase == Slot::Phase::kCarrying;
+    if (s.phase == Slot::Phase::kParked) Refuse(s);
+    if (s.pidfd.valid() && kill) syscall(SYS_pidfd_send_signal, s.pidfd.get(), SIGKILL, nullptr, 0);
     spdlog::warn("carrying process {}: {}", s.pid, std::string(why.message()));
     s.phase = Slot::Phase::kFailed;
     s.failure = std::move(why);
+  }
+  // Answers a parked announcement with EPERM.
+  void Refuse(Slot& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    seccomp_notif_resp resp{};
+    resp.id = s.notification;
+    resp.error = -EPERM;
+    (void)ioctl(s.listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+    s.listener = -1;
   }
   // Installs `fd` as `number` in the process stopped in notification `id`.
   static bool Install(int listener, uint64_t id, int fd, int number) {
@@ -109,17 +143,22 @@ struct TransitGate::State {
     add.newfd = static_cast<uint32_t>(number);
     return ioctl(listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add) == number;
   }
-  void Answer(int listener, const seccomp_notif& req, seccomp_notif_resp& resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  bool Announce(int watch, int listener, const seccomp_notif& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // False: the call is answered later (parked).
+  bool Answer(int listener, const seccomp_notif& req, seccomp_notif_resp& resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool Park(int watch, int listener, const seccomp_notif& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status Give(Slot& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   bool Step(Slot& s, const seccomp_notif& req, seccomp_notif_resp& resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
-bool TransitGate::State::Announce(int watch, int listener, const seccomp_notif& req) {
+bool TransitGate::State::Park(int watch, int listener, const seccomp_notif& req) {
+  const pid_t pid = static_cast<pid_t>(req.pid);
   Slot* slot = nullptr;
   for (auto& [id, batch] : batches) {
-    if (batch.first != watch) continue;
-    for (Slot& s : batch.second) {
-      if (s.phase == Slot::Phase::kWaiting) {
+    if (batch.watch != watch) continue;
+    for (Slot& s : batch.slots) {
+      // A copy runs as its parent until it is carried: a process of a child (carried before, or its own) cannot
+      // take the place of one.
+      if (s.phase == Slot::Phase::kWaiting && (s.own ? pid == batch.own : pid != batch.own && RunsAs(pid, batch.uid))) {
         slot = &s;
         break;
       }
@@ -128,59 +167,64 @@ bool TransitGate::State::Announce(int watch, int listener, const seccomp_notif& 
   }
   if (slot == nullptr) return false;
   Slot& s = *slot;
-  s.pid = static_cast<pid_t>(req.pid);
-  s.pidfd = UniqueFd(static_cast<int>(syscall(SYS_pidfd_open, s.pid, 0)));
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
   // The pidfd names the caller only if the notification is still alive after it was opened.
   uint64_t id = req.id;
-  if (!s.pidfd.valid() || ioctl(listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) != 0) {
-    s.pidfd.Reset();
-    s.pid = 0;
-    return false;
-  }
-  s.phase = Slot::Phase::kCarrying;
-  if (!SingleThreaded(s.pid)) {
-    Fail(s, absl::PermissionDeniedError("carried: it announced itself with more than one thread"));
-    return false;
+  if (!pidfd.valid() || ioctl(listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) != 0) return false;
+  if (!SingleThreaded(pid)) return false;  // refused: a copy is made by a fork, with one thread
+  s.pid = pid;
+  s.pidfd = std::move(pidfd);
+  s.listener = listener;
+  s.notification = req.id;
+  s.phase = Slot::Phase::kParked;
+  return true;
+}
+
+absl::Status TransitGate::State::Give(Slot& s) {
+  uint64_t id = s.notification;
+  if (ioctl(s.listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) != 0) {
+    return absl::AbortedError("the process died while it waited for its plan");
   }
   int text[2];
-  if (pipe2(text, O_CLOEXEC) != 0) {
-    Fail(s, absl::InternalError(absl::StrCat("pipe: ", strerror(errno))));
-    return false;
-  }
+  if (pipe2(text, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
   UniqueFd text_r(text[0]), text_w(text[1]);
   const std::string plan_text = CarryPlanText(s.plan);  // a few hundred bytes: fits in the pipe
   bool ok = write(text_w.get(), plan_text.data(), plan_text.size()) == static_cast<ssize_t>(plan_text.size());
   text_w.Reset();
-  ok = ok && Install(listener, req.id, text_r.get(), kCarryPlanFd);
-  if (s.plan.userns.valid()) ok = ok && Install(listener, req.id, s.plan.userns.get(), kUsernsFd);
-  if (s.plan.netns.valid()) ok = ok && Install(listener, req.id, s.plan.netns.get(), kNetnsFd);
+  ok = ok && Install(s.listener, id, text_r.get(), kCarryPlanFd);
+  if (s.plan.userns.valid()) ok = ok && Install(s.listener, id, s.plan.userns.get(), kUsernsFd);
+  if (s.plan.netns.valid()) ok = ok && Install(s.listener, id, s.plan.netns.get(), kNetnsFd);
   for (size_t i = 0; i < s.plan.mounts.size(); ++i) {
     // A tree's own descriptor is O_PATH, which the gate cannot install: its root directory, opened, stands for
     // it (move_mount takes it as well; the tree stays detached, and alive, while the plan holds its descriptor).
     UniqueFd root(openat(s.plan.mounts[i].tree.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    ok = ok && root.valid() && Install(listener, req.id, root.get(), kFirstTreeFd + static_cast<int>(i));
+    ok = ok && root.valid() && Install(s.listener, id, root.get(), kFirstTreeFd + static_cast<int>(i));
   }
   if (s.plan.stdin_fd.valid()) {
-    ok = ok && Install(listener, req.id, s.plan.stdin_fd.get(), 0) &&
-         Install(listener, req.id, s.plan.stdout_fd.get(), 1) && Install(listener, req.id, s.plan.stderr_fd.get(), 2);
+    ok = ok && Install(s.listener, id, s.plan.stdin_fd.get(), 0) &&
+         Install(s.listener, id, s.plan.stdout_fd.get(), 1) && Install(s.listener, id, s.plan.stderr_fd.get(), 2);
   }
   if (ok && s.plan.cgroup_procs.valid()) {
     const std::string pid = absl::StrCat(s.pid);
     ok = pwrite(s.plan.cgroup_procs.get(), pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
   }
-  if (!ok) {
-    Fail(s, absl::InternalError(absl::StrCat("giving the carried process its plan: ", strerror(errno))));
-    return false;
-  }
+  if (!ok) return absl::InternalError(absl::StrCat("giving the carried process its plan: ", strerror(errno)));
   s.mounted.assign(s.plan.mounts.size(), false);
-  return true;
+  seccomp_notif_resp resp{};
+  resp.id = id;  // the announcement returns 0
+  if (ioctl(s.listener, SECCOMP_IOCTL_NOTIF_SEND, &resp) != 0) {
+    return absl::AbortedError("the process died while it was given its plan");
+  }
+  s.listener = -1;
+  s.phase = Slot::Phase::kCarrying;
+  return absl::OkStatus();
 }
 
 bool TransitGate::State::Step(Slot& s, const seccomp_notif& req, seccomp_notif_resp& resp) {
   const CarryPlan& p = s.plan;
   const auto& a = req.data.args;
   // A copy becomes its child's ids before it may touch anything of the child's: until then its parent may still
-  // reach it.
+  // reach it. The parent's own process keeps its ids.
   const bool switched = !p.userns.valid() || s.uid;
   auto ids = [&](uint32_t want) { return a[0] == want && a[1] == want && a[2] == want; };
   switch (req.data.nr) {
@@ -195,7 +239,8 @@ bool TransitGate::State::Step(Slot& s, const seccomp_notif& req, seccomp_notif_r
       }
       return false;
     }
-    case SYS_setgroups: return a[0] == 0 && (s.userns || !p.userns.valid()) && (s.groups = true);
+    case SYS_setgroups:  // in its own user namespace only, where it holds every capability
+      return a[0] == 0 && s.userns && (s.groups = true);
     case SYS_setresgid: return s.groups && ids(p.gid) && (s.gid = true);
     case SYS_setresuid: return s.gid && ids(p.uid) && (s.uid = true);
     case SYS_unshare:
@@ -206,7 +251,7 @@ bool TransitGate::State::Step(Slot& s, const seccomp_notif& req, seccomp_notif_r
         return false;
       }
       s.phase = Slot::Phase::kDone;
-      carried.insert(s.pid);
+      if (!s.own) carried.insert(s.pid);
       resp.flags = 0;  // answered here: unshare(0) returns 0 and changes nothing
       resp.val = 0;
       return true;
@@ -223,7 +268,7 @@ bool TransitGate::State::Step(Slot& s, const seccomp_notif& req, seccomp_notif_r
   }
 }
 
-void TransitGate::State::Answer(int listener, const seccomp_notif& req, seccomp_notif_resp& resp) {
+bool TransitGate::State::Answer(int listener, const seccomp_notif& req, seccomp_notif_resp& resp) {
   int watch = 0;
   for (const auto& [id, fd] : listeners) {
     if (fd.get() == listener) watch = id;
@@ -231,7 +276,7 @@ void TransitGate::State::Answer(int listener, const seccomp_notif& req, seccomp_
   const pid_t pid = static_cast<pid_t>(req.pid);
   Slot* carrying = nullptr;
   for (auto& [id, batch] : batches) {
-    for (Slot& s : batch.second) {
+    for (Slot& s : batch.slots) {
       if (s.phase == Slot::Phase::kCarrying && s.pid == pid) carrying = &s;
     }
   }
@@ -240,15 +285,16 @@ void TransitGate::State::Answer(int listener, const seccomp_notif& req, seccomp_
     if (!SingleThreaded(pid)) {
       Fail(*carrying, absl::PermissionDeniedError("carried: it started a thread on its way"));
     } else if (Step(*carrying, req, resp)) {
-      return;
+      return true;
     }
   } else if (req.data.nr == SYS_unshare && req.data.args[0] == 0 && !carried.contains(pid) &&
-             Announce(watch, listener, req)) {
-    return;  // returns 0
+             Park(watch, listener, req)) {
+    return false;
   }
   resp.flags = 0;
   resp.error = -EPERM;
   ++refused;
+  return true;
 }
 
 TransitGate::TransitGate() : state_(std::make_unique<State>()) {
@@ -284,11 +330,12 @@ void TransitGate::Run() {
       if (ioctl(fds[i].fd, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) continue;  // the caller died meanwhile
       seccomp_notif_resp resp{};
       resp.id = req.id;
+      bool answer;
       {
         absl::MutexLock lock(&st.mu);
-        st.Answer(fds[i].fd, req, resp);
+        answer = st.Answer(fds[i].fd, req, resp);
       }
-      (void)ioctl(fds[i].fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+      if (answer) (void)ioctl(fds[i].fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
     }
     // A listener whose processes are all gone hangs up; it stays until Unwatch, out of the poll set.
     for (size_t i = 1; i < fds.size(); ++i) {
@@ -324,9 +371,35 @@ void TransitGate::Unwatch(int watch) {
   state_->Wake();
 }
 
-absl::StatusOr<int> TransitGate::Expect(int watch, std::vector<CarryPlan> plans) {
-  std::vector<Slot> slots;
-  for (CarryPlan& p : plans) {
+int TransitGate::Expect(int watch, size_t copies, pid_t own, uid_t uid) {
+  Batch batch{watch, own, uid, {}};
+  if (own > 0) batch.slots.emplace_back().own = true;
+  for (size_t i = 0; i < copies; ++i) batch.slots.emplace_back();
+  absl::MutexLock lock(&state_->mu);
+  const int id = state_->next_id++;
+  state_->batches.emplace(id, std::move(batch));
+  return id;
+}
+
+std::vector<pid_t> TransitGate::AwaitParked(int batch, absl::Time deadline) {
+  State& st = *state_;
+  absl::MutexLock lock(&st.mu);
+  auto parked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
+    for (const Slot& s : st.batches[batch].slots) {
+      if (s.phase == Slot::Phase::kWaiting) return false;
+    }
+    return true;
+  };
+  st.mu.AwaitWithDeadline(absl::Condition(&parked), deadline);
+  std::vector<pid_t> out;
+  for (const Slot& s : st.batches[batch].slots) {
+    if (!s.own && s.phase == Slot::Phase::kParked) out.push_back(s.pid);
+  }
+  return out;
+}
+
+absl::Status TransitGate::Release(int batch, std::optional<CarryPlan> own_plan, std::vector<CarryPlan> copy_plans) {
+  auto readable = [](const CarryPlan& p) {
     const bool streams = p.stdin_fd.valid();
     if (streams != p.stdout_fd.valid() || streams != p.stderr_fd.valid()) {
       return absl::InvalidArgumentError("a carry's standard streams come all three or not at all");
@@ -337,35 +410,55 @@ absl::StatusOr<int> TransitGate::Expect(int watch, std::vector<CarryPlan> plans)
       }
     }
     if (p.cwd.find('\n') != std::string::npos) return absl::InvalidArgumentError("a carry's cwd has a newline");
-    slots.emplace_back().plan = std::move(p);
+    return absl::OkStatus();
+  };
+  if (own_plan) CORRAL_RETURN_IF_ERROR(readable(*own_plan));
+  for (const CarryPlan& p : copy_plans) CORRAL_RETURN_IF_ERROR(readable(p));
+  State& st = *state_;
+  absl::MutexLock lock(&st.mu);
+  size_t next = 0;
+  for (Slot& s : st.batches[batch].slots) {
+    if (s.own && own_plan) {
+      s.plan = *std::move(own_plan);
+      own_plan.reset();
+    } else if (!s.own && next < copy_plans.size()) {
+      s.plan = std::move(copy_plans[next++]);
+    } else {
+      if (s.phase == Slot::Phase::kParked) st.Fail(s, absl::CancelledError("no plan was made for it"));
+      continue;
+    }
+    if (s.phase != Slot::Phase::kParked) continue;
+    if (absl::Status given = st.Give(s); !given.ok()) st.Fail(s, std::move(given));
   }
-  absl::MutexLock lock(&state_->mu);
-  const int id = state_->next_id++;
-  state_->batches.emplace(id, std::make_pair(watch, std::move(slots)));
-  return id;
+  return absl::OkStatus();
 }
 
 std::vector<absl::StatusOr<pid_t>> TransitGate::Await(int batch, absl::Time deadline) {
   State& st = *state_;
   absl::MutexLock lock(&st.mu);
   auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
-    for (const Slot& s : st.batches[batch].second) {
-      if (s.phase == Slot::Phase::kWaiting || s.phase == Slot::Phase::kCarrying) return false;
+    for (const Slot& s : st.batches[batch].slots) {
+      if (s.phase == Slot::Phase::kCarrying) return false;
     }
     return true;
   };
   st.mu.AwaitWithDeadline(absl::Condition(&settled), deadline);
   std::vector<absl::StatusOr<pid_t>> out;
-  for (Slot& s : st.batches[batch].second) {
-    if (s.phase == Slot::Phase::kWaiting) {
-      out.push_back(absl::DeadlineExceededError("no process announced itself for this carry"));
-    } else if (s.phase == Slot::Phase::kCarrying) {
-      st.Fail(s, absl::DeadlineExceededError("the carried process did not finish its steps in time"));
-      out.push_back(s.failure);
-    } else if (s.phase == Slot::Phase::kFailed) {
-      out.push_back(s.failure);
-    } else {
-      out.push_back(s.pid);
+  for (Slot& s : st.batches[batch].slots) {
+    switch (s.phase) {
+      case Slot::Phase::kWaiting:
+        out.push_back(absl::DeadlineExceededError("no process announced itself for this carry"));
+        break;
+      case Slot::Phase::kParked:
+        st.Fail(s, absl::CancelledError("the carry was given up before it began"));
+        out.push_back(s.failure);
+        break;
+      case Slot::Phase::kCarrying:
+        st.Fail(s, absl::DeadlineExceededError("the carried process did not finish its steps in time"));
+        out.push_back(s.failure);
+        break;
+      case Slot::Phase::kFailed: out.push_back(s.failure); break;
+      case Slot::Phase::kDone: out.push_back(s.pid); break;
     }
   }
   st.batches.erase(batch);

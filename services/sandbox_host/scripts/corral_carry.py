@@ -1,10 +1,12 @@
-"""How a fork-ready Python process is carried into a fork's child sandbox.
+"""How a fork-ready Python process is carried into a fork's children.
 
-A fork-ready process (started by corral-sandbox-host under its fork gate) forks itself when the host asks; each
-copy then calls carry(), which does the steps the host planned for it, through the gate: it becomes the child's
-uid in the child's user namespace, joins the child's network namespace, mounts the child's files where the
-parent's were, and drops every capability. The host checks the result before carry() returns; a copy that
-cheats is killed. carry() returns False when the host planned nothing for this process (it should exit then).
+A process the sandbox host started fork-ready calls ready() once. When its sandbox is forked, the host writes
+"fork N" on the process's control pipe and signals it; the process, between two bytecodes, forks N copies and
+carries each into a child: the copy becomes the child's uid in the child's user namespace, joins the child's
+network namespace, mounts the child's files where the parent's were, gets the child's standard streams, and
+drops every capability; then it goes on from where the parent was. The parent itself moves to its own next
+generation (the files it sees now are frozen into the layer its children share), and stays fork-ready. The host
+checks each process before it goes on; one that cheats is killed.
 
 Only the standard library: this file runs inside sandboxes.
 """
@@ -12,6 +14,7 @@ Only the standard library: this file runs inside sandboxes.
 import ctypes
 import os
 import platform
+import signal
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -20,7 +23,8 @@ MOVE_MOUNT_F_EMPTY_PATH = 0x00000004
 AT_FDCWD = -100
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
-PLAN_FD = 3
+CONTROL_FD = 3
+PLAN_FD = 4
 _NUMBERS = {
     "x86_64": {"move_mount": 429, "capset": 126},
     "aarch64": {"move_mount": 429, "capset": 91},
@@ -63,10 +67,11 @@ def _drop_capabilities():
     _ok(_syscall("capset", header, data), "dropping capabilities")
 
 
-def carry():
-    """Called in a copy right after os.fork(). True once carried; False when no carry was planned for it."""
-    os.closerange(PLAN_FD, os.sysconf("SC_OPEN_MAX"))
-    if _libc.unshare(0) != 0:  # announces it: the gate installs the plan and its descriptors
+def carry(own=False):
+    """The steps of a carry: a copy right after its fork (True once carried; False when nothing was planned
+    for it: it should exit), or the parent itself (own) after forking its copies."""
+    os.closerange(PLAN_FD if own else CONTROL_FD, os.sysconf("SC_OPEN_MAX"))
+    if _libc.unshare(0) != 0:  # announces it; returns once the host installed the plan and its descriptors
         return False
     steps = _read_plan()
     os.close(PLAN_FD)
@@ -79,12 +84,12 @@ def carry():
             plan[word] = rest
     uid, gid = (int(x) for x in plan["ids"].split())
     fds = [fd for fd, _ in mounts]
-    if "userns" in plan:
+    if "userns" in plan:  # a copy: it becomes its child's ids there (the parent's own keeps its ids)
         fds.append(int(plan["userns"]))
         _ok(_libc.setns(int(plan["userns"]), CLONE_NEWUSER), "joining its user namespace")
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
     if "netns" in plan:
         fds.append(int(plan["netns"]))
         _ok(_libc.setns(int(plan["netns"]), CLONE_NEWNET), "joining its network namespace")
@@ -97,6 +102,45 @@ def carry():
         os.close(fd)
     if "cwd" in plan:
         os.chdir(plan["cwd"])
-    _drop_capabilities()
+    if "ready" not in plan:
+        _drop_capabilities()
     _ok(_libc.unshare(0), "finishing the carry")  # the host checks it before this returns
+    return True
+
+
+def fork(count):
+    """Forks `count` copies, each carried into its child, then carries this process to its next generation.
+    Returns True in a copy (which goes on from here), False in the parent."""
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            if os.fork() != 0:
+                os._exit(0)  # the copy's own parent: it ends, so that the host, not this process, adopts the copy
+            if carry():
+                return True
+            os._exit(0)
+        os.waitpid(pid, 0)
+    if not carry(own=True):
+        raise OSError(0, "the host did not plan this process's move to its next generation")
+    return False
+
+
+def _on_signal(signum, frame):
+    try:
+        request = os.read(CONTROL_FD, 64).decode()
+    except BlockingIOError:
+        return
+    for line in request.splitlines():
+        word, _, count = line.partition(" ")
+        if word == "fork" and fork(int(count)):
+            return  # a copy: it goes on where its parent was
+
+
+def ready():
+    """Makes this process forkable with its memory: the host started it fork-ready (CORRAL_CARRY_SIGNAL set)."""
+    number = os.environ.get("CORRAL_CARRY_SIGNAL")
+    if number is None:
+        return False
+    os.set_blocking(CONTROL_FD, False)
+    signal.signal(int(number), _on_signal)
     return True

@@ -9,8 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -36,31 +38,27 @@ sys.path.insert(0, sys.argv[1])
 import corral_carry
 secret, shared, kept, buf = sys.argv[2], None, None, b""
 def say(*words): os.write(1, (" ".join(str(w) for w in words) + "\n").encode())
-def fork(n):
-    global buf
-    for _ in range(n):
-        if os.fork() == 0:
-            buf = b""  # what was read is the parent's
-            try:
-                if not corral_carry.carry(): os._exit(3)
-            except OSError:
-                os._exit(4)
-            return True
-    return False
 def attempt(call):
     try:
         call()
         say("ok")
     except OSError as e:
         say("refused", e.errno)
+say("ready" if corral_carry.ready() else "not fork-ready")
 while True:
     while b"\n" not in buf:
-        chunk = os.read(0, 4096)
+        try:
+            chunk = os.read(0, 4096)
+        except InterruptedError:
+            continue
         if not chunk: sys.exit(0)
         buf += chunk
     line, _, buf = buf.partition(b"\n")
     cmd, _, arg = line.decode().partition(" ")
-    if cmd == "fork": say("carried" if fork(int(arg)) else "forked")
+    if cmd == "lone":  # a copy that announces itself when nothing was planned for it
+        if os.fork() == 0:
+            os._exit(0 if corral_carry.carry() else 3)
+        say("exit", os.waitstatus_to_exitcode(os.wait()[1]))
     elif cmd == "secret": say(secret)
     elif cmd == "ids": say(os.getuid(), os.getgid())
     elif cmd == "pid": say(os.getpid())
@@ -100,7 +98,7 @@ std::string ReadLine(int fd) {
   char c;
   while (true) {
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 20000) <= 0) return line + "<timeout>";
+    if (poll(&p, 1, 5000) <= 0) return line + "<timeout>";
     const ssize_t n = read(fd, &c, 1);
     if (n == 0) return line + "<eof>";
     if (n < 0) {
@@ -125,6 +123,11 @@ class CarryTest : public ::testing::Test {
     std::ofstream(dir_ / "probe.py") << kProbe;
   }
   void TearDown() override {
+    if (parent_.stderr_fd.valid()) {  // what the probe said of its failures, for the log
+      char buf[4096];
+      const ssize_t n = read(parent_.stderr_fd.get(), buf, sizeof(buf));
+      if (n > 0) std::cerr << "probe's stderr: " << std::string(buf, static_cast<size_t>(n)) << "\n";
+    }
     if (parent_.pid > 0) {
       kill(parent_.pid, SIGKILL);
       waitpid(parent_.pid, nullptr, 0);
@@ -135,13 +138,18 @@ class CarryTest : public ::testing::Test {
   }
 
   void Start() {
+    int control[2];
+    ASSERT_EQ(pipe2(control, O_CLOEXEC), 0);
+    UniqueFd control_r(control[0]);
+    control_w_.Reset(control[1]);
     SpawnSpec spec;
     spec.argv = {"python3", (dir_ / "probe.py").string(), CORRAL_CARRY_DIR, "s3cret"};
-    spec.env = {"PATH=/usr/bin:/bin", "HOME=" + dir_.string()};
+    spec.env = {"PATH=/usr/bin:/bin", "HOME=" + dir_.string(), "CORRAL_CARRY_SIGNAL=" + std::to_string(SIGRTMIN)};
     spec.cwd = dir_.string();
     spec.uid = TestUid();
     spec.gid = TestUid();
     spec.family_userns_fd = family_.get();
+    spec.control_fd = control_r.get();
     spec.pipe_stdin = true;
     auto spawned = Spawn(spec);
     ASSERT_THAT(spawned, IsOk());
@@ -149,6 +157,7 @@ class CarryTest : public ::testing::Test {
     ASSERT_TRUE(parent_.gate.valid());
     fcntl(parent_.stdout_fd.get(), F_SETFL, 0);
     watch_ = gate_.Watch(std::move(parent_.gate));
+    ASSERT_EQ(ReadLine(parent_.stdout_fd.get()), "ready");
   }
   std::string Parent(const std::string& line) {
     Send(parent_.stdin_fd.get(), line);
@@ -167,17 +176,30 @@ class CarryTest : public ::testing::Test {
     plan.stderr_fd = std::move(ours.out_w);
     return plan;
   }
-  // Forks one copy under `plan` and waits for its carry.
-  absl::StatusOr<pid_t> ForkOne(CarryPlan plan) {
+  // The parent's own move: it stays where it is, fork-ready.
+  CarryPlan OwnPlan() {
+    CarryPlan plan;
+    plan.uid = plan.gid = TestUid();
+    plan.fork_ready = true;
+    plan.control.Reset(dup(control_w_.get()));
+    return plan;
+  }
+  // Asks the parent for one copy, as a fork does, and carries it under `plan`: the copy's result, then own's.
+  std::vector<absl::StatusOr<pid_t>> ForkOne(CarryPlan plan) {
+    const int batch = gate_.Expect(watch_, 1, parent_.pid, TestUid());
+    EXPECT_EQ(write(control_w_.get(), "fork 1\n", 7), 7);
+    EXPECT_EQ(kill(parent_.pid, SIGRTMIN), 0);
+    EXPECT_EQ(gate_.AwaitParked(batch, absl::Now() + absl::Seconds(5)).size(), 1u);
     std::vector<CarryPlan> plans;
     plans.push_back(std::move(plan));
-    auto batch = gate_.Expect(watch_, std::move(plans));
-    if (!batch.ok()) return batch.status();
-    EXPECT_EQ(Parent("fork 1"), "forked");
-    return gate_.Await(*batch, absl::Now() + absl::Seconds(20))[0];
+    EXPECT_THAT(gate_.Release(batch, OwnPlan(), std::move(plans)), IsOk());
+    auto results = gate_.Await(batch, absl::Now() + absl::Seconds(5));
+    std::reverse(results.begin(), results.end());
+    return results;
   }
 
   UniqueFd family_;
+  UniqueFd control_w_;
   fs::path dir_;
   Spawned parent_;
   TransitGate gate_;
@@ -187,9 +209,11 @@ class CarryTest : public ::testing::Test {
 TEST_F(CarryTest, ACopyBecomesTheChildWithTheParentsMemoryAndNoHoldOnTheParent) {
   Start();
   Streams copy;
-  auto pid = ForkOne(PlanFor(copy));
+  auto results = ForkOne(PlanFor(copy));
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_THAT(results[1], IsOkAndHolds(parent_.pid));  // the parent moved too, and stays fork-ready
+  auto pid = results[0];
   ASSERT_THAT(pid, IsOk());
-  EXPECT_EQ(ReadLine(copy.out_r.get()), "carried");
   auto ask = [&](const std::string& line) {
     Send(copy.in_w.get(), line);
     return ReadLine(copy.out_r.get());
@@ -218,7 +242,7 @@ TEST_F(CarryTest, ACopyBecomesTheChildWithTheParentsMemoryAndNoHoldOnTheParent) 
 
 TEST_F(CarryTest, ACopyNothingWasPlannedForGetsNothing) {
   Start();
-  EXPECT_EQ(Parent("fork 1"), "forked");  // its copy announces itself, is refused and exits
+  EXPECT_EQ(Parent("lone"), "exit 3");  // its copy announces itself, is refused and exits
   EXPECT_EQ(Parent("setuid " + std::to_string(TestUid())), "refused 1");
   EXPECT_GE(gate_.refused(), 2u);
   EXPECT_EQ(ProcessesOf(TestUid() + 1).size(), 0u);
@@ -228,7 +252,7 @@ TEST_F(CarryTest, ACopyThatSharesMemoryWithItsParentIsKilled) {
   Start();
   EXPECT_EQ(Parent("share"), "ok");
   Streams copy;
-  auto pid = ForkOne(PlanFor(copy));
+  auto pid = ForkOne(PlanFor(copy))[0];
   EXPECT_THAT(pid.status().message(), HasSubstr("shares memory"));
   EXPECT_EQ(ReadLine(copy.out_r.get()), "<eof>");  // killed before it could say anything
 }
@@ -237,7 +261,7 @@ TEST_F(CarryTest, ACopyThatKeepsADescriptorOfTheParentsIsKilled) {
   Start();
   EXPECT_EQ(Parent("keep"), "ok");
   Streams copy;
-  auto pid = ForkOne(PlanFor(copy));
+  auto pid = ForkOne(PlanFor(copy))[0];
   EXPECT_THAT(pid.status().message(), HasSubstr("kept descriptor"));
 }
 
@@ -263,9 +287,8 @@ TEST_F(CarryTest, ACopyWorksInItsOwnFilesAndNetwork) {
   plan.netns = *std::move(netns);
   plan.mounts.push_back({std::move(tree), home.string()});
   plan.cwd = home.string();
-  auto pid = ForkOne(std::move(plan));
+  auto pid = ForkOne(std::move(plan))[0];
   ASSERT_THAT(pid, IsOk());
-  EXPECT_EQ(ReadLine(copy.out_r.get()), "carried");
   Send(copy.in_w.get(), "cwd");
   EXPECT_EQ(ReadLine(copy.out_r.get()), home.string());
   Send(copy.in_w.get(), "ls .");
