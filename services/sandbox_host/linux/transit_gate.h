@@ -8,9 +8,9 @@
 //    plan; then it installs the plan's descriptors (the plan's text at kCarryPlanFd, its user and network
 //    namespaces, its mount trees, its standard streams at 0, 1, 2), moves it to its cgroup, and returns 0;
 // 2. it reads the plan (CarryPlanText) and does its steps, in that order: join the user namespace, and there
-//    setgroups(0), setresgid, setresuid to the plan's ids (a copy; the parent's own keeps its ids); join the network namespace; unshare(CLONE_NEWNS) and move_mount
-//    each tree to its path; close the plan's descriptors; chdir; drop every capability (unless it stays
-//    fork-ready);
+//    setgroups(0), setresgid, setresuid to the plan's ids (a copy; the parent's own keeps its ids); join the network
+//    namespace; unshare(CLONE_NEWNS) and move_mount each tree to its path; close the plan's descriptors; chdir; drop
+//    every capability (unless it stays fork-ready);
 // 3. it calls unshare(0) again. Before that call returns, the gate checks the process as it is
 //    (carry_check.h). A process that fails is killed. Each step is let through only when it is that process's
 //    next planned one and names the plan's own namespace or tree (checked through a pidfd while the process,
