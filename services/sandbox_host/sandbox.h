@@ -33,7 +33,8 @@ inline constexpr char kProcessIdVar[] = "CORRAL_PROCESS_ID";
 
 // Variables the host sets on every process; a spec or an exec may not.
 inline bool IsHostSetEnv(const std::string& name) {
-  return name == "HOME" || name == "USER" || name == "CORRAL_SANDBOX_ID" || name == kProcessIdVar;
+  return name == "HOME" || name == "USER" || name == "CORRAL_SANDBOX_ID" || name == kProcessIdVar ||
+         name == "CORRAL_CARRY_SIGNAL";
 }
 
 struct SandboxSpec {
@@ -97,6 +98,26 @@ struct InsideUser {
   std::string home;
 };
 
+// A process started fork-ready (ExecOptions::fork_ready): what a fork needs to ask it for copies of itself
+// (fork/carrier.h).
+struct ForkReadyProcess {
+  pid_t pid = 0;
+  std::string process_id;  // "p-7"
+  std::vector<std::string> argv;
+  int watch = 0;                      // its gate listener's, in the Carrier's TransitGate
+  std::shared_ptr<UniqueFd> control;  // the write end of its control pipe
+  const void* generation = nullptr;   // the Sandbox object it was started in (it holds a reference to it)
+};
+// Where a sandbox's fork-ready processes live (linux/carry_root.h), and their Landlock rules.
+struct CarryView {
+  UniqueFd mnt, root, landlock;
+};
+// A sandbox's fork-ready processes: shared by its generations, as its cgroup is.
+struct ForkReadyList {
+  absl::Mutex mu;
+  std::vector<ForkReadyProcess> processes ABSL_GUARDED_BY(mu);
+};
+
 // One live sandbox. Immutable after creation except where noted; shared by the calls using it.
 struct Sandbox {
   // Who it is and how it is confined: every kind.
@@ -113,6 +134,12 @@ struct Sandbox {
   UniqueFd landlock;
   absl::Time create_time;
   std::string forked_from;  // a child: its parent's id
+  std::shared_ptr<ForkReadyList> fork_ready = std::make_shared<ForkReadyList>();
+  // Made at this generation's first fork-ready process (Carrier::ViewFor; under fork_ready->mu).
+  mutable std::shared_ptr<const CarryView> carry_view;
+  // A home on the host's filesystem where processes can be carried: the directory its first fork puts in the
+  // home's place (made beforehand, so that the Landlock rules of the processes started before the fork name it).
+  std::string next_home;
 
   // Its files: their kind, the template they came from, the fork layers below its own writes (top first; null
   // when it was never forked; at a fork that froze its writes, those layers, until its new generation takes its

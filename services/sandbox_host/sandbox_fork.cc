@@ -1,8 +1,10 @@
-// SandboxManager::Fork (ForkSandbox): wait until nothing runs in the parent, freeze what it wrote into a layer
-// (its storage kind knows how: storage/storage.h), give the parent a new generation on that layer, and build the
-// children on it. fork_layers.h has the layer model.
+// SandboxManager::Fork (ForkSandbox): wait until nothing runs in the parent but its fork-ready processes, have
+// those make their copies (sandbox_carry.cc), freeze what it wrote into a layer (its storage kind knows how:
+// storage/storage.h), give the parent a new generation on that layer, build the children on it, and carry the
+// copies into them. fork_layers.h has the layer model.
 #include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "libs/api/ids.h"
 #include "libs/core/logging.h"
@@ -15,17 +17,27 @@ namespace corral::sandbox {
 
 absl::Status SandboxManager::Quiesce(const std::shared_ptr<Sandbox>& parent, absl::Duration wait) {
   // Nothing may still write into what is about to be frozen: no process of its uid (background and escaped ones
-  // included), no call holding it (any reference but the map's and ours: an exec, a file stream). With `wait`,
-  // they get that long to end; without, 500 ms (a finished exec is held a moment while its output drains). The
-  // wait is on the manager's clock, and a delete of the parent cuts it short.
+  // included), no call holding it (any reference but the map's and ours: an exec, a file stream) — but its
+  // fork-ready processes, which the fork carries (each holds the generation it started in). With `wait`, they
+  // get that long to end; without, 500 ms (a finished exec is held a moment while its output drains). The wait is
+  // on the manager's clock, and a delete of the parent cuts it short.
   const absl::Time give_up = clock_->Now() + std::max(wait, absl::Milliseconds(500));
   for (;;) {
+    absl::flat_hash_set<pid_t> ready;
+    long held = 0;
+    {
+      absl::MutexLock lock(&parent->fork_ready->mu);
+      for (const ForkReadyProcess& p : parent->fork_ready->processes) {
+        ready.insert(p.pid);
+        held += p.generation == parent.get() ? 1 : 0;
+      }
+    }
     size_t processes = 0;
     {
       absl::MutexLock uid_lock(&parent->uid_mu);
-      processes = ProcessesOf(parent->uid).size();
+      for (pid_t pid : ProcessesOf(parent->uid)) processes += ready.contains(pid) ? 0 : 1;
     }
-    if (processes == 0 && parent->running == 0 && parent.use_count() <= 2) return absl::OkStatus();
+    if (processes == 0 && parent->running == held && parent.use_count() <= 2 + held) return absl::OkStatus();
     if (parent->delete_requested.woken()) {
       return absl::AbortedError(absl::StrCat("sandbox '", parent->id, "' is being deleted; the fork was given up"));
     }
@@ -33,8 +45,8 @@ absl::Status SandboxManager::Quiesce(const std::shared_ptr<Sandbox>& parent, abs
       return absl::FailedPreconditionError(
           processes > 0
               ? absl::StrCat("sandbox '", parent->id, "' has ", processes,
-                             " process(es) running (background ones included); a fork carries no process: end "
-                             "them first, or fork with a wait")
+                             " process(es) running (background ones included) that a fork cannot carry (only "
+                             "fork-ready ones are): end them first, or fork with a wait")
               : absl::StrCat("sandbox '", parent->id, "' has a call under way; a fork waits for none unless asked"));
     }
     parent->delete_requested.SleepFor(*clock_, absl::Milliseconds(5));
@@ -46,43 +58,51 @@ void SandboxManager::EndFork(Sandbox& sb) {
   fork_ended_.SignalAll();
 }
 
+absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::NextGeneration(const std::shared_ptr<Sandbox>& parent) {
+  Storage& files = StorageOf(parent->storage);
+  CORRAL_ASSIGN_OR_RETURN(Origin origin, files.ForkOrigin(*parent));
+  origin.layers = parent->layers;
+  origin.previous = parent.get();
+  CORRAL_ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> next, Build(parent->spec, origin));
+  next->cgroup = std::move(parent->cgroup);
+  next->template_image = parent->template_image;
+  next->fork_ready = parent->fork_ready;
+  files.Retire(*parent);
+  return next;
+}
+
 absl::Status SandboxManager::Renew(const std::shared_ptr<Sandbox>& parent) {
   const absl::Time start = clock_->Now();
-  Storage& files = StorageOf(parent->storage);
-  absl::StatusOr<Origin> origin = files.ForkOrigin(*parent);
-  std::shared_ptr<Sandbox> next;
-  if (origin.ok()) {
-    origin->layers = parent->layers;
-    origin->previous = parent.get();
-    auto built = Build(parent->spec, *origin);
-    if (built.ok()) {
-      next = *std::move(built);
-    } else {
-      origin = built.status();
-    }
-  }
-  if (next != nullptr) {
-    next->cgroup = std::move(parent->cgroup);
-    next->template_image = parent->template_image;
-    files.Retire(*parent);
-  }
+  absl::StatusOr<std::shared_ptr<Sandbox>> next = NextGeneration(parent);
   absl::MutexLock lock(&mu_);
   parent->renewing = false;
-  if (next != nullptr) {
+  if (next.ok()) {
     parent->renewal_due = false;
     auto it = sandboxes_.find(parent->id);
-    if (it != sandboxes_.end() && it->second == parent) it->second = next;
+    if (it != sandboxes_.end() && it->second == parent) it->second = *next;
   }
   EndFork(*parent);
-  if (!origin.ok()) {
-    spdlog::warn("sandbox {}: building its files anew after its fork: {}", parent->id, origin.status());
+  if (!next.ok()) {
+    spdlog::warn("sandbox {}: building its files anew after its fork: {}", parent->id, next.status());
     return absl::Status(
-        origin.status().code(),
-        absl::StrCat("sandbox '", parent->id, "' could not be made ready after its fork: ", origin.status().message()));
+        next.status().code(),
+        absl::StrCat("sandbox '", parent->id, "' could not be made ready after its fork: ", next.status().message()));
   }
   spdlog::debug("sandbox {}: its new generation after its fork, built in {}", parent->id,
                 absl::FormatDuration(clock_->Now() - start));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Sandbox>> SandboxManager::StartFork(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
+  if (it->second->spec.upper_on_disk) {
+    return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' builds a template: it cannot be forked"));
+  }
+  if (it->second->forking) return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' is being forked"));
+  it->second->forking = true;  // from here, new calls on it get UNAVAILABLE
+  return it->second;
 }
 
 absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::string& id, int64_t count,
@@ -97,18 +117,7 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
         "CAP_SYS_ADMIN, its root on ext4/xfs/btrfs)");
   }
   CORRAL_RETURN_IF_ERROR(ValidateLabels("labels", labels));
-  std::shared_ptr<Sandbox> parent;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return absl::NotFoundError(absl::StrCat("sandbox '", id, "' not found"));
-    if (it->second->spec.upper_on_disk) {
-      return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' builds a template: it cannot be forked"));
-    }
-    if (it->second->forking) return absl::FailedPreconditionError(absl::StrCat("sandbox '", id, "' is being forked"));
-    parent = it->second;
-    parent->forking = true;  // from here, new calls on it get UNAVAILABLE
-  }
+  CORRAL_ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> parent, StartFork(id));
   const int64_t granted = Reserve(count);
   auto finish = [&](absl::Status s) {
     absl::MutexLock lock(&mu_);
@@ -120,15 +129,28 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
   };
   const absl::Time asked = clock_->Now();
   if (absl::Status s = Quiesce(parent, wait); !s.ok()) return finish(s);
+  // Its fork-ready processes make their copies now, and wait in the gate (with them) while the files are frozen.
+  std::vector<Carry> carries;
+  if (carrier_ != nullptr) {
+    auto parked = ParkForkReady(parent, granted, wait);
+    if (!parked.ok()) return finish(parked.status());
+    carries = *std::move(parked);
+  }
   const absl::Time start = clock_->Now();
   Storage& files = StorageOf(parent->storage);
   absl::StatusOr<Origin> origin = files.ForkOrigin(*parent);
-  if (!origin.ok()) return finish(origin.status());
+  if (!origin.ok()) {
+    GiveUp(carries);
+    return finish(origin.status());
+  }
   // Freeze what the parent wrote since its last fork into a layer, on which its new generation is built when it is
   // next used (Renew: a parent that is only deleted after its fork, as a verifier's is, never pays for one); when
   // it wrote nothing, or was not used since its last fork, its layers are shared as they are.
   absl::StatusOr<Frozen> frozen = parent->renewal_due ? Frozen{parent->layers, false} : files.Freeze(*parent);
-  if (!frozen.ok()) return finish(frozen.status());
+  if (!frozen.ok()) {
+    GiveUp(carries);
+    return finish(frozen.status());
+  }
   origin->layers = frozen->layers;
   origin->forked_from = id;
   origin->empty_tmp = empty_tmp;
@@ -150,16 +172,26 @@ absl::StatusOr<SandboxManager::CreateResult> SandboxManager::Fork(const std::str
       }
     }
   }
+  std::vector<std::vector<CarriedProcess>> carried;
+  std::shared_ptr<Sandbox> next = CarryAfterFreeze(carries, parent, children, carried, result);
   // The parent's files stay in the layer even when no child could be made: its new generation is built on it.
   absl::MutexLock lock(&mu_);
   reserved_ -= granted;
   parent->Touch(clock_->Now());  // a fork is a use of it: its idle time starts again
+  if (next != nullptr) {
+    parent->renewal_due = false;
+    auto it = sandboxes_.find(parent->id);
+    if (it != sandboxes_.end() && it->second == parent) it->second = next;
+  }
   EndFork(*parent);
   if (!children.ok()) {
     if (metrics_) metrics_->forks.Add({{"outcome", "failed"}}).Increment();
     return children.status();
   }
   Admit(*children, result);
+  for (size_t i = 0; i < carried.size() && i < result.created.size(); ++i) {
+    result.created[i].carried = std::move(carried[i]);
+  }
   if (metrics_) {
     metrics_->forks.Add({{"outcome", "forked"}}).Increment();
     metrics_->fork_seconds.Observe(absl::ToDoubleSeconds(clock_->Now() - start));

@@ -112,6 +112,20 @@ absl::StatusOr<std::unique_ptr<SandboxHostRoot>> SandboxHostRoot::Build(Config c
                                                       .registry = std::move(registry)}));
 }
 
+namespace {
+
+std::unique_ptr<Carrier> MakeCarrier(const HostFeatures& features, const std::string& root) {
+  if (!features.forks) return nullptr;
+  auto carrier = Carrier::Create(root + "/views");
+  if (!carrier.ok()) {
+    spdlog::warn("{}", std::string(carrier.status().message()));
+    return nullptr;
+  }
+  return *std::move(carrier);
+}
+
+}  // namespace
+
 SandboxHostRoot::SandboxHostRoot(Config config, Prepared p)
     : config_(std::move(config)),
       host_id_(std::move(p.host_id)),
@@ -124,13 +138,15 @@ SandboxHostRoot::SandboxHostRoot(Config config, Prepared p)
       templates_(p.host.root + "/templates", p.host.templates, &clock_, &metrics_),
       images_(p.host.root + "/images", LayerLimits{}, &clock_, static_cast<uint64_t>(config_.max_image_bytes)),
       layers_(p.host.root),
+      carrier_(MakeCarrier(p.features, p.host.root)),
       sandboxes_(p.host, WithCgroups(p.features, &cgroups_), &clock_, &secret_,
                  SandboxManagerParts{.metrics = &metrics_,
                                      .layers = &layers_,
                                      .templates = &templates_,
                                      .images = &images_,
-                                     .workers = &workers_}),
-      execs_(&clock_, &metrics_, &workers_),
+                                     .workers = &workers_,
+                                     .carrier = carrier_.get()}),
+      execs_(&clock_, &metrics_, &workers_, carrier_.get()),
       puller_(&images_, std::move(p.registry)),
       service_(&sandboxes_, &execs_, &templates_, &images_, &puller_, &auth_, &clock_, &workers_, &image_workers_,
                host_id_, config_.harness_root),

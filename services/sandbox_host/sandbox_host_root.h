@@ -68,6 +68,8 @@ class SandboxHostRoot {
   TemplateStore templates_;
   ImageStore images_;  // kept across restarts under the sandbox root (a volume in containers)
   ForkLayers layers_;  // forked sandboxes' shared layers (<root>/forks, wiped at start)
+  // What carries fork-ready processes into forks (null where the host cannot fork, or lacks user namespaces).
+  std::unique_ptr<Carrier> carrier_;
   // Creates, deletes, evictions and kill sweeps run here, never on a gRPC or the clock's thread; they mostly wait
   // on the kernel (sweeps, wipes, copies), so a few threads beyond the cores.
   WorkerPool workers_{4};

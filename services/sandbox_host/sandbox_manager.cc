@@ -103,12 +103,14 @@ SandboxManager::SandboxManager(HostOptions options, HostFeatures features, Clock
       templates_(parts.templates),
       images_(parts.images),
       layers_(parts.layers),
+      carrier_(parts.carrier),
       uids_(options_.uid_first, options_.uid_last, ReservedUids(options_.busy_uids)) {
   const StorageParts storage{.mount_namespaces = features_.mount_namespaces,
                              .images = images_,
                              .layers = layers_,
                              .metrics = metrics_,
-                             .clock = clock_};
+                             .clock = clock_,
+                             .carry = carrier_ != nullptr && layers_ != nullptr && features_.forks};
   storage_[static_cast<int>(StorageKind::kHome)] = NewHomeStorage(storage);
   storage_[static_cast<int>(StorageKind::kLayeredHome)] = NewLayeredHomeStorage(storage);
   storage_[static_cast<int>(StorageKind::kImageRoot)] = NewImageRootStorage(storage);

@@ -19,7 +19,9 @@
 #include "libs/core/token.h"
 #include "libs/core/unique_fd.h"
 #include "libs/core/worker_pool.h"
+#include "services/sandbox_host/fork/carrier.h"
 #include "services/sandbox_host/fork/fork_layers.h"
+#include "services/sandbox_host/host_options.h"
 #include "services/sandbox_host/images/image_store.h"
 #include "services/sandbox_host/linux/cgroup.h"
 #include "services/sandbox_host/linux/landlock.h"
@@ -30,50 +32,6 @@
 #include "services/sandbox_host/template_store.h"
 
 namespace corral::sandbox {
-
-struct HostOptions {
-  std::string root = "/var/lib/corral/sandboxes";  // homes live in <root>/homes/<id>
-  int64_t capacity = 64;
-  int64_t max_create_count = 10000;
-  uid_t uid_first = 20000;
-  uid_t uid_last = 65000;
-  absl::flat_hash_set<uid_t> busy_uids;  // never handed out: still running processes at start (Leftovers)
-  NetworkPolicy default_network = NetworkPolicy::kNone;
-  CgroupLimits default_cgroup{.memory_bytes = 2ULL << 30, .max_pids = 512, .cpu_weight = 100};
-  CgroupLimits cgroup_ceiling{.memory_bytes = 64ULL << 30, .max_pids = 32768, .cpu_weight = 10000};
-  Rlimits default_rlimits{
-      .nproc = 512, .address_space_bytes = 0, .nofile = 1024, .file_size_bytes = 1LL << 30, .cpu_seconds = 0};
-  Rlimits rlimit_ceiling{.nproc = 32768,
-                         .address_space_bytes = 1LL << 40,
-                         .nofile = 65536,
-                         .file_size_bytes = 1LL << 40,
-                         .cpu_seconds = 86400};
-  int64_t default_disk_bytes = 1LL << 30;  // what an image sandbox may write (SandboxSpec.disk_bytes)
-  int64_t max_disk_bytes = 64LL << 30;
-  size_t max_env_bytes = 64 * 1024;
-  absl::Duration default_idle_timeout = absl::Minutes(10);
-  absl::Duration max_idle_timeout = absl::Hours(24);
-  absl::Duration default_exec_timeout = absl::Minutes(10);  // Exec / ExecInteractive without a timeout
-  absl::Duration max_exec_timeout = absl::Hours(24);
-  absl::Duration default_setup_timeout = absl::Minutes(30);  // a whole template build
-  TemplateLimits templates;
-  // Where `corral harness install` put this host's harnesses: CORRAL_HARNESS_ROOT in every sandbox's environment,
-  // so an agent finds them where the host says they are ("" = not set: the harnesses' default root).
-  std::string harness_root;
-  // Read each sandbox's cgroup every second for its meter (memory over time, samples for metrics over time);
-  // off: only reads (GetSandbox, a delete) meter it.
-  bool usage_readings = true;
-};
-
-// What the host can enforce, found once at startup.
-struct HostFeatures {
-  int landlock_abi = 0;
-  bool mount_namespaces = false;
-  bool images = false;  // user namespaces and idmapped overlay layers (CanUseImages)
-  // ForkSandbox (plain and image sandboxes): mount namespaces, idmapped layers and a ForkLayers store.
-  bool forks = false;
-  const CgroupManager* cgroups = nullptr;
-};
 
 // What capability tokens of sandboxes are signed for.
 inline constexpr char kSandboxTokenPurpose[] = "sandbox";
@@ -90,6 +48,7 @@ struct SandboxManagerParts {
   TemplateStore* templates = nullptr;  // where CreateSandboxes finds templates (null: none)
   ImageStore* images = nullptr;        // where CreateSandboxes finds images (null: none)
   WorkerPool* workers = nullptr;       // where idle evictions are torn down (null: on the clock's thread)
+  Carrier* carrier = nullptr;          // carries fork-ready processes into forks (null: none are)
 };
 
 // What a sandbox has cost so far (SandboxManager::Usage). -1 where it was not measured.
@@ -121,14 +80,17 @@ class SandboxManager {
                  SandboxManagerParts parts = {});
   ~SandboxManager();  // deletes every sandbox
 
+  using CarriedProcess = sandbox::CarriedProcess;
   struct Created {
     std::shared_ptr<const Sandbox> sandbox;
     std::string token;  // capability token for this sandbox only
+    std::vector<CarriedProcess> carried;
   };
   struct CreateResult {
     std::vector<Created> created;
     int64_t rejected = 0;
     std::string rejected_reason;
+    std::vector<std::string> not_carried;  // a fork: the parent's processes (or copies) that were not, and why
   };
 
   // INVALID_ARGUMENT for a bad spec or count; FAILED_PRECONDITION when the host cannot enforce what the spec
@@ -203,11 +165,35 @@ class SandboxManager {
   Storage& StorageOf(StorageKind kind) const { return *storage_[static_cast<int>(kind)]; }
   // Gives back what the files of `sb` took (a pin, a template's count); the caller removes its directory.
   void ReleaseFiles(Sandbox& sb);
+  // The sandbox `id`, marked forking (NOT_FOUND; FAILED_PRECONDITION for a template's build or one being forked).
+  absl::StatusOr<std::shared_ptr<Sandbox>> StartFork(const std::string& id);
   // A fork's wait until nothing may still write into the parent: no process of its uid, no call holding it.
   absl::Status Quiesce(const std::shared_ptr<Sandbox>& parent, absl::Duration wait);
   // Builds the new generation of `parent` (renewal_due, marked forking by the caller) on the layers its files were
   // frozen into, and puts it in its place; ends the `forking` either way. A parent that fails stays due.
   absl::Status Renew(const std::shared_ptr<Sandbox>& parent);
+  // The generation that follows `parent` at a fork, built on the layers its files were frozen into (it takes the
+  // parent's cgroup and fork-ready processes; the caller puts it in the parent's place).
+  absl::StatusOr<std::shared_ptr<Sandbox>> NextGeneration(const std::shared_ptr<Sandbox>& parent);
+  // Carrying (sandbox_carry.cc). ParkForkReady asks each fork-ready process of `parent` for `count` copies and
+  // waits (`wait`, at least 5 s) until it and its copies are parked in the gate, and nothing else of the parent
+  // runs (FAILED_PRECONDITION otherwise: nothing is carried). CarryAfterFreeze, once `children` are built on the
+  // frozen files: each copy goes into its child (`carried`, by child) and each process into the parent's next
+  // generation (built now, returned), or all go on as they were when the children failed (GiveUp).
+  struct Carry {
+    ForkReadyProcess process;
+    int batch = 0;
+    std::vector<pid_t> copies;
+  };
+  absl::StatusOr<std::vector<Carry>> ParkForkReady(const std::shared_ptr<Sandbox>& parent, int64_t count,
+                                                   absl::Duration wait);
+  std::shared_ptr<Sandbox> CarryAfterFreeze(std::vector<Carry>& carries, const std::shared_ptr<Sandbox>& parent,
+                                            absl::StatusOr<std::vector<std::shared_ptr<Sandbox>>>& children,
+                                            std::vector<std::vector<CarriedProcess>>& carried, CreateResult& result);
+  void GiveUp(std::vector<Carry>& carries);
+  void CarryInto(std::vector<Carry>& carries, const Sandbox& parent, const Sandbox* next,
+                 const std::vector<std::shared_ptr<Sandbox>>& children,
+                 std::vector<std::vector<CarriedProcess>>& carried, CreateResult& result);
   // Ends a fork of `sb`: calls reach it (or its new generation) again, and a delete waiting for it goes on.
   void EndFork(Sandbox& sb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With `keep_upper`, an image sandbox's writable layer is moved there rather than wiped.
@@ -226,6 +212,7 @@ class SandboxManager {
   TemplateStore* const templates_;
   ImageStore* const images_;
   ForkLayers* const layers_;
+  Carrier* const carrier_;
   UidPool uids_;
   std::unique_ptr<Storage> storage_[3];  // by StorageKind
 

@@ -1,5 +1,6 @@
 #include "services/sandbox_host/exec/exec_manager.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -11,6 +12,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
 #include "services/sandbox_host/linux/process_sweep.h"
 #include "spdlog/spdlog.h"
 
@@ -25,8 +27,8 @@ uint64_t Tag(uint64_t key, Stream stream) { return key << 2 | static_cast<uint64
 
 }  // namespace
 
-ExecManager::ExecManager(Clock* clock, SandboxHostMetrics* metrics, WorkerPool* workers)
-    : clock_(clock), metrics_(metrics), workers_(workers) {
+ExecManager::ExecManager(Clock* clock, SandboxHostMetrics* metrics, WorkerPool* workers, Carrier* carrier)
+    : clock_(clock), metrics_(metrics), workers_(workers), carrier_(carrier) {
   epoll_.Reset(epoll_create1(EPOLL_CLOEXEC));
   wake_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   epoll_event ev{EPOLLIN, {.u64 = 0}};
@@ -92,25 +94,71 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Start(std::shared_ptr<co
   env[kProcessIdVar] = ProcessIdOf(key);  // what tells this process's escapees from the sandbox's others
   SpawnSpec spec = sandbox->SpawnFor(options.argv, env, options.cwd, options.user);
   spec.pipe_stdin = true;
+  if (options.fork_ready && carrier_ == nullptr) {
+    return absl::FailedPreconditionError("this host cannot carry processes into forks (no user namespaces for it)");
+  }
+  if (options.fork_ready && sandbox->in_image()) {
+    return absl::FailedPreconditionError("a fork-ready process runs in a sandbox on the host's filesystem only");
+  }
   absl::StatusOr<Spawned> spawned;
   {
     // Not beside a teardown: its sweep would miss a process spawned meanwhile (root until it takes the uid),
     // which would then run as the uid of a deleted sandbox, in the cgroup the teardown could not remove.
     absl::MutexLock uid_lock(&sandbox->uid_mu);
     if (sandbox->deleted) return absl::NotFoundError(absl::StrCat("sandbox '", sandbox->id, "' was deleted"));
-    spawned = Spawn(spec);
+    spawned = options.fork_ready ? SpawnForkReady(sandbox, std::move(spec), options, key) : Spawn(spec);
   }
   if (!spawned.ok()) return spawned.status();
+  return Track(std::move(sandbox), key, *std::move(spawned), std::move(options));
+}
 
+absl::StatusOr<Spawned> ExecManager::SpawnForkReady(const std::shared_ptr<const Sandbox>& sandbox, SpawnSpec spec,
+                                                    const ExecOptions& options, uint64_t key) {
+  int control[2];
+  if (pipe2(control, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+  UniqueFd control_r(control[0]);
+  auto control_w = std::make_shared<UniqueFd>(control[1]);
+  CORRAL_ASSIGN_OR_RETURN(std::shared_ptr<const CarryView> view, carrier_->ViewFor(*sandbox));
+  spec.mountns_fd = view->mnt.get();
+  spec.landlock_fd = view->landlock.valid() ? view->landlock.get() : -1;
+  spec.family_userns_fd = carrier_->family_fd();
+  spec.control_fd = control_r.get();
+  spec.env.push_back(absl::StrCat("CORRAL_CARRY_SIGNAL=", SIGRTMIN));
+  CORRAL_ASSIGN_OR_RETURN(Spawned spawned, Spawn(spec));
+  ForkReadyProcess ready{.pid = spawned.pid,
+                         .process_id = ProcessIdOf(key),
+                         .argv = options.argv,
+                         .watch = carrier_->gate().Watch(std::move(spawned.gate)),
+                         .control = std::move(control_w),
+                         .generation = sandbox.get()};
+  absl::MutexLock lock(&sandbox->fork_ready->mu);
+  sandbox->fork_ready->processes.push_back(std::move(ready));
+  return spawned;
+}
+
+absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Adopt(std::shared_ptr<const Sandbox> sandbox, Spawned process,
+                                                              ExecOptions options) {
+  uint64_t key = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    key = next_key_++;
+  }
+  options.fork_ready = false;
+  options.stdin_data.clear();
+  return Track(std::move(sandbox), key, std::move(process), std::move(options));
+}
+
+absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Track(std::shared_ptr<const Sandbox> sandbox, uint64_t key,
+                                                              Spawned spawned, ExecOptions options) {
   sandbox->ProcessStarted(clock_->Now());  // a running process keeps the sandbox from idle eviction
   const absl::Duration timeout = options.timeout;
   std::shared_ptr<Execution> e;
   {
     absl::MutexLock lock(&mu_);
-    e = std::make_shared<Execution>(this, key, spawned->pid, sandbox, std::move(options), clock_->Now());
+    e = std::make_shared<Execution>(this, key, spawned.pid, sandbox, std::move(options), clock_->Now());
     executions_.emplace(key, e);  // before its descriptors are watched: their events find it
   }
-  if (absl::Status attached = e->Attach(std::move(*spawned)); !attached.ok()) {
+  if (absl::Status attached = e->Attach(std::move(spawned)); !attached.ok()) {
     sandbox->ProcessEnded(clock_->Now());
     absl::MutexLock lock(&mu_);
     executions_.erase(e->key());
@@ -175,6 +223,17 @@ std::shared_ptr<Execution> ExecManager::Find(uint64_t key) {
 
 void ExecManager::OnProcessExit(const std::shared_ptr<Execution>& e) {
   clock_->Cancel(e->timeout_timer);
+  if (carrier_ != nullptr) {  // a fork-ready process: no fork asks it for copies any more
+    ForkReadyList& ready = *e->sandbox()->fork_ready;
+    absl::MutexLock lock(&ready.mu);
+    for (auto it = ready.processes.begin(); it != ready.processes.end(); ++it) {
+      if (it->process_id == e->id()) {
+        carrier_->gate().Unwatch(it->watch);
+        ready.processes.erase(it);
+        break;
+      }
+    }
+  }
   const ExitInfo exit = e->OnExited(clock_->Now());
   e->sandbox()->Touch(clock_->Now());
   e->sandbox()->ProcessEnded(clock_->Now());

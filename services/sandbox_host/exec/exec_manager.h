@@ -21,6 +21,7 @@
 #include "libs/core/unique_fd.h"
 #include "libs/core/worker_pool.h"
 #include "services/sandbox_host/exec/execution.h"
+#include "services/sandbox_host/fork/carrier.h"
 #include "services/sandbox_host/metrics.h"
 #include "services/sandbox_host/sandbox_manager.h"
 
@@ -31,7 +32,9 @@ class ExecManager : public FdWatcher {
  public:
   // `metrics` may be null (tests). `workers`: where timed-out executions are killed (the sweep can take seconds;
   // null: on the clock's thread).
-  explicit ExecManager(Clock* clock, SandboxHostMetrics* metrics = nullptr, WorkerPool* workers = nullptr);
+  // `carrier`: what starts fork-ready processes (null: ExecOptions::fork_ready is refused).
+  explicit ExecManager(Clock* clock, SandboxHostMetrics* metrics = nullptr, WorkerPool* workers = nullptr,
+                       Carrier* carrier = nullptr);
   ~ExecManager() override;  // kills whatever still runs
 
   // Starts `options.argv` in the sandbox. A command that cannot be executed still starts and exits 127/126
@@ -39,6 +42,10 @@ class ExecManager : public FdWatcher {
   // isolation cannot be set up.
   absl::StatusOr<std::shared_ptr<Execution>> Start(std::shared_ptr<const Sandbox> sandbox, ExecOptions options);
   size_t running() const;
+  // A process a fork carried into `sandbox` (a copy of a fork-ready process of its parent; its streams are the
+  // ends `process` holds): reported and signalled like one started here, as `options` describes it.
+  absl::StatusOr<std::shared_ptr<Execution>> Adopt(std::shared_ptr<const Sandbox> sandbox, Spawned process,
+                                                   ExecOptions options);
 
   // The sandbox's processes started through the API, by start time: running ones, and with `include_exited`
   // the last kMaxExitedKept that exited.
@@ -59,9 +66,17 @@ class ExecManager : public FdWatcher {
   void PruneHistory() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapUntracked();
 
+  // Registers a spawned or adopted process and watches it; its timeout starts.
+  absl::StatusOr<std::shared_ptr<Execution>> Track(std::shared_ptr<const Sandbox> sandbox, uint64_t key,
+                                                   Spawned spawned, ExecOptions options);
+  // Starts it under the fork gate, registered as the sandbox's (ForkReadyList).
+  absl::StatusOr<Spawned> SpawnForkReady(const std::shared_ptr<const Sandbox>& sandbox, SpawnSpec spec,
+                                         const ExecOptions& options, uint64_t key);
+
   Clock* const clock_;
   SandboxHostMetrics* const metrics_;
   WorkerPool* const workers_;
+  Carrier* const carrier_;
   UniqueFd epoll_;
   UniqueFd wake_;  // eventfd: stop
   std::thread thread_;

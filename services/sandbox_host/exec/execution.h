@@ -61,6 +61,9 @@ struct ExecOptions {
   size_t buffer_limit = 1 << 20;                  // bytes buffered before reads pause
   std::string output_path;                        // kBackground: where its output goes (for ListProcesses)
   std::optional<InsideUser> user;                 // an image sandbox: who runs it; unset = the image's user
+  // Its memory and state can be carried into the sandbox's fork's children (fork/carrier.h): it runs under the
+  // fork gate, with a control pipe. A sandbox on the host's filesystem only.
+  bool fork_ready = false;
 };
 
 // What ListProcesses reports of a process started through the API.

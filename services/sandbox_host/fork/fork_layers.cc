@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "libs/core/status_macros.h"
 #include "services/sandbox_host/images/image_root.h"
 #include "services/sandbox_host/linux/namespaces.h"
 #include "services/sandbox_host/linux/tree_copy.h"
@@ -188,9 +189,17 @@ absl::StatusOr<LayerStack> ForkLayers::FreezeTree(const UniqueFd& rw_tree, uid_t
 
 std::string ForkLayers::NewDir() { return absl::StrCat(dir_, "/l", getpid(), "-", next_layer++); }
 
-absl::StatusOr<LayerStack> ForkLayers::FreezeHome(const std::string& home, uid_t owner) {
+absl::StatusOr<std::string> ForkLayers::ReserveHomeDir() {
   const std::string dir = NewDir();
   if (mkdir(dir.c_str(), 0700) != 0) return Errno("mkdir " + dir);
+  return dir;
+}
+
+absl::StatusOr<LayerStack> ForkLayers::FreezeHome(const std::string& home, uid_t owner, const std::string& premade) {
+  std::string dir = premade;
+  if (dir.empty()) {
+    CORRAL_ASSIGN_OR_RETURN(dir, ReserveHomeDir());
+  }
   if (absl::Status s = MakeUpper(dir + "/rw", owner); !s.ok()) {
     std::error_code ec;
     fs::remove_all(dir, ec);

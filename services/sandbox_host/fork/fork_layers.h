@@ -61,7 +61,11 @@ class ForkLayers {
   // The first fork of a plain sandbox: its home directory becomes the layer, and an empty directory takes its
   // place at the same path, holding `rw/upper` (mode 0700, owned by `owner`) and `rw/work`. One atomic exchange:
   // the home's path always exists.
-  absl::StatusOr<LayerStack> FreezeHome(const std::string& home, uid_t owner);
+  // `premade`: that directory (ReserveHomeDir) takes its place rather than a new one.
+  absl::StatusOr<LayerStack> FreezeHome(const std::string& home, uid_t owner, const std::string& premade = "");
+  // An empty directory (root's, 0700) that a later FreezeHome puts in a home's place: made at the sandbox's
+  // creation where processes may be carried, so that their Landlock rules can name it.
+  absl::StatusOr<std::string> ReserveHomeDir();
   // A later fork: `rw_dir`/upper (the writes since the last fork, over `below`) becomes the layer, and `rw_dir`
   // gets an empty upper and work directory (the old work directory is set aside until ClearFrozenWork).
   absl::StatusOr<LayerStack> FreezeUpper(const std::string& rw_dir, uid_t owner, LayerStack below);

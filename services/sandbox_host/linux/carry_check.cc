@@ -170,7 +170,17 @@ absl::Status CheckMounts(pid_t pid, const CarryPlan& plan) {
     if (id == 0 || !found) return Differs(absl::StrCat("its tree is not mounted at ", m.path));
     ids.push_back(id);
   }
-  const uint64_t cwd = MountId(absl::StrCat("/proc/", pid, "/cwd").c_str(), AT_FDCWD, 0);
+  // Its working directory, when among the places the trees cover (always, for the parent's own process: its old
+  // one is in the layer its children share), must be on one of them: an old one is its parent's.
+  const std::string cwd_link = absl::StrCat("/proc/", pid, "/cwd");
+  char buf[4096];
+  const ssize_t n = readlink(cwd_link.c_str(), buf, sizeof(buf) - 1);
+  const std::string path = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  bool covered = plan.fork_ready;
+  for (const CarryPlan::Mount& m : plan.mounts)
+    covered = covered || path == m.path || absl::StartsWith(path, m.path + "/");
+  if (!covered) return absl::OkStatus();
+  const uint64_t cwd = MountId(cwd_link.c_str(), AT_FDCWD, 0);
   for (uint64_t id : ids) {
     if (id == cwd) return absl::OkStatus();
   }
@@ -184,6 +194,7 @@ absl::Status CheckCarried(pid_t pid, const CarryPlan& plan) {
   const std::string ns = absl::StrCat("/proc/", pid, "/ns/");
   if (plan.userns.valid() && !SameAsFd(ns + "user", plan.userns.get())) return Differs("not in its user namespace");
   if (plan.netns.valid() && !SameAsFd(ns + "net", plan.netns.get())) return Differs("not in its network namespace");
+  if (plan.mntns.valid() && !SameAsFd(ns + "mnt", plan.mntns.get())) return Differs("not in its mount namespace");
   if (absl::Status s = CheckDescriptors(pid, plan); !s.ok()) return s;
   if (absl::Status s = CheckMemory(pid); !s.ok()) return s;
   return CheckMounts(pid, plan);

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "libs/core/status_macros.h"
 
 namespace corral::sandbox {
 namespace {
@@ -147,6 +148,95 @@ absl::Status RunVforkHelper(int (*fn)(void*), void* arg) {
   if (pid < 0) return absl::InternalError(absl::StrCat("clone: ", strerror(errno)));
   waitpid(pid, nullptr, 0);
   return absl::OkStatus();
+}
+
+namespace {
+
+struct CloneArgs {
+  int mnt_fd;
+  const std::vector<std::string>* paths;
+  std::vector<int>* trees;  // sized like paths
+  size_t failed = SIZE_MAX;
+  int err = 0;
+};
+
+int CloneTreesHelper(void* raw) {
+  auto* a = static_cast<CloneArgs*>(raw);
+  if (setns(a->mnt_fd, CLONE_NEWNS) != 0) {
+    a->failed = 0;
+    a->err = errno;
+    return 1;
+  }
+  for (size_t i = 0; i < a->paths->size(); ++i) {
+    (*a->trees)[i] = static_cast<int>(
+        syscall(SYS_open_tree, AT_FDCWD, (*a->paths)[i].c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+    if ((*a->trees)[i] < 0) {
+      a->failed = i;
+      a->err = errno;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+struct CarryNsArgs {
+  int base_mnt_fd, userns_fd;
+  const std::vector<int>* trees;
+  const std::vector<std::string>* paths;
+  int mnt_fd = -1;
+  size_t failed = SIZE_MAX;  // the tree that could not be mounted; paths->size(): a namespace step
+  int err = 0;
+};
+
+int CarryNsHelper(void* raw) {
+  auto* a = static_cast<CarryNsArgs*>(raw);
+  if (setns(a->base_mnt_fd, CLONE_NEWNS) != 0 || setns(a->userns_fd, CLONE_NEWUSER) != 0 || unshare(CLONE_NEWNS) != 0) {
+    a->failed = a->paths->size();
+    a->err = errno;
+    return 1;
+  }
+  for (size_t i = 0; i < a->trees->size(); ++i) {
+    if (syscall(SYS_move_mount, (*a->trees)[i], "", AT_FDCWD, (*a->paths)[i].c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+      a->failed = i;
+      a->err = errno;
+      return 1;
+    }
+  }
+  if ((a->mnt_fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)) < 0) {
+    a->failed = a->paths->size();
+    a->err = errno;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<UniqueFd>> CloneTreesIn(int mnt_fd, const std::vector<std::string>& paths) {
+  std::vector<int> trees(paths.size(), -1);
+  CloneArgs args{mnt_fd, &paths, &trees};
+  CORRAL_RETURN_IF_ERROR(RunVforkHelper(CloneTreesHelper, &args));
+  std::vector<UniqueFd> out;
+  for (int fd : trees) out.emplace_back(fd);  // in our table: the helper shares it
+  if (args.failed != SIZE_MAX) {
+    return absl::InternalError(
+        absl::StrCat("cloning the mount at ", paths.empty() ? "" : paths[args.failed], ": ", strerror(args.err)));
+  }
+  return out;
+}
+
+absl::StatusOr<UniqueFd> CarryMountNamespace(int base_mnt_fd, int userns_fd, const std::vector<int>& trees,
+                                             const std::vector<std::string>& paths) {
+  if (trees.size() != paths.size()) return absl::InvalidArgumentError("one path per tree");
+  CarryNsArgs args{base_mnt_fd, userns_fd, &trees, &paths};
+  CORRAL_RETURN_IF_ERROR(RunVforkHelper(CarryNsHelper, &args));
+  UniqueFd ns(args.mnt_fd);
+  if (args.failed != SIZE_MAX) {
+    return absl::InternalError(absl::StrCat(
+        "making a carried process's mount namespace: ",
+        args.failed < paths.size() ? absl::StrCat("mounting ", paths[args.failed], ": ") : "", strerror(args.err)));
+  }
+  return ns;
 }
 
 int CloneTree(const char* path) {

@@ -55,6 +55,17 @@ bool MoveTree(int tree, const char* target);
 // seccomp/LSM denial).
 bool CanUseMountNamespaces();
 
+// Detached clones of the mount trees at `paths` as mount namespace `mnt_fd` has them (open_tree with
+// OPEN_TREE_CLONE, recursive). INTERNAL naming the path that failed.
+absl::StatusOr<std::vector<UniqueFd>> CloneTreesIn(int mnt_fd, const std::vector<std::string>& paths);
+
+// A mount namespace for a carried process (linux/transit_gate.h): a copy of `base_mnt_fd` (the namespace the
+// process is in) owned by user namespace `userns_fd` (where the process can join it), with each of `trees`
+// (detached) mounted at its path over what was there. A process under Landlock may not mount; it may join a
+// namespace made for it.
+absl::StatusOr<UniqueFd> CarryMountNamespace(int base_mnt_fd, int userns_fd, const std::vector<int>& trees,
+                                             const std::vector<std::string>& paths);
+
 // Sets the loopback interface of the calling process's network namespace up. System calls only
 // (async-signal-safe): for helpers between clone and exit.
 bool BringUpLoopback();

@@ -31,18 +31,12 @@ namespace {
 
 constexpr int kUsernsFd = kCarryPlanFd + 1;
 constexpr int kNetnsFd = kCarryPlanFd + 2;
-constexpr int kFirstTreeFd = kCarryPlanFd + 3;
+constexpr int kMntnsFd = kCarryPlanFd + 3;
 
 bool SameObject(int a, int b) {
   struct stat x {
   }, y{};
   return fstat(a, &x) == 0 && fstat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
-uint64_t MountIdOf(int fd) {
-  struct statx sx {};
-  if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) != 0 || !(sx.stx_mask & STATX_MNT_ID)) return 0;
-  return sx.stx_mnt_id;
 }
 
 bool SingleThreaded(pid_t pid) {
@@ -79,8 +73,7 @@ struct Slot {
   int listener = -1;  // parked: where its announcement waits for an answer
   uint64_t notification = 0;
   absl::Status failure;
-  bool userns = false, groups = false, gid = false, uid = false, netns = false, mountns = false;
-  std::vector<bool> mounted;
+  bool userns = false, groups = false, gid = false, uid = false, netns = false, mntns = false;
 };
 
 struct Batch {
@@ -96,9 +89,7 @@ std::string CarryPlanText(const CarryPlan& plan) {
   std::string text = absl::StrCat("ids ", plan.uid, " ", plan.gid, "\n");
   if (plan.userns.valid()) absl::StrAppend(&text, "userns ", kUsernsFd, "\n");
   if (plan.netns.valid()) absl::StrAppend(&text, "netns ", kNetnsFd, "\n");
-  for (size_t i = 0; i < plan.mounts.size(); ++i) {
-    absl::StrAppend(&text, "mount ", kFirstTreeFd + static_cast<int>(i), " ", plan.mounts[i].path, "\n");
-  }
+  if (plan.mntns.valid()) absl::StrAppend(&text, "mntns ", kMntnsFd, "\n");
   if (!plan.cwd.empty()) absl::StrAppend(&text, "cwd ", plan.cwd, "\n");
   if (plan.fork_ready) text += "ready\n";
   return text + "end\n";
@@ -194,22 +185,16 @@ absl::Status TransitGate::State::Give(Slot& s) {
   ok = ok && Install(s.listener, id, text_r.get(), kCarryPlanFd);
   if (s.plan.userns.valid()) ok = ok && Install(s.listener, id, s.plan.userns.get(), kUsernsFd);
   if (s.plan.netns.valid()) ok = ok && Install(s.listener, id, s.plan.netns.get(), kNetnsFd);
-  for (size_t i = 0; i < s.plan.mounts.size(); ++i) {
-    // A tree's own descriptor is O_PATH, which the gate cannot install: its root directory, opened, stands for
-    // it (move_mount takes it as well; the tree stays detached, and alive, while the plan holds its descriptor).
-    UniqueFd root(openat(s.plan.mounts[i].tree.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    ok = ok && root.valid() && Install(s.listener, id, root.get(), kFirstTreeFd + static_cast<int>(i));
-  }
+  if (s.plan.mntns.valid()) ok = ok && Install(s.listener, id, s.plan.mntns.get(), kMntnsFd);
   if (s.plan.stdin_fd.valid()) {
     ok = ok && Install(s.listener, id, s.plan.stdin_fd.get(), 0) &&
          Install(s.listener, id, s.plan.stdout_fd.get(), 1) && Install(s.listener, id, s.plan.stderr_fd.get(), 2);
   }
-  if (ok && s.plan.cgroup_procs.valid()) {
-    const std::string pid = absl::StrCat(s.pid);
-    ok = pwrite(s.plan.cgroup_procs.get(), pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
+  const std::string pid = absl::StrCat(s.pid);
+  for (const UniqueFd& procs : s.plan.cgroup_procs) {
+    ok = ok && pwrite(procs.get(), pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
   }
   if (!ok) return absl::InternalError(absl::StrCat("giving the carried process its plan: ", strerror(errno)));
-  s.mounted.assign(s.plan.mounts.size(), false);
   seccomp_notif_resp resp{};
   resp.id = id;  // the announcement returns 0
   if (ioctl(s.listener, SECCOMP_IOCTL_NOTIF_SEND, &resp) != 0) {
@@ -237,6 +222,9 @@ bool TransitGate::State::Step(Slot& s, const seccomp_notif& req, seccomp_notif_r
       if (a[1] == CLONE_NEWNET && p.netns.valid() && !s.netns && switched && SameObject(theirs.get(), p.netns.get())) {
         return s.netns = true;
       }
+      if (a[1] == CLONE_NEWNS && p.mntns.valid() && !s.mntns && switched && SameObject(theirs.get(), p.mntns.get())) {
+        return s.mntns = true;
+      }
       return false;
     }
     case SYS_setgroups:  // in its own user namespace only, where it holds every capability
@@ -244,7 +232,6 @@ bool TransitGate::State::Step(Slot& s, const seccomp_notif& req, seccomp_notif_r
     case SYS_setresgid: return s.groups && ids(p.gid) && (s.gid = true);
     case SYS_setresuid: return s.gid && ids(p.uid) && (s.uid = true);
     case SYS_unshare:
-      if (a[0] == CLONE_NEWNS && !p.mounts.empty() && !s.mountns && switched) return s.mountns = true;
       if (a[0] != 0) return false;
       if (absl::Status checked = CheckCarried(s.pid, p); !checked.ok()) {
         Fail(s, std::move(checked));
@@ -255,15 +242,6 @@ bool TransitGate::State::Step(Slot& s, const seccomp_notif& req, seccomp_notif_r
       resp.flags = 0;  // answered here: unshare(0) returns 0 and changes nothing
       resp.val = 0;
       return true;
-    case SYS_move_mount: {
-      if (!s.mountns || a[4] != MOVE_MOUNT_F_EMPTY_PATH) return false;
-      UniqueFd theirs = TheirFd(s.pidfd.get(), a[0]);
-      const uint64_t id = theirs.valid() ? MountIdOf(theirs.get()) : 0;
-      for (size_t i = 0; i < p.mounts.size(); ++i) {
-        if (!s.mounted[i] && id != 0 && id == MountIdOf(p.mounts[i].tree.get())) return s.mounted[i] = true;
-      }
-      return false;
-    }
     default: return false;
   }
 }
@@ -381,7 +359,7 @@ int TransitGate::Expect(int watch, size_t copies, pid_t own, uid_t uid) {
   return id;
 }
 
-std::vector<pid_t> TransitGate::AwaitParked(int batch, absl::Time deadline) {
+absl::StatusOr<std::vector<pid_t>> TransitGate::AwaitParked(int batch, absl::Duration timeout) {
   State& st = *state_;
   absl::MutexLock lock(&st.mu);
   auto parked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
@@ -390,10 +368,18 @@ std::vector<pid_t> TransitGate::AwaitParked(int batch, absl::Time deadline) {
     }
     return true;
   };
-  st.mu.AwaitWithDeadline(absl::Condition(&parked), deadline);
+  st.mu.AwaitWithTimeout(absl::Condition(&parked), timeout);
   std::vector<pid_t> out;
+  bool own_missing = false;
   for (const Slot& s : st.batches[batch].slots) {
+    own_missing = own_missing || (s.own && s.phase == Slot::Phase::kWaiting);
     if (!s.own && s.phase == Slot::Phase::kParked) out.push_back(s.pid);
+  }
+  if (own_missing) return absl::DeadlineExceededError("the process did not answer the fork in time");
+  const size_t copies = st.batches[batch].slots.size() - (st.batches[batch].own > 0 ? 1 : 0);
+  if (out.size() != copies) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the process made ", out.size(), " of its ", copies, " copies in time"));
   }
   return out;
 }
@@ -403,11 +389,6 @@ absl::Status TransitGate::Release(int batch, std::optional<CarryPlan> own_plan, 
     const bool streams = p.stdin_fd.valid();
     if (streams != p.stdout_fd.valid() || streams != p.stderr_fd.valid()) {
       return absl::InvalidArgumentError("a carry's standard streams come all three or not at all");
-    }
-    for (const auto& m : p.mounts) {
-      if (m.path.empty() || m.path.find('\n') != std::string::npos || !m.tree.valid()) {
-        return absl::InvalidArgumentError(absl::StrCat("a carry's mount needs a tree and a one-line path: ", m.path));
-      }
     }
     if (p.cwd.find('\n') != std::string::npos) return absl::InvalidArgumentError("a carry's cwd has a newline");
     return absl::OkStatus();
@@ -433,7 +414,7 @@ absl::Status TransitGate::Release(int batch, std::optional<CarryPlan> own_plan, 
   return absl::OkStatus();
 }
 
-std::vector<absl::StatusOr<pid_t>> TransitGate::Await(int batch, absl::Time deadline) {
+std::vector<absl::StatusOr<pid_t>> TransitGate::Await(int batch, absl::Duration timeout) {
   State& st = *state_;
   absl::MutexLock lock(&st.mu);
   auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
@@ -442,7 +423,7 @@ std::vector<absl::StatusOr<pid_t>> TransitGate::Await(int batch, absl::Time dead
     }
     return true;
   };
-  st.mu.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  st.mu.AwaitWithTimeout(absl::Condition(&settled), timeout);
   std::vector<absl::StatusOr<pid_t>> out;
   for (Slot& s : st.batches[batch].slots) {
     switch (s.phase) {

@@ -3,8 +3,8 @@
 A process the sandbox host started fork-ready calls ready() once. When its sandbox is forked, the host writes
 "fork N" on the process's control pipe and signals it; the process, between two bytecodes, forks N copies and
 carries each into a child: the copy becomes the child's uid in the child's user namespace, joins the child's
-network namespace, mounts the child's files where the parent's were, gets the child's standard streams, and
-drops every capability; then it goes on from where the parent was. The parent itself moves to its own next
+network namespace and a mount namespace with the child's files where the parent's were, gets the child's
+standard streams, and drops every capability; then it goes on from where the parent was. The parent itself moves to its own next
 generation (the files it sees now are frozen into the layer its children share), and stays fork-ready. The host
 checks each process before it goes on; one that cheats is killed.
 
@@ -19,16 +19,11 @@ import signal
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
-MOVE_MOUNT_F_EMPTY_PATH = 0x00000004
-AT_FDCWD = -100
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 CONTROL_FD = 3
 PLAN_FD = 4
-_NUMBERS = {
-    "x86_64": {"move_mount": 429, "capset": 126},
-    "aarch64": {"move_mount": 429, "capset": 91},
-}
+_NUMBERS = {"x86_64": {"capset": 126}, "aarch64": {"capset": 91}}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -75,15 +70,9 @@ def carry(own=False):
         return False
     steps = _read_plan()
     os.close(PLAN_FD)
-    plan, mounts = {}, []
-    for word, rest in steps:
-        if word == "mount":
-            fd, _, path = rest.partition(" ")
-            mounts.append((int(fd), path))
-        else:
-            plan[word] = rest
+    plan = dict(steps)
     uid, gid = (int(x) for x in plan["ids"].split())
-    fds = [fd for fd, _ in mounts]
+    fds = []
     if "userns" in plan:  # a copy: it becomes its child's ids there (the parent's own keeps its ids)
         fds.append(int(plan["userns"]))
         _ok(_libc.setns(int(plan["userns"]), CLONE_NEWUSER), "joining its user namespace")
@@ -93,11 +82,9 @@ def carry(own=False):
     if "netns" in plan:
         fds.append(int(plan["netns"]))
         _ok(_libc.setns(int(plan["netns"]), CLONE_NEWNET), "joining its network namespace")
-    if mounts:
-        _ok(_libc.unshare(CLONE_NEWNS), "making its mount namespace")
-        for fd, path in mounts:
-            moved = _syscall("move_mount", fd, b"", AT_FDCWD, path.encode(), MOVE_MOUNT_F_EMPTY_PATH)
-            _ok(moved, f"mounting {path}")
+    if "mntns" in plan:  # its files: the host mounted them where its old ones were
+        fds.append(int(plan["mntns"]))
+        _ok(_libc.setns(int(plan["mntns"]), CLONE_NEWNS), "joining its mount namespace")
     for fd in fds:
         os.close(fd)
     if "cwd" in plan:

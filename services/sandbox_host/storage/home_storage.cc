@@ -76,12 +76,18 @@ class HomeStorage final : public Storage {
                               CreateNamespaces(sb.home, sb.spec.task_paths, *sb.spec.network == NetworkPolicy::kNone));
       TakeNamespaces(sb, std::move(ns));
     }
+    if (parts_.carry && parts_.layers != nullptr) {
+      CORRAL_ASSIGN_OR_RETURN(sb.next_home, parts_.layers->ReserveHomeDir());
+    }
     AddHomeEnv(sb);
     return absl::OkStatus();
   }
 
+  // A fork-ready process started before the first fork lives on, carried, in the directory that takes the home's
+  // place: its copies and itself mount their homes over it (root's and 0700 until then: nothing reaches it).
   void Confine(const Sandbox& sb, LandlockPolicy& policy) const override {
     policy.read_write = {sb.home, sb.home + "/.tmp"};
+    if (!sb.next_home.empty()) policy.read_write.push_back(sb.next_home);
     for (const auto& path : sb.spec.task_paths) policy.read_write.push_back(sb.home + path);
     ReadOnlyProc(sb, policy);
   }
@@ -90,12 +96,15 @@ class HomeStorage final : public Storage {
 
   // The whole home becomes the first layer (one rename); an empty directory takes its place.
   absl::StatusOr<Frozen> Freeze(Sandbox& sb) override {
-    CORRAL_ASSIGN_OR_RETURN(LayerStack layer, parts_.layers->FreezeHome(sb.home, sb.uid));
+    CORRAL_ASSIGN_OR_RETURN(LayerStack layer, parts_.layers->FreezeHome(sb.home, sb.uid, sb.next_home));
+    sb.next_home.clear();  // it holds the home now; the path holds the layer
     return Frozen{std::move(layer), true};
   }
 
   void Retire(Sandbox&) override {}
-  void Teardown(Sandbox&) override {}
+  void Teardown(Sandbox& sb) override {
+    if (!sb.next_home.empty()) rmdir(sb.next_home.c_str());
+  }
   absl::StatusOr<uint64_t> OwnBytes(const Sandbox& sb) const override { return DirBytes(-1, sb.home); }
 
  private:

@@ -53,6 +53,7 @@ struct StorageParts {
   ForkLayers* layers = nullptr;
   SandboxHostMetrics* metrics = nullptr;
   Clock* clock = nullptr;
+  bool carry = false;  // processes can be carried into forks (a plain home reserves its next directory)
 };
 
 // One storage kind. Thread-safe (it keeps no state of its own: the sandbox holds it).

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
 #include "services/sandbox_host/linux/fork_gate.h"
+#include "services/sandbox_host/linux/namespaces.h"
 #include "services/sandbox_host/linux/process_sweep.h"
 #include "services/sandbox_host/linux/spawn.h"
 #include "services/sandbox_host/linux/transit_gate.h"
@@ -189,11 +190,11 @@ class CarryTest : public ::testing::Test {
     const int batch = gate_.Expect(watch_, 1, parent_.pid, TestUid());
     EXPECT_EQ(write(control_w_.get(), "fork 1\n", 7), 7);
     EXPECT_EQ(kill(parent_.pid, SIGRTMIN), 0);
-    EXPECT_EQ(gate_.AwaitParked(batch, absl::Now() + absl::Seconds(5)).size(), 1u);
+    EXPECT_THAT(gate_.AwaitParked(batch, absl::Seconds(5)), IsOkAndHolds(::testing::SizeIs(1)));
     std::vector<CarryPlan> plans;
     plans.push_back(std::move(plan));
     EXPECT_THAT(gate_.Release(batch, OwnPlan(), std::move(plans)), IsOk());
-    auto results = gate_.Await(batch, absl::Now() + absl::Seconds(5));
+    auto results = gate_.Await(batch, absl::Seconds(5));
     std::reverse(results.begin(), results.end());
     return results;
   }
@@ -285,6 +286,10 @@ TEST_F(CarryTest, ACopyWorksInItsOwnFilesAndNetwork) {
   struct stat want_net {};
   fstat(netns->get(), &want_net);
   plan.netns = *std::move(netns);
+  UniqueFd base(open(("/proc/" + std::to_string(parent_.pid) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
+  auto mntns = CarryMountNamespace(base.get(), plan.userns.get(), {tree.get()}, {home.string()});
+  ASSERT_THAT(mntns, IsOk());
+  plan.mntns = *std::move(mntns);
   plan.mounts.push_back({std::move(tree), home.string()});
   plan.cwd = home.string();
   auto pid = ForkOne(std::move(plan))[0];

@@ -28,11 +28,11 @@ struct Collected {
   ExitInfo exit;
 };
 
-// Feeds every event of an execution to `on_event` up to its exit, waiting on its listener (no sleeps); false
-// when it did not exit in time. The wake-up state is shared: a listener call already under way may still run
-// after SetListener(nullptr) returns.
+// Feeds every event of an execution to `on_event` up to its exit (or until `until` says so), waiting on its
+// listener (no sleeps); false when it did not exit in time. The wake-up state is shared: a listener call already under
+// way may still run after SetListener(nullptr) returns.
 inline bool DrainEvents(Execution& e, const std::function<void(const OutputEvent&)>& on_event,
-                        absl::Duration limit = absl::Seconds(60)) {
+                        absl::Duration limit = absl::Seconds(60), const std::function<bool()>& until = nullptr) {
   struct Wakeup {
     absl::Mutex mu;
     bool ready ABSL_GUARDED_BY(mu) = false;
@@ -49,7 +49,7 @@ inline bool DrainEvents(Execution& e, const std::function<void(const OutputEvent
       on_event(*ev);
       if ((exited = ev->kind == OutputEvent::kExit)) break;
     }
-    if (exited) break;
+    if (exited || (until && until())) break;
     absl::MutexLock lock(&wake->mu);
     wake->mu.AwaitWithDeadline(absl::Condition(&wake->ready), deadline);
     wake->ready = false;

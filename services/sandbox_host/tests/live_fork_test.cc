@@ -1,0 +1,207 @@
+// ForkSandbox carrying a running process (root): a fork-ready Python process's state reaches every child, where
+// its copy runs as the child, in the child's files; the parent's process goes on in the parent's next generation,
+// fork-ready still; none of them can reach another.
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "libs/core/testing/status_matchers.h"
+#include "services/sandbox_host/fork/carrier.h"
+#include "services/sandbox_host/tests/fork_fixture.h"
+
+namespace corral::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// A REPL of sorts: keeps variables, reads and writes files, says who it is, tries to reach other processes.
+constexpr char kRepl[] = R"(
+import os, sys
+import corral_carry
+corral_carry.ready()
+state, buf = {}, b""
+def say(*words): os.write(1, (" ".join(str(w) for w in words) + "\n").encode())
+while True:
+    while b"\n" not in buf:
+        chunk = os.read(0, 4096)
+        if not chunk: sys.exit(0)
+        buf += chunk
+    line, _, buf = buf.partition(b"\n")
+    cmd, _, arg = line.decode().partition(" ")
+    try:
+        if cmd == "set":
+            key, _, value = arg.partition(" ")
+            state[key] = value
+            say("ok")
+        elif cmd == "get": say(state.get(arg, "<none>"))
+        elif cmd == "write":
+            path, _, text = arg.partition(" ")
+            with open(path, "w") as f: f.write(text)
+            say("ok")
+        elif cmd == "read":
+            with open(arg) as f: say(f.read())
+        elif cmd == "ids": say(os.getuid(), os.getgid())
+        elif cmd == "stat":
+            st = os.stat(arg)
+            say(st.st_uid, oct(st.st_mode))
+        elif cmd == "cwd": say(os.getcwd())
+        elif cmd == "pid": say(os.getpid())
+        elif cmd == "signal":
+            os.kill(int(arg), 0)
+            say("ok")
+        elif cmd == "peek":
+            with open(f"/proc/{arg}/mem", "rb"): say("ok")
+    except OSError as e:
+        say("refused", e.errno)
+)";
+
+class LiveForkTest : public ForkTest {
+ protected:
+  void SetUp() override {
+    ForkTest::SetUp();
+    if (IsSkipped()) return;
+    auto carrier = Carrier::Create(options_.root + "/views");
+    if (!carrier.ok()) GTEST_SKIP() << carrier.status();
+    carrier_ = *std::move(carrier);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);  // as the host is: carried copies become its children
+    exec_.reset();
+    manager_.reset();
+    manager_ =
+        std::make_unique<SandboxManager>(options_, features_, &clock_, &signer_,
+                                         SandboxManagerParts{.layers = layers_.get(), .carrier = carrier_.get()});
+    exec_ = std::make_unique<ExecManager>(&clock_, nullptr, nullptr, carrier_.get());
+  }
+  void TearDown() override {
+    exec_.reset();
+    manager_.reset();
+    ForkTest::TearDown();
+    carrier_.reset();
+  }
+
+  // The REPL and the carry module, in the sandbox's home (what its Landlock rules let it read).
+  std::shared_ptr<Execution> StartRepl(const std::shared_ptr<const Sandbox>& sb) {
+    const std::string lib = sb->home + "/.lib";
+    fs::create_directories(lib);
+    std::ofstream(lib + "/repl.py") << kRepl;
+    fs::copy_file(std::string(CORRAL_CARRY_DIR) + "/corral_carry.py", lib + "/corral_carry.py");
+    for (const auto& f : {lib, lib + "/repl.py", lib + "/corral_carry.py"}) chown(f.c_str(), sb->uid, sb->uid);
+    ExecOptions o;
+    o.kind = ProcessKind::kInteractive;
+    o.argv = {"python3", lib + "/repl.py"};
+    o.env = {{"PYTHONPATH", lib}};
+    o.fork_ready = true;
+    auto e = exec_->Start(sb, o);
+    EXPECT_THAT(e, IsOk());
+    return e.ok() ? *e : nullptr;
+  }
+  // Sends one line and returns the line it answers.
+  static std::string Ask(Execution& e, const std::string& line) {
+    e.SendStdin(line + "\n", [] {});
+    std::string out;
+    DrainEvents(
+        e,
+        [&](const OutputEvent& ev) {
+          if (ev.kind == OutputEvent::kStdout) out += ev.data;
+          if (ev.kind == OutputEvent::kStderr) out += "<stderr> " + ev.data;
+        },
+        absl::Seconds(10), [&] { return out.find('\n') != std::string::npos; });
+    if (!out.empty() && out.back() == '\n') out.pop_back();
+    return out;
+  }
+  std::shared_ptr<Execution> Adopt(SandboxManager::Created& child) {
+    EXPECT_EQ(child.carried.size(), 1u);
+    if (child.carried.empty()) return nullptr;
+    ExecOptions o;
+    o.kind = ProcessKind::kInteractive;
+    o.argv = child.carried[0].argv;
+    auto e = exec_->Adopt(child.sandbox, std::move(child.carried[0].process), o);
+    EXPECT_THAT(e, IsOk());
+    return e.ok() ? *e : nullptr;
+  }
+
+  std::unique_ptr<Carrier> carrier_;
+};
+
+TEST_F(LiveForkTest, EachChildGetsTheParentsProcessWithItsStateAsItsOwn) {
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  auto repl = StartRepl(parent);
+  ASSERT_NE(repl, nullptr);
+  ASSERT_EQ(Ask(*repl, "set x 42"), "ok");
+  ASSERT_EQ(Ask(*repl, "write note parent-v1"), "ok");
+  ASSERT_EQ(Ask(*repl, "write /tmp/scratch tmp-v1"), "ok");
+  const std::string id = parent->id;
+  const std::string parent_pid = Ask(*repl, "pid");
+  const uid_t parent_uid = parent->uid;
+  parent.reset();
+  std::ofstream(options_.root + "/host-file") << "the host's";  // world-readable, outside every view
+  chmod((options_.root + "/host-file").c_str(), 0644);
+
+  auto forked = manager_->Fork(id, 2);
+  ASSERT_THAT(forked, IsOk());
+  EXPECT_THAT(forked->not_carried, ::testing::IsEmpty());
+  ASSERT_EQ(forked->created.size(), 2u);
+  std::vector<std::shared_ptr<Execution>> copies;
+  for (auto& child : forked->created) copies.push_back(Adopt(child));
+  for (size_t k = 0; k < copies.size(); ++k) {
+    ASSERT_NE(copies[k], nullptr);
+    const std::string uid = std::to_string(forked->created[k].sandbox->uid);
+    EXPECT_EQ(Ask(*copies[k], "get x"), "42");  // the parent's memory
+    EXPECT_EQ(Ask(*copies[k], "ids"), uid + " " + uid);
+    EXPECT_EQ(Ask(*copies[k], "read note"), "parent-v1");  // its files, as they were at the fork
+    EXPECT_EQ(Ask(*copies[k], "read /tmp/scratch"), "tmp-v1");
+    EXPECT_EQ(Ask(*copies[k], "write note child-" + std::to_string(k)), "ok");
+    // Neither its parent's process nor its sibling's can be reached.
+    EXPECT_EQ(Ask(*copies[k], "signal " + parent_pid), "refused 1");
+    EXPECT_EQ(Ask(*copies[k], "peek " + parent_pid), "refused 2");  // not even visible: its /proc hides others
+    // Confined as a sandbox process: the host's files are read-only, or not there.
+    EXPECT_EQ(Ask(*copies[k], "write /etc/carried x"), "refused 30");
+    EXPECT_EQ(Ask(*copies[k], "read " + options_.root + "/host-file"), "refused 2");
+  }
+  EXPECT_EQ(Ask(*copies[0], "signal " + Ask(*copies[1], "pid")), "refused 1");
+  // The parent's process goes on, in the parent's files, as the parent.
+  EXPECT_EQ(Ask(*repl, "get x"), "42");
+  EXPECT_EQ(Ask(*repl, "ids"), std::to_string(parent_uid) + " " + std::to_string(parent_uid));
+  EXPECT_EQ(Ask(*repl, "read note"), "parent-v1");
+  EXPECT_EQ(Ask(*repl, "write note parent-v2"), "ok");
+  // What each wrote is its own sandbox's: a command run there sees it.
+  for (size_t k = 0; k < copies.size(); ++k) {
+    EXPECT_EQ(Sh(forked->created[k].sandbox, "cat note"), "child-" + std::to_string(k));
+  }
+  EXPECT_EQ(Sh(Current(id), "cat note"), "parent-v2");
+  // And the parent's process is fork-ready still: a second fork carries it again.
+  auto again = manager_->Fork(id, 1);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_THAT(again->not_carried, ::testing::IsEmpty());
+  ASSERT_EQ(again->created.size(), 1u);
+  auto third = Adopt(again->created[0]);
+  ASSERT_NE(third, nullptr);
+  EXPECT_EQ(Ask(*third, "get x"), "42");
+  EXPECT_EQ(Ask(*third, "read note"), "parent-v2");
+}
+
+TEST_F(LiveForkTest, AProcessThatIsNotForkReadyStillStopsAFork) {
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  auto repl = StartRepl(parent);
+  ASSERT_NE(repl, nullptr);
+  ExecOptions o;
+  o.argv = {"sleep", "30"};
+  auto sleeper = exec_->Start(parent, o);
+  ASSERT_THAT(sleeper, IsOk());
+  const std::string id = parent->id;
+  parent.reset();
+  auto forked = manager_->Fork(id, 1);
+  EXPECT_EQ(forked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(forked.status().message(), HasSubstr("only fork-ready ones are"));
+  (*sleeper)->Kill(ExitReason::kKilled);
+  EXPECT_EQ(Ask(*repl, "pid"), std::to_string(repl->pid()));  // untouched
+}
+
+}  // namespace
+}  // namespace corral::sandbox
