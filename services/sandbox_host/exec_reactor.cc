@@ -189,13 +189,29 @@ void ExecInteractiveReactor::ReadNextLocked() {
 }
 
 void ExecInteractiveReactor::Start() {
-  if (!input_.has_start()) return Abort(absl::InvalidArgumentError("the first message must be `start`"));
+  if (input_.has_attach()) return Attach();
+  if (!input_.has_start()) return Abort(absl::InvalidArgumentError("the first message must be `start` or `attach`"));
   const v1::ExecRequest& request = input_.start();
   auto execution = StartCommand(*sandboxes_, *execs_, *auth_, *ctx_, request.sandbox_id(), request.command(),
                                 StreamOptions(ProcessKind::kInteractive, request));
   if (!execution.ok()) return Abort(execution.status());
   started_ = true;
   Begin(*std::move(execution), KeepaliveInterval(request));
+  ReadNext();
+}
+
+void ExecInteractiveReactor::Attach() {
+  const v1::AttachProcess& attach = input_.attach();
+  auto sandbox = OpenSandbox(*auth_, *sandboxes_, *ctx_, attach.sandbox_id());
+  if (!sandbox.ok()) return Abort(sandbox.status());
+  auto execution = execs_->TakeUp(attach.sandbox_id(), attach.process_id());
+  if (!execution.ok()) return Abort(execution.status());
+  started_ = true;
+  const absl::Duration keepalive =
+      attach.has_keepalive_interval() && FromProto(attach.keepalive_interval()) >= absl::Milliseconds(100)
+          ? FromProto(attach.keepalive_interval())
+          : absl::Seconds(10);
+  Begin(*std::move(execution), keepalive);
   ReadNext();
 }
 
@@ -230,6 +246,7 @@ void ExecInteractiveReactor::OnReadDone(bool ok) {
       execution_->Signal(input_.signal());
       return ReadNext();
     case v1::ExecInput::kStart: return Abort(absl::InvalidArgumentError("`start` may be sent only once"));
+    case v1::ExecInput::kAttach: return Abort(absl::InvalidArgumentError("`attach` comes first, and once"));
     case v1::ExecInput::INPUT_NOT_SET: return Abort(absl::InvalidArgumentError("an empty ExecInput message"));
   }
 }

@@ -72,6 +72,7 @@ class ExecInteractiveReactor final : public ExecStreamReactor<grpc::ServerBidiRe
 
  private:
   void Start();
+  void Attach();  // `attach` instead of `start`: take up a carried process's stream
   void ReadNext();
   void ReadNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu);
 

@@ -104,6 +104,8 @@ struct ForkReadyProcess {
   pid_t pid = 0;
   std::string process_id;  // "p-7"
   std::vector<std::string> argv;
+  int kind = 0;                       // its ProcessKind (exec/execution.h)
+  std::string output_path;            // a background process's
   int watch = 0;                      // its gate listener's, in the Carrier's TransitGate
   std::shared_ptr<UniqueFd> control;  // the write end of its control pipe
   const void* generation = nullptr;   // the Sandbox object it was started in (it holds a reference to it)

@@ -217,7 +217,10 @@ void SandboxManager::CarryInto(std::vector<Carry>& carries, const Sandbox& paren
     std::vector<CarryPlan> plans;
     std::vector<CarriedProcess> ours;
     for (size_t k = 0; k < children.size() && k < c.copies.size(); ++k) {
-      CarriedProcess mine{.argv = c.process.argv, .copy_of = c.process.process_id};
+      CarriedProcess mine{.argv = c.process.argv,
+                          .kind = c.process.kind,
+                          .output_path = c.process.output_path,
+                          .copy_of = c.process.process_id};
       absl::StatusOr<CarryPlan> plan = ids[k] ? CopyPlan(parent, *children[k], *ids[k], base_mnt.get(), cwd, mine)
                                               : absl::FailedPreconditionError("the child has no identity for it");
       if (!plan.ok()) {

@@ -1,20 +1,25 @@
 #include "services/sandbox_host/sandbox_host_root.h"
 
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "libs/core/fd_limit.h"
+#include "libs/http/embedded_files.h"
 #include "services/sandbox_host/images/image_root.h"
 #include "services/sandbox_host/linux/containment.h"
 #include "services/sandbox_host/linux/landlock.h"
 #include "services/sandbox_host/linux/namespaces.h"
 #include "services/sandbox_host/reconcile.h"
 #include "spdlog/spdlog.h"
+
+extern const corral::http::EmbeddedFile kCarryScripts[];  // scripts/corral_carry.py
 
 namespace corral::sandbox {
 namespace {
@@ -114,9 +119,20 @@ absl::StatusOr<std::unique_ptr<SandboxHostRoot>> SandboxHostRoot::Build(Config c
 
 namespace {
 
+// The host's Python module for fork-ready processes, written where their view shows it read-only.
 std::unique_ptr<Carrier> MakeCarrier(const HostFeatures& features, const std::string& root) {
   if (!features.forks) return nullptr;
-  auto carrier = Carrier::Create(root + "/views");
+  const http::EmbeddedFile* script = http::FindEmbedded(kCarryScripts, "corral_carry.py");
+  const std::string lib = root + "/lib";
+  std::error_code ec;
+  std::filesystem::create_directories(lib, ec);
+  chmod(lib.c_str(), 0755);
+  if (script == nullptr || !(std::ofstream(lib + "/corral_carry.py") << script->data)) {
+    spdlog::warn("processes cannot be carried into forks here: corral_carry.py could not be written to {}", lib);
+    return nullptr;
+  }
+  chmod((lib + "/corral_carry.py").c_str(), 0644);
+  auto carrier = Carrier::Create(root + "/views", lib);
   if (!carrier.ok()) {
     spdlog::warn("{}", std::string(carrier.status().message()));
     return nullptr;

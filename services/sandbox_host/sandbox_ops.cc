@@ -125,11 +125,47 @@ absl::Status RemoveFile(const SandboxFile& file, bool recursive) {
   return RemovePath(file.sandbox->home_fd.get(), file.path, recursive);
 }
 
+std::vector<std::vector<ProcessInfo>> AdoptCarried(ExecManager& execs, SandboxManager::CreateResult& result) {
+  std::vector<std::vector<ProcessInfo>> out;
+  for (SandboxManager::Created& child : result.created) {
+    std::vector<ProcessInfo>& infos = out.emplace_back();
+    for (CarriedProcess& carried : child.carried) {
+      ExecOptions o;
+      o.kind = static_cast<ProcessKind>(carried.kind);
+      o.argv = carried.argv;
+      o.output_path = carried.output_path;
+      std::optional<FileWriter> file;
+      if (o.kind == ProcessKind::kBackground && !o.output_path.empty()) {
+        auto path = child.sandbox->ParsePath(o.output_path);
+        if (path.ok()) {
+          auto opened = FileWriter::Open(child.sandbox->home_fd.get(), *path, WriteMode::kAppend, 0644,
+                                         child.sandbox->FileOwner(), /*make_parents=*/true);
+          if (opened.ok()) file = *std::move(opened);
+        }
+      }
+      const ProcessKind kind = o.kind;
+      auto adopted = execs.Adopt(child.sandbox, std::move(carried.process), std::move(o));
+      if (!adopted.ok()) {
+        result.not_carried.push_back(
+            absl::StrCat(carried.copy_of, " into ", child.sandbox->id, ": ", adopted.status().message()));
+        continue;
+      }
+      if (kind == ProcessKind::kBackground) {
+        (*adopted)->unread = false;  // its output goes to its file, or nowhere
+        SinkOutput(*adopted, std::move(file), child.sandbox->spec.rlimits.file_size_bytes);
+      }
+      infos.push_back((*adopted)->Info());
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<ExecOptions> ExecOptionsFrom(const Sandbox& sb, const v1::Command& command, const HostOptions& host) {
   ExecOptions o;
   o.argv = {command.argv().begin(), command.argv().end()};
   if (o.argv.empty()) return absl::InvalidArgumentError("command.argv must not be empty");
   o.env = {command.env().begin(), command.env().end()};
+  o.fork_ready = command.fork_ready();
   CORRAL_ASSIGN_OR_RETURN(o.user, sb.ResolveUser(command.user()));
   if (command.has_timeout()) {
     o.timeout = FromProto(command.timeout());

@@ -79,4 +79,8 @@ absl::StatusOr<std::shared_ptr<Execution>> StartCommand(SandboxManager& sandboxe
 // file stops growing at `max_bytes`, as the process's own writes would.
 void SinkOutput(const std::shared_ptr<Execution>& execution, std::optional<FileWriter> file, int64_t max_bytes);
 
+// A fork's carried processes (CreateResult.created[].carried) watched in their children: a background one's
+// output appended to its output path there. Each child's processes, in order.
+std::vector<std::vector<ProcessInfo>> AdoptCarried(ExecManager& execs, SandboxManager::CreateResult& result);
+
 }  // namespace corral::sandbox

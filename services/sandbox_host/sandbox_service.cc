@@ -80,7 +80,15 @@ grpc::ServerUnaryReactor* SandboxService::ForkSandbox(grpc::CallbackServerContex
   RunOn(workers_, [this, reactor, resp, count, wait, empty_tmp = req->empty_tmp(), id = req->sandbox_id(),
                    labels = std::move(labels)] {
     auto forked = sandboxes_->Fork(id, count, labels, wait, empty_tmp);
-    if (forked.ok()) Fill(*forked, resp);
+    if (forked.ok()) {
+      std::vector<std::vector<ProcessInfo>> carried = AdoptCarried(*execs_, *forked);
+      Fill(*forked, resp);
+      for (size_t i = 0; i < carried.size() && i < static_cast<size_t>(resp->sandboxes_size()); ++i) {
+        for (const ProcessInfo& p : carried[i])
+          ToProto(p, resp->mutable_sandboxes(static_cast<int>(i))->add_carried_processes());
+      }
+      for (const std::string& why : forked->not_carried) resp->add_not_carried(why);
+    }
     reactor->Finish(ToGrpcStatus(forked.status()));
   });
   return reactor;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/status_macros.h"
 #include "services/sandbox_host/linux/process_sweep.h"
@@ -124,10 +125,20 @@ absl::StatusOr<Spawned> ExecManager::SpawnForkReady(const std::shared_ptr<const 
   spec.family_userns_fd = carrier_->family_fd();
   spec.control_fd = control_r.get();
   spec.env.push_back(absl::StrCat("CORRAL_CARRY_SIGNAL=", SIGRTMIN));
+  // corral_carry on its Python path, after the command's own entries.
+  auto path = std::find_if(spec.env.begin(), spec.env.end(),
+                           [](const std::string& kv) { return absl::StartsWith(kv, "PYTHONPATH="); });
+  if (path != spec.env.end()) {
+    absl::StrAppend(&*path, ":", carrier_->lib_dir());
+  } else {
+    spec.env.push_back("PYTHONPATH=" + carrier_->lib_dir());
+  }
   CORRAL_ASSIGN_OR_RETURN(Spawned spawned, Spawn(spec));
   ForkReadyProcess ready{.pid = spawned.pid,
                          .process_id = ProcessIdOf(key),
                          .argv = options.argv,
+                         .kind = static_cast<int>(options.kind),
+                         .output_path = options.output_path,
                          .watch = carrier_->gate().Watch(std::move(spawned.gate)),
                          .control = std::move(control_w),
                          .generation = sandbox.get()};
@@ -145,7 +156,23 @@ absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Adopt(std::shared_ptr<co
   }
   options.fork_ready = false;
   options.stdin_data.clear();
-  return Track(std::move(sandbox), key, std::move(process), std::move(options));
+  CORRAL_ASSIGN_OR_RETURN(std::shared_ptr<Execution> e,
+                          Track(std::move(sandbox), key, std::move(process), std::move(options)));
+  e->unread = true;
+  return e;
+}
+
+absl::StatusOr<std::shared_ptr<Execution>> ExecManager::TakeUp(const std::string& sandbox_id,
+                                                               const std::string& process_id) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, e] : executions_) {
+    if (e->id() != process_id || e->sandbox()->id != sandbox_id) continue;
+    if (!e->unread.exchange(false)) {
+      return absl::FailedPreconditionError(absl::StrCat("process ", process_id, " already has a reader"));
+    }
+    return e;
+  }
+  return absl::NotFoundError(absl::StrCat("no running process ", process_id, " in sandbox '", sandbox_id, "'"));
 }
 
 absl::StatusOr<std::shared_ptr<Execution>> ExecManager::Track(std::shared_ptr<const Sandbox> sandbox, uint64_t key,

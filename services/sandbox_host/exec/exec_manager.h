@@ -46,6 +46,9 @@ class ExecManager : public FdWatcher {
   // ends `process` holds): reported and signalled like one started here, as `options` describes it.
   absl::StatusOr<std::shared_ptr<Execution>> Adopt(std::shared_ptr<const Sandbox> sandbox, Spawned process,
                                                    ExecOptions options);
+  // An adopted process nobody reads yet, for a reader to take up (once). NOT_FOUND for no such running
+  // process; FAILED_PRECONDITION for one already read.
+  absl::StatusOr<std::shared_ptr<Execution>> TakeUp(const std::string& sandbox_id, const std::string& process_id);
 
   // The sandbox's processes started through the API, by start time: running ones, and with `include_exited`
   // the last kMaxExitedKept that exited.

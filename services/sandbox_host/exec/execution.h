@@ -146,6 +146,8 @@ class Execution {
   void CloseOutputs();
   // The timer that kills it on timeout (0: none); cancelled once it exited.
   std::atomic<Clock::TimerId> timeout_timer{0};
+  // Adopted, and nobody reads its events yet (ExecManager::TakeUp).
+  std::atomic<bool> unread{false};
 
  private:
   struct Pipe {

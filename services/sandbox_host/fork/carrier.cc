@@ -13,7 +13,7 @@
 
 namespace corral::sandbox {
 
-absl::StatusOr<std::unique_ptr<Carrier>> Carrier::Create(const std::string& views_dir) {
+absl::StatusOr<std::unique_ptr<Carrier>> Carrier::Create(const std::string& views_dir, const std::string& lib_dir) {
   auto family = CreateFamilyUserNamespace();
   if (!family.ok()) {
     return absl::FailedPreconditionError(
@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<Carrier>> Carrier::Create(const std::string& view
   std::filesystem::remove_all(views_dir, ec);
   std::filesystem::create_directories(views_dir, ec);
   chmod(views_dir.c_str(), 0700);
-  return std::unique_ptr<Carrier>(new Carrier(*std::move(family), views_dir));
+  return std::unique_ptr<Carrier>(new Carrier(*std::move(family), views_dir, lib_dir));
 }
 
 absl::StatusOr<std::shared_ptr<const CarryView>> Carrier::ViewFor(const Sandbox& sb) {
@@ -37,8 +37,9 @@ absl::StatusOr<std::shared_ptr<const CarryView>> Carrier::ViewFor(const Sandbox&
   for (const std::string& p : sb.spec.task_paths) writable.push_back(p);
   const std::string staging = absl::StrCat(views_dir_, "/", sb.id, "-", next_view_++);
   if (mkdir(staging.c_str(), 0700) != 0) return absl::InternalError(absl::StrCat("mkdir ", staging));
-  absl::StatusOr<CarryRoot> root =
-      CreateCarryRoot(sb.namespaces.mnt.get(), staging, writable, LandlockPolicy{}.read_exec);
+  std::vector<std::string> read_only = LandlockPolicy{}.read_exec;
+  read_only.push_back(lib_dir_);
+  absl::StatusOr<CarryRoot> root = CreateCarryRoot(sb.namespaces.mnt.get(), staging, writable, read_only);
   rmdir(staging.c_str());  // mounted on in the new namespace only
   if (!root.ok()) return root.status();
   auto view = std::make_shared<CarryView>();

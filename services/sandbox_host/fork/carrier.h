@@ -20,14 +20,19 @@ namespace corral::sandbox {
 struct CarriedProcess {
   Spawned process;  // its pid, and the host's ends of its standard streams
   std::vector<std::string> argv;
+  int kind = 0;  // as the parent's (ForkReadyProcess)
+  std::string output_path;
   std::string copy_of;  // the parent's process ("p-7")
 };
 
 class Carrier {
  public:
   // FAILED_PRECONDITION where the kernel cannot (no user namespaces for the host). `views_dir`: where the
-  // fork-ready processes' roots are assembled (emptied now).
-  static absl::StatusOr<std::unique_ptr<Carrier>> Create(const std::string& views_dir);
+  // fork-ready processes' roots are assembled (emptied now). `lib_dir`: where corral_carry.py is, read-only in
+  // their view and on their PYTHONPATH.
+  static absl::StatusOr<std::unique_ptr<Carrier>> Create(const std::string& views_dir, const std::string& lib_dir);
+
+  const std::string& lib_dir() const { return lib_dir_; }
 
   int family_fd() const { return family_.get(); }
   TransitGate& gate() { return gate_; }
@@ -36,9 +41,10 @@ class Carrier {
   absl::StatusOr<std::shared_ptr<const CarryView>> ViewFor(const Sandbox& sb);
 
  private:
-  Carrier(UniqueFd family, std::string views_dir) : family_(std::move(family)), views_dir_(std::move(views_dir)) {}
+  Carrier(UniqueFd family, std::string views_dir, std::string lib_dir)
+      : family_(std::move(family)), views_dir_(std::move(views_dir)), lib_dir_(std::move(lib_dir)) {}
   UniqueFd family_;
-  const std::string views_dir_;
+  const std::string views_dir_, lib_dir_;
   std::atomic<uint64_t> next_view_{0};
   TransitGate gate_;
 };

@@ -12,6 +12,7 @@
 #include "libs/core/testing/status_matchers.h"
 #include "services/sandbox_host/fork/carrier.h"
 #include "services/sandbox_host/tests/fork_fixture.h"
+#include "tests/support/carry_repl.h"
 
 namespace corral::sandbox {
 namespace {
@@ -19,53 +20,12 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-// A REPL of sorts: keeps variables, reads and writes files, says who it is, tries to reach other processes.
-constexpr char kRepl[] = R"(
-import os, sys
-import corral_carry
-corral_carry.ready()
-state, buf = {}, b""
-def say(*words): os.write(1, (" ".join(str(w) for w in words) + "\n").encode())
-while True:
-    while b"\n" not in buf:
-        chunk = os.read(0, 4096)
-        if not chunk: sys.exit(0)
-        buf += chunk
-    line, _, buf = buf.partition(b"\n")
-    cmd, _, arg = line.decode().partition(" ")
-    try:
-        if cmd == "set":
-            key, _, value = arg.partition(" ")
-            state[key] = value
-            say("ok")
-        elif cmd == "get": say(state.get(arg, "<none>"))
-        elif cmd == "write":
-            path, _, text = arg.partition(" ")
-            with open(path, "w") as f: f.write(text)
-            say("ok")
-        elif cmd == "read":
-            with open(arg) as f: say(f.read())
-        elif cmd == "ids": say(os.getuid(), os.getgid())
-        elif cmd == "stat":
-            st = os.stat(arg)
-            say(st.st_uid, oct(st.st_mode))
-        elif cmd == "cwd": say(os.getcwd())
-        elif cmd == "pid": say(os.getpid())
-        elif cmd == "signal":
-            os.kill(int(arg), 0)
-            say("ok")
-        elif cmd == "peek":
-            with open(f"/proc/{arg}/mem", "rb"): say("ok")
-    except OSError as e:
-        say("refused", e.errno)
-)";
-
 class LiveForkTest : public ForkTest {
  protected:
   void SetUp() override {
     ForkTest::SetUp();
     if (IsSkipped()) return;
-    auto carrier = Carrier::Create(options_.root + "/views");
+    auto carrier = Carrier::Create(options_.root + "/views", CORRAL_CARRY_DIR);
     if (!carrier.ok()) GTEST_SKIP() << carrier.status();
     carrier_ = *std::move(carrier);
     prctl(PR_SET_CHILD_SUBREAPER, 1);  // as the host is: carried copies become its children
@@ -83,17 +43,14 @@ class LiveForkTest : public ForkTest {
     carrier_.reset();
   }
 
-  // The REPL and the carry module, in the sandbox's home (what its Landlock rules let it read).
+  // The REPL, in the sandbox's home; corral_carry comes on its Python path.
   std::shared_ptr<Execution> StartRepl(const std::shared_ptr<const Sandbox>& sb) {
-    const std::string lib = sb->home + "/.lib";
-    fs::create_directories(lib);
-    std::ofstream(lib + "/repl.py") << kRepl;
-    fs::copy_file(std::string(CORRAL_CARRY_DIR) + "/corral_carry.py", lib + "/corral_carry.py");
-    for (const auto& f : {lib, lib + "/repl.py", lib + "/corral_carry.py"}) chown(f.c_str(), sb->uid, sb->uid);
+    const std::string script = sb->home + "/repl.py";
+    std::ofstream(script) << testing::kCarryRepl;
+    chown(script.c_str(), sb->uid, sb->uid);
     ExecOptions o;
     o.kind = ProcessKind::kInteractive;
-    o.argv = {"python3", lib + "/repl.py"};
-    o.env = {{"PYTHONPATH", lib}};
+    o.argv = {"python3", script};
     o.fork_ready = true;
     auto e = exec_->Start(sb, o);
     EXPECT_THAT(e, IsOk());
