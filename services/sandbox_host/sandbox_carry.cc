@@ -185,6 +185,7 @@ void SandboxManager::GiveUp(std::vector<Carry>& carries) {
 void SandboxManager::CarryInto(std::vector<Carry>& carries, const Sandbox& parent, const Sandbox* next,
                                const std::vector<std::shared_ptr<Sandbox>>& children,
                                std::vector<std::vector<CarriedProcess>>& carried, CreateResult& result) {
+  const absl::Time start_all = clock_->Now();
   carried.clear();
   carried.resize(children.size());
   std::vector<std::optional<ChildIdentity>> ids(children.size());
@@ -196,7 +197,10 @@ void SandboxManager::CarryInto(std::vector<Carry>& carries, const Sandbox& paren
       result.not_carried.push_back(absl::StrCat("into ", children[k]->id, ": ", id.status().message()));
     }
   }
+  const absl::Time identities_made = clock_->Now();
+  absl::Duration planning, carrying;
   for (Carry& c : carries) {
+    const absl::Time start = clock_->Now();
     const std::string cwd = WorkingDirectory(c.process.pid, MountPoints(parent));
     UniqueFd base_mnt(open(absl::StrCat("/proc/", c.process.pid, "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
     CarryPlan own;
@@ -237,7 +241,10 @@ void SandboxManager::CarryInto(std::vector<Carry>& carries, const Sandbox& paren
       (void)carrier_->gate().Await(c.batch, absl::ZeroDuration());
       continue;
     }
+    const absl::Time planned = clock_->Now();
     std::vector<absl::StatusOr<pid_t>> outcome = carrier_->gate().Await(c.batch, kCarryTime);
+    planning += planned - start;
+    carrying += clock_->Now() - planned;
     if (!outcome[0].ok()) {
       result.not_carried.push_back(absl::StrCat(c.process.process_id, ": ", outcome[0].status().message()));
     }
@@ -252,6 +259,9 @@ void SandboxManager::CarryInto(std::vector<Carry>& carries, const Sandbox& paren
       carried[k].push_back(std::move(ours[k]));
     }
   }
+  spdlog::info("sandbox {}: carried {} process(es) into {} children: identities {}, plans {}, the carries {}",
+               parent.id, carries.size(), children.size(), absl::FormatDuration(identities_made - start_all),
+               absl::FormatDuration(planning), absl::FormatDuration(carrying));
 }
 
 }  // namespace corral::sandbox
