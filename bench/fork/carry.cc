@@ -118,6 +118,47 @@ long PrivateKib(const std::string& pid) {
   return total;
 }
 
+// Attaches to each child's copy (8 at a time) and asks it once: `ms` per copy, its private memory in `kib`; how
+// many answered with another state, or from the parent's own pid.
+int AskEveryCopy(SandboxHost::Stub& stub, const Created& forked, const std::string& digest,
+                 const std::string& parent_pid, std::vector<double>& answer_ms, std::vector<long>& private_kib) {
+  const int n = forked.sandboxes_size();
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  int next = 0, wrong = 0;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (;;) {
+        int k;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if ((k = next++) >= n) return;
+        }
+        const corral::v1::CreatedSandbox& child = forked.sandboxes(k);
+        const absl::Time t = absl::Now();
+        Stream copy;
+        corral::v1::ExecInput attach;
+        attach.mutable_attach()->set_sandbox_id(child.sandbox().sandbox_id());
+        if (child.carried_processes_size() == 1) {
+          attach.mutable_attach()->set_process_id(child.carried_processes(0).process_id());
+        }
+        const std::string got = copy.Open(stub, attach) ? copy.Line("?\n") : "";
+        answer_ms[static_cast<size_t>(k)] = Ms(t);
+        const std::string pid = got.substr(got.find(' ') + 1);
+        std::lock_guard<std::mutex> lock(mu);
+        if (got.substr(0, got.find(' ')) != digest || pid == parent_pid) {
+          ++wrong;
+        } else {
+          private_kib[static_cast<size_t>(k)] = PrivateKib(pid);
+        }
+        copy.io->WritesDone();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return wrong;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,39 +221,7 @@ int main(int argc, char** argv) {
   }
   std::vector<double> answer_ms(static_cast<size_t>(n), -1);
   std::vector<long> private_kib(static_cast<size_t>(n), 0);
-  std::vector<std::thread> threads;
-  std::mutex mu;
-  int next = 0, wrong = 0;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&] {
-      for (;;) {
-        int k;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          if ((k = next++) >= n) return;
-        }
-        const corral::v1::CreatedSandbox& child = forked->sandboxes(k);
-        const absl::Time t = absl::Now();
-        Stream copy;
-        corral::v1::ExecInput attach;
-        attach.mutable_attach()->set_sandbox_id(child.sandbox().sandbox_id());
-        if (child.carried_processes_size() == 1) {
-          attach.mutable_attach()->set_process_id(child.carried_processes(0).process_id());
-        }
-        const std::string got = copy.Open(*stub, attach) ? copy.Line("?\n") : "";
-        answer_ms[static_cast<size_t>(k)] = Ms(t);
-        const std::string pid = got.substr(got.find(' ') + 1);
-        std::lock_guard<std::mutex> lock(mu);
-        if (got.substr(0, got.find(' ')) != digest || pid == parent_pid) {
-          ++wrong;
-        } else {
-          private_kib[static_cast<size_t>(k)] = PrivateKib(pid);
-        }
-        copy.io->WritesDone();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const int wrong = AskEveryCopy(*stub, *forked, digest, parent_pid, answer_ms, private_kib);
   const double all_ms = Ms(t0);
   long private_sum = 0;
   for (long kib : private_kib) private_sum += kib;

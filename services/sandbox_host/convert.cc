@@ -204,6 +204,7 @@ void ToProto(const ProcessInfo& p, v1::Process* out) {
   ToProto(p.start_time, out->mutable_start_time());
   if (p.exit) ToProto(*p.exit, out->mutable_exit_status());
   out->set_output_path(p.output_path);
+  out->set_copy_of(p.copy_of);
 }
 
 void ToProto(const TemplateInfo& t, v1::Template* out) {

@@ -134,6 +134,7 @@ std::vector<std::vector<ProcessInfo>> AdoptCarried(ExecManager& execs, SandboxMa
       o.kind = static_cast<ProcessKind>(carried.kind);
       o.argv = carried.argv;
       o.output_path = carried.output_path;
+      o.copy_of = carried.copy_of;
       std::optional<FileWriter> file;
       if (o.kind == ProcessKind::kBackground && !o.output_path.empty()) {
         auto path = child.sandbox->ParsePath(o.output_path);

@@ -194,6 +194,34 @@ TEST_F(SchedulerFixture, ABranchingTaskSplitsIntoForksThatShareTheSandboxAndTheC
   EXPECT_TRUE(NothingLeaked());
 }
 
+// A branching task's persistent python session is carried into every branch (a live fork): the variable the
+// root set before the split is there in each branch's interpreter, which is that branch's own from then on.
+TEST_F(SchedulerFixture, ABranchingTasksPythonSessionGoesOnInEveryBranch) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  v1::Task task =
+      Scripted("carry", v1::TOOL_KIND_CODE_INTERPRETER, true,
+               {"x = 41\\nimport os\\nroot = os.getpid()", "x += 1\\n(x, os.getpid() != root)"}, "(42, True)");
+  task.mutable_branch()->add_at()->set_turn(1);
+  v1::BatchSpec spec;
+  spec.set_batch_id("carry");
+  spec.set_group_size(3);
+  ASSERT_THAT(Submit(spec, {task}), IsOk());
+  auto results = Results("carry");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), 3u);
+  for (const auto& r : *results) {
+    SCOPED_TRACE(absl::StrCat(r.ids().episode_id(), ": ", r.failure_message()));
+    ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
+    ASSERT_GE(r.trajectory().branches_size(), 1);
+    const auto& messages = r.trajectory().branches(0).messages();
+    // x went from the root's 41 to 42 in each branch alone (not 43, 44: no branch saw another's change), in an
+    // interpreter of its own except for the root's own line (e0 goes on in the root's process).
+    const std::string answer(absl::StripAsciiWhitespace(messages.rbegin()->message().content()));
+    EXPECT_EQ(answer, r.ids().index_in_group() == 0 ? "done: (42, False)" : "done: (42, True)");
+  }
+  EXPECT_TRUE(NothingLeaked());
+}
+
 TEST_F(SchedulerFixture, SubmitRefusesABranchThatDoesNotFitTheGroup) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
   v1::Task task = Scripted("tree", v1::TOOL_KIND_BASH, false, {"true"}, "");

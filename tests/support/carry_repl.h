@@ -1,12 +1,13 @@
 // A fork-ready Python REPL of sorts for the live fork tests: one command per line, one line per answer. It
 // keeps variables (set K V / get K), reads and writes files, says who it is (ids, pid), and tries what a copy
-// should not manage (signal PID, peek PID: open its memory); a refused call answers "refused <errno>".
+// should not manage (signal PID, peek PID: open its memory), and runs shell commands (sh CMD: "exit N OUT"); a
+// refused call answers "refused <errno>".
 #pragma once
 
 namespace corral::testing {
 
 inline constexpr char kCarryRepl[] = R"(
-import os, sys
+import os, subprocess, sys
 import corral_carry
 corral_carry.ready()
 state, buf = {}, b""
@@ -31,6 +32,9 @@ while True:
         elif cmd == "read":
             with open(arg) as f: say(f.read())
         elif cmd == "ids": say(os.getuid(), os.getgid())
+        elif cmd == "sh":
+            done = subprocess.run(["sh", "-c", arg], capture_output=True, timeout=20)
+            say("exit", done.returncode, done.stdout.decode().strip().replace("\n", " "))
         elif cmd == "stat":
             st = os.stat(arg)
             say(st.st_uid, oct(st.st_mode))

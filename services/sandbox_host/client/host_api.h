@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "boost/asio/awaitable.hpp"
 #include "corral/v1/sandbox.pb.h"
@@ -48,6 +49,8 @@ class InteractiveProcess {
   virtual void CloseStdin() = 0;
   // Ends the process.
   virtual void Stop() = 0;
+  // Its process id on the host ("p-7"), once started; empty where unknown.
+  virtual std::string process_id() const { return ""; }
 
   struct Output {
     std::string text;     // everything before the marker (or everything read, when it did not come)
@@ -135,6 +138,11 @@ class HostApi {
   virtual boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
       v1::ExecRequest start, ExecObserver observer) = 0;
+  // Takes up the stream of a process a fork carried into a sandbox (ExecInteractive `attach`).
+  virtual boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Attach(
+      v1::AttachProcess /*attach*/) {
+    co_return absl::UnimplementedError(absl::StrCat("host ", address(), " cannot attach to a process"));
+  }
   virtual boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(
       v1::ListSandboxesRequest request, absl::Duration timeout) = 0;
 };

@@ -276,7 +276,15 @@ asio::awaitable<absl::StatusOr<v1::Image>> HostClient::PullImage(const std::stri
 
 asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> HostClient::StartInteractive(
     v1::ExecRequest start, ExecObserver observer) {
-  co_return co_await InteractiveCall::Start(stub_.get(), token_, std::move(start), std::move(observer));
+  v1::ExecInput first;
+  *first.mutable_start() = std::move(start);
+  co_return co_await InteractiveCall::Start(stub_.get(), token_, std::move(first), std::move(observer));
+}
+
+asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> HostClient::Attach(v1::AttachProcess attach) {
+  v1::ExecInput first;
+  *first.mutable_attach() = std::move(attach);
+  co_return co_await InteractiveCall::Start(stub_.get(), token_, std::move(first));
 }
 
 asio::awaitable<absl::StatusOr<v1::FileInfo>> HostClient::Stat(const std::string& sandbox_id, const std::string& path,

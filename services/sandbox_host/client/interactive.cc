@@ -16,7 +16,7 @@ namespace asio = boost::asio;
 
 asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> InteractiveCall::Start(v1::SandboxHost::Stub* stub,
                                                                                             const std::string& token,
-                                                                                            v1::ExecRequest start,
+                                                                                            v1::ExecInput first,
                                                                                             ExecObserver observer) {
   auto executor = co_await asio::this_coro::executor;
   std::shared_ptr<InteractiveCall> p(new InteractiveCall(executor));
@@ -24,8 +24,6 @@ asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Interactive
   p->observer_ = std::move(observer);
   AttachBearer(p->context_, token);
   stub->async()->ExecInteractive(&p->context_, p.get());
-  v1::ExecInput first;
-  *first.mutable_start() = std::move(start);
   p->Enqueue(std::move(first));
   p->StartRead(&p->event_);
   p->StartCall();
@@ -41,6 +39,11 @@ asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Interactive
     (void)co_await p->wake_.async_receive(asio::as_tuple(asio::use_awaitable));
   }
   co_return p;
+}
+
+std::string InteractiveCall::process_id() const {
+  absl::MutexLock lock(&mu_);
+  return process_id_;
 }
 
 void InteractiveCall::Enqueue(v1::ExecInput input) {
@@ -93,7 +96,10 @@ void InteractiveCall::OnReadDone(bool ok) {
   if (observer_.on_event) observer_.on_event(event_);
   {
     absl::MutexLock lock(&mu_);
-    if (event_.has_started()) started_ = true;
+    if (event_.has_started()) {
+      started_ = true;
+      process_id_ = event_.started().process_id();
+    }
     if (!event_.stdout().empty()) output_ += event_.stdout();
     if (!event_.stderr().empty()) output_ += event_.stderr();
     // A call that floods its output keeps bounded memory: the middle goes (the marker comes at the end).

@@ -22,17 +22,19 @@ namespace corral::sandbox {
 
 class InteractiveCall final : public InteractiveProcess, public grpc::ClientBidiReactor<v1::ExecInput, v1::ExecEvent> {
  public:
-  // Starts `start` (its command, with stdin kept open). The process lives until Stop(), its exit, or the end of
-  // the sandbox. UNAVAILABLE etc. when the call fails before the process started.
+  // Starts `first`'s command (`start`, with stdin kept open), or takes up a carried process (`attach`). The
+  // process lives until Stop(), its exit, or the end of the sandbox. UNAVAILABLE etc. when the call fails before
+  // the process started.
   static boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Start(v1::SandboxHost::Stub* stub,
                                                                                            const std::string& token,
-                                                                                           v1::ExecRequest start,
+                                                                                           v1::ExecInput first,
                                                                                            ExecObserver observer = {});
 
   void Write(std::string data) override;
   void Signal(int signal) override;
   void CloseStdin() override;
   void Stop() override;  // ends the call: the host kills the process
+  std::string process_id() const override;
   boost::asio::awaitable<Output> ReadUntil(const std::string& marker, absl::Time deadline) override;
 
   void OnWriteDone(bool ok) override;
@@ -48,11 +50,12 @@ class InteractiveCall final : public InteractiveProcess, public grpc::ClientBidi
   grpc::ClientContext context_;
   Channel wake_;
   v1::ExecEvent event_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::deque<v1::ExecInput> writes_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
+  std::string process_id_ ABSL_GUARDED_BY(mu_);
   std::string output_ ABSL_GUARDED_BY(mu_);
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
   ExecObserver observer_;

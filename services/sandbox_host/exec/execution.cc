@@ -146,7 +146,8 @@ ProcessInfo Execution::Info() const {
                    .kind = options_.kind,
                    .argv = options_.argv,
                    .start_time = start_,
-                   .output_path = options_.output_path};
+                   .output_path = options_.output_path,
+                   .copy_of = options_.copy_of};
   absl::MutexLock lock(&mu_);
   info.exit = exit_;
   return info;

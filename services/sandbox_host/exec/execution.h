@@ -64,6 +64,7 @@ struct ExecOptions {
   // Its memory and state can be carried into the sandbox's fork's children (fork/carrier.h): it runs under the
   // fork gate, with a control pipe. A sandbox on the host's filesystem only.
   bool fork_ready = false;
+  std::string copy_of;  // adopted: the parent's process it is a copy of
 };
 
 // What ListProcesses reports of a process started through the API.
@@ -75,6 +76,7 @@ struct ProcessInfo {
   absl::Time start_time;
   std::optional<ExitInfo> exit;  // set once it exited
   std::string output_path;       // background processes
+  std::string copy_of;           // a carried copy: the parent's process
 };
 
 // The descriptors of an execution a loop watches, as tagged in its events.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "libs/core/status_macros.h"
 
 namespace corral::sandbox {
 namespace {
@@ -95,6 +97,20 @@ absl::Status CheckStatus(pid_t pid, const CarryPlan& plan) {
     ++seen;
   }
   if (seen != 11) return Differs("its status could not be read");
+  return absl::OkStatus();
+}
+
+// A copy leads a session and process group of its own (not its parent's: a kill of the parent's group would end
+// it).
+absl::Status CheckSession(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t end = stat.rfind(')');  // after the command's name, which may hold anything
+  if (end == std::string::npos) return Differs("its stat could not be read");
+  std::vector<absl::string_view> f = absl::StrSplit(absl::string_view(stat).substr(end + 2), ' ');
+  // state ppid pgrp session
+  const std::string self = absl::StrCat(pid);
+  if (f.size() < 4 || f[2] != self || f[3] != self) return Differs("it is still in its parent's process group");
   return absl::OkStatus();
 }
 
@@ -196,6 +212,7 @@ absl::Status CheckCarried(pid_t pid, const CarryPlan& plan) {
   if (plan.netns.valid() && !SameAsFd(ns + "net", plan.netns.get())) return Differs("not in its network namespace");
   if (plan.mntns.valid() && !SameAsFd(ns + "mnt", plan.mntns.get())) return Differs("not in its mount namespace");
   if (absl::Status s = CheckDescriptors(pid, plan); !s.ok()) return s;
+  if (!plan.fork_ready) CORRAL_RETURN_IF_ERROR(CheckSession(pid));
   if (absl::Status s = CheckMemory(pid); !s.ok()) return s;
   return CheckMounts(pid, plan);
 }

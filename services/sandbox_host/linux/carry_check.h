@@ -10,10 +10,10 @@
 namespace corral::sandbox {
 
 // OK when `pid` is what `plan` makes of it: the plan's uid and gid (real, effective, saved, filesystem), no
-// supplementary group, no capability, no_new_privs, a seccomp filter, no tracer, one thread; the plan's user and
-// network namespaces; descriptors 0, 1 and 2 only (the plan's streams when it gives them); no shared memory
-// mapping; each tree mounted at its path; its working directory on one of the trees (when there are any).
-// PERMISSION_DENIED naming the first thing that differs.
+// supplementary group, no capability, no_new_privs, a seccomp filter, no tracer, one thread; a copy: leading a
+// session and process group of its own; the plan's user, network and mount namespaces; descriptors 0, 1 and 2 only (the
+// plan's streams when it gives them); no shared memory mapping; each tree mounted at its path; its working directory on
+// one of the trees (when there are any). PERMISSION_DENIED naming the first thing that differs.
 absl::Status CheckCarried(pid_t pid, const CarryPlan& plan);
 
 }  // namespace corral::sandbox

@@ -66,6 +66,8 @@ def carry(own=False):
     """The steps of a carry: a copy right after its fork (True once carried; False when nothing was planned
     for it: it should exit), or the parent itself (own) after forking its copies."""
     os.closerange(PLAN_FD if own else CONTROL_FD, os.sysconf("SC_OPEN_MAX"))
+    if not own:
+        os.setsid()  # out of its parent's process group and session: what ends the parent must not end it
     if _libc.unshare(0) != 0:  # announces it; returns once the host installed the plan and its descriptors
         return False
     steps = _read_plan()

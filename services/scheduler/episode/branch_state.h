@@ -32,6 +32,12 @@ struct BranchStart {
   v1::Sandbox sandbox;
   std::string workdir;
   std::optional<Failure> failure;
+  // The parent's resident processes the fork carried into its sandbox (fork-ready ones): the child takes up
+  // each under the same key.
+  struct Carried {
+    std::string key, process_id, marker;
+  };
+  std::vector<Carried> carried;
 };
 
 // Starts the children of a split (the episode driver).

@@ -26,7 +26,9 @@ asio::awaitable<void> Split(Attempt& a, size_t level, const boost::json::array& 
   const BranchPlan& plan = *a.ticket.branch_plan;
   std::vector<EpisodeTicket> children = a.branching.children->Branch(a.ticket, level);
   if (children.empty()) co_return;  // ended already (cancelled, the batch's deadline)
-  a.residents.StopAll();            // no process is carried over; they start again on their next call, here and there
+  // Fork-ready processes (a python session) are carried into every child; the rest start again on their next
+  // call, here and there.
+  const std::map<std::string, ResidentProcesses::Entry> carried = a.residents.StopAllButForkReady();
 
   std::optional<Failure> failure;
   v1::CreateSandboxesResponse forked;
@@ -80,7 +82,15 @@ asio::awaitable<void> Split(Attempt& a, size_t level, const boost::json::array& 
                                            forked.rejected_reason(), ")"));
     } else {
       start->slot = a.slot;
-      start->sandbox = forked.sandboxes(static_cast<int>(k)).sandbox();
+      const v1::CreatedSandbox& child = forked.sandboxes(static_cast<int>(k));
+      start->sandbox = child.sandbox();
+      for (const auto& [key, entry] : carried) {
+        for (const v1::Process& copy : child.carried_processes()) {
+          if (!copy.copy_of().empty() && copy.copy_of() == entry.process->process_id()) {
+            start->carried.push_back({key, copy.process_id(), entry.marker});
+          }
+        }
+      }
     }
     a.branching.children->StartChild(std::move(children[k]), std::move(start));
   }

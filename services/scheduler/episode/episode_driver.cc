@@ -344,7 +344,22 @@ asio::awaitable<std::optional<Failure>> EpisodeDriver::SetUpFork(Attempt& a) {
   // The parent's .corral/task.json names the parent: the child's names itself (its id and seed).
   std::vector<v1::InlineFile> files = {File(kTaskJsonPath, TaskJson(a.task(), a.ticket.ids, /*for_verifier=*/false))};
   const absl::Time deadline = a.Deadline(a.task().timeouts().setup(), options_.timeouts.setup);
-  co_return co_await Upload(a, files, deadline, v1::EPISODE_PHASE_SETUP);
+  if (auto f = co_await Upload(a, files, deadline, v1::EPISODE_PHASE_SETUP)) co_return f;
+  // The parent's processes the fork carried here (its python session, variables and all) serve this child's
+  // calls from now on; one that cannot be taken up starts afresh at its next call, as without a carry.
+  for (const BranchStart::Carried& c : a.branching.resume->carried) {
+    v1::AttachProcess attach;
+    attach.set_sandbox_id(a.sandbox_id);
+    attach.set_process_id(c.process_id);
+    auto process = co_await a.slot->client->Attach(std::move(attach));
+    if (process.ok()) {
+      a.residents.Put(c.key, ResidentProcesses::Entry{*std::move(process), c.marker});
+    } else {
+      spdlog::warn("episode {}: taking up the carried {} ({}): {}", a.ticket.ids.episode_id(), c.key, c.process_id,
+                   std::string(process.status().message()));
+    }
+  }
+  co_return std::nullopt;
 }
 
 asio::awaitable<void> EpisodeDriver::Conclude(Attempt& a, std::optional<Failure> failure) {

@@ -8,6 +8,7 @@
 #include "libs/http/embedded_files.h"
 #include "openssl/rand.h"
 #include "services/scheduler/episode/attempt.h"
+#include "spdlog/spdlog.h"
 
 extern const corral::http::EmbeddedFile kEpisodeScripts[];
 
@@ -35,10 +36,19 @@ asio::awaitable<std::variant<ResidentProcesses::Entry, Failure>> StartResident(A
   for (const auto& arg : spec.command.argv()) command.add_argv(arg);
   *command.mutable_env() = spec.command.env();
   command.set_cwd(spec.command.cwd().empty() ? a.workdir : spec.command.cwd());
+  command.set_fork_ready(spec.command.fork_ready());
   // Its life is the episode's (as far as the host allows): it is stopped with the attempt.
   const absl::Duration life = std::min(a.EpisodeDeadline() - a.clock->Now(), a.slot->max_exec_timeout);
   ToProto(std::max(life, absl::Seconds(1)), command.mutable_timeout());
-  auto started = co_await a.slot->client->StartInteractive(std::move(start), {});
+  const bool fork_ready = command.fork_ready();
+  auto started = co_await a.slot->client->StartInteractive(start, {});
+  if (!started.ok() && fork_ready && started.status().code() == absl::StatusCode::kFailedPrecondition) {
+    // A host that cannot carry it: a fork restarts it instead.
+    spdlog::warn("episode {}: {} starts afresh at each fork: {}", a.ticket.ids.episode_id(), spec.what,
+                 std::string(started.status().message()));
+    start.mutable_command()->set_fork_ready(false);
+    started = co_await a.slot->client->StartInteractive(std::move(start), {});
+  }
   if (!started.ok()) {
     const absl::StatusCode code = started.status().code();
     if (!spec.cannot_start.empty() &&
@@ -49,7 +59,7 @@ asio::awaitable<std::variant<ResidentProcesses::Entry, Failure>> StartResident(A
     co_return Out(
         a.FromStatus(started.status(), spec.phase, v1::FAILURE_CLASS_INFRA, absl::StrCat("starting ", spec.what)));
   }
-  ResidentProcesses::Entry entry{*std::move(started), spec.marker};
+  ResidentProcesses::Entry entry{*std::move(started), spec.marker, fork_ready && start.command().fork_ready()};
   a.residents.Put(spec.key, entry);
   co_return Out(std::move(entry));
 }

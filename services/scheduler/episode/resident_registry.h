@@ -18,7 +18,8 @@ class ResidentProcesses {
  public:
   struct Entry {
     std::shared_ptr<sandbox::InteractiveProcess> process;
-    std::string marker;  // what the process prints after each answer ("\n" for a line protocol)
+    std::string marker;       // what the process prints after each answer ("\n" for a line protocol)
+    bool fork_ready = false;  // a fork carries it into each child (Command.fork_ready)
   };
   // The process under `key`, or nullptr.
   const Entry* Find(const std::string& key) const {
@@ -39,6 +40,19 @@ class ResidentProcesses {
   void StopAll() {
     for (auto& [key, entry] : by_key_) entry.process->Stop();
     by_key_.clear();
+  }
+  // Before a fork: ends every process a fork does not carry; those it does, by key.
+  std::map<std::string, Entry> StopAllButForkReady() {
+    std::map<std::string, Entry> kept;
+    for (auto& [key, entry] : by_key_) {
+      if (entry.fork_ready) {
+        kept.emplace(key, entry);
+      } else {
+        entry.process->Stop();
+      }
+    }
+    by_key_ = kept;
+    return kept;
   }
   bool empty() const { return by_key_.empty(); }
 

@@ -1,6 +1,11 @@
 # The persistent python tool's driver (persistent_tools.cc): each NUL-terminated cell on stdin runs in one
 # globals dict, the last expression echoed like Jupyter; the per-process marker follows its output.
 import ast, os, sys, traceback
+try:  # started fork-ready (a branching task): a fork carries this interpreter, its variables, into each branch
+    import corral_carry
+    corral_carry.ready()
+except ImportError:
+    pass
 mark = os.environ.pop("__CORRAL_MARK")
 sys.stderr = sys.stdout
 g = {"__name__": "__main__", "__builtins__": __builtins__}
