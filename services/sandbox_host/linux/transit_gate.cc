@@ -19,7 +19,6 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "libs/core/status_macros.h"
@@ -99,7 +98,6 @@ struct TransitGate::State {
   absl::Mutex mu;
   std::map<int, UniqueFd> listeners ABSL_GUARDED_BY(mu);
   std::map<int, Batch> batches ABSL_GUARDED_BY(mu);
-  absl::flat_hash_set<pid_t> carried ABSL_GUARDED_BY(mu);  // their calls are refused like anyone's
   int next_id ABSL_GUARDED_BY(mu) = 1;
   bool stopping ABSL_GUARDED_BY(mu) = false;
   size_t refused ABSL_GUARDED_BY(mu) = 0;
@@ -238,7 +236,6 @@ bool TransitGate::State::Step(Slot& s, const seccomp_notif& req, seccomp_notif_r
         return false;
       }
       s.phase = Slot::Phase::kDone;
-      if (!s.own) carried.insert(s.pid);
       resp.flags = 0;  // answered here: unshare(0) returns 0 and changes nothing
       resp.val = 0;
       return true;
@@ -265,8 +262,7 @@ bool TransitGate::State::Answer(int listener, const seccomp_notif& req, seccomp_
     } else if (Step(*carrying, req, resp)) {
       return true;
     }
-  } else if (req.data.nr == SYS_unshare && req.data.args[0] == 0 && !carried.contains(pid) &&
-             Park(watch, listener, req)) {
+  } else if (req.data.nr == SYS_unshare && req.data.args[0] == 0 && Park(watch, listener, req)) {
     return false;
   }
   resp.flags = 0;
