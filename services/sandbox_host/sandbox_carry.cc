@@ -6,6 +6,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <thread>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +31,18 @@ std::vector<std::string> MountPoints(const Sandbox& sb) {
   std::vector<std::string> points{sb.home, "/tmp"};
   for (const std::string& p : sb.spec.task_paths) points.push_back(p);
   return points;
+}
+
+// fn(0) … fn(n - 1), on two threads: a child's steps wait on the kernel (clones, namespaces, mounts) more than they
+// compute.
+void ForEachChild(size_t n, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto run = [&] {
+    for (size_t i = next++; i < n; i = next++) fn(i);
+  };
+  std::thread other(run);
+  run();
+  other.join();
 }
 
 // A carried process's view: `base_mnt` (the namespace it is in) with `sb`'s places over its old ones, in a mount
@@ -188,13 +205,15 @@ void SandboxManager::CarryInto(std::vector<Carry>& carries, const Sandbox& paren
   const absl::Time start_all = clock_->Now();
   carried.clear();
   carried.resize(children.size());
+  std::vector<absl::StatusOr<ChildIdentity>> made;
+  for (size_t k = 0; k < children.size(); ++k) made.emplace_back(absl::UnknownError("not made"));
+  ForEachChild(children.size(), [&](size_t k) { made[k] = IdentityOf(*carrier_, *children[k]); });
   std::vector<std::optional<ChildIdentity>> ids(children.size());
   for (size_t k = 0; k < children.size(); ++k) {
-    auto id = IdentityOf(*carrier_, *children[k]);
-    if (id.ok()) {
-      ids[k] = *std::move(id);
+    if (made[k].ok()) {
+      ids[k] = *std::move(made[k]);
     } else {
-      result.not_carried.push_back(absl::StrCat("into ", children[k]->id, ": ", id.status().message()));
+      result.not_carried.push_back(absl::StrCat("into ", children[k]->id, ": ", made[k].status().message()));
     }
   }
   const absl::Time identities_made = clock_->Now();
@@ -218,15 +237,22 @@ void SandboxManager::CarryInto(std::vector<Carry>& carries, const Sandbox& paren
       (void)carrier_->gate().Await(c.batch, absl::ZeroDuration());
       continue;
     }
+    const size_t n = std::min(children.size(), c.copies.size());
+    std::vector<CarriedProcess> mine(n);
+    std::vector<absl::StatusOr<CarryPlan>> planned_for;
+    for (size_t k = 0; k < n; ++k) planned_for.emplace_back(absl::UnknownError("not planned"));
+    ForEachChild(n, [&](size_t k) {
+      mine[k] = CarriedProcess{.argv = c.process.argv,
+                               .kind = c.process.kind,
+                               .output_path = c.process.output_path,
+                               .copy_of = c.process.process_id};
+      planned_for[k] = ids[k] ? CopyPlan(parent, *children[k], *ids[k], base_mnt.get(), cwd, mine[k])
+                              : absl::FailedPreconditionError("the child has no identity for it");
+    });
     std::vector<CarryPlan> plans;
     std::vector<CarriedProcess> ours;
-    for (size_t k = 0; k < children.size() && k < c.copies.size(); ++k) {
-      CarriedProcess mine{.argv = c.process.argv,
-                          .kind = c.process.kind,
-                          .output_path = c.process.output_path,
-                          .copy_of = c.process.process_id};
-      absl::StatusOr<CarryPlan> plan = ids[k] ? CopyPlan(parent, *children[k], *ids[k], base_mnt.get(), cwd, mine)
-                                              : absl::FailedPreconditionError("the child has no identity for it");
+    for (size_t k = 0; k < n; ++k) {
+      absl::StatusOr<CarryPlan>& plan = planned_for[k];
       if (!plan.ok()) {
         // The copies are given in order: one that cannot go to its child goes nowhere, and the rest after it.
         result.not_carried.push_back(
@@ -234,7 +260,7 @@ void SandboxManager::CarryInto(std::vector<Carry>& carries, const Sandbox& paren
         break;
       }
       plans.push_back(*std::move(plan));
-      ours.push_back(std::move(mine));
+      ours.push_back(std::move(mine[k]));
     }
     if (absl::Status s = carrier_->gate().Release(c.batch, std::move(own), std::move(plans)); !s.ok()) {
       result.not_carried.push_back(absl::StrCat(c.process.process_id, ": ", s.message()));
