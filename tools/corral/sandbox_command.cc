@@ -74,7 +74,14 @@ int RunFork(const ConnectFlags& cf, const ForkFlags& f) {
   v1::CreateSandboxesResponse resp;
   grpc::Status s = client->stub->ForkSandbox(&ctx, req, &resp);
   if (!s.ok()) return Fail("sandbox fork", FromGrpcStatus(s));
-  for (const auto& c : resp.sandboxes()) std::cout << c.sandbox().sandbox_id() << " " << c.capability_token() << "\n";
+  for (const auto& c : resp.sandboxes()) {
+    std::cout << c.sandbox().sandbox_id() << " " << c.capability_token() << "\n";
+    for (const auto& p : c.carried_processes()) {
+      std::cerr << "carried " << p.copy_of() << " into " << c.sandbox().sandbox_id() << " as " << p.process_id()
+                << "\n";
+    }
+  }
+  for (const auto& why : resp.not_carried()) std::cerr << "not carried: " << why << "\n";
   if (resp.rejected() > 0) std::cerr << "rejected " << resp.rejected() << " (" << resp.rejected_reason() << ")\n";
   return resp.sandboxes().empty() ? 1 : 0;
 }
@@ -84,6 +91,7 @@ struct ExecFlags {
   std::string id;
   double timeout_s = 0;
   std::string user;
+  bool fork_ready = false;
   std::vector<std::string> argv;
 };
 
@@ -95,6 +103,7 @@ int RunExec(const ConnectFlags& cf, const ExecFlags& flags) {
   for (const auto& a : flags.argv) req.mutable_command()->add_argv(a);
   if (flags.timeout_s > 0) ToProto(absl::Seconds(flags.timeout_s), req.mutable_command()->mutable_timeout());
   req.mutable_command()->set_user(flags.user);
+  req.mutable_command()->set_fork_ready(flags.fork_ready);
   grpc::ClientContext ctx;
   AttachBearer(ctx, client->token);  // no deadline: the command's own timeout bounds it
   auto reader = client->stub->Exec(&ctx, req);
@@ -196,7 +205,9 @@ void RegisterSandbox(CLI::App& app, int& exit_code) {
   auto fork_conn = std::make_shared<ConnectFlags>();
   auto fork = std::make_shared<ForkFlags>();
   CLI::App* f = sandbox->add_subcommand(
-      "fork", "make children of a live sandbox with its files as they are (no process is carried); 'ID TOKEN' each");
+      "fork",
+      "make children of a live sandbox with its files as they are, and its fork-ready processes; 'ID TOKEN' each "
+      "(the processes carried into each on stderr)");
   AddConnectFlags(f, *fork_conn, "sandbox host", "--host");
   f->add_option("id", fork->id, "the parent's id")->required();
   f->add_option("--count", fork->count, "how many children")->capture_default_str();
@@ -213,6 +224,8 @@ void RegisterSandbox(CLI::App& app, int& exit_code) {
   e->add_option("--user,-u", exec->user,
                 "who runs it in an image sandbox: root, a user of its /etc/passwd, uid[:gid] (default: the image's "
                 "user)");
+  e->add_flag("--fork-ready", exec->fork_ready,
+              "carried into the sandbox's forks with its memory (a Python program that calls corral_carry.ready())");
   e->add_option("command", exec->argv, "the command and its arguments (after --)")->required();
   e->callback([exec_conn, exec, &exit_code] { exit_code = RunExec(*exec_conn, *exec); });
 
