@@ -119,39 +119,45 @@ int InstallForkGate() {
   return static_cast<int>(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog));
 }
 
-bool SendFd(int socket_fd, int fd) {
+namespace {
+
+// One byte with room for one descriptor (SCM_RIGHTS), as both ends use it.
+struct FdMessage {
   char byte = 'f';
   iovec io{&byte, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
-  msg.msg_iov = &io;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage() {
+    msg.msg_iov = &io;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+  }
+  FdMessage(const FdMessage&) = delete;
+};
+
+}  // namespace
+
+bool SendFd(int socket_fd, int fd) {
+  FdMessage m;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  return sendmsg(socket_fd, &msg, MSG_NOSIGNAL) == 1;
+  return sendmsg(socket_fd, &m.msg, MSG_NOSIGNAL) == 1;
 }
 
 absl::StatusOr<UniqueFd> ReceiveFd(int socket_fd) {
-  char byte;
-  iovec io{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &io;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  FdMessage m;
   ssize_t got;
   do {
-    got = recvmsg(socket_fd, &msg, MSG_CMSG_CLOEXEC);
+    got = recvmsg(socket_fd, &m.msg, MSG_CMSG_CLOEXEC);
   } while (got < 0 && errno == EINTR);
-  if (got != 1)
+  if (got != 1) {
     return absl::InternalError(absl::StrCat("receiving a descriptor: ", got < 0 ? strerror(errno) : "none"));
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  }
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   if (c == nullptr || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int))) {
     return absl::InternalError("receiving a descriptor: none came");
   }

@@ -105,6 +105,12 @@ struct TransitGate::State {
   std::thread thread;
 
   void Wake() { (void)!eventfd_write(wake.get(), 1); }
+  bool NoneIn(int batch, Slot::Phase phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (const Slot& s : batches[batch].slots) {
+      if (s.phase == phase) return false;
+    }
+    return true;
+  }
   void Fail(Slot& s, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     // A parked parent with no plan is refused and goes on as it was; any other process that failed its carry
     // (the parent's own included, half moved) is killed.
@@ -358,12 +364,7 @@ int TransitGate::Expect(int watch, size_t copies, pid_t own, uid_t uid) {
 absl::StatusOr<std::vector<pid_t>> TransitGate::AwaitParked(int batch, absl::Duration timeout) {
   State& st = *state_;
   absl::MutexLock lock(&st.mu);
-  auto parked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
-    for (const Slot& s : st.batches[batch].slots) {
-      if (s.phase == Slot::Phase::kWaiting) return false;
-    }
-    return true;
-  };
+  auto parked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) { return st.NoneIn(batch, Slot::Phase::kWaiting); };
   st.mu.AwaitWithTimeout(absl::Condition(&parked), timeout);
   std::vector<pid_t> out;
   bool own_missing = false;
@@ -413,12 +414,7 @@ absl::Status TransitGate::Release(int batch, std::optional<CarryPlan> own_plan, 
 std::vector<absl::StatusOr<pid_t>> TransitGate::Await(int batch, absl::Duration timeout) {
   State& st = *state_;
   absl::MutexLock lock(&st.mu);
-  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
-    for (const Slot& s : st.batches[batch].slots) {
-      if (s.phase == Slot::Phase::kCarrying) return false;
-    }
-    return true;
-  };
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) { return st.NoneIn(batch, Slot::Phase::kCarrying); };
   st.mu.AwaitWithTimeout(absl::Condition(&settled), timeout);
   std::vector<absl::StatusOr<pid_t>> out;
   for (Slot& s : st.batches[batch].slots) {

@@ -43,15 +43,15 @@ int HoldUserNamespace(void* raw) {
   return 0;
 }
 
-bool WriteProcFile(pid_t pid, const char* name, const std::string& content) {
-  const std::string path = absl::StrCat("/proc/", pid, "/", name);
-  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  const bool ok = fd >= 0 && write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
+bool WriteAll(const char* path, const std::string& text) {
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  const bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   if (fd >= 0) close(fd);
   return ok;
 }
 
-// Writes a nested namespace's maps from inside its parent, as the kernel requires of the writer.
+// The three files of `pid`'s id maps, in the order the kernel needs; system calls only (a helper may run it),
+// from inside the parent namespace when `parent_fd` is set, as the kernel requires of the writer of a nested one.
 struct MapWriter {
   int parent_fd;
   pid_t pid;
@@ -62,21 +62,14 @@ struct MapWriter {
   int err = 0;
 };
 
-bool WriteAll(const char* path, const std::string& text) {
-  const int fd = open(path, O_WRONLY | O_CLOEXEC);
-  const bool ok = fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  if (fd >= 0) close(fd);
-  return ok;
-}
-
-int WriteMapsFromParent(void* raw) {
+int WriteMaps(void* raw) {
   auto* w = static_cast<MapWriter*>(raw);
   char path[64];
   auto at = [&](const char* name) {
     snprintf(path, sizeof(path), "/proc/%d/%s", static_cast<int>(w->pid), name);
     return path;
   };
-  w->ok = setns(w->parent_fd, CLONE_NEWUSER) == 0 && WriteAll(at("uid_map"), *w->uid_map) &&
+  w->ok = (w->parent_fd < 0 || setns(w->parent_fd, CLONE_NEWUSER) == 0) && WriteAll(at("uid_map"), *w->uid_map) &&
           WriteAll(at("setgroups"), *w->setgroups) && WriteAll(at("gid_map"), *w->gid_map);
   w->err = errno;
   return 0;
@@ -105,17 +98,14 @@ absl::StatusOr<UniqueFd> CreateUserNamespace(const IdMap& uids, const IdMap& gid
   char made = 'y';
   if (parent_fd >= 0 && read(ready_r.get(), &made, 1) != 1) made = 'n';
   const std::string uid_map = Lines(uids), gid_map = Lines(gids), allow = setgroups ? "allow" : "deny";
-  bool mapped = false;
-  int saved = 0;
+  MapWriter writer{parent_fd, pid, &uid_map, &allow, &gid_map};
   if (made == 'y' && parent_fd < 0) {
-    mapped = WriteProcFile(pid, "uid_map", uid_map) && WriteProcFile(pid, "setgroups", allow) &&
-             WriteProcFile(pid, "gid_map", gid_map);
-    saved = errno;
+    WriteMaps(&writer);
   } else if (made == 'y') {
-    MapWriter writer{parent_fd, pid, &uid_map, &allow, &gid_map};
-    mapped = RunVforkHelper(WriteMapsFromParent, &writer).ok() && writer.ok;
-    saved = writer.err;
+    (void)RunVforkHelper(WriteMaps, &writer);
   }
+  const bool mapped = writer.ok;
+  const int saved = writer.err;
   UniqueFd ns(open(absl::StrCat("/proc/", pid, "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
   // The holder's read returns and it exits (closing our end would not do: it holds a copy of it).
   if (write(write_end.get(), "x", 1) != 1) kill(pid, SIGKILL);
