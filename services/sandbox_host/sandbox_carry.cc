@@ -8,13 +8,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
 #include <functional>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "libs/core/status_macros.h"
+#include "services/sandbox_host/linux/driven_carry.h"
 #include "services/sandbox_host/linux/fork_gate.h"
 #include "services/sandbox_host/linux/process_sweep.h"
 #include "services/sandbox_host/sandbox_manager.h"
@@ -25,6 +28,18 @@ namespace {
 
 constexpr absl::Duration kAnswerAtLeast = absl::Seconds(5);  // a process busy in C code answers between bytecodes
 constexpr absl::Duration kCarryTime = absl::Seconds(10);
+
+// Whether `pid` answers the carry's signal itself (corral_carry.ready()): it catches SIGRTMIN.
+bool CarriesItself(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(status, line);) {
+    uint64_t caught = 0;
+    if (absl::StartsWith(line, "SigCgt:") && absl::SimpleHexAtoi(line.substr(7), &caught)) {
+      return (caught >> (SIGRTMIN - 1)) & 1;
+    }
+  }
+  return false;
+}
 
 // Where the carried processes' files are, as the parent's processes see them: its home, /tmp, its task paths.
 std::vector<std::string> MountPoints(const Sandbox& sb) {
@@ -122,8 +137,20 @@ absl::StatusOr<std::vector<SandboxManager::Carry>> SandboxManager::ParkForkReady
   if (carries.empty()) return carries;
   TransitGate& gate = carrier_->gate();
   const std::string ask = absl::StrCat("fork ", count, "\n");
+  absl::Status failed;
   for (Carry& c : carries) {
     c.batch = gate.Expect(c.process.watch, static_cast<size_t>(count), c.process.pid, parent->uid);
+    if (!CarriesItself(c.process.pid)) {
+      auto driven = DrivenCarry::Start(c.process.pid, static_cast<size_t>(count));
+      if (driven.ok()) {
+        c.driven = *std::move(driven);
+        continue;
+      }
+      failed = absl::FailedPreconditionError(absl::StrCat("sandbox '", parent->id, "': its fork-ready process ",
+                                                          c.process.process_id,
+                                                          " cannot be carried: ", driven.status().message()));
+      break;
+    }
     if (write(c.process.control->get(), ask.data(), ask.size()) != static_cast<ssize_t>(ask.size()) ||
         kill(c.process.pid, SIGRTMIN) != 0) {
       spdlog::warn("sandbox {}: process {} could not be asked for copies: {}", parent->id, c.process.process_id,
@@ -131,9 +158,9 @@ absl::StatusOr<std::vector<SandboxManager::Carry>> SandboxManager::ParkForkReady
     }
   }
   const absl::Time deadline = clock_->Now() + std::max(wait, kAnswerAtLeast);
-  absl::Status failed;
   absl::flat_hash_set<pid_t> parked;
   for (Carry& c : carries) {
+    if (!failed.ok()) break;
     auto copies = gate.AwaitParked(c.batch, std::max(deadline - clock_->Now(), absl::ZeroDuration()));
     if (!copies.ok()) {
       failed = absl::FailedPreconditionError(absl::StrCat("sandbox '", parent->id, "': its fork-ready process ",
@@ -195,6 +222,7 @@ void SandboxManager::GiveUp(std::vector<Carry>& carries) {
   for (Carry& c : carries) {
     (void)carrier_->gate().Release(c.batch, std::nullopt, {});
     (void)carrier_->gate().Await(c.batch, absl::ZeroDuration());
+    c.driven.reset();
   }
   carries.clear();
 }
@@ -235,6 +263,7 @@ void SandboxManager::CarryInto(std::vector<Carry>& carries, const Sandbox& paren
       result.not_carried.push_back(absl::StrCat(c.process.process_id, ": ", viewed.message()));
       (void)carrier_->gate().Release(c.batch, std::nullopt, {});
       (void)carrier_->gate().Await(c.batch, absl::ZeroDuration());
+      c.driven.reset();
       continue;
     }
     const size_t n = std::min(children.size(), c.copies.size());
@@ -265,10 +294,12 @@ void SandboxManager::CarryInto(std::vector<Carry>& carries, const Sandbox& paren
     if (absl::Status s = carrier_->gate().Release(c.batch, std::move(own), std::move(plans)); !s.ok()) {
       result.not_carried.push_back(absl::StrCat(c.process.process_id, ": ", s.message()));
       (void)carrier_->gate().Await(c.batch, absl::ZeroDuration());
+      c.driven.reset();
       continue;
     }
     const absl::Time planned = clock_->Now();
     std::vector<absl::StatusOr<pid_t>> outcome = carrier_->gate().Await(c.batch, kCarryTime);
+    c.driven.reset();  // once it let them go
     planning += planned - start;
     carrying += clock_->Now() - planned;
     if (!outcome[0].ok()) {

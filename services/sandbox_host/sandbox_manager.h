@@ -23,6 +23,7 @@
 #include "services/sandbox_host/fork/fork_layers.h"
 #include "services/sandbox_host/host_options.h"
 #include "services/sandbox_host/images/image_store.h"
+#include "services/sandbox_host/linux/driven_carry.h"
 #include "services/sandbox_host/linux/cgroup.h"
 #include "services/sandbox_host/linux/landlock.h"
 #include "services/sandbox_host/linux/uid_pool.h"
@@ -184,6 +185,7 @@ class SandboxManager {
     ForkReadyProcess process;
     int batch = 0;
     std::vector<pid_t> copies;
+    std::unique_ptr<DrivenCarry> driven;  // a process that does not carry itself: the host drives it
   };
   absl::StatusOr<std::vector<Carry>> ParkForkReady(const std::shared_ptr<Sandbox>& parent, int64_t count,
                                                    absl::Duration wait);

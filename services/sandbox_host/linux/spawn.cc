@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/close_range.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -192,6 +193,10 @@ int ChildMain(void* arg) {
                                                           : dup2(spec.control_fd, kCarryControlFd) == kCarryControlFd;
     if (!given) ChildFail(efd, kDup);
   }
+  // Nothing else the host holds reaches the program: a descriptor it inherited without close-on-exec (from
+  // whoever started it) closes at exec, as the status pipe does.
+  const unsigned first = spec.control_fd >= 0 ? kCarryControlFd + 1 : 3;
+  if (syscall(SYS_close_range, first, ~0u, CLOSE_RANGE_CLOEXEC) != 0) ChildFail(efd, kDup);
   if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) ChildFail(efd, kChdir);
   sigset_t none;
   sigemptyset(&none);

@@ -192,6 +192,92 @@ TEST_F(LiveForkTest, AttacksFromACarriedCopyFail) {
   EXPECT_EQ(Ask(*repl, "pid"), parent_pid);
 }
 
+// A shell and a sleeping background process, started fork-ready, never answer the carry themselves: the host
+// drives them through it. Each child gets both, as its own; the shell's variables and the sleep's timer go on.
+TEST_F(LiveForkTest, ProcessesThatDoNotCarryThemselvesAreCarriedByTheHost) {
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  ExecOptions o;
+  o.kind = ProcessKind::kInteractive;
+  o.argv = {"bash", "--norc", "--noprofile"};
+  o.fork_ready = true;
+  auto shell = exec_->Start(parent, o);
+  ASSERT_THAT(shell, IsOk());
+  o.kind = ProcessKind::kBackground;
+  o.argv = {"sleep", "300"};
+  auto sleeper = exec_->Start(parent, o);
+  ASSERT_THAT(sleeper, IsOk());
+  ASSERT_EQ(Ask(**shell, "x=41; echo note > note; echo ok"), "ok");
+  const std::string id = parent->id, parent_uid = std::to_string(parent->uid);
+  parent.reset();
+  auto forked = manager_->Fork(id, 2);
+  ASSERT_THAT(forked, IsOk());
+  EXPECT_THAT(forked->not_carried, ::testing::IsEmpty());
+  ASSERT_EQ(forked->created.size(), 2u);
+  std::vector<std::shared_ptr<Execution>> sleeps;
+  for (SandboxManager::Created& child : forked->created) {
+    ASSERT_EQ(child.carried.size(), 2u);
+    const std::string uid = std::to_string(child.sandbox->uid);
+    std::shared_ptr<Execution> copy;
+    for (CarriedProcess& c : child.carried) {
+      ExecOptions a;
+      a.argv = c.argv;
+      a.kind = static_cast<ProcessKind>(c.kind);
+      const pid_t pid = c.process.pid;
+      auto adopted = exec_->Adopt(child.sandbox, std::move(c.process), a);
+      ASSERT_THAT(adopted, IsOk());
+      if (c.argv[0] == "bash") {
+        copy = *adopted;
+      } else {  // the sleep: alive, as the child, its timer not cut short
+        std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+        std::string line;
+        while (std::getline(status, line) && !line.starts_with("Uid:")) {
+        }
+        EXPECT_EQ(line, "Uid:\t" + uid + "\t" + uid + "\t" + uid + "\t" + uid);
+        EXPECT_EQ(c.copy_of, (*sleeper)->id());
+        sleeps.push_back(*adopted);
+      }
+    }
+    ASSERT_NE(copy, nullptr);
+    EXPECT_EQ(Ask(*copy, "x=$((x+1)); echo $x $(id -u) $(cat note)"), "42 " + uid + " note");
+    EXPECT_EQ(Ask(*copy, "echo mine > note; echo $BASHPID"), std::to_string(copy->pid()));
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_EQ(sleeps.size(), 2u);
+  for (size_t k = 0; k < sleeps.size(); ++k) {
+    EXPECT_FALSE(sleeps[k]->exited()) << "its sleep was cut short";
+    EXPECT_EQ(Sh(forked->created[k].sandbox, "cat note"), "mine\n");
+  }
+  // The parent's go on, as they were, fork-ready still.
+  EXPECT_EQ(Ask(**shell, "echo $x $(id -u) $(cat note)"), "41 " + parent_uid + " note");
+  EXPECT_FALSE((*sleeper)->exited());
+  auto again = manager_->Fork(id, 1);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->created[0].carried.size(), 2u);
+}
+
+// One that holds a descriptor of its own, or runs threads, cannot be copied: the fork says so, and it goes on.
+TEST_F(LiveForkTest, AProcessWithItsOwnDescriptorsIsNotDriven) {
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  ExecOptions o;
+  o.kind = ProcessKind::kInteractive;
+  o.argv = {"bash", "--norc", "--noprofile"};
+  o.fork_ready = true;
+  auto shell = exec_->Start(parent, o);
+  ASSERT_THAT(shell, IsOk());
+  ASSERT_EQ(Ask(**shell, "exec 7</dev/zero; echo ok"), "ok");
+  const std::string id = parent->id;
+  parent.reset();
+  auto forked = manager_->Fork(id, 1);
+  EXPECT_EQ(forked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(forked.status().message(), HasSubstr("holds descriptor 7"));
+  EXPECT_EQ(Ask(**shell, "exec 7<&-; echo $BASHPID"), std::to_string((*shell)->pid()));
+  auto now = manager_->Fork(id, 1);  // without it, the fork goes through
+  ASSERT_THAT(now, IsOk());
+  EXPECT_EQ(now->created[0].carried.size(), 1u);
+}
+
 TEST_F(LiveForkTest, AProcessThatIsNotForkReadyStillStopsAFork) {
   auto parent = NewSandbox();
   ASSERT_NE(parent, nullptr);

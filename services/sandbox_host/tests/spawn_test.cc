@@ -107,6 +107,17 @@ TEST_F(SpawnTest, SignalDispositionsAndMaskOfTheHostAreNotInherited) {
   EXPECT_EQ(ignored & (1ULL << (SIGPIPE - 1)), 0u);
 }
 
+// A descriptor the host inherited from whoever started it, without close-on-exec, never reaches the program.
+TEST_F(SpawnTest, DescriptorsTheHostInheritedAreNotPassedOn) {
+  int leak[2];
+  ASSERT_EQ(pipe(leak), 0);  // no O_CLOEXEC, as a supervisor's pipe would come
+  auto [status, out] = Run(Spec({"ls", "/proc/self/fd"}));  // ls reads it as its descriptor 3
+  close(leak[0]);
+  close(leak[1]);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(out, "0\n1\n2\n3\n");
+}
+
 TEST_F(SpawnTest, MissingCommandExitsLikeAShell) {
   auto spawned = Spawn(Spec({"no-such-command-xyz"}));
   ASSERT_THAT(spawned, IsOk());
