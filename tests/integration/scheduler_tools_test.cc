@@ -222,6 +222,64 @@ TEST_F(SchedulerFixture, ABranchingTasksPythonSessionGoesOnInEveryBranch) {
   EXPECT_TRUE(NothingLeaked());
 }
 
+// A stdio MCP server with state (a running total), as small as the protocol allows: one thread, its streams.
+constexpr char kCounterServer[] = R"(import json, sys
+total = 0
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+             "serverInfo": {"name": "counter", "version": "1"}}
+    elif m["method"] == "tools/list":
+        r = {"tools": [{"name": "add", "description": "adds n to the total",
+                        "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}}]}
+    else:
+        total += m["params"]["arguments"]["n"]
+        r = {"content": [{"type": "text", "text": str(total)}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+)";
+
+// A branching task's persistent python session and stdio MCP server are both carried into every branch: each
+// branch finds the root's variable and the server's total as they were at the split, and changes its own.
+TEST_F(SchedulerFixture, ABranchingTasksSessionAndMcpServerGoOnInEveryBranch) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
+  v1::Task task = Scripted("carry-mcp", v1::TOOL_KIND_CODE_INTERPRETER, true, {}, "6");
+  task.mutable_llm()->set_params_json(R"({"fake": {"tool_script": [
+      {"tool": "python", "args": {"code": "x = 41"}},
+      {"tool": "counter__add", "args": {"n": 5}},
+      {"tool": "python", "args": {"code": "x += 1\nx"}},
+      {"tool": "counter__add", "args": {"n": 1}}]}})");
+  task.mutable_tool_loop()->set_max_turns(5);
+  v1::McpServerSpec* counter = task.add_mcp_servers();
+  counter->set_name("counter");
+  for (const char* arg : {"python3", "-u", "-c", kCounterServer}) counter->mutable_command()->add_argv(arg);
+  task.mutable_branch()->add_at()->set_turn(2);
+  v1::BatchSpec spec;
+  spec.set_batch_id("carry-mcp");
+  spec.set_group_size(3);
+  ASSERT_THAT(Submit(spec, {task}), IsOk());
+  auto results = Results("carry-mcp");
+  ASSERT_THAT(results, IsOk());
+  ASSERT_EQ(results->size(), 3u);
+  std::set<std::string> sandboxes;
+  for (const auto& r : *results) {
+    SCOPED_TRACE(absl::StrCat(r.ids().episode_id(), ": ", r.failure_message()));
+    ASSERT_EQ(r.status(), v1::EPISODE_STATUS_FINISHED);
+    sandboxes.insert(r.sandbox_id());
+    std::vector<std::string> answers;
+    for (const auto& m : r.trajectory().branches(0).messages()) {
+      if (m.message().role() == "tool") answers.emplace_back(absl::StripAsciiWhitespace(m.message().content()));
+    }
+    // 42 and 6 in every branch: the root's 41 and 5 went on in each alone (no 43, no 7).
+    EXPECT_THAT(answers, ::testing::ElementsAre("", "5", "42", "6"));
+    EXPECT_EQ(r.reward(), 1.0);
+  }
+  EXPECT_EQ(sandboxes.size(), 3u);
+  EXPECT_TRUE(NothingLeaked());
+}
+
 TEST_F(SchedulerFixture, SubmitRefusesABranchThatDoesNotFitTheGroup) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(1, 8));
   v1::Task task = Scripted("tree", v1::TOOL_KIND_BASH, false, {"true"}, "");

@@ -100,7 +100,8 @@ std::string ChooseAction(const Options& options, int64_t n, bool chat, const jso
                          Plan& plan) {
   std::string arguments = absl::StrCat("{\"step\": ", n, "}");
   // {"fake": {"tool_script": ["cmd1", "cmd2"]}} calls the first offered tool with each entry in turn (as its first
-  // schema property), then answers "done: <the last tool output>".
+  // schema property; an entry {"tool": name, "args": {...}} calls that one), then answers "done: <the last tool
+  // output>".
   if (auto* f = body.if_contains("fake"); chat && f != nullptr && f->is_object() && plan.tool_name.size() > 0) {
     if (auto* script = f->as_object().if_contains("tool_script"); script != nullptr && script->is_array()) {
       size_t tool_results = 0;
@@ -114,11 +115,19 @@ std::string ChooseAction(const Options& options, int64_t n, bool chat, const jso
         }
       }
       const json::array& steps = script->as_array();
+      const json::object* named =
+          tool_results < steps.size() && steps[tool_results].is_object() ? &steps[tool_results].as_object() : nullptr;
       if (tool_results < steps.size() && steps[tool_results].is_string()) {
         plan.tool_call = true;
         json::object args;
         args[p.tool_property.empty() ? "command" : p.tool_property] = steps[tool_results].as_string();
         arguments = json::serialize(args);
+      } else if (named != nullptr && !Str(named->if_contains("tool")).empty()) {
+        // {"tool": "<name>", "args": {...}}: that tool, with those arguments.
+        plan.tool_call = true;
+        plan.tool_name = Str(named->if_contains("tool"));
+        const json::value* args = named->if_contains("args");
+        arguments = json::serialize(args != nullptr && args->is_object() ? *args : json::value(json::object()));
       } else {
         plan.tool_call = false;
         plan.reply = "done: " + last_tool;

@@ -26,9 +26,9 @@ asio::awaitable<void> Split(Attempt& a, size_t level, const boost::json::array& 
   const BranchPlan& plan = *a.ticket.branch_plan;
   std::vector<EpisodeTicket> children = a.branching.children->Branch(a.ticket, level);
   if (children.empty()) co_return;  // ended already (cancelled, the batch's deadline)
-  // Fork-ready processes (a python session) are carried into every child; the rest start again on their next
-  // call, here and there.
-  const std::map<std::string, ResidentProcesses::Entry> carried = a.residents.StopAllButForkReady();
+  // Fork-ready processes (the persistent tools' sessions, stdio MCP servers) are carried into every child; the
+  // rest start again on their next call, here and there.
+  std::map<std::string, ResidentProcesses::Entry> carried = a.residents.StopAllButForkReady();
 
   std::optional<Failure> failure;
   v1::CreateSandboxesResponse forked;
@@ -39,7 +39,16 @@ asio::awaitable<void> Split(Attempt& a, size_t level, const boost::json::array& 
     (*request.mutable_labels())["corral.branch_of"] = a.ticket.ids.episode_id();
     ToProto(kForkWait, request.mutable_wait_timeout());
     const absl::Time deadline = std::min(a.clock->Now() + kForkWait + absl::Seconds(30), a.EpisodeDeadline());
-    auto out = co_await a.slot->client->Fork(std::move(request), sandbox::CallOptions{nullptr, deadline});
+    auto out = co_await a.slot->client->Fork(request, sandbox::CallOptions{nullptr, deadline});
+    if (!out.ok() && out.status().code() == absl::StatusCode::kFailedPrecondition && !carried.empty()) {
+      // A process that cannot be carried (a job a bash session left running, a server with threads): without
+      // them, they start afresh in every branch, as in the parent.
+      spdlog::warn("episode {}: its sessions start afresh after this split: {}", a.ticket.ids.episode_id(),
+                   std::string(out.status().message()));
+      a.residents.StopAll();
+      carried.clear();
+      out = co_await a.slot->client->Fork(std::move(request), sandbox::CallOptions{nullptr, deadline});
+    }
     if (out.ok()) {
       forked = *std::move(out);
     } else {

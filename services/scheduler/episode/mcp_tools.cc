@@ -122,15 +122,26 @@ asio::awaitable<std::variant<std::shared_ptr<sandbox::InteractiveProcess>, Failu
   start.command = OverHttp(spec) ? HttpRelay(spec, a.home) : spec.command();
   // newline-delimited JSON-RPC (not `= "\n"`: GCC 12 reports a false stringop-overflow for it in a coroutine)
   start.marker = std::string(1, '\n');
-  // stdout is the protocol's alone: stderr goes to the log.
-  start.stderr_log = LogOf(spec);
+  // stdout is the protocol's alone: stderr goes to the log. A branching task's stdio server is carried into
+  // every branch with its state instead, which a process writing into the sandbox's files cannot be: its stderr
+  // goes nowhere.
+  const bool carried_along = a.ticket.branch_plan.has_value() && !OverHttp(spec);
+  if (carried_along) {
+    start.command.clear_argv();
+    for (const char* arg : {"sh", "-c", "exec \"$@\" 2>/dev/null", "sh"}) start.command.add_argv(arg);
+    for (const std::string& arg : spec.command().argv()) start.command.add_argv(arg);
+    start.command.set_fork_ready(true);
+  } else {
+    start.stderr_log = LogOf(spec);
+  }
   start.phase = v1::EPISODE_PHASE_ENVIRONMENT;
   start.what = what;
   start.cannot_start = OverHttp(spec) ? absl::StrCat(what,
                                                      " is reached over HTTP by a relay that needs python3 in "
                                                      "the sandbox: ")
                                       : absl::StrCat(what, " could not start: ");
-  const std::string log = a.InSandbox(start.stderr_log);
+  const std::string log = carried_along ? "its stderr is not kept: the server is carried into the branches"
+                                        : absl::StrCat("its stderr is in ", a.InSandbox(start.stderr_log));
   auto started = co_await StartResident(a, start);
   if (auto* f = std::get_if<Failure>(&started)) co_return Out(*f);
   std::shared_ptr<sandbox::InteractiveProcess> p = std::get<ResidentProcesses::Entry>(std::move(started)).process;
@@ -149,9 +160,9 @@ asio::awaitable<std::variant<std::shared_ptr<sandbox::InteractiveProcess>, Failu
                       : init.ended
                           ? "it exited during initialize"
                           : absl::StrCat("no answer to initialize within ", absl::FormatDuration(kStartTimeout));
-    co_return Out(EnvironmentFailure(v1::FAILURE_CLASS_ENVIRONMENT,
-                                     absl::StrCat(what, ": ", why, init.noise.empty() ? "" : "; it wrote: ", init.noise,
-                                                  " (its stderr is in ", log, ")")));
+    co_return Out(EnvironmentFailure(
+        v1::FAILURE_CLASS_ENVIRONMENT,
+        absl::StrCat(what, ": ", why, init.noise.empty() ? "" : "; it wrote: ", init.noise, " (", log, ")")));
   }
   json::object initialized;
   initialized["jsonrpc"] = "2.0";
@@ -172,9 +183,14 @@ std::string McpToolName(const std::string& server, const std::string& tool) {
 
 asio::awaitable<std::optional<Failure>> StartMcpServers(Attempt& a, json::array& tools) {
   for (const v1::McpServerSpec& spec : a.task().mcp_servers()) {
-    auto started = co_await StartServer(a, spec);
-    if (auto* f = std::get_if<Failure>(&started)) co_return *f;
-    std::shared_ptr<sandbox::InteractiveProcess> p = std::get<0>(std::move(started));
+    std::shared_ptr<sandbox::InteractiveProcess> p;
+    if (const ResidentProcesses::Entry* carried = a.residents.Find(Key(spec.name())); carried != nullptr) {
+      p = carried->process;  // a branch's: its parent's server, carried here, initialized and with its state
+    } else {
+      auto started = co_await StartServer(a, spec);
+      if (auto* f = std::get_if<Failure>(&started)) co_return *f;
+      p = std::get<0>(std::move(started));
+    }
     const std::string what = absl::StrCat("MCP server '", spec.name(), "': tools/list");
     const absl::Time deadline = std::min(a.clock->Now() + kStartTimeout, a.EpisodeDeadline());
     std::string cursor;

@@ -34,8 +34,8 @@ asio::awaitable<std::variant<std::string, Failure>> RunPersistent(Attempt& a, co
     }
     start.marker = RandomMarker("__CORRAL_DONE_");
     (*start.command.mutable_env())["__CORRAL_MARK"] = start.marker;
-    // A branching task's python session is carried into its branches, variables and all (bash cannot opt in).
-    start.command.set_fork_ready(!bash && a.ticket.branch_plan.has_value());
+    // A branching task's session is carried into its branches, variables and all.
+    start.command.set_fork_ready(a.ticket.branch_plan.has_value());
     start.phase = v1::EPISODE_PHASE_TOOL;
     start.what = absl::StrCat("the ", spec.name(), " session");
     auto started = co_await StartResident(a, start);

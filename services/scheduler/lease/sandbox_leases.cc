@@ -292,6 +292,11 @@ asio::awaitable<absl::StatusOr<v1::ForkLeaseResponse>> SandboxLeases::Fork(v1::F
     absl::MutexLock lock(&mu_);
     for (const v1::SandboxLease& lease : response.leases()) leases_[lease.lease_id()] = lease;
   }
+  for (int k = 0; k < response.leases_size(); ++k) {
+    for (const v1::Process& copy : forked->sandboxes(k).carried_processes()) {
+      (*response.mutable_leases(k)->mutable_carried_processes())[copy.process_id()] = copy.copy_of();
+    }
+  }
   spdlog::info("lease {}: forked into {} ({} rejected)", parent.lease_id(), response.leases_size(), forked->rejected());
   co_return response;
 }

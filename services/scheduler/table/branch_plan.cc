@@ -115,11 +115,6 @@ absl::Status CheckBranching(const v1::Task& task, uint32_t group_size, uint32_t 
   };
   if (task.runner() != v1::RUNNER_TOOL_LOOP) return bad("branch is for the tool_loop runner");
   if (redundancy > 0) return bad("branch cannot be combined with spec.redundancy (the extras would have no tree)");
-  if (!task.mcp_servers().empty()) {
-    return bad(
-        "branch cannot be combined with mcp_servers (their state lives in their processes, which forks do not carry "
-        "yet)");
-  }
   auto plan = PlanBranches(task.branch(), std::max<uint32_t>(group_size, 1));
   if (!plan.ok()) return bad(std::string(plan.status().message()));
   return absl::OkStatus();
