@@ -217,6 +217,43 @@ const steps = {
     }
   },
 
+  // A background process the parent started runs on in every child, with its memory: a counter printing every
+  // 100 ms goes on from where the parent's was, in each child alone.
+  async forkRunning() {
+    const sbx = await Sandbox.create({ timeoutMs: 120_000 });
+    try {
+      await sbx.files.write("/home/user/counter.py",
+        "import time\nn = 0\nwhile True:\n    n += 1\n    print(n, flush=True)\n    time.sleep(0.1)\n");
+      const counter = await sbx.commands.run("python3 /home/user/counter.py", { background: true, timeoutMs: 0 });
+      const deadline = Date.now() + 10_000;
+      while (counter.stdout.split("\n").length < 4 && Date.now() < deadline) await sleep(50);
+      const before = counter.stdout.trim().split("\n").length;
+      assert.ok(before >= 3, counter.stdout);
+      const forks = await sbx.fork({ count: 2, timeoutMs: 60_000 });
+      assert.equal(forks.length, 2);
+      for (const f of forks) {
+        assert.ok(!(f instanceof Error), String(f));
+        const listed = (await f.commands.list()).filter((p) => p.args.join(" ").includes("counter.py"));
+        assert.equal(listed.length, 1, JSON.stringify(await f.commands.list()));
+        assert.notEqual(listed[0].pid, counter.pid);
+        let seen = "";
+        const h = await f.commands.connect(listed[0].pid, { onStdout: (d) => { seen += d; } });
+        const until = Date.now() + 10_000;
+        while (seen.split("\n").length < 3 && Date.now() < until) await sleep(50);
+        const first = Number(seen.split("\n")[0]);
+        assert.ok(first > before, `the child's counter went on from ${first}, the parent's had printed ${before}`);
+        assert.equal(await f.commands.kill(listed[0].pid), true);
+        await h.wait().catch(() => {});
+        await f.kill();
+      }
+      // The parent's own goes on.
+      assert.ok((await sbx.commands.list()).some((p) => p.pid === counter.pid));
+      await counter.kill();
+    } finally {
+      await sbx.kill();
+    }
+  },
+
   async timeout() {
     const sbx = await Sandbox.create({ timeoutMs: 60_000 });
     await sbx.setTimeout(3_000);

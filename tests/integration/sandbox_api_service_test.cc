@@ -123,7 +123,7 @@ TEST_F(SandboxApiServiceTest, TheE2bSdkRunsCommandsFilesForksAndTimeoutsUnchange
   const std::string out = sdk->Log();
   EXPECT_TRUE(status.ok() && *status == 0) << out;
   for (const char* step : {"ok commands", "ok processes", "ok watch", "ok adversary", "ok files", "ok fork",
-                           "ok timeout", "ok code", "ok lifecycle", "ok errors"}) {
+                           "ok forkRunning", "ok timeout", "ok code", "ok lifecycle", "ok errors"}) {
     EXPECT_THAT(out, HasSubstr(step));
   }
   EXPECT_TRUE(testing::WaitUntil([&] { return Leases() == 0; }, absl::Seconds(30))) << Leases() << " leases left";

@@ -8,6 +8,7 @@
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
 #include "libs/api/proto_time.h"
+#include "spdlog/spdlog.h"
 
 namespace corral::sandbox_api {
 namespace {
@@ -71,6 +72,7 @@ void Envd::Remember(const v1::SandboxLease& lease) {
   absl::MutexLock lock(&mu_);
   if (opened_.size() > 10000) opened_.clear();
   opened_[lease.lease_id()] = {EnvdSandbox{lease, *std::move(host)}, clock_->Now()};
+  if (!lease.carried_processes().empty()) carried_[lease.lease_id()] = lease;
 }
 
 void Envd::ForgetIfGone(const EnvdSandbox& s, const absl::Status& status) {
@@ -111,7 +113,45 @@ asio::awaitable<absl::StatusOr<v1::SandboxLease>> Envd::AskLease(const std::stri
 asio::awaitable<absl::StatusOr<EnvdSandbox>> Envd::Open(std::string id, std::string owner, bool fresh) {
   auto s = co_await OpenLease(std::move(id), std::move(owner), fresh);
   if (s.ok()) co_await leases_->AwaitHost(s->lease, kHostWait);
+  if (s.ok()) co_await TakeUpCarried(*s);
   co_return s;
+}
+
+asio::awaitable<void> Envd::TakeUpCarried(const EnvdSandbox& s) {
+  v1::SandboxLease child;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = carried_.find(s.lease.lease_id());
+    if (it == carried_.end()) co_return;
+    child = std::move(it->second);
+    carried_.erase(it);
+  }
+  const std::vector<std::shared_ptr<EnvdProcess>> parents = processes_->List(child.parent_lease_id());
+  for (const auto& [copy_id, parent_id] : child.carried_processes()) {
+    auto parent = std::find_if(parents.begin(), parents.end(), [&](const std::shared_ptr<EnvdProcess>& p) {
+      return p->call() != nullptr && p->call()->process_id() == parent_id;
+    });
+    if (parent == parents.end()) continue;  // not one of envd's (a session of the scheduler's)
+    auto process = std::make_shared<EnvdProcess>(clock_, (*parent)->config(), (*parent)->tag());
+    std::weak_ptr<EnvdProcesses> table = processes_;
+    const std::string sandbox = child.lease_id();
+    v1::AttachProcess attach;
+    attach.set_sandbox_id(child.sandbox_id());
+    attach.set_process_id(copy_id);
+    // Named, not a temporary in the co_await (GCC 12 destroys those twice).
+    sandbox::ExecObserver observer = EnvdProcess::Observe(process, [table, sandbox](EnvdProcess& p) {
+      if (auto processes = table.lock()) processes->Remove(sandbox, p.pid());
+    });
+    auto call = co_await s.host->Attach(std::move(attach), std::move(observer));
+    if (!call.ok()) {
+      spdlog::warn("sandbox {}: taking up the carried process {}: {}", sandbox, copy_id,
+                   std::string(call.status().message()));
+      continue;
+    }
+    process->set_call(*call);
+    if (!process->ended()) processes_->Add(sandbox, process);
+    if (process->ended()) processes_->Remove(sandbox, process->pid());
+  }
 }
 
 asio::awaitable<absl::StatusOr<EnvdSandbox>> Envd::OpenLease(std::string id, std::string owner, bool fresh) {
@@ -247,14 +287,26 @@ asio::awaitable<absl::Status> Envd::Start(const EnvdSandbox& s, envd::StartReque
   command->set_user(s.user);
   ToProto(timeout, command->mutable_timeout());
 
-  auto process = std::make_shared<EnvdProcess>(clock_, config, request.tag());
   // The observer runs on gRPC threads, possibly after this Envd is gone (at shutdown): it holds the table weakly.
   std::weak_ptr<EnvdProcesses> table = processes_;
   const std::string sandbox = s.lease.lease_id();
-  sandbox::ExecObserver observer = EnvdProcess::Observe(process, [table, sandbox](EnvdProcess& p) {
-    if (auto processes = table.lock()) processes->Remove(sandbox, p.pid());
-  });
-  auto call = co_await s.host->StartInteractive(std::move(start), std::move(observer));
+  std::shared_ptr<EnvdProcess> process;
+  auto observed = [&] {
+    process = std::make_shared<EnvdProcess>(clock_, config, request.tag());
+    return EnvdProcess::Observe(process, [table, sandbox](EnvdProcess& p) {
+      if (auto processes = table.lock()) processes->Remove(sandbox, p.pid());
+    });
+  };
+  // Started fork-ready where the host can carry it (a sandbox on its filesystem): a fork of the sandbox takes
+  // it into every child, running, with its memory. Elsewhere it starts as it is.
+  command->set_fork_ready(s.lease.image().empty());
+  sandbox::ExecObserver observer = observed();  // named, not a temporary in the co_await (GCC 12)
+  auto call = co_await s.host->StartInteractive(start, std::move(observer));
+  if (!call.ok() && call.status().code() == absl::StatusCode::kFailedPrecondition && start.command().fork_ready()) {
+    start.mutable_command()->set_fork_ready(false);
+    observer = observed();
+    call = co_await s.host->StartInteractive(std::move(start), std::move(observer));
+  }
   if (!call.ok()) {
     if (call.status().code() == absl::StatusCode::kNotFound) Forget(sandbox);
     co_return call.status();

@@ -92,7 +92,8 @@ class Envd {
   boost::asio::awaitable<absl::StatusOr<EnvdSandbox>> Open(std::string id, std::string owner, bool fresh = false);
   // Drops what this replica remembers of a sandbox's lease (it was killed here).
   void Forget(const std::string& sandbox_id);
-  // Keeps `lease` as Open would after asking the scheduler (this replica just made, forked or resumed it).
+  // Keeps `lease` as Open would after asking the scheduler (this replica just made, forked or resumed it). A
+  // fork's child: the parent's processes carried into it are listed there from its next call on.
   void Remember(const v1::SandboxLease& lease);
   size_t processes() const { return processes_->size(); }
 
@@ -139,6 +140,9 @@ class Envd {
   template <typename Response>
   boost::asio::awaitable<absl::Status> Follow(std::shared_ptr<EnvdProcess> process, size_t next, absl::Time until,
                                               EnvdStream& out);
+  // The processes a fork carried into `s` that its parent had started here, as its own (with the parent's
+  // process's command and tag): Connect, List and the rest find them from then on.
+  boost::asio::awaitable<void> TakeUpCarried(const EnvdSandbox& s);
   // Open without waiting for the host's channel.
   boost::asio::awaitable<absl::StatusOr<EnvdSandbox>> OpenLease(std::string id, std::string owner, bool fresh);
   // The scheduler's answer for the lease; INTERNAL when the scheduler cannot be reached (see Open).
@@ -156,6 +160,7 @@ class Envd {
   const std::shared_ptr<EnvdProcesses> processes_;
   absl::Mutex mu_;
   std::map<std::string, std::pair<EnvdSandbox, absl::Time>> opened_ ABSL_GUARDED_BY(mu_);  // with when
+  std::map<std::string, v1::SandboxLease> carried_ ABSL_GUARDED_BY(mu_);  // children yet to take theirs up
 };
 
 // A Connect call of envd, from its JSON message: a unary one answers its response's JSON; a server stream sends

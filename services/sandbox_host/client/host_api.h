@@ -138,9 +138,10 @@ class HostApi {
   virtual boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) = 0;
   virtual boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
       v1::ExecRequest start, ExecObserver observer) = 0;
-  // Takes up the stream of a process a fork carried into a sandbox (ExecInteractive `attach`).
+  // Takes up the stream of a process a fork carried into a sandbox (ExecInteractive `attach`); `observer` as
+  // StartInteractive's.
   virtual boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Attach(
-      v1::AttachProcess /*attach*/) {
+      v1::AttachProcess /*attach*/, ExecObserver /*observer*/ = {}) {
     co_return absl::UnimplementedError(absl::StrCat("host ", address(), " cannot attach to a process"));
   }
   virtual boost::asio::awaitable<absl::StatusOr<v1::ListSandboxesResponse>> ListSandboxes(

@@ -281,10 +281,11 @@ asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> HostClient:
   co_return co_await InteractiveCall::Start(stub_.get(), token_, std::move(first), std::move(observer));
 }
 
-asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> HostClient::Attach(v1::AttachProcess attach) {
+asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> HostClient::Attach(v1::AttachProcess attach,
+                                                                                        ExecObserver observer) {
   v1::ExecInput first;
   *first.mutable_attach() = std::move(attach);
-  co_return co_await InteractiveCall::Start(stub_.get(), token_, std::move(first));
+  co_return co_await InteractiveCall::Start(stub_.get(), token_, std::move(first), std::move(observer));
 }
 
 asio::awaitable<absl::StatusOr<v1::FileInfo>> HostClient::Stat(const std::string& sandbox_id, const std::string& path,

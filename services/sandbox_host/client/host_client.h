@@ -45,9 +45,10 @@ class HostClient final : public HostApi {
   boost::asio::awaitable<absl::StatusOr<v1::Template>> PrepareTemplate(v1::PrepareTemplateRequest request,
                                                                        CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<v1::Image>> PullImage(const std::string& ref, CallOptions options) override;
-  boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Attach(v1::AttachProcess attach) override;
+  boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> Attach(
+      v1::AttachProcess attach, ExecObserver observer = {}) override;
   boost::asio::awaitable<absl::StatusOr<std::shared_ptr<InteractiveProcess>>> StartInteractive(
-      v1::ExecRequest start, ExecObserver observer) override;
+      v1::ExecRequest start, ExecObserver observer = {}) override;
   boost::asio::awaitable<absl::StatusOr<v1::FileInfo>> Stat(const std::string& sandbox_id, const std::string& path,
                                                             CallOptions options) override;
   boost::asio::awaitable<absl::StatusOr<std::vector<v1::FileInfo>>> ListDir(const std::string& sandbox_id,

@@ -135,10 +135,12 @@ absl::Status CheckDescriptors(pid_t pid, const CarryPlan& plan) {
       }
       continue;
     }
+    struct stat it {};
+    if (stat(absl::StrCat(dir, "/", fd).c_str(), &it) != 0) return Differs(absl::StrCat("it kept descriptor ", fd));
+    // A file or directory would be one of the layer the fork froze, which its children see.
+    if (S_ISREG(it.st_mode) || S_ISDIR(it.st_mode)) return Differs(absl::StrCat("its descriptor ", fd, " is a file"));
     if (fd > 2) {
       // Only a duplicate of one of its streams (a shell keeps one of its input), which are checked below.
-      struct stat it {};
-      if (stat(absl::StrCat(dir, "/", fd).c_str(), &it) != 0) return Differs(absl::StrCat("it kept descriptor ", fd));
       bool stream = false;
       for (int k = 0; k < 3; ++k) {
         struct stat s {};

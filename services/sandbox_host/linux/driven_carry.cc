@@ -127,6 +127,10 @@ absl::StatusOr<std::vector<StreamCopy>> CheckDrivable(pid_t pid) {
   struct stat streams[3] = {};
   for (int k = 0; k < 3; ++k) {
     if (stat(absl::StrCat(dir, "/", k).c_str(), &streams[k]) != 0) streams[k].st_ino = 0;
+    if (S_ISREG(streams[k].st_mode) || S_ISDIR(streams[k].st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "its descriptor ", k, " is a file, in the files the fork freezes (only pipes and devices are carried)"));
+    }
   }
   std::vector<StreamCopy> copies;
   for (int fd : fds) {

@@ -242,11 +242,16 @@ TEST_F(LiveForkTest, ProcessesThatDoNotCarryThemselvesAreCarriedByTheHost) {
     EXPECT_EQ(Ask(*copy, "x=$((x+1)); echo $x $(id -u) $(cat note)"), "42 " + uid + " note");
     EXPECT_EQ(Ask(*copy, "echo mine > note; echo $BASHPID"), std::to_string(copy->pid()));
   }
-  absl::SleepFor(absl::Milliseconds(200));
+  // Each sleep was still sleeping: it ends by the signal sent now, not by an error of its own before.
   ASSERT_EQ(sleeps.size(), 2u);
   for (size_t k = 0; k < sleeps.size(); ++k) {
-    EXPECT_FALSE(sleeps[k]->exited()) << "its sleep was cut short";
     EXPECT_EQ(Sh(forked->created[k].sandbox, "cat note"), "mine\n");
+    kill(sleeps[k]->pid(), SIGTERM);
+    ExitInfo exit;
+    DrainEvents(*sleeps[k], [&](const OutputEvent& ev) {
+      if (ev.kind == OutputEvent::kExit) exit = ev.exit;
+    });
+    EXPECT_EQ(exit.signal, SIGTERM) << "its sleep ended by itself: " << exit.exit_code;
   }
   // The parent's go on, as they were, fork-ready still.
   EXPECT_EQ(Ask(**shell, "echo $x $(id -u) $(cat note)"), "41 " + parent_uid + " note");

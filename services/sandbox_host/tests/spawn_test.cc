@@ -110,7 +110,7 @@ TEST_F(SpawnTest, SignalDispositionsAndMaskOfTheHostAreNotInherited) {
 // A descriptor the host inherited from whoever started it, without close-on-exec, never reaches the program.
 TEST_F(SpawnTest, DescriptorsTheHostInheritedAreNotPassedOn) {
   int leak[2];
-  ASSERT_EQ(pipe(leak), 0);  // no O_CLOEXEC, as a supervisor's pipe would come
+  ASSERT_EQ(pipe(leak), 0);                                 // no O_CLOEXEC, as a supervisor's pipe would come
   auto [status, out] = Run(Spec({"ls", "/proc/self/fd"}));  // ls reads it as its descriptor 3
   close(leak[0]);
   close(leak[1]);
