@@ -2,7 +2,8 @@
 # Live fork benchmark (not in CI; needs root): a sandbox whose fork-ready Python process holds 50 MiB of state is
 # forked into 64 children through corral-sandbox-host's gRPC API on loopback; timed until every child's copy
 # answers with the parent's state, against forking a sandbox with no process into as many children (today's file
-# fork). Also the memory each copy has of its own, beside the published figures of process forks without VMs
+# fork), for a process that carries itself, one the host carries, and one beside a stdio MCP server the host
+# carries. Also the memory each copy has of its own, beside the published figures of process forks without VMs
 # (sandlock, DeltaBox) and with them (AgentENV, E2B).
 #   bench/fork/run.sh        (BENCH_CHILDREN=64, BENCH_STATE_MIB=50)
 set -euo pipefail
@@ -26,25 +27,37 @@ addr=$(python3 -c "import json; print(json.load(open('$work/ready.json'))['grpc'
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 
 echo "live fork benchmark: $children children of a process holding $state MiB, $(nproc) cores" >&2
-out=$($bin/corral-bench-carry --addr="$addr" --n="$children" --state-mib="$state") || { cat "$work/host.log" >&2; exit 1; }
-echo "  $out" >&2
-all=$(field carry_all_ms "$out") file=$(field file_fork_ms "$out") per=$(field carry_per_child_ms "$out")
-printf '\n%-52s %10s\n' "$children children" "ms"
-printf '%-52s %10s\n' "file fork (no process), as today" "$file" \
-  "carried: ForkSandbox returns" "$(field carry_fork_ms "$out")" \
-  "carried: every copy answered with the parent's state" "$all"
-printf '%-52s %10s\n' "carry per child (carried fork - file fork) / n" "$per" \
-  "a copy answering (attach + round trip), p50" "$(field answer_p50_ms "$out")" \
-  "a copy answering, p99" "$(field answer_p99_ms "$out")"
-printf '%-52s %10s\n' "memory of its own per copy (private KiB)" "$(field copy_private_kib "$out")" \
-  "the parent's own (private KiB)" "$(field parent_private_kib "$out")"
+declare -A out
+for mode in self driven mcp; do
+  out[$mode]=$($bin/corral-bench-carry --addr="$addr" --n="$children" --state-mib="$state" --mode=$mode) ||
+    { cat "$work/host.log" >&2; exit 1; }
+  echo "  ${out[$mode]}" >&2
+done
+file=$(field file_fork_ms "${out[self]}")
+printf '\n%-52s %10s %10s %10s\n' "$children children, ms" "self" "driven" "self+mcp"
+row() {
+  printf '%-52s %10s %10s %10s\n' "$1" "$(field "$2" "${out[self]}")" "$(field "$2" "${out[driven]}")" \
+    "$(field "$2" "${out[mcp]}")"
+}
+row "file fork (no process), as today" file_fork_ms
+row "carried: ForkSandbox returns" carry_fork_ms
+row "carried: every copy answered with the parent's state" carry_all_ms
+row "carry per child (carried fork - file fork) / n" carry_per_child_ms
+row "a copy answering (attach + round trip), p50" answer_p50_ms
+row "a copy answering, p99" answer_p99_ms
+row "memory of its own per copy (private KiB)" copy_private_kib
+row "the parent's own (private KiB)" parent_private_kib
+all=$(field carry_all_ms "${out[self]}") per=$(field carry_per_child_ms "${out[self]}")
 # Published figures (their own machines, not this one): a clone of a 50 MB Python process by a fork-ready init
 # (sandlock, no VM) ~0.5 ms; a fork of a CRIU-restored template (DeltaBox) 1.86 ms; VM forks (AgentENV, E2B) under
 # 100 ms each.
 echo
 printf '%-52s %10s\n' "published, per clone: sandlock (no VM)" "~0.5" "published, per fork: DeltaBox (CRIU template)" "1.86" \
   "published, per fork: AgentENV / E2B (VMs)" "<100"
-awk -v a="$all" -v f="$file" -v p="$per" 'BEGIN {
-  printf "carried/file fork: %.2fx (target <= 2x); carry per child %.2f ms (target p99 < 5 ms)\n", a/f, p }'
+for mode in self driven mcp; do
+  awk -v m=$mode -v a="$(field carry_all_ms "${out[$mode]}")" -v f="$(field file_fork_ms "${out[$mode]}")" \
+    -v p="$(field carry_per_child_ms "${out[$mode]}")" 'BEGIN {
+    printf "%-6s carried/file fork: %.2fx (target <= 2x); carry per child %.2f ms (target p99 < 5 ms)\n", m, a/f, p }'
+done
 [[ "${BENCH_HOST_LOG:-warn}" == warn ]] || grep -E "carried|forked into" "$work/host.log" >&2
-echo "RESULT fork children=$children state_mib=$state carry_all_ms=$all file_fork_ms=$file carry_per_child_ms=$per copy_private_kib=$(field copy_private_kib "$out")"
+echo "RESULT fork children=$children state_mib=$state carry_all_ms=$all file_fork_ms=$file carry_per_child_ms=$per copy_private_kib=$(field copy_private_kib "${out[self]}") driven_all_ms=$(field carry_all_ms "${out[driven]}") mcp_all_ms=$(field carry_all_ms "${out[mcp]}")"

@@ -100,15 +100,16 @@ def carry(own=False):
 def fork(count):
     """Forks `count` copies, each carried into its child, then carries this process to its next generation.
     Returns True in a copy (which goes on from here), False in the parent."""
-    for _ in range(count):
-        pid = os.fork()
-        if pid == 0:
-            if os.fork() != 0:
-                os._exit(0)  # the copy's own parent: it ends, so that the host, not this process, adopts the copy
-            if carry():
-                return True
-            os._exit(0)
-        os.waitpid(pid, 0)
+    pid = os.fork()
+    if pid == 0:
+        # The copies' own parent: it forks them and ends, so that the host, not this process, adopts them.
+        for _ in range(count):
+            if os.fork() == 0:
+                if carry():
+                    return True
+                os._exit(0)
+        os._exit(0)
+    os.waitpid(pid, 0)
     if not carry(own=True):
         raise OSError(0, "the host did not plan this process's move to its next generation")
     return False

@@ -81,6 +81,32 @@ class LiveForkTest : public ForkTest {
     return e.ok() ? *e : nullptr;
   }
 
+  // What a carried copy's programs try against its parent, its sibling and the host (each command must fail).
+  std::vector<std::pair<std::string, std::string>> Attacks(const std::string& parent_pid,
+                                                           const std::string& sibling_pid,
+                                                           const std::string& parent_uid) {
+    return {
+        {"signal the parent's process", "kill -0 " + parent_pid},
+        {"signal the sibling's process", "kill -0 " + sibling_pid},
+        {"read the parent's memory", "head -c 1 /proc/" + parent_pid + "/mem"},
+        {"read the sibling's environment", "cat /proc/" + sibling_pid + "/environ"},
+        {"join the parent's namespaces", "nsenter -t " + parent_pid + " -m -n true"},
+        {"trace the parent",
+         "python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).ptrace(16, " + parent_pid + ", 0, 0) != 0)'"},
+        {"become the parent's uid",
+         "python3 -c 'import os; os.setresuid(" + parent_uid + ", " + parent_uid + ", " + parent_uid + ")'"},
+        {"become root", "python3 -c 'import os; os.setuid(0)'"},
+        {"mount a tmpfs", "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m"},
+        {"mount after unsharing namespaces", "unshare -Urm sh -c 'mount -t tmpfs none /tmp'"},
+        {"chroot", "chroot / true"},
+        {"make a device", "mknod /tmp/mem c 1 1"},
+        {"write a sysctl", "echo evil > /proc/sys/kernel/hostname"},
+        {"reach the fork's layers", "ls " + options_.root + "/forks"},
+        {"reach the host's files", "test -e " + options_.root + "/host-file || test -e /root"},
+        {"write the host's system directories", "touch /usr/corral-evil"},
+    };
+  }
+
   std::unique_ptr<Carrier> carrier_;
 };
 
@@ -163,28 +189,8 @@ TEST_F(LiveForkTest, AttacksFromACarriedCopyFail) {
   const std::string sibling_pid = Ask(*sibling, "pid");
   const std::string uid = std::to_string(forked->created[0].sandbox->uid);
   EXPECT_EQ(Ask(*copy, "sh echo ok > /tmp/c && cat /tmp/c && id -u"), "exit 0 ok " + uid);  // the control
-  const std::pair<const char*, std::string> attacks[] = {
-      {"signal the parent's process", "kill -0 " + parent_pid},
-      {"signal the sibling's process", "kill -0 " + sibling_pid},
-      {"read the parent's memory", "head -c 1 /proc/" + parent_pid + "/mem"},
-      {"read the sibling's environment", "cat /proc/" + sibling_pid + "/environ"},
-      {"join the parent's namespaces", "nsenter -t " + parent_pid + " -m -n true"},
-      {"trace the parent",
-       "python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).ptrace(16, " + parent_pid + ", 0, 0) != 0)'"},
-      {"become the parent's uid",
-       "python3 -c 'import os; os.setresuid(" + parent_uid + ", " + parent_uid + ", " + parent_uid + ")'"},
-      {"become root", "python3 -c 'import os; os.setuid(0)'"},
-      {"mount a tmpfs", "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m"},
-      {"mount after unsharing namespaces", "unshare -Urm sh -c 'mount -t tmpfs none /tmp'"},
-      {"chroot", "chroot / true"},
-      {"make a device", "mknod /tmp/mem c 1 1"},
-      {"write a sysctl", "echo evil > /proc/sys/kernel/hostname"},
-      {"reach the fork's layers", "ls " + options_.root + "/forks"},
-      {"reach the host's files", "test -e " + options_.root + "/host-file || test -e /root"},
-      {"write the host's system directories", "touch /usr/corral-evil"},
-  };
   std::ofstream(options_.root + "/host-file") << "the host's";
-  for (const auto& [what, command] : attacks) {
+  for (const auto& [what, command] : Attacks(parent_pid, sibling_pid, parent_uid)) {
     EXPECT_THAT(Ask(*copy, "sh " + command), ::testing::Not(::testing::StartsWith("exit 0"))) << what;
   }
   // Nothing reached the parent: its file is as it was, its process answers.
@@ -259,6 +265,38 @@ TEST_F(LiveForkTest, ProcessesThatDoNotCarryThemselvesAreCarriedByTheHost) {
   auto again = manager_->Fork(id, 1);
   ASSERT_THAT(again, IsOk());
   EXPECT_EQ(again->created[0].carried.size(), 2u);
+}
+
+// The same attacks from a copy the host carried (a shell), against its parent's shell and its sibling.
+TEST_F(LiveForkTest, AttacksFromADrivenCopyFail) {
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  ExecOptions o;
+  o.kind = ProcessKind::kInteractive;
+  o.argv = {"bash", "--norc", "--noprofile"};
+  o.fork_ready = true;
+  auto shell = exec_->Start(parent, o);
+  ASSERT_THAT(shell, IsOk());
+  ASSERT_EQ(Ask(**shell, "echo parent > note; echo ok"), "ok");
+  const std::string parent_pid = std::to_string((*shell)->pid()), parent_uid = std::to_string(parent->uid);
+  const std::string id = parent->id;
+  parent.reset();
+  auto forked = manager_->Fork(id, 2);
+  ASSERT_THAT(forked, IsOk());
+  ASSERT_EQ(forked->created.size(), 2u);
+  auto copy = Adopt(forked->created[0]);
+  auto sibling = Adopt(forked->created[1]);
+  ASSERT_NE(copy, nullptr);
+  ASSERT_NE(sibling, nullptr);
+  const std::string uid = std::to_string(forked->created[0].sandbox->uid);
+  EXPECT_EQ(Ask(*copy, "echo ok > /tmp/c; echo $(cat /tmp/c) $(id -u)"), "ok " + uid);  // the control
+  std::ofstream(options_.root + "/host-file") << "the host's";
+  for (const auto& [what, command] : Attacks(parent_pid, std::to_string(sibling->pid()), parent_uid)) {
+    EXPECT_THAT(Ask(*copy, "(" + command + ") >/dev/null 2>&1 </dev/null; echo exit $?"),
+                ::testing::Not(::testing::StrEq("exit 0")))
+        << what;
+  }
+  EXPECT_EQ(Ask(**shell, "cat note"), "parent");  // nothing reached the parent
 }
 
 // One that holds a descriptor of its own, or runs threads, cannot be copied: the fork says so, and it goes on.
