@@ -56,6 +56,14 @@ class LiveForkTest : public ForkTest {
     EXPECT_THAT(e, IsOk());
     return e.ok() ? *e : nullptr;
   }
+  // A fork-ready bash reading commands on its stdin: a process the host carries (it does not carry itself).
+  absl::StatusOr<std::shared_ptr<Execution>> StartShell(const std::shared_ptr<const Sandbox>& sb) {
+    ExecOptions o;
+    o.kind = ProcessKind::kInteractive;
+    o.argv = {"bash", "--norc", "--noprofile"};
+    o.fork_ready = true;
+    return exec_->Start(sb, o);
+  }
   // Sends one line and returns the line it answers.
   static std::string Ask(Execution& e, const std::string& line) {
     e.SendStdin(line + "\n", [] {});
@@ -203,12 +211,10 @@ TEST_F(LiveForkTest, AttacksFromACarriedCopyFail) {
 TEST_F(LiveForkTest, ProcessesThatDoNotCarryThemselvesAreCarriedByTheHost) {
   auto parent = NewSandbox();
   ASSERT_NE(parent, nullptr);
-  ExecOptions o;
-  o.kind = ProcessKind::kInteractive;
-  o.argv = {"bash", "--norc", "--noprofile"};
-  o.fork_ready = true;
-  auto shell = exec_->Start(parent, o);
+  auto shell = StartShell(parent);
   ASSERT_THAT(shell, IsOk());
+  ExecOptions o;
+  o.fork_ready = true;
   o.kind = ProcessKind::kBackground;
   o.argv = {"sleep", "300"};
   auto sleeper = exec_->Start(parent, o);
@@ -271,11 +277,7 @@ TEST_F(LiveForkTest, ProcessesThatDoNotCarryThemselvesAreCarriedByTheHost) {
 TEST_F(LiveForkTest, AttacksFromADrivenCopyFail) {
   auto parent = NewSandbox();
   ASSERT_NE(parent, nullptr);
-  ExecOptions o;
-  o.kind = ProcessKind::kInteractive;
-  o.argv = {"bash", "--norc", "--noprofile"};
-  o.fork_ready = true;
-  auto shell = exec_->Start(parent, o);
+  auto shell = StartShell(parent);
   ASSERT_THAT(shell, IsOk());
   ASSERT_EQ(Ask(**shell, "echo parent > note; echo ok"), "ok");
   const std::string parent_pid = std::to_string((*shell)->pid()), parent_uid = std::to_string(parent->uid);
@@ -303,11 +305,7 @@ TEST_F(LiveForkTest, AttacksFromADrivenCopyFail) {
 TEST_F(LiveForkTest, AProcessWithItsOwnDescriptorsIsNotDriven) {
   auto parent = NewSandbox();
   ASSERT_NE(parent, nullptr);
-  ExecOptions o;
-  o.kind = ProcessKind::kInteractive;
-  o.argv = {"bash", "--norc", "--noprofile"};
-  o.fork_ready = true;
-  auto shell = exec_->Start(parent, o);
+  auto shell = StartShell(parent);
   ASSERT_THAT(shell, IsOk());
   ASSERT_EQ(Ask(**shell, "exec 7</dev/zero; echo ok"), "ok");
   const std::string id = parent->id;
