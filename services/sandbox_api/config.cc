@@ -56,6 +56,10 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
                   return absl::OkStatus();
                 });
   schema.String("executor_name", &c->executor_name, "reported as executor_pod_name (default: $MY_POD_NAME, else null)");
+  schema.Bool("e2b_fork_ready", &c->e2b_fork_ready,
+              "E2B processes on sandboxes on the host's filesystem start fork-ready, so that a fork keeps them "
+              "running in every child; the programs they run cannot make user namespaces (a browser's own sandbox "
+              "needs --no-sandbox). false: they start as any sandbox process, and a fork refuses while one runs");
   schema.String("e2b_image_metadata_key", &c->e2b_image_metadata_key,
                 "a metadata key naming the OCI image of an E2B sandbox made from the default template, as slime "
                 "sends it (e.g. image; empty: none)");

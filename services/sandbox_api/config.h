@@ -38,6 +38,8 @@ struct Config {
   std::string e2b_image_metadata_key;
   // What a sandbox's usage costs (GET /sandboxes/{id}/usage); empty: no cost.
   PriceTable prices;
+  // E2B processes start fork-ready where the host can carry them (E2bOptions::fork_ready).
+  bool e2b_fork_ready = true;
 };
 
 void RegisterConfig(ConfigSchema& schema, Config* config);

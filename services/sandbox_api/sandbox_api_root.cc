@@ -63,7 +63,7 @@ SandboxApiRoot::SandboxApiRoot(Config config, Prepared p)
             code_.Forget(id);
           },
           [this](const v1::SandboxLease& lease) { envd_.Remember(lease); }, &templates_),
-      envd_(&leases_, &clock_, E2bOptions(), &metrics_.e2b_processes),
+      envd_(&leases_, &clock_, E2bOptions{.fork_ready = config_.e2b_fork_ready}, &metrics_.e2b_processes),
       code_(&clock_, E2bOptions()),
       envd_http_(&envd_, &code_, &e2b_auth_),
       http_(http::ServerLimits{.max_body_bytes = static_cast<size_t>(config_.max_body_bytes)},

@@ -41,6 +41,9 @@ struct E2bOptions {
   std::string image_metadata_key;
   // What a sandbox's usage costs (GET /sandboxes/{id}/usage); empty: no cost.
   PriceTable prices;
+  // envd's processes on a sandbox on the host's filesystem start fork-ready (a fork carries them into its
+  // children; what they run cannot make user namespaces), or as any sandbox process (a fork refuses while one runs).
+  bool fork_ready = true;
 };
 
 // The SDK's error body: `code` is the HTTP status (it tells "not found" from the body, not the status line).

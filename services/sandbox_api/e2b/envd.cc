@@ -299,7 +299,7 @@ asio::awaitable<absl::Status> Envd::Start(const EnvdSandbox& s, envd::StartReque
   };
   // Started fork-ready where the host can carry it (a sandbox on its filesystem): a fork of the sandbox takes
   // it into every child, running, with its memory. Elsewhere it starts as it is.
-  command->set_fork_ready(s.lease.image().empty());
+  command->set_fork_ready(options_.fork_ready && s.lease.image().empty());
   sandbox::ExecObserver observer = observed();  // named, not a temporary in the co_await (GCC 12)
   auto call = co_await s.host->StartInteractive(start, std::move(observer));
   if (!call.ok() && call.status().code() == absl::StatusCode::kFailedPrecondition && start.command().fork_ready()) {

@@ -107,6 +107,30 @@ TEST_F(EnvdTest, ANonZeroExitIsAnErrorInTheEndEvent) {
             R"({"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3","error":"exit status 3"}}})");
 }
 
+// On a sandbox on the host's filesystem a process starts fork-ready (a fork carries it into the children); a host
+// that cannot carry it starts it again as any process; with e2b_fork_ready off, none is.
+TEST_F(EnvdTest, ProcessesStartForkReadyWhereTheHostCanCarryThem) {
+  RecordedStream out[3];
+  auto first = StartProcess(R"({"process":{"cmd":"sleep","args":["60"]}})", out[0]);
+  ASSERT_NE(Process(0), nullptr);
+  EXPECT_TRUE(Process(0)->start().command().fork_ready());
+  host_->FailInteractive(absl::FailedPreconditionError("this host cannot carry processes"));
+  auto second = StartProcess(R"({"process":{"cmd":"sleep","args":["60"]}})", out[1]);
+  ASSERT_NE(Process(1), nullptr);
+  EXPECT_FALSE(Process(1)->start().command().fork_ready());
+  Envd plain{&leases_, &clock_, E2bOptions{.fork_ready = false}};
+  auto opened = Run(plain.Open(lease_.lease_id(), "alice"));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  auto third = Spawn(
+      plain.Start(*opened, Parse<envd::StartRequest>(R"({"process":{"cmd":"sleep"}})"), absl::Minutes(10), out[2]));
+  Poll();
+  ASSERT_NE(Process(2), nullptr);
+  EXPECT_FALSE(Process(2)->start().command().fork_ready());
+  for (size_t i = 0; i < 3; ++i) Process(i)->Exit(0);
+  Poll();
+  EXPECT_TRUE(Done(first) && Done(second) && Done(third));
+}
+
 TEST_F(EnvdTest, StartRefusesAPtyAnEmptyCommandAndAStoppedSandboxStartsNothing) {
   RecordedStream out;
   EXPECT_EQ(Run(envd_.Start(sandbox_, Parse<envd::StartRequest>(R"({"process":{"cmd":"sh"},"pty":{}})"),
