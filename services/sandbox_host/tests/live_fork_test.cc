@@ -319,6 +319,31 @@ TEST_F(LiveForkTest, AProcessWithItsOwnDescriptorsIsNotDriven) {
   EXPECT_EQ(now->created[0].carried.size(), 1u);
 }
 
+// A fork given up after a process that carries itself was asked for its copies (here: another fork-ready process
+// cannot be carried) leaves it as it was: no copy survives, and its state and its loop go on.
+TEST_F(LiveForkTest, AForkGivenUpLeavesASelfCarryingProcessAsItWas) {
+  auto parent = NewSandbox();
+  ASSERT_NE(parent, nullptr);
+  auto repl = StartRepl(parent);
+  ASSERT_NE(repl, nullptr);
+  ASSERT_EQ(Ask(*repl, "set x 42"), "ok");
+  auto shell = StartShell(parent);
+  ASSERT_THAT(shell, IsOk());
+  ASSERT_EQ(Ask(**shell, "exec 7</dev/zero; echo ok"), "ok");
+  const std::string id = parent->id;
+  parent.reset();
+  auto forked = manager_->Fork(id, 2);
+  EXPECT_EQ(forked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Ask(*repl, "get x"), "42");
+  EXPECT_EQ(Ask(*repl, "pid"), std::to_string(repl->pid()));
+  // Both are fork-ready still: without the descriptor, the next fork carries them.
+  ASSERT_EQ(Ask(**shell, "exec 7<&-; echo ok"), "ok");
+  auto again = manager_->Fork(id, 1);
+  ASSERT_THAT(again, IsOk());
+  EXPECT_THAT(again->not_carried, ::testing::IsEmpty());
+  EXPECT_EQ(again->created[0].carried.size(), 2u);
+}
+
 TEST_F(LiveForkTest, AProcessThatIsNotForkReadyStillStopsAFork) {
   auto parent = NewSandbox();
   ASSERT_NE(parent, nullptr);
