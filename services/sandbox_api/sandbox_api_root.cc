@@ -62,9 +62,13 @@ SandboxApiRoot::SandboxApiRoot(Config config, Prepared p)
             envd_.Forget(id);
             code_.Forget(id);
           },
-          [this](const v1::SandboxLease& lease) { envd_.Remember(lease); }, &templates_),
+          [this](const v1::SandboxLease& lease) {
+            envd_.Remember(lease);
+            code_.Remember(lease);
+          },
+          &templates_),
       envd_(&leases_, &clock_, E2bOptions{.fork_ready = config_.e2b_fork_ready}, &metrics_.e2b_processes),
-      code_(&clock_, E2bOptions()),
+      code_(&clock_, E2bOptions{.fork_ready = config_.e2b_fork_ready}),
       envd_http_(&envd_, &code_, &e2b_auth_),
       http_(http::ServerLimits{.max_body_bytes = static_cast<size_t>(config_.max_body_bytes)},
             MakeHttpHandler(&run_code_, &e2b_, &envd_http_, &metrics_), static_cast<int>(config_.http_threads)) {}

@@ -314,6 +314,27 @@ const steps = {
       assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id));
       await sbx.runCode("1", { context: ctx }).then(() => assert.fail("a removed context is gone"),
         (e) => assert.ok(e instanceof NotFoundError, String(e)));
+      // A fork carries the kernels: each child's contexts have the parent's globals, and change their own.
+      const other = await sbx.createCodeContext();
+      await sbx.runCode("w = 40", { context: other });
+      assert.equal(await value("x"), "2");
+      const [child, ...none] = await sbx.fork({ count: 1, timeoutMs: 60_000 });
+      assert.equal(none.length, 0);
+      assert.ok(!(child instanceof Error), String(child));
+      try {
+        const childValue = async (code, opts) => {
+          const ex = await child.runCode(code, opts);
+          assert.equal(ex.error, undefined, `${code}: ${JSON.stringify(ex.error)}`);
+          return ex.text;
+        };
+        assert.equal(await childValue("x += 5\nx"), "7");
+        assert.ok((await child.listCodeContexts()).some((c) => c.id === other.id));
+        assert.equal(await childValue("w += 2\nw", { context: other }), "42");
+        assert.equal(await value("x"), "2");  // the parent's are its own
+        assert.equal(await value("w", { context: other }), "40");
+      } finally {
+        await child.kill();
+      }
     } finally {
       await sbx.kill();
     }

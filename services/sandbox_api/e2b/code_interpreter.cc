@@ -132,11 +132,20 @@ asio::awaitable<absl::StatusOr<CodeInterpreter::KernelPtr>> CodeInterpreter::Sta
   }
   command->set_cwd(context.cwd());
   ToProto(absl::Hours(24), command->mutable_timeout());  // cut short by the sandbox's end
+  // Fork-ready where the host can carry it (code_kernel.py carries itself): a fork's children keep its globals.
+  command->set_fork_ready(options_.fork_ready && s.lease.image().empty());
   auto kernel = std::make_shared<Kernel>();
   kernel->context = std::move(context);
   kernel->process = std::make_shared<EnvdProcess>(clock_, envd::ProcessConfig(), "");
   kernel->turn = std::make_shared<Turn>(co_await asio::this_coro::executor, 1);
-  auto call = co_await s.host->StartInteractive(std::move(start), EnvdProcess::Observe(kernel->process, {}));
+  sandbox::ExecObserver observer = EnvdProcess::Observe(kernel->process, {});  // named: GCC 12 and co_await
+  auto call = co_await s.host->StartInteractive(start, std::move(observer));
+  if (!call.ok() && call.status().code() == absl::StatusCode::kFailedPrecondition && start.command().fork_ready()) {
+    start.mutable_command()->set_fork_ready(false);
+    kernel->process = std::make_shared<EnvdProcess>(clock_, envd::ProcessConfig(), "");
+    observer = EnvdProcess::Observe(kernel->process, {});
+    call = co_await s.host->StartInteractive(std::move(start), std::move(observer));
+  }
   if (!call.ok()) co_return call.status();
   kernel->process->set_call(*call);
   co_return kernel;
@@ -161,6 +170,46 @@ asio::awaitable<absl::StatusOr<envd::CodeContext>> CodeInterpreter::CreateContex
   SweepLocked();
   kernels_[s.lease.lease_id()][context.id()] = *kernel;
   co_return context;
+}
+
+void CodeInterpreter::Remember(const v1::SandboxLease& lease) {
+  if (lease.carried_processes().empty()) return;
+  absl::MutexLock lock(&mu_);
+  carried_[lease.lease_id()] = lease;
+}
+
+asio::awaitable<void> CodeInterpreter::TakeUpCarried(const EnvdSandbox& s) {
+  v1::SandboxLease child;
+  std::map<std::string, KernelPtr> parents;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = carried_.find(s.lease.lease_id());
+    if (it == carried_.end()) co_return;
+    child = std::move(it->second);
+    carried_.erase(it);
+    if (auto p = kernels_.find(child.parent_lease_id()); p != kernels_.end()) parents = p->second;
+  }
+  for (const auto& [id, parent] : parents) {
+    auto copy = child.carried_processes().end();
+    if (parent->process->call() != nullptr) {
+      copy = std::find_if(child.carried_processes().begin(), child.carried_processes().end(),
+                          [&](const auto& c) { return c.second == parent->process->call()->process_id(); });
+    }
+    if (copy == child.carried_processes().end()) continue;  // not carried: the context starts afresh there
+    auto kernel = std::make_shared<Kernel>();
+    kernel->context = parent->context;
+    kernel->process = std::make_shared<EnvdProcess>(clock_, envd::ProcessConfig(), "");
+    kernel->turn = std::make_shared<Turn>(co_await asio::this_coro::executor, 1);
+    v1::AttachProcess attach;
+    attach.set_sandbox_id(child.sandbox_id());
+    attach.set_process_id(copy->first);
+    sandbox::ExecObserver observer = EnvdProcess::Observe(kernel->process, {});  // named: GCC 12 and co_await
+    auto call = co_await s.host->Attach(std::move(attach), std::move(observer));
+    if (!call.ok()) continue;
+    kernel->process->set_call(*call);
+    absl::MutexLock lock(&mu_);
+    kernels_[child.lease_id()].emplace(id, std::move(kernel));
+  }
 }
 
 std::vector<envd::CodeContext> CodeInterpreter::ListContexts(const EnvdSandbox& s) const {

@@ -48,6 +48,11 @@ class CodeInterpreter {
   size_t kernels() const;
   // Stops the kernels of a sandbox that was killed here.
   void Forget(const std::string& sandbox_id);
+  // A lease this replica just made, forked or resumed (Envd::Remember): a fork's child takes up the copies of its
+  // parent's kernels (carried with their globals: kernels start fork-ready where the host can carry them) at its
+  // next call (TakeUpCarried), under the same context ids.
+  void Remember(const v1::SandboxLease& lease);
+  boost::asio::awaitable<void> TakeUpCarried(const EnvdSandbox& s);
 
  private:
   struct Kernel;
@@ -72,6 +77,7 @@ class CodeInterpreter {
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
   // sandbox (lease) id -> context id -> kernel
   std::map<std::string, std::map<std::string, KernelPtr>> kernels_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, v1::SandboxLease> carried_ ABSL_GUARDED_BY(mu_);  // children yet to take theirs up
 };
 
 }  // namespace corral::sandbox_api

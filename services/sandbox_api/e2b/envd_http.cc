@@ -288,6 +288,7 @@ asio::awaitable<void> EnvdHttp::Files(http::Request& request, http::Responder& r
 asio::awaitable<void> EnvdHttp::Code(const std::string& path, http::Request& request, http::Responder& responder) {
   absl::StatusOr<EnvdSandbox> s = absl::UnimplementedError("the code interpreter is not served here");
   if (code_ != nullptr) s = co_await Open(request, /*fresh=*/false);
+  if (s.ok()) co_await code_->TakeUpCarried(*s);
   if (s.ok() && path == "/execute") {
     co_await Execute(*s, request, responder);
     co_return;

@@ -4,6 +4,7 @@
 # "text", "html", ..., "is_main_result"} (the last expression's value, and display() calls), {"type": "error",
 # "name", "value", "traceback"}, {"type": "number_of_executions", "execution_count"}, then {"type":
 # "end_of_execution"}. Output is captured, print's and a subprocess's alike; stdin is /dev/null to the code. SIGINT interrupts the code running (a KeyboardInterrupt error) and nothing else.
+# Started fork-ready (CORRAL_CARRY_SIGNAL set), it carries itself into a fork's children (fork_now).
 import ast
 import base64
 import io
@@ -17,6 +18,7 @@ import traceback
 
 proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
 proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
+proto_err = os.dup(2)  # the host's stderr, given back at a fork
 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 emit_lock = threading.Lock()
 # Held while output is taken from the pipes or Python's streams and sent: what reached a file descriptor before a
@@ -40,9 +42,10 @@ class Capture:
         os.dup2(write, fd)
         os.close(write)
         os.set_blocking(read, False)
-        self.read, self.fd, self.kind, self.pending = read, fd, kind, b""
+        self.read, self.fd, self.kind, self.pending, self.stopping = read, fd, kind, b"", False
         self.drained = threading.Event()
-        threading.Thread(target=self.run, daemon=True).start()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
 
     def send(self, data):
         """Each whole line of `data` as an event, then what follows the last newline (if anything)."""
@@ -75,8 +78,17 @@ class Capture:
         while True:
             select.select([self.read], [], [])
             with output_lock:
-                if not self.pump():
+                if self.stopping or not self.pump():
                     return
+
+    def stop(self):
+        """Ends its thread (what the pipe holds is sent first) and closes the pipe's read end."""
+        with output_lock:
+            self.pump()
+            self.stopping = True
+        os.write(self.fd, b"\n")  # wakes its select
+        self.thread.join()
+        os.close(self.read)
 
     def drain(self):
         self.drained.clear()
@@ -170,10 +182,73 @@ def on_interrupt(signum, frame):
 
 
 signal.signal(signal.SIGINT, on_interrupt)
+
+
+fork_pending = None  # a fork's count of copies, asked for by the host
+idle = False  # blocked reading the next request: where a fork may run at once
+
+
+class ForkNow(Exception):
+    pass
+
+
+def on_fork(signum, frame):
+    """The host asks for copies (the kernel was started fork-ready): made at once when the kernel waits for a
+    request, else once the run under way is over (no lock is held there)."""
+    global fork_pending
+    try:
+        request = os.read(corral_carry.CONTROL_FD, 64).decode()
+    except BlockingIOError:
+        return
+    for line in request.splitlines():
+        word, _, count = line.partition(" ")
+        if word == "fork":
+            fork_pending = int(count)
+    if idle and fork_pending is not None:
+        raise ForkNow()
+
+
+def fork_now():
+    """Puts the streams back where the host gave them and ends the capture threads (a fork copies one thread),
+    has corral_carry carry a copy into each child, then sets the captures up again over the streams each has."""
+    global proto_in, proto_out, proto_err, captures, fork_pending
+    count, fork_pending = fork_pending, None
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    for capture in captures:
+        capture.stop()
+    proto_out.flush()
+    os.dup2(proto_in.fileno(), 0)
+    os.dup2(proto_out.fileno(), 1)
+    os.dup2(proto_err, 2)
+    for f in (proto_in, proto_out):
+        f.close()
+    os.close(proto_err)
+    corral_carry.fork(count)  # closes every other descriptor; a copy's streams are its child's
+    proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    proto_err = os.dup(2)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    captures = [Capture(1, "stdout"), Capture(2, "stderr")]
+
+
+if os.environ.get("CORRAL_CARRY_SIGNAL"):
+    import corral_carry
+
+    os.set_blocking(corral_carry.CONTROL_FD, False)
+    signal.signal(int(os.environ["CORRAL_CARRY_SIGNAL"]), on_fork)
 names = {"__name__": "__main__", "__builtins__": __builtins__, "display": display}
 count = 0
 while True:
-    line = proto_in.readline()
+    if fork_pending is not None:
+        fork_now()
+    try:
+        idle = True
+        line = proto_in.readline()
+    except ForkNow:
+        continue
+    finally:
+        idle = False
     if not line:
         break
     try:
