@@ -132,20 +132,15 @@ asio::awaitable<absl::StatusOr<CodeInterpreter::KernelPtr>> CodeInterpreter::Sta
   }
   command->set_cwd(context.cwd());
   ToProto(absl::Hours(24), command->mutable_timeout());  // cut short by the sandbox's end
-  // Fork-ready where the host can carry it (code_kernel.py carries itself): a fork's children keep its globals.
-  command->set_fork_ready(options_.fork_ready && s.lease.image().empty());
   auto kernel = std::make_shared<Kernel>();
   kernel->context = std::move(context);
-  kernel->process = std::make_shared<EnvdProcess>(clock_, envd::ProcessConfig(), "");
   kernel->turn = std::make_shared<Turn>(co_await asio::this_coro::executor, 1);
-  sandbox::ExecObserver observer = EnvdProcess::Observe(kernel->process, {});  // named: GCC 12 and co_await
-  auto call = co_await s.host->StartInteractive(start, std::move(observer));
-  if (!call.ok() && call.status().code() == absl::StatusCode::kFailedPrecondition && start.command().fork_ready()) {
-    start.mutable_command()->set_fork_ready(false);
+  // code_kernel.py carries itself: where it starts fork-ready, a fork's children keep its globals.
+  const std::function<sandbox::ExecObserver()> observed = [&] {  // named, not a temporary in the co_await (GCC 12)
     kernel->process = std::make_shared<EnvdProcess>(clock_, envd::ProcessConfig(), "");
-    observer = EnvdProcess::Observe(kernel->process, {});
-    call = co_await s.host->StartInteractive(std::move(start), std::move(observer));
-  }
+    return EnvdProcess::Observe(kernel->process, {});
+  };
+  auto call = co_await StartCarriable(s, std::move(start), options_.fork_ready, observed);
   if (!call.ok()) co_return call.status();
   kernel->process->set_call(*call);
   co_return kernel;

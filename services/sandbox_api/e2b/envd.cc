@@ -117,6 +117,20 @@ asio::awaitable<absl::StatusOr<EnvdSandbox>> Envd::Open(std::string id, std::str
   co_return s;
 }
 
+asio::awaitable<absl::StatusOr<std::shared_ptr<sandbox::InteractiveProcess>>> StartCarriable(
+    const EnvdSandbox& s, v1::ExecRequest start, bool fork_ready,
+    const std::function<sandbox::ExecObserver()>& observed) {
+  start.mutable_command()->set_fork_ready(fork_ready && s.lease.image().empty());
+  sandbox::ExecObserver observer = observed();  // named, not a temporary in the co_await (GCC 12)
+  auto call = co_await s.host->StartInteractive(start, std::move(observer));
+  if (!call.ok() && call.status().code() == absl::StatusCode::kFailedPrecondition && start.command().fork_ready()) {
+    start.mutable_command()->set_fork_ready(false);
+    observer = observed();
+    call = co_await s.host->StartInteractive(std::move(start), std::move(observer));
+  }
+  co_return call;
+}
+
 asio::awaitable<void> Envd::TakeUpCarried(const EnvdSandbox& s) {
   v1::SandboxLease child;
   {
@@ -291,22 +305,13 @@ asio::awaitable<absl::Status> Envd::Start(const EnvdSandbox& s, envd::StartReque
   std::weak_ptr<EnvdProcesses> table = processes_;
   const std::string sandbox = s.lease.lease_id();
   std::shared_ptr<EnvdProcess> process;
-  auto observed = [&] {
+  const std::function<sandbox::ExecObserver()> observed = [&] {  // named: a temporary in a co_await (GCC 12)
     process = std::make_shared<EnvdProcess>(clock_, config, request.tag());
     return EnvdProcess::Observe(process, [table, sandbox](EnvdProcess& p) {
       if (auto processes = table.lock()) processes->Remove(sandbox, p.pid());
     });
   };
-  // Started fork-ready where the host can carry it (a sandbox on its filesystem): a fork of the sandbox takes
-  // it into every child, running, with its memory. Elsewhere it starts as it is.
-  command->set_fork_ready(options_.fork_ready && s.lease.image().empty());
-  sandbox::ExecObserver observer = observed();  // named, not a temporary in the co_await (GCC 12)
-  auto call = co_await s.host->StartInteractive(start, std::move(observer));
-  if (!call.ok() && call.status().code() == absl::StatusCode::kFailedPrecondition && start.command().fork_ready()) {
-    start.mutable_command()->set_fork_ready(false);
-    observer = observed();
-    call = co_await s.host->StartInteractive(std::move(start), std::move(observer));
-  }
+  auto call = co_await StartCarriable(s, std::move(start), options_.fork_ready, observed);
   if (!call.ok()) {
     if (call.status().code() == absl::StatusCode::kNotFound) Forget(sandbox);
     co_return call.status();

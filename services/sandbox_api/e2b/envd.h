@@ -9,6 +9,7 @@
 // (sticky). Thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,6 +60,14 @@ class EnvdStream {
   void Send(const google::protobuf::Message& event) { SendJson(ToEnvdJson(event)); }
   virtual boost::asio::awaitable<bool> Flush() = 0;
 };
+
+// Starts `start` on `s`'s host: fork-ready when `fork_ready` and the sandbox is on the host's filesystem (a fork
+// of it then takes the process into every child, running, with its memory), else, or where the host refuses
+// that (FAILED_PRECONDITION), as any process. `observed` makes each try's observer (a refused try's has heard its
+// end).
+boost::asio::awaitable<absl::StatusOr<std::shared_ptr<sandbox::InteractiveProcess>>> StartCarriable(
+    const EnvdSandbox& s, v1::ExecRequest start, bool fork_ready,
+    const std::function<sandbox::ExecObserver()>& observed);
 
 // An E2B path as the host's sandbox path: absolute ones as they are, "~" and relative ones under `home`;
 // INVALID_ARGUMENT for an empty one.
