@@ -9,6 +9,10 @@
 #   cpu_ticks PID                   the process's utime + stime, in 10 ms clock ticks
 #   host_uids                       the uid range flags for a sandbox host: the default pool, or in a smoke run a
 #                  range of its own (26000-26999) so it never shares uids with the tests running beside it
+#   host_root NAME                  where a bench's sandbox host keeps its sandboxes:
+#                  ${BENCH_HOST_ROOT_PARENT:-/var/tmp}/corral-bench-NAME-PID (a parent on another filesystem, e.g.
+#                  a journalled ext4 loop mount, times the host there)
+#   fs_kind DIR                     the filesystem holding DIR, in words: "ext4 without a journal (/dev/vda)"
 build=${BENCH_BUILD_DIR:-build}
 bin=$build/bin
 smoke=${BENCH_SMOKE:-0}
@@ -31,3 +35,15 @@ smoke_or() { if [[ "$smoke" == 1 ]]; then echo "$2"; else echo "$1"; fi; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 host_uids=()
 if [[ "$smoke" == 1 ]]; then host_uids=(--uid-first 26000 --uid-last 26999); fi
+host_root() { echo "${BENCH_HOST_ROOT_PARENT:-/var/tmp}/corral-bench-$1-$$"; }
+fs_kind() {
+  local dir=$1 type source note=""
+  while [[ ! -e $dir ]]; do dir=$(dirname "$dir"); done
+  read -r type source < <(findmnt -n -o FSTYPE,SOURCE -T "$dir")
+  # ext4 without a journal skips every inode freed in the last minute when it allocates one: a host that makes
+  # and removes sandboxes all the time pays for that on every file it creates.
+  if [[ $type == ext4 && $(cat "/sys/fs/ext4/$(basename "$source")/journal_task" 2>/dev/null) == "<none>" ]]; then
+    note=" without a journal"
+  fi
+  echo "$type$note ($source)"
+}

@@ -15,7 +15,7 @@ state=${BENCH_STATE_MIB:-$(smoke_or 50 1)}
 prepare "" corral-sandbox-host corral-bench-carry
 
 work=$(mktemp -d)
-root=/var/tmp/corral-bench-fork-$$
+root=$(host_root fork)
 host_pid=
 cleanup() { [[ -n "$host_pid" ]] && kill "$host_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work" "$root"; }
 trap cleanup EXIT
@@ -26,7 +26,7 @@ for _ in $(seq 200); do [[ -s "$work/ready.json" ]] && break; sleep 0.05; done
 addr=$(python3 -c "import json; print(json.load(open('$work/ready.json'))['grpc'])")
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 
-echo "live fork benchmark: $children children of a process holding $state MiB, $(nproc) cores" >&2
+echo "live fork benchmark: $children children of a process holding $state MiB, $(nproc) cores, sandboxes on $(fs_kind "$root")" >&2
 declare -A out
 for mode in self driven mcp; do
   out[$mode]=$($bin/corral-bench-carry --addr="$addr" --n="$children" --state-mib="$state" --mode=$mode) ||

@@ -19,7 +19,7 @@ eval "$ready_out"
 image=docker.io/library/debian:bookworm-slim  # podman-ready's debootstrap base
 podman run --rm --network none "$image" true > /dev/null 2>&1 || { echo "podman cannot run a container here" >&2; exit 77; }
 [[ "$(stat -f -c %T /var/tmp)" != overlayfs ]] || { echo "/var/tmp is an overlayfs: no image layers there" >&2; exit 77; }
-root=/var/tmp/corral-bench-images-$$          # a real filesystem (image layers cannot live on overlayfs)
+root=$(host_root images)         # a real filesystem (image layers cannot live on overlayfs)
 work=$(mktemp -d)
 host_pid=
 cleanup() { [[ -n "$host_pid" ]] && kill "$host_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work" "$root"; }
@@ -35,7 +35,7 @@ $bin/corral image import "$work/image.tar" --ref bench/debian --host "$addr" > /
 gen=$bin/corral-bench-sandbox
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 
-echo "image benchmark: $n sandboxes, $podman_runs podman runs, $(nproc) cores" >&2
+echo "image benchmark: $n sandboxes, $podman_runs podman runs, $(nproc) cores, sandboxes on $(fs_kind "$root")" >&2
 # One lifecycle run; with an image, the disk is read while every sandbox is alive (the generator waits).
 lifecycle() {
   rm -f "$work/go" && mkfifo "$work/go"

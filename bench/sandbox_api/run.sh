@@ -36,7 +36,7 @@ prepare "" corral-scheduler corral-proxy corral-ratelimiter corral-sandbox-host 
   npm ci --prefix tests/e2b --no-audit --no-fund --loglevel=error
 
 work=$(mktemp -d)
-root=/var/tmp/corral-bench-sandbox-api-$$
+root=$(host_root sandbox-api)
 scratch=$root
 source bench/scheduler/cluster.sh
 
@@ -59,7 +59,7 @@ start api $bin/corral-sandbox-api --insecure --secret-file "$work/secret" --grpc
 
 # The floor runs the python3 a sandbox finds on its PATH (not, say, a pyenv shim first on the caller's PATH).
 python=$(PATH=/usr/local/bin:/usr/bin:/bin command -v python3)
-echo "sandbox API benchmark: $rounds rounds of $calls print(1) calls per side, $concurrency at once, $python, $(nproc) cores" >&2
+echo "sandbox API benchmark: $rounds rounds of $calls print(1) calls per side, $concurrency at once, $python, $(nproc) cores, sandboxes on $(fs_kind "$root")" >&2
 python3 - "http://$(addr api http)/run_code" "$calls" "$concurrency" "$rounds" "$python" <<'PY'
 import concurrent.futures, json, subprocess, sys, time, urllib.request
 url, calls, concurrency, rounds, python = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]

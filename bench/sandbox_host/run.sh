@@ -22,7 +22,7 @@ fork_mib=$(smoke_or 100 1)
 prepare "bubblewrap libhiredis-dev" corral-sandbox-host corral-bench-sandbox
 
 work=$(mktemp -d)
-root=/var/tmp/corral-bench-$$
+root=$(host_root host)
 host_pid=
 cleanup() { [[ -n "$host_pid" ]] && kill "$host_pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work" "$root"; }
 trap cleanup EXIT
@@ -34,7 +34,7 @@ addr=$(python3 -c "import json; print(json.load(open('$work/ready.json'))['grpc'
 gen=$bin/corral-bench-sandbox
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<< "$2"; }
 
-echo "sandbox host benchmark: $n sandboxes, $execs execs, $(nproc) cores" >&2
+echo "sandbox host benchmark: $n sandboxes, $execs execs, $(nproc) cores, sandboxes on $(fs_kind "$root")" >&2
 # Lifecycle: the generator pauses after creating, so the host's RSS is read with every sandbox alive.
 mkfifo "$work/go"
 "$gen" --mode=lifecycle --addr="$addr" --n="$n" < "$work/go" > "$work/lifecycle.out" &

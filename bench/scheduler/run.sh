@@ -17,7 +17,7 @@ prepare "libhiredis-dev" corral corral-scheduler corral-proxy corral-ratelimiter
 
 gen=$bin/corral-bench-scheduler
 work=$(mktemp -d)
-root=/var/tmp/corral-bench-sched-$$
+root=$(host_root sched)
 scratch=$root
 source bench/scheduler/cluster.sh
 
@@ -30,7 +30,7 @@ sched_args=(--insecure --grpc-listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --
   --max-concurrent-episodes 256 --log-level warn)
 start scheduler $bin/corral-scheduler "${sched_args[@]}"
 
-echo "scheduler benchmark: $n tool_loop episodes (2 LLM calls + 1 exec), 256 concurrent, $(nproc) cores" >&2
+echo "scheduler benchmark: $n tool_loop episodes (2 LLM calls + 1 exec), 256 concurrent, $(nproc) cores, sandboxes on $(fs_kind "$root")" >&2
 corral_out=$("$gen" --mode=scheduler --addr="$(addr scheduler grpc)" --n="$n"); echo "  corral: $corral_out" >&2
 direct_out=$("$gen" --mode=direct --host="$(addr host grpc)" --llm="$(addr llm http)" --n="$n" --concurrency=256)
 echo "  direct: $direct_out" >&2

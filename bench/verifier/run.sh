@@ -22,7 +22,7 @@ python=$build/sdk-venv/bin/python
 [[ -x $python ]] || { echo "no SDK venv in $build (build the corral_python_sdk target)" >&2; exit 1; }
 
 work=$(mktemp -d)
-root=/var/tmp/corral-bench-verifier-$$
+root=$(host_root verifier)
 scratch=$root
 source bench/scheduler/cluster.sh
 
@@ -34,7 +34,7 @@ start scheduler $bin/corral-scheduler --insecure --grpc-listen 127.0.0.1:0 --met
   --journal "$work/scheduler.db" --host "$(addr host grpc)" --proxy "$(addr proxy grpc)" --default-model fake-model \
   --max-concurrent-episodes "$concurrency" --log-level warn
 
-echo "verifier benchmark: $rounds rounds of $n agent episodes per isolation, $concurrency concurrent, $(nproc) cores" >&2
+echo "verifier benchmark: $rounds rounds of $n agent episodes per isolation, $concurrency concurrent, $(nproc) cores, sandboxes on $(fs_kind "$root")" >&2
 "$python" - "$(addr scheduler grpc)" "$n" "$rounds" "$pid_host" <<'PY'
 import os, sys
 import corral

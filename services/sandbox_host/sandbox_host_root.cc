@@ -14,6 +14,7 @@
 #include "libs/http/embedded_files.h"
 #include "services/sandbox_host/images/image_root.h"
 #include "services/sandbox_host/linux/containment.h"
+#include "services/sandbox_host/linux/filesystem_note.h"
 #include "services/sandbox_host/linux/landlock.h"
 #include "services/sandbox_host/linux/namespaces.h"
 #include "services/sandbox_host/reconcile.h"
@@ -91,6 +92,7 @@ absl::StatusOr<std::unique_ptr<SandboxHostRoot>> SandboxHostRoot::Build(Config c
                features.images ? "yes" : "no (needs user namespaces and idmapped mounts)",
                features.forks ? "yes" : "no");
   spdlog::info("containment: {}", DescribeHostContainment(cgroups));
+  if (const std::string note = SlowFilesystemNote(host.root); !note.empty()) spdlog::warn("{}", note);
   if (absl::Status reach = CheckSandboxesCanReach(host.root); !reach.ok()) return reach;
 
   auto secret = LoadClusterSecret(config.server);
