@@ -21,17 +21,18 @@ def added(name, kind, n, field):
 
 
 concurrencies = sorted({n for _, kind, n in runs if kind == "c"})
-print(f"\n{'added latency (ms)':<20}" + "".join(f"{p + ' p50':>12}{p + ' p99':>12}{p + ' rps':>12}" for p in peers))
+w = max([12] + [len(p) + 6 for p in peers])  # every column wider than its heading
+print(f"\n{'added latency (ms)':<20}" + "".join(f"{p + ' p50':>{w}}{p + ' p99':>{w}}{p + ' rps':>{w}}" for p in peers))
 for c in concurrencies:
     row = f"{'c=' + str(c):<20}"
     for p in peers:
-        row += f"{added(p, 'c', c, 'p50_ms'):12.3f}{added(p, 'c', c, 'p99_ms'):12.3f}{runs[(p, 'c', c)]['rps']:12.0f}"
+        row += f"{added(p, 'c', c, 'p50_ms'):{w}.3f}{added(p, 'c', c, 'p99_ms'):{w}.3f}{runs[(p, 'c', c)]['rps']:{w}.0f}"
     print(row)
 
 for q in sorted({n for _, kind, n in runs if kind == "q"}):
-    print(f"\n{'overhead at ' + str(q) + ' QPS (ms)':<24}" + "".join(f"{p:>12}" for p in peers))
+    print(f"\n{'overhead at ' + str(q) + ' QPS (ms)':<24}" + "".join(f"{p:>{w}}" for p in peers))
     for label, field in (("mean", "mean_ms"), ("50%", "p50_ms"), ("90%", "p90_ms"), ("95%", "p95_ms"),
                          ("99%", "p99_ms")):
-        print(f"{label:<24}" + "".join(f"{added(p, 'q', q, field):12.3f}" for p in peers))
-    print(f"{'achieved QPS':<24}" + "".join(f"{runs[(p, 'q', q)]['rps']:12.0f}" for p in peers) +
+        print(f"{label:<24}" + "".join(f"{added(p, 'q', q, field):{w}.3f}" for p in peers))
+    print(f"{'achieved QPS':<24}" + "".join(f"{runs[(p, 'q', q)]['rps']:{w}.0f}" for p in peers) +
           f"   (direct {runs[('direct', 'q', q)]['rps']:.0f})")

@@ -145,6 +145,9 @@ void RegisterConfig(ConfigSchema& schema, Config* c) {
   schema.Bool("journal_fsync", &c->journal_fsync,
               "commit every change with an fsync before answering, so recorded calls survive a machine crash too "
               "(by default they survive the proxy being killed: in the record log, flushed by the OS)");
+  schema.Bool("record", &c->record,
+              "record every call into its session's trajectory (and the journal); false: a gateway that relays, "
+              "counts and meters calls but keeps no trajectory (GetTrajectory is refused; the scheduler needs it)");
   schema.Int("max_sessions", &c->max_sessions, "open sessions held at once", 1, 10000000);
   schema.Duration("session_ttl", &c->sessions.default_ttl, "lifetime of a session whose policy sets none",
                   absl::Seconds(1), absl::Hours(24 * 30));

@@ -29,6 +29,7 @@ struct Config {
   std::string default_model;               // a session's model when it names none (else the only one served)
   std::string journal = "corral-proxy.db";
   bool journal_fsync = false;
+  bool record = true;  // false: calls are relayed, counted and metered, never recorded (no trajectories)
   SessionLimits sessions;
   int64_t max_sessions = 100000;
   RelayOptions relay;

@@ -333,7 +333,7 @@ asio::awaitable<void> HttpHandler::Completion(http::Request& request, http::Resp
       co_return;
     }
   }
-  DescribeForTheRecord(c);
+  if (parts_.ledger->records()) DescribeForTheRecord(c);
   if (!c.session->TryBeginCall()) {  // max_calls, checked and counted atomically with the calls in flight
     const std::string message = absl::StrCat("budget exhausted: max_calls=", c.session->policy().budget().max_calls());
     co_await Refuse(responder, *c.api, ApiError::kBudgetExhausted, message, chat);

@@ -38,7 +38,7 @@ ProxyRoot::ProxyRoot(Config config, Prepared p)
       journal_(std::move(p.journal)),
       sessions_(config_.sessions, &secret_, &clock_),
       upstreams_(config_.upstreams, &clock_, config_.breaker),
-      ledger_(&sessions_, journal_.get(), &metrics_, &clock_, &upstreams_, config_.default_model),
+      ledger_(&sessions_, journal_.get(), &metrics_, &clock_, &upstreams_, config_.default_model, config_.record),
       limiter_(std::move(p.limiter)),
       quotas_(limiter_.get(), config_.quota, config_.model_quotas, &metrics_, &clock_),
       dispatcher_(&upstreams_, &metrics_, &clock_, config_.relay, &quotas_),
@@ -92,8 +92,9 @@ int ProxyRoot::Run() {
     spdlog::error("cannot start: {}", s);
     return 1;
   }
-  spdlog::info("proxy: http={} upstreams={} base_url={}{}", http_address_, config_.upstreams.size(),
-               config_.advertise_url, config_.has_quotas() ? absl::StrCat(" quotas at ", config_.ratelimiter) : "");
+  spdlog::info("proxy: http={} upstreams={} base_url={}{}{}", http_address_, config_.upstreams.size(),
+               config_.advertise_url, config_.has_quotas() ? absl::StrCat(" quotas at ", config_.ratelimiter) : "",
+               config_.record ? "" : " (record: false: calls are relayed and counted, never recorded)");
   runner_.Wait();
   return 0;
 }

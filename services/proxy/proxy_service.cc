@@ -31,6 +31,10 @@ grpc::ServerUnaryReactor* ProxyService::OpenSession(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* ProxyService::GetTrajectory(grpc::CallbackServerContext* ctx,
                                                       const v1::GetTrajectoryRequest* req, v1::Trajectory* resp) {
   if (auto s = auth_->CheckCluster(*ctx); !s.ok()) return FinishUnary(ctx, s);
+  if (!ledger_->records()) {
+    return FinishUnary(ctx, absl::FailedPreconditionError(
+                                "this proxy records no calls (record: false): it keeps no trajectory to give"));
+  }
   auto session = ledger_->store().Find(req->env_id());
   if (!session.ok()) return FinishUnary(ctx, session.status());
   *resp = (*session)->Trajectory(req->format());

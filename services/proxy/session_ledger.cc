@@ -88,6 +88,10 @@ void SessionLedger::Expire() {
 
 boost::asio::awaitable<absl::Status> SessionLedger::RecordCall(Session& session, RecordedCall& call,
                                                                std::vector<uint32_t> matched) {
+  if (!record_) {
+    session.EndUnrecordedCall(call.call().usage());
+    co_return absl::OkStatus();
+  }
   session.EndCall(call, matched);  // journaled as stored: ids and node indices included
   const uint32_t seq = call.call().seq();
   const absl::Time commit_start = clock_->Now();

@@ -23,13 +23,14 @@ class SessionLedger {
  public:
   // `upstreams` (optional) tells which models are served; `default_model` is the config's (may be empty).
   SessionLedger(SessionStore* store, ProxyJournal* journal, ProxyMetrics* metrics, Clock* clock,
-                const UpstreamPool* upstreams = nullptr, std::string default_model = "")
+                const UpstreamPool* upstreams = nullptr, std::string default_model = "", bool record = true)
       : store_(store),
         journal_(journal),
         metrics_(metrics),
         clock_(clock),
         upstreams_(upstreams),
-        default_model_(std::move(default_model)) {}
+        default_model_(std::move(default_model)),
+        record_(record) {}
 
   using Opened = SessionStore::Opened;
   // The request's model is resolved first (ResolveSessionModel: INVALID_ARGUMENT for a model not served) and
@@ -48,11 +49,13 @@ class SessionLedger {
   void Expire();
   // Records a finished call in its session and makes it durable; resumes on the caller's executor. `call` (the
   // caller's, kept alive until then) is set to the call as stored. A call that cannot be journaled is marked
-  // failed in the trajectory (INTERNAL).
+  // failed in the trajectory (INTERNAL). A ledger that records nothing only counts it and its usage.
   boost::asio::awaitable<absl::Status> RecordCall(Session& session, RecordedCall& call,
                                                   std::vector<uint32_t> matched = {});
 
   SessionStore& store() { return *store_; }
+  // False with `record: false`: calls are relayed and counted, never recorded or journaled (sessions still are).
+  bool records() const { return record_; }
 
  private:
   void UpdateGauge();
@@ -63,6 +66,7 @@ class SessionLedger {
   Clock* const clock_;
   const UpstreamPool* const upstreams_;
   const std::string default_model_;
+  const bool record_;
 };
 
 }  // namespace corral::proxy

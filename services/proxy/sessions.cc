@@ -38,13 +38,13 @@ bool Session::open() const {
 BudgetUse Session::used() const {
   absl::MutexLock lock(&mu_);
   // Calls in flight count against max_calls, so concurrent calls cannot overrun it.
-  return BudgetUse{trajectory_.calls() + inflight_, usage_.prompt_tokens(), usage_.completion_tokens()};
+  return BudgetUse{trajectory_.calls() + unrecorded_ + inflight_, usage_.prompt_tokens(), usage_.completion_tokens()};
 }
 
 bool Session::TryBeginCall() {
   absl::MutexLock lock(&mu_);
   const uint32_t max_calls = request_.policy().budget().max_calls();
-  if (max_calls > 0 && trajectory_.calls() + inflight_ >= max_calls) return false;
+  if (max_calls > 0 && trajectory_.calls() + unrecorded_ + inflight_ >= max_calls) return false;
   ++inflight_;
   return true;
 }
@@ -70,6 +70,13 @@ void Session::EndCall(RecordedCall& call, std::span<const uint32_t> matched) {
   if (inflight_ > 0) --inflight_;
   AddUsage(call.call().usage());
   trajectory_.RecordKeeping(call, matched);
+}
+
+void Session::EndUnrecordedCall(const v1::Usage& usage) {
+  absl::MutexLock lock(&mu_);
+  if (inflight_ > 0) --inflight_;
+  AddUsage(usage);
+  ++unrecorded_;
 }
 
 void Session::Replay(RecordedCall call) {
@@ -123,7 +130,7 @@ v1::Session Session::Snapshot() const {
   absl::MutexLock lock(&mu_);
   s.set_state(state_);
   s.set_close_reason(close_reason_);
-  s.set_calls(static_cast<uint32_t>(trajectory_.calls()));
+  s.set_calls(static_cast<uint32_t>(trajectory_.calls()) + unrecorded_);
   s.set_inflight_calls(inflight_);
   *s.mutable_usage() = usage_;
   s.set_upstream(upstream_);

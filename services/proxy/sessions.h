@@ -54,6 +54,8 @@ class Session {
   // Records `call` and sets its call to the call as stored (seq, ids and node indices); `matched` as Restore
   // gave it for the call's prompt.
   void EndCall(RecordedCall& call, std::span<const uint32_t> matched = {});
+  // Ends a call a proxy that records nothing (`record: false`) made: counted (max_calls) and its usage added.
+  void EndUnrecordedCall(const v1::Usage& usage);
   void AbandonCall();
   // The recorded call `seq` failed after all (its journaling did): the trajectory must not show it succeeded.
   void FailCall(uint32_t seq, const std::string& error, int http_status);
@@ -83,6 +85,7 @@ class Session {
   v1::CloseReason close_reason_ ABSL_GUARDED_BY(mu_) = v1::CLOSE_REASON_UNSPECIFIED;
   absl::Time open_time_, close_time_ ABSL_GUARDED_BY(mu_), expire_time_ ABSL_GUARDED_BY(mu_);
   uint32_t inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t unrecorded_ ABSL_GUARDED_BY(mu_) = 0;  // calls ended by EndUnrecordedCall
   v1::Usage usage_ ABSL_GUARDED_BY(mu_);
   std::string upstream_ ABSL_GUARDED_BY(mu_);
   TrajectoryStore trajectory_ ABSL_GUARDED_BY(mu_);

@@ -169,6 +169,43 @@ TEST_F(ProxyTest, ConcurrentCallsCannotOverrunMaxCalls) {
   EXPECT_EQ(t->call_count(), 3u);
 }
 
+// `record: false`, a gateway: calls are relayed (whole and streamed), counted against max_calls and metered, and
+// nothing of them is kept: GetTrajectory is refused by name, and a restart finds the session with no calls.
+TEST_F(ProxyTest, AProxyThatRecordsNothingRelaysCountsAndMetersButKeepsNoTrajectory) {
+  const std::string backend = StartBackend();
+  StartProxy({backend}, {"--record=false"});
+  v1::SessionPolicy policy;
+  policy.mutable_budget()->set_max_calls(3);
+  const std::string token = Open("ep-gateway", policy);
+  HttpReply whole = Post("/v1/chat/completions", token, kHello);
+  EXPECT_EQ(whole.status, 200);
+  EXPECT_THAT(whole.body, HasSubstr("echo:"));
+  const std::string streamed =
+      Stream(token, StreamBody("one two", "{}"), [](const std::string&, absl::Duration) { return true; });
+  EXPECT_THAT(streamed, HasSubstr("data: [DONE]"));
+  EXPECT_EQ(Post("/v1/chat/completions", token, kHello).status, 200);
+  HttpReply over = Post("/v1/chat/completions", token, kHello);
+  EXPECT_EQ(over.status, 400);
+  EXPECT_THAT(over.body, HasSubstr("budget_exhausted"));
+  auto t = Trajectory("ep-gateway");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(t.status().message(), HasSubstr("record: false"));
+  v1::ListSessionsRequest list;
+  auto listed = Rpc(&v1::Proxy::Stub::ListSessions, list);
+  ASSERT_THAT(listed, IsOk());
+  ASSERT_EQ(listed->sessions_size(), 1);
+  EXPECT_EQ(listed->sessions(0).calls(), 3u);
+  EXPECT_GT(listed->sessions(0).usage().completion_tokens(), 0u);
+  // Nothing of the calls was journaled: the restarted proxy (recording now) has the session and none of them.
+  proxy_->process.Signal(SIGKILL);
+  ASSERT_THAT(proxy_->process.Wait(absl::Seconds(10)), IsOk());
+  proxy_.reset();
+  StartProxy({backend});
+  auto after = Trajectory("ep-gateway");
+  ASSERT_THAT(after, IsOk());
+  EXPECT_EQ(after->call_count(), 0u);
+}
+
 TEST_F(ProxyTest, TokenIdsAndLogprobsFromAStreamEqualThoseOfTheSameReplyUnstreamed) {
   StartProxy({StartBackend()});
   v1::SessionPolicy policy;
