@@ -161,6 +161,30 @@ TEST_F(ImageRootTest, TheSandboxIsRootInItsImageAndItsPoolUidOutside) {
   EXPECT_FALSE(UniqueFd(openat(root->root.get(), "work", O_RDONLY | O_CLOEXEC)).valid());
 }
 
+// Each namespace's holder process is reaped by a later call, not waited for: many in a row leave no pile of
+// zombies (a holder left unreaped would stay one, its stack held with it).
+TEST_F(ImageRootTest, UserNamespaceHoldersAreReapedNotLeftAsZombies) {
+  auto zombie_children = [] {
+    int n = 0;
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+      std::ifstream stat(entry.path() / "stat");
+      std::string line;
+      if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) continue;
+      std::istringstream rest(line.substr(line.rfind(')') + 2));
+      char state = 0;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      n += state == 'Z' && ppid == getpid() ? 1 : 0;
+    }
+    return n;
+  };
+  const int before = zombie_children();
+  constexpr int kMade = 48;
+  for (int i = 0; i < kMade; ++i) ASSERT_THAT(CreateUserNamespace(uid_, uid_), IsOk());
+  // Each call reaps the holders that have exited by then: at most the last few are left.
+  EXPECT_LT(zombie_children() - before, 8);
+}
+
 TEST_F(ImageRootTest, ATmpfsUpperLayerCapsWhatTheSandboxWritesAndLeavesNothingOnDisk) {
   auto userns = CreateUserNamespace(uid_, uid_);
   ASSERT_THAT(userns, IsOk());
