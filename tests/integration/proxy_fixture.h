@@ -81,6 +81,14 @@ class ProxyFixture : public ::testing::Test {
     port_ = static_cast<uint16_t>(std::stoi(http.substr(http.rfind(':') + 1)));
   }
 
+  // Kills the proxy with SIGKILL and starts it again on the same journal, in front of `upstreams`.
+  void KillAndRestartProxy(const std::vector<std::string>& upstreams) {
+    proxy_->process.Signal(SIGKILL);
+    ASSERT_THAT(proxy_->process.Wait(absl::Seconds(10)), IsOk());
+    proxy_.reset();
+    StartProxy(upstreams);
+  }
+
   // Opens a session (on `stub`, by default the proxy's); returns its env token ("" on failure, with the test failed).
   std::string Open(const std::string& env_id, v1::SessionPolicy policy = {}, v1::Proxy::Stub* stub = nullptr) {
     grpc::ClientContext ctx;

@@ -103,10 +103,7 @@ TEST_F(ProxyTest, NothingRecordedIsLostAcrossKillNineAndRestart) {
   }
   auto before = Trajectory("ep-crash");
   ASSERT_THAT(before, IsOk());
-  proxy_->process.Signal(SIGKILL);
-  ASSERT_THAT(proxy_->process.Wait(absl::Seconds(10)), IsOk());
-  proxy_.reset();
-  StartProxy({backend});
+  ASSERT_NO_FATAL_FAILURE(KillAndRestartProxy({backend}));
   auto after = Trajectory("ep-crash");
   ASSERT_THAT(after, IsOk());
   ASSERT_EQ(after->calls_size(), 3);
@@ -197,10 +194,7 @@ TEST_F(ProxyTest, AProxyThatRecordsNothingRelaysCountsAndMetersButKeepsNoTraject
   EXPECT_EQ(listed->sessions(0).calls(), 3u);
   EXPECT_GT(listed->sessions(0).usage().completion_tokens(), 0u);
   // Nothing of the calls was journaled: the restarted proxy (recording now) has the session and none of them.
-  proxy_->process.Signal(SIGKILL);
-  ASSERT_THAT(proxy_->process.Wait(absl::Seconds(10)), IsOk());
-  proxy_.reset();
-  StartProxy({backend});
+  ASSERT_NO_FATAL_FAILURE(KillAndRestartProxy({backend}));
   auto after = Trajectory("ep-gateway");
   ASSERT_THAT(after, IsOk());
   EXPECT_EQ(after->call_count(), 0u);
