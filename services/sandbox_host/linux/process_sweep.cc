@@ -16,11 +16,13 @@
 #include <fstream>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "services/sandbox_host/linux/sub_ids.h"
 
 namespace corral::sandbox {
@@ -56,6 +58,31 @@ bool InTree(pid_t pid, pid_t group, const std::string& marker) {
   return std::find(environ.begin(), environ.end(), marker) != environ.end();
 }
 
+// The kernel threads the last scan saw, by pid, with their /proc entry's inode number. A /proc/<pid> inode
+// belongs to one task: a pid used again is a new task, whose entry gets a new inode (procfs numbers each one it
+// makes from a counter), so a pid with the same inode is the same kernel thread and needs no second look. A
+// scan otherwise spends about a third of its time asking every kernel thread for its executable.
+class KernelThreads {
+ public:
+  absl::flat_hash_map<pid_t, ino_t> Known() const {
+    absl::MutexLock lock(&mu_);
+    return known_;
+  }
+  void Replace(absl::flat_hash_map<pid_t, ino_t> seen) {
+    absl::MutexLock lock(&mu_);
+    known_ = std::move(seen);
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<pid_t, ino_t> known_ ABSL_GUARDED_BY(mu_);
+};
+
+KernelThreads& KnownKernelThreads() {
+  static auto* threads = new KernelThreads();
+  return *threads;
+}
+
 }  // namespace
 
 void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>&)>& visit,
@@ -67,17 +94,28 @@ void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>
   // is most of a scan's cost, so with `may_be` a process's owner decides first whether it is read at all.
   char text[4096];
   char path[64];
+  const absl::flat_hash_map<pid_t, ino_t> known = may_be ? KnownKernelThreads().Known() : decltype(known)();
+  absl::flat_hash_map<pid_t, ino_t> kernel_threads;
   while (dirent* e = readdir(proc)) {
     pid_t pid = 0;
     if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
     if (may_be) {
+      if (auto it = known.find(pid); it != known.end() && it->second == e->d_ino) {
+        kernel_threads.insert(*it);
+        continue;
+      }
       struct stat st {};
       if (fstatat(dirfd(proc), e->d_name, &st, 0) != 0) continue;  // it has exited
       if (st.st_uid != 0 && !may_be(st.st_uid)) continue;
-      // Root's: a root process, or a kernel thread (which has no executable: it is no sandbox's).
+      // Root's: a root process, or a kernel thread (which has no executable: it is no sandbox's). A process
+      // that is exiting has none either, and runs nothing more; a kernel thread that execs a usermode helper
+      // (modprobe, a core dump pipe) keeps its inode and runs as root, which is no sandbox's either.
       snprintf(path, sizeof path, "%d/exe", pid);
       char target[8];
-      if (st.st_uid == 0 && readlinkat(dirfd(proc), path, target, sizeof target) < 0 && errno == ENOENT) continue;
+      if (st.st_uid == 0 && readlinkat(dirfd(proc), path, target, sizeof target) < 0 && errno == ENOENT) {
+        if (e->d_ino == st.st_ino) kernel_threads.emplace(pid, st.st_ino);
+        continue;
+      }
     }
     snprintf(path, sizeof path, "%d/status", pid);
     const int fd = openat(dirfd(proc), path, O_RDONLY | O_CLOEXEC);
@@ -103,6 +141,7 @@ void ForEachLiveProcess(const std::function<void(pid_t, const std::vector<uid_t>
     }
   }
   closedir(proc);
+  if (may_be) KnownKernelThreads().Replace(std::move(kernel_threads));
 }
 
 std::vector<pid_t> ProcessesOf(uid_t uid) {

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -173,6 +174,36 @@ TEST_F(SpawnTest, KillAllOfReachesAProcessThatMadeItselfNonDumpable) {
   EXPECT_TRUE(KillAllOf(TestUid(), 20, &counted));
   EXPECT_EQ(counted, 1u);
   EXPECT_TRUE(ProcessesOf(TestUid()).empty());
+}
+
+// A scan remembers the kernel threads it saw (by their /proc entry's inode) and skips them in the next one: the
+// next scans still read every root process (one may be a sandbox's setuid program), the new ones too.
+TEST(ProcessSweep, LaterScansSkipKernelThreadsAndStillReadEveryRootProcess) {
+  if (geteuid() != 0) GTEST_SKIP() << "the scan reads other processes' status";
+  auto scan = [] {
+    std::set<pid_t> seen;
+    ForEachLiveProcess([&](pid_t pid, const std::vector<uid_t>&) { seen.insert(pid); },
+                       [](uid_t) { return false; });  // no sandbox's ids: root's processes only
+    return seen;
+  };
+  const std::set<pid_t> first = scan();
+  EXPECT_TRUE(first.contains(getpid()));
+  EXPECT_FALSE(first.contains(2)) << "kthreadd, a kernel thread, was read";
+  const pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  for (int i = 0; i < 3; ++i) {
+    const std::set<pid_t> later = scan();
+    EXPECT_TRUE(later.contains(getpid()));
+    EXPECT_TRUE(later.contains(child));
+    EXPECT_FALSE(later.contains(2));
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_FALSE(scan().contains(child));
 }
 
 TEST(ValidateRlimits, RejectsNegativeAndAboveCeiling) {
