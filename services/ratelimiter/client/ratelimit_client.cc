@@ -323,7 +323,7 @@ void RateLimitClient::OnReady(const v1::SessionReady& ready) {
 }
 
 void RateLimitClient::OnReply(Stream* stream, v1::SessionResponse reply) {
-  std::shared_ptr<Pending> callback;
+  std::shared_ptr<Pending> answered;  // its waiter is woken, or its callback run, once the lock is released
   {
     absl::MutexLock lock(&mu_);
     if (stream != stream_) return;
@@ -354,15 +354,18 @@ void RateLimitClient::OnReply(Stream* stream, v1::SessionResponse reply) {
       held_[granted.lease_id()] = {granted,
                                    SafeUntil(it->second->sent_at, granted, FromProto(reply.granted().waited()))};
     }
+    // Set under the lock, so a waiter that gave up meanwhile (Call) finds it answered; woken after it, so the
+    // waiter does not run only to block on the lock this thread still holds (its next call takes it at once).
     it->second->reply = std::move(reply);
-    if (it->second->callback) {
-      callback = it->second;
-    } else {
-      it->second->done.Notify();
-    }
+    answered = std::move(it->second);
     pending_.erase(it);
   }
-  if (callback) callback->callback(std::move(callback->reply));
+  if (answered == nullptr) return;
+  if (answered->callback) {
+    answered->callback(std::move(answered->reply));
+  } else {
+    answered->done.Notify();
+  }
 }
 
 void RateLimitClient::OnBroken(Stream* stream) {

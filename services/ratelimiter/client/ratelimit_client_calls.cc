@@ -73,7 +73,7 @@ absl::StatusOr<v1::SessionResponse> RateLimitClient::Call(v1::SessionRequest req
   if (id_out != nullptr) *id_out = id;
   if (!pending->done.WaitForNotificationWithTimeout(timeout)) {
     absl::MutexLock lock(&mu_);
-    // Answered meanwhile (the reply is set and notified under the lock): take it rather than drop a grant.
+    // Answered meanwhile (its reply is set, and its entry removed, under the lock): take it rather than drop a grant.
     if (pending_.erase(id) > 0) return absl::DeadlineExceededError("no reply from the ratelimiter in time");
   }
   return pending->reply;
