@@ -143,13 +143,14 @@ absl::Status MakeUpper(const std::string& rw_dir, uid_t owner) {
   return absl::OkStatus();
 }
 
-ForkLayers::ForkLayers(std::string root) : dir_(std::move(root) + "/forks") {
+ForkLayers::ForkLayers(std::string root) : dir_(root + "/forks"), staging_(root + "/mnt") {
   std::error_code ec;
   const bool leftovers = fs::exists(dir_, ec) && !fs::is_empty(dir_, ec);
   fs::remove_all(dir_, ec);
   if (leftovers) spdlog::info("removed the fork layers a previous run left in {}", dir_);
   fs::create_directories(dir_, ec);
   chmod(dir_.c_str(), 0700);
+  mkdir(staging_.c_str(), 0700);
   // The holder: a mount namespace no process lives in, where image sandboxes' frozen layers are mounted.
   host_.Reset(open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC));
   int holder = -1;

@@ -57,6 +57,10 @@ class ForkLayers {
  public:
   explicit ForkLayers(std::string root);
   const std::string& dir() const { return dir_; }
+  // <root>/mnt: where every layered sandbox attaches its layers (l0, l1, ...) in its own mount namespace before
+  // its overlay takes them. Shared: a mount made there in one sandbox's namespace is seen in no other, and the
+  // directories (empty on the host) are made once rather than per sandbox.
+  const std::string& staging() const { return staging_; }
 
   // The first fork of a plain sandbox: its home directory becomes the layer, and an empty directory takes its
   // place at the same path, holding `rw/upper` (mode 0700, owned by `owner`) and `rw/work`. One atomic exchange:
@@ -89,6 +93,7 @@ class ForkLayers {
   static absl::Status PutBack(const std::string& rw_dir, const LayerStack& layer);
 
   const std::string dir_;
+  const std::string staging_;
   UniqueFd host_, holder_;
 };
 

@@ -34,7 +34,8 @@ struct LayeredHome {
   };
   std::vector<Layer> layers;
   std::string upper, work;  // empty directories on one filesystem; the upper's root is the home's root
-  std::string staging;      // an empty directory where the layers are attached before the overlay takes them
+  std::string staging;      // its l0, l1, ... (made when missing): where the layers are attached in the new mount
+                            // namespace before the overlay takes them
 };
 
 // Runs `fn(arg)` in a helper that shares this process's memory and descriptor table (clone CLONE_VM |

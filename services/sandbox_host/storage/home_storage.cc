@@ -130,7 +130,7 @@ class LayeredHomeStorage final : public Storage {
   explicit LayeredHomeStorage(const StorageParts& parts) : parts_(parts) {}
 
   absl::Status Build(Sandbox& sb, const Origin& origin) override {
-    const std::string rw = sb.dir + "/rw", staging = sb.dir + "/layers";
+    const std::string rw = sb.dir + "/rw";
     if (origin.previous == nullptr) {  // a child: its own directory and upper layer
       if (mkdir(sb.dir.c_str(), 0700) != 0) return CannotCreate(sb.dir);
       CORRAL_RETURN_IF_ERROR(MakeUpper(rw, sb.uid));
@@ -141,8 +141,7 @@ class LayeredHomeStorage final : public Storage {
         return CannotCreate(tmp);
       }
     }  // the parent: the freeze left an empty upper layer in its directory
-    if (mkdir(staging.c_str(), 0700) != 0 && errno != EEXIST) return CannotCreate(staging);
-    LayeredHome home{.upper = rw + "/upper", .work = rw + "/work", .staging = staging};
+    LayeredHome home{.upper = rw + "/upper", .work = rw + "/work", .staging = parts_.layers->staging()};
     std::map<uid_t, UniqueFd> userns;
     CORRAL_ASSIGN_OR_RETURN(std::vector<LayerMount> mounts, LayerMounts(origin.layers, sb.uid, userns));
     for (const LayerMount& m : mounts) home.layers.push_back({m.dir, m.userns_fd});
