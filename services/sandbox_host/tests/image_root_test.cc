@@ -3,11 +3,14 @@
 #include "services/sandbox_host/images/image_root.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +22,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "libs/core/testing/status_matchers.h"
@@ -167,7 +169,7 @@ TEST_F(ImageRootTest, TheSandboxIsRootInItsImageAndItsPoolUidOutside) {
 TEST_F(ImageRootTest, UserNamespaceHoldersAreReapedNotLeftAsZombies) {
   // This process's children: the exited ones not yet reaped (zombies), or the others.
   auto children = [](bool zombies) {
-    int n = 0;
+    std::vector<pid_t> pids;
     for (const auto& entry : fs::directory_iterator("/proc")) {
       std::ifstream stat(entry.path() / "stat");
       std::string line;
@@ -176,19 +178,25 @@ TEST_F(ImageRootTest, UserNamespaceHoldersAreReapedNotLeftAsZombies) {
       char state = 0;
       pid_t ppid = 0;
       rest >> state >> ppid;
-      n += ppid == getpid() && (state == 'Z') == zombies ? 1 : 0;
+      if (ppid == getpid() && (state == 'Z') == zombies) pids.push_back(std::stoi(entry.path().filename()));
     }
-    return n;
+    return pids;
   };
-  const int zombies_before = children(true), running_before = children(false);
+  const size_t zombies_before = children(true).size();
+  const std::vector<pid_t> running_before = children(false);
   constexpr int kMade = 48;
   for (int i = 0; i < kMade; ++i) ASSERT_THAT(CreateUserNamespace(uid_, uid_), IsOk());
-  // Once every holder has exited (on a loaded machine some take a while), the next call reaps them all: only
-  // its own holder may be left.
-  for (int i = 0; i < 500 && children(false) > running_before; ++i) absl::SleepFor(absl::Milliseconds(10));
-  ASSERT_EQ(children(false), running_before) << "holders still running after 5 s";
+  // Once every holder has exited (on a loaded machine some take a while: each exit is waited for by its pidfd),
+  // the next call reaps them all, and only its own holder may be left.
+  for (pid_t pid : children(false)) {
+    if (std::find(running_before.begin(), running_before.end(), pid) != running_before.end()) continue;
+    UniqueFd exited(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+    pollfd p{.fd = exited.get(), .events = POLLIN, .revents = 0};
+    if (exited.valid()) poll(&p, 1, -1);
+  }
+  ASSERT_EQ(children(false), running_before);
   ASSERT_THAT(CreateUserNamespace(uid_, uid_), IsOk());
-  EXPECT_LE(children(true) - zombies_before, 1);
+  EXPECT_LE(children(true).size() - zombies_before, 1u);
 }
 
 TEST_F(ImageRootTest, ATmpfsUpperLayerCapsWhatTheSandboxWritesAndLeavesNothingOnDisk) {
