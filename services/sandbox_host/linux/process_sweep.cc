@@ -59,9 +59,10 @@ bool InTree(pid_t pid, pid_t group, const std::string& marker) {
 }
 
 // The kernel threads the last scan saw, by pid, with their /proc entry's inode number. A /proc/<pid> inode
-// belongs to one task: a pid used again is a new task, whose entry gets a new inode (procfs numbers each one it
-// makes from a counter), so a pid with the same inode is the same kernel thread and needs no second look. A
-// scan otherwise spends about a third of its time asking every kernel thread for its executable.
+// belongs to one task: the kernel drops a task's /proc entries when it is reaped, and a pid used again is a new
+// task whose entry gets a new inode (procfs numbers each one it makes from a counter), so a pid listed with the
+// same inode is the same kernel thread and needs no second look. A scan otherwise spends about a third of its
+// time asking every kernel thread for its executable.
 class KernelThreads {
  public:
   absl::flat_hash_map<pid_t, ino_t> Known() const {
