@@ -16,8 +16,9 @@ constexpr char kPurpose[] = "ratelimiter-lease";
 
 // `n` random bytes from a buffer of the calling thread's, refilled 4 KiB at a time: RAND_bytes on every grant
 // made a system call each time (OpenSSL checks for a fork with getpid), a quarter of the limiter's per grant.
-// The limiter never forks (a forked copy would repeat what is left of the buffer); an id is unique by its fencing
-// token anyway, and unforgeable by its signature: the nonce adds only unpredictability.
+// The limiter never forks (a forked copy would repeat what is left of the buffer): within a run an id is unique
+// by its fencing token, across runs (a restart without a lease snapshot counts tokens anew) by the nonce, which a
+// new process draws afresh.
 void RandomBytes(unsigned char* out, size_t n) {
   thread_local std::array<unsigned char, 4096> pool;
   thread_local size_t used = pool.size();
