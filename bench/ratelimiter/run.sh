@@ -93,19 +93,19 @@ printf 'corral-ratelimiter RSS with %s live leases: %s MiB (target <= 64 with 10
 # The targets are judged over alternating rounds: each round runs both sides, contended and uncontended, and the
 # side that goes first swaps every round (a VM's speed drifts within minutes).
 echo "== $rounds alternating rounds, ${round_seconds}s per run" >&2
+round_run() {  # side (corral or redis), limit, permits (the limit's, which Redis's script is told)
+  local side_addr=$addr
+  [[ $1 == redis ]] && side_addr=127.0.0.1:$redis_port
+  "$gen" --clients="$clients" --seconds="$round_seconds" --mode="$1" --addr="$side_addr" --limit="$2" --permits="$3"
+}
 met_cont=0 met_open=0
 for r in $(seq "$rounds"); do
   order="corral redis"
   (( r % 2 == 0 )) && order="redis corral"
   declare -A got=()
   for side in $order; do
-    if [[ $side == corral ]]; then
-      got[cont_$side]=$("$gen" --clients="$clients" --seconds="$round_seconds" --mode=corral --addr="$addr" --limit=bench)
-      got[open_$side]=$("$gen" --clients="$clients" --seconds="$round_seconds" --mode=corral --addr="$addr" --limit=bench_open)
-    else
-      got[cont_$side]=$("$gen" --clients="$clients" --seconds="$round_seconds" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench --permits=16)
-      got[open_$side]=$("$gen" --clients="$clients" --seconds="$round_seconds" --mode=redis --addr="127.0.0.1:$redis_port" --limit=bench_open --permits="$clients")
-    fi
+    got[cont_$side]=$(round_run "$side" bench 16)
+    got[open_$side]=$(round_run "$side" bench_open "$clients")
   done
   rc=$(awk -v a="$(field pairs_per_s "${got[cont_corral]}")" -v b="$(field pairs_per_s "${got[cont_redis]}")" 'BEGIN {printf "%.2f", a/b}')
   ro=$(awk -v a="$(field pairs_per_s "${got[open_corral]}")" -v b="$(field pairs_per_s "${got[open_redis]}")" 'BEGIN {printf "%.2f", a/b}')
